@@ -1,0 +1,29 @@
+# Two commands from a fresh clone: `make run` and `make test`. Each sets up the venv it needs.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test lint soak bench clean venv
+
+$(STAMP): requirements-dev.txt layers/common/requirements.txt pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -r requirements-dev.txt
+	$(BIN)/pip install -q --no-deps -e .
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/python -m tally_local.stack
+
+test: $(STAMP)
+	$(BIN)/ruff check layers functions tally_local tests
+	$(BIN)/python -m pytest -n 2 tests
+
+lint: $(STAMP)
+	$(BIN)/ruff check layers functions tally_local tests
+
+clean:
+	rm -rf $(VENV) .tally .pytest_cache

@@ -1,0 +1,25 @@
+"""orders λ: POST /orders (register + Native prepay) and GET /orders/{mchid}/{out_trade_no}."""
+
+from tally import bootstrap
+from tally.apigw import BadRequest, HttpRequest, json_response
+from tally.observability import metrics
+from tally.service.orders import InvalidOrder, NotFound, OrderConflict, PrepayFailed
+
+
+@metrics.log_metrics
+def handler(event, context):
+    service = bootstrap.order_service()
+    try:
+        request = HttpRequest.from_event(event)
+        if request.method == "POST":
+            return json_response(201, service.create(request.json())).to_event()
+        params = request.path_params
+        return json_response(200, service.show(params["mchid"], params["out_trade_no"])).to_event()
+    except (BadRequest, InvalidOrder) as exc:
+        return json_response(400, {"error": str(exc)}).to_event()
+    except NotFound as exc:
+        return json_response(404, {"error": str(exc)}).to_event()
+    except OrderConflict as exc:
+        return json_response(409, {"error": str(exc)}).to_event()
+    except PrepayFailed as exc:
+        return json_response(502, {"error": f"prepay failed: {exc}", "order": exc.order}).to_event()

@@ -1,0 +1,29 @@
+"""worker λ: SQS batch of raw keys → apply each; failures reported per message (partial batch)."""
+
+import json
+
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from tally import bootstrap
+from tally.observability import M, count, logger, metrics
+from tally.service.apply import RetryLater
+
+# A batch where every record failed is reported like any other (all ids listed), not raised.
+processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
+
+
+def apply_record(record):
+    raw_key = json.loads(record.body)["raw_key"]
+    try:
+        return bootstrap.apply_service().apply(raw_key).value
+    except RetryLater as exc:
+        logger.info("apply deferred", extra={"raw_key": raw_key, "reason": str(exc)})
+        raise
+    except Exception:
+        count(M.APPLY_FAILED)
+        logger.exception("apply failed", extra={"raw_key": raw_key})
+        raise
+
+
+@metrics.log_metrics
+def handler(event, context):
+    return process_partial_response(event=event, record_handler=apply_record, processor=processor, context=context)

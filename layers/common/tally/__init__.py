@@ -1,0 +1,1 @@
+"""Tally: payment callbacks to a ledger, with nothing lost silently."""

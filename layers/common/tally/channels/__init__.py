@@ -1,0 +1,12 @@
+"""One module per channel: verify, decrypt, parse, ACK bodies, signed API clients."""
+
+from tally.domain.notifications import Outcome
+
+
+def outcome_of(channel: str, state: str) -> Outcome | None:
+    """The channel's explicit state table (R16); None = unknown, which goes to a person."""
+    if channel == "wechatpay":
+        from tally.channels.wechatpay_v3 import TRADE_STATE
+
+        return TRADE_STATE.get(state)
+    return None

@@ -1,0 +1,387 @@
+"""WeChat Pay API v3: notification verify/decrypt/parse, ACKs, and the signed API client.
+
+Wire formats: ../shared/channel-spec.md §1 (notifications) and §2 (API, request signing).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import secrets
+import string
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature, InvalidTag
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import padding, rsa
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from tally.domain.money import MoneyError, cents
+from tally.domain.notifications import Outcome, PaymentNotice
+
+CHANNEL = "wechatpay"
+SIGNATURE_TYPE = "WECHATPAY2-SHA256-RSA2048"
+PROBE_PREFIX = "WECHATPAY/SIGNTEST/"
+PUBLIC_KEY_ID_PREFIX = "PUB_KEY_ID_"
+
+# trade_state → outcome (R16, R22). Anything not here is unknown: it goes to a person.
+TRADE_STATE: dict[str, Outcome] = {
+    "SUCCESS": Outcome.PAID,
+    "REFUND": Outcome.PAID,  # paid, then (partly) refunded: still paid for the ledger
+    "CLOSED": Outcome.CLOSED,
+    "REVOKED": Outcome.REVOKED,
+    "PAYERROR": Outcome.PAY_ERROR,
+    "NOTPAY": Outcome.IN_BETWEEN,
+    "USERPAYING": Outcome.IN_BETWEEN,
+    "ACCEPT": Outcome.IN_BETWEEN,
+}
+
+
+class SignatureError(Exception):
+    """The message is not proven to come from WeChat Pay (R4). `probe` marks SIGNTEST traffic."""
+
+    def __init__(self, reason: str, *, probe: bool = False, unknown_serial: str | None = None):
+        super().__init__(reason)
+        self.reason = reason
+        self.probe = probe
+        self.unknown_serial = unknown_serial
+
+
+class DecryptError(Exception):
+    """Signed by WeChat but not decryptable or not parseable: not retryable (R5)."""
+
+
+class ChannelError(Exception):
+    """A WeChat API call failed. `retryable` says whether the same call may succeed later."""
+
+    def __init__(self, message: str, *, status: int = 0, code: str = "", retryable: bool = False):
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.retryable = retryable
+
+
+# ---------------------------------------------------------------- keys
+
+
+def load_verifying_key(pem: str | bytes) -> tuple[str | None, rsa.RSAPublicKey]:
+    """A platform certificate (→ its serial and key) or a bare public key PEM (→ None, key)."""
+    data = pem.encode() if isinstance(pem, str) else pem
+    if b"BEGIN CERTIFICATE" in data:
+        cert = x509.load_pem_x509_certificate(data)
+        return certificate_serial(cert), _rsa(cert.public_key())
+    return None, _rsa(serialization.load_pem_public_key(data))
+
+
+def load_private_key(pem: str | bytes) -> rsa.RSAPrivateKey:
+    data = pem.encode() if isinstance(pem, str) else pem
+    key = serialization.load_pem_private_key(data, password=None)
+    if not isinstance(key, rsa.RSAPrivateKey):
+        raise ValueError("merchant key must be an RSA private key")
+    return key
+
+
+def certificate_serial(cert: x509.Certificate) -> str:
+    return format(cert.serial_number, "X")
+
+
+def certificate_expiry(pem: str | bytes) -> float:
+    data = pem.encode() if isinstance(pem, str) else pem
+    return x509.load_pem_x509_certificate(data).not_valid_after_utc.timestamp()
+
+
+def _rsa(key: object) -> rsa.RSAPublicKey:
+    if not isinstance(key, rsa.RSAPublicKey):
+        raise ValueError("expected an RSA public key")
+    return key
+
+
+@dataclass
+class PlatformKeys:
+    """The keys WeChat signs with, by `Wechatpay-Serial`: certificates and/or a public key (§1.4)."""
+
+    by_serial: dict[str, rsa.RSAPublicKey] = field(default_factory=dict)
+
+    @classmethod
+    def from_pems(
+        cls, certificates: list[str] = (), public_key: str | None = None, public_key_id: str | None = None
+    ) -> PlatformKeys:
+        keys = cls()
+        for pem in certificates:
+            serial, key = load_verifying_key(pem)
+            if serial:
+                keys.by_serial[serial] = key
+        if public_key and public_key_id:
+            keys.by_serial[public_key_id] = load_verifying_key(public_key)[1]
+        return keys
+
+    def get(self, serial: str) -> rsa.RSAPublicKey | None:
+        return self.by_serial.get(serial) or self.by_serial.get(serial.upper())
+
+
+# ---------------------------------------------------------------- signatures
+
+
+def signed_message(timestamp: str, nonce: str, body: bytes) -> bytes:
+    return timestamp.encode() + b"\n" + nonce.encode() + b"\n" + body + b"\n"
+
+
+def rsa_sign(private_key: rsa.RSAPrivateKey, message: bytes) -> str:
+    return base64.b64encode(private_key.sign(message, padding.PKCS1v15(), hashes.SHA256())).decode()
+
+
+def rsa_verify(public_key: rsa.RSAPublicKey, message: bytes, signature_b64: str) -> bool:
+    try:
+        signature = base64.b64decode(signature_b64, validate=True)
+        public_key.verify(signature, message, padding.PKCS1v15(), hashes.SHA256())
+    except (InvalidSignature, binascii.Error, ValueError):
+        return False
+    return True
+
+
+def verify_signed(
+    headers: Mapping[str, str], body: bytes, keys: PlatformKeys, now: float, window_s: int = 300
+) -> str:
+    """Verify `Wechatpay-*` headers over the raw body (R1, R2). Returns the serial used."""
+    signature = headers.get("wechatpay-signature") or ""
+    timestamp = headers.get("wechatpay-timestamp") or ""
+    nonce = headers.get("wechatpay-nonce") or ""
+    serial = headers.get("wechatpay-serial") or ""
+    sig_type = headers.get("wechatpay-signature-type") or SIGNATURE_TYPE
+    if signature.startswith(PROBE_PREFIX):
+        raise SignatureError("signature probe (WECHATPAY/SIGNTEST/)", probe=True)
+    if not (signature and timestamp and nonce and serial):
+        raise SignatureError("missing Wechatpay-Signature/Timestamp/Nonce/Serial header")
+    if sig_type != SIGNATURE_TYPE:
+        raise SignatureError(f"unsupported signature type {sig_type[:40]!r}")
+    if not timestamp.isdigit() or abs(now - int(timestamp)) >= window_s:
+        raise SignatureError(f"timestamp {timestamp[:20]!r} outside the {window_s}s window")
+    key = keys.get(serial)
+    if key is None:
+        raise SignatureError(f"unknown serial {serial[:64]!r}", unknown_serial=serial)
+    if not rsa_verify(key, signed_message(timestamp, nonce, body), signature):
+        raise SignatureError(f"signature does not verify with serial {serial}")
+    return serial
+
+
+# ---------------------------------------------------------------- decryption and parsing
+
+
+def aes_gcm_decrypt(apiv3_key: bytes, nonce: str, associated_data: str, ciphertext_b64: str) -> bytes:
+    if len(apiv3_key) != 32:
+        raise DecryptError("APIv3 key must be 32 bytes")
+    try:
+        data = base64.b64decode(ciphertext_b64, validate=True)
+        return AESGCM(apiv3_key).decrypt(nonce.encode(), data, associated_data.encode())
+    except InvalidTag:
+        raise DecryptError("AEAD tag mismatch: wrong APIv3 key or tampered resource") from None
+    except (binascii.Error, ValueError) as exc:
+        raise DecryptError(f"undecryptable resource: {exc}") from None
+
+
+def aes_gcm_encrypt(apiv3_key: bytes, nonce: str, associated_data: str, plaintext: bytes) -> str:
+    return base64.b64encode(AESGCM(apiv3_key).encrypt(nonce.encode(), plaintext, associated_data.encode())).decode()
+
+
+def parse_envelope(body: bytes) -> dict[str, Any]:
+    try:
+        envelope = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DecryptError(f"body is not JSON: {exc}") from None
+    if not isinstance(envelope, dict) or not isinstance(envelope.get("resource"), dict):
+        raise DecryptError("body has no resource object")
+    return envelope
+
+
+def open_resource(envelope: dict[str, Any], apiv3_key: bytes) -> dict[str, Any]:
+    resource = envelope["resource"]
+    if resource.get("algorithm") != "AEAD_AES_256_GCM":
+        raise DecryptError(f"unsupported algorithm {str(resource.get('algorithm'))[:40]!r}")
+    fields = {name: resource.get(name) for name in ("nonce", "associated_data", "ciphertext")}
+    if not isinstance(fields["nonce"], str) or not isinstance(fields["ciphertext"], str):
+        raise DecryptError("resource lacks nonce or ciphertext")
+    plain = aes_gcm_decrypt(apiv3_key, fields["nonce"], fields["associated_data"] or "", fields["ciphertext"])
+    try:
+        decoded = json.loads(plain)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DecryptError(f"decrypted resource is not JSON: {exc}") from None
+    if not isinstance(decoded, dict):
+        raise DecryptError("decrypted resource is not an object")
+    return decoded
+
+
+def to_payment_notice(resource: dict[str, Any], source: str = "notify") -> PaymentNotice:
+    """A transaction resource (notification or query answer, direct or partner shape)."""
+    try:
+        amount = resource.get("amount") or {}
+        partner = "sp_mchid" in resource
+        total = cents(amount["total"])
+        return PaymentNotice(
+            channel=CHANNEL,
+            transaction_id=str(resource.get("transaction_id") or ""),
+            out_trade_no=_text(resource["out_trade_no"]),
+            mchid=_text(resource["sub_mchid"] if partner else resource["mchid"]),
+            sp_mchid=_text(resource["sp_mchid"]) if partner else None,
+            trade_state=_text(resource["trade_state"]),
+            order_total_cent=total,
+            paid_cent=cents(amount.get("payer_total", total)),
+            currency=_text(amount.get("currency") or "CNY"),
+            success_time=resource.get("success_time"),
+            source=source,
+        )
+    except (KeyError, TypeError, MoneyError) as exc:
+        raise DecryptError(f"transaction resource lacks or mistypes {exc}") from None
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise TypeError(f"expected a non-empty string, got {value!r}")
+    return value
+
+
+def outcome_of(trade_state: str) -> Outcome | None:
+    return TRADE_STATE.get(trade_state)
+
+
+# ---------------------------------------------------------------- ACKs (R6)
+
+
+def ack_success() -> tuple[int, str]:
+    return 204, ""
+
+
+def ack_failure(status: int, message: str) -> tuple[int, str]:
+    return status, json.dumps({"code": "FAIL", "message": message[:64]}, ensure_ascii=False)
+
+
+# ---------------------------------------------------------------- signed API client (§2)
+
+
+def nonce_str(length: int = 32) -> str:
+    alphabet = string.ascii_uppercase + string.digits
+    return "".join(secrets.choice(alphabet) for _ in range(length))
+
+
+def authorization(
+    mchid: str, serial: str, key: rsa.RSAPrivateKey, method: str, url: str, body: str, ts: int, nonce: str
+) -> str:
+    message = f"{method}\n{url}\n{ts}\n{nonce}\n{body}\n".encode()
+    signature = rsa_sign(key, message)
+    return (
+        f'{SIGNATURE_TYPE} mchid="{mchid}",nonce_str="{nonce}",signature="{signature}",'
+        f'timestamp="{ts}",serial_no="{serial}"'
+    )
+
+
+@dataclass
+class MerchantCredentials:
+    mchid: str
+    apiv3_key: bytes
+    private_key: rsa.RSAPrivateKey
+    serial: str
+    platform: PlatformKeys
+    public_key_id: str | None = None
+
+
+class WeChatPayClient:
+    """Signed requests to WeChat Pay v3, responses verified like notifications (§2.1)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        creds: MerchantCredentials,
+        *,
+        timeout_s: float = 3.0,
+        clock: Callable[[], float] = time.time,
+    ):
+        self.base_url = base_url.rstrip("/")
+        self.creds = creds
+        self.timeout_s = timeout_s
+        self.clock = clock
+
+    def native_prepay(self, *, appid: str, description: str, out_trade_no: str, notify_url: str,
+                      amount_cent: int, currency: str, time_expire: str | None = None) -> str:
+        body: dict[str, Any] = {
+            "appid": appid, "mchid": self.creds.mchid, "description": description,
+            "out_trade_no": out_trade_no, "notify_url": notify_url,
+            "amount": {"total": cents(amount_cent), "currency": currency},
+        }
+        if time_expire:
+            body["time_expire"] = time_expire
+        answer = self.request("POST", "/v3/pay/transactions/native", body)
+        code_url = answer.get("code_url") if isinstance(answer, dict) else None
+        if not code_url:
+            raise ChannelError("native prepay answered without code_url")
+        return str(code_url)
+
+    def certificates(self) -> list[tuple[str, str]]:
+        """Download platform certificates (§1.4): [(serial, certificate PEM)]."""
+        answer = self.request("GET", "/v3/certificates", None, verify_with_new=True)
+        found = []
+        for item in answer.get("data", []):
+            enc = item["encrypt_certificate"]
+            pem = aes_gcm_decrypt(self.creds.apiv3_key, enc["nonce"], enc.get("associated_data", ""),
+                                  enc["ciphertext"]).decode()
+            found.append((str(item["serial_no"]), pem))
+        return found
+
+    def request(self, method: str, path: str, body: dict[str, Any] | None,
+                *, verify_with_new: bool = False) -> Any:
+        payload = "" if body is None else json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+        ts, nonce = int(self.clock()), nonce_str()
+        headers = {
+            "Authorization": authorization(self.creds.mchid, self.creds.serial, self.creds.private_key,
+                                           method, path, payload, ts, nonce),
+            "Accept": "application/json",
+            "Content-Type": "application/json",
+            "User-Agent": "tally/0.1",
+        }
+        if self.creds.public_key_id:
+            headers["Wechatpay-Serial"] = self.creds.public_key_id
+        req = urllib.request.Request(self.base_url + path, data=payload.encode() or None,
+                                     headers=headers, method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                raw, resp_headers = resp.read(), resp.headers
+        except urllib.error.HTTPError as err:
+            raise _channel_error(err.code, err.read()) from None
+        except (urllib.error.URLError, TimeoutError, OSError) as err:
+            raise ChannelError(f"{method} {path}: {err}", retryable=True) from None
+        lowered = {k.lower(): v for k, v in resp_headers.items()}
+        if verify_with_new:
+            keys = _keys_from_certificates_answer(raw, self.creds)
+        else:
+            keys = self.creds.platform
+        try:
+            verify_signed(lowered, raw, keys, self.clock())
+        except SignatureError as exc:
+            raise ChannelError(f"{method} {path}: response not verified: {exc.reason}") from None
+        return json.loads(raw) if raw else {}
+
+
+def _keys_from_certificates_answer(raw: bytes, creds: MerchantCredentials) -> PlatformKeys:
+    """The certificates answer is signed by one of the certificates it carries (or a known key)."""
+    keys = PlatformKeys(dict(creds.platform.by_serial))
+    for item in json.loads(raw).get("data", []):
+        enc = item["encrypt_certificate"]
+        pem = aes_gcm_decrypt(creds.apiv3_key, enc["nonce"], enc.get("associated_data", ""), enc["ciphertext"])
+        serial, key = load_verifying_key(pem)
+        keys.by_serial[serial or str(item["serial_no"])] = key
+    return keys
+
+
+def _channel_error(status: int, raw: bytes) -> ChannelError:
+    try:
+        detail = json.loads(raw)
+        code, message = str(detail.get("code", "")), str(detail.get("message", ""))
+    except (ValueError, AttributeError):
+        code, message = "", raw[:200].decode("utf-8", "replace")
+    retryable = status >= 500 or status == 429 or code in {"SYSTEM_ERROR", "FREQUENCY_LIMITED", "BANK_ERROR"}
+    return ChannelError(f"HTTP {status} {code}: {message}", status=status, code=code, retryable=retryable)

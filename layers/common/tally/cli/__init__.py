@@ -1,0 +1,1 @@
+"""The `tally` command for the people who operate Tally."""

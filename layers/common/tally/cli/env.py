@@ -1,0 +1,55 @@
+"""Where the CLI finds the stack: `--local` (the stack `make run` started) or a deployed CloudFormation stack."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+
+# CloudFormation output → environment variable the product reads (docs/contracts.md).
+OUTPUT_ENV = {
+    "NotifyRawTableName": "NOTIFY_RAW_TABLE",
+    "NotifyEventTableName": "NOTIFY_EVENT_TABLE",
+    "OrdersTableName": "ORDERS_TABLE",
+    "TransitionsTableName": "TRANSITIONS_TABLE",
+    "LedgerTableName": "LEDGER_TABLE",
+    "RefundTasksTableName": "REFUND_TASKS_TABLE",
+    "MerchantsTableName": "MERCHANTS_TABLE",
+    "ApplyQueueUrl": "APPLY_QUEUE_URL",
+    "BillsBucketName": "BILLS_BUCKET",
+}
+
+
+class StackNotFound(RuntimeError):
+    pass
+
+
+def state_file() -> pathlib.Path:
+    return pathlib.Path(os.environ.get("TALLY_STATE_DIR", ".tally")) / "local.json"
+
+
+def use_local() -> dict:
+    path = state_file()
+    if not path.exists():
+        raise StackNotFound(f"{path} not found: start the local stack with `make run` (in the project folder)")
+    state = json.loads(path.read_text())
+    os.environ.update(state["env"])
+    os.environ["AWS_ENDPOINT_URL"] = state["endpoint_url"]
+    os.environ.setdefault("AWS_DEFAULT_REGION", state.get("region", "us-east-1"))
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+    return state
+
+
+def use_deployed(stack_name: str) -> dict:
+    import boto3
+
+    try:
+        stack = boto3.client("cloudformation").describe_stacks(StackName=stack_name)["Stacks"][0]
+    except Exception as exc:  # noqa: BLE001 - any failure here is reported to the person, verbatim
+        raise StackNotFound(f"cannot read stack {stack_name!r}: {exc}") from None
+    outputs = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
+    for key, var in OUTPUT_ENV.items():
+        if key in outputs:
+            os.environ[var] = outputs[key]
+    return {"api_url": outputs.get("ApiUrl", ""), "env": dict(os.environ)}

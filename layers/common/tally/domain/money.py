@@ -1,0 +1,36 @@
+"""Money is integer cents (fen) inside Tally (R14). Floats never come near an amount."""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+
+_YUAN = re.compile(r"^-?\d+(\.\d{1,2})?$")
+
+
+class MoneyError(ValueError):
+    """An amount that cannot be represented exactly in cents."""
+
+
+def cents(value: object) -> int:
+    """An amount that must already be integer cents (WeChat v3 sends JSON integers)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise MoneyError(f"amount must be integer cents, got {type(value).__name__}: {value!r}")
+    return value
+
+
+def yuan_to_cents(text: str) -> int:
+    """Exact conversion of a yuan string like "12.30" to 1230; anything inexact is refused."""
+    if not isinstance(text, str) or not _YUAN.match(text.strip()):
+        raise MoneyError(f"not a yuan amount with at most 2 decimals: {text!r}")
+    try:
+        return int(Decimal(text.strip()) * 100)
+    except InvalidOperation as exc:  # pragma: no cover - the regex already guards this
+        raise MoneyError(f"not a yuan amount: {text!r}") from exc
+
+
+def format_cents(amount: int) -> str:
+    """1230 -> "12.30" (for people; never parsed back)."""
+    sign = "-" if amount < 0 else ""
+    whole, frac = divmod(abs(amount), 100)
+    return f"{sign}{whole}.{frac:02d}"

@@ -1,0 +1,73 @@
+"""Channel-neutral facts a verified notification (or query answer) carries."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from tally.domain.orders import Event, Status
+
+
+@dataclass(frozen=True)
+class PaymentNotice:
+    channel: str
+    transaction_id: str
+    out_trade_no: str
+    mchid: str  # the merchant that owns the order (the sub-merchant in partner mode)
+    sp_mchid: str | None
+    trade_state: str  # the channel's own word, kept verbatim
+    order_total_cent: int  # what the entry check compares (R13)
+    paid_cent: int  # what the channel received and what is booked (R13)
+    currency: str
+    success_time: str | None
+    source: str = "notify"  # or "query" (R23)
+
+    @property
+    def raw_key(self) -> str:
+        return f"{self.channel}#{self.transaction_id}"
+
+
+class Outcome(str, Enum):
+    """What a channel's state means for us; mapped by one explicit table per channel."""
+
+    PAID = "PAID"
+    CLOSED = "CLOSED"
+    REVOKED = "REVOKED"
+    PAY_ERROR = "PAY_ERROR"
+    IN_BETWEEN = "IN_BETWEEN"  # not paid yet: an event row, never a raw payment row (R8)
+
+
+EVENT_OF_OUTCOME: dict[Outcome, Event] = {
+    Outcome.PAID: Event.PAY,
+    Outcome.CLOSED: Event.CLOSE,
+    Outcome.REVOKED: Event.REVOKE,
+    Outcome.PAY_ERROR: Event.PAY_ERROR,
+}
+
+
+@dataclass(frozen=True)
+class OrderFacts:
+    """What the entry check needs to know about our order."""
+
+    mchid: str
+    sp_mchid: str | None
+    currency: str
+    amount_cent: int
+    status: Status
+    transaction_id: str | None
+
+
+def mismatches(notice: PaymentNotice, order: OrderFacts) -> list[str]:
+    """Certain differences between a notification and our order (R12). Empty means it matches."""
+    found = []
+    if notice.mchid != order.mchid:
+        found.append(f"merchant {notice.mchid} != order's {order.mchid}")
+    if (order.sp_mchid or None) != (notice.sp_mchid or None):
+        found.append(f"service provider {notice.sp_mchid} != order's {order.sp_mchid}")
+    if notice.currency != order.currency:
+        found.append(f"currency {notice.currency} != order's {order.currency}")
+    if notice.order_total_cent != order.amount_cent:
+        found.append(f"amount {notice.order_total_cent} != order's {order.amount_cent} (cents)")
+    if notice.paid_cent > notice.order_total_cent or notice.paid_cent < 0:
+        found.append(f"paid {notice.paid_cent} outside 0..{notice.order_total_cent} (cents)")
+    return found

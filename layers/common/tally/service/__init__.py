@@ -1,0 +1,1 @@
+"""Use cases: orchestration only (domain decides, store persists, channels talk to the outside)."""

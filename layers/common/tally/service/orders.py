@@ -1,0 +1,135 @@
+"""Orders: register (and optionally prepay) an order; show an order with its whole story."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from tally.channels import wechatpay_v3 as wx
+from tally.domain.orders import Status
+from tally.observability import M, count, logger
+from tally.service.apply import CHINA
+from tally.service.merchants import MerchantDirectory, UnknownMerchant
+from tally.store.tables import OrderStore, RawStore, iso_now, order_key
+
+OUT_TRADE_NO = re.compile(r"^[0-9A-Za-z_\-*]{6,32}$")
+CURRENCY = re.compile(r"^[A-Z]{3}$")
+
+
+class InvalidOrder(ValueError):
+    """The request is wrong; the message says how (HTTP 400)."""
+
+
+class OrderConflict(ValueError):
+    """The out_trade_no exists with different terms (HTTP 409)."""
+
+
+class NotFound(LookupError):
+    pass
+
+
+class PrepayFailed(RuntimeError):
+    def __init__(self, order: dict[str, Any], error: str):
+        super().__init__(error)
+        self.order = order
+
+
+class OrderService:
+    def __init__(self, orders: OrderStore, raw: RawStore, merchants: MerchantDirectory, *,
+                 clock: Callable[[], float] = time.time):
+        self.orders = orders
+        self.raw = raw
+        self.merchants = merchants
+        self.clock = clock
+
+    def create(self, request: dict[str, Any]) -> dict[str, Any]:
+        spec = validate_order_request(request)
+        try:
+            merchant = self.merchants.wechatpay(spec["mchid"])
+        except UnknownMerchant:
+            raise NotFound(f"merchant {spec['mchid']} is not configured (tally merchant add)") from None
+        now = self.clock()
+        row = {
+            "pk": order_key(spec["mchid"], spec["out_trade_no"]), "mchid": spec["mchid"],
+            "out_trade_no": spec["out_trade_no"], "channel": wx.CHANNEL,
+            "tenant": merchant.row.get("tenant") or spec["mchid"], "status": Status.WAIT_PAY.value,
+            "amount_cent": spec["amount_cent"], "currency": spec["currency"], "description": spec["description"],
+            "paid_cent": 0, "refundable_cent": 0, "version": 0, "created_at": iso_now(now),
+            "expire_at": iso_now(now + spec["expire_minutes"] * 60), "prepay": spec["prepay"],
+        }
+        existing = self.orders.create(row)
+        if existing is not None:
+            if (existing["amount_cent"], existing["currency"]) != (row["amount_cent"], row["currency"]):
+                raise OrderConflict(f"order {spec['out_trade_no']} exists with amount {existing['amount_cent']} "
+                                    f"{existing['currency']}")
+            row = existing
+        if spec["prepay"] and not row.get("code_url") and row["status"] == Status.WAIT_PAY.value:
+            row = self._prepay(merchant, row, now + spec["expire_minutes"] * 60)
+        return public_order(row)
+
+    def _prepay(self, merchant: Any, row: dict[str, Any], expire_s: float) -> dict[str, Any]:
+        try:
+            code_url = self.merchants.client(merchant).native_prepay(
+                appid=merchant.appid, description=row["description"], out_trade_no=row["out_trade_no"],
+                notify_url=merchant.notify_url, amount_cent=row["amount_cent"], currency=row["currency"],
+                time_expire=datetime.fromtimestamp(expire_s, CHINA).isoformat(timespec="seconds"),
+            )
+        except wx.ChannelError as exc:
+            count(M.PREPAY_FAILED)
+            logger.warning("native prepay failed", extra={"order": row["pk"], "error": str(exc)})
+            self.orders.set_fields(row["pk"], prepay_error=str(exc)[:500])
+            raise PrepayFailed(public_order(row), str(exc)) from None
+        self.orders.set_fields(row["pk"], code_url=code_url)
+        return {**row, "code_url": code_url}
+
+    def show(self, mchid: str, out_trade_no: str) -> dict[str, Any]:
+        order = self.orders.get(mchid, out_trade_no)
+        if order is None:
+            raise NotFound(f"no order {mchid}/{out_trade_no}")
+        view = public_order(order)
+        view["transitions"] = [
+            {k: t.get(k) for k in ("at", "event", "from_status", "to_status", "raw_key", "source")}
+            for t in self.orders.transitions(order["pk"])
+        ]
+        view["raw"] = [
+            {k: r.get(k) for k in ("pk", "source", "trade_state", "order_total_cent", "paid_cent", "handled",
+                                   "outcome", "manual_reason", "notified_at", "attempts")}
+            for r in self.raw.for_order(order["pk"])
+        ]
+        return view
+
+
+def public_order(row: dict[str, Any]) -> dict[str, Any]:
+    hidden = {"pk", "version", "poll_pk", "poll_due"}
+    return {k: v for k, v in row.items() if k not in hidden}
+
+
+def validate_order_request(body: Any) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise InvalidOrder("body must be a JSON object")
+    mchid = body.get("mchid")
+    if not isinstance(mchid, str) or not mchid.isdigit() or len(mchid) > 32:
+        raise InvalidOrder("mchid must be the merchant number (digits)")
+    out_trade_no = body.get("out_trade_no")
+    if not isinstance(out_trade_no, str) or not OUT_TRADE_NO.match(out_trade_no):
+        raise InvalidOrder("out_trade_no must be 6-32 characters of [0-9A-Za-z_-*]")
+    amount = body.get("amount_cent")
+    if isinstance(amount, bool) or not isinstance(amount, int) or amount <= 0:
+        raise InvalidOrder("amount_cent must be a positive integer number of cents (no decimals, no strings)")
+    currency = body.get("currency", "CNY")
+    if not isinstance(currency, str) or not CURRENCY.match(currency):
+        raise InvalidOrder("currency must be a 3-letter ISO code such as CNY")
+    description = body.get("description", "")
+    if not isinstance(description, str) or not 1 <= len(description) <= 127:
+        raise InvalidOrder("description must be 1-127 characters")
+    expire = body.get("expire_minutes", 120)
+    if isinstance(expire, bool) or not isinstance(expire, int) or not 1 <= expire <= 7 * 24 * 60:
+        raise InvalidOrder("expire_minutes must be an integer from 1 to 10080")
+    prepay = body.get("prepay", True)
+    if not isinstance(prepay, bool):
+        raise InvalidOrder("prepay must be true or false")
+    return {"mchid": mchid, "out_trade_no": out_trade_no, "amount_cent": amount, "currency": currency,
+            "description": description, "expire_minutes": expire, "prepay": prepay}

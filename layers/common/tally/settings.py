@@ -1,0 +1,45 @@
+"""The environment, read in one place (nothing else in the product reads os.environ)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Settings:
+    notify_raw_table: str
+    notify_event_table: str
+    orders_table: str
+    transitions_table: str
+    ledger_table: str
+    refund_tasks_table: str
+    merchants_table: str
+    apply_queue_url: str
+    wechatpay_api_base: str
+    merchant_secret_prefix: str
+    timestamp_window_s: int = 300
+    order_not_found_max_attempts: int = 4
+    http_timeout_s: float = 3.0
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> Settings:
+        env = dict(os.environ if env is None else env)
+        try:
+            return cls(
+                notify_raw_table=env["NOTIFY_RAW_TABLE"],
+                notify_event_table=env["NOTIFY_EVENT_TABLE"],
+                orders_table=env["ORDERS_TABLE"],
+                transitions_table=env["TRANSITIONS_TABLE"],
+                ledger_table=env["LEDGER_TABLE"],
+                refund_tasks_table=env["REFUND_TASKS_TABLE"],
+                merchants_table=env["MERCHANTS_TABLE"],
+                apply_queue_url=env["APPLY_QUEUE_URL"],
+                wechatpay_api_base=env.get("WECHATPAY_API_BASE", "https://api.mch.weixin.qq.com").rstrip("/"),
+                merchant_secret_prefix=env.get("MERCHANT_SECRET_PREFIX", "tally/merchants/"),
+                timestamp_window_s=int(env.get("TALLY_TIMESTAMP_WINDOW_S", "300")),
+                order_not_found_max_attempts=int(env.get("TALLY_ORDER_NOT_FOUND_MAX_ATTEMPTS", "4")),
+                http_timeout_s=float(env.get("TALLY_HTTP_TIMEOUT_S", "3")),
+            )
+        except KeyError as missing:
+            raise RuntimeError(f"missing environment variable {missing}: see docs/contracts.md") from None

@@ -1,0 +1,1 @@
+"""DynamoDB and SQS access: the only package that knows table layouts."""

@@ -1,0 +1,198 @@
+"""Repositories over the DynamoDB tables (docs/contracts.md has the key schemas)."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from tally.store.codec import from_item, names_values, to_item
+
+PENDING_SHARDS = 4  # write-sharded sparse GSI: no hot partition under a burst of callbacks
+
+
+def iso_now(clock_s: float | None = None) -> str:
+    t = time.time() if clock_s is None else clock_s
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int((t % 1) * 1000):03d}Z"
+
+
+def shard_of(key: str, shards: int = PENDING_SHARDS) -> int:
+    return int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) % shards
+
+
+def pending_pk(handled: int, key: str) -> str:
+    return f"{handled}#{shard_of(key)}"
+
+
+def order_key(mchid: str, out_trade_no: str) -> str:
+    return f"{mchid}#{out_trade_no}"
+
+
+@dataclass
+class Tables:
+    """Table names plus the low-level client (boto3's, honouring AWS_ENDPOINT_URL)."""
+
+    ddb: Any
+    notify_raw: str
+    notify_event: str
+    orders: str
+    transitions: str
+    ledger: str
+    refund_tasks: str
+    merchants: str
+
+    def get(self, table: str, pk: str, **key: str) -> dict[str, Any] | None:
+        item_key = to_item({"pk": pk, **key})
+        answer = self.ddb.get_item(TableName=table, Key=item_key, ConsistentRead=True)
+        return from_item(answer.get("Item"))
+
+    def query_pk(self, table: str, pk: str) -> list[dict[str, Any]]:
+        answer = self.ddb.query(
+            TableName=table, KeyConditionExpression="pk = :pk", ExpressionAttributeValues=names_values(pk=pk)
+        )
+        return [from_item(item) for item in answer.get("Items", [])]
+
+
+class RawStore:
+    """notify_raw: one row per (channel, transaction_id), written before any business apply (R7)."""
+
+    def __init__(self, tables: Tables):
+        self.t = tables
+
+    def put_new(self, row: dict[str, Any]) -> dict[str, Any] | None:
+        """Conditional put. Returns None when new, or the existing row (one call either way)."""
+        try:
+            self.t.ddb.put_item(
+                TableName=self.t.notify_raw,
+                Item=to_item(row),
+                ConditionExpression="attribute_not_exists(pk)",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+            return None
+        except self.t.ddb.exceptions.ConditionalCheckFailedException as exc:
+            return from_item(exc.response.get("Item")) or self.get(row["pk"])
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        return self.t.get(self.t.notify_raw, key)
+
+    def send_to_person(self, key: str, reason: str, now: str) -> bool:
+        """handled 0 → 2 with the reason; False if the row was already handled."""
+        try:
+            self.t.ddb.update_item(
+                TableName=self.t.notify_raw,
+                Key=to_item({"pk": key}),
+                UpdateExpression="SET handled = :two, manual_reason = :r, handled_at = :now, "
+                "pending_pk = :ppk, pending_at = :now",
+                ConditionExpression="handled = :zero",
+                ExpressionAttributeValues=names_values(two=2, zero=0, r=reason, now=now, ppk=pending_pk(2, key)),
+            )
+            return True
+        except self.t.ddb.exceptions.ConditionalCheckFailedException:
+            return False
+
+    def mark_handled(self, key: str, outcome: str, now: str) -> bool:
+        try:
+            self.t.ddb.update_item(**self.handled_update(key, outcome, now))
+            return True
+        except self.t.ddb.exceptions.ConditionalCheckFailedException:
+            return False
+
+    def handled_update(self, key: str, outcome: str, now: str) -> dict[str, Any]:
+        """handled 0 → 1, out of the pending index; also usable inside a transaction (R18)."""
+        return {
+            "TableName": self.t.notify_raw,
+            "Key": to_item({"pk": key}),
+            "UpdateExpression": "SET handled = :one, outcome = :o, handled_at = :now REMOVE pending_pk, pending_at",
+            "ConditionExpression": "handled = :zero",
+            "ExpressionAttributeValues": names_values(one=1, zero=0, o=outcome, now=now),
+        }
+
+    def count_attempt(self, key: str) -> int:
+        answer = self.t.ddb.update_item(
+            TableName=self.t.notify_raw,
+            Key=to_item({"pk": key}),
+            UpdateExpression="ADD attempts :one",
+            ExpressionAttributeValues=names_values(one=1),
+            ReturnValues="UPDATED_NEW",
+        )
+        return int(answer["Attributes"]["attempts"]["N"])
+
+    def for_order(self, order_pk: str) -> list[dict[str, Any]]:
+        answer = self.t.ddb.query(
+            TableName=self.t.notify_raw,
+            IndexName="by_order",
+            KeyConditionExpression="order_pk = :o",
+            ExpressionAttributeValues=names_values(o=order_pk),
+        )
+        return [from_item(item) for item in answer.get("Items", [])]
+
+
+class EventStore:
+    """notify_event: in-between states (R8) and quarantined notifications (R5)."""
+
+    def __init__(self, tables: Tables, ttl_days: int = 30):
+        self.t = tables
+        self.ttl_days = ttl_days
+
+    def put(self, event_id: str, kind: str, now_s: float, **fields: Any) -> None:
+        row = {"pk": event_id, "kind": kind, "created_at": iso_now(now_s),
+               "expires_at": int(now_s) + self.ttl_days * 86400, **fields}
+        try:
+            self.t.ddb.put_item(TableName=self.t.notify_event, Item=to_item(row),
+                                ConditionExpression="attribute_not_exists(pk)")
+        except self.t.ddb.exceptions.ConditionalCheckFailedException:
+            return  # the same event delivered again: the first row already tells the story
+
+
+class OrderStore:
+    def __init__(self, tables: Tables):
+        self.t = tables
+
+    def get(self, mchid: str, out_trade_no: str) -> dict[str, Any] | None:
+        return self.t.get(self.t.orders, order_key(mchid, out_trade_no))
+
+    def create(self, row: dict[str, Any]) -> dict[str, Any] | None:
+        """Insert; returns the existing order instead when the key is taken."""
+        try:
+            self.t.ddb.put_item(
+                TableName=self.t.orders,
+                Item=to_item(row),
+                ConditionExpression="attribute_not_exists(pk)",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+            return None
+        except self.t.ddb.exceptions.ConditionalCheckFailedException as exc:
+            return from_item(exc.response.get("Item")) or self.t.get(self.t.orders, row["pk"])
+
+    def set_fields(self, pk: str, **fields: Any) -> None:
+        sets = ", ".join(f"{name} = :{name}" for name in fields)
+        self.t.ddb.update_item(
+            TableName=self.t.orders, Key=to_item({"pk": pk}), UpdateExpression=f"SET {sets}",
+            ExpressionAttributeValues=names_values(**fields),
+        )
+
+    def transitions(self, pk: str) -> list[dict[str, Any]]:
+        return self.t.query_pk(self.t.transitions, pk)
+
+
+class MerchantStore:
+    def __init__(self, tables: Tables):
+        self.t = tables
+
+    def get(self, channel: str, merchant_id: str) -> dict[str, Any] | None:
+        return self.t.get(self.t.merchants, f"{channel}#{merchant_id}")
+
+    def put(self, row: dict[str, Any]) -> None:
+        self.t.ddb.put_item(TableName=self.t.merchants, Item=to_item(row))
+
+
+class ApplyQueue:
+    def __init__(self, sqs: Any, url: str):
+        self.sqs = sqs
+        self.url = url
+
+    def send(self, raw_key: str) -> None:
+        import json
+
+        self.sqs.send_message(QueueUrl=self.url, MessageBody=json.dumps({"raw_key": raw_key}))

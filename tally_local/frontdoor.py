@@ -1,0 +1,377 @@
+"""The local API Gateway: HTTP requests in, HTTP API payload 2.0 events to the handlers, responses out.
+
+`FrontDoor({routeKey: handler})` serves the routes given; `routes_from_template` builds that map from
+the HttpApi events in template.yaml. Like API Gateway: unknown route → 404, handler exception → 500
+(traceback to stderr, never to the client), body over 10 MB → 413. Not emulated: IAM (SigV4)
+authorisation, the 30 s integration timeout, custom domains and stages other than `$default`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import re
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from tally_local.resources import LambdaContext, function_specs, load_handler
+
+log = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 10 * 1024 * 1024  # API Gateway's payload limit
+TEXT_CONTENT_TYPES = ("json", "xml", "text/", "x-www-form-urlencoded")
+LOCAL_API_ID = "tallylocal"
+
+Handler = Callable[[dict[str, Any], Any], Any]
+
+
+@dataclass
+class Target:
+    """A function behind a route: its handler plus what its LambdaContext reports.
+
+    `lock` serialises invocations: one warm container per function, as module-level caches in a
+    handler expect (Lambda scales out with more containers, never with threads in one).
+    """
+
+    handler: Handler
+    function_name: str = "local-function"
+    timeout_s: int = 30
+    memory_mb: int = 128
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def invoke(self, event: dict[str, Any]) -> Any:
+        with self.lock:
+            context = LambdaContext(self.function_name, self.timeout_s, self.memory_mb)
+            return self.handler(event, context)
+
+
+@dataclass(frozen=True)
+class Route:
+    key: str  # "GET /orders/{mchid}/{out_trade_no}"
+    method: str
+    pattern: re.Pattern[str]
+    names: tuple[str, ...]  # path parameter names, in order
+    target: Target
+
+    @classmethod
+    def parse(cls, key: str, target: Target) -> Route:
+        method, _, path = ("ANY", "", "$default") if key == "$default" else key.partition(" ")
+        pattern, names = _path_pattern(path)
+        return cls(key, method.upper(), pattern, names, target)
+
+    def match(self, method: str, path: str) -> dict[str, str] | None:
+        if self.method not in ("ANY", method):
+            return None
+        found = self.pattern.fullmatch(path)
+        if found is None:
+            return None
+        return {name: unquote(value) for name, value in zip(self.names, found.groups(), strict=True)}
+
+
+def _path_pattern(path: str) -> tuple[re.Pattern[str], tuple[str, ...]]:
+    """`/orders/{mchid}/{id}` → a regex and the parameter names; `{proxy+}` is greedy; `$default` matches all."""
+    if path == "$default":
+        return re.compile(r".*"), ()
+    parts, names = [], []
+    for piece in re.split(r"(\{[^}]+\})", path):
+        if piece.startswith("{"):
+            greedy = piece.endswith("+}")
+            names.append(piece[1:-2] if greedy else piece[1:-1])
+            parts.append("(.+)" if greedy else "([^/]+)")
+        else:
+            parts.append(re.escape(piece))
+    return re.compile("".join(parts)), tuple(names)
+
+
+def routes_from_template(template: Mapping[str, Any], root: str | Path) -> dict[str, Target]:
+    """{routeKey: Target} for every HttpApi event in the template, handlers imported from their code."""
+    routes = {}
+    for spec in function_specs(template, root).values():
+        if not spec.http_routes:
+            continue
+        target = Target(load_handler(spec), spec.logical_id, spec.timeout_s, spec.memory_mb)
+        routes.update(dict.fromkeys(spec.http_routes, target))
+    return routes
+
+
+# ---------------------------------------------------------------------------------------------
+# Request → event
+
+
+def build_event(request: _Request, route: Route, path_parameters: dict[str, str]) -> dict[str, Any]:
+    """An API Gateway HTTP API payload format 2.0 event."""
+    now = time.time()
+    request_id = base64.b32encode(uuid.uuid4().bytes[:10]).decode().rstrip("=")
+    headers = {name: value for name, value in request.headers.items() if name != "cookie"}
+    event: dict[str, Any] = {
+        "version": "2.0",
+        "routeKey": route.key,
+        "rawPath": request.path,
+        "rawQueryString": request.query,
+        "headers": headers,
+        "requestContext": {
+            "accountId": "123456789012",
+            "apiId": LOCAL_API_ID,
+            "domainName": request.headers.get("host", "127.0.0.1"),
+            "domainPrefix": request.headers.get("host", "127.0.0.1").split(".")[0],
+            "http": {
+                "method": request.method,
+                "path": request.path,
+                "protocol": request.protocol,
+                "sourceIp": request.source_ip,
+                "userAgent": request.headers.get("user-agent", ""),
+            },
+            "requestId": request_id,
+            "routeKey": route.key,
+            "stage": "$default",
+            "time": datetime.fromtimestamp(now, UTC).strftime("%d/%b/%Y:%H:%M:%S +0000"),
+            "timeEpoch": int(now * 1000),
+        },
+        "isBase64Encoded": False,
+    }
+    if "cookie" in request.headers:
+        event["cookies"] = [c.strip() for c in request.headers["cookie"].split(";") if c.strip()]
+    if request.query:
+        event["queryStringParameters"] = _query_parameters(request.query)
+    if path_parameters:
+        event["pathParameters"] = path_parameters
+    if request.body:
+        event["body"], event["isBase64Encoded"] = encode_body(request.body, headers.get("content-type", ""))
+    return event
+
+
+def _query_parameters(query: str) -> dict[str, str]:
+    params: dict[str, str] = {}
+    for name, value in parse_qsl(query, keep_blank_values=True):
+        params[name] = f"{params[name]},{value}" if name in params else value
+    return params
+
+
+def encode_body(body: bytes, content_type: str) -> tuple[str, bool]:
+    """Text content types that are valid UTF-8 pass as text; everything else is base64."""
+    if any(marker in content_type.lower() for marker in TEXT_CONTENT_TYPES):
+        try:
+            return body.decode("utf-8"), False
+        except UnicodeDecodeError:
+            log.debug("body declared %s is not UTF-8: sending it base64-encoded", content_type)
+    return base64.b64encode(body).decode("ascii"), True
+
+
+# ---------------------------------------------------------------------------------------------
+# Result → response
+
+
+@dataclass
+class Reply:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+    cookies: list[str] = field(default_factory=list)
+
+
+def json_reply(status: int, message: str) -> Reply:
+    return Reply(status, {"content-type": "application/json"}, json.dumps({"message": message}).encode())
+
+
+def reply_from_result(result: Any) -> Reply:
+    """Payload 2.0 response rules: a dict with statusCode is used as is; anything else is JSON 200."""
+    if not (isinstance(result, dict) and "statusCode" in result):
+        body = result if isinstance(result, str) else json.dumps(result)
+        return Reply(200, {"content-type": "application/json"}, body.encode("utf-8"))
+    body = result.get("body") or ""
+    if result.get("isBase64Encoded"):
+        raw = base64.b64decode(body, validate=True)
+    else:
+        raw = body.encode("utf-8") if isinstance(body, str) else json.dumps(body).encode("utf-8")
+    headers = {str(k).lower(): str(v) for k, v in (result.get("headers") or {}).items()}
+    return Reply(int(result["statusCode"]), headers, raw, list(result.get("cookies") or []))
+
+
+# ---------------------------------------------------------------------------------------------
+# The server
+
+
+@dataclass
+class _Request:
+    method: str
+    path: str
+    query: str
+    protocol: str
+    source_ip: str
+    headers: dict[str, str]
+    body: bytes = b""
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+class _RequestHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def do_GET(self) -> None:
+        self._serve()
+
+    do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = do_GET
+
+    def _serve(self) -> None:
+        started = time.monotonic()
+        try:
+            request = self._read_request()
+        except BodyTooLarge:
+            self.close_connection = True  # the unread body must not be parsed as the next request
+            self._send(json_reply(413, "Request Entity Too Large"))
+            return
+        except ValueError:  # a malformed Content-Length or chunk size
+            self.close_connection = True
+            self._send(json_reply(400, "Bad Request"))
+            return
+        reply = self.server.front_door.dispatch(request)
+        self._send(reply)
+        log.info("%s %s → %d (%.0f ms)", request.method, self.path, reply.status, (time.monotonic() - started) * 1000)
+
+    def _read_request(self) -> _Request:
+        url = urlsplit(self.path)
+        headers: dict[str, str] = {}
+        for name, value in self.headers.items():
+            key = name.lower()
+            headers[key] = f"{headers[key]},{value}" if key in headers else value
+        return _Request(
+            method=self.command,
+            path=url.path,
+            query=url.query,
+            protocol=self.request_version,
+            source_ip=self.client_address[0],
+            headers=headers,
+            body=self._read_body(headers),
+        )
+
+    def _read_body(self, headers: dict[str, str]) -> bytes:
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            return self._read_chunked()
+        length = int(headers.get("content-length") or 0)
+        if length > MAX_BODY_BYTES:
+            raise BodyTooLarge
+        return self.rfile.read(length) if length else b""
+
+    def _read_chunked(self) -> bytes:
+        body = bytearray()
+        while True:
+            size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+            if size == 0:
+                while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                    continue  # trailers
+                return bytes(body)
+            if len(body) + size > MAX_BODY_BYTES:
+                raise BodyTooLarge
+            body += self.rfile.read(size)
+            self.rfile.readline()
+
+    def _send(self, reply: Reply) -> None:
+        self.send_response(reply.status)
+        for name, value in reply.headers.items():
+            if name not in ("content-length", "connection", "transfer-encoding"):
+                self.send_header(name, value)
+        for cookie in reply.cookies:
+            self.send_header("set-cookie", cookie)
+        self.send_header("apigw-requestid", uuid.uuid4().hex[:16])
+        self.send_header("content-length", str(len(reply.body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(reply.body)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - BaseHTTPRequestHandler's name
+        log.debug("frontdoor: " + format, *args)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], front_door: FrontDoor):
+        self.front_door = front_door
+        super().__init__(address, _RequestHandler)
+
+
+class FrontDoor:
+    """`FrontDoor({"POST /orders": handler_or_target, ...}, port=0)`; `.start()`, `.url`, `.stop()`."""
+
+    def __init__(self, routes: Mapping[str, Handler | Target], host: str = "127.0.0.1", port: int = 0):
+        self.routes = [Route.parse(key, _as_target(key, value)) for key, value in routes.items()]
+        self._host, self._port = host, port
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        if self._server is None:
+            raise RuntimeError("FrontDoor is not started")
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> FrontDoor:
+        """Bind (OSError if the port is taken) and serve in a background thread."""
+        self._server = _Server((self._host, self._port), self)
+        self._thread = threading.Thread(target=self._server.serve_forever, name="frontdoor", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        if self._thread is not None:
+            self._thread.join()
+        self._server = self._thread = None
+
+    def dispatch(self, request: _Request) -> Reply:
+        found = self._find(request.method, request.path)
+        if found is None:
+            return json_reply(404, "Not Found")
+        route, path_parameters = found
+        event = build_event(request, route, path_parameters)
+        try:
+            return reply_from_result(route.target.invoke(event))
+        except Exception:  # noqa: BLE001 - a handler failure or a malformed result is a 500, as on API Gateway
+            log.error("%s raised:\n%s", route.target.function_name, traceback.format_exc())
+            return json_reply(500, "Internal Server Error")
+
+    def _find(self, method: str, path: str) -> tuple[Route, dict[str, str]] | None:
+        """The most specific matching route: $default last, exact method over ANY, fewer parameters first."""
+        candidates = []
+        for route in self.routes:
+            params = route.match(method, path)
+            if params is not None:
+                rank = (route.key == "$default", route.method == "ANY", len(params))
+                candidates.append((rank, route, params))
+        if not candidates:
+            return None
+        _, route, params = min(candidates, key=lambda candidate: candidate[0])
+        return route, params
+
+
+def _as_target(key: str, value: Handler | Target) -> Target:
+    if isinstance(value, Target):
+        return value
+    return Target(value, function_name=f"local-{re.sub(r'[^A-Za-z0-9]+', '-', key).strip('-')}")
+
+
+__all__ = [
+    "MAX_BODY_BYTES",
+    "FrontDoor",
+    "Target",
+    "build_event",
+    "encode_body",
+    "reply_from_result",
+    "routes_from_template",
+]

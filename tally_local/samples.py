@@ -1,0 +1,74 @@
+"""Write the sample events in events/ (for `sam local invoke` and for the test that replays them).
+
+    python -m tally_local.samples        # rewrites events/*.json
+
+The callback is signed with the simulator's committed TEST-ONLY keys at a fixed timestamp, so a
+replay must judge the 5-minute window by that timestamp (the test injects the clock).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import pathlib
+
+from tally_local.simulator import ChannelSimulator
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+EVENTS = ROOT / "events"
+SAMPLE_TIMESTAMP = 1796000000  # 2026-11-29T... UTC; fixed so the file is reproducible
+SAMPLE_ORDER = "SAMPLE-ORDER-0001"
+SAMPLE_TRANSACTION = "4200000000202611290000000001"
+
+
+def http_event(method: str, path: str, route: str, body: bytes, headers: dict[str, str],
+               path_params: dict[str, str], *, base64_body: bool) -> dict:
+    return {
+        "version": "2.0", "routeKey": f"{method} {route}", "rawPath": path, "rawQueryString": "",
+        "headers": {k.lower(): v for k, v in headers.items()},
+        "requestContext": {"http": {"method": method, "path": path, "protocol": "HTTP/1.1",
+                                    "sourceIp": "101.226.103.0", "userAgent": "Mozilla/4.0"},
+                           "requestId": "sample-request-0001", "routeKey": f"{method} {route}",
+                           "stage": "$default", "timeEpoch": SAMPLE_TIMESTAMP * 1000},
+        "pathParameters": path_params,
+        "body": base64.b64encode(body).decode() if base64_body else body.decode(),
+        "isBase64Encoded": base64_body,
+    }
+
+
+def build() -> dict[str, dict]:
+    sim = ChannelSimulator(fixed_keys=True, seed=7)
+    merchant = sim.register_test_merchant("public_key")
+    mchid = merchant["mchid"]
+    resource = sim.transaction_resource(mchid, SAMPLE_ORDER, 100, transaction_id=SAMPLE_TRANSACTION,
+                                        success_time="2026-11-29T17:33:20+08:00", openid="oSampleOpenid0001")
+    headers, body = sim.build_notification(mchid, resource, timestamp=SAMPLE_TIMESTAMP, nonce="SAMPLENONCE0001",
+                                           notification_id="EV-SAMPLE-0001", resource_nonce="SampleNonce1",
+                                           create_time="2026-11-29T17:33:20+08:00")
+    notify = http_event("POST", f"/notify/wechatpay/{mchid}", "/notify/wechatpay/{mchid}", body, headers,
+                        {"mchid": mchid}, base64_body=True)
+    order_body = {"mchid": mchid, "out_trade_no": SAMPLE_ORDER, "amount_cent": 100, "currency": "CNY",
+                  "description": "sample order", "expire_minutes": 120, "prepay": False}
+    orders = http_event("POST", "/orders", "/orders", json.dumps(order_body).encode(),
+                        {"content-type": "application/json"}, {}, base64_body=False)
+    worker = {"Records": [{
+        "messageId": "059f36b4-87a3-44ab-83d2-661975830a7d", "receiptHandle": "AQEBwJnKyrHigUMZj6rYigCgxlaS3SLy0a",
+        "body": json.dumps({"raw_key": f"wechatpay#{SAMPLE_TRANSACTION}"}),
+        "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": str(SAMPLE_TIMESTAMP * 1000),
+                       "SenderId": "AIDAIENQZJOLO23YVJ4VO", "ApproximateFirstReceiveTimestamp":
+                       str(SAMPLE_TIMESTAMP * 1000)},
+        "messageAttributes": {}, "md5OfBody": "", "eventSource": "aws:sqs",
+        "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:tally-ApplyQueue", "awsRegion": "us-east-1",
+    }]}
+    return {"notify_wechatpay.json": notify, "orders_create.json": orders, "worker_sqs.json": worker}
+
+
+def main() -> None:
+    EVENTS.mkdir(exist_ok=True)
+    for name, event in build().items():
+        (EVENTS / name).write_text(json.dumps(event, ensure_ascii=False, indent=2) + "\n")
+        print(f"wrote events/{name}")
+
+
+if __name__ == "__main__":
+    main()

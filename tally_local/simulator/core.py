@@ -1,0 +1,972 @@
+"""State, actions and notification delivery of the channel simulator (see the package docstring)."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import datetime as dt
+import http.client
+import ipaddress
+import json
+import logging
+import random
+import re
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from . import _crypto as c
+
+log = logging.getLogger("tally_local.simulator")
+
+#: §1.9 retry schedule (seconds between attempts), multiplied by ``time_scale``.
+RETRY_SCHEDULE_S: tuple[int, ...] = (
+    15, 15, 30, 180, 600, 1200, 1800, 1800, 1800, 3600, 10800, 10800, 10800, 21600, 21600,
+)
+SIGNATURE_TYPE = "WECHATPAY2-SHA256-RSA2048"
+SIGNTEST_PREFIX = "WECHATPAY/SIGNTEST/"
+TESTKEYS_DIR = Path(__file__).parent / "testkeys"
+VERIFY_MODES = ("public_key", "certificate", "mixed")
+OUT_TRADE_NO_RE = re.compile(r"^[0-9A-Za-z_\-*|]{6,32}$")
+DEFAULT_APPID = "wxd678efh567hg6787"
+
+_SUMMARIES = {
+    "TRANSACTION.SUCCESS": "支付成功",
+    "REFUND.SUCCESS": "退款成功",
+    "REFUND.ABNORMAL": "退款异常",
+    "REFUND.CLOSED": "退款关闭",
+}
+_TRADE_STATE_DESC = {
+    "SUCCESS": "支付成功",
+    "NOTPAY": "订单未支付",
+    "CLOSED": "订单已关闭",
+    "REFUND": "转入退款",
+}
+
+
+class SimulatorError(Exception):
+    """A channel-side refusal: ``status`` is the HTTP status, ``code``/``message`` the v3 error body."""
+
+    def __init__(self, status: int, code: str, message: str):
+        super().__init__(f"{status} {code}: {message}")
+        self.status = status
+        self.code = code
+        self.message = message
+
+    def body(self) -> dict[str, str]:
+        return {"code": self.code, "message": self.message}
+
+
+@dataclass
+class PlatformKey:
+    """One platform certificate (cert mode) or the WeChat Pay public key (public-key mode)."""
+
+    serial: str
+    private_key: rsa.RSAPrivateKey
+    cert: x509.Certificate | None = None
+
+    @property
+    def public_key_pem(self) -> str:
+        return c.public_key_pem(self.private_key.public_key())
+
+    @property
+    def cert_pem(self) -> str:
+        assert self.cert is not None
+        return c.certificate_pem(self.cert)
+
+
+@dataclass
+class Merchant:
+    mchid: str
+    apiv3_key: str
+    public_key: rsa.RSAPublicKey
+    public_key_pem: str
+    serial: str
+    appid: str
+    verify_mode: str
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "mchid": self.mchid,
+            "appid": self.appid,
+            "merchant_serial": self.serial,
+            "verify_mode": self.verify_mode,
+        }
+
+
+@dataclass
+class _Job:
+    """One notification (payment or refund) being delivered, possibly as several concurrent copies."""
+
+    merchant: Merchant
+    notify_url: str
+    body: bytes
+    notification_id: str
+    event_type: str
+    transaction_id: str
+    out_trade_no: str
+    started: float = field(default_factory=time.monotonic)
+
+
+def _compact(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def _is_loopback(host: str | None) -> bool:
+    if not host:
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def test_merchant() -> dict[str, str]:
+    """The committed TEST-ONLY merchant from ``testkeys/`` (mchid, appid, apiv3_key, merchant_serial,
+    merchant_private_key_pem, merchant_public_key_pem, merchant_cert_pem)."""
+    meta = json.loads((TESTKEYS_DIR / "merchant.json").read_text())
+    return {
+        **{k: meta[k] for k in ("mchid", "appid", "apiv3_key", "merchant_serial")},
+        "merchant_private_key_pem": (TESTKEYS_DIR / "merchant_key.pem").read_text(),
+        "merchant_cert_pem": (TESTKEYS_DIR / "merchant_cert.pem").read_text(),
+        "merchant_public_key_pem": c.public_key_pem(
+            c.load_certificate((TESTKEYS_DIR / "merchant_cert.pem").read_text()).public_key()  # type: ignore[arg-type]
+        ),
+    }
+
+
+test_merchant.__test__ = False  # type: ignore[attr-defined]  # not a pytest test
+
+
+class ChannelSimulator:
+    """WeChat Pay API v3 look-alike. See the package docstring for the full description."""
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        time_scale: float = 0.01,
+        seed: int | None = None,
+        *,
+        fixed_keys: bool = False,
+        notify_timeout: float = 5.0,
+    ):
+        self.host = host
+        self.port = port
+        self.time_scale = float(time_scale)
+        self.notify_timeout = float(notify_timeout)
+        self._rng: random.Random = random.Random(seed) if seed is not None else random.SystemRandom()
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
+        self._stopping = threading.Event()
+        self._server: Any = None
+        self._server_thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
+        self._merchants: dict[str, Merchant] = {}
+        self._orders: dict[tuple[str, str], dict[str, Any]] = {}
+        self._by_transaction_id: dict[str, tuple[str, str]] = {}
+        self._deliveries: list[dict[str, Any]] = []
+        self._faults: list[dict[str, Any]] = []
+        self.requests: list[dict[str, Any]] = []  # API calls seen: method, path, mchid, status
+        self._spare_certs: list[PlatformKey] = []
+        self._certs: list[PlatformKey] = []  # oldest first
+        if fixed_keys:
+            self._load_fixed_keys()
+        else:
+            self._certs.append(self._new_platform_cert())
+            self._pubkey = PlatformKey(serial=self._new_pub_key_id(), private_key=c.new_rsa_key())
+        self._active_serial = self._certs[-1].serial
+
+    # ------------------------------------------------------------------ keys
+    def _load_fixed_keys(self) -> None:
+        def cert_key(stem: str) -> PlatformKey:
+            cert = c.load_certificate((TESTKEYS_DIR / f"{stem}_cert.pem").read_text())
+            key = c.load_private_key((TESTKEYS_DIR / f"{stem}_key.pem").read_text())
+            return PlatformKey(serial=c.serial_hex(cert), private_key=key, cert=cert)
+
+        self._certs.append(cert_key("platform"))
+        self._spare_certs.append(cert_key("platform2"))  # handed out by the first rotate
+        self._pubkey = PlatformKey(
+            serial=(TESTKEYS_DIR / "pub_key_id.txt").read_text().strip(),
+            private_key=c.load_private_key((TESTKEYS_DIR / "pubkey_key.pem").read_text()),
+        )
+
+    def _new_platform_cert(self) -> PlatformKey:
+        key = c.new_rsa_key()
+        cert = c.make_certificate(key, "Tally Simulator WeChat Pay Platform Certificate")
+        return PlatformKey(serial=c.serial_hex(cert), private_key=key, cert=cert)
+
+    def _new_pub_key_id(self) -> str:
+        return "PUB_KEY_ID_0114" + "".join(self._rng.choice("0123456789") for _ in range(30))
+
+    @property
+    def platform_serial(self) -> str:
+        """Serial of the active (signing) platform certificate: 40 uppercase hex characters."""
+        return self._active_serial
+
+    @property
+    def platform_cert_pem(self) -> str:
+        return self._key_for_serial(self._active_serial).cert_pem  # type: ignore[union-attr]
+
+    @property
+    def platform_certificates(self) -> list[dict[str, str]]:
+        """Every platform certificate ever issued (oldest first): ``{"serial", "pem"}``."""
+        return [{"serial": k.serial, "pem": k.cert_pem} for k in self._certs]
+
+    @property
+    def public_key_id(self) -> str:
+        return self._pubkey.serial
+
+    @property
+    def public_key_pem(self) -> str:
+        """The WeChat Pay public key (public-key mode), bare SPKI PEM."""
+        return self._pubkey.public_key_pem
+
+    def rotate_platform_certificate(self, *, activate: bool = True) -> str:
+        """Issue a new platform certificate (new key, new serial) and return its serial. Old ones stay
+        downloadable from ``/v3/certificates`` and valid. ``activate`` makes it the signing one."""
+        new = self._spare_certs.pop(0) if self._spare_certs else self._new_platform_cert()
+        with self._lock:
+            self._certs.append(new)
+            if activate:
+                self._active_serial = new.serial
+        log.info("platform certificate rotated: %s (active=%s)", new.serial, activate)
+        return new.serial
+
+    def _key_for_serial(self, serial: str) -> PlatformKey | None:
+        if serial == self._pubkey.serial:
+            return self._pubkey
+        for k in self._certs:
+            if k.serial == serial:
+                return k
+        return None
+
+    def _signer(self, merchant: Merchant | None, serial: str | None = None) -> tuple[str, rsa.RSAPrivateKey]:
+        """(header serial, signing key). An unknown explicit serial is sent as-is, signed with the default key."""
+        if serial:
+            key = self._key_for_serial(serial)
+            if key is not None:
+                return serial, key.private_key
+        mode = merchant.verify_mode if merchant else "certificate"
+        if mode == "mixed":
+            mode = self._rng.choice(("public_key", "certificate"))
+        default = self._pubkey if mode == "public_key" else self._key_for_serial(self._active_serial)
+        assert default is not None
+        return (serial or default.serial), default.private_key
+
+    # ------------------------------------------------------------------ lifecycle
+    @property
+    def url(self) -> str:
+        if self._server is None:
+            raise RuntimeError("simulator not started")
+        return f"http://{self.host}:{self._server.server_address[1]}"
+
+    def start(self) -> ChannelSimulator:
+        from ._server import make_server
+
+        self._stopping.clear()
+        self._server = make_server(self, self.host, self.port)
+        self._server_thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.1}, name="channel-simulator", daemon=True
+        )
+        self._server_thread.start()
+        log.info("channel simulator listening on %s", self.url)
+        return self
+
+    def stop(self) -> None:
+        """Stop the HTTP server and every pending delivery / retry."""
+        self._stopping.set()
+        with self._cond:
+            self._cond.notify_all()
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        if self._server_thread is not None:
+            self._server_thread.join(timeout=5)
+        for t in list(self._threads):
+            t.join(timeout=0.2)
+        self._server = None
+
+    def __enter__(self) -> ChannelSimulator:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ merchants
+    def register_merchant(
+        self,
+        mchid: str,
+        apiv3_key: str,
+        merchant_public_key_pem: str,
+        merchant_serial: str,
+        appid: str = DEFAULT_APPID,
+        verify_mode: str = "public_key",
+    ) -> dict[str, Any]:
+        """Register (or replace) a merchant. ``merchant_public_key_pem`` may be a bare public key or the
+        merchant API certificate. ``verify_mode`` (public_key | certificate | mixed) picks which key signs
+        callbacks (``Wechatpay-Serial`` = PUB_KEY_ID_… or the platform cert serial; mixed = random per
+        attempt, like the migration period)."""
+        if verify_mode not in VERIFY_MODES:
+            raise ValueError(f"verify_mode must be one of {VERIFY_MODES}")
+        if len(apiv3_key.encode("utf-8")) != 32:
+            raise ValueError("apiv3_key must be 32 bytes")
+        if not mchid or not merchant_serial:
+            raise ValueError("mchid and merchant_serial are required")
+        merchant = Merchant(
+            mchid=str(mchid),
+            apiv3_key=apiv3_key,
+            public_key=c.load_public_key(merchant_public_key_pem),
+            public_key_pem=merchant_public_key_pem,
+            serial=merchant_serial.upper(),
+            appid=appid,
+            verify_mode=verify_mode,
+        )
+        with self._lock:
+            self._merchants[merchant.mchid] = merchant
+        return {**merchant.describe(), **self.keys_info()}
+
+    def register_test_merchant(self, verify_mode: str = "public_key") -> dict[str, str]:
+        """Register the committed TEST-ONLY merchant from ``testkeys/``; returns ``test_merchant()``."""
+        m = test_merchant()
+        self.register_merchant(
+            m["mchid"], m["apiv3_key"], m["merchant_public_key_pem"], m["merchant_serial"],
+            appid=m["appid"], verify_mode=verify_mode,
+        )
+        return m
+
+    def merchant(self, mchid: str) -> Merchant:
+        with self._lock:
+            m = self._merchants.get(str(mchid))
+        if m is None:
+            raise SimulatorError(400, "MCH_NOT_EXISTS", "商户号不存在")
+        return m
+
+    def keys_info(self) -> dict[str, Any]:
+        return {
+            "platform_serial": self.platform_serial,
+            "platform_cert_pem": self.platform_cert_pem,
+            "platform_certificates": self.platform_certificates,
+            "public_key_id": self.public_key_id,
+            "public_key_pem": self.public_key_pem,
+        }
+
+    # ------------------------------------------------------------------ random ids
+    def _digits(self, n: int) -> str:
+        with self._lock:
+            return "".join(self._rng.choice("0123456789") for _ in range(n))
+
+    def _alnum(self, n: int) -> str:
+        with self._lock:
+            return "".join(self._rng.choice(c.ALNUM) for _ in range(n))
+
+    def _uuid(self) -> str:
+        with self._lock:
+            return str(uuid.UUID(int=self._rng.getrandbits(128), version=4))
+
+    def _new_transaction_id(self) -> str:
+        today = dt.datetime.now(c.CST).strftime("%Y%m%d")
+        while True:
+            tid = "42000" + self._digits(5) + today + self._digits(10)  # 28 digits
+            with self._lock:
+                if tid not in self._by_transaction_id:
+                    return tid
+
+    def _new_openid(self) -> str:
+        chars = c.ALNUM + "_-"
+        with self._lock:
+            return "o" + "".join(self._rng.choice(chars) for _ in range(27))
+
+    @staticmethod
+    def _now_rfc3339() -> str:
+        return c.rfc3339_cst(dt.datetime.now(c.CST))
+
+    # ------------------------------------------------------------------ orders (API side)
+    def create_native_order(self, mchid: str, body: dict[str, Any]) -> dict[str, str]:
+        """``POST /v3/pay/transactions/native`` after authentication (``mchid`` from Authorization)."""
+        merchant = self.merchant(mchid)
+        for name in ("appid", "mchid", "description", "out_trade_no", "notify_url", "amount"):
+            if body.get(name) in (None, ""):
+                raise SimulatorError(400, "PARAM_ERROR", f"输入源“/body/{name}”映射到字段“{name}”必填性规则校验失败，此字段为必填项")
+        if str(body["mchid"]) != merchant.mchid:
+            raise SimulatorError(400, "PARAM_ERROR", "mchid与请求签名中的商户号不一致")
+        if body["appid"] != merchant.appid:
+            raise SimulatorError(400, "APPID_MCHID_NOT_MATCH", "appid和mch_id不匹配")
+        otn = str(body["out_trade_no"])
+        if not OUT_TRADE_NO_RE.match(otn):
+            raise SimulatorError(400, "PARAM_ERROR", "out_trade_no格式错误")
+        amount = body["amount"]
+        total = amount.get("total") if isinstance(amount, dict) else None
+        if not isinstance(total, int) or isinstance(total, bool) or total <= 0:
+            raise SimulatorError(400, "PARAM_ERROR", "amount.total必须为正整数")
+        currency = amount.get("currency") or "CNY"
+        if currency != "CNY":
+            raise SimulatorError(400, "PARAM_ERROR", "暂不支持该币种")
+        notify_url = str(body["notify_url"])
+        parts = urlsplit(notify_url)
+        if parts.scheme not in ("http", "https") or parts.query or parts.fragment:
+            raise SimulatorError(400, "PARAM_ERROR", "notify_url格式错误（须为http(s)且不能携带参数）")
+        if not _is_loopback(parts.hostname):
+            raise SimulatorError(400, "PARAM_ERROR", "simulator only delivers to loopback notify_url hosts")
+        expire_at = None
+        if body.get("time_expire"):
+            try:
+                expire_at = dt.datetime.fromisoformat(str(body["time_expire"]))
+            except ValueError:
+                raise SimulatorError(400, "PARAM_ERROR", "time_expire格式错误") from None
+            if expire_at.tzinfo is None:
+                raise SimulatorError(400, "PARAM_ERROR", "time_expire格式错误")
+        key = (merchant.mchid, otn)
+        with self._lock:
+            existing = self._orders.get(key)
+            if existing is not None:
+                if existing["amount"]["total"] != total or existing["amount"]["currency"] != currency:
+                    raise SimulatorError(400, "INVALID_REQUEST", "201 商户订单号重复")
+                if existing["trade_state"] == "SUCCESS":
+                    raise SimulatorError(400, "ORDER_PAID", "订单已支付")
+                if existing["trade_state"] == "CLOSED":
+                    raise SimulatorError(400, "ORDER_CLOSED", "订单已关闭")
+                return {"code_url": existing["code_url"]}
+            order = {
+                "appid": merchant.appid,
+                "mchid": merchant.mchid,
+                "out_trade_no": otn,
+                "description": str(body["description"]),
+                "notify_url": notify_url,
+                "attach": str(body.get("attach") or ""),
+                "time_expire": body.get("time_expire"),
+                "amount": {"total": total, "currency": currency},
+                "code_url": "weixin://wxpay/bizpayurl?pr=" + self._alnum(7),
+                "trade_state": "NOTPAY",
+                "created_at": self._now_rfc3339(),
+                "_expire_at": expire_at,
+            }
+            self._orders[key] = order
+        return {"code_url": order["code_url"]}
+
+    def _order(self, mchid: str, out_trade_no: str) -> dict[str, Any]:
+        order = self._orders.get((str(mchid), str(out_trade_no)))
+        if order is None:
+            raise SimulatorError(404, "ORDER_NOT_EXIST", "订单不存在")
+        return order
+
+    def transaction_view(self, mchid: str, out_trade_no: str) -> dict[str, Any]:
+        """What ``GET /v3/pay/transactions/out-trade-no/{out_trade_no}`` returns (§2.1 shape)."""
+        with self._lock:
+            order = self._order(mchid, out_trade_no)
+            if order.get("transaction") is not None:
+                return copy.deepcopy(order["transaction"])
+            state = order["trade_state"]
+            return {
+                "appid": order["appid"],
+                "mchid": order["mchid"],
+                "out_trade_no": order["out_trade_no"],
+                "trade_state": state,
+                "trade_state_desc": _TRADE_STATE_DESC[state],
+                "attach": order["attach"],
+                "amount": {
+                    "total": order["amount"]["total"],
+                    "currency": order["amount"]["currency"],
+                    "payer_currency": order["amount"]["currency"],
+                },
+            }
+
+    def transaction_by_id(self, mchid: str, transaction_id: str) -> dict[str, Any]:
+        with self._lock:
+            key = self._by_transaction_id.get(transaction_id)
+            if key is None or key[0] != str(mchid):
+                raise SimulatorError(404, "ORDER_NOT_EXIST", "订单不存在")
+            return self.transaction_view(*key)
+
+    def close_order(self, mchid: str, out_trade_no: str) -> None:
+        with self._lock:
+            order = self._order(mchid, out_trade_no)
+            if order["trade_state"] == "SUCCESS":
+                raise SimulatorError(400, "ORDER_PAID", "订单已支付")
+            if order["trade_state"] == "CLOSED":
+                raise SimulatorError(400, "ORDER_CLOSED", "订单已关闭")
+            order["trade_state"] = "CLOSED"
+
+    def get_order(self, mchid: str, out_trade_no: str) -> dict[str, Any]:
+        """Everything the simulator knows about one order (for humans and tests)."""
+        with self._lock:
+            order = self._order(mchid, out_trade_no)
+            out = {k: copy.deepcopy(v) for k, v in order.items() if not k.startswith("_")}
+        out["deliveries"] = [d for d in self.deliveries if d["out_trade_no"] == out_trade_no]
+        return out
+
+    def certificates_response(self, mchid: str) -> dict[str, Any]:
+        merchant = self.merchant(mchid)
+        data = []
+        for k in self._certs:
+            assert k.cert is not None
+            nonce = self._alnum(12)
+            data.append(
+                {
+                    "serial_no": k.serial,
+                    "effective_time": c.rfc3339_cst(k.cert.not_valid_before_utc),
+                    "expire_time": c.rfc3339_cst(k.cert.not_valid_after_utc),
+                    "encrypt_certificate": {
+                        "algorithm": "AEAD_AES_256_GCM",
+                        "nonce": nonce,
+                        "associated_data": "certificate",
+                        "ciphertext": c.aead_encrypt(
+                            merchant.apiv3_key, k.cert_pem.encode(), "certificate", nonce
+                        ),
+                    },
+                }
+            )
+        return {"data": data}
+
+    # ------------------------------------------------------------------ actions
+    def pay(
+        self,
+        mchid: str,
+        out_trade_no: str,
+        *,
+        payer_total: int | None = None,
+        duplicates: int = 1,
+        drop: bool = False,
+        amount_total: int | None = None,
+        delay: float = 0,
+        openid: str | None = None,
+        bank_type: str = "OTHERS",
+        probe: bool = False,
+    ) -> str:
+        """The user pays: the order becomes SUCCESS and a TRANSACTION.SUCCESS notification is delivered to
+        its notify_url in the background. Returns the new transaction_id.
+
+        payer_total: what the user paid (default total; less ⇒ a coupon in promotion_detail).
+        duplicates: N copies delivered concurrently (each with its own retry chain).
+        drop: never deliver (the order is still SUCCESS for queries).
+        amount_total: fault: the channel reports this amount.total instead of the ordered one (queries too).
+        delay: wall-clock seconds (not scaled) before the first attempt.
+        probe: also send one WECHATPAY/SIGNTEST/ probe (bad signature, no retries) before the real one.
+        """
+        merchant = self.merchant(mchid)
+        with self._lock:
+            order = self._order(merchant.mchid, out_trade_no)
+            if order["trade_state"] == "SUCCESS":
+                raise SimulatorError(400, "ORDER_PAID", "订单已支付")
+            if order["trade_state"] == "CLOSED":
+                raise SimulatorError(400, "ORDER_CLOSED", "订单已关闭")
+            if order["_expire_at"] is not None and dt.datetime.now(dt.UTC) > order["_expire_at"]:
+                raise SimulatorError(400, "ORDER_EXPIRED", "订单已过期 (time_expire)")
+            total = order["amount"]["total"] if amount_total is None else int(amount_total)
+            resource = self.transaction_resource(
+                merchant.mchid,
+                out_trade_no,
+                total,
+                payer_total=payer_total,
+                openid=openid,
+                bank_type=bank_type,
+                attach=order["attach"],
+            )
+            tid = resource["transaction_id"]
+            order["trade_state"] = "SUCCESS"
+            order["transaction"] = resource
+            self._by_transaction_id[tid] = (merchant.mchid, out_trade_no)
+        log.info("paid %s/%s -> %s (drop=%s duplicates=%s)", mchid, out_trade_no, tid, drop, duplicates)
+        if not drop:
+            self._dispatch(merchant, order["notify_url"], resource, "TRANSACTION.SUCCESS",
+                           duplicates=duplicates, delay=delay, probe=probe)
+        return tid
+
+    def redeliver(self, mchid: str, out_trade_no: str, *, duplicates: int = 1, delay: float = 0) -> str:
+        """Send the TRANSACTION.SUCCESS notification of a paid order again (a new notification id)."""
+        merchant = self.merchant(mchid)
+        with self._lock:
+            order = self._order(merchant.mchid, out_trade_no)
+            if order.get("transaction") is None:
+                raise SimulatorError(400, "ORDER_NOT_PAID", "订单未支付")
+            resource = copy.deepcopy(order["transaction"])
+        self._dispatch(merchant, order["notify_url"], resource, "TRANSACTION.SUCCESS",
+                       duplicates=duplicates, delay=delay)
+        return resource["transaction_id"]
+
+    # ------------------------------------------------------------------ builders
+    def transaction_resource(
+        self,
+        mchid: str,
+        out_trade_no: str,
+        total: int,
+        *,
+        payer_total: int | None = None,
+        transaction_id: str | None = None,
+        openid: str | None = None,
+        success_time: str | None = None,
+        appid: str | None = None,
+        attach: str = "",
+        bank_type: str = "OTHERS",
+        trade_type: str = "NATIVE",
+        trade_state: str = "SUCCESS",
+    ) -> dict[str, Any]:
+        """A decrypted payment resource (§1.7, direct merchant) as the channel would send it."""
+        merchant = self._merchants.get(str(mchid))
+        payer_total = total if payer_total is None else int(payer_total)
+        resource: dict[str, Any] = {
+            "mchid": str(mchid),
+            "appid": appid or (merchant.appid if merchant else DEFAULT_APPID),
+            "out_trade_no": out_trade_no,
+            "transaction_id": transaction_id or self._new_transaction_id(),
+            "trade_type": trade_type,
+            "trade_state": trade_state,
+            "trade_state_desc": _TRADE_STATE_DESC.get(trade_state, trade_state),
+            "bank_type": bank_type,
+            "attach": attach,
+            "success_time": success_time or self._now_rfc3339(),
+            "payer": {"openid": openid or self._new_openid()},
+            "amount": {"total": int(total), "payer_total": payer_total, "currency": "CNY", "payer_currency": "CNY"},
+        }
+        if payer_total < total:
+            discount = total - payer_total
+            resource["promotion_detail"] = [
+                {
+                    "coupon_id": self._digits(11),
+                    "name": "模拟代金券",
+                    "scope": "GLOBAL",
+                    "type": "CASH",
+                    "amount": discount,
+                    "stock_id": self._digits(8),
+                    "wechatpay_contribute": 0,
+                    "merchant_contribute": discount,
+                    "other_contribute": 0,
+                    "currency": "CNY",
+                }
+            ]
+        return resource
+
+    def refund_resource(
+        self,
+        mchid: str,
+        out_trade_no: str,
+        transaction_id: str,
+        out_refund_no: str,
+        refund: int,
+        total: int,
+        *,
+        refund_status: str = "SUCCESS",
+        refund_id: str | None = None,
+        success_time: str | None = None,
+        user_received_account: str = "支付用户零钱",
+    ) -> dict[str, Any]:
+        """A decrypted refund resource (§1.8); pair with event_type REFUND.<refund_status>."""
+        resource: dict[str, Any] = {
+            "mchid": str(mchid),
+            "out_trade_no": out_trade_no,
+            "transaction_id": transaction_id,
+            "out_refund_no": out_refund_no,
+            "refund_id": refund_id or ("5030" + self._digits(25)),
+            "refund_status": refund_status,
+            "user_received_account": user_received_account,
+            "amount": {"total": total, "refund": refund, "payer_total": total, "payer_refund": refund},
+        }
+        if refund_status == "SUCCESS":
+            resource["success_time"] = success_time or self._now_rfc3339()
+        return resource
+
+    def _envelope(
+        self,
+        merchant: Merchant,
+        resource: dict[str, Any] | bytes,
+        *,
+        event_type: str,
+        associated_data: str,
+        resource_nonce: str | None = None,
+        notification_id: str | None = None,
+        create_time: str | None = None,
+        summary: str | None = None,
+    ) -> tuple[str, bytes]:
+        original_type = "refund" if event_type.startswith("REFUND.") else "transaction"
+        nonce = resource_nonce or self._alnum(12)
+        plaintext = resource if isinstance(resource, bytes) else _compact(resource)
+        nid = notification_id or self._uuid()
+        envelope = {
+            "id": nid,
+            "create_time": create_time or self._now_rfc3339(),
+            "resource_type": "encrypt-resource",
+            "event_type": event_type,
+            "summary": summary if summary is not None else _SUMMARIES.get(event_type, "通知"),
+            "resource": {
+                "original_type": original_type,
+                "algorithm": "AEAD_AES_256_GCM",
+                "ciphertext": c.aead_encrypt(merchant.apiv3_key, plaintext, associated_data, nonce),
+                "associated_data": associated_data,
+                "nonce": nonce,
+            },
+        }
+        return nid, _compact(envelope)
+
+    def _signed_headers(
+        self,
+        merchant: Merchant | None,
+        body: bytes,
+        *,
+        timestamp: str | int | None = None,
+        nonce: str | None = None,
+        serial: str | None = None,
+        signature_override: str | None = None,
+        signature_type: bool = True,
+    ) -> dict[str, str]:
+        ts = str(int(time.time()) if timestamp is None else timestamp)
+        nonce = nonce or self._alnum(32)
+        serial, key = self._signer(merchant, serial)
+        signature = signature_override or c.rsa_sign(key, c.response_message(ts, nonce, body))
+        headers = {
+            "Wechatpay-Timestamp": ts,
+            "Wechatpay-Nonce": nonce,
+            "Wechatpay-Signature": signature,
+            "Wechatpay-Serial": serial,
+        }
+        if signature_type:
+            headers["Wechatpay-Signature-Type"] = SIGNATURE_TYPE
+        headers["Request-ID"] = self._uuid()
+        return headers
+
+    def build_notification(
+        self,
+        mchid: str,
+        resource: dict[str, Any] | bytes,
+        *,
+        event_type: str = "TRANSACTION.SUCCESS",
+        timestamp: str | int | None = None,
+        nonce: str | None = None,
+        serial: str | None = None,
+        signature_override: str | None = None,
+        associated_data: str = "transaction",
+        resource_nonce: str | None = None,
+        notification_id: str | None = None,
+        create_time: str | None = None,
+        summary: str | None = None,
+        apiv3_key: str | None = None,
+    ) -> tuple[dict[str, str], bytes]:
+        """A standalone, fully signed + encrypted callback ``(headers, body)`` for a registered merchant.
+
+        serial: Wechatpay-Serial to sign with (PUB_KEY_ID_… or a platform cert serial; default by the
+        merchant's verify_mode; an unknown serial is sent as-is, signed with the default key).
+        signature_override: put this in Wechatpay-Signature instead (e.g. ``WECHATPAY/SIGNTEST/…``).
+        apiv3_key: encrypt with another key (fault: wrong key). ``resource`` may be raw bytes.
+        """
+        merchant = self.merchant(mchid)
+        if apiv3_key is not None:
+            merchant = Merchant(**{**merchant.__dict__, "apiv3_key": apiv3_key})
+        _, body = self._envelope(
+            merchant, resource, event_type=event_type, associated_data=associated_data,
+            resource_nonce=resource_nonce, notification_id=notification_id, create_time=create_time,
+            summary=summary,
+        )
+        headers = self._signed_headers(
+            merchant, body, timestamp=timestamp, nonce=nonce, serial=serial, signature_override=signature_override
+        )
+        headers["Content-Type"] = "application/json"
+        return headers, body
+
+    # ------------------------------------------------------------------ delivery
+    def _dispatch(
+        self,
+        merchant: Merchant,
+        notify_url: str,
+        resource: dict[str, Any],
+        event_type: str,
+        *,
+        duplicates: int = 1,
+        delay: float = 0,
+        probe: bool = False,
+    ) -> None:
+        nid, body = self._envelope(merchant, resource, event_type=event_type,
+                                   associated_data="refund" if event_type.startswith("REFUND.") else "transaction")
+        job = _Job(
+            merchant=merchant, notify_url=notify_url, body=body, notification_id=nid, event_type=event_type,
+            transaction_id=resource.get("transaction_id", ""), out_trade_no=resource.get("out_trade_no", ""),
+        )
+        duplicates = max(1, int(duplicates))
+        barrier = threading.Barrier(duplicates + (1 if probe else 0))
+        targets: list[tuple[Any, tuple[Any, ...]]] = [(self._deliver_chain, (job, i, barrier, delay))
+                                                      for i in range(duplicates)]
+        if probe:
+            targets.insert(0, (self._deliver_probe, (job, barrier, delay)))
+        threads = [threading.Thread(target=fn, args=args, daemon=True, name=f"notify-{nid[:8]}")
+                   for fn, args in targets]
+        with self._lock:
+            self._threads = [t for t in self._threads if t.is_alive()] + threads
+        for t in threads:
+            t.start()
+
+    def _post(self, url: str, headers: dict[str, str], body: bytes) -> tuple[int, str | None]:
+        parts = urlsplit(url)
+        conn_cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        conn = conn_cls(parts.hostname or "127.0.0.1", parts.port, timeout=self.notify_timeout)
+        try:
+            conn.request("POST", parts.path or "/", body=body, headers=headers)
+            resp = conn.getresponse()
+            resp.read(65536)
+            return resp.status, None
+        except (OSError, http.client.HTTPException) as exc:
+            return 0, f"{type(exc).__name__}: {exc}"
+        finally:
+            conn.close()
+
+    def _record(self, job: _Job, **fields: Any) -> dict[str, Any]:
+        rec = {
+            "notification_id": job.notification_id,
+            "event_type": job.event_type,
+            "transaction_id": job.transaction_id,
+            "out_trade_no": job.out_trade_no,
+            "mchid": job.merchant.mchid,
+            "notify_url": job.notify_url,
+            **fields,
+            "elapsed_ms": int((time.monotonic() - job.started) * 1000),
+            "at": self._now_rfc3339(),
+        }
+        with self._cond:
+            self._deliveries.append(rec)
+            self._cond.notify_all()
+        return rec
+
+    def _attempt(self, job: _Job, headers: dict[str, str]) -> tuple[int, str | None, int]:
+        t0 = time.monotonic()
+        status, error = self._post(job.notify_url, {**headers, "Content-Type": "application/json"}, job.body)
+        return status, error, int((time.monotonic() - t0) * 1000)
+
+    def _deliver_probe(self, job: _Job, barrier: threading.Barrier, delay: float) -> None:
+        try:
+            barrier.wait(timeout=5)
+        except threading.BrokenBarrierError:
+            pass
+        if delay and self._stopping.wait(delay):
+            return
+        with self._lock:
+            junk = bytes(self._rng.getrandbits(8) for _ in range(192))
+        bogus = SIGNTEST_PREFIX + base64.b64encode(junk).decode("ascii")
+        headers = self._signed_headers(job.merchant, job.body, signature_override=bogus)
+        status, error, duration = self._attempt(job, headers)
+        self._record(job, kind="probe", copy=-1, attempt=1, status=status, error=error,
+                     serial=headers["Wechatpay-Serial"], duration_ms=duration)
+
+    def _deliver_chain(self, job: _Job, copy_index: int, barrier: threading.Barrier, delay: float) -> None:
+        try:
+            barrier.wait(timeout=5)  # start every copy together
+        except threading.BrokenBarrierError:
+            pass
+        if delay and self._stopping.wait(delay):
+            return
+        for attempt in range(1, len(RETRY_SCHEDULE_S) + 2):
+            if attempt > 1 and self._stopping.wait(RETRY_SCHEDULE_S[attempt - 2] * self.time_scale):
+                return
+            if self._stopping.is_set():
+                return
+            headers = self._signed_headers(job.merchant, job.body)  # each attempt freshly signed
+            status, error, duration = self._attempt(job, headers)
+            self._record(job, kind="notification", copy=copy_index, attempt=attempt, status=status, error=error,
+                         serial=headers["Wechatpay-Serial"], duration_ms=duration)
+            if status in (200, 204):
+                return
+        log.warning("notification %s for %s gave up after %d attempts", job.notification_id,
+                    job.transaction_id, len(RETRY_SCHEDULE_S) + 1)
+
+    @property
+    def deliveries(self) -> list[dict[str, Any]]:
+        """Every delivery attempt so far (copies of the records)."""
+        with self._lock:
+            return [dict(d) for d in self._deliveries]
+
+    def wait_delivered(self, transaction_id: str, timeout: float = 10.0, count: int = 1) -> list[dict[str, Any]]:
+        """Block until ``count`` notification attempts for ``transaction_id`` were acknowledged (200/204);
+        returns those records. Raises ``TimeoutError``."""
+        deadline = time.monotonic() + timeout
+
+        def ok() -> list[dict[str, Any]]:
+            return [d for d in self._deliveries if d["transaction_id"] == transaction_id
+                    and d["kind"] == "notification" and d["status"] in (200, 204)]
+
+        with self._cond:
+            while len(ok()) < count:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self._stopping.is_set():
+                    raise TimeoutError(
+                        f"{transaction_id}: {len(ok())}/{count} acknowledged deliveries after {timeout}s; "
+                        f"attempts: {[d for d in self._deliveries if d['transaction_id'] == transaction_id]}"
+                    )
+                self._cond.wait(remaining)
+            return [dict(d) for d in ok()]
+
+    # ------------------------------------------------------------------ API faults
+    def inject_fault(
+        self,
+        kind: str,
+        *,
+        count: int = 1,
+        path_contains: str | None = None,
+        method: str | None = None,
+        status: int = 500,
+        code: str = "SYSTEM_ERROR",
+        message: str = "系统错误",
+        seconds: float = 0.0,
+    ) -> dict[str, Any]:
+        """Make the next ``count`` matching ``/v3/`` API calls misbehave. kind:
+        ``error`` (answer ``status`` {code, message}, signed), ``unsigned`` (normal answer without
+        Wechatpay-* headers), ``bad_signature`` (normal answer, corrupted signature),
+        ``delay`` (sleep ``seconds`` first, then answer normally)."""
+        if kind not in ("error", "unsigned", "bad_signature", "delay"):
+            raise ValueError(f"unknown fault kind {kind!r}")
+        fault = {"kind": kind, "count": int(count), "path_contains": path_contains,
+                 "method": method.upper() if method else None, "status": int(status), "code": code,
+                 "message": message, "seconds": float(seconds)}
+        with self._lock:
+            self._faults.append(fault)
+        return dict(fault)
+
+    def clear_faults(self) -> None:
+        with self._lock:
+            self._faults.clear()
+
+    def _take_fault(self, method: str, path: str) -> dict[str, Any] | None:
+        with self._lock:
+            for f in self._faults:
+                if f["path_contains"] and f["path_contains"] not in path:
+                    continue
+                if f["method"] and f["method"] != method:
+                    continue
+                f["count"] -= 1
+                if f["count"] <= 0:
+                    self._faults.remove(f)
+                return dict(f)
+        return None
+
+    # ------------------------------------------------------------------ request authentication
+    def authenticate(self, method: str, canonical_url: str, authorization: str | None, body: bytes) -> Merchant:
+        """§2.5: verify ``Authorization: WECHATPAY2-SHA256-RSA2048 k="v",…`` against the merchant key."""
+        if not authorization:
+            raise SimulatorError(401, "SIGN_ERROR", "Http头Authorization值为空")
+        scheme, _, params = authorization.strip().partition(" ")
+        if scheme != SIGNATURE_TYPE:
+            raise SimulatorError(401, "SIGN_ERROR", "错误的签名认证类型")
+        fields = dict(_AUTH_PARAM_RE.findall(params))
+        missing = [k for k in ("mchid", "nonce_str", "signature", "timestamp", "serial_no") if not fields.get(k)]
+        if missing:
+            raise SimulatorError(401, "SIGN_ERROR", f"Http头Authorization缺少{','.join(missing)}")
+        merchant = self.merchant(fields["mchid"])
+        if fields["serial_no"].upper() != merchant.serial:
+            raise SimulatorError(401, "SIGN_ERROR", "商户证书序列号有误")
+        try:
+            skew = abs(time.time() - int(fields["timestamp"]))
+        except ValueError:
+            raise SimulatorError(401, "SIGN_ERROR", "时间戳格式错误") from None
+        if skew > 300:
+            raise SimulatorError(401, "SIGN_ERROR", "Http头Authorization中的timestamp已过期")
+        message = c.request_message(method, canonical_url, fields["timestamp"], fields["nonce_str"], body)
+        if not c.rsa_verify(merchant.public_key, message, fields["signature"]):
+            raise SimulatorError(401, "SIGN_ERROR", "签名错误")
+        return merchant
+
+
+_AUTH_PARAM_RE = re.compile(r'(\w+)="([^"]*)"')

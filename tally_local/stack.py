@@ -1,0 +1,361 @@
+"""The embedded stack: all of Tally in one process on 127.0.0.1, built from template.yaml.
+
+    moto server  ← tables, queues, bucket created from template.yaml; AWS_ENDPOINT_URL points boto3 here
+    simulator    ← the WeChat Pay look-alike; WECHATPAY_API_BASE points the code here
+    front door   ← HTTP API routes from template.yaml → payload-2.0 events → functions/*/app.py
+    pump         ← ApplyQueue → worker handler (SQS event, batchItemFailures honoured)
+
+Only environment variables differ from AWS. From tests::
+
+    with EmbeddedStack(api_port=0) as stack:
+        requests.post(stack.api_url + "/orders", ...)
+
+From a shell: `python -m tally_local.stack` (or `make run`); TALLY_API_PORT picks the API port.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import urllib.request
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import boto3
+from moto.server import ThreadedMotoServer
+
+from tally_local.demo import seed_demo
+from tally_local.frontdoor import FrontDoor, routes_from_template
+from tally_local.pump import SqsPump
+from tally_local.resources import (
+    FunctionSpec,
+    create_from_template,
+    function_specs,
+    load_handler,
+    load_template,
+)
+from tally_local.simulator import ChannelSimulator
+
+log = logging.getLogger(__name__)
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+HOST = "127.0.0.1"
+FAKE_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+UNSET_FOR_LOCAL = ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN")
+_NO_PROXY_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # 127.0.0.1 only
+
+
+class PortInUse(RuntimeError):
+    """A fixed port that the stack needs is taken."""
+
+
+class EmbeddedStack:
+    def __init__(
+        self,
+        api_port: int = 3000,
+        moto_port: int = 0,
+        sim_port: int = 0,
+        time_scale: float = 0.01,
+        state_dir: str | Path = ".tally",
+        *,
+        root: str | Path | None = None,
+        region: str = "us-east-1",
+        prefix: str = "tally-local",
+        retry_visibility_s: int = 2,
+        simulator_options: Mapping[str, Any] | None = None,
+    ):
+        self.api_port, self.moto_port, self.sim_port = api_port, moto_port, sim_port
+        self.time_scale = time_scale
+        self.state_dir = Path(state_dir)
+        self.root = Path(root) if root is not None else REPO_ROOT
+        self.region, self.prefix = region, prefix
+        self.retry_visibility_s = retry_visibility_s
+        self.simulator_options = dict(simulator_options or {})
+        self.seed_demo: Callable[[EmbeddedStack], Any] | None = None  # called once everything runs
+        self.seeded: Any = None  # what seed_demo returned
+        self.env: dict[str, str] = {}
+        self.simulator: Any = None
+        self.front_door: FrontDoor | None = None
+        self.pumps: dict[str, SqsPump] = {}
+        self._moto: ThreadedMotoServer | None = None
+        self._endpoint_url: str | None = None
+        self._saved_environ: dict[str, str | None] = {}
+        self._undo: list[Callable[[], None]] = []  # run in reverse by stop()
+
+    # ------------------------------------------------------------------ public
+
+    @property
+    def api_url(self) -> str:
+        return self._started(self.front_door).url
+
+    @property
+    def endpoint_url(self) -> str:
+        return self._started(self._endpoint_url)
+
+    @property
+    def simulator_url(self) -> str:
+        return self._started(self.simulator).url
+
+    @property
+    def template_path(self) -> Path:
+        return self.root / "template.yaml"
+
+    def start(self) -> EmbeddedStack:
+        if self._undo:
+            raise RuntimeError("the embedded stack is already started")
+        _check_free(self.api_port, "TALLY_API_PORT")
+        _check_free(self.moto_port, "moto_port")
+        try:
+            self._start_moto()
+            self._start_simulator()
+            self._create_resources()
+            self._start_functions()
+            if self.seed_demo is not None:
+                self.seeded = self.seed_demo(self)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Stop everything in the reverse order of start; restore os.environ."""
+        while self._undo:
+            undo = self._undo.pop()
+            try:
+                undo()
+            except Exception:  # noqa: BLE001 - keep stopping the rest, but say what failed
+                log.exception("embedded stack: %s failed while stopping", getattr(undo, "__name__", undo))
+
+    def drain(self, timeout: float = 10.0) -> bool:
+        """Wait until every pumped queue is empty and no batch is in flight."""
+        return all(pump.drain(timeout) for pump in self.pumps.values())
+
+    def write_state(self) -> Path:
+        """Write `<state_dir>/local.json` (relative to the current directory) for `tally --local`;
+        removed again by stop()."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        path = self.state_dir / "local.json"
+        path.write_text(json.dumps(self.state(), indent=2) + "\n", encoding="utf-8")
+        self._undo.append(lambda: path.unlink(missing_ok=True))
+        return path
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "endpoint_url": self.endpoint_url,
+            "region": self.region,
+            "api_url": self.api_url,
+            "simulator_url": self.simulator_url,
+            "env": self.env,
+        }
+
+    def __enter__(self) -> EmbeddedStack:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ steps
+
+    def _start_moto(self) -> None:
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per AWS call otherwise
+        self._moto = ThreadedMotoServer(ip_address=HOST, port=self.moto_port, verbose=False)
+        self._moto.start()
+        self._undo.append(self._stop_moto)
+        host, port = self._moto.get_host_and_port()
+        self._endpoint_url = f"http://{host}:{port}"
+        # moto's backends are per process: a new stack starts from an empty account.
+        reset = urllib.request.Request(self._endpoint_url + "/moto-api/reset", method="POST")
+        _NO_PROXY_OPENER.open(reset, timeout=10).close()
+        self._set_environ(
+            {
+                "AWS_ENDPOINT_URL": self._endpoint_url,
+                "AWS_DEFAULT_REGION": self.region,
+                "AWS_REGION": self.region,
+                **FAKE_CREDENTIALS,
+            }
+            | dict.fromkeys(UNSET_FOR_LOCAL)
+        )
+
+    def _stop_moto(self) -> None:
+        if self._moto is not None:
+            self._moto.stop()
+            server = getattr(self._moto, "_server", None)  # moto's stop() leaves the socket open
+            if server is not None:
+                server.server_close()
+        self._moto = None
+        self._endpoint_url = None
+
+    def _start_simulator(self) -> None:
+        options = {"host": HOST, "port": self.sim_port, "time_scale": self.time_scale} | self.simulator_options
+        self.simulator = ChannelSimulator(**options).start()
+        self._undo.append(self._stop_simulator)
+
+    def _stop_simulator(self) -> None:
+        self.simulator.stop()
+        self.simulator = None
+
+    def _create_resources(self) -> None:
+        session = boto3.session.Session(region_name=self.region)
+        overrides = {"WechatPayApiBase": self.simulator.url}
+        self.env = create_from_template(self.template_path, session, self.prefix, overrides)
+        self._set_environ(self.env)
+
+    def _start_functions(self) -> None:
+        """Import the handlers only now: a module may read its settings at import time."""
+        _cold_start()
+        self._undo.append(_cold_start)
+        template = load_template(self.template_path)
+        self.front_door = FrontDoor(routes_from_template(template, self.root), HOST, self.api_port)
+        try:
+            self.front_door.start()
+        except OSError as error:
+            raise _port_error(error, self.api_port, "TALLY_API_PORT") from error
+        self._undo.append(self._stop_front_door)
+        for spec in function_specs(template, self.root).values():
+            for queue_id in spec.sqs_queues:
+                self._start_pump(spec, queue_id)
+
+    def _stop_front_door(self) -> None:
+        if self.front_door is not None:
+            self.front_door.stop()
+        self.front_door = None
+
+    def _start_pump(self, spec: FunctionSpec, queue_id: str) -> None:
+        sqs = boto3.client("sqs", region_name=self.region)
+        queue_url = sqs.get_queue_url(QueueName=f"{self.prefix}-{queue_id}")["QueueUrl"]
+        pump = SqsPump(
+            sqs,
+            queue_url,
+            load_handler(spec),
+            function_name=spec.logical_id,
+            timeout_s=spec.timeout_s,
+            memory_mb=spec.memory_mb,
+            retry_visibility_s=self.retry_visibility_s,
+        )
+        self.pumps[queue_id] = pump.start()
+        self._undo.append(lambda: self.pumps.pop(queue_id).stop())
+
+    def _set_environ(self, values: Mapping[str, str | None]) -> None:
+        """Set (or, for None, unset) variables; stop() puts the old values back."""
+        for name, value in values.items():
+            if name not in self._saved_environ:
+                self._saved_environ[name] = os.environ.get(name)
+                self._undo.append(lambda name=name: _restore(name, self._saved_environ.pop(name)))
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+    @staticmethod
+    def _started(value: Any) -> Any:
+        if value is None:
+            raise RuntimeError("the embedded stack is not started")
+        return value
+
+    # ------------------------------------------------------------------ display
+
+    def describe(self) -> str:
+        template = load_template(self.template_path)
+        specs = function_specs(template, self.root)
+        rows = [("HTTP API (front door)", self.api_url)]
+        rows += [(f"  {key}", f"→ {spec.logical_id}") for spec in specs.values() for key in spec.http_routes]
+        rows += [("AWS (moto server)", f"{self.endpoint_url}   AWS_ENDPOINT_URL, region {self.region}")]
+        rows += [(f"  SQS {queue} pump", f"→ {spec.logical_id}") for spec in specs.values() for queue in spec.sqs_queues]
+        rows += [("Channel simulator", f"{self.simulator_url}   WECHATPAY_API_BASE")]
+        rows += [("State file", str(self.state_dir / "local.json"))]
+        if isinstance(self.seeded, dict):
+            rows += [("Demo data", ", ".join(f"{key}={value}" for key, value in self.seeded.items()))]
+        width = max(len(name) for name, _ in rows) + 3
+        lines = ["Tally embedded stack: everything on 127.0.0.1, only environment variables differ from AWS", ""]
+        lines += [f"  {name.ljust(width)}{where}" for name, where in rows]
+        lines += ["", "  Environment of every function:"]
+        lines += [f"    {name}={value}" for name, value in self.env.items()]
+        return "\n".join(lines)
+
+
+def _cold_start() -> None:
+    """Forget what the product code cached per container (clients, settings): a new stack is a new
+    container, with a new endpoint and environment. Handler modules are re-imported by load_handler."""
+    bootstrap = sys.modules.get("tally.bootstrap")
+    if bootstrap is not None and hasattr(bootstrap, "reset"):
+        bootstrap.reset()
+
+
+def _restore(name: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+
+
+def _check_free(port: int, knob: str) -> None:
+    """Fail before starting anything if a fixed port is taken (moto would hang on it)."""
+    if port == 0:
+        return
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((HOST, port))
+        except OSError as error:
+            raise _port_error(error, port, knob) from error
+
+
+def _port_error(error: OSError, port: int, knob: str) -> Exception:
+    if error.errno == errno.EADDRINUSE:
+        return PortInUse(f"port {port} on {HOST} is already in use: set {knob} to a free port")
+    return error
+
+
+# ---------------------------------------------------------------------- python -m tally_local.stack
+
+
+def _configure_logging() -> None:
+    """Our own handler for `tally_local.*`: Powertools' Logger(service="tally") puts a substring
+    filter ("tally" in name) on the root handlers, which would hide the front door's access log and
+    the tracebacks of failing handlers."""
+    log_format = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(log_format))
+    local = logging.getLogger("tally_local")
+    local.addHandler(handler)
+    local.setLevel(logging.INFO)
+    local.propagate = False
+    logging.basicConfig(level=logging.WARNING, format=log_format)
+
+
+def main() -> int:
+    _configure_logging()
+    stack = EmbeddedStack(api_port=int(os.environ.get("TALLY_API_PORT", "3000")))
+    stack.seed_demo = seed_demo
+    try:
+        stack.start()
+    except PortInUse as error:
+        print(f"tally: {error} (e.g. TALLY_API_PORT=3001 make run)", file=sys.stderr)
+        return 1
+    try:
+        stack.write_state()
+        print(stack.describe(), "", "Ctrl-C to stop", sep="\n", flush=True)
+        _wait_for_signal()
+        print("stopping ...", flush=True)
+    finally:
+        stack.stop()
+    return 0
+
+
+def _wait_for_signal() -> None:
+    stopping = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stopping.set())
+    while not stopping.wait(0.5):
+        continue
+
+
+if __name__ == "__main__":
+    sys.exit(main())

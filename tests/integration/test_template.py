@@ -1,0 +1,268 @@
+"""template.yaml is valid SAM/CloudFormation and keeps the promises of docs/contracts.md.
+
+cfn-lint misses some SAM mistakes, so the template is also put through a strict samtranslator
+transform (what CloudFormation runs on deploy), for an AWS and a China region.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from samtranslator.model.exceptions import InvalidDocumentException
+from samtranslator.parser.parser import Parser
+from samtranslator.translator.translator import Translator
+
+from tally_local.resources import load_template
+
+ROOT = Path(__file__).resolve().parents[2]
+TEMPLATE = ROOT / "template.yaml"
+
+TABLES = {
+    "NotifyRawTable": (
+        "NOTIFY_RAW_TABLE",
+        ["pk"],
+        {"by_pending": ["pending_pk", "pending_at"], "by_order": ["order_pk", "notified_at"]},
+    ),
+    "NotifyEventTable": ("NOTIFY_EVENT_TABLE", ["pk"], {}),
+    "OrdersTable": ("ORDERS_TABLE", ["pk"], {"by_poll": ["poll_pk", "poll_due"]}),
+    "TransitionsTable": ("TRANSITIONS_TABLE", ["pk", "sk"], {}),
+    "LedgerTable": ("LEDGER_TABLE", ["pk"], {"by_bill_date": ["bill_date", "pk"]}),
+    "RefundTasksTable": ("REFUND_TASKS_TABLE", ["pk"], {}),
+    "MerchantsTable": ("MERCHANTS_TABLE", ["pk"], {}),
+}
+NARROW_PROJECTIONS = {"by_order"}  # a history view: INCLUDE; every other index projects ALL
+CUSTOM_METRIC_ALARMS = ["NotifyRejected", "NotifyQuarantined", "EnqueueFailed", "ApplyManual", "ApplyFailed"]
+
+
+@pytest.fixture(scope="module")
+def template() -> dict[str, Any]:
+    return load_template(TEMPLATE)
+
+
+@pytest.fixture(scope="module")
+def resources(template: dict[str, Any]) -> dict[str, Any]:
+    return template["Resources"]
+
+
+def of_type(resources: dict[str, Any], type_name: str) -> dict[str, Any]:
+    return {lid: res for lid, res in resources.items() if res["Type"] == type_name}
+
+
+def sam_transform(template: dict[str, Any], region: str) -> dict[str, Any]:
+    """What CloudFormation does with the template after `sam package` (local paths → S3 URIs)."""
+    packaged = copy.deepcopy(template)
+    for resource in packaged["Resources"].values():
+        props = resource.get("Properties", {})
+        for key in ("CodeUri", "ContentUri"):
+            if isinstance(props.get(key), str):
+                props[key] = f"s3://tally-artifacts/{props[key].strip('/')}.zip"
+    translator = Translator(None, Parser(), boto_session=boto3.session.Session(region_name=region))
+    return translator.translate(packaged, parameter_values={}, get_managed_policy_map=dict)
+
+
+# ------------------------------------------------------------------------------------ validators
+
+
+def test_cfn_lint_finds_nothing():
+    from cfnlint.api import ManualArgs, lint_file
+
+    matches = lint_file(TEMPLATE, ManualArgs(regions=["us-east-1", "cn-north-1"], include_checks=["I"]))
+    assert [str(match) for match in matches] == []
+
+
+@pytest.mark.parametrize("region", ["us-east-1", "cn-north-1"])
+def test_strict_sam_transform(template, region):
+    transformed = sam_transform(template, region)
+    types = {res["Type"] for res in transformed["Resources"].values()}
+    assert {"AWS::Lambda::Function", "AWS::ApiGatewayV2::Api", "AWS::Lambda::EventSourceMapping"} <= types
+    assert not any(t.startswith("AWS::Serverless::") for t in types)
+    if region.startswith("cn-"):
+        assert "arn:aws:" not in json.dumps(transformed)
+
+
+def test_sam_transform_is_strict(template):
+    """The transform above rejects a SAM mistake: an open route without a default authorizer."""
+    broken = copy.deepcopy(template)
+    del broken["Resources"]["HttpApi"]["Properties"]["Auth"]["DefaultAuthorizer"]
+    with pytest.raises(InvalidDocumentException):
+        sam_transform(broken, "us-east-1")
+
+
+# ------------------------------------------------------------------------------------ contracts
+
+
+def test_tables_match_contracts(resources):
+    tables = of_type(resources, "AWS::DynamoDB::Table")
+    assert set(tables) == set(TABLES)
+    for lid, (_, key, indexes) in TABLES.items():
+        props = tables[lid]["Properties"]
+        assert [k["AttributeName"] for k in props["KeySchema"]] == key, lid
+        gsis = {g["IndexName"]: g for g in props.get("GlobalSecondaryIndexes", [])}
+        assert {name: [k["AttributeName"] for k in g["KeySchema"]] for name, g in gsis.items()} == indexes, lid
+        for name, gsi in gsis.items():
+            expected = "INCLUDE" if name in NARROW_PROJECTIONS else "ALL"
+            assert gsi["Projection"]["ProjectionType"] == expected, (lid, name)
+        declared = {a["AttributeName"] for a in props["AttributeDefinitions"]}
+        assert all(a["AttributeType"] == "S" for a in props["AttributeDefinitions"]), lid
+        assert declared == set(key) | {k for ks in indexes.values() for k in ks}, lid
+    ttl = tables["NotifyEventTable"]["Properties"]["TimeToLiveSpecification"]
+    assert ttl == {"AttributeName": "expires_at", "Enabled": True}
+
+
+def test_every_table_has_pitr_on_demand_and_encryption(resources):
+    for lid, table in of_type(resources, "AWS::DynamoDB::Table").items():
+        props = table["Properties"]
+        assert props["BillingMode"] == "PAY_PER_REQUEST", lid
+        assert props["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}, lid
+        assert props["SSESpecification"]["SSEEnabled"] is True, lid
+        assert table["DeletionPolicy"] == "Retain", lid
+
+
+def test_environment_matches_contracts(template):
+    variables = template["Globals"]["Function"]["Environment"]["Variables"]
+    for lid, (env_name, _, _) in TABLES.items():
+        assert variables[env_name] == {"Ref": lid}
+    assert variables["APPLY_QUEUE_URL"] == {"Ref": "ApplyQueue"}
+    assert variables["BILLS_BUCKET"] == {"Ref": "BillsBucket"}
+    assert variables["WECHATPAY_API_BASE"] == {"Ref": "WechatPayApiBase"}
+    assert template["Parameters"]["WechatPayApiBase"]["Default"] == "https://api.mch.weixin.qq.com"
+    assert variables["MERCHANT_SECRET_PREFIX"] == "tally/merchants/"
+    assert variables["POWERTOOLS_SERVICE_NAME"] == "tally"
+    assert variables["POWERTOOLS_METRICS_NAMESPACE"] == "Tally"
+
+
+def test_functions_match_contracts(template, resources):
+    functions = of_type(resources, "AWS::Serverless::Function")
+    assert set(functions) == {"NotifyFunction", "WorkerFunction", "OrdersFunction"}
+    defaults = template["Globals"]["Function"]
+    assert defaults["Runtime"] == "python3.12"
+    assert defaults["Architectures"] == ["arm64"]
+    assert defaults["Handler"] == "app.handler"
+    assert defaults["Layers"] == [{"Ref": "CommonLayer"}]
+    for lid, function in functions.items():
+        code = function["Properties"]["CodeUri"]
+        assert code == f"functions/{lid.removesuffix('Function').lower()}/"
+        assert (ROOT / code).is_dir()
+    layer = resources["CommonLayer"]
+    assert layer["Properties"]["ContentUri"] == "layers/common"
+    assert layer["Metadata"]["BuildMethod"] == "python3.12"
+
+
+def http_events(function: dict[str, Any]) -> dict[str, Any]:
+    events = function["Properties"]["Events"].values()
+    return {f"{e['Properties']['Method']} {e['Properties']['Path']}": e["Properties"] for e in events if e["Type"] == "HttpApi"}
+
+
+def test_notify_is_open_and_orders_need_iam(resources):
+    api_auth = resources["HttpApi"]["Properties"]["Auth"]
+    assert api_auth == {"EnableIamAuthorizer": True, "DefaultAuthorizer": "AWS_IAM"}
+    notify = http_events(resources["NotifyFunction"])
+    assert {k: v["Auth"]["Authorizer"] for k, v in notify.items()} == {"POST /notify/wechatpay/{mchid}": "NONE"}
+    orders = http_events(resources["OrdersFunction"])
+    assert {k: v["Auth"]["Authorizer"] for k, v in orders.items()} == {
+        "POST /orders": "AWS_IAM",
+        "GET /orders/{mchid}/{out_trade_no}": "AWS_IAM",
+    }
+
+
+def test_worker_reports_batch_item_failures(resources):
+    worker = resources["WorkerFunction"]["Properties"]
+    (event,) = worker["Events"].values()
+    assert event["Type"] == "SQS"
+    assert event["Properties"]["Queue"] == {"Fn::GetAtt": ["ApplyQueue", "Arn"]}
+    assert event["Properties"]["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+
+
+def test_apply_queue_redrives_to_dlq_and_outlasts_the_worker(resources):
+    queue = resources["ApplyQueue"]["Properties"]
+    assert queue["RedrivePolicy"] == {"deadLetterTargetArn": {"Fn::GetAtt": ["ApplyDLQ", "Arn"]}, "maxReceiveCount": 5}
+    assert queue["VisibilityTimeout"] == 6 * resources["WorkerFunction"]["Properties"]["Timeout"]
+
+
+def test_bills_bucket_is_private_versioned_encrypted(resources):
+    props = resources["BillsBucket"]["Properties"]
+    assert props["VersioningConfiguration"] == {"Status": "Enabled"}
+    assert all(props["PublicAccessBlockConfiguration"].values())
+    assert len(props["PublicAccessBlockConfiguration"]) == 4
+    assert props["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+
+
+def alarms(resources: dict[str, Any]) -> list[dict[str, Any]]:
+    return [res["Properties"] for res in of_type(resources, "AWS::CloudWatch::Alarm").values()]
+
+
+def test_dlq_alarm(resources):
+    (dlq,) = [a for a in alarms(resources) if a["Namespace"] == "AWS/SQS"]
+    assert dlq["MetricName"] == "ApproximateNumberOfMessagesVisible"
+    assert dlq["Dimensions"] == [{"Name": "QueueName", "Value": {"Fn::GetAtt": ["ApplyDLQ", "QueueName"]}}]
+    assert (dlq["ComparisonOperator"], dlq["Threshold"]) == ("GreaterThanThreshold", 0)
+    assert dlq["AlarmActions"] == [{"Ref": "AlarmTopic"}]
+
+
+@pytest.mark.parametrize("metric", CUSTOM_METRIC_ALARMS)
+def test_custom_metric_alarm(resources, metric):
+    (alarm,) = [a for a in alarms(resources) if a["MetricName"] == metric]
+    assert alarm["Namespace"] == "Tally"
+    assert alarm["Dimensions"] == [{"Name": "service", "Value": "tally"}]
+    assert (alarm["Statistic"], alarm["Period"], alarm["EvaluationPeriods"]) == ("Sum", 300, 1)
+    assert (alarm["ComparisonOperator"], alarm["Threshold"]) == ("GreaterThanOrEqualToThreshold", 1)
+    assert alarm["TreatMissingData"] == "notBreaching"
+    assert alarm["AlarmActions"] == [{"Ref": "AlarmTopic"}]
+
+
+def test_alarm_email_subscription_is_conditional(template, resources):
+    subscription = resources["AlarmEmailSubscription"]
+    assert subscription["Condition"] == "HasAlarmEmail"
+    assert template["Parameters"]["AlarmEmail"]["Default"] == ""
+
+
+def test_outputs(template):
+    expected = {"ApiUrl", "ApplyQueueUrl", "BillsBucketName"} | {f"{lid}Name" for lid in TABLES}
+    assert expected <= set(template["Outputs"])
+
+
+def strings(node: Any) -> list[str]:
+    if isinstance(node, str):
+        return [node]
+    if isinstance(node, dict):
+        return [s for key, value in node.items() for s in strings(key) + strings(value)]
+    if isinstance(node, list):
+        return [s for item in node for s in strings(item)]
+    return []
+
+
+def test_every_arn_uses_the_partition(template):
+    """China regions are `arn:aws-cn:`: no ARN may hard-code `arn:aws:`."""
+    arns = [s for s in strings(template) if "arn:" in s]
+    assert arns, "expected some ARNs built with !Sub"
+    assert [s for s in arns if not s.startswith("arn:${AWS::Partition}:")] == []
+    assert not re.search(r"arn:aws[:-]", TEMPLATE.read_text())
+
+
+def test_least_privilege_has_no_wildcards(resources):
+    for lid, function in of_type(resources, "AWS::Serverless::Function").items():
+        for policy in function["Properties"]["Policies"]:
+            for statement in policy["Statement"]:
+                actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+                assert all("*" not in action for action in actions), lid
+                resources_ = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+                assert "*" not in resources_, lid
+
+
+def test_samconfig():
+    import tomllib
+
+    config = tomllib.loads((ROOT / "samconfig.toml").read_text())
+    deploy = config["default"]["deploy"]["parameters"]
+    assert config["version"] == 0.1
+    assert deploy["stack_name"] == "tally"
+    assert deploy["capabilities"] == "CAPABILITY_IAM"
+    assert deploy["resolve_s3"] is True
+    assert deploy["confirm_changeset"] is True
+    assert config["default"]["build"]["parameters"] == {"cached": True, "parallel": True}
