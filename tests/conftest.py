@@ -18,7 +18,14 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tally import bootstrap  # noqa: E402
-from tally_local.resources import LambdaContext, create_from_template, function_specs, load_handler, load_template  # noqa: E402
+
+from tally_local.resources import (  # noqa: E402
+    LambdaContext,
+    create_from_template,
+    function_specs,
+    load_handler,
+    load_template,
+)
 from tally_local.simulator import ChannelSimulator  # noqa: E402
 
 

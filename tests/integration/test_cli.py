@@ -3,8 +3,11 @@
 import json
 
 import pytest
+from tally.cli import merchant as cli_merchant
+from tally.cli import order as cli_order
+from tally.cli.main import main
+from tally.cli.order import render_order
 
-from tally.cli.main import main, render_order
 from tally_local.samples import SAMPLE_TIMESTAMP
 
 
@@ -56,16 +59,13 @@ def test_merchant_add_and_order_show_against_local_state(h, tmp_path, monkeypatc
     state = {"endpoint_url": "", "region": "us-east-1", "api_url": "http://127.0.0.1:3000", "env": h.env}
     (tmp_path / "local.json").write_text(json.dumps(state))
     monkeypatch.setenv("TALLY_STATE_DIR", str(tmp_path))
-    from tally.cli import env as cli_env
-
-    monkeypatch.setattr(cli_env, "use_local", lambda: (h.env, state)[1])  # in-process moto, no endpoint
+    local = {**state, "env": h.env}  # in-process moto: no endpoint to point at
+    for module in (cli_merchant, cli_order):
+        monkeypatch.setattr(module, "connect", lambda args: local)
     key = tmp_path / "key.pem"
     key.write_text(m["merchant_private_key_pem"])
     pub = tmp_path / "pub.pem"
     pub.write_text(sim.public_key_pem)
-    import tally.cli.main as cli
-
-    monkeypatch.setattr(cli, "use_local", cli_env.use_local)
     code = main(["merchant", "add", "wechatpay", "--mchid", m["mchid"], "--apiv3-key", m["apiv3_key"],
                  "--merchant-key", str(key), "--merchant-serial", m["merchant_serial"], "--appid", m["appid"],
                  "--public-key", str(pub), "--public-key-id", sim.public_key_id, "--local"])
@@ -81,9 +81,7 @@ def test_merchant_add_and_order_show_against_local_state(h, tmp_path, monkeypatc
 
 
 def test_merchant_add_refuses_incomplete_keys(h, tmp_path, sim, capsys, monkeypatch):
-    import tally.cli.main as cli
-
-    monkeypatch.setattr(cli, "use_local", lambda: {"api_url": "http://x", "env": h.env})
+    monkeypatch.setattr(cli_merchant, "connect", lambda args: {"api_url": "http://x", "env": h.env})
     m = sim.register_test_merchant()
     key = tmp_path / "key.pem"
     key.write_text(m["merchant_private_key_pem"])

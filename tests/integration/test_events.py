@@ -4,6 +4,7 @@ import json
 import pathlib
 
 from tally import bootstrap
+
 from tally_local.resources import LambdaContext
 from tally_local.samples import SAMPLE_ORDER, SAMPLE_TIMESTAMP, SAMPLE_TRANSACTION
 

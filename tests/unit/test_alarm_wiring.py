@@ -4,6 +4,7 @@ import pathlib
 import re
 
 from tally.observability import ALARMED, M
+
 from tally_local.resources import load_template
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

@@ -4,7 +4,6 @@ import ast
 import pathlib
 
 import pytest
-
 from tally.domain.money import MoneyError, cents, format_cents, yuan_to_cents
 from tally.domain.notifications import OrderFacts, PaymentNotice, mismatches
 from tally.domain.orders import TRANSIT, Event, Status, Verdict, transit
