@@ -20,7 +20,7 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check layers functions tally_local tests
-	$(BIN)/python -m pytest -n 2 tests
+	$(BIN)/python -m pytest -n 2 --dist loadfile tests
 
 lint: $(STAMP)
 	$(BIN)/ruff check layers functions tally_local tests
