@@ -22,6 +22,9 @@ test: $(STAMP)
 	$(BIN)/ruff check layers functions tally_local tests
 	$(BIN)/python -m pytest -n 2 --dist loadfile tests
 
+bench: $(STAMP)
+	$(BIN)/python -m bench.run
+
 lint: $(STAMP)
 	$(BIN)/ruff check layers functions tally_local tests
 

@@ -12,9 +12,10 @@ processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failu
 
 
 def apply_record(record):
-    raw_key = json.loads(record.body)["raw_key"]
+    message = json.loads(record.body)
+    raw_key = message["raw_key"]
     try:
-        return bootstrap.apply_service().apply(raw_key).value
+        return bootstrap.apply_service().apply(raw_key, message.get("notice")).value
     except RetryLater as exc:
         logger.info("apply deferred", extra={"raw_key": raw_key, "reason": str(exc)})
         raise

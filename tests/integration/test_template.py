@@ -151,7 +151,7 @@ def test_functions_match_contracts(template, resources):
         assert (ROOT / code).is_dir()
     layer = resources["CommonLayer"]
     assert layer["Properties"]["ContentUri"] == "layers/common"
-    assert layer["Metadata"]["BuildMethod"] == "python3.12"
+    assert layer["Metadata"]["BuildMethod"] == "makefile"  # layers/common/Makefile ships .pyc (tests/unit/test_build.py)
 
 
 def http_events(function: dict[str, Any]) -> dict[str, Any]:

@@ -41,13 +41,12 @@ class ApplyService:
         self.clock = clock
         self.max_not_found_attempts = max_not_found_attempts
 
-    def apply(self, raw_key: str) -> Applied:
-        row = self.raw.get(raw_key)
-        if row is None:
-            raise RetryLater(f"raw row {raw_key} not found")
-        if row.get("handled") != 0:
+    def apply(self, raw_key: str, carried: dict[str, Any] | None = None) -> Applied:
+        """Apply the raw row `raw_key`. `carried` is the notice the message carries (what the raw row
+        holds): it saves reading the row; the transaction's `handled = 0` condition still guards it."""
+        notice = self._notice(raw_key, carried)
+        if notice is None:
             return Applied.ALREADY_HANDLED
-        notice = notice_from_raw(row)
         outcome = outcome_of(notice.channel, notice.trade_state)
         if outcome is None or outcome is Outcome.IN_BETWEEN:
             return self._to_person(notice, f"unknown state {notice.trade_state!r}", M.APPLY_UNKNOWN_STATE)
@@ -58,6 +57,17 @@ class ApplyService:
                 return result
         count(M.APPLY_RETRY)
         raise RetryLater(f"order of {raw_key} kept changing under us")
+
+    def _notice(self, raw_key: str, carried: dict[str, Any] | None) -> PaymentNotice | None:
+        if carried is not None:
+            notice = PaymentNotice(**carried)
+            if notice.raw_key != raw_key:
+                raise ValueError(f"message for {raw_key} carries a notice for {notice.raw_key}")
+            return notice
+        row = self.raw.get(raw_key)
+        if row is None:
+            raise RetryLater(f"raw row {raw_key} not found")
+        return notice_from_raw(row) if row.get("handled") == 0 else None
 
     def _try_apply(self, notice: PaymentNotice, event: Event) -> Applied | None:
         """One read-decide-write round; None means the CAS was lost and we must re-read (R19)."""

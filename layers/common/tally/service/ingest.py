@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from dataclasses import asdict
 from typing import Any
 
 from tally.apigw import HttpRequest, HttpResponse
@@ -88,7 +89,7 @@ class IngestService:
             count(M.NOTIFY_DUPLICATE)
             return _wx_ack(*wx.ack_success())  # R9: already booked or with a person
         try:
-            self.queue.send(row["pk"])
+            self.queue.send(row["pk"], asdict(notice))
         except Exception as exc:  # noqa: BLE001 - any enqueue failure: the channel must retry
             count(M.ENQUEUE_FAILED)
             logger.error("enqueue failed; answering failure so the channel retries",

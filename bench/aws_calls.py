@@ -1,0 +1,92 @@
+"""AWS calls per payment, counted with botocore event hooks on moto (warm containers)."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from collections import Counter
+from contextlib import contextmanager
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+@contextmanager
+def counting(clients):
+    """Count AWS API calls with botocore's own event hooks (before-call) on the given clients."""
+    calls: Counter[str] = Counter()
+
+    def hook(model, **_):
+        calls[f"{model.service_model.service_name}:{model.name}"] += 1
+
+    for client in clients:
+        client.meta.events.register("before-call", hook, unique_id="tally-bench-count")
+    try:
+        yield calls
+    finally:
+        for client in clients:
+            client.meta.events.unregister("before-call", unique_id="tally-bench-count")
+
+
+def run() -> list[tuple[str, ...]]:
+    import json
+
+    import boto3
+    from moto import mock_aws
+    from tally import bootstrap
+    from tally.apigw import HttpRequest
+
+    from tally_local.resources import create_from_template
+    from tally_local.simulator import ChannelSimulator
+
+    os.environ.update(AWS_DEFAULT_REGION="us-east-1", AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing")
+    os.environ.pop("AWS_ENDPOINT_URL", None)
+    rows = []
+    with ChannelSimulator(fixed_keys=True).start() as sim, mock_aws():
+        env = create_from_template(ROOT / "template.yaml", boto3.Session(region_name="us-east-1"),
+                                   parameter_overrides={"WechatPayApiBase": sim.url})
+        os.environ.update(env)
+        bootstrap.reset()
+        m = sim.register_test_merchant()
+        bootstrap.merchants().add_wechatpay(
+            mchid=m["mchid"], apiv3_key=m["apiv3_key"], merchant_key_pem=m["merchant_private_key_pem"],
+            merchant_serial=m["merchant_serial"], appid=m["appid"], notify_url="http://127.0.0.1:9/n",
+            public_key=sim.public_key_pem, public_key_id=sim.public_key_id)
+        orders, ingest, apply = bootstrap.order_service(), bootstrap.ingest_service(), bootstrap.apply_service()
+        sqs = boto3.client("sqs")
+        clients = [bootstrap._client(name) for name in ("dynamodb", "sqs", "secretsmanager")]
+
+        def pay(no):
+            orders.create({"mchid": m["mchid"], "out_trade_no": no, "amount_cent": 100, "description": "b",
+                           "prepay": False})
+            res = sim.transaction_resource(m["mchid"], no, 100)
+            headers, body = sim.build_notification(m["mchid"], res)
+            return HttpRequest("POST", "/n", {k.lower(): v for k, v in headers.items()}, body, {"mchid": m["mchid"]})
+
+        def work():
+            msgs = sqs.receive_message(QueueUrl=env["APPLY_QUEUE_URL"], MaxNumberOfMessages=10)["Messages"]
+            for msg in msgs:
+                sqs.delete_message(QueueUrl=env["APPLY_QUEUE_URL"], ReceiptHandle=msg["ReceiptHandle"])
+            return [json.loads(msg["Body"]) for msg in msgs]
+
+        ingest.wechatpay_v3(pay("BENCH-WARMUP-1"))  # warm: merchant credentials cached per container
+        for body in work():
+            apply.apply(body["raw_key"], body.get("notice"))
+        request = pay("BENCH-ORDER-02")
+        with counting(clients) as first:
+            ingest.wechatpay_v3(request)
+        (message,) = work()
+        with counting(clients) as worker:
+            apply.apply(message["raw_key"], message.get("notice"))
+        with counting(clients) as duplicate:
+            ingest.wechatpay_v3(request)
+        rows += [
+            ("AWS calls: notify, first delivery", str(sum(first.values())), "target ≤ 2", _detail(first)),
+            ("AWS calls: notify, duplicate", str(sum(duplicate.values())), "target ≤ 1", _detail(duplicate)),
+            ("AWS calls: worker apply", str(sum(worker.values())), "target ≤ 2", _detail(worker)),
+        ]
+    bootstrap.reset()
+    return rows
+
+
+def _detail(calls) -> str:
+    return ", ".join(f"{name} ×{n}" for name, n in sorted(calls.items()))

@@ -1,0 +1,31 @@
+"""Shared bench helpers: a stable timer and one table printer."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+
+
+def per_call_us(fn: Callable[[], object], n: int = 2000, repeat: int = 5) -> float:
+    """Best-of-`repeat` mean wall time per call, in microseconds (best-of: least disturbed run)."""
+    fn()
+    runs = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for _ in range(n):
+            fn()
+        runs.append((time.perf_counter() - start) / n * 1e6)
+    return min(runs)
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def table(title: str, rows: list[tuple[str, ...]], header: tuple[str, ...]) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    line = "  ".join("-" * w for w in widths)
+    out = [title, line, "  ".join(str(h).ljust(w) for h, w in zip(header, widths, strict=True)), line]
+    out += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join(out + [line, ""])

@@ -1,0 +1,66 @@
+"""Notify CPU per WeChat Pay v3 callback (verify + decrypt + parse + ACK; AWS stubbed out),
+next to the PyPI `wechatpayv3` package's own verify + decrypt of the same input."""
+
+from __future__ import annotations
+
+import time
+
+from tally.apigw import HttpRequest
+from tally.channels import wechatpay_v3 as wx
+from tally.service.ingest import IngestService
+
+from bench.common import per_call_us
+from tally_local.simulator import ChannelSimulator
+
+
+class _Stub:
+    """Stand-ins for DynamoDB/SQS: this figure is the CPU of the notify code itself."""
+
+    def put_new(self, row):
+        return None
+
+    def send(self, key, notice=None):
+        return None
+
+    def put(self, *a, **k):
+        return None
+
+
+class _Merchants:
+    def __init__(self, merchant):
+        self.merchant = merchant
+
+    def wechatpay(self, mchid):
+        return self.merchant
+
+
+def run() -> list[tuple[str, ...]]:
+    from wechatpayv3.utils import aes_decrypt, rsa_verify
+
+    sim = ChannelSimulator(fixed_keys=True)
+    m = sim.register_test_merchant()
+    resource = sim.transaction_resource(m["mchid"], "BENCH-ORDER-01", 100)
+    headers, body = sim.build_notification(m["mchid"], resource)
+    lower = {k.lower(): v for k, v in headers.items()}
+    creds = wx.MerchantCredentials(m["mchid"], m["apiv3_key"].encode(), wx.load_private_key(m["merchant_private_key_pem"]),
+                                   m["merchant_serial"], wx.PlatformKeys.from_pems([], sim.public_key_pem,
+                                                                                   sim.public_key_id))
+    merchant = type("M", (), {"creds": creds})()
+    service = IngestService(_Merchants(merchant), _Stub(), _Stub(), _Stub(), clock=time.time)
+    request = HttpRequest("POST", f"/notify/wechatpay/{m['mchid']}", lower, body, {"mchid": m["mchid"]})
+    assert service.wechatpay_v3(request).status == 204
+
+    from cryptography.hazmat.primitives.serialization import load_pem_public_key
+
+    public_key = load_pem_public_key(sim.public_key_pem.encode())
+    envelope = wx.parse_envelope(body)["resource"]
+
+    def reference():
+        assert rsa_verify(lower["wechatpay-timestamp"], lower["wechatpay-nonce"], body.decode(),
+                          lower["wechatpay-signature"], public_key)
+        assert aes_decrypt(envelope["nonce"], envelope["ciphertext"], envelope["associated_data"], m["apiv3_key"])
+
+    ours = per_call_us(lambda: service.wechatpay_v3(request))
+    theirs = per_call_us(reference)
+    return [("notify CPU per WeChat v3 callback (verify+decrypt+parse+ACK)", f"{ours:.0f} µs",
+             f"wechatpayv3 verify+decrypt {theirs:.0f} µs", f"ratio {ours / theirs:.2f}")]
