@@ -354,10 +354,23 @@ def _encryption_rule(rule: dict[str, Any]) -> dict[str, Any]:
     return converted
 
 
+def _create_event_bus(session: Any, resolver: Resolver, logical_id: str, props: dict[str, Any], prefix: str) -> None:
+    client = session.client("events")
+    name = f"{prefix}-{logical_id}"
+    try:
+        arn = client.create_event_bus(Name=name)["EventBusArn"]
+    except client.exceptions.ResourceAlreadyExistsException:
+        arn = client.describe_event_bus(Name=name)["Arn"]
+    resolver.refs[logical_id] = name
+    resolver.attrs[(logical_id, "Arn")] = arn
+    resolver.attrs[(logical_id, "Name")] = name
+
+
 _CREATORS: dict[str, Callable[..., None]] = {
     "AWS::DynamoDB::Table": _create_table,
     "AWS::SQS::Queue": _create_queue,
     "AWS::S3::Bucket": _create_bucket,
+    "AWS::Events::EventBus": _create_event_bus,
 }
 
 
@@ -376,6 +389,7 @@ class FunctionSpec:
     memory_mb: int
     http_routes: tuple[str, ...]  # route keys, e.g. "GET /orders/{mchid}/{out_trade_no}"
     sqs_queues: tuple[str, ...]  # logical ids of the queues it consumes
+    stream_tables: tuple[str, ...] = ()  # logical ids of the tables whose DynamoDB stream it consumes
 
     @property
     def module_name(self) -> str:
@@ -398,6 +412,7 @@ def function_specs(template: Mapping[str, Any], root: str | Path) -> dict[str, F
             memory_mb=int(props.get("MemorySize", 128)),
             http_routes=tuple(_route_key(e.get("Properties")) for e in events if e["Type"] == "HttpApi"),
             sqs_queues=tuple(_queue_id(e["Properties"]["Queue"]) for e in events if e["Type"] == "SQS"),
+            stream_tables=tuple(_queue_id(e["Properties"]["Stream"]) for e in events if e["Type"] == "DynamoDB"),
         )
     return specs
 

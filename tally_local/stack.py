@@ -34,6 +34,7 @@ from moto.server import ThreadedMotoServer
 from tally_local.demo import seed_demo
 from tally_local.frontdoor import FrontDoor, routes_from_template
 from tally_local.pump import SqsPump
+from tally_local.streams import DownstreamPrinter, StreamPump
 from tally_local.resources import (
     FunctionSpec,
     create_from_template,
@@ -84,6 +85,9 @@ class EmbeddedStack:
         self.simulator: Any = None
         self.front_door: FrontDoor | None = None
         self.pumps: dict[str, SqsPump] = {}
+        self.stream_pumps: dict[str, StreamPump] = {}
+        self.downstream: DownstreamPrinter | None = None
+        self.print_event: Callable[[str], Any] = lambda line: log.info("%s", line)
         self._moto: ThreadedMotoServer | None = None
         self._endpoint_url: str | None = None
         self._saved_environ: dict[str, str | None] = {}
@@ -221,6 +225,21 @@ class EmbeddedStack:
         for spec in function_specs(template, self.root).values():
             for queue_id in spec.sqs_queues:
                 self._start_pump(spec, queue_id)
+            for table_id in spec.stream_tables:
+                self._start_stream_pump(spec, table_id)
+        if self.env.get("EVENT_BUS_NAME"):
+            self.downstream = DownstreamPrinter(boto3.client("events", region_name=self.region),
+                                                boto3.client("sqs", region_name=self.region),
+                                                self.env["EVENT_BUS_NAME"], out=self.print_event).start()
+            self._undo.append(self.downstream.stop)
+
+    def _start_stream_pump(self, spec: FunctionSpec, table_id: str) -> None:
+        pump = StreamPump(boto3.client("dynamodb", region_name=self.region),
+                          boto3.client("dynamodbstreams", region_name=self.region),
+                          f"{self.prefix}-{table_id}", load_handler(spec), function_name=spec.logical_id,
+                          timeout_s=spec.timeout_s)
+        self.stream_pumps[table_id] = pump.start()
+        self._undo.append(lambda: self.stream_pumps.pop(table_id).stop())
 
     def _stop_front_door(self) -> None:
         if self.front_door is not None:

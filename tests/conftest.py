@@ -124,6 +124,13 @@ class Harness:
         self._collect_metrics()
         return response
 
+    def invoke(self, function, event):
+        """Any function with any event (stream, schedule …), metrics collected."""
+        handler, _ = self.handlers[function]
+        result = handler(event, LambdaContext(function))
+        self._collect_metrics()
+        return result
+
     # ---- the worker
     def drain(self, max_rounds=20):
         """Feed queued messages to the worker handler until the queue is empty; returns results."""

@@ -78,7 +78,7 @@ def ledger_entries(stack, transaction_id):
 
 
 @pytest.mark.parametrize("deliveries", [1, 5])
-def test_order_paid_by_simulator_is_booked_once_R7_R17_R18(stack, merchant, deliveries):
+def test_order_paid_by_simulator_is_booked_once_R7_R17_R18_R20(stack, merchant, deliveries):
     out_trade_no = f"E2E{deliveries}{int(time.time() * 1000)}"
     status, order = http("POST", f"{stack.api_url}/orders", {
         "mchid": merchant["mchid"], "out_trade_no": out_trade_no, "amount_cent": 1999, "description": "e2e"})
@@ -98,6 +98,13 @@ def test_order_paid_by_simulator_is_booked_once_R7_R17_R18(stack, merchant, deli
     assert len(ledger_entries(stack, transaction_id)) == 1
     acks = [d["status"] for d in stack.simulator.deliveries if d["transaction_id"] == transaction_id]
     assert acks and set(acks) <= {200, 204}  # every delivery got WeChat's success ACK
+
+    def published():  # R20: the outbox turned the commit into one OrderPaid a consumer receives
+        return [e for e in stack.downstream.received
+                if e["detail-type"] == "OrderPaid" and e["detail"]["out_trade_no"] == out_trade_no]
+
+    (event,) = wait_for(published)
+    assert event["detail"]["transaction_id"] == transaction_id
 
     shown = cli(stack, "order", "show", merchant["mchid"], out_trade_no, "--local", "--json")
     assert shown.returncode == 0, shown.stderr

@@ -20,7 +20,8 @@ def set_clock(clock: Callable[[], float]) -> None:
 
 
 def reset() -> None:
-    for built in (settings, tables, merchants, ingest_service, apply_service, order_service, _client):
+    for built in (settings, tables, merchants, ingest_service, apply_service, order_service, outbox_service,
+                  _client):
         built.cache_clear()
 
 
@@ -80,3 +81,10 @@ def order_service() -> Any:
     from tally.store.tables import OrderStore, RawStore
 
     return OrderService(OrderStore(tables()), RawStore(tables()), merchants(), clock=_clock)
+
+
+@cache
+def outbox_service() -> Any:
+    from tally.service.outbox import OutboxService
+
+    return OutboxService(_client("events"), settings().event_bus_name)

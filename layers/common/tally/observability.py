@@ -35,11 +35,14 @@ class M:
     REFUND_TASK_CREATED = "RefundTaskCreated"
     # orders
     PREPAY_FAILED = "PrepayFailed"
+    # downstream events (R20)
+    OUTBOX_PUBLISHED = "OutboxPublished"
+    OUTBOX_FAILED = "OutboxFailed"
 
 
 # Metrics an alarm must watch: a failure nobody watches is a silent path.
 ALARMED = frozenset(
-    {M.NOTIFY_REJECTED, M.NOTIFY_QUARANTINED, M.ENQUEUE_FAILED, M.APPLY_MANUAL, M.APPLY_FAILED}
+    {M.NOTIFY_REJECTED, M.NOTIFY_QUARANTINED, M.ENQUEUE_FAILED, M.APPLY_MANUAL, M.APPLY_FAILED, M.OUTBOX_FAILED}
 )
 
 

@@ -1,0 +1,20 @@
+"""outbox λ: DynamoDB Streams (orders) → EventBridge; a failed record is retried, then parked in the DLQ."""
+
+from tally import bootstrap
+from tally.observability import M, count, logger, metrics
+
+
+@metrics.log_metrics
+def handler(event, context):
+    service = bootstrap.outbox_service()
+    failures = []
+    for record in event.get("Records", []):
+        try:
+            service.publish_record(record)
+        except Exception:
+            count(M.OUTBOX_FAILED)
+            logger.exception("outbox record not published; retried by the stream",
+                             extra={"sequence": record.get("dynamodb", {}).get("SequenceNumber")})
+            failures.append({"itemIdentifier": record["dynamodb"]["SequenceNumber"]})
+            break  # stream order: stop at the first failure, the rest is retried after it
+    return {"batchItemFailures": failures}

@@ -1,0 +1,55 @@
+"""Downstream events (R20): which committed change means which event, with a stable id.
+
+The same change always yields the same event id, so a consumer that sees an event twice (stream
+retries, replays) drops the second by id.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+SOURCE = "tally"
+
+
+@dataclass(frozen=True)
+class DownstreamEvent:
+    event_id: str
+    detail_type: str  # OrderPaid | OrderClosed | RefundSucceeded | RefundFailed
+    detail: dict[str, Any]
+
+
+ORDER_FIELDS = ("mchid", "sp_mchid", "out_trade_no", "channel", "tenant", "amount_cent", "currency")
+
+
+def events_for_change(old: dict[str, Any] | None, new: dict[str, Any] | None) -> list[DownstreamEvent]:
+    """Events for one committed row change (an order or a refund)."""
+    if new is None or (old or {}).get("status") == new.get("status"):
+        return []
+    if "refund_no" in new:
+        return _refund_events(new)
+    return _order_events(new)
+
+
+def _order_events(order: dict[str, Any]) -> list[DownstreamEvent]:
+    base = {k: order.get(k) for k in ORDER_FIELDS}
+    if order["status"] == "PAID":
+        event_id = f"OrderPaid:{order['pk']}:{order['transaction_id']}"
+        detail = {**base, "transaction_id": order["transaction_id"], "paid_cent": order.get("paid_cent"),
+                  "paid_at": order.get("paid_at")}
+        return [DownstreamEvent(event_id, "OrderPaid", {"event_id": event_id, **detail})]
+    if order["status"] == "CLOSED":
+        event_id = f"OrderClosed:{order['pk']}"
+        return [DownstreamEvent(event_id, "OrderClosed", {"event_id": event_id, **base,
+                                                          "closed_at": order.get("updated_at")})]
+    return []
+
+
+def _refund_events(refund: dict[str, Any]) -> list[DownstreamEvent]:
+    kinds = {"SUCCESS": "RefundSucceeded", "FAIL": "RefundFailed", "CLOSED": "RefundFailed"}
+    kind = kinds.get(refund["status"])
+    if kind is None:
+        return []
+    event_id = f"{kind}:{refund['refund_no']}"
+    keep = ("refund_no", "refund_id", "channel", "mchid", "out_trade_no", "amount_cent", "status")
+    return [DownstreamEvent(event_id, kind, {"event_id": event_id, **{k: refund.get(k) for k in keep}})]

@@ -1,0 +1,133 @@
+"""The local DynamoDB Streams event source mapping, and a downstream consumer that prints events.
+
+StreamPump reads a table's stream (moto implements DynamoDB Streams) and calls the function with
+stream batches, as Lambda does with `FunctionResponseTypes: [ReportBatchItemFailures]`: on a
+failure it resumes from the first failed record. DownstreamPrinter subscribes an SQS queue to the
+event bus (local wiring only) and prints each event, so `make run` shows what consumers receive.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from tally_local.resources import LambdaContext
+
+log = logging.getLogger(__name__)
+
+
+class StreamPump:
+    def __init__(self, ddb: Any, streams: Any, table: str, handler: Any, *, function_name: str,
+                 timeout_s: int = 30, poll_s: float = 0.2, batch_size: int = 50):
+        self.streams = streams
+        self.handler = handler
+        self.function_name, self.timeout_s = function_name, timeout_s
+        self.poll_s, self.batch_size = poll_s, batch_size
+        self.stream_arn = ddb.describe_table(TableName=table)["Table"]["LatestStreamArn"]
+        self.region = self.stream_arn.split(":")[3]
+        self._iterators: dict[str, str] = {}
+        self._pending: dict[str, list[dict[str, Any]]] = {}  # records read but not yet handled
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> StreamPump:
+        self._thread = threading.Thread(target=self._run, name=f"stream-{self.function_name}", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stopping.wait(self.poll_s):
+            try:
+                self.poll_once()
+            except (BotoCoreError, ClientError):
+                log.exception("stream pump %s: reading the stream failed; retrying", self.function_name)
+
+    def poll_once(self) -> int:
+        """Read new records from every shard and hand them to the function; returns records handled."""
+        handled = 0
+        for shard in self.streams.describe_stream(StreamArn=self.stream_arn)["StreamDescription"]["Shards"]:
+            shard_id = shard["ShardId"]
+            pending = self._pending.setdefault(shard_id, [])
+            pending += self._read(shard_id)
+            while pending:
+                batch = pending[: self.batch_size]
+                failed = self._invoke(batch)
+                done = batch if failed is None else batch[: [r["dynamodb"]["SequenceNumber"] for r in batch]
+                                                                .index(failed)]
+                del pending[: len(done)]
+                handled += len(done)
+                if failed is not None:
+                    break  # retry from the failed record on the next poll
+        return handled
+
+    def _read(self, shard_id: str) -> list[dict[str, Any]]:
+        iterator = self._iterators.get(shard_id) or self.streams.get_shard_iterator(
+            StreamArn=self.stream_arn, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+        answer = self.streams.get_records(ShardIterator=iterator, Limit=1000)
+        self._iterators[shard_id] = answer.get("NextShardIterator") or iterator
+        for record in answer["Records"]:
+            record["eventSourceARN"] = self.stream_arn
+        return answer["Records"]
+
+    def _invoke(self, batch: list[dict[str, Any]]) -> str | None:
+        """The first failed sequence number, or None when the whole batch succeeded."""
+        try:
+            result = self.handler({"Records": batch}, LambdaContext(self.function_name, self.timeout_s)) or {}
+        except Exception:  # noqa: BLE001 - like Lambda: the whole batch is retried
+            log.exception("%s failed on a stream batch; it will be retried", self.function_name)
+            return batch[0]["dynamodb"]["SequenceNumber"]
+        failures = [f["itemIdentifier"] for f in result.get("batchItemFailures", [])]
+        return failures[0] if failures else None
+
+
+class DownstreamPrinter:
+    """A stand-in downstream consumer: bus → (rule) → SQS queue → printed, deduplicated by event_id."""
+
+    def __init__(self, events: Any, sqs: Any, bus_name: str, *, out=print):
+        self.sqs = sqs
+        self.out = out
+        self.seen: set[str] = set()
+        self.received: list[dict[str, Any]] = []
+        self.queue_url = sqs.create_queue(QueueName=f"{bus_name}-local-consumer")["QueueUrl"]
+        arn = sqs.get_queue_attributes(QueueUrl=self.queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        events.put_rule(Name="local-consumer", EventBusName=bus_name, EventPattern=json.dumps({"source": ["tally"]}))
+        events.put_targets(Rule="local-consumer", EventBusName=bus_name, Targets=[{"Id": "printer", "Arn": arn}])
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> DownstreamPrinter:
+        self._thread = threading.Thread(target=self._run, name="downstream-printer", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                self.poll_once(wait_s=1)
+            except (BotoCoreError, ClientError):
+                log.exception("downstream printer: polling failed; retrying")
+
+    def poll_once(self, wait_s: int = 0) -> None:
+        for message in self.sqs.receive_message(QueueUrl=self.queue_url, MaxNumberOfMessages=10,
+                                                WaitTimeSeconds=wait_s).get("Messages", []):
+            event = json.loads(message["Body"])
+            event_id = event["detail"].get("event_id", event["id"])
+            if event_id not in self.seen:  # R20: a consumer drops the second copy by its stable id
+                self.seen.add(event_id)
+                self.received.append(event)
+                self.out(f"downstream event {event['detail-type']}: {json.dumps(event['detail'], ensure_ascii=False)}")
+            self.sqs.delete_message(QueueUrl=self.queue_url, ReceiptHandle=message["ReceiptHandle"])

@@ -1,0 +1,59 @@
+"""The outbox (R20): order changes read from the DynamoDB stream reach the event bus, once per change."""
+
+import json
+
+import boto3
+
+
+
+def stream_records(env):
+    ddb, streams = boto3.client("dynamodb"), boto3.client("dynamodbstreams")
+    arn = ddb.describe_table(TableName=env["ORDERS_TABLE"])["Table"]["LatestStreamArn"]
+    shard = streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"][0]["ShardId"]
+    it = streams.get_shard_iterator(StreamArn=arn, ShardId=shard, ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+    return streams.get_records(ShardIterator=it)["Records"]
+
+
+def subscribe(env):
+    events, sqs = boto3.client("events"), boto3.client("sqs")
+    url = sqs.create_queue(QueueName="consumer")["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    events.put_rule(Name="all", EventBusName=env["EVENT_BUS_NAME"], EventPattern=json.dumps({"source": ["tally"]}))
+    events.put_targets(Rule="all", EventBusName=env["EVENT_BUS_NAME"], Targets=[{"Id": "q", "Arn": arn}])
+    return lambda: [json.loads(m["Body"]) for m in sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)
+                    .get("Messages", [])]
+
+
+def test_R20_order_paid_reaches_the_bus_with_a_stable_id(h):
+    m = h.add_merchant()
+    consumed = subscribe(h.env)
+    h.create_order(m["mchid"], "OUTBOX-ORDER-1")
+    headers, body, resource = h.notification(m["mchid"], "OUTBOX-ORDER-1", 100)
+    h.notify(m["mchid"], headers, body)
+    h.drain()
+    records = stream_records(h.env)
+    assert h.invoke("OutboxFunction", {"Records": records}) == {"batchItemFailures": []}
+    h.invoke("OutboxFunction", {"Records": records})  # a stream retry publishes again …
+    events = consumed()
+    paid = [e for e in events if e["detail-type"] == "OrderPaid"]
+    assert len(paid) == 2 and len({e["detail"]["event_id"] for e in paid}) == 1  # … with the same id
+    assert paid[0]["detail"]["transaction_id"] == resource["transaction_id"]
+    assert h.metric("OutboxPublished") == 2
+
+
+def test_R20_a_failed_publish_is_reported_for_retry_not_swallowed(h, monkeypatch):
+    from tally import bootstrap
+
+    m = h.add_merchant()
+    h.create_order(m["mchid"], "OUTBOX-ORDER-2")
+    headers, body, _ = h.notification(m["mchid"], "OUTBOX-ORDER-2", 100)
+    h.notify(m["mchid"], headers, body)
+    h.drain()
+    service = bootstrap.outbox_service()
+    monkeypatch.setattr(service.events, "put_events", lambda **kw: {"FailedEntryCount": 1, "Entries": []})
+    records = stream_records(h.env)
+    paid_record = next(r for r in records if r["eventName"] == "MODIFY" and
+                        r["dynamodb"]["NewImage"]["status"]["S"] == "PAID")
+    result = h.invoke("OutboxFunction", {"Records": records})
+    assert result == {"batchItemFailures": [{"itemIdentifier": paid_record["dynamodb"]["SequenceNumber"]}]}
+    assert h.metric("OutboxFailed") >= 1
