@@ -34,7 +34,6 @@ from moto.server import ThreadedMotoServer
 from tally_local.demo import seed_demo
 from tally_local.frontdoor import FrontDoor, routes_from_template
 from tally_local.pump import SqsPump
-from tally_local.streams import DownstreamPrinter, StreamPump
 from tally_local.resources import (
     FunctionSpec,
     create_from_template,
@@ -43,6 +42,7 @@ from tally_local.resources import (
     load_template,
 )
 from tally_local.simulator import ChannelSimulator
+from tally_local.streams import DownstreamPrinter, StreamPump
 
 log = logging.getLogger(__name__)
 

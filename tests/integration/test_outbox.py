@@ -5,7 +5,6 @@ import json
 import boto3
 
 
-
 def stream_records(env):
     ddb, streams = boto3.client("dynamodb"), boto3.client("dynamodbstreams")
     arn = ddb.describe_table(TableName=env["ORDERS_TABLE"])["Table"]["LatestStreamArn"]
