@@ -11,7 +11,7 @@ def handler(event, context):
     for record in event.get("Records", []):
         try:
             service.publish_record(record)
-        except Exception:
+        except Exception:  # noqa: BLE001 - reported as a failure (retried), counted, never swallowed
             count(M.OUTBOX_FAILED)
             logger.exception("outbox record not published; retried by the stream",
                              extra={"sequence": record.get("dynamodb", {}).get("SequenceNumber")})
