@@ -57,6 +57,7 @@ class HttpResponse:
     status: int
     body: str = ""
     content_type: str = "application/json"
+    outcome: str = ""  # what the service did (accepted, duplicate, quarantined …): never sent on the wire
 
     def to_event(self) -> dict[str, Any]:
         headers = {"content-type": self.content_type} if self.body else {}

@@ -21,7 +21,7 @@ def set_clock(clock: Callable[[], float]) -> None:
 
 def reset() -> None:
     for built in (settings, tables, merchants, ingest_service, apply_service, order_service, outbox_service,
-                  _client):
+                  manual_queue, _client):
         built.cache_clear()
 
 
@@ -88,3 +88,12 @@ def outbox_service() -> Any:
     from tally.service.outbox import OutboxService
 
     return OutboxService(_client("events"), settings().event_bus_name)
+
+
+@cache
+def manual_queue() -> Any:
+    from tally.service.manual import ManualQueue
+    from tally.store.tables import ApplyQueue, RawStore
+
+    return ManualQueue(tables(), RawStore(tables()), ApplyQueue(_client("sqs"), settings().apply_queue_url),
+                       ingest_service(), clock=_clock)

@@ -35,6 +35,9 @@ class M:
     REFUND_TASK_CREATED = "RefundTaskCreated"
     # orders
     PREPAY_FAILED = "PrepayFailed"
+    # the manual queue
+    MANUAL_RESOLVED = "ManualResolved"
+    MANUAL_REPLAYED = "ManualReplayed"
     # downstream events (R20)
     OUTBOX_PUBLISHED = "OutboxPublished"
     OUTBOX_FAILED = "OutboxFailed"

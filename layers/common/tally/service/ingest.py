@@ -5,6 +5,7 @@ Only local writes and one enqueue happen here, so the channel's 5 s deadline hol
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from tally.service.merchants import MerchantDirectory, UnknownMerchant
 from tally.store.tables import ApplyQueue, EventStore, RawStore, iso_now, order_key, pending_pk
 
 MAX_BODY_BYTES = 256 * 1024  # a WeChat notification is ~1-2 KB
+REJECTED_TTL_DAYS = 7  # signature-rejected bodies are kept this long for a replay after a key fix
 
 
 class IngestService:
@@ -33,7 +35,8 @@ class IngestService:
 
     # ------------------------------------------------------------ WeChat Pay v3
 
-    def wechatpay_v3(self, request: HttpRequest) -> HttpResponse:
+    def wechatpay_v3(self, request: HttpRequest, *, received_at: float | None = None) -> HttpResponse:
+        """`received_at` judges the timestamp window by the original arrival (manual replay)."""
         mchid = request.path_params.get("mchid", "")
         if len(request.body) > MAX_BODY_BYTES:
             return self._reject(400, "body too large", mchid, request)
@@ -42,12 +45,12 @@ class IngestService:
         except UnknownMerchant:
             return self._reject(404, "unknown merchant", mchid, request)
         try:
-            self._verify(merchant, request)
+            self._verify(merchant, request, self.clock() if received_at is None else received_at)
         except wx.SignatureError as exc:
             if exc.probe:
                 count(M.NOTIFY_PROBE)
-                return _wx_ack(*wx.ack_failure(401, "signature probe rejected"))
-            return self._reject(401, exc.reason, mchid, request)
+                return _wx_ack(*wx.ack_failure(401, "signature probe rejected"), "probe")
+            return self._reject(401, exc.reason, mchid, request, keep=True)
         # Verified: from here on it is WeChat talking. Failures are certain, not retryable (R5).
         try:
             envelope = wx.parse_envelope(request.body)
@@ -60,8 +63,7 @@ class IngestService:
                                     envelope_id=str(envelope.get("id") or ""))
         return self._store_payment(notice, request, envelope)
 
-    def _verify(self, merchant: Any, request: HttpRequest) -> None:
-        now = self.clock()
+    def _verify(self, merchant: Any, request: HttpRequest, now: float) -> None:
         try:
             wx.verify_signed(request.headers, request.body, merchant.creds.platform, now, self.window_s)
         except wx.SignatureError as exc:
@@ -81,38 +83,46 @@ class IngestService:
                             "in_between", self.clock(), channel=notice.channel, mchid=notice.mchid,
                             out_trade_no=notice.out_trade_no, trade_state=notice.trade_state)
             count(M.NOTIFY_IN_BETWEEN)
-            return _wx_ack(*wx.ack_success())
+            return _wx_ack(*wx.ack_success(), "in_between")
         row = raw_row(notice, self.clock(), body=request.body, headers=request.headers,
                       envelope_id=str(envelope.get("id") or ""))
         existing = self.raw.put_new(row)
         if existing is not None and existing.get("handled") in (1, 2):
             count(M.NOTIFY_DUPLICATE)
-            return _wx_ack(*wx.ack_success())  # R9: already booked or with a person
+            return _wx_ack(*wx.ack_success(), "duplicate")  # R9: already booked or with a person
         try:
             self.queue.send(row["pk"], asdict(notice))
         except Exception as exc:  # noqa: BLE001 - any enqueue failure: the channel must retry
             count(M.ENQUEUE_FAILED)
             logger.error("enqueue failed; answering failure so the channel retries",
                          extra={"raw_key": row["pk"], "error": str(exc)})
-            return _wx_ack(*wx.ack_failure(500, "enqueue failed, retry"))
+            return _wx_ack(*wx.ack_failure(500, "enqueue failed, retry"), "enqueue_failed")
         count(M.NOTIFY_DUPLICATE if existing else M.NOTIFY_ACCEPTED)
-        return _wx_ack(*wx.ack_success())
+        return _wx_ack(*wx.ack_success(), "duplicate" if existing else "accepted")
 
-    def _reject(self, status: int, reason: str, mchid: str, request: HttpRequest) -> HttpResponse:
-        """R4: nothing written; a metric and a log line with the (untrusted) order hint."""
+    def _reject(self, status: int, reason: str, mchid: str, request: HttpRequest, *, keep: bool = False) -> HttpResponse:
+        """R4: no business state; a metric and a log line with the (untrusted) order hint. With `keep`
+        (a configured merchant's callback that failed verification) the body is kept for a while, so a
+        person can replay it after fixing a key (`tally manual replay`); it is never applied unverified."""
         count(M.NOTIFY_REJECTED)
         logger.warning("notification rejected", extra={"channel": wx.CHANNEL, "mchid": mchid[:32], "reason": reason,
                                                        "hint": _order_hint(request.body)})
-        return _wx_ack(*wx.ack_failure(status, "rejected"))
+        if keep:
+            self.events.put(f"rejected#{wx.CHANNEL}#{mchid}#{_digest(request.body)}", "rejected", self.clock(),
+                            ttl_days=REJECTED_TTL_DAYS, manual_kind="rejected", channel=wx.CHANNEL, mchid=mchid,
+                            reason=reason[:200], body=request.body.decode("utf-8", "replace"),
+                            headers=_verify_headers(request.headers))
+        return _wx_ack(*wx.ack_failure(status, "rejected"), "rejected")
 
     def _quarantine(self, request: HttpRequest, mchid: str, reason: str, envelope_id: str) -> HttpResponse:
         """R5: signed by the channel but unusable: keep it for a person, alarm, answer success."""
         event_id = envelope_id or f"quarantine#{wx.CHANNEL}#{mchid}#{int(self.clock() * 1000)}"
-        self.events.put(event_id, "quarantined", self.clock(), channel=wx.CHANNEL, mchid=mchid, reason=reason,
-                        body=request.body.decode("utf-8", "replace"), headers=_verify_headers(request.headers))
+        self.events.put(event_id, "quarantined", self.clock(), manual_kind="quarantined", channel=wx.CHANNEL,
+                        mchid=mchid, reason=reason, body=request.body.decode("utf-8", "replace"),
+                        headers=_verify_headers(request.headers))
         count(M.NOTIFY_QUARANTINED)
         logger.error("notification quarantined", extra={"mchid": mchid, "reason": reason, "event_id": event_id})
-        return _wx_ack(*wx.ack_success())
+        return _wx_ack(*wx.ack_success(), "quarantined")
 
 
 def raw_row(notice: PaymentNotice, now_s: float, *, body: bytes | None, headers: dict[str, str] | None,
@@ -141,8 +151,12 @@ def notice_from_raw(row: dict[str, Any]) -> PaymentNotice:
     )
 
 
-def _wx_ack(status: int, body: str) -> HttpResponse:
-    return HttpResponse(status, body)
+def _wx_ack(status: int, body: str, outcome: str) -> HttpResponse:
+    return HttpResponse(status, body, outcome=outcome)
+
+
+def _digest(body: bytes) -> str:
+    return hashlib.sha256(body).hexdigest()[:32]
 
 
 def _verify_headers(headers: dict[str, str]) -> dict[str, str]:

@@ -136,9 +136,10 @@ class EventStore:
         self.t = tables
         self.ttl_days = ttl_days
 
-    def put(self, event_id: str, kind: str, now_s: float, **fields: Any) -> None:
+    def put(self, event_id: str, kind: str, now_s: float, *, ttl_days: int | None = None, **fields: Any) -> None:
+        days = self.ttl_days if ttl_days is None else ttl_days
         row = {"pk": event_id, "kind": kind, "created_at": iso_now(now_s),
-               "expires_at": int(now_s) + self.ttl_days * 86400, **fields}
+               "expires_at": int(now_s) + days * 86400, **fields}
         try:
             self.t.ddb.put_item(TableName=self.t.notify_event, Item=to_item(row),
                                 ConditionExpression="attribute_not_exists(pk)")

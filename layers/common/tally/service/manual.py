@@ -1,0 +1,154 @@
+"""The manual queue: what a person must look at, and the two ways out — resolve or replay.
+
+Items: raw notifications at handled=2 (mismatch, unknown state, order not found, illegal) and
+notifications kept in notify_event (quarantined after a valid signature, or rejected for their
+signature). Every action is recorded on the row (who, when, what, why); nothing is deleted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from datetime import datetime
+from typing import Any
+
+from tally.apigw import HttpRequest
+from tally.observability import M, count, logger
+from tally.service.ingest import IngestService, notice_from_raw
+from tally.store.codec import from_item, names_values, to_item
+from tally.store.tables import PENDING_SHARDS, ApplyQueue, RawStore, Tables, iso_now, pending_pk
+
+RAW, EVENT = "raw", "event"
+EVENT_KINDS = ("quarantined", "rejected")
+
+
+class ManualError(ValueError):
+    """The action does not fit the item (already resolved, unknown id …): the message says why."""
+
+
+class ManualQueue:
+    def __init__(self, tables: Tables, raw: RawStore, queue: ApplyQueue, ingest: IngestService, *,
+                 clock: Callable[[], float] = time.time):
+        self.t = tables
+        self.raw = raw
+        self.queue = queue
+        self.ingest = ingest
+        self.clock = clock
+
+    # ------------------------------------------------------------ reading
+
+    def list(self) -> list[dict[str, Any]]:
+        items = [self._raw_item(row) for shard in range(PENDING_SHARDS)
+                 for row in self._query(self.t.notify_raw, "by_pending", "pending_pk", f"2#{shard}")]
+        items += [self._event_item(row) for kind in EVENT_KINDS
+                  for row in self._query(self.t.notify_event, "manual", "manual_kind", kind)]
+        return sorted(items, key=lambda item: item["since"])
+
+    def show(self, item_id: str) -> dict[str, Any]:
+        kind, key = _split(item_id)
+        row = self.t.get(self.t.notify_raw if kind == RAW else self.t.notify_event, key)
+        if row is None:
+            raise ManualError(f"no manual item {item_id}")
+        return {"id": item_id, **row}
+
+    # ------------------------------------------------------------ acting
+
+    def resolve(self, item_id: str, *, by: str, action: str, why: str) -> dict[str, Any]:
+        """A person dealt with it outside Tally (refunded by hand, booked by hand, confirmed junk)."""
+        kind, key = _split(item_id)
+        entry = self._history(by, f"resolve: {action}", why)
+        if kind == RAW:
+            self._update(self.t.notify_raw, key, "SET resolution = :entry, history = list_append("
+                         "if_not_exists(history, :empty), :one) REMOVE pending_pk, pending_at",
+                         "handled = :two AND attribute_exists(pending_pk)",
+                         entry=entry, empty=[], one=[entry], two=2)
+        else:
+            self._update(self.t.notify_event, key, "SET resolution = :entry, history = list_append("
+                         "if_not_exists(history, :empty), :one) REMOVE manual_kind", "attribute_exists(manual_kind)",
+                         entry=entry, empty=[], one=[entry])
+        count(M.MANUAL_RESOLVED)
+        logger.info("manual item resolved", extra={"item": item_id, "by": by, "action": action})
+        return self.show(item_id)
+
+    def replay(self, item_id: str, *, by: str, why: str) -> dict[str, Any]:
+        """Send it through the product path again, after a fix (order created, key rotated …)."""
+        kind, key = _split(item_id)
+        entry = self._history(by, "replay", why)
+        if kind == RAW:
+            return self._replay_raw(item_id, key, entry)
+        return self._replay_event(item_id, key, entry)
+
+    def _replay_raw(self, item_id: str, key: str, entry: dict[str, Any]) -> dict[str, Any]:
+        now = iso_now(self.clock())
+        row = self._update(self.t.notify_raw, key, "SET handled = :zero, pending_pk = :ppk, pending_at = :now, "
+                           "attempts = :zero, history = list_append(if_not_exists(history, :empty), :one) "
+                           "REMOVE manual_reason", "handled = :two AND attribute_exists(pending_pk)", zero=0, two=2, ppk=pending_pk(0, key),
+                           now=now, empty=[], one=[entry])
+        self.queue.send(key, _notice_dict(row))
+        count(M.MANUAL_REPLAYED)
+        return {"id": item_id, "outcome": "requeued", "raw_key": key}
+
+    def _replay_event(self, item_id: str, key: str, entry: dict[str, Any]) -> dict[str, Any]:
+        row = self.show(item_id)
+        if not row.get("manual_kind"):
+            raise ManualError(f"{item_id} is not in the manual queue (resolved or replayed already)")
+        request = HttpRequest("POST", f"/notify/{row['channel']}/{row['mchid']}", dict(row.get("headers") or {}),
+                              str(row["body"]).encode("utf-8"), {"mchid": row["mchid"]})
+        received_at = datetime.fromisoformat(row["created_at"].replace("Z", "+00:00")).timestamp()
+        response = self.ingest.wechatpay_v3(request, received_at=received_at)
+        if response.outcome not in ("accepted", "duplicate", "in_between"):
+            raise ManualError(f"replay of {item_id} was {response.outcome} again: fix the cause first "
+                              f"(`tally verify` tells why)")
+        self._update(self.t.notify_event, key, "SET resolution = :entry, history = list_append("
+                     "if_not_exists(history, :empty), :one) REMOVE manual_kind", "attribute_exists(manual_kind)",
+                     entry={**entry, "outcome": response.outcome}, empty=[], one=[entry])
+        count(M.MANUAL_REPLAYED)
+        return {"id": item_id, "outcome": response.outcome}
+
+    # ------------------------------------------------------------ helpers
+
+    def _history(self, by: str, action: str, why: str) -> dict[str, Any]:
+        if not by.strip() or not why.strip():
+            raise ManualError("say who you are (--by) and why (--why): the row keeps both")
+        return {"at": iso_now(self.clock()), "by": by.strip(), "action": action, "why": why.strip()}
+
+    def _update(self, table: str, key: str, update: str, condition: str, **values: Any) -> dict[str, Any]:
+        try:
+            answer = self.t.ddb.update_item(
+                TableName=table, Key=to_item({"pk": key}), UpdateExpression=update, ConditionExpression=condition,
+                ExpressionAttributeValues=names_values(**values), ReturnValues="ALL_NEW")
+        except self.t.ddb.exceptions.ConditionalCheckFailedException:
+            raise ManualError(f"{key} is not waiting for a person (already resolved, replayed or booked)") from None
+        return from_item(answer["Attributes"]) or {}
+
+    def _query(self, table: str, index: str, name: str, value: str) -> list[dict[str, Any]]:
+        rows, kwargs = [], {"TableName": table, "IndexName": index, "KeyConditionExpression": f"{name} = :v",
+                            "ExpressionAttributeValues": names_values(v=value)}
+        while True:
+            page = self.t.ddb.query(**kwargs)
+            rows += [from_item(item) for item in page.get("Items", [])]
+            if "LastEvaluatedKey" not in page:
+                return rows
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def _raw_item(self, row: dict[str, Any]) -> dict[str, Any]:
+        return {"id": f"{RAW}:{row['pk']}", "kind": "unbooked payment", "channel": row.get("channel"),
+                "mchid": row.get("mchid"), "order": row.get("out_trade_no"), "since": row.get("pending_at"),
+                "amount_cent": row.get("paid_cent"), "why": row.get("manual_reason")}
+
+    def _event_item(self, row: dict[str, Any]) -> dict[str, Any]:
+        return {"id": f"{EVENT}:{row['pk']}", "kind": row.get("kind"), "channel": row.get("channel"),
+                "mchid": row.get("mchid"), "order": None, "since": row.get("created_at"), "amount_cent": None,
+                "why": row.get("reason")}
+
+
+def _split(item_id: str) -> tuple[str, str]:
+    kind, _, key = item_id.partition(":")
+    if kind not in (RAW, EVENT) or not key:
+        raise ManualError(f"manual item ids look like raw:<channel#id> or event:<id>, not {item_id!r}")
+    return kind, key
+
+
+def _notice_dict(row: dict[str, Any]) -> dict[str, Any]:
+    return asdict(notice_from_raw(row))
