@@ -7,6 +7,7 @@ from tally.observability import M, count, logger, metrics
 ROUTES = {"/notify/wechatpay/": "wechatpay_v3"}
 
 
+@logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
 def handler(event, context):
     try:

@@ -2,10 +2,11 @@
 
 from tally import bootstrap
 from tally.apigw import BadRequest, HttpRequest, json_response
-from tally.observability import metrics
+from tally.observability import logger, metrics
 from tally.service.orders import InvalidOrder, NotFound, OrderConflict, PrepayFailed
 
 
+@logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
 def handler(event, context):
     service = bootstrap.order_service()

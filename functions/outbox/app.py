@@ -4,6 +4,7 @@ from tally import bootstrap
 from tally.observability import M, count, logger, metrics
 
 
+@logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
 def handler(event, context):
     service = bootstrap.outbox_service()

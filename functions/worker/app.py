@@ -14,6 +14,7 @@ processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failu
 def apply_record(record):
     message = json.loads(record.body)
     raw_key = message["raw_key"]
+    logger.append_keys(raw_key=raw_key)  # correlation id on every line about this record
     try:
         return bootstrap.apply_service().apply(raw_key, message.get("notice")).value
     except RetryLater as exc:
@@ -25,6 +26,7 @@ def apply_record(record):
         raise
 
 
+@logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
 def handler(event, context):
     return process_partial_response(event=event, record_handler=apply_record, processor=processor, context=context)

@@ -58,6 +58,7 @@ class IngestService:
             notice = wx.to_payment_notice(resource)
         except wx.DecryptError as exc:
             return self._quarantine(request, mchid, f"undecryptable: {exc}", envelope_id=_envelope_id(request.body))
+        logger.append_keys(raw_key=notice.raw_key, order=order_key(notice.mchid, notice.out_trade_no))
         if notice.mchid != mchid and notice.sp_mchid != mchid:
             return self._quarantine(request, mchid, f"resource merchant {notice.mchid} != URL merchant {mchid}",
                                     envelope_id=str(envelope.get("id") or ""))
