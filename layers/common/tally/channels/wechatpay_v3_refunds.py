@@ -116,7 +116,8 @@ class WeChatRefunds:
         if found.kind is not AnswerKind.OUTCOME or found.event is None:
             return found
         try:
-            notice = to_refund_notice(answer, source="query")
+            # the query's Refund object carries no mchid: it is the merchant whose credentials asked
+            notice = to_refund_notice({"mchid": self.client.creds.mchid, **answer}, source="query")
         except wx.DecryptError as exc:
             return ChannelAnswer(AnswerKind.UNKNOWN, refund_id=found.refund_id, message=str(exc))
         return replace(found, notice=notice)
