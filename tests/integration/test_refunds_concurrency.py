@@ -12,7 +12,6 @@ one request at a time: the callers still race between their requests, which is t
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import threading
@@ -125,7 +124,7 @@ def test_R27_twenty_concurrent_partial_refunds_never_exceed_the_payment(server_a
     amounts = [random.Random(7).randint(60, 140) for _ in range(20)]  # ~2000 asked of 1000 paid
     results = race([lambda a=a: service.create({"mchid": mchid, "out_trade_no": otn, "amount_cent": a,
                                                  "reason": "race"}) for a in amounts])
-    accepted = [(a, r[0]) for a, r in zip(amounts, results) if isinstance(r, tuple)]
+    accepted = [(a, r[0]) for a, r in zip(amounts, results, strict=True) if isinstance(r, tuple)]
     refused = [r for r in results if not isinstance(r, tuple)]
     assert all(isinstance(r, ExceedsRefundable) and "exceeds refundable" in str(r) for r in refused), refused
     assert accepted and refused and len(accepted) + len(refused) == 20
@@ -169,4 +168,3 @@ def test_R29_three_concurrent_fail_reports_release_once(server_aws, sim):
     assert sorted(results).count("APPLIED") == 1, results
     assert order_of(mchid, otn)["refundable_cent"] == 100
     assert service.show(no)["status"] == "FAIL"
-    json.dumps(results)
