@@ -265,3 +265,28 @@ def test_get_refund_route(h, m):
     response = h.call("RefundsFunction", "GET", f"/refunds/{no}", b"", {}, {"refund_no": no})
     assert response["statusCode"] == 200 and json.loads(response["body"])["amount_cent"] == 10
     assert h.call("RefundsFunction", "GET", "/refunds/NOPE00", b"", {}, {"refund_no": "NOPE00"})["statusCode"] == 404
+
+
+def test_cli_refund_create_show_list(h, m, sim, monkeypatch, capsys):
+    from tally.cli import refund as cli_refund
+    from tally.cli.main import main
+
+    monkeypatch.setattr(cli_refund, "connect", lambda args: {"env": h.env})  # in-process moto: no endpoint
+    otn, _ = paid_order(h, m["mchid"], 100)
+    no = new_no()
+    assert main(["refund", "create", m["mchid"], otn, "30", "--reason", "broken", "--refund-no", no, "--local"]) == 0
+    assert capsys.readouterr().out.startswith(f"created refund {no}  ACCEPTED 0.30 CNY")
+    assert main(["refund", "create", m["mchid"], otn, "30", "--refund-no", no, "--local"]) == 0
+    assert capsys.readouterr().out.startswith("existing ")
+    assert main(["refund", "create", m["mchid"], otn, "71", "--local"]) == 1
+    assert "exceeds refundable 70" in capsys.readouterr().out
+    sim.settle_refund(no, "abnormal")
+    deliver(h, m["mchid"], no)
+    assert main(["refund", "show", no, "--local"]) == 0
+    out = capsys.readouterr().out
+    assert "MANUAL" in out and "WITH A PERSON: ABNORMAL" in out and "ABNORMAL  via notify" in out
+    assert main(["refund", "list", "--manual", "--local", "--json"]) == 0
+    assert [r["refund_no"] for r in json.loads(capsys.readouterr().out)] == [no]
+    assert main(["refund", "list", m["mchid"], otn, "--local"]) == 0
+    assert no in capsys.readouterr().out
+    assert main(["refund", "show", "NOSUCH01", "--local"]) == 1

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tally.cli import merchant, order, verify
+from tally.cli import merchant, order, refund, verify
 from tally.cli.env import StackNotFound
 
-COMMAND_MODULES = [merchant, order, verify]
+COMMAND_MODULES = [merchant, order, verify, refund]
 
 
 def build_parser() -> argparse.ArgumentParser:
