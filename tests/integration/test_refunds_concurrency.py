@@ -55,6 +55,7 @@ def moto_server():
     host, port = server.get_host_and_port()
     yield f"http://{host}:{port}"
     server.stop()
+    server._server.server_close()  # moto's stop() leaves the socket open
 
 
 @pytest.fixture
