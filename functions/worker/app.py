@@ -13,6 +13,8 @@ processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failu
 
 def apply_record(record):
     message = json.loads(record.body)
+    if "refund_raw_key" in message:
+        return apply_refund_record(message["refund_raw_key"], message["status"])
     raw_key = message["raw_key"]
     logger.append_keys(raw_key=raw_key)  # correlation id on every line about this record
     try:
@@ -23,6 +25,19 @@ def apply_record(record):
     except Exception:
         count(M.APPLY_FAILED)
         logger.exception("apply failed", extra={"raw_key": raw_key})
+        raise
+
+
+def apply_refund_record(key, status):
+    """A refund report (notification or query) → RefundService.apply_notification (R29)."""
+    try:
+        return bootstrap.refund_service().apply_notification(key, status).value
+    except RetryLater as exc:
+        logger.info("refund apply deferred", extra={"refund_raw_key": key, "reason": str(exc)})
+        raise
+    except Exception:
+        count(M.APPLY_FAILED)
+        logger.exception("refund apply failed", extra={"refund_raw_key": key, "status": status})
         raise
 
 

@@ -127,6 +127,8 @@ class _Handler(BaseHTTPRequestHandler):
         self, method: str, path: str, query: dict[str, str], body: bytes, merchant: Merchant
     ) -> tuple[int, Any]:
         sim = self.server.sim
+        if path.startswith("/v3/refund/"):
+            return sim.refund_route(method, path, self._json(body) if method == "POST" else {}, merchant)
         if method == "POST" and path == "/v3/pay/transactions/native":
             return 200, sim.create_native_order(merchant.mchid, self._json(body))
         if method == "GET" and path == "/v3/certificates":
@@ -164,6 +166,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _admin_route(self, method: str, path: str, query: dict[str, str], body: bytes) -> tuple[int, Any]:
         sim = self.server.sim
         key = (method, path)
+        if path.startswith(("/_sim/refund-behaviour", "/_sim/refunds")):
+            return sim.refund_admin(method, path, self._json(body) if method == "POST" else {})
         if key == ("GET", "/_sim/health"):
             return 200, {"ok": True}
         if key == ("GET", "/_sim/keys"):

@@ -23,6 +23,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from . import _crypto as c
+from .refunds import RefundDesk
 
 log = logging.getLogger("tally_local.simulator")
 
@@ -147,7 +148,7 @@ def test_merchant() -> dict[str, str]:
 test_merchant.__test__ = False  # type: ignore[attr-defined]  # not a pytest test
 
 
-class ChannelSimulator:
+class ChannelSimulator(RefundDesk):
     """WeChat Pay API v3 look-alike. See the package docstring for the full description."""
 
     def __init__(
@@ -185,6 +186,7 @@ class ChannelSimulator:
             self._certs.append(self._new_platform_cert())
             self._pubkey = PlatformKey(serial=self._new_pub_key_id(), private_key=c.new_rsa_key())
         self._active_serial = self._certs[-1].serial
+        self._init_refunds()  # refunds.py
 
     # ------------------------------------------------------------------ keys
     def _load_fixed_keys(self) -> None:

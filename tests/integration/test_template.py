@@ -29,15 +29,18 @@ TABLES = {
         ["pk"],
         {"by_pending": ["pending_pk", "pending_at"], "by_order": ["order_pk", "notified_at"]},
     ),
-    "NotifyEventTable": ("NOTIFY_EVENT_TABLE", ["pk"], {}),
+    "NotifyEventTable": ("NOTIFY_EVENT_TABLE", ["pk"], {"manual": ["manual_kind", "created_at"]}),
     "OrdersTable": ("ORDERS_TABLE", ["pk"], {"by_poll": ["poll_pk", "poll_due"]}),
     "TransitionsTable": ("TRANSITIONS_TABLE", ["pk", "sk"], {}),
     "LedgerTable": ("LEDGER_TABLE", ["pk"], {"by_bill_date": ["bill_date", "pk"]}),
-    "RefundTasksTable": ("REFUND_TASKS_TABLE", ["pk"], {}),
+    "RefundTasksTable": ("REFUND_TASKS_TABLE", ["pk"], {"by_status": ["status", "created_at"]}),
     "MerchantsTable": ("MERCHANTS_TABLE", ["pk"], {}),
+    "RefundsTable": ("REFUNDS_TABLE", ["pk"], {"by_poll": ["poll_pk", "poll_due"], "refunds_of_order": ["order_pk", "created_at"]}),
+    "RefundRawTable": ("REFUND_RAW_TABLE", ["pk", "sk"], {}),
 }
-NARROW_PROJECTIONS = {"by_order"}  # a history view: INCLUDE; every other index projects ALL
-CUSTOM_METRIC_ALARMS = ["NotifyRejected", "NotifyQuarantined", "EnqueueFailed", "ApplyManual", "ApplyFailed"]
+NARROW_PROJECTIONS = {"by_order", "manual"}  # history / queue views: INCLUDE; every other index projects ALL
+CUSTOM_METRIC_ALARMS = ["NotifyRejected", "NotifyQuarantined", "EnqueueFailed", "ApplyManual", "ApplyFailed",
+                        "RefundFailed", "RefundManual", "RefundTaskManual"]
 
 
 @pytest.fixture(scope="module")
@@ -168,6 +171,11 @@ def test_notify_is_open_and_orders_need_iam(resources):
     assert {k: v["Auth"]["Authorizer"] for k, v in orders.items()} == {
         "POST /orders": "AWS_IAM",
         "GET /orders/{mchid}/{out_trade_no}": "AWS_IAM",
+    }
+    refunds = http_events(resources["RefundsFunction"])
+    assert {k: v["Auth"]["Authorizer"] for k, v in refunds.items()} == {
+        "POST /refunds": "AWS_IAM",
+        "GET /refunds/{refund_no}": "AWS_IAM",
     }
 
 

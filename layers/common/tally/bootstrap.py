@@ -21,7 +21,7 @@ def set_clock(clock: Callable[[], float]) -> None:
 
 def reset() -> None:
     for built in (settings, tables, merchants, ingest_service, apply_service, order_service, outbox_service,
-                  manual_queue, _client):
+                  manual_queue, _client, refund_tables, refund_inbox, refund_service):
         built.cache_clear()
 
 
@@ -63,7 +63,8 @@ def ingest_service() -> Any:
 
     s = settings()
     return IngestService(merchants(), RawStore(tables()), EventStore(tables()),
-                         ApplyQueue(_client("sqs"), s.apply_queue_url), clock=_clock, window_s=s.timestamp_window_s)
+                         ApplyQueue(_client("sqs"), s.apply_queue_url), clock=_clock, window_s=s.timestamp_window_s,
+                         refund_inbox=refund_inbox())
 
 
 @cache
@@ -97,3 +98,48 @@ def manual_queue() -> Any:
 
     return ManualQueue(tables(), RawStore(tables()), ApplyQueue(_client("sqs"), settings().apply_queue_url),
                        ingest_service(), clock=_clock)
+
+
+# ---------------------------------------------------------------- refunds
+
+
+@cache
+def refund_tables() -> Any:
+    from tally.store.refunds import RefundTables
+
+    s = settings()
+    return RefundTables(tables(), s.refunds_table, s.refund_raw_table)
+
+
+@cache
+def refund_inbox() -> Any:
+    from tally.service.refund_inbox import RefundInbox
+    from tally.store.refunds import RefundQueue, RefundRawStore
+
+    return RefundInbox(RefundRawStore(refund_tables()), RefundQueue(_client("sqs"), settings().apply_queue_url),
+                       clock=_clock)
+
+
+def refund_channels() -> dict[str, Any]:
+    """One refund client entry per channel: `channel -> (mchid -> RefundChannel)`. Others plug in here."""
+    from tally.channels.wechatpay_v3_refunds import WeChatRefunds
+
+    directory = merchants()
+
+    def wechatpay(mchid: str) -> Any:
+        merchant = directory.wechatpay(mchid)
+        return WeChatRefunds(directory.client(merchant), merchant.notify_url)
+
+    return {"wechatpay": wechatpay}
+
+
+@cache
+def refund_service() -> Any:
+    from tally.service.refunds import RefundService
+    from tally.store.refunds import RefundRawStore, RefundStore
+    from tally.store.tables import OrderStore
+
+    s = settings()
+    return RefundService(RefundStore(refund_tables()), RefundRawStore(refund_tables()), OrderStore(tables()),
+                         refund_inbox(), refund_channels(), clock=_clock, task_policy=s.refund_task_policy,
+                         expiry_s=s.refund_expiry_s)

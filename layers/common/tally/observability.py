@@ -41,12 +41,26 @@ class M:
     # downstream events (R20)
     OUTBOX_PUBLISHED = "OutboxPublished"
     OUTBOX_FAILED = "OutboxFailed"
+    # refunds (R26–R30)
+    REFUND_CREATED = "RefundCreated"  # reserved + stored PENDING
+    REFUND_ACCEPTED = "RefundAccepted"
+    REFUND_SUCCEEDED = "RefundSucceeded"  # booked in the ledger
+    REFUND_FAILED = "RefundFailed"  # CLOSED / rejected: reservation released (R38: repeats need a person)
+    REFUND_MANUAL = "RefundManual"  # ABNORMAL, expired, mismatch, unknown answer, contradiction: a person
+    REFUND_EXPIRED = "RefundExpired"
+    REFUND_EXCEEDS = "RefundExceedsRefundable"  # refused by the guard (R27): a caller error, not alarmed
+    REFUND_CHANNEL_RETRY = "RefundChannelRetry"  # sent, outcome unknown: retried with the same refund_no
+    REFUND_QUERY_FAILED = "RefundQueryFailed"
+    REFUND_DUPLICATE = "RefundDuplicate"
+    REFUND_NOTIFY_ACCEPTED = "RefundNotifyAccepted"
+    REFUND_NOTIFY_DUPLICATE = "RefundNotifyDuplicate"
+    REFUND_TASK_MANUAL = "RefundTaskManual"  # a refund task (ILLEGAL payment) handed to a person
 
 
 # Metrics an alarm must watch: a failure nobody watches is a silent path.
 ALARMED = frozenset(
     {M.NOTIFY_REJECTED, M.NOTIFY_QUARANTINED, M.ENQUEUE_FAILED, M.APPLY_MANUAL, M.APPLY_FAILED, M.OUTBOX_FAILED}
-)
+) | frozenset({M.REFUND_FAILED, M.REFUND_MANUAL, M.REFUND_TASK_MANUAL})
 
 
 def count(name: str, value: int = 1) -> None:

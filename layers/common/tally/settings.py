@@ -22,6 +22,10 @@ class Settings:
     timestamp_window_s: int = 300
     order_not_found_max_attempts: int = 4
     http_timeout_s: float = 3.0
+    refunds_table: str = ""
+    refund_raw_table: str = ""
+    refund_task_policy: str = "manual"  # auto | manual: how refund tasks from ILLEGAL payments are worked
+    refund_expiry_s: int = 7 * 86400  # a refund without outcome after this goes to a person
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -42,6 +46,10 @@ class Settings:
                 timestamp_window_s=int(env.get("TALLY_TIMESTAMP_WINDOW_S", "300")),
                 order_not_found_max_attempts=int(env.get("TALLY_ORDER_NOT_FOUND_MAX_ATTEMPTS", "4")),
                 http_timeout_s=float(env.get("TALLY_HTTP_TIMEOUT_S", "3")),
+                refunds_table=env["REFUNDS_TABLE"],
+                refund_raw_table=env["REFUND_RAW_TABLE"],
+                refund_task_policy=env.get("REFUND_TASK_POLICY", "manual"),
+                refund_expiry_s=int(env.get("TALLY_REFUND_EXPIRY_S", str(7 * 86400))),
             )
         except KeyError as missing:
             raise RuntimeError(f"missing environment variable {missing}: see docs/contracts.md") from None

@@ -15,6 +15,8 @@ OUTPUT_ENV = {
     "LedgerTableName": "LEDGER_TABLE",
     "RefundTasksTableName": "REFUND_TASKS_TABLE",
     "MerchantsTableName": "MERCHANTS_TABLE",
+    "RefundsTableName": "REFUNDS_TABLE",
+    "RefundRawTableName": "REFUND_RAW_TABLE",
     "ApplyQueueUrl": "APPLY_QUEUE_URL",
     "BillsBucketName": "BILLS_BUCKET",
 }

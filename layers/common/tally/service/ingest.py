@@ -14,6 +14,7 @@ from typing import Any
 
 from tally.apigw import HttpRequest, HttpResponse
 from tally.channels import wechatpay_v3 as wx
+from tally.channels import wechatpay_v3_refunds as wxr
 from tally.domain.notifications import Outcome, PaymentNotice
 from tally.observability import M, count, logger
 from tally.service.merchants import MerchantDirectory, UnknownMerchant
@@ -25,8 +26,9 @@ REJECTED_TTL_DAYS = 7  # signature-rejected bodies are kept this long for a repl
 
 class IngestService:
     def __init__(self, merchants: MerchantDirectory, raw: RawStore, events: EventStore, queue: ApplyQueue,
-                 *, clock: Callable[[], float] = time.time, window_s: int = 300):
+                 *, clock: Callable[[], float] = time.time, window_s: int = 300, refund_inbox: Any = None):
         self.merchants = merchants
+        self.refund_inbox = refund_inbox
         self.raw = raw
         self.events = events
         self.queue = queue
@@ -55,6 +57,8 @@ class IngestService:
         try:
             envelope = wx.parse_envelope(request.body)
             resource = wx.open_resource(envelope, merchant.creds.apiv3_key)
+            if wxr.is_refund_event(envelope):  # REFUND.SUCCESS / ABNORMAL / CLOSED share this URL (§1.5)
+                return self._store_refund(wxr.to_refund_notice(resource), request, envelope, mchid)
             notice = wx.to_payment_notice(resource)
         except wx.DecryptError as exc:
             return self._quarantine(request, mchid, f"undecryptable: {exc}", envelope_id=_envelope_id(request.body))
@@ -100,6 +104,18 @@ class IngestService:
             return _wx_ack(*wx.ack_failure(500, "enqueue failed, retry"), "enqueue_failed")
         count(M.NOTIFY_DUPLICATE if existing else M.NOTIFY_ACCEPTED)
         return _wx_ack(*wx.ack_success(), "duplicate" if existing else "accepted")
+
+    def _store_refund(self, refund: Any, request: HttpRequest, envelope: dict[str, Any], mchid: str) -> HttpResponse:
+        """R7/R30: raw refund row keyed (channel#refund_no, status), enqueue, ACK (service/refund_inbox.py)."""
+        envelope_id = str(envelope.get("id") or "")
+        if (refund.mchid != mchid and refund.sp_mchid != mchid) or self.refund_inbox is None:
+            return self._quarantine(request, mchid, f"refund for merchant {refund.mchid} on URL {mchid} "
+                                    f"(inbox configured: {self.refund_inbox is not None})", envelope_id=envelope_id)
+        ok = self.refund_inbox.accept(refund, body=request.body.decode("utf-8", "replace"),
+                                      headers=_verify_headers(request.headers), envelope_id=envelope_id)
+        if ok:
+            return _wx_ack(*wx.ack_success(), "accepted")
+        return _wx_ack(*wx.ack_failure(500, "enqueue failed, retry"), "enqueue_failed")
 
     def _reject(self, status: int, reason: str, mchid: str, request: HttpRequest, *, keep: bool = False) -> HttpResponse:
         """R4: no business state; a metric and a log line with the (untrusted) order hint. With `keep`

@@ -1,0 +1,40 @@
+"""refunds λ: POST /refunds (create, R26–R28) and GET /refunds/{refund_no}. IAM-authorised in template.yaml.
+
+`scheduled` is the poller's entry (poll_due + work_tasks); the poller handler calls the same two methods.
+"""
+
+from tally import bootstrap
+from tally.apigw import BadRequest, HttpRequest, json_response
+from tally.domain.refunds import ExceedsRefundable
+from tally.observability import metrics
+from tally.service.refunds import Busy, InvalidRefund, NotFound, RefundConflict
+
+
+@metrics.log_metrics
+def handler(event, context):
+    service = bootstrap.refund_service()
+    try:
+        request = HttpRequest.from_event(event)
+        if request.method == "POST":
+            refund, created = service.create(request.json())
+            return json_response(201 if created else 200, refund).to_event()
+        return json_response(200, service.show(request.path_params["refund_no"])).to_event()
+    except (BadRequest, InvalidRefund) as exc:
+        return json_response(400, {"error": str(exc)}).to_event()
+    except ExceedsRefundable as exc:
+        return json_response(409, {"error": f"exceeds refundable: {exc}", "refundable_cent": exc.refundable_cent,
+                                   "amount_cent": exc.amount_cent}).to_event()
+    except RefundConflict as exc:
+        return json_response(409, {"error": str(exc)}).to_event()
+    except NotFound as exc:
+        return json_response(404, {"error": str(exc)}).to_event()
+    except Busy as exc:
+        return json_response(503, {"error": str(exc)}).to_event()
+
+
+@metrics.log_metrics
+def scheduled(event, context):
+    """Test-invokable poller entry: `{"limit": 50}` → what poll_due and work_tasks did."""
+    limit = int((event or {}).get("limit", 50))
+    service = bootstrap.refund_service()
+    return {"poll_due": service.poll_due(limit), "work_tasks": service.work_tasks(limit)}

@@ -1,0 +1,144 @@
+"""WeChat Pay v3 refunds: the create / query calls (channel-spec §2.3, §2.4), the refund
+notification resource (§1.8), and the explicit tables mapping the channel's words to outcomes (R22, R29).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+from urllib.parse import quote
+
+from tally.channels import wechatpay_v3 as wx
+from tally.domain.money import MoneyError, cents
+from tally.domain.refunds import AnswerKind, ChannelAnswer, RefundEvent, RefundNotice
+
+CREATE_PATH = "/v3/refund/domestic/refunds"
+
+# Refund status (response `status`, notification `refund_status`) → event. PROCESSING = no outcome yet.
+REFUND_STATUS: dict[str, RefundEvent | None] = {
+    "SUCCESS": RefundEvent.SUCCEED,
+    "CLOSED": RefundEvent.FAIL,
+    "ABNORMAL": RefundEvent.ABNORMAL,
+    "PROCESSING": None,
+}
+
+# Error codes of the create call (§2.3). RETRY: same out_refund_no later. REJECTED: the channel refused
+# the request for good, so the refund never existed there: release and spend the refund_no. Anything
+# else (an unmapped code) goes to a person.
+CREATE_ERRORS: dict[str, AnswerKind] = {
+    "SYSTEM_ERROR": AnswerKind.RETRY,
+    "FREQUENCY_LIMITED": AnswerKind.RETRY,
+    "BANK_ERROR": AnswerKind.RETRY,
+    "NOT_ENOUGH": AnswerKind.RETRY,  # merchant balance too low for now: retried until expiry, then a person
+    "PARAM_ERROR": AnswerKind.REJECTED,
+    "INVALID_REQUEST": AnswerKind.REJECTED,
+    "RESOURCE_NOT_EXISTS": AnswerKind.REJECTED,  # order unknown or unpaid at the channel
+    "USER_ACCOUNT_ABNORMAL": AnswerKind.REJECTED,
+    "NO_AUTH": AnswerKind.REJECTED,
+    "MCH_NOT_EXISTS": AnswerKind.REJECTED,
+}
+
+EVENT_TYPES = ("REFUND.SUCCESS", "REFUND.ABNORMAL", "REFUND.CLOSED")
+
+
+def is_refund_event(envelope: dict[str, Any]) -> bool:
+    return str(envelope.get("event_type") or "").startswith("REFUND.") or \
+        (envelope.get("resource") or {}).get("original_type") == "refund"
+
+
+def to_refund_notice(resource: dict[str, Any], source: str = "notify") -> RefundNotice:
+    """A refund resource (§1.8 notification, or §2.3 `Refund` object from a query: `status` there)."""
+    try:
+        partner = "sp_mchid" in resource
+        amount = resource.get("amount") or {}
+        status = _text(resource.get("refund_status") or resource.get("status"))
+        return RefundNotice(
+            channel=wx.CHANNEL,
+            refund_no=_text(resource["out_refund_no"]),
+            refund_id=_text(resource["refund_id"]),
+            status=status,
+            event=REFUND_STATUS.get(status),
+            mchid=_text(resource["sub_mchid"] if partner else resource["mchid"]),
+            sp_mchid=_text(resource["sp_mchid"]) if partner else None,
+            out_trade_no=_text(resource["out_trade_no"]),
+            transaction_id=str(resource.get("transaction_id") or ""),
+            refund_cent=cents(amount["refund"]),
+            total_cent=cents(amount["total"]),
+            success_time=resource.get("success_time") or None,
+            source=source,
+        )
+    except (KeyError, TypeError, MoneyError) as exc:
+        raise wx.DecryptError(f"refund resource lacks or mistypes {exc}") from None
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise TypeError(f"expected a non-empty string, got {value!r}")
+    return value
+
+
+class WeChatRefunds:
+    """The per-channel refund client the RefundService calls (create / query), WeChat Pay v3."""
+
+    channel = wx.CHANNEL
+
+    def __init__(self, client: wx.WeChatPayClient, notify_url: str):
+        self.client = client
+        self.notify_url = notify_url
+
+    def create(self, refund: dict[str, Any]) -> ChannelAnswer:
+        body: dict[str, Any] = {
+            "out_refund_no": refund["refund_no"],
+            "reason": refund.get("reason") or None,
+            "notify_url": self.notify_url or None,
+            "amount": {"refund": cents(refund["amount_cent"]), "total": cents(refund["total_cent"]),
+                       "currency": refund.get("currency") or "CNY"},
+        }
+        if refund.get("transaction_id"):
+            body["transaction_id"] = refund["transaction_id"]
+        else:
+            body["out_trade_no"] = refund["out_trade_no"]
+        body = {k: v for k, v in body.items() if v is not None}
+        try:
+            answer = self.client.request("POST", CREATE_PATH, body)
+        except wx.ChannelError as exc:
+            return _error_answer(exc, CREATE_ERRORS)
+        return _refund_answer(answer, AnswerKind.ACCEPTED)
+
+    def query(self, refund: dict[str, Any]) -> ChannelAnswer:
+        try:
+            answer = self.client.request("GET", f"{CREATE_PATH}/{quote(refund['refund_no'], safe='')}", None)
+        except wx.ChannelError as exc:
+            if exc.status == 404 and exc.code == "RESOURCE_NOT_EXISTS":
+                return ChannelAnswer(AnswerKind.NOT_FOUND, code=exc.code, message=str(exc))
+            return ChannelAnswer(AnswerKind.RETRY, code=exc.code, message=str(exc))
+        found = _refund_answer(answer, AnswerKind.OUTCOME)
+        if found.kind is not AnswerKind.OUTCOME or found.event is None:
+            return found
+        try:
+            # the query's Refund object carries no mchid: it is the merchant whose credentials asked
+            notice = to_refund_notice({"mchid": self.client.creds.mchid, **answer}, source="query")
+        except wx.DecryptError as exc:
+            return ChannelAnswer(AnswerKind.UNKNOWN, refund_id=found.refund_id, message=str(exc))
+        return replace(found, notice=notice)
+
+
+def _refund_answer(answer: Any, kind: AnswerKind) -> ChannelAnswer:
+    if not isinstance(answer, dict) or not answer.get("refund_id") or not answer.get("status"):
+        return ChannelAnswer(AnswerKind.UNKNOWN, message=f"refund answer without refund_id/status: {str(answer)[:200]}")
+    status = str(answer["status"])
+    if status not in REFUND_STATUS:
+        return ChannelAnswer(AnswerKind.UNKNOWN, refund_id=str(answer["refund_id"]), code=status,
+                             message=f"unmapped refund status {status!r}")
+    amount = answer.get("amount") or {}
+    refund = amount.get("refund")
+    return ChannelAnswer(kind, event=REFUND_STATUS[status], refund_id=str(answer["refund_id"]),
+                         refund_cent=refund if isinstance(refund, int) and not isinstance(refund, bool) else None,
+                         success_time=answer.get("success_time") or None, code=status)
+
+
+def _error_answer(exc: wx.ChannelError, table: dict[str, AnswerKind]) -> ChannelAnswer:
+    if exc.retryable or exc.status == 0:
+        return ChannelAnswer(AnswerKind.RETRY, code=exc.code, message=str(exc))  # "sent, outcome unknown"
+    kind = table.get(exc.code, AnswerKind.UNKNOWN)
+    return ChannelAnswer(kind, code=exc.code, message=str(exc))

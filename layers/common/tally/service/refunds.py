@@ -1,0 +1,468 @@
+"""Refunds that can never pay out twice (R26–R30): create, submit, apply outcomes, poll, work refund tasks.
+
+1. create: ONE transaction reserves the amount on its hold and puts the refund PENDING (R26, R27).
+2. submit: the channel is called outside any transaction (R28), always with the stored refund_no.
+   Accepted → ACCEPTED; no answer / retryable → stays PENDING and poll_due retries with the SAME
+   refund_no; a definitive refusal → FAIL (released); an unmapped answer → MANUAL.
+3. outcomes only from the channel (R29): notifications (via refund_raw + the queue) and queries
+   (poll_due) go through apply_notification: the refund's status CAS, the ledger entry or the
+   release, and raw handled=1 commit in one transaction, so a release or a booking happens once.
+
+The channel clients are per channel: `channels[channel](mchid) -> RefundChannel` (create/query).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+import string
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from enum import Enum
+from typing import Any, Protocol
+
+from tally.channels.refunds import refund_event_of
+from tally.domain.refunds import (
+    IN_FLIGHT,
+    AnswerKind,
+    ChannelAnswer,
+    Effect,
+    ExceedsRefundable,
+    RefundEvent,
+    RefundNotice,
+    RefundStatus,
+    Verdict,
+    check_reserve,
+    mismatches,
+    transit,
+)
+from tally.observability import M, count, logger
+from tally.service.apply import RetryLater, bill_date
+from tally.service.refund_inbox import RefundInbox, notice_from_raw
+from tally.store.refunds import HOLD_ORDER, HOLD_TASK, RefundRawStore, RefundStore, TransactionFailed, poll_pk
+from tally.store.tables import OrderStore, iso_now, order_key
+
+REFUND_NO = re.compile(r"^[0-9A-Za-z_\-|*@]{6,64}$")  # WeChat out_refund_no charset (§2.3)
+OUT_TRADE_NO = re.compile(r"^[0-9A-Za-z_\-*]{6,32}$")
+BACKOFF_S = (60, 60, 120, 300, 900, 1800, 3600)  # between polls of one refund; then hourly until expiry
+CAS_ROUNDS = 4
+
+
+class RefundChannel(Protocol):
+    def create(self, refund: dict[str, Any]) -> ChannelAnswer: ...
+
+    def query(self, refund: dict[str, Any]) -> ChannelAnswer: ...
+
+
+class InvalidRefund(ValueError):
+    """The request is wrong (HTTP 400)."""
+
+
+class RefundConflict(ValueError):
+    """409: the refund cannot be made as asked (refund_no reused for other terms, spent, order not paid)."""
+
+
+class NotFound(LookupError):
+    pass
+
+
+class Busy(RuntimeError):
+    """Contention did not settle: retry with the same refund_no (HTTP 503)."""
+
+
+class Applied(str, Enum):
+    APPLIED = "APPLIED"
+    DUPLICATE = "DUPLICATE"
+    ILLEGAL = "ILLEGAL"
+    MANUAL = "MANUAL"
+    ALREADY_HANDLED = "ALREADY_HANDLED"
+
+
+def new_refund_no(now_s: float) -> str:
+    """R + UTC time + 12 random characters: unique without a lookup, sortable by creation (R26)."""
+    alphabet = string.ascii_uppercase + string.digits
+    return "R" + time.strftime("%Y%m%d%H%M%S", time.gmtime(now_s)) + "".join(secrets.choice(alphabet)
+                                                                            for _ in range(12))
+
+
+def task_refund_no(task_pk: str) -> str:
+    """Derived from the task, so working a task again can never start a second refund (R26)."""
+    return "RT" + hashlib.sha256(task_pk.encode()).hexdigest()[:30].upper()
+
+
+class RefundService:
+    def __init__(self, store: RefundStore, raw: RefundRawStore, orders: OrderStore, inbox: RefundInbox,
+                 channels: Mapping[str, Callable[[str], RefundChannel]], *, clock: Callable[[], float] = time.time,
+                 task_policy: str = "manual", expiry_s: int = 7 * 86400, not_found_attempts: int = 5):
+        if task_policy not in ("auto", "manual"):
+            raise ValueError("REFUND_TASK_POLICY must be auto or manual")
+        self.store = store
+        self.raw = raw
+        self.orders = orders
+        self.inbox = inbox
+        self.channels = channels
+        self.clock = clock
+        self.task_policy = task_policy
+        self.expiry_s = expiry_s
+        self.not_found_attempts = not_found_attempts
+
+    # ================================================================== create (R26, R27, R28)
+
+    def create(self, request: Any) -> tuple[dict[str, Any], bool]:
+        """Returns (the refund, created). An existing refund_no answers the existing refund."""
+        spec = validate_refund_request(request)
+        order = self.orders.get(spec["mchid"], spec["out_trade_no"])
+        if order is None:
+            raise NotFound(f"no order {spec['mchid']}/{spec['out_trade_no']}")
+        refund_no = spec["refund_no"] or new_refund_no(self.clock())
+        existing = self.store.get(refund_no)
+        if existing is not None:
+            return self._same_refund(existing, order["pk"], spec["amount_cent"]), False
+        if order.get("status") != "PAID":
+            raise RefundConflict(f"order {spec['out_trade_no']} is {order.get('status')}: only a paid order is refunded")
+        try:  # an early answer; the guard that counts is the transaction below
+            check_reserve(int(order.get("refundable_cent") or 0), spec["amount_cent"])
+        except ExceedsRefundable:
+            count(M.REFUND_EXCEEDS)
+            raise
+        channel = self._channel(order["channel"], order["mchid"])  # unknown merchant: refuse before reserving
+        row = self._new_row(refund_no, order, spec["amount_cent"], spec["reason"], HOLD_ORDER, order["pk"], "api")
+        for _ in range(CAS_ROUNDS):
+            try:
+                self.store.transact([self.store.reserve_on_order(order["pk"], row["amount_cent"], row["created_at"]),
+                                     self.store.put_new(row)])
+                break
+            except TransactionFailed as exc:
+                if 1 in exc.failed:  # the same refund_no won a race with us: answer that one
+                    return self._same_refund(self.store.get(refund_no) or {}, order["pk"], spec["amount_cent"]), False
+                if 0 in exc.failed:
+                    fresh = self.orders.get(spec["mchid"], spec["out_trade_no"]) or {}
+                    if fresh.get("status") != "PAID":
+                        raise RefundConflict(f"order is {fresh.get('status')}: only a paid order is refunded") from None
+                    count(M.REFUND_EXCEEDS)
+                    raise ExceedsRefundable(spec["amount_cent"], int(fresh.get("refundable_cent") or 0)) from None
+                if not exc.conflict:
+                    raise
+        else:
+            raise Busy(f"refund {refund_no}: contention on the order, retry with the same refund_no")
+        count(M.REFUND_CREATED)
+        logger.info("refund reserved", extra={"refund_no": refund_no, "order": order["pk"],
+                                              "amount_cent": row["amount_cent"]})
+        self._submit(row, channel)
+        return public_refund(self.store.get(refund_no) or row), True
+
+    def _same_refund(self, existing: dict[str, Any], order_pk: str, amount_cent: int) -> dict[str, Any]:
+        if existing.get("order_pk") != order_pk or existing.get("amount_cent") != amount_cent:
+            raise RefundConflict(f"refund_no {existing.get('pk')} already exists for order {existing.get('order_pk')} "
+                                 f"amount {existing.get('amount_cent')} (cents): use a new refund_no")
+        if existing.get("status") == RefundStatus.FAIL.value:
+            raise RefundConflict(f"refund_no {existing['pk']} failed ({existing.get('fail_reason', '')}); "
+                                 "a failed refund_no is spent: retry with a new refund_no")
+        return public_refund(existing)
+
+    def _new_row(self, refund_no: str, order: dict[str, Any], amount: int, reason: str, hold: str, hold_pk: str,
+                 source: str, transaction_id: str | None = None) -> dict[str, Any]:
+        now_s = self.clock()
+        now = iso_now(now_s)
+        return {
+            "pk": refund_no, "refund_no": refund_no, "channel": order["channel"], "mchid": order["mchid"],
+            "out_trade_no": order["out_trade_no"], "order_pk": order["pk"],
+            "transaction_id": transaction_id or order.get("transaction_id"), "amount_cent": amount,
+            "total_cent": int(order["amount_cent"]), "currency": order.get("currency", "CNY"), "reason": reason,
+            "status": RefundStatus.PENDING.value, "hold": hold, "hold_pk": hold_pk, "source": source,
+            "created_at": now, "updated_at": now, "expire_at": iso_now(now_s + self.expiry_s),
+            # a crash before the channel call leaves PENDING: poll_due retries it, same refund_no (R26)
+            "poll_pk": poll_pk(refund_no), "poll_due": iso_now(now_s + BACKOFF_S[0]), "poll_attempts": 0,
+        }
+
+    def _channel(self, channel: str, mchid: str) -> RefundChannel:
+        factory = self.channels.get(channel)
+        if factory is None:
+            raise RefundConflict(f"refunds on channel {channel!r} are not wired yet")
+        try:
+            return factory(mchid)
+        except LookupError as exc:
+            raise NotFound(f"merchant {mchid} on {channel}: {exc}") from None
+
+    # ================================================================== submit: outside any transaction (R28)
+
+    def _submit(self, row: dict[str, Any], channel: RefundChannel) -> None:
+        answer = channel.create(row)
+        self._after_create(row, answer)
+
+    def _after_create(self, row: dict[str, Any], answer: ChannelAnswer) -> str:
+        refund_no = row["pk"]
+        if answer.kind is AnswerKind.ACCEPTED:
+            if answer.refund_cent is not None and answer.refund_cent != row["amount_cent"]:
+                self._event(refund_no, RefundEvent.MISMATCH, refund_id=answer.refund_id,
+                            reason=f"channel accepted {answer.refund_cent} cents, we asked {row['amount_cent']}")
+                return "MISMATCH"
+            self._event(refund_no, RefundEvent.ACCEPT, refund_id=answer.refund_id)
+            count(M.REFUND_ACCEPTED)
+            return "ACCEPTED"  # not success: that comes only from a notification or a query (R29)
+        if answer.kind is AnswerKind.REJECTED:
+            self._event(refund_no, RefundEvent.FAIL, reason=f"rejected by the channel: {answer.message}"[:300])
+            return "REJECTED"
+        if answer.kind is AnswerKind.RETRY:
+            count(M.REFUND_CHANNEL_RETRY)
+            logger.warning("refund sent, outcome unknown: retried later with the same refund_no",
+                           extra={"refund_no": refund_no, "error": answer.message})
+            self._reschedule(row, f"create: {answer.message}")
+            return "RETRY"
+        self._event(refund_no, RefundEvent.UNKNOWN, reason=f"unmapped create answer {answer.code}: {answer.message}")
+        return "UNKNOWN"
+
+    # ================================================================== outcomes (R29)
+
+    def apply_notification(self, raw_key: str, status: str) -> Applied:
+        """The worker's entry: a stored refund report (notification or query) → the refund."""
+        raw = self.raw.get(raw_key, status)
+        if raw is None:
+            raise RetryLater(f"refund raw row {raw_key}/{status} not found")
+        if raw.get("handled") != 0:
+            return Applied.ALREADY_HANDLED
+        notice = notice_from_raw(raw, refund_event_of)
+        refund = self.store.get(notice.refund_no)
+        now = iso_now(self.clock())
+        if refund is None or refund.get("channel") != notice.channel:
+            attempts = self.raw.count_attempt(raw_key, status)
+            if attempts < self.not_found_attempts:
+                raise RetryLater(f"refund {notice.refund_no} not found (attempt {attempts})")
+            # money went back for a refund we never made (e.g. by hand on the merchant platform): a person
+            self.raw.mark(raw_key, status, 2, f"refund {notice.refund_no} not found after {attempts} attempts", now)
+            count(M.REFUND_MANUAL)
+            logger.error("refund report for an unknown refund_no", extra={"refund_raw_key": raw_key})
+            return Applied.MANUAL
+        problems = mismatches(notice, refund)
+        raw_ref = (raw_key, status)
+        if problems:
+            return self._event(notice.refund_no, RefundEvent.MISMATCH, raw=raw_ref, raw_handled=2,
+                               refund_id=notice.refund_id, reason="; ".join(problems), source=notice.source)
+        if notice.event is None:
+            return self._event(notice.refund_no, RefundEvent.UNKNOWN, raw=raw_ref, raw_handled=2,
+                               refund_id=notice.refund_id, reason=f"unknown refund status {notice.status!r}",
+                               source=notice.source)
+        return self._event(notice.refund_no, notice.event, raw=raw_ref, refund_id=notice.refund_id,
+                           success_time=notice.success_time, source=notice.source,
+                           reason=f"channel says {notice.status}")
+
+    def _event(self, refund_no: str, event: RefundEvent, *, raw: tuple[str, str] | None = None, raw_handled: int = 1,
+               refund_id: str | None = None, success_time: str | None = None, reason: str = "",
+               source: str = "api") -> Applied:
+        """Read → decide (pure transit) → one transaction; a lost status CAS re-reads and decides again."""
+        for _ in range(CAS_ROUNDS):
+            refund = self.store.get(refund_no)
+            if refund is None:
+                raise RetryLater(f"refund {refund_no} vanished")
+            status = RefundStatus(refund["status"])
+            decision = transit(status, event)
+            now_s = self.clock()
+            now = iso_now(now_s)
+            if decision.verdict is Verdict.DUPLICATE:
+                if refund_id and not refund.get("refund_id"):
+                    self.store.set_fields(refund_no, status.value, refund_id=refund_id)
+                if raw:
+                    self.raw.mark(*raw, 1, "DUPLICATE", now)
+                count(M.REFUND_DUPLICATE)
+                return Applied.DUPLICATE
+            if decision.verdict is Verdict.ILLEGAL:
+                if raw:
+                    self.raw.mark(*raw, 2, f"ILLEGAL {decision.reason}: {reason}", now)
+                count(M.REFUND_MANUAL)
+                logger.error("refund report contradicts an applied outcome: a person must look",
+                             extra={"refund_no": refund_no, "status": status.value, "event": event.value})
+                return Applied.ILLEGAL
+            to = decision.new_status
+            assert to is not None
+            fields: dict[str, Any] = {"refund_id": refund_id or None}
+            if to is RefundStatus.SUCCESS:
+                fields["success_time"] = success_time
+            if to is RefundStatus.FAIL:
+                fields["fail_reason"] = reason[:300] or event.value
+            move = self.store.move(
+                refund_no, status.value, to.value, now,
+                poll_due=iso_now(now_s + BACKOFF_S[0]) if to is RefundStatus.ACCEPTED else None,
+                manual_reason=f"{event.value}: {reason}" if to is RefundStatus.MANUAL else None, **fields)
+            items = [move]
+            if decision.effect is Effect.BOOK:
+                items.append(self.store.ledger_entry(refund, refund_id, bill_date(success_time, now_s), success_time,
+                                                     source, now))
+                items.append(self.store.book_on_hold(refund, now))
+            elif decision.effect is Effect.RELEASE:
+                items.append(self.store.release_on_hold(refund, now, reason or event.value))
+            if raw:
+                items.append(self.raw.handled(*raw, raw_handled, f"{to.value} ({reason})"[:200], now))
+            try:
+                self.store.transact(items)
+            except TransactionFailed as exc:
+                if raw and len(items) - 1 in exc.failed:
+                    return Applied.ALREADY_HANDLED  # another worker applied this very report
+                if 0 in exc.failed or exc.conflict:
+                    continue  # the refund moved under us: re-read and decide again
+                raise RuntimeError(f"refund {refund_no} {status.value}->{to.value}: hold or ledger condition "
+                                   f"failed ({exc.failed}); left for the retry and the DLQ alarm") from None
+            self._count_transition(refund, to, decision.effect, reason)
+            return Applied.MANUAL if to is RefundStatus.MANUAL else Applied.APPLIED
+        raise RetryLater(f"refund {refund_no} kept changing under us")
+
+    def _count_transition(self, refund: dict[str, Any], to: RefundStatus, effect: Effect, reason: str) -> None:
+        extra = {"refund_no": refund["pk"], "order": refund["order_pk"], "amount_cent": refund["amount_cent"],
+                 "to": to.value, "reason": reason}
+        if effect is Effect.BOOK:
+            count(M.REFUND_SUCCEEDED)
+            logger.info("refund booked", extra=extra)
+        elif effect is Effect.RELEASE:
+            count(M.REFUND_FAILED)
+            if refund["hold"] == HOLD_TASK:
+                count(M.REFUND_TASK_MANUAL)
+            logger.warning("refund failed; reservation released", extra=extra)
+        elif to is RefundStatus.MANUAL:
+            count(M.REFUND_MANUAL)
+            logger.error("refund sent to a person", extra=extra)
+
+    # ================================================================== the poller's entries (R21, R29)
+
+    def poll_due(self, limit: int = 50) -> dict[str, int]:
+        """Refunds PENDING (retry the create, same refund_no) or ACCEPTED (query) that are due, from the
+        sparse poll index in bounded batches; backoff between polls; past expiry → a person."""
+        now_s = self.clock()
+        done: Counter[str] = Counter()
+        for row in self.store.due(iso_now(now_s), limit):
+            try:
+                done[self._poll_one(row, now_s)] += 1
+            except RetryLater as exc:
+                done["RETRY_LATER"] += 1
+                logger.info("refund poll deferred", extra={"refund_no": row["pk"], "reason": str(exc)})
+        return dict(done)
+
+    def _poll_one(self, row: dict[str, Any], now_s: float) -> str:
+        if iso_now(now_s) >= row["expire_at"]:
+            count(M.REFUND_EXPIRED)
+            self._event(row["pk"], RefundEvent.EXPIRE, reason=f"no outcome by {row['expire_at']}")
+            return "EXPIRED"
+        try:
+            channel = self._channel(row["channel"], row["mchid"])
+        except (NotFound, RefundConflict) as exc:
+            self._reschedule(row, str(exc))
+            return "NO_CHANNEL"
+        if row["status"] == RefundStatus.PENDING.value:
+            return self._after_create(row, channel.create(row))
+        answer = channel.query(row)
+        if answer.kind is AnswerKind.OUTCOME and answer.event is not None and answer.notice is not None:
+            existing = self.inbox.record(answer.notice)  # same key as a notification would have (R7, R23)
+            if existing is not None and existing.get("handled") in (1, 2):
+                self._reschedule(row, f"query {answer.code}: report already handled")
+                return "SEEN"
+            return self.apply_notification(answer.notice.raw_key, answer.notice.status).value
+        if answer.kind is AnswerKind.UNKNOWN:
+            self._event(row["pk"], RefundEvent.UNKNOWN, reason=f"query: {answer.message}")
+            return "UNKNOWN"
+        if answer.kind is not AnswerKind.OUTCOME:
+            count(M.REFUND_QUERY_FAILED)
+        self._reschedule(row, f"query {answer.kind.value} {answer.code} {answer.message}".strip())
+        return "PROCESSING" if answer.kind is AnswerKind.OUTCOME else answer.kind.value
+
+    def _reschedule(self, row: dict[str, Any], note: str) -> None:
+        attempts = int(row.get("poll_attempts") or 0) + 1
+        delay = BACKOFF_S[min(attempts, len(BACKOFF_S) - 1)]
+        self.store.set_fields(row["pk"], row["status"], poll_attempts=attempts,
+                              poll_due=iso_now(self.clock() + delay), last_poll_note=note[:300])
+
+    def work_tasks(self, limit: int = 20) -> dict[str, int]:
+        """Refund tasks from ILLEGAL payments (R17): auto → refunded here; manual → a person. Each task
+        ends DONE or MANUAL once: every step is conditional on the task's own status."""
+        done: Counter[str] = Counter()
+        now = iso_now(self.clock())
+        for task in self.store.open_tasks(limit):
+            if self.task_policy == "manual":
+                if self.store.task_to_person(task["pk"], "REFUND_TASK_POLICY=manual: a person refunds it", now):
+                    count(M.REFUND_TASK_MANUAL)
+                    done["MANUAL"] += 1
+                continue
+            done[self._refund_task(task)] += 1
+        return dict(done)
+
+    def _refund_task(self, task: dict[str, Any]) -> str:
+        """The ILLEGAL payment was never booked, so it is not in the order's refundable_cent: this refund
+        reserves on the task itself (OPEN → REFUNDING, the whole task amount, once) instead."""
+        now = iso_now(self.clock())
+        order = self.orders.get(task["mchid"], task["out_trade_no"])
+        if order is None:
+            self.store.task_to_person(task["pk"], "order not found", now)
+            count(M.REFUND_TASK_MANUAL)
+            return "MANUAL"
+        try:
+            channel = self._channel(task.get("channel") or order["channel"], task["mchid"])
+        except (NotFound, RefundConflict) as exc:
+            self.store.task_to_person(task["pk"], f"cannot refund automatically: {exc}", now)
+            count(M.REFUND_TASK_MANUAL)
+            return "MANUAL"
+        refund_no = task_refund_no(task["pk"])
+        row = self._new_row(refund_no, order, int(task["amount_cent"]),
+                            f"refund of a payment that could not be booked ({task.get('reason', '')})"[:80],
+                            HOLD_TASK, task["pk"], "task", transaction_id=task["transaction_id"])
+        try:
+            self.store.transact([self.store.reserve_on_task(task["pk"], refund_no, now), self.store.put_new(row)])
+        except TransactionFailed as exc:
+            if exc.failed:
+                return "ALREADY_STARTED"  # the task left OPEN or its refund exists: nothing to do twice
+            raise Busy(f"task {task['pk']}: contention") from None
+        count(M.REFUND_CREATED)
+        self._submit(row, channel)
+        return "REFUNDING"
+
+    # ================================================================== views
+
+    def show(self, refund_no: str) -> dict[str, Any]:
+        row = self.store.get(refund_no)
+        if row is None:
+            raise NotFound(f"no refund {refund_no}")
+        view = public_refund(row)
+        view["reports"] = [{k: r.get(k) for k in ("sk", "source", "refund_id", "refund_cent", "handled", "outcome",
+                                                  "notified_at")}
+                           for r in self.raw.for_refund(f"{row['channel']}#{refund_no}")]
+        return view
+
+    def for_order(self, mchid: str, out_trade_no: str) -> list[dict[str, Any]]:
+        return [public_refund(r) for r in self.store.for_order(order_key(mchid, out_trade_no))]
+
+    def manual(self, limit: int = 100) -> list[dict[str, Any]]:
+        return [public_refund(r) for r in self.store.manual(limit)]
+
+    def due(self, limit: int = 100) -> list[dict[str, Any]]:
+        return [public_refund(r) for r in self.store.due(iso_now(self.clock()), limit)]
+
+
+def public_refund(row: dict[str, Any]) -> dict[str, Any]:
+    hidden = {"pk", "poll_pk"}
+    view = {k: v for k, v in row.items() if k not in hidden}
+    view["in_flight"] = row.get("status") in {s.value for s in IN_FLIGHT}
+    return view
+
+
+def validate_refund_request(body: Any) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise InvalidRefund("body must be a JSON object")
+    mchid = body.get("mchid")
+    if not isinstance(mchid, str) or not mchid.isdigit() or len(mchid) > 32:
+        raise InvalidRefund("mchid must be the merchant number (digits)")
+    out_trade_no = body.get("out_trade_no")
+    if not isinstance(out_trade_no, str) or not OUT_TRADE_NO.match(out_trade_no):
+        raise InvalidRefund("out_trade_no must be 6-32 characters of [0-9A-Za-z_-*]")
+    amount = body.get("amount_cent")
+    if isinstance(amount, bool) or not isinstance(amount, int) or amount <= 0:
+        raise InvalidRefund("amount_cent must be a positive integer number of cents (no decimals, no strings)")
+    reason = body.get("reason", "")
+    if not isinstance(reason, str) or len(reason) > 80:
+        raise InvalidRefund("reason must be text of at most 80 characters (shown to the payer)")
+    refund_no = body.get("refund_no")
+    if refund_no is not None and (not isinstance(refund_no, str) or not REFUND_NO.match(refund_no)):
+        raise InvalidRefund("refund_no must be 6-64 characters of [0-9A-Za-z_-|*@]")
+    return {"mchid": mchid, "out_trade_no": out_trade_no, "amount_cent": amount, "reason": reason,
+            "refund_no": refund_no}
+
+
+__all__ = ["RefundService", "RefundNotice", "ExceedsRefundable", "RefundConflict", "InvalidRefund", "NotFound",
+           "Busy", "Applied", "new_refund_no", "task_refund_no", "validate_refund_request"]

@@ -1,0 +1,292 @@
+"""Refunds on moto through the real handlers and the simulator's refund API (R26–R30)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from tally import bootstrap
+from tally.domain.refunds import AnswerKind
+from tally.observability import metrics
+from tally.service.refunds import task_refund_no
+
+from tests.integration.refund_helpers import deliver, new_no, order_row, paid_order, refund
+
+
+@pytest.fixture
+def m(h, sim):
+    """The test merchant; the simulator holds every refund's outcome until a test settles it."""
+    previous = sim.set_refund_behaviour()
+    sim.set_refund_behaviour(outcome="hold", drop=True, after_accept=None)
+    yield h.add_merchant()
+    sim.set_refund_behaviour(**{k: previous[k] for k in ("outcome", "drop", "after_accept")})
+    sim._refund_plans.clear()
+    flush(h)  # metrics of direct service calls must not leak into the next test
+
+
+def flush(h):
+    """Metrics counted by direct service calls (no handler flushed them) → the harness's metric log."""
+    metrics.flush_metrics()
+    h._collect_metrics()
+
+
+def svc():
+    return bootstrap.refund_service()
+
+
+def refund_sum(h, kind="REFUND"):
+    return sum(e["amount_cent"] for e in h.scan("LEDGER_TABLE") if e["kind"] == kind)
+
+
+def test_R30_refund_20_30_50_of_100_then_one_cent_is_refused(h, m, sim):
+    """One payment, many refunds (R30); the guard in cents (R27); SUCCESS books each in the ledger."""
+    otn, _ = paid_order(h, m["mchid"], 100)
+    numbers = []
+    for amount in (20, 30, 50):
+        status, body = refund(h, m["mchid"], otn, amount)
+        assert status == 201 and body["status"] == "ACCEPTED" and body["refund_id"], body
+        numbers.append(body["refund_no"])
+    status, body = refund(h, m["mchid"], otn, 1)
+    assert status == 409 and "exceeds refundable" in body["error"] and body["refundable_cent"] == 0
+    for no in numbers:
+        sim.settle_refund(no, "success")
+        deliver(h, m["mchid"], no)
+    order = order_row(h, m["mchid"], otn)
+    assert (order["refundable_cent"], order["refunded_cent"]) == (0, 100)
+    assert refund_sum(h) == 100
+    assert {svc().show(no)["status"] for no in numbers} == {"SUCCESS"}
+    assert refund(h, m["mchid"], otn, 1)[0] == 409
+    assert len(numbers) == len(set(numbers)) and all(no.startswith("R") for no in numbers)  # generated (R26)
+
+
+def test_R26_same_refund_no_answers_the_existing_refund_without_a_second_reservation(h, m, sim):
+    otn, _ = paid_order(h, m["mchid"], 100)
+    no = new_no()
+    first = refund(h, m["mchid"], otn, 40, refund_no=no)
+    again = refund(h, m["mchid"], otn, 40, refund_no=no)
+    assert first[0] == 201 and again[0] == 200 and again[1]["refund_no"] == no
+    assert order_row(h, m["mchid"], otn)["refundable_cent"] == 60
+    assert len([r for r in sim.refunds() if r["out_refund_no"] == no]) == 1
+    status, body = refund(h, m["mchid"], otn, 41, refund_no=no)  # same number, other terms
+    assert status == 409 and "already exists" in body["error"]
+
+
+def test_R29_fail_releases_once_even_if_the_notification_arrives_three_times(h, m, sim):
+    otn, _ = paid_order(h, m["mchid"], 100)
+    status, body = refund(h, m["mchid"], otn, 70)
+    no = body["refund_no"]
+    assert order_row(h, m["mchid"], otn)["refundable_cent"] == 30
+    sim.settle_refund(no, "closed")
+    deliver(h, m["mchid"], no, times=3)  # three signed copies, each with a new envelope id
+    view = svc().show(no)
+    assert view["status"] == "FAIL" and [r["sk"] for r in view["reports"]] == ["CLOSED"]
+    assert order_row(h, m["mchid"], otn)["refundable_cent"] == 100
+    assert h.metric("RefundFailed") == 1 and refund_sum(h) == 0
+    # the same report found again by a query changes nothing either
+    assert svc().apply_notification(f"wechatpay#{no}", "CLOSED").value == "ALREADY_HANDLED"
+    assert order_row(h, m["mchid"], otn)["refundable_cent"] == 100
+
+
+def test_R29_a_failed_refund_no_is_spent_a_new_one_works(h, m, sim):
+    otn, _ = paid_order(h, m["mchid"], 100)
+    no = new_no()
+    refund(h, m["mchid"], otn, 100, refund_no=no)
+    sim.settle_refund(no, "closed")
+    deliver(h, m["mchid"], no)
+    status, body = refund(h, m["mchid"], otn, 100, refund_no=no)
+    assert status == 409 and "spent" in body["error"]
+    assert order_row(h, m["mchid"], otn)["refundable_cent"] == 100  # the refusal reserved nothing
+    status, body = refund(h, m["mchid"], otn, 100, refund_no=new_no())
+    assert status == 201 and body["status"] == "ACCEPTED"
+    sim.settle_refund(body["refund_no"], "success")
+    deliver(h, m["mchid"], body["refund_no"])
+    assert order_row(h, m["mchid"], otn)["refunded_cent"] == 100 and refund_sum(h) == 100
+
+
+def test_R29_notification_arriving_before_the_api_call_returned_is_applied(h, m, sim, monkeypatch):
+    """The channel notifies SUCCESS while our create call is still waiting for its answer."""
+    otn, _ = paid_order(h, m["mchid"], 100)
+    service = svc()
+    real = service.channels["wechatpay"]
+
+    class NotifiesFirst:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def create(self, row):
+            answer = self.inner.create(row)  # the channel accepted ...
+            assert answer.kind is AnswerKind.ACCEPTED
+            sim.settle_refund(row["refund_no"], "success")  # ... succeeded, and notified ...
+            deliver(h, m["mchid"], row["refund_no"])
+            assert svc().show(row["refund_no"])["status"] == "SUCCESS"
+            return answer  # ... before the answer reached us
+
+        def query(self, row):
+            return self.inner.query(row)
+
+    monkeypatch.setitem(service.channels, "wechatpay", lambda mchid: NotifiesFirst(real(mchid)))
+    status, body = refund(h, m["mchid"], otn, 25)
+    assert status == 201 and body["status"] == "SUCCESS" and body["refund_id"]
+    assert refund_sum(h) == 25 and order_row(h, m["mchid"], otn)["refundable_cent"] == 75
+
+
+def test_R26_R28_timeout_after_accepting_leaves_pending_and_the_poll_retries_the_same_refund_no(
+        h, m, sim, monkeypatch):
+    """Sent, outcome unknown: PENDING stays reserved; poll_due re-sends the SAME refund_no (the channel
+    answers the same refund), then queries it until the outcome (R29)."""
+    monkeypatch.setenv("TALLY_HTTP_TIMEOUT_S", "0.2")
+    bootstrap.reset()
+    otn, _ = paid_order(h, m["mchid"], 100)
+    sim.set_refund_behaviour(count=1, outcome="hold", drop=True, after_accept="timeout", hang_s=0.6)
+    status, body = refund(h, m["mchid"], otn, 60)
+    no = body["refund_no"]
+    assert status == 201 and body["status"] == "PENDING", body
+    assert order_row(h, m["mchid"], otn)["refundable_cent"] == 40
+    assert svc().poll_due() == {}  # not due yet
+    # (clock shifts stay under the 300 s signature window the simulator checks against its own clock)
+    bootstrap.set_clock(lambda: time.time() + 61)
+    assert svc().poll_due() == {"ACCEPTED": 1}
+    refunds_at_channel = [r for r in sim.refunds() if r["out_refund_no"] == no]
+    assert len(refunds_at_channel) == 1 and svc().show(no)["refund_id"] == refunds_at_channel[0]["refund_id"]
+    bootstrap.set_clock(lambda: time.time() + 125)
+    assert svc().poll_due() == {"PROCESSING": 1}  # queried: still processing, backoff
+    sim.settle_refund(no, "success")
+    assert svc().poll_due() == {}  # next poll is later (backoff)
+    bootstrap.set_clock(lambda: time.time() + 250)
+    assert svc().poll_due() == {"APPLIED": 1}
+    view = svc().show(no)
+    assert view["status"] == "SUCCESS" and view["reports"][0]["source"] == "query"
+    assert refund_sum(h) == 60 and order_row(h, m["mchid"], otn)["refundable_cent"] == 40
+
+
+def test_R29_abnormal_goes_to_a_person_and_a_later_success_still_books(h, m, sim):
+    otn, _ = paid_order(h, m["mchid"], 100)
+    no = refund(h, m["mchid"], otn, 50)[1]["refund_no"]
+    sim.settle_refund(no, "abnormal")
+    deliver(h, m["mchid"], no)
+    assert svc().show(no)["status"] == "MANUAL" and h.metric("RefundManual") == 1
+    assert [r["refund_no"] for r in svc().manual()] == [no]
+    assert order_row(h, m["mchid"], otn)["refundable_cent"] == 50  # still reserved while with a person
+    sim.settle_refund(no, "success")  # fixed by a person at the channel
+    deliver(h, m["mchid"], no)
+    assert svc().show(no)["status"] == "SUCCESS" and refund_sum(h) == 50 and svc().manual() == []
+
+
+def test_R21_R29_a_refund_without_outcome_until_expiry_goes_to_a_person(h, m):
+    otn, _ = paid_order(h, m["mchid"], 100)
+    no = refund(h, m["mchid"], otn, 10)[1]["refund_no"]
+    bootstrap.set_clock(lambda: time.time() + 8 * 86400)
+    assert svc().poll_due() == {"EXPIRED": 1}
+    flush(h)
+    assert svc().show(no)["status"] == "MANUAL" and h.metric("RefundManual") == 1
+    assert svc().poll_due() == {}  # never queried forever
+
+
+def test_R29_a_rejected_refund_fails_and_releases(h, m, sim):
+    otn, _ = paid_order(h, m["mchid"], 100)
+    sim.inject_fault("error", path_contains="/v3/refund/", status=400, code="INVALID_REQUEST", message="bad")
+    status, body = refund(h, m["mchid"], otn, 10)
+    assert status == 201 and body["status"] == "FAIL" and "INVALID_REQUEST" in body["fail_reason"]
+    assert order_row(h, m["mchid"], otn)["refundable_cent"] == 100 and h.metric("RefundFailed") == 1
+
+
+def test_refund_of_an_unpaid_or_unknown_order_is_refused(h, m):
+    h.create_order(m["mchid"], "UNPAID-0001", amount_cent=100)
+    assert refund(h, m["mchid"], "UNPAID-0001", 10)[0] == 409
+    assert refund(h, m["mchid"], "NOSUCH-0001", 10)[0] == 404
+    assert refund(h, m["mchid"], "UNPAID-0001", 0)[0] == 400
+    assert h.scan("REFUNDS_TABLE") == []
+
+
+def test_R7_refund_notification_for_an_unknown_refund_no_goes_to_a_person_after_retries(h, m, sim):
+    resource = sim.refund_resource(m["mchid"], "OUTSIDE-001", "4200000000000000000000000001", "BYHAND0001", 5, 10)
+    headers, body = sim.build_notification(m["mchid"], resource, event_type="REFUND.SUCCESS",
+                                           associated_data="refund")
+    assert h.notify(m["mchid"], headers, body)["statusCode"] == 204
+    for _ in range(6):
+        h.drain(max_rounds=1)
+    (row,) = h.scan("REFUND_RAW_TABLE")
+    assert row["pk"] == "wechatpay#BYHAND0001" and row["sk"] == "SUCCESS" and row["handled"] == 2
+    assert h.metric("RefundManual") == 1 and refund_sum(h) == 0
+
+
+def test_R17_refund_tasks_auto_policy_refunds_once_against_the_task_not_the_order(h, m, sim):
+    """An ILLEGAL payment was never booked: its refund reserves on the task (OPEN → REFUNDING), so the
+    order's refundable_cent is untouched; the refund_no derives from the task, so re-running is safe."""
+    otn, _ = paid_order(h, m["mchid"], 100)
+    second = sim.transaction_resource(m["mchid"], otn, 100)  # a second payment of the same order
+    sim._by_transaction_id[second["transaction_id"]] = (m["mchid"], otn)
+    headers, body = sim.build_notification(m["mchid"], second)
+    h.notify(m["mchid"], headers, body)
+    h.drain()
+    (task,) = h.scan("REFUND_TASKS_TABLE")
+    assert task["status"] == "OPEN"
+    service = svc()
+    service.task_policy = "auto"
+    assert service.work_tasks() == {"REFUNDING": 1}
+    assert service.work_tasks() == {}  # nothing OPEN any more: never twice
+    no = task_refund_no(task["pk"])
+    view = service.show(no)
+    assert view["status"] == "ACCEPTED" and view["hold"] == "task" and view["transaction_id"] == second["transaction_id"]
+    assert order_row(h, m["mchid"], otn)["refundable_cent"] == 100
+    sim.settle_refund(no, "success")
+    deliver(h, m["mchid"], no)
+    (task,) = h.scan("REFUND_TASKS_TABLE")
+    assert task["status"] == "DONE" and task["refund_no"] == no
+    assert refund_sum(h) == 100 and order_row(h, m["mchid"], otn)["refundable_cent"] == 100
+
+
+def test_R17_refund_tasks_manual_policy_hands_each_task_to_a_person_once(h, m, sim):
+    otn, _ = paid_order(h, m["mchid"], 100)
+    headers, body = sim.build_notification(m["mchid"], sim.transaction_resource(m["mchid"], otn, 100))
+    h.notify(m["mchid"], headers, body)
+    h.drain()
+    assert svc().work_tasks() == {"MANUAL": 1}
+    assert svc().work_tasks() == {}
+    (task,) = h.scan("REFUND_TASKS_TABLE")
+    assert task["status"] == "MANUAL" and h.scan("REFUNDS_TABLE") == []
+
+
+def test_poller_entry_is_invokable(h, m):
+    import dataclasses
+
+    from tally_local.resources import LambdaContext, load_handler
+
+    _, spec = h.handlers["RefundsFunction"]
+    scheduled = load_handler(dataclasses.replace(spec, handler="app.scheduled"))
+    result = scheduled({"limit": 5}, LambdaContext("RefundsFunction"))
+    assert result == {"poll_due": {}, "work_tasks": {}}
+
+
+def test_get_refund_route(h, m):
+    otn, _ = paid_order(h, m["mchid"], 100)
+    no = refund(h, m["mchid"], otn, 10)[1]["refund_no"]
+    response = h.call("RefundsFunction", "GET", f"/refunds/{no}", b"", {}, {"refund_no": no})
+    assert response["statusCode"] == 200 and json.loads(response["body"])["amount_cent"] == 10
+    assert h.call("RefundsFunction", "GET", "/refunds/NOPE00", b"", {}, {"refund_no": "NOPE00"})["statusCode"] == 404
+
+
+def test_cli_refund_create_show_list(h, m, sim, monkeypatch, capsys):
+    from tally.cli import refund as cli_refund
+    from tally.cli.main import main
+
+    monkeypatch.setattr(cli_refund, "connect", lambda args: {"env": h.env})  # in-process moto: no endpoint
+    otn, _ = paid_order(h, m["mchid"], 100)
+    no = new_no()
+    assert main(["refund", "create", m["mchid"], otn, "30", "--reason", "broken", "--refund-no", no, "--local"]) == 0
+    assert capsys.readouterr().out.startswith(f"created refund {no}  ACCEPTED 0.30 CNY")
+    assert main(["refund", "create", m["mchid"], otn, "30", "--refund-no", no, "--local"]) == 0
+    assert capsys.readouterr().out.startswith("existing ")
+    assert main(["refund", "create", m["mchid"], otn, "71", "--local"]) == 1
+    assert "exceeds refundable 70" in capsys.readouterr().out
+    sim.settle_refund(no, "abnormal")
+    deliver(h, m["mchid"], no)
+    assert main(["refund", "show", no, "--local"]) == 0
+    out = capsys.readouterr().out
+    assert "MANUAL" in out and "WITH A PERSON: ABNORMAL" in out and "ABNORMAL  via notify" in out
+    assert main(["refund", "list", "--manual", "--local", "--json"]) == 0
+    assert [r["refund_no"] for r in json.loads(capsys.readouterr().out)] == [no]
+    assert main(["refund", "list", m["mchid"], otn, "--local"]) == 0
+    assert no in capsys.readouterr().out
+    assert main(["refund", "show", "NOSUCH01", "--local"]) == 1

@@ -1,0 +1,96 @@
+"""Hypothesis on moto (R27, R29): random refunds and channel reports against one payment, through the
+real store transactions; a deterministic in-memory channel keeps each example fast."""
+
+from __future__ import annotations
+
+import uuid
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tally import bootstrap
+from tally.domain.refunds import AnswerKind, ChannelAnswer, ExceedsRefundable, RefundNotice
+from tally.service.refunds import RefundConflict
+from tally.store.tables import iso_now, order_key
+
+REPORTS = {"SUCCESS": "SUCCEED", "CLOSED": "FAIL", "ABNORMAL": "ABNORMAL"}
+
+
+class AcceptingChannel:
+    def create(self, row):
+        return ChannelAnswer(AnswerKind.ACCEPTED, refund_id=f"F{row['refund_no']}", refund_cent=row["amount_cent"])
+
+    def query(self, row):
+        return ChannelAnswer(AnswerKind.RETRY)
+
+
+def paid_order_row(paid: int) -> tuple[str, str]:
+    mchid, otn = "1900000109", f"P{uuid.uuid4().hex[:20]}"
+    now = iso_now()
+    bootstrap.order_service().orders.create({
+        "pk": order_key(mchid, otn), "mchid": mchid, "out_trade_no": otn, "channel": "wechatpay", "status": "PAID",
+        "amount_cent": paid, "paid_cent": paid, "refundable_cent": paid, "currency": "CNY", "version": 1,
+        "transaction_id": f"4200{uuid.uuid4().int % 10**20:020d}", "created_at": now})
+    return mchid, otn
+
+
+steps = st.lists(st.one_of(
+    st.tuples(st.just("refund"), st.integers(0, 4), st.integers(1, 50)),
+    st.tuples(st.just("report"), st.integers(0, 4), st.sampled_from(sorted(REPORTS))),
+), min_size=1, max_size=10)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                 HealthCheck.too_slow])
+@given(paid=st.integers(1, 120), plan=steps)
+def test_R27_R29_property_on_moto_refunded_plus_reserved_never_exceeds_paid(h, paid, plan):
+    service = bootstrap.refund_service()
+    service.channels = {"wechatpay": lambda mchid: AcceptingChannel()}
+    mchid, otn = paid_order_row(paid)
+    tag = uuid.uuid4().hex[:8]
+    numbers = [f"H{tag}N{i}" for i in range(5)]
+    amounts: dict[str, int] = {}
+    for op, i, arg in plan:
+        no = numbers[i]
+        if op == "refund":
+            try:
+                view, _ = service.create({"mchid": mchid, "out_trade_no": otn, "amount_cent": arg,
+                                          "reason": "p", "refund_no": no})
+                amounts[no] = view["amount_cent"]
+            except (ExceedsRefundable, RefundConflict):
+                pass
+        elif no in amounts:
+            report(service, mchid, otn, no, amounts[no], arg)
+        check(service, mchid, otn, paid)
+    for no in amounts:  # every refund gets a final outcome: each reservation ends booked or released
+        report(service, mchid, otn, no, amounts[no], "SUCCESS" if no[-1] in "024" else "CLOSED")
+    refunds, refundable, booked = check(service, mchid, otn, paid)
+    assert not any(r["in_flight"] for r in refunds)
+    assert refundable + booked == paid
+
+
+def report(service, mchid, otn, no, amount, status):
+    notice = RefundNotice(channel="wechatpay", refund_no=no, refund_id=f"F{no}", status=status, event=None,
+                          mchid=mchid, sp_mchid=None, out_trade_no=otn, transaction_id="", refund_cent=amount,
+                          total_cent=amount, success_time="2026-11-30T10:00:00+08:00")
+    service.inbox.record(notice)
+    service.apply_notification(notice.raw_key, status)
+
+
+def check(service, mchid, otn, paid):
+    order = bootstrap.order_service().show(mchid, otn)
+    refunds = service.for_order(mchid, otn)
+    reserved = sum(r["amount_cent"] for r in refunds if r["in_flight"])
+    booked = sum(r["amount_cent"] for r in refunds if r["status"] == "SUCCESS")
+    ledger = sum(e["amount_cent"] for e in service_ledger(otn))
+    assert booked + reserved <= paid
+    assert order["refundable_cent"] + reserved + booked == paid
+    assert ledger == booked == order.get("refunded_cent", 0)
+    return refunds, order["refundable_cent"], booked
+
+
+def service_ledger(otn):
+    from tally.store.codec import from_item
+
+    ddb = bootstrap.tables().ddb
+    items = ddb.scan(TableName=bootstrap.tables().ledger).get("Items", [])
+    return [e for e in map(from_item, items) if e["kind"] == "REFUND" and e["out_trade_no"] == otn]
