@@ -139,7 +139,7 @@ def test_environment_matches_contracts(template):
 
 def test_functions_match_contracts(template, resources):
     functions = of_type(resources, "AWS::Serverless::Function")
-    assert set(functions) == {"NotifyFunction", "WorkerFunction", "OrdersFunction"}
+    assert set(functions) == {"NotifyFunction", "WorkerFunction", "OrdersFunction", "PollerFunction"}
     defaults = template["Globals"]["Function"]
     assert defaults["Runtime"] == "python3.12"
     assert defaults["Architectures"] == ["arm64"]

@@ -1,0 +1,18 @@
+"""poller λ (EventBridge schedule, every minute): sweep + morning number first, then the due orders."""
+
+from tally import bootstrap
+from tally.observability import logger, metrics
+
+STOP_WITH_MS_LEFT = 10_000  # stop taking new orders with 10 s left; the rest stays due
+
+
+@metrics.log_metrics
+def handler(event, context):
+    swept = bootstrap.sweep_service().run()
+    polled = bootstrap.poll_service().run(
+        out_of_time=lambda: context.get_remaining_time_in_millis() < STOP_WITH_MS_LEFT)
+    summary = {"requeued": swept.requeued, "swept_to_person": swept.to_person, "pending_over_10m": swept.stale,
+               "manual_over_24h": swept.aged, "orders_read": polled.read, "orders_polled": polled.claimed,
+               "outcomes": polled.outcomes}
+    logger.info("poller run", extra=summary)
+    return summary
