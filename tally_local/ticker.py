@@ -95,14 +95,20 @@ class ScheduleTicker:
     @classmethod
     def from_template(cls, template: Mapping[str, Any], root: str | Path, *, scale: float = 1.0,
                       region: str = "us-east-1") -> ScheduleTicker:
-        schedules = schedules_from_template(template, root)
         specs = function_specs(template, root)
         loaded: dict[str, Handler] = {}
-        entries = []
-        for schedule in schedules:
-            if schedule.function not in loaded:
-                loaded[schedule.function] = load_handler(specs[schedule.function])
-            entries.append((schedule, loaded[schedule.function]))
+        lock = threading.Lock()
+
+        def lazy(function: str) -> Handler:
+            """Import the handler at its first invocation (a cold start), once per function."""
+            def handler(event: dict[str, Any], context: Any) -> Any:
+                with lock:
+                    if function not in loaded:
+                        loaded[function] = load_handler(specs[function])
+                return loaded[function](event, context)
+            return handler
+
+        entries = [(schedule, lazy(schedule.function)) for schedule in schedules_from_template(template, root)]
         return cls(entries, scale=scale, region=region)
 
     def start(self) -> ScheduleTicker:

@@ -398,3 +398,24 @@ def test_R37_tally_pending_shows_both_counts_oldest_age_and_a_line_per_stuck_row
     text = capsys.readouterr().out
     assert "handled=0 older than 10 min: 1" in text and "handled=2 older than 24 h:   1" in text
     assert m["apiv3_key"] not in text
+
+
+# ------------------------------------------------------------------------------------ R21: an index, not a scan
+
+
+def test_R21_poller_over_10k_orders_with_100_due_reads_a_few_hundred_items_never_scans(h, m, capsys):
+    """10k pending orders (all in the poll index), 100 due: the run reads what is due, not the table.
+    The 100k variant (and 1k) is `python -m bench.poller_items` (writing 100k rows to moto takes ~50 s)."""
+    from bench.poller_items import ReadMeter, write_orders
+
+    ddb = bootstrap.tables().ddb
+    write_orders(ddb, h.env["ORDERS_TABLE"], m["mchid"], 10_000, 100, time.time())
+    meter = ReadMeter(ddb)
+    result = run_poller(h)
+    assert result["orders_read"] == 100 and result["orders_polled"] == 100
+    assert result["outcomes"] == {"NOT_CREATED": 100}  # the simulator never heard of them: kept, not closed
+    assert "Scan" not in meter.calls
+    assert meter.items_read <= 300, (meter.items_read, meter.calls)
+    assert meter.calls["Query"] <= 8 + 4 + 16  # poll shards (+ top-ups) + stale rows + the two counts
+    meter.reset()
+    assert run_poller(h)["orders_read"] == 0 and meter.items_read == 0  # advanced: nothing due any more

@@ -41,8 +41,18 @@ class PollStore:
         """The orders whose poll is due, oldest first: at most `limit` (per shard: its share)."""
         per_shard = max(1, -(-limit // POLL_SHARDS))
         found: list[dict[str, Any]] = []
+        more: dict[str, dict[str, Any]] = {}  # shard → where its first page stopped
         for shard in range(POLL_SHARDS):
-            found += self._query(f"poll#{shard}", now_iso, per_shard)
+            items, last = self._page(f"poll#{shard}", now_iso, per_shard)
+            found += items
+            if last:
+                more[f"poll#{shard}"] = last
+        # Shards are uneven: top the batch up from the shards that had more, still never past `limit`.
+        for partition, last in more.items():
+            if len(found) >= limit:
+                break
+            items, _ = self._page(partition, now_iso, limit - len(found), last)
+            found += items
         found.sort(key=lambda o: o["poll_due"])
         return found[:limit]
 
@@ -54,14 +64,21 @@ class PollStore:
         return found
 
     def _query(self, partition: str, up_to: str, limit: int) -> list[dict[str, Any]]:
-        answer = self.t.ddb.query(
-            TableName=self.t.orders, IndexName="by_poll", Limit=limit, ScanIndexForward=True,
-            KeyConditionExpression="poll_pk = :p AND poll_due <= :up",
-            ExpressionAttributeValues=names_values(p=partition, up=up_to),
-        )
+        return self._page(partition, up_to, limit)[0]
+
+    def _page(self, partition: str, up_to: str, limit: int,
+              start: dict[str, Any] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+        request: dict[str, Any] = {
+            "TableName": self.t.orders, "IndexName": "by_poll", "Limit": limit, "ScanIndexForward": True,
+            "KeyConditionExpression": "poll_pk = :p AND poll_due <= :up",
+            "ExpressionAttributeValues": names_values(p=partition, up=up_to),
+        }
+        if start:
+            request["ExclusiveStartKey"] = start
+        answer = self.t.ddb.query(**request)
         items = answer.get("Items", [])
         self.items_read += len(items)
-        return [from_item(i) for i in items]
+        return [from_item(i) for i in items], answer.get("LastEvaluatedKey")
 
     def get(self, pk: str) -> dict[str, Any] | None:
         self.items_read += 1
