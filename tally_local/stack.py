@@ -4,6 +4,7 @@
     simulator    ← the WeChat Pay look-alike; WECHATPAY_API_BASE points the code here
     front door   ← HTTP API routes from template.yaml → payload-2.0 events → functions/*/app.py
     pump         ← ApplyQueue → worker handler (SQS event, batchItemFailures honoured)
+    ticker       ← Schedule events → their handlers (the poller every minute × schedule_scale)
 
 Only environment variables differ from AWS. From tests::
 
@@ -71,6 +72,7 @@ class EmbeddedStack:
         prefix: str = "tally-local",
         retry_visibility_s: int = 2,
         simulator_options: Mapping[str, Any] | None = None,
+        schedule_scale: float = 1.0,
     ):
         self.api_port, self.moto_port, self.sim_port = api_port, moto_port, sim_port
         self.time_scale = time_scale
@@ -79,6 +81,8 @@ class EmbeddedStack:
         self.region, self.prefix = region, prefix
         self.retry_visibility_s = retry_visibility_s
         self.simulator_options = dict(simulator_options or {})
+        self.schedule_scale = schedule_scale  # 0 = no ticker (tests fire schedules themselves)
+        self.ticker: Any = None
         self.seed_demo: Callable[[EmbeddedStack], Any] | None = None  # called once everything runs
         self.seeded: Any = None  # what seed_demo returned
         self.env: dict[str, str] = {}
@@ -232,6 +236,12 @@ class EmbeddedStack:
                                                 boto3.client("sqs", region_name=self.region),
                                                 self.env["EVENT_BUS_NAME"], out=self.print_event).start()
             self._undo.append(self.downstream.stop)
+        from tally_local.ticker import ScheduleTicker
+
+        self.ticker = ScheduleTicker.from_template(template, self.root, scale=self.schedule_scale, region=self.region)
+        if self.schedule_scale > 0:
+            self.ticker.start()
+            self._undo.append(self.ticker.stop)
 
     def _start_stream_pump(self, spec: FunctionSpec, table_id: str) -> None:
         pump = StreamPump(boto3.client("dynamodb", region_name=self.region),
@@ -351,7 +361,8 @@ def _configure_logging() -> None:
 
 def main() -> int:
     _configure_logging()
-    stack = EmbeddedStack(api_port=int(os.environ.get("TALLY_API_PORT", "3000")))
+    stack = EmbeddedStack(api_port=int(os.environ.get("TALLY_API_PORT", "3000")),
+                          schedule_scale=float(os.environ.get("TALLY_SCHEDULE_SCALE", "1")))
     stack.seed_demo = seed_demo
     try:
         stack.start()

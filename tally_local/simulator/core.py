@@ -461,10 +461,22 @@ class ChannelSimulator(RefundDesk):
             raise SimulatorError(404, "ORDER_NOT_EXIST", "订单不存在")
         return order
 
+    def hide_until(self, mchid: str, out_trade_no: str, until: float) -> None:
+        """Fault: query and close answer 404 ORDER_NOT_EXIST for this order until wall-clock ``until``
+        (``time.time()`` seconds; ``float("inf")`` = until ``hide_until(..., 0)``), as a lagging replica does."""
+        with self._lock:
+            self._order(mchid, out_trade_no)["_hide_until"] = float(until)
+
+    def _visible_order(self, mchid: str, out_trade_no: str) -> dict[str, Any]:
+        order = self._order(mchid, out_trade_no)
+        if order.get("_hide_until", 0) > time.time():
+            raise SimulatorError(404, "ORDER_NOT_EXIST", "订单不存在")
+        return order
+
     def transaction_view(self, mchid: str, out_trade_no: str) -> dict[str, Any]:
         """What ``GET /v3/pay/transactions/out-trade-no/{out_trade_no}`` returns (§2.1 shape)."""
         with self._lock:
-            order = self._order(mchid, out_trade_no)
+            order = self._visible_order(mchid, out_trade_no)
             if order.get("transaction") is not None:
                 return copy.deepcopy(order["transaction"])
             state = order["trade_state"]
@@ -491,7 +503,7 @@ class ChannelSimulator(RefundDesk):
 
     def close_order(self, mchid: str, out_trade_no: str) -> None:
         with self._lock:
-            order = self._order(mchid, out_trade_no)
+            order = self._visible_order(mchid, out_trade_no)
             if order["trade_state"] == "SUCCESS":
                 raise SimulatorError(400, "ORDER_PAID", "订单已支付")
             if order["trade_state"] == "CLOSED":

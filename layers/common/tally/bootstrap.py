@@ -21,7 +21,8 @@ def set_clock(clock: Callable[[], float]) -> None:
 
 def reset() -> None:
     for built in (settings, tables, merchants, ingest_service, apply_service, order_service, outbox_service,
-                  manual_queue, _client, refund_tables, refund_inbox, refund_service):
+                  manual_queue, _client, refund_tables, refund_inbox, refund_service,
+                  pull_channels, poll_service, sweep_service, pending_report):
         built.cache_clear()
 
 
@@ -81,7 +82,48 @@ def order_service() -> Any:
     from tally.service.orders import OrderService
     from tally.store.tables import OrderStore, RawStore
 
-    return OrderService(OrderStore(tables()), RawStore(tables()), merchants(), clock=_clock)
+    return OrderService(OrderStore(tables()), RawStore(tables()), merchants(), clock=_clock,
+                        confirm=poll_service().confirm)
+
+
+# ---------------------------------------------------------------- pull (docs/pull.md)
+
+
+@cache
+def pull_channels() -> Any:
+    from tally.service.pull import PullChannels, WeChatPayV3Pull
+
+    registry = PullChannels()
+    WeChatPayV3Pull(merchants()).register(registry)
+    return registry
+
+
+@cache
+def poll_service() -> Any:
+    from tally.service.poll import PollService
+    from tally.store.polling import PollStore
+    from tally.store.tables import ApplyQueue, RawStore
+
+    return PollService(PollStore(tables()), RawStore(tables()), ApplyQueue(_client("sqs"), settings().apply_queue_url),
+                       apply_service(), pull_channels(), clock=_clock)
+
+
+@cache
+def sweep_service() -> Any:
+    from tally.service.sweep import SweepService
+    from tally.store.polling import PendingStore
+    from tally.store.tables import ApplyQueue, RawStore
+
+    return SweepService(PendingStore(tables()), RawStore(tables()),
+                        ApplyQueue(_client("sqs"), settings().apply_queue_url), clock=_clock)
+
+
+@cache
+def pending_report() -> Any:
+    from tally.service.sweep import PendingReport
+    from tally.store.polling import PendingStore, PollStore
+
+    return PendingReport(PendingStore(tables()), PollStore(tables()), clock=_clock)
 
 
 @cache

@@ -55,12 +55,31 @@ class M:
     REFUND_NOTIFY_ACCEPTED = "RefundNotifyAccepted"
     REFUND_NOTIFY_DUPLICATE = "RefundNotifyDuplicate"
     REFUND_TASK_MANUAL = "RefundTaskManual"  # a refund task (ILLEGAL payment) handed to a person
+    # pull: poller, return page, sweeper (docs/pull.md)
+    POLL_ORDERS_READ = "PollOrdersRead"  # items the poller read from the poll index this run
+    POLL_QUERIED = "PollQueried"
+    POLL_PAID = "PollPaid"
+    POLL_WAITING = "PollWaiting"
+    POLL_NOT_CREATED = "PollNotCreated"
+    POLL_CLOSED = "PollClosed"
+    POLL_QUERY_FAILED = "PollQueryFailed"  # transient query failure: asked again later, bounded
+    POLL_CLOSE_FAILED = "PollCloseFailed"
+    POLL_UNMAPPED = "PollUnmapped"  # a channel answer in no table (R22): also PollManual
+    POLL_MANUAL = "PollManual"  # an order handed to a person (manual#<shard> in the poll index)
+    POLL_STALE_IGNORED = "PollStaleIgnored"  # an older unpaid answer met a paid order (R24)
+    POLL_FAILED = "PollFailed"  # unexpected exception while polling one order
+    CONFIRM_QUERIED = "ReturnPageQueried"
+    SWEEP_REQUEUED = "SweepRequeued"
+    SWEEP_GAVE_UP = "SweepGaveUp"  # a raw row re-queued too often: handled=2
+    PENDING_STALE = "PendingOver10m"  # gauge, every poller run: handled=0 older than 10 min (R25, R37)
+    MANUAL_AGED = "ManualOver24h"  # gauge, every poller run: handled=2 older than 24 h (R25, R37)
 
 
 # Metrics an alarm must watch: a failure nobody watches is a silent path.
 ALARMED = frozenset(
     {M.NOTIFY_REJECTED, M.NOTIFY_QUARANTINED, M.ENQUEUE_FAILED, M.APPLY_MANUAL, M.APPLY_FAILED, M.OUTBOX_FAILED}
 ) | frozenset({M.REFUND_FAILED, M.REFUND_MANUAL, M.REFUND_TASK_MANUAL})
+ALARMED = ALARMED | {M.POLL_MANUAL, M.POLL_FAILED, M.POLL_QUERY_FAILED, M.PENDING_STALE, M.MANUAL_AGED}  # pull
 
 
 def count(name: str, value: int = 1) -> None:

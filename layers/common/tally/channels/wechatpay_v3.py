@@ -12,6 +12,7 @@ import secrets
 import string
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from tally.domain.money import MoneyError, cents
 from tally.domain.notifications import Outcome, PaymentNotice
+from tally.domain.poll import Answer
 
 CHANNEL = "wechatpay"
 SIGNATURE_TYPE = "WECHATPAY2-SHA256-RSA2048"
@@ -41,6 +43,59 @@ TRADE_STATE: dict[str, Outcome] = {
     "NOTPAY": Outcome.IN_BETWEEN,
     "USERPAYING": Outcome.IN_BETWEEN,
     "ACCEPT": Outcome.IN_BETWEEN,
+}
+
+# ---- the pull side (R21, R22): one explicit table from what a query or close answers to an Answer.
+# Local pseudo-codes: NETWORK (no HTTP answer: timeout, refused), HTTP_5XX (a 5xx without a JSON code),
+# RESPONSE_NOT_VERIFIED (a 2xx whose signature does not verify: possibly forged, §2.1).
+# Anything not in these tables is unmapped: it goes to a person, with a metric (R22).
+QUERY_STATE: dict[str, Answer] = {  # trade_state of a 200 query answer (§2.1)
+    "SUCCESS": Answer.PAID,
+    "REFUND": Answer.PAID,  # paid, then (partly) refunded: the money did arrive
+    "NOTPAY": Answer.WAITING,
+    "USERPAYING": Answer.WAITING,
+    "ACCEPT": Answer.WAITING,
+    "CLOSED": Answer.CLOSED,
+    "REVOKED": Answer.CLOSED,  # MICROPAY revoked: ended unpaid (event REVOKE)
+    "PAYERROR": Answer.CLOSED,  # MICROPAY failed: ended unpaid (event PAY_ERROR)
+}
+QUERY_ERROR: dict[str, Answer] = {  # error code of a failed query
+    "ORDER_NOT_EXIST": Answer.NOT_CREATED,  # never "closed" on its own (R22)
+    "SYSTEM_ERROR": Answer.TRANSIENT,
+    "BANK_ERROR": Answer.TRANSIENT,
+    "FREQUENCY_LIMITED": Answer.TRANSIENT,
+    "NETWORK": Answer.TRANSIENT,
+    "HTTP_5XX": Answer.TRANSIENT,
+    "SIGN_ERROR": Answer.PERSON,  # our key or serial is wrong: configuration
+    "NO_AUTH": Answer.PERSON,
+    "MCH_NOT_EXISTS": Answer.PERSON,
+    "APPID_MCHID_NOT_MATCH": Answer.PERSON,
+    "PARAM_ERROR": Answer.PERSON,
+    "INVALID_REQUEST": Answer.PERSON,
+    "RULE_LIMIT": Answer.PERSON,
+    "TRADE_ERROR": Answer.PERSON,
+    "RESPONSE_NOT_VERIFIED": Answer.PERSON,
+    "RESPONSE_NOT_JSON": Answer.PERSON,
+}
+CLOSE_ANSWER: dict[str, Answer] = {  # what a close call answers (§2.2); CLOSED/PAID are then confirmed by a query
+    "CLOSED_NOW": Answer.CLOSED,  # 204 No Content
+    "ORDER_CLOSED": Answer.CLOSED,  # already closed
+    "ORDER_PAID": Answer.PAID,  # paid before we could close it: query and book
+    "USER_PAYING": Answer.WAITING,  # 202: the user is paying right now; close again next run
+    "ORDER_NOT_EXIST": Answer.NOT_CREATED,
+    "SYSTEM_ERROR": Answer.TRANSIENT,
+    "BANK_ERROR": Answer.TRANSIENT,
+    "FREQUENCY_LIMITED": Answer.TRANSIENT,
+    "NETWORK": Answer.TRANSIENT,
+    "HTTP_5XX": Answer.TRANSIENT,
+    "SIGN_ERROR": Answer.PERSON,
+    "NO_AUTH": Answer.PERSON,
+    "MCH_NOT_EXISTS": Answer.PERSON,
+    "PARAM_ERROR": Answer.PERSON,
+    "INVALID_REQUEST": Answer.PERSON,
+    "TRADE_ERROR": Answer.PERSON,
+    "RESPONSE_NOT_VERIFIED": Answer.PERSON,
+    "RESPONSE_NOT_JSON": Answer.PERSON,
 }
 
 
@@ -66,6 +121,23 @@ class ChannelError(Exception):
         self.status = status
         self.code = code
         self.retryable = retryable
+
+    @property
+    def word(self) -> str:
+        """The code the answer tables are keyed by (a local pseudo-code when the channel gave none)."""
+        if self.code:
+            return self.code
+        return "HTTP_5XX" if self.status >= 500 else (f"HTTP_{self.status}" if self.status else "NETWORK")
+
+
+@dataclass(frozen=True)
+class Response:
+    """A verified answer: the parsed JSON plus the exact bytes and headers (kept with a raw row)."""
+
+    status: int
+    data: Any
+    raw: bytes
+    headers: dict[str, str]
 
 
 # ---------------------------------------------------------------- keys
@@ -332,8 +404,31 @@ class WeChatPayClient:
             found.append((str(item["serial_no"]), pem))
         return found
 
+    def query_by_out_trade_no(self, out_trade_no: str, *, sub_mchid: str | None = None) -> Response:
+        """§2.1 by out_trade_no (an unpaid order can only be queried so). Partner mode when `sub_mchid`
+        is given: these credentials are the service provider's (sp_mchid)."""
+        no = urllib.parse.quote(out_trade_no, safe="*")
+        me = urllib.parse.quote(self.creds.mchid, safe="")
+        if sub_mchid:
+            sub = urllib.parse.quote(sub_mchid, safe="")
+            return self.exchange("GET", f"/v3/pay/partner/transactions/out-trade-no/{no}?sp_mchid={me}&sub_mchid={sub}",
+                                 None)
+        return self.exchange("GET", f"/v3/pay/transactions/out-trade-no/{no}?mchid={me}", None)
+
+    def close(self, out_trade_no: str, *, sub_mchid: str | None = None) -> Response:
+        """§2.2: 204 = closed now; a 202 answer carries a code (USER_PAYING); errors raise ChannelError."""
+        no = urllib.parse.quote(out_trade_no, safe="*")
+        if sub_mchid:
+            return self.exchange("POST", f"/v3/pay/partner/transactions/out-trade-no/{no}/close",
+                                 {"sp_mchid": self.creds.mchid, "sub_mchid": sub_mchid})
+        return self.exchange("POST", f"/v3/pay/transactions/out-trade-no/{no}/close", {"mchid": self.creds.mchid})
+
     def request(self, method: str, path: str, body: dict[str, Any] | None,
                 *, verify_with_new: bool = False) -> Any:
+        return self.exchange(method, path, body, verify_with_new=verify_with_new).data
+
+    def exchange(self, method: str, path: str, body: dict[str, Any] | None,
+                 *, verify_with_new: bool = False) -> Response:
         payload = "" if body is None else json.dumps(body, ensure_ascii=False, separators=(",", ":"))
         ts, nonce = int(self.clock()), nonce_str()
         headers = {
@@ -349,11 +444,11 @@ class WeChatPayClient:
                                      headers=headers, method=method)
         try:
             with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                raw, resp_headers = resp.read(), resp.headers
+                raw, resp_headers, status = resp.read(), resp.headers, resp.status
         except urllib.error.HTTPError as err:
             raise _channel_error(err.code, err.read()) from None
         except (urllib.error.URLError, TimeoutError, OSError) as err:
-            raise ChannelError(f"{method} {path}: {err}", retryable=True) from None
+            raise ChannelError(f"{method} {path}: {err}", code="NETWORK", retryable=True) from None
         lowered = {k.lower(): v for k, v in resp_headers.items()}
         if verify_with_new:
             keys = _keys_from_certificates_answer(raw, self.creds)
@@ -362,8 +457,20 @@ class WeChatPayClient:
         try:
             verify_signed(lowered, raw, keys, self.clock())
         except SignatureError as exc:
-            raise ChannelError(f"{method} {path}: response not verified: {exc.reason}") from None
-        return json.loads(raw) if raw else {}
+            raise ChannelError(f"{method} {path}: response not verified: {exc.reason}",
+                               status=status, code="RESPONSE_NOT_VERIFIED") from None
+        try:
+            data = json.loads(raw) if raw else {}
+        except ValueError:
+            raise ChannelError(f"{method} {path}: signed answer is not JSON", status=status,
+                               code="RESPONSE_NOT_JSON") from None
+        return Response(status, data, raw, _verify_headers(lowered))
+
+
+def _verify_headers(lowered: dict[str, str]) -> dict[str, str]:
+    keep = ("wechatpay-signature", "wechatpay-timestamp", "wechatpay-nonce", "wechatpay-serial",
+            "wechatpay-signature-type", "request-id")
+    return {k: lowered[k][:512] for k in keep if k in lowered}
 
 
 def _keys_from_certificates_answer(raw: bytes, creds: MerchantCredentials) -> PlatformKeys:

@@ -10,9 +10,11 @@ from typing import Any
 
 from tally.channels import wechatpay_v3 as wx
 from tally.domain.orders import Status
+from tally.domain.poll import FIRST_QUERY_AFTER_S
 from tally.observability import M, count, logger
 from tally.service.apply import CHINA
 from tally.service.merchants import MerchantDirectory, UnknownMerchant
+from tally.store.polling import poll_pk
 from tally.store.tables import OrderStore, RawStore, iso_now, order_key
 
 OUT_TRADE_NO = re.compile(r"^[0-9A-Za-z_\-*]{6,32}$")
@@ -39,11 +41,12 @@ class PrepayFailed(RuntimeError):
 
 class OrderService:
     def __init__(self, orders: OrderStore, raw: RawStore, merchants: MerchantDirectory, *,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, confirm: Callable[[dict[str, Any]], bool] | None = None):
         self.orders = orders
         self.raw = raw
         self.merchants = merchants
         self.clock = clock
+        self.confirm = confirm  # the return page's one channel query (PollService.confirm)
 
     def create(self, request: dict[str, Any]) -> dict[str, Any]:
         spec = validate_order_request(request)
@@ -59,6 +62,9 @@ class OrderService:
             "amount_cent": spec["amount_cent"], "currency": spec["currency"], "description": spec["description"],
             "paid_cent": 0, "refundable_cent": 0, "version": 0, "created_at": iso_now(now),
             "expire_at": iso_now(now + spec["expire_minutes"] * 60), "prepay": spec["prepay"],
+            # the poll index (R21): pending from birth; the first query 30 s after creation
+            "poll_pk": poll_pk(order_key(spec["mchid"], spec["out_trade_no"])),
+            "poll_due": iso_now(now + FIRST_QUERY_AFTER_S), "poll_count": 0,
         }
         existing = self.orders.create(row)
         if existing is not None:
@@ -89,6 +95,8 @@ class OrderService:
         order = self.orders.get(mchid, out_trade_no)
         if order is None:
             raise NotFound(f"no order {mchid}/{out_trade_no}")
+        if self.confirm is not None and order.get("status") == Status.WAIT_PAY.value and self.confirm(order):
+            order = self.orders.get(mchid, out_trade_no) or order  # booked or closed just now
         view = public_order(order)
         view["transitions"] = [
             {k: t.get(k) for k in ("at", "event", "from_status", "to_status", "raw_key", "source")}
