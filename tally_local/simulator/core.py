@@ -263,6 +263,27 @@ class ChannelSimulator:
         assert default is not None
         return (serial or default.serial), default.private_key
 
+    # ------------------------------------------------------------------ other channels (own modules)
+    @property
+    def alipay(self) -> Any:
+        """The Alipay look-alike (``simulator/alipay.py``), created on first use (it generates keys)."""
+        with self._lock:
+            if getattr(self, "_alipay", None) is None:
+                from .alipay import AlipaySimulator
+
+                self._alipay = AlipaySimulator(self)
+            return self._alipay
+
+    @property
+    def wechatpay_v2(self) -> Any:
+        """The WeChat Pay v2 look-alike (``simulator/wechatpay_v2.py``), created on first use."""
+        with self._lock:
+            if getattr(self, "_wechatpay_v2", None) is None:
+                from .wechatpay_v2 import WeChatPayV2Simulator
+
+                self._wechatpay_v2 = WeChatPayV2Simulator(self)
+            return self._wechatpay_v2
+
     # ------------------------------------------------------------------ lifecycle
     @property
     def url(self) -> str:
