@@ -18,6 +18,7 @@ class Settings:
     apply_queue_url: str
     wechatpay_api_base: str
     merchant_secret_prefix: str
+    alipay_gateway: str = "https://openapi.alipay.com/gateway.do"
     timestamp_window_s: int = 300
     order_not_found_max_attempts: int = 4
     http_timeout_s: float = 3.0
@@ -37,6 +38,7 @@ class Settings:
                 apply_queue_url=env["APPLY_QUEUE_URL"],
                 wechatpay_api_base=env.get("WECHATPAY_API_BASE", "https://api.mch.weixin.qq.com").rstrip("/"),
                 merchant_secret_prefix=env.get("MERCHANT_SECRET_PREFIX", "tally/merchants/"),
+                alipay_gateway=env.get("ALIPAY_GATEWAY", "https://openapi.alipay.com/gateway.do"),
                 timestamp_window_s=int(env.get("TALLY_TIMESTAMP_WINDOW_S", "300")),
                 order_not_found_max_attempts=int(env.get("TALLY_ORDER_NOT_FOUND_MAX_ATTEMPTS", "4")),
                 http_timeout_s=float(env.get("TALLY_HTTP_TIMEOUT_S", "3")),

@@ -16,7 +16,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 from cryptography import x509
@@ -158,7 +158,7 @@ def root_cert_sn(bundle_pem: str | bytes) -> str:
 
 def verify_chain(chain: list[x509.Certificate], roots: list[x509.Certificate], now: float) -> None:
     """The Alipay certificate must chain to the configured root bundle and be valid now."""
-    when = datetime.fromtimestamp(now, timezone.utc)
+    when = datetime.fromtimestamp(now, UTC)
     for cert in chain:
         if not cert.not_valid_before_utc <= when <= cert.not_valid_after_utc:
             raise ValueError(f"certificate {cert.subject.rfc4514_string()} is not valid now "
