@@ -161,7 +161,8 @@ def to_payment_notice(params: Mapping[str, str], source: str = "notify") -> Paym
             raise ParseError(f"{name} is missing")
     sub = params.get("sub_mch_id") or None
     total = fen(params, "total_fee")
-    state = "SUCCESS" if params["result_code"] == "SUCCESS" else "PAYERROR"
+    # SUCCESS paid, FAIL a pay error; anything else is kept verbatim and, unknown, goes to a person (R16).
+    state = {"SUCCESS": "SUCCESS", "FAIL": "PAYERROR"}.get(params["result_code"], f"RESULT_{params['result_code']}")
     paid = fen(params, "cash_fee", default=total) if state == "SUCCESS" else 0
     return PaymentNotice(
         channel=CHANNEL, transaction_id=params.get("transaction_id") or "", out_trade_no=params["out_trade_no"],
