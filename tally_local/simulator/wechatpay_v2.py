@@ -39,7 +39,7 @@ def v2_sign(fields: dict[str, str], api_key: str, sign_type: str = "MD5") -> str
 
 
 def xml_of(fields: dict[str, str], root: str = "xml") -> bytes:
-    inner = "".join(f"<{k}><![CDATA[{v}]]></{k}>" for k, v in fields.items())
+    inner = "".join(f"<{k}><![CDATA[{str(v).replace(']]>', ']]]]><![CDATA[>')}]]></{k}>" for k, v in fields.items())
     return f"<{root}>{inner}</{root}>".encode()
 
 

@@ -27,7 +27,7 @@ API = "wechatpay_v2"
 CHINA = timezone(timedelta(hours=8))
 ACK_CONTENT_TYPE = "text/xml"
 _FORBIDDEN = re.compile(rb"<!\s*(DOCTYPE|ENTITY)", re.IGNORECASE)
-_DIGITS = re.compile(r"^\d{1,15}$")
+_DIGITS = re.compile(r"^\d{1,15}$", re.ASCII)
 
 
 class XmlError(Exception):
