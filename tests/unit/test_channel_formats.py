@@ -6,9 +6,9 @@ import json
 
 import pytest
 from alipay import AliPay, DCAliPay
-
 from tally.channels import alipay as ali
 from tally.channels import wechatpay_v2 as wx2
+
 from tally_local.simulator import ChannelSimulator
 
 
