@@ -666,6 +666,18 @@ class ChannelSimulator:
             ]
         return resource
 
+    def partner_transaction_resource(self, sp_mchid: str, sub_mchid: str, out_trade_no: str, total: int,
+                                     **kw: Any) -> dict[str, Any]:
+        """A payment resource in service-provider shape (§1.7 partner): sp_appid/sp_mchid/sub_mchid and
+        payer.sp_openid instead of appid/mchid/payer.openid; sign and encrypt it with the provider's
+        merchant (``build_notification(sp_mchid, resource)``)."""
+        resource = self.transaction_resource(sp_mchid, out_trade_no, total, **kw)
+        resource["sp_appid"] = resource.pop("appid")
+        resource["sp_mchid"] = resource.pop("mchid")
+        resource["sub_mchid"] = str(sub_mchid)
+        resource["payer"] = {"sp_openid": resource["payer"]["openid"]}
+        return resource
+
     def refund_resource(
         self,
         mchid: str,
