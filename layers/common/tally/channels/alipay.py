@@ -347,6 +347,7 @@ class AlipayCredentials:
     keys: AlipayKeys
     app_cert_sn: str | None = None  # certificate mode: sent with every request (§5.5)
     app_cert_expires: float | None = None
+    app_public_key: rsa.RSAPublicKey | None = None  # from the app certificate (lets `merchant check` verify)
 
 
 def signed_response_content(raw: str, method: str) -> tuple[str, str, dict[str, Any]]:
