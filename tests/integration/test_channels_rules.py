@@ -235,15 +235,18 @@ BAD = {
 }
 
 
-@pytest.mark.parametrize("channel,body", [(c, b) for c, bodies in BAD.items() for b in bodies])
-def test_bad_input_gets_failure_ack_no_stack_trace_no_business_row(h, channel, body):
+@pytest.mark.parametrize("channel", list(BAD))
+def test_bad_input_gets_failure_ack_no_stack_trace_no_business_row(h, channel):
+    """One moto set-up per route (it dominates the cost); every bad body is checked on it."""
     driver = next(d for d in DRIVERS if d.name == channel)(h)
     mid = driver.setup()
     before = snapshot(h)
-    response = driver.notify(mid, body, {})
-    assert ack_kind(channel, response) == "failure" and 400 <= response["statusCode"] < 500
-    assert "Traceback" not in response["body"] and "etc/passwd" not in response["body"]
+    for body in BAD[channel]:
+        response = driver.notify(mid, body, {})
+        assert ack_kind(channel, response) == "failure" and 400 <= response["statusCode"] < 500, body
+        assert "Traceback" not in response["body"] and "etc/passwd" not in response["body"]
     assert snapshot(h) == before and h.scan("NOTIFY_EVENT_TABLE") == [] and h.queue_depth() == 0
+    assert h.metric("NotifyRejected") == len(BAD[channel])
 
 
 @pytest.mark.parametrize("path,kind", [("/notify/alipay/2021000000000001", "alipay"),
