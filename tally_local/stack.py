@@ -211,7 +211,7 @@ class EmbeddedStack:
 
     def _create_resources(self) -> None:
         session = boto3.session.Session(region_name=self.region)
-        overrides = {"WechatPayApiBase": self.simulator.url}
+        overrides = {"WechatPayApiBase": self.simulator.url, "AlipayGateway": self.simulator.url + "/gateway.do"}
         self.env = create_from_template(self.template_path, session, self.prefix, overrides)
         self._set_environ(self.env)
 

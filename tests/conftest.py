@@ -52,7 +52,8 @@ def aws(monkeypatch, sim):
     with mock_aws():
         session = boto3.Session(region_name="us-east-1")
         env = create_from_template(ROOT / "template.yaml", session,
-                                   parameter_overrides={"WechatPayApiBase": sim.url})
+                                   parameter_overrides={"WechatPayApiBase": sim.url,
+                                                        "AlipayGateway": sim.url + "/gateway.do"})
         for var, value in env.items():
             monkeypatch.setenv(var, value)
         bootstrap.reset()

@@ -1,10 +1,11 @@
 """notify λ: a channel's callback → verify, store raw, enqueue, ACK. Lean imports: this runs on WeChat's 5 s clock."""
 
 from tally import bootstrap
-from tally.apigw import BadRequest, HttpRequest, HttpResponse
+from tally.apigw import BadRequest, HttpRequest
 from tally.observability import M, count, logger, metrics
+from tally.service.ingest import failure_for_path
 
-ROUTES = {"/notify/wechatpay/": "wechatpay_v3"}
+ROUTES = {"/notify/wechatpay/": "wechatpay_v3", "/notify/alipay/": "alipay", "/notify/wechatpay-v2/": "wechatpay_v2"}
 
 
 @logger.inject_lambda_context(clear_state=True)
@@ -15,10 +16,10 @@ def handler(event, context):
     except BadRequest as exc:
         count(M.NOTIFY_REJECTED)
         logger.warning("unusable notify event", extra={"reason": str(exc)})
-        return HttpResponse(400, '{"code":"FAIL","message":"bad request"}').to_event()
+        return failure_for_path(str(event.get("rawPath") or ""), 400, "bad request").to_event()
     service = bootstrap.ingest_service()
     for prefix, method in ROUTES.items():
         if request.path.startswith(prefix):
             return getattr(service, method)(request).to_event()
     count(M.NOTIFY_REJECTED)
-    return HttpResponse(404, '{"code":"FAIL","message":"unknown channel"}').to_event()
+    return failure_for_path(request.path, 404, "unknown channel").to_event()

@@ -65,6 +65,13 @@ class _Handler(BaseHTTPRequestHandler):
             self._api(method, path, query, body)
         elif path.startswith("/_sim/"):
             self._admin(method, path, query, body)
+        elif path == "/gateway.do" and method == "POST":  # Alipay (simulator/alipay.py)
+            status, headers, out = self.server.sim.alipay.handle_gateway(parts.query, body,
+                                                                         self.headers.get("Content-Type", ""))
+            self._send(status, out, headers)
+        elif path.startswith("/pay/") and method == "POST":  # WeChat Pay v2 (simulator/wechatpay_v2.py)
+            status, headers, out = self.server.sim.wechatpay_v2.handle(path, body)
+            self._send(status, out, headers)
         else:
             self._send(404, _compact({"code": "NOT_FOUND", "message": "no such endpoint"}), {})
 

@@ -265,6 +265,27 @@ class ChannelSimulator(RefundDesk):
         assert default is not None
         return (serial or default.serial), default.private_key
 
+    # ------------------------------------------------------------------ other channels (own modules)
+    @property
+    def alipay(self) -> Any:
+        """The Alipay look-alike (``simulator/alipay.py``), created on first use (it generates keys)."""
+        with self._lock:
+            if getattr(self, "_alipay", None) is None:
+                from .alipay import AlipaySimulator
+
+                self._alipay = AlipaySimulator(self)
+            return self._alipay
+
+    @property
+    def wechatpay_v2(self) -> Any:
+        """The WeChat Pay v2 look-alike (``simulator/wechatpay_v2.py``), created on first use."""
+        with self._lock:
+            if getattr(self, "_wechatpay_v2", None) is None:
+                from .wechatpay_v2 import WeChatPayV2Simulator
+
+                self._wechatpay_v2 = WeChatPayV2Simulator(self)
+            return self._wechatpay_v2
+
     # ------------------------------------------------------------------ lifecycle
     @property
     def url(self) -> str:
@@ -657,6 +678,18 @@ class ChannelSimulator(RefundDesk):
                     "currency": "CNY",
                 }
             ]
+        return resource
+
+    def partner_transaction_resource(self, sp_mchid: str, sub_mchid: str, out_trade_no: str, total: int,
+                                     **kw: Any) -> dict[str, Any]:
+        """A payment resource in service-provider shape (§1.7 partner): sp_appid/sp_mchid/sub_mchid and
+        payer.sp_openid instead of appid/mchid/payer.openid; sign and encrypt it with the provider's
+        merchant (``build_notification(sp_mchid, resource)``)."""
+        resource = self.transaction_resource(sp_mchid, out_trade_no, total, **kw)
+        resource["sp_appid"] = resource.pop("appid")
+        resource["sp_mchid"] = resource.pop("mchid")
+        resource["sub_mchid"] = str(sub_mchid)
+        resource["payer"] = {"sp_openid": resource["payer"]["openid"]}
         return resource
 
     def refund_resource(

@@ -144,7 +144,8 @@ def test_resolver_intrinsics():
 
 def test_function_specs_from_the_real_template(template):
     specs = function_specs(template, ROOT)
-    assert specs["NotifyFunction"].http_routes == ("POST /notify/wechatpay/{mchid}",)
+    assert specs["NotifyFunction"].http_routes == ("POST /notify/wechatpay/{mchid}", "POST /notify/alipay/{app_id}",
+                                                   "POST /notify/wechatpay-v2/{mchid}")
     assert set(specs["OrdersFunction"].http_routes) == {"POST /orders", "GET /orders/{mchid}/{out_trade_no}"}
     assert specs["WorkerFunction"].sqs_queues == ("ApplyQueue",)
     assert specs["WorkerFunction"].timeout_s == 30

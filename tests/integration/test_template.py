@@ -166,7 +166,9 @@ def test_notify_is_open_and_orders_need_iam(resources):
     api_auth = resources["HttpApi"]["Properties"]["Auth"]
     assert api_auth == {"EnableIamAuthorizer": True, "DefaultAuthorizer": "AWS_IAM"}
     notify = http_events(resources["NotifyFunction"])
-    assert {k: v["Auth"]["Authorizer"] for k, v in notify.items()} == {"POST /notify/wechatpay/{mchid}": "NONE"}
+    assert {k: v["Auth"]["Authorizer"] for k, v in notify.items()} == {
+        "POST /notify/wechatpay/{mchid}": "NONE", "POST /notify/alipay/{app_id}": "NONE",
+        "POST /notify/wechatpay-v2/{mchid}": "NONE"}
     orders = http_events(resources["OrdersFunction"])
     assert {k: v["Auth"]["Authorizer"] for k, v in orders.items()} == {
         "POST /orders": "AWS_IAM",

@@ -54,7 +54,8 @@ def merchants() -> Any:
 
     s = settings()
     return MerchantDirectory(MerchantStore(tables()), _client("secretsmanager"), s.merchant_secret_prefix,
-                             s.wechatpay_api_base, clock=_clock, http_timeout_s=s.http_timeout_s)
+                             s.wechatpay_api_base, clock=_clock, http_timeout_s=s.http_timeout_s,
+                             alipay_gateway=s.alipay_gateway)
 
 
 @cache

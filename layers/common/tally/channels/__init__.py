@@ -8,5 +8,9 @@ def outcome_of(channel: str, state: str) -> Outcome | None:
     if channel == "wechatpay":
         from tally.channels.wechatpay_v3 import TRADE_STATE
 
-        return TRADE_STATE.get(state)
+        return TRADE_STATE.get(state)  # v2 notices share v3's channel and table (wechatpay_v2 docstring)
+    if channel == "alipay":
+        from tally.channels.alipay import TRADE_STATUS
+
+        return TRADE_STATUS.get(state)
     return None

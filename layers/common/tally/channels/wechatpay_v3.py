@@ -180,6 +180,7 @@ class PlatformKeys:
     """The keys WeChat signs with, by `Wechatpay-Serial`: certificates and/or a public key (§1.4)."""
 
     by_serial: dict[str, rsa.RSAPublicKey] = field(default_factory=dict)
+    expires: dict[str, float] = field(default_factory=dict)  # certificate serial → not-valid-after (epoch s)
 
     @classmethod
     def from_pems(
@@ -187,12 +188,20 @@ class PlatformKeys:
     ) -> PlatformKeys:
         keys = cls()
         for pem in certificates:
-            serial, key = load_verifying_key(pem)
-            if serial:
-                keys.by_serial[serial] = key
+            keys.add_pem(pem)
         if public_key and public_key_id:
             keys.by_serial[public_key_id] = load_verifying_key(public_key)[1]
         return keys
+
+    def add_pem(self, pem: str, serial_hint: str | None = None) -> str | None:
+        """Add a certificate (or bare key under `serial_hint`); several stay valid at once (rotation)."""
+        serial, key = load_verifying_key(pem)
+        serial = serial or serial_hint
+        if serial:
+            self.by_serial[serial] = key
+            if "BEGIN CERTIFICATE" in (pem if isinstance(pem, str) else pem.decode()):
+                self.expires[serial] = certificate_expiry(pem)
+        return serial
 
     def get(self, serial: str) -> rsa.RSAPublicKey | None:
         return self.by_serial.get(serial) or self.by_serial.get(serial.upper())

@@ -1,8 +1,9 @@
-"""`tally merchant add`: channel credentials into Secrets Manager, the merchant row into DynamoDB."""
+"""`tally merchant add|check`: channel credentials into Secrets Manager, the merchant row into DynamoDB."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import pathlib
 
 from tally.cli.common import add_target, connect, secret_arg
@@ -10,24 +11,73 @@ from tally.cli.common import add_target, connect, secret_arg
 
 def register(sub: argparse._SubParsersAction) -> None:
     merchant = sub.add_parser("merchant", help="configure merchants").add_subparsers(metavar="ACTION")
-    add = merchant.add_parser("add", help="add or update a merchant's channel credentials")
-    add.add_argument("channel", choices=["wechatpay"])
-    add.add_argument("--mchid", required=True)
-    add.add_argument("--appid", default="", help="the appid orders are created with")
-    add.add_argument("--apiv3-key", required=True, help="the 32-character APIv3 key, or @FILE to read it")
-    add.add_argument("--merchant-key", required=True, type=pathlib.Path, help="merchant API private key PEM file")
-    add.add_argument("--merchant-serial", required=True, help="serial of the merchant API certificate")
-    add.add_argument("--platform-cert", action="append", default=[], type=pathlib.Path,
-                     help="WeChat Pay platform certificate PEM (repeatable)")
-    add.add_argument("--public-key", type=pathlib.Path, help="WeChat Pay public key PEM (public-key mode)")
-    add.add_argument("--public-key-id", help="its id, PUB_KEY_ID_…")
-    add.add_argument("--notify-url", help="callback URL given to the channel (default: this stack's API)")
-    add.add_argument("--tenant", help="tenant id (default: the mchid)")
-    add_target(add)
-    add.set_defaults(run=merchant_add)
+    add = merchant.add_parser("add", help="add or update a merchant's channel credentials").add_subparsers(
+        metavar="CHANNEL")
+
+    wx = add.add_parser("wechatpay", help="WeChat Pay API v3 (direct merchant, service provider or sub-merchant)")
+    wx.add_argument("--mchid", required=True)
+    wx.add_argument("--appid", default="", help="the appid orders are created with")
+    wx.add_argument("--apiv3-key", help="the 32-character APIv3 key, or @FILE to read it")
+    wx.add_argument("--merchant-key", type=pathlib.Path, help="merchant API private key PEM file")
+    wx.add_argument("--merchant-serial", help="serial of the merchant API certificate")
+    wx.add_argument("--platform-cert", action="append", default=[], type=pathlib.Path,
+                    help="WeChat Pay platform certificate PEM (repeatable)")
+    wx.add_argument("--public-key", type=pathlib.Path, help="WeChat Pay public key PEM (public-key mode)")
+    wx.add_argument("--public-key-id", help="its id, PUB_KEY_ID_…")
+    wx.add_argument("--sp-mchid", help="service-provider mode: this mchid is a sub-merchant of SP_MCHID "
+                                       "(no keys: the provider's act)")
+    wx.add_argument("--notify-url", help="callback URL given to the channel (default: this stack's API)")
+    wx.add_argument("--tenant", help="tenant id (default: the mchid)")
+    add_target(wx)
+    wx.set_defaults(run=merchant_add)
+
+    ali = add.add_parser("alipay", help="Alipay (public-key or certificate mode, or app_auth_token sub-merchant)")
+    ali.add_argument("--app-id", required=True)
+    ali.add_argument("--app-private-key", type=pathlib.Path, help="the app's RSA2 private key PEM file")
+    ali.add_argument("--alipay-public-key", type=pathlib.Path, help="Alipay public key PEM (public-key mode)")
+    ali.add_argument("--alipay-cert", type=pathlib.Path, help="alipayCertPublicKey_RSA2.crt (certificate mode)")
+    ali.add_argument("--app-cert", type=pathlib.Path, help="appCertPublicKey.crt (certificate mode)")
+    ali.add_argument("--root-cert", type=pathlib.Path, help="alipayRootCert.crt (certificate mode)")
+    ali.add_argument("--sp-app-id", help="this merchant authorised the provider app SP_APP_ID (app_auth_token)")
+    ali.add_argument("--app-auth-token", help="the app_auth_token, or @FILE (with --sp-app-id)")
+    ali.add_argument("--notify-url", help="callback URL (default: this stack's /notify/alipay/{app_id})")
+    ali.add_argument("--tenant")
+    add_target(ali)
+    ali.set_defaults(run=merchant_add_alipay)
+
+    v2 = add.add_parser("wechatpay-v2", help="WeChat Pay API v2 (legacy XML callbacks)")
+    v2.add_argument("--mchid", required=True)
+    v2.add_argument("--api-key", required=True, help="the 32-character API (v2) key, or @FILE")
+    v2.add_argument("--appid", default="")
+    v2.add_argument("--notify-url", help="callback URL (default: this stack's /notify/wechatpay-v2/{mchid})")
+    v2.add_argument("--tenant")
+    add_target(v2)
+    v2.set_defaults(run=merchant_add_v2)
+
+    check = merchant.add_parser("check", help="prove a stored merchant configuration works")
+    check.add_argument("channel", choices=["wechatpay", "alipay", "wechatpay-v2"])
+    check.add_argument("merchant_id", help="mchid or Alipay app_id")
+    check.add_argument("--json", action="store_true")
+    add_target(check)
+    check.set_defaults(run=merchant_check)
+
+
+def _notify_url(args: argparse.Namespace, state: dict, route: str, merchant_id: str) -> str:
+    return args.notify_url or f"{state['api_url'].rstrip('/')}/notify/{route}/{merchant_id}"
 
 
 def merchant_add(args: argparse.Namespace) -> int:
+    if args.sp_mchid:
+        state = connect(args)
+        from tally import bootstrap
+
+        row = bootstrap.merchants().add_wechatpay_partner(sub_mchid=args.mchid, sp_mchid=args.sp_mchid,
+                                                          sub_appid=args.appid, tenant=args.tenant)
+        print(f"merchant wechatpay/{args.mchid} saved as a sub-merchant of {args.sp_mchid}")
+        print(f"notify_url: {row['notify_url']} (the provider's)")
+        return 0
+    if not (args.apiv3_key and args.merchant_key and args.merchant_serial):
+        raise ValueError("give --apiv3-key, --merchant-key and --merchant-serial (or --sp-mchid)")
     if bool(args.public_key) != bool(args.public_key_id):
         raise ValueError("--public-key and --public-key-id go together")
     if not args.platform_cert and not args.public_key:
@@ -35,7 +85,7 @@ def merchant_add(args: argparse.Namespace) -> int:
     state = connect(args)
     from tally import bootstrap
 
-    notify_url = args.notify_url or f"{state['api_url'].rstrip('/')}/notify/wechatpay/{args.mchid}"
+    notify_url = _notify_url(args, state, "wechatpay", args.mchid)
     row = bootstrap.merchants().add_wechatpay(
         mchid=args.mchid, apiv3_key=secret_arg(args.apiv3_key), merchant_key_pem=args.merchant_key.read_text(),
         merchant_serial=args.merchant_serial, appid=args.appid, notify_url=notify_url,
@@ -46,3 +96,67 @@ def merchant_add(args: argparse.Namespace) -> int:
     print(f"merchant wechatpay/{args.mchid} saved (credentials in Secrets Manager as {row['secret_name']})")
     print(f"notify_url: {notify_url}")
     return 0
+
+
+def merchant_add_alipay(args: argparse.Namespace) -> int:
+    if args.sp_app_id:
+        if not args.app_auth_token:
+            raise ValueError("--sp-app-id needs --app-auth-token")
+        state = connect(args)
+        from tally import bootstrap
+
+        row = bootstrap.merchants().add_alipay_sub(app_id=args.app_id, sp_app_id=args.sp_app_id,
+                                                   app_auth_token=secret_arg(args.app_auth_token), tenant=args.tenant)
+        print(f"merchant alipay/{args.app_id} saved: acts through provider app {args.sp_app_id}")
+        print(f"notify_url: {row['notify_url']} (the provider's)")
+        return 0
+    cert_mode = [args.alipay_cert, args.app_cert, args.root_cert]
+    if not args.app_private_key:
+        raise ValueError("give --app-private-key PEM")
+    if any(cert_mode) and not all(cert_mode):
+        raise ValueError("certificate mode needs --alipay-cert, --app-cert and --root-cert together")
+    if not args.alipay_public_key and not all(cert_mode):
+        raise ValueError("give --alipay-public-key PEM, or --alipay-cert CRT --app-cert CRT --root-cert CRT")
+    state = connect(args)
+    from tally import bootstrap
+
+    notify_url = _notify_url(args, state, "alipay", args.app_id)
+
+    def text(path: pathlib.Path | None) -> str | None:
+        return path.read_text() if path else None
+
+    row = bootstrap.merchants().add_alipay(
+        app_id=args.app_id, app_private_key=args.app_private_key.read_text(), notify_url=notify_url,
+        alipay_public_key=text(args.alipay_public_key), alipay_cert=text(args.alipay_cert),
+        app_cert=text(args.app_cert), root_cert=text(args.root_cert), tenant=args.tenant)
+    print(f"merchant alipay/{args.app_id} saved ({row['key_mode']} mode; credentials in Secrets Manager as "
+          f"{row['secret_name']})")
+    print(f"notify_url: {notify_url}")
+    return 0
+
+
+def merchant_add_v2(args: argparse.Namespace) -> int:
+    state = connect(args)
+    from tally import bootstrap
+
+    notify_url = _notify_url(args, state, "wechatpay-v2", args.mchid)
+    row = bootstrap.merchants().add_wechatpay_v2(mchid=args.mchid, api_key=secret_arg(args.api_key),
+                                                 notify_url=notify_url, appid=args.appid, tenant=args.tenant)
+    print(f"merchant wechatpay-v2/{args.mchid} saved (credentials in Secrets Manager as {row['secret_name']})")
+    print(f"notify_url: {notify_url}")
+    return 0
+
+
+def merchant_check(args: argparse.Namespace) -> int:
+    """Exit 0 when every check passes (a certificate expiring within 7 days fails)."""
+    connect(args)
+    from tally import bootstrap
+    from tally.service.merchants import check_merchant
+
+    checks = check_merchant(bootstrap.merchants(), args.channel, args.merchant_id)
+    if args.json:
+        print(json.dumps({"ok": all(c["ok"] for c in checks), "checks": checks}, ensure_ascii=False))
+    else:
+        for c in checks:
+            print(f"{'OK  ' if c['ok'] else 'FAIL'} {c['check']}" + (f"  ({c['detail']})" if c["detail"] else ""))
+    return 0 if all(c["ok"] for c in checks) else 1

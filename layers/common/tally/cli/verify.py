@@ -23,6 +23,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     wxv.add_argument("--json", action="store_true")
     wxv.set_defaults(run=verify_wechatpay)
 
+    ali = verify.add_parser("alipay", help="Alipay notification (form body): the same code as the notify function")
+    ali.add_argument("--body", required=True, type=pathlib.Path, help="file with the exact raw form body")
+    ali.add_argument("--alipay-public-key", type=pathlib.Path, help="Alipay public key PEM (public-key mode)")
+    ali.add_argument("--alipay-cert", type=pathlib.Path, help="alipayCertPublicKey_RSA2.crt (certificate mode)")
+    ali.add_argument("--root-cert", type=pathlib.Path, help="alipayRootCert.crt (certificate mode)")
+    ali.add_argument("--json", action="store_true")
+    ali.set_defaults(run=verify_alipay)
+
+    v2 = verify.add_parser("wechatpay-v2", help="WeChat Pay v2 XML callback (payment or refund)")
+    v2.add_argument("--body", required=True, type=pathlib.Path, help="file with the exact raw XML body")
+    v2.add_argument("--api-key", required=True, help="the 32-character API key, or @FILE")
+    v2.add_argument("--json", action="store_true")
+    v2.set_defaults(run=verify_wechatpay_v2)
+
+
 
 def verify_wechatpay(args: argparse.Namespace) -> int:
     """Exit 0 with the decrypted resource; exit 1 with the reason."""
@@ -46,3 +61,65 @@ def verify_wechatpay(args: argparse.Namespace) -> int:
         print(f"signature OK (serial {serial}); decrypted resource:")
         print(json.dumps(resource, ensure_ascii=False, indent=2))
     return 0
+
+
+def _report(args: argparse.Namespace, ok: bool, payload: dict) -> int:
+    if args.json:
+        print(json.dumps({"ok": ok, **payload}, ensure_ascii=False))
+    elif ok:
+        print("signature OK; normalised notification (amounts in cents):")
+        print(json.dumps(payload, ensure_ascii=False, indent=2))
+    else:
+        print(f"FAILED: {payload['reason']}")
+    return 0 if ok else 1
+
+
+def verify_alipay(args: argparse.Namespace) -> int:
+    """Exit 0 with the normalised notification; exit 1 with the reason."""
+    from dataclasses import asdict
+
+    from tally.channels import alipay as ali
+
+    if not args.alipay_public_key and not (args.alipay_cert and args.root_cert):
+        raise ValueError("give --alipay-public-key PEM, or --alipay-cert CRT --root-cert CRT")
+    try:
+        keys = ali.AlipayKeys.from_pems(
+            args.alipay_public_key.read_text() if args.alipay_public_key else None,
+            [args.alipay_cert.read_text()] if args.alipay_cert else [],
+            args.root_cert.read_text() if args.root_cert else None)
+        params = ali.parse_form(args.body.read_bytes())
+        key = ali.verify_notification(params, keys)
+        if ali.is_refund(params):
+            return _report(args, True, {"key": key, "kind": "refund", "trade_no": params.get("trade_no"),
+                                        "out_biz_no": params.get("out_biz_no"),
+                                        "refund_cent": ali.amount_cents(params, "refund_fee")})
+        notice = ali.to_payment_notice(params)
+    except (ali.FormError, ali.SignatureError, ali.ParseError, ValueError) as exc:
+        return _report(args, False, {"reason": getattr(exc, "reason", None) or str(exc)})
+    return _report(args, True, {"key": key, "kind": "payment", "outcome": _outcome("alipay", notice.trade_state),
+                                "notice": asdict(notice)})
+
+
+def verify_wechatpay_v2(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from tally.channels import wechatpay_v2 as wx2
+
+    api_key = secret_arg(args.api_key)
+    try:
+        params = wx2.parse_xml(args.body.read_bytes())
+        if "req_info" in params:
+            return _report(args, True, {"kind": "refund", "refund": wx2.decrypt_req_info(params["req_info"], api_key)})
+        algorithm = wx2.verify(params, api_key)
+        notice = wx2.to_payment_notice(params)
+    except (wx2.XmlError, wx2.SignatureError, wx2.ParseError) as exc:
+        return _report(args, False, {"reason": getattr(exc, "reason", None) or str(exc)})
+    return _report(args, True, {"sign_type": algorithm, "kind": "payment",
+                                "outcome": _outcome("wechatpay", notice.trade_state), "notice": asdict(notice)})
+
+
+def _outcome(channel: str, state: str) -> str:
+    from tally.channels import outcome_of
+
+    found = outcome_of(channel, state)
+    return found.value if found else "UNKNOWN (goes to a person)"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from decimal import Decimal, InvalidOperation
 
-_YUAN = re.compile(r"^-?\d+(\.\d{1,2})?$")
+_YUAN = re.compile(r"^-?\d+(\.\d{1,2})?$", re.ASCII)  # no full-width or other Unicode digits
 
 
 class MoneyError(ValueError):

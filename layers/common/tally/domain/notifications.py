@@ -55,11 +55,14 @@ class OrderFacts:
     amount_cent: int
     status: Status
     transaction_id: str | None
+    channel: str | None = None  # the channel the order was created for (None: not recorded)
 
 
 def mismatches(notice: PaymentNotice, order: OrderFacts) -> list[str]:
     """Certain differences between a notification and our order (R12). Empty means it matches."""
     found = []
+    if order.channel and notice.channel != order.channel:
+        found.append(f"channel {notice.channel} != order's {order.channel}")
     if notice.mchid != order.mchid:
         found.append(f"merchant {notice.mchid} != order's {order.mchid}")
     if (order.sp_mchid or None) != (notice.sp_mchid or None):

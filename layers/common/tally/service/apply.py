@@ -214,7 +214,7 @@ class ApplyService:
 def order_facts(order: dict[str, Any]) -> OrderFacts:
     return OrderFacts(mchid=order["mchid"], sp_mchid=order.get("sp_mchid"), currency=order["currency"],
                       amount_cent=int(order["amount_cent"]), status=Status(order["status"]),
-                      transaction_id=order.get("transaction_id"))
+                      transaction_id=order.get("transaction_id"), channel=order.get("channel"))
 
 
 def bill_date(success_time: str | None, now_s: float) -> str:

@@ -13,6 +13,9 @@ from dataclasses import asdict
 from typing import Any
 
 from tally.apigw import HttpRequest, HttpResponse
+from tally.channels import alipay as ali
+from tally.channels import outcome_of
+from tally.channels import wechatpay_v2 as wx2
 from tally.channels import wechatpay_v3 as wx
 from tally.channels import wechatpay_v3_refunds as wxr
 from tally.domain.notifications import Outcome, PaymentNotice
@@ -22,6 +25,35 @@ from tally.store.tables import ApplyQueue, EventStore, RawStore, iso_now, order_
 
 MAX_BODY_BYTES = 256 * 1024  # a WeChat notification is ~1-2 KB
 REJECTED_TTL_DAYS = 7  # signature-rejected bodies are kept this long for a replay after a key fix
+
+
+class Acks:
+    """One channel's ACK protocol (R6): success and failure bodies with their content type."""
+
+    def __init__(self, channel: str, success: Callable[[], tuple[int, str]],
+                 failure: Callable[[int, str], tuple[int, str]], content_type: str):
+        self.channel = channel
+        self._success = success
+        self._failure = failure
+        self.content_type = content_type
+
+    def success(self, outcome: str = "accepted") -> HttpResponse:
+        return HttpResponse(*self._success(), content_type=self.content_type, outcome=outcome)
+
+    def failure(self, status: int, message: str, outcome: str = "rejected") -> HttpResponse:
+        return HttpResponse(*self._failure(status, message), content_type=self.content_type, outcome=outcome)
+
+
+WX_ACKS = Acks(wx.CHANNEL, wx.ack_success, wx.ack_failure, "application/json")
+ALIPAY_ACKS = Acks(ali.CHANNEL, ali.ack_success, ali.ack_failure, ali.ACK_CONTENT_TYPE)
+WX2_ACKS = Acks(wx2.API, wx2.ack_success, wx2.ack_failure, wx2.ACK_CONTENT_TYPE)
+ACKS_BY_PATH = {"/notify/alipay/": ALIPAY_ACKS, "/notify/wechatpay-v2/": WX2_ACKS, "/notify/wechatpay/": WX_ACKS}
+
+
+def failure_for_path(path: str, status: int, message: str) -> HttpResponse:
+    """A failure ACK in the protocol of the channel the path belongs to (unusable events, unknown routes)."""
+    acks = next((a for prefix, a in ACKS_BY_PATH.items() if path.startswith(prefix)), WX_ACKS)
+    return acks.failure(status, message)
 
 
 class IngestService:
@@ -80,30 +112,33 @@ class IngestService:
                 raise
             wx.verify_signed(request.headers, request.body, merchant.creds.platform, now, self.window_s)
 
-    def _store_payment(self, notice: PaymentNotice, request: HttpRequest, envelope: dict[str, Any]) -> HttpResponse:
-        outcome = wx.outcome_of(notice.trade_state)
+    def _store_payment(self, notice: PaymentNotice, request: HttpRequest, envelope: dict[str, Any],
+                       acks: Acks = WX_ACKS, api: str | None = None) -> HttpResponse:
+        outcome = outcome_of(notice.channel, notice.trade_state)
         if outcome is Outcome.IN_BETWEEN or not notice.transaction_id:
             # R8: no transaction id, no raw payment row; keep it as an event.
             self.events.put(str(envelope.get("id") or f"{notice.out_trade_no}#{notice.trade_state}"),
                             "in_between", self.clock(), channel=notice.channel, mchid=notice.mchid,
                             out_trade_no=notice.out_trade_no, trade_state=notice.trade_state)
             count(M.NOTIFY_IN_BETWEEN)
-            return _wx_ack(*wx.ack_success(), "in_between")
+            return acks.success("in_between")
         row = raw_row(notice, self.clock(), body=request.body, headers=request.headers,
                       envelope_id=str(envelope.get("id") or ""))
+        if api:
+            row["notify_api"] = api
         existing = self.raw.put_new(row)
         if existing is not None and existing.get("handled") in (1, 2):
             count(M.NOTIFY_DUPLICATE)
-            return _wx_ack(*wx.ack_success(), "duplicate")  # R9: already booked or with a person
+            return acks.success("duplicate")  # R9: already booked or with a person
         try:
             self.queue.send(row["pk"], asdict(notice))
         except Exception as exc:  # noqa: BLE001 - any enqueue failure: the channel must retry
             count(M.ENQUEUE_FAILED)
             logger.error("enqueue failed; answering failure so the channel retries",
                          extra={"raw_key": row["pk"], "error": str(exc)})
-            return _wx_ack(*wx.ack_failure(500, "enqueue failed, retry"), "enqueue_failed")
+            return acks.failure(500, "enqueue failed, retry", "enqueue_failed")
         count(M.NOTIFY_DUPLICATE if existing else M.NOTIFY_ACCEPTED)
-        return _wx_ack(*wx.ack_success(), "duplicate" if existing else "accepted")
+        return acks.success("duplicate" if existing else "accepted")
 
     def _store_refund(self, refund: Any, request: HttpRequest, envelope: dict[str, Any], mchid: str) -> HttpResponse:
         """R7/R30: raw refund row keyed (channel#refund_no, status), enqueue, ACK (service/refund_inbox.py)."""
@@ -113,33 +148,112 @@ class IngestService:
                                     f"(inbox configured: {self.refund_inbox is not None})", envelope_id=envelope_id)
         ok = self.refund_inbox.accept(refund, body=request.body.decode("utf-8", "replace"),
                                       headers=_verify_headers(request.headers), envelope_id=envelope_id)
-        if ok:
-            return _wx_ack(*wx.ack_success(), "accepted")
-        return _wx_ack(*wx.ack_failure(500, "enqueue failed, retry"), "enqueue_failed")
+        return WX_ACKS.success() if ok else WX_ACKS.failure(500, "enqueue failed, retry", "enqueue_failed")
 
-    def _reject(self, status: int, reason: str, mchid: str, request: HttpRequest, *, keep: bool = False) -> HttpResponse:
+    def _reject(self, status: int, reason: str, mchid: str, request: HttpRequest, acks: Acks = WX_ACKS,
+                *, keep: bool = False) -> HttpResponse:
         """R4: no business state; a metric and a log line with the (untrusted) order hint. With `keep`
         (a configured merchant's callback that failed verification) the body is kept for a while, so a
         person can replay it after fixing a key (`tally manual replay`); it is never applied unverified."""
         count(M.NOTIFY_REJECTED)
-        logger.warning("notification rejected", extra={"channel": wx.CHANNEL, "mchid": mchid[:32], "reason": reason,
-                                                       "hint": _order_hint(request.body)})
+        logger.warning("notification rejected", extra={"channel": acks.channel, "mchid": mchid[:32],
+                                                       "reason": reason, "hint": _order_hint(request.body)})
         if keep:
-            self.events.put(f"rejected#{wx.CHANNEL}#{mchid}#{_digest(request.body)}", "rejected", self.clock(),
-                            ttl_days=REJECTED_TTL_DAYS, manual_kind="rejected", channel=wx.CHANNEL, mchid=mchid,
+            self.events.put(f"rejected#{acks.channel}#{mchid}#{_digest(request.body)}", "rejected", self.clock(),
+                            ttl_days=REJECTED_TTL_DAYS, manual_kind="rejected", channel=acks.channel, mchid=mchid,
                             reason=reason[:200], body=request.body.decode("utf-8", "replace"),
                             headers=_verify_headers(request.headers))
-        return _wx_ack(*wx.ack_failure(status, "rejected"), "rejected")
+        return acks.failure(status, "rejected")
 
-    def _quarantine(self, request: HttpRequest, mchid: str, reason: str, envelope_id: str) -> HttpResponse:
+    def _quarantine(self, request: HttpRequest, mchid: str, reason: str, envelope_id: str,
+                    acks: Acks = WX_ACKS) -> HttpResponse:
         """R5: signed by the channel but unusable: keep it for a person, alarm, answer success."""
-        event_id = envelope_id or f"quarantine#{wx.CHANNEL}#{mchid}#{int(self.clock() * 1000)}"
-        self.events.put(event_id, "quarantined", self.clock(), manual_kind="quarantined", channel=wx.CHANNEL,
+        event_id = envelope_id or f"quarantine#{acks.channel}#{mchid}#{int(self.clock() * 1000)}"
+        self.events.put(event_id, "quarantined", self.clock(), manual_kind="quarantined", channel=acks.channel,
                         mchid=mchid, reason=reason, body=request.body.decode("utf-8", "replace"),
                         headers=_verify_headers(request.headers))
         count(M.NOTIFY_QUARANTINED)
         logger.error("notification quarantined", extra={"mchid": mchid, "reason": reason, "event_id": event_id})
-        return _wx_ack(*wx.ack_success(), "quarantined")
+        return acks.success("quarantined")
+
+    def _park_refund(self, event_id: str, kind: str, mchid: str, request: HttpRequest, **fields: Any
+                     ) -> None:
+        """A refund notification: never a payment. Kept (no expiry) for the refunds subsystem, alarmed."""
+        self.events.put(event_id, kind, self.clock(), mchid=mchid, body=request.body.decode("utf-8", "replace"),
+                        expires_at=None, **fields)
+        count(M.REFUND_NOTIFY_PARKED)
+        logger.warning("refund notification parked", extra={"event_id": event_id, "kind": kind})
+
+    # ------------------------------------------------------------ Alipay (channel-spec §5)
+
+    def alipay(self, request: HttpRequest) -> HttpResponse:
+        app_id = request.path_params.get("app_id", "")
+        if len(request.body) > MAX_BODY_BYTES:
+            return self._reject(400, "body too large", app_id, request, ALIPAY_ACKS)
+        try:
+            merchant = self.merchants.alipay(app_id)
+        except UnknownMerchant:
+            return self._reject(404, "unknown merchant", app_id, request, ALIPAY_ACKS)
+        try:
+            params = ali.parse_form(request.body)
+            ali.verify_notification(params, merchant.creds.keys)
+        except ali.FormError as exc:
+            return self._reject(400, str(exc), app_id, request, ALIPAY_ACKS)
+        except ali.SignatureError as exc:
+            return self._reject(401, exc.reason, app_id, request, ALIPAY_ACKS)
+        # Verified: Alipay is talking. Anything unusable from here is kept for a person (R5).
+        notify_id = str(params.get("notify_id") or "")[:64]
+        event_id = f"alipay#{notify_id}" if notify_id else ""
+        if params.get("app_id") != app_id:
+            return self._quarantine(request, app_id, f"notification app_id {params.get('app_id')!r} != URL {app_id}",
+                                    event_id, ALIPAY_ACKS)
+        if ali.is_refund(params):
+            self._park_refund(f"alipay_refund#{params.get('trade_no', '')}#{params.get('out_biz_no', '')}"
+                              f"#{params.get('gmt_refund', '')}", "alipay_refund", app_id, request,
+                              channel=ali.CHANNEL, trade_no=params.get("trade_no"),
+                              out_trade_no=params.get("out_trade_no"), out_biz_no=params.get("out_biz_no"),
+                              refund_fee=params.get("refund_fee"), trade_status=params.get("trade_status"))
+            return ALIPAY_ACKS.success()
+        try:
+            notice = ali.to_payment_notice(params)
+        except ali.ParseError as exc:
+            return self._quarantine(request, app_id, f"unusable: {exc}", event_id, ALIPAY_ACKS)
+        return self._store_payment(notice, request, {"id": event_id}, ALIPAY_ACKS)
+
+    # ------------------------------------------------------------ WeChat Pay v2 (channel-spec §4)
+
+    def wechatpay_v2(self, request: HttpRequest) -> HttpResponse:
+        mchid = request.path_params.get("mchid", "")
+        if len(request.body) > MAX_BODY_BYTES:
+            return self._reject(400, "body too large", mchid, request, WX2_ACKS)
+        try:
+            merchant = self.merchants.wechatpay_v2(mchid)
+        except UnknownMerchant:
+            return self._reject(404, "unknown merchant", mchid, request, WX2_ACKS)
+        try:
+            params = wx2.parse_xml(request.body)
+            if "req_info" in params:  # refund: unsigned, the encryption with the API key authenticates it
+                refund = wx2.decrypt_req_info(params["req_info"], merchant.api_key)
+            else:
+                wx2.verify(params, merchant.api_key)
+        except wx2.XmlError as exc:
+            return self._reject(400, str(exc), mchid, request, WX2_ACKS)
+        except wx2.SignatureError as exc:
+            return self._reject(401, exc.reason, mchid, request, WX2_ACKS)
+        if params.get("mch_id") != mchid:
+            return self._quarantine(request, mchid, f"mch_id {params.get('mch_id')!r} != URL merchant {mchid}", "",
+                                    WX2_ACKS)
+        if "req_info" in params:
+            self._park_refund(f"wechatpay_v2_refund#{refund.get('out_refund_no', '')}#{refund.get('refund_status', '')}",
+                              "wechatpay_v2_refund", mchid, request, channel=wx2.CHANNEL, refund=refund)
+            return WX2_ACKS.success()
+        if params.get("return_code") != "SUCCESS":
+            return self._quarantine(request, mchid, f"return_code {params.get('return_code')!r}", "", WX2_ACKS)
+        try:
+            notice = wx2.to_payment_notice(params)
+        except wx2.ParseError as exc:
+            return self._quarantine(request, mchid, f"unusable: {exc}", "", WX2_ACKS)
+        return self._store_payment(notice, request, {}, WX2_ACKS, api=wx2.API)
 
 
 def raw_row(notice: PaymentNotice, now_s: float, *, body: bytes | None, headers: dict[str, str] | None,
@@ -169,7 +283,7 @@ def notice_from_raw(row: dict[str, Any]) -> PaymentNotice:
 
 
 def _wx_ack(status: int, body: str, outcome: str) -> HttpResponse:
-    return HttpResponse(status, body, outcome=outcome)
+    return HttpResponse(status, body, outcome=outcome)  # the v3 probe path; every other answer goes through Acks
 
 
 def _digest(body: bytes) -> str:

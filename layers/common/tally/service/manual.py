@@ -93,10 +93,7 @@ class ManualQueue:
         row = self.show(item_id)
         if not row.get("manual_kind"):
             raise ManualError(f"{item_id} is not in the manual queue (resolved or replayed already)")
-        request = HttpRequest("POST", f"/notify/{row['channel']}/{row['mchid']}", dict(row.get("headers") or {}),
-                              str(row["body"]).encode("utf-8"), {"mchid": row["mchid"]})
-        received_at = datetime.fromisoformat(row["created_at"].replace("Z", "+00:00")).timestamp()
-        response = self.ingest.wechatpay_v3(request, received_at=received_at)
+        response = self._ingest_again(row)
         if response.outcome not in ("accepted", "duplicate", "in_between"):
             raise ManualError(f"replay of {item_id} was {response.outcome} again: fix the cause first "
                               f"(`tally verify` tells why)")
@@ -105,6 +102,23 @@ class ManualQueue:
                      entry={**entry, "outcome": response.outcome}, empty=[], one=[entry])
         count(M.MANUAL_REPLAYED)
         return {"id": item_id, "outcome": response.outcome}
+
+    def _ingest_again(self, row: dict[str, Any]) -> Any:
+        """The kept body through the same ingest code as when it arrived (per channel)."""
+        channel, merchant_id = row.get("channel"), row["mchid"]
+        body = str(row["body"]).encode("utf-8")
+        headers = dict(row.get("headers") or {})
+        if channel == "wechatpay":
+            received_at = datetime.fromisoformat(row["created_at"].replace("Z", "+00:00")).timestamp()
+            request = HttpRequest("POST", f"/notify/wechatpay/{merchant_id}", headers, body, {"mchid": merchant_id})
+            return self.ingest.wechatpay_v3(request, received_at=received_at)
+        if channel == "alipay":
+            request = HttpRequest("POST", f"/notify/alipay/{merchant_id}", headers, body, {"app_id": merchant_id})
+            return self.ingest.alipay(request)
+        if channel == "wechatpay_v2":
+            request = HttpRequest("POST", f"/notify/wechatpay-v2/{merchant_id}", headers, body, {"mchid": merchant_id})
+            return self.ingest.wechatpay_v2(request)
+        raise ManualError(f"no replay path for channel {channel!r}")
 
     # ------------------------------------------------------------ helpers
 

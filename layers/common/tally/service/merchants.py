@@ -9,6 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tally.channels import alipay as ali
+from tally.channels import wechatpay_v2 as wx2
 from tally.channels import wechatpay_v3 as wx
 from tally.observability import M, count, logger
 from tally.store.tables import MerchantStore, iso_now
@@ -16,6 +18,9 @@ from tally.store.tables import MerchantStore, iso_now
 
 class UnknownMerchant(LookupError):
     pass
+
+
+EXPIRY_WARNING_S = 7 * 86400  # a certificate expiring sooner raises PlatformCertExpiring
 
 
 @dataclass
@@ -33,13 +38,45 @@ class Merchant:
     def appid(self) -> str:
         return str(self.row.get("appid") or "")
 
+    @property
+    def sp_mchid(self) -> str | None:
+        """The service provider whose credentials act for this sub-merchant (partner mode), else None."""
+        return self.row.get("sp_mchid") if self.row.get("mode") == "partner" else None
+
+
+@dataclass
+class AlipayMerchant:
+    row: dict[str, Any]
+    creds: ali.AlipayCredentials
+    loaded_at: float
+    app_auth_token: str | None = None  # set for a merchant that authorised a service provider's app
+
+    @property
+    def notify_url(self) -> str:
+        return str(self.row.get("notify_url") or "")
+
+    @property
+    def sp_mchid(self) -> str | None:
+        return self.row.get("sp_app_id") if self.row.get("mode") == "partner" else None
+
+
+@dataclass
+class WeChatV2Merchant:
+    row: dict[str, Any]
+    api_key: str
+    loaded_at: float
+
+    @property
+    def notify_url(self) -> str:
+        return str(self.row.get("notify_url") or "")
+
 
 class MerchantDirectory:
     """Credentials parsed once per container (loading a PEM key costs ~30 ms), cached for `ttl_s`."""
 
     def __init__(self, store: MerchantStore, secrets: Any, secret_prefix: str, api_base: str,
                  *, clock: Callable[[], float] = time.time, ttl_s: float = 300, refresh_every_s: float = 60,
-                 http_timeout_s: float = 3.0):
+                 http_timeout_s: float = 3.0, alipay_gateway: str = "https://openapi.alipay.com/gateway.do"):
         self.store = store
         self.secrets = secrets
         self.secret_prefix = secret_prefix
@@ -48,7 +85,9 @@ class MerchantDirectory:
         self.ttl_s = ttl_s
         self.refresh_every_s = refresh_every_s
         self.http_timeout_s = http_timeout_s
+        self.alipay_gateway = alipay_gateway
         self._cache: dict[str, Merchant] = {}
+        self._other: dict[str, Any] = {}  # "alipay#app_id", "wechatpay_v2#mchid"
         self._lock = threading.Lock()
 
     def wechatpay(self, mchid: str) -> Merchant:
@@ -58,19 +97,153 @@ class MerchantDirectory:
         row = self.store.get(wx.CHANNEL, mchid)
         if row is None:
             raise UnknownMerchant(f"no wechatpay merchant {mchid}")
-        secret = json.loads(self.secrets.get_secret_value(SecretId=row["secret_name"])["SecretString"])
-        merchant = Merchant(row, credentials_from_secret(secret), self.clock())
+        if row.get("mode") == "partner":
+            # A sub-merchant acts through its service provider's credentials (decrypt, sign, verify).
+            provider = self.wechatpay(str(row["sp_mchid"]))
+            merchant = Merchant(row, provider.creds, self.clock(), provider.last_refresh)
+        else:
+            secret = self._secret(row)
+            merchant = Merchant(row, credentials_from_secret(secret), self.clock())
+            if cached is not None:  # keep certificates downloaded since (rotation: several valid at once)
+                for serial, key in cached.creds.platform.by_serial.items():
+                    merchant.creds.platform.by_serial.setdefault(serial, key)
+                for serial, when in cached.creds.platform.expires.items():
+                    merchant.creds.platform.expires.setdefault(serial, when)
+                merchant.last_refresh = cached.last_refresh
+            self.warn_expiring(f"wechatpay/{mchid}", merchant.creds.platform.expires)
         with self._lock:
             self._cache[mchid] = merchant
         return merchant
 
+    def _secret(self, row: dict[str, Any]) -> dict[str, Any]:
+        return json.loads(self.secrets.get_secret_value(SecretId=row["secret_name"])["SecretString"])
+
+    def warn_expiring(self, who: str, expires: dict[str, float]) -> list[str]:
+        """Count PlatformCertExpiring for every certificate that expires within 7 days (alarmed)."""
+        now = self.clock()
+        soon = [name for name, when in expires.items() if when - now < EXPIRY_WARNING_S]
+        for name in soon:
+            count(M.CERT_EXPIRING)
+            logger.warning("certificate expires within 7 days", extra={
+                "merchant": who, "certificate": name, "days_left": round((expires[name] - now) / 86400, 1)})
+        return soon
+
+    # ------------------------------------------------------------ Alipay
+
+    def alipay(self, app_id: str) -> AlipayMerchant:
+        key = f"{ali.CHANNEL}#{app_id}"
+        cached = self._other.get(key)
+        if cached and self.clock() - cached.loaded_at < self.ttl_s:
+            return cached
+        row = self.store.get(ali.CHANNEL, app_id)
+        if row is None:
+            raise UnknownMerchant(f"no alipay merchant {app_id}")
+        if row.get("mode") == "partner":  # app_auth_token: the provider's app acts for this merchant
+            provider = self.alipay(str(row["sp_app_id"]))
+            merchant = AlipayMerchant(row, provider.creds, self.clock(),
+                                      app_auth_token=str(self._secret(row)["app_auth_token"]))
+        else:
+            merchant = AlipayMerchant(row, alipay_credentials(self._secret(row), self.clock()), self.clock())
+            expires = dict(merchant.creds.keys.expires)
+            if merchant.creds.app_cert_expires:
+                expires["app_cert"] = merchant.creds.app_cert_expires
+            self.warn_expiring(f"alipay/{app_id}", expires)
+        with self._lock:
+            self._other[key] = merchant
+        return merchant
+
+    def alipay_client(self, merchant: AlipayMerchant) -> ali.AlipayClient:
+        return ali.AlipayClient(self.alipay_gateway, merchant.creds, app_auth_token=merchant.app_auth_token,
+                                timeout_s=self.http_timeout_s, clock=self.clock)
+
+    def add_alipay(self, *, app_id: str, app_private_key: str, notify_url: str, alipay_public_key: str | None = None,
+                   alipay_cert: str | None = None, app_cert: str | None = None, root_cert: str | None = None,
+                   tenant: str | None = None) -> dict[str, Any]:
+        secret = {"channel": ali.CHANNEL, "app_id": app_id, "app_private_key": app_private_key,
+                  "alipay_public_key": alipay_public_key, "alipay_certificates": [alipay_cert] if alipay_cert else [],
+                  "app_cert": app_cert, "root_cert": root_cert}
+        creds = alipay_credentials(secret, self.clock())  # refuse what cannot work before storing it
+        row = {"pk": f"{ali.CHANNEL}#{app_id}", "channel": ali.CHANNEL, "mchid": app_id, "tenant": tenant or app_id,
+               "mode": "direct", "key_mode": "cert" if creds.app_cert_sn else "public_key",
+               "alipay_cert_sns": sorted(creds.keys.by_sn), "notify_url": notify_url,
+               "updated_at": iso_now(self.clock())}
+        return self._save(ali.CHANNEL, app_id, secret, row)
+
+    def add_alipay_sub(self, *, app_id: str, sp_app_id: str, app_auth_token: str, tenant: str | None = None
+                       ) -> dict[str, Any]:
+        """A merchant that authorised the service provider's app (app_auth_token)."""
+        provider = self.alipay(sp_app_id)
+        row = {"pk": f"{ali.CHANNEL}#{app_id}", "channel": ali.CHANNEL, "mchid": app_id, "tenant": tenant or app_id,
+               "mode": "partner", "sp_app_id": sp_app_id, "notify_url": provider.notify_url,
+               "updated_at": iso_now(self.clock())}
+        return self._save(ali.CHANNEL, app_id, {"channel": ali.CHANNEL, "app_auth_token": app_auth_token}, row)
+
+    # ------------------------------------------------------------ WeChat Pay v2
+
+    def wechatpay_v2(self, mchid: str) -> WeChatV2Merchant:
+        key = f"{wx2.API}#{mchid}"
+        cached = self._other.get(key)
+        if cached and self.clock() - cached.loaded_at < self.ttl_s:
+            return cached
+        row = self.store.get(wx2.API, mchid)
+        if row is None:
+            raise UnknownMerchant(f"no wechatpay v2 merchant {mchid}")
+        merchant = WeChatV2Merchant(row, v2_api_key(self._secret(row)), self.clock())
+        with self._lock:
+            self._other[key] = merchant
+        return merchant
+
+    def add_wechatpay_v2(self, *, mchid: str, api_key: str, notify_url: str, appid: str = "",
+                         tenant: str | None = None) -> dict[str, Any]:
+        secret = {"channel": wx2.API, "mchid": mchid, "api_key": api_key}
+        v2_api_key(secret)
+        row = {"pk": f"{wx2.API}#{mchid}", "channel": wx2.API, "mchid": mchid, "appid": appid,
+               "tenant": tenant or mchid, "mode": "direct", "notify_url": notify_url,
+               "updated_at": iso_now(self.clock())}
+        return self._save(wx2.API, mchid, secret, row)
+
+    def add_wechatpay_partner(self, *, sub_mchid: str, sp_mchid: str, sub_appid: str = "",
+                              tenant: str | None = None) -> dict[str, Any]:
+        """A sub-merchant of a WeChat Pay service provider: no own secret, the provider's keys act (R11)."""
+        provider = self.wechatpay(sp_mchid)
+        row = {"pk": f"{wx.CHANNEL}#{sub_mchid}", "channel": wx.CHANNEL, "mchid": sub_mchid,
+               "appid": provider.appid, "sub_appid": sub_appid or None, "tenant": tenant or sub_mchid,
+               "mode": "partner", "sp_mchid": sp_mchid, "notify_url": provider.notify_url,
+               "updated_at": iso_now(self.clock())}
+        self.store.put(row)
+        self._cache.pop(sub_mchid, None)
+        return row
+
+    def _save(self, channel: str, merchant_id: str, secret: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
+        name = f"{self.secret_prefix}{channel}/{merchant_id}"
+        _put_secret(self.secrets, name, json.dumps(secret))
+        row["secret_name"] = name
+        self.store.put(row)
+        self._other.pop(f"{channel}#{merchant_id}", None)
+        return row
+
+    # ------------------------------------------------------------ key rotation, off the hot path
+
+    def refresh_platform_certificates(self, mchids: list[str], max_age_s: float = 12 * 3600) -> dict[str, bool]:
+        """Download WeChat platform certificates for cert-mode merchants not refreshed for `max_age_s`
+        (a schedule calls this, so a callback rarely meets an unknown serial; R3 stays as the fallback)."""
+        done = {}
+        for mchid in mchids:
+            merchant = self.wechatpay(mchid)
+            if merchant.sp_mchid or self.clock() - merchant.last_refresh < max_age_s:
+                continue
+            if all(s.startswith(wx.PUBLIC_KEY_ID_PREFIX) for s in merchant.creds.platform.by_serial):
+                continue  # public-key mode: nothing to download (§1.4)
+            done[mchid] = self.refresh_platform_keys(merchant, force=True)
+        return done
+
     def client(self, merchant: Merchant) -> wx.WeChatPayClient:
         return wx.WeChatPayClient(self.api_base, merchant.creds, timeout_s=self.http_timeout_s, clock=self.clock)
 
-    def refresh_platform_keys(self, merchant: Merchant) -> bool:
+    def refresh_platform_keys(self, merchant: Merchant, *, force: bool = False) -> bool:
         """One download of the platform certificates (R3), at most once a minute per merchant."""
         now = self.clock()
-        if now - merchant.last_refresh < self.refresh_every_s:
+        if not force and now - merchant.last_refresh < self.refresh_every_s:
             return False
         merchant.last_refresh = now
         try:
@@ -80,8 +253,11 @@ class MerchantDirectory:
                                                                          "error": str(exc)})
             return False
         for serial, pem in downloaded:
-            merchant.creds.platform.by_serial[serial] = wx.load_verifying_key(pem)[1]
+            merchant.creds.platform.add_pem(pem, serial_hint=serial)
         count(M.CERT_REFRESHED)
+        self.warn_expiring(f"wechatpay/{merchant.creds.mchid}",
+                           {s: merchant.creds.platform.expires[s] for s, _ in downloaded
+                            if s in merchant.creds.platform.expires})
         return True
 
     def add_wechatpay(self, *, mchid: str, apiv3_key: str, merchant_key_pem: str, merchant_serial: str,
@@ -127,3 +303,97 @@ def _put_secret(secrets: Any, name: str, value: str) -> None:
         secrets.create_secret(Name=name, SecretString=value)
     except secrets.exceptions.ResourceExistsException:
         secrets.put_secret_value(SecretId=name, SecretString=value)
+
+
+def alipay_credentials(secret: dict[str, Any], now: float) -> ali.AlipayCredentials:
+    """Public-key mode (alipay_public_key) and/or certificate mode (alipay cert + app cert + root bundle)."""
+    certs = [c for c in secret.get("alipay_certificates") or [] if c]
+    if certs and not (secret.get("app_cert") and secret.get("root_cert")):
+        raise ValueError("certificate mode needs the Alipay certificate, the app certificate and the root bundle")
+    keys = ali.AlipayKeys.from_pems(secret.get("alipay_public_key"), certs, secret.get("root_cert"), now=now)
+    app_cert_sn = app_cert_expires = app_public_key = None
+    if secret.get("app_cert"):
+        app_cert = ali.load_certificates(secret["app_cert"])[0]
+        app_cert_sn, app_cert_expires = ali.cert_sn(app_cert), app_cert.not_valid_after_utc.timestamp()
+        app_public_key = ali._rsa_public(app_cert.public_key())
+    return ali.AlipayCredentials(app_id=str(secret["app_id"]), private_key=ali.load_private_key(secret["app_private_key"]),
+                                 keys=keys, app_cert_sn=app_cert_sn, app_cert_expires=app_cert_expires,
+                                 app_public_key=app_public_key)
+
+
+def v2_api_key(secret: dict[str, Any]) -> str:
+    key = str(secret.get("api_key") or "")
+    if len(key) != 32 or not key.isascii():
+        raise ValueError("the WeChat Pay v2 API key must be 32 ASCII characters")
+    return key
+
+
+def check_merchant(directory: MerchantDirectory, channel: str, merchant_id: str) -> list[dict[str, Any]]:
+    """Prove a stored configuration works before it takes payments (`tally merchant check`).
+
+    Each check: {"check", "ok", "detail"}. Only local proofs with the stored keys: a test resource is
+    encrypted and decrypted, test signatures made and verified where the channel's key material allows,
+    and every certificate's expiry is reported (fails within 7 days). Secrets never appear in details."""
+    import secrets as _secrets
+
+    checks: list[dict[str, Any]] = []
+    now = directory.clock()
+
+    def add(name: str, ok: bool, detail: str) -> None:
+        checks.append({"check": name, "ok": bool(ok), "detail": detail})
+
+    def expiry(name: str, when: float) -> None:
+        days = (when - now) / 86400
+        add(f"expiry {name}", when - now >= EXPIRY_WARNING_S, f"{days:.1f} days left")
+
+    if channel == "wechatpay":
+        merchant = directory.wechatpay(merchant_id)
+        creds = merchant.creds
+        probe = {"mchid": merchant_id, "out_trade_no": "TALLY-CHECK", "trade_state": "SUCCESS"}
+        nonce = _secrets.token_hex(6)
+        sealed = wx.aes_gcm_encrypt(creds.apiv3_key, nonce, "transaction", json.dumps(probe).encode())
+        opened = wx.open_resource({"resource": {"algorithm": "AEAD_AES_256_GCM", "nonce": nonce,
+                                                "associated_data": "transaction", "ciphertext": sealed}},
+                                  creds.apiv3_key)
+        add("APIv3 key decrypts a test resource", opened == probe, "AEAD_AES_256_GCM round trip")
+        signature = wx.rsa_sign(creds.private_key, b"tally merchant check\n")
+        add("merchant key signs", bool(signature), f"serial {creds.serial}")
+        add("platform keys", bool(creds.platform.by_serial), ", ".join(sorted(creds.platform.by_serial)))
+        if merchant.sp_mchid:
+            add("service provider", True, f"sub-merchant of {merchant.sp_mchid}")
+        for serial, when in sorted(creds.platform.expires.items()):
+            expiry(f"platform certificate {serial}", when)
+    elif channel == "alipay":
+        merchant = directory.alipay(merchant_id)
+        creds = merchant.creds
+        content = ali.sign_content({"app_id": creds.app_id, "method": "tally.merchant.check", "charset": "utf-8"},
+                                   exclude=("sign",))
+        signature = ali.rsa2_sign(creds.private_key, content)
+        if creds.app_public_key is not None:
+            add("app private key matches the app certificate",
+                ali.rsa2_verify(creds.app_public_key, content.encode(), signature),
+                f"app_cert_sn {creds.app_cert_sn}, alipay_root_cert_sn {creds.keys.root_sn}")
+        else:
+            add("app private key signs (RSA2)", bool(signature),
+                "public-key mode: only Alipay holds the app public key to verify it")
+        add("Alipay verifying keys", bool(creds.keys.public_key or creds.keys.by_sn),
+            ", ".join((["public key"] if creds.keys.public_key else []) + [f"cert {sn}" for sn in creds.keys.by_sn]))
+        if merchant.app_auth_token:
+            add("app_auth_token", True, f"acts through provider app {merchant.sp_mchid}")
+        for sn, when in sorted(creds.keys.expires.items()):
+            expiry(f"Alipay certificate {sn}", when)
+        if creds.app_cert_expires:
+            expiry("app certificate", creds.app_cert_expires)
+    elif channel in ("wechatpay-v2", "wechatpay_v2"):
+        merchant = directory.wechatpay_v2(merchant_id)
+        fields = {"mch_id": merchant_id, "nonce_str": _secrets.token_hex(8), "out_trade_no": "TALLY-CHECK"}
+        for sign_type in ("MD5", "HMAC-SHA256"):
+            signed = {**fields, "sign": wx2.sign(fields, merchant.api_key, sign_type)}
+            add(f"API key signs and verifies ({sign_type})", wx2.verify(signed, merchant.api_key) == sign_type, "")
+        refund = {"out_refund_no": "TALLY-CHECK", "refund_status": "SUCCESS"}
+        add("API key decrypts a test req_info",
+            wx2.decrypt_req_info(wx2.encrypt_req_info(refund, merchant.api_key), merchant.api_key) == refund,
+            "AES-256-ECB with md5(API key)")
+    else:
+        raise ValueError(f"unknown channel {channel!r}: wechatpay, alipay or wechatpay-v2")
+    return checks

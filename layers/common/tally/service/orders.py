@@ -8,6 +8,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from tally.channels import alipay as ali
 from tally.channels import wechatpay_v3 as wx
 from tally.domain.orders import Status
 from tally.domain.poll import FIRST_QUERY_AFTER_S
@@ -19,6 +20,7 @@ from tally.store.tables import OrderStore, RawStore, iso_now, order_key
 
 OUT_TRADE_NO = re.compile(r"^[0-9A-Za-z_\-*]{6,32}$")
 CURRENCY = re.compile(r"^[A-Z]{3}$")
+CHANNELS = ("wechatpay", "alipay", "wechatpay_v2")  # request field `channel` (default wechatpay)
 
 
 class InvalidOrder(ValueError):
@@ -50,14 +52,25 @@ class OrderService:
 
     def create(self, request: dict[str, Any]) -> dict[str, Any]:
         spec = validate_order_request(request)
+        lookup = {"wechatpay": self.merchants.wechatpay, "alipay": self.merchants.alipay,
+                  "wechatpay_v2": self.merchants.wechatpay_v2}[spec["channel"]]
         try:
-            merchant = self.merchants.wechatpay(spec["mchid"])
+            merchant = lookup(spec["mchid"])
         except UnknownMerchant:
-            raise NotFound(f"merchant {spec['mchid']} is not configured (tally merchant add)") from None
+            raise NotFound(f"{spec['channel']} merchant {spec['mchid']} is not configured (tally merchant add)") from None
+        if spec["channel"] == "alipay" and spec["currency"] != "CNY":
+            raise InvalidOrder("Alipay orders are in CNY")
+        if spec["channel"] == "wechatpay_v2" and spec["prepay"]:
+            raise InvalidOrder("prepay is not available for wechatpay_v2 orders: create them with prepay false")
+        if spec["channel"] == "wechatpay" and spec["prepay"] and getattr(merchant, "sp_mchid", None):
+            raise InvalidOrder("prepay for a service-provider sub-merchant is not built yet: use prepay false")
         now = self.clock()
         row = {
             "pk": order_key(spec["mchid"], spec["out_trade_no"]), "mchid": spec["mchid"],
-            "out_trade_no": spec["out_trade_no"], "channel": wx.CHANNEL,
+            "out_trade_no": spec["out_trade_no"],
+            # v2 and v3 report the same WeChat transactions: one channel name for both (wechatpay_v2 docstring)
+            "channel": ali.CHANNEL if spec["channel"] == "alipay" else wx.CHANNEL,
+            "sp_mchid": getattr(merchant, "sp_mchid", None),  # service-provider mode (R11)
             "tenant": merchant.row.get("tenant") or spec["mchid"], "status": Status.WAIT_PAY.value,
             "amount_cent": spec["amount_cent"], "currency": spec["currency"], "description": spec["description"],
             "paid_cent": 0, "refundable_cent": 0, "version": 0, "created_at": iso_now(now),
@@ -72,9 +85,26 @@ class OrderService:
                 raise OrderConflict(f"order {spec['out_trade_no']} exists with amount {existing['amount_cent']} "
                                     f"{existing['currency']}")
             row = existing
-        if spec["prepay"] and not row.get("code_url") and row["status"] == Status.WAIT_PAY.value:
-            row = self._prepay(merchant, row, now + spec["expire_minutes"] * 60)
+        if spec["prepay"] and not (row.get("code_url") or row.get("qr_code")) and row["status"] == Status.WAIT_PAY.value:
+            if row["channel"] == ali.CHANNEL:
+                row = self._precreate(merchant, row, spec["expire_minutes"])
+            else:
+                row = self._prepay(merchant, row, now + spec["expire_minutes"] * 60)
         return public_order(row)
+
+    def _precreate(self, merchant: Any, row: dict[str, Any], expire_minutes: int) -> dict[str, Any]:
+        """alipay.trade.precreate → qr_code (the buyer scans it)."""
+        try:
+            qr_code = self.merchants.alipay_client(merchant).precreate(
+                out_trade_no=row["out_trade_no"], amount_cent=row["amount_cent"], subject=row["description"],
+                notify_url=merchant.notify_url, timeout_express=f"{expire_minutes}m")
+        except ali.ChannelError as exc:
+            count(M.PREPAY_FAILED)
+            logger.warning("alipay precreate failed", extra={"order": row["pk"], "error": str(exc)})
+            self.orders.set_fields(row["pk"], prepay_error=str(exc)[:500])
+            raise PrepayFailed(public_order(row), str(exc)) from None
+        self.orders.set_fields(row["pk"], qr_code=qr_code)
+        return {**row, "qr_code": qr_code}
 
     def _prepay(self, merchant: Any, row: dict[str, Any], expire_s: float) -> dict[str, Any]:
         try:
@@ -139,5 +169,8 @@ def validate_order_request(body: Any) -> dict[str, Any]:
     prepay = body.get("prepay", True)
     if not isinstance(prepay, bool):
         raise InvalidOrder("prepay must be true or false")
+    channel = body.get("channel", "wechatpay")
+    if channel not in CHANNELS:
+        raise InvalidOrder(f"channel must be one of {', '.join(CHANNELS)}")
     return {"mchid": mchid, "out_trade_no": out_trade_no, "amount_cent": amount, "currency": currency,
-            "description": description, "expire_minutes": expire, "prepay": prepay}
+            "description": description, "expire_minutes": expire, "prepay": prepay, "channel": channel}

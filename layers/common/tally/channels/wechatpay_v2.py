@@ -1,0 +1,192 @@
+"""WeChat Pay API v2 (legacy): XML notifications signed with the API key, XML ACKs, refund `req_info`.
+
+Wire format: ../shared/channel-spec.md §4. The v2 API reports the same WeChat transactions as v3
+(same `transaction_id` space), so its notices carry channel "wechatpay": a payment reported by a v2
+callback and by a v3 query is one raw row and one ledger entry (R7, R18).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import re
+import xml.etree.ElementTree as ET
+from collections.abc import Mapping
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from cryptography.hazmat.primitives import padding as sym_padding
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+from tally.domain.notifications import PaymentNotice
+
+CHANNEL = "wechatpay"  # same transaction id space as v3 (see the module docstring)
+API = "wechatpay_v2"
+CHINA = timezone(timedelta(hours=8))
+ACK_CONTENT_TYPE = "text/xml"
+_FORBIDDEN = re.compile(rb"<!\s*(DOCTYPE|ENTITY)", re.IGNORECASE)
+_DIGITS = re.compile(r"^\d{1,15}$", re.ASCII)
+
+
+class XmlError(Exception):
+    """Not a usable v2 XML body (before any signature check: nothing is trusted)."""
+
+
+class SignatureError(Exception):
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+class ParseError(Exception):
+    """Signed by WeChat but unusable: not retryable (R5)."""
+
+
+# ---------------------------------------------------------------- hardened XML
+
+
+def parse_xml(body: bytes, root: str = "xml") -> dict[str, str]:
+    """A flat `<xml><k>v</k>…</xml>` document → dict. DTDs and entities are refused before parsing
+    (XXE, billion laughs); nested elements and repeated fields are refused too."""
+    if _FORBIDDEN.search(body):
+        raise XmlError("DTD/entity declarations are refused")
+    try:
+        element = ET.fromstring(body)
+    except ET.ParseError as exc:
+        raise XmlError(f"not XML: {exc}") from None
+    if element.tag != root:
+        raise XmlError(f"root element is <{element.tag[:20]}>, expected <{root}>")
+    out: dict[str, str] = {}
+    for child in element:
+        if len(child):
+            raise XmlError(f"<{child.tag[:20]}> is nested")
+        if child.tag in out:
+            raise XmlError(f"<{child.tag[:20]}> appears twice")
+        out[child.tag] = child.text or ""
+    return out
+
+
+def to_xml(fields: Mapping[str, str], root: str = "xml") -> str:
+    def cdata(value: str) -> str:
+        return "<![CDATA[" + value.replace("]]>", "]]]]><![CDATA[>") + "]]>"
+
+    return f"<{root}>" + "".join(f"<{k}>{cdata(str(v))}</{k}>" for k, v in fields.items()) + f"</{root}>"
+
+
+# ---------------------------------------------------------------- signatures (§4)
+
+
+def string_to_sign(params: Mapping[str, str], api_key: str) -> str:
+    """stringA (non-empty values except sign, sorted by key, raw values) + "&key=" + API key."""
+    items = "&".join(f"{k}={params[k]}" for k in sorted(params) if k != "sign" and params[k] != "")
+    return f"{items}&key={api_key}"
+
+
+def sign(params: Mapping[str, str], api_key: str, sign_type: str = "MD5") -> str:
+    message = string_to_sign(params, api_key).encode("utf-8")
+    if sign_type == "MD5":
+        return hashlib.md5(message).hexdigest().upper()
+    if sign_type == "HMAC-SHA256":
+        return hmac.new(api_key.encode("utf-8"), message, hashlib.sha256).hexdigest().upper()
+    raise ValueError(f"unknown sign_type {sign_type!r}")
+
+
+def verify(params: Mapping[str, str], api_key: str) -> str:
+    """Checks `sign` (constant time). The algorithm is told by the signature's length (32 = MD5,
+    64 = HMAC-SHA256), since MD5-signed notifications are reported even for HMAC orders (§4)."""
+    given = (params.get("sign") or "").upper()
+    declared = params.get("sign_type") or "MD5"
+    if declared not in ("MD5", "HMAC-SHA256"):
+        raise SignatureError(f"unknown sign_type {declared[:20]!r}")
+    algorithm = {32: "MD5", 64: "HMAC-SHA256"}.get(len(given))
+    if algorithm is None:
+        raise SignatureError("missing or malformed sign")
+    if not hmac.compare_digest(sign(params, api_key, algorithm), given):
+        raise SignatureError(f"{algorithm} sign does not verify with the API key")
+    return algorithm
+
+
+# ---------------------------------------------------------------- refund req_info (§4)
+
+
+def refund_key(api_key: str) -> bytes:
+    return hashlib.md5(api_key.encode("utf-8")).hexdigest().lower().encode("ascii")
+
+
+def decrypt_req_info(req_info: str, api_key: str) -> dict[str, str]:
+    """base64 → AES-256-ECB/PKCS7 with key = lowercase hex MD5 of the API key → `<root>` XML.
+
+    ECB has no integrity tag: padding and a well-formed `<root>` document are the only evidence that
+    the key is right, so any failure here means "not proven to come from WeChat" (R4)."""
+    try:
+        data = base64.b64decode(req_info, validate=True)
+        if not data or len(data) % 16:
+            raise ValueError("length is not a multiple of the AES block")
+        decryptor = Cipher(algorithms.AES(refund_key(api_key)), modes.ECB()).decryptor()  # noqa: S305 - the wire format
+        padded = decryptor.update(data) + decryptor.finalize()
+        unpadder = sym_padding.PKCS7(128).unpadder()
+        plain = unpadder.update(padded) + unpadder.finalize()
+        return parse_xml(plain, root="root")
+    except (binascii.Error, ValueError, XmlError) as exc:
+        raise SignatureError(f"req_info does not decrypt with the API key: {exc}") from None
+
+
+def encrypt_req_info(fields: Mapping[str, str], api_key: str) -> str:
+    """The inverse (merchant check and tests): `<root>` XML → AES-256-ECB/PKCS7 → base64."""
+    padder = sym_padding.PKCS7(128).padder()
+    padded = padder.update(to_xml(fields, root="root").encode("utf-8")) + padder.finalize()
+    encryptor = Cipher(algorithms.AES(refund_key(api_key)), modes.ECB()).encryptor()  # noqa: S305
+    return base64.b64encode(encryptor.update(padded) + encryptor.finalize()).decode("ascii")
+
+
+# ---------------------------------------------------------------- parsing
+
+
+def fen(params: Mapping[str, Any], name: str, default: int | None = None) -> int:
+    value = params.get(name)
+    if value in (None, "") and default is not None:
+        return default
+    if not isinstance(value, str) or not _DIGITS.match(value):
+        raise ParseError(f"{name} must be integer fen, got {str(value)[:20]!r}")
+    return int(value)
+
+
+def to_payment_notice(params: Mapping[str, str], source: str = "notify") -> PaymentNotice:
+    """A verified payment notification (return_code SUCCESS). result_code FAIL with a transaction id is
+    a pay error (R8, R16). total_fee is compared, cash_fee (what the payer paid) is booked (R13)."""
+    for name in ("out_trade_no", "mch_id", "result_code"):
+        if not params.get(name):
+            raise ParseError(f"{name} is missing")
+    sub = params.get("sub_mch_id") or None
+    total = fen(params, "total_fee")
+    # SUCCESS paid, FAIL a pay error; anything else is kept verbatim and, unknown, goes to a person (R16).
+    state = {"SUCCESS": "SUCCESS", "FAIL": "PAYERROR"}.get(params["result_code"], f"RESULT_{params['result_code']}")
+    paid = fen(params, "cash_fee", default=total) if state == "SUCCESS" else 0
+    return PaymentNotice(
+        channel=CHANNEL, transaction_id=params.get("transaction_id") or "", out_trade_no=params["out_trade_no"],
+        mchid=sub or params["mch_id"], sp_mchid=params["mch_id"] if sub else None, trade_state=state,
+        order_total_cent=total, paid_cent=paid, currency=params.get("fee_type") or "CNY",
+        success_time=time_end_iso(params.get("time_end")), source=source,
+    )
+
+
+def time_end_iso(text: str | None) -> str | None:
+    if not text:
+        return None
+    try:
+        return datetime.strptime(text, "%Y%m%d%H%M%S").replace(tzinfo=CHINA).isoformat()
+    except ValueError:
+        raise ParseError(f"unparseable time_end {text[:20]!r}") from None
+
+
+# ---------------------------------------------------------------- ACKs (§4, R6)
+
+
+def ack_success() -> tuple[int, str]:
+    return 200, to_xml({"return_code": "SUCCESS", "return_msg": "OK"})
+
+
+def ack_failure(status: int, message: str) -> tuple[int, str]:
+    return status, to_xml({"return_code": "FAIL", "return_msg": message[:64]})

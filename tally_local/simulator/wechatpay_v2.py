@@ -1,0 +1,218 @@
+"""WeChat Pay API v2 look-alike (channel-spec.md §4): XML signed with the API key, ``/pay/...`` APIs.
+
+Independent of ``tally.*``. ``/pay/unifiedorder`` (NATIVE → code_url) and ``/pay/orderquery`` verify the
+request's MD5/HMAC-SHA256 sign and answer signed XML. ``pay(mch_id, out_trade_no)`` delivers the XML
+payment notification to the order's notify_url, retried on the §1.9 schedule × ``time_scale`` until the
+answer's ``return_code`` is SUCCESS. Partner mode: orders for a ``sub_mch_id`` are signed with the service
+provider's key and carry ``mch_id`` = provider, ``sub_mch_id`` = merchant. ``refund_notification`` builds
+a refund callback with ``req_info`` encrypted per §4 (AES-256-ECB, key = md5 hex of the API key).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import hashlib
+import hmac
+import threading
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from cryptography.hazmat.primitives import padding as sym_padding
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+from . import _crypto as c
+from .alipay import _post
+
+if TYPE_CHECKING:
+    from .core import ChannelSimulator
+
+
+def v2_sign(fields: dict[str, str], api_key: str, sign_type: str = "MD5") -> str:
+    text = "&".join(f"{k}={fields[k]}" for k in sorted(fields) if k != "sign" and fields[k] != "")
+    text += "&key=" + api_key
+    if sign_type == "HMAC-SHA256":
+        return hmac.new(api_key.encode(), text.encode(), hashlib.sha256).hexdigest().upper()
+    return hashlib.md5(text.encode()).hexdigest().upper()
+
+
+def xml_of(fields: dict[str, str], root: str = "xml") -> bytes:
+    inner = "".join(f"<{k}><![CDATA[{str(v).replace(']]>', ']]]]><![CDATA[>')}]]></{k}>" for k, v in fields.items())
+    return f"<{root}>{inner}</{root}>".encode()
+
+
+def fields_of(body: bytes) -> dict[str, str]:
+    if b"<!" in body.replace(b"<![CDATA[", b""):
+        raise ValueError("DTD refused")
+    return {child.tag: child.text or "" for child in ET.fromstring(body)}
+
+
+@dataclass
+class V2Merchant:
+    mch_id: str
+    api_key: str
+    appid: str
+    sign_type: str = "MD5"
+
+
+class WeChatPayV2Simulator:
+    def __init__(self, owner: ChannelSimulator):
+        self.owner = owner
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
+        self.merchants: dict[str, V2Merchant] = {}
+        self.orders: dict[tuple[str, str], dict[str, Any]] = {}
+        self.deliveries: list[dict[str, Any]] = []
+
+    def register_merchant(self, mch_id: str, api_key: str, appid: str = "wxd930ea5d5a258f4f",
+                          sign_type: str = "MD5") -> dict[str, str]:
+        if len(api_key) != 32:
+            raise ValueError("the v2 API key is 32 characters")
+        with self._lock:
+            self.merchants[str(mch_id)] = V2Merchant(str(mch_id), api_key, appid, sign_type)
+        return {"mch_id": str(mch_id), "api_key": api_key, "appid": appid, "sign_type": sign_type}
+
+    def register_test_merchant(self, mch_id: str | None = None, sign_type: str = "MD5") -> dict[str, str]:
+        return self.register_merchant(mch_id or "19" + self.owner._digits(8), self.owner._alnum(32),
+                                      sign_type=sign_type)
+
+    def merchant(self, mch_id: str) -> V2Merchant:
+        with self._lock:
+            found = self.merchants.get(str(mch_id))
+        if found is None:
+            raise KeyError(f"no v2 merchant {mch_id}")
+        return found
+
+    # ------------------------------------------------------------------ /pay APIs
+    def handle(self, path: str, body: bytes) -> tuple[int, dict[str, str], bytes]:
+        try:
+            req = fields_of(body)
+        except (ET.ParseError, ValueError):
+            return 200, {"Content-Type": "text/xml"}, xml_of({"return_code": "FAIL", "return_msg": "XML格式错误"})
+        merchant = self.merchants.get(req.get("mch_id", ""))
+        if merchant is None:
+            return 200, {"Content-Type": "text/xml"}, xml_of({"return_code": "FAIL", "return_msg": "商户号不存在"})
+        sign_type = req.get("sign_type") or "MD5"
+        if not hmac.compare_digest(v2_sign(req, merchant.api_key, sign_type), req.get("sign", "")):
+            return 200, {"Content-Type": "text/xml"}, xml_of({"return_code": "FAIL", "return_msg": "签名错误"})
+        owner = req.get("sub_mch_id") or merchant.mch_id
+        if path == "/pay/unifiedorder":
+            answer = self._unifiedorder(owner, req)
+        elif path == "/pay/orderquery":
+            answer = self._orderquery(owner, req)
+        else:
+            return 404, {"Content-Type": "text/xml"}, xml_of({"return_code": "FAIL", "return_msg": "not emulated"})
+        answer = {"return_code": "SUCCESS", "return_msg": "OK", "appid": merchant.appid, "mch_id": merchant.mch_id,
+                  "nonce_str": self.owner._alnum(16), **answer}
+        answer["sign"] = v2_sign(answer, merchant.api_key, sign_type)
+        return 200, {"Content-Type": "text/xml"}, xml_of(answer)
+
+    def _unifiedorder(self, owner: str, req: dict[str, str]) -> dict[str, str]:
+        total = req.get("total_fee", "")
+        if not total.isdigit() or int(total) <= 0 or not req.get("out_trade_no") or not req.get("notify_url"):
+            return {"result_code": "FAIL", "err_code": "PARAM_ERROR", "err_code_des": "参数错误"}
+        with self._lock:
+            order = self.orders.setdefault((owner, req["out_trade_no"]), {
+                "mch_id": req["mch_id"], "sub_mch_id": req.get("sub_mch_id") or "", "owner": owner,
+                "out_trade_no": req["out_trade_no"], "total_fee": int(total), "notify_url": req["notify_url"],
+                "code_url": "weixin://wxpay/bizpayurl?pr=" + self.owner._alnum(7), "trade_state": "NOTPAY",
+                "transaction_id": None})
+        return {"result_code": "SUCCESS", "trade_type": "NATIVE", "prepay_id": "wx" + self.owner._alnum(30),
+                "code_url": order["code_url"]}
+
+    def _orderquery(self, owner: str, req: dict[str, str]) -> dict[str, str]:
+        order = self.orders.get((owner, req.get("out_trade_no", "")))
+        if order is None:
+            return {"result_code": "FAIL", "err_code": "ORDERNOTEXIST", "err_code_des": "此交易订单号不存在"}
+        out = {"result_code": "SUCCESS", "out_trade_no": order["out_trade_no"], "trade_state": order["trade_state"],
+               "total_fee": str(order["total_fee"])}
+        if order["transaction_id"]:
+            out.update(transaction_id=order["transaction_id"], cash_fee=str(order["cash_fee"]))
+        return out
+
+    # ------------------------------------------------------------------ notifications
+    def payment_params(self, mch_id: str, out_trade_no: str, total_fee: int | str, *,
+                       sub_mch_id: str | None = None, cash_fee: int | str | None = None,
+                       transaction_id: str | None = None, result_code: str = "SUCCESS", **extra: str) -> dict[str, str]:
+        merchant = self.merchant(mch_id)
+        fields = {
+            "appid": merchant.appid, "mch_id": merchant.mch_id, "nonce_str": self.owner._alnum(32),
+            "result_code": result_code, "return_code": "SUCCESS", "openid": "o" + self.owner._alnum(27),
+            "is_subscribe": "N", "trade_type": "NATIVE", "bank_type": "OTHERS", "total_fee": str(total_fee),
+            "fee_type": "CNY", "cash_fee": str(total_fee if cash_fee is None else cash_fee),
+            "transaction_id": transaction_id or "42000" + self.owner._digits(23), "out_trade_no": out_trade_no,
+            "time_end": dt.datetime.now(c.CST).strftime("%Y%m%d%H%M%S"),
+        }
+        if sub_mch_id:
+            fields["sub_mch_id"] = sub_mch_id
+        fields.update({k: v for k, v in extra.items() if v is not None})
+        return fields
+
+    def build_notification(self, fields: dict[str, str], *, sign_type: str | None = None,
+                           sign_override: str | None = None, api_key: str | None = None) -> bytes:
+        merchant = self.merchant(fields["mch_id"])
+        out = dict(fields)
+        sign_type = sign_type or merchant.sign_type
+        if sign_type != "MD5":
+            out["sign_type"] = sign_type
+        out["sign"] = sign_override or v2_sign(out, api_key or merchant.api_key, sign_type)
+        return xml_of(out)
+
+    def refund_notification(self, mch_id: str, refund: dict[str, str], *, api_key: str | None = None) -> bytes:
+        """§4 refund callback: unsigned, `req_info` = base64(AES-256-ECB/PKCS7(`<root>` XML)), key = md5 hex."""
+        merchant = self.merchant(mch_id)
+        key = hashlib.md5((api_key or merchant.api_key).encode()).hexdigest().lower().encode()
+        padder = sym_padding.PKCS7(128).padder()
+        plain = padder.update(xml_of(refund, root="root")) + padder.finalize()
+        enc = Cipher(algorithms.AES(key), modes.ECB()).encryptor()  # noqa: S305 - the wire format
+        req_info = base64.b64encode(enc.update(plain) + enc.finalize()).decode()
+        return xml_of({"return_code": "SUCCESS", "appid": merchant.appid, "mch_id": merchant.mch_id,
+                       "nonce_str": self.owner._alnum(32), "req_info": req_info})
+
+    def pay(self, mch_id: str, out_trade_no: str, *, sub_mch_id: str | None = None, cash_fee: int | None = None,
+            duplicates: int = 1) -> str:
+        owner = sub_mch_id or mch_id
+        with self._lock:
+            order = self.orders[(owner, out_trade_no)]
+            order["transaction_id"] = "42000" + self.owner._digits(23)
+            order["trade_state"] = "SUCCESS"
+            order["cash_fee"] = order["total_fee"] if cash_fee is None else cash_fee
+        fields = self.payment_params(order["mch_id"], out_trade_no, order["total_fee"], sub_mch_id=sub_mch_id,
+                                     cash_fee=order["cash_fee"], transaction_id=order["transaction_id"])
+        for copy in range(max(1, duplicates)):
+            threading.Thread(target=self._deliver, args=(order["notify_url"], fields, copy), daemon=True).start()
+        return order["transaction_id"]
+
+    def _deliver(self, url: str, fields: dict[str, str], copy: int) -> None:
+        from .core import RETRY_SCHEDULE_S
+
+        stopping = self.owner._stopping
+        for attempt in range(1, len(RETRY_SCHEDULE_S) + 2):
+            if attempt > 1 and stopping.wait(RETRY_SCHEDULE_S[attempt - 2] * self.owner.time_scale):
+                return
+            if stopping.is_set():
+                return
+            status, answer = _post(url, self.build_notification(fields), "text/xml", self.owner.notify_timeout)
+            try:
+                ok = fields_of(answer).get("return_code") == "SUCCESS"
+            except (ET.ParseError, ValueError):
+                ok = False
+            with self._cond:
+                self.deliveries.append({"transaction_id": fields["transaction_id"], "copy": copy, "attempt": attempt,
+                                        "status": status, "acknowledged": ok})
+                self._cond.notify_all()
+            if ok:
+                return
+
+    def wait_delivered(self, transaction_id: str, timeout: float = 10.0, count: int = 1) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                done = [d for d in self.deliveries if d["transaction_id"] == transaction_id and d["acknowledged"]]
+                if len(done) >= count:
+                    return done
+                if deadline - time.monotonic() <= 0:
+                    raise TimeoutError(f"{transaction_id}: {self.deliveries}")
+                self._cond.wait(deadline - time.monotonic())
