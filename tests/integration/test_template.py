@@ -35,9 +35,13 @@ TABLES = {
     "LedgerTable": ("LEDGER_TABLE", ["pk"], {"by_bill_date": ["bill_date", "pk"]}),
     "RefundTasksTable": ("REFUND_TASKS_TABLE", ["pk"], {}),
     "MerchantsTable": ("MERCHANTS_TABLE", ["pk"], {}),
+    "ReconRunsTable": ("RECON_RUNS_TABLE", ["pk", "sk"], {}),
+    "ReconDiffTable": ("RECON_DIFF_TABLE", ["pk", "sk"], {"by_open": ["open_pk", "opened_at"]}),
 }
 NARROW_PROJECTIONS = {"by_order"}  # a history view: INCLUDE; every other index projects ALL
-CUSTOM_METRIC_ALARMS = ["NotifyRejected", "NotifyQuarantined", "EnqueueFailed", "ApplyManual", "ApplyFailed"]
+CUSTOM_METRIC_ALARMS = ["NotifyRejected", "NotifyQuarantined", "EnqueueFailed", "ApplyManual", "ApplyFailed",
+                        "ReconBlocked", "ReconParseFailed", "ReconDownloadFailed", "ReconDiffOpened",
+                        "ReconRecoverFailed", "ReconFailed"]
 
 
 @pytest.fixture(scope="module")
@@ -139,7 +143,7 @@ def test_environment_matches_contracts(template):
 
 def test_functions_match_contracts(template, resources):
     functions = of_type(resources, "AWS::Serverless::Function")
-    assert set(functions) == {"NotifyFunction", "WorkerFunction", "OrdersFunction"}
+    assert set(functions) == {"NotifyFunction", "WorkerFunction", "OrdersFunction", "ReconFunction"}
     defaults = template["Globals"]["Function"]
     assert defaults["Runtime"] == "python3.12"
     assert defaults["Architectures"] == ["arm64"]
@@ -266,3 +270,14 @@ def test_samconfig():
     assert deploy["resolve_s3"] is True
     assert deploy["confirm_changeset"] is True
     assert config["default"]["build"]["parameters"] == {"cached": True, "parallel": True}
+
+
+def test_recon_runs_daily_at_1030_shanghai_and_on_bills_dropped_in_s3_R34(resources):
+    """cron in UTC: 02:30 UTC is 10:30 Asia/Shanghai (UTC+8, no DST); hourly retries until 16:30."""
+    events = resources["ReconFunction"]["Properties"]["Events"]
+    assert events["Daily"]["Properties"]["Schedule"] == "cron(30 2-8 * * ? *)"
+    pattern = events["BillDroppedByHand"]["Properties"]["Pattern"]
+    assert pattern["source"] == ["aws.s3"] and pattern["detail-type"] == ["Object Created"]
+    assert pattern["detail"]["object"]["key"] == [{"prefix": "bills/"}]
+    bucket = resources["BillsBucket"]["Properties"]
+    assert bucket["NotificationConfiguration"] == {"EventBridgeConfiguration": {"EventBridgeEnabled": True}}

@@ -20,7 +20,8 @@ def set_clock(clock: Callable[[], float]) -> None:
 
 
 def reset() -> None:
-    for built in (settings, tables, merchants, ingest_service, apply_service, order_service, _client):
+    for built in (settings, tables, merchants, ingest_service, apply_service, order_service, _client,
+                  recon_service):
         built.cache_clear()
 
 
@@ -80,3 +81,35 @@ def order_service() -> Any:
     from tally.store.tables import OrderStore, RawStore
 
     return OrderService(OrderStore(tables()), RawStore(tables()), merchants(), clock=_clock)
+
+
+@cache
+def recon_service() -> Any:
+    from tally.service.recon import ReconService
+    from tally.service.recon_pull import QueryAndApply
+    from tally.service.recon_sources import AlipayBillSource, WeChatBillSource
+    from tally.store.recon import BillArchive, LedgerView, ReconStore
+    from tally.store.tables import ApplyQueue, RawStore
+
+    s = settings()
+    ddb = _client("dynamodb")
+    sources = {"wechatpay": WeChatBillSource(merchants()),
+               "alipay": AlipayBillSource(_client("secretsmanager"), s.merchant_secret_prefix, s.alipay_gateway)}
+    recover = QueryAndApply(merchants(), RawStore(tables()), ApplyQueue(_client("sqs"), s.apply_queue_url),
+                            clock=_clock).recover
+
+    def configured() -> list[tuple[str, str]]:  # the merchants table is small configuration: one paged scan
+        from tally.store.codec import from_item
+
+        found, kwargs = [], {"TableName": s.merchants_table, "ProjectionExpression": "channel, mchid"}
+        while True:
+            answer = ddb.scan(**kwargs)
+            found += [(r["channel"], r["mchid"]) for r in map(from_item, answer.get("Items", []))
+                      if r.get("channel") and r.get("mchid")]
+            if "LastEvaluatedKey" not in answer:
+                return sorted(found)
+            kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
+
+    return ReconService(ReconStore(ddb, s.recon_runs_table, s.recon_diff_table), LedgerView(ddb, s.ledger_table),
+                        BillArchive(_client("s3"), s.bills_bucket), sources, recover, configured, clock=_clock,
+                        min_ratio=s.recon_min_ratio, min_previous_rows=s.recon_min_previous_rows)

@@ -35,11 +35,26 @@ class M:
     REFUND_TASK_CREATED = "RefundTaskCreated"
     # orders
     PREPAY_FAILED = "PrepayFailed"
+    # reconciliation (R31–R36)
+    RECON_MATCHED = "ReconMatched"  # a day whose bill and ledger agree
+    RECON_QUIET_DAY = "ReconQuietDay"  # no bill and no ledger entries, or a zero bill (R31)
+    RECON_BLOCKED = "ReconBlocked"  # a guard refused the bill (R31–R33) or no bill while we booked money
+    RECON_PARSE_FAILED = "ReconParseFailed"  # HTML page, unknown header, undecodable, hash mismatch
+    RECON_DOWNLOAD_FAILED = "ReconDownloadFailed"
+    RECON_NOT_READY = "ReconStatementNotReady"  # STATEMENT_CREATING: retried on the next tick
+    RECON_DIFF_OPENED = "ReconDiffOpened"  # a new difference for a person (R36)
+    RECON_DIFF_RESOLVED = "ReconDiffResolved"
+    RECON_RECOVER_QUEUED = "ReconRecoverQueued"  # a channel-only payment sent down the pull path
+    RECON_RECOVER_FAILED = "ReconRecoverFailed"
+    RECON_FAILED = "ReconFailed"  # unexpected exception in the recon function
 
 
 # Metrics an alarm must watch: a failure nobody watches is a silent path.
 ALARMED = frozenset(
     {M.NOTIFY_REJECTED, M.NOTIFY_QUARANTINED, M.ENQUEUE_FAILED, M.APPLY_MANUAL, M.APPLY_FAILED}
+) | frozenset(  # reconciliation
+    {M.RECON_BLOCKED, M.RECON_PARSE_FAILED, M.RECON_DOWNLOAD_FAILED, M.RECON_DIFF_OPENED, M.RECON_RECOVER_FAILED,
+     M.RECON_FAILED}
 )
 
 

@@ -21,6 +21,13 @@ class Settings:
     timestamp_window_s: int = 300
     order_not_found_max_attempts: int = 4
     http_timeout_s: float = 3.0
+    # reconciliation (docs/recon.md)
+    bills_bucket: str = ""
+    recon_runs_table: str = ""
+    recon_diff_table: str = ""
+    alipay_gateway: str = "https://openapi.alipay.com/gateway.do"
+    recon_min_ratio: float = 0.10
+    recon_min_previous_rows: int = 10
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -40,6 +47,12 @@ class Settings:
                 timestamp_window_s=int(env.get("TALLY_TIMESTAMP_WINDOW_S", "300")),
                 order_not_found_max_attempts=int(env.get("TALLY_ORDER_NOT_FOUND_MAX_ATTEMPTS", "4")),
                 http_timeout_s=float(env.get("TALLY_HTTP_TIMEOUT_S", "3")),
+                bills_bucket=env.get("BILLS_BUCKET", ""),
+                recon_runs_table=env.get("RECON_RUNS_TABLE", ""),
+                recon_diff_table=env.get("RECON_DIFF_TABLE", ""),
+                alipay_gateway=env.get("ALIPAY_GATEWAY", "https://openapi.alipay.com/gateway.do"),
+                recon_min_ratio=float(env.get("RECON_MIN_RATIO", "0.10")),
+                recon_min_previous_rows=int(env.get("RECON_MIN_PREVIOUS_ROWS", "10")),
             )
         except KeyError as missing:
             raise RuntimeError(f"missing environment variable {missing}: see docs/contracts.md") from None

@@ -17,6 +17,8 @@ OUTPUT_ENV = {
     "MerchantsTableName": "MERCHANTS_TABLE",
     "ApplyQueueUrl": "APPLY_QUEUE_URL",
     "BillsBucketName": "BILLS_BUCKET",
+    "ReconRunsTableName": "RECON_RUNS_TABLE",
+    "ReconDiffTableName": "RECON_DIFF_TABLE",
 }
 
 
