@@ -72,7 +72,7 @@ def template() -> dict[str, Any]:
 def test_tables_and_indexes_match_the_template(env, template):
     ddb = boto3.client("dynamodb")
     declared = {lid: r["Properties"] for lid, r in template["Resources"].items() if r["Type"] == "AWS::DynamoDB::Table"}
-    assert len(declared) == 7
+    assert len(declared) == 9  # 7 of the spine + recon_runs, recon_diff
     for lid, props in declared.items():
         name = f"tally-local-{lid}"
         assert name in env.values()

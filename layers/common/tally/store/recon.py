@@ -97,9 +97,10 @@ class ReconStore:
         values[":h"] = encode([entry])
         values[":empty"] = encode([])
         return {"TableName": self.diffs, "Key": to_item({"pk": pk, "sk": sk}),
-                "UpdateExpression": "SET handle_status = :st, handler = :by, handled_at = :at, "
+                "UpdateExpression": "SET handle_status = :st, #handler = :by, handled_at = :at, "
                                     "history = list_append(if_not_exists(history, :empty), :h) REMOVE open_pk",
                 "ConditionExpression": "handle_status = :open",
+                "ExpressionAttributeNames": {"#handler": "handler"},
                 "ExpressionAttributeValues": values}
 
     def close_diff(self, pk: str, sk: str, status: str, by: str, note: str, at: str) -> bool:
