@@ -9,7 +9,6 @@ import time
 
 import boto3
 import pytest
-
 from tally import bootstrap
 from tally.store.codec import from_item, to_item
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tally.cli import merchant, order, verify
+from tally.cli import merchant, order, recon, verify
 from tally.cli.env import StackNotFound
 
-COMMAND_MODULES = [merchant, order, verify]
+COMMAND_MODULES = [merchant, order, verify, recon]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -17,7 +17,7 @@ from typing import Any
 from tally.channels import bills_alipay as ali
 from tally.channels import wechatpay_v3 as wx
 from tally.channels.bills_wechatpay import WeChatBillParser
-from tally.domain.recon import BillParseError, BillTotals, BillItem
+from tally.domain.recon import BillItem, BillParseError, BillTotals
 
 OK, NO_STATEMENT, NOT_READY = "OK", "NO_STATEMENT", "NOT_READY"
 
