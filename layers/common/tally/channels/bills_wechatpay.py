@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from operator import add, itemgetter
+from typing import Any
 
 from tally.domain.recon import (
     PAYMENT,
@@ -26,7 +28,7 @@ from tally.domain.recon import (
     BillTotals,
     SummaryCheck,
     decimals_of,
-    fee_from_rate,
+    rate_units,
     round_units,
     to_units,
 )
@@ -103,6 +105,20 @@ class _Layout:
 _LAYOUTS = {name: _Layout.of(name) for name in HEADERS}
 
 
+def _cached(cache: dict[str, int], text: str, places: int) -> int:
+    value = to_units(text, places)
+    if len(cache) < 100_000:
+        cache[text] = value
+    return value
+
+
+def _fee(amount_cent: int, rate_e6: int) -> int:
+    """amount × rate, rounded half up to the fen, in e-5 yuan (rate in 1e-6: 0.60 % → 6000)."""
+    q, r = divmod(abs(amount_cent) * rate_e6, 1_000_000)
+    fen = q + (1 if 2 * r >= 1_000_000 else 0)
+    return (fen if amount_cent >= 0 else -fen) * 1000
+
+
 class WeChatBillParser:
     """One pass over a bill's lines (bytes). Construct again for a second pass."""
 
@@ -112,15 +128,21 @@ class WeChatBillParser:
         self.layout: _Layout | None = None
         self.totals = BillTotals(CHANNEL, "")
         self._sums: dict[str, int] = {}
+        self._sum_columns: list[str] = []
         self._done = False
 
-    def items(self) -> Iterator[BillItem]:
+    def items(self, *, light: bool = False) -> Iterator[BillItem]:
+        """Stream the rows. `light` (scan's pass): totals only, no BillItem built, nothing yielded."""
         layout: _Layout | None = None
         summary_header: list[str] | None = None
         summary_seen = False
-        sum_cols: list[tuple[str, int, int]] = []  # (detail column, index, places)
         totals = self.totals
-        add = totals.add
+        # hot loop (a million rows): amounts repeat a lot, so each distinct string is converted once
+        c2: dict[str, int] = {"0.00": 0, "": 0}
+        c5: dict[str, int] = {"0.00000": 0, "": 0}
+        rates: dict[str, int | None] = {}
+        pick: Any = None
+        sums: list[int] = []
         for number, raw in enumerate(self._lines, 1):
             try:
                 line = raw.decode("utf-8")
@@ -133,23 +155,62 @@ class WeChatBillParser:
                 continue
             if layout is None:
                 layout = self._header(line, number)
-                sum_cols = [(c, i, 5 if c == FEE_COLUMN else 2) for i, c in enumerate(layout.columns)
-                            if c in _SUMMED.values()]
-                self._sums = {c: 0 for c, _, _ in sum_cols}
+                self._sum_columns = [c for c in layout.columns if c in _SUMMED.values() and c != FEE_COLUMN]
+                idx = [layout.columns.index(c) for c in self._sum_columns]
+                pick = itemgetter(*idx) if len(idx) > 1 else (lambda row, i=idx[0]: (row[i],))
+                sums = [0] * len(self._sum_columns)
+                lay = layout
+                n_cols = len(layout.columns)
+                k_settle = self._sum_columns.index(layout.columns[lay.i_settle])
+                k_refund = (self._sum_columns.index("退款金额") if lay.i_refund_amount is not None else None)
                 continue
             if summary_seen:
                 raise BillParseError("text after the summary line", number)
             if line[0] == "`" and summary_header is None:
-                values = line[1:].split(",`")
-                if len(values) != len(layout.columns):
-                    raise BillParseError(f"{len(values)} values for {len(layout.columns)} columns", number)
+                v = line[1:].split(",`")
+                if len(v) != n_cols:
+                    raise BillParseError(f"{len(v)} values for {n_cols} columns", number)
                 try:
-                    for col, i, places in sum_cols:
-                        self._sums[col] += to_units(values[i], places) if values[i] else 0
-                    item = self._item(layout, values)
+                    nums = [c2[t] if t in c2 else _cached(c2, t, 2) for t in pick(v)]
+                    sums = list(map(add, sums, nums))
+                    f = v[lay.i_fee]
+                    fee = c5[f] if f in c5 else _cached(c5, f, 5)
+                    if light:  # the guards' pass: the same checks and sums, no objects
+                        refund = lay.refund_only or (lay.i_refund_no is not None and v[lay.i_state] == "REFUND")
+                        if refund:
+                            totals.refunds += 1
+                            totals.refund_cent += nums[k_refund]  # type: ignore[index]
+                            if not v[lay.i_refund_no] or v[lay.i_refund_no] == "0":  # type: ignore[index]
+                                raise ValueError("refund row without 商户退款单号")
+                        else:
+                            if not v[lay.i_tx]:
+                                raise ValueError("payment row without 微信订单号")
+                            totals.payments += 1
+                            totals.payment_cent += nums[k_settle]
+                        totals.rows += 1
+                        totals.fee_e5 += fee
+                        continue
+                    r = v[lay.i_rate]
+                    bp = rates[r] if r in rates else rates.setdefault(r, rate_units(r))
+                    if lay.refund_only or (lay.i_refund_no is not None and v[lay.i_state] == "REFUND"):
+                        assert k_refund is not None
+                        item = self._refund(lay, v, nums[k_refund], fee, bp)
+                        totals.refunds += 1
+                        totals.refund_cent += item.amount_cent
+                    else:
+                        amount = nums[k_settle]
+                        tx = v[lay.i_tx]
+                        if not tx:
+                            raise ValueError("payment row without 微信订单号")
+                        item = BillItem(f"{CHANNEL}#{tx}", PAYMENT, amount, v[lay.i_state], v[lay.i_time], tx,
+                                        v[lay.i_otn], "", fee,
+                                        _fee(amount, bp) if bp is not None and self.check_fees else None)
+                        totals.payments += 1
+                        totals.payment_cent += amount
                 except ValueError as exc:
                     raise BillParseError(str(exc), number) from None
-                add(item)
+                totals.rows += 1
+                totals.fee_e5 += fee
                 yield item
                 continue
             if summary_header is None:
@@ -160,6 +221,8 @@ class WeChatBillParser:
                 continue
             if line[0] != "`":
                 raise BillParseError(f"summary values must start with a backtick: {line[:60]!r}", number)
+            self._sums = dict(zip(self._sum_columns, sums, strict=True))
+            self._sums[FEE_COLUMN] = totals.fee_e5
             self._summary(summary_header, line[1:].split(",`"), number)
             summary_seen = True
         if layout is None:
@@ -168,7 +231,7 @@ class WeChatBillParser:
 
     def scan(self) -> BillTotals:
         """Parse to the end without keeping anything; returns the totals (the guards' input)."""
-        for _ in self.items():
+        for _ in self.items(light=True):
             pass
         return self.totals
 
@@ -189,26 +252,14 @@ class WeChatBillParser:
         self.totals.layout = name
         return self.layout
 
-    def _item(self, lay: _Layout, v: list[str]) -> BillItem:
-        is_refund = lay.refund_only or (v[lay.i_state] == "REFUND" and lay.i_refund_no is not None)
-        fee = to_units(v[lay.i_fee], 5) if v[lay.i_fee] else 0
-        if is_refund:
-            assert lay.i_refund_no is not None and lay.i_refund_amount is not None and lay.i_refund_status is not None
-            refund_no = v[lay.i_refund_no]
-            if not refund_no or refund_no == "0":
-                raise ValueError("refund row without 商户退款单号")
-            amount = to_units(v[lay.i_refund_amount], 2)
-            expected = fee_from_rate(amount, v[lay.i_rate]) if self.check_fees else None
-            return BillItem(f"{CHANNEL}#{refund_no}", REFUND, amount, v[lay.i_refund_status] or "SUCCESS",
-                            v[lay.i_time], v[lay.i_tx], v[lay.i_otn], refund_no, fee,
-                            -expected if expected is not None else None)
-        amount = to_units(v[lay.i_settle], 2)
-        tx = v[lay.i_tx]
-        if not tx:
-            raise ValueError("payment row without 微信订单号")
-        expected = fee_from_rate(amount, v[lay.i_rate]) if self.check_fees else None
-        return BillItem(f"{CHANNEL}#{tx}", PAYMENT, amount, v[lay.i_state], v[lay.i_time], tx, v[lay.i_otn],
-                        "", fee, expected)
+    def _refund(self, lay: _Layout, v: list[str], amount: int, fee: int, bp: int | None) -> BillItem:
+        assert lay.i_refund_no is not None and lay.i_refund_status is not None
+        refund_no = v[lay.i_refund_no]
+        if not refund_no or refund_no == "0":
+            raise ValueError("refund row without 商户退款单号")
+        expected = -_fee(amount, bp) if bp is not None and self.check_fees else None
+        return BillItem(f"{CHANNEL}#{refund_no}", REFUND, amount, v[lay.i_refund_status] or "SUCCESS",
+                        v[lay.i_time], v[lay.i_tx], v[lay.i_otn], refund_no, fee, expected)
 
     def _summary(self, header: list[str], values: list[str], number: int) -> None:
         if len(values) != len(header):

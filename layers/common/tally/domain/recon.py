@@ -337,16 +337,20 @@ def previous_day(bill_date: str) -> str:
     return (date.fromisoformat(bill_date) - timedelta(days=1)).isoformat()
 
 
-def fee_from_rate(amount_cent: int, rate: str) -> int | None:
-    """Expected fee in e-5 yuan: amount × rate, rounded half up to the fen (how the bills we have round).
-    `rate` like "0.60%"; None if it is not a plain percentage."""
+def rate_units(rate: str) -> int | None:
+    """A fee rate like "0.60%" in units of 1e-6 (6000); None if it is not a plain percentage."""
     text = rate.strip()
     if not text.endswith("%"):
         return None
     try:
-        bp = to_units(text[:-1], 4)  # percent with 4 decimals: 0.60% → 6000 (1e-4 percent)
+        return to_units(text[:-1], 4)
     except ValueError:
         return None
-    # fee in fen = amount_cent * pct / 100 = amount_cent * bp / 1e6
-    fen = round_units(amount_cent * bp, 6, 0)
-    return fen * 1000
+
+
+def fee_from_rate(amount_cent: int, rate: str) -> int | None:
+    """Expected fee in e-5 yuan: amount × rate, rounded half up to the fen (how the bills we have round)."""
+    units = rate_units(rate)
+    if units is None:
+        return None
+    return round_units(amount_cent * units, 6, 0) * 1000

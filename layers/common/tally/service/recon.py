@@ -203,8 +203,8 @@ class ReconService:
         if self.progress is not None:
             items = _progress(items, self.progress)
         diffs = list(matcher.match(items))  # the diffs only (few); the bill streams through
-        if parser.totals.rows != run["totals"]["rows"]:
-            raise BillParseError("the bill changed between the two passes")
+        if parser.totals.as_dict() != run["totals"]:
+            raise BillParseError("the two passes over the bill disagree")  # same file, same code: never expected
         seen = set()
         new = 0
         for diff in diffs:
