@@ -26,6 +26,12 @@ def m(h):
 
 @pytest.fixture
 def svc(h):
+    """The service, with the metrics singleton emptied of whatever an earlier test counted and never flushed."""
+    from tally.observability import metrics
+
+    metrics.flush_metrics()
+    h.capsys.readouterr()
+    h.metric_log.clear()
     return bootstrap.recon_service()
 
 
