@@ -9,6 +9,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from . import bills
+from .bills import RawBody
 from .core import SimulatorError, _compact, log
 
 if TYPE_CHECKING:
@@ -118,6 +120,12 @@ class _Handler(BaseHTTPRequestHandler):
                 sign_serial = sim._certs[-1].serial  # signed with the newest certificate
         except SimulatorError as exc:
             status, payload = exc.status, exc.body()
+        if isinstance(payload, RawBody):  # the bill file: sent as-is and NOT signed (§3.1)
+            with sim._lock:
+                sim.requests.append({"method": method, "path": self.path, "mchid": merchant.mchid if merchant else None,
+                                     "status": status, "fault": None})
+            self._send(status, payload.data, {"Content-Type": payload.content_type})
+            return
         out = b"" if payload is None else _compact(payload)
         headers = sim._signed_headers(merchant, out, serial=sign_serial)
         if fault and fault["kind"] == "unsigned":
@@ -151,6 +159,8 @@ class _Handler(BaseHTTPRequestHandler):
         if method == "GET" and (m := _BY_ID.match(path)):
             self._check_mchid(query.get("mchid"), merchant)
             return 200, sim.transaction_by_id(merchant.mchid, unquote(m.group(1)))
+        if path.startswith(("/v3/bill/", "/v3/billdownload/")):
+            return bills.route(sim, method, path, query, merchant.mchid)
         raise SimulatorError(404, "NOT_FOUND", f"simulator does not implement {method} {path}")
 
     @staticmethod

@@ -187,6 +187,9 @@ class ChannelSimulator(RefundDesk):
             self._pubkey = PlatformKey(serial=self._new_pub_key_id(), private_key=c.new_rsa_key())
         self._active_serial = self._certs[-1].serial
         self._init_refunds()  # refunds.py
+        from .bills import BillBook
+
+        self.bills = BillBook(self)  # trade bills: GET /v3/bill/tradebill (bills.py)
 
     # ------------------------------------------------------------------ keys
     def _load_fixed_keys(self) -> None:
@@ -576,6 +579,7 @@ class ChannelSimulator(RefundDesk):
         openid: str | None = None,
         bank_type: str = "OTHERS",
         probe: bool = False,
+        success_time: str | None = None,
     ) -> str:
         """The user pays: the order becomes SUCCESS and a TRANSACTION.SUCCESS notification is delivered to
         its notify_url in the background. Returns the new transaction_id.
@@ -586,6 +590,7 @@ class ChannelSimulator(RefundDesk):
         amount_total: fault: the channel reports this amount.total instead of the ordered one (queries too).
         delay: wall-clock seconds (not scaled) before the first attempt.
         probe: also send one WECHATPAY/SIGNTEST/ probe (bad signature, no retries) before the real one.
+        success_time: RFC 3339 success time (default now), e.g. to pay across midnight for the bills.
         """
         merchant = self.merchant(mchid)
         with self._lock:
@@ -605,6 +610,7 @@ class ChannelSimulator(RefundDesk):
                 openid=openid,
                 bank_type=bank_type,
                 attach=order["attach"],
+                success_time=success_time,
             )
             tid = resource["transaction_id"]
             order["trade_state"] = "SUCCESS"

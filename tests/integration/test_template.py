@@ -37,10 +37,14 @@ TABLES = {
     "MerchantsTable": ("MERCHANTS_TABLE", ["pk"], {}),
     "RefundsTable": ("REFUNDS_TABLE", ["pk"], {"by_poll": ["poll_pk", "poll_due"], "refunds_of_order": ["order_pk", "created_at"]}),
     "RefundRawTable": ("REFUND_RAW_TABLE", ["pk", "sk"], {}),
+    "ReconRunsTable": ("RECON_RUNS_TABLE", ["pk", "sk"], {}),
+    "ReconDiffTable": ("RECON_DIFF_TABLE", ["pk", "sk"], {"by_open": ["open_pk", "opened_at"]}),
 }
 NARROW_PROJECTIONS = {"by_order", "manual"}  # history / queue views: INCLUDE; every other index projects ALL
 CUSTOM_METRIC_ALARMS = ["NotifyRejected", "NotifyQuarantined", "EnqueueFailed", "ApplyManual", "ApplyFailed",
-                        "RefundFailed", "RefundManual", "RefundTaskManual"]
+                        "RefundFailed", "RefundManual", "RefundTaskManual",
+                        "ReconBlocked", "ReconParseFailed", "ReconDownloadFailed", "ReconDiffOpened",
+                        "ReconRecoverFailed", "ReconFailed"]
 
 
 @pytest.fixture(scope="module")
@@ -279,3 +283,14 @@ def test_samconfig():
     assert deploy["resolve_s3"] is True
     assert deploy["confirm_changeset"] is True
     assert config["default"]["build"]["parameters"] == {"cached": True, "parallel": True}
+
+
+def test_recon_runs_daily_at_1030_shanghai_and_on_bills_dropped_in_s3_R34(resources):
+    """cron in UTC: 02:30 UTC is 10:30 Asia/Shanghai (UTC+8, no DST); hourly retries until 16:30."""
+    events = resources["ReconFunction"]["Properties"]["Events"]
+    assert events["Daily"]["Properties"]["Schedule"] == "cron(30 2-8 * * ? *)"
+    pattern = events["BillDroppedByHand"]["Properties"]["Pattern"]
+    assert pattern["source"] == ["aws.s3"] and pattern["detail-type"] == ["Object Created"]
+    assert pattern["detail"]["object"]["key"] == [{"prefix": "bills/"}]
+    bucket = resources["BillsBucket"]["Properties"]
+    assert bucket["NotificationConfiguration"] == {"EventBridgeConfiguration": {"EventBridgeEnabled": True}}

@@ -22,7 +22,7 @@ def set_clock(clock: Callable[[], float]) -> None:
 def reset() -> None:
     for built in (settings, tables, merchants, ingest_service, apply_service, order_service, outbox_service,
                   manual_queue, _client, refund_tables, refund_inbox, refund_service,
-                  pull_channels, poll_service, sweep_service, pending_report):
+                  pull_channels, poll_service, sweep_service, pending_report, recon_service):
         built.cache_clear()
 
 
@@ -186,3 +186,27 @@ def refund_service() -> Any:
     return RefundService(RefundStore(refund_tables()), RefundRawStore(refund_tables()), OrderStore(tables()),
                          refund_inbox(), refund_channels(), clock=_clock, task_policy=s.refund_task_policy,
                          expiry_s=s.refund_expiry_s)
+
+
+# ---------------------------------------------------------------- reconciliation (docs/recon.md)
+
+
+@cache
+def recon_service() -> Any:
+    from tally.service.recon import ReconService
+    from tally.service.recon_pull import QueryAndApply
+    from tally.service.recon_sources import AlipayBillSource, WeChatBillSource
+    from tally.store.recon import BillArchive, LedgerView, ReconStore
+    from tally.store.tables import ApplyQueue, MerchantStore, RawStore
+
+    s = settings()
+    ddb = _client("dynamodb")
+    sources = {"wechatpay": WeChatBillSource(merchants()),
+               "alipay": AlipayBillSource(_client("secretsmanager"), s.merchant_secret_prefix, s.alipay_gateway)}
+    recover = QueryAndApply(merchants(), RawStore(tables()), ApplyQueue(_client("sqs"), s.apply_queue_url),
+                            clock=_clock).recover
+
+    return ReconService(ReconStore(ddb, s.recon_runs_table, s.recon_diff_table), LedgerView(ddb, s.ledger_table),
+                        BillArchive(_client("s3"), s.bills_bucket), sources, recover,
+                        MerchantStore(tables()).configured, clock=_clock,
+                        min_ratio=s.recon_min_ratio, min_previous_rows=s.recon_min_previous_rows)

@@ -75,6 +75,18 @@ class M:
     SWEEP_GAVE_UP = "SweepGaveUp"  # a raw row re-queued too often: handled=2
     PENDING_STALE = "PendingOver10m"  # gauge, every poller run: handled=0 older than 10 min (R25, R37)
     MANUAL_AGED = "ManualOver24h"  # gauge, every poller run: handled=2 older than 24 h (R25, R37)
+    # reconciliation (R31–R36)
+    RECON_MATCHED = "ReconMatched"  # a day whose bill and ledger agree
+    RECON_QUIET_DAY = "ReconQuietDay"  # no bill and no ledger entries, or a zero bill (R31)
+    RECON_BLOCKED = "ReconBlocked"  # a guard refused the bill (R31–R33) or no bill while we booked money
+    RECON_PARSE_FAILED = "ReconParseFailed"  # HTML page, unknown header, undecodable, hash mismatch
+    RECON_DOWNLOAD_FAILED = "ReconDownloadFailed"
+    RECON_NOT_READY = "ReconStatementNotReady"  # STATEMENT_CREATING: retried on the next tick
+    RECON_DIFF_OPENED = "ReconDiffOpened"  # a new difference for a person (R36)
+    RECON_DIFF_RESOLVED = "ReconDiffResolved"
+    RECON_RECOVER_QUEUED = "ReconRecoverQueued"  # a channel-only payment sent down the pull path
+    RECON_RECOVER_FAILED = "ReconRecoverFailed"
+    RECON_FAILED = "ReconFailed"  # unexpected exception in the recon function
 
 
 # Metrics an alarm must watch: a failure nobody watches is a silent path.
@@ -83,6 +95,8 @@ ALARMED = frozenset(
      M.CERT_EXPIRING, M.REFUND_NOTIFY_PARKED}
 ) | frozenset({M.REFUND_FAILED, M.REFUND_MANUAL, M.REFUND_TASK_MANUAL})
 ALARMED = ALARMED | {M.POLL_MANUAL, M.POLL_FAILED, M.POLL_QUERY_FAILED, M.PENDING_STALE, M.MANUAL_AGED}  # pull
+ALARMED = ALARMED | {M.RECON_BLOCKED, M.RECON_PARSE_FAILED, M.RECON_DOWNLOAD_FAILED, M.RECON_DIFF_OPENED,
+                     M.RECON_RECOVER_FAILED, M.RECON_FAILED}  # reconciliation
 
 
 def count(name: str, value: int = 1) -> None:

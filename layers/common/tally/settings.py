@@ -27,6 +27,12 @@ class Settings:
     refund_raw_table: str = ""
     refund_task_policy: str = "manual"  # auto | manual: how refund tasks from ILLEGAL payments are worked
     refund_expiry_s: int = 7 * 86400  # a refund without outcome after this goes to a person
+    # reconciliation (docs/recon.md)
+    bills_bucket: str = ""
+    recon_runs_table: str = ""
+    recon_diff_table: str = ""
+    recon_min_ratio: float = 0.10
+    recon_min_previous_rows: int = 10
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -52,6 +58,11 @@ class Settings:
                 refund_raw_table=env["REFUND_RAW_TABLE"],
                 refund_task_policy=env.get("REFUND_TASK_POLICY", "manual"),
                 refund_expiry_s=int(env.get("TALLY_REFUND_EXPIRY_S", str(7 * 86400))),
+                bills_bucket=env.get("BILLS_BUCKET", ""),
+                recon_runs_table=env.get("RECON_RUNS_TABLE", ""),
+                recon_diff_table=env.get("RECON_DIFF_TABLE", ""),
+                recon_min_ratio=float(env.get("RECON_MIN_RATIO", "0.10")),
+                recon_min_previous_rows=int(env.get("RECON_MIN_PREVIOUS_ROWS", "10")),
             )
         except KeyError as missing:
             raise RuntimeError(f"missing environment variable {missing}: see docs/contracts.md") from None

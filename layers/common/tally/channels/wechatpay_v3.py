@@ -432,6 +432,36 @@ class WeChatPayClient:
                                  {"sp_mchid": self.creds.mchid, "sub_mchid": sub_mchid})
         return self.exchange("POST", f"/v3/pay/transactions/out-trade-no/{no}/close", {"mchid": self.creds.mchid})
 
+    def tradebill(self, bill_date: str, bill_type: str = "ALL") -> dict[str, str]:
+        """§3.1 step 1: {hash_type, hash_value, download_url}. NO_STATEMENT_EXIST / STATEMENT_CREATING come
+        back as ChannelError with that code (the caller decides what each means)."""
+        answer = self.request("GET", f"/v3/bill/tradebill?bill_date={bill_date}&bill_type={bill_type}&tar_type=GZIP",
+                              None)
+        if not isinstance(answer, dict) or not answer.get("download_url") or not answer.get("hash_value"):
+            raise ChannelError("tradebill answered without download_url/hash_value")
+        return {k: str(answer.get(k) or "") for k in ("hash_type", "hash_value", "download_url")}
+
+    def download_bill(self, download_url: str) -> bytes:
+        """§3.1 step 2: GET download_url, signed like any request; the answer is NOT signed (raw bytes).
+        Only URLs on our API host are followed (we sign the request: never for another host)."""
+        parts = urllib.parse.urlsplit(download_url)
+        base = urllib.parse.urlsplit(self.base_url)
+        if (parts.scheme, parts.netloc) != (base.scheme, base.netloc):
+            raise ChannelError(f"download_url host {parts.netloc!r} is not the API host {base.netloc!r}")
+        path = parts.path + (f"?{parts.query}" if parts.query else "")
+        ts, nonce = int(self.clock()), nonce_str()
+        headers = {"Authorization": authorization(self.creds.mchid, self.creds.serial, self.creds.private_key,
+                                                  "GET", path, "", ts, nonce),
+                   "Accept": "*/*", "User-Agent": "tally/0.1"}
+        req = urllib.request.Request(self.base_url + path, headers=headers, method="GET")
+        try:
+            with urllib.request.urlopen(req, timeout=max(self.timeout_s, 30.0)) as resp:
+                return resp.read()
+        except urllib.error.HTTPError as err:
+            raise _channel_error(err.code, err.read()) from None
+        except (urllib.error.URLError, TimeoutError, OSError) as err:
+            raise ChannelError(f"GET {parts.path}: {err}", retryable=True) from None
+
     def request(self, method: str, path: str, body: dict[str, Any] | None,
                 *, verify_with_new: bool = False) -> Any:
         return self.exchange(method, path, body, verify_with_new=verify_with_new).data

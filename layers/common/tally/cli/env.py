@@ -19,6 +19,8 @@ OUTPUT_ENV = {
     "RefundRawTableName": "REFUND_RAW_TABLE",
     "ApplyQueueUrl": "APPLY_QUEUE_URL",
     "BillsBucketName": "BILLS_BUCKET",
+    "ReconRunsTableName": "RECON_RUNS_TABLE",
+    "ReconDiffTableName": "RECON_DIFF_TABLE",
 }
 
 

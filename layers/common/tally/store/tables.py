@@ -188,6 +188,17 @@ class MerchantStore:
     def put(self, row: dict[str, Any]) -> None:
         self.t.ddb.put_item(TableName=self.t.merchants, Item=to_item(row))
 
+    def configured(self) -> list[tuple[str, str]]:
+        """Every (channel, merchant id): the merchants table is small configuration, so one paged scan."""
+        found, kwargs = [], {"TableName": self.t.merchants, "ProjectionExpression": "channel, mchid"}
+        while True:
+            answer = self.t.ddb.scan(**kwargs)
+            found += [(r["channel"], r["mchid"]) for r in map(from_item, answer.get("Items", []))
+                      if r and r.get("channel") and r.get("mchid")]
+            if "LastEvaluatedKey" not in answer:
+                return sorted(found)
+            kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
+
 
 class ApplyQueue:
     def __init__(self, sqs: Any, url: str):

@@ -1,0 +1,137 @@
+"""Reconciliation at scale: a generated 1,000,000-row WeChat ALL bill, parse + guards + match against
+1,000,000 ledger entries; seconds and peak RSS, side by side with pandas.read_csv of the same file.
+
+    python bench/recon_1m.py [--rows 1000000]
+
+Each measurement runs in its own process so peak RSS (ru_maxrss) is its own. Targets (issue 6): at most 2x
+pandas' read time, peak RSS under 1 GB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "layers/common"), str(ROOT)]
+
+HEADER = ("交易时间,公众账号ID,商户号,特约商户号,设备号,微信订单号,商户订单号,用户标识,交易类型,交易状态,付款银行,货币种类,"
+          "应结订单金额,代金券金额,微信退款单号,商户退款单号,退款金额,充值券退款金额,退款类型,退款状态,商品名称,商户数据包,"
+          "手续费,费率,订单金额,申请退款金额,费率备注")
+SUMMARY = "总交易单数,应结订单总金额,退款总金额,充值券退款总金额,手续费总金额,订单总金额,申请退款总金额"
+
+
+def amount(i: int) -> int:
+    return 100 + (i * 7919) % 99_900  # 1.00 .. 999.99 yuan
+
+
+def fee_fen(cents: int) -> int:
+    return (cents * 6 + 500) // 1000  # 0.60 %, half up
+
+
+def tx(i: int) -> str:
+    return f"4200000001202405{i:012d}"
+
+
+def generate(path: pathlib.Path, rows: int) -> None:
+    total = fees = 0
+    with open(path, "wb") as out:
+        out.write(b"\xef\xbb\xbf" + HEADER.encode() + b"\r\n")
+        for i in range(rows):
+            c = amount(i)
+            total += c
+            fees += fee_fen(c)
+            yuan = f"{c // 100}.{c % 100:02d}"
+            out.write((f"`2024-05-01 {i % 24:02d}:{i % 60:02d}:{(i // 60) % 60:02d},`wx2421b1c4370ec43b,`1900000109,`0,`,"
+                       f"`{tx(i)},`T{i:020d},`oUpF8uMuAJO_M2pxb1Q9zNjWeS6o,`NATIVE,`SUCCESS,`OTHERS,`CNY,`{yuan},`0.00,"
+                       f"`0,`0,`0.00,`0.00,`,`,`商品,`,`{fee_fen(c) // 100}.{fee_fen(c) % 100:02d}000,`0.60%,`{yuan},"
+                       f"`0.00,`\r\n").encode())
+        t = f"{total // 100}.{total % 100:02d}"
+        out.write(SUMMARY.encode() + b"\r\n")
+        out.write(f"`{rows},`{t},`0.00,`0.00,`{fees // 100}.{fees % 100:02d},`{t},`0.00\r\n".encode())
+
+
+def peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def run_ours(path: str, rows: int) -> dict:
+    from tally.domain.recon import LocalEntry, Matcher, check_guards
+    from tally.service.recon_sources import OpenedBill
+
+    # the day's ledger as reconciliation holds it (what LedgerView.day + fold_ledger build from DynamoDB);
+    # one entry differs so the matcher has something to report
+    t0 = time.perf_counter()
+    local = {f"wechatpay#{tx(i)}": LocalEntry(f"wechatpay#{tx(i)}", "PAYMENT", amount(i) + (1 if i == 7 else 0),
+                                              "2024-05-01") for i in range(rows)}
+    t_ledger = time.perf_counter() - t0
+    data = pathlib.Path(path).read_bytes()
+    t0 = time.perf_counter()
+    opened = OpenedBill("wechatpay", data)
+    totals = opened.parser().scan()  # pass 1: totals for the guards
+    verdict = check_guards(totals, previous_rows=rows)
+    t_guard = time.perf_counter() - t0
+    assert not verdict.blocked, verdict
+    t0 = time.perf_counter()
+    matcher = Matcher(local)
+    diffs = list(matcher.match(opened.parser().items()))  # pass 2: stream the bill through the matcher
+    t_match = time.perf_counter() - t0
+    return {"rows": totals.rows, "guard": verdict.code, "diffs": len(diffs), "matched": matcher.stats.matched,
+            "ledger_build_s": round(t_ledger, 2), "parse_and_guards_s": round(t_guard, 2),
+            "parse_and_match_s": round(t_match, 2), "total_s": round(t_guard + t_match, 2),
+            "peak_rss_mb": round(peak_mb())}
+
+
+def run_pandas_c(path: str, rows: int) -> dict:
+    import pandas as pd
+
+    t0 = time.perf_counter()
+    frame = pd.read_csv(path, encoding="utf-8-sig", dtype=str, nrows=rows)  # the C engine (no skipfooter)
+    t = time.perf_counter() - t0
+    return {"rows": len(frame), "read_csv_s": round(t, 2), "peak_rss_mb": round(peak_mb())}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--child", choices=["ours", "pandas"])
+    parser.add_argument("--file")
+    args = parser.parse_args()
+    if args.child == "ours":
+        print(json.dumps(run_ours(args.file, args.rows)))
+        return
+    if args.child == "pandas":
+        print(json.dumps(run_pandas_c(args.file, args.rows)))
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        path = pathlib.Path(tmp) / "ALL.csv"
+        t0 = time.perf_counter()
+        generate(path, args.rows)
+        print(f"generated {args.rows:,} rows, {path.stat().st_size / 1e6:.0f} MB in {time.perf_counter() - t0:.1f}s")
+        results = {}
+        for child in ("pandas", "ours"):
+            out = subprocess.run([sys.executable, __file__, "--child", child, "--file", str(path),
+                                  "--rows", str(args.rows)], capture_output=True, text=True, check=True,
+                                 env={**os.environ, "PYTHONPATH": f"{ROOT / 'layers/common'}:{ROOT}"})
+            results[child] = json.loads(out.stdout)
+        p, o = results["pandas"], results["ours"]
+        print(f"pandas.read_csv (C engine, strings): {p['read_csv_s']:6.2f}s   peak RSS {p['peak_rss_mb']} MB")
+        print(f"tally pass 1 parse + guards:         {o['parse_and_guards_s']:6.2f}s")
+        print(f"tally pass 2 parse + match:          {o['parse_and_match_s']:6.2f}s   "
+              f"({o['matched']:,} matched, {o['diffs']} diff)")
+        print(f"tally total (both passes):           {o['total_s']:6.2f}s   peak RSS {o['peak_rss_mb']} MB "
+              f"(incl. {args.rows:,} ledger entries built in {o['ledger_build_s']}s)")
+        ratio = o["total_s"] / p["read_csv_s"]
+        print(f"ratio to pandas read: {ratio:.2f}x (target <= 2x); peak RSS target < 1024 MB: "
+              f"{'ok' if o['peak_rss_mb'] < 1024 else 'OVER'}")
+
+
+if __name__ == "__main__":
+    main()

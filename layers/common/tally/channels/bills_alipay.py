@@ -1,0 +1,340 @@
+"""Alipay trade bill (alipay.data.dataservice.bill.downloadurl.query, bill_type=trade): the zip, the two
+GBK CSVs in it, a streaming parser for 业务明细 and one for 业务明细(汇总) (channel-spec.md §7), and the
+download client (request signing RSA2, response verification, the 30 s download URL).
+
+The parsers are pure. A file that is not GBK, has an unknown header, an unknown 业务类型 or an HTML
+error page raises BillParseError: never read as "no rows".
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import io
+import json
+import re
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import zipfile
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from tally.domain.recon import (
+    PAYMENT,
+    REFUND,
+    BillItem,
+    BillParseError,
+    BillTotals,
+    SummaryCheck,
+    to_units,
+)
+
+CHANNEL = "alipay"
+ENCODING = "gbk"
+
+DETAIL_HEADER = ("支付宝交易号,商户订单号,业务类型,商品名称,创建时间,完成时间,门店编号,门店名称,操作员,终端号,对方账户,"
+                 "订单金额（元）,商家实收（元）,支付宝红包（元）,集分宝（元）,支付宝优惠（元）,商家优惠（元）,券核销金额（元）,"
+                 "券名称,商家红包消费金额（元）,卡消费金额（元）,退款批次号/请求号,服务费（元）,分润（元）,备注")
+SUMMARY_HEADER = ("门店编号,门店名称,交易订单总笔数,退款订单总笔数,订单金额（元）,商家实收（元）,支付宝优惠（元）,商家优惠（元）,"
+                  "卡消费金额（元）,服务费（元）,分润（元）,实收净额（元）")
+DETAIL_SUFFIX = "业务明细.csv"
+SUMMARY_SUFFIX = "业务明细(汇总).csv"
+
+_COLS = DETAIL_HEADER.split(",")
+_I = {name: i for i, name in enumerate(_COLS)}
+_TRADE_TOTAL = re.compile(r"^#交易合计：(\d+)笔，商家实收共(-?[\d.]+)元，商家优惠共(-?[\d.]+)元")
+_REFUND_TOTAL = re.compile(r"^#退款合计：(\d+)笔，商家实收退款共(-?[\d.]+)元，商家优惠退款共(-?[\d.]+)元")
+KINDS = {"交易": PAYMENT, "退款": REFUND}  # other 业务类型 values are unconfirmed: a person looks (loud)
+
+
+def _decode(raw: bytes, number: int) -> str:
+    try:
+        return raw.decode(ENCODING)
+    except UnicodeDecodeError as exc:
+        raise BillParseError(f"not GBK: {exc.reason} at byte {exc.start}", number) from None
+
+
+def _html(line: str) -> bool:
+    low = line.strip()[:200].lower()
+    return low.startswith("<") or "<html" in low or "<!doctype" in low
+
+
+def _amount(text: str) -> int:
+    return to_units(text, 2) if text else 0
+
+
+class AlipayBillParser:
+    """One pass over 业务明细.csv (bytes lines, GBK). `totals` is complete once items() is exhausted."""
+
+    def __init__(self, lines: Iterable[bytes]):
+        self._lines = lines
+        self.totals = BillTotals(CHANNEL, "DETAIL")
+        self._discount = {PAYMENT: 0, REFUND: 0}
+        self._received = {PAYMENT: 0, REFUND: 0}  # signed, as the bill writes 商家实收
+
+    def items(self) -> Iterator[BillItem]:
+        header_seen = False
+        trade_total: tuple[int, int, int] | None = None
+        refund_total: tuple[int, int, int] | None = None
+        totals = self.totals
+        for number, raw in enumerate(self._lines, 1):
+            line = _decode(raw, number).rstrip("\r\n")
+            if number == 1 and line.startswith("\ufeff"):
+                line = line[1:]
+            if not line.strip():
+                continue
+            if _html(line):
+                raise BillParseError("an HTML page, not a bill", number)
+            if line.startswith("#"):
+                try:
+                    if m := _TRADE_TOTAL.match(line):
+                        trade_total = (int(m.group(1)), to_units(m.group(2), 2), to_units(m.group(3), 2))
+                    elif m := _REFUND_TOTAL.match(line):
+                        refund_total = (int(m.group(1)), to_units(m.group(2), 2), to_units(m.group(3), 2))
+                except ValueError as exc:
+                    raise BillParseError(f"trailer: {exc}", number) from None
+                continue
+            if not header_seen:
+                if line.strip() != DETAIL_HEADER:
+                    raise BillParseError(f"unknown header {line[:80]!r}: not an Alipay 业务明细 bill", number)
+                header_seen = True
+                continue
+            (values,) = list(csv.reader([line]))
+            if len(values) != len(_COLS):
+                raise BillParseError(f"{len(values)} values for {len(_COLS)} columns", number)
+            values = [v.strip() for v in values]  # ids end with a TAB (so spreadsheets keep them as text)
+            try:
+                item = self._item(values)
+            except ValueError as exc:
+                raise BillParseError(str(exc), number) from None
+            totals.add(item)
+            yield item
+        if not header_seen:
+            raise BillParseError("no 业务明细 header line")
+        checks = []
+        if trade_total is not None:
+            checks += [SummaryCheck("交易合计笔数", trade_total[0], totals.payments, "rows"),
+                       SummaryCheck("交易合计商家实收", trade_total[1], self._received[PAYMENT]),
+                       SummaryCheck("交易合计商家优惠", trade_total[2], self._discount[PAYMENT])]
+        if refund_total is not None:
+            checks += [SummaryCheck("退款合计笔数", refund_total[0], totals.refunds, "rows"),
+                       SummaryCheck("退款合计商家实收退款", refund_total[1], self._received[REFUND]),
+                       SummaryCheck("退款合计商家优惠退款", refund_total[2], self._discount[REFUND])]
+        if trade_total is not None and refund_total is not None:
+            totals.stated_rows = trade_total[0] + refund_total[0]
+        totals.checks = checks
+
+    def scan(self) -> BillTotals:
+        for _ in self.items():
+            pass
+        return self.totals
+
+    def _item(self, v: list[str]) -> BillItem:
+        kind = KINDS.get(v[_I["业务类型"]])
+        if kind is None:
+            raise ValueError(f"unknown 业务类型 {v[_I['业务类型']]!r}")
+        trade_no, out_trade_no = v[_I["支付宝交易号"]], v[_I["商户订单号"]]
+        received = _amount(v[_I["商家实收（元）"]])
+        self._received[kind] += received
+        self._discount[kind] += _amount(v[_I["商家优惠（元）"]])
+        fee_e5 = _amount(v[_I["服务费（元）"]]) * 1000
+        when = v[_I["完成时间"]] or v[_I["创建时间"]]
+        if kind is PAYMENT:
+            if not trade_no:
+                raise ValueError("交易 row without 支付宝交易号")
+            return BillItem(f"{CHANNEL}#{trade_no}", PAYMENT, received, "SUCCESS", when, trade_no, out_trade_no,
+                            "", fee_e5)
+        # a refund: 商家实收 is negative; 退款批次号/请求号 is out_request_no (= out_trade_no when none was given)
+        refund_no = v[_I["退款批次号/请求号"]] or out_trade_no
+        return BillItem(f"{CHANNEL}#{refund_no}", REFUND, -received, "SUCCESS", when, trade_no, out_trade_no,
+                        refund_no, fee_e5)
+
+
+def parse_summary(lines: Iterable[bytes]) -> dict[str, int]:
+    """业务明细(汇总).csv → the 合计 row: {"payments", "refunds", "received_cent", "fee_cent"}."""
+    header_seen = False
+    for number, raw in enumerate(lines, 1):
+        line = _decode(raw, number).rstrip("\r\n")
+        if not line.strip() or line.startswith("#"):
+            continue
+        if _html(line):
+            raise BillParseError("an HTML page, not a bill summary", number)
+        if not header_seen:
+            if line.strip() != SUMMARY_HEADER:
+                raise BillParseError(f"unknown summary header {line[:80]!r}", number)
+            header_seen = True
+            continue
+        (values,) = list(csv.reader([line]))
+        values = [v.strip() for v in values]
+        if values and values[0] == "合计":
+            try:
+                return {"payments": int(values[2]), "refunds": int(values[3]),
+                        "received_cent": _amount(values[5]), "fee_cent": _amount(values[9])}
+            except (ValueError, IndexError) as exc:
+                raise BillParseError(f"合计 row: {exc}", number) from None
+    raise BillParseError("no 合计 row in the summary file")
+
+
+def summary_checks(totals: BillTotals, summary: dict[str, int]) -> list[SummaryCheck]:
+    """Cross-check the detail against 业务明细(汇总)'s 合计 row: counts only (its amount semantics are
+    UNCONFIRMED in channel-spec §7, so they are not a blocking check)."""
+    return [SummaryCheck("汇总交易订单总笔数", summary["payments"], totals.payments, "rows"),
+            SummaryCheck("汇总退款订单总笔数", summary["refunds"], totals.refunds, "rows")]
+
+
+# ---------------------------------------------------------------- the zip
+
+
+@dataclass
+class BillFiles:
+    detail: bytes
+    summary: bytes | None
+    names: list[str]
+
+
+def open_zip(data: bytes) -> BillFiles:
+    """Pick the two CSVs by suffix (entry order is not guaranteed; names are GBK in the zip header)."""
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(data))
+    except zipfile.BadZipFile:
+        head = data[:200].decode("utf-8", "replace")
+        raise BillParseError(f"not a zip file (starts {head[:60]!r})") from None
+    detail = summary = None
+    names = []
+    for info in archive.infolist():
+        name = info.filename
+        if not info.flag_bits & 0x800:  # no UTF-8 flag: zipfile decoded the GBK name as cp437
+            try:
+                name = name.encode("cp437").decode(ENCODING)
+            except (UnicodeEncodeError, UnicodeDecodeError):
+                pass  # keep zipfile's reading; the suffix test below decides
+        names.append(name)
+        if name.endswith(SUMMARY_SUFFIX):
+            summary = archive.read(info)
+        elif name.endswith(DETAIL_SUFFIX):
+            detail = archive.read(info)
+    if detail is None:
+        raise BillParseError(f"no *{DETAIL_SUFFIX} in the zip (entries: {names})")
+    return BillFiles(detail, summary, names)
+
+
+def lines_of(data: bytes) -> Iterator[bytes]:
+    return iter(io.BytesIO(data))
+
+
+# ---------------------------------------------------------------- the download client
+# Kept here (not in channels/alipay.py, built concurrently) with its own signing helper: unify after merge.
+
+
+class AlipayError(Exception):
+    def __init__(self, message: str, *, code: str = "", sub_code: str = "", retryable: bool = False):
+        super().__init__(message)
+        self.code = code
+        self.sub_code = sub_code
+        self.retryable = retryable
+
+
+NO_STATEMENT_SUB_CODES = {"isp.bill_not_exist"}  # what the gateway really answers (not BILL_NOT_EXIST)
+METHOD = "alipay.data.dataservice.bill.downloadurl.query"
+_RESPONSE_KEY = METHOD.replace(".", "_") + "_response"
+
+
+def sign_content(params: dict[str, str]) -> str:
+    """All params except `sign`, sorted, k=v joined by & with raw values (channel-spec §6)."""
+    return "&".join(f"{k}={params[k]}" for k in sorted(params) if k != "sign" and params[k] not in (None, ""))
+
+
+def rsa2_sign(private_key: Any, content: str) -> str:
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import padding
+
+    return base64.b64encode(private_key.sign(content.encode(), padding.PKCS1v15(), hashes.SHA256())).decode()
+
+
+def rsa2_verify(public_key: Any, content: str, signature: str) -> bool:
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import padding
+
+    try:
+        public_key.verify(base64.b64decode(signature), content.encode(), padding.PKCS1v15(), hashes.SHA256())
+    except (InvalidSignature, ValueError):
+        return False
+    return True
+
+
+def signed_json_value(raw: str, key: str) -> str:
+    """The raw text of `"key": {...}` exactly as received, balanced braces (what Alipay signs)."""
+    start = raw.find(f'"{key}"')
+    if start < 0:
+        raise AlipayError(f"answer has no {key}")
+    i = raw.index("{", start)
+    depth, in_str, esc = 0, False, False
+    for j in range(i, len(raw)):
+        ch = raw[j]
+        if in_str:
+            esc = (ch == "\\") and not esc
+            if ch == '"' and not esc:
+                in_str = False
+            continue
+        if ch == '"':
+            in_str = True
+        elif ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                return raw[i:j + 1]
+    raise AlipayError(f"unbalanced {key} in the answer")
+
+
+class AlipayBillClient:
+    def __init__(self, gateway: str, app_id: str, private_key: Any, alipay_public_key: Any, *,
+                 timeout_s: float = 10.0, clock: Callable[[], float] = time.time):
+        self.gateway = gateway
+        self.app_id = app_id
+        self.private_key = private_key
+        self.alipay_public_key = alipay_public_key
+        self.timeout_s = timeout_s
+        self.clock = clock
+
+    def download_url(self, bill_date: str, bill_type: str = "trade") -> str | None:
+        """The bill's download URL; None when the gateway says there is no bill (isp.bill_not_exist)."""
+        params = {
+            "app_id": self.app_id, "method": METHOD, "format": "JSON", "charset": "utf-8", "sign_type": "RSA2",
+            "timestamp": datetime.fromtimestamp(self.clock()).strftime("%Y-%m-%d %H:%M:%S"), "version": "1.0",
+            "biz_content": json.dumps({"bill_type": bill_type, "bill_date": bill_date}, separators=(",", ":")),
+        }
+        params["sign"] = rsa2_sign(self.private_key, sign_content(params))
+        url = f"{self.gateway}?{urllib.parse.urlencode(params)}"
+        try:
+            with urllib.request.urlopen(url, timeout=self.timeout_s) as resp:
+                raw = resp.read().decode("utf-8")
+        except (urllib.error.URLError, TimeoutError, OSError) as exc:
+            raise AlipayError(f"gateway: {exc}", retryable=True) from None
+        answer = json.loads(raw)
+        if _RESPONSE_KEY not in answer:
+            raise AlipayError(f"gateway error: {str(answer.get('error_response'))[:200]}")
+        content = signed_json_value(raw, _RESPONSE_KEY)
+        if not answer.get("sign") or not rsa2_verify(self.alipay_public_key, content, answer["sign"]):
+            raise AlipayError("answer signature does not verify")
+        node = answer[_RESPONSE_KEY]
+        if node.get("code") == "10000" and node.get("bill_download_url"):
+            return str(node["bill_download_url"])
+        if node.get("sub_code") in NO_STATEMENT_SUB_CODES:
+            return None
+        retryable = node.get("code") == "20000" or str(node.get("sub_code", "")).endswith("SYSTEM_ERROR")
+        raise AlipayError(f"{node.get('code')} {node.get('sub_code')}: {node.get('sub_msg')}",
+                          code=str(node.get("code")), sub_code=str(node.get("sub_code", "")), retryable=retryable)
+
+    def download(self, url: str) -> bytes:
+        """The zip (valid 30 s, unsigned: the zip itself is checked by the parser and the guards)."""
+        try:
+            with urllib.request.urlopen(url, timeout=self.timeout_s) as resp:
+                return resp.read()
+        except (urllib.error.URLError, TimeoutError, OSError) as exc:
+            raise AlipayError(f"download: {exc}", retryable=True) from None

@@ -1,0 +1,249 @@
+"""`tally recon run|show|diffs|resolve|confirm`, `tally diff list|resolve`, `tally bill parse`.
+
+`bill parse` is offline (no stack): the same parser and guards as the recon function, on a file a person
+holds — the tool for a suspicious bill. Everything else talks to the stack (`--local` or `--stack`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+import time
+from typing import Any
+
+from tally.cli.common import add_target, connect
+from tally.domain.money import format_cents
+
+CHANNELS = ["wechatpay", "alipay"]
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    recon = sub.add_parser("recon", help="reconcile a day's bill against the ledger").add_subparsers(metavar="ACTION")
+
+    def day(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--channel", required=True, choices=CHANNELS)
+        p.add_argument("--mchid", required=True, help="merchant id (Alipay: app_id)")
+        p.add_argument("--date", required=True, help="bill date YYYY-MM-DD (the channel's day, Asia/Shanghai)")
+        add_target(p)
+
+    run = recon.add_parser("run", help="download (or re-use --s3-key), guard, match; prints the run")
+    day(run)
+    run.add_argument("--s3-key", help="reconcile a bill already in the bills bucket instead of downloading")
+    run.add_argument("--json", action="store_true")
+    run.set_defaults(run=recon_run)
+
+    show = recon.add_parser("show", help="the day's runs, diffs and a link to the latest report")
+    day(show)
+    show.add_argument("--json", action="store_true")
+    show.set_defaults(run=recon_show)
+
+    diffs = recon.add_parser("diffs", help="the day's differences")
+    day(diffs)
+    diffs.add_argument("--json", action="store_true")
+    diffs.set_defaults(run=recon_diffs)
+
+    resolve = recon.add_parser("resolve", help="close a diff (RESOLVED, or IGNORED); --reverse books a reversal")
+    day(resolve)
+    _resolve_args(resolve)
+
+    confirm = recon.add_parser("confirm", help="confirm a volume drop (R33) and re-run the day from the kept bill")
+    day(confirm)
+    confirm.add_argument("--by", required=True)
+    confirm.add_argument("--note", default="")
+    confirm.set_defaults(run=recon_confirm)
+
+    diff = sub.add_parser("diff", help="reconciliation differences across days").add_subparsers(metavar="ACTION")
+    listing = diff.add_parser("list", help="OPEN differences, oldest first")
+    listing.add_argument("--limit", type=int, default=200)
+    listing.add_argument("--json", action="store_true")
+    add_target(listing)
+    listing.set_defaults(run=diff_list)
+    dres = diff.add_parser("resolve", help="same as `tally recon resolve`")
+    day(dres)
+    _resolve_args(dres)
+
+    bill = sub.add_parser("bill", help="bill files, offline").add_subparsers(metavar="ACTION")
+    parse = bill.add_parser("parse", help="parse + guards on a file; prints rows, summary, totals and the verdict")
+    parse.add_argument("channel", choices=CHANNELS)
+    parse.add_argument("file", type=pathlib.Path, help="WeChat .csv/.csv.gz, Alipay .zip or 业务明细.csv")
+    parse.add_argument("--previous-rows", type=int, help="the previous day's row count (volume guard, R33)")
+    parse.add_argument("--rows", type=int, default=20, help="detail rows to print (default 20)")
+    parse.add_argument("--json", action="store_true")
+    parse.set_defaults(run=bill_parse)
+
+
+def _resolve_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("sk", help="the diff's key as `recon diffs` shows it, e.g. PAYMENT#wechatpay#4200…")
+    p.add_argument("--by", required=True, help="who decides")
+    p.add_argument("--note", required=True, help="why (kept in the diff's history)")
+    p.add_argument("--ignore", action="store_true", help="IGNORED instead of RESOLVED")
+    p.add_argument("--reverse", action="store_true",
+                   help="also write a reversing ledger entry (local-only / amount-differs; amount computed)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=recon_resolve)
+
+
+# ------------------------------------------------------------------ commands
+
+
+def _service(args: argparse.Namespace) -> Any:
+    connect(args)
+    from tally import bootstrap
+
+    service = bootstrap.recon_service()
+    service.progress = _progress_bar()
+    return service
+
+
+def recon_run(args: argparse.Namespace) -> int:
+    run = _service(args).run(args.channel, args.mchid, args.date, pass_="cli", s3_key=args.s3_key)
+    print(json.dumps(run, ensure_ascii=False, indent=2) if args.json else render_run(run))
+    return 0 if run["status"] in ("MATCHED", "QUIET") else 1
+
+
+def recon_show(args: argparse.Namespace) -> int:
+    view = _service(args).show(args.channel, args.mchid, args.date)
+    if args.json:
+        print(json.dumps(view, ensure_ascii=False, indent=2))
+        return 0
+    if not view["runs"]:
+        print(f"{view['pk']}: no runs yet")
+        return 0
+    print(render_run(view["runs"][0]))
+    if len(view["runs"]) > 1:
+        print("  earlier runs:")
+        for r in view["runs"][1:]:
+            print(f"    {r['sk']}  {r['status']}  {r.get('reason', '')}")
+    if view.get("confirmation"):
+        c = view["confirmation"]
+        print(f"  volume drop confirmed by {c['confirmed_by']} at {c['confirmed_at']}: {c.get('note', '')}")
+    print(render_diffs(view["diffs"]))
+    if view.get("report_url"):
+        print(f"  report (CSV, 1 h link): {view['report_url']}")
+    return 0
+
+
+def recon_diffs(args: argparse.Namespace) -> int:
+    rows = _service(args).show(args.channel, args.mchid, args.date)["diffs"]
+    print(json.dumps(rows, ensure_ascii=False, indent=2) if args.json else render_diffs(rows))
+    return 0
+
+
+def recon_resolve(args: argparse.Namespace) -> int:
+    row = _service(args).resolve(args.channel, args.mchid, args.date, args.sk, by=args.by, note=args.note,
+                                 ignore=args.ignore, reverse=args.reverse)
+    if args.json:
+        print(json.dumps(row, ensure_ascii=False, indent=2))
+    else:
+        print(f"{row['sk']}: {row['handle_status']} by {row['handler']}")
+        last = row["history"][-1]
+        if last.get("reversal"):
+            print(f"  reversing ledger entry {last['reversal']}: {format_cents(int(last['amount_cent']))}")
+    return 0
+
+
+def recon_confirm(args: argparse.Namespace) -> int:
+    run = _service(args).confirm(args.channel, args.mchid, args.date, args.by, args.note)
+    print(render_run(run))
+    return 0 if run["status"] in ("MATCHED", "QUIET") else 1
+
+
+def diff_list(args: argparse.Namespace) -> int:
+    rows = _service(args).store.open_diffs(args.limit)
+    print(json.dumps(rows, ensure_ascii=False, indent=2) if args.json else render_diffs(rows, with_day=True))
+    return 0
+
+
+def bill_parse(args: argparse.Namespace) -> int:
+    """Offline: exit 0 when the guards pass, 1 when they block or the file is not a bill."""
+    from tally.domain.recon import BillParseError, check_guards, round_units
+    from tally.service.recon_sources import OpenedBill
+
+    bar = _progress_bar()
+    shown: list[dict[str, Any]] = []
+    try:
+        parser = OpenedBill(args.channel, args.file.read_bytes(), args.file.name).parser()
+        for n, item in enumerate(parser.items(), 1):
+            if len(shown) < args.rows:
+                shown.append({"key": item.key, "kind": item.kind, "amount_cent": item.amount_cent,
+                              "status": item.status, "time": item.time, "out_trade_no": item.out_trade_no,
+                              "fee_e5": item.fee_e5})
+            if bar and n % 50_000 == 0:
+                bar(n)
+        totals = parser.totals
+    except BillParseError as exc:
+        print(json.dumps({"ok": False, "verdict": "PARSE_FAILED", "reason": str(exc)}, ensure_ascii=False)
+              if args.json else f"PARSE FAILED: {exc}")
+        return 1
+    verdict = check_guards(totals, previous_rows=args.previous_rows)
+    if args.json:
+        print(json.dumps({"ok": not verdict.blocked, "verdict": verdict.code, "reason": verdict.reason,
+                          "totals": totals.as_dict(), "rows": shown}, ensure_ascii=False, indent=2))
+    else:
+        print(f"{args.channel} bill, layout {totals.layout}: {totals.rows} rows "
+              f"({totals.payments} payments {format_cents(totals.payment_cent)}, "
+              f"{totals.refunds} refunds {format_cents(totals.refund_cent)}, "
+              f"fees {format_cents(round_units(totals.fee_e5, 5, 2))})")
+        for row in shown:
+            print(f"  {row['time']}  {row['kind']:<7} {format_cents(row['amount_cent']):>12}  {row['status']:<10}"
+                  f" {row['key']}")
+        if totals.rows > len(shown):
+            print(f"  … {totals.rows - len(shown)} more")
+        print("  summary:")
+        for c in totals.checks:
+            print(f"    {'ok ' if c.ok else 'BAD'} {c.name}: stated {c.stated}, parsed {c.parsed} ({c.unit})")
+        print(f"verdict: {verdict.code}: {verdict.reason}")
+    return 1 if verdict.blocked else 0
+
+
+# ------------------------------------------------------------------ rendering
+
+
+def render_run(run: dict[str, Any]) -> str:
+    totals = run.get("totals") or {}
+    lines = [f"{run['pk']}  {run['status']}  ({run.get('pass')}, {run.get('started_at')})",
+             f"  {run.get('reason', '')}"]
+    if totals:
+        lines.append(f"  bill: {totals.get('rows')} rows, {totals.get('payments')} payments "
+                     f"{format_cents(totals.get('payment_cent', 0))}, {totals.get('refunds')} refunds "
+                     f"{format_cents(totals.get('refund_cent', 0))}; guard {run.get('guard')}")
+    if run.get("bill_key"):
+        lines.append(f"  kept: s3://…/{run['bill_key']}")
+    if run.get("stats"):
+        s = run["stats"]
+        lines.append(f"  matched {s['matched']}, new diffs {s['new_diffs']}, auto-resolved {s['auto_resolved']}, "
+                     f"open {run.get('open_diffs', 0)}")
+    if run.get("report_key"):
+        lines.append(f"  report: {run['report_key']} (tally recon show … prints a link)")
+    return "\n".join(lines)
+
+
+def render_diffs(rows: list[dict[str, Any]], with_day: bool = False) -> str:
+    if not rows:
+        return "  no differences"
+    out = ["  differences:"]
+    for d in rows:
+        amounts = f"channel {_yuan(d.get('channel_amount_cent'))} / ours {_yuan(d.get('local_amount_cent'))}"
+        where = f"{d['bill_date']} {d['mchid']}  " if with_day else ""
+        out.append(f"    {where}{d['handle_status']:<8} {d['cls']:<15} {d['sk']}  {amounts}  {d.get('detail', '')}"
+                   + (f"  [{d['recovery']}]" if d.get("recovery") else ""))
+    return "\n".join(out)
+
+
+def _yuan(cents: Any) -> str:
+    return "-" if cents is None else format_cents(int(cents))
+
+
+def _progress_bar() -> Any:
+    """Rows parsed, on stderr, when stderr is a terminal (long bills take a while)."""
+    if not sys.stderr.isatty():
+        return None
+    start = time.monotonic()
+
+    def report(n: int) -> None:
+        sys.stderr.write(f"\r  {n:,} rows  {time.monotonic() - start:5.1f}s")
+        sys.stderr.flush()
+
+    return report

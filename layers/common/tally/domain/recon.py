@@ -1,0 +1,356 @@
+"""Reconciliation, pure: bill items, summary guards (R31–R33) and matching against the ledger (R34–R36).
+
+Nothing here does I/O. The channel parsers (tally.channels.bills_*) turn a bill into `BillItem`s plus a
+`BillTotals`; the service runs `check_guards` first and only then `Matcher` (guards before matching).
+
+Money is integer cents; WeChat's fee (手续费) has 5 decimals, so fees are kept exactly in units of
+1e-5 yuan (`fee_e5`, a thousandth of a fen) and only rounded (half up) where a bill states a total
+with fewer decimals (see `round_units`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta, timezone
+
+CHINA = timezone(timedelta(hours=8))  # the channels' day cut (R34); China has no DST
+
+PAYMENT = "PAYMENT"
+REFUND = "REFUND"
+FEE = "FEE"
+REVERSAL = "REVERSAL"
+
+# diff classes (R36)
+CHANNEL_ONLY = "CHANNEL_ONLY"  # the channel has it, we do not (the classic 掉单)
+LOCAL_ONLY = "LOCAL_ONLY"  # we booked it, the channel's bill does not have it
+AMOUNT_DIFFERS = "AMOUNT_DIFFERS"
+STATUS_DIFFERS = "STATUS_DIFFERS"
+DIFF_CLASSES = (CHANNEL_ONLY, LOCAL_ONLY, AMOUNT_DIFFERS, STATUS_DIFFERS)
+
+# handle statuses of a diff
+OPEN, RESOLVED, IGNORED = "OPEN", "RESOLVED", "IGNORED"
+
+# guard verdicts
+PASSED = "PASSED"
+QUIET = "QUIET"  # summary says zero and the bill has zero rows (R31: a quiet day)
+EMPTY_BILL = "EMPTY_BILL"  # R31
+NO_SUMMARY = "NO_SUMMARY"  # R32: a bill without its totals cannot be checked
+SUMMARY_MISMATCH = "SUMMARY_MISMATCH"  # R32
+VOLUME_DROP = "VOLUME_DROP"  # R33
+
+
+class BillParseError(ValueError):
+    """The file is not a bill we know (HTML error page, unknown header, undecodable, broken row)."""
+
+    def __init__(self, message: str, line: int = 0):
+        super().__init__(f"line {line}: {message}" if line else message)
+        self.line = line
+
+
+# ---------------------------------------------------------------- exact amounts
+
+
+def to_units(text: str, places: int) -> int:
+    """Exact decimal string → integer units of 10^-places ("0.01000", 5 → 1000). Never a float.
+
+    Accepts an optional leading "-" and at most `places` decimals; anything else raises ValueError.
+    Same results as tally.domain.money.yuan_to_cents for places=2 (a test proves it), but fast enough
+    for a million-row bill.
+    """
+    s = text.strip()
+    negative = s.startswith("-")
+    if negative:
+        s = s[1:]
+    whole, dot, frac = s.partition(".")
+    if not (whole.isascii() and whole.isdigit()) or (dot and not (frac.isascii() and frac.isdigit())) \
+            or len(frac) > places:
+        raise ValueError(f"not an amount with at most {places} decimals: {text!r}")
+    value = int(whole) * 10 ** places + (int(frac) * 10 ** (places - len(frac)) if frac else 0)
+    return -value if negative else value
+
+
+def round_units(value: int, from_places: int, to_places: int) -> int:
+    """Round half up (away from zero), e.g. fee_e5 → cents: round_units(1500, 5, 2) == 2."""
+    if to_places >= from_places:
+        return value * 10 ** (to_places - from_places)
+    step = 10 ** (from_places - to_places)
+    q, r = divmod(abs(value), step)
+    q += 1 if 2 * r >= step else 0
+    return -q if value < 0 else q
+
+
+def decimals_of(text: str) -> int:
+    return len(text.strip().partition(".")[2])
+
+
+# ---------------------------------------------------------------- what a bill says
+
+
+@dataclass(slots=True)
+class BillItem:
+    """One detail row of a channel bill, in our terms. `key` is the ledger pk it should match."""
+
+    key: str
+    kind: str  # PAYMENT | REFUND
+    amount_cent: int  # positive: money received (payment) or paid back (refund)
+    status: str  # the bill's own word: SUCCESS, REVOKED, PROCESSING …
+    time: str  # channel time, Beijing, "YYYY-MM-DD HH:MM:SS"
+    transaction_id: str
+    out_trade_no: str
+    refund_no: str = ""
+    fee_e5: int = 0  # the row's fee in 1e-5 yuan (signed as the bill writes it)
+    expected_fee_e5: int | None = None  # what the row's own rate says the fee should be, if known
+
+
+@dataclass
+class SummaryCheck:
+    """One figure the bill states about itself, against what we parsed (R32)."""
+
+    name: str
+    stated: int
+    parsed: int
+    unit: str = "cent"
+
+    @property
+    def ok(self) -> bool:
+        return self.stated == self.parsed
+
+
+@dataclass
+class BillTotals:
+    """What parsing found, plus the bill's own summary (None = the bill carries none)."""
+
+    channel: str
+    layout: str
+    rows: int = 0
+    payments: int = 0
+    refunds: int = 0
+    payment_cent: int = 0
+    refund_cent: int = 0
+    fee_e5: int = 0
+    stated_rows: int | None = None
+    checks: list[SummaryCheck] = field(default_factory=list)
+
+    def add(self, item: BillItem) -> None:
+        self.rows += 1
+        self.fee_e5 += item.fee_e5
+        if item.kind == PAYMENT:
+            self.payments += 1
+            self.payment_cent += item.amount_cent
+        else:
+            self.refunds += 1
+            self.refund_cent += item.amount_cent
+
+    def as_dict(self) -> dict:
+        return {"layout": self.layout, "rows": self.rows, "payments": self.payments, "refunds": self.refunds,
+                "payment_cent": self.payment_cent, "refund_cent": self.refund_cent, "fee_e5": self.fee_e5,
+                "stated_rows": self.stated_rows,
+                "checks": [{"name": c.name, "stated": c.stated, "parsed": c.parsed, "unit": c.unit, "ok": c.ok}
+                           for c in self.checks]}
+
+
+# ---------------------------------------------------------------- guards (R31–R33)
+
+
+@dataclass(frozen=True)
+class GuardVerdict:
+    code: str  # PASSED | QUIET | EMPTY_BILL | NO_SUMMARY | SUMMARY_MISMATCH | VOLUME_DROP
+    reason: str
+
+    @property
+    def blocked(self) -> bool:
+        return self.code not in (PASSED, QUIET)
+
+
+def check_guards(totals: BillTotals, *, previous_rows: int | None = None, min_ratio: float = 0.10,
+                 min_previous_rows: int = 10, confirmed: bool = False) -> GuardVerdict:
+    """Run before any matching. Blocks an empty bill whose summary says otherwise (R31), a bill whose
+    parsed count/amounts differ from its summary (R32) and a volume drop below `min_ratio` of the
+    previous day's rows (R33) unless a person confirmed this day."""
+    if totals.stated_rows is None:
+        return GuardVerdict(NO_SUMMARY, "the bill has no summary totals to check against (R32)")
+    if totals.rows == 0 and totals.stated_rows > 0:
+        return GuardVerdict(EMPTY_BILL, f"zero rows parsed but the summary says {totals.stated_rows} (R31)")
+    wrong = [c for c in totals.checks if not c.ok]
+    if wrong:
+        detail = "; ".join(f"{c.name}: summary {c.stated} != parsed {c.parsed} ({c.unit})" for c in wrong)
+        return GuardVerdict(SUMMARY_MISMATCH, f"parsed totals differ from the bill's summary (R32): {detail}")
+    if previous_rows is not None and previous_rows >= min_previous_rows and not confirmed \
+            and totals.rows * 1.0 < previous_rows * min_ratio:
+        return GuardVerdict(VOLUME_DROP, f"{totals.rows} rows vs {previous_rows} the previous day: below "
+                                         f"{min_ratio:.0%}; blocked until a person confirms (R33)")
+    if totals.rows == 0:
+        return GuardVerdict(QUIET, "the summary says zero and the bill has zero rows: a quiet day (R31)")
+    return GuardVerdict(PASSED, "counts and amounts equal the bill's summary")
+
+
+# ---------------------------------------------------------------- matching (R34–R36)
+
+
+@dataclass(slots=True)
+class LocalEntry:
+    """A ledger entry as matching sees it (reversals already folded into `amount_cent`)."""
+
+    key: str
+    kind: str  # PAYMENT | REFUND
+    amount_cent: int
+    bill_date: str = ""
+    transaction_id: str = ""
+    out_trade_no: str = ""
+    refund_no: str = ""
+
+
+def fold_ledger(entries: Iterable[dict]) -> dict[str, LocalEntry]:
+    """Ledger rows of one bill_date → {pk: LocalEntry}. REVERSAL entries (signed, `reverses` = the pk they
+    correct) are added to their target; an entry reversed to zero counts as never booked."""
+    local: dict[str, LocalEntry] = {}
+    reversals: list[dict] = []
+    for row in entries:
+        kind = row.get("kind", PAYMENT)
+        if kind == REVERSAL:
+            reversals.append(row)
+            continue
+        if kind not in (PAYMENT, REFUND):
+            continue
+        local[row["pk"]] = LocalEntry(row["pk"], kind, int(row["amount_cent"]), row.get("bill_date", ""),
+                                      row.get("transaction_id", ""), row.get("out_trade_no", ""),
+                                      row.get("refund_no", ""))
+    for row in reversals:
+        target = local.get(row.get("reverses", ""))
+        if target is not None:
+            target.amount_cent += int(row["amount_cent"])
+    return {k: e for k, e in local.items() if e.amount_cent != 0}
+
+
+@dataclass
+class Diff:
+    cls: str  # one of DIFF_CLASSES
+    item: str  # PAYMENT | REFUND | FEE
+    key: str
+    channel_amount_cent: int | None = None
+    local_amount_cent: int | None = None
+    channel_status: str = ""
+    local_status: str = ""
+    transaction_id: str = ""
+    out_trade_no: str = ""
+    refund_no: str = ""
+    detail: str = ""
+
+    @property
+    def sk(self) -> str:
+        return f"{self.item}#{self.key}"
+
+
+@dataclass
+class MatchStats:
+    matched: int = 0
+    cross_day: int = 0  # found in the ledger under another bill_date (a straggler, R34)
+    pending_refunds: int = 0  # refund rows still PROCESSING at the channel, not booked yet: not a diff
+    duplicates: int = 0
+    by_class: dict[str, int] = field(default_factory=dict)
+
+
+class Matcher:
+    """Streams bill items against the day's ledger entries (R34–R36).
+
+    `local` is consumed: what is left after the bill is local-only. `lookup(key)` may find a ledger
+    entry booked under another bill_date (a payment on the day boundary) before calling it channel-only.
+    """
+
+    def __init__(self, local: dict[str, LocalEntry], lookup: Callable[[str], LocalEntry | None] | None = None,
+                 *, check_fees: bool = True):
+        self.local = local
+        self.lookup = lookup
+        self.check_fees = check_fees
+        self.stats = MatchStats()
+        self._seen: set[str] = set()
+
+    def match(self, items: Iterable[BillItem]) -> Iterator[Diff]:
+        for item in items:
+            yield from self._one(item)
+        for entry in self.local.values():
+            yield self._count(Diff(LOCAL_ONLY, entry.kind, entry.key, None, entry.amount_cent, "", "BOOKED",
+                                   entry.transaction_id, entry.out_trade_no, entry.refund_no,
+                                   f"booked for {entry.bill_date or 'this day'}, not in the channel's bill"))
+        self.local = {}
+
+    def _one(self, item: BillItem) -> Iterator[Diff]:
+        key = item.key
+        if key in self._seen:
+            self.stats.duplicates += 1  # the same payment twice in one bill: compare each row anyway
+        entry = self.local.pop(key, None)
+        if entry is None and self.lookup is not None and key not in self._seen:
+            entry = self.lookup(key)
+            if entry is not None:
+                self.stats.cross_day += 1
+        self._seen.add(key)
+        if self.check_fees and item.expected_fee_e5 is not None and item.expected_fee_e5 != item.fee_e5:
+            yield self._count(Diff(AMOUNT_DIFFERS, FEE, key, round_units(item.fee_e5, 5, 2),
+                                   round_units(item.expected_fee_e5, 5, 2), item.status, "",
+                                   item.transaction_id, item.out_trade_no, item.refund_no,
+                                   f"fee {item.fee_e5} e-5 yuan != {item.expected_fee_e5} from the row's rate"))
+        ok_status = item.status == "SUCCESS"
+        if entry is None:
+            if item.kind == REFUND and not ok_status:
+                self.stats.pending_refunds += 1
+                return
+            cls = CHANNEL_ONLY if ok_status else STATUS_DIFFERS
+            if cls is STATUS_DIFFERS:
+                return  # e.g. a REVOKED payment we never booked: nothing moved on either side
+            yield self._count(Diff(cls, item.kind, key, item.amount_cent, None, item.status, "",
+                                   item.transaction_id, item.out_trade_no, item.refund_no,
+                                   f"in the channel's bill at {item.time}, not in our ledger"))
+            return
+        if not ok_status:
+            yield self._count(Diff(STATUS_DIFFERS, item.kind, key, item.amount_cent, entry.amount_cent,
+                                   item.status, "BOOKED", item.transaction_id, item.out_trade_no, item.refund_no,
+                                   f"channel says {item.status}, we booked it"))
+            return
+        if entry.amount_cent != item.amount_cent:
+            yield self._count(Diff(AMOUNT_DIFFERS, item.kind, key, item.amount_cent, entry.amount_cent,
+                                   item.status, "BOOKED", item.transaction_id, item.out_trade_no, item.refund_no,
+                                   f"channel {item.amount_cent} != ledger {entry.amount_cent} (cents)"))
+            return
+        self.stats.matched += 1
+
+    def _count(self, diff: Diff) -> Diff:
+        self.stats.by_class[diff.cls] = self.stats.by_class.get(diff.cls, 0) + 1
+        return diff
+
+
+# ---------------------------------------------------------------- the channel's day (R34)
+
+
+def china_date(epoch_s: float) -> date:
+    return datetime.fromtimestamp(epoch_s, CHINA).date()
+
+
+def scheduled_days(epoch_s: float, passes: int = 3) -> list[tuple[str, str]]:
+    """The days a scheduled run covers, by the channel's clock, whatever the server's: T+1 is yesterday in
+    Asia/Shanghai; T+2 and T+3 re-run the two days before (R34). [(bill_date, pass)]"""
+    today = china_date(epoch_s)
+    return [((today - timedelta(days=n)).isoformat(), f"T+{n}") for n in range(1, passes + 1)]
+
+
+def previous_day(bill_date: str) -> str:
+    return (date.fromisoformat(bill_date) - timedelta(days=1)).isoformat()
+
+
+def rate_units(rate: str) -> int | None:
+    """A fee rate like "0.60%" in units of 1e-6 (6000); None if it is not a plain percentage."""
+    text = rate.strip()
+    if not text.endswith("%"):
+        return None
+    try:
+        return to_units(text[:-1], 4)
+    except ValueError:
+        return None
+
+
+def fee_from_rate(amount_cent: int, rate: str) -> int | None:
+    """Expected fee in e-5 yuan: amount × rate, rounded half up to the fen (how the bills we have round)."""
+    units = rate_units(rate)
+    if units is None:
+        return None
+    return round_units(amount_cent * units, 6, 0) * 1000

@@ -1,0 +1,385 @@
+"""Reconcile one merchant's day: download → keep in S3 → parse (pass 1) → guards → match (pass 2) → diffs.
+
+Every way a run can end leaves a recon_runs row a person can read, and every end that is not "matched" or
+"quiet" also counts an alarmed metric (R31–R33, R38):
+
+    MATCHED   bill and ledger agree                          ReconMatched
+    DIFFS     differences written to recon_diff (R36)        ReconDiffOpened (alarm) for each new one
+    QUIET     no bill and no ledger entries, or a zero bill  ReconQuietDay
+    RETRY     STATEMENT_CREATING: the next tick retries      ReconStatementNotReady (last tick: BLOCKED)
+    BLOCKED   a guard refused the bill, the file is not a    ReconBlocked (alarm) [+ ReconParseFailed /
+              bill, or no bill while we booked money          ReconDownloadFailed (alarms)]
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from tally.domain.money import format_cents
+from tally.domain.recon import (
+    AMOUNT_DIFFERS,
+    CHANNEL_ONLY,
+    CHINA,
+    FEE,
+    IGNORED,
+    LOCAL_ONLY,
+    OPEN,
+    PAYMENT,
+    RESOLVED,
+    REVERSAL,
+    VOLUME_DROP,
+    BillParseError,
+    Diff,
+    Matcher,
+    check_guards,
+    fold_ledger,
+    previous_day,
+    scheduled_days,
+)
+from tally.observability import M, count, logger
+from tally.service.recon_sources import NO_STATEMENT, NOT_READY, DownloadFailed, OpenedBill
+from tally.store.recon import BillArchive, LedgerView, ReconStore, recon_pk
+from tally.store.tables import iso_now
+
+MATCHED, DIFFS, QUIET, RETRY, BLOCKED = "MATCHED", "DIFFS", "QUIET", "RETRY", "BLOCKED"
+FINISHED = {MATCHED, DIFFS, QUIET, BLOCKED}
+
+
+class ReconError(ValueError):
+    """A person asked for something that cannot be done (unknown diff, not OPEN, no bill to re-run)."""
+
+
+class ReconService:
+    def __init__(self, store: ReconStore, ledger: LedgerView, archive: BillArchive, sources: dict[str, Any],
+                 recover: Callable[[str, str, str], str] | None, merchants: Callable[[], list[tuple[str, str]]],
+                 *, clock: Callable[[], float] = time.time, min_ratio: float = 0.10, min_previous_rows: int = 10,
+                 last_retry_hour: int = 16, progress: Callable[[int], None] | None = None):
+        self.store = store
+        self.ledger = ledger
+        self.archive = archive
+        self.sources = sources
+        self.recover = recover
+        self.merchants = merchants
+        self.clock = clock
+        self.min_ratio = min_ratio
+        self.min_previous_rows = min_previous_rows
+        self.last_retry_hour = last_retry_hour
+        self.progress = progress
+
+    # ------------------------------------------------------------ entry points
+
+    def scheduled(self) -> list[dict[str, Any]]:
+        """The daily tick (10:30 Asia/Shanghai, hourly retries until 16:30): T+1, then T+2 and T+3 re-runs
+        (R34). A day already finished for a pass is not run again by the schedule."""
+        results = []
+        for channel, mchid in self.merchants():
+            if channel not in self.sources:
+                continue
+            for bill_date, pass_ in scheduled_days(self.clock()):
+                done = {r.get("pass") for r in self.store.run_rows(recon_pk(channel, mchid, bill_date))
+                        if r.get("status") in FINISHED}
+                if pass_ in done:
+                    continue
+                results.append(self.run(channel, mchid, bill_date, pass_=pass_))
+        return results
+
+    def run(self, channel: str, mchid: str, bill_date: str, *, pass_: str = "manual",
+            s3_key: str | None = None) -> dict[str, Any]:
+        """One reconciliation of one merchant's day; re-running is idempotent (R36)."""
+        started = self.clock()
+        run = {"pk": recon_pk(channel, mchid, bill_date), "sk": f"run#{iso_now(started)}#{pass_}",
+               "channel": channel, "mchid": mchid, "bill_date": bill_date, "pass": pass_,
+               "started_at": iso_now(started)}
+        run["run_id"] = run["sk"]
+        try:
+            data, name = self._bill(run, s3_key)
+        except DownloadFailed as exc:
+            count(M.RECON_DOWNLOAD_FAILED)
+            return self._blocked(run, exc.code, str(exc))
+        if data is None:  # NO_STATEMENT / NOT_READY, decided (and maybe already recorded) in _bill
+            return run if "finished_at" in run else self._finish(run)
+        try:
+            opened = OpenedBill(channel, data, name)
+            totals = opened.parser().scan()  # pass 1: totals only, nothing matched yet
+        except BillParseError as exc:
+            count(M.RECON_PARSE_FAILED)
+            return self._blocked(run, "PARSE_FAILED", f"not a bill we can read: {exc}")
+        run["totals"] = totals.as_dict()
+        pk = run["pk"]
+        confirmation = self.store.confirmation(pk)
+        verdict = check_guards(totals, previous_rows=self.store.latest_parsed_rows(
+            recon_pk(channel, mchid, previous_day(bill_date))), min_ratio=self.min_ratio,
+            min_previous_rows=self.min_previous_rows, confirmed=confirmation is not None)
+        run["guard"] = verdict.code
+        if confirmation is not None:
+            run["confirmed_by"] = confirmation.get("confirmed_by")
+        if verdict.blocked:
+            return self._blocked(run, verdict.code, verdict.reason)
+        return self._match(run, opened)
+
+    def from_s3_event(self, key: str) -> dict[str, Any] | None:
+        """A bill a person dropped under bills/{channel}/{mchid}/{bill_date}/…; our own downloads are skipped."""
+        parts = key.split("/")
+        if len(parts) < 5 or parts[0] != "bills" or not parts[4]:
+            logger.warning("recon: object outside bills/{channel}/{mchid}/{bill_date}/ ignored", extra={"key": key})
+            return None
+        if self.archive.origin(key) == "download":
+            return None  # written by a run, which already reconciled it
+        channel, mchid, bill_date = parts[1], parts[2], parts[3]
+        try:
+            datetime.strptime(bill_date, "%Y-%m-%d")
+        except ValueError:
+            count(M.RECON_PARSE_FAILED)
+            logger.error("recon: dropped bill with a bad date folder", extra={"key": key})
+            return None
+        return self.run(channel, mchid, bill_date, pass_="s3", s3_key=key)
+
+    def confirm(self, channel: str, mchid: str, bill_date: str, by: str, note: str) -> dict[str, Any]:
+        """A person confirms a volume drop (R33); the day is re-run from the bill already kept in S3."""
+        if not by:
+            raise ReconError("say who confirms (--by)")
+        pk = recon_pk(channel, mchid, bill_date)
+        runs = self.store.run_rows(pk)
+        kept = next((r["bill_key"] for r in runs if r.get("bill_key")), None)
+        if kept is None:
+            raise ReconError(f"no bill kept for {pk}: run it first")
+        self.store.put_confirmation(pk, by, note, iso_now(self.clock()))
+        return self.run(channel, mchid, bill_date, pass_="confirm", s3_key=kept)
+
+    # ------------------------------------------------------------ the bill
+
+    def _bill(self, run: dict[str, Any], s3_key: str | None) -> tuple[bytes | None, str]:
+        channel, mchid, bill_date = run["channel"], run["mchid"], run["bill_date"]
+        if s3_key is not None:
+            data, meta = self.archive.read(s3_key)
+            run["bill_key"] = s3_key
+            run["sha1"] = meta.get("sha1") or _sha1(data)
+            return data, s3_key.rsplit("/", 1)[-1]
+        source = self.sources.get(channel)
+        if source is None:
+            raise DownloadFailed(f"no bill source for channel {channel}", code="NO_SOURCE")
+        fetched = source.fetch(mchid, bill_date)
+        if fetched.status == NOT_READY:
+            hour = datetime.fromtimestamp(self.clock(), CHINA).hour
+            if hour >= self.last_retry_hour:
+                self._blocked(run, "STATEMENT_LATE", f"still being generated at {hour}:xx Asia/Shanghai: "
+                                                     f"{fetched.note}")
+            else:
+                count(M.RECON_NOT_READY)
+                run.update(status=RETRY, reason=f"statement being generated, retried next tick: {fetched.note}")
+            return None, ""
+        if fetched.status == NO_STATEMENT:
+            if self.ledger.has_entries(channel, mchid, bill_date):
+                count(M.RECON_DOWNLOAD_FAILED)
+                self._blocked(run, "NO_STATEMENT_BUT_LEDGER", "the channel says there is no bill for this day but "
+                                                              f"our ledger has entries: {fetched.note}")
+            else:
+                count(M.RECON_QUIET_DAY)
+                run.update(status=QUIET, reason=f"no bill and no ledger entries: {fetched.note}")
+            return None, ""
+        key = self.archive.keep(channel, mchid, bill_date, fetched.name, fetched.data, fetched.sha1,
+                                {"channel-hash": fetched.channel_hash} if fetched.channel_hash else None)
+        run.update(bill_key=key, sha1=fetched.sha1)
+        if fetched.channel_hash and fetched.channel_hash != fetched.sha1:
+            count(M.RECON_PARSE_FAILED)
+            raise DownloadFailed(f"SHA-1 of the bill {fetched.sha1} != the channel's hash_value "
+                                 f"{fetched.channel_hash} (kept at {key})", code="HASH_MISMATCH")
+        return fetched.data, fetched.name
+
+    # ------------------------------------------------------------ matching and diffs
+
+    def _match(self, run: dict[str, Any], opened: OpenedBill) -> dict[str, Any]:
+        channel, mchid, bill_date = run["channel"], run["mchid"], run["bill_date"]
+        local = fold_ledger(self.ledger.day(channel, mchid, bill_date))
+        run["ledger_entries"] = len(local)
+        matcher = Matcher(local, self.ledger.entry)
+        parser = opened.parser()
+        items = parser.items()
+        if self.progress is not None:
+            items = _progress(items, self.progress)
+        diffs = list(matcher.match(items))  # the diffs only (few); the bill streams through
+        if parser.totals.as_dict() != run["totals"]:
+            raise BillParseError("the two passes over the bill disagree")  # same file, same code: never expected
+        seen = set()
+        new = 0
+        for diff in diffs:
+            seen.add(diff.sk)
+            recovery = self._recover(channel, mchid, diff)
+            if self.store.put_new_diff(self._diff_row(run, diff, recovery)):
+                new += 1
+            else:
+                self.store.seen_again(run["pk"], diff.sk, run["run_id"], recovery)
+        healed = self._close_healed(run, seen)
+        stats = matcher.stats
+        run["stats"] = {"matched": stats.matched, "cross_day": stats.cross_day, "duplicates": stats.duplicates,
+                        "pending_refunds": stats.pending_refunds, "by_class": dict(stats.by_class),
+                        "new_diffs": new, "auto_resolved": healed}
+        run["open_diffs"] = sum(1 for d in self.store.diffs_of(run["pk"]) if d.get("handle_status") == OPEN)
+        if new:
+            count(M.RECON_DIFF_OPENED, new)
+        if run["open_diffs"]:
+            run.update(status=DIFFS, reason=f"{run['open_diffs']} open difference(s) for a person")
+        else:
+            count(M.RECON_MATCHED)
+            run.update(status=MATCHED, reason=f"{stats.matched} entries agree with the bill")
+        run["report_key"] = self._report(run)
+        return self._finish(run)
+
+    def _recover(self, channel: str, mchid: str, diff: Diff) -> str | None:
+        if diff.cls != CHANNEL_ONLY or diff.item != PAYMENT or self.recover is None:
+            return None
+        try:
+            return self.recover(channel, mchid, diff.transaction_id)
+        except Exception as exc:  # noqa: BLE001 - the diff stays OPEN and alarmed whatever happened here
+            count(M.RECON_RECOVER_FAILED)
+            logger.exception("recon: recovery failed", extra={"key": diff.key})
+            return f"QUERY_FAILED: {type(exc).__name__}: {exc}"
+
+    def _diff_row(self, run: dict[str, Any], diff: Diff, recovery: str | None) -> dict[str, Any]:
+        now = iso_now(self.clock())
+        return {"pk": run["pk"], "sk": diff.sk, "channel": run["channel"], "mchid": run["mchid"],
+                "bill_date": run["bill_date"], "cls": diff.cls, "item": diff.item, "key": diff.key,
+                "channel_amount_cent": diff.channel_amount_cent, "local_amount_cent": diff.local_amount_cent,
+                "channel_status": diff.channel_status, "local_status": diff.local_status,
+                "transaction_id": diff.transaction_id, "out_trade_no": diff.out_trade_no,
+                "refund_no": diff.refund_no, "detail": diff.detail, "recovery": recovery,
+                "handle_status": OPEN, "open_pk": OPEN, "opened_at": now, "handler": None,
+                "history": [{"at": now, "by": "recon", "action": "OPENED", "note": diff.detail}],
+                "run_id": run["run_id"], "last_seen_run": run["run_id"], "seen_count": 1}
+
+    def _close_healed(self, run: dict[str, Any], seen: set[str]) -> int:
+        """OPEN diffs of this day that the bill and ledger no longer show (e.g. booked by the pull path)."""
+        healed = 0
+        for row in self.store.diffs_of(run["pk"]):
+            if row.get("handle_status") == OPEN and row["sk"] not in seen:
+                if self.store.close_diff(run["pk"], row["sk"], RESOLVED, "recon",
+                                         f"no longer differs at {run['run_id']}", iso_now(self.clock())):
+                    healed += 1
+                    count(M.RECON_DIFF_RESOLVED)
+        return healed
+
+    # ------------------------------------------------------------ a person's hand
+
+    def resolve(self, channel: str, mchid: str, bill_date: str, sk: str, *, by: str, note: str,
+                ignore: bool = False, reverse: bool = False) -> dict[str, Any]:
+        """Close an OPEN diff. `reverse` writes a reversing ledger entry (kind REVERSAL, signed) in the same
+        transaction, for the classes where our books moved money the channel did not (R36). Nothing deleted."""
+        if not by or not note:
+            raise ReconError("say who resolves (--by) and why (--note)")
+        pk = recon_pk(channel, mchid, bill_date)
+        diff = self.store.diff(pk, sk)
+        if diff is None:
+            raise ReconError(f"no diff {sk} for {pk}")
+        if diff.get("handle_status") != OPEN:
+            raise ReconError(f"diff {sk} is {diff.get('handle_status')}, not OPEN")
+        status = IGNORED if ignore else RESOLVED
+        now = iso_now(self.clock())
+        if not reverse:
+            if not self.store.close_diff(pk, sk, status, by, note, now):
+                raise ReconError(f"diff {sk} changed under us; look again")
+            count(M.RECON_DIFF_RESOLVED)
+            return self.store.diff(pk, sk) or {}
+        entry, amount = self._reversal(diff, by, note, now)
+        update = self.store.close_diff_update(pk, sk, status, by, note, now,
+                                              {"reversal": entry["pk"], "amount_cent": amount})
+        ddb = self.store.ddb
+        try:
+            ddb.transact_write_items(TransactItems=[{"Update": update}, {"Put": self.ledger.reversal_put(entry)}])
+        except ddb.exceptions.TransactionCanceledException:
+            raise ReconError(f"diff {sk} changed under us, or its reversal exists; look again") from None
+        count(M.RECON_DIFF_RESOLVED)
+        logger.info("recon: diff resolved with a reversing entry", extra={"diff": sk, "reversal": entry["pk"],
+                                                                          "amount_cent": amount, "by": by})
+        return self.store.diff(pk, sk) or {}
+
+    def _reversal(self, diff: dict[str, Any], by: str, note: str, now: str) -> tuple[dict[str, Any], int]:
+        if diff["item"] == FEE or diff["cls"] not in (LOCAL_ONLY, AMOUNT_DIFFERS):
+            raise ReconError(f"{diff['cls']} {diff['item']}: no money moved in our books to reverse; "
+                             "resolve without --reverse (channel-only payments are booked by the pull path)")
+        target = self.ledger.get(diff["key"])
+        if target is None:
+            raise ReconError(f"ledger entry {diff['key']} not found")
+        local = int(diff["local_amount_cent"])
+        amount = -local if diff["cls"] == LOCAL_ONLY else int(diff["channel_amount_cent"]) - local
+        entry = {"pk": f"{diff['key']}#{REVERSAL}#{diff['bill_date']}", "kind": REVERSAL, "reverses": diff["key"],
+                 "amount_cent": amount, "channel": diff["channel"], "mchid": diff["mchid"],
+                 "order_pk": target.get("order_pk"), "transaction_id": target.get("transaction_id"),
+                 "refund_no": target.get("refund_no"), "bill_date": target.get("bill_date", diff["bill_date"]),
+                 "booked_at": now, "source": "recon", "reason": f"{diff['cls']} resolved by {by}: {note}",
+                 "diff": f"{diff['pk']}/{diff['sk']}"}
+        return entry, amount
+
+    # ------------------------------------------------------------ reading
+
+    def show(self, channel: str, mchid: str, bill_date: str) -> dict[str, Any]:
+        pk = recon_pk(channel, mchid, bill_date)
+        runs = self.store.run_rows(pk)
+        latest = runs[0] if runs else None
+        view = {"pk": pk, "runs": runs, "diffs": self.store.diffs_of(pk), "confirmation": self.store.confirmation(pk)}
+        if latest and latest.get("report_key"):
+            view["report_url"] = self.archive.link(latest["report_key"])
+        return view
+
+    # ------------------------------------------------------------ endings
+
+    def _blocked(self, run: dict[str, Any], code: str, reason: str) -> dict[str, Any]:
+        count(M.RECON_BLOCKED)
+        run.update(status=BLOCKED, guard=run.get("guard") or code, block_code=code, reason=reason)
+        if code == VOLUME_DROP:
+            run["reason"] += f" (tally recon confirm --channel {run['channel']} --mchid {run['mchid']} " \
+                             f"--date {run['bill_date']} --by NAME)"
+        logger.error("recon: run blocked", extra={"pk": run["pk"], "code": code, "reason": reason})
+        return self._finish(run)
+
+    def _finish(self, run: dict[str, Any]) -> dict[str, Any]:
+        run["finished_at"] = iso_now(self.clock())
+        self.store.put_run(run)
+        logger.info("recon run finished", extra={k: run.get(k) for k in ("pk", "pass", "status", "reason")})
+        return run
+
+    def _report(self, run: dict[str, Any]) -> str:
+        """A CSV a finance person opens in a spreadsheet (UTF-8 with BOM): the run, then every diff."""
+        out = io.StringIO()
+        w = csv.writer(out)
+        totals = run.get("totals", {})
+        w.writerow(["channel", "mchid", "bill_date", "run", "status", "bill rows", "payments", "payment total",
+                    "refunds", "refund total", "ledger entries", "matched"])
+        w.writerow([run["channel"], run["mchid"], run["bill_date"], run["run_id"], run["status"], totals.get("rows"),
+                    totals.get("payments"), format_cents(totals.get("payment_cent", 0)), totals.get("refunds"),
+                    format_cents(totals.get("refund_cent", 0)), run.get("ledger_entries"),
+                    run.get("stats", {}).get("matched")])
+        w.writerow([])
+        w.writerow(["difference", "item", "key", "channel amount", "our amount", "channel status", "our status",
+                    "handle status", "handler", "detail", "recovery"])
+        for d in self.store.diffs_of(run["pk"]):
+            w.writerow([d["cls"], d["item"], d["key"], _yuan(d.get("channel_amount_cent")),
+                        _yuan(d.get("local_amount_cent")), d.get("channel_status"), d.get("local_status"),
+                        d.get("handle_status"), d.get("handler") or "", d.get("detail"), d.get("recovery") or ""])
+        key = f"reports/{run['channel']}/{run['mchid']}/{run['bill_date']}/{run['run_id'].replace('#', '_')}.csv"
+        self.archive.put_report(key, ("\ufeff" + out.getvalue()).encode("utf-8"), "text/csv; charset=utf-8")
+        return key
+
+
+def _yuan(cents: Any) -> str:
+    return "" if cents is None else format_cents(int(cents))
+
+
+def _sha1(data: bytes) -> str:
+    from tally.service.recon_sources import sha1_hex
+
+    return sha1_hex(data)
+
+
+def _progress(items: Any, report: Callable[[int], None], every: int = 50_000) -> Any:
+    n = 0
+    for item in items:
+        n += 1
+        if n % every == 0:
+            report(n)
+        yield item
+    report(n)

@@ -1,0 +1,205 @@
+"""Reconciliation storage: recon_runs, recon_diff, the ledger as reconciliation reads it, and the bill archive
+in S3. The only module that knows these layouts (docs/recon.md has them)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from tally.domain.recon import OPEN, PAYMENT, REFUND, LocalEntry
+from tally.store.codec import encode, from_item, names_values, to_item
+
+CONFIRM_SK = "confirm"
+
+
+def recon_pk(channel: str, mchid: str, bill_date: str) -> str:
+    return f"{channel}#{mchid}#{bill_date}"
+
+
+class ReconStore:
+    """recon_runs (pk channel#mchid#bill_date, sk run#<started_at> | confirm) and recon_diff (same pk,
+    sk <item>#<ledger key>; sparse GSI by_open on open_pk/opened_at while handle_status is OPEN)."""
+
+    def __init__(self, ddb: Any, runs_table: str, diff_table: str):
+        self.ddb = ddb
+        self.runs = runs_table
+        self.diffs = diff_table
+
+    # ------------------------------------------------------------ runs
+    def put_run(self, row: dict[str, Any]) -> None:
+        self.ddb.put_item(TableName=self.runs, Item=to_item(row))
+
+    def run_rows(self, pk: str) -> list[dict[str, Any]]:
+        """Every run of one day, newest first (a few per day: T+1, T+2, T+3, retries, confirmations)."""
+        return [r for r in self._query(self.runs, pk, newest_first=True) if str(r["sk"]).startswith("run#")]
+
+    def latest_parsed_rows(self, pk: str) -> int | None:
+        for row in self.run_rows(pk):
+            totals = row.get("totals")
+            if isinstance(totals, dict) and "rows" in totals:
+                return int(totals["rows"])
+        return None
+
+    def put_confirmation(self, pk: str, by: str, note: str, at: str) -> None:
+        self.ddb.put_item(TableName=self.runs, Item=to_item({"pk": pk, "sk": CONFIRM_SK, "confirmed_by": by,
+                                                            "note": note, "confirmed_at": at}))
+
+    def confirmation(self, pk: str) -> dict[str, Any] | None:
+        answer = self.ddb.get_item(TableName=self.runs, Key=to_item({"pk": pk, "sk": CONFIRM_SK}),
+                                   ConsistentRead=True)
+        return from_item(answer.get("Item"))
+
+    # ------------------------------------------------------------ diffs
+    def put_new_diff(self, row: dict[str, Any]) -> bool:
+        """Insert a diff once (re-running a day is idempotent); False if it was already there."""
+        try:
+            self.ddb.put_item(TableName=self.diffs, Item=to_item(row),
+                              ConditionExpression="attribute_not_exists(pk)")
+            return True
+        except self.ddb.exceptions.ConditionalCheckFailedException:
+            return False
+
+    def seen_again(self, pk: str, sk: str, run_id: str, recovery: str | None) -> None:
+        sets = "last_seen_run = :r, seen_count = if_not_exists(seen_count, :zero) + :one"
+        values = {"r": run_id, "zero": 0, "one": 1}
+        if recovery:
+            sets += ", recovery = :rec"
+            values["rec"] = recovery
+        self.ddb.update_item(TableName=self.diffs, Key=to_item({"pk": pk, "sk": sk}), UpdateExpression="SET " + sets,
+                             ExpressionAttributeValues=names_values(**values))
+
+    def diffs_of(self, pk: str) -> list[dict[str, Any]]:
+        return self._query(self.diffs, pk)
+
+    def diff(self, pk: str, sk: str) -> dict[str, Any] | None:
+        answer = self.ddb.get_item(TableName=self.diffs, Key=to_item({"pk": pk, "sk": sk}), ConsistentRead=True)
+        return from_item(answer.get("Item"))
+
+    def open_diffs(self, limit: int = 200) -> list[dict[str, Any]]:
+        """OPEN diffs across days, oldest first, through the sparse index (never a scan)."""
+        found: list[dict[str, Any]] = []
+        kwargs: dict[str, Any] = {"TableName": self.diffs, "IndexName": "by_open",
+                                  "KeyConditionExpression": "open_pk = :o",
+                                  "ExpressionAttributeValues": names_values(o=OPEN)}
+        while len(found) < limit:
+            answer = self.ddb.query(**kwargs)
+            found += [from_item(i) for i in answer.get("Items", [])]
+            if "LastEvaluatedKey" not in answer:
+                break
+            kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
+        return found[:limit]
+
+    def close_diff_update(self, pk: str, sk: str, status: str, by: str, note: str, at: str,
+                          extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        """OPEN → RESOLVED/IGNORED with a history entry, out of the open index (usable in a transaction)."""
+        entry = {"at": at, "by": by, "action": status, "note": note, **(extra or {})}
+        values = names_values(st=status, by=by, at=at, open=OPEN)
+        values[":h"] = encode([entry])
+        values[":empty"] = encode([])
+        return {"TableName": self.diffs, "Key": to_item({"pk": pk, "sk": sk}),
+                "UpdateExpression": "SET handle_status = :st, #handler = :by, handled_at = :at, "
+                                    "history = list_append(if_not_exists(history, :empty), :h) REMOVE open_pk",
+                "ConditionExpression": "handle_status = :open",
+                "ExpressionAttributeNames": {"#handler": "handler"},
+                "ExpressionAttributeValues": values}
+
+    def close_diff(self, pk: str, sk: str, status: str, by: str, note: str, at: str) -> bool:
+        try:
+            self.ddb.update_item(**self.close_diff_update(pk, sk, status, by, note, at))
+            return True
+        except self.ddb.exceptions.ConditionalCheckFailedException:
+            return False
+
+    def _query(self, table: str, pk: str, newest_first: bool = False) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        kwargs: dict[str, Any] = {"TableName": table, "KeyConditionExpression": "pk = :pk",
+                                  "ExpressionAttributeValues": names_values(pk=pk),
+                                  "ScanIndexForward": not newest_first, "ConsistentRead": True}
+        while True:
+            answer = self.ddb.query(**kwargs)
+            rows += [from_item(i) for i in answer.get("Items", [])]
+            if "LastEvaluatedKey" not in answer:
+                return rows
+            kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
+
+
+class LedgerView:
+    """The ledger as reconciliation reads it: one merchant's entries of one bill_date (GSI by_bill_date,
+    key condition on the channel prefix of pk, filter on mchid), point reads, reversal entries."""
+
+    def __init__(self, ddb: Any, table: str):
+        self.ddb = ddb
+        self.table = table
+
+    def day(self, channel: str, mchid: str, bill_date: str) -> Iterator[dict[str, Any]]:
+        kwargs: dict[str, Any] = {
+            "TableName": self.table, "IndexName": "by_bill_date",
+            "KeyConditionExpression": "bill_date = :d AND begins_with(pk, :c)",
+            "FilterExpression": "mchid = :m",
+            "ExpressionAttributeValues": names_values(d=bill_date, c=f"{channel}#", m=mchid),
+        }
+        while True:
+            answer = self.ddb.query(**kwargs)
+            for item in answer.get("Items", []):
+                yield from_item(item)
+            if "LastEvaluatedKey" not in answer:
+                return
+            kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
+
+    def has_entries(self, channel: str, mchid: str, bill_date: str) -> bool:
+        return any(True for _ in self.day(channel, mchid, bill_date))
+
+    def get(self, pk: str) -> dict[str, Any] | None:
+        answer = self.ddb.get_item(TableName=self.table, Key=to_item({"pk": pk}), ConsistentRead=True)
+        return from_item(answer.get("Item"))
+
+    def entry(self, pk: str) -> LocalEntry | None:
+        row = self.get(pk)
+        if row is None or row.get("kind", PAYMENT) not in (PAYMENT, REFUND):
+            return None
+        return LocalEntry(row["pk"], row.get("kind", PAYMENT), int(row["amount_cent"]), row.get("bill_date", ""),
+                          row.get("transaction_id", ""), row.get("out_trade_no", ""), row.get("refund_no", ""))
+
+    def reversal_put(self, row: dict[str, Any]) -> dict[str, Any]:
+        return {"TableName": self.table, "Item": to_item(row), "ConditionExpression": "attribute_not_exists(pk)"}
+
+
+class BillArchive:
+    """Bills in S3 under bills/{channel}/{mchid}/{bill_date}/, the SHA-1 in the name: never overwritten."""
+
+    ORIGIN = "tally-origin"
+
+    def __init__(self, s3: Any, bucket: str):
+        self.s3 = s3
+        self.bucket = bucket
+
+    @staticmethod
+    def prefix(channel: str, mchid: str, bill_date: str) -> str:
+        return f"bills/{channel}/{mchid}/{bill_date}/"
+
+    def keep(self, channel: str, mchid: str, bill_date: str, name: str, data: bytes, sha1: str,
+             metadata: dict[str, str] | None = None) -> str:
+        stem, dot, ext = name.rpartition(".")
+        key = f"{self.prefix(channel, mchid, bill_date)}{stem or ext}.{sha1}{dot}{ext if stem else ''}"
+        meta = {"sha1": sha1, self.ORIGIN: "download", **(metadata or {})}
+        try:
+            self.s3.put_object(Bucket=self.bucket, Key=key, Body=data, Metadata=meta, IfNoneMatch="*")
+        except self.s3.exceptions.ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") not in ("PreconditionFailed", "412"):
+                raise
+            # the same name and hash is already there: the same bytes; never overwritten
+        return key
+
+    def read(self, key: str) -> tuple[bytes, dict[str, str]]:
+        answer = self.s3.get_object(Bucket=self.bucket, Key=key)
+        return answer["Body"].read(), answer.get("Metadata", {})
+
+    def origin(self, key: str) -> str:
+        return self.s3.head_object(Bucket=self.bucket, Key=key).get("Metadata", {}).get(self.ORIGIN, "")
+
+    def put_report(self, key: str, body: bytes, content_type: str) -> None:
+        self.s3.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType=content_type)
+
+    def link(self, key: str, expires_s: int = 3600) -> str:
+        return self.s3.generate_presigned_url("get_object", Params={"Bucket": self.bucket, "Key": key},
+                                              ExpiresIn=expires_s)
