@@ -7,6 +7,7 @@ import importlib
 import io
 import logging
 import platform
+import subprocess
 import sys
 import time
 
@@ -26,6 +27,9 @@ def main() -> int:
         print(f"  done in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
     title = f"Tally benchmarks — {platform.python_version()} on {platform.machine()}, {time.strftime('%Y-%m-%d')}"
     print(table(title, rows, ("measure", "value", "reference", "note")))
+    for module in ("bench.poller_items", "bench.recon_1m"):  # their own tables: items per run, 1M-row bill
+        print(f"measuring {module} …", file=sys.stderr, flush=True)
+        subprocess.run([sys.executable, "-m", module], check=True)
     return 0
 
 
