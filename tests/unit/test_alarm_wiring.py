@@ -37,3 +37,16 @@ def test_alarms_use_the_dimension_the_code_emits():
     for name, props in tally_alarms().items():
         dims = {d["Name"]: d["Value"] for d in props.get("Dimensions", [])}
         assert dims == {"service": "tally"}, name
+
+
+def test_dashboard_shows_only_metrics_the_code_declares_and_the_morning_number():
+    import json
+
+    resources = load_template(ROOT / "template.yaml")["Resources"]
+    body = resources["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"]
+    widgets = json.loads(body.replace("${AWS::Region}", "r").replace("${ApplyDLQ.QueueName}", "q")
+                         .replace("${OutboxDLQ.QueueName}", "q"))["widgets"]
+    shown = {m[1] for w in widgets for m in w["properties"]["metrics"] if m[0] == "Tally"}
+    declared = {v for k, v in vars(M).items() if k.isupper()}
+    assert shown <= declared
+    assert {"PendingOver10m", "ManualOver24h", "ApplyManual", "NotifyRejected", "ApplyFailed", "ReconBlocked"} <= shown
