@@ -5,8 +5,8 @@ import pathlib
 import re
 
 import pytest
-
 from tally.observability import M
+
 from tally_local.resources import load_template
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
