@@ -507,3 +507,40 @@ def format_yuan(amount_cent: int) -> str:
     if isinstance(amount_cent, bool) or not isinstance(amount_cent, int) or amount_cent < 0:
         raise ValueError(f"amount must be non-negative integer cents, got {amount_cent!r}")
     return f"{amount_cent // 100}.{amount_cent % 100:02d}"
+
+
+# trade.query answers → pull outcomes (R22). The poller only ever sees tally.domain.poll.Answer.
+QUERY_STATE = {
+    "WAIT_BUYER_PAY": "WAITING",
+    "TRADE_SUCCESS": "PAID",
+    "TRADE_FINISHED": "PAID",
+    "TRADE_CLOSED": "CLOSED",  # closed unpaid (or fully refunded: a paid order never moves back, R24)
+}
+QUERY_ERROR = {
+    TRADE_NOT_EXIST: "NOT_CREATED",  # the buyer has not scanned yet: not paid, never "closed" (§6.2, R22)
+    "ACQ.SYSTEM_ERROR": "TRANSIENT",
+    "20000": "TRANSIENT",  # service unavailable
+    "40005": "TRANSIENT",  # rate limit
+    "NETWORK": "TRANSIENT",
+    "40002": "PERSON",  # invalid parameter: our configuration
+    "20001": "PERSON",  # insufficient authorisation (app_auth_token)
+    "40006": "PERSON",  # no permission
+}
+CLOSE_ANSWER = {
+    "CLOSED_NOW": "CLOSED",
+    TRADE_NOT_EXIST: "NOT_CREATED",  # never scanned: nothing to close at the channel
+    "ACQ.TRADE_STATUS_ERROR": "PAID",  # not WAIT_BUYER_PAY any more: query and decide (paid or closed)
+    "ACQ.SYSTEM_ERROR": "TRANSIENT",
+    "NETWORK": "TRANSIENT",
+    "40002": "PERSON",
+    "20001": "PERSON",
+}
+
+
+def error_word(exc: ChannelError) -> str:
+    """The most specific code of a failed call (sub_code first), the key of the tables above."""
+    if exc.sub_code:
+        return exc.sub_code
+    if exc.code:
+        return exc.code
+    return "NETWORK" if exc.retryable else "UNSIGNED_ERROR"

@@ -7,11 +7,13 @@ the channel module's explicit table (R22). To add a channel: write `query(order,
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tally.channels import alipay as ali
 from tally.channels import wechatpay_v3 as wx
 from tally.channels.retry import with_retries
 from tally.domain.notifications import PaymentNotice
@@ -154,3 +156,65 @@ def _not_this_order(data: dict[str, Any], order: dict[str, Any]) -> str:
     if partner and str(data.get("sp_mchid")) != str(order.get("sp_mchid")):
         return f"answer is about service provider {str(data.get('sp_mchid'))[:40]!r}"
     return ""
+
+
+# ---------------------------------------------------------------- Alipay
+
+
+class AlipayPull:
+    """alipay.trade.query / alipay.trade.close with the order's own app (or its provider's app with
+    the merchant's app_auth_token), answers mapped by channels/alipay.py's tables (R22)."""
+
+    def __init__(self, merchants: Any, *, attempts: int = 3, sleep: Callable[[float], None] = time.sleep):
+        self.merchants = merchants
+        self.attempts = attempts
+        self.sleep = sleep
+
+    def register(self, registry: PullChannels) -> None:
+        registry.register(ali.CHANNEL, self.query, self.close)
+
+    def query(self, order: dict[str, Any], fast: bool = False) -> QueryResult:
+        from tally.service.merchants import UnknownMerchant
+
+        try:
+            client = self.merchants.alipay_client(self.merchants.alipay(order["mchid"]))
+            data = with_retries(lambda: client.trade_query(out_trade_no=order["out_trade_no"]),
+                                attempts=1 if fast else self.attempts, sleep=self.sleep)
+        except UnknownMerchant as exc:
+            return QueryResult(Answer.PERSON, "UNKNOWN_MERCHANT", detail=str(exc))
+        except ali.ChannelError as exc:
+            word = ali.error_word(exc)
+            answer, mapped = _lookup(_answers(ali.QUERY_ERROR), word)
+            return QueryResult(answer, word, detail=str(exc)[:300], mapped=mapped)
+        state = str(data.get("trade_status") or "")
+        answer, mapped = _lookup(_answers(ali.QUERY_STATE), state)
+        if not mapped:
+            return QueryResult(answer, state or "NO_TRADE_STATUS", detail="trade_status in no table", mapped=False)
+        if data.get("out_trade_no") != order["out_trade_no"]:
+            return QueryResult(Answer.PERSON, state, detail="answer is about another out_trade_no")
+        notice = None
+        if answer is Answer.PAID:
+            try:
+                notice = client.query_notice(data, mchid=order["mchid"], sp_mchid=order.get("sp_mchid"))
+            except ali.ParseError as exc:
+                return QueryResult(Answer.PERSON, state, detail=f"paid answer unusable: {exc}")
+        return QueryResult(answer, state, notice=notice, body=json.dumps(data, ensure_ascii=False).encode())
+
+    def close(self, order: dict[str, Any]) -> CloseResult:
+        from tally.service.merchants import UnknownMerchant
+
+        try:
+            client = self.merchants.alipay_client(self.merchants.alipay(order["mchid"]))
+            with_retries(lambda: client.trade_close(out_trade_no=order["out_trade_no"]), attempts=self.attempts,
+                         sleep=self.sleep)
+        except UnknownMerchant as exc:
+            return CloseResult(Answer.PERSON, "UNKNOWN_MERCHANT", detail=str(exc))
+        except ali.ChannelError as exc:
+            word = ali.error_word(exc)
+            answer, mapped = _lookup(_answers(ali.CLOSE_ANSWER), word)
+            return CloseResult(answer, word, detail=str(exc)[:300], mapped=mapped)
+        return CloseResult(Answer.CLOSED, "CLOSED_NOW")
+
+
+def _answers(table: dict[str, str]) -> dict[str, Answer]:
+    return {word: Answer(value) for word, value in table.items()}
