@@ -349,3 +349,18 @@ def test_bad_input_gets_failure_ack_no_5xx_no_business_row(h, merchant, case):
     assert json.loads(response["body"])["code"] == "FAIL"
     assert "Traceback" not in response["body"]
     assert snapshot(h) == before and h.queue_depth() == 0
+
+
+def test_R3_an_api_answer_signed_by_a_rotated_certificate_is_verified_after_one_refresh(h, sim):
+    from tally import bootstrap
+
+    m = h.add_merchant(verify_mode="certificate")
+    bootstrap.merchants().add_wechatpay(  # certificate mode only: no WeChat Pay public key configured
+        mchid=m["mchid"], apiv3_key=m["apiv3_key"], merchant_key_pem=m["merchant_private_key_pem"],
+        merchant_serial=m["merchant_serial"], appid=m["appid"], notify_url="http://127.0.0.1:9/n",
+        platform_certs=[sim.platform_cert_pem])
+    sim.rotate_platform_certificate()  # the channel now signs its answers with a serial we never saw
+    response = h.create_order(m["mchid"], prepay=True)
+    assert response["statusCode"] == 201, response["body"]
+    assert json.loads(response["body"])["code_url"].startswith("weixin://")
+    assert h.metric("PlatformCertRefreshed") == 1

@@ -381,11 +381,13 @@ class WeChatPayClient:
         *,
         timeout_s: float = 3.0,
         clock: Callable[[], float] = time.time,
+        refresh_keys: Callable[[], bool] | None = None,
     ):
         self.base_url = base_url.rstrip("/")
         self.creds = creds
         self.timeout_s = timeout_s
         self.clock = clock
+        self.refresh_keys = refresh_keys  # R3 for answers too: one certificate refresh on an unknown serial
 
     def native_prepay(self, *, appid: str, description: str, out_trade_no: str, notify_url: str,
                       amount_cent: int, currency: str, time_expire: str | None = None) -> str:
@@ -494,7 +496,7 @@ class WeChatPayClient:
         else:
             keys = self.creds.platform
         try:
-            verify_signed(lowered, raw, keys, self.clock())
+            self._verify_answer(lowered, raw, keys, refreshable=not verify_with_new)
         except SignatureError as exc:
             raise ChannelError(f"{method} {path}: response not verified: {exc.reason}",
                                status=status, code="RESPONSE_NOT_VERIFIED") from None
@@ -504,6 +506,18 @@ class WeChatPayClient:
             raise ChannelError(f"{method} {path}: signed answer is not JSON", status=status,
                                code="RESPONSE_NOT_JSON") from None
         return Response(status, data, raw, _verify_headers(lowered))
+
+
+    def _verify_answer(self, lowered: dict[str, str], raw: bytes, keys: PlatformKeys, *, refreshable: bool) -> None:
+        """Like a notification (R3): an unknown certificate serial gets one refresh, then one more verify."""
+        try:
+            verify_signed(lowered, raw, keys, self.clock())
+        except SignatureError as exc:
+            serial = exc.unknown_serial
+            if not (refreshable and serial and not serial.startswith(PUBLIC_KEY_ID_PREFIX) and self.refresh_keys
+                    and self.refresh_keys()):
+                raise
+            verify_signed(lowered, raw, self.creds.platform, self.clock())
 
 
 def _verify_headers(lowered: dict[str, str]) -> dict[str, str]:

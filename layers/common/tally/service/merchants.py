@@ -238,7 +238,8 @@ class MerchantDirectory:
         return done
 
     def client(self, merchant: Merchant) -> wx.WeChatPayClient:
-        return wx.WeChatPayClient(self.api_base, merchant.creds, timeout_s=self.http_timeout_s, clock=self.clock)
+        return wx.WeChatPayClient(self.api_base, merchant.creds, timeout_s=self.http_timeout_s, clock=self.clock,
+                                  refresh_keys=lambda: self.refresh_platform_keys(merchant))
 
     def refresh_platform_keys(self, merchant: Merchant, *, force: bool = False) -> bool:
         """One download of the platform certificates (R3), at most once a minute per merchant."""

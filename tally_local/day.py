@@ -1,0 +1,254 @@
+"""`tally demo`: a scripted day through the embedded stack, then the morning report.
+
+Orders on WeChat Pay v3 (public-key and certificate mode) and Alipay, paid over real HTTP by the
+simulator with the faults a real day brings: duplicate and lost callbacks, a platform-certificate
+rotation mid-day, coupons, an amount mismatch, a payment after close, refunds. Then the poller runs
+(the pull path recovers what the push path lost) and the report checks the one promise: every
+payment the channel took is booked, or with a person, or has a refund task. Exit 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from tally_local.stack import EmbeddedStack
+
+SCENARIOS = ("paid", "duplicates", "lost", "coupon", "alipay", "refund", "mismatch", "paid_after_close")
+
+
+@dataclass
+class Day:
+    stack: EmbeddedStack
+    wechat: str = ""
+    wechat_cert: str = ""
+    alipay: str = ""
+    taken: dict[str, tuple[str, str, str]] = field(default_factory=dict)  # order → (merchant, channel, txn)
+    scenarios: Counter[str] = field(default_factory=Counter)
+
+
+def main(orders: int = 200, out=sys.stdout) -> int:
+    metrics_out = io.StringIO()
+    with contextlib.redirect_stdout(metrics_out), EmbeddedStack(
+            api_port=0, state_dir="/tmp/tally-demo-state", simulator_options={"fixed_keys": True}) as stack:
+        day = Day(stack)
+        set_up_merchants(day)
+        for i in range(orders):
+            if i == orders // 2:
+                stack.simulator.rotate_platform_certificate()  # R3: callbacks switch to a new serial
+            run_scenario(day, i, SCENARIOS[i % len(SCENARIOS)])
+            progress(i + 1, orders)
+        settle(day)
+        report = morning_report(day, metrics_out.getvalue())
+    print(file=sys.stderr)
+    out.write(render(report))
+    return 0 if not report["unaccounted"] else 1
+
+
+# ------------------------------------------------------------------ set-up
+
+
+def set_up_merchants(day: Day) -> None:
+    from tally import bootstrap
+
+    from tally_local.demo import seed_demo
+
+    sim, stack = day.stack.simulator, day.stack
+    day.wechat = seed_demo(stack)["mchid"]
+    m = sim.register_test_merchant("certificate")
+    day.wechat_cert = "1900000110"
+    sim.register_merchant(day.wechat_cert, m["apiv3_key"], m["merchant_public_key_pem"], m["merchant_serial"],
+                          appid=m["appid"], verify_mode="certificate")
+    bootstrap.merchants().add_wechatpay(
+        mchid=day.wechat_cert, apiv3_key=m["apiv3_key"], merchant_key_pem=m["merchant_private_key_pem"],
+        merchant_serial=m["merchant_serial"], appid=m["appid"],
+        notify_url=f"{stack.api_url}/notify/wechatpay/{day.wechat_cert}", platform_certs=[sim.platform_cert_pem])
+    a = sim.alipay.register_test_merchant("public_key")
+    day.alipay = a["app_id"]
+    bootstrap.merchants().add_alipay(app_id=day.alipay, app_private_key=a["app_private_key_pem"],
+                                     notify_url=f"{stack.api_url}/notify/alipay/{day.alipay}",
+                                     alipay_public_key=a["alipay_public_key_pem"])
+
+
+# ------------------------------------------------------------------ the day
+
+
+def run_scenario(day: Day, i: int, scenario: str) -> None:
+    sim, no = day.stack.simulator, f"DAY{i:06d}"
+    day.scenarios[scenario] += 1
+    if scenario == "alipay":
+        create(day, day.alipay, no, 1000 + i, channel="alipay")
+        day.taken[no] = (day.alipay, "alipay", sim.alipay.pay(day.alipay, no))
+        return
+    mchid = day.wechat_cert if i % 2 else day.wechat
+    amount = 500 + i
+    create(day, mchid, no, amount)
+    if scenario == "paid_after_close":
+        close(day, mchid, no)
+        resource = sim.transaction_resource(mchid, no, amount)  # the buyer paid anyway (a race at the channel)
+        headers, body = sim.build_notification(mchid, resource)
+        post(f"{day.stack.api_url}/notify/wechatpay/{mchid}", body, headers)
+        day.taken[no] = (mchid, "wechatpay", resource["transaction_id"])
+        return
+    options = {"duplicates": {"duplicates": 3}, "lost": {"drop": True}, "coupon": {"payer_total": amount - 100},
+               "mismatch": {"amount_total": amount // 100}}.get(scenario, {})
+    day.taken[no] = (mchid, "wechatpay", sim.pay(mchid, no, **options))
+    if scenario == "refund":
+        wait_paid(day, mchid, no)
+        call("POST", f"{day.stack.api_url}/refunds",
+             {"mchid": mchid, "out_trade_no": no, "amount_cent": 100, "reason": "demo partial refund"})
+
+
+def settle(day: Day) -> None:
+    """Let retries land, then one poller run finds what every callback lost (all made due now)."""
+    from tally import bootstrap
+
+    time.sleep(1.0)
+    day.stack.drain(60)
+    ddb, table = bootstrap.tables().ddb, day.stack.env["ORDERS_TABLE"]
+    for no, (mchid, _, _) in day.taken.items():
+        with contextlib.suppress(ddb.exceptions.ConditionalCheckFailedException):
+            ddb.update_item(TableName=table, Key={"pk": {"S": f"{mchid}#{no}"}}, UpdateExpression="SET poll_due = :d",
+                            ConditionExpression="attribute_exists(poll_pk)",
+                            ExpressionAttributeValues={":d": {"S": "2000-01-01T00:00:00.000Z"}})
+    bootstrap.poll_service().run(out_of_time=lambda: False)
+    day.stack.drain(60)
+
+
+# ------------------------------------------------------------------ the report
+
+
+def morning_report(day: Day, emitted: str) -> dict[str, Any]:
+    from tally import bootstrap
+    from tally.observability import ALARMED
+
+    orders = bootstrap.order_service()
+    statuses: Counter[str] = Counter()
+    unaccounted = []
+    manual = bootstrap.manual_queue().list()
+    with_person = {item["order"] for item in manual}
+    tasks = {row["out_trade_no"] for row in scan(day, "REFUND_TASKS_TABLE")}
+    for no, (mchid, _, txn) in day.taken.items():
+        view = orders.orders.get(mchid, no) or {}
+        statuses[view.get("status", "MISSING")] += 1
+        if view.get("transaction_id") != txn and no not in with_person and no not in tasks:
+            unaccounted.append(f"{mchid}/{no} ({txn})")
+    metrics = emitted_metrics(emitted)
+    return {"orders": len(day.taken), "scenarios": dict(day.scenarios), "statuses": dict(statuses),
+            "ledger": Counter(row["kind"] for row in scan(day, "LEDGER_TABLE")), "manual": manual,
+            "refund_tasks": len(tasks), "pending": bootstrap.pending_report().report(),
+            "alarms": {name: n for name, n in sorted(metrics.items()) if name in ALARMED and n},
+            "unaccounted": unaccounted}
+
+
+def render(report: dict[str, Any]) -> str:
+    lines = ["", f"Tally demo day: {report['orders']} payments taken by the channels",
+             "  scenarios: " + ", ".join(f"{k} {v}" for k, v in report["scenarios"].items()),
+             "  orders:    " + ", ".join(f"{k} {v}" for k, v in sorted(report["statuses"].items())),
+             "  ledger:    " + ", ".join(f"{k} {v}" for k, v in sorted(report["ledger"].items())),
+             f"  refund tasks: {report['refund_tasks']}",
+             f"  morning number: handled=0 > 10 min: {report['pending'].get('pending_over_10m', '?')}, "
+             f"handled=2 > 24 h: {report['pending'].get('manual_over_24h', '?')}",
+             f"  manual queue ({len(report['manual'])}):"]
+    lines += [f"    {item['id']}  {item['kind']}  order {item['order']}  why: {item['why']}"
+              for item in report["manual"]] or ["    (empty)"]
+    lines.append("  alarms that would fire: " + (", ".join(f"{k} ({v})" for k, v in report["alarms"].items())
+                                                  or "none"))
+    if report["unaccounted"]:
+        lines += ["  UNACCOUNTED PAYMENTS (money taken, not booked, not with a person):"]
+        lines += [f"    {line}" for line in report["unaccounted"]]
+    else:
+        lines.append("  every payment is booked, with a person, or has a refund task: nothing silent")
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def create(day: Day, mchid: str, no: str, amount: int, **extra: Any) -> None:
+    status, body = call("POST", f"{day.stack.api_url}/orders",
+                        {"mchid": mchid, "out_trade_no": no, "amount_cent": amount, "description": "demo day",
+                         **extra})
+    if status != 201:
+        raise RuntimeError(f"creating {no} failed: {status} {body}")
+
+
+def close(day: Day, mchid: str, no: str) -> None:
+    from tally import bootstrap
+
+    ddb = bootstrap.tables().ddb
+    ddb.update_item(TableName=day.stack.env["ORDERS_TABLE"], Key={"pk": {"S": f"{mchid}#{no}"}},
+                    UpdateExpression="SET expire_at = :x, poll_due = :x",
+                    ExpressionAttributeValues={":x": {"S": "2000-01-01T00:00:00.000Z"}})
+    bootstrap.poll_service().run(out_of_time=lambda: False)  # expired: closed at the channel, then here
+
+
+def wait_paid(day: Day, mchid: str, no: str, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if call("GET", f"{day.stack.api_url}/orders/{mchid}/{no}")[1].get("status") == "PAID":
+            return
+        time.sleep(0.05)
+
+
+def call(method: str, url: str, body: Any = None) -> tuple[int, Any]:
+    data = json.dumps(body).encode() if body is not None else None
+    return post(url, data, {"content-type": "application/json"}, method)
+
+
+def post(url: str, data: bytes | None, headers: dict[str, str], method: str = "POST") -> tuple[int, Any]:
+    req = urllib.request.Request(url, data=data, headers=headers, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            raw = resp.read()
+            status = resp.status
+    except urllib.error.HTTPError as err:
+        raw, status = err.read(), err.code
+    try:
+        return status, json.loads(raw or b"{}")
+    except ValueError:
+        return status, {}
+
+
+def scan(day: Day, env_var: str) -> list[dict[str, Any]]:
+    from tally import bootstrap
+    from tally.store.codec import from_item
+
+    ddb, rows, kwargs = bootstrap.tables().ddb, [], {"TableName": day.stack.env[env_var]}
+    while True:
+        page = ddb.scan(**kwargs)  # a report over a demo's tables, never product code
+        rows += [from_item(i) for i in page.get("Items", [])]
+        if "LastEvaluatedKey" not in page:
+            return rows
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def emitted_metrics(stdout: str) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    for line in stdout.splitlines():
+        if line.startswith("{") and '"_aws"' in line:
+            blob = json.loads(line)
+            for directive in blob["_aws"]["CloudWatchMetrics"]:
+                for metric in directive["Metrics"]:
+                    value = blob[metric["Name"]]
+                    counts[metric["Name"]] += int(sum(value) if isinstance(value, list) else value)
+    return counts
+
+
+def progress(done: int, total: int) -> None:
+    width = 40
+    filled = width * done // total
+    sys.stderr.write(f"\r  demo day [{'#' * filled}{'.' * (width - filled)}] {done}/{total} payments")
+    sys.stderr.flush()
+
+
+if __name__ == "__main__":
+    sys.exit(main(int(sys.argv[1]) if len(sys.argv) > 1 else 200))
