@@ -50,3 +50,11 @@ def test_dashboard_shows_only_metrics_the_code_declares_and_the_morning_number()
     declared = {v for k, v in vars(M).items() if k.isupper()}
     assert shown <= declared
     assert {"PendingOver10m", "ManualOver24h", "ApplyManual", "NotifyRejected", "ApplyFailed", "ReconBlocked"} <= shown
+
+
+def test_runbook_has_a_section_for_every_alarm():
+    runbook = (ROOT / "docs/runbook.md").read_text()
+    resources = load_template(ROOT / "template.yaml")["Resources"]
+    for lid, resource in resources.items():
+        if resource["Type"] == "AWS::CloudWatch::Alarm":
+            assert f"## {lid}\n" in runbook, f"docs/runbook.md has no section for {lid}"
