@@ -52,6 +52,7 @@ class DayShape:
 
 SMALL = DayShape()
 TINY = DayShape(orders=(2, 4), aws_faults=(0, 2))
+MICRO = DayShape(orders=(1, 2), aws_faults=(0, 1), p_channel_fault=0.6)  # soak on a slow machine
 
 
 @dataclass

@@ -17,7 +17,7 @@ import warnings
 from collections import Counter
 from typing import Any
 
-SHAPES = ("small", "tiny")
+SHAPES = ("small", "tiny", "micro")
 _world: Any = None
 
 
@@ -62,14 +62,16 @@ def replay(seed: int, shape: str) -> int:
     return 0 if result.ok else 1
 
 
-def soak(seeds: range, shape: str, workers: int, fuzz: int) -> int:
+def soak(seeds: range, shape: str, workers: int, fuzz: int, max_minutes: float = 0) -> int:
     t0 = time.monotonic()
+    done = 0
     faults: Counter = Counter()
     failed: list[dict[str, Any]] = []
     payments = invocations = violations = unhandled = 0
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(workers, initializer=_init) as pool:
         for i, r in enumerate(pool.imap_unordered(_run_seed, [(s, shape) for s in seeds], chunksize=4), 1):
+            done = i
             faults.update(r["faults"])
             payments += r["payments"]
             invocations += r["invocations"]
@@ -81,13 +83,17 @@ def soak(seeds: range, shape: str, workers: int, fuzz: int) -> int:
                       f"  replay: {replay_command(r['seed'], shape)}", flush=True)
             if i % 500 == 0:
                 print(f"... {i}/{len(seeds)} scenarios, {time.monotonic() - t0:.0f}s", file=sys.stderr, flush=True)
+            if max_minutes and time.monotonic() - t0 > max_minutes * 60:
+                print(f"time budget of {max_minutes} min reached after {i} scenarios", flush=True)
+                pool.terminate()
+                break
     sim_s = time.monotonic() - t0
     fuzz_stats = {"inputs": 0, "unhandled": 0, "violations": 0, "seconds": 0.0}
     if fuzz:
         from tests.fuzz.run import fuzz_front_door
 
         fuzz_stats = fuzz_front_door(fuzz, workers=workers)
-    rows = [(f"scenarios (seeds {seeds.start}..{seeds.stop - 1}, {shape} day)", len(seeds)),
+    rows = [(f"scenarios run (of seeds {seeds.start}..{seeds.stop - 1}, {shape} day)", done),
             ("payments taken by the channel", payments), ("λ invocations", invocations)]
     rows += [(f"fault: {kind}", n) for kind, n in sorted(faults.items())]
     rows += [("faults injected, total", sum(faults.values())),
@@ -114,10 +120,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shape", choices=SHAPES, default="small")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--fuzz", type=int, default=0, help="front-door fuzz inputs to run after the days")
+    p.add_argument("--max-minutes", type=float, default=0, help="stop the days after this long (0: no limit)")
     a = p.parse_args(argv)
     if a.seed is not None:
         return replay(a.seed, a.shape)
-    return soak(range(a.start, a.start + a.seeds), a.shape, a.workers, a.fuzz)
+    return soak(range(a.start, a.start + a.seeds), a.shape, a.workers, a.fuzz, a.max_minutes)
 
 
 if __name__ == "__main__":
