@@ -34,13 +34,18 @@ class HttpRequest:
     @classmethod
     def from_event(cls, event: dict[str, Any]) -> HttpRequest:
         raw = event.get("body") or ""
+        if not isinstance(raw, str):
+            raise BadRequest("body is not a string")
         if event.get("isBase64Encoded"):
             try:
                 body = base64.b64decode(raw, validate=True)
             except (binascii.Error, ValueError):
                 raise BadRequest("isBase64Encoded body is not base64") from None
         else:
-            body = raw.encode("utf-8")
+            try:
+                body = raw.encode("utf-8")
+            except UnicodeEncodeError:  # a lone surrogate: no byte string was ever sent like that
+                raise BadRequest("body is not encodable as UTF-8") from None
         http = (event.get("requestContext") or {}).get("http") or {}
         return cls(
             method=(http.get("method") or event.get("httpMethod") or "").upper(),

@@ -242,7 +242,9 @@ def verify_signed(
         raise SignatureError("missing Wechatpay-Signature/Timestamp/Nonce/Serial header")
     if sig_type != SIGNATURE_TYPE:
         raise SignatureError(f"unsupported signature type {sig_type[:40]!r}")
-    if not timestamp.isdigit() or abs(now - int(timestamp)) >= window_s:
+    # ASCII digits only ("²".isdigit() is True) and a sane length (a 10**5-digit number overflows a float).
+    if not (timestamp.isascii() and timestamp.isdigit() and len(timestamp) <= 12) \
+            or abs(now - int(timestamp)) >= window_s:
         raise SignatureError(f"timestamp {timestamp[:20]!r} outside the {window_s}s window")
     key = keys.get(serial)
     if key is None:
@@ -274,8 +276,8 @@ def aes_gcm_encrypt(apiv3_key: bytes, nonce: str, associated_data: str, plaintex
 def parse_envelope(body: bytes) -> dict[str, Any]:
     try:
         envelope = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DecryptError(f"body is not JSON: {exc}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:  # untrusted depth: no crash
+        raise DecryptError(f"body is not JSON: {str(exc)[:200]}") from None
     if not isinstance(envelope, dict) or not isinstance(envelope.get("resource"), dict):
         raise DecryptError("body has no resource object")
     return envelope
@@ -288,11 +290,13 @@ def open_resource(envelope: dict[str, Any], apiv3_key: bytes) -> dict[str, Any]:
     fields = {name: resource.get(name) for name in ("nonce", "associated_data", "ciphertext")}
     if not isinstance(fields["nonce"], str) or not isinstance(fields["ciphertext"], str):
         raise DecryptError("resource lacks nonce or ciphertext")
+    if not isinstance(fields["associated_data"] or "", str):
+        raise DecryptError("resource associated_data is not a string")
     plain = aes_gcm_decrypt(apiv3_key, fields["nonce"], fields["associated_data"] or "", fields["ciphertext"])
     try:
         decoded = json.loads(plain)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DecryptError(f"decrypted resource is not JSON: {exc}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise DecryptError(f"decrypted resource is not JSON: {str(exc)[:200]}") from None
     if not isinstance(decoded, dict):
         raise DecryptError("decrypted resource is not an object")
     return decoded
@@ -304,9 +308,13 @@ def to_payment_notice(resource: dict[str, Any], source: str = "notify") -> Payme
         amount = resource.get("amount") or {}
         partner = "sp_mchid" in resource
         total = cents(amount["total"])
+        transaction_id = resource.get("transaction_id") or ""
+        success_time = resource.get("success_time")
+        if not isinstance(transaction_id, str) or not isinstance(success_time, (str, type(None))):
+            raise TypeError("transaction_id and success_time must be strings")
         return PaymentNotice(
             channel=CHANNEL,
-            transaction_id=str(resource.get("transaction_id") or ""),
+            transaction_id=transaction_id,
             out_trade_no=_text(resource["out_trade_no"]),
             mchid=_text(resource["sub_mchid"] if partner else resource["mchid"]),
             sp_mchid=_text(resource["sp_mchid"]) if partner else None,
@@ -314,10 +322,10 @@ def to_payment_notice(resource: dict[str, Any], source: str = "notify") -> Payme
             order_total_cent=total,
             paid_cent=cents(amount.get("payer_total", total)),
             currency=_text(amount.get("currency") or "CNY"),
-            success_time=resource.get("success_time"),
+            success_time=success_time,
             source=source,
         )
-    except (KeyError, TypeError, MoneyError) as exc:
+    except (KeyError, TypeError, AttributeError, MoneyError) as exc:  # AttributeError: amount not an object
         raise DecryptError(f"transaction resource lacks or mistypes {exc}") from None
 
 

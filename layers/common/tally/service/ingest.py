@@ -299,7 +299,7 @@ def _verify_headers(headers: dict[str, str]) -> dict[str, str]:
 def _envelope_id(body: bytes) -> str:
     try:
         return str(json.loads(body).get("id") or "")[:64]
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):  # untrusted bytes: any shape, any depth
         return ""
 
 

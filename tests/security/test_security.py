@@ -1,0 +1,298 @@
+"""Security checks: signature before state, replay window, tenant isolation, no secret in logs,
+least-privilege IAM per function (over the transformed template), request size limits."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import time
+
+import pytest
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import padding, rsa
+from tally import bootstrap
+from tally.observability import logger as tally_logger
+from tally.service.ingest import MAX_BODY_BYTES
+
+from tally_local.resources import load_template
+from tests.integration.test_template import sam_transform
+
+ALL_TABLES = ["NOTIFY_RAW_TABLE", "NOTIFY_EVENT_TABLE", "ORDERS_TABLE", "LEDGER_TABLE", "TRANSITIONS_TABLE",
+              "REFUND_TASKS_TABLE"]
+
+
+def state(h):
+    return {t: sorted(json.dumps(r, sort_keys=True) for r in h.scan(t)) for t in ALL_TABLES} | {"queue": h.queue_depth()}
+
+
+@pytest.fixture
+def merchant(h):
+    return h.add_merchant()
+
+
+def order_for(h, mchid, amount=100, otn=None):
+    return json.loads(h.create_order(mchid, otn, amount_cent=amount)["body"])["out_trade_no"]
+
+
+# ------------------------------------------------------------------------------ signature before state
+
+
+def test_R1_R4_forged_callback_for_a_real_order_changes_nothing(h, merchant, sim):
+    """An attacker knows the order and the envelope format but not the platform key."""
+    otn = order_for(h, merchant["mchid"], 100)
+    headers, body, _ = h.notification(merchant["mchid"], otn, 100)
+    attacker = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    ts, nonce = headers["Wechatpay-Timestamp"], headers["Wechatpay-Nonce"]
+    forged = base64.b64encode(attacker.sign(f"{ts}\n{nonce}\n".encode() + body + b"\n", padding.PKCS1v15(),
+                                            hashes.SHA256())).decode()
+    other_headers, other_body, _ = h.notification(merchant["mchid"], otn, 1)  # genuine, for 1 cent
+    before = state(h)
+    attempts = [
+        {**headers, "Wechatpay-Signature": forged},  # signed with the wrong key
+        other_headers,  # genuine headers of another callback over this body
+        {**headers, "Wechatpay-Serial": sim.platform_serial},  # right signature, another key's serial
+    ]
+    for forged_headers in attempts:
+        response = h.notify(merchant["mchid"], forged_headers, body)
+        assert response["statusCode"] == 401 and json.loads(response["body"])["code"] == "FAIL"
+    response = h.notify(merchant["mchid"], headers, other_body)  # genuine headers, tampered body
+    assert response["statusCode"] == 401
+    assert state(h) == before  # not even a quarantine row: nothing before the signature holds (R1)
+    assert h.metric("NotifyRejected") == 4
+
+
+# ------------------------------------------------------------------------------ replay window
+
+
+@pytest.mark.parametrize("age_s,accepted", [(-299, True), (299, True), (300, False), (301, False), (3600, False),
+                                            (-301, False)])
+def test_R4_replay_outside_the_5_minute_window_is_refused(h, merchant, age_s, accepted):
+    otn = order_for(h, merchant["mchid"])
+    signed_at = int(time.time())
+    headers, body, _ = h.notification(merchant["mchid"], otn, 100, timestamp=signed_at)
+    bootstrap.set_clock(lambda: signed_at + age_s)  # the same bytes arrive age_s later
+    before = state(h)
+    response = h.notify(merchant["mchid"], headers, body)
+    if accepted:
+        assert response["statusCode"] == 204 and len(h.scan("NOTIFY_RAW_TABLE")) == 1
+    else:
+        assert response["statusCode"] == 401 and state(h) == before
+
+
+# ------------------------------------------------------------------------------ tenant isolation
+
+
+def test_R11_colliding_ids_across_merchants_never_cross(h):
+    a = h.add_merchant(mchid="1900000101")
+    b = h.add_merchant(mchid="1900000102")
+    for m, amount in ((a, 100), (b, 700)):
+        h.create_order(m["mchid"], "SHARED-ORDER-01", amount_cent=amount)
+    results = {}
+    for m, amount in ((a, 100), (b, 700)):
+        headers, body, resource = h.notification(m["mchid"], "SHARED-ORDER-01", amount)
+        assert h.notify(m["mchid"], headers, body)["statusCode"] == 204
+        results[m["mchid"]] = resource["transaction_id"]
+    # B's genuine callback replayed on A's URL: quarantined, never applied to A's order (R11, R5).
+    headers, body, _ = h.notification(b["mchid"], "SHARED-ORDER-01", 100)
+    assert h.notify(a["mchid"], headers, body)["statusCode"] == 204
+    h.drain()
+    for m, amount in ((a, 100), (b, 700)):
+        view = h.order(m["mchid"], "SHARED-ORDER-01")
+        assert (view["status"], view["transaction_id"], view["paid_cent"]) == ("PAID", results[m["mchid"]], amount)
+    ledger = {e["transaction_id"]: e for e in h.scan("LEDGER_TABLE")}
+    assert {tx: ledger[tx]["mchid"] for tx in ledger} == {tx: mchid for mchid, tx in results.items()}
+    assert {e["order_pk"] for e in ledger.values()} == {"1900000101#SHARED-ORDER-01", "1900000102#SHARED-ORDER-01"}
+    assert [e["kind"] for e in h.scan("NOTIFY_EVENT_TABLE")] == ["quarantined"]
+
+
+# ------------------------------------------------------------------------------ no secret in logs
+
+
+def test_no_secret_in_logs(h, sim, capsys):
+    """A whole run with real keys: nothing logged carries the APIv3 key, a private key line or an openid."""
+    stream = io.StringIO()
+    handler = tally_logger.registered_handler
+    previous = handler.setStream(stream)
+    seen = []
+    try:
+        m = h.add_merchant()
+        openids = [f"oSECRET{i}{'x' * 20}" for i in range(4)]
+        otn = order_for(h, m["mchid"])
+        for i, kw in enumerate([{}, {"apiv3_key": "Y" * 32}, {"total": 1}, {"signature_override": "AAAA"}]):
+            headers, body, _ = h.notification(m["mchid"], otn if i != 2 else order_for(h, m["mchid"], 5), kw.pop(
+                "total", 100), openid=openids[i], **kw)
+            h.notify(m["mchid"], headers, body)
+        h.drain()
+        h.create_order(m["mchid"], amount_cent=100, prepay=True)  # a signed API call to the channel
+        seen.append(capsys.readouterr())
+    finally:
+        handler.setStream(previous)
+    text = stream.getvalue() + "".join(c.out + c.err for c in seen)
+    assert "payment booked" in text  # the capture did see the product's logs
+    pem_lines = [line for line in m["merchant_private_key_pem"].splitlines() if len(line) > 40]
+    secrets = {"APIv3 key": m["apiv3_key"], **{f"PEM line {i}": line for i, line in enumerate(pem_lines)},
+               **{f"openid {i}": o for i, o in enumerate(openids)}}
+    assert [name for name, value in secrets.items() if value in text] == []
+    assert "PRIVATE KEY" not in text
+    stored = json.dumps({t: h.scan(t) for t in ALL_TABLES})
+    assert [o for o in openids if o in stored] == []  # not even the raw rows keep a decrypted openid
+
+
+# ------------------------------------------------------------------------------ least privilege
+
+
+# What each function may do, and on what: the lead adds a line per new function (poller, refunds...).
+LEAST_PRIVILEGE = {
+    "NotifyFunction": {
+        "NotifyRawTable": {"dynamodb:PutItem", "dynamodb:GetItem"},
+        "NotifyEventTable": {"dynamodb:PutItem"},
+        "MerchantsTable": {"dynamodb:GetItem"},
+        "ApplyQueue": {"sqs:SendMessage"},
+        "secret:tally/merchants/*": {"secretsmanager:GetSecretValue"},
+    },
+    "WorkerFunction": {
+        **{t: {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"}
+           for t in ("NotifyRawTable", "OrdersTable", "TransitionsTable", "LedgerTable", "RefundTasksTable")},
+        "MerchantsTable": {"dynamodb:GetItem"},
+        "secret:tally/merchants/*": {"secretsmanager:GetSecretValue"},
+    },
+    "OrdersFunction": {
+        "OrdersTable": {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"},
+        "OrdersTable/index/*": {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"},
+        "TransitionsTable": {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"},
+        **{t: {"dynamodb:GetItem", "dynamodb:Query"} for t in ("NotifyRawTable", "NotifyRawTable/index/*",
+                                                              "LedgerTable", "LedgerTable/index/*")},
+        "MerchantsTable": {"dynamodb:GetItem"},
+        "secret:tally/merchants/*": {"secretsmanager:GetSecretValue"},
+    },
+}
+# Managed policies SAM attaches. AWSLambdaSQSQueueExecutionRole (SQS event source) grants Receive/Delete on
+# every queue of the account ("*"): a known SAM default, listed in docs/proof.md as a finding to tighten.
+MANAGED = {"NotifyFunction": {"AWSLambdaBasicExecutionRole"}, "OrdersFunction": {"AWSLambdaBasicExecutionRole"},
+           "WorkerFunction": {"AWSLambdaBasicExecutionRole", "AWSLambdaSQSQueueExecutionRole"}}
+
+
+def _resource_name(resource):
+    if isinstance(resource, dict) and "Fn::GetAtt" in resource:
+        return resource["Fn::GetAtt"][0]
+    if isinstance(resource, dict) and "Fn::Sub" in resource:
+        text = resource["Fn::Sub"] if isinstance(resource["Fn::Sub"], str) else resource["Fn::Sub"][0]
+        if text.startswith("${") and ".Arn}" in text:
+            return text.split(".Arn}")[0][2:] + text.split(".Arn}")[1]
+        return "secret:" + text.split(":secret:", 1)[1] if ":secret:" in text else text
+    return json.dumps(resource)
+
+
+@pytest.fixture(scope="module")
+def granted():
+    from tests.integration.test_template import TEMPLATE
+
+    transformed = sam_transform(load_template(TEMPLATE), "us-east-1")
+    grants = {}
+    for lid, res in transformed["Resources"].items():
+        if res["Type"] != "AWS::Lambda::Function":
+            continue
+        role = transformed["Resources"][res["Properties"]["Role"]["Fn::GetAtt"][0]]["Properties"]
+        found: dict[str, set[str]] = {}
+        for policy in role.get("Policies", []):
+            for st in policy["PolicyDocument"]["Statement"]:
+                assert st["Effect"] == "Allow", (lid, st)
+                actions = st["Action"] if isinstance(st["Action"], list) else [st["Action"]]
+                resources = st["Resource"] if isinstance(st["Resource"], list) else [st["Resource"]]
+                for r in resources:
+                    found.setdefault(_resource_name(r), set()).update(actions)
+        managed = role.get("ManagedPolicyArns", [])
+        grants[lid] = (found, managed)
+    return grants
+
+
+@pytest.mark.parametrize("function", sorted(LEAST_PRIVILEGE))
+def test_each_function_policy_names_only_its_own_tables_and_actions(granted, function):
+    found, managed = granted[function]
+    assert found == LEAST_PRIVILEGE[function]
+    assert {json.dumps(arn).rsplit("/", 1)[-1].strip('"') for arn in managed} == MANAGED[function]
+
+
+def test_every_function_is_covered_by_the_least_privilege_table(granted):
+    assert set(granted) == set(LEAST_PRIVILEGE) == set(MANAGED)
+
+
+def test_what_the_code_calls_is_what_the_policy_grants(h, merchant, granted):
+    """Run each handler and record its AWS calls: each must be granted (else it fails in production)."""
+    names = {v: k for k, v in h.env.items()}
+    logical = {"NOTIFY_RAW_TABLE": "NotifyRawTable", "NOTIFY_EVENT_TABLE": "NotifyEventTable",
+               "ORDERS_TABLE": "OrdersTable", "TRANSITIONS_TABLE": "TransitionsTable", "LEDGER_TABLE": "LedgerTable",
+               "REFUND_TASKS_TABLE": "RefundTasksTable", "MERCHANTS_TABLE": "MerchantsTable"}
+    current = {"fn": None}
+    calls: dict[str, set[tuple[str, str]]] = {}
+
+    def seen(model, params, **_):
+        service = model.service_model.endpoint_prefix
+        if service == "dynamodb":
+            request = json.loads(params.get("body") or b"{}")
+            # IAM authorises a transaction item by item, with the item's own action (no TransactWriteItems action).
+            items = [(f"{kind}Item" if kind != "ConditionCheck" else "ConditionCheckItem", op)
+                     for entry in request.get("TransactItems", []) for kind, op in entry.items()]
+            items = items or [(model.name, request)]
+            for action, op in items:
+                table = logical[names[op["TableName"]]]
+                resource = f"{table}/index/*" if op.get("IndexName") else table
+                calls.setdefault(current["fn"], set()).add((f"dynamodb:{action}", resource))
+        else:
+            resource = "ApplyQueue" if service == "sqs" else "secret:tally/merchants/*"
+            calls.setdefault(current["fn"], set()).add((f"{service}:{model.name}", resource))
+
+    bootstrap.reset()
+    clients = [bootstrap.tables().ddb, bootstrap.ingest_service().queue.sqs, bootstrap.merchants().secrets]
+    for client in clients:
+        client.meta.events.register("before-call", seen)
+    for lid, (handler, spec) in list(h.handlers.items()):
+        def wrapped(event, context, _handler=handler, _lid=lid):
+            current["fn"] = _lid
+            try:
+                return _handler(event, context)
+            finally:
+                current["fn"] = None
+        h.handlers[lid] = (wrapped, spec)
+    bootstrap.merchants()._cache.clear()  # each function loads its merchant itself, as a cold container
+    otn = order_for(h, merchant["mchid"])
+    h.order(merchant["mchid"], otn)
+    headers, body, _ = h.notification(merchant["mchid"], otn, 100)
+    h.notify(merchant["mchid"], headers, body)
+    h.notify(merchant["mchid"], *h.notification(merchant["mchid"], otn, 100)[:2])  # a double payment: refund task
+    h.notify(merchant["mchid"], *h.notification(merchant["mchid"], "NO-SUCH-ORDER", 100)[:2])
+    h.drain()
+    h.call("OrdersFunction", "GET", f"/orders/{merchant['mchid']}/{otn}", b"", {},
+           {"mchid": merchant["mchid"], "out_trade_no": otn})
+    assert set(calls) >= {"NotifyFunction", "WorkerFunction", "OrdersFunction"}
+    for function, used in calls.items():
+        if function is None:
+            continue
+        found, _ = granted[function]
+        for action, resource in used:
+            assert action in found.get(resource, set()), (
+                f"{function} calls {action} on {resource} but its policy does not grant it")
+
+
+# ------------------------------------------------------------------------------ request size limits
+
+
+def test_R10_notify_refuses_bodies_over_the_limit_before_any_work(h, merchant):
+    otn = order_for(h, merchant["mchid"])
+    headers, body, _ = h.notification(merchant["mchid"], otn, 100)
+    before = state(h)
+    padded = body[:-1] + b" " * (MAX_BODY_BYTES - len(body) + 1) + b"}"  # valid JSON, 1 byte over
+    assert len(padded) == MAX_BODY_BYTES + 1
+    response = h.notify(merchant["mchid"], headers, padded)
+    assert response["statusCode"] == 400 and json.loads(response["body"])["code"] == "FAIL"
+    assert state(h) == before
+    huge_header = {**headers, "Wechatpay-Nonce": "N" * 200_000}
+    assert h.notify(merchant["mchid"], huge_header, body)["statusCode"] == 401
+    assert state(h) == before
+
+
+def test_api_payload_limits_are_the_platform_ones(resources_template=None):
+    """HTTP APIs cap a request at 10 MB and Lambda a synchronous event at 6 MB; notify caps the body at
+    256 KB itself (a WeChat callback is 1-2 KB). Pin the product's own limit so nobody raises it casually."""
+    assert MAX_BODY_BYTES == 256 * 1024

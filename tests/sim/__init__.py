@@ -1,0 +1,1 @@
+"""Deterministic simulation of Tally's days under faults (docs/proof.md)."""

@@ -1,0 +1,167 @@
+"""A simulated day, generated from a seed: merchants, orders, payments and a fault schedule.
+
+Everything random is drawn here, from one `random.Random(seed)`, before anything runs: the same seed
+is the same day, so a failing seed replays exactly (`python -m tests.sim.run --seed N`).
+
+Sizes come from a `DayShape`: CI uses a small day, `make soak` the same shape over 10,000 seeds.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from tests.sim.faults import AwsFault
+
+MERCHANT_POOL = ("1900000101", "1900000102", "1900000103")  # configured once per process
+
+# Channel-side faults on one payment's notification (what the channel does on the wire).
+LOST = "callback lost"  # the first N attempts never arrive; the channel retries on its schedule
+ACK_LOST = "ack lost"  # processed, but the channel never sees the answer: it retries (a duplicate)
+DUPLICATE = "duplicated"  # another copy, later
+CONCURRENT = "duplicated near-simultaneously"  # copies in the same instant, before the worker runs
+DELAYED = "delayed"  # the first attempt comes late (within the order's life)
+LATE = "delayed past expiry"  # paid just before expiry, delivered after we closed the order
+MISMATCH = "amount mismatch"  # the channel reports another amount.total than the order's
+DOUBLE = "double payment"  # a second transaction for the same order
+ORDER_LATE = "order registered late"  # the callback arrives before the order exists
+COUPON = "coupon (payer_total < total)"
+SQS_REDELIVERY = "sqs redelivery (delete lost)"
+REORDERED = "reordered"  # counted when callbacks arrive in another order than the payments
+
+# The AWS calls a fault may target, with the phases and kinds that make sense for each.
+AWS_TARGETS: tuple[tuple[str, str, str | None, tuple[str, ...], tuple[str, ...]], ...] = (
+    ("dynamodb", "PutItem", "NOTIFY_RAW_TABLE", ("before", "after"), ("throttle", "timeout", "error500", "crash")),
+    ("sqs", "SendMessage", None, ("before", "after"), ("throttle", "timeout", "error500", "crash")),
+    ("dynamodb", "GetItem", "ORDERS_TABLE", ("before",), ("throttle", "timeout")),
+    ("dynamodb", "TransactWriteItems", None, ("before", "after"), ("throttle", "timeout", "error500", "crash")),
+    ("dynamodb", "UpdateItem", "NOTIFY_RAW_TABLE", ("before", "after"), ("throttle", "timeout")),
+    ("dynamodb", "PutItem", "ORDERS_TABLE", ("before", "after"), ("throttle", "timeout")),
+)
+
+
+@dataclass(frozen=True)
+class DayShape:
+    orders: tuple[int, int] = (3, 6)  # min, max orders in the day
+    p_paid: float = 0.85  # an order is paid at all
+    p_channel_fault: float = 0.45  # a paid order's notification gets a channel fault
+    aws_faults: tuple[int, int] = (0, 3)  # AWS faults planned in the day
+    p_crash_raw_enqueue: float = 0.1  # the day also crashes between raw write and enqueue
+    p_sqs_redelivery: float = 0.2  # a worker batch's delete is lost once
+
+
+SMALL = DayShape()
+TINY = DayShape(orders=(2, 4), aws_faults=(0, 2))
+MICRO = DayShape(orders=(1, 2), aws_faults=(0, 1), p_channel_fault=0.6)  # soak on a slow machine
+
+
+@dataclass
+class OrderPlan:
+    mchid: str
+    out_trade_no: str
+    amount_cent: int
+    created_s: float  # seconds after the day starts
+    expire_s: float = 900.0  # the order's life (the stand-in closer closes it then)
+    pay_s: float | None = None  # when the user pays (None: never)
+    payer_total: int | None = None  # < amount_cent with a coupon
+    reported_total: int | None = None  # amount.total the channel reports (MISMATCH)
+    lost: int = 0  # attempts lost before the first that arrives
+    ack_lost: int = 0  # answered attempts whose ACK the channel never sees
+    concurrent: int = 0  # extra copies in the same instant
+    duplicate_after_s: float | None = None  # one more copy later
+    delay_s: float = 0.0  # before the first attempt
+    double_pay_s: float | None = None  # a second transaction (DOUBLE)
+    faults: list[str] = field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        return f"{self.mchid}#{self.out_trade_no}"
+
+
+@dataclass
+class Day:
+    seed: int
+    merchants: list[str]
+    orders: list[OrderPlan]
+    aws_faults: list[AwsFault]
+    worker_period_s: float
+    lost_delete_ticks: set[int]
+
+    def planted(self) -> list[str]:
+        return [f for o in self.orders for f in o.faults]
+
+
+def generate(seed: int, shape: DayShape = SMALL) -> Day:
+    rng = random.Random(seed)
+    merchants = rng.sample(MERCHANT_POOL, rng.randint(1, len(MERCHANT_POOL)))
+    orders: list[OrderPlan] = []
+    for i in range(rng.randint(*shape.orders)):
+        mchid = rng.choice(merchants)
+        # Tenant isolation: now and then two merchants use the same out_trade_no (R11).
+        otn = f"S{seed % 10**8:08d}N{i:02d}"
+        if orders and len(merchants) > 1 and rng.random() < 0.15:
+            mine = {o.out_trade_no for o in orders if o.mchid == mchid}
+            other = [o.out_trade_no for o in orders if o.mchid != mchid and o.out_trade_no not in mine]
+            otn = other[0] if other else otn
+        amount = rng.choice((1, 99, 100, 1999, 5000, 12345, rng.randint(1, 10**6)))
+        order = OrderPlan(mchid, otn, amount, created_s=rng.uniform(0, 120))
+        if rng.random() < shape.p_paid:
+            order.pay_s = order.created_s + rng.uniform(2, 200)
+            if amount > 1 and rng.random() < 0.25:
+                order.payer_total = rng.randint(1, amount - 1)
+                order.faults.append(COUPON)
+            if rng.random() < shape.p_channel_fault:
+                _channel_fault(rng, order)
+        orders.append(order)
+    n_aws = rng.randint(*shape.aws_faults)
+    aws = []
+    for _ in range(n_aws):
+        service, op, table, phases, kinds = rng.choice(AWS_TARGETS)
+        aws.append(AwsFault(service, op, table, rng.randint(1, max(2, len(orders))), rng.choice(phases),
+                            rng.choice(kinds)))
+    if rng.random() < shape.p_crash_raw_enqueue:
+        aws.append(AwsFault("dynamodb", "PutItem", "NOTIFY_RAW_TABLE", rng.randint(1, len(orders)), "after", "crash"))
+    aws = _unique(aws)
+    lost_deletes = {rng.randint(1, 6)} if rng.random() < shape.p_sqs_redelivery else set()
+    return Day(seed, merchants, orders, aws, worker_period_s=rng.choice((5.0, 10.0, 20.0)),
+               lost_delete_ticks=lost_deletes)
+
+
+def _channel_fault(rng: random.Random, order: OrderPlan) -> None:
+    assert order.pay_s is not None
+    kind = rng.choice((LOST, ACK_LOST, DUPLICATE, CONCURRENT, DELAYED, LATE, MISMATCH, DOUBLE, ORDER_LATE))
+    order.faults.append(kind)
+    if kind == LOST:
+        order.lost = rng.randint(1, 3)
+    elif kind == ACK_LOST:
+        order.ack_lost = rng.randint(1, 2)
+    elif kind == DUPLICATE:
+        order.duplicate_after_s = rng.uniform(1, 120)
+    elif kind == CONCURRENT:
+        order.concurrent = rng.randint(1, 4)
+    elif kind == DELAYED:
+        order.delay_s = rng.uniform(30, 300)
+    elif kind == LATE:
+        order.pay_s = order.created_s + order.expire_s - rng.uniform(1, 20)  # after the closer's last look
+        order.delay_s = rng.uniform(60, 600)  # arrives after the order was closed
+    elif kind == MISMATCH:
+        order.reported_total = order.amount_cent + rng.choice((-1, 1, 100)) if order.amount_cent > 1 else 2
+        order.payer_total = None
+        if COUPON in order.faults:
+            order.faults.remove(COUPON)
+    elif kind == DOUBLE:
+        order.double_pay_s = order.pay_s + rng.uniform(0, 60)
+    elif kind == ORDER_LATE:
+        order.created_s = order.pay_s + rng.uniform(1, 25)  # the callback comes first
+    # A second, independent fault now and then (a lost callback that is also duplicated, ...).
+    if kind not in (LATE, ORDER_LATE, MISMATCH) and rng.random() < 0.2:
+        order.concurrent = max(order.concurrent, 1)
+        if CONCURRENT not in order.faults:
+            order.faults.append(CONCURRENT)
+
+
+def _unique(faults: list[AwsFault]) -> list[AwsFault]:
+    seen: dict[tuple[str, str, str | None, int], AwsFault] = {}
+    for f in faults:
+        seen.setdefault((f.service, f.operation, f.table_env, f.nth), f)
+    return list(seen.values())
