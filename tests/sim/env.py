@@ -194,5 +194,5 @@ class SimEnv:
         return self._queue_urls
 
     def dlq_url(self) -> str:
-        (url,) = [u for u in self.queue_urls() if u != self.env["APPLY_QUEUE_URL"]]
+        (url,) = [u for u in self.queue_urls() if u.endswith("-ApplyDLQ")]
         return url
