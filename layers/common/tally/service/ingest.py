@@ -9,7 +9,6 @@ import hashlib
 import json
 import time
 from collections.abc import Callable
-from dataclasses import asdict
 from typing import Any
 
 from tally.apigw import HttpRequest, HttpResponse
@@ -131,7 +130,7 @@ class IngestService:
             count(M.NOTIFY_DUPLICATE)
             return acks.success("duplicate")  # R9: already booked or with a person
         try:
-            self.queue.send(row["pk"], asdict(notice))
+            self.queue.send(row["pk"], notice.as_message())
         except Exception as exc:  # noqa: BLE001 - any enqueue failure: the channel must retry
             count(M.ENQUEUE_FAILED)
             logger.error("enqueue failed; answering failure so the channel retries",

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
@@ -165,4 +164,4 @@ def _split(item_id: str) -> tuple[str, str]:
 
 
 def _notice_dict(row: dict[str, Any]) -> dict[str, Any]:
-    return asdict(notice_from_raw(row))
+    return notice_from_raw(row).as_message()
