@@ -71,7 +71,6 @@ def run_alipay() -> list[tuple[str, ...]]:
     from urllib.parse import parse_qsl
 
     from alipay import AliPay
-
     from tally.channels import alipay as ali
     from tally.service.merchants import alipay_credentials
 
