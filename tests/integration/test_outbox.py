@@ -56,3 +56,21 @@ def test_R20_a_failed_publish_is_reported_for_retry_not_swallowed(h, monkeypatch
     result = h.invoke("OutboxFunction", {"Records": records})
     assert result == {"batchItemFailures": [{"itemIdentifier": paid_record["dynamodb"]["SequenceNumber"]}]}
     assert h.metric("OutboxFailed") >= 1
+
+
+def test_R20_refund_outcome_reaches_the_bus_from_the_refunds_stream(h):
+    """A refund row moving to SUCCESS becomes RefundSucceeded, id `RefundSucceeded:<refund_no>`."""
+    ddb, streams = boto3.client("dynamodb"), boto3.client("dynamodbstreams")
+    table = h.env["REFUNDS_TABLE"]
+    ddb.put_item(TableName=table, Item={"pk": {"S": "R-OUTBOX-1"}, "refund_no": {"S": "R-OUTBOX-1"},
+                                        "status": {"S": "ACCEPTED"}, "amount_cent": {"N": "20"}})
+    ddb.update_item(TableName=table, Key={"pk": {"S": "R-OUTBOX-1"}}, UpdateExpression="SET #s = :s",
+                    ExpressionAttributeNames={"#s": "status"}, ExpressionAttributeValues={":s": {"S": "SUCCESS"}})
+    consumed = subscribe(h.env)
+    arn = ddb.describe_table(TableName=table)["Table"]["LatestStreamArn"]
+    shard = streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"][0]["ShardId"]
+    it = streams.get_shard_iterator(StreamArn=arn, ShardId=shard, ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+    assert h.invoke("OutboxFunction", {"Records": streams.get_records(ShardIterator=it)["Records"]}) == {
+        "batchItemFailures": []}
+    (event,) = consumed()
+    assert event["detail-type"] == "RefundSucceeded" and event["detail"]["event_id"] == "RefundSucceeded:R-OUTBOX-1"
