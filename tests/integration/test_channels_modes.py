@@ -102,14 +102,16 @@ def test_alipay_refund_notification_is_parked_never_applied_as_a_payment(h, sim)
     assert h.metric("RefundNotifyParked") == 2
 
 
-def test_wechatpay_v2_refund_req_info_is_decrypted_and_parked(h, sim):
+def test_R29_R30_wechatpay_v2_refund_req_info_is_decrypted_and_stored_in_refund_raw(h, sim):
     v2 = WeChatV2(h)
     mid = v2.setup()
-    refund = {"out_refund_no": "RF-V2-1", "refund_status": "SUCCESS", "refund_fee": "100", "transaction_id": "42"}
+    refund = {"out_refund_no": "RF-V2-1", "refund_id": "50300", "refund_status": "SUCCESS", "refund_fee": "100",
+              "total_fee": "300", "transaction_id": "42", "out_trade_no": "V2-ORDER-1",
+              "success_time": "2026-11-30 10:00:00"}
     body = sim.wechatpay_v2.refund_notification(mid, refund)
     assert ack_kind("wechatpay_v2", v2.notify(mid, body, {})) == "success"
-    (event,) = h.scan("NOTIFY_EVENT_TABLE")
-    assert event["kind"] == "wechatpay_v2_refund" and event["refund"] == refund
+    (row,) = h.scan("REFUND_RAW_TABLE")  # keyed like v3's: one refund number space (R30)
+    assert row["pk"] == "wechatpay#RF-V2-1" and row["sk"] == "SUCCESS" and h.scan("NOTIFY_EVENT_TABLE") == []
     forged = sim.wechatpay_v2.refund_notification(mid, refund, api_key="Z" * 32)
     assert ack_kind("wechatpay_v2", v2.notify(mid, forged, {})) == "failure"
     assert h.scan("NOTIFY_RAW_TABLE") == []

@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives import padding as sym_padding
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from tally.domain.notifications import PaymentNotice
+from tally.domain.refunds import RefundNotice
 
 CHANNEL = "wechatpay"  # same transaction id space as v3 (see the module docstring)
 API = "wechatpay_v2"
@@ -190,3 +191,44 @@ def ack_success() -> tuple[int, str]:
 
 def ack_failure(status: int, message: str) -> tuple[int, str]:
     return status, to_xml({"return_code": "FAIL", "return_msg": message[:64]})
+
+
+# v2 refund_status → the v3 word, so one table (wechatpay_v3_refunds.REFUND_STATUS) decides the outcome.
+REFUND_STATUS_V2 = {"SUCCESS": "SUCCESS", "REFUNDCLOSE": "CLOSED", "CHANGE": "ABNORMAL"}
+
+
+def to_refund_notice(refund: dict[str, str], mchid: str) -> RefundNotice:
+    """A decrypted `req_info` (§4) as the channel-neutral refund notice (R29, R30): same channel and refund
+    number space as v3, so the refund it reports is the one `POST /refunds` created."""
+    from tally.channels.wechatpay_v3_refunds import REFUND_STATUS
+
+    word = str(refund.get("refund_status") or "")
+    v3_word = REFUND_STATUS_V2.get(word)
+    try:
+        return RefundNotice(
+            channel=CHANNEL, refund_no=_required(refund, "out_refund_no"), refund_id=str(refund.get("refund_id") or ""),
+            status=v3_word or word, event=REFUND_STATUS.get(v3_word) if v3_word else None, mchid=mchid, sp_mchid=None,
+            out_trade_no=str(refund.get("out_trade_no") or ""), transaction_id=str(refund.get("transaction_id") or ""),
+            refund_cent=_fen(refund, "refund_fee"), total_cent=_fen(refund, "total_fee"),
+            success_time=_beijing(refund.get("success_time")), source="notify")
+    except (KeyError, ValueError) as exc:
+        raise ParseError(f"req_info lacks or mistypes {exc}") from None
+
+
+def _required(fields: dict[str, str], name: str) -> str:
+    value = fields.get(name)
+    if not value:
+        raise KeyError(name)
+    return str(value)
+
+
+def _fen(fields: dict[str, str], name: str) -> int:
+    value = _required(fields, name)
+    if not (value.isascii() and value.isdigit()):
+        raise ValueError(f"{name} is not integer fen: {value[:20]!r}")
+    return int(value)
+
+
+def _beijing(text: str | None) -> str | None:
+    """"2018-11-19 16:24:13" (Beijing) → RFC 3339 with +08:00, like v3."""
+    return text.replace(" ", "T") + "+08:00" if text else None
