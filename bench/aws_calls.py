@@ -79,10 +79,26 @@ def run() -> list[tuple[str, ...]]:
             apply.apply(message["raw_key"], message.get("notice"))
         with counting(clients) as duplicate:
             ingest.wechatpay_v3(request)
+        # the poller's confirmation of a payment whose callbacks were all lost (query + book in one go)
+        lost = "BENCH-ORDER-03"
+        orders.create({"mchid": m["mchid"], "out_trade_no": lost, "amount_cent": 100, "description": "b",
+                       "prepay": True})
+        sim.pay(m["mchid"], lost, drop=True)
+        order = orders.orders.get(m["mchid"], lost)
+        order["created_at"] = "2000-01-01T00:00:00.000Z"  # old enough to be confirmed now
+        with counting(clients) as confirm:
+            bootstrap.poll_service().confirm(order)
+        # a refund of the booked payment: reserve + refund row in one transaction, then the channel
+        with counting(clients) as refund:
+            bootstrap.refund_service().create({"mchid": m["mchid"], "out_trade_no": "BENCH-ORDER-02",
+                                               "amount_cent": 10, "reason": "bench"})
         rows += [
             ("AWS calls: notify, first delivery", str(sum(first.values())), "target ≤ 2", _detail(first)),
             ("AWS calls: notify, duplicate", str(sum(duplicate.values())), "target ≤ 1", _detail(duplicate)),
             ("AWS calls: worker apply", str(sum(worker.values())), "target ≤ 2", _detail(worker)),
+            ("AWS calls: poller confirmation (lost callbacks)", str(sum(confirm.values())), "+ 1 channel query",
+             _detail(confirm)),
+            ("AWS calls: refund create", str(sum(refund.values())), "target ≤ 2 + channel call", _detail(refund)),
         ]
     bootstrap.reset()
     return rows
