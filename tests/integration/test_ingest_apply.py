@@ -53,6 +53,7 @@ def test_R2_signature_is_over_raw_bytes_not_reserialised_json(h, merchant):
 
 
 def test_R3_unknown_certificate_serial_triggers_one_refresh(h, sim):
+    """R3: an unknown certificate serial triggers one refresh, then one more verify."""
     m = h.add_merchant(verify_mode="certificate")
     new_serial = sim.rotate_platform_certificate()
     order = json.loads(h.create_order(m["mchid"])["body"])
@@ -122,6 +123,7 @@ def test_R7_duplicate_delivery_keeps_one_raw_row(h, merchant):
 
 
 def test_R8_in_between_state_goes_to_events_never_an_empty_key(h, merchant):
+    """R8: NOTPAY without a transaction id is an event row, never a raw row with an empty key."""
     order = json.loads(h.create_order(merchant["mchid"])["body"])
     headers, body, _ = h.notification(merchant["mchid"], order["out_trade_no"], 100, trade_state="NOTPAY",
                                       transaction_id="")
@@ -139,6 +141,7 @@ def test_R9_handled_row_answers_success_at_once_without_enqueue(h, merchant):
 
 
 def test_R10_ingest_only_writes_raw_and_enqueues(h, merchant):
+    """R10: ingest does local writes and one enqueue only; the business apply is asynchronous."""
     order, headers, body, _ = paid(h, merchant)
     h.notify(merchant["mchid"], headers, body)
     assert h.order(merchant["mchid"], order["out_trade_no"])["status"] == "WAIT_PAY"  # business is async
@@ -206,6 +209,7 @@ def test_R14_order_amount_must_be_integer_cents(h, merchant):
 
 
 def test_R15_order_not_found_is_retried_then_goes_to_person(h, merchant):
+    """R15: an order that cannot be found is retried a bounded number of times, then handled=2."""
     headers, body, _ = h.notification(merchant["mchid"], "NO-SUCH-ORDER-1", 100)
     h.notify(merchant["mchid"], headers, body)
     failures = h.drain()
@@ -266,6 +270,7 @@ def test_R17_duplicate_apply_of_the_same_voucher_is_duplicate(h, merchant):
 
 
 def test_R18_failed_transaction_writes_nothing_and_raw_stays_pending(h, merchant, monkeypatch):
+    """R18: ledger, transition and handled=1 commit together or not at all."""
     from tally import bootstrap
 
     order, headers, body, resource = paid(h, merchant)

@@ -209,6 +209,7 @@ def test_a_bad_bill_is_blocked_before_matching_R31_R32(h, m, svc, fault, code):
 
 
 def test_volume_drop_is_blocked_until_a_person_confirms_R33(h, m, svc):
+    """R33: a day far below the previous one is blocked until a person confirms."""
     svc.min_previous_rows, svc.min_ratio = 2, 0.5
     for i in range(4):
         pay(h, m["mchid"], 100, f"{D_BEFORE}T1{i}:00:00+08:00")
