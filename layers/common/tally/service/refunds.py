@@ -117,7 +117,9 @@ class RefundService:
         if order is None:
             raise NotFound(f"no order {spec['mchid']}/{spec['out_trade_no']}")
         refund_no = spec["refund_no"] or new_refund_no(self.clock())
-        existing = self.store.get(refund_no)
+        # A caller's refund_no may exist already (a retry): answer it. A number we just generated cannot;
+        # the transaction's attribute_not_exists still guards either way (one read fewer per refund).
+        existing = self.store.get(refund_no) if spec["refund_no"] else None
         if existing is not None:
             return self._same_refund(existing, order["pk"], spec["amount_cent"]), False
         if order.get("status") != "PAID":
@@ -199,7 +201,7 @@ class RefundService:
                 self._event(refund_no, RefundEvent.MISMATCH, refund_id=answer.refund_id,
                             reason=f"channel accepted {answer.refund_cent} cents, we asked {row['amount_cent']}")
                 return "MISMATCH"
-            self._event(refund_no, RefundEvent.ACCEPT, refund_id=answer.refund_id)
+            self._event(refund_no, RefundEvent.ACCEPT, refund_id=answer.refund_id, known=row)
             count(M.REFUND_ACCEPTED)
             return "ACCEPTED"  # not success: that comes only from a notification or a query (R29)
         if answer.kind is AnswerKind.REJECTED:
@@ -250,10 +252,11 @@ class RefundService:
 
     def _event(self, refund_no: str, event: RefundEvent, *, raw: tuple[str, str] | None = None, raw_handled: int = 1,
                refund_id: str | None = None, success_time: str | None = None, reason: str = "",
-               source: str = "api") -> Applied:
-        """Read → decide (pure transit) → one transaction; a lost status CAS re-reads and decides again."""
-        for _ in range(CAS_ROUNDS):
-            refund = self.store.get(refund_no)
+               source: str = "api", known: dict[str, Any] | None = None) -> Applied:
+        """Read → decide (pure transit) → one transaction; a lost status CAS re-reads and decides again.
+        `known` (the row just written by this call) stands in for the first read: the CAS still guards it."""
+        for round_no in range(CAS_ROUNDS):
+            refund = known if (round_no == 0 and known is not None) else self.store.get(refund_no)
             if refund is None:
                 raise RetryLater(f"refund {refund_no} vanished")
             status = RefundStatus(refund["status"])
