@@ -364,6 +364,7 @@ def main() -> int:
     stack = EmbeddedStack(api_port=int(os.environ.get("TALLY_API_PORT", "3000")),
                           schedule_scale=float(os.environ.get("TALLY_SCHEDULE_SCALE", "1")))
     stack.seed_demo = seed_demo
+    stack.print_event = lambda line: print(line, flush=True)  # what a downstream consumer receives
     try:
         stack.start()
     except PortInUse as error:
