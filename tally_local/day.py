@@ -20,6 +20,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from tally_local.lambda_io import emf_metrics
 from tally_local.stack import EmbeddedStack
 
 SCENARIOS = ("paid", "duplicates", "lost", "coupon", "alipay", "refund", "mismatch", "paid_after_close")
@@ -233,13 +234,8 @@ def scan(day: Day, env_var: str) -> list[dict[str, Any]]:
 
 def emitted_metrics(stdout: str) -> Counter[str]:
     counts: Counter[str] = Counter()
-    for line in stdout.splitlines():
-        if line.startswith("{") and '"_aws"' in line:
-            blob = json.loads(line)
-            for directive in blob["_aws"]["CloudWatchMetrics"]:
-                for metric in directive["Metrics"]:
-                    value = blob[metric["Name"]]
-                    counts[metric["Name"]] += int(sum(value) if isinstance(value, list) else value)
+    for name, value in emf_metrics(stdout):
+        counts[name] += int(value)
     return counts
 
 

@@ -8,10 +8,10 @@ replay must judge the 5-minute window by that timestamp (the test injects the cl
 
 from __future__ import annotations
 
-import base64
 import json
 import pathlib
 
+from tally_local import lambda_io
 from tally_local.simulator import ChannelSimulator
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -23,17 +23,10 @@ SAMPLE_TRANSACTION = "4200000000202611290000000001"
 
 def http_event(method: str, path: str, route: str, body: bytes, headers: dict[str, str],
                path_params: dict[str, str], *, base64_body: bool) -> dict:
-    return {
-        "version": "2.0", "routeKey": f"{method} {route}", "rawPath": path, "rawQueryString": "",
-        "headers": {k.lower(): v for k, v in headers.items()},
-        "requestContext": {"http": {"method": method, "path": path, "protocol": "HTTP/1.1",
-                                    "sourceIp": "101.226.103.0", "userAgent": "Mozilla/4.0"},
-                           "requestId": "sample-request-0001", "routeKey": f"{method} {route}",
-                           "stage": "$default", "timeEpoch": SAMPLE_TIMESTAMP * 1000},
-        "pathParameters": path_params,
-        "body": base64.b64encode(body).decode() if base64_body else body.decode(),
-        "isBase64Encoded": base64_body,
-    }
+    """A sample event: reproducible request id, time and a WeChat source address."""
+    return lambda_io.http_event(method, path, body, headers, path_params, route=route, base64_body=base64_body,
+                                request_id="sample-request-0001", time_ms=SAMPLE_TIMESTAMP * 1000,
+                                source_ip="101.226.103.0")
 
 
 def build() -> dict[str, dict]:

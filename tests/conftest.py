@@ -3,7 +3,6 @@ and a harness that drives the real handlers."""
 
 from __future__ import annotations
 
-import base64
 import json
 import pathlib
 import sys
@@ -19,6 +18,7 @@ sys.path.insert(0, str(ROOT))
 
 from tally import bootstrap  # noqa: E402
 
+from tally_local.lambda_io import emf_metrics, http_event  # noqa: E402
 from tally_local.resources import (  # noqa: E402
     LambdaContext,
     create_from_template,
@@ -111,16 +111,8 @@ class Harness:
                          base64_body=base64_body)
 
     def call(self, function, method, path, body: bytes, headers, path_params, base64_body=True):
-        handler, spec = self.handlers[function]
-        event = {
-            "version": "2.0", "routeKey": f"{method} {path}", "rawPath": path, "rawQueryString": "",
-            "headers": {k.lower(): v for k, v in headers.items()},
-            "requestContext": {"http": {"method": method, "path": path, "sourceIp": "127.0.0.1"},
-                               "requestId": str(uuid.uuid4()), "stage": "$default"},
-            "pathParameters": path_params,
-            "body": base64.b64encode(body).decode() if base64_body else body.decode(),
-            "isBase64Encoded": base64_body,
-        }
+        handler, _ = self.handlers[function]
+        event = http_event(method, path, body, headers, path_params, base64_body=base64_body)
         response = handler(event, LambdaContext(function))
         self._collect_metrics()
         return response
@@ -166,15 +158,8 @@ class Harness:
 
     # ---- observations
     def _collect_metrics(self):
-        out = self.capsys.readouterr().out
-        for line in out.splitlines():
-            if line.startswith("{") and '"_aws"' in line:
-                blob = json.loads(line)
-                for d in blob["_aws"]["CloudWatchMetrics"]:
-                    for metric in d["Metrics"]:
-                        value = blob[metric["Name"]]
-                        self.metric_log.append({"name": metric["Name"],
-                                                "value": sum(value) if isinstance(value, list) else value})
+        for name, value in emf_metrics(self.capsys.readouterr().out):
+            self.metric_log.append({"name": name, "value": value})
 
     def metric(self, name):
         return sum(m["value"] for m in self.metric_log if m["name"] == name)

@@ -7,13 +7,10 @@ time through `tally.bootstrap.set_clock`, and logs/metrics are read from what Po
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import io
-import json
 import os
 import pathlib
-import uuid
 from typing import Any
 
 import boto3
@@ -22,6 +19,7 @@ from tally import bootstrap
 from tally.observability import logger as tally_logger
 from tally.store.codec import from_item
 
+from tally_local.lambda_io import emf_metrics, http_event
 from tally_local.resources import (
     LOCAL_ACCOUNT_ID,
     LambdaContext,
@@ -67,16 +65,10 @@ class Observer:
             self._read_metrics(out.getvalue())
 
     def _read_metrics(self, text: str) -> None:
-        for line in text.splitlines():
-            if line.startswith("{") and '"_aws"' in line:
-                blob = json.loads(line)
-                for d in blob["_aws"]["CloudWatchMetrics"]:
-                    for metric in d["Metrics"]:
-                        value = blob[metric["Name"]]
-                        value = sum(value) if isinstance(value, list) else value
-                        self.metrics[metric["Name"]] = self.metrics.get(metric["Name"], 0) + int(value)
-            else:
-                self.logs.write(line + "\n")
+        for name, value in emf_metrics(text):
+            self.metrics[name] = self.metrics.get(name, 0) + int(value)
+        self.logs.write("".join(line + "\n" for line in text.splitlines()
+                                if not (line.startswith("{") and '"_aws"' in line)))
 
     def take_metrics(self) -> dict[str, int]:
         taken, self.metrics = self.metrics, {}
@@ -145,15 +137,7 @@ class SimEnv:
 
     def http_event(self, method: str, path: str, body: bytes, headers: dict[str, str],
                    path_params: dict[str, str], base64_body: bool = True) -> dict[str, Any]:
-        return {
-            "version": "2.0", "routeKey": f"{method} {path}", "rawPath": path, "rawQueryString": "",
-            "headers": {k.lower(): v for k, v in headers.items()},
-            "requestContext": {"http": {"method": method, "path": path, "sourceIp": "127.0.0.1"},
-                               "requestId": str(uuid.uuid4()), "stage": "$default"},
-            "pathParameters": path_params,
-            "body": base64.b64encode(body).decode() if base64_body else body.decode(),
-            "isBase64Encoded": base64_body,
-        }
+        return http_event(method, path, body, headers, path_params, base64_body=base64_body)
 
     def invoke(self, function: str, event: dict[str, Any]) -> dict[str, Any]:
         with self.observer.watching():
