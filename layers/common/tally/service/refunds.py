@@ -111,23 +111,24 @@ class RefundService:
     # ================================================================== create (R26, R27, R28)
 
     def create(self, request: Any) -> tuple[dict[str, Any], bool]:
-        """Returns (the refund, created). An existing refund_no answers the existing refund."""
+        """Returns (the refund, created). An existing refund_no answers the existing refund.
+
+        Three AWS calls on the way that moves money: read the order (the refund row needs its channel,
+        transaction id and total), reserve + put PENDING in one transaction (R27), mark ACCEPTED after
+        the channel call, which stays outside the transaction (R28). A caller's retry is recognised by the
+        transaction's own condition (its ALL_OLD image), not by a read before it."""
         spec = validate_refund_request(request)
         order = self.orders.get(spec["mchid"], spec["out_trade_no"])
         if order is None:
             raise NotFound(f"no order {spec['mchid']}/{spec['out_trade_no']}")
         refund_no = spec["refund_no"] or new_refund_no(self.clock())
-        # A caller's refund_no may exist already (a retry): answer it. A number we just generated cannot;
-        # the transaction's attribute_not_exists still guards either way (one read fewer per refund).
-        existing = self.store.get(refund_no) if spec["refund_no"] else None
-        if existing is not None:
-            return self._same_refund(existing, order["pk"], spec["amount_cent"]), False
-        if order.get("status") != "PAID":
-            raise RefundConflict(f"order {spec['out_trade_no']} is {order.get('status')}: only a paid order is refunded")
         try:  # an early answer; the guard that counts is the transaction below
-            check_reserve(int(order.get("refundable_cent") or 0), spec["amount_cent"])
-        except ExceedsRefundable:
-            count(M.REFUND_EXCEEDS)
+            refuse_unrefundable(order, spec["amount_cent"])
+        except (RefundConflict, ExceedsRefundable):
+            # a retry of a refund that took what was left must still answer that refund (read on this path only)
+            existing = self.store.get(refund_no) if spec["refund_no"] else None
+            if existing is not None:
+                return self._same_refund(existing, order["pk"], spec["amount_cent"]), False
             raise
         channel = self._channel(order["channel"], order["mchid"])  # unknown merchant: refuse before reserving
         row = self._new_row(refund_no, order, spec["amount_cent"], spec["reason"], HOLD_ORDER, order["pk"], "api")
@@ -137,14 +138,15 @@ class RefundService:
                                      self.store.put_new(row)])
                 break
             except TransactionFailed as exc:
-                if 1 in exc.failed:  # the same refund_no won a race with us: answer that one
-                    return self._same_refund(self.store.get(refund_no) or {}, order["pk"], spec["amount_cent"]), False
+                if 1 in exc.failed:  # this refund_no exists (a retry, or a race we lost): answer that one
+                    existing = exc.items[1] or self.store.get(refund_no) or {}
+                    return self._same_refund(existing, order["pk"], spec["amount_cent"]), False
                 if 0 in exc.failed:
-                    fresh = self.orders.get(spec["mchid"], spec["out_trade_no"]) or {}
-                    if fresh.get("status") != "PAID":
-                        raise RefundConflict(f"order is {fresh.get('status')}: only a paid order is refunded") from None
-                    count(M.REFUND_EXCEEDS)
-                    raise ExceedsRefundable(spec["amount_cent"], int(fresh.get("refundable_cent") or 0)) from None
+                    existing = self.store.get(refund_no) if spec["refund_no"] else None  # a racing retry of ours?
+                    if existing is not None:
+                        return self._same_refund(existing, order["pk"], spec["amount_cent"]), False
+                    refuse_unrefundable(exc.items[0] or self.orders.get(spec["mchid"], spec["out_trade_no"]) or {},
+                                        spec["amount_cent"])
                 if not exc.conflict:
                     raise
         else:
@@ -152,8 +154,7 @@ class RefundService:
         count(M.REFUND_CREATED)
         logger.info("refund reserved", extra={"refund_no": refund_no, "order": order["pk"],
                                               "amount_cent": row["amount_cent"]})
-        self._submit(row, channel)
-        return public_refund(self.store.get(refund_no) or row), True
+        return public_refund(self._submit(row, channel)), True
 
     def _same_refund(self, existing: dict[str, Any], order_pk: str, amount_cent: int) -> dict[str, Any]:
         if existing.get("order_pk") != order_pk or existing.get("amount_cent") != amount_cent:
@@ -190,31 +191,32 @@ class RefundService:
 
     # ================================================================== submit: outside any transaction (R28)
 
-    def _submit(self, row: dict[str, Any], channel: RefundChannel) -> None:
-        answer = channel.create(row)
-        self._after_create(row, answer)
+    def _submit(self, row: dict[str, Any], channel: RefundChannel) -> dict[str, Any]:
+        """The refund as it stands after the channel's answer (no read: the transition knows it)."""
+        return self._after_create(row, channel.create(row))[1]
 
-    def _after_create(self, row: dict[str, Any], answer: ChannelAnswer) -> str:
+    def _after_create(self, row: dict[str, Any], answer: ChannelAnswer) -> tuple[str, dict[str, Any]]:
+        """`row` was just written or read by this call: it stands in for the first read; the CAS guards it."""
         refund_no = row["pk"]
         if answer.kind is AnswerKind.ACCEPTED:
             if answer.refund_cent is not None and answer.refund_cent != row["amount_cent"]:
-                self._event(refund_no, RefundEvent.MISMATCH, refund_id=answer.refund_id,
-                            reason=f"channel accepted {answer.refund_cent} cents, we asked {row['amount_cent']}")
-                return "MISMATCH"
-            self._event(refund_no, RefundEvent.ACCEPT, refund_id=answer.refund_id, known=row)
+                return "MISMATCH", self._transition(
+                    refund_no, RefundEvent.MISMATCH, refund_id=answer.refund_id, known=row,
+                    reason=f"channel accepted {answer.refund_cent} cents, we asked {row['amount_cent']}")[1]
+            _, after = self._transition(refund_no, RefundEvent.ACCEPT, refund_id=answer.refund_id, known=row)
             count(M.REFUND_ACCEPTED)
-            return "ACCEPTED"  # not success: that comes only from a notification or a query (R29)
+            return "ACCEPTED", after  # not success: that comes only from a notification or a query (R29)
         if answer.kind is AnswerKind.REJECTED:
-            self._event(refund_no, RefundEvent.FAIL, reason=f"rejected by the channel: {answer.message}"[:300])
-            return "REJECTED"
+            return "REJECTED", self._transition(refund_no, RefundEvent.FAIL, known=row,
+                                                reason=f"rejected by the channel: {answer.message}"[:300])[1]
         if answer.kind is AnswerKind.RETRY:
             count(M.REFUND_CHANNEL_RETRY)
             logger.warning("refund sent, outcome unknown: retried later with the same refund_no",
                            extra={"refund_no": refund_no, "error": answer.message})
             self._reschedule(row, f"create: {answer.message}")
-            return "RETRY"
-        self._event(refund_no, RefundEvent.UNKNOWN, reason=f"unmapped create answer {answer.code}: {answer.message}")
-        return "UNKNOWN"
+            return "RETRY", row
+        return "UNKNOWN", self._transition(refund_no, RefundEvent.UNKNOWN, known=row,
+                                           reason=f"unmapped create answer {answer.code}: {answer.message}")[1]
 
     # ================================================================== outcomes (R29)
 
@@ -250,11 +252,16 @@ class RefundService:
                            success_time=notice.success_time, source=notice.source,
                            reason=f"channel says {notice.status}")
 
-    def _event(self, refund_no: str, event: RefundEvent, *, raw: tuple[str, str] | None = None, raw_handled: int = 1,
-               refund_id: str | None = None, success_time: str | None = None, reason: str = "",
-               source: str = "api", known: dict[str, Any] | None = None) -> Applied:
+    def _event(self, refund_no: str, event: RefundEvent, **how: Any) -> Applied:
+        return self._transition(refund_no, event, **how)[0]
+
+    def _transition(self, refund_no: str, event: RefundEvent, *, raw: tuple[str, str] | None = None,
+                    raw_handled: int = 1, refund_id: str | None = None, success_time: str | None = None,
+                    reason: str = "", source: str = "api",
+                    known: dict[str, Any] | None = None) -> tuple[Applied, dict[str, Any]]:
         """Read → decide (pure transit) → one transaction; a lost status CAS re-reads and decides again.
-        `known` (the row just written by this call) stands in for the first read: the CAS still guards it."""
+        `known` (the row just written by this call) stands in for the first read: the CAS still guards it.
+        Returns the outcome and the refund as it stands afterwards."""
         for round_no in range(CAS_ROUNDS):
             refund = known if (round_no == 0 and known is not None) else self.store.get(refund_no)
             if refund is None:
@@ -269,14 +276,14 @@ class RefundService:
                 if raw:
                     self.raw.mark(*raw, 1, "DUPLICATE", now)
                 count(M.REFUND_DUPLICATE)
-                return Applied.DUPLICATE
+                return Applied.DUPLICATE, refund
             if decision.verdict is Verdict.ILLEGAL:
                 if raw:
                     self.raw.mark(*raw, 2, f"ILLEGAL {decision.reason}: {reason}", now)
                 count(M.REFUND_MANUAL)
                 logger.error("refund report contradicts an applied outcome: a person must look",
                              extra={"refund_no": refund_no, "status": status.value, "event": event.value})
-                return Applied.ILLEGAL
+                return Applied.ILLEGAL, refund
             to = decision.new_status
             assert to is not None
             fields: dict[str, Any] = {"refund_id": refund_id or None}
@@ -301,13 +308,15 @@ class RefundService:
                 self.store.transact(items)
             except TransactionFailed as exc:
                 if raw and len(items) - 1 in exc.failed:
-                    return Applied.ALREADY_HANDLED  # another worker applied this very report
+                    return Applied.ALREADY_HANDLED, refund  # another worker applied this very report
                 if 0 in exc.failed or exc.conflict:
                     continue  # the refund moved under us: re-read and decide again
                 raise RuntimeError(f"refund {refund_no} {status.value}->{to.value}: hold or ledger condition "
                                    f"failed ({exc.failed}); left for the retry and the DLQ alarm") from None
             self._count_transition(refund, to, decision.effect, reason)
-            return Applied.MANUAL if to is RefundStatus.MANUAL else Applied.APPLIED
+            after = {**refund, "status": to.value, "updated_at": now,
+                     **{k: v for k, v in fields.items() if v is not None}}
+            return (Applied.MANUAL if to is RefundStatus.MANUAL else Applied.APPLIED), after
         raise RetryLater(f"refund {refund_no} kept changing under us")
 
     def _count_transition(self, refund: dict[str, Any], to: RefundStatus, effect: Effect, reason: str) -> None:
@@ -351,7 +360,7 @@ class RefundService:
             self._reschedule(row, str(exc))
             return "NO_CHANNEL"
         if row["status"] == RefundStatus.PENDING.value:
-            return self._after_create(row, channel.create(row))
+            return self._after_create(row, channel.create(row))[0]
         answer = channel.query(row)
         if answer.kind is AnswerKind.OUTCOME and answer.event is not None and answer.notice is not None:
             existing = self.inbox.record(answer.notice)  # same key as a notification would have (R7, R23)
@@ -436,6 +445,17 @@ class RefundService:
 
     def due(self, limit: int = 100) -> list[dict[str, Any]]:
         return [public_refund(r) for r in self.store.due(iso_now(self.clock()), limit)]
+
+
+def refuse_unrefundable(order: dict[str, Any], amount_cent: int) -> None:
+    """409 for an order that is not paid, 422 (ExceedsRefundable, counted) above what is left (R27)."""
+    if order.get("status") != "PAID":
+        raise RefundConflict(f"order {order.get('out_trade_no')} is {order.get('status')}: only a paid order is refunded")
+    try:
+        check_reserve(int(order.get("refundable_cent") or 0), amount_cent)
+    except ExceedsRefundable:
+        count(M.REFUND_EXCEEDS)
+        raise
 
 
 def public_refund(row: dict[str, Any]) -> dict[str, Any]:
