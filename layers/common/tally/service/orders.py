@@ -62,8 +62,6 @@ class OrderService:
             raise InvalidOrder("Alipay orders are in CNY")
         if spec["channel"] == "wechatpay_v2" and spec["prepay"]:
             raise InvalidOrder("prepay is not available for wechatpay_v2 orders: create them with prepay false")
-        if spec["channel"] == "wechatpay" and spec["prepay"] and getattr(merchant, "sp_mchid", None):
-            raise InvalidOrder("prepay for a service-provider sub-merchant is not built yet: use prepay false")
         now = self.clock()
         row = {
             "pk": order_key(spec["mchid"], spec["out_trade_no"]), "mchid": spec["mchid"],
@@ -108,11 +106,15 @@ class OrderService:
 
     def _prepay(self, merchant: Any, row: dict[str, Any], expire_s: float) -> dict[str, Any]:
         try:
-            code_url = self.merchants.client(merchant).native_prepay(
-                appid=merchant.appid, description=row["description"], out_trade_no=row["out_trade_no"],
-                notify_url=merchant.notify_url, amount_cent=row["amount_cent"], currency=row["currency"],
-                time_expire=datetime.fromtimestamp(expire_s, CHINA).isoformat(timespec="seconds"),
-            )
+            client = self.merchants.client(merchant)
+            terms = {"description": row["description"], "out_trade_no": row["out_trade_no"],
+                     "notify_url": merchant.notify_url, "amount_cent": row["amount_cent"], "currency": row["currency"],
+                     "time_expire": datetime.fromtimestamp(expire_s, CHINA).isoformat(timespec="seconds")}
+            if merchant.sp_mchid:  # service provider: its credentials sign, the order is the sub-merchant's (R11)
+                code_url = client.partner_native_prepay(sp_appid=merchant.appid, sub_mchid=row["mchid"],
+                                                        sub_appid=merchant.row.get("sub_appid"), **terms)
+            else:
+                code_url = client.native_prepay(appid=merchant.appid, **terms)
         except wx.ChannelError as exc:
             count(M.PREPAY_FAILED)
             logger.warning("native prepay failed", extra={"order": row["pk"], "error": str(exc)})
