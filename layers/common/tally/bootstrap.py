@@ -92,11 +92,12 @@ def order_service() -> Any:
 
 @cache
 def pull_channels() -> Any:
-    from tally.service.pull import AlipayPull, PullChannels, WeChatPayV3Pull
+    from tally.service.pull import AlipayPull, PullChannels, WeChatPayV2Pull, WeChatPayV3Pull
 
     registry = PullChannels()
     WeChatPayV3Pull(merchants()).register(registry)
     AlipayPull(merchants()).register(registry)
+    WeChatPayV2Pull(merchants()).register(registry)
     return registry
 
 

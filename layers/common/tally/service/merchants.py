@@ -70,6 +70,10 @@ class WeChatV2Merchant:
     def notify_url(self) -> str:
         return str(self.row.get("notify_url") or "")
 
+    @property
+    def appid(self) -> str:
+        return str(self.row.get("appid") or "")
+
 
 class MerchantDirectory:
     """Credentials parsed once per container (loading a PEM key costs ~30 ms), cached for `ttl_s`."""
@@ -192,6 +196,11 @@ class MerchantDirectory:
         with self._lock:
             self._other[key] = merchant
         return merchant
+
+    def wechatpay_v2_client(self, merchant: WeChatV2Merchant) -> wx2.WeChatPayV2Client:
+        """The v2 API (same host as v3): unified order and order query/close, signed with the API key."""
+        return wx2.WeChatPayV2Client(self.api_base, str(merchant.row["mchid"]), merchant.api_key, merchant.appid,
+                                     timeout_s=self.http_timeout_s)
 
     def add_wechatpay_v2(self, *, mchid: str, api_key: str, notify_url: str, appid: str = "",
                          tenant: str | None = None) -> dict[str, Any]:
