@@ -209,6 +209,12 @@ class _Handler(BaseHTTPRequestHandler):
         key = (method, path)
         if path.startswith(("/_sim/refund-behaviour", "/_sim/refunds")):
             return sim.refund_admin(method, path, self._json(body) if method == "POST" else {})
+        if path.startswith(("/_sim/alipay/", "/_sim/wechatpay-v2/")):  # simulator/admin_channels.py
+            from . import admin_channels
+
+            found = admin_channels.route(sim, method, path, self._json(body) if method in ("POST", "PUT") else {})
+            if found is not None:
+                return found
         if key == ("GET", "/_sim/health"):
             return 200, {"ok": True}
         if key == ("GET", "/_sim/keys"):
@@ -223,6 +229,11 @@ class _Handler(BaseHTTPRequestHandler):
         if key == ("POST", "/_sim/pay"):
             data = self._json(body)
             opts = {k: data[k] for k in _PAY_OPTIONS if k in data}
+            if data.get("sp_mchid"):  # a service-provider order: mchid is the sub-merchant (simulator/partner.py)
+                opts = {k: v for k, v in opts.items() if k in ("payer_total", "duplicates", "drop", "amount_total",
+                                                                "delay")}
+                return 200, {"transaction_id": sim.pay_partner(str(data["sp_mchid"]), str(data["mchid"]),
+                                                               str(data["out_trade_no"]), **opts)}
             return 200, {"transaction_id": sim.pay(str(data["mchid"]), str(data["out_trade_no"]), **opts)}
         if key == ("POST", "/_sim/redeliver"):
             data = self._json(body)

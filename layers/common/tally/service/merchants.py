@@ -189,6 +189,21 @@ class MerchantDirectory:
                "updated_at": iso_now(self.clock())}
         return self._save(ali.CHANNEL, app_id, secret, row)
 
+    def add_alipay_certificate(self, *, app_id: str, alipay_cert: str) -> dict[str, Any]:
+        """Rotation (cert mode): Alipay's new certificate joins the configured ones; the old stay valid until
+        removed or expired, so callbacks signed with either verify (several valid at once)."""
+        row = self.store.get(ali.CHANNEL, app_id)
+        if row is None or row.get("mode") == "partner":
+            raise UnknownMerchant(f"no direct alipay merchant {app_id} (a sub-merchant uses its provider's keys)")
+        secret = self._secret(row)
+        certs = [c for c in secret.get("alipay_certificates") or [] if c]
+        if alipay_cert not in certs:
+            certs.append(alipay_cert)
+        secret["alipay_certificates"] = certs
+        creds = alipay_credentials(secret, self.clock())  # the new certificate must chain to the root bundle
+        row = {**row, "alipay_cert_sns": sorted(creds.keys.by_sn), "updated_at": iso_now(self.clock())}
+        return self._save(ali.CHANNEL, app_id, secret, row)
+
     def add_alipay_sub(self, *, app_id: str, sp_app_id: str, app_auth_token: str, tenant: str | None = None
                        ) -> dict[str, Any]:
         """A merchant that authorised the service provider's app (app_auth_token)."""
