@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 _OUT_TRADE_NO = re.compile(r"^/v3/pay/transactions/out-trade-no/([^/]+)$")
 _CLOSE = re.compile(r"^/v3/pay/transactions/out-trade-no/([^/]+)/close$")
 _BY_ID = re.compile(r"^/v3/pay/transactions/id/([^/]+)$")
+_PARTNER_OUT_TRADE_NO = re.compile(r"^/v3/pay/partner/transactions/out-trade-no/([^/]+)$")
+_PARTNER_CLOSE = re.compile(r"^/v3/pay/partner/transactions/out-trade-no/([^/]+)/close$")
 _SIM_ORDER = re.compile(r"^/_sim/orders/([^/]+)/([^/]+)$")
 
 _PAY_OPTIONS = ("payer_total", "duplicates", "drop", "amount_total", "delay", "openid", "bank_type", "probe")
@@ -146,6 +148,8 @@ class _Handler(BaseHTTPRequestHandler):
             return sim.refund_route(method, path, self._json(body) if method == "POST" else {}, merchant)
         if method == "POST" and path == "/v3/pay/transactions/native":
             return 200, sim.create_native_order(merchant.mchid, self._json(body))
+        if path.startswith("/v3/pay/partner/"):
+            return self._partner_route(method, path, query, body, merchant)
         if method == "GET" and path == "/v3/certificates":
             return 200, sim.certificates_response(merchant.mchid)
         if method == "POST" and (m := _CLOSE.match(path)):
@@ -161,6 +165,26 @@ class _Handler(BaseHTTPRequestHandler):
             return 200, sim.transaction_by_id(merchant.mchid, unquote(m.group(1)))
         if path.startswith(("/v3/bill/", "/v3/billdownload/")):
             return bills.route(sim, method, path, query, merchant.mchid)
+        raise SimulatorError(404, "NOT_FOUND", f"simulator does not implement {method} {path}")
+
+    def _partner_route(self, method: str, path: str, query: dict[str, str], body: bytes,
+                       merchant: Merchant) -> tuple[int, Any]:
+        """Service-provider APIs (simulator/partner.py): the signer is the provider (sp_mchid)."""
+        sim = self.server.sim
+        if method == "POST" and path == "/v3/pay/partner/transactions/native":
+            return 200, sim.create_partner_native_order(merchant.mchid, self._json(body))
+        if method == "GET" and (m := _PARTNER_OUT_TRADE_NO.match(path)):
+            self._check_mchid(query.get("sp_mchid"), merchant)
+            if not query.get("sub_mchid"):
+                raise SimulatorError(400, "PARAM_ERROR", "sub_mchid必填")
+            return 200, sim.partner_transaction_view(merchant.mchid, query["sub_mchid"], unquote(m.group(1)))
+        if method == "POST" and (m := _PARTNER_CLOSE.match(path)):
+            data = self._json(body)
+            self._check_mchid(data.get("sp_mchid"), merchant)
+            if not data.get("sub_mchid"):
+                raise SimulatorError(400, "PARAM_ERROR", "sub_mchid必填")
+            sim.close_partner_order(merchant.mchid, str(data["sub_mchid"]), unquote(m.group(1)))
+            return 204, None
         raise SimulatorError(404, "NOT_FOUND", f"simulator does not implement {method} {path}")
 
     @staticmethod
@@ -185,6 +209,12 @@ class _Handler(BaseHTTPRequestHandler):
         key = (method, path)
         if path.startswith(("/_sim/refund-behaviour", "/_sim/refunds")):
             return sim.refund_admin(method, path, self._json(body) if method == "POST" else {})
+        if path.startswith(("/_sim/alipay/", "/_sim/wechatpay-v2/")):  # simulator/admin_channels.py
+            from . import admin_channels
+
+            found = admin_channels.route(sim, method, path, self._json(body) if method in ("POST", "PUT") else {})
+            if found is not None:
+                return found
         if key == ("GET", "/_sim/health"):
             return 200, {"ok": True}
         if key == ("GET", "/_sim/keys"):
@@ -199,6 +229,11 @@ class _Handler(BaseHTTPRequestHandler):
         if key == ("POST", "/_sim/pay"):
             data = self._json(body)
             opts = {k: data[k] for k in _PAY_OPTIONS if k in data}
+            if data.get("sp_mchid"):  # a service-provider order: mchid is the sub-merchant (simulator/partner.py)
+                opts = {k: v for k, v in opts.items() if k in ("payer_total", "duplicates", "drop", "amount_total",
+                                                                "delay")}
+                return 200, {"transaction_id": sim.pay_partner(str(data["sp_mchid"]), str(data["mchid"]),
+                                                               str(data["out_trade_no"]), **opts)}
             return 200, {"transaction_id": sim.pay(str(data["mchid"]), str(data["out_trade_no"]), **opts)}
         if key == ("POST", "/_sim/redeliver"):
             data = self._json(body)

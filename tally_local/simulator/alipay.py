@@ -127,6 +127,7 @@ class AlipaySimulator:
         self.orders: dict[tuple[str, str], dict[str, Any]] = {}
         self.deliveries: list[dict[str, Any]] = []
         self.requests: list[dict[str, Any]] = []
+        self.faults: list[dict[str, Any]] = []
         self.public_mode_key = c.new_rsa_key()
         self._root_key = c.new_rsa_key()
         self.root = issue(_name("Tally Simulated Ant Root R1"), self._root_key.public_key(),
@@ -221,8 +222,12 @@ class AlipaySimulator:
         method = params.get("method", "")
         node = method.replace(".", "_") + "_response" if method else "error_response"
         merchant: AppMerchant | None = None
+        fault = None
         try:
             merchant = self._authenticate(params)
+            fault = self._take_fault(method)
+            if fault is not None and fault["kind"] == "error":
+                raise AlipayError(fault["code"], fault["msg"], fault["sub_code"], "模拟故障")
             answer = self._route(method, merchant, params)
         except AlipayError as exc:
             answer = exc.body
@@ -233,9 +238,38 @@ class AlipaySimulator:
             text = '{"error_response":' + value + "}"
         else:
             key, cert_sn = self._signing(merchant)
-            text = '{"' + node + '":' + value + ',"sign":"' + rsa2(key, value) + '"'
+            signature = rsa2(key, value)
+            if fault is not None and fault["kind"] == "bad_signature":
+                signature = ("A" if signature[0] != "A" else "B") + signature[1:]
+            text = '{"' + node + '":' + value + ',"sign":"' + signature + '"'
             text += (',"alipay_cert_sn":"' + cert_sn + '"}') if cert_sn else "}"
         return 200, {"Content-Type": "text/html;charset=utf-8"}, text.encode("utf-8")
+
+    # ------------------------------------------------------------------ faults on the gateway
+    def inject_fault(self, kind: str, *, count: int = 1, method: str | None = None, code: str = "20000",
+                     msg: str = "Service Currently Unavailable", sub_code: str = "isp.unknow-error") -> dict[str, Any]:
+        """The next ``count`` gateway calls (of ``method``, if given) misbehave: ``error`` (a signed error answer
+        with ``code``/``sub_code``) or ``bad_signature`` (the answer's sign is altered)."""
+        if kind not in ("error", "bad_signature"):
+            raise ValueError("kind must be error or bad_signature")
+        fault = {"kind": kind, "count": int(count), "method": method, "code": code, "msg": msg, "sub_code": sub_code}
+        with self._lock:
+            self.faults.append(fault)
+        return dict(fault)
+
+    def clear_faults(self) -> None:
+        with self._lock:
+            self.faults.clear()
+
+    def _take_fault(self, method: str) -> dict[str, Any] | None:
+        with self._lock:
+            for fault in self.faults:
+                if fault["count"] > 0 and (not fault["method"] or fault["method"] == method):
+                    fault["count"] -= 1
+                    if fault["count"] == 0:
+                        self.faults.remove(fault)
+                    return dict(fault)
+        return None
 
     def _authenticate(self, params: dict[str, str]) -> AppMerchant:
         merchant = self.merchant(params.get("app_id", ""))

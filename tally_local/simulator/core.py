@@ -23,6 +23,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from . import _crypto as c
+from .partner import PartnerDesk
 from .refunds import RefundDesk
 
 log = logging.getLogger("tally_local.simulator")
@@ -148,7 +149,7 @@ def test_merchant() -> dict[str, str]:
 test_merchant.__test__ = False  # type: ignore[attr-defined]  # not a pytest test
 
 
-class ChannelSimulator(RefundDesk):
+class ChannelSimulator(RefundDesk, PartnerDesk):
     """WeChat Pay API v3 look-alike. See the package docstring for the full description."""
 
     def __init__(

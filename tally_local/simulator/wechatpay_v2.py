@@ -65,6 +65,8 @@ class WeChatPayV2Simulator:
         self.merchants: dict[str, V2Merchant] = {}
         self.orders: dict[tuple[str, str], dict[str, Any]] = {}
         self.deliveries: list[dict[str, Any]] = []
+        self.requests: list[dict[str, Any]] = []  # /pay API calls seen
+        self.faults: list[dict[str, Any]] = []
 
     def register_merchant(self, mch_id: str, api_key: str, appid: str = "wxd930ea5d5a258f4f",
                           sign_type: str = "MD5") -> dict[str, str]:
@@ -98,22 +100,91 @@ class WeChatPayV2Simulator:
         if not hmac.compare_digest(v2_sign(req, merchant.api_key, sign_type), req.get("sign", "")):
             return 200, {"Content-Type": "text/xml"}, xml_of({"return_code": "FAIL", "return_msg": "签名错误"})
         owner = req.get("sub_mch_id") or merchant.mch_id
-        if path == "/pay/unifiedorder":
+        fault = self._take_fault(path)
+        if fault is not None and fault["kind"] == "error":
+            answer = {"result_code": "FAIL", "err_code": fault["code"], "err_code_des": "模拟故障"}
+        elif req.get("appid") and req["appid"] != merchant.appid:
+            answer = {"result_code": "FAIL", "err_code": "APPID_MCHID_NOT_MATCH", "err_code_des": "appid和mch_id不匹配"}
+        elif path == "/pay/unifiedorder":
             answer = self._unifiedorder(owner, req)
         elif path == "/pay/orderquery":
             answer = self._orderquery(owner, req)
+        elif path == "/pay/closeorder":
+            answer = self._closeorder(owner, req)
         else:
             return 404, {"Content-Type": "text/xml"}, xml_of({"return_code": "FAIL", "return_msg": "not emulated"})
         answer = {"return_code": "SUCCESS", "return_msg": "OK", "appid": merchant.appid, "mch_id": merchant.mch_id,
                   "nonce_str": self.owner._alnum(16), **answer}
+        if req.get("sub_mch_id"):
+            answer["sub_mch_id"] = req["sub_mch_id"]
         answer["sign"] = v2_sign(answer, merchant.api_key, sign_type)
+        if fault is not None and fault["kind"] == "bad_signature":
+            answer["sign"] = ("A" if answer["sign"][0] != "A" else "B") + answer["sign"][1:]
+        with self._lock:
+            self.requests.append({"path": path, "mch_id": merchant.mch_id, "out_trade_no": req.get("out_trade_no"),
+                                  "sign_type": sign_type, "fault": fault["kind"] if fault else None})
         return 200, {"Content-Type": "text/xml"}, xml_of(answer)
+
+    def _closeorder(self, owner: str, req: dict[str, str]) -> dict[str, str]:
+        with self._lock:
+            order = self.orders.get((owner, req.get("out_trade_no", "")))
+            if order is None:
+                return {"result_code": "FAIL", "err_code": "ORDERNOTEXIST", "err_code_des": "此交易订单号不存在"}
+            if order["trade_state"] == "SUCCESS":
+                return {"result_code": "FAIL", "err_code": "ORDERPAID", "err_code_des": "订单已支付"}
+            if order["trade_state"] == "CLOSED":
+                return {"result_code": "FAIL", "err_code": "ORDERCLOSED", "err_code_des": "订单已关闭"}
+            order["trade_state"] = "CLOSED"
+        return {"result_code": "SUCCESS"}
+
+    # ------------------------------------------------------------------ faults on the /pay APIs
+    def inject_fault(self, kind: str, *, count: int = 1, path_contains: str | None = None,
+                     code: str = "SYSTEMERROR") -> dict[str, Any]:
+        """The next ``count`` matching ``/pay/...`` calls misbehave: ``error`` (result_code FAIL with err_code
+        ``code``) or ``bad_signature`` (the answer's sign is altered)."""
+        if kind not in ("error", "bad_signature"):
+            raise ValueError("kind must be error or bad_signature")
+        fault = {"kind": kind, "count": int(count), "path_contains": path_contains, "code": code}
+        with self._lock:
+            self.faults.append(fault)
+        return dict(fault)
+
+    def clear_faults(self) -> None:
+        with self._lock:
+            self.faults.clear()
+
+    def _take_fault(self, path: str) -> dict[str, Any] | None:
+        with self._lock:
+            for fault in self.faults:
+                if fault["count"] > 0 and (not fault["path_contains"] or fault["path_contains"] in path):
+                    fault["count"] -= 1
+                    if fault["count"] == 0:
+                        self.faults.remove(fault)
+                    return dict(fault)
+        return None
+
+    # ------------------------------------------------------------------ key rotation
+    def rotate_api_key(self, mch_id: str, new_key: str | None = None) -> str:
+        """The merchant sets a new API key mid-run: callbacks and answers are signed with it from now on."""
+        merchant = self.merchant(mch_id)
+        key = new_key or self.owner._alnum(32)
+        if len(key) != 32:
+            raise ValueError("the v2 API key is 32 characters")
+        with self._lock:
+            merchant.api_key = key
+        return key
 
     def _unifiedorder(self, owner: str, req: dict[str, str]) -> dict[str, str]:
         total = req.get("total_fee", "")
         if not total.isdigit() or int(total) <= 0 or not req.get("out_trade_no") or not req.get("notify_url"):
             return {"result_code": "FAIL", "err_code": "PARAM_ERROR", "err_code_des": "参数错误"}
         with self._lock:
+            existing = self.orders.get((owner, req["out_trade_no"]))
+            if existing is not None and existing["total_fee"] != int(total):
+                return {"result_code": "FAIL", "err_code": "OUT_TRADE_NO_USED", "err_code_des": "商户订单号重复"}
+            if existing is not None and existing["trade_state"] in ("SUCCESS", "CLOSED"):
+                word = "ORDERPAID" if existing["trade_state"] == "SUCCESS" else "ORDERCLOSED"
+                return {"result_code": "FAIL", "err_code": word, "err_code_des": word}
             order = self.orders.setdefault((owner, req["out_trade_no"]), {
                 "mch_id": req["mch_id"], "sub_mch_id": req.get("sub_mch_id") or "", "owner": owner,
                 "out_trade_no": req["out_trade_no"], "total_fee": int(total), "notify_url": req["notify_url"],
@@ -127,9 +198,12 @@ class WeChatPayV2Simulator:
         if order is None:
             return {"result_code": "FAIL", "err_code": "ORDERNOTEXIST", "err_code_des": "此交易订单号不存在"}
         out = {"result_code": "SUCCESS", "out_trade_no": order["out_trade_no"], "trade_state": order["trade_state"],
-               "total_fee": str(order["total_fee"])}
+               "trade_state_desc": {"NOTPAY": "订单未支付", "SUCCESS": "支付成功", "CLOSED": "已关闭"}.get(
+                   order["trade_state"], order["trade_state"]),
+               "total_fee": str(order["total_fee"]), "fee_type": "CNY"}
         if order["transaction_id"]:
-            out.update(transaction_id=order["transaction_id"], cash_fee=str(order["cash_fee"]))
+            out.update(transaction_id=order["transaction_id"], cash_fee=str(order["cash_fee"]), trade_type="NATIVE",
+                       time_end=order.get("time_end", ""), bank_type="OTHERS", openid="o" + self.owner._alnum(27))
         return out
 
     # ------------------------------------------------------------------ notifications
@@ -172,7 +246,7 @@ class WeChatPayV2Simulator:
                        "nonce_str": self.owner._alnum(32), "req_info": req_info})
 
     def pay(self, mch_id: str, out_trade_no: str, *, sub_mch_id: str | None = None, cash_fee: int | None = None,
-            duplicates: int = 1) -> str:
+            duplicates: int = 1, drop: bool = False) -> str:
         owner = sub_mch_id or mch_id
         with self._lock:
             order = self.orders[(owner, out_trade_no)]
@@ -181,6 +255,10 @@ class WeChatPayV2Simulator:
             order["cash_fee"] = order["total_fee"] if cash_fee is None else cash_fee
         fields = self.payment_params(order["mch_id"], out_trade_no, order["total_fee"], sub_mch_id=sub_mch_id,
                                      cash_fee=order["cash_fee"], transaction_id=order["transaction_id"])
+        with self._lock:
+            order["time_end"] = fields["time_end"]
+        if drop:
+            return order["transaction_id"]
         for copy in range(max(1, duplicates)):
             threading.Thread(target=self._deliver, args=(order["notify_url"], fields, copy), daemon=True).start()
         return order["transaction_id"]

@@ -4,6 +4,7 @@ import json
 import time
 
 from tally import bootstrap
+from tally.store.tables import iso_now
 
 from tests.integration.channel_kit import Alipay, WeChatV2, ack_kind
 
@@ -36,6 +37,44 @@ def test_R11_partner_mode_two_sub_merchants_same_out_trade_no_one_cent_for_the_o
     h.drain()
     assert h.order("1900009101", "SAME-SP-001")["status"] == "PAID"
     assert h.order("1900009102", "SAME-SP-001")["status"] == "WAIT_PAY"
+
+
+def test_R11_R22_partner_prepay_and_poll_with_colliding_out_trade_no(h, sim):
+    """Service-provider prepay (`/v3/pay/partner/transactions/native`, signed by sp_mchid) for two sub-merchants
+    that use the same out_trade_no; a one-cent partner callback for one touches neither; the poller queries
+    each with `?sp_mchid=&sub_mchid=` and books only the one that is paid (R11, R12, R22, R23)."""
+    from tests.integration.test_pull import run_poller, set_fields
+
+    sp = h.add_merchant(mchid="1900009011")["mchid"]
+    a, b = "1900009111", "1900009112"
+    for sub in (a, b):
+        bootstrap.merchants().add_wechatpay_partner(sub_mchid=sub, sp_mchid=sp, sub_appid="wxsub0000000001")
+    codes = {}
+    for sub, amount in ((a, 100), (b, 5000)):
+        response = h.create_order(sub, "SAME-SP-PRE1", amount_cent=amount, prepay=True)
+        assert response["statusCode"] == 201, response
+        codes[sub] = json.loads(response["body"])["code_url"]
+    assert codes[a] != codes[b] and codes[a].startswith("weixin://wxpay/bizpayurl?pr=")
+    at_sim = {sub: sim.get_order(sub, "SAME-SP-PRE1") for sub in (a, b)}
+    assert {(o["sp_mchid"], o["sub_mchid"], o["amount"]["total"], o["sub_appid"]) for o in at_sim.values()} == {
+        (sp, a, 100, "wxsub0000000001"), (sp, b, 5000, "wxsub0000000001")}
+    assert at_sim[a]["notify_url"].endswith(f"/notify/wechatpay/{sp}")  # the provider's URL decrypts
+    # one cent reported for b: neither order moves
+    resource = sim.partner_transaction_resource(sp, b, "SAME-SP-PRE1", 1)
+    assert h.notify(sp, *sim.build_notification(sp, resource))["statusCode"] == 204
+    h.drain()
+    assert h.metric("ApplyMismatch") == 1 and h.scan("LEDGER_TABLE") == []
+    # a pays (callback lost): the poller's partner query books a, and only a
+    tid = sim.pay_partner(sp, a, "SAME-SP-PRE1", drop=True)
+    for sub in (a, b):
+        set_fields(h, sub, "SAME-SP-PRE1", poll_due=iso_now(time.time() - 1))
+    run_poller(h)
+    assert h.order(a, "SAME-SP-PRE1")["status"] == "PAID" and h.order(a, "SAME-SP-PRE1")["transaction_id"] == tid
+    assert h.order(b, "SAME-SP-PRE1")["status"] == "WAIT_PAY"
+    (entry,) = h.scan("LEDGER_TABLE")
+    assert entry["amount_cent"] == 100
+    queried = [r["path"] for r in sim.requests if r["path"].startswith("/v3/pay/partner/transactions/out-trade-no/")]
+    assert f"/v3/pay/partner/transactions/out-trade-no/SAME-SP-PRE1?sp_mchid={sp}&sub_mchid={b}" in queried
 
 
 def test_R11_partner_callback_naming_another_provider_goes_to_a_person(h, sim):

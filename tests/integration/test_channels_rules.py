@@ -205,7 +205,7 @@ def test_R6_ack_protocol_table(h, driver, outcome, monkeypatch):
     elif outcome == "undecryptable":
         body, headers = ch.unusable(mid, otn)
     elif outcome == "internal error":
-        def broken(raw_key):
+        def broken(*args):
             raise ConnectionError("queue unavailable")
 
         monkeypatch.setattr(bootstrap.ingest_service().queue, "send", broken)
@@ -220,7 +220,21 @@ def test_R6_ack_protocol_table(h, driver, outcome, monkeypatch):
         assert json.loads(response["body"]) == {"code": "FAIL", "message": json.loads(response["body"])["message"]}
     elif ch.name == "wechatpay_v2":
         assert response["body"].startswith("<xml><return_code><![CDATA[FAIL]]></return_code><return_msg>")
+    if kind == "failure":  # the exact failure body too (the channel logs it; no internals leak)
+        assert response["body"] == FAILURE_BODY[ch.name][outcome]
     assert "Traceback" not in response["body"] and response["statusCode"] not in (301, 302, 303, 307, 308)
+
+
+FAILURE_BODY = {  # channel → outcome → the exact failure ACK body (R6)
+    "wechatpay_v3": {"bad signature": '{"code": "FAIL", "message": "rejected"}',
+                     "internal error": '{"code": "FAIL", "message": "enqueue failed, retry"}'},
+    "alipay": {"bad signature": "fail", "internal error": "fail"},
+    "wechatpay_v2": {
+        "bad signature": "<xml><return_code><![CDATA[FAIL]]></return_code><return_msg><![CDATA[rejected]]>"
+                         "</return_msg></xml>",
+        "internal error": "<xml><return_code><![CDATA[FAIL]]></return_code><return_msg><![CDATA[enqueue failed, "
+                          "retry]]></return_msg></xml>"},
+}
 
 
 # ---------------------------------------------------------------- bad input per route

@@ -251,7 +251,8 @@ def test_what_the_code_calls_is_what_the_policy_grants(h, merchant, granted):
     h.drain()
     h.call("OrdersFunction", "GET", f"/orders/{merchant['mchid']}/{otn}", b"", {},
            {"mchid": merchant["mchid"], "out_trade_no": otn})
-    assert set(calls) >= {"NotifyFunction", "WorkerFunction", "OrdersFunction"}
+    h.invoke("KeysFunction", {"detail-type": "Scheduled Event", "source": "aws.events", "detail": {}})
+    assert set(calls) >= {"NotifyFunction", "WorkerFunction", "OrdersFunction", "KeysFunction"}
     for function, used in calls.items():
         if function is None:
             continue

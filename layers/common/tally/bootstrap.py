@@ -22,7 +22,7 @@ def set_clock(clock: Callable[[], float]) -> None:
 def reset() -> None:
     for built in (settings, tables, merchants, ingest_service, apply_service, order_service, outbox_service,
                   manual_queue, _client, refund_tables, refund_inbox, refund_service,
-                  pull_channels, poll_service, sweep_service, pending_report, recon_service):
+                  pull_channels, poll_service, sweep_service, pending_report, recon_service, key_rotation_service):
         built.cache_clear()
 
 
@@ -50,12 +50,21 @@ def tables() -> Any:
 @cache
 def merchants() -> Any:
     from tally.service.merchants import MerchantDirectory
+    from tally.store.keys import PlatformCertStore
     from tally.store.tables import MerchantStore
 
     s = settings()
     return MerchantDirectory(MerchantStore(tables()), _client("secretsmanager"), s.merchant_secret_prefix,
                              s.wechatpay_api_base, clock=_clock, http_timeout_s=s.http_timeout_s,
-                             alipay_gateway=s.alipay_gateway)
+                             alipay_gateway=s.alipay_gateway, certs=PlatformCertStore(tables()))
+
+
+@cache
+def key_rotation_service() -> Any:
+    """The keys function's hourly run (service/keys.py)."""
+    from tally.service.keys import KeyRotationService
+
+    return KeyRotationService(merchants())
 
 
 @cache
@@ -92,11 +101,12 @@ def order_service() -> Any:
 
 @cache
 def pull_channels() -> Any:
-    from tally.service.pull import AlipayPull, PullChannels, WeChatPayV3Pull
+    from tally.service.pull import AlipayPull, PullChannels, WeChatPayV2Pull, WeChatPayV3Pull
 
     registry = PullChannels()
     WeChatPayV3Pull(merchants()).register(registry)
     AlipayPull(merchants()).register(registry)
+    WeChatPayV2Pull(merchants()).register(registry)
     return registry
 
 

@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives import padding as sym_padding
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from tally.domain.notifications import PaymentNotice
+from tally.domain.poll import Answer
 from tally.domain.refunds import RefundNotice
 
 CHANNEL = "wechatpay"  # same transaction id space as v3 (see the module docstring)
@@ -232,3 +233,154 @@ def _fen(fields: dict[str, str], name: str) -> int:
 def _beijing(text: str | None) -> str | None:
     """"2018-11-19 16:24:13" (Beijing) → RFC 3339 with +08:00, like v3."""
     return text.replace(" ", "T") + "+08:00" if text else None
+
+
+# ---------------------------------------------------------------- the v2 API client (prepay and pull)
+# Same host as v3 (api.mch.weixin.qq.com). Requests and answers are flat XML signed with the API key;
+# `return_code` is the call, `result_code` the business result, `err_code` the reason (R22 tables below).
+# Local pseudo-codes: NETWORK (no HTTP answer), HTTP_5XX, RETURN_FAIL (return_code FAIL: the call itself was
+# refused, e.g. 签名错误), RESPONSE_NOT_VERIFIED (answer sign does not verify: possibly forged), NOT_XML.
+
+QUERY_ERROR: dict[str, Answer] = {  # err_code of a failed /pay/orderquery
+    "ORDERNOTEXIST": Answer.NOT_CREATED,  # never "closed" on its own (R22)
+    "SYSTEMERROR": Answer.TRANSIENT,
+    "NETWORK": Answer.TRANSIENT,
+    "HTTP_5XX": Answer.TRANSIENT,
+    "RETURN_FAIL": Answer.PERSON,
+    "RESPONSE_NOT_VERIFIED": Answer.PERSON,
+    "NOT_XML": Answer.PERSON,
+    "SIGNERROR": Answer.PERSON,
+    "NOAUTH": Answer.PERSON,
+    "APPID_NOT_EXIST": Answer.PERSON,
+    "MCHID_NOT_EXIST": Answer.PERSON,
+    "APPID_MCHID_NOT_MATCH": Answer.PERSON,
+    "LACK_PARAMS": Answer.PERSON,
+    "PARAM_ERROR": Answer.PERSON,
+}
+CLOSE_ANSWER: dict[str, Answer] = {  # what /pay/closeorder answers; CLOSED/PAID are then confirmed by a query
+    "CLOSED_NOW": Answer.CLOSED,
+    "ORDERCLOSED": Answer.CLOSED,
+    "ORDERPAID": Answer.PAID,
+    "ORDERNOTEXIST": Answer.NOT_CREATED,
+    "SYSTEMERROR": Answer.TRANSIENT,
+    "NETWORK": Answer.TRANSIENT,
+    "HTTP_5XX": Answer.TRANSIENT,
+    "RETURN_FAIL": Answer.PERSON,
+    "RESPONSE_NOT_VERIFIED": Answer.PERSON,
+    "NOT_XML": Answer.PERSON,
+    "SIGNERROR": Answer.PERSON,
+    "NOAUTH": Answer.PERSON,
+    "APPID_MCHID_NOT_MATCH": Answer.PERSON,
+    "PARAM_ERROR": Answer.PERSON,
+}
+# trade_state of a successful /pay/orderquery: the same words as v3 (§2.1), so v3's table decides.
+QUERY_STATE: dict[str, Answer] = {
+    "SUCCESS": Answer.PAID, "REFUND": Answer.PAID, "NOTPAY": Answer.WAITING, "USERPAYING": Answer.WAITING,
+    "CLOSED": Answer.CLOSED, "REVOKED": Answer.CLOSED, "PAYERROR": Answer.CLOSED,
+}
+
+
+class ChannelError(Exception):
+    """A v2 API call that did not give a usable, verified SUCCESS answer; `word` picks the table row."""
+
+    def __init__(self, message: str, *, word: str, retryable: bool = False):
+        super().__init__(message)
+        self.word = word
+        self.retryable = retryable
+
+
+class WeChatPayV2Client:
+    """`/pay/unifiedorder`, `/pay/orderquery`, `/pay/closeorder` signed with the API key (HMAC-SHA256 by
+    default, MD5 on request); answers are parsed with the hardened parser (XXE refused) and their sign
+    verified before anything in them is used. Partner: `mchid`/`api_key` are the provider's, `sub_mch_id`
+    names the merchant."""
+
+    def __init__(self, base_url: str, mchid: str, api_key: str, appid: str, *, sub_mch_id: str | None = None,
+                 sub_appid: str | None = None, sign_type: str = "HMAC-SHA256", timeout_s: float = 3.0):
+        self.base_url = base_url.rstrip("/")
+        self.mchid = mchid
+        self.api_key = api_key
+        self.appid = appid
+        self.sub_mch_id = sub_mch_id
+        self.sub_appid = sub_appid
+        self.sign_type = sign_type
+        self.timeout_s = timeout_s
+
+    def unified_order(self, *, out_trade_no: str, total_fee: int, body: str, notify_url: str,
+                      time_expire: float | None = None, spbill_create_ip: str = "127.0.0.1") -> str:
+        """NATIVE unified order → code_url (the buyer scans it). `total_fee` in integer fen."""
+        if isinstance(total_fee, bool) or not isinstance(total_fee, int) or total_fee <= 0:
+            raise ValueError("total_fee must be a positive integer number of fen")
+        fields = {"body": body[:128], "out_trade_no": out_trade_no, "total_fee": str(total_fee),
+                  "spbill_create_ip": spbill_create_ip, "notify_url": notify_url, "trade_type": "NATIVE",
+                  "product_id": out_trade_no[:32], "fee_type": "CNY"}
+        if time_expire is not None:
+            fields["time_expire"] = datetime.fromtimestamp(time_expire, CHINA).strftime("%Y%m%d%H%M%S")
+        answer = self.call("/pay/unifiedorder", fields)
+        if not answer.get("code_url"):
+            raise ChannelError("unifiedorder answered without code_url", word="PARAM_ERROR")
+        return answer["code_url"]
+
+    def order_query(self, out_trade_no: str) -> dict[str, str]:
+        return self.call("/pay/orderquery", {"out_trade_no": out_trade_no})
+
+    def close_order(self, out_trade_no: str) -> dict[str, str]:
+        return self.call("/pay/closeorder", {"out_trade_no": out_trade_no})
+
+    def call(self, path: str, fields: dict[str, str]) -> dict[str, str]:
+        import secrets
+        import urllib.error
+        import urllib.request
+
+        request = {"appid": self.appid, "mch_id": self.mchid, "nonce_str": secrets.token_hex(16),
+                   "sign_type": self.sign_type, **fields}
+        if self.sub_mch_id:
+            request["sub_mch_id"] = self.sub_mch_id
+            if self.sub_appid:
+                request["sub_appid"] = self.sub_appid
+        request["sign"] = sign(request, self.api_key, self.sign_type)
+        http = urllib.request.Request(self.base_url + path, data=to_xml(request).encode("utf-8"), method="POST",
+                                      headers={"Content-Type": "text/xml; charset=utf-8", "User-Agent": "tally/0.1"})
+        try:
+            with urllib.request.urlopen(http, timeout=self.timeout_s) as resp:
+                raw = resp.read(1 << 20)
+        except urllib.error.HTTPError as err:
+            word = "HTTP_5XX" if err.code >= 500 else f"HTTP_{err.code}"
+            raise ChannelError(f"POST {path}: HTTP {err.code}", word=word, retryable=err.code >= 500) from None
+        except (urllib.error.URLError, TimeoutError, OSError) as err:
+            raise ChannelError(f"POST {path}: {err}", word="NETWORK", retryable=True) from None
+        try:
+            answer = parse_xml(raw)
+        except XmlError as exc:
+            raise ChannelError(f"POST {path}: {exc}", word="NOT_XML") from None
+        if answer.get("return_code") != "SUCCESS":
+            raise ChannelError(f"POST {path}: return_code {answer.get('return_code', '')[:20]!r} "
+                               f"{answer.get('return_msg', '')[:64]}", word="RETURN_FAIL")
+        try:
+            verify(answer, self.api_key)
+        except SignatureError as exc:
+            raise ChannelError(f"POST {path}: answer not verified: {exc.reason}", word="RESPONSE_NOT_VERIFIED") from None
+        if answer.get("mch_id") != self.mchid or (self.sub_mch_id and answer.get("sub_mch_id", self.sub_mch_id)
+                                                  != self.sub_mch_id):
+            raise ChannelError(f"POST {path}: answer is about merchant {answer.get('mch_id', '')[:32]!r}",
+                               word="RESPONSE_NOT_VERIFIED")
+        if answer.get("result_code") != "SUCCESS":
+            word = answer.get("err_code") or "RESULT_FAIL"
+            raise ChannelError(f"POST {path}: {word} {answer.get('err_code_des', '')[:64]}", word=word,
+                               retryable=word == "SYSTEMERROR")
+        return answer
+
+
+def query_notice(answer: Mapping[str, str], *, mchid: str, sp_mchid: str | None = None) -> PaymentNotice:
+    """A verified paid /pay/orderquery answer (SUCCESS or REFUND) as a `source = "query"` notice: the same
+    raw key as the callback (`wechatpay#transaction_id`), total_fee compared, cash_fee booked (R13, R23)."""
+    for name in ("out_trade_no", "transaction_id", "trade_state"):
+        if not answer.get(name):
+            raise ParseError(f"{name} is missing")
+    total = fen(answer, "total_fee")
+    return PaymentNotice(
+        channel=CHANNEL, transaction_id=answer["transaction_id"], out_trade_no=answer["out_trade_no"],
+        mchid=mchid, sp_mchid=sp_mchid, trade_state=answer["trade_state"], order_total_cent=total,
+        paid_cent=fen(answer, "cash_fee", default=total), currency=answer.get("fee_type") or "CNY",
+        success_time=time_end_iso(answer.get("time_end")), source="query",
+    )

@@ -412,6 +412,26 @@ class WeChatPayClient:
             raise ChannelError("native prepay answered without code_url")
         return str(code_url)
 
+    def partner_native_prepay(self, *, sp_appid: str, sub_mchid: str, description: str, out_trade_no: str,
+                              notify_url: str, amount_cent: int, currency: str, sub_appid: str | None = None,
+                              time_expire: str | None = None) -> str:
+        """Service-provider Native order (`POST /v3/pay/partner/transactions/native`): these credentials
+        are the provider's (sp_mchid); the order belongs to `sub_mchid` (R11)."""
+        body: dict[str, Any] = {
+            "sp_appid": sp_appid, "sp_mchid": self.creds.mchid, "sub_mchid": sub_mchid, "description": description,
+            "out_trade_no": out_trade_no, "notify_url": notify_url,
+            "amount": {"total": cents(amount_cent), "currency": currency},
+        }
+        if sub_appid:
+            body["sub_appid"] = sub_appid
+        if time_expire:
+            body["time_expire"] = time_expire
+        answer = self.request("POST", "/v3/pay/partner/transactions/native", body)
+        code_url = answer.get("code_url") if isinstance(answer, dict) else None
+        if not code_url:
+            raise ChannelError("partner native prepay answered without code_url")
+        return str(code_url)
+
     def certificates(self) -> list[tuple[str, str]]:
         """Download platform certificates (§1.4): [(serial, certificate PEM)]."""
         answer = self.request("GET", "/v3/certificates", None, verify_with_new=True)

@@ -54,6 +54,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_target(v2)
     v2.set_defaults(run=merchant_add_v2)
 
+    cert = merchant.add_parser("add-cert", help="rotation: add Alipay's new certificate next to the old ones")
+    cert.add_argument("channel", choices=["alipay"])
+    cert.add_argument("merchant_id", help="the Alipay app_id")
+    cert.add_argument("certificate", type=pathlib.Path, help="the new alipayCertPublicKey_RSA2.crt")
+    add_target(cert)
+    cert.set_defaults(run=merchant_add_cert)
+
     check = merchant.add_parser("check", help="prove a stored merchant configuration works")
     check.add_argument("channel", choices=["wechatpay", "alipay", "wechatpay-v2"])
     check.add_argument("merchant_id", help="mchid or Alipay app_id")
@@ -95,6 +102,16 @@ def merchant_add(args: argparse.Namespace) -> int:
     )
     print(f"merchant wechatpay/{args.mchid} saved (credentials in Secrets Manager as {row['secret_name']})")
     print(f"notify_url: {notify_url}")
+    return 0
+
+
+def merchant_add_cert(args: argparse.Namespace) -> int:
+    connect(args)
+    from tally import bootstrap
+
+    row = bootstrap.merchants().add_alipay_certificate(app_id=args.merchant_id, alipay_cert=args.certificate.read_text())
+    print(f"merchant alipay/{args.merchant_id}: Alipay certificates {', '.join(row['alipay_cert_sns'])} "
+          "(several valid at once)")
     return 0
 
 

@@ -70,14 +70,20 @@ class WeChatV2Merchant:
     def notify_url(self) -> str:
         return str(self.row.get("notify_url") or "")
 
+    @property
+    def appid(self) -> str:
+        return str(self.row.get("appid") or "")
+
 
 class MerchantDirectory:
     """Credentials parsed once per container (loading a PEM key costs ~30 ms), cached for `ttl_s`."""
 
     def __init__(self, store: MerchantStore, secrets: Any, secret_prefix: str, api_base: str,
                  *, clock: Callable[[], float] = time.time, ttl_s: float = 300, refresh_every_s: float = 60,
-                 http_timeout_s: float = 3.0, alipay_gateway: str = "https://openapi.alipay.com/gateway.do"):
+                 http_timeout_s: float = 3.0, alipay_gateway: str = "https://openapi.alipay.com/gateway.do",
+                 certs: Any = None):
         self.store = store
+        self.certs = certs  # store/keys.PlatformCertStore: certificates the schedule downloaded, for every container
         self.secrets = secrets
         self.secret_prefix = secret_prefix
         self.api_base = api_base
@@ -110,10 +116,24 @@ class MerchantDirectory:
                 for serial, when in cached.creds.platform.expires.items():
                     merchant.creds.platform.expires.setdefault(serial, when)
                 merchant.last_refresh = cached.last_refresh
+            self._add_stored_certificates(mchid, row, merchant)
             self.warn_expiring(f"wechatpay/{mchid}", merchant.creds.platform.expires)
         with self._lock:
             self._cache[mchid] = merchant
         return merchant
+
+    def _add_stored_certificates(self, mchid: str, row: dict[str, Any], merchant: Merchant) -> None:
+        """Platform certificates the schedule downloaded (store/keys.py): every container verifies with them
+        without a download of its own. Pure public-key merchants have none (one read saved)."""
+        if self.certs is None or (row.get("public_key_id") and not row.get("platform_serials")):
+            return
+        stored = self.certs.get(mchid)
+        now = self.clock()
+        for serial, cert in sorted((stored or {}).get("certs", {}).items()):
+            if cert["not_after"] > now and serial not in merchant.creds.platform.by_serial:
+                merchant.creds.platform.add_pem(cert["pem"], serial_hint=serial)
+        if stored:
+            merchant.last_refresh = max(merchant.last_refresh, float(stored["refreshed_at"]))
 
     def _secret(self, row: dict[str, Any]) -> dict[str, Any]:
         return json.loads(self.secrets.get_secret_value(SecretId=row["secret_name"])["SecretString"])
@@ -169,6 +189,21 @@ class MerchantDirectory:
                "updated_at": iso_now(self.clock())}
         return self._save(ali.CHANNEL, app_id, secret, row)
 
+    def add_alipay_certificate(self, *, app_id: str, alipay_cert: str) -> dict[str, Any]:
+        """Rotation (cert mode): Alipay's new certificate joins the configured ones; the old stay valid until
+        removed or expired, so callbacks signed with either verify (several valid at once)."""
+        row = self.store.get(ali.CHANNEL, app_id)
+        if row is None or row.get("mode") == "partner":
+            raise UnknownMerchant(f"no direct alipay merchant {app_id} (a sub-merchant uses its provider's keys)")
+        secret = self._secret(row)
+        certs = [c for c in secret.get("alipay_certificates") or [] if c]
+        if alipay_cert not in certs:
+            certs.append(alipay_cert)
+        secret["alipay_certificates"] = certs
+        creds = alipay_credentials(secret, self.clock())  # the new certificate must chain to the root bundle
+        row = {**row, "alipay_cert_sns": sorted(creds.keys.by_sn), "updated_at": iso_now(self.clock())}
+        return self._save(ali.CHANNEL, app_id, secret, row)
+
     def add_alipay_sub(self, *, app_id: str, sp_app_id: str, app_auth_token: str, tenant: str | None = None
                        ) -> dict[str, Any]:
         """A merchant that authorised the service provider's app (app_auth_token)."""
@@ -192,6 +227,11 @@ class MerchantDirectory:
         with self._lock:
             self._other[key] = merchant
         return merchant
+
+    def wechatpay_v2_client(self, merchant: WeChatV2Merchant) -> wx2.WeChatPayV2Client:
+        """The v2 API (same host as v3): unified order and order query/close, signed with the API key."""
+        return wx2.WeChatPayV2Client(self.api_base, str(merchant.row["mchid"]), merchant.api_key, merchant.appid,
+                                     timeout_s=self.http_timeout_s)
 
     def add_wechatpay_v2(self, *, mchid: str, api_key: str, notify_url: str, appid: str = "",
                          tenant: str | None = None) -> dict[str, Any]:
@@ -225,17 +265,56 @@ class MerchantDirectory:
     # ------------------------------------------------------------ key rotation, off the hot path
 
     def refresh_platform_certificates(self, mchids: list[str], max_age_s: float = 12 * 3600) -> dict[str, bool]:
-        """Download WeChat platform certificates for cert-mode merchants not refreshed for `max_age_s`
-        (a schedule calls this, so a callback rarely meets an unknown serial; R3 stays as the fallback)."""
+        """The schedule's job (functions/keys): download WeChat platform certificates for cert-mode merchants
+        whose stored set is older than `max_age_s`, merge them with the stored ones that are still valid
+        (several valid at once: an old certificate stays until it expires) and store them for every container
+        (store/keys.py). A callback rarely meets an unknown serial; R3's on-miss download stays the fallback.
+        Returns {mchid: downloaded}; a failed download counts PlatformCertRefreshFailed (alarmed)."""
         done = {}
         for mchid in mchids:
             merchant = self.wechatpay(mchid)
-            if merchant.sp_mchid or self.clock() - merchant.last_refresh < max_age_s:
-                continue
+            if merchant.sp_mchid:
+                continue  # a sub-merchant uses its provider's certificates
             if all(s.startswith(wx.PUBLIC_KEY_ID_PREFIX) for s in merchant.creds.platform.by_serial):
                 continue  # public-key mode: nothing to download (§1.4)
-            done[mchid] = self.refresh_platform_keys(merchant, force=True)
+            stored = self.certs.get(mchid) if self.certs is not None else None
+            last = float(stored["refreshed_at"]) if stored else merchant.last_refresh
+            if self.clock() - last < max_age_s:
+                continue
+            downloaded = self._download(merchant)
+            done[mchid] = downloaded is not None
+            if downloaded is None:
+                count(M.CERT_REFRESH_FAILED)
+                continue
+            now = self.clock()
+            merchant.last_refresh = now
+            keep = {serial: cert for serial, cert in ((stored or {}).get("certs") or {}).items()
+                    if cert["not_after"] > now}
+            for serial, pem in downloaded:
+                keep[serial] = {"pem": pem, "not_after": int(wx.certificate_expiry(pem))}
+            if self.certs is not None:
+                self.certs.put(mchid, keep, now)
+            count(M.CERT_REFRESHED)
+            self.warn_expiring(f"wechatpay/{mchid}", merchant.creds.platform.expires)
         return done
+
+    def check_expiry(self, channel: str, merchant_id: str) -> list[str]:
+        """Count PlatformCertExpiring for every certificate of a merchant that expires within 7 days, whether or
+        not a callback loaded it lately (the schedule calls this daily-ish): WeChat platform certificates,
+        Alipay certificates and the Alipay app certificate (cert mode)."""
+        if channel == wx.CHANNEL:
+            merchant = self.wechatpay(merchant_id)
+            return [] if merchant.sp_mchid else self.warn_expiring(f"wechatpay/{merchant_id}",
+                                                                   merchant.creds.platform.expires)
+        if channel == ali.CHANNEL:
+            found = self.alipay(merchant_id)
+            if found.sp_mchid:
+                return []  # the provider's app holds the certificates: checked as its own merchant
+            expires = dict(found.creds.keys.expires)
+            if found.creds.app_cert_expires:
+                expires["app_cert"] = found.creds.app_cert_expires
+            return self.warn_expiring(f"alipay/{merchant_id}", expires)
+        return []  # WeChat Pay v2: an API key, no certificate
 
     def client(self, merchant: Merchant) -> wx.WeChatPayClient:
         return wx.WeChatPayClient(self.api_base, merchant.creds, timeout_s=self.http_timeout_s, clock=self.clock,
@@ -247,19 +326,26 @@ class MerchantDirectory:
         if not force and now - merchant.last_refresh < self.refresh_every_s:
             return False
         merchant.last_refresh = now
-        try:
-            downloaded = self.client(merchant).certificates()
-        except wx.ChannelError as exc:
-            logger.warning("platform certificate refresh failed", extra={"mchid": merchant.creds.mchid,
-                                                                         "error": str(exc)})
+        downloaded = self._download(merchant)
+        if downloaded is None:
             return False
-        for serial, pem in downloaded:
-            merchant.creds.platform.add_pem(pem, serial_hint=serial)
         count(M.CERT_REFRESHED)
         self.warn_expiring(f"wechatpay/{merchant.creds.mchid}",
                            {s: merchant.creds.platform.expires[s] for s, _ in downloaded
                             if s in merchant.creds.platform.expires})
         return True
+
+    def _download(self, merchant: Merchant) -> list[tuple[str, str]] | None:
+        """GET /v3/certificates (verified, decrypted with the APIv3 key); each certificate joins the verifying keys."""
+        try:
+            downloaded = self.client(merchant).certificates()
+        except (wx.ChannelError, wx.DecryptError, ValueError, KeyError) as exc:
+            logger.warning("platform certificate download failed", extra={"mchid": merchant.creds.mchid,
+                                                                          "error": str(exc)[:300]})
+            return None
+        for serial, pem in downloaded:
+            merchant.creds.platform.add_pem(pem, serial_hint=serial)
+        return downloaded
 
     def add_wechatpay(self, *, mchid: str, apiv3_key: str, merchant_key_pem: str, merchant_serial: str,
                       appid: str, notify_url: str, platform_certs: list[str] = (), public_key: str | None = None,

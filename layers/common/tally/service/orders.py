@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from tally.channels import alipay as ali
+from tally.channels import wechatpay_v2 as wx2
 from tally.channels import wechatpay_v3 as wx
 from tally.domain.orders import Status
 from tally.domain.poll import FIRST_QUERY_AFTER_S
@@ -60,10 +61,10 @@ class OrderService:
             raise NotFound(f"{spec['channel']} merchant {spec['mchid']} is not configured (tally merchant add)") from None
         if spec["channel"] == "alipay" and spec["currency"] != "CNY":
             raise InvalidOrder("Alipay orders are in CNY")
-        if spec["channel"] == "wechatpay_v2" and spec["prepay"]:
-            raise InvalidOrder("prepay is not available for wechatpay_v2 orders: create them with prepay false")
-        if spec["channel"] == "wechatpay" and spec["prepay"] and getattr(merchant, "sp_mchid", None):
-            raise InvalidOrder("prepay for a service-provider sub-merchant is not built yet: use prepay false")
+        if spec["channel"] == "wechatpay_v2" and spec["prepay"] and not merchant.appid:
+            raise InvalidOrder("prepay for a wechatpay_v2 merchant needs its appid (tally merchant add --appid)")
+        if spec["channel"] == "wechatpay_v2" and spec["currency"] != "CNY":
+            raise InvalidOrder("WeChat Pay v2 orders are in CNY")
         now = self.clock()
         row = {
             "pk": order_key(spec["mchid"], spec["out_trade_no"]), "mchid": spec["mchid"],
@@ -79,6 +80,8 @@ class OrderService:
             "poll_pk": poll_pk(order_key(spec["mchid"], spec["out_trade_no"])),
             "poll_due": iso_now(now + FIRST_QUERY_AFTER_S), "poll_count": 0,
         }
+        if spec["channel"] == "wechatpay_v2":
+            row["api"] = wx2.API  # the poller queries it with the v2 API (pull.py), not v3
         existing = self.orders.create(row)
         if existing is not None:
             if (existing["amount_cent"], existing["currency"]) != (row["amount_cent"], row["currency"]):
@@ -88,6 +91,8 @@ class OrderService:
         if spec["prepay"] and not (row.get("code_url") or row.get("qr_code")) and row["status"] == Status.WAIT_PAY.value:
             if row["channel"] == ali.CHANNEL:
                 row = self._precreate(merchant, row, spec["expire_minutes"])
+            elif row.get("api") == wx2.API:
+                row = self._unified_order(merchant, row, now + spec["expire_minutes"] * 60)
             else:
                 row = self._prepay(merchant, row, now + spec["expire_minutes"] * 60)
         return public_order(row)
@@ -106,13 +111,31 @@ class OrderService:
         self.orders.set_fields(row["pk"], qr_code=qr_code)
         return {**row, "qr_code": qr_code}
 
+    def _unified_order(self, merchant: Any, row: dict[str, Any], expire_s: float) -> dict[str, Any]:
+        """WeChat Pay v2 `/pay/unifiedorder` (trade_type NATIVE) → code_url."""
+        try:
+            code_url = self.merchants.wechatpay_v2_client(merchant).unified_order(
+                out_trade_no=row["out_trade_no"], total_fee=row["amount_cent"], body=row["description"],
+                notify_url=merchant.notify_url, time_expire=expire_s)
+        except wx2.ChannelError as exc:
+            count(M.PREPAY_FAILED)
+            logger.warning("v2 unified order failed", extra={"order": row["pk"], "error": str(exc)})
+            self.orders.set_fields(row["pk"], prepay_error=str(exc)[:500])
+            raise PrepayFailed(public_order(row), str(exc)) from None
+        self.orders.set_fields(row["pk"], code_url=code_url)
+        return {**row, "code_url": code_url}
+
     def _prepay(self, merchant: Any, row: dict[str, Any], expire_s: float) -> dict[str, Any]:
         try:
-            code_url = self.merchants.client(merchant).native_prepay(
-                appid=merchant.appid, description=row["description"], out_trade_no=row["out_trade_no"],
-                notify_url=merchant.notify_url, amount_cent=row["amount_cent"], currency=row["currency"],
-                time_expire=datetime.fromtimestamp(expire_s, CHINA).isoformat(timespec="seconds"),
-            )
+            client = self.merchants.client(merchant)
+            terms = {"description": row["description"], "out_trade_no": row["out_trade_no"],
+                     "notify_url": merchant.notify_url, "amount_cent": row["amount_cent"], "currency": row["currency"],
+                     "time_expire": datetime.fromtimestamp(expire_s, CHINA).isoformat(timespec="seconds")}
+            if merchant.sp_mchid:  # service provider: its credentials sign, the order is the sub-merchant's (R11)
+                code_url = client.partner_native_prepay(sp_appid=merchant.appid, sub_mchid=row["mchid"],
+                                                        sub_appid=merchant.row.get("sub_appid"), **terms)
+            else:
+                code_url = client.native_prepay(appid=merchant.appid, **terms)
         except wx.ChannelError as exc:
             count(M.PREPAY_FAILED)
             logger.warning("native prepay failed", extra={"order": row["pk"], "error": str(exc)})

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tally.channels import alipay as ali
+from tally.channels import wechatpay_v2 as wx2
 from tally.channels import wechatpay_v3 as wx
 from tally.channels.retry import with_retries
 from tally.domain.notifications import PaymentNotice
@@ -55,15 +56,20 @@ class PullChannels:
     def channels(self) -> list[str]:
         return sorted(self._entries)
 
+    @staticmethod
+    def _key(order: dict[str, Any]) -> str:
+        """The API that queries the order: `api` when the channel has several (WeChat v2 orders), else channel."""
+        return str(order.get("api") or order.get("channel"))
+
     def query(self, order: dict[str, Any], *, fast: bool = False) -> QueryResult:
-        entry = self._entries.get(str(order.get("channel")))
+        entry = self._entries.get(self._key(order))
         if entry is None:
             return QueryResult(Answer.PERSON, "NO_QUERY_CLIENT", detail=f"no query for channel {order.get('channel')!r}",
                                mapped=False)
         return entry[0](order, fast)
 
     def close(self, order: dict[str, Any]) -> CloseResult:
-        entry = self._entries.get(str(order.get("channel")))
+        entry = self._entries.get(self._key(order))
         if entry is None:
             return CloseResult(Answer.PERSON, "NO_CLOSE_CLIENT", detail=f"no close for channel {order.get('channel')!r}",
                                mapped=False)
@@ -218,3 +224,59 @@ class AlipayPull:
 
 def _answers(table: dict[str, str]) -> dict[str, Answer]:
     return {word: Answer(value) for word, value in table.items()}
+
+
+# ---------------------------------------------------------------- WeChat Pay v2
+
+
+class WeChatPayV2Pull:
+    """`/pay/orderquery` and `/pay/closeorder` with the merchant's API key, for orders created with
+    `"channel": "wechatpay_v2"` (order row `api = wechatpay_v2`); answers mapped by channels/wechatpay_v2.py's
+    tables (R22). A paid answer is keyed `wechatpay#transaction_id`, like the v2 and v3 callbacks (R23)."""
+
+    def __init__(self, merchants: Any, *, attempts: int = 3, sleep: Callable[[float], None] = time.sleep):
+        self.merchants = merchants
+        self.attempts = attempts
+        self.sleep = sleep
+
+    def register(self, registry: PullChannels) -> None:
+        registry.register(wx2.API, self.query, self.close)
+
+    def query(self, order: dict[str, Any], fast: bool = False) -> QueryResult:
+        from tally.service.merchants import UnknownMerchant
+
+        try:
+            client = self.merchants.wechatpay_v2_client(self.merchants.wechatpay_v2(order["mchid"]))
+            data = with_retries(lambda: client.order_query(order["out_trade_no"]),
+                                attempts=1 if fast else self.attempts, sleep=self.sleep)
+        except UnknownMerchant as exc:
+            return QueryResult(Answer.PERSON, "UNKNOWN_MERCHANT", detail=str(exc))
+        except wx2.ChannelError as exc:
+            answer, mapped = _lookup(wx2.QUERY_ERROR, exc.word)
+            return QueryResult(answer, exc.word, detail=str(exc)[:300], mapped=mapped)
+        state = str(data.get("trade_state") or "")
+        answer, mapped = _lookup(wx2.QUERY_STATE, state)
+        if not mapped:
+            return QueryResult(answer, state or "NO_TRADE_STATE", detail="trade_state in no table", mapped=False)
+        if data.get("out_trade_no") != order["out_trade_no"]:
+            return QueryResult(Answer.PERSON, state, detail="answer is about another out_trade_no")  # R11
+        notice = None
+        if answer is Answer.PAID:
+            try:
+                notice = wx2.query_notice(data, mchid=order["mchid"])
+            except wx2.ParseError as exc:
+                return QueryResult(Answer.PERSON, state, detail=f"paid answer unusable: {exc}")
+        return QueryResult(answer, state, notice=notice, body=json.dumps(data, ensure_ascii=False).encode())
+
+    def close(self, order: dict[str, Any]) -> CloseResult:
+        from tally.service.merchants import UnknownMerchant
+
+        try:
+            client = self.merchants.wechatpay_v2_client(self.merchants.wechatpay_v2(order["mchid"]))
+            with_retries(lambda: client.close_order(order["out_trade_no"]), attempts=self.attempts, sleep=self.sleep)
+        except UnknownMerchant as exc:
+            return CloseResult(Answer.PERSON, "UNKNOWN_MERCHANT", detail=str(exc))
+        except wx2.ChannelError as exc:
+            answer, mapped = _lookup(wx2.CLOSE_ANSWER, exc.word)
+            return CloseResult(answer, exc.word, detail=str(exc)[:300], mapped=mapped)
+        return CloseResult(Answer.CLOSED, "CLOSED_NOW")

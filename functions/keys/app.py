@@ -1,0 +1,13 @@
+"""keys λ (EventBridge schedule, hourly): WeChat platform certificates downloaded and stored for every
+container, certificates expiring within 7 days counted (docs/channels.md "Key rotation")."""
+
+from tally import bootstrap
+from tally.observability import logger, metrics
+
+
+@logger.inject_lambda_context(clear_state=True)
+@metrics.log_metrics
+def handler(event, context):
+    report = bootstrap.key_rotation_service().run()
+    logger.info("key rotation run", extra=report)
+    return report
