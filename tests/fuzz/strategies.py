@@ -49,7 +49,8 @@ class Route:
     is_failure_ack: Callable[[dict[str, Any]], bool]
     is_success_ack: Callable[[dict[str, Any]], bool]
     sign: Callable[[Any, bytes, int], dict[str, str]]  # (world, body, timestamp) -> signed headers
-    envelope: Callable[[Any, bytes, str], bytes]  # (world, resource plaintext, variant) -> body
+    envelope: Callable[[Any, bytes, str], bytes] | None  # (world, resource plaintext, variant) -> body
+    cases: Callable[[Any, Any], Any] | None = None  # a route-specific case strategy (form / XML channels)
 
 
 # ---------------------------------------------------------------------------------------------- WeChat Pay v3
@@ -92,7 +93,38 @@ WECHATPAY_V3 = Route(
     sign=_wx_sign, envelope=_wx_envelope,
 )
 
-ROUTES: dict[str, Route] = {"wechatpay_v3": WECHATPAY_V3}  # add Alipay / WeChat v2 here
+
+def _text_failure(body: str, ctype: str) -> Callable[[dict[str, Any]], bool]:
+    def failure(r: dict[str, Any]) -> bool:
+        got = str(r.get("body") or "")
+        is_ctype = (r.get("headers") or {}).get("content-type") == ctype
+        return is_ctype and (got == body if ctype == "text/plain" else got.startswith(body)) and \
+            r.get("statusCode", 0) < 500
+    return failure
+
+
+def _form_xml_cases(name: str) -> Callable[[Any, Any], Any]:
+    def strategy(route: Any, world: Any) -> Any:
+        from tests.fuzz import form_xml
+
+        return (form_xml.alipay_cases if name == "alipay" else form_xml.v2_cases)(route, world)
+    return strategy
+
+
+ALIPAY = Route(
+    name="alipay", function="NotifyFunction", path=lambda m: f"/notify/alipay/{m}", params=lambda m: {"app_id": m},
+    header_names=("content-type",), required_headers=(),
+    is_failure_ack=_text_failure("fail", "text/plain"),
+    is_success_ack=lambda r: r.get("statusCode") == 200 and r.get("body") == "success",
+    sign=lambda world, body, ts: {}, envelope=None, cases=_form_xml_cases("alipay"))
+WECHATPAY_V2 = Route(
+    name="wechatpay_v2", function="NotifyFunction", path=lambda m: f"/notify/wechatpay-v2/{m}",
+    params=lambda m: {"mchid": m}, header_names=("content-type",), required_headers=(),
+    is_failure_ack=_text_failure("<xml><return_code><![CDATA[FAIL]]></return_code>", "text/xml"),
+    is_success_ack=lambda r: r.get("statusCode") == 200 and "<![CDATA[SUCCESS]]>" in str(r.get("body")),
+    sign=lambda world, body, ts: {}, envelope=None, cases=_form_xml_cases("wechatpay_v2"))
+
+ROUTES: dict[str, Route] = {"wechatpay_v3": WECHATPAY_V3, "alipay": ALIPAY, "wechatpay_v2": WECHATPAY_V2}
 
 
 # ---------------------------------------------------------------------------------------------- events
@@ -232,4 +264,6 @@ def signed_cases(draw: Any, route: Route, world: Any) -> Case:
 
 
 def cases(route: Route, world: Any) -> st.SearchStrategy[Case]:
+    if route.cases is not None:
+        return route.cases(route, world)
     return st.one_of(unsigned_cases(route, world), signed_cases(route, world))

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from tests.sim.faults import AwsFault
 
-MERCHANT_POOL = ("1900000101", "1900000102", "1900000103")  # configured once per process
+CHANNELS = ("wechatpay_v3", "wechatpay_v3", "alipay", "wechatpay_v2")  # drawn per merchant (v3 twice as often)
 
 # Channel-side faults on one payment's notification (what the channel does on the wire).
 LOST = "callback lost"  # the first N attempts never arrive; the channel retries on its schedule
@@ -28,6 +28,19 @@ ORDER_LATE = "order registered late"  # the callback arrives before the order ex
 COUPON = "coupon (payer_total < total)"
 SQS_REDELIVERY = "sqs redelivery (delete lost)"
 REORDERED = "reordered"  # counted when callbacks arrive in another order than the payments
+ALL_LOST = "callback lost on every attempt"  # only the poller (pull channels) or a person finds it
+QUERY_ERRORS = "channel query errors"  # the poller's / return page's queries fail (5xx) a few times
+RACE = "poller racing the callback"  # the callback arrives right when the poller (or return page) asks
+GHOST = "channel-only payment (recon plant)"  # paid at the channel for an order we never registered, no callback
+
+# Refund faults (channels with a refund desk, tests/sim/refunds.py).
+REFUND = "partial refund"
+REFUND_OVER = "refund over the refundable amount (409)"
+REFUND_CRASH = "crash between the channel refund call and marking it accepted"
+REFUND_EARLY = "refund notification before the API returns"
+REFUND_LOST = "refund notification lost (the refund query finds it)"
+REFUND_CLOSED = "refund closed by the channel (reservation released)"
+REFUND_RETRY = "refund API retried by the merchant (same refund_no)"
 
 # The AWS calls a fault may target, with the phases and kinds that make sense for each.
 AWS_TARGETS: tuple[tuple[str, str, str | None, tuple[str, ...], tuple[str, ...]], ...] = (
@@ -48,15 +61,29 @@ class DayShape:
     aws_faults: tuple[int, int] = (0, 3)  # AWS faults planned in the day
     p_crash_raw_enqueue: float = 0.1  # the day also crashes between raw write and enqueue
     p_sqs_redelivery: float = 0.2  # a worker batch's delete is lost once
+    channels: tuple[str, ...] = CHANNELS
+    p_refund: float = 0.35  # a booked v3 payment gets partial refunds
+    p_ghost: float = 0.08  # the day has a channel-only payment (recon must find exactly it)
 
 
 SMALL = DayShape()
 TINY = DayShape(orders=(2, 4), aws_faults=(0, 2))
 MICRO = DayShape(orders=(1, 2), aws_faults=(0, 1), p_channel_fault=0.6)  # soak on a slow machine
+V3_ONLY = DayShape(channels=("wechatpay_v3",))
+
+
+@dataclass
+class RefundPlan:
+    refund_no: str
+    amount_cent: int
+    after_pay_s: float  # the merchant asks this long after the payment
+    kind: str = REFUND  # one of the refund faults above
+    settle_after_s: float = 90.0  # the channel decides this long after taking it
 
 
 @dataclass
 class OrderPlan:
+    channel: str  # a key of tests/sim/channels.KINDS
     mchid: str
     out_trade_no: str
     amount_cent: int
@@ -71,6 +98,9 @@ class OrderPlan:
     duplicate_after_s: float | None = None  # one more copy later
     delay_s: float = 0.0  # before the first attempt
     double_pay_s: float | None = None  # a second transaction (DOUBLE)
+    registered: bool = True  # False: only the channel knows the order (GHOST)
+    query_errors: int = 0  # the channel's query answers 5xx this many times (QUERY_ERRORS)
+    refunds: list[RefundPlan] = field(default_factory=list)
     faults: list[str] = field(default_factory=list)
 
     @property
@@ -81,22 +111,34 @@ class OrderPlan:
 @dataclass
 class Day:
     seed: int
-    merchants: list[str]
+    merchants: list[tuple[str, str]]  # (channel, merchant id)
     orders: list[OrderPlan]
     aws_faults: list[AwsFault]
     worker_period_s: float
     lost_delete_ticks: set[int]
 
     def planted(self) -> list[str]:
-        return [f for o in self.orders for f in o.faults]
+        return [f for o in self.orders for f in o.faults] + [r.kind for o in self.orders for r in o.refunds]
 
 
 def generate(seed: int, shape: DayShape = SMALL) -> Day:
+    from tests.sim.channels import KINDS
+    from tests.sim.refunds import DESKS
+
     rng = random.Random(seed)
-    merchants = rng.sample(MERCHANT_POOL, rng.randint(1, len(MERCHANT_POOL)))
+    pool = sorted({(ch, mid) for ch in shape.channels for mid in KINDS[ch].pool})
+    n_merchants = rng.randint(1, 3)
+    merchants: list[tuple[str, str]] = []
+    while len(merchants) < n_merchants:
+        ch = rng.choice(shape.channels)
+        mid = rng.choice(KINDS[ch].pool)
+        if (ch, mid) not in merchants:
+            merchants.append((ch, mid))
+    del pool
     orders: list[OrderPlan] = []
     for i in range(rng.randint(*shape.orders)):
-        mchid = rng.choice(merchants)
+        channel, mchid = rng.choice(merchants)
+        kind = KINDS[channel]
         # Tenant isolation: now and then two merchants use the same out_trade_no (R11).
         otn = f"S{seed % 10**8:08d}N{i:02d}"
         if orders and len(merchants) > 1 and rng.random() < 0.15:
@@ -104,15 +146,25 @@ def generate(seed: int, shape: DayShape = SMALL) -> Day:
             other = [o.out_trade_no for o in orders if o.mchid != mchid and o.out_trade_no not in mine]
             otn = other[0] if other else otn
         amount = rng.choice((1, 99, 100, 1999, 5000, 12345, rng.randint(1, 10**6)))
-        order = OrderPlan(mchid, otn, amount, created_s=rng.uniform(0, 120))
+        order = OrderPlan(channel, mchid, otn, amount, created_s=rng.uniform(0, 120))
         if rng.random() < shape.p_paid:
             order.pay_s = order.created_s + rng.uniform(2, 200)
             if amount > 1 and rng.random() < 0.25:
                 order.payer_total = rng.randint(1, amount - 1)
                 order.faults.append(COUPON)
             if rng.random() < shape.p_channel_fault:
-                _channel_fault(rng, order)
+                _channel_fault(rng, order, kind)
+            if channel in DESKS and not (set(order.faults) & {LATE, MISMATCH, DOUBLE, ORDER_LATE, ALL_LOST}) \
+                    and rng.random() < shape.p_refund:
+                _refunds(rng, order, seed, len(orders))
         orders.append(order)
+    v3 = [m for ch, m in merchants if ch == "wechatpay_v3"]
+    if v3 and rng.random() < shape.p_ghost:
+        ghost = OrderPlan("wechatpay_v3", rng.choice(v3), f"G{seed % 10**8:08d}N99", rng.randint(1, 10**5),
+                          created_s=rng.uniform(0, 60), registered=False, lost=10**6)
+        ghost.pay_s = ghost.created_s + rng.uniform(2, 100)
+        ghost.faults.append(GHOST)
+        orders.append(ghost)
     n_aws = rng.randint(*shape.aws_faults)
     aws = []
     for _ in range(n_aws):
@@ -127,9 +179,33 @@ def generate(seed: int, shape: DayShape = SMALL) -> Day:
                lost_delete_ticks=lost_deletes)
 
 
-def _channel_fault(rng: random.Random, order: OrderPlan) -> None:
+def _refunds(rng: random.Random, order: OrderPlan, seed: int, i: int) -> None:
+    paid = order.payer_total if order.payer_total is not None else order.amount_cent
+    left = paid
+    t = rng.uniform(5, 400)
+    for n in range(rng.randint(1, 3)):
+        kind = rng.choice((REFUND, REFUND, REFUND_CRASH, REFUND_EARLY, REFUND_LOST, REFUND_CLOSED, REFUND_RETRY,
+                           REFUND_OVER))
+        if kind == REFUND_OVER:
+            amount = paid + rng.randint(1, 100)  # more than was ever paid: refused, nothing reserved
+        elif left <= 0:
+            break
+        else:
+            amount = rng.randint(1, left)
+            left -= amount if kind != REFUND_CLOSED else 0
+        order.refunds.append(RefundPlan(f"RF{seed % 10**8:08d}{i:02d}{n}", amount, t, kind,
+                                        settle_after_s=rng.uniform(1, 400)))
+        t += rng.uniform(0, 200)  # sometimes the same instant: partial refunds race the settling
+
+
+def _channel_fault(rng: random.Random, order: OrderPlan, channel: object) -> None:
     assert order.pay_s is not None
-    kind = rng.choice((LOST, ACK_LOST, DUPLICATE, CONCURRENT, DELAYED, LATE, MISMATCH, DOUBLE, ORDER_LATE))
+    choices = [LOST, ACK_LOST, DUPLICATE, CONCURRENT, DELAYED, MISMATCH, DOUBLE, ORDER_LATE, ALL_LOST, RACE]
+    if getattr(channel, "closes", False):
+        choices.append(LATE)
+    if getattr(channel, "query_faults", False):
+        choices.append(QUERY_ERRORS)
+    kind = rng.choice(choices)
     order.faults.append(kind)
     if kind == LOST:
         order.lost = rng.randint(1, 3)
@@ -142,8 +218,10 @@ def _channel_fault(rng: random.Random, order: OrderPlan) -> None:
     elif kind == DELAYED:
         order.delay_s = rng.uniform(30, 300)
     elif kind == LATE:
-        order.pay_s = order.created_s + order.expire_s - rng.uniform(1, 20)  # after the closer's last look
-        order.delay_s = rng.uniform(60, 600)  # arrives after the order was closed
+        # The user pays after the poller closed the order at the channel, and the channel takes it anyway
+        # (a payment in flight when the close landed): the runner waits for the close, then pays.
+        order.pay_s = order.created_s + order.expire_s + rng.uniform(1, 90)
+        order.delay_s = rng.uniform(0, 300)
     elif kind == MISMATCH:
         order.reported_total = order.amount_cent + rng.choice((-1, 1, 100)) if order.amount_cent > 1 else 2
         order.payer_total = None
@@ -153,8 +231,17 @@ def _channel_fault(rng: random.Random, order: OrderPlan) -> None:
         order.double_pay_s = order.pay_s + rng.uniform(0, 60)
     elif kind == ORDER_LATE:
         order.created_s = order.pay_s + rng.uniform(1, 25)  # the callback comes first
+    elif kind == ALL_LOST:
+        order.lost = 10**6
+    elif kind == QUERY_ERRORS:
+        order.query_errors = rng.randint(1, 6)
+        order.lost = 10**6  # only the poller can book it, through the errors
+    elif kind == RACE:
+        # The poller queries at created + 30 s (its first look); the callback lands in the same instant.
+        order.pay_s = order.created_s + rng.uniform(5, 25)
+        order.delay_s = order.created_s + 30.0 - order.pay_s
     # A second, independent fault now and then (a lost callback that is also duplicated, ...).
-    if kind not in (LATE, ORDER_LATE, MISMATCH) and rng.random() < 0.2:
+    if kind not in (LATE, ORDER_LATE, MISMATCH, ALL_LOST, QUERY_ERRORS, RACE) and rng.random() < 0.2:
         order.concurrent = max(order.concurrent, 1)
         if CONCURRENT not in order.faults:
             order.faults.append(CONCURRENT)

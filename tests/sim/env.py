@@ -88,7 +88,7 @@ class SimEnv:
         self._queue_urls: list[str] = []
 
     @classmethod
-    def start(cls) -> SimEnv:
+    def start(cls, parameter_overrides: dict[str, str] | None = None) -> SimEnv:
         self = cls()
         for var in [*BASE_ENV, "AWS_ENDPOINT_URL"]:
             self._saved_env[var] = os.environ.get(var)
@@ -98,7 +98,8 @@ class SimEnv:
         self._mock.start()
         session = boto3.Session(region_name="us-east-1")
         self.env = create_from_template(ROOT / "template.yaml", session,
-                                        parameter_overrides={"WechatPayApiBase": "http://127.0.0.1:9"})
+                                        parameter_overrides={"WechatPayApiBase": "http://127.0.0.1:9",
+                                                             **(parameter_overrides or {})})
         for var in self.env:
             self._saved_env.setdefault(var, os.environ.get(var))
         os.environ.update(self.env)
@@ -141,11 +142,23 @@ class SimEnv:
 
     def invoke(self, function: str, event: dict[str, Any]) -> dict[str, Any]:
         with self.observer.watching():
-            return self.handlers[function](event, LambdaContext(function))
+            return self.handlers[function](event, LambdaContext(function, timeout_s=900))
 
     # ------------------------------------------------------------------ reading state (checker's client)
 
     def scan(self, env_var: str) -> list[dict[str, Any]]:
+        """Every item of a table, read from moto's backend (the fake, never the product): the checker
+        reads the tables after every step, and the API's serialisation would cost more than the day."""
+        from moto.dynamodb.models import dynamodb_backends
+
+        table = dynamodb_backends[LOCAL_ACCOUNT_ID]["us-east-1"].tables[self.env[env_var]]
+        out = []
+        for value in list(table.items.values()):
+            for item in (value.values() if isinstance(value, dict) else (value,)):
+                out.append(from_item(item.to_json()["Attributes"]))
+        return out
+
+    def scan_api(self, env_var: str) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = []
         kwargs: dict[str, Any] = {"TableName": self.env[env_var], "ConsistentRead": True}
         while True:
@@ -167,8 +180,9 @@ class SimEnv:
         from moto.dynamodb.models import dynamodb_backends
 
         backend = dynamodb_backends[LOCAL_ACCOUNT_ID]["us-east-1"]
-        for env_var in (*BUSINESS_ENV, "NOTIFY_EVENT_TABLE"):
-            backend.tables[self.env[env_var]].items.clear()
+        for env_var, name in self.env.items():
+            if env_var.endswith("_TABLE") and env_var != "MERCHANTS_TABLE":
+                backend.tables[name].items.clear()
         for url in self.queue_urls():
             self.sqs.purge_queue(QueueUrl=url)
 

@@ -54,6 +54,7 @@ class FaultInjector:
     fired: list[AwsFault] = field(default_factory=list)
     counts: dict[tuple[str, str, str | None], int] = field(default_factory=dict)
     _attached: set[int] = field(default_factory=set)
+    _crash_next: tuple[str, str] | None = None  # (service, label): the next call of that service dies
 
     def attach(self, client: Any) -> None:
         if id(client) in self._attached:
@@ -70,15 +71,31 @@ class FaultInjector:
 
     def disarm(self) -> None:
         self.planned = []
+        self._crash_next = None
+
+    def crash_next(self, service: str, label: str) -> None:
+        """The next call of `service` the product makes crashes before it takes effect (e.g. right after
+        a channel call returned: the step that would record what the channel did never runs)."""
+        self._crash_next = (service, label)
 
     # ------------------------------------------------------------------ hooks
 
     def _before(self, model: Any, params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+        if self._crash_next and self._crash_next[0] == model.service_model.service_id.hyphenize():
+            label = self._crash_next[1]
+            self._crash_next = None
+            fault = AwsFault(self._crash_next_service(model), model.name, None, 0, "before", "crash")
+            self.fired.append(fault)
+            raise SimulatedCrash(label)
         fault = self._match(model, params)
         if fault is not None:
             context["sim_fault"] = fault
         if fault is not None and fault.phase == "before":
             self._fire(fault, model)
+
+    @staticmethod
+    def _crash_next_service(model: Any) -> str:
+        return str(model.service_model.service_id.hyphenize())
 
     def _after(self, model: Any, http_response: Any, context: dict[str, Any], **_: Any) -> None:
         fault = context.get("sim_fault")

@@ -8,7 +8,7 @@ from tests.sim import day as d
 from tests.sim.run import replay_command
 from tests.sim.scenario import World
 
-CI_SEEDS = range(100, 200)
+CI_SEEDS = range(100, 130)
 
 
 @pytest.fixture(scope="module")
