@@ -26,6 +26,7 @@ from typing import Any
 from tally.domain.recon import (
     PAYMENT,
     REFUND,
+    BillIndex,
     BillItem,
     BillParseError,
     BillTotals,
@@ -108,7 +109,9 @@ class AlipayBillParser:
                 raise BillParseError(f"{len(values)} values for {len(_COLS)} columns", number)
             values = [v.strip() for v in values]  # ids end with a TAB (so spreadsheets keep them as text)
             try:
-                item = self._item(values)
+                item = row_item(values)
+                self._received[item.kind] += item.amount_cent if item.kind is PAYMENT else -item.amount_cent
+                self._discount[item.kind] += _amount(values[_I["商家优惠（元）"]])
             except ValueError as exc:
                 raise BillParseError(str(exc), number) from None
             totals.add(item)
@@ -133,25 +136,60 @@ class AlipayBillParser:
             pass
         return self.totals
 
-    def _item(self, v: list[str]) -> BillItem:
-        kind = KINDS.get(v[_I["业务类型"]])
-        if kind is None:
-            raise ValueError(f"unknown 业务类型 {v[_I['业务类型']]!r}")
-        trade_no, out_trade_no = v[_I["支付宝交易号"]], v[_I["商户订单号"]]
-        received = _amount(v[_I["商家实收（元）"]])
-        self._received[kind] += received
-        self._discount[kind] += _amount(v[_I["商家优惠（元）"]])
-        fee_e5 = _amount(v[_I["服务费（元）"]]) * 1000
-        when = v[_I["完成时间"]] or v[_I["创建时间"]]
-        if kind is PAYMENT:
-            if not trade_no:
-                raise ValueError("交易 row without 支付宝交易号")
-            return BillItem(f"{CHANNEL}#{trade_no}", PAYMENT, received, "SUCCESS", when, trade_no, out_trade_no,
-                            "", fee_e5)
-        # a refund: 商家实收 is negative; 退款批次号/请求号 is out_request_no (= out_trade_no when none was given)
-        refund_no = v[_I["退款批次号/请求号"]] or out_trade_no
-        return BillItem(f"{CHANNEL}#{refund_no}", REFUND, -received, "SUCCESS", when, trade_no, out_trade_no,
-                        refund_no, fee_e5)
+    def index(self) -> BillIndex:
+        """One pass: the totals and the compact per-row index matching reads (see WeChatBillParser.index)."""
+        index = BillIndex()
+        lines = _Positions(self._lines)
+        self._lines = lines
+        for item in self.items():
+            index.add(item, lines.start)
+        return index
+
+    @staticmethod
+    def item_at(raw: bytes) -> BillItem:
+        """One detail line (bytes, as in the file) → its BillItem, by the same rules as `items()`."""
+        (values,) = list(csv.reader([_decode(raw, 0).rstrip("\r\n")]))
+        try:
+            return row_item([v.strip() for v in values])
+        except ValueError as exc:
+            raise BillParseError(str(exc)) from None
+
+
+class _Positions:
+    """Lines passed through, remembering where the last one started (byte offset in the file)."""
+
+    def __init__(self, lines: Iterable[bytes]):
+        self._lines = iter(lines)
+        self.start = 0
+        self._end = 0
+
+    def __iter__(self) -> _Positions:
+        return self
+
+    def __next__(self) -> bytes:
+        raw = next(self._lines)
+        self.start, self._end = self._end, self._end + len(raw)
+        return raw
+
+
+def row_item(v: list[str]) -> BillItem:
+    """One 业务明细 row (values stripped) → BillItem. Pure."""
+    kind = KINDS.get(v[_I["业务类型"]])
+    if kind is None:
+        raise ValueError(f"unknown 业务类型 {v[_I['业务类型']]!r}")
+    trade_no, out_trade_no = v[_I["支付宝交易号"]], v[_I["商户订单号"]]
+    received = _amount(v[_I["商家实收（元）"]])
+    fee_e5 = _amount(v[_I["服务费（元）"]]) * 1000
+    when = v[_I["完成时间"]] or v[_I["创建时间"]]
+    if kind is PAYMENT:
+        if not trade_no:
+            raise ValueError("交易 row without 支付宝交易号")
+        return BillItem(f"{CHANNEL}#{trade_no}", PAYMENT, received, "SUCCESS", when, trade_no, out_trade_no,
+                        "", fee_e5)
+    # a refund: 商家实收 is negative; 退款批次号/请求号 is out_request_no (= out_trade_no when none was given)
+    refund_no = v[_I["退款批次号/请求号"]] or out_trade_no
+    return BillItem(f"{CHANNEL}#{refund_no}", REFUND, -received, "SUCCESS", when, trade_no, out_trade_no,
+                    refund_no, fee_e5)
 
 
 def parse_summary(lines: Iterable[bytes]) -> dict[str, int]:

@@ -33,6 +33,7 @@ from tally.domain.recon import (
     RESOLVED,
     REVERSAL,
     VOLUME_DROP,
+    BillIndex,
     BillParseError,
     Diff,
     Matcher,
@@ -105,7 +106,7 @@ class ReconService:
             return run if "finished_at" in run else self._finish(run)
         try:
             opened = OpenedBill(channel, data, name)
-            totals = opened.parser().scan()  # pass 1: totals only, nothing matched yet
+            totals, index = opened.index()  # the one parse: totals + a compact row index; nothing matched yet
         except BillParseError as exc:
             count(M.RECON_PARSE_FAILED)
             return self._blocked(run, "PARSE_FAILED", f"not a bill we can read: {exc}")
@@ -120,7 +121,7 @@ class ReconService:
             run["confirmed_by"] = confirmation.get("confirmed_by")
         if verdict.blocked:
             return self._blocked(run, verdict.code, verdict.reason)
-        return self._match(run, opened)
+        return self._match(run, opened, index)
 
     def from_s3_event(self, key: str) -> dict[str, Any] | None:
         """A bill a person dropped under bills/{channel}/{mchid}/{bill_date}/…; our own downloads are skipped."""
@@ -193,18 +194,15 @@ class ReconService:
 
     # ------------------------------------------------------------ matching and diffs
 
-    def _match(self, run: dict[str, Any], opened: OpenedBill) -> dict[str, Any]:
+    def _match(self, run: dict[str, Any], opened: OpenedBill, index: BillIndex) -> dict[str, Any]:
+        """Only after the guards passed: the day's ledger is read and the index matched against it."""
         channel, mchid, bill_date = run["channel"], run["mchid"], run["bill_date"]
         local = fold_ledger(self.ledger.day(channel, mchid, bill_date))
         run["ledger_entries"] = len(local)
         matcher = Matcher(local, self.ledger.entry)
-        parser = opened.parser()
-        items = parser.items()
+        diffs = list(matcher.match_index(index, opened.item_at))  # the diffs only (few)
         if self.progress is not None:
-            items = _progress(items, self.progress)
-        diffs = list(matcher.match(items))  # the diffs only (few); the bill streams through
-        if parser.totals.as_dict() != run["totals"]:
-            raise BillParseError("the two passes over the bill disagree")  # same file, same code: never expected
+            self.progress(len(index))
         seen = set()
         new = 0
         for diff in diffs:
@@ -374,12 +372,3 @@ def _sha1(data: bytes) -> str:
 
     return sha1_hex(data)
 
-
-def _progress(items: Any, report: Callable[[int], None], every: int = 50_000) -> Any:
-    n = 0
-    for item in items:
-        n += 1
-        if n % every == 0:
-            report(n)
-        yield item
-    report(n)

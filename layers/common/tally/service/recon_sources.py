@@ -17,7 +17,7 @@ from typing import Any
 from tally.channels import bills_alipay as ali
 from tally.channels import wechatpay_v3 as wx
 from tally.channels.bills_wechatpay import WeChatBillParser
-from tally.domain.recon import BillItem, BillParseError, BillTotals
+from tally.domain.recon import BillIndex, BillItem, BillParseError, BillTotals
 
 OK, NO_STATEMENT, NOT_READY = "OK", "NO_STATEMENT", "NOT_READY"
 
@@ -121,7 +121,9 @@ class AlipayBillSource:
 
 
 class OpenedBill:
-    """A parser factory over one file: each `parser()` is a fresh pass (guards first, then matching)."""
+    """One bill file, opened. `index()` is the run's single parse pass (totals for the guards + a compact
+    index for matching); `item_at(where)` re-reads one row in full; `parser()` is a fresh pass of BillItems
+    (what `tally bill parse` prints)."""
 
     def __init__(self, channel: str, data: bytes, name: str = ""):
         self.channel = channel
@@ -144,6 +146,17 @@ class OpenedBill:
             return WeChatBillParser(lines, check_fees=check_fees)
         return _AlipayWithSummary(ali.AlipayBillParser(lines), self._summary_row)
 
+    def index(self) -> tuple[BillTotals, BillIndex]:
+        """The one parse pass of a run: totals (with every summary check) and the per-row index."""
+        self._indexed = parser = self.parser()
+        index = parser.index()
+        return parser.totals, index
+
+    def item_at(self, where: int) -> BillItem:
+        """The full BillItem of the row starting at byte `where` (after `index()`)."""
+        end = self._data.find(b"\n", where)
+        return self._indexed.item_at(self._data[where:end + 1 if end >= 0 else len(self._data)])
+
 
 class _AlipayWithSummary:
     """The detail parser plus the 汇总 file's counts as extra summary checks."""
@@ -162,3 +175,12 @@ class _AlipayWithSummary:
         for _ in self.items():
             pass
         return self.totals
+
+    def index(self) -> BillIndex:
+        index = self._parser.index()
+        if self._summary is not None:
+            self.totals.checks += ali.summary_checks(self.totals, self._summary)
+        return index
+
+    def item_at(self, raw: bytes) -> BillItem:
+        return self._parser.item_at(raw)
