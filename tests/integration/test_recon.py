@@ -244,6 +244,33 @@ def test_statement_creating_is_retried_later_then_blocked_at_the_last_tick(h, m,
     assert (late["status"], late["block_code"]) == ("BLOCKED", "STATEMENT_LATE")
 
 
+def test_every_finished_run_beats_the_heartbeat_and_its_absence_is_an_alarm_R38(h, m, svc):
+    """"Recon never ran" is loud: ReconRunCompleted counts every finished run — quiet day, blocked day, matched
+    day — but not a RETRY; ReconNotRunAlarm breaches when no run finished for 30 hours (missing data breaches)."""
+    import pathlib
+
+    from tally_local.resources import load_template
+
+    assert svc.run("wechatpay", m["mchid"], D_BEFORE)["status"] == "QUIET"
+    assert metric(h, "ReconRunCompleted") == 1
+    pay(h, m["mchid"], 100, f"{D}T10:00:00+08:00")
+    h.sim.bills.fault("statement_creating", count=2)
+    china = dt.timezone(dt.timedelta(hours=8))
+    svc.clock = lambda: dt.datetime(2024, 5, 2, 10, 30, tzinfo=china).timestamp()
+    assert svc.run("wechatpay", m["mchid"], D)["status"] == "RETRY"
+    assert metric(h, "ReconRunCompleted") == 1  # not finished: no beat
+    svc.clock = lambda: dt.datetime(2024, 5, 2, 16, 30, tzinfo=china).timestamp()
+    assert svc.run("wechatpay", m["mchid"], D)["status"] == "BLOCKED"
+    assert svc.run("wechatpay", m["mchid"], D)["status"] == "MATCHED"
+    assert metric(h, "ReconRunCompleted") == 3
+    alarm = load_template(pathlib.Path(__file__).parents[2] / "template.yaml")["Resources"]["ReconNotRunAlarm"]["Properties"]
+    assert (alarm["MetricName"], alarm["Statistic"], alarm["ComparisonOperator"], alarm["Threshold"]) == \
+        ("ReconRunCompleted", "Sum", "LessThanThreshold", 1)
+    assert alarm["TreatMissingData"] == "breaching"
+    assert alarm["Period"] * alarm["DatapointsToAlarm"] > 24 * 3600  # more than the daily cadence
+    assert alarm["Period"] >= 3600 and alarm["Period"] * alarm["EvaluationPeriods"] <= 7 * 24 * 3600  # CW limits
+
+
 # ------------------------------------------------------------------------------------------ the function
 
 

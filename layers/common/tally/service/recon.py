@@ -7,6 +7,9 @@ Every way a run can end leaves a recon_runs row a person can read, and every end
     DIFFS     differences written to recon_diff (R36)        ReconDiffOpened (alarm) for each new one
     QUIET     no bill and no ledger entries, or a zero bill  ReconQuietDay
     RETRY     STATEMENT_CREATING: the next tick retries      ReconStatementNotReady (last tick: BLOCKED)
+
+Every finished run (MATCHED, DIFFS, QUIET, BLOCKED) also counts ReconRunCompleted, a heartbeat: no finished run
+for 30 hours is an alarm (ReconNotRunAlarm), so "recon never ran" is never silent.
     BLOCKED   a guard refused the bill, the file is not a    ReconBlocked (alarm) [+ ReconParseFailed /
               bill, or no bill while we booked money          ReconDownloadFailed (alarms)]
 """
@@ -337,6 +340,8 @@ class ReconService:
     def _finish(self, run: dict[str, Any]) -> dict[str, Any]:
         run["finished_at"] = iso_now(self.clock())
         self.store.put_run(run)
+        if run.get("status") in FINISHED:  # the heartbeat: its absence for a day is ReconNotRunAlarm
+            count(M.RECON_RUN_COMPLETED)
         logger.info("recon run finished", extra={k: run.get(k) for k in ("pk", "pass", "status", "reason")})
         return run
 
