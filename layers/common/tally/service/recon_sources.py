@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import json
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -81,37 +80,33 @@ def gunzip(raw: bytes) -> bytes:
 
 
 class AlipayBillSource:
-    """Alipay trade bills. Credentials: the secret `<prefix>alipay/<app_id>` with app_private_key and
-    alipay_public_key (PEM). The merchant directory for Alipay is being built on another branch."""
+    """Alipay trade bills with the merchant's own app (public-key, certificate or partner mode, from the merchant
+    directory): alipay.data.dataservice.bill.downloadurl.query (RSA2-signed, the answer verified) → the zip."""
 
     channel = ali.CHANNEL
 
-    def __init__(self, secrets: Any, secret_prefix: str, gateway: str, *, timeout_s: float = 10.0):
-        self.secrets = secrets
-        self.secret_prefix = secret_prefix
-        self.gateway = gateway
-        self.timeout_s = timeout_s
+    def __init__(self, merchants: Any, *, download_timeout_s: float = 30.0):
+        self.merchants = merchants
+        self.download_timeout_s = download_timeout_s
 
-    def client(self, app_id: str) -> ali.AlipayBillClient:
-        from cryptography.hazmat.primitives import serialization
+    def fetch(self, app_id: str, bill_date: str) -> Fetched:
+        from tally.channels import alipay as api
+        from tally.service.merchants import UnknownMerchant
 
         try:
-            secret = json.loads(self.secrets.get_secret_value(
-                SecretId=f"{self.secret_prefix}alipay/{app_id}")["SecretString"])
-        except Exception as exc:  # noqa: BLE001 - any failure reading credentials is a download failure
-            raise DownloadFailed(f"no Alipay credentials for {app_id}: {type(exc).__name__}") from None
-        return ali.AlipayBillClient(
-            self.gateway, app_id,
-            serialization.load_pem_private_key(secret["app_private_key"].encode(), password=None),
-            serialization.load_pem_public_key(secret["alipay_public_key"].encode()), timeout_s=self.timeout_s)
-
-    def fetch(self, mchid: str, bill_date: str) -> Fetched:
-        client = self.client(mchid)
+            client = self.merchants.alipay_client(self.merchants.alipay(app_id))
+            answer = client.call(ali.METHOD, {"bill_type": "trade", "bill_date": bill_date})
+        except UnknownMerchant as exc:
+            raise DownloadFailed(f"no Alipay merchant {app_id}: {exc}", code="NO_MERCHANT") from None
+        except api.ChannelError as exc:
+            if exc.sub_code in ali.NO_STATEMENT_SUB_CODES:
+                return Fetched(NO_STATEMENT, note=str(exc))
+            raise DownloadFailed(f"bill.downloadurl.query: {exc}", retryable=exc.retryable) from None
+        url = str(answer.get("bill_download_url") or "")
+        if not url:
+            raise DownloadFailed("bill.downloadurl.query answered 10000 without bill_download_url")
         try:
-            url = client.download_url(bill_date)
-            if url is None:
-                return Fetched(NO_STATEMENT, note="isp.bill_not_exist")
-            data = client.download(url)
+            data = ali.download(url, self.merchants.alipay_gateway, timeout_s=self.download_timeout_s)
         except ali.AlipayError as exc:
             raise DownloadFailed(f"alipay bill: {exc}", retryable=exc.retryable) from None
         return Fetched(OK, data, "trade.csv.zip", sha1_hex(data))
