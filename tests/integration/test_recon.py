@@ -95,6 +95,19 @@ def test_run_matches_keeps_the_bill_in_s3_and_rerun_is_idempotent_R34_R36(h, m, 
     assert metric(h, "ReconMatched") == 2
 
 
+def test_a_kept_bill_is_never_overwritten(h):
+    """The same key written again with other bytes (a race, a replay) leaves the first bytes in place."""
+    from tally.store.recon import BillArchive
+
+    archive = BillArchive(boto3.client("s3"), bootstrap.settings().bills_bucket)
+    first = archive.keep("wechatpay", "1900009999", D, "ALL.csv", b"the first bill", "a" * 40)
+    again = archive.keep("wechatpay", "1900009999", D, "ALL.csv", b"other bytes", "a" * 40)
+    assert first == again == f"bills/wechatpay/1900009999/{D}/ALL.{'a' * 40}.csv"
+    assert archive.read(first)[0] == b"the first bill"
+    versions = boto3.client("s3").list_object_versions(Bucket=bootstrap.settings().bills_bucket, Prefix=first)
+    assert len(versions.get("Versions", [])) == 1
+
+
 def test_payment_at_235958_that_succeeds_at_000002_lands_in_the_next_day_R34(h, m, svc, monkeypatch):
     """The server runs in UTC; the day cut is the channel's success time in Asia/Shanghai."""
     monkeypatch.setenv("TZ", "UTC")
@@ -203,6 +216,8 @@ def test_a_bad_bill_is_blocked_before_matching_R31_R32(h, m, svc, fault, code):
     assert diffs(svc, m["mchid"]) == {}  # nothing matched, nothing reported as "no differences"
     assert svc.show("wechatpay", m["mchid"], D)["runs"][0]["reason"] == run["reason"]
     assert metric(h, "ReconBlocked") == 1
+    report = boto3.client("s3").get_object(Bucket=bootstrap.settings().bills_bucket, Key=run["report_key"])
+    assert "BLOCKED" in report["Body"].read().decode("utf-8-sig")  # the finance person's file says so too
     if code in ("PARSE_FAILED", "HASH_MISMATCH"):
         assert metric(h, "ReconParseFailed") == 1
     assert s3_keys(f"bills/wechatpay/{m['mchid']}/{D}/")  # the evidence is kept

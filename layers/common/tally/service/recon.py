@@ -228,7 +228,6 @@ class ReconService:
         else:
             count(M.RECON_MATCHED)
             run.update(status=MATCHED, reason=f"{stats.matched} entries agree with the bill")
-        run["report_key"] = self._report(run)
         return self._finish(run)
 
     def _recover(self, channel: str, mchid: str, diff: Diff) -> str | None:
@@ -339,6 +338,8 @@ class ReconService:
 
     def _finish(self, run: dict[str, Any]) -> dict[str, Any]:
         run["finished_at"] = iso_now(self.clock())
+        if run.get("status") in FINISHED:  # a finance person reads every finished day, blocked and quiet too
+            run["report_key"] = self._report(run)
         self.store.put_run(run)
         if run.get("status") in FINISHED:  # the heartbeat: its absence for a day is ReconNotRunAlarm
             count(M.RECON_RUN_COMPLETED)
@@ -350,9 +351,10 @@ class ReconService:
         out = io.StringIO()
         w = csv.writer(out)
         totals = run.get("totals", {})
-        w.writerow(["channel", "mchid", "bill_date", "run", "status", "bill rows", "payments", "payment total",
-                    "refunds", "refund total", "ledger entries", "matched"])
-        w.writerow([run["channel"], run["mchid"], run["bill_date"], run["run_id"], run["status"], totals.get("rows"),
+        w.writerow(["channel", "mchid", "bill_date", "run", "status", "reason", "bill rows", "payments",
+                    "payment total", "refunds", "refund total", "ledger entries", "matched"])
+        w.writerow([run["channel"], run["mchid"], run["bill_date"], run["run_id"], run["status"], run.get("reason"),
+                    totals.get("rows"),
                     totals.get("payments"), format_cents(totals.get("payment_cent", 0)), totals.get("refunds"),
                     format_cents(totals.get("refund_cent", 0)), run.get("ledger_entries"),
                     run.get("stats", {}).get("matched")])
