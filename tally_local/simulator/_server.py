@@ -73,6 +73,13 @@ class _Handler(BaseHTTPRequestHandler):
             status, headers, out = self.server.sim.alipay.handle_gateway(parts.query, body,
                                                                          self.headers.get("Content-Type", ""))
             self._send(status, out, headers)
+        elif path == "/downloadBillFile.resource" and method == "GET":  # Alipay bill zip (simulator/alipay_bills.py)
+            data = self.server.sim.alipay.bills.download(query)
+            if data is None:
+                self._send(404, b"<html><body>file not found or link expired</body></html>",
+                           {"Content-Type": "text/html"})
+            else:
+                self._send(200, data, {"Content-Type": "application/zip" if data[:2] == b"PK" else "text/html"})
         elif path.startswith("/pay/") and method == "POST":  # WeChat Pay v2 (simulator/wechatpay_v2.py)
             status, headers, out = self.server.sim.wechatpay_v2.handle(path, body)
             self._send(status, out, headers)

@@ -140,6 +140,9 @@ class AlipaySimulator:
                         self._root_key, ca=True)
         self.certs: list[_AlipayCert] = []
         self.rotate_alipay_cert()
+        from .alipay_bills import AlipayBillBook
+
+        self.bills = AlipayBillBook(self)  # the trade bill: bill.downloadurl.query + the zip (alipay_bills.py)
 
     # ------------------------------------------------------------------ keys
     def rotate_alipay_cert(self, *, not_after: dt.datetime | None = None) -> str:
@@ -305,6 +308,8 @@ class AlipaySimulator:
             return self.query(owner, biz)
         if method == "alipay.trade.close":
             return self.close(owner, biz)
+        if method == "alipay.data.dataservice.bill.downloadurl.query":
+            return self.bills.downloadurl_query(owner, biz)
         raise AlipayError("40004", "Business Failed", "isv.invalid-method", "不存在的方法名")
 
     def precreate(self, isv: str, owner: str, biz: dict[str, Any], notify_url: str) -> dict[str, Any]:
@@ -362,11 +367,15 @@ class AlipaySimulator:
             if order["trade_no"] is None:
                 order["trade_no"] = dt.datetime.now(c.CST).strftime("%Y%m%d") + "22001" + self.owner._digits(15)
                 order["status"] = "WAIT_BUYER_PAY"
+                order["gmt_create"] = dt.datetime.now(c.CST).strftime("%Y-%m-%d %H:%M:%S")
             return order["trade_no"]
 
     def pay(self, owner: str, out_trade_no: str, *, receipt_amount: int | None = None, drop: bool = False,
-            duplicates: int = 1, total_amount: int | None = None, include_cert_sn: bool = False) -> str:
-        """The buyer pays: TRADE_SUCCESS, then the notification is delivered (in the background)."""
+            duplicates: int = 1, total_amount: int | None = None, include_cert_sn: bool = False,
+            created_at: str | None = None, paid_at: str | None = None) -> str:
+        """The buyer pays: TRADE_SUCCESS, then the notification is delivered (in the background).
+        `created_at` / `paid_at` ("YYYY-MM-DD HH:MM:SS", Beijing) place the trade in time, e.g. across midnight
+        for the bills (the bill day is paid_at's)."""
         trade_no = self.scan(owner, out_trade_no)
         with self._lock:
             order = self.orders[(owner, out_trade_no)]
@@ -374,7 +383,9 @@ class AlipaySimulator:
                 raise AlipayError("40004", "Business Failed", "ACQ.TRADE_STATUS_ERROR", "交易状态不合法")
             order["status"] = "TRADE_SUCCESS"
             order["receipt"] = order["total"] if receipt_amount is None else receipt_amount
-            order["gmt_payment"] = dt.datetime.now(c.CST).strftime("%Y-%m-%d %H:%M:%S")
+            order["gmt_payment"] = paid_at or dt.datetime.now(c.CST).strftime("%Y-%m-%d %H:%M:%S")
+            if created_at:
+                order["gmt_create"] = created_at
         params = self.notification_params(order["app_id"], out_trade_no, order["total"] if total_amount is None
                                           else total_amount, trade_no=trade_no, receipt_amount=order["receipt"],
                                           auth_app_id=owner, gmt_payment=order["gmt_payment"])

@@ -95,6 +95,19 @@ def test_run_matches_keeps_the_bill_in_s3_and_rerun_is_idempotent_R34_R36(h, m, 
     assert metric(h, "ReconMatched") == 2
 
 
+def test_a_kept_bill_is_never_overwritten(h):
+    """The same key written again with other bytes (a race, a replay) leaves the first bytes in place."""
+    from tally.store.recon import BillArchive
+
+    archive = BillArchive(boto3.client("s3"), bootstrap.settings().bills_bucket)
+    first = archive.keep("wechatpay", "1900009999", D, "ALL.csv", b"the first bill", "a" * 40)
+    again = archive.keep("wechatpay", "1900009999", D, "ALL.csv", b"other bytes", "a" * 40)
+    assert first == again == f"bills/wechatpay/1900009999/{D}/ALL.{'a' * 40}.csv"
+    assert archive.read(first)[0] == b"the first bill"
+    versions = boto3.client("s3").list_object_versions(Bucket=bootstrap.settings().bills_bucket, Prefix=first)
+    assert len(versions.get("Versions", [])) == 1
+
+
 def test_payment_at_235958_that_succeeds_at_000002_lands_in_the_next_day_R34(h, m, svc, monkeypatch):
     """The server runs in UTC; the day cut is the channel's success time in Asia/Shanghai."""
     monkeypatch.setenv("TZ", "UTC")
@@ -203,6 +216,8 @@ def test_a_bad_bill_is_blocked_before_matching_R31_R32(h, m, svc, fault, code):
     assert diffs(svc, m["mchid"]) == {}  # nothing matched, nothing reported as "no differences"
     assert svc.show("wechatpay", m["mchid"], D)["runs"][0]["reason"] == run["reason"]
     assert metric(h, "ReconBlocked") == 1
+    report = boto3.client("s3").get_object(Bucket=bootstrap.settings().bills_bucket, Key=run["report_key"])
+    assert "BLOCKED" in report["Body"].read().decode("utf-8-sig")  # the finance person's file says so too
     if code in ("PARSE_FAILED", "HASH_MISMATCH"):
         assert metric(h, "ReconParseFailed") == 1
     assert s3_keys(f"bills/wechatpay/{m['mchid']}/{D}/")  # the evidence is kept
@@ -242,6 +257,33 @@ def test_statement_creating_is_retried_later_then_blocked_at_the_last_tick(h, m,
     svc.clock = lambda: dt.datetime(2024, 5, 2, 16, 30, tzinfo=dt.timezone(dt.timedelta(hours=8))).timestamp()
     late = svc.run("wechatpay", m["mchid"], D)
     assert (late["status"], late["block_code"]) == ("BLOCKED", "STATEMENT_LATE")
+
+
+def test_every_finished_run_beats_the_heartbeat_and_its_absence_is_an_alarm_R38(h, m, svc):
+    """"Recon never ran" is loud: ReconRunCompleted counts every finished run — quiet day, blocked day, matched
+    day — but not a RETRY; ReconNotRunAlarm breaches when no run finished for 30 hours (missing data breaches)."""
+    import pathlib
+
+    from tally_local.resources import load_template
+
+    assert svc.run("wechatpay", m["mchid"], D_BEFORE)["status"] == "QUIET"
+    assert metric(h, "ReconRunCompleted") == 1
+    pay(h, m["mchid"], 100, f"{D}T10:00:00+08:00")
+    h.sim.bills.fault("statement_creating", count=2)
+    china = dt.timezone(dt.timedelta(hours=8))
+    svc.clock = lambda: dt.datetime(2024, 5, 2, 10, 30, tzinfo=china).timestamp()
+    assert svc.run("wechatpay", m["mchid"], D)["status"] == "RETRY"
+    assert metric(h, "ReconRunCompleted") == 1  # not finished: no beat
+    svc.clock = lambda: dt.datetime(2024, 5, 2, 16, 30, tzinfo=china).timestamp()
+    assert svc.run("wechatpay", m["mchid"], D)["status"] == "BLOCKED"
+    assert svc.run("wechatpay", m["mchid"], D)["status"] == "MATCHED"
+    assert metric(h, "ReconRunCompleted") == 3
+    alarm = load_template(pathlib.Path(__file__).parents[2] / "template.yaml")["Resources"]["ReconNotRunAlarm"]["Properties"]
+    assert (alarm["MetricName"], alarm["Statistic"], alarm["ComparisonOperator"], alarm["Threshold"]) == \
+        ("ReconRunCompleted", "Sum", "LessThanThreshold", 1)
+    assert alarm["TreatMissingData"] == "breaching"
+    assert alarm["Period"] * alarm["DatapointsToAlarm"] > 24 * 3600  # more than the daily cadence
+    assert alarm["Period"] >= 3600 and alarm["Period"] * alarm["EvaluationPeriods"] <= 7 * 24 * 3600  # CW limits
 
 
 # ------------------------------------------------------------------------------------------ the function

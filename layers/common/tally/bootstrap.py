@@ -213,7 +213,7 @@ def recon_service() -> Any:
     s = settings()
     ddb = _client("dynamodb")
     sources = {"wechatpay": WeChatBillSource(merchants()),
-               "alipay": AlipayBillSource(_client("secretsmanager"), s.merchant_secret_prefix, s.alipay_gateway)}
+               "alipay": AlipayBillSource(merchants())}
     recover = QueryAndApply(merchants(), RawStore(tables()), ApplyQueue(_client("sqs"), s.apply_queue_url),
                             clock=_clock).recover
 

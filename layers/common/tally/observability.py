@@ -88,6 +88,7 @@ class M:
     RECON_RECOVER_QUEUED = "ReconRecoverQueued"  # a channel-only payment sent down the pull path
     RECON_RECOVER_FAILED = "ReconRecoverFailed"
     RECON_FAILED = "ReconFailed"  # unexpected exception in the recon function
+    RECON_RUN_COMPLETED = "ReconRunCompleted"  # heartbeat: every finished run, quiet and blocked included
 
 
 # Metrics an alarm must watch: a failure nobody watches is a silent path.
@@ -98,6 +99,7 @@ ALARMED = frozenset(
 ALARMED = ALARMED | {M.POLL_MANUAL, M.POLL_FAILED, M.POLL_QUERY_FAILED, M.PENDING_STALE, M.MANUAL_AGED}  # pull
 ALARMED = ALARMED | {M.RECON_BLOCKED, M.RECON_PARSE_FAILED, M.RECON_DOWNLOAD_FAILED, M.RECON_DIFF_OPENED,
                      M.RECON_RECOVER_FAILED, M.RECON_FAILED}  # reconciliation
+ALARMED = ALARMED | {M.RECON_RUN_COMPLETED}  # its absence is the alarm: recon did not run
 
 
 def count(name: str, value: int = 1) -> None:

@@ -8,24 +8,20 @@ error page raises BillParseError: never read as "no rows".
 
 from __future__ import annotations
 
-import base64
 import csv
 import io
-import json
 import re
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
 import zipfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
 
 from tally.domain.recon import (
     PAYMENT,
     REFUND,
+    BillIndex,
     BillItem,
     BillParseError,
     BillTotals,
@@ -108,7 +104,9 @@ class AlipayBillParser:
                 raise BillParseError(f"{len(values)} values for {len(_COLS)} columns", number)
             values = [v.strip() for v in values]  # ids end with a TAB (so spreadsheets keep them as text)
             try:
-                item = self._item(values)
+                item = row_item(values)
+                self._received[item.kind] += item.amount_cent if item.kind is PAYMENT else -item.amount_cent
+                self._discount[item.kind] += _amount(values[_I["商家优惠（元）"]])
             except ValueError as exc:
                 raise BillParseError(str(exc), number) from None
             totals.add(item)
@@ -133,25 +131,60 @@ class AlipayBillParser:
             pass
         return self.totals
 
-    def _item(self, v: list[str]) -> BillItem:
-        kind = KINDS.get(v[_I["业务类型"]])
-        if kind is None:
-            raise ValueError(f"unknown 业务类型 {v[_I['业务类型']]!r}")
-        trade_no, out_trade_no = v[_I["支付宝交易号"]], v[_I["商户订单号"]]
-        received = _amount(v[_I["商家实收（元）"]])
-        self._received[kind] += received
-        self._discount[kind] += _amount(v[_I["商家优惠（元）"]])
-        fee_e5 = _amount(v[_I["服务费（元）"]]) * 1000
-        when = v[_I["完成时间"]] or v[_I["创建时间"]]
-        if kind is PAYMENT:
-            if not trade_no:
-                raise ValueError("交易 row without 支付宝交易号")
-            return BillItem(f"{CHANNEL}#{trade_no}", PAYMENT, received, "SUCCESS", when, trade_no, out_trade_no,
-                            "", fee_e5)
-        # a refund: 商家实收 is negative; 退款批次号/请求号 is out_request_no (= out_trade_no when none was given)
-        refund_no = v[_I["退款批次号/请求号"]] or out_trade_no
-        return BillItem(f"{CHANNEL}#{refund_no}", REFUND, -received, "SUCCESS", when, trade_no, out_trade_no,
-                        refund_no, fee_e5)
+    def index(self) -> BillIndex:
+        """One pass: the totals and the compact per-row index matching reads (see WeChatBillParser.index)."""
+        index = BillIndex()
+        lines = _Positions(self._lines)
+        self._lines = lines
+        for item in self.items():
+            index.add(item, lines.start)
+        return index
+
+    @staticmethod
+    def item_at(raw: bytes) -> BillItem:
+        """One detail line (bytes, as in the file) → its BillItem, by the same rules as `items()`."""
+        (values,) = list(csv.reader([_decode(raw, 0).rstrip("\r\n")]))
+        try:
+            return row_item([v.strip() for v in values])
+        except ValueError as exc:
+            raise BillParseError(str(exc)) from None
+
+
+class _Positions:
+    """Lines passed through, remembering where the last one started (byte offset in the file)."""
+
+    def __init__(self, lines: Iterable[bytes]):
+        self._lines = iter(lines)
+        self.start = 0
+        self._end = 0
+
+    def __iter__(self) -> _Positions:
+        return self
+
+    def __next__(self) -> bytes:
+        raw = next(self._lines)
+        self.start, self._end = self._end, self._end + len(raw)
+        return raw
+
+
+def row_item(v: list[str]) -> BillItem:
+    """One 业务明细 row (values stripped) → BillItem. Pure."""
+    kind = KINDS.get(v[_I["业务类型"]])
+    if kind is None:
+        raise ValueError(f"unknown 业务类型 {v[_I['业务类型']]!r}")
+    trade_no, out_trade_no = v[_I["支付宝交易号"]], v[_I["商户订单号"]]
+    received = _amount(v[_I["商家实收（元）"]])
+    fee_e5 = _amount(v[_I["服务费（元）"]]) * 1000
+    when = v[_I["完成时间"]] or v[_I["创建时间"]]
+    if kind is PAYMENT:
+        if not trade_no:
+            raise ValueError("交易 row without 支付宝交易号")
+        return BillItem(f"{CHANNEL}#{trade_no}", PAYMENT, received, "SUCCESS", when, trade_no, out_trade_no,
+                        "", fee_e5)
+    # a refund: 商家实收 is negative; 退款批次号/请求号 is out_request_no (= out_trade_no when none was given)
+    refund_no = v[_I["退款批次号/请求号"]] or out_trade_no
+    return BillItem(f"{CHANNEL}#{refund_no}", REFUND, -received, "SUCCESS", when, trade_no, out_trade_no,
+                    refund_no, fee_e5)
 
 
 def parse_summary(lines: Iterable[bytes]) -> dict[str, int]:
@@ -226,115 +259,32 @@ def lines_of(data: bytes) -> Iterator[bytes]:
     return iter(io.BytesIO(data))
 
 
-# ---------------------------------------------------------------- the download client
-# Kept here (not in channels/alipay.py, built concurrently) with its own signing helper: unify after merge.
+# ---------------------------------------------------------------- the download
+# The signed request (alipay.data.dataservice.bill.downloadurl.query) goes through channels.alipay.AlipayClient
+# with the merchant's own credentials (public-key, certificate or partner mode): see service/recon_sources.py.
 
 
 class AlipayError(Exception):
-    def __init__(self, message: str, *, code: str = "", sub_code: str = "", retryable: bool = False):
+    def __init__(self, message: str, *, retryable: bool = False):
         super().__init__(message)
-        self.code = code
-        self.sub_code = sub_code
         self.retryable = retryable
 
 
 NO_STATEMENT_SUB_CODES = {"isp.bill_not_exist"}  # what the gateway really answers (not BILL_NOT_EXIST)
 METHOD = "alipay.data.dataservice.bill.downloadurl.query"
-_RESPONSE_KEY = METHOD.replace(".", "_") + "_response"
 
 
-def sign_content(params: dict[str, str]) -> str:
-    """All params except `sign`, sorted, k=v joined by & with raw values (channel-spec §6)."""
-    return "&".join(f"{k}={params[k]}" for k in sorted(params) if k != "sign" and params[k] not in (None, ""))
-
-
-def rsa2_sign(private_key: Any, content: str) -> str:
-    from cryptography.hazmat.primitives import hashes
-    from cryptography.hazmat.primitives.asymmetric import padding
-
-    return base64.b64encode(private_key.sign(content.encode(), padding.PKCS1v15(), hashes.SHA256())).decode()
-
-
-def rsa2_verify(public_key: Any, content: str, signature: str) -> bool:
-    from cryptography.exceptions import InvalidSignature
-    from cryptography.hazmat.primitives import hashes
-    from cryptography.hazmat.primitives.asymmetric import padding
-
+def download(url: str, gateway: str, *, timeout_s: float = 30.0) -> bytes:
+    """GET the bill behind `bill_download_url` (valid 30 s; the answer naming it was signed and verified, the
+    file itself is not signed: the parser and the guards check it). Followed only to an alipay.com host or the
+    gateway's own host (a simulator), never anywhere a tampered answer could point."""
+    parts, own = urllib.parse.urlsplit(url), urllib.parse.urlsplit(gateway)
+    host = parts.hostname or ""
+    if parts.scheme not in ("https", "http") or not (host == own.hostname or host == "alipay.com"
+                                                     or host.endswith(".alipay.com")):
+        raise AlipayError(f"bill_download_url on an unexpected host {host!r}: not followed")
     try:
-        public_key.verify(base64.b64decode(signature), content.encode(), padding.PKCS1v15(), hashes.SHA256())
-    except (InvalidSignature, ValueError):
-        return False
-    return True
-
-
-def signed_json_value(raw: str, key: str) -> str:
-    """The raw text of `"key": {...}` exactly as received, balanced braces (what Alipay signs)."""
-    start = raw.find(f'"{key}"')
-    if start < 0:
-        raise AlipayError(f"answer has no {key}")
-    i = raw.index("{", start)
-    depth, in_str, esc = 0, False, False
-    for j in range(i, len(raw)):
-        ch = raw[j]
-        if in_str:
-            esc = (ch == "\\") and not esc
-            if ch == '"' and not esc:
-                in_str = False
-            continue
-        if ch == '"':
-            in_str = True
-        elif ch == "{":
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-            if depth == 0:
-                return raw[i:j + 1]
-    raise AlipayError(f"unbalanced {key} in the answer")
-
-
-class AlipayBillClient:
-    def __init__(self, gateway: str, app_id: str, private_key: Any, alipay_public_key: Any, *,
-                 timeout_s: float = 10.0, clock: Callable[[], float] = time.time):
-        self.gateway = gateway
-        self.app_id = app_id
-        self.private_key = private_key
-        self.alipay_public_key = alipay_public_key
-        self.timeout_s = timeout_s
-        self.clock = clock
-
-    def download_url(self, bill_date: str, bill_type: str = "trade") -> str | None:
-        """The bill's download URL; None when the gateway says there is no bill (isp.bill_not_exist)."""
-        params = {
-            "app_id": self.app_id, "method": METHOD, "format": "JSON", "charset": "utf-8", "sign_type": "RSA2",
-            "timestamp": datetime.fromtimestamp(self.clock()).strftime("%Y-%m-%d %H:%M:%S"), "version": "1.0",
-            "biz_content": json.dumps({"bill_type": bill_type, "bill_date": bill_date}, separators=(",", ":")),
-        }
-        params["sign"] = rsa2_sign(self.private_key, sign_content(params))
-        url = f"{self.gateway}?{urllib.parse.urlencode(params)}"
-        try:
-            with urllib.request.urlopen(url, timeout=self.timeout_s) as resp:
-                raw = resp.read().decode("utf-8")
-        except (urllib.error.URLError, TimeoutError, OSError) as exc:
-            raise AlipayError(f"gateway: {exc}", retryable=True) from None
-        answer = json.loads(raw)
-        if _RESPONSE_KEY not in answer:
-            raise AlipayError(f"gateway error: {str(answer.get('error_response'))[:200]}")
-        content = signed_json_value(raw, _RESPONSE_KEY)
-        if not answer.get("sign") or not rsa2_verify(self.alipay_public_key, content, answer["sign"]):
-            raise AlipayError("answer signature does not verify")
-        node = answer[_RESPONSE_KEY]
-        if node.get("code") == "10000" and node.get("bill_download_url"):
-            return str(node["bill_download_url"])
-        if node.get("sub_code") in NO_STATEMENT_SUB_CODES:
-            return None
-        retryable = node.get("code") == "20000" or str(node.get("sub_code", "")).endswith("SYSTEM_ERROR")
-        raise AlipayError(f"{node.get('code')} {node.get('sub_code')}: {node.get('sub_msg')}",
-                          code=str(node.get("code")), sub_code=str(node.get("sub_code", "")), retryable=retryable)
-
-    def download(self, url: str) -> bytes:
-        """The zip (valid 30 s, unsigned: the zip itself is checked by the parser and the guards)."""
-        try:
-            with urllib.request.urlopen(url, timeout=self.timeout_s) as resp:
-                return resp.read()
-        except (urllib.error.URLError, TimeoutError, OSError) as exc:
-            raise AlipayError(f"download: {exc}", retryable=True) from None
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:  # noqa: S310 - scheme and host checked
+            return resp.read()
+    except (urllib.error.URLError, TimeoutError, OSError) as exc:
+        raise AlipayError(f"download: {exc}", retryable=True) from None

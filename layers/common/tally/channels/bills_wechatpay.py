@@ -23,6 +23,7 @@ from typing import Any
 from tally.domain.recon import (
     PAYMENT,
     REFUND,
+    BillIndex,
     BillItem,
     BillParseError,
     BillTotals,
@@ -34,6 +35,7 @@ from tally.domain.recon import (
 )
 
 CHANNEL = "wechatpay"
+PREFIX = f"{CHANNEL}#"
 BOM = "\ufeff"
 
 _COMMON = "交易时间,公众账号ID,商户号,特约商户号,设备号,微信订单号,商户订单号,用户标识,交易类型,交易状态,付款银行,货币种类"
@@ -105,11 +107,41 @@ class _Layout:
 _LAYOUTS = {name: _Layout.of(name) for name in HEADERS}
 
 
-def _cached(cache: dict[str, int], text: str, places: int) -> int:
-    value = to_units(text, places)
-    if len(cache) < 100_000:
-        cache[text] = value
-    return value
+class _Units(dict):
+    """text → integer units, each distinct string converted once (amounts repeat a lot in a big bill);
+    a hit is one C-level dict lookup. Bounded: past 100,000 distinct strings it converts without keeping."""
+
+    def __init__(self, places: int):
+        super().__init__({"": 0, "0." + "0" * places: 0})
+        self.places = places
+
+    def __missing__(self, text: str) -> int:
+        value = to_units(text, self.places)
+        if len(self) < 100_000:
+            self[text] = value
+        return value
+
+
+class _Rates(dict):
+    """rate text ("0.60%") → {amount_cent: expected fee in e-5 yuan}; an unreadable rate expects nothing."""
+
+    class _Fees(dict):
+        def __init__(self, rate_e6: int | None):
+            super().__init__()
+            self.rate_e6 = rate_e6
+
+        def __missing__(self, amount: int) -> int | None:
+            value = None if self.rate_e6 is None else _fee(amount, self.rate_e6)
+            if len(self) < 100_000:
+                self[amount] = value
+            return value
+
+    def __missing__(self, rate: str) -> _Rates._Fees:
+        fees = self[rate] = _Rates._Fees(rate_units(rate))
+        return fees
+
+    def units(self, rate: str) -> int | None:
+        return self[rate].rate_e6
 
 
 def _fee(amount_cent: int, rate_e6: int) -> int:
@@ -131,26 +163,117 @@ class WeChatBillParser:
         self._sum_columns: list[str] = []
         self._done = False
 
-    def items(self, *, light: bool = False) -> Iterator[BillItem]:
-        """Stream the rows. `light` (scan's pass): totals only, no BillItem built, nothing yielded."""
+    def items(self) -> Iterator[BillItem]:
+        """Stream the rows as BillItems (what `tally bill parse` prints)."""
+        return self._rows(None)
+
+    def index(self) -> BillIndex:
+        """One pass to the end: the totals (the guards' input, `self.totals`) and a compact per-row index
+        for matching (`BillIndex`); no BillItem is built. `item_at(line)` re-reads one row in full."""
+        index = BillIndex()
+        for _ in self._rows(index):
+            pass
+        return index
+
+    def scan(self) -> BillTotals:
+        """Parse to the end; returns the totals (the guards' input)."""
+        self.index()
+        return self.totals
+
+    def item_at(self, raw: bytes) -> BillItem:
+        """One detail line (bytes, as in the file) → its BillItem, by the same rules as `items()`."""
+        if self.layout is None:
+            raise BillParseError("item_at before the header was read")
+        line = raw.decode("utf-8").rstrip("\r\n")
+        v = line[1:].split(",`")
+        lay = self.layout
+        try:
+            return self._item(lay, v, to_units(v[lay.i_settle], 2),
+                              to_units(v[lay.i_refund_amount], 2) if lay.i_refund_amount is not None else 0,
+                              to_units(v[lay.i_fee], 5), rate_units(v[lay.i_rate]))
+        except ValueError as exc:
+            raise BillParseError(str(exc)) from None
+
+    def _rows(self, index: BillIndex | None) -> Iterator[BillItem]:
         layout: _Layout | None = None
         summary_header: list[str] | None = None
         summary_seen = False
+        rows_open = False  # between the header and the summary header: backtick lines are detail rows
         totals = self.totals
-        # hot loop (a million rows): amounts repeat a lot, so each distinct string is converted once
-        c2: dict[str, int] = {"0.00": 0, "": 0}
-        c5: dict[str, int] = {"0.00000": 0, "": 0}
-        rates: dict[str, int | None] = {}
+        # the hot loop (a million rows): amount strings repeat a lot, so each distinct one is converted once
+        c2 = _Units(2)
+        c5 = _Units(5)
+        rates = _Rates()
         pick: Any = None
         sums: list[int] = []
+        rows = payments = refunds = payment_cent = refund_cent = fee_e5 = 0
+        pos = 0
+        # the layout's column positions as locals, set when the header is read (rows_open is False until then)
+        lay: Any = None
+        n_cols = i_state = i_tx = i_fee = i_rate = i_settle = k_settle = 0
+        i_refund_no: int | None = None
+        i_refund_status: int | None = None
+        i_refund_amount: int | None = None
+        k_refund: int | None = None
+        has_refunds = refund_only = False
+        check_fees = self.check_fees
+        if index is not None:
+            keys, amounts, flags, where = index.keys, index.amounts, index.flags, index.where
         for number, raw in enumerate(self._lines, 1):
+            start = pos
+            pos += len(raw)
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
                 raise BillParseError(f"not UTF-8: {exc.reason} at byte {exc.start}", number) from None
+            line = line.rstrip("\r\n")
+            if rows_open and line[:1] == "`":
+                v = line[1:].split(",`")
+                if len(v) != n_cols:
+                    raise BillParseError(f"{len(v)} values for {n_cols} columns", number)
+                try:
+                    nums = [c2[t] for t in pick(v)]
+                    sums = list(map(add, sums, nums))
+                    fee = c5[v[i_fee]]
+                    if refund_only or (has_refunds and v[i_state] == "REFUND"):
+                        assert i_refund_no is not None and k_refund is not None
+                        amount = nums[k_refund]
+                        ref = v[i_refund_no]
+                        if not ref or ref == "0":
+                            raise ValueError("refund row without 商户退款单号")
+                        refunds += 1
+                        refund_cent += amount
+                        if index is not None:
+                            keys.append(PREFIX + ref)
+                            exp = rates[v[i_rate]][amount] if check_fees else None
+                            flags.append(BillIndex.REFUND | (BillIndex.SUCCESS if (v[i_refund_status] or "SUCCESS")
+                                                             == "SUCCESS" else 0)
+                                         | (BillIndex.FEE_OK if exp is None or -exp == fee else 0))
+                    else:
+                        amount = nums[k_settle]
+                        tx = v[i_tx]
+                        if not tx:
+                            raise ValueError("payment row without 微信订单号")
+                        payments += 1
+                        payment_cent += amount
+                        if index is not None:
+                            keys.append(PREFIX + tx)
+                            exp = rates[v[i_rate]][amount] if check_fees else None
+                            flags.append((BillIndex.SUCCESS if v[i_state] == "SUCCESS" else 0)
+                                         | (BillIndex.FEE_OK if exp is None or exp == fee else 0))
+                except ValueError as exc:
+                    raise BillParseError(str(exc), number) from None
+                rows += 1
+                fee_e5 += fee
+                if index is not None:
+                    amounts.append(amount)
+                    where.append(start)
+                    continue
+                yield self._item(lay, v, nums[k_settle], nums[k_refund] if k_refund is not None else 0, fee,
+                                 rates.units(v[i_rate]))
+                continue
             if number == 1 and line.startswith(BOM):
                 line = line[1:]
-            line = line.rstrip("\r\n")
             if not line.strip():
                 continue
             if layout is None:
@@ -161,79 +284,45 @@ class WeChatBillParser:
                 sums = [0] * len(self._sum_columns)
                 lay = layout
                 n_cols = len(layout.columns)
-                k_settle = self._sum_columns.index(layout.columns[lay.i_settle])
-                k_refund = (self._sum_columns.index("退款金额") if lay.i_refund_amount is not None else None)
+                i_state, i_tx, i_fee, i_rate, i_settle = lay.i_state, lay.i_tx, lay.i_fee, lay.i_rate, lay.i_settle
+                i_refund_no, i_refund_status, i_refund_amount = lay.i_refund_no, lay.i_refund_status, \
+                    lay.i_refund_amount
+                k_settle = self._sum_columns.index(layout.columns[i_settle])
+                k_refund = self._sum_columns.index("退款金额") if i_refund_amount is not None else None
+                has_refunds, refund_only = i_refund_no is not None, lay.refund_only
+                rows_open = True
                 continue
             if summary_seen:
                 raise BillParseError("text after the summary line", number)
-            if line[0] == "`" and summary_header is None:
-                v = line[1:].split(",`")
-                if len(v) != n_cols:
-                    raise BillParseError(f"{len(v)} values for {n_cols} columns", number)
-                try:
-                    nums = [c2[t] if t in c2 else _cached(c2, t, 2) for t in pick(v)]
-                    sums = list(map(add, sums, nums))
-                    f = v[lay.i_fee]
-                    fee = c5[f] if f in c5 else _cached(c5, f, 5)
-                    if light:  # the guards' pass: the same checks and sums, no objects
-                        refund = lay.refund_only or (lay.i_refund_no is not None and v[lay.i_state] == "REFUND")
-                        if refund:
-                            totals.refunds += 1
-                            totals.refund_cent += nums[k_refund]  # type: ignore[index]
-                            if not v[lay.i_refund_no] or v[lay.i_refund_no] == "0":  # type: ignore[index]
-                                raise ValueError("refund row without 商户退款单号")
-                        else:
-                            if not v[lay.i_tx]:
-                                raise ValueError("payment row without 微信订单号")
-                            totals.payments += 1
-                            totals.payment_cent += nums[k_settle]
-                        totals.rows += 1
-                        totals.fee_e5 += fee
-                        continue
-                    r = v[lay.i_rate]
-                    bp = rates[r] if r in rates else rates.setdefault(r, rate_units(r))
-                    if lay.refund_only or (lay.i_refund_no is not None and v[lay.i_state] == "REFUND"):
-                        assert k_refund is not None
-                        item = self._refund(lay, v, nums[k_refund], fee, bp)
-                        totals.refunds += 1
-                        totals.refund_cent += item.amount_cent
-                    else:
-                        amount = nums[k_settle]
-                        tx = v[lay.i_tx]
-                        if not tx:
-                            raise ValueError("payment row without 微信订单号")
-                        item = BillItem(f"{CHANNEL}#{tx}", PAYMENT, amount, v[lay.i_state], v[lay.i_time], tx,
-                                        v[lay.i_otn], "", fee,
-                                        _fee(amount, bp) if bp is not None and self.check_fees else None)
-                        totals.payments += 1
-                        totals.payment_cent += amount
-                except ValueError as exc:
-                    raise BillParseError(str(exc), number) from None
-                totals.rows += 1
-                totals.fee_e5 += fee
-                yield item
-                continue
             if summary_header is None:
                 if line != SUMMARY_HEADERS[layout.name]:
                     raise BillParseError(f"unexpected line (not a row, not the {layout.name} summary header): "
                                          f"{line[:60]!r}", number)
                 summary_header = line.split(",")
+                rows_open = False
                 continue
             if line[0] != "`":
                 raise BillParseError(f"summary values must start with a backtick: {line[:60]!r}", number)
+            totals.rows, totals.payments, totals.refunds = rows, payments, refunds
+            totals.payment_cent, totals.refund_cent, totals.fee_e5 = payment_cent, refund_cent, fee_e5
             self._sums = dict(zip(self._sum_columns, sums, strict=True))
-            self._sums[FEE_COLUMN] = totals.fee_e5
+            self._sums[FEE_COLUMN] = fee_e5
             self._summary(summary_header, line[1:].split(",`"), number)
             summary_seen = True
         if layout is None:
             raise BillParseError("empty file: no header line")
+        totals.rows, totals.payments, totals.refunds = rows, payments, refunds
+        totals.payment_cent, totals.refund_cent, totals.fee_e5 = payment_cent, refund_cent, fee_e5
         self._done = True
 
-    def scan(self) -> BillTotals:
-        """Parse to the end without keeping anything; returns the totals (the guards' input)."""
-        for _ in self.items(light=True):
-            pass
-        return self.totals
+    def _item(self, lay: _Layout, v: list[str], settle: int, refund: int, fee: int, bp: int | None) -> BillItem:
+        if lay.refund_only or (lay.i_refund_no is not None and v[lay.i_state] == "REFUND"):
+            return self._refund(lay, v, refund, fee, bp)
+        tx = v[lay.i_tx]
+        if not tx:
+            raise ValueError("payment row without 微信订单号")
+        return BillItem(PREFIX + tx, PAYMENT, settle, v[lay.i_state], v[lay.i_time], tx, v[lay.i_otn], "", fee,
+                        _fee(settle, bp) if bp is not None and self.check_fees else None)
 
     # ------------------------------------------------------------------ pieces
 
@@ -258,7 +347,7 @@ class WeChatBillParser:
         if not refund_no or refund_no == "0":
             raise ValueError("refund row without 商户退款单号")
         expected = -_fee(amount, bp) if bp is not None and self.check_fees else None
-        return BillItem(f"{CHANNEL}#{refund_no}", REFUND, amount, v[lay.i_refund_status] or "SUCCESS",
+        return BillItem(PREFIX + refund_no, REFUND, amount, v[lay.i_refund_status] or "SUCCESS",
                         v[lay.i_time], v[lay.i_tx], v[lay.i_otn], refund_no, fee, expected)
 
     def _summary(self, header: list[str], values: list[str], number: int) -> None:

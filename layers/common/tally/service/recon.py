@@ -7,6 +7,9 @@ Every way a run can end leaves a recon_runs row a person can read, and every end
     DIFFS     differences written to recon_diff (R36)        ReconDiffOpened (alarm) for each new one
     QUIET     no bill and no ledger entries, or a zero bill  ReconQuietDay
     RETRY     STATEMENT_CREATING: the next tick retries      ReconStatementNotReady (last tick: BLOCKED)
+
+Every finished run (MATCHED, DIFFS, QUIET, BLOCKED) also counts ReconRunCompleted, a heartbeat: no finished run
+for 30 hours is an alarm (ReconNotRunAlarm), so "recon never ran" is never silent.
     BLOCKED   a guard refused the bill, the file is not a    ReconBlocked (alarm) [+ ReconParseFailed /
               bill, or no bill while we booked money          ReconDownloadFailed (alarms)]
 """
@@ -33,6 +36,7 @@ from tally.domain.recon import (
     RESOLVED,
     REVERSAL,
     VOLUME_DROP,
+    BillIndex,
     BillParseError,
     Diff,
     Matcher,
@@ -105,7 +109,7 @@ class ReconService:
             return run if "finished_at" in run else self._finish(run)
         try:
             opened = OpenedBill(channel, data, name)
-            totals = opened.parser().scan()  # pass 1: totals only, nothing matched yet
+            totals, index = opened.index()  # the one parse: totals + a compact row index; nothing matched yet
         except BillParseError as exc:
             count(M.RECON_PARSE_FAILED)
             return self._blocked(run, "PARSE_FAILED", f"not a bill we can read: {exc}")
@@ -120,7 +124,7 @@ class ReconService:
             run["confirmed_by"] = confirmation.get("confirmed_by")
         if verdict.blocked:
             return self._blocked(run, verdict.code, verdict.reason)
-        return self._match(run, opened)
+        return self._match(run, opened, index)
 
     def from_s3_event(self, key: str) -> dict[str, Any] | None:
         """A bill a person dropped under bills/{channel}/{mchid}/{bill_date}/…; our own downloads are skipped."""
@@ -193,18 +197,15 @@ class ReconService:
 
     # ------------------------------------------------------------ matching and diffs
 
-    def _match(self, run: dict[str, Any], opened: OpenedBill) -> dict[str, Any]:
+    def _match(self, run: dict[str, Any], opened: OpenedBill, index: BillIndex) -> dict[str, Any]:
+        """Only after the guards passed: the day's ledger is read and the index matched against it."""
         channel, mchid, bill_date = run["channel"], run["mchid"], run["bill_date"]
         local = fold_ledger(self.ledger.day(channel, mchid, bill_date))
         run["ledger_entries"] = len(local)
         matcher = Matcher(local, self.ledger.entry)
-        parser = opened.parser()
-        items = parser.items()
+        diffs = list(matcher.match_index(index, opened.item_at))  # the diffs only (few)
         if self.progress is not None:
-            items = _progress(items, self.progress)
-        diffs = list(matcher.match(items))  # the diffs only (few); the bill streams through
-        if parser.totals.as_dict() != run["totals"]:
-            raise BillParseError("the two passes over the bill disagree")  # same file, same code: never expected
+            self.progress(len(index))
         seen = set()
         new = 0
         for diff in diffs:
@@ -227,7 +228,6 @@ class ReconService:
         else:
             count(M.RECON_MATCHED)
             run.update(status=MATCHED, reason=f"{stats.matched} entries agree with the bill")
-        run["report_key"] = self._report(run)
         return self._finish(run)
 
     def _recover(self, channel: str, mchid: str, diff: Diff) -> str | None:
@@ -338,7 +338,11 @@ class ReconService:
 
     def _finish(self, run: dict[str, Any]) -> dict[str, Any]:
         run["finished_at"] = iso_now(self.clock())
+        if run.get("status") in FINISHED:  # a finance person reads every finished day, blocked and quiet too
+            run["report_key"] = self._report(run)
         self.store.put_run(run)
+        if run.get("status") in FINISHED:  # the heartbeat: its absence for a day is ReconNotRunAlarm
+            count(M.RECON_RUN_COMPLETED)
         logger.info("recon run finished", extra={k: run.get(k) for k in ("pk", "pass", "status", "reason")})
         return run
 
@@ -347,9 +351,10 @@ class ReconService:
         out = io.StringIO()
         w = csv.writer(out)
         totals = run.get("totals", {})
-        w.writerow(["channel", "mchid", "bill_date", "run", "status", "bill rows", "payments", "payment total",
-                    "refunds", "refund total", "ledger entries", "matched"])
-        w.writerow([run["channel"], run["mchid"], run["bill_date"], run["run_id"], run["status"], totals.get("rows"),
+        w.writerow(["channel", "mchid", "bill_date", "run", "status", "reason", "bill rows", "payments",
+                    "payment total", "refunds", "refund total", "ledger entries", "matched"])
+        w.writerow([run["channel"], run["mchid"], run["bill_date"], run["run_id"], run["status"], run.get("reason"),
+                    totals.get("rows"),
                     totals.get("payments"), format_cents(totals.get("payment_cent", 0)), totals.get("refunds"),
                     format_cents(totals.get("refund_cent", 0)), run.get("ledger_entries"),
                     run.get("stats", {}).get("matched")])
@@ -374,12 +379,3 @@ def _sha1(data: bytes) -> str:
 
     return sha1_hex(data)
 
-
-def _progress(items: Any, report: Callable[[int], None], every: int = 50_000) -> Any:
-    n = 0
-    for item in items:
-        n += 1
-        if n % every == 0:
-            report(n)
-        yield item
-    report(n)

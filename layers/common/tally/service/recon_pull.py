@@ -3,17 +3,19 @@
 A payment the channel's bill has and our ledger does not is queried at the channel with the merchant's own
 credentials, and a paid answer becomes a raw row (source="recon") that goes through the same enqueue →
 worker → one-transaction path as a callback (same idempotency key: channel#transaction_id). The poller
-being built on another branch has the same shape; after merging, both should share one query client.
+has the same shape (Alipay: alipay.trade.query by trade_no, booking receipt_amount).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
+from tally.channels import alipay as ali
 from tally.channels import wechatpay_v3 as wx
 from tally.domain.notifications import Outcome
 from tally.observability import M, count, logger
@@ -37,8 +39,10 @@ class QueryAndApply:
         self.clock = clock
 
     def recover(self, channel: str, mchid: str, transaction_id: str) -> str:
+        if channel == ali.CHANNEL:
+            return self._recover_alipay(mchid, transaction_id)
         if channel != wx.CHANNEL:
-            return f"{UNSUPPORTED}: no query client for {channel} on this branch"
+            return f"{UNSUPPORTED}: no query client for {channel}"
         try:
             client = self.merchants.client(self.merchants.wechatpay(mchid))
             path = (f"/v3/pay/transactions/id/{urllib.parse.quote(transaction_id, safe='')}"
@@ -52,7 +56,27 @@ class QueryAndApply:
             return f"{QUERY_FAILED}: {exc}"
         if wx.outcome_of(notice.trade_state) is not Outcome.PAID or notice.transaction_id != transaction_id:
             return f"{NOT_PAID}: channel says {notice.trade_state}"
-        row = raw_row(notice, self.clock(), body=json.dumps(resource, ensure_ascii=False).encode(), headers=None)
+        return self._apply(notice, json.dumps(resource, ensure_ascii=False).encode())
+
+    def _recover_alipay(self, app_id: str, trade_no: str) -> str:
+        """alipay.trade.query by trade_no with the merchant's own app; a paid answer books receipt_amount (R13)."""
+        try:
+            merchant = self.merchants.alipay(app_id)
+            answer = self.merchants.alipay_client(merchant).trade_query(trade_no=trade_no)
+            notice = dataclasses.replace(ali.to_payment_notice(
+                {**answer, "app_id": merchant.sp_mchid or app_id, "auth_app_id": app_id}), source="recon")
+        except (ali.ChannelError, ali.ParseError, LookupError) as exc:
+            count(M.RECON_RECOVER_FAILED)
+            logger.error("recon: query of a channel-only payment failed",
+                         extra={"mchid": app_id, "transaction_id": trade_no, "error": str(exc)})
+            return f"{QUERY_FAILED}: {exc}"
+        if ali.outcome_of(notice.trade_state) is not Outcome.PAID or notice.transaction_id != trade_no:
+            return f"{NOT_PAID}: channel says {notice.trade_state}"
+        return self._apply(notice, json.dumps(answer, ensure_ascii=False).encode())
+
+    def _apply(self, notice: Any, body: bytes) -> str:
+        """The raw row (source="recon") and the enqueue: the same worker path as a callback."""
+        row = raw_row(notice, self.clock(), body=body, headers=None)
         existing = self.raw.put_new(row)
         if existing is not None and existing.get("handled") in (1, 2):
             return f"{ALREADY_HANDLED}: raw row handled={existing.get('handled')}"

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import json
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -17,7 +16,7 @@ from typing import Any
 from tally.channels import bills_alipay as ali
 from tally.channels import wechatpay_v3 as wx
 from tally.channels.bills_wechatpay import WeChatBillParser
-from tally.domain.recon import BillItem, BillParseError, BillTotals
+from tally.domain.recon import BillIndex, BillItem, BillParseError, BillTotals
 
 OK, NO_STATEMENT, NOT_READY = "OK", "NO_STATEMENT", "NOT_READY"
 
@@ -81,37 +80,33 @@ def gunzip(raw: bytes) -> bytes:
 
 
 class AlipayBillSource:
-    """Alipay trade bills. Credentials: the secret `<prefix>alipay/<app_id>` with app_private_key and
-    alipay_public_key (PEM). The merchant directory for Alipay is being built on another branch."""
+    """Alipay trade bills with the merchant's own app (public-key, certificate or partner mode, from the merchant
+    directory): alipay.data.dataservice.bill.downloadurl.query (RSA2-signed, the answer verified) → the zip."""
 
     channel = ali.CHANNEL
 
-    def __init__(self, secrets: Any, secret_prefix: str, gateway: str, *, timeout_s: float = 10.0):
-        self.secrets = secrets
-        self.secret_prefix = secret_prefix
-        self.gateway = gateway
-        self.timeout_s = timeout_s
+    def __init__(self, merchants: Any, *, download_timeout_s: float = 30.0):
+        self.merchants = merchants
+        self.download_timeout_s = download_timeout_s
 
-    def client(self, app_id: str) -> ali.AlipayBillClient:
-        from cryptography.hazmat.primitives import serialization
+    def fetch(self, app_id: str, bill_date: str) -> Fetched:
+        from tally.channels import alipay as api
+        from tally.service.merchants import UnknownMerchant
 
         try:
-            secret = json.loads(self.secrets.get_secret_value(
-                SecretId=f"{self.secret_prefix}alipay/{app_id}")["SecretString"])
-        except Exception as exc:  # noqa: BLE001 - any failure reading credentials is a download failure
-            raise DownloadFailed(f"no Alipay credentials for {app_id}: {type(exc).__name__}") from None
-        return ali.AlipayBillClient(
-            self.gateway, app_id,
-            serialization.load_pem_private_key(secret["app_private_key"].encode(), password=None),
-            serialization.load_pem_public_key(secret["alipay_public_key"].encode()), timeout_s=self.timeout_s)
-
-    def fetch(self, mchid: str, bill_date: str) -> Fetched:
-        client = self.client(mchid)
+            client = self.merchants.alipay_client(self.merchants.alipay(app_id))
+            answer = client.call(ali.METHOD, {"bill_type": "trade", "bill_date": bill_date})
+        except UnknownMerchant as exc:
+            raise DownloadFailed(f"no Alipay merchant {app_id}: {exc}", code="NO_MERCHANT") from None
+        except api.ChannelError as exc:
+            if exc.sub_code in ali.NO_STATEMENT_SUB_CODES:
+                return Fetched(NO_STATEMENT, note=str(exc))
+            raise DownloadFailed(f"bill.downloadurl.query: {exc}", retryable=exc.retryable) from None
+        url = str(answer.get("bill_download_url") or "")
+        if not url:
+            raise DownloadFailed("bill.downloadurl.query answered 10000 without bill_download_url")
         try:
-            url = client.download_url(bill_date)
-            if url is None:
-                return Fetched(NO_STATEMENT, note="isp.bill_not_exist")
-            data = client.download(url)
+            data = ali.download(url, self.merchants.alipay_gateway, timeout_s=self.download_timeout_s)
         except ali.AlipayError as exc:
             raise DownloadFailed(f"alipay bill: {exc}", retryable=exc.retryable) from None
         return Fetched(OK, data, "trade.csv.zip", sha1_hex(data))
@@ -121,7 +116,9 @@ class AlipayBillSource:
 
 
 class OpenedBill:
-    """A parser factory over one file: each `parser()` is a fresh pass (guards first, then matching)."""
+    """One bill file, opened. `index()` is the run's single parse pass (totals for the guards + a compact
+    index for matching); `item_at(where)` re-reads one row in full; `parser()` is a fresh pass of BillItems
+    (what `tally bill parse` prints)."""
 
     def __init__(self, channel: str, data: bytes, name: str = ""):
         self.channel = channel
@@ -144,6 +141,17 @@ class OpenedBill:
             return WeChatBillParser(lines, check_fees=check_fees)
         return _AlipayWithSummary(ali.AlipayBillParser(lines), self._summary_row)
 
+    def index(self) -> tuple[BillTotals, BillIndex]:
+        """The one parse pass of a run: totals (with every summary check) and the per-row index."""
+        self._indexed = parser = self.parser()
+        index = parser.index()
+        return parser.totals, index
+
+    def item_at(self, where: int) -> BillItem:
+        """The full BillItem of the row starting at byte `where` (after `index()`)."""
+        end = self._data.find(b"\n", where)
+        return self._indexed.item_at(self._data[where:end + 1 if end >= 0 else len(self._data)])
+
 
 class _AlipayWithSummary:
     """The detail parser plus the 汇总 file's counts as extra summary checks."""
@@ -162,3 +170,12 @@ class _AlipayWithSummary:
         for _ in self.items():
             pass
         return self.totals
+
+    def index(self) -> BillIndex:
+        index = self._parser.index()
+        if self._summary is not None:
+            self.totals.checks += ali.summary_checks(self.totals, self._summary)
+        return index
+
+    def item_at(self, raw: bytes) -> BillItem:
+        return self._parser.item_at(raw)
