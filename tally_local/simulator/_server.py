@@ -71,7 +71,7 @@ class _Handler(BaseHTTPRequestHandler):
             status, headers, out = self.server.sim.alipay.handle_gateway(parts.query, body,
                                                                          self.headers.get("Content-Type", ""))
             self._send(status, out, headers)
-        elif path.startswith("/pay/") and method == "POST":  # WeChat Pay v2 (simulator/wechatpay_v2.py)
+        elif path.startswith(("/pay/", "/secapi/pay/")) and method == "POST":  # WeChat Pay v2 (wechatpay_v2.py)
             status, headers, out = self.server.sim.wechatpay_v2.handle(path, body)
             self._send(status, out, headers)
         else:

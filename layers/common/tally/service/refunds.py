@@ -34,6 +34,7 @@ from tally.domain.refunds import (
     RefundNotice,
     RefundStatus,
     Verdict,
+    check_cumulative,
     check_reserve,
     mismatches,
     transit,
@@ -238,6 +239,8 @@ class RefundService:
             logger.error("refund report for an unknown refund_no", extra={"refund_raw_key": raw_key})
             return Applied.MANUAL
         problems = mismatches(notice, refund)
+        if notice.cumulative_cent is not None and not problems:
+            problems = self._cumulative_problems(notice.cumulative_cent, refund)
         raw_ref = (raw_key, status)
         if problems:
             return self._event(notice.refund_no, RefundEvent.MISMATCH, raw=raw_ref, raw_handled=2,
@@ -249,6 +252,13 @@ class RefundService:
         return self._event(notice.refund_no, notice.event, raw=raw_ref, refund_id=notice.refund_id,
                            success_time=notice.success_time, source=notice.source,
                            reason=f"channel says {notice.status}")
+
+    def _cumulative_problems(self, cumulative_cent: int, refund: dict[str, Any]) -> list[str]:
+        """Alipay reports the trade's cumulative refunded total: checked against the order's books."""
+        order = self.orders.get(refund["mchid"], refund["out_trade_no"]) or {}
+        held_on_task = int(refund["amount_cent"]) if refund.get("hold") == HOLD_TASK else 0
+        return check_cumulative(cumulative_cent, int(refund["amount_cent"]), int(order.get("paid_cent") or 0),
+                                int(order.get("refundable_cent") or 0), held_on_task)
 
     def _event(self, refund_no: str, event: RefundEvent, *, raw: tuple[str, str] | None = None, raw_handled: int = 1,
                refund_id: str | None = None, success_time: str | None = None, reason: str = "",
