@@ -433,8 +433,8 @@ class RefundService:
         if row is None:
             raise NotFound(f"no refund {refund_no}")
         view = public_refund(row)
-        view["reports"] = [{k: r.get(k) for k in ("sk", "source", "refund_id", "refund_cent", "handled", "outcome",
-                                                  "notified_at")}
+        view["reports"] = [{k: r.get(k) for k in ("sk", "source", "refund_id", "refund_cent", "cumulative_cent",
+                                                  "handled", "outcome", "notified_at")}
                            for r in self.raw.for_refund(f"{row['channel']}#{refund_no}")]
         return view
 
