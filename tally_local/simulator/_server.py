@@ -80,7 +80,7 @@ class _Handler(BaseHTTPRequestHandler):
                            {"Content-Type": "text/html"})
             else:
                 self._send(200, data, {"Content-Type": "application/zip" if data[:2] == b"PK" else "text/html"})
-        elif path.startswith("/pay/") and method == "POST":  # WeChat Pay v2 (simulator/wechatpay_v2.py)
+        elif path.startswith(("/pay/", "/secapi/pay/")) and method == "POST":  # WeChat Pay v2 (wechatpay_v2.py)
             status, headers, out = self.server.sim.wechatpay_v2.handle(path, body)
             self._send(status, out, headers)
         else:

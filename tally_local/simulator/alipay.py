@@ -11,7 +11,8 @@ Keys (generated per simulator instance):
       ``rotate_alipay_cert()`` issues a new Alipay certificate (new key, new SN); the old stays valid.
 
 Gateway methods: ``alipay.trade.precreate`` (→ qr_code), ``alipay.trade.query`` (ACQ.TRADE_NOT_EXIST until
-paid or closed), ``alipay.trade.close``. Requests are verified (RSA2 over all params but ``sign``; cert mode
+paid or closed), ``alipay.trade.close``, ``alipay.trade.refund`` and ``alipay.trade.fastpay.refund.query``
+(with refund notifications: alipay_refunds.py). Requests are verified (RSA2 over all params but ``sign``; cert mode
 also app_cert_sn / alipay_root_cert_sn); answers are ``{"<method>_response": {...}, "sign": ...}`` signed over
 the exact value text, with ``alipay_cert_sn`` in cert mode. ``app_auth_token`` (from ``authorize``) makes the
 ISV app act for a sub-merchant: the notification then carries ``app_id`` = ISV, ``auth_app_id`` = merchant.
@@ -39,6 +40,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.x509.oid import NameOID
 
 from . import _crypto as c
+from .alipay_refunds import AlipayRefundDesk
 
 if TYPE_CHECKING:
     from .core import ChannelSimulator
@@ -118,10 +120,11 @@ class _AlipayCert:
         return sn(self.cert)
 
 
-class AlipaySimulator:
+class AlipaySimulator(AlipayRefundDesk):
     def __init__(self, owner: ChannelSimulator):
         self.owner = owner
         self._lock = threading.RLock()
+        self._init_refunds()  # alipay.trade.refund / fastpay.refund.query (alipay_refunds.py)
         self._cond = threading.Condition(self._lock)
         self.merchants: dict[str, AppMerchant] = {}
         self.orders: dict[tuple[str, str], dict[str, Any]] = {}
@@ -310,6 +313,10 @@ class AlipaySimulator:
             return self.close(owner, biz)
         if method == "alipay.data.dataservice.bill.downloadurl.query":
             return self.bills.downloadurl_query(owner, biz)
+        if method == "alipay.trade.refund":
+            return self.trade_refund(owner, biz)
+        if method == "alipay.trade.fastpay.refund.query":
+            return self.refund_query(owner, biz)
         raise AlipayError("40004", "Business Failed", "isv.invalid-method", "不存在的方法名")
 
     def precreate(self, isv: str, owner: str, biz: dict[str, Any], notify_url: str) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """WeChat Pay API v2 look-alike (channel-spec.md §4): XML signed with the API key, ``/pay/...`` APIs.
 
-Independent of ``tally.*``. ``/pay/unifiedorder`` (NATIVE → code_url) and ``/pay/orderquery`` verify the
+Independent of ``tally.*``. ``/pay/unifiedorder`` (NATIVE → code_url), ``/pay/orderquery`` and the refund
+APIs ``/secapi/pay/refund`` + ``/pay/refundquery`` (wechatpay_v2_refunds.py) verify the
 request's MD5/HMAC-SHA256 sign and answer signed XML. ``pay(mch_id, out_trade_no)`` delivers the XML
 payment notification to the order's notify_url, retried on the §1.9 schedule × ``time_scale`` until the
 answer's ``return_code`` is SUCCESS. Partner mode: orders for a ``sub_mch_id`` are signed with the service
@@ -25,6 +26,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from . import _crypto as c
 from .alipay import _post
+from .wechatpay_v2_refunds import V2RefundDesk
 
 if TYPE_CHECKING:
     from .core import ChannelSimulator
@@ -57,7 +59,7 @@ class V2Merchant:
     sign_type: str = "MD5"
 
 
-class WeChatPayV2Simulator:
+class WeChatPayV2Simulator(V2RefundDesk):
     def __init__(self, owner: ChannelSimulator):
         self.owner = owner
         self._lock = threading.RLock()
@@ -67,6 +69,7 @@ class WeChatPayV2Simulator:
         self.deliveries: list[dict[str, Any]] = []
         self.requests: list[dict[str, Any]] = []  # /pay API calls seen
         self.faults: list[dict[str, Any]] = []
+        self._init_refunds()  # /secapi/pay/refund, /pay/refundquery (wechatpay_v2_refunds.py)
 
     def register_merchant(self, mch_id: str, api_key: str, appid: str = "wxd930ea5d5a258f4f",
                           sign_type: str = "MD5") -> dict[str, str]:
@@ -100,6 +103,7 @@ class WeChatPayV2Simulator:
         if not hmac.compare_digest(v2_sign(req, merchant.api_key, sign_type), req.get("sign", "")):
             return 200, {"Content-Type": "text/xml"}, xml_of({"return_code": "FAIL", "return_msg": "签名错误"})
         owner = req.get("sub_mch_id") or merchant.mch_id
+        hang = 0.0
         fault = self._take_fault(path)
         if fault is not None and fault["kind"] == "error":
             answer = {"result_code": "FAIL", "err_code": fault["code"], "err_code_des": "模拟故障"}
@@ -111,6 +115,10 @@ class WeChatPayV2Simulator:
             answer = self._orderquery(owner, req)
         elif path == "/pay/closeorder":
             answer = self._closeorder(owner, req)
+        elif path == "/secapi/pay/refund":
+            answer, hang = self._refund(owner, req)
+        elif path == "/pay/refundquery":
+            answer = self._refundquery(owner, req)
         else:
             return 404, {"Content-Type": "text/xml"}, xml_of({"return_code": "FAIL", "return_msg": "not emulated"})
         answer = {"return_code": "SUCCESS", "return_msg": "OK", "appid": merchant.appid, "mch_id": merchant.mch_id,
@@ -123,6 +131,8 @@ class WeChatPayV2Simulator:
         with self._lock:
             self.requests.append({"path": path, "mch_id": merchant.mch_id, "out_trade_no": req.get("out_trade_no"),
                                   "sign_type": sign_type, "fault": fault["kind"] if fault else None})
+        if hang:
+            time.sleep(hang)  # the refund is made; the caller gives up before the answer
         return 200, {"Content-Type": "text/xml"}, xml_of(answer)
 
     def _closeorder(self, owner: str, req: dict[str, str]) -> dict[str, str]:

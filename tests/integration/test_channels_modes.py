@@ -125,7 +125,9 @@ def test_alipay_order_with_prepay_calls_precreate_through_the_providers_app(h, s
     assert sim.alipay.orders[("2021000000000201", "QR-0201-001")]["app_id"] == isv
 
 
-def test_alipay_refund_notification_is_parked_never_applied_as_a_payment(h, sim):
+def test_R29_R30_alipay_refund_notification_is_stored_in_refund_raw_never_applied_as_a_payment(h, sim):
+    """A refund notification (refund_fee, gmt_refund, out_biz_no: §5.3) goes to refund_raw keyed
+    (alipay#out_biz_no, REFUND_SUCCESS), its refund_fee kept as the cumulative total; never a payment."""
     ali = Alipay(h)
     mid = ali.setup()
     otn = ali.order(mid, 1000)
@@ -135,10 +137,12 @@ def test_alipay_refund_notification_is_parked_never_applied_as_a_payment(h, sim)
     refund = sim.alipay.refund_params(mid, otn, tx, 1000, 300, "RF-0001")
     for _ in range(2):
         assert ack_kind("alipay", ali.notify(mid, sim.alipay.build_notification(refund), {})) == "success"
-    (event,) = [e for e in h.scan("NOTIFY_EVENT_TABLE") if e["kind"] == "alipay_refund"]
-    assert event["out_biz_no"] == "RF-0001" and event["refund_fee"] == "3.00" and "expires_at" not in event
+    (row,) = h.scan("REFUND_RAW_TABLE")
+    assert (row["pk"], row["sk"], row["cumulative_cent"]) == ("alipay#RF-0001", "REFUND_SUCCESS", 300)
+    assert "refund_cent" not in row and row["transaction_id"] == tx
+    assert not [e for e in h.scan("NOTIFY_EVENT_TABLE") if "refund" in str(e.get("kind"))]
     assert len(h.scan("NOTIFY_RAW_TABLE")) == 1 and len(h.scan("LEDGER_TABLE")) == 1
-    assert h.metric("RefundNotifyParked") == 2
+    assert h.metric("RefundNotifyAccepted") == 1 and h.metric("RefundNotifyDuplicate") == 1
 
 
 def test_R29_R30_wechatpay_v2_refund_req_info_is_decrypted_and_stored_in_refund_raw(h, sim):

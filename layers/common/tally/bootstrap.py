@@ -175,16 +175,32 @@ def refund_inbox() -> Any:
 
 
 def refund_channels() -> dict[str, Any]:
-    """One refund client entry per channel: `channel -> (mchid -> RefundChannel)`. Others plug in here."""
+    """One refund client entry per channel: `channel -> (mchid -> RefundChannel)` (docs/refunds.md)."""
+    from tally.channels.alipay_refunds import AlipayRefunds
+    from tally.channels.wechatpay_v2_refunds import WeChatPayV2Client, WeChatV2Refunds
     from tally.channels.wechatpay_v3_refunds import WeChatRefunds
+    from tally.service.merchants import UnknownMerchant
 
     directory = merchants()
+    s = settings()
 
     def wechatpay(mchid: str) -> Any:
-        merchant = directory.wechatpay(mchid)
+        # v2 and v3 share channel "wechatpay" (one transaction and refund-number space): v3 when the merchant
+        # has v3 credentials, else its v2 API key (docs/refunds.md). UnknownMerchant is a LookupError.
+        try:
+            merchant = directory.wechatpay(mchid)
+        except UnknownMerchant:
+            v2 = directory.wechatpay_v2(mchid)
+            client = WeChatPayV2Client(s.wechatpay_api_base, mchid=mchid, api_key=v2.api_key,
+                                       appid=str(v2.row.get("appid") or ""), timeout_s=s.http_timeout_s)
+            return WeChatV2Refunds(client, v2.notify_url, clock=_clock)
         return WeChatRefunds(directory.client(merchant), merchant.notify_url)
 
-    return {"wechatpay": wechatpay}
+    def alipay(app_id: str) -> Any:
+        merchant = directory.alipay(app_id)
+        return AlipayRefunds(directory.alipay_client(merchant), mchid=app_id, sp_mchid=merchant.sp_mchid)
+
+    return {"wechatpay": wechatpay, "alipay": alipay}
 
 
 @cache

@@ -24,7 +24,6 @@ class M:
     CERT_REFRESHED = "PlatformCertRefreshed"
     CERT_EXPIRING = "PlatformCertExpiring"  # a channel/app certificate expires within 7 days (alarmed)
     CERT_REFRESH_FAILED = "PlatformCertRefreshFailed"  # the scheduled certificate download failed (alarmed)
-    REFUND_NOTIFY_PARKED = "RefundNotifyParked"  # refund callback kept in notify_event until refund_raw exists
     # apply
     APPLY_BOOKED = "ApplyBooked"
     APPLY_DUPLICATE = "ApplyDuplicate"
@@ -94,7 +93,7 @@ class M:
 # Metrics an alarm must watch: a failure nobody watches is a silent path.
 ALARMED = frozenset(
     {M.NOTIFY_REJECTED, M.NOTIFY_QUARANTINED, M.ENQUEUE_FAILED, M.APPLY_MANUAL, M.APPLY_FAILED, M.OUTBOX_FAILED,
-     M.CERT_EXPIRING, M.CERT_REFRESH_FAILED, M.REFUND_NOTIFY_PARKED}
+     M.CERT_EXPIRING, M.CERT_REFRESH_FAILED}
 ) | frozenset({M.REFUND_FAILED, M.REFUND_MANUAL, M.REFUND_TASK_MANUAL})
 ALARMED = ALARMED | {M.POLL_MANUAL, M.POLL_FAILED, M.POLL_QUERY_FAILED, M.PENDING_STALE, M.MANUAL_AGED}  # pull
 ALARMED = ALARMED | {M.RECON_BLOCKED, M.RECON_PARSE_FAILED, M.RECON_DOWNLOAD_FAILED, M.RECON_DIFF_OPENED,

@@ -66,11 +66,13 @@ class ParseError(Exception):
 class ChannelError(Exception):
     """A gateway call failed. `retryable` says whether the same call may succeed later."""
 
-    def __init__(self, message: str, *, code: str = "", sub_code: str = "", retryable: bool = False):
+    def __init__(self, message: str, *, code: str = "", sub_code: str = "", retryable: bool = False,
+                 unsigned: bool = False):
         super().__init__(message)
         self.code = code
         self.sub_code = sub_code
         self.retryable = retryable
+        self.unsigned = unsigned  # an error answer without a signature: not proof of anything (§6.1)
 
 
 class TradeNotExist(ChannelError):
@@ -450,7 +452,8 @@ class AlipayClient:
         if not sign:
             answer = json.loads(content)
             raise ChannelError(f"{method}: unsigned {node} {answer.get('code')} {answer.get('sub_code', '')}".strip(),
-                               code=str(answer.get("code", "")), sub_code=str(answer.get("sub_code", "")))
+                               code=str(answer.get("code", "")), sub_code=str(answer.get("sub_code", "")),
+                               unsigned=True)
         hint = top.get("alipay_cert_sn") if self.creds.keys.by_sn else None
         candidates = self.creds.keys.candidates(hint)
         if not any(rsa2_verify(key, content.encode("utf-8"), sign) for _, key in candidates):

@@ -189,10 +189,13 @@ class RefundNotice:
     sp_mchid: str | None
     out_trade_no: str
     transaction_id: str
-    refund_cent: int
+    refund_cent: int | None  # this refund's amount; None when the channel reports only a cumulative total
     total_cent: int
     success_time: str | None
     source: str = "notify"
+    # Alipay's refund notification reports `refund_fee` = everything refunded on the trade so far (§5.1):
+    # checked against the order's refunds by check_cumulative, never against this refund alone.
+    cumulative_cent: int | None = None
 
     @property
     def raw_key(self) -> str:
@@ -206,6 +209,25 @@ def mismatches(notice: RefundNotice, refund: dict[str, object]) -> list[str]:
         found.append(f"merchant {notice.mchid} != refund's {refund.get('mchid')}")
     if notice.out_trade_no != refund.get("out_trade_no"):
         found.append(f"out_trade_no {notice.out_trade_no} != refund's {refund.get('out_trade_no')}")
-    if notice.refund_cent != refund.get("amount_cent"):
+    if notice.refund_cent is not None and notice.refund_cent != refund.get("amount_cent"):
         found.append(f"refund amount {notice.refund_cent} != ours {refund.get('amount_cent')} (cents)")
+    if notice.refund_cent is None and notice.cumulative_cent is None:
+        found.append("the report carries no refund amount at all")
     return found
+
+
+def check_cumulative(cumulative_cent: int, refund_amount_cent: int, order_paid_cent: int,
+                     order_refundable_cent: int, extra_held_cent: int = 0) -> list[str]:
+    """A cumulative refunded total (Alipay `refund_fee`) against our books for the order (R27, R29).
+
+    Notifications of several refunds of one trade may arrive in any order, so the channel's total when
+    this refund succeeded lies between this refund's own amount and everything we have booked or still
+    hold for the order (paid − refundable = refunded + in flight, this refund included). Outside those
+    bounds the channel refunded money we do not know of (by hand?) or another amount: a person.
+    `extra_held_cent`: a refund held on a refund task, which the order's refundable does not count."""
+    upper = order_paid_cent - order_refundable_cent + extra_held_cent
+    if cumulative_cent < refund_amount_cent:
+        return [f"channel's cumulative refunded {cumulative_cent} < this refund's {refund_amount_cent} (cents)"]
+    if cumulative_cent > upper:
+        return [f"channel's cumulative refunded {cumulative_cent} > ours booked + in flight {upper} (cents)"]
+    return []

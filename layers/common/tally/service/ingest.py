@@ -175,13 +175,21 @@ class IngestService:
         logger.error("notification quarantined", extra={"mchid": mchid, "reason": reason, "event_id": event_id})
         return acks.success("quarantined")
 
-    def _park_refund(self, event_id: str, kind: str, mchid: str, request: HttpRequest, **fields: Any
-                     ) -> None:
-        """A refund notification: never a payment. Kept (no expiry) for the refunds subsystem, alarmed."""
-        self.events.put(event_id, kind, self.clock(), mchid=mchid, body=request.body.decode("utf-8", "replace"),
-                        expires_at=None, **fields)
-        count(M.REFUND_NOTIFY_PARKED)
-        logger.warning("refund notification parked", extra={"event_id": event_id, "kind": kind})
+    def _store_alipay_refund(self, params: dict[str, str], app_id: str, request: HttpRequest,
+                             event_id: str) -> HttpResponse:
+        """An Alipay refund notification joins refund_raw keyed (alipay#out_biz_no, REFUND_SUCCESS): out_biz_no is
+        our out_request_no = refund_no (R30); its cumulative refund_fee is checked when applied."""
+        from tally.channels import alipay_refunds as alr
+
+        try:
+            notice = alr.refund_notice(params)
+        except ali.ParseError as exc:
+            return self._quarantine(request, app_id, f"unusable refund: {exc}", event_id, ALIPAY_ACKS)
+        if self.refund_inbox is None:
+            return self._quarantine(request, app_id, "refund notification but no refund inbox", event_id, ALIPAY_ACKS)
+        ok = self.refund_inbox.accept(notice, body=request.body.decode("utf-8", "replace"), headers={},
+                                      envelope_id=event_id)
+        return ALIPAY_ACKS.success() if ok else ALIPAY_ACKS.failure(500, "enqueue failed, retry", "enqueue_failed")
 
     def _store_v2_refund(self, refund: dict[str, str], mchid: str, request: HttpRequest) -> HttpResponse:
         """A v2 refund notification joins the v3 ones in refund_raw (same channel and refund numbers, R29)."""
@@ -218,13 +226,8 @@ class IngestService:
         if params.get("app_id") != app_id:
             return self._quarantine(request, app_id, f"notification app_id {params.get('app_id')!r} != URL {app_id}",
                                     event_id, ALIPAY_ACKS)
-        if ali.is_refund(params):
-            self._park_refund(f"alipay_refund#{params.get('trade_no', '')}#{params.get('out_biz_no', '')}"
-                              f"#{params.get('gmt_refund', '')}", "alipay_refund", app_id, request,
-                              channel=ali.CHANNEL, trade_no=params.get("trade_no"),
-                              out_trade_no=params.get("out_trade_no"), out_biz_no=params.get("out_biz_no"),
-                              refund_fee=params.get("refund_fee"), trade_status=params.get("trade_status"))
-            return ALIPAY_ACKS.success()
+        if ali.is_refund(params):  # a refund report, never a payment (§5.3, R29)
+            return self._store_alipay_refund(params, app_id, request, event_id)
         try:
             notice = ali.to_payment_notice(params)
         except ali.ParseError as exc:

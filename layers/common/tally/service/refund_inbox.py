@@ -24,6 +24,7 @@ def raw_row(notice: RefundNotice, now_s: float, *, body: str | None = None, head
         "refund_id": notice.refund_id, "refund_status": notice.status, "mchid": notice.mchid,
         "sp_mchid": notice.sp_mchid, "out_trade_no": notice.out_trade_no, "transaction_id": notice.transaction_id,
         "refund_cent": notice.refund_cent, "total_cent": notice.total_cent, "success_time": notice.success_time,
+        "cumulative_cent": notice.cumulative_cent,
         "source": notice.source, "envelope_id": envelope_id or None, "body": body, "headers": headers or None,
         "handled": 0, "attempts": 0, "notified_at": now,
     }
@@ -34,9 +35,14 @@ def notice_from_raw(row: dict[str, Any], event_of: Callable[[str, str], Any]) ->
         channel=row["channel"], refund_no=row["refund_no"], refund_id=row["refund_id"], status=row["refund_status"],
         event=event_of(row["channel"], row["refund_status"]), mchid=row["mchid"], sp_mchid=row.get("sp_mchid"),
         out_trade_no=row["out_trade_no"], transaction_id=row.get("transaction_id") or "",
-        refund_cent=int(row["refund_cent"]), total_cent=int(row["total_cent"]), success_time=row.get("success_time"),
-        source=row.get("source", "notify"),
+        refund_cent=_int_or_none(row.get("refund_cent")), total_cent=int(row["total_cent"]),
+        success_time=row.get("success_time"), source=row.get("source", "notify"),
+        cumulative_cent=_int_or_none(row.get("cumulative_cent")),
     )
+
+
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 class RefundInbox:

@@ -34,6 +34,7 @@ from tally.domain.refunds import (
     RefundNotice,
     RefundStatus,
     Verdict,
+    check_cumulative,
     check_reserve,
     mismatches,
     transit,
@@ -240,6 +241,8 @@ class RefundService:
             logger.error("refund report for an unknown refund_no", extra={"refund_raw_key": raw_key})
             return Applied.MANUAL
         problems = mismatches(notice, refund)
+        if notice.cumulative_cent is not None and not problems:
+            problems = self._cumulative_problems(notice.cumulative_cent, refund)
         raw_ref = (raw_key, status)
         if problems:
             return self._event(notice.refund_no, RefundEvent.MISMATCH, raw=raw_ref, raw_handled=2,
@@ -251,6 +254,13 @@ class RefundService:
         return self._event(notice.refund_no, notice.event, raw=raw_ref, refund_id=notice.refund_id,
                            success_time=notice.success_time, source=notice.source,
                            reason=f"channel says {notice.status}")
+
+    def _cumulative_problems(self, cumulative_cent: int, refund: dict[str, Any]) -> list[str]:
+        """Alipay reports the trade's cumulative refunded total: checked against the order's books."""
+        order = self.orders.get(refund["mchid"], refund["out_trade_no"]) or {}
+        held_on_task = int(refund["amount_cent"]) if refund.get("hold") == HOLD_TASK else 0
+        return check_cumulative(cumulative_cent, int(refund["amount_cent"]), int(order.get("paid_cent") or 0),
+                                int(order.get("refundable_cent") or 0), held_on_task)
 
     def _event(self, refund_no: str, event: RefundEvent, **how: Any) -> Applied:
         return self._transition(refund_no, event, **how)[0]
@@ -432,8 +442,8 @@ class RefundService:
         if row is None:
             raise NotFound(f"no refund {refund_no}")
         view = public_refund(row)
-        view["reports"] = [{k: r.get(k) for k in ("sk", "source", "refund_id", "refund_cent", "handled", "outcome",
-                                                  "notified_at")}
+        view["reports"] = [{k: r.get(k) for k in ("sk", "source", "refund_id", "refund_cent", "cumulative_cent",
+                                                  "handled", "outcome", "notified_at")}
                            for r in self.raw.for_refund(f"{row['channel']}#{refund_no}")]
         return view
 

@@ -1,0 +1,227 @@
+"""WeChat Pay v2 refunds on the simulator: ``POST /secapi/pay/refund``, ``POST /pay/refundquery`` and refund
+notifications with ``req_info`` (channel-spec §4), mixed into ``WeChatPayV2Simulator``.
+
+The simulator speaks plain HTTP: the production ``/secapi/`` mutual TLS (merchant API client certificate) is
+not emulated. Requests are verified with the API key (MD5 / HMAC-SHA256), answers signed the same way.
+
+Behaviour per refund (``sim.wechatpay_v2.set_refund_behaviour``), as the v3 refund simulator:
+    outcome      ``success`` | ``closed`` | ``abnormal`` | ``hold`` (undecided until ``settle_refund``)
+    delay_s      channel seconds from acceptance to the outcome, × ``time_scale``
+    after_accept ``None`` | ``timeout``: the refund is made, the answer held ``hang_s`` wall-clock seconds
+    reject       an err_code: the request is refused (result_code FAIL), nothing is refunded
+    drop         no notification; ``duplicates``: concurrent copies of each notification
+``count=N`` applies the behaviour to the next N new refunds, else it becomes the default.
+
+Rules: the same out_refund_no with the same amounts answers the same refund; other amounts →
+REFUND_FEE_MISMATCH; refunds (not closed) beyond the paid amount → ERROR "退款金额超过订单可退金额"; an
+unknown / unpaid order → ORDERNOTEXIST; ``total_fee`` must equal the order's. Outcomes are notified
+(retried on the §1.9 schedule × time_scale) to the request's notify_url (else the order's) with
+``req_info`` = AES-256-ECB(md5(API key)) of ``<root>`` (refund_status SUCCESS / REFUNDCLOSE / CHANGE).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+from typing import Any
+
+from . import _crypto as c
+
+OUTCOMES = {"success": "SUCCESS", "closed": "REFUNDCLOSE", "abnormal": "CHANGE"}
+BEHAVIOUR_KEYS = ("outcome", "delay_s", "after_accept", "hang_s", "reject", "drop", "duplicates")
+
+
+class V2RefundDesk:
+    """State lives on the WeChatPayV2Simulator, under its lock."""
+
+    def _init_refunds(self) -> None:
+        self.refunds: dict[str, dict[str, Any]] = {}  # out_refund_no → refund
+        self._refund_default: dict[str, Any] = {"outcome": "success", "delay_s": 60.0, "after_accept": None,
+                                                "hang_s": 1.0, "reject": None, "drop": False, "duplicates": 1}
+        self._refund_plans: list[dict[str, Any]] = []
+        self.refund_deliveries: list[dict[str, Any]] = []
+
+    def set_refund_behaviour(self, count: int | None = None, **options: Any) -> dict[str, Any]:
+        unknown = set(options) - set(BEHAVIOUR_KEYS)
+        if unknown:
+            raise ValueError(f"unknown refund behaviour {sorted(unknown)}")
+        if "outcome" in options and options["outcome"] not in (*OUTCOMES, "hold"):
+            raise ValueError("outcome must be success, closed, abnormal or hold")
+        with self._lock:
+            if count is None:
+                self._refund_default.update(options)
+                return dict(self._refund_default)
+            plan = {**self._refund_default, **options}
+            self._refund_plans.extend(dict(plan) for _ in range(int(count)))
+            return plan
+
+    def reset_refund_behaviour(self) -> None:
+        with self._lock:
+            self._refund_plans.clear()
+            self._refund_default.update(outcome="success", delay_s=60.0, after_accept=None, hang_s=1.0,
+                                        reject=None, drop=False, duplicates=1)
+
+    def paid_order(self, mch_id: str, out_trade_no: str, total_fee: int, *, notify_url: str = "") -> str:
+        """An order paid at WeChat (e.g. a JSAPI payment the merchant made elsewhere): known to the refund API,
+        no notification sent. Returns its transaction_id."""
+        with self._lock:
+            order = self.orders.setdefault((mch_id, out_trade_no), {
+                "mch_id": mch_id, "sub_mch_id": "", "owner": mch_id, "out_trade_no": out_trade_no,
+                "total_fee": int(total_fee), "notify_url": notify_url, "code_url": "", "trade_state": "NOTPAY",
+                "transaction_id": None})
+            if not order["transaction_id"]:
+                order.update(transaction_id="42000" + self.owner._digits(23), trade_state="SUCCESS",
+                             cash_fee=order["total_fee"])
+            return order["transaction_id"]
+
+    # ------------------------------------------------------------------ /secapi/pay/refund
+    def _refund(self, owner: str, req: dict[str, str]) -> tuple[dict[str, str], float]:
+        """(answer fields, seconds to hold the answer)."""
+        no, total, fee = req.get("out_refund_no", ""), req.get("total_fee", ""), req.get("refund_fee", "")
+        if not no or len(no) > 64 or not total.isdigit() or not fee.isdigit() or int(fee) <= 0:
+            return _fail("PARAM_ERROR", "参数错误"), 0.0
+        with self._lock:
+            order = self._order_of(owner, req)
+            if order is None or not order.get("transaction_id"):
+                return _fail("ORDERNOTEXIST", "订单不存在"), 0.0
+            existing = self.refunds.get(no)
+            if existing is not None:
+                if (existing["owner"], existing["transaction_id"], existing["refund_fee"]) != \
+                        (owner, order["transaction_id"], int(fee)):
+                    return _fail("REFUND_FEE_MISMATCH", "订单金额或退款金额与之前请求不一致，请核实后再试"), 0.0
+                return self._refund_fields(existing), 0.0  # the same number refunds once
+            if int(total) != order["total_fee"]:
+                return _fail("PARAM_ERROR", "订单金额与原订单不一致"), 0.0
+            plan = self._refund_plans.pop(0) if self._refund_plans else dict(self._refund_default)
+            if plan.get("reject"):
+                return _fail(str(plan["reject"]), "模拟拒绝退款"), 0.0
+            taken = sum(r["refund_fee"] for r in self.refunds.values()
+                        if r["transaction_id"] == order["transaction_id"] and r["status"] != "REFUNDCLOSE")
+            if taken + int(fee) > order.get("cash_fee", order["total_fee"]):
+                return _fail("ERROR", "退款金额超过订单可退金额"), 0.0
+            refund = {"owner": owner, "mch_id": req["mch_id"], "out_refund_no": no,
+                      "refund_id": "50000" + self.owner._digits(24), "transaction_id": order["transaction_id"],
+                      "out_trade_no": order["out_trade_no"], "total_fee": order["total_fee"], "refund_fee": int(fee),
+                      "status": "PROCESSING", "success_time": None, "plan": plan,
+                      "notify_url": req.get("notify_url") or order["notify_url"]}
+            self.refunds[no] = refund
+        if plan["outcome"] != "hold":
+            threading.Thread(target=self._settle_later, args=(no, plan), daemon=True, name=f"v2-refund-{no[:8]}").start()
+        hang = float(plan["hang_s"]) if plan.get("after_accept") == "timeout" else 0.0
+        return self._refund_fields(refund), hang
+
+    def _order_of(self, owner: str, req: dict[str, str]) -> dict[str, Any] | None:
+        if req.get("transaction_id"):
+            return next((o for o in self.orders.values()
+                         if o["owner"] == owner and o.get("transaction_id") == req["transaction_id"]), None)
+        return self.orders.get((owner, req.get("out_trade_no", "")))
+
+    @staticmethod
+    def _refund_fields(refund: dict[str, Any]) -> dict[str, str]:
+        return {"result_code": "SUCCESS", "transaction_id": refund["transaction_id"],
+                "out_trade_no": refund["out_trade_no"], "out_refund_no": refund["out_refund_no"],
+                "refund_id": refund["refund_id"], "refund_fee": str(refund["refund_fee"]),
+                "total_fee": str(refund["total_fee"]), "cash_fee": str(refund["total_fee"])}
+
+    # ------------------------------------------------------------------ /pay/refundquery
+    def _refundquery(self, owner: str, req: dict[str, str]) -> dict[str, str]:
+        with self._lock:
+            refund = self.refunds.get(req.get("out_refund_no", ""))
+            if refund is None or refund["owner"] != owner:
+                return _fail("REFUNDNOTEXIST", "退款订单查询失败")
+            out = {"result_code": "SUCCESS", "transaction_id": refund["transaction_id"],
+                   "out_trade_no": refund["out_trade_no"], "total_fee": str(refund["total_fee"]),
+                   "cash_fee": str(refund["total_fee"]), "refund_count": "1",
+                   "out_refund_no_0": refund["out_refund_no"], "refund_id_0": refund["refund_id"],
+                   "refund_fee_0": str(refund["refund_fee"]), "refund_status_0": refund["status"],
+                   "refund_channel_0": "ORIGINAL"}
+            if refund["success_time"]:
+                out["refund_success_time_0"] = refund["success_time"]
+            return out
+
+    # ------------------------------------------------------------------ outcomes and notifications
+    def _settle_later(self, no: str, plan: dict[str, Any]) -> None:
+        if self.owner._stopping.wait(float(plan["delay_s"]) * self.owner.time_scale):
+            return
+        self.settle_refund(no, plan["outcome"])
+
+    def settle_refund(self, out_refund_no: str, outcome: str, *, notify: bool | None = None) -> str:
+        """Decide a refund (success | closed | abnormal) and notify unless the plan drops it. CHANGE (abnormal)
+        may later be settled again."""
+        status = OUTCOMES[outcome]
+        with self._lock:
+            refund = self.refunds[out_refund_no]
+            if refund["status"] in ("SUCCESS", "REFUNDCLOSE"):
+                return refund["status"]
+            refund["status"] = status
+            if status == "SUCCESS":
+                refund["success_time"] = dt.datetime.now(c.CST).strftime("%Y-%m-%d %H:%M:%S")
+            plan = refund["plan"]
+        if (notify if notify is not None else not plan.get("drop")) and refund["notify_url"]:
+            body = self.refund_notification_of(out_refund_no)
+            for copy in range(max(1, int(plan.get("duplicates") or 1))):
+                threading.Thread(target=self._deliver_refund, args=(refund["notify_url"], body, out_refund_no, copy),
+                                 daemon=True).start()
+        return status
+
+    def refund_notification_of(self, out_refund_no: str) -> bytes:
+        """The refund callback (req_info encrypted with the merchant's API key) of a decided refund."""
+        with self._lock:
+            r = self.refunds[out_refund_no]
+            if r["status"] == "PROCESSING":
+                raise ValueError(f"refund {out_refund_no} is still PROCESSING")
+            fields = {"transaction_id": r["transaction_id"], "out_trade_no": r["out_trade_no"],
+                      "refund_id": r["refund_id"], "out_refund_no": r["out_refund_no"], "total_fee": str(r["total_fee"]),
+                      "settlement_total_fee": str(r["total_fee"]), "refund_fee": str(r["refund_fee"]),
+                      "settlement_refund_fee": str(r["refund_fee"]), "refund_status": r["status"],
+                      "refund_recv_accout": "支付用户零钱", "refund_account": "REFUND_SOURCE_RECHARGE_FUNDS",
+                      "refund_request_source": "API"}
+            if r["success_time"]:
+                fields["success_time"] = r["success_time"]
+            mch_id = r["mch_id"]
+        return self.refund_notification(mch_id, fields)
+
+    def _deliver_refund(self, url: str, body: bytes, out_refund_no: str, copy: int) -> None:
+        import xml.etree.ElementTree as ET
+
+        from .alipay import _post
+        from .core import RETRY_SCHEDULE_S
+        from .wechatpay_v2 import fields_of
+
+        stopping = self.owner._stopping
+        for attempt in range(1, len(RETRY_SCHEDULE_S) + 2):
+            if attempt > 1 and stopping.wait(RETRY_SCHEDULE_S[attempt - 2] * self.owner.time_scale):
+                return
+            if stopping.is_set():
+                return
+            status, answer = _post(url, body, "text/xml", self.owner.notify_timeout)
+            try:
+                ok = fields_of(answer).get("return_code") == "SUCCESS"
+            except (ET.ParseError, ValueError):
+                ok = False
+            with self._cond:
+                self.refund_deliveries.append({"out_refund_no": out_refund_no, "copy": copy, "attempt": attempt,
+                                               "status": status, "acknowledged": ok})
+                self._cond.notify_all()
+            if ok:
+                return
+
+    def wait_refund_delivered(self, out_refund_no: str, timeout: float = 10.0, count: int = 1) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                done = [d for d in self.refund_deliveries if d["out_refund_no"] == out_refund_no and d["acknowledged"]]
+                if len(done) >= count:
+                    return done
+                if deadline - time.monotonic() <= 0:
+                    raise TimeoutError(f"{out_refund_no}: {self.refund_deliveries}")
+                self._cond.wait(deadline - time.monotonic())
+
+    def refund_list(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [{k: v for k, v in r.items() if k != "plan"} for r in self.refunds.values()]
+
+
+def _fail(code: str, text: str) -> dict[str, str]:
+    return {"result_code": "FAIL", "err_code": code, "err_code_des": text}
