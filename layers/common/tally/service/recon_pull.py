@@ -46,7 +46,7 @@ class QueryAndApply:
             resource = client.request("GET", path, None)
             notice = wx.to_payment_notice(resource, source="recon")
         except (wx.ChannelError, wx.DecryptError, LookupError) as exc:
-            count(M.RECON_RECOVER_FAILED)
+            count(M.RECON_RECOVER_FAILED, channel=channel, merchant=mchid)
             logger.error("recon: query of a channel-only payment failed",
                          extra={"mchid": mchid, "transaction_id": transaction_id, "error": str(exc)})
             return f"{QUERY_FAILED}: {exc}"
@@ -57,6 +57,6 @@ class QueryAndApply:
         if existing is not None and existing.get("handled") in (1, 2):
             return f"{ALREADY_HANDLED}: raw row handled={existing.get('handled')}"
         self.queue.send(row["pk"])
-        count(M.RECON_RECOVER_QUEUED)
+        count(M.RECON_RECOVER_QUEUED, channel=channel, merchant=mchid)
         logger.info("recon: channel-only payment queued for apply", extra={"raw_key": row["pk"]})
         return QUEUED
