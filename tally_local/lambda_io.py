@@ -1,5 +1,5 @@
 """What Lambda's surroundings produce and consume locally: API Gateway payload-2.0 events in, and the
-Powertools EMF metric lines out. One builder and one reader for the stack, the demo and the tests."""
+Powertools EMF metric lines out. One builder and the EMF readers for the stack, the demo and the tests."""
 
 from __future__ import annotations
 
