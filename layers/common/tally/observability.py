@@ -59,8 +59,8 @@ class _DimensionedProvider(AmazonCloudWatchEMFProvider):
         super().clear_metrics()
 
 
-metrics = Metrics(namespace=NAMESPACE, service=SERVICE,
-                  provider=_DimensionedProvider(namespace=NAMESPACE, service=SERVICE))
+_provider = _DimensionedProvider(namespace=NAMESPACE, service=SERVICE)
+metrics = Metrics(namespace=NAMESPACE, service=SERVICE, provider=_provider)
 
 
 class M:
@@ -182,8 +182,8 @@ def count(name: str, value: int = 1, *, channel: str | None = None, merchant: st
     if channel is None and merchant is None:
         metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
         return
-    metrics.provider.add_cell_metric(name, value, channel_value(channel),
-                                     merchant_value(merchant) if _listed and merchant is not None else None)
+    _provider.add_cell_metric(name, value, channel_value(channel),
+                              merchant_value(merchant) if _listed and merchant is not None else None)
 
 
 configure_merchants()
