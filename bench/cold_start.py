@@ -16,6 +16,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 ENV = {
     "NOTIFY_RAW_TABLE": "t", "NOTIFY_EVENT_TABLE": "t", "ORDERS_TABLE": "t", "TRANSITIONS_TABLE": "t",
     "LEDGER_TABLE": "t", "REFUND_TASKS_TABLE": "t", "MERCHANTS_TABLE": "t",
+    "REFUNDS_TABLE": "t", "REFUND_RAW_TABLE": "t",  # required by Settings since the refunds subsystem
     "APPLY_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/1/q", "AWS_DEFAULT_REGION": "us-east-1",
     "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x",
 }

@@ -1,5 +1,5 @@
 """What Lambda's surroundings produce and consume locally: API Gateway payload-2.0 events in, and the
-Powertools EMF metric lines out. One builder and one reader for the stack, the demo and the tests."""
+Powertools EMF metric lines out. One builder and the EMF readers for the stack, the demo and the tests."""
 
 from __future__ import annotations
 
@@ -40,3 +40,17 @@ def emf_metrics(text: str) -> Iterator[tuple[str, int | float]]:
                 for metric in directive["Metrics"]:
                     value = blob[metric["Name"]]
                     yield metric["Name"], sum(value) if isinstance(value, list) else value
+
+
+def emf_series(text: str) -> Iterator[tuple[str, int | float, dict[str, str]]]:
+    """(name, value, dimensions) for every series CloudWatch would update from the EMF lines of `text`:
+    one per metric and dimension set of a blob (a blob with 3 dimension sets updates 3 series)."""
+    for line in text.splitlines():
+        if line.startswith("{") and '"_aws"' in line:
+            blob = json.loads(line)
+            for directive in blob["_aws"]["CloudWatchMetrics"]:
+                for names in directive["Dimensions"]:
+                    dims = {name: blob[name] for name in names}
+                    for metric in directive["Metrics"]:
+                        value = blob[metric["Name"]]
+                        yield metric["Name"], sum(value) if isinstance(value, list) else value, dims

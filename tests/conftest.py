@@ -18,7 +18,7 @@ sys.path.insert(0, str(ROOT))
 
 from tally import bootstrap  # noqa: E402
 
-from tally_local.lambda_io import emf_metrics, http_event  # noqa: E402
+from tally_local.lambda_io import emf_metrics, emf_series, http_event  # noqa: E402
 from tally_local.resources import (  # noqa: E402
     LambdaContext,
     create_from_template,
@@ -72,6 +72,7 @@ class Harness:
         self.ddb = boto3.client("dynamodb")
         self.sqs = boto3.client("sqs")
         self.metric_log: list[dict] = []
+        self.series_log: list[tuple] = []  # (name, value, dimensions): what CloudWatch would store
 
     # ---- set-up
     def add_merchant(self, verify_mode="public_key", mchid=None):
@@ -158,8 +159,15 @@ class Harness:
 
     # ---- observations
     def _collect_metrics(self):
-        for name, value in emf_metrics(self.capsys.readouterr().out):
+        out = self.capsys.readouterr().out
+        for name, value in emf_metrics(out):
             self.metric_log.append({"name": name, "value": value})
+        self.series_log.extend(emf_series(out))
+
+    def series(self, name, **dimensions):
+        """`name` summed over the one CloudWatch series with exactly service=tally plus `dimensions`."""
+        want = {"service": "tally", **dimensions}
+        return sum(value for n, value, dims in self.series_log if n == name and dims == want)
 
     def metric(self, name):
         return sum(m["value"] for m in self.metric_log if m["name"] == name)

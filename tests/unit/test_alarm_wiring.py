@@ -58,3 +58,70 @@ def test_runbook_has_a_section_for_every_alarm():
     for lid, resource in resources.items():
         if resource["Type"] == "AWS::CloudWatch::Alarm":
             assert f"## {lid}\n" in runbook, f"docs/runbook.md has no section for {lid}"
+
+
+def _dashboard_widgets():
+    import json
+
+    resources = load_template(ROOT / "template.yaml")["Resources"]
+    body = resources["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"]
+    return json.loads(body.replace("${AWS::Region}", "r").replace("${ApplyDLQ.QueueName}", "q")
+                      .replace("${OutboxDLQ.QueueName}", "q"))["widgets"]
+
+
+def _emitted_series(capsys):
+    """Count every alarmed metric three ways (with a listed merchant, with junk, without dimensions) and
+    return what CloudWatch would store: (name, value, dimensions) per dimension set of every blob."""
+    from tally import observability as obs
+    from tally.observability import count, metrics
+
+    from tally_local.lambda_io import emf_series
+
+    before = obs._listed
+    metrics.clear_metrics()
+    capsys.readouterr()
+    try:
+        obs.configure_merchants(["1900000001"])
+        for name in tally_alarms():
+            count(name, channel="alipay", merchant="1900000001")
+            count(name, channel="not-a-channel", merchant="not-listed")
+            count(name)
+        metrics.flush_metrics()
+        return list(emf_series(capsys.readouterr().out))
+    finally:
+        obs.configure_merchants(sorted(before))
+
+
+EMITTED_DIMENSION_SETS = {frozenset({"service"}), frozenset({"service", "channel"}),
+                          frozenset({"service", "channel", "merchant"})}
+
+
+def test_R38_alarms_watch_a_dimension_set_the_code_emits_and_see_dimensioned_counts(capsys):
+    """An alarm matches one series exactly (name + all its dimensions). Counts made with channel/merchant
+    must still reach the service-only series the alarms watch, in full."""
+    series = _emitted_series(capsys)
+    assert {frozenset(dims) for _, _, dims in series} == EMITTED_DIMENSION_SETS
+    for name, props in tally_alarms().items():
+        watched = {d["Name"]: d["Value"] for d in props.get("Dimensions", [])}
+        assert frozenset(watched) in EMITTED_DIMENSION_SETS, name
+        assert sum(v for n, v, dims in series if n == name and dims == watched) == 3, name
+
+
+def test_dashboard_shows_ack_outcomes_per_channel_on_series_the_code_emits():
+    from tally.observability import CHANNELS, OTHER
+
+    lines = [m for w in _dashboard_widgets() for m in w["properties"]["metrics"] if m[0] == "Tally"]
+    per_channel = set()
+    for line in lines:
+        pairs = line[2:-1] if isinstance(line[-1], dict) else line[2:]  # a trailing {"label": …} is no dimension
+        dims = dict(zip(pairs[::2], pairs[1::2], strict=True))
+        assert frozenset(dims) in EMITTED_DIMENSION_SETS, line
+        assert dims["service"] == "tally", line
+        if "channel" in dims:
+            assert dims["channel"] in (*CHANNELS, OTHER), line
+            per_channel.add((line[1], dims["channel"]))
+    for outcome in ("NotifyAccepted", "NotifyDuplicate", "NotifyRejected", "NotifyQuarantined"):
+        assert {(outcome, c) for c in (*CHANNELS, OTHER)} <= per_channel, outcome
+    searches = [m[0]["expression"] for w in _dashboard_widgets() for m in w["properties"]["metrics"]
+                if isinstance(m[0], dict) and "SEARCH(" in m[0].get("expression", "")]
+    assert searches and all("{Tally,channel,merchant,service}" in s for s in searches)

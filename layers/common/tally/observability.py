@@ -1,15 +1,66 @@
 """Logger and metrics singletons, and every metric name the product emits (one place).
 
 Alarms in template.yaml may only watch names listed here; a test checks both directions.
+`count()` is the one way the product emits a metric. With `channel=`/`merchant=` the count also lands in
+per-channel (and, for allow-listed merchants, per-merchant) series, from a bounded set of values fixed by
+configuration, never by traffic (docs/metrics.md).
 """
 
 from __future__ import annotations
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import AmazonCloudWatchEMFProvider
+
+from tally.settings import metric_merchants
 
 logger = Logger(service="tally")
-metrics = Metrics(namespace="Tally", service="tally")
+
+NAMESPACE = "Tally"
+SERVICE = "tally"
+CHANNELS = ("wechatpay", "wechatpay-v2", "alipay")  # the `channel` dimension's values, plus OTHER
+OTHER = "other"
+MAX_LISTED_MERCHANTS = 20  # a typo'd or pasted-in huge allow-list must not multiply the metric bill
+_CHANNEL_ALIASES = {"wechatpay_v2": "wechatpay-v2"}  # the v2 API's name in orders and the notify route
+
+
+class _DimensionedProvider(AmazonCloudWatchEMFProvider):
+    """Powertools' EMF provider plus one cell per (channel, merchant): a cell is a Powertools provider whose
+    blob carries the dimension sets [service], [service, channel] (and [service, channel, merchant]).
+
+    In EMF a dimension has one value per blob, so differing channels cannot share a blob; counts without
+    dimensions stay in the ordinary service-only blob. The [service] set in every cell's blob keeps the
+    service-only series (the one the alarms watch) whole. Flushed together by `@metrics.log_metrics`."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.cells: dict[tuple[str, str | None], AmazonCloudWatchEMFProvider] = {}
+
+    def add_cell_metric(self, name: str, value: float, channel: str, merchant: str | None) -> None:
+        cell = self.cells.get((channel, merchant))
+        if cell is None:
+            cell = AmazonCloudWatchEMFProvider(namespace=self.namespace, service=self.service)
+            cell.add_dimensions(service=self.service, channel=channel)
+            if merchant is not None:
+                cell.add_dimensions(service=self.service, channel=channel, merchant=merchant)
+            self.cells[(channel, merchant)] = cell
+        cell.add_metric(name=name, unit=MetricUnit.Count, value=value)
+
+    def flush_metrics(self, raise_on_empty_metrics: bool = False) -> None:
+        cells, self.cells = self.cells, {}
+        for cell in cells.values():
+            if cell.metric_set:
+                cell.flush_metrics()
+        if self.metric_set or not cells:
+            super().flush_metrics(raise_on_empty_metrics=raise_on_empty_metrics)
+
+    def clear_metrics(self) -> None:
+        self.cells.clear()
+        super().clear_metrics()
+
+
+_provider = _DimensionedProvider(namespace=NAMESPACE, service=SERVICE)
+metrics = Metrics(namespace=NAMESPACE, service=SERVICE, provider=_provider)
 
 
 class M:
@@ -101,5 +152,40 @@ ALARMED = ALARMED | {M.RECON_BLOCKED, M.RECON_PARSE_FAILED, M.RECON_DOWNLOAD_FAI
 ALARMED = ALARMED | {M.RECON_RUN_COMPLETED}  # its absence is the alarm: recon did not run
 
 
-def count(name: str, value: int = 1) -> None:
-    metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
+_listed: frozenset[str] = frozenset()
+
+
+def configure_merchants(merchants: list[str] | tuple[str, ...] | None = None) -> frozenset[str]:
+    """Set the merchant allow-list (default: TALLY_METRIC_MERCHANTS, read at import); at most
+    MAX_LISTED_MERCHANTS ids are kept, the rest counted as OTHER. Returns the list in force."""
+    global _listed
+    ids = [m.strip() for m in (metric_merchants() if merchants is None else merchants) if m and m.strip()]
+    if len(ids) > MAX_LISTED_MERCHANTS:
+        logger.warning("metric merchant allow-list too long: the rest count as 'other'",
+                       extra={"listed": len(ids), "kept": MAX_LISTED_MERCHANTS})
+    _listed = frozenset(ids[:MAX_LISTED_MERCHANTS])
+    return _listed
+
+
+def channel_value(channel: str | None) -> str:
+    """The `channel` dimension: one of CHANNELS, anything else OTHER."""
+    channel = _CHANNEL_ALIASES.get(channel or "", channel)
+    return channel if channel in CHANNELS else OTHER
+
+
+def merchant_value(merchant: str | None) -> str:
+    """The `merchant` dimension: an allow-listed merchant id, anything else OTHER."""
+    return merchant if merchant in _listed else OTHER
+
+
+def count(name: str, value: int = 1, *, channel: str | None = None, merchant: str | None = None) -> None:
+    """Count `name` under service=tally. With `channel` (and `merchant`) the same count also lands in the
+    per-channel (and per-merchant) series; the merchant series exist only while an allow-list is set."""
+    if channel is None and merchant is None:
+        metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
+        return
+    _provider.add_cell_metric(name, value, channel_value(channel),
+                              merchant_value(merchant) if _listed and merchant is not None else None)
+
+
+configure_merchants()

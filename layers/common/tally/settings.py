@@ -66,3 +66,9 @@ class Settings:
             )
         except KeyError as missing:
             raise RuntimeError(f"missing environment variable {missing}: see docs/contracts.md") from None
+
+
+def metric_merchants(env: dict[str, str] | None = None) -> tuple[str, ...]:
+    """TALLY_METRIC_MERCHANTS: comma-separated merchant ids (mchid / app_id) with their own metric dimension."""
+    raw = (os.environ if env is None else env).get("TALLY_METRIC_MERCHANTS", "")
+    return tuple(m.strip() for m in raw.split(",") if m.strip())

@@ -55,7 +55,7 @@ class ApplyService:
             result = self._try_apply(notice, event)
             if result is not None:
                 return result
-        count(M.APPLY_RETRY)
+        count(M.APPLY_RETRY, channel=notice.channel, merchant=notice.mchid)
         raise RetryLater(f"order of {raw_key} kept changing under us")
 
     def _notice(self, raw_key: str, carried: dict[str, Any] | None) -> PaymentNotice | None:
@@ -105,7 +105,7 @@ class ApplyService:
         except self.t.ddb.exceptions.TransactionCanceledException as exc:
             return self._after_cancel(notice, _failed_conditions(exc))
         if money_in:
-            count(M.APPLY_BOOKED)
+            count(M.APPLY_BOOKED, channel=notice.channel, merchant=notice.mchid)
             logger.info("payment booked", extra={"raw_key": notice.raw_key, "order": order["pk"],
                                                  "paid_cent": notice.paid_cent})
             return Applied.BOOKED
@@ -158,14 +158,14 @@ class ApplyService:
 
     def _duplicate(self, notice: PaymentNotice) -> Applied:
         self.raw.mark_handled(notice.raw_key, "DUPLICATE", iso_now(self.clock()))
-        count(M.APPLY_DUPLICATE)
+        count(M.APPLY_DUPLICATE, channel=notice.channel, merchant=notice.mchid)
         return Applied.DUPLICATE
 
     def _not_found(self, notice: PaymentNotice) -> Applied:
         attempts = self.raw.count_attempt(notice.raw_key)
         if attempts >= self.max_not_found_attempts:
             return self._to_person(notice, f"order not found after {attempts} attempts", M.APPLY_ORDER_NOT_FOUND)
-        count(M.APPLY_RETRY)
+        count(M.APPLY_RETRY, channel=notice.channel, merchant=notice.mchid)
         raise RetryLater(f"order {notice.mchid}#{notice.out_trade_no} not found (attempt {attempts})")
 
     def _illegal_money_in(self, notice: PaymentNotice, order: dict[str, Any], reason: str) -> Applied:
@@ -195,9 +195,9 @@ class ApplyService:
             if 0 in failed:
                 return Applied.ALREADY_HANDLED
             self.raw.send_to_person(notice.raw_key, f"ILLEGAL {reason} (refund task existed)", now)
-        count(M.APPLY_ILLEGAL)
-        count(M.REFUND_TASK_CREATED)
-        count(M.APPLY_MANUAL)
+        count(M.APPLY_ILLEGAL, channel=notice.channel, merchant=notice.mchid)
+        count(M.REFUND_TASK_CREATED, channel=notice.channel, merchant=notice.mchid)
+        count(M.APPLY_MANUAL, channel=notice.channel, merchant=notice.mchid)
         logger.error("money arrived on an order that cannot take it: refund task created",
                      extra={"raw_key": notice.raw_key, "order": order["pk"], "reason": reason})
         return Applied.MANUAL
@@ -205,8 +205,8 @@ class ApplyService:
     def _to_person(self, notice: PaymentNotice, reason: str, metric: str) -> Applied:
         if not self.raw.send_to_person(notice.raw_key, reason, iso_now(self.clock())):
             return Applied.ALREADY_HANDLED
-        count(metric)
-        count(M.APPLY_MANUAL)
+        count(metric, channel=notice.channel, merchant=notice.mchid)
+        count(M.APPLY_MANUAL, channel=notice.channel, merchant=notice.mchid)
         logger.error("notification sent to the manual queue", extra={"raw_key": notice.raw_key, "reason": reason})
         return Applied.MANUAL
 

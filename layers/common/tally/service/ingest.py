@@ -81,7 +81,7 @@ class IngestService:
             self._verify(merchant, request, self.clock() if received_at is None else received_at)
         except wx.SignatureError as exc:
             if exc.probe:
-                count(M.NOTIFY_PROBE)
+                count(M.NOTIFY_PROBE, channel=wx.CHANNEL, merchant=mchid)
                 return _wx_ack(*wx.ack_failure(401, "signature probe rejected"), "probe")
             return self._reject(401, exc.reason, mchid, request, keep=True)
         # Verified: from here on it is WeChat talking. Failures are certain, not retryable (R5).
@@ -119,7 +119,7 @@ class IngestService:
             self.events.put(str(envelope.get("id") or f"{notice.out_trade_no}#{notice.trade_state}"),
                             "in_between", self.clock(), channel=notice.channel, mchid=notice.mchid,
                             out_trade_no=notice.out_trade_no, trade_state=notice.trade_state)
-            count(M.NOTIFY_IN_BETWEEN)
+            count(M.NOTIFY_IN_BETWEEN, channel=acks.channel, merchant=notice.mchid)
             return acks.success("in_between")
         row = raw_row(notice, self.clock(), body=request.body, headers=request.headers,
                       envelope_id=str(envelope.get("id") or ""))
@@ -127,16 +127,17 @@ class IngestService:
             row["notify_api"] = api
         existing = self.raw.put_new(row)
         if existing is not None and existing.get("handled") in (1, 2):
-            count(M.NOTIFY_DUPLICATE)
+            count(M.NOTIFY_DUPLICATE, channel=acks.channel, merchant=notice.mchid)
             return acks.success("duplicate")  # R9: already booked or with a person
         try:
             self.queue.send(row["pk"], notice.as_message())
         except Exception as exc:  # noqa: BLE001 - any enqueue failure: the channel must retry
-            count(M.ENQUEUE_FAILED)
+            count(M.ENQUEUE_FAILED, channel=acks.channel, merchant=notice.mchid)
             logger.error("enqueue failed; answering failure so the channel retries",
                          extra={"raw_key": row["pk"], "error": str(exc)})
             return acks.failure(500, "enqueue failed, retry", "enqueue_failed")
-        count(M.NOTIFY_DUPLICATE if existing else M.NOTIFY_ACCEPTED)
+        count(M.NOTIFY_DUPLICATE if existing else M.NOTIFY_ACCEPTED, channel=acks.channel,
+              merchant=notice.mchid)
         return acks.success("duplicate" if existing else "accepted")
 
     def _store_refund(self, refund: Any, request: HttpRequest, envelope: dict[str, Any], mchid: str) -> HttpResponse:
@@ -154,7 +155,7 @@ class IngestService:
         """R4: no business state; a metric and a log line with the (untrusted) order hint. With `keep`
         (a configured merchant's callback that failed verification) the body is kept for a while, so a
         person can replay it after fixing a key (`tally manual replay`); it is never applied unverified."""
-        count(M.NOTIFY_REJECTED)
+        count(M.NOTIFY_REJECTED, channel=acks.channel, merchant=mchid)
         logger.warning("notification rejected", extra={"channel": acks.channel, "mchid": mchid[:32],
                                                        "reason": reason, "hint": _order_hint(request.body)})
         if keep:
@@ -171,7 +172,7 @@ class IngestService:
         self.events.put(event_id, "quarantined", self.clock(), manual_kind="quarantined", channel=acks.channel,
                         mchid=mchid, reason=reason, body=request.body.decode("utf-8", "replace"),
                         headers=_verify_headers(request.headers))
-        count(M.NOTIFY_QUARANTINED)
+        count(M.NOTIFY_QUARANTINED, channel=acks.channel, merchant=mchid)
         logger.error("notification quarantined", extra={"mchid": mchid, "reason": reason, "event_id": event_id})
         return acks.success("quarantined")
 

@@ -81,7 +81,7 @@ class PollService:
             try:
                 what = self.poll_one(order)
             except Exception:  # noqa: BLE001 - one order must not stop the others; counted, alarmed, still due
-                count(M.POLL_FAILED)
+                count(M.POLL_FAILED, channel=order.get("channel"), merchant=order.get("mchid"))
                 logger.exception("polling an order failed", extra={"order": order.get("pk")})
                 what = "FAILED"
             report.note(what)
@@ -100,16 +100,16 @@ class PollService:
         if expired:
             return self._expire(order, now)
         result = self.channels.query(order)
-        count(M.POLL_QUERIED)
+        count(M.POLL_QUERIED, channel=order.get("channel"), merchant=order.get("mchid"))
         return self._act(order, result, now, expired=False)
 
     def _expire(self, order: dict[str, Any], now: float) -> str:
         """R21: past its expiry the order is closed at the channel, then locally; or a person looks."""
         closing = self.channels.close(order)
         if closing.answer in (Answer.TRANSIENT, Answer.PERSON):
-            count(M.POLL_CLOSE_FAILED)
+            count(M.POLL_CLOSE_FAILED, channel=order.get("channel"), merchant=order.get("mchid"))
             if not closing.mapped:
-                count(M.POLL_UNMAPPED)
+                count(M.POLL_UNMAPPED, channel=order.get("channel"), merchant=order.get("mchid"))
             reason = f"close at the channel failed: {closing.word} {closing.detail}"
             if closing.answer is Answer.PERSON:
                 return self._to_person(order, reason, now)
@@ -117,7 +117,7 @@ class PollService:
         # Whatever the close said (closed now, already closed, paid, user paying, not found), the order is
         # changed only on what a verified query then says: direction decides, not one call's word (R24).
         result = self.channels.query(order)
-        count(M.POLL_QUERIED)
+        count(M.POLL_QUERIED, channel=order.get("channel"), merchant=order.get("mchid"))
         return self._act(order, result, now, expired=True)
 
     # ---------------------------------------------------------------- the return page
@@ -134,11 +134,11 @@ class PollService:
             return False
         try:
             result = self.channels.query(order, fast=True)
-            count(M.CONFIRM_QUERIED)
+            count(M.CONFIRM_QUERIED, channel=order.get("channel"), merchant=order.get("mchid"))
             if result.answer in (Answer.PAID, Answer.CLOSED):
                 return self._act(order, result, now, expired=False) in ("BOOKED", "CLOSED", "DUPLICATE")
         except Exception:  # noqa: BLE001 - the page still shows our books; counted and alarmed, the poller retries
-            count(M.POLL_FAILED)
+            count(M.POLL_FAILED, channel=order.get("channel"), merchant=order.get("mchid"))
             logger.exception("return-page confirmation failed", extra={"order": order.get("pk")})
         return False
 
@@ -147,27 +147,27 @@ class PollService:
     def _act(self, order: dict[str, Any], result: QueryResult, now: float, *, expired: bool) -> str:
         answer = result.answer
         if not result.mapped:
-            count(M.POLL_UNMAPPED)
+            count(M.POLL_UNMAPPED, channel=order.get("channel"), merchant=order.get("mchid"))
         if answer is Answer.PAID:
-            count(M.POLL_PAID)
+            count(M.POLL_PAID, channel=order.get("channel"), merchant=order.get("mchid"))
             return self._book(order, result, now)
         if answer is Answer.CLOSED:
             return self._close_locally(order, result, now)
         if answer is Answer.WAITING:
-            count(M.POLL_WAITING)
+            count(M.POLL_WAITING, channel=order.get("channel"), merchant=order.get("mchid"))
             if expired:  # closed a moment ago and still not closed: try again next run, bounded
                 return self._failed_call(order, result.word, f"still {result.word} after the close", now)
             self.polls.note_answer(order["pk"], result.word)
             return "WAITING"
         if answer is Answer.NOT_CREATED:
-            count(M.POLL_NOT_CREATED)
+            count(M.POLL_NOT_CREATED, channel=order.get("channel"), merchant=order.get("mchid"))
             if expired:  # "does not exist" is not "closed" (R22): past expiry a person decides
                 return self._to_person(order, f"expired and the channel answers {result.word}: "
                                               "never closed on 'does not exist' alone", now)
             self.polls.note_answer(order["pk"], result.word)
             return "NOT_CREATED"
         if answer is Answer.TRANSIENT:
-            count(M.POLL_QUERY_FAILED)
+            count(M.POLL_QUERY_FAILED, channel=order.get("channel"), merchant=order.get("mchid"))
             return self._failed_call(order, result.word, f"query failed: {result.word} {result.detail}", now)
         why = "unmapped answer" if not result.mapped else "answer needs a person"
         return self._to_person(order, f"{why}: {result.word} {result.detail}".strip(), now)
@@ -186,7 +186,7 @@ class PollService:
             self.queue.send(row["pk"])
             return "ENQUEUED"
         except Exception:  # noqa: BLE001 - counted and alarmed like the worker's; the worker retries the key
-            count(M.APPLY_FAILED)
+            count(M.APPLY_FAILED, channel=order.get("channel"), merchant=order.get("mchid"))
             logger.exception("applying a query answer failed; enqueued", extra={"raw_key": row["pk"]})
             self.queue.send(row["pk"])
             return "ENQUEUED"
@@ -204,14 +204,14 @@ class PollService:
             decision = transit(Status(current["status"]), event, voucher, current.get("transaction_id"))
             if decision.verdict is not Verdict.OK:
                 # e.g. PAID meanwhile: an older "unpaid" snapshot never moves a paid order back (R24)
-                count(M.POLL_STALE_IGNORED)
+                count(M.POLL_STALE_IGNORED, channel=order.get("channel"), merchant=order.get("mchid"))
                 logger.info("closed answer not applied", extra={"order": current["pk"], "status": current["status"],
                                                                 "reason": decision.reason})
                 return "STALE"
             assert decision.new_status is not None
             if self.polls.close_locally(current, event=event.value, to=decision.new_status.value, voucher=voucher,
                                         now_iso=iso_now(now), source="query", word=result.word):
-                count(M.POLL_CLOSED)
+                count(M.POLL_CLOSED, channel=order.get("channel"), merchant=order.get("mchid"))
                 logger.info("order closed after the channel said so", extra={"order": current["pk"],
                                                                              "word": result.word})
                 return "CLOSED"
@@ -229,7 +229,7 @@ class PollService:
     def _to_person(self, order: dict[str, Any], reason: str, now: float) -> str:
         if not self.polls.to_person(order["pk"], reason, iso_now(now)):
             return "STALE"
-        count(M.POLL_MANUAL)
+        count(M.POLL_MANUAL, channel=order.get("channel"), merchant=order.get("mchid"))
         logger.error("order handed to a person", extra={"order": order["pk"], "reason": reason})
         return "PERSON"
 

@@ -103,7 +103,7 @@ class ReconService:
         try:
             data, name = self._bill(run, s3_key)
         except DownloadFailed as exc:
-            count(M.RECON_DOWNLOAD_FAILED)
+            count(M.RECON_DOWNLOAD_FAILED, channel=channel, merchant=mchid)
             return self._blocked(run, exc.code, str(exc))
         if data is None:  # NO_STATEMENT / NOT_READY, decided (and maybe already recorded) in _bill
             return run if "finished_at" in run else self._finish(run)
@@ -111,7 +111,7 @@ class ReconService:
             opened = OpenedBill(channel, data, name)
             totals, index = opened.index()  # the one parse: totals + a compact row index; nothing matched yet
         except BillParseError as exc:
-            count(M.RECON_PARSE_FAILED)
+            count(M.RECON_PARSE_FAILED, channel=channel, merchant=mchid)
             return self._blocked(run, "PARSE_FAILED", f"not a bill we can read: {exc}")
         run["totals"] = totals.as_dict()
         pk = run["pk"]
@@ -138,7 +138,7 @@ class ReconService:
         try:
             datetime.strptime(bill_date, "%Y-%m-%d")
         except ValueError:
-            count(M.RECON_PARSE_FAILED)
+            count(M.RECON_PARSE_FAILED, channel=channel, merchant=mchid)
             logger.error("recon: dropped bill with a bad date folder", extra={"key": key})
             return None
         return self.run(channel, mchid, bill_date, pass_="s3", s3_key=key)
@@ -174,23 +174,23 @@ class ReconService:
                 self._blocked(run, "STATEMENT_LATE", f"still being generated at {hour}:xx Asia/Shanghai: "
                                                      f"{fetched.note}")
             else:
-                count(M.RECON_NOT_READY)
+                count(M.RECON_NOT_READY, channel=channel, merchant=mchid)
                 run.update(status=RETRY, reason=f"statement being generated, retried next tick: {fetched.note}")
             return None, ""
         if fetched.status == NO_STATEMENT:
             if self.ledger.has_entries(channel, mchid, bill_date):
-                count(M.RECON_DOWNLOAD_FAILED)
+                count(M.RECON_DOWNLOAD_FAILED, channel=channel, merchant=mchid)
                 self._blocked(run, "NO_STATEMENT_BUT_LEDGER", "the channel says there is no bill for this day but "
                                                               f"our ledger has entries: {fetched.note}")
             else:
-                count(M.RECON_QUIET_DAY)
+                count(M.RECON_QUIET_DAY, channel=channel, merchant=mchid)
                 run.update(status=QUIET, reason=f"no bill and no ledger entries: {fetched.note}")
             return None, ""
         key = self.archive.keep(channel, mchid, bill_date, fetched.name, fetched.data, fetched.sha1,
                                 {"channel-hash": fetched.channel_hash} if fetched.channel_hash else None)
         run.update(bill_key=key, sha1=fetched.sha1)
         if fetched.channel_hash and fetched.channel_hash != fetched.sha1:
-            count(M.RECON_PARSE_FAILED)
+            count(M.RECON_PARSE_FAILED, channel=channel, merchant=mchid)
             raise DownloadFailed(f"SHA-1 of the bill {fetched.sha1} != the channel's hash_value "
                                  f"{fetched.channel_hash} (kept at {key})", code="HASH_MISMATCH")
         return fetched.data, fetched.name
@@ -222,11 +222,11 @@ class ReconService:
                         "new_diffs": new, "auto_resolved": healed}
         run["open_diffs"] = sum(1 for d in self.store.diffs_of(run["pk"]) if d.get("handle_status") == OPEN)
         if new:
-            count(M.RECON_DIFF_OPENED, new)
+            count(M.RECON_DIFF_OPENED, new, channel=channel, merchant=mchid)
         if run["open_diffs"]:
             run.update(status=DIFFS, reason=f"{run['open_diffs']} open difference(s) for a person")
         else:
-            count(M.RECON_MATCHED)
+            count(M.RECON_MATCHED, channel=channel, merchant=mchid)
             run.update(status=MATCHED, reason=f"{stats.matched} entries agree with the bill")
         return self._finish(run)
 
@@ -236,7 +236,7 @@ class ReconService:
         try:
             return self.recover(channel, mchid, diff.transaction_id)
         except Exception as exc:  # noqa: BLE001 - the diff stays OPEN and alarmed whatever happened here
-            count(M.RECON_RECOVER_FAILED)
+            count(M.RECON_RECOVER_FAILED, channel=channel, merchant=mchid)
             logger.exception("recon: recovery failed", extra={"key": diff.key})
             return f"QUERY_FAILED: {type(exc).__name__}: {exc}"
 
@@ -260,7 +260,7 @@ class ReconService:
                 if self.store.close_diff(run["pk"], row["sk"], RESOLVED, "recon",
                                          f"no longer differs at {run['run_id']}", iso_now(self.clock())):
                     healed += 1
-                    count(M.RECON_DIFF_RESOLVED)
+                    count(M.RECON_DIFF_RESOLVED, channel=run.get("channel"), merchant=run.get("mchid"))
         return healed
 
     # ------------------------------------------------------------ a person's hand
@@ -282,7 +282,7 @@ class ReconService:
         if not reverse:
             if not self.store.close_diff(pk, sk, status, by, note, now):
                 raise ReconError(f"diff {sk} changed under us; look again")
-            count(M.RECON_DIFF_RESOLVED)
+            count(M.RECON_DIFF_RESOLVED, channel=channel, merchant=mchid)
             return self.store.diff(pk, sk) or {}
         entry, amount = self._reversal(diff, by, note, now)
         update = self.store.close_diff_update(pk, sk, status, by, note, now,
@@ -292,7 +292,7 @@ class ReconService:
             ddb.transact_write_items(TransactItems=[{"Update": update}, {"Put": self.ledger.reversal_put(entry)}])
         except ddb.exceptions.TransactionCanceledException:
             raise ReconError(f"diff {sk} changed under us, or its reversal exists; look again") from None
-        count(M.RECON_DIFF_RESOLVED)
+        count(M.RECON_DIFF_RESOLVED, channel=channel, merchant=mchid)
         logger.info("recon: diff resolved with a reversing entry", extra={"diff": sk, "reversal": entry["pk"],
                                                                           "amount_cent": amount, "by": by})
         return self.store.diff(pk, sk) or {}
@@ -328,7 +328,7 @@ class ReconService:
     # ------------------------------------------------------------ endings
 
     def _blocked(self, run: dict[str, Any], code: str, reason: str) -> dict[str, Any]:
-        count(M.RECON_BLOCKED)
+        count(M.RECON_BLOCKED, channel=run.get("channel"), merchant=run.get("mchid"))
         run.update(status=BLOCKED, guard=run.get("guard") or code, block_code=code, reason=reason)
         if code == VOLUME_DROP:
             run["reason"] += f" (tally recon confirm --channel {run['channel']} --mchid {run['mchid']} " \

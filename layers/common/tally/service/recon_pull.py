@@ -50,7 +50,7 @@ class QueryAndApply:
             resource = client.request("GET", path, None)
             notice = wx.to_payment_notice(resource, source="recon")
         except (wx.ChannelError, wx.DecryptError, LookupError) as exc:
-            count(M.RECON_RECOVER_FAILED)
+            count(M.RECON_RECOVER_FAILED, channel=channel, merchant=mchid)
             logger.error("recon: query of a channel-only payment failed",
                          extra={"mchid": mchid, "transaction_id": transaction_id, "error": str(exc)})
             return f"{QUERY_FAILED}: {exc}"
@@ -66,7 +66,7 @@ class QueryAndApply:
             notice = dataclasses.replace(ali.to_payment_notice(
                 {**answer, "app_id": merchant.sp_mchid or app_id, "auth_app_id": app_id}), source="recon")
         except (ali.ChannelError, ali.ParseError, LookupError) as exc:
-            count(M.RECON_RECOVER_FAILED)
+            count(M.RECON_RECOVER_FAILED, channel="alipay", merchant=app_id)
             logger.error("recon: query of a channel-only payment failed",
                          extra={"mchid": app_id, "transaction_id": trade_no, "error": str(exc)})
             return f"{QUERY_FAILED}: {exc}"
@@ -81,6 +81,6 @@ class QueryAndApply:
         if existing is not None and existing.get("handled") in (1, 2):
             return f"{ALREADY_HANDLED}: raw row handled={existing.get('handled')}"
         self.queue.send(row["pk"])
-        count(M.RECON_RECOVER_QUEUED)
+        count(M.RECON_RECOVER_QUEUED, channel=notice.channel, merchant=notice.mchid)
         logger.info("recon: channel-only payment queued for apply", extra={"raw_key": row["pk"]})
         return QUEUED

@@ -60,14 +60,15 @@ class RefundInbox:
         """Store and enqueue. True = answer the channel success; False = answer failure so it retries."""
         existing = self.record(notice, body=body, headers=headers, envelope_id=envelope_id)
         if existing is not None and existing.get("handled") in (1, 2):
-            count(M.REFUND_NOTIFY_DUPLICATE)
+            count(M.REFUND_NOTIFY_DUPLICATE, channel=notice.channel, merchant=notice.mchid)
             return True  # already applied or with a person (R9)
         try:
             self.queue.send(notice.raw_key, notice.status)
         except Exception as exc:  # noqa: BLE001 - any enqueue failure: the channel must retry
-            count(M.ENQUEUE_FAILED)
+            count(M.ENQUEUE_FAILED, channel=notice.channel, merchant=notice.mchid)
             logger.error("refund notification enqueue failed; answering failure so the channel retries",
                          extra={"refund_raw_key": notice.raw_key, "status": notice.status, "error": str(exc)})
             return False
-        count(M.REFUND_NOTIFY_DUPLICATE if existing else M.REFUND_NOTIFY_ACCEPTED)
+        count(M.REFUND_NOTIFY_DUPLICATE if existing else M.REFUND_NOTIFY_ACCEPTED, channel=notice.channel,
+              merchant=notice.mchid)
         return True

@@ -152,7 +152,7 @@ class RefundService:
                     raise
         else:
             raise Busy(f"refund {refund_no}: contention on the order, retry with the same refund_no")
-        count(M.REFUND_CREATED)
+        count(M.REFUND_CREATED, channel=row.get("channel"), merchant=row.get("mchid"))
         logger.info("refund reserved", extra={"refund_no": refund_no, "order": order["pk"],
                                               "amount_cent": row["amount_cent"]})
         return public_refund(self._submit(row, channel)), True
@@ -205,13 +205,13 @@ class RefundService:
                     refund_no, RefundEvent.MISMATCH, refund_id=answer.refund_id, known=row,
                     reason=f"channel accepted {answer.refund_cent} cents, we asked {row['amount_cent']}")[1]
             _, after = self._transition(refund_no, RefundEvent.ACCEPT, refund_id=answer.refund_id, known=row)
-            count(M.REFUND_ACCEPTED)
+            count(M.REFUND_ACCEPTED, channel=row.get("channel"), merchant=row.get("mchid"))
             return "ACCEPTED", after  # not success: that comes only from a notification or a query (R29)
         if answer.kind is AnswerKind.REJECTED:
             return "REJECTED", self._transition(refund_no, RefundEvent.FAIL, known=row,
                                                 reason=f"rejected by the channel: {answer.message}"[:300])[1]
         if answer.kind is AnswerKind.RETRY:
-            count(M.REFUND_CHANNEL_RETRY)
+            count(M.REFUND_CHANNEL_RETRY, channel=row.get("channel"), merchant=row.get("mchid"))
             logger.warning("refund sent, outcome unknown: retried later with the same refund_no",
                            extra={"refund_no": refund_no, "error": answer.message})
             self._reschedule(row, f"create: {answer.message}")
@@ -237,7 +237,7 @@ class RefundService:
                 raise RetryLater(f"refund {notice.refund_no} not found (attempt {attempts})")
             # money went back for a refund we never made (e.g. by hand on the merchant platform): a person
             self.raw.mark(raw_key, status, 2, f"refund {notice.refund_no} not found after {attempts} attempts", now)
-            count(M.REFUND_MANUAL)
+            count(M.REFUND_MANUAL, channel=notice.channel, merchant=notice.mchid)
             logger.error("refund report for an unknown refund_no", extra={"refund_raw_key": raw_key})
             return Applied.MANUAL
         problems = mismatches(notice, refund)
@@ -285,12 +285,12 @@ class RefundService:
                     self.store.set_fields(refund_no, status.value, refund_id=refund_id)
                 if raw:
                     self.raw.mark(*raw, 1, "DUPLICATE", now)
-                count(M.REFUND_DUPLICATE)
+                count(M.REFUND_DUPLICATE, channel=refund.get("channel"), merchant=refund.get("mchid"))
                 return Applied.DUPLICATE, refund
             if decision.verdict is Verdict.ILLEGAL:
                 if raw:
                     self.raw.mark(*raw, 2, f"ILLEGAL {decision.reason}: {reason}", now)
-                count(M.REFUND_MANUAL)
+                count(M.REFUND_MANUAL, channel=refund.get("channel"), merchant=refund.get("mchid"))
                 logger.error("refund report contradicts an applied outcome: a person must look",
                              extra={"refund_no": refund_no, "status": status.value, "event": event.value})
                 return Applied.ILLEGAL, refund
@@ -333,15 +333,15 @@ class RefundService:
         extra = {"refund_no": refund["pk"], "order": refund["order_pk"], "amount_cent": refund["amount_cent"],
                  "to": to.value, "reason": reason}
         if effect is Effect.BOOK:
-            count(M.REFUND_SUCCEEDED)
+            count(M.REFUND_SUCCEEDED, channel=refund.get("channel"), merchant=refund.get("mchid"))
             logger.info("refund booked", extra=extra)
         elif effect is Effect.RELEASE:
-            count(M.REFUND_FAILED)
+            count(M.REFUND_FAILED, channel=refund.get("channel"), merchant=refund.get("mchid"))
             if refund["hold"] == HOLD_TASK:
-                count(M.REFUND_TASK_MANUAL)
+                count(M.REFUND_TASK_MANUAL, channel=refund.get("channel"), merchant=refund.get("mchid"))
             logger.warning("refund failed; reservation released", extra=extra)
         elif to is RefundStatus.MANUAL:
-            count(M.REFUND_MANUAL)
+            count(M.REFUND_MANUAL, channel=refund.get("channel"), merchant=refund.get("mchid"))
             logger.error("refund sent to a person", extra=extra)
 
     # ================================================================== the poller's entries (R21, R29)
@@ -361,7 +361,7 @@ class RefundService:
 
     def _poll_one(self, row: dict[str, Any], now_s: float) -> str:
         if iso_now(now_s) >= row["expire_at"]:
-            count(M.REFUND_EXPIRED)
+            count(M.REFUND_EXPIRED, channel=row.get("channel"), merchant=row.get("mchid"))
             self._event(row["pk"], RefundEvent.EXPIRE, reason=f"no outcome by {row['expire_at']}")
             return "EXPIRED"
         try:
@@ -382,7 +382,7 @@ class RefundService:
             self._event(row["pk"], RefundEvent.UNKNOWN, reason=f"query: {answer.message}")
             return "UNKNOWN"
         if answer.kind is not AnswerKind.OUTCOME:
-            count(M.REFUND_QUERY_FAILED)
+            count(M.REFUND_QUERY_FAILED, channel=row.get("channel"), merchant=row.get("mchid"))
         self._reschedule(row, f"query {answer.kind.value} {answer.code} {answer.message}".strip())
         return "PROCESSING" if answer.kind is AnswerKind.OUTCOME else answer.kind.value
 
@@ -400,7 +400,7 @@ class RefundService:
         for task in self.store.open_tasks(limit):
             if self.task_policy == "manual":
                 if self.store.task_to_person(task["pk"], "REFUND_TASK_POLICY=manual: a person refunds it", now):
-                    count(M.REFUND_TASK_MANUAL)
+                    count(M.REFUND_TASK_MANUAL, channel=task.get("channel"), merchant=task.get("mchid"))
                     done["MANUAL"] += 1
                 continue
             done[self._refund_task(task)] += 1
@@ -413,13 +413,13 @@ class RefundService:
         order = self.orders.get(task["mchid"], task["out_trade_no"])
         if order is None:
             self.store.task_to_person(task["pk"], "order not found", now)
-            count(M.REFUND_TASK_MANUAL)
+            count(M.REFUND_TASK_MANUAL, channel=task.get("channel"), merchant=task.get("mchid"))
             return "MANUAL"
         try:
             channel = self._channel(task.get("channel") or order["channel"], task["mchid"])
         except (NotFound, RefundConflict) as exc:
             self.store.task_to_person(task["pk"], f"cannot refund automatically: {exc}", now)
-            count(M.REFUND_TASK_MANUAL)
+            count(M.REFUND_TASK_MANUAL, channel=task.get("channel"), merchant=task.get("mchid"))
             return "MANUAL"
         refund_no = task_refund_no(task["pk"])
         row = self._new_row(refund_no, order, int(task["amount_cent"]),
@@ -431,7 +431,7 @@ class RefundService:
             if exc.failed:
                 return "ALREADY_STARTED"  # the task left OPEN or its refund exists: nothing to do twice
             raise Busy(f"task {task['pk']}: contention") from None
-        count(M.REFUND_CREATED)
+        count(M.REFUND_CREATED, channel=row.get("channel"), merchant=row.get("mchid"))
         self._submit(row, channel)
         return "REFUNDING"
 
@@ -464,7 +464,7 @@ def refuse_unrefundable(order: dict[str, Any], amount_cent: int) -> None:
     try:
         check_reserve(int(order.get("refundable_cent") or 0), amount_cent)
     except ExceedsRefundable:
-        count(M.REFUND_EXCEEDS)
+        count(M.REFUND_EXCEEDS, channel=order.get("channel"), merchant=order.get("mchid"))
         raise
 
 
