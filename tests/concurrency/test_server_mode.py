@@ -28,7 +28,8 @@ from moto.server import ThreadedMotoServer
 from tally import bootstrap
 from tally.apigw import HttpRequest
 from tally.service.apply import RetryLater
-from tally.store.codec import from_item
+from tally.store.codec import from_item, names_values, to_item
+from tally.store.tables import iso_now, order_key
 
 from tally_local.resources import create_from_template
 from tally_local.simulator import ChannelSimulator
@@ -80,6 +81,9 @@ def atomic_dynamodb():
 
 @pytest.fixture
 def stack(server, atomic_dynamodb):
+    # The simulator answers the channel's API over real HTTP (prepay, the poller's and return page's queries).
+    sim = ChannelSimulator(fixed_keys=True, time_scale=0.001).start()
+    os.environ["WECHATPAY_API_BASE"] = sim.url
     bootstrap.reset()
     server_errors: Counter = Counter()
 
@@ -91,7 +95,6 @@ def stack(server, atomic_dynamodb):
         client.meta.events.register("after-call", count_5xx)
         client.meta.events.register("response-received", lambda response_dict=None, **kw: server_errors.update(
             ["retried 5xx"]) if response_dict and response_dict.get("status_code", 0) >= 500 else None)
-    sim = ChannelSimulator(fixed_keys=True)
     m = sim.register_test_merchant()
     mchid = m["mchid"]
     bootstrap.merchants().add_wechatpay(
@@ -99,6 +102,8 @@ def stack(server, atomic_dynamodb):
         merchant_serial=m["merchant_serial"], appid=m["appid"], notify_url=f"http://127.0.0.1:9/notify/wechatpay/{mchid}",
         public_key=sim.public_key_pem, public_key_id=sim.public_key_id)
     yield {"sim": sim, "mchid": mchid, "env": server, "server_errors": server_errors}
+    sim.stop()
+    os.environ["WECHATPAY_API_BASE"] = server["WECHATPAY_API_BASE"]
     assert sum(server_errors.values()) == 0, f"moto answered 5xx under concurrency: {dict(server_errors)}"
 
 
@@ -235,3 +240,93 @@ def test_R17_R19_two_payments_racing_for_one_order_book_one_and_refund_the_other
     tasks = [t for t in table(stack, "REFUND_TASKS_TABLE") if t["transaction_id"] in txs]
     assert len(booked) == 1 and len(tasks) == 1
     assert booked[0]["transaction_id"] != tasks[0]["transaction_id"]
+
+
+def test_R7_R9_R18_R19_R21_R23_32_deliveries_racing_the_poller_and_the_return_page_book_once(stack):
+    """A paid order whose callback arrives 32 times at the same instant as the poller's run and the return
+    page's confirmation query the channel about it, while workers apply what the queue holds: one ledger
+    entry, the order PAID once with the channel's amount, the one raw row (callback and query share the key
+    `wechatpay#<transaction_id>`, R7, R23) at handled 1, and every delivery answered the success ACK (R9)."""
+    sim, mchid = stack["sim"], stack["mchid"]
+    otn = f"P{uuid.uuid4().hex[:20]}"
+    bootstrap.order_service().create({"mchid": mchid, "out_trade_no": otn, "amount_cent": 700,
+                                      "description": "poller race", "prepay": True})  # precreated at the simulator
+    past = time.time() - 10  # due for the poller (R21) and old enough for the return page's confirmation
+    boto3.client("dynamodb").update_item(
+        TableName=stack["env"]["ORDERS_TABLE"], Key=to_item({"pk": order_key(mchid, otn)}),
+        UpdateExpression="SET poll_due = :t, created_at = :t", ExpressionAttributeValues=names_values(t=iso_now(past)))
+    tx = sim.pay(mchid, otn, drop=True)  # paid at the channel; the callback is ours to deliver
+    headers, body = sim.build_notification(mchid, sim.get_order(mchid, otn)["transaction"])
+    snapshot = bootstrap.order_service().orders.get(mchid, otn)  # what the return page holds: WAIT_PAY
+    assert snapshot["status"] == "WAIT_PAY"
+
+    queue_url, sqs = stack["env"]["APPLY_QUEUE_URL"], boto3.client("sqs")
+    producers_done = threading.Event()
+    pollers, confirmers, workers = 3, 2, 4
+    barrier = threading.Barrier(THREADS + pollers + confirmers + workers)
+
+    def deliver(_):
+        barrier.wait(timeout=30)
+        return bootstrap.ingest_service().wechatpay_v3(HttpRequest.from_event(event_for(stack, headers, body))).status
+
+    def poll(i):
+        """Thread 0 is a whole poller run (index read, claim, query); the others poll the due order they read
+        a moment ago (PollService.poll_one: claim, query, act), so the claim itself is raced."""
+        barrier.wait(timeout=30)
+        if i == 0:
+            return bootstrap.poll_service().run().outcomes
+        return {bootstrap.poll_service().poll_one(dict(snapshot)): 1}
+
+    def confirm(_):
+        barrier.wait(timeout=30)
+        return bootstrap.poll_service().confirm(dict(snapshot))
+
+    def work(_):
+        """The worker: apply each queued raw key; RetryLater leaves the message for redelivery (made visible
+        again at once, as SQS would after its visibility timeout). Ends when producers are done and it is empty."""
+        barrier.wait(timeout=30)
+        outcomes = []
+        while True:
+            msgs = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10).get("Messages", [])
+            if not msgs:
+                if producers_done.is_set():
+                    return outcomes
+                producers_done.wait(0.05)
+                continue
+            for msg in msgs:
+                message = json.loads(msg["Body"])
+                try:
+                    outcomes.append(bootstrap.apply_service().apply(message["raw_key"], message.get("notice")).value)
+                except RetryLater:
+                    sqs.change_message_visibility(QueueUrl=queue_url, ReceiptHandle=msg["ReceiptHandle"],
+                                                  VisibilityTimeout=0)
+                    continue
+                sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=msg["ReceiptHandle"])
+
+    with ThreadPoolExecutor(max_workers=barrier.parties) as pool:
+        delivered = [pool.submit(deliver, i) for i in range(THREADS)]
+        polled = [pool.submit(poll, i) for i in range(pollers)]
+        confirmed = [pool.submit(confirm, i) for i in range(confirmers)]
+        working = [pool.submit(work, i) for i in range(workers)]
+        acks = [f.result(timeout=60) for f in delivered]
+        poll_outcomes = Counter()
+        for f in polled:
+            poll_outcomes.update(f.result(timeout=60))
+        confirms = [f.result(timeout=60) for f in confirmed]
+        producers_done.set()
+        applied = Counter(o for f in working for o in f.result(timeout=60))
+
+    assert acks == [204] * THREADS  # the channel's success ACK, every time
+    # The poller either claimed the order and booked / found it booked, or found it already paid and left it.
+    assert set(poll_outcomes) <= {"BOOKED", "DUPLICATE", "ENQUEUED", "SKIPPED"}, poll_outcomes
+    assert all(isinstance(c, bool) for c in confirms), confirms
+    assert set(applied) <= {"BOOKED", "DUPLICATE", "ALREADY_HANDLED"}, applied
+
+    (entry,) = rows_for(stack, "LEDGER_TABLE", "transaction_id", tx)  # exactly one, whoever booked it
+    assert entry["amount_cent"] == 700
+    order = bootstrap.order_service().show(mchid, otn)
+    assert order["status"] == "PAID" and order["transaction_id"] == tx and order["paid_cent"] == 700
+    assert len(order["transitions"]) == 1 and order["transitions"][0]["to_status"] == "PAID"
+    assert [(r["pk"], r["handled"]) for r in order["raw"]] == [(f"wechatpay#{tx}", 1)]
+    assert [r["handled"] for r in rows_for(stack, "NOTIFY_RAW_TABLE", "transaction_id", tx)] == [1]
+    assert poll_outcomes["BOOKED"] + applied["BOOKED"] <= 1, (poll_outcomes, applied)
