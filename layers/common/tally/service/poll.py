@@ -178,7 +178,12 @@ class PollService:
         row = raw_row(result.notice, now, body=result.body, headers=result.headers)
         existing = self.raw.put_new(row)
         if existing is not None and existing.get("handled") in (1, 2):
-            return "DUPLICATE"  # the callback (or an earlier query) got there first
+            # The callback (or an earlier query) got there first. If it booked, the order is PAID and this is a
+            # duplicate. If the order is still open behind a handled payment (it went to the manual queue), the
+            # order leaves the poll for a person: asking again could only ever say "paid" (R25, R37).
+            handed = self._to_person(order, f"paid at the channel as {row['pk']}, a payment already handled "
+                                            f"(handled={existing.get('handled')}): see `tally manual`", now)
+            return "DUPLICATE" if handed == "STALE" else handed
         try:
             applied = self.apply.apply(row["pk"])
         except RetryLater as exc:
