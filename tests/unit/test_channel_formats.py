@@ -264,6 +264,8 @@ def test_v2_simulator_notifications_verify(asim):
     b'<!DOCTYPE lolz [<!ENTITY lol "lol"><!ENTITY lol1 "&lol;&lol;&lol;&lol;">]><xml><a>&lol1;</a></xml>',
     b'<!doctype xml SYSTEM "http://127.0.0.1:1/x.dtd"><xml/>',
     b"<xml><a>1</a><a>2</a></xml>", b"<xml><a><b/></a></xml>", b"<root/>", b"<xml>", b"",
+    b'<?xml version="1.0" encoding="GBK"?><xml><a>1</a></xml>',  # expat raises ValueError here, not ParseError
+    b'<?xml version="1.0" encoding="x-nope"?><xml><a>1</a></xml>',
 ])
 def test_v2_hardened_xml_refuses_dtds_entities_and_odd_shapes(body):
     with pytest.raises(wx2.XmlError):

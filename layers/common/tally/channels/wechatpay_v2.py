@@ -58,6 +58,8 @@ def parse_xml(body: bytes, root: str = "xml") -> dict[str, str]:
         element = ET.fromstring(body)
     except ET.ParseError as exc:
         raise XmlError(f"not XML: {exc}") from None
+    except (ValueError, LookupError) as exc:  # expat: a declared multi-byte or unknown encoding (e.g. GBK)
+        raise XmlError(f"unsupported XML encoding: {exc}") from None
     if element.tag != root:
         raise XmlError(f"root element is <{element.tag[:20]}>, expected <{root}>")
     out: dict[str, str] = {}
