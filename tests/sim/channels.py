@@ -263,8 +263,7 @@ class WeChatV2(ChannelKind):
     order_channel = "wechatpay_v2"
     raw_prefix = "wechatpay"  # v2 and v3 report the same WeChat transactions (one number space)
     pool = ("1900000201", "1900000202")
-    # No pull client for v2 orders (bootstrap registers v3 and Alipay): the poller hands an unpaid v2 order
-    # to a person. A lost v2 callback therefore ends with a person, never silently.
+    pull = closes = True  # v2 orders carry api=wechatpay_v2: the poller queries (/pay/orderquery) and closes them
 
     @property
     def v2(self) -> Any:
@@ -294,6 +293,10 @@ class WeChatV2(ChannelKind):
             order = self.v2.orders.setdefault(key, dict(self.v2.orders[(o.mchid, o.out_trade_no)]))
             order.update(trade_state="SUCCESS", transaction_id=p.transaction_id, cash_fee=p.payer_total,
                          total_fee=p.reported_total)
+
+    def is_closed(self, mid: str, out_trade_no: str) -> bool:
+        order = self.v2.orders.get((mid, out_trade_no))
+        return bool(order and order["trade_state"] == "CLOSED")
 
     def notification(self, p: Payment, now: float, seq: int) -> tuple[dict[str, str], bytes]:
         o = p.order

@@ -116,6 +116,7 @@ RECOVERIES: list[Recovery] = [DlqRedrive()]
 
 
 POLLER_PERIOD_S = 60.0  # the poller λ's EventBridge schedule
+RECON_DELAY_S = 8 * 3600
 RECOVERY_STEP_S = 1800.0  # after the day: the clock jumps, the poller (and its sweeper) and the DLQ redrive run
 RETRY_LATER_S = 60.0  # a merchant retries a refund the API could not take yet
 
@@ -180,6 +181,10 @@ class Scenario:
             self.injector.disarm()
             self._recover()
             if self.recon_enabled and any(self.kinds[ch].recon for ch, _ in self.day.merchants):
+                # recon runs the next morning (T+1 10:30): by then the refund poll's backoff (up to an hour)
+                # has asked about every ACCEPTED refund whose notification was lost
+                self.env.clock.now += RECON_DELAY_S
+                self._recover()
                 self.reconcile()
                 self._recover()
         finally:
