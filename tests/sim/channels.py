@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import types
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
@@ -29,8 +30,9 @@ def cst(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, CHINA)
 
 
-def use_clock(clock: Any) -> None:
-    """Make the channel simulator read the simulation's clock (its own modules only: no product code)."""
+def use_clock(clock: Any) -> Callable[[], None]:
+    """Make the channel simulator read the simulation's clock (its own modules only: no product code).
+    Returns the function that gives the simulator its real clock back (other tests share the process)."""
     import time as _time
 
     from tally_local.simulator import _crypto, alipay, bills, core, refunds, wechatpay_v2
@@ -45,12 +47,17 @@ def use_clock(clock: Any) -> None:
     fake_dt.datetime = SimDatetime
     fake_time = types.SimpleNamespace(time=clock, monotonic=_time.monotonic, sleep=_time.sleep,
                                       perf_counter=_time.perf_counter)
-    for module in (core, alipay, wechatpay_v2, bills, refunds):
-        if hasattr(module, "time"):
-            module.time = fake_time
-        if hasattr(module, "dt"):
-            module.dt = fake_dt
+    saved = [(module, name, getattr(module, name)) for module in (core, alipay, wechatpay_v2, bills, refunds)
+             for name in ("time", "dt") if hasattr(module, name)]
+    for module, name, _ in saved:
+        setattr(module, name, fake_time if name == "time" else fake_dt)
     del _crypto  # certificates keep real validity dates (issued once per process)
+
+    def restore() -> None:
+        for module, name, original in saved:
+            setattr(module, name, original)
+
+    return restore
 
 
 @dataclass(frozen=True)

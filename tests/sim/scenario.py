@@ -787,7 +787,7 @@ class World:
         self.sim = ChannelSimulator(fixed_keys=True, seed=0).start()
         self.env = SimEnv.start({"WechatPayApiBase": self.sim.url.rstrip("/"),
                                  "AlipayGateway": self.sim.url.rstrip("/") + "/gateway.do"})
-        use_clock(self.env.clock)
+        self._real_clock = use_clock(self.env.clock)
         directory = bootstrap.merchants()
         self.kinds: dict[str, ChannelKind] = {name: cls(self.sim) for name, cls in KINDS.items()}
         for kind in self.kinds.values():
@@ -814,6 +814,7 @@ class World:
         return Scenario(self, day, recoveries, **options).run()
 
     def close(self) -> None:
+        self._real_clock()  # the simulator modules are shared with the other tests in this process
         self.env.stop()
         self.sim.stop()
 
