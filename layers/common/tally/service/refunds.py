@@ -214,8 +214,7 @@ class RefundService:
             count(M.REFUND_CHANNEL_RETRY, channel=row.get("channel"), merchant=row.get("mchid"))
             logger.warning("refund sent, outcome unknown: retried later with the same refund_no",
                            extra={"refund_no": refund_no, "error": answer.message})
-            self._reschedule(row, f"create: {answer.message}")
-            return "RETRY", row
+            return "RETRY", self._reschedule(row, f"create: {answer.message}")
         return "UNKNOWN", self._transition(refund_no, RefundEvent.UNKNOWN, known=row,
                                            reason=f"unmapped create answer {answer.code}: {answer.message}")[1]
 
@@ -326,6 +325,8 @@ class RefundService:
             self._count_transition(refund, to, decision.effect, reason)
             after = {**refund, "status": to.value, "updated_at": now,
                      **{k: v for k, v in fields.items() if v is not None}}
+            if to is RefundStatus.MANUAL:  # what store.move wrote
+                after["manual_reason"] = f"{event.value}: {reason}"[:500]
             return (Applied.MANUAL if to is RefundStatus.MANUAL else Applied.APPLIED), after
         raise RetryLater(f"refund {refund_no} kept changing under us")
 
@@ -386,11 +387,13 @@ class RefundService:
         self._reschedule(row, f"query {answer.kind.value} {answer.code} {answer.message}".strip())
         return "PROCESSING" if answer.kind is AnswerKind.OUTCOME else answer.kind.value
 
-    def _reschedule(self, row: dict[str, Any], note: str) -> None:
+    def _reschedule(self, row: dict[str, Any], note: str) -> dict[str, Any]:
+        """The next poll, backed off; returns the row as it now stands (no read)."""
         attempts = int(row.get("poll_attempts") or 0) + 1
         delay = BACKOFF_S[min(attempts, len(BACKOFF_S) - 1)]
-        self.store.set_fields(row["pk"], row["status"], poll_attempts=attempts,
-                              poll_due=iso_now(self.clock() + delay), last_poll_note=note[:300])
+        fields = {"poll_attempts": attempts, "poll_due": iso_now(self.clock() + delay), "last_poll_note": note[:300]}
+        self.store.set_fields(row["pk"], row["status"], **fields)
+        return {**row, **fields}
 
     def work_tasks(self, limit: int = 20) -> dict[str, int]:
         """Refund tasks from ILLEGAL payments (R17): auto → refunded here; manual → a person. Each task
