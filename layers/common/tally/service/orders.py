@@ -97,6 +97,13 @@ class OrderService:
                 row = self._prepay(merchant, row, now + spec["expire_minutes"] * 60)
         return public_order(row)
 
+    def _prepay_failed(self, row: dict[str, Any], what: str, exc: Exception) -> PrepayFailed:
+        """Counted, logged and kept on the order row (the caller answers the error; no money moved yet)."""
+        count(M.PREPAY_FAILED)
+        logger.warning(what, extra={"order": row["pk"], "error": str(exc)})
+        self.orders.set_fields(row["pk"], prepay_error=str(exc)[:500])
+        return PrepayFailed(public_order(row), str(exc))
+
     def _precreate(self, merchant: Any, row: dict[str, Any], expire_minutes: int) -> dict[str, Any]:
         """alipay.trade.precreate → qr_code (the buyer scans it)."""
         try:
@@ -104,10 +111,7 @@ class OrderService:
                 out_trade_no=row["out_trade_no"], amount_cent=row["amount_cent"], subject=row["description"],
                 notify_url=merchant.notify_url, timeout_express=f"{expire_minutes}m")
         except ali.ChannelError as exc:
-            count(M.PREPAY_FAILED)
-            logger.warning("alipay precreate failed", extra={"order": row["pk"], "error": str(exc)})
-            self.orders.set_fields(row["pk"], prepay_error=str(exc)[:500])
-            raise PrepayFailed(public_order(row), str(exc)) from None
+            raise self._prepay_failed(row, "alipay precreate failed", exc) from None
         self.orders.set_fields(row["pk"], qr_code=qr_code)
         return {**row, "qr_code": qr_code}
 
@@ -118,10 +122,7 @@ class OrderService:
                 out_trade_no=row["out_trade_no"], total_fee=row["amount_cent"], body=row["description"],
                 notify_url=merchant.notify_url, time_expire=expire_s)
         except wx2.ChannelError as exc:
-            count(M.PREPAY_FAILED)
-            logger.warning("v2 unified order failed", extra={"order": row["pk"], "error": str(exc)})
-            self.orders.set_fields(row["pk"], prepay_error=str(exc)[:500])
-            raise PrepayFailed(public_order(row), str(exc)) from None
+            raise self._prepay_failed(row, "v2 unified order failed", exc) from None
         self.orders.set_fields(row["pk"], code_url=code_url)
         return {**row, "code_url": code_url}
 
@@ -137,10 +138,7 @@ class OrderService:
             else:
                 code_url = client.native_prepay(appid=merchant.appid, **terms)
         except wx.ChannelError as exc:
-            count(M.PREPAY_FAILED)
-            logger.warning("native prepay failed", extra={"order": row["pk"], "error": str(exc)})
-            self.orders.set_fields(row["pk"], prepay_error=str(exc)[:500])
-            raise PrepayFailed(public_order(row), str(exc)) from None
+            raise self._prepay_failed(row, "native prepay failed", exc) from None
         self.orders.set_fields(row["pk"], code_url=code_url)
         return {**row, "code_url": code_url}
 
