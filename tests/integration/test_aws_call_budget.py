@@ -22,5 +22,7 @@ def test_aws_calls_per_payment_stay_within_budget():
     assert calls["AWS calls: notify, first delivery"] <= 2
     assert calls["AWS calls: notify, duplicate"] <= 1
     assert calls["AWS calls: worker apply"] <= 2
-    # order read, reserve + PENDING (R27), ACCEPTED after the channel call (R28): docs/cost.md
-    assert calls["AWS calls: refund create"] <= 3
+    # reserve-and-read (R27), the answer stored after the channel call (R28): docs/cost.md
+    assert calls["AWS calls: refund create"] <= 2
+    # the caller's own number is checked unused across orders before the channel sees it (R30): one more
+    assert calls["AWS calls: refund create, caller's refund_no"] <= 3

@@ -6,10 +6,12 @@ import json
 import time
 
 import pytest
+from botocore.exceptions import EndpointConnectionError
 from tally import bootstrap
 from tally.domain.refunds import AnswerKind
 from tally.observability import metrics
-from tally.service.refunds import task_refund_no
+from tally.service.refunds import HOLD_ABANDONED_S, task_refund_no
+from tally.store.refunds import open_holds
 
 from tests.integration.refund_helpers import KITS, deliver, new_no, order_row, paid_order, refund
 
@@ -33,6 +35,11 @@ def flush(h):
 
 def svc():
     return bootstrap.refund_service()
+
+
+def stored_order(mchid, out_trade_no):
+    """The order row as stored (index bookkeeping included), not the public view."""
+    return svc().orders.get(mchid, out_trade_no)
 
 
 def refund_sum(h, kind="REFUND"):
@@ -133,8 +140,12 @@ def test_R29_a_failed_refund_no_is_spent_a_new_one_works(h, kit):
     assert order_row(h, kit.mid, otn)["refunded_cent"] == 100 and refund_sum(h) == 100
 
 
-def test_R29_notification_arriving_before_the_api_call_returned_is_applied(h, kit, monkeypatch):
-    """The channel notifies SUCCESS while our create call is still waiting for its answer."""
+@pytest.mark.parametrize("own_number", [False, True], ids=["generated_no", "callers_no"])
+def test_R29_notification_arriving_before_the_api_call_returned_is_applied(h, kit, monkeypatch, own_number):
+    """The channel notifies SUCCESS while our create call still waits for its answer. With the caller's own
+    refund_no the refund row is stored PENDING before the channel call, so the report applies at once. With a
+    number we generate the refund is still a hold on the order: the report is deferred (not taken for an
+    unknown refund, no person) and applies on its next delivery, once the create call stored the answer."""
     otn, _ = kit.paid_order(100)
     service = svc()
     real = service.channels[kit.channel]
@@ -147,17 +158,24 @@ def test_R29_notification_arriving_before_the_api_call_returned_is_applied(h, ki
             answer = self.inner.create(row)  # the channel accepted ...
             assert answer.kind is AnswerKind.ACCEPTED
             kit.settle(row["refund_no"], "success")  # ... succeeded, and notified ...
-            kit.deliver(row["refund_no"])
-            assert svc().show(row["refund_no"])["status"] == "SUCCESS"
+            kit.deliver(row["refund_no"], drained=False)
+            if own_number:
+                assert h.drain() == []
+                assert svc().show(row["refund_no"])["status"] == "SUCCESS"
+            else:
+                assert h.drain(max_rounds=1) != []  # deferred: the report goes back on the queue
+                assert h.metric("RefundManual") == 0
             return answer  # ... before the answer reached us
 
         def query(self, row):
             return self.inner.query(row)
 
     monkeypatch.setitem(service.channels, kit.channel, lambda mchid: NotifiesFirst(real(mchid)))
-    status, body = refund(h, kit.mid, otn, 25)
-    assert status == 201 and body["status"] == "SUCCESS"
+    status, body = refund(h, kit.mid, otn, 25, refund_no="OWN-NUMBER-1" if own_number else None)
+    assert status == 201 and body["status"] == ("SUCCESS" if own_number else "ACCEPTED")
     assert body.get("refund_id") or kit.channel == "alipay"
+    assert h.drain() == []  # the deferred report's next delivery
+    assert svc().show(body["refund_no"])["status"] == "SUCCESS" and h.metric("RefundManual") == 0
     assert refund_sum(h) == 25 and order_row(h, kit.mid, otn)["refundable_cent"] == 75
 
 
@@ -192,6 +210,55 @@ def test_R26_R28_timeout_after_accepting_leaves_pending_and_the_poll_retries_the
     view = svc().show(no)
     assert view["status"] == "SUCCESS" and view["reports"][0]["source"] == "query"
     assert refund_sum(h) == 60 and order_row(h, kit.mid, otn)["refundable_cent"] == 40
+
+
+def test_R26_R28_crash_after_the_channel_call_leaves_a_hold_the_poller_recovers(h, kit):
+    """A number we generate, and the create call dies after the channel took the refund, before storing the
+    answer. The reservation stays on the order as a hold, so the amount cannot be refunded twice meanwhile;
+    once abandoned (HOLD_ABANDONED_S) the poller stores the refund PENDING and re-sends the same refund_no,
+    which the channel answers with the refund it already took: one channel refund, booked once."""
+    otn, _ = kit.paid_order(100)
+    ddb = svc().store.t.ddb
+
+    def crash(**_):
+        raise EndpointConnectionError(endpoint_url="http://dynamodb (the container died here)")
+
+    ddb.meta.events.register("before-call.dynamodb.TransactWriteItems", crash)
+    try:
+        with pytest.raises(EndpointConnectionError):
+            svc().create({"mchid": kit.mid, "out_trade_no": otn, "amount_cent": 60, "reason": "crash"})
+    finally:
+        ddb.meta.events.unregister("before-call.dynamodb.TransactWriteItems", crash)
+    order = stored_order(kit.mid, otn)
+    [no] = open_holds(order)
+    assert order["refundable_cent"] == 40 and svc().store.get(no) is None and len(kit.channel_refunds(no)) == 1
+    assert order_row(h, kit.mid, otn)["refund_holds"] == {no: 60}  # what a person sees
+    status, _ = refund(h, kit.mid, otn, 50)
+    assert status == 409  # the held 60 cents are not refundable again
+    assert svc().poll_due() == {}  # not abandoned yet: a live create call may still store its answer
+    bootstrap.set_clock(lambda: time.time() + HOLD_ABANDONED_S + 1)
+    assert svc().poll_due() == {"HOLD_RECOVERED": 1, "ACCEPTED": 1}
+    flush(h)
+    assert h.metric("RefundHoldRecovered") == 1
+    assert len(kit.channel_refunds(no)) == 1 and not open_holds(stored_order(kit.mid, otn))
+    kit.settle(no, "success")
+    kit.deliver(no)
+    assert svc().show(no)["status"] == "SUCCESS"
+    assert refund_sum(h) == 60 and order_row(h, kit.mid, otn)["refundable_cent"] == 40
+
+
+def test_R27_hold_index_holds_only_open_holds(h, m, sim):
+    """Every refund with a generated number passes through the hold index; the poller's visit after the
+    hold's abandonment time takes the order off it once the answer was stored, and finds nothing to recover."""
+    otn, _ = paid_order(h, m["mchid"], 100)
+    status, body = refund(h, m["mchid"], otn, 10)
+    assert status == 201 and body["status"] == "ACCEPTED"
+    order = stored_order(m["mchid"], otn)
+    assert not open_holds(order) and order["holds_open"] == 0 and order.get("hold_pk")
+    bootstrap.set_clock(lambda: time.time() + HOLD_ABANDONED_S + 1)
+    assert svc().poll_due() == {"PROCESSING": 1}  # the refund's own query; no hold to recover
+    order = stored_order(m["mchid"], otn)
+    assert "hold_pk" not in order and "hold_due" not in order and order["refundable_cent"] == 90
 
 
 def test_R29_a_rejected_refund_fails_and_releases(h, kit):

@@ -30,7 +30,7 @@ TABLES = {
         {"by_pending": ["pending_pk", "pending_at"], "by_order": ["order_pk", "notified_at"]},
     ),
     "NotifyEventTable": ("NOTIFY_EVENT_TABLE", ["pk"], {"manual": ["manual_kind", "created_at"]}),
-    "OrdersTable": ("ORDERS_TABLE", ["pk"], {"by_poll": ["poll_pk", "poll_due"]}),
+    "OrdersTable": ("ORDERS_TABLE", ["pk"], {"by_poll": ["poll_pk", "poll_due"], "by_hold": ["hold_pk", "hold_due"]}),
     "TransitionsTable": ("TRANSITIONS_TABLE", ["pk", "sk"], {}),
     "LedgerTable": ("LEDGER_TABLE", ["pk"], {"by_bill_date": ["bill_date", "pk"]}),
     "RefundTasksTable": ("REFUND_TASKS_TABLE", ["pk"], {"by_status": ["status", "created_at"]}),

@@ -558,7 +558,7 @@ def _record(m: dict[str, Any]) -> dict[str, Any]:
 
 def next_poll_due(env: SimEnv) -> float | None:
     """The earliest instant the poller λ has something to do: an order or refund due in its poll index, a
-    raw row the sweeper would re-queue (handled=0 for 5 minutes), an open refund task."""
+    raw row the sweeper would re-queue (handled=0 for 5 minutes), an open refund task, a refund hold."""
     from datetime import datetime
 
     def epoch(iso: Any) -> float | None:
@@ -572,6 +572,8 @@ def next_poll_due(env: SimEnv) -> float | None:
         for row in env.scan(env_var):
             if str(row.get("poll_pk") or "").startswith("poll#") and row.get("poll_due"):
                 times.append(epoch(row["poll_due"]) or env.clock.now)
+            if row.get("hold_pk") and row.get("hold_due"):  # a refund hold the poller would look at
+                times.append(epoch(row["hold_due"]) or env.clock.now)
     if any(t.get("status") == "OPEN" for t in env.scan("REFUND_TASKS_TABLE")):
         times.append(env.clock.now)
     return min(times) if times else None

@@ -82,6 +82,7 @@ def test_R21_poller_may_query_only_the_sparse_indexes(template):
     statements = template["Resources"]["PollerFunction"]["Properties"]["Policies"][0]["Statement"]
     (query,) = [s for s in statements if "dynamodb:Query" in s["Action"]]
     assert query["Resource"] == [{"Fn::Sub": "${OrdersTable.Arn}/index/by_poll"},
+                                 {"Fn::Sub": "${OrdersTable.Arn}/index/by_hold"},
                                  {"Fn::Sub": "${NotifyRawTable.Arn}/index/by_pending"},
                                  {"Fn::Sub": "${RefundsTable.Arn}/index/by_poll"},
                                  {"Fn::Sub": "${RefundTasksTable.Arn}/index/by_status"}]

@@ -101,6 +101,7 @@ class M:
     REFUND_FAILED = "RefundFailed"  # CLOSED / rejected: reservation released (R38: repeats need a person)
     REFUND_MANUAL = "RefundManual"  # ABNORMAL, expired, mismatch, unknown answer, contradiction: a person
     REFUND_EXPIRED = "RefundExpired"
+    REFUND_HOLD_RECOVERED = "RefundHoldRecovered"  # a create call died after reserving: re-sent by the poll
     REFUND_EXCEEDS = "RefundExceedsRefundable"  # refused by the guard (R27): a caller error, not alarmed
     REFUND_CHANNEL_RETRY = "RefundChannelRetry"  # sent, outcome unknown: retried with the same refund_no
     REFUND_QUERY_FAILED = "RefundQueryFailed"

@@ -17,6 +17,7 @@ from tally.observability import M, count, logger
 from tally.service.apply import CHINA
 from tally.service.merchants import MerchantDirectory, UnknownMerchant
 from tally.store.polling import poll_pk
+from tally.store.refunds import HOLD_PREFIX, open_holds
 from tally.store.tables import OrderStore, RawStore, iso_now, order_key
 
 OUT_TRADE_NO = re.compile(r"^[0-9A-Za-z_\-*]{6,32}$")
@@ -162,8 +163,13 @@ class OrderService:
 
 
 def public_order(row: dict[str, Any]) -> dict[str, Any]:
-    hidden = {"pk", "version", "poll_pk", "poll_due"}
-    return {k: v for k, v in row.items() if k not in hidden}
+    """The order without index bookkeeping; refunds reserved but not yet stored show as `refund_holds`."""
+    hidden = {"pk", "version", "poll_pk", "poll_due", "hold_pk", "hold_due", "holds_open"}
+    view = {k: v for k, v in row.items() if k not in hidden and not k.startswith(HOLD_PREFIX)}
+    holds = open_holds(row)
+    if holds:
+        view["refund_holds"] = {no: int(h["amount_cent"]) for no, h in holds.items()}
+    return view
 
 
 def validate_order_request(body: Any) -> dict[str, Any]:

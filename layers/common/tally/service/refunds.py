@@ -42,13 +42,26 @@ from tally.domain.refunds import (
 from tally.observability import M, count, logger
 from tally.service.apply import RetryLater, bill_date
 from tally.service.refund_inbox import RefundInbox, notice_from_raw
-from tally.store.refunds import HOLD_ORDER, HOLD_TASK, RefundRawStore, RefundStore, TransactionFailed, poll_pk
+from tally.store.refunds import (
+    HOLD_ORDER,
+    HOLD_TASK,
+    HoldRefused,
+    RefundRawStore,
+    RefundStore,
+    TransactionFailed,
+    open_holds,
+    poll_pk,
+    refund_no_held,
+)
 from tally.store.tables import OrderStore, iso_now, order_key
 
 REFUND_NO = re.compile(r"^[0-9A-Za-z_\-|*@]{6,64}$")  # WeChat out_refund_no charset (§2.3)
 OUT_TRADE_NO = re.compile(r"^[0-9A-Za-z_\-*]{6,32}$")
 BACKOFF_S = (60, 60, 120, 300, 900, 1800, 3600)  # between polls of one refund; then hourly until expiry
 CAS_ROUNDS = 4
+# a hold older than this is abandoned (its create call crashed or timed out): well above the refunds
+# function's 15 s timeout, so a live create call always lands its answer first
+HOLD_ABANDONED_S = 120
 
 
 class RefundChannel(Protocol):
@@ -112,22 +125,129 @@ class RefundService:
     # ================================================================== create (R26, R27, R28)
 
     def create(self, request: Any) -> tuple[dict[str, Any], bool]:
-        """Returns (the refund, created). An existing refund_no answers the existing refund.
-
-        Three AWS calls on the way that moves money: read the order (the refund row needs its channel,
-        transaction id and total), reserve + put PENDING in one transaction (R27), mark ACCEPTED after
-        the channel call, which stays outside the transaction (R28). A caller's retry is recognised by the
-        transaction's own condition (its ALL_OLD image), not by a read before it."""
+        """Returns (the refund, created). An existing refund_no answers the existing refund."""
         spec = validate_refund_request(request)
+        if spec["refund_no"]:
+            return self._create_named(spec)
+        return self._create_generated(spec), True
+
+    def _create_generated(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """Two AWS calls around the channel call, for the number we generate (R26):
+
+        1. one UpdateItem on the order reserves the amount (R27), records the refund as an open hold on
+           the order and returns the order: the read and the reservation are the same request;
+        2. the channel call, outside any transaction (R28);
+        3. one transaction puts the refund row as the channel's answer left it and closes the hold.
+        A crash between 1 and 3 leaves the hold: the poller turns it into a PENDING refund after
+        HOLD_ABANDONED_S (`_materialise`), which re-sends the same refund_no to the channel (R26)."""
+        now_s = self.clock()
+        refund_no = new_refund_no(now_s)
+        hold = {"amount_cent": spec["amount_cent"], "reason": spec["reason"], "created_at": iso_now(now_s),
+                "abandoned_at": iso_now(now_s + HOLD_ABANDONED_S)}
+        order_pk = order_key(spec["mchid"], spec["out_trade_no"])
+        try:
+            order = self.store.reserve_and_hold(order_pk, refund_no, hold, hold["abandoned_at"])
+        except HoldRefused as exc:
+            if exc.order is None:
+                raise NotFound(f"no order {spec['mchid']}/{spec['out_trade_no']}") from None
+            refuse_unrefundable(exc.order, spec["amount_cent"])
+            raise Busy(f"refund {refund_no}: the number is taken on this order, retry") from None
+        row = self._new_row(refund_no, order, spec["amount_cent"], spec["reason"], HOLD_ORDER, order_pk, "api")
+        count(M.REFUND_CREATED, channel=row.get("channel"), merchant=row.get("mchid"))
+        logger.info("refund reserved", extra={"refund_no": refund_no, "order": order_pk,
+                                              "amount_cent": row["amount_cent"]})
+        try:
+            channel = self._channel(order["channel"], order["mchid"])
+        except (NotFound, RefundConflict) as exc:
+            self._land(row, None, f"no channel client: {exc}")  # the refund is stored FAIL, the amount given back
+            raise
+        return public_refund(self._land(row, channel.create(row)))
+
+    def _land(self, row: dict[str, Any], answer: ChannelAnswer | None, refusal: str = "") -> dict[str, Any]:
+        """The refund row as the channel's answer leaves it + the hold closed, in one transaction.
+        `answer` None: the channel was never called (`refusal` says why): FAIL, reservation given back."""
+        label, event, reason, refund_id = self._read_answer(row, answer) if answer else ("NOT_SENT", RefundEvent.FAIL,
+                                                                                        refusal, None)
+        now_s = self.clock()
+        if event is None:  # sent, outcome unknown: stored PENDING, re-sent by the poll with the same refund_no
+            landed = {**row, "poll_attempts": 1, "poll_due": iso_now(now_s + BACKOFF_S[1]),
+                      "last_poll_note": f"create: {reason}"[:300]}
+            to, effect = RefundStatus.PENDING, Effect.NONE
+        else:
+            decision = transit(RefundStatus.PENDING, event)
+            assert decision.new_status is not None  # every create answer is an edge out of PENDING
+            to, effect = decision.new_status, decision.effect
+            landed = self.store.landed(row, to.value, iso_now(now_s),
+                                       **landing(to, event, reason, refund_id, None, now_s))
+        release = row["amount_cent"] if effect is Effect.RELEASE else 0
+        try:
+            self.store.transact([self.store.put_new(landed),
+                                 self.store.close_hold(row["order_pk"], row["pk"], release, iso_now(now_s))])
+        except TransactionFailed:
+            # the poller took the hold for abandoned (this call outlived HOLD_ABANDONED_S) and stored the refund
+            # PENDING: the answer applies to that row like any other (status CAS)
+            logger.warning("refund hold was materialised before the create answer landed",
+                           extra={"refund_no": row["pk"]})
+            existing = self.store.get(row["pk"])
+            if existing is None or existing.get("order_pk") != row["order_pk"] or answer is None:
+                raise RuntimeError(f"refund {row['pk']}: hold closed by someone else and no row of ours; "
+                                   "left for the retry and the DLQ alarm") from None
+            return self._after_create(existing, answer)[1]
+        self._count_answer(row, label, reason)
+        if to is not RefundStatus.PENDING:
+            self._count_transition(row, to, effect, reason)
+        return landed
+
+    def _materialise(self, order: dict[str, Any], refund_no: str, hold: dict[str, Any]) -> str:
+        """An abandoned hold (create crashed or timed out between reserving and storing the answer): the
+        refund becomes PENDING and due now, so the poll re-sends the same refund_no (R26); the channel
+        answers the refund it already took, or takes it now."""
+        now_s = self.clock()
+        row = self._new_row(refund_no, order, int(hold["amount_cent"]), hold.get("reason", ""), HOLD_ORDER,
+                            order["pk"], "api")
+        row.update(created_at=hold["created_at"], poll_due=iso_now(now_s), last_poll_note="recovered abandoned hold")
+        try:
+            self.store.transact([self.store.put_new(row),
+                                 self.store.close_hold(order["pk"], refund_no, 0, iso_now(now_s))])
+        except TransactionFailed:
+            return "LANDED_MEANWHILE"  # the create call stored its answer after all
+        count(M.REFUND_HOLD_RECOVERED, channel=row.get("channel"), merchant=row.get("mchid"))
+        logger.warning("abandoned refund hold stored PENDING: the poll re-sends it with the same refund_no",
+                       extra={"refund_no": refund_no, "order": order["pk"]})
+        return "RECOVERED"
+
+    def sweep_holds(self, limit: int = 50) -> dict[str, int]:
+        """Orders on the hold index whose due time passed: abandoned holds → PENDING refunds; an order
+        with no open hold leaves the index; younger holds are looked at again when they would be abandoned."""
+        now_s = self.clock()
+        done: Counter[str] = Counter()
+        now = iso_now(now_s)
+        for order in self.store.holds_due(now, limit):
+            young = []
+            for refund_no, hold in open_holds(order).items():
+                if hold["abandoned_at"] <= now:
+                    done[self._materialise(order, refund_no, hold)] += 1
+                else:
+                    young.append(hold["abandoned_at"])
+            if young:
+                self.store.hold_due_later(order["pk"], min(young))
+            else:
+                self.store.clear_hold_index(order["pk"])  # bookkeeping: not counted
+        return dict(done)
+
+    def _create_named(self, spec: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        """The caller's own refund_no: three AWS calls. The number must be checked unused across ALL
+        orders before the channel sees it (it is the channel's refund key too, R30), so the refund row
+        is put in the reserving transaction, which needs the order read first."""
         order = self.orders.get(spec["mchid"], spec["out_trade_no"])
         if order is None:
             raise NotFound(f"no order {spec['mchid']}/{spec['out_trade_no']}")
-        refund_no = spec["refund_no"] or new_refund_no(self.clock())
+        refund_no = spec["refund_no"]
         try:  # an early answer; the guard that counts is the transaction below
             refuse_unrefundable(order, spec["amount_cent"])
         except (RefundConflict, ExceedsRefundable):
             # a retry of a refund that took what was left must still answer that refund (read on this path only)
-            existing = self.store.get(refund_no) if spec["refund_no"] else None
+            existing = self.store.get(refund_no)
             if existing is not None:
                 return self._same_refund(existing, order["pk"], spec["amount_cent"]), False
             raise
@@ -143,7 +263,7 @@ class RefundService:
                     existing = exc.items[1] or self.store.get(refund_no) or {}
                     return self._same_refund(existing, order["pk"], spec["amount_cent"]), False
                 if 0 in exc.failed:
-                    existing = self.store.get(refund_no) if spec["refund_no"] else None  # a racing retry of ours?
+                    existing = self.store.get(refund_no)  # a racing retry of ours?
                     if existing is not None:
                         return self._same_refund(existing, order["pk"], spec["amount_cent"]), False
                     refuse_unrefundable(exc.items[0] or self.orders.get(spec["mchid"], spec["out_trade_no"]) or {},
@@ -196,27 +316,37 @@ class RefundService:
         """The refund as it stands after the channel's answer (no read: the transition knows it)."""
         return self._after_create(row, channel.create(row))[1]
 
-    def _after_create(self, row: dict[str, Any], answer: ChannelAnswer) -> tuple[str, dict[str, Any]]:
-        """`row` was just written or read by this call: it stands in for the first read; the CAS guards it."""
-        refund_no = row["pk"]
+    def _read_answer(self, row: dict[str, Any], answer: ChannelAnswer) -> tuple[str, RefundEvent | None, str, str | None]:
+        """A create answer → (label, event on the refund or None = outcome unknown, reason, channel refund id)."""
         if answer.kind is AnswerKind.ACCEPTED:
             if answer.refund_cent is not None and answer.refund_cent != row["amount_cent"]:
-                return "MISMATCH", self._transition(
-                    refund_no, RefundEvent.MISMATCH, refund_id=answer.refund_id, known=row,
-                    reason=f"channel accepted {answer.refund_cent} cents, we asked {row['amount_cent']}")[1]
-            _, after = self._transition(refund_no, RefundEvent.ACCEPT, refund_id=answer.refund_id, known=row)
-            count(M.REFUND_ACCEPTED, channel=row.get("channel"), merchant=row.get("mchid"))
-            return "ACCEPTED", after  # not success: that comes only from a notification or a query (R29)
+                return ("MISMATCH", RefundEvent.MISMATCH, f"channel accepted {answer.refund_cent} cents, "
+                        f"we asked {row['amount_cent']}", answer.refund_id)
+            return "ACCEPTED", RefundEvent.ACCEPT, "", answer.refund_id  # not success: that comes only later (R29)
         if answer.kind is AnswerKind.REJECTED:
-            return "REJECTED", self._transition(refund_no, RefundEvent.FAIL, known=row,
-                                                reason=f"rejected by the channel: {answer.message}"[:300])[1]
+            return "REJECTED", RefundEvent.FAIL, f"rejected by the channel: {answer.message}"[:300], None
         if answer.kind is AnswerKind.RETRY:
+            return "RETRY", None, answer.message, None
+        return "UNKNOWN", RefundEvent.UNKNOWN, f"unmapped create answer {answer.code}: {answer.message}", None
+
+    def _count_answer(self, row: dict[str, Any], label: str, reason: str) -> None:
+        if label == "ACCEPTED":
+            count(M.REFUND_ACCEPTED, channel=row.get("channel"), merchant=row.get("mchid"))
+        elif label == "RETRY":
             count(M.REFUND_CHANNEL_RETRY, channel=row.get("channel"), merchant=row.get("mchid"))
             logger.warning("refund sent, outcome unknown: retried later with the same refund_no",
-                           extra={"refund_no": refund_no, "error": answer.message})
-            return "RETRY", self._reschedule(row, f"create: {answer.message}")
-        return "UNKNOWN", self._transition(refund_no, RefundEvent.UNKNOWN, known=row,
-                                           reason=f"unmapped create answer {answer.code}: {answer.message}")[1]
+                           extra={"refund_no": row["pk"], "error": reason})
+
+    def _after_create(self, row: dict[str, Any], answer: ChannelAnswer) -> tuple[str, dict[str, Any]]:
+        """`row` was just written or read by this call: it stands in for the first read; the CAS guards it."""
+        label, event, reason, refund_id = self._read_answer(row, answer)
+        if event is None:
+            self._count_answer(row, label, reason)
+            return label, self._reschedule(row, f"create: {reason}")
+        outcome, after = self._transition(row["pk"], event, refund_id=refund_id, known=row, reason=reason)
+        if outcome is Applied.APPLIED or outcome is Applied.MANUAL:
+            self._count_answer(row, label, reason)
+        return label, after
 
     # ================================================================== outcomes (R29)
 
@@ -230,6 +360,8 @@ class RefundService:
         notice = notice_from_raw(raw, refund_event_of)
         refund = self.store.get(notice.refund_no)
         now = iso_now(self.clock())
+        if refund is None and self._held(notice):
+            raise RetryLater(f"refund {notice.refund_no} is reserved, its create answer not stored yet")
         if refund is None or refund.get("channel") != notice.channel:
             attempts = self.raw.count_attempt(raw_key, status)
             if attempts < self.not_found_attempts:
@@ -253,6 +385,12 @@ class RefundService:
         return self._event(notice.refund_no, notice.event, raw=raw_ref, refund_id=notice.refund_id,
                            success_time=notice.success_time, source=notice.source,
                            reason=f"channel says {notice.status}")
+
+    def _held(self, notice: RefundNotice) -> bool:
+        """A report that overtook its own create call: the order still holds the refund (the create call
+        stores it, or the poller does once the hold is abandoned), so it is not counted as unknown."""
+        order = self.orders.get(notice.mchid, notice.out_trade_no) or {}
+        return order.get("channel") == notice.channel and refund_no_held(order, notice.refund_no)
 
     def _cumulative_problems(self, cumulative_cent: int, refund: dict[str, Any]) -> list[str]:
         """Alipay reports the trade's cumulative refunded total: checked against the order's books."""
@@ -295,16 +433,8 @@ class RefundService:
                 return Applied.ILLEGAL, refund
             to = decision.new_status
             assert to is not None
-            fields: dict[str, Any] = {"refund_id": refund_id or None}
-            if to is RefundStatus.SUCCESS:
-                fields["success_time"] = success_time
-            if to is RefundStatus.FAIL:
-                fields["fail_reason"] = reason[:300] or event.value
-            move = self.store.move(
-                refund_no, status.value, to.value, now,
-                poll_due=iso_now(now_s + BACKOFF_S[0]) if to is RefundStatus.ACCEPTED else None,
-                manual_reason=f"{event.value}: {reason}" if to is RefundStatus.MANUAL else None, **fields)
-            items = [move]
+            how = landing(to, event, reason, refund_id, success_time, now_s)
+            items = [self.store.move(refund_no, status.value, to.value, now, **how)]
             if decision.effect is Effect.BOOK:
                 items.append(self.store.ledger_entry(refund, refund_id, bill_date(success_time, now_s), success_time,
                                                      source, now))
@@ -323,10 +453,7 @@ class RefundService:
                 raise RuntimeError(f"refund {refund_no} {status.value}->{to.value}: hold or ledger condition "
                                    f"failed ({exc.failed}); left for the retry and the DLQ alarm") from None
             self._count_transition(refund, to, decision.effect, reason)
-            after = {**refund, "status": to.value, "updated_at": now,
-                     **{k: v for k, v in fields.items() if v is not None}}
-            if to is RefundStatus.MANUAL:  # what store.move wrote
-                after["manual_reason"] = f"{event.value}: {reason}"[:500]
+            after = self.store.landed(refund, to.value, now, **how)  # what store.move wrote
             return (Applied.MANUAL if to is RefundStatus.MANUAL else Applied.APPLIED), after
         raise RetryLater(f"refund {refund_no} kept changing under us")
 
@@ -348,10 +475,11 @@ class RefundService:
     # ================================================================== the poller's entries (R21, R29)
 
     def poll_due(self, limit: int = 50) -> dict[str, int]:
-        """Refunds PENDING (retry the create, same refund_no) or ACCEPTED (query) that are due, from the
-        sparse poll index in bounded batches; backoff between polls; past expiry → a person."""
+        """Abandoned holds first (they become PENDING, due now); then refunds PENDING (retry the create, same
+        refund_no) or ACCEPTED (query) that are due, from the sparse poll index in bounded batches; backoff
+        between polls; past expiry → a person."""
+        done: Counter[str] = Counter({f"HOLD_{k}": n for k, n in self.sweep_holds(limit).items()})
         now_s = self.clock()
-        done: Counter[str] = Counter()
         for row in self.store.due(iso_now(now_s), limit):
             try:
                 done[self._poll_one(row, now_s)] += 1
@@ -458,6 +586,18 @@ class RefundService:
 
     def due(self, limit: int = 100) -> list[dict[str, Any]]:
         return [public_refund(r) for r in self.store.due(iso_now(self.clock()), limit)]
+
+
+def landing(to: RefundStatus, event: RefundEvent, reason: str, refund_id: str | None, success_time: str | None,
+            now_s: float) -> dict[str, Any]:
+    """The fields a refund entering `to` gets (store.move / store.landed keyword arguments)."""
+    fields: dict[str, Any] = {"refund_id": refund_id or None}
+    if to is RefundStatus.SUCCESS:
+        fields["success_time"] = success_time
+    if to is RefundStatus.FAIL:
+        fields["fail_reason"] = reason[:300] or event.value
+    return {"poll_due": iso_now(now_s + BACKOFF_S[0]) if to is RefundStatus.ACCEPTED else None,
+            "manual_reason": f"{event.value}: {reason}" if to is RefundStatus.MANUAL else None, **fields}
 
 
 def refuse_unrefundable(order: dict[str, Any], amount_cent: int) -> None:

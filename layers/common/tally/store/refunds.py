@@ -1,8 +1,11 @@
 """Refund tables (docs/contracts.md): refunds, refund_raw, and the refund side of orders / refund_tasks.
 
-Every money move here is one TransactWriteItems whose first item is a condition on a status, so
-it can happen once only:
-* create: reserve on the hold (order `refundable_cent`, or a refund task) + put the refund (R26, R27);
+Every money move here is one conditional write, so it can happen once only:
+* create with a number we generate: ONE UpdateItem on the order reserves `refundable_cent` and records
+  the refund as an open hold (`hold#<refund_no>`) on the order itself, returning the order (R26, R27);
+  after the channel call ONE transaction puts the refund row and closes the hold (R28);
+* create with the caller's own number, or from a refund task: reserve on the hold (order
+  `refundable_cent`, or the task) + put the refund PENDING, in one transaction;
 * outcome: refund status CAS + ledger entry (BOOK) or hold given back (RELEASE) + raw handled=1.
 """
 
@@ -16,6 +19,7 @@ from tally.store.codec import from_item, names_values, to_item
 from tally.store.tables import Tables, shard_of
 
 POLL_SHARDS = 4
+HOLD_PREFIX = "hold#"  # an order attribute per refund reserved but not yet stored as a refund row
 HOLD_ORDER = "order"  # reserved on orders.refundable_cent (a booked payment)
 HOLD_TASK = "task"  # reserved on a refund task (an ILLEGAL payment that was never booked, R17)
 
@@ -26,6 +30,27 @@ def poll_pk(refund_no: str) -> str:
 
 def manual_pk(refund_no: str) -> str:
     return f"manual#{shard_of(refund_no, POLL_SHARDS)}"
+
+
+def hold_attr(refund_no: str) -> str:
+    return HOLD_PREFIX + refund_no
+
+
+def open_holds(order: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """refund_no → the hold recorded on the order by `reserve_and_hold` and not yet closed."""
+    return {k[len(HOLD_PREFIX):]: v for k, v in order.items() if k.startswith(HOLD_PREFIX)}
+
+
+def refund_no_held(order: dict[str, Any], refund_no: str) -> bool:
+    return hold_attr(refund_no) in order
+
+
+class HoldRefused(Exception):
+    """The order refused the reservation; `order` is its image (None: no such order)."""
+
+    def __init__(self, order: dict[str, Any] | None):
+        super().__init__("reservation refused by the order's condition")
+        self.order = order
 
 
 @dataclass
@@ -47,6 +72,22 @@ class TransactionFailed(Exception):
         self.failed = failed
         self.conflict = conflict
         self.items = items  # ALL_OLD images where DynamoDB returned them
+
+
+def status_fields(refund_no: str, to_status: str, now: str, *, poll_due: str | None, manual_reason: str | None,
+                  **fields: Any) -> tuple[dict[str, Any], list[str]]:
+    """What a refund entering `to_status` sets and removes: the poll index entry goes with it (due for the
+    poll, in the manual partition for a person, or off the index for an end state)."""
+    sets: dict[str, Any] = {"status": to_status, "updated_at": now}
+    removes: list[str] = []
+    if poll_due is not None:
+        sets.update(poll_pk=poll_pk(refund_no), poll_due=poll_due)
+    elif manual_reason is not None:
+        sets.update(poll_pk=manual_pk(refund_no), poll_due=now, manual_reason=manual_reason[:500])
+    else:
+        removes += ["poll_pk", "poll_due"]
+    sets.update({k: v for k, v in fields.items() if v is not None})
+    return sets, removes
 
 
 class RefundStore:
@@ -90,26 +131,22 @@ class RefundStore:
     def move(self, refund_no: str, from_status: str, to_status: str, now: str, *, poll_due: str | None = None,
              manual_reason: str | None = None, **fields: Any) -> dict[str, Any]:
         """Status CAS: the guard that makes every effect riding in the same transaction happen once."""
-        values: dict[str, Any] = {"from": from_status, "to": to_status, "now": now}
-        sets = ["#st = :to", "updated_at = :now"]
-        removes: list[str] = []
-        if poll_due is not None:
-            sets += ["poll_pk = :ppk", "poll_due = :due"]
-            values.update(ppk=poll_pk(refund_no), due=poll_due)
-        elif manual_reason is not None:
-            sets += ["poll_pk = :ppk", "poll_due = :now", "manual_reason = :mr"]
-            values.update(ppk=manual_pk(refund_no), mr=manual_reason[:500])
-        else:
-            removes += ["poll_pk", "poll_due"]
-        for name, value in fields.items():
-            if value is not None:
-                sets.append(f"{name} = :{name}")
-                values[name] = value
-        expression = "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
+        sets, removes = status_fields(refund_no, to_status, now, poll_due=poll_due, manual_reason=manual_reason,
+                                      **fields)
+        values = {"from": from_status, **{f"v_{k}": v for k, v in sets.items()}}
+        assignments = ", ".join(("#st" if k == "status" else k) + f" = :v_{k}" for k in sets)
+        expression = "SET " + assignments + (" REMOVE " + ", ".join(removes) if removes else "")
         return {"Update": {"TableName": self.t.refunds, "Key": to_item({"pk": refund_no}),
                            "UpdateExpression": expression, "ConditionExpression": "#st = :from",
                            "ExpressionAttributeNames": {"#st": "status"},
                            "ExpressionAttributeValues": names_values(**values)}}
+
+    def landed(self, row: dict[str, Any], to_status: str, now: str, *, poll_due: str | None = None,
+               manual_reason: str | None = None, **fields: Any) -> dict[str, Any]:
+        """The row `move` would leave, for a refund stored for the first time already past PENDING."""
+        sets, removes = status_fields(row["pk"], to_status, now, poll_due=poll_due, manual_reason=manual_reason,
+                                      **fields)
+        return {**{k: v for k, v in row.items() if k not in removes}, **sets}
 
     def set_fields(self, refund_no: str, expect_status: str, **fields: Any) -> bool:
         """Bookkeeping that moves no money (refund_id, next poll); False if the status changed meanwhile."""
@@ -132,6 +169,64 @@ class RefundStore:
             "ExpressionAttributeNames": {"#st": "status"},
             "ExpressionAttributeValues": names_values(x=amount, paid="PAID", now=now),
             "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}}
+
+    def reserve_and_hold(self, order_pk: str, refund_no: str, hold: dict[str, Any], due: str) -> dict[str, Any]:
+        """One call that reads and reserves: the order as it stands after the reservation (R27).
+
+        The hold is the durable record that this refund_no took money off the order before the channel
+        call; the sparse `by_hold` index (due = when the hold counts as abandoned) lets the poller
+        turn an abandoned hold into a PENDING refund (`materialise_hold`)."""
+        try:
+            answer = self.t.ddb.update_item(
+                TableName=self.t.base.orders, Key=to_item({"pk": order_pk}),
+                UpdateExpression="SET refundable_cent = refundable_cent - :x, refund_updated_at = :now, #h = :hold, "
+                                 "hold_pk = :hpk, hold_due = if_not_exists(hold_due, :due) ADD holds_open :one",
+                ConditionExpression="refundable_cent >= :x AND #st = :paid AND attribute_not_exists(#h)",
+                ExpressionAttributeNames={"#st": "status", "#h": hold_attr(refund_no)},
+                ExpressionAttributeValues=names_values(x=hold["amount_cent"], paid="PAID", now=hold["created_at"],
+                                                       hold=hold, hpk=f"hold#{shard_of(order_pk, POLL_SHARDS)}",
+                                                       due=due, one=1),
+                ReturnValues="ALL_NEW", ReturnValuesOnConditionCheckFailure="ALL_OLD")
+        except self.t.ddb.exceptions.ConditionalCheckFailedException as exc:
+            raise HoldRefused(from_item(exc.response.get("Item")) or None) from None
+        return from_item(answer["Attributes"])
+
+    def close_hold(self, order_pk: str, refund_no: str, release_cent: int, now: str) -> dict[str, Any]:
+        """Transaction item: the hold becomes a refund row (put in the same transaction). Conditional on
+        the hold still being open, so the create call and the poller's `materialise_hold` close it once;
+        `release_cent` gives the reservation back (a refund the channel refused outright)."""
+        return {"Update": {
+            "TableName": self.t.base.orders, "Key": to_item({"pk": order_pk}),
+            "UpdateExpression": "SET refundable_cent = refundable_cent + :x, refund_updated_at = :now REMOVE #h "
+                                "ADD holds_open :minus",
+            "ConditionExpression": "attribute_exists(#h)", "ExpressionAttributeNames": {"#h": hold_attr(refund_no)},
+            "ExpressionAttributeValues": names_values(x=release_cent, now=now, minus=-1)}}
+
+    def holds_due(self, now: str, limit: int) -> list[dict[str, Any]]:
+        """Orders with a hold index entry due: open holds to check, or an entry to clear."""
+        rows: list[dict[str, Any]] = []
+        for shard in range(POLL_SHARDS):
+            answer = self.t.ddb.query(TableName=self.t.base.orders, IndexName="by_hold",
+                                      KeyConditionExpression="hold_pk = :k AND hold_due <= :now",
+                                      ExpressionAttributeValues=names_values(k=f"hold#{shard}", now=now), Limit=limit)
+            rows += [from_item(i) for i in answer.get("Items", [])]
+        return sorted(rows, key=lambda r: r["hold_due"])[:limit]
+
+    def hold_due_later(self, order_pk: str, due: str) -> None:
+        self.t.ddb.update_item(TableName=self.t.base.orders, Key=to_item({"pk": order_pk}),
+                               UpdateExpression="SET hold_due = :due", ConditionExpression="attribute_exists(hold_pk)",
+                               ExpressionAttributeValues=names_values(due=due))
+
+    def clear_hold_index(self, order_pk: str) -> bool:
+        """Off the index once no hold is open; a hold opened meanwhile keeps it (and its due time)."""
+        try:
+            self.t.ddb.update_item(TableName=self.t.base.orders, Key=to_item({"pk": order_pk}),
+                                   UpdateExpression="REMOVE hold_pk, hold_due",
+                                   ConditionExpression="holds_open = :zero",
+                                   ExpressionAttributeValues=names_values(zero=0))
+            return True
+        except self.t.ddb.exceptions.ConditionalCheckFailedException:
+            return False
 
     def reserve_on_task(self, task_pk: str, refund_no: str, now: str) -> dict[str, Any]:
         return {"Update": {
