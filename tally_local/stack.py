@@ -32,6 +32,7 @@ from typing import Any
 import boto3
 from moto.server import ThreadedMotoServer
 
+from tally_local import moto_fixes
 from tally_local.demo import seed_demo
 from tally_local.frontdoor import FrontDoor, routes_from_template
 from tally_local.pump import SqsPump
@@ -173,6 +174,7 @@ class EmbeddedStack:
 
     def _start_moto(self) -> None:
         logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per AWS call otherwise
+        moto_fixes.install()  # what moto lacks of DynamoDB (atomic requests, cheap rollback); see the module
         self._moto = ThreadedMotoServer(ip_address=HOST, port=self.moto_port, verbose=False)
         self._moto.start()
         self._undo.append(self._stop_moto)
