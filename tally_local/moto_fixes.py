@@ -21,6 +21,15 @@
    each of the 8 default input paths of every event it delivers to a target: 1.8 ms each, ~14 ms of
    CPU per PutEvents. `cached_jsonpath` parses each path once (a parsed path is not mutated by `find`).
 
+5. **A queue's attribute is not all of them.** moto's SQS computes every queue attribute, including
+   the three message counts (a pass over all messages each), to read one: per received message (its
+   retention check), per GetQueueAttributes name, so O(backlog) per message. `one_queue_attribute`
+   reads the retention period directly and answers GetQueueAttributes for plain named attributes by
+   computing only those (anything else, e.g. "All" or Policy, goes the original way).
+6. **An update expression is parsed once.** moto parses the same UpdateExpression text (a tokenizer
+   and a recursive parser) twice per UpdateItem; `cached_update_parser` keeps the parsed tree per
+   text. Its users only read it (the validator deep-copies it before changing anything).
+
 `install()` is idempotent and process-wide (moto's backends are per process anyway).
 """
 
@@ -45,6 +54,8 @@ def install() -> None:
         item_level_rollback()
         cached_module_list()
         cached_jsonpath()
+        one_queue_attribute()
+        cached_update_parser()
         _installed = True
 
 
@@ -74,6 +85,46 @@ def cached_jsonpath() -> None:
 
     # moto.events.utils imports `parse` from the module at each call, so it finds this one
     jsonpath_ng.ext.parse = functools.lru_cache(maxsize=256)(jsonpath_ng.ext.parse)
+
+
+_PLAIN_QUEUE_ATTRIBUTES = frozenset({
+    "ApproximateNumberOfMessages", "ApproximateNumberOfMessagesDelayed", "ApproximateNumberOfMessagesNotVisible",
+    "CreatedTimestamp", "DelaySeconds", "LastModifiedTimestamp", "MaximumMessageSize", "MessageRetentionPeriod",
+    "QueueArn", "ReceiveMessageWaitTimeSeconds", "VisibilityTimeout"})
+
+
+def one_queue_attribute() -> None:
+    from moto.core.utils import camelcase_to_underscores, unix_time
+    from moto.sqs.models import SQSBackend
+
+    original = SQSBackend.get_queue_attributes
+
+    def get_queue_attributes(self: Any, queue_name: str, attribute_names: list[str]) -> dict[str, Any]:
+        if not attribute_names or not set(attribute_names) <= _PLAIN_QUEUE_ATTRIBUTES:
+            return original(self, queue_name, attribute_names)
+        queue = self.get_queue(queue_name)
+        return {name: getattr(queue, camelcase_to_underscores(name)) for name in attribute_names}
+
+    def is_message_valid_based_on_retention_period(self: Any, queue_name: str, message: Any) -> bool:
+        retention_period = self.get_queue(queue_name).message_retention_period
+        return int(retention_period) + message.sent_timestamp / 1000 > unix_time()
+
+    SQSBackend.get_queue_attributes = get_queue_attributes
+    SQSBackend.is_message_valid_based_on_retention_period = is_message_valid_based_on_retention_period
+
+
+def cached_update_parser() -> None:
+    import functools
+
+    from moto.dynamodb.parsing.expressions import UpdateExpressionParser
+
+    make = UpdateExpressionParser.make.__func__  # type: ignore[attr-defined]
+    parsed = functools.lru_cache(maxsize=512)(lambda text: make(UpdateExpressionParser, text))
+
+    def cached_make(cls: type, text: str) -> Any:
+        return parsed(text) if cls is UpdateExpressionParser else make(cls, text)
+
+    UpdateExpressionParser.make = classmethod(cached_make)
 
 
 def item_level_rollback() -> None:

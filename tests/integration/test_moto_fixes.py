@@ -112,3 +112,25 @@ def test_a_transaction_does_not_copy_the_tables_it_names(ddb, monkeypatch):
         {"Put": {"TableName": "single", "Item": {"pk": {"S": "c1"}, "v": {"N": "1"}}}}])
     assert "Table" not in copied
     assert isinstance(models.copy, moto_fixes._CopyKeepingTables)
+
+
+def test_moto_process_serves_on_its_port_and_ends_with_stop():
+    """`make run` and bench.load run moto in a child process (off the functions' GIL)."""
+    import os
+
+    from tally_local.moto_process import MotoProcess
+
+    server = MotoProcess("127.0.0.1", 0).start()
+    try:
+        client = boto3.client("sqs", endpoint_url=server.endpoint_url, region_name="us-east-1",
+                              aws_access_key_id="testing", aws_secret_access_key="testing")
+        url = client.create_queue(QueueName="q")["QueueUrl"]
+        client.send_message(QueueUrl=url, MessageBody="x")
+        attributes = client.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"])
+        assert attributes["Attributes"] == {"ApproximateNumberOfMessages": "1"}
+        pid = server.pid
+    finally:
+        server.stop()
+    assert server.pid is None
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
