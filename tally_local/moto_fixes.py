@@ -103,7 +103,8 @@ def one_queue_attribute() -> None:
         if not attribute_names or not set(attribute_names) <= _PLAIN_QUEUE_ATTRIBUTES:
             return original(self, queue_name, attribute_names)
         queue = self.get_queue(queue_name)
-        return {name: getattr(queue, camelcase_to_underscores(name)) for name in attribute_names}
+        values = {name: getattr(queue, camelcase_to_underscores(name), None) for name in attribute_names}
+        return {name: value for name, value in values.items() if value is not None}  # as moto's own
 
     def is_message_valid_based_on_retention_period(self: Any, queue_name: str, message: Any) -> bool:
         retention_period = self.get_queue(queue_name).message_retention_period
