@@ -32,8 +32,10 @@ from typing import Any
 import boto3
 from moto.server import ThreadedMotoServer
 
+from tally_local import moto_fixes
 from tally_local.demo import seed_demo
 from tally_local.frontdoor import FrontDoor, routes_from_template
+from tally_local.moto_process import MotoProcess
 from tally_local.pump import SqsPump
 from tally_local.resources import (
     FunctionSpec,
@@ -73,6 +75,7 @@ class EmbeddedStack:
         retry_visibility_s: int = 2,
         simulator_options: Mapping[str, Any] | None = None,
         schedule_scale: float = 1.0,
+        moto_process: bool = False,
     ):
         self.api_port, self.moto_port, self.sim_port = api_port, moto_port, sim_port
         self.time_scale = time_scale
@@ -82,6 +85,9 @@ class EmbeddedStack:
         self.retry_visibility_s = retry_visibility_s
         self.simulator_options = dict(simulator_options or {})
         self.schedule_scale = schedule_scale  # 0 = no ticker (tests fire schedules themselves)
+        # True: moto's server in a child process (its CPU off the functions' GIL; `make run`, bench.load);
+        # False: in a thread of this one (starts faster: tests)
+        self.moto_process = moto_process
         self.ticker: Any = None
         self.seed_demo: Callable[[EmbeddedStack], Any] | None = None  # called once everything runs
         self.seeded: Any = None  # what seed_demo returned
@@ -92,7 +98,7 @@ class EmbeddedStack:
         self.stream_pumps: dict[str, StreamPump] = {}
         self.downstream: DownstreamPrinter | None = None
         self.print_event: Callable[[str], Any] = lambda line: log.info("%s", line)
-        self._moto: ThreadedMotoServer | None = None
+        self._moto: ThreadedMotoServer | MotoProcess | None = None
         self._endpoint_url: str | None = None
         self._saved_environ: dict[str, str | None] = {}
         self._undo: list[Callable[[], None]] = []  # run in reverse by stop()
@@ -106,6 +112,11 @@ class EmbeddedStack:
     @property
     def endpoint_url(self) -> str:
         return self._started(self._endpoint_url)
+
+    @property
+    def moto_pid(self) -> int | None:
+        """The moto server's process id when it runs in a process of its own (moto_process=True)."""
+        return self._moto.pid if isinstance(self._moto, MotoProcess) else None
 
     @property
     def simulator_url(self) -> str:
@@ -173,11 +184,17 @@ class EmbeddedStack:
 
     def _start_moto(self) -> None:
         logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per AWS call otherwise
-        self._moto = ThreadedMotoServer(ip_address=HOST, port=self.moto_port, verbose=False)
-        self._moto.start()
-        self._undo.append(self._stop_moto)
-        host, port = self._moto.get_host_and_port()
-        self._endpoint_url = f"http://{host}:{port}"
+        if self.moto_process:
+            self._moto = MotoProcess(HOST, self.moto_port).start()  # installs moto_fixes in the child
+            self._undo.append(self._stop_moto)
+            self._endpoint_url = self._moto.endpoint_url
+        else:
+            moto_fixes.install()  # what moto lacks of DynamoDB (atomic requests, cheap rollback); see the module
+            self._moto = ThreadedMotoServer(ip_address=HOST, port=self.moto_port, verbose=False)
+            self._moto.start()
+            self._undo.append(self._stop_moto)
+            host, port = self._moto.get_host_and_port()
+            self._endpoint_url = f"http://{host}:{port}"
         # moto's backends are per process: a new stack starts from an empty account.
         reset = urllib.request.Request(self._endpoint_url + "/moto-api/reset", method="POST")
         _NO_PROXY_OPENER.open(reset, timeout=10).close()
@@ -362,7 +379,7 @@ def _configure_logging() -> None:
 def main() -> int:
     _configure_logging()
     stack = EmbeddedStack(api_port=int(os.environ.get("TALLY_API_PORT", "3000")),
-                          schedule_scale=float(os.environ.get("TALLY_SCHEDULE_SCALE", "1")))
+                          schedule_scale=float(os.environ.get("TALLY_SCHEDULE_SCALE", "1")), moto_process=True)
     stack.seed_demo = seed_demo
     stack.print_event = lambda line: print(line, flush=True)  # what a downstream consumer receives
     try:

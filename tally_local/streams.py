@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -22,13 +23,16 @@ log = logging.getLogger(__name__)
 
 class StreamPump:
     def __init__(self, ddb: Any, streams: Any, table: str, handler: Any, *, function_name: str,
-                 timeout_s: int = 30, poll_s: float = 0.2, batch_size: int = 50):
+                 timeout_s: int = 30, poll_s: float = 0.2, batch_size: int = 50, shards_every_s: float = 5.0):
         self.streams = streams
         self.handler = handler
         self.function_name, self.timeout_s = function_name, timeout_s
         self.poll_s, self.batch_size = poll_s, batch_size
         self.stream_arn = ddb.describe_table(TableName=table)["Table"]["LatestStreamArn"]
         self.region = self.stream_arn.split(":")[3]
+        self.shards_every_s = shards_every_s  # shards change in hours; records arrive in milliseconds
+        self._shards: list[str] = []
+        self._shards_read_at = float("-inf")
         self._iterators: dict[str, str] = {}
         self._pending: dict[str, list[dict[str, Any]]] = {}  # records read but not yet handled
         self._stopping = threading.Event()
@@ -54,8 +58,7 @@ class StreamPump:
     def poll_once(self) -> int:
         """Read new records from every shard and hand them to the function; returns records handled."""
         handled = 0
-        for shard in self.streams.describe_stream(StreamArn=self.stream_arn)["StreamDescription"]["Shards"]:
-            shard_id = shard["ShardId"]
+        for shard_id in self._shard_ids():
             pending = self._pending.setdefault(shard_id, [])
             pending += self._read(shard_id)
             while pending:
@@ -68,6 +71,16 @@ class StreamPump:
                 if failed is not None:
                     break  # retry from the failed record on the next poll
         return handled
+
+    def _shard_ids(self) -> list[str]:
+        """The stream's shards, listed again every `shards_every_s`: a DescribeStream per poll was half
+        of the pump's AWS calls (5 a second, idle or not) for a list that changes every few hours."""
+        now = time.monotonic()
+        if now - self._shards_read_at >= self.shards_every_s:
+            description = self.streams.describe_stream(StreamArn=self.stream_arn)["StreamDescription"]
+            self._shards = [shard["ShardId"] for shard in description["Shards"]]
+            self._shards_read_at = now
+        return self._shards
 
     def _read(self, shard_id: str) -> list[dict[str, Any]]:
         iterator = self._iterators.get(shard_id) or self.streams.get_shard_iterator(
@@ -122,12 +135,15 @@ class DownstreamPrinter:
                 log.exception("downstream printer: polling failed; retrying")
 
     def poll_once(self, wait_s: int = 0) -> None:
-        for message in self.sqs.receive_message(QueueUrl=self.queue_url, MaxNumberOfMessages=10,
-                                                WaitTimeSeconds=wait_s).get("Messages", []):
+        messages = self.sqs.receive_message(QueueUrl=self.queue_url, MaxNumberOfMessages=10,
+                                            WaitTimeSeconds=wait_s).get("Messages", [])
+        for message in messages:
             event = json.loads(message["Body"])
             event_id = event["detail"].get("event_id", event["id"])
             if event_id not in self.seen:  # R20: a consumer drops the second copy by its stable id
                 self.seen.add(event_id)
                 self.received.append(event)
                 self.out(f"downstream event {event['detail-type']}: {json.dumps(event['detail'], ensure_ascii=False)}")
-            self.sqs.delete_message(QueueUrl=self.queue_url, ReceiptHandle=message["ReceiptHandle"])
+        if messages:  # one call per batch, not per event
+            self.sqs.delete_message_batch(QueueUrl=self.queue_url, Entries=[
+                {"Id": str(i), "ReceiptHandle": message["ReceiptHandle"]} for i, message in enumerate(messages)])

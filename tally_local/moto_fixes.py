@@ -1,0 +1,215 @@
+"""What the embedded stack's moto server lacks, measured under `bench/load.py` (16 senders), fixed here.
+
+1. **Each DynamoDB request atomic and isolated.** moto applies a request in the werkzeug thread that
+   received it, with no lock: two conditional writes can both pass their condition, and a scan can
+   fail with "dictionary changed size during iteration" while another thread inserts.
+   `atomic_requests` applies one DynamoDB request at a time (the same lock tests/concurrency uses);
+   callers still race between their requests, as they do on AWS.
+2. **A transaction costs what it touches.** moto's TransactWriteItems deep-copies every table it names
+   (items *and* stream records) before it starts, to restore the copy if the transaction is cancelled.
+   That is O(table size) CPU per transaction, on the GIL the front door needs to ACK: at 200 orders
+   it was 38 % of the process's CPU, and it grows with every row. `item_level_rollback` copies only
+   the items the transaction names and, on cancellation, puts exactly those back and drops the stream
+   records the transaction wrote. The outcome is moto's (all or nothing; the same errors); only the
+   copy is smaller. (Whole-table restore also erased writes other threads made meanwhile; with 1.
+   there are none.)
+3. **Routing a request does not read the disk.** moto's server lists its own package directory
+   (`os.listdir` + an `isdir` per service, ~170 syscalls) for every request, under its dispatch lock.
+   `cached_module_list` lists it once: the installed package does not change while it runs.
+
+4. **An event is not a parser build.** moto's EventBridge builds a JSONPath parser (ply tables) for
+   each of the 8 default input paths of every event it delivers to a target: 1.8 ms each, ~14 ms of
+   CPU per PutEvents. `cached_jsonpath` parses each path once (a parsed path is not mutated by `find`).
+
+5. **A queue's attribute is not all of them.** moto's SQS computes every queue attribute, including
+   the three message counts (a pass over all messages each), to read one: per received message (its
+   retention check), per GetQueueAttributes name, so O(backlog) per message. `one_queue_attribute`
+   reads the retention period directly and answers GetQueueAttributes for plain named attributes by
+   computing only those (anything else, e.g. "All" or Policy, goes the original way).
+6. **An update expression is parsed once.** moto parses the same UpdateExpression text (a tokenizer
+   and a recursive parser) twice per UpdateItem; `cached_update_parser` keeps the parsed tree per
+   text. Its users only read it (the validator deep-copies it before changing anything).
+
+`install()` is idempotent and process-wide (moto's backends are per process anyway).
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from typing import Any
+
+_installed = False
+_install_lock = threading.Lock()
+_request_lock = threading.RLock()
+_in_transaction = threading.local()
+
+
+def install() -> None:
+    global _installed
+    with _install_lock:
+        if _installed:
+            return
+        atomic_requests()
+        item_level_rollback()
+        cached_module_list()
+        cached_jsonpath()
+        one_queue_attribute()
+        cached_update_parser()
+        _installed = True
+
+
+def atomic_requests() -> None:
+    from moto.dynamodb.responses import DynamoHandler
+
+    original = DynamoHandler.call_action
+
+    def call_action(self: Any) -> Any:
+        with _request_lock:
+            return original(self)
+
+    DynamoHandler.call_action = call_action
+
+
+def cached_module_list() -> None:
+    import moto.backends as backends
+
+    modules = tuple(backends.list_of_moto_modules())
+    backends.list_of_moto_modules = lambda: modules  # werkzeug_app calls it through the module
+
+
+def cached_jsonpath() -> None:
+    import functools
+
+    import jsonpath_ng.ext
+
+    # moto.events.utils imports `parse` from the module at each call, so it finds this one
+    jsonpath_ng.ext.parse = functools.lru_cache(maxsize=256)(jsonpath_ng.ext.parse)
+
+
+_PLAIN_QUEUE_ATTRIBUTES = frozenset({
+    "ApproximateNumberOfMessages", "ApproximateNumberOfMessagesDelayed", "ApproximateNumberOfMessagesNotVisible",
+    "CreatedTimestamp", "DelaySeconds", "LastModifiedTimestamp", "MaximumMessageSize", "MessageRetentionPeriod",
+    "QueueArn", "ReceiveMessageWaitTimeSeconds", "VisibilityTimeout"})
+
+
+def one_queue_attribute() -> None:
+    from moto.core.utils import camelcase_to_underscores, unix_time
+    from moto.sqs.models import SQSBackend
+
+    original = SQSBackend.get_queue_attributes
+
+    def get_queue_attributes(self: Any, queue_name: str, attribute_names: list[str]) -> dict[str, Any]:
+        if not attribute_names or not set(attribute_names) <= _PLAIN_QUEUE_ATTRIBUTES:
+            return original(self, queue_name, attribute_names)
+        queue = self.get_queue(queue_name)
+        values = {name: getattr(queue, camelcase_to_underscores(name), None) for name in attribute_names}
+        return {name: value for name, value in values.items() if value is not None}  # as moto's own
+
+    def is_message_valid_based_on_retention_period(self: Any, queue_name: str, message: Any) -> bool:
+        retention_period = self.get_queue(queue_name).message_retention_period
+        return int(retention_period) + message.sent_timestamp / 1000 > unix_time()
+
+    SQSBackend.get_queue_attributes = get_queue_attributes
+    SQSBackend.is_message_valid_based_on_retention_period = is_message_valid_based_on_retention_period
+
+
+def cached_update_parser() -> None:
+    import functools
+
+    from moto.dynamodb.parsing.expressions import UpdateExpressionParser
+
+    make = UpdateExpressionParser.make.__func__  # type: ignore[attr-defined]
+    parsed = functools.lru_cache(maxsize=512)(lambda text: make(UpdateExpressionParser, text))
+
+    def cached_make(cls: type, text: str) -> Any:
+        return parsed(text) if cls is UpdateExpressionParser else make(cls, text)
+
+    UpdateExpressionParser.make = classmethod(cached_make)
+
+
+def item_level_rollback() -> None:
+    import moto.dynamodb.models as models
+    from moto.dynamodb.models import DynamoDBBackend
+
+    models.copy = _CopyKeepingTables(models.Table)  # the module-level `copy` moto's backend calls
+    original = DynamoDBBackend.transact_write_items
+
+    def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
+        saved = _save_touched(self, transact_items)
+        _in_transaction.active = True
+        try:
+            return original(self, transact_items)
+        except BaseException:
+            _restore(saved)
+            raise
+        finally:
+            _in_transaction.active = False
+
+    DynamoDBBackend.transact_write_items = transact_write_items
+
+
+class _CopyKeepingTables:
+    """`copy` as moto.dynamodb.models sees it: inside our transact_write_items a Table is not copied
+    (its backup is the item-level one taken before); everything else is copied as before."""
+
+    def __init__(self, table_class: type):
+        self._table_class = table_class
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(copy, name)
+
+    def deepcopy(self, value: Any, memo: dict[int, Any] | None = None) -> Any:
+        if isinstance(value, self._table_class) and getattr(_in_transaction, "active", False):
+            return value
+        return copy.deepcopy(value, memo)
+
+
+def _save_touched(backend: Any, transact_items: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """(table, hash, range, copy of the item or None) per item named, and each table's stream length.
+
+    An operation whose table or key is unusable is skipped: moto rejects it without writing it."""
+    from moto.dynamodb.models.dynamo_type import DynamoType
+
+    saved: list[tuple[Any, ...]] = []
+    streams: dict[int, tuple[Any, int]] = {}
+    for entry in transact_items:
+        try:
+            op_type, op = next(iter(entry.items()))
+            table = backend.tables[op["TableName"]]
+            key = op["Item"] if op_type == "Put" else op["Key"]
+            hash_value = DynamoType(key[table.hash_key_attr])
+            range_value = DynamoType(key[table.range_key_attr]) if table.has_range_key else None
+            current = table.get_item(hash_value, range_value)
+        except Exception:  # noqa: BLE001 - moto itself reports this operation's error, and writes nothing for it
+            continue
+        saved.append(("item", table, hash_value, range_value, copy.deepcopy(current)))
+        if table.stream_shard is not None and id(table) not in streams:
+            streams[id(table)] = (table, len(table.stream_shard.items))
+    saved += [("stream", table, length) for table, length in streams.values()]
+    return saved
+
+
+def _restore(saved: list[tuple[Any, ...]]) -> None:
+    """Put back the items a cancelled transaction named; drop the stream records it wrote."""
+    for entry in saved:
+        if entry[0] == "stream":
+            _, table, length = entry
+            shard = table.stream_shard
+            if shard is not None and len(shard.items) >= length:
+                del shard.items[length:]
+            continue
+        _, table, hash_value, range_value, item = entry
+        if range_value is None:
+            if item is None:
+                table.items.pop(hash_value, None)
+            else:
+                table.items[hash_value] = item
+        elif item is None:
+            bucket = table.items.get(hash_value)
+            if bucket is not None:
+                bucket.pop(range_value, None)
+                if not bucket:
+                    del table.items[hash_value]
+        else:
+            table.items[hash_value][range_value] = item
