@@ -30,12 +30,9 @@ def assert_day_holds(world: World, seed: int, shape: d.DayShape = d.TINY) -> Non
 
 # Seeds the harness flags today, left open on purpose and named here so they cannot be forgotten:
 # strict xfail turns green→red the day they are fixed. docs/proof.md ("Open findings") has the analysis.
-KNOWN_OPEN = {
-    15: "the simulator's trade bill lists a refund whose notification came before the API returned twice; "
-        "recon rightly calls the second row CHANNEL_ONLY (harness/simulator bill, not the product)",
-    103: "v2 'paid just before expiry, delivered after close': v2 orders are now closed/queried by the poller, "
-         "which books the payment (R21/R23) where the harness still expects a refund task",
-}
+# Fixed and removed: 15 (the simulator's bill listed a refund twice), 103 (a late payment landed between the
+# channel's close and ours); both now run in the slices below.
+KNOWN_OPEN: dict[int, str] = {}
 
 
 @pytest.mark.parametrize("seed", sorted(KNOWN_OPEN))
