@@ -88,7 +88,14 @@ class AlipayBillBook:
         refund = {"owner": str(owner), "order": order, "refund": int(refund_cent), "out_request_no": out_request_no,
                   "at": refunded_at or dt.datetime.now(_CST).strftime("%Y-%m-%d %H:%M:%S")}
         with self._lock:
-            self._refunds.append(refund)
+            # A bill lists each refund once (one row per trade + 退款请求号): a refund it already lists is updated.
+            for i, known in enumerate(self._refunds):
+                if (known["owner"], known["order"]["out_trade_no"], known["out_request_no"]) == (
+                        refund["owner"], out_trade_no, out_request_no):
+                    self._refunds[i] = refund
+                    break
+            else:
+                self._refunds.append(refund)
         return refund
 
     def fault(self, kind: str, count: int = 1) -> None:

@@ -1,5 +1,6 @@
 """Trade bills (交易账单) of the channel simulator: `GET /v3/bill/tradebill` and the download URL
-(channel-spec.md §3), made from the simulator's own paid orders plus refunds it is told about.
+(channel-spec.md §3), made from the simulator's own paid orders plus refunds it is told about (each refund once, however
+often it is told).
 
 Written from the spec, independently of tally.channels.bills_wechatpay (never imports tally.*), so the
 product's parser is checked against a second reading of the format.
@@ -89,7 +90,15 @@ class BillBook:
                   "refund_status": refund_status,
                   "success_time": success_time or dt.datetime.now(CST).isoformat(timespec="seconds")}
         with self._lock:
-            self._refunds.append(refund)
+            # A bill lists each refund once (one row per 商户退款单号): telling the book about a refund it
+            # already lists updates that row (its state as of the bill), keeping the channel's refund id.
+            for i, known in enumerate(self._refunds):
+                if known["mchid"] == refund["mchid"] and known["out_refund_no"] == out_refund_no:
+                    refund["refund_id"] = known["refund_id"]
+                    self._refunds[i] = refund
+                    break
+            else:
+                self._refunds.append(refund)
         return refund
 
     def fault(self, kind: str, count: int = 1) -> None:

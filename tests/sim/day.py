@@ -218,8 +218,8 @@ def _channel_fault(rng: random.Random, order: OrderPlan, channel: object) -> Non
     elif kind == DELAYED:
         order.delay_s = rng.uniform(30, 300)
     elif kind == LATE:
-        # The user pays after the poller closed the order at the channel, and the channel takes it anyway
-        # (a payment in flight when the close landed): the runner waits for the close, then pays.
+        # The user pays after the poller closed the order at the channel and here, and the channel takes it
+        # anyway (a payment in flight when the close landed): the runner waits for both closes, then pays.
         order.pay_s = order.created_s + order.expire_s + rng.uniform(1, 90)
         order.delay_s = rng.uniform(0, 300)
     elif kind == MISMATCH:

@@ -51,7 +51,10 @@ class WeChatV3Desk:
             refund = sim._refunds.get(refund_no)
             if refund is None:
                 return None
+            before = refund["status"]
         status = sim.settle_refund(refund_no, outcome, notify=False)
+        if before in ("SUCCESS", "CLOSED"):
+            return status  # decided already (its notification came before the API returned): nothing changes
         with sim._lock:
             if status == "SUCCESS":
                 refund["success_time"] = cst(now).isoformat(timespec="seconds")

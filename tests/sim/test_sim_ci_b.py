@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from tests.sim import day as d
-from tests.sim.run import replay_command
 from tests.sim.scenario import World
-from tests.sim.test_sim_ci import KNOWN_OPEN
+from tests.sim.test_sim_ci import failures_in
 
 CI_SEEDS = range(100, 130)
+MICRO_SEEDS = range(120, 240)
 
 
 @pytest.fixture(scope="module")
@@ -20,13 +20,11 @@ def world():
 
 
 def test_R7_R9_R12_R17_R18_seeded_days_keep_every_invariant(world):
-    failures = []
-    for seed in (s for s in CI_SEEDS if s not in KNOWN_OPEN):
-        result = world.run(seed, d.TINY)
-        if not result.ok:
-            failures.append(f"seed {seed}: {(result.violations + result.unhandled)[:3]} "
-                            f"replay: {replay_command(seed, 'tiny')}")
-    assert failures == []
+    assert failures_in(world, CI_SEEDS, "tiny") == []
+
+
+def test_R7_R9_R12_R17_R18_R27_micro_days_keep_every_invariant(world):
+    assert failures_in(world, MICRO_SEEDS, "micro") == []
 
 
 def test_crash_between_raw_write_and_enqueue_is_recovered_by_redelivery(world):
