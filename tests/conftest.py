@@ -17,6 +17,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tally import bootstrap  # noqa: E402
+from tally.observability import metrics  # noqa: E402
 
 from tally_local.lambda_io import emf_metrics, emf_series, http_event  # noqa: E402
 from tally_local.resources import (  # noqa: E402
@@ -73,6 +74,9 @@ class Harness:
         self.sqs = boto3.client("sqs")
         self.metric_log: list[dict] = []
         self.series_log: list[tuple] = []  # (name, value, dimensions): what CloudWatch would store
+        # counts an earlier test left by calling services directly (no handler flushed them) would
+        # otherwise ride out with this test's first handler call and be read as this test's
+        metrics.clear_metrics()
 
     # ---- set-up
     def add_merchant(self, verify_mode="public_key", mchid=None):
