@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import sys
 import time
@@ -122,19 +123,30 @@ def measure(sizes: list[int], due: int = 100) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str]) -> int:
+    """Prints the per-size table; with --table-rows it goes to stderr and the last stdout line is the
+    bench table's row as JSON (bench.run puts it in its one table)."""
     sys.path[:0] = [str(ROOT / "layers/common"), str(ROOT)]
     import logging
 
     logging.disable(logging.WARNING)
-    sizes = [int(a) for a in argv] or [1_000, 10_000, 100_000]
+    table_rows = "--table-rows" in argv
+    sizes = [int(a) for a in argv if a != "--table-rows"] or [1_000, 10_000, 100_000]
     rows = measure(sizes)
-    print(f"{'orders':>8} {'due':>5} {'polled':>7} {'items read':>11} {'poller run s':>13} {'write s':>8}  calls")
+    out = sys.stderr if table_rows else sys.stdout
+    print(f"{'orders':>8} {'due':>5} {'polled':>7} {'items read':>11} {'poller run s':>13} {'write s':>8}  calls",
+          file=out)
     for r in rows:
         print(f"{r['orders']:>8} {r['due']:>5} {r['polled']:>7} {r['items_read']:>11} {r['run_s']:>13} "
-              f"{r['write_s']:>8}  {r['calls']}")
-    reads = {r["items_read"] for r in rows}
-    print("flat" if max(reads) - min(reads) <= 10 else "NOT FLAT")
-    return 0 if max(reads) - min(reads) <= 10 else 1
+              f"{r['write_s']:>8}  {r['calls']}", file=out)
+    reads = [r["items_read"] for r in rows]
+    flat = max(reads) - min(reads) <= 10
+    print("flat" if flat else "NOT FLAT", file=out)
+    if table_rows:
+        sizes_text = " / ".join(f"{r['orders']:,}" for r in rows)
+        print(json.dumps([[f"poller items read per run, {rows[0]['due']} due, at {sizes_text} orders",
+                           " / ".join(str(n) for n in reads), "flat: no Scan" if flat else "NOT FLAT",
+                           "poller run s " + " / ".join(str(r["run_s"]) for r in rows)]]))
+    return 0 if flat else 1
 
 
 if __name__ == "__main__":

@@ -103,6 +103,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--child", choices=["ours", "pandas"])
     parser.add_argument("--file")
+    parser.add_argument("--table-rows", action="store_true", help="details to stderr, the bench table's row to stdout")
     args = parser.parse_args()
     if args.child == "ours":
         print(json.dumps(run_ours(args.file, args.rows)))
@@ -110,27 +111,33 @@ def main() -> None:
     if args.child == "pandas":
         print(json.dumps(run_pandas_c(args.file, args.rows)))
         return
+    out = sys.stderr if args.table_rows else sys.stdout
     with tempfile.TemporaryDirectory() as tmp:
         path = pathlib.Path(tmp) / "ALL.csv"
         t0 = time.perf_counter()
         generate(path, args.rows)
-        print(f"generated {args.rows:,} rows, {path.stat().st_size / 1e6:.0f} MB in {time.perf_counter() - t0:.1f}s")
+        print(f"generated {args.rows:,} rows, {path.stat().st_size / 1e6:.0f} MB in {time.perf_counter() - t0:.1f}s",
+              file=out)
         results = {}
         for child in ("pandas", "ours"):
-            out = subprocess.run([sys.executable, __file__, "--child", child, "--file", str(path),
-                                  "--rows", str(args.rows)], capture_output=True, text=True, check=True,
-                                 env={**os.environ, "PYTHONPATH": f"{ROOT / 'layers/common'}:{ROOT}"})
-            results[child] = json.loads(out.stdout)
+            done = subprocess.run([sys.executable, __file__, "--child", child, "--file", str(path),
+                                   "--rows", str(args.rows)], capture_output=True, text=True, check=True,
+                                  env={**os.environ, "PYTHONPATH": f"{ROOT / 'layers/common'}:{ROOT}"})
+            results[child] = json.loads(done.stdout)
         p, o = results["pandas"], results["ours"]
-        print(f"pandas.read_csv (C engine, strings): {p['read_csv_s']:6.2f}s   peak RSS {p['peak_rss_mb']} MB")
-        print(f"tally parse (one pass) + guards:     {o['parse_and_guards_s']:6.2f}s")
+        print(f"pandas.read_csv (C engine, strings): {p['read_csv_s']:6.2f}s   peak RSS {p['peak_rss_mb']} MB", file=out)
+        print(f"tally parse (one pass) + guards:     {o['parse_and_guards_s']:6.2f}s", file=out)
         print(f"tally match (compact index):         {o['match_s']:6.2f}s   "
-              f"({o['matched']:,} matched, {o['diffs']} diff)")
+              f"({o['matched']:,} matched, {o['diffs']} diff)", file=out)
         print(f"tally total:                         {o['total_s']:6.2f}s   peak RSS {o['peak_rss_mb']} MB "
-              f"(incl. {args.rows:,} ledger entries built in {o['ledger_build_s']}s)")
+              f"(incl. {args.rows:,} ledger entries built in {o['ledger_build_s']}s)", file=out)
         ratio = o["total_s"] / p["read_csv_s"]
         print(f"ratio to pandas read: {ratio:.2f}x (target <= 2x); peak RSS target < 1024 MB: "
-              f"{'ok' if o['peak_rss_mb'] < 1024 else 'OVER'}")
+              f"{'ok' if o['peak_rss_mb'] < 1024 else 'OVER'}", file=out)
+        if args.table_rows:  # the bench table's row, as JSON on the last stdout line
+            print(json.dumps([[f"{args.rows:,}-row bill: parse + guards + match", f"{o['total_s']:.1f} s, "
+                               f"{o['peak_rss_mb']} MB", f"pandas.read_csv {p['read_csv_s']:.1f} s, {p['peak_rss_mb']} MB",
+                               f"ratio {ratio:.2f}× (target ≤ 2×, < 1 GB)"]]))
 
 
 if __name__ == "__main__":
