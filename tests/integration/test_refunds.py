@@ -247,6 +247,29 @@ def test_R26_R28_crash_after_the_channel_call_leaves_a_hold_the_poller_recovers(
     assert refund_sum(h) == 60 and order_row(h, kit.mid, otn)["refundable_cent"] == 40
 
 
+def test_R27_answer_transaction_cancelled_by_contention_is_tried_again(h, m, sim):
+    """Another refund's write on the same order at the same instant cancels the answer's transaction with
+    TransactionConflict (no condition failed): it is tried again, not taken for a closed hold."""
+    otn, _ = paid_order(h, m["mchid"], 100)
+    ddb = svc().store.t.ddb
+    conflicts = []
+
+    def conflict_once(**_):
+        if not conflicts:
+            conflicts.append(1)
+            raise ddb.exceptions.TransactionCanceledException(
+                {"Error": {"Code": "TransactionCanceledException", "Message": "conflict"},
+                 "CancellationReasons": [{"Code": "None"}, {"Code": "TransactionConflict"}]}, "TransactWriteItems")
+
+    ddb.meta.events.register("before-call.dynamodb.TransactWriteItems", conflict_once)
+    try:
+        view, created = svc().create({"mchid": m["mchid"], "out_trade_no": otn, "amount_cent": 30, "reason": "c"})
+    finally:
+        ddb.meta.events.unregister("before-call.dynamodb.TransactWriteItems", conflict_once)
+    assert conflicts and created and view["status"] == "ACCEPTED"
+    assert not open_holds(stored_order(m["mchid"], otn)) and stored_order(m["mchid"], otn)["refundable_cent"] == 70
+
+
 def test_R27_hold_index_holds_only_open_holds(h, m, sim):
     """Every refund with a generated number passes through the hold index; the poller's visit after the
     hold's abandonment time takes the order off it once the answer was stored, and finds nothing to recover."""

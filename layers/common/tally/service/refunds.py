@@ -180,23 +180,32 @@ class RefundService:
             landed = self.store.landed(row, to.value, iso_now(now_s),
                                        **landing(to, event, reason, refund_id, None, now_s))
         release = row["amount_cent"] if effect is Effect.RELEASE else 0
-        try:
-            self.store.transact([self.store.put_new(landed),
-                                 self.store.close_hold(row["order_pk"], row["pk"], release, iso_now(now_s))])
-        except TransactionFailed:
-            # the poller took the hold for abandoned (this call outlived HOLD_ABANDONED_S) and stored the refund
-            # PENDING: the answer applies to that row like any other (status CAS)
-            logger.warning("refund hold was materialised before the create answer landed",
-                           extra={"refund_no": row["pk"]})
-            existing = self.store.get(row["pk"])
-            if existing is None or existing.get("order_pk") != row["order_pk"] or answer is None:
-                raise RuntimeError(f"refund {row['pk']}: hold closed by someone else and no row of ours; "
-                                   "left for the retry and the DLQ alarm") from None
-            return self._after_create(existing, answer)[1]
+        items = [self.store.put_new(landed), self.store.close_hold(row["order_pk"], row["pk"], release,
+                                                                   iso_now(now_s))]
+        for _ in range(CAS_ROUNDS):
+            try:
+                self.store.transact(items)
+                break
+            except TransactionFailed as exc:
+                if exc.conflict and not exc.failed:
+                    continue  # another refund's write on the same order at the same instant: again
+                return self._landed_meanwhile(row, answer)
+        else:  # the hold stays: the poller stores it PENDING once abandoned and re-sends the same number
+            raise Busy(f"refund {row['pk']}: contention on the order; it is reserved and will be re-sent")
         self._count_answer(row, label, reason)
         if to is not RefundStatus.PENDING:
             self._count_transition(row, to, effect, reason)
         return landed
+
+    def _landed_meanwhile(self, row: dict[str, Any], answer: ChannelAnswer | None) -> dict[str, Any]:
+        """The hold was closed by someone else: the poller took it for abandoned (this call outlived
+        HOLD_ABANDONED_S) and stored the refund PENDING; the answer applies to that row like any other."""
+        logger.warning("refund hold was materialised before the create answer landed", extra={"refund_no": row["pk"]})
+        existing = self.store.get(row["pk"])
+        if existing is None or existing.get("order_pk") != row["order_pk"] or answer is None:
+            raise RuntimeError(f"refund {row['pk']}: hold closed by someone else and no row of ours; "
+                               "left for the retry and the DLQ alarm")
+        return self._after_create(existing, answer)[1]
 
     def _materialise(self, order: dict[str, Any], refund_no: str, hold: dict[str, Any]) -> str:
         """An abandoned hold (create crashed or timed out between reserving and storing the answer): the
@@ -209,7 +218,9 @@ class RefundService:
         try:
             self.store.transact([self.store.put_new(row),
                                  self.store.close_hold(order["pk"], refund_no, 0, iso_now(now_s))])
-        except TransactionFailed:
+        except TransactionFailed as exc:
+            if exc.conflict and not exc.failed:
+                return "CONFLICT"  # the hold stays open and due: the next run takes it
             return "LANDED_MEANWHILE"  # the create call stored its answer after all
         count(M.REFUND_HOLD_RECOVERED, channel=row.get("channel"), merchant=row.get("mchid"))
         logger.warning("abandoned refund hold stored PENDING: the poll re-sends it with the same refund_no",
