@@ -38,6 +38,9 @@ def render_order(view: dict[str, Any]) -> str:
         f"expires {view.get('expire_at')}",
         "  transitions:",
     ]
+    if view.get("refund_holds"):  # reserved, create answer not stored yet: the poller stores it if abandoned
+        holds = ", ".join(f"{no} {format_cents(cents)}" for no, cents in sorted(view["refund_holds"].items()))
+        lines.insert(3, f"  refunds reserved, answer not stored yet: {holds}")
     lines += [f"    {t['at']}  {t['from_status']} --{t['event']}--> {t['to_status']}  ({t['source']})"
               for t in view["transitions"]] or ["    (none)"]
     lines.append("  raw notifications (handled: 0 pending, 1 booked, 2 with a person):")
