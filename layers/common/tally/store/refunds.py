@@ -212,10 +212,16 @@ class RefundStore:
             rows += [from_item(i) for i in answer.get("Items", [])]
         return sorted(rows, key=lambda r: r["hold_due"])[:limit]
 
-    def hold_due_later(self, order_pk: str, due: str) -> None:
-        self.t.ddb.update_item(TableName=self.t.base.orders, Key=to_item({"pk": order_pk}),
-                               UpdateExpression="SET hold_due = :due", ConditionExpression="attribute_exists(hold_pk)",
-                               ExpressionAttributeValues=names_values(due=due))
+    def hold_due_later(self, order_pk: str, due: str) -> bool:
+        """False: a concurrent poller run took the order off the index, so its holds were all closed."""
+        try:
+            self.t.ddb.update_item(TableName=self.t.base.orders, Key=to_item({"pk": order_pk}),
+                                   UpdateExpression="SET hold_due = :due",
+                                   ConditionExpression="attribute_exists(hold_pk)",
+                                   ExpressionAttributeValues=names_values(due=due))
+            return True
+        except self.t.ddb.exceptions.ConditionalCheckFailedException:
+            return False
 
     def clear_hold_index(self, order_pk: str) -> bool:
         """Off the index once no hold is open; a hold opened meanwhile keeps it (and its due time)."""
