@@ -19,7 +19,8 @@ run: $(STAMP)
 	$(BIN)/python -m tally_local.stack
 
 test: $(STAMP)
-	$(BIN)/ruff check layers functions tally_local tests
+	$(BIN)/ruff check layers functions tally_local tests bench
+	$(BIN)/ruff format --check layers functions tally_local tests bench
 	$(BIN)/python -m pytest -n 2 --dist loadfile tests
 
 # make soak: 10,000 seeded micro days + 100,000 fuzz inputs, one table (docs/proof.md), bounded by MINUTES
@@ -32,7 +33,8 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.run
 
 lint: $(STAMP)
-	$(BIN)/ruff check layers functions tally_local tests
+	$(BIN)/ruff check layers functions tally_local tests bench
+	$(BIN)/ruff format --check layers functions tally_local tests bench
 
 clean:
 	rm -rf $(VENV) .tally .pytest_cache

@@ -14,11 +14,19 @@ from bench.common import median
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 ENV = {
-    "NOTIFY_RAW_TABLE": "t", "NOTIFY_EVENT_TABLE": "t", "ORDERS_TABLE": "t", "TRANSITIONS_TABLE": "t",
-    "LEDGER_TABLE": "t", "REFUND_TASKS_TABLE": "t", "MERCHANTS_TABLE": "t",
-    "REFUNDS_TABLE": "t", "REFUND_RAW_TABLE": "t",  # required by Settings since the refunds subsystem
-    "APPLY_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/1/q", "AWS_DEFAULT_REGION": "us-east-1",
-    "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x",
+    "NOTIFY_RAW_TABLE": "t",
+    "NOTIFY_EVENT_TABLE": "t",
+    "ORDERS_TABLE": "t",
+    "TRANSITIONS_TABLE": "t",
+    "LEDGER_TABLE": "t",
+    "REFUND_TASKS_TABLE": "t",
+    "MERCHANTS_TABLE": "t",
+    "REFUNDS_TABLE": "t",
+    "REFUND_RAW_TABLE": "t",  # required by Settings since the refunds subsystem
+    "APPLY_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/1/q",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_ACCESS_KEY_ID": "x",
+    "AWS_SECRET_ACCESS_KEY": "x",
 }
 PROBE = """
 import sys, time, importlib.util
@@ -34,9 +42,11 @@ FUNCTIONS = {
 
 
 def _handler_body(name: str, build: str) -> str:
-    return (f"spec = importlib.util.spec_from_file_location('app', r'{ROOT / 'functions' / name / 'app.py'}')\n"
-            "mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)\n"
-            f"from tally import bootstrap; {build}")
+    return (
+        f"spec = importlib.util.spec_from_file_location('app', r'{ROOT / 'functions' / name / 'app.py'}')\n"
+        "mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)\n"
+        f"from tally import bootstrap; {build}"
+    )
 
 
 def measure(body: str, runs: int = 10, *, without_pyc: bool = False) -> float:
@@ -48,8 +58,13 @@ def measure(body: str, runs: int = 10, *, without_pyc: bool = False) -> float:
         flags = ["-B"]
     times = []
     for _ in range(runs):
-        out = subprocess.run([sys.executable, *flags, "-c", PROBE.format(body=body)], capture_output=True,
-                             text=True, env=env, check=True)
+        out = subprocess.run(
+            [sys.executable, *flags, "-c", PROBE.format(body=body)],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
+        )
         times.append(float(out.stdout.strip().splitlines()[-1]))
     return median(times) * 1000
 
@@ -62,9 +77,21 @@ def run() -> list[tuple[str, ...]]:
     for name, build in FUNCTIONS.items():
         ms = measure(_handler_body(name, build))
         target = "target ≤ 1.5×" if name == "notify" else ""
-        rows.append((f"cold start: {name} (import handler + build services)", f"{ms:.0f} ms",
-                     f"{ms / boto:.2f}× boto3", target))
+        rows.append(
+            (
+                f"cold start: {name} (import handler + build services)",
+                f"{ms:.0f} ms",
+                f"{ms / boto:.2f}× boto3",
+                target,
+            )
+        )
     bare = measure(_handler_body("notify", FUNCTIONS["notify"]), runs=5, without_pyc=True)
-    rows.append(("cold start: notify WITHOUT .pyc (what a plain build ships)", f"{bare:.0f} ms",
-                 f"{bare / boto:.2f}× boto3", "why layers/common/Makefile compiles"))
+    rows.append(
+        (
+            "cold start: notify WITHOUT .pyc (what a plain build ships)",
+            f"{bare:.0f} ms",
+            f"{bare / boto:.2f}× boto3",
+            "why layers/common/Makefile compiles",
+        )
+    )
     return rows

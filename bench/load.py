@@ -25,7 +25,9 @@ SENDERS = 16
 DRAIN_S = 900
 
 
-def run(callbacks: int = CALLBACKS, senders: int = SENDERS, moto_process: bool = True) -> list[tuple[str, ...]]:
+def run(
+    callbacks: int = CALLBACKS, senders: int = SENDERS, moto_process: bool = True
+) -> list[tuple[str, ...]]:
     import boto3
     from tally import bootstrap
 
@@ -33,15 +35,31 @@ def run(callbacks: int = CALLBACKS, senders: int = SENDERS, moto_process: bool =
     from tally_local.stack import EmbeddedStack
 
     load_before = os.getloadavg()[0]
-    with EmbeddedStack(api_port=0, state_dir="/tmp/tally-bench-state", moto_process=moto_process,
-                       simulator_options={"fixed_keys": True}) as stack:
+    with EmbeddedStack(
+        api_port=0,
+        state_dir="/tmp/tally-bench-state",
+        moto_process=moto_process,
+        simulator_options={"fixed_keys": True},
+    ) as stack:
         merchant = seed_demo(stack)
         mchid, sim = merchant["mchid"], stack.simulator
         orders = bootstrap.order_service()
         amounts = {f"LOAD{i:08d}": 100 + i for i in range(callbacks)}
         with ThreadPoolExecutor(4) as pool:  # setup, not measured: the orders the callbacks pay
-            list(pool.map(lambda item: orders.create({"mchid": mchid, "out_trade_no": item[0], "amount_cent": item[1],
-                                                      "description": "load", "prepay": False}), amounts.items()))
+            list(
+                pool.map(
+                    lambda item: orders.create(
+                        {
+                            "mchid": mchid,
+                            "out_trade_no": item[0],
+                            "amount_cent": item[1],
+                            "description": "load",
+                            "prepay": False,
+                        }
+                    ),
+                    amounts.items(),
+                )
+            )
         url = f"{stack.api_url}/notify/wechatpay/{mchid}"
 
         def send(item: tuple[str, int]) -> tuple[int, float]:
@@ -60,24 +78,40 @@ def run(callbacks: int = CALLBACKS, senders: int = SENDERS, moto_process: bool =
         drained = stack.drain(DRAIN_S)
         booked_after = time.perf_counter() - started
         ddb = boto3.client("dynamodb", endpoint_url=stack.endpoint_url, region_name="us-east-1")
-        booked = Counter((row["out_trade_no"]["S"], int(row["amount_cent"]["N"]))
-                         for row in _scan(ddb, stack.env["LEDGER_TABLE"]))
+        booked = Counter(
+            (row["out_trade_no"]["S"], int(row["amount_cent"]["N"]))
+            for row in _scan(ddb, stack.env["LEDGER_TABLE"])
+        )
     load_after = os.getloadavg()[0]
     latencies = sorted(ms for _, ms in results)
     ok = sum(1 for status, _ in results if status in (200, 204))
-    cpu_ms = [(after - before) / callbacks * 1000 for before, after in zip(cpu_before, cpu_after, strict=True)]
+    cpu_ms = [
+        (after - before) / callbacks * 1000 for before, after in zip(cpu_before, cpu_after, strict=True)
+    ]
     exactly_once = drained and booked == Counter(amounts.items())
     twice = sum(1 for n in booked.values() if n > 1)
     missing = sum(1 for item in amounts.items() if item not in booked)
     return [
-        (f"load: {callbacks} callbacks, {senders} senders over HTTP", f"{callbacks / elapsed:.0f} /s",
-         f"ACK p50 {_pct(latencies, 50):.0f} ms, p99 {_pct(latencies, 99):.0f} ms", f"{ok} success ACKs"),
-        ("load: CPU per callback", f"{sum(cpu_ms):.0f} ms",
-         f"{cpu_ms[0]:.0f} ms stack + senders, {cpu_ms[1]:.0f} ms moto" if moto_process else "stack + moto + senders",
-         f"load avg {load_before:.1f} → {load_after:.1f}, {os.cpu_count()} cores"),
-        ("load: booked exactly once", f"{sum(booked.values())} ledger entries",
-         f"of {callbacks} payments, all booked {booked_after:.0f} s after the first send",
-         "OK" if exactly_once and ok == callbacks else f"MISMATCH: {missing} missing, {twice} twice"),
+        (
+            f"load: {callbacks} callbacks, {senders} senders over HTTP",
+            f"{callbacks / elapsed:.0f} /s",
+            f"ACK p50 {_pct(latencies, 50):.0f} ms, p99 {_pct(latencies, 99):.0f} ms",
+            f"{ok} success ACKs",
+        ),
+        (
+            "load: CPU per callback",
+            f"{sum(cpu_ms):.0f} ms",
+            f"{cpu_ms[0]:.0f} ms stack + senders, {cpu_ms[1]:.0f} ms moto"
+            if moto_process
+            else "stack + moto + senders",
+            f"load avg {load_before:.1f} → {load_after:.1f}, {os.cpu_count()} cores",
+        ),
+        (
+            "load: booked exactly once",
+            f"{sum(booked.values())} ledger entries",
+            f"of {callbacks} payments, all booked {booked_after:.0f} s after the first send",
+            "OK" if exactly_once and ok == callbacks else f"MISMATCH: {missing} missing, {twice} twice",
+        ),
     ]
 
 
@@ -118,7 +152,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--callbacks", type=int, default=CALLBACKS)
     parser.add_argument("--senders", type=int, default=SENDERS)
-    parser.add_argument("--moto-in-process", action="store_true", help="moto in a thread of the stack's process")
+    parser.add_argument(
+        "--moto-in-process", action="store_true", help="moto in a thread of the stack's process"
+    )
     args = parser.parse_args(argv)
     logging.disable(logging.INFO)  # the product's log lines would drown the table
     with contextlib.redirect_stdout(io.StringIO()):  # the product's EMF metric lines

@@ -42,9 +42,13 @@ def run_wechat() -> list[tuple[str, ...]]:
     resource = sim.transaction_resource(m["mchid"], "BENCH-ORDER-01", 100)
     headers, body = sim.build_notification(m["mchid"], resource)
     lower = {k.lower(): v for k, v in headers.items()}
-    creds = wx.MerchantCredentials(m["mchid"], m["apiv3_key"].encode(), wx.load_private_key(m["merchant_private_key_pem"]),
-                                   m["merchant_serial"], wx.PlatformKeys.from_pems([], sim.public_key_pem,
-                                                                                   sim.public_key_id))
+    creds = wx.MerchantCredentials(
+        m["mchid"],
+        m["apiv3_key"].encode(),
+        wx.load_private_key(m["merchant_private_key_pem"]),
+        m["merchant_serial"],
+        wx.PlatformKeys.from_pems([], sim.public_key_pem, sim.public_key_id),
+    )
     merchant = type("M", (), {"creds": creds})()
     service = IngestService(_Merchants(merchant), _Stub(), _Stub(), _Stub(), clock=time.time)
     request = HttpRequest("POST", f"/notify/wechatpay/{m['mchid']}", lower, body, {"mchid": m["mchid"]})
@@ -56,14 +60,27 @@ def run_wechat() -> list[tuple[str, ...]]:
     envelope = wx.parse_envelope(body)["resource"]
 
     def reference():
-        assert rsa_verify(lower["wechatpay-timestamp"], lower["wechatpay-nonce"], body.decode(),
-                          lower["wechatpay-signature"], public_key)
-        assert aes_decrypt(envelope["nonce"], envelope["ciphertext"], envelope["associated_data"], m["apiv3_key"])
+        assert rsa_verify(
+            lower["wechatpay-timestamp"],
+            lower["wechatpay-nonce"],
+            body.decode(),
+            lower["wechatpay-signature"],
+            public_key,
+        )
+        assert aes_decrypt(
+            envelope["nonce"], envelope["ciphertext"], envelope["associated_data"], m["apiv3_key"]
+        )
 
     ours = per_call_us(lambda: service.wechatpay_v3(request))
     theirs = per_call_us(reference)
-    return [("notify CPU per WeChat v3 callback (verify+decrypt+parse+ACK)", f"{ours:.0f} µs",
-             f"wechatpayv3 verify+decrypt {theirs:.0f} µs", f"ratio {ours / theirs:.2f}")]
+    return [
+        (
+            "notify CPU per WeChat v3 callback (verify+decrypt+parse+ACK)",
+            f"{ours:.0f} µs",
+            f"wechatpayv3 verify+decrypt {theirs:.0f} µs",
+            f"ratio {ours / theirs:.2f}",
+        )
+    ]
 
 
 def run_alipay() -> list[tuple[str, ...]]:
@@ -78,16 +95,25 @@ def run_alipay() -> list[tuple[str, ...]]:
     m = sim.alipay.register_test_merchant("public_key")
     params = sim.alipay.notification_params(m["app_id"], "BENCH-ALIPAY-1", 100)
     body = sim.alipay.build_notification(params)
-    creds = alipay_credentials({"app_id": m["app_id"], "app_private_key": m["app_private_key_pem"],
-                                "alipay_public_key": m["alipay_public_key_pem"]}, time.time())
+    creds = alipay_credentials(
+        {
+            "app_id": m["app_id"],
+            "app_private_key": m["app_private_key_pem"],
+            "alipay_public_key": m["alipay_public_key_pem"],
+        },
+        time.time(),
+    )
 
     def ours():
         fields = ali.parse_form(body)
         ali.verify_notification(fields, creds.keys)
         return ali.to_payment_notice(fields)
 
-    sdk = AliPay(appid=m["app_id"], app_private_key_string=m["app_private_key_pem"],
-                 alipay_public_key_string=m["alipay_public_key_pem"])
+    sdk = AliPay(
+        appid=m["app_id"],
+        app_private_key_string=m["app_private_key_pem"],
+        alipay_public_key_string=m["alipay_public_key_pem"],
+    )
 
     def reference():
         data = dict(parse_qsl(body.decode(), keep_blank_values=True))
@@ -96,8 +122,14 @@ def run_alipay() -> list[tuple[str, ...]]:
 
     assert ours().paid_cent == 100
     a, b = per_call_us(ours), per_call_us(reference)
-    return [("notify CPU per Alipay callback (decode+verify+parse to cents)", f"{a:.0f} µs",
-             f"python-alipay-sdk verify {b:.0f} µs", f"ratio {a / b:.2f}")]
+    return [
+        (
+            "notify CPU per Alipay callback (decode+verify+parse to cents)",
+            f"{a:.0f} µs",
+            f"python-alipay-sdk verify {b:.0f} µs",
+            f"ratio {a / b:.2f}",
+        )
+    ]
 
 
 def run() -> list[tuple[str, ...]]:

@@ -60,10 +60,29 @@ def write_orders(ddb: Any, table: str, mchid: str, total: int, due: int, now: fl
     for i in range(total):
         no = f"BENCH{i:09d}"
         pk = order_key(mchid, no)
-        batch.append({"PutRequest": {"Item": to_item({
-            "pk": pk, "mchid": mchid, "out_trade_no": no, "channel": "wechatpay", "status": "WAIT_PAY",
-            "amount_cent": 100, "currency": "CNY", "version": 0, "created_at": past, "expire_at": expire,
-            "poll_pk": poll_pk(pk), "poll_due": past if i < due else future, "poll_count": 1})}})
+        batch.append(
+            {
+                "PutRequest": {
+                    "Item": to_item(
+                        {
+                            "pk": pk,
+                            "mchid": mchid,
+                            "out_trade_no": no,
+                            "channel": "wechatpay",
+                            "status": "WAIT_PAY",
+                            "amount_cent": 100,
+                            "currency": "CNY",
+                            "version": 0,
+                            "created_at": past,
+                            "expire_at": expire,
+                            "poll_pk": poll_pk(pk),
+                            "poll_due": past if i < due else future,
+                            "poll_count": 1,
+                        }
+                    )
+                }
+            }
+        )
         if len(batch) == 25:
             ddb.batch_write_item(RequestItems={table: batch})
             batch = []
@@ -86,7 +105,9 @@ def measure(sizes: list[int], due: int = 100) -> list[dict[str, Any]]:
     from tally_local.simulator import ChannelSimulator
     from tally_local.ticker import Schedule, scheduled_event
 
-    os.environ.update(AWS_DEFAULT_REGION="us-east-1", AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing")
+    os.environ.update(
+        AWS_DEFAULT_REGION="us-east-1", AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing"
+    )
     os.environ.pop("AWS_ENDPOINT_URL", None)
     sim = ChannelSimulator(fixed_keys=True, time_scale=0.001).start()
     rows = []
@@ -95,15 +116,23 @@ def measure(sizes: list[int], due: int = 100) -> list[dict[str, Any]]:
         spec = function_specs(load_template(ROOT / "template.yaml"), ROOT)["PollerFunction"]
         for size in sizes:
             with mock_aws():
-                env = create_from_template(ROOT / "template.yaml", boto3.Session(region_name="us-east-1"),
-                                           parameter_overrides={"WechatPayApiBase": sim.url})
+                env = create_from_template(
+                    ROOT / "template.yaml",
+                    boto3.Session(region_name="us-east-1"),
+                    parameter_overrides={"WechatPayApiBase": sim.url},
+                )
                 os.environ.update(env)
                 bootstrap.reset()
                 bootstrap.merchants().add_wechatpay(
-                    mchid=m["mchid"], apiv3_key=m["apiv3_key"], merchant_key_pem=m["merchant_private_key_pem"],
-                    merchant_serial=m["merchant_serial"], appid=m["appid"],
+                    mchid=m["mchid"],
+                    apiv3_key=m["apiv3_key"],
+                    merchant_key_pem=m["merchant_private_key_pem"],
+                    merchant_serial=m["merchant_serial"],
+                    appid=m["appid"],
                     notify_url=f"http://127.0.0.1:9/notify/wechatpay/{m['mchid']}",
-                    public_key=sim.public_key_pem, public_key_id=sim.public_key_id)
+                    public_key=sim.public_key_pem,
+                    public_key_id=sim.public_key_id,
+                )
                 t0 = time.time()
                 write_orders(bootstrap.tables().ddb, env["ORDERS_TABLE"], m["mchid"], size, due, time.time())
                 wrote = time.time() - t0
@@ -111,11 +140,21 @@ def measure(sizes: list[int], due: int = 100) -> list[dict[str, Any]]:
                 meter = ReadMeter(bootstrap.tables().ddb)
                 t0 = time.time()
                 with contextlib.redirect_stdout(io.StringIO()):  # the EMF lines
-                    result = handler(scheduled_event(Schedule("PollerFunction", "EveryMinute", "rate(1 minute)", 60)),
-                                     LambdaContext("PollerFunction", spec.timeout_s))
-                rows.append({"orders": size, "due": due, "polled": result["orders_polled"],
-                             "items_read": meter.items_read, "calls": dict(meter.calls),
-                             "run_s": round(time.time() - t0, 2), "write_s": round(wrote, 1)})
+                    result = handler(
+                        scheduled_event(Schedule("PollerFunction", "EveryMinute", "rate(1 minute)", 60)),
+                        LambdaContext("PollerFunction", spec.timeout_s),
+                    )
+                rows.append(
+                    {
+                        "orders": size,
+                        "due": due,
+                        "polled": result["orders_polled"],
+                        "items_read": meter.items_read,
+                        "calls": dict(meter.calls),
+                        "run_s": round(time.time() - t0, 2),
+                        "write_s": round(wrote, 1),
+                    }
+                )
                 assert "Scan" not in meter.calls, meter.calls
     finally:
         sim.stop()
@@ -133,19 +172,33 @@ def main(argv: list[str]) -> int:
     sizes = [int(a) for a in argv if a != "--table-rows"] or [1_000, 10_000, 100_000]
     rows = measure(sizes)
     out = sys.stderr if table_rows else sys.stdout
-    print(f"{'orders':>8} {'due':>5} {'polled':>7} {'items read':>11} {'poller run s':>13} {'write s':>8}  calls",
-          file=out)
+    print(
+        f"{'orders':>8} {'due':>5} {'polled':>7} {'items read':>11} {'poller run s':>13} {'write s':>8}  calls",
+        file=out,
+    )
     for r in rows:
-        print(f"{r['orders']:>8} {r['due']:>5} {r['polled']:>7} {r['items_read']:>11} {r['run_s']:>13} "
-              f"{r['write_s']:>8}  {r['calls']}", file=out)
+        print(
+            f"{r['orders']:>8} {r['due']:>5} {r['polled']:>7} {r['items_read']:>11} {r['run_s']:>13} "
+            f"{r['write_s']:>8}  {r['calls']}",
+            file=out,
+        )
     reads = [r["items_read"] for r in rows]
     flat = max(reads) - min(reads) <= 10
     print("flat" if flat else "NOT FLAT", file=out)
     if table_rows:
         sizes_text = " / ".join(f"{r['orders']:,}" for r in rows)
-        print(json.dumps([[f"poller items read per run, {rows[0]['due']} due, at {sizes_text} orders",
-                           " / ".join(str(n) for n in reads), "flat: no Scan" if flat else "NOT FLAT",
-                           "poller run s " + " / ".join(str(r["run_s"]) for r in rows)]]))
+        print(
+            json.dumps(
+                [
+                    [
+                        f"poller items read per run, {rows[0]['due']} due, at {sizes_text} orders",
+                        " / ".join(str(n) for n in reads),
+                        "flat: no Scan" if flat else "NOT FLAT",
+                        "poller run s " + " / ".join(str(r["run_s"]) for r in rows),
+                    ]
+                ]
+            )
+        )
     return 0 if flat else 1
 
 

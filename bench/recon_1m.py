@@ -22,9 +22,11 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "layers/common"), str(ROOT)]
 
-HEADER = ("交易时间,公众账号ID,商户号,特约商户号,设备号,微信订单号,商户订单号,用户标识,交易类型,交易状态,付款银行,货币种类,"
-          "应结订单金额,代金券金额,微信退款单号,商户退款单号,退款金额,充值券退款金额,退款类型,退款状态,商品名称,商户数据包,"
-          "手续费,费率,订单金额,申请退款金额,费率备注")
+HEADER = (
+    "交易时间,公众账号ID,商户号,特约商户号,设备号,微信订单号,商户订单号,用户标识,交易类型,交易状态,付款银行,货币种类,"
+    "应结订单金额,代金券金额,微信退款单号,商户退款单号,退款金额,充值券退款金额,退款类型,退款状态,商品名称,商户数据包,"
+    "手续费,费率,订单金额,申请退款金额,费率备注"
+)
 SUMMARY = "总交易单数,应结订单总金额,退款总金额,充值券退款总金额,手续费总金额,订单总金额,申请退款总金额"
 
 
@@ -49,10 +51,14 @@ def generate(path: pathlib.Path, rows: int) -> None:
             total += c
             fees += fee_fen(c)
             yuan = f"{c // 100}.{c % 100:02d}"
-            out.write((f"`2024-05-01 {i % 24:02d}:{i % 60:02d}:{(i // 60) % 60:02d},`wx2421b1c4370ec43b,`1900000109,`0,`,"
-                       f"`{tx(i)},`T{i:020d},`oUpF8uMuAJO_M2pxb1Q9zNjWeS6o,`NATIVE,`SUCCESS,`OTHERS,`CNY,`{yuan},`0.00,"
-                       f"`0,`0,`0.00,`0.00,`,`,`商品,`,`{fee_fen(c) // 100}.{fee_fen(c) % 100:02d}000,`0.60%,`{yuan},"
-                       f"`0.00,`\r\n").encode())
+            out.write(
+                (
+                    f"`2024-05-01 {i % 24:02d}:{i % 60:02d}:{(i // 60) % 60:02d},`wx2421b1c4370ec43b,`1900000109,`0,`,"
+                    f"`{tx(i)},`T{i:020d},`oUpF8uMuAJO_M2pxb1Q9zNjWeS6o,`NATIVE,`SUCCESS,`OTHERS,`CNY,`{yuan},`0.00,"
+                    f"`0,`0,`0.00,`0.00,`,`,`商品,`,`{fee_fen(c) // 100}.{fee_fen(c) % 100:02d}000,`0.60%,`{yuan},"
+                    f"`0.00,`\r\n"
+                ).encode()
+            )
         t = f"{total // 100}.{total % 100:02d}"
         out.write(SUMMARY.encode() + b"\r\n")
         out.write(f"`{rows},`{t},`0.00,`0.00,`{fees // 100}.{fees % 100:02d},`{t},`0.00\r\n".encode())
@@ -69,8 +75,12 @@ def run_ours(path: str, rows: int) -> dict:
     # the day's ledger as reconciliation holds it (what LedgerView.day + fold_ledger build from DynamoDB);
     # one entry differs so the matcher has something to report
     t0 = time.perf_counter()
-    local = {f"wechatpay#{tx(i)}": LocalEntry(f"wechatpay#{tx(i)}", "PAYMENT", amount(i) + (1 if i == 7 else 0),
-                                              "2024-05-01") for i in range(rows)}
+    local = {
+        f"wechatpay#{tx(i)}": LocalEntry(
+            f"wechatpay#{tx(i)}", "PAYMENT", amount(i) + (1 if i == 7 else 0), "2024-05-01"
+        )
+        for i in range(rows)
+    }
     t_ledger = time.perf_counter() - t0
     data = pathlib.Path(path).read_bytes()
     t0 = time.perf_counter()
@@ -83,10 +93,17 @@ def run_ours(path: str, rows: int) -> dict:
     matcher = Matcher(local)
     diffs = list(matcher.match_index(index, opened.item_at))  # only after the guards passed
     t_match = time.perf_counter() - t0
-    return {"rows": totals.rows, "guard": verdict.code, "diffs": len(diffs), "matched": matcher.stats.matched,
-            "ledger_build_s": round(t_ledger, 2), "parse_and_guards_s": round(t_guard, 2),
-            "match_s": round(t_match, 2), "total_s": round(t_guard + t_match, 2),
-            "peak_rss_mb": round(peak_mb())}
+    return {
+        "rows": totals.rows,
+        "guard": verdict.code,
+        "diffs": len(diffs),
+        "matched": matcher.stats.matched,
+        "ledger_build_s": round(t_ledger, 2),
+        "parse_and_guards_s": round(t_guard, 2),
+        "match_s": round(t_match, 2),
+        "total_s": round(t_guard + t_match, 2),
+        "peak_rss_mb": round(peak_mb()),
+    }
 
 
 def run_pandas_c(path: str, rows: int) -> dict:
@@ -103,7 +120,9 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--child", choices=["ours", "pandas"])
     parser.add_argument("--file")
-    parser.add_argument("--table-rows", action="store_true", help="details to stderr, the bench table's row to stdout")
+    parser.add_argument(
+        "--table-rows", action="store_true", help="details to stderr, the bench table's row to stdout"
+    )
     args = parser.parse_args()
     if args.child == "ours":
         print(json.dumps(run_ours(args.file, args.rows)))
@@ -116,28 +135,55 @@ def main() -> None:
         path = pathlib.Path(tmp) / "ALL.csv"
         t0 = time.perf_counter()
         generate(path, args.rows)
-        print(f"generated {args.rows:,} rows, {path.stat().st_size / 1e6:.0f} MB in {time.perf_counter() - t0:.1f}s",
-              file=out)
+        print(
+            f"generated {args.rows:,} rows, {path.stat().st_size / 1e6:.0f} MB in {time.perf_counter() - t0:.1f}s",
+            file=out,
+        )
         results = {}
         for child in ("pandas", "ours"):
-            done = subprocess.run([sys.executable, __file__, "--child", child, "--file", str(path),
-                                   "--rows", str(args.rows)], capture_output=True, text=True, check=True,
-                                  env={**os.environ, "PYTHONPATH": f"{ROOT / 'layers/common'}:{ROOT}"})
+            done = subprocess.run(
+                [sys.executable, __file__, "--child", child, "--file", str(path), "--rows", str(args.rows)],
+                capture_output=True,
+                text=True,
+                check=True,
+                env={**os.environ, "PYTHONPATH": f"{ROOT / 'layers/common'}:{ROOT}"},
+            )
             results[child] = json.loads(done.stdout)
         p, o = results["pandas"], results["ours"]
-        print(f"pandas.read_csv (C engine, strings): {p['read_csv_s']:6.2f}s   peak RSS {p['peak_rss_mb']} MB", file=out)
+        print(
+            f"pandas.read_csv (C engine, strings): {p['read_csv_s']:6.2f}s   peak RSS {p['peak_rss_mb']} MB",
+            file=out,
+        )
         print(f"tally parse (one pass) + guards:     {o['parse_and_guards_s']:6.2f}s", file=out)
-        print(f"tally match (compact index):         {o['match_s']:6.2f}s   "
-              f"({o['matched']:,} matched, {o['diffs']} diff)", file=out)
-        print(f"tally total:                         {o['total_s']:6.2f}s   peak RSS {o['peak_rss_mb']} MB "
-              f"(incl. {args.rows:,} ledger entries built in {o['ledger_build_s']}s)", file=out)
+        print(
+            f"tally match (compact index):         {o['match_s']:6.2f}s   "
+            f"({o['matched']:,} matched, {o['diffs']} diff)",
+            file=out,
+        )
+        print(
+            f"tally total:                         {o['total_s']:6.2f}s   peak RSS {o['peak_rss_mb']} MB "
+            f"(incl. {args.rows:,} ledger entries built in {o['ledger_build_s']}s)",
+            file=out,
+        )
         ratio = o["total_s"] / p["read_csv_s"]
-        print(f"ratio to pandas read: {ratio:.2f}x (target <= 2x); peak RSS target < 1024 MB: "
-              f"{'ok' if o['peak_rss_mb'] < 1024 else 'OVER'}", file=out)
+        print(
+            f"ratio to pandas read: {ratio:.2f}x (target <= 2x); peak RSS target < 1024 MB: "
+            f"{'ok' if o['peak_rss_mb'] < 1024 else 'OVER'}",
+            file=out,
+        )
         if args.table_rows:  # the bench table's row, as JSON on the last stdout line
-            print(json.dumps([[f"{args.rows:,}-row bill: parse + guards + match", f"{o['total_s']:.1f} s, "
-                               f"{o['peak_rss_mb']} MB", f"pandas.read_csv {p['read_csv_s']:.1f} s, {p['peak_rss_mb']} MB",
-                               f"ratio {ratio:.2f}× (target ≤ 2×, < 1 GB)"]]))
+            print(
+                json.dumps(
+                    [
+                        [
+                            f"{args.rows:,}-row bill: parse + guards + match",
+                            f"{o['total_s']:.1f} s, {o['peak_rss_mb']} MB",
+                            f"pandas.read_csv {p['read_csv_s']:.1f} s, {p['peak_rss_mb']} MB",
+                            f"ratio {ratio:.2f}× (target ≤ 2×, < 1 GB)",
+                        ]
+                    ]
+                )
+            )
 
 
 if __name__ == "__main__":

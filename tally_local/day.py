@@ -38,8 +38,12 @@ class Day:
 
 def main(orders: int = 200, out=sys.stdout) -> int:
     metrics_out = io.StringIO()
-    with contextlib.redirect_stdout(metrics_out), EmbeddedStack(
-            api_port=0, state_dir="/tmp/tally-demo-state", simulator_options={"fixed_keys": True}) as stack:
+    with (
+        contextlib.redirect_stdout(metrics_out),
+        EmbeddedStack(
+            api_port=0, state_dir="/tmp/tally-demo-state", simulator_options={"fixed_keys": True}
+        ) as stack,
+    ):
         day = Day(stack)
         set_up_merchants(day)
         for i in range(orders):
@@ -66,17 +70,31 @@ def set_up_merchants(day: Day) -> None:
     day.wechat = seed_demo(stack)["mchid"]
     m = sim.register_test_merchant("certificate")
     day.wechat_cert = "1900000110"
-    sim.register_merchant(day.wechat_cert, m["apiv3_key"], m["merchant_public_key_pem"], m["merchant_serial"],
-                          appid=m["appid"], verify_mode="certificate")
+    sim.register_merchant(
+        day.wechat_cert,
+        m["apiv3_key"],
+        m["merchant_public_key_pem"],
+        m["merchant_serial"],
+        appid=m["appid"],
+        verify_mode="certificate",
+    )
     bootstrap.merchants().add_wechatpay(
-        mchid=day.wechat_cert, apiv3_key=m["apiv3_key"], merchant_key_pem=m["merchant_private_key_pem"],
-        merchant_serial=m["merchant_serial"], appid=m["appid"],
-        notify_url=f"{stack.api_url}/notify/wechatpay/{day.wechat_cert}", platform_certs=[sim.platform_cert_pem])
+        mchid=day.wechat_cert,
+        apiv3_key=m["apiv3_key"],
+        merchant_key_pem=m["merchant_private_key_pem"],
+        merchant_serial=m["merchant_serial"],
+        appid=m["appid"],
+        notify_url=f"{stack.api_url}/notify/wechatpay/{day.wechat_cert}",
+        platform_certs=[sim.platform_cert_pem],
+    )
     a = sim.alipay.register_test_merchant("public_key")
     day.alipay = a["app_id"]
-    bootstrap.merchants().add_alipay(app_id=day.alipay, app_private_key=a["app_private_key_pem"],
-                                     notify_url=f"{stack.api_url}/notify/alipay/{day.alipay}",
-                                     alipay_public_key=a["alipay_public_key_pem"])
+    bootstrap.merchants().add_alipay(
+        app_id=day.alipay,
+        app_private_key=a["app_private_key_pem"],
+        notify_url=f"{stack.api_url}/notify/alipay/{day.alipay}",
+        alipay_public_key=a["alipay_public_key_pem"],
+    )
 
 
 # ------------------------------------------------------------------ the day
@@ -94,18 +112,27 @@ def run_scenario(day: Day, i: int, scenario: str) -> None:
     create(day, mchid, no, amount)
     if scenario == "paid_after_close":
         close(day, mchid, no)
-        resource = sim.transaction_resource(mchid, no, amount)  # the buyer paid anyway (a race at the channel)
+        resource = sim.transaction_resource(
+            mchid, no, amount
+        )  # the buyer paid anyway (a race at the channel)
         headers, body = sim.build_notification(mchid, resource)
         post(f"{day.stack.api_url}/notify/wechatpay/{mchid}", body, headers)
         day.taken[no] = (mchid, "wechatpay", resource["transaction_id"])
         return
-    options = {"duplicates": {"duplicates": 3}, "lost": {"drop": True}, "coupon": {"payer_total": amount - 100},
-               "mismatch": {"amount_total": amount // 100}}.get(scenario, {})
+    options = {
+        "duplicates": {"duplicates": 3},
+        "lost": {"drop": True},
+        "coupon": {"payer_total": amount - 100},
+        "mismatch": {"amount_total": amount // 100},
+    }.get(scenario, {})
     day.taken[no] = (mchid, "wechatpay", sim.pay(mchid, no, **options))
     if scenario == "refund":
         wait_paid(day, mchid, no)
-        call("POST", f"{day.stack.api_url}/refunds",
-             {"mchid": mchid, "out_trade_no": no, "amount_cent": 100, "reason": "demo partial refund"})
+        call(
+            "POST",
+            f"{day.stack.api_url}/refunds",
+            {"mchid": mchid, "out_trade_no": no, "amount_cent": 100, "reason": "demo partial refund"},
+        )
 
 
 def settle(day: Day) -> None:
@@ -117,9 +144,13 @@ def settle(day: Day) -> None:
     ddb, table = bootstrap.tables().ddb, day.stack.env["ORDERS_TABLE"]
     for no, (mchid, _, _) in day.taken.items():
         with contextlib.suppress(ddb.exceptions.ConditionalCheckFailedException):
-            ddb.update_item(TableName=table, Key={"pk": {"S": f"{mchid}#{no}"}}, UpdateExpression="SET poll_due = :d",
-                            ConditionExpression="attribute_exists(poll_pk)",
-                            ExpressionAttributeValues={":d": {"S": "2000-01-01T00:00:00.000Z"}})
+            ddb.update_item(
+                TableName=table,
+                Key={"pk": {"S": f"{mchid}#{no}"}},
+                UpdateExpression="SET poll_due = :d",
+                ConditionExpression="attribute_exists(poll_pk)",
+                ExpressionAttributeValues={":d": {"S": "2000-01-01T00:00:00.000Z"}},
+            )
     bootstrap.poll_service().run(out_of_time=lambda: False)
     day.stack.drain(60)
 
@@ -143,26 +174,39 @@ def morning_report(day: Day, emitted: str) -> dict[str, Any]:
         if view.get("transaction_id") != txn and no not in with_person and no not in tasks:
             unaccounted.append(f"{mchid}/{no} ({txn})")
     metrics = emitted_metrics(emitted)
-    return {"orders": len(day.taken), "scenarios": dict(day.scenarios), "statuses": dict(statuses),
-            "ledger": Counter(row["kind"] for row in scan(day, "LEDGER_TABLE")), "manual": manual,
-            "refund_tasks": len(tasks), "pending": bootstrap.pending_report().report(),
-            "alarms": {name: n for name, n in sorted(metrics.items()) if name in ALARMED and n},
-            "unaccounted": unaccounted}
+    return {
+        "orders": len(day.taken),
+        "scenarios": dict(day.scenarios),
+        "statuses": dict(statuses),
+        "ledger": Counter(row["kind"] for row in scan(day, "LEDGER_TABLE")),
+        "manual": manual,
+        "refund_tasks": len(tasks),
+        "pending": bootstrap.pending_report().report(),
+        "alarms": {name: n for name, n in sorted(metrics.items()) if name in ALARMED and n},
+        "unaccounted": unaccounted,
+    }
 
 
 def render(report: dict[str, Any]) -> str:
-    lines = ["", f"Tally demo day: {report['orders']} payments taken by the channels",
-             "  scenarios: " + ", ".join(f"{k} {v}" for k, v in report["scenarios"].items()),
-             "  orders:    " + ", ".join(f"{k} {v}" for k, v in sorted(report["statuses"].items())),
-             "  ledger:    " + ", ".join(f"{k} {v}" for k, v in sorted(report["ledger"].items())),
-             f"  refund tasks: {report['refund_tasks']}",
-             f"  morning number: handled=0 > 10 min: {report['pending'].get('pending_over_10m', '?')}, "
-             f"handled=2 > 24 h: {report['pending'].get('manual_over_24h', '?')}",
-             f"  manual queue ({len(report['manual'])}):"]
-    lines += [f"    {item['id']}  {item['kind']}  order {item['order']}  why: {item['why']}"
-              for item in report["manual"]] or ["    (empty)"]
-    lines.append("  alarms that would fire: " + (", ".join(f"{k} ({v})" for k, v in report["alarms"].items())
-                                                  or "none"))
+    lines = [
+        "",
+        f"Tally demo day: {report['orders']} payments taken by the channels",
+        "  scenarios: " + ", ".join(f"{k} {v}" for k, v in report["scenarios"].items()),
+        "  orders:    " + ", ".join(f"{k} {v}" for k, v in sorted(report["statuses"].items())),
+        "  ledger:    " + ", ".join(f"{k} {v}" for k, v in sorted(report["ledger"].items())),
+        f"  refund tasks: {report['refund_tasks']}",
+        f"  morning number: handled=0 > 10 min: {report['pending'].get('pending_over_10m', '?')}, "
+        f"handled=2 > 24 h: {report['pending'].get('manual_over_24h', '?')}",
+        f"  manual queue ({len(report['manual'])}):",
+    ]
+    lines += [
+        f"    {item['id']}  {item['kind']}  order {item['order']}  why: {item['why']}"
+        for item in report["manual"]
+    ] or ["    (empty)"]
+    lines.append(
+        "  alarms that would fire: "
+        + (", ".join(f"{k} ({v})" for k, v in report["alarms"].items()) or "none")
+    )
     if report["unaccounted"]:
         lines += ["  UNACCOUNTED PAYMENTS (money taken, not booked, not with a person):"]
         lines += [f"    {line}" for line in report["unaccounted"]]
@@ -175,9 +219,11 @@ def render(report: dict[str, Any]) -> str:
 
 
 def create(day: Day, mchid: str, no: str, amount: int, **extra: Any) -> None:
-    status, body = call("POST", f"{day.stack.api_url}/orders",
-                        {"mchid": mchid, "out_trade_no": no, "amount_cent": amount, "description": "demo day",
-                         **extra})
+    status, body = call(
+        "POST",
+        f"{day.stack.api_url}/orders",
+        {"mchid": mchid, "out_trade_no": no, "amount_cent": amount, "description": "demo day", **extra},
+    )
     if status != 201:
         raise RuntimeError(f"creating {no} failed: {status} {body}")
 
@@ -186,9 +232,12 @@ def close(day: Day, mchid: str, no: str) -> None:
     from tally import bootstrap
 
     ddb = bootstrap.tables().ddb
-    ddb.update_item(TableName=day.stack.env["ORDERS_TABLE"], Key={"pk": {"S": f"{mchid}#{no}"}},
-                    UpdateExpression="SET expire_at = :x, poll_due = :x",
-                    ExpressionAttributeValues={":x": {"S": "2000-01-01T00:00:00.000Z"}})
+    ddb.update_item(
+        TableName=day.stack.env["ORDERS_TABLE"],
+        Key={"pk": {"S": f"{mchid}#{no}"}},
+        UpdateExpression="SET expire_at = :x, poll_due = :x",
+        ExpressionAttributeValues={":x": {"S": "2000-01-01T00:00:00.000Z"}},
+    )
     bootstrap.poll_service().run(out_of_time=lambda: False)  # expired: closed at the channel, then here
 
 

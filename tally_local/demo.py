@@ -13,9 +13,14 @@ def seed_demo(stack: Any) -> dict[str, str]:
     merchant = sim.register_test_merchant("public_key")
     bootstrap.reset()  # the stack's environment is in place now
     bootstrap.merchants().add_wechatpay(
-        mchid=merchant["mchid"], apiv3_key=merchant["apiv3_key"],
-        merchant_key_pem=merchant["merchant_private_key_pem"], merchant_serial=merchant["merchant_serial"],
-        appid=merchant["appid"], notify_url=f"{stack.api_url}/notify/wechatpay/{merchant['mchid']}",
-        platform_certs=[sim.platform_cert_pem], public_key=sim.public_key_pem, public_key_id=sim.public_key_id,
+        mchid=merchant["mchid"],
+        apiv3_key=merchant["apiv3_key"],
+        merchant_key_pem=merchant["merchant_private_key_pem"],
+        merchant_serial=merchant["merchant_serial"],
+        appid=merchant["appid"],
+        notify_url=f"{stack.api_url}/notify/wechatpay/{merchant['mchid']}",
+        platform_certs=[sim.platform_cert_pem],
+        public_key=sim.public_key_pem,
+        public_key_id=sim.public_key_id,
     )
     return {"mchid": merchant["mchid"], "appid": merchant["appid"]}

@@ -239,7 +239,13 @@ class _RequestHandler(BaseHTTPRequestHandler):
             return
         reply = self.server.front_door.dispatch(request)
         self._send(reply)
-        log.info("%s %s → %d (%.0f ms)", request.method, self.path, reply.status, (time.monotonic() - started) * 1000)
+        log.info(
+            "%s %s → %d (%.0f ms)",
+            request.method,
+            self.path,
+            reply.status,
+            (time.monotonic() - started) * 1000,
+        )
 
     def _read_request(self) -> _Request:
         url = urlsplit(self.path)

@@ -10,19 +10,40 @@ from collections.abc import Iterator
 from typing import Any
 
 
-def http_event(method: str, path: str, body: bytes, headers: dict[str, str], path_params: dict[str, str], *,
-               route: str | None = None, base64_body: bool = True, request_id: str | None = None,
-               time_ms: int | None = None, source_ip: str = "127.0.0.1") -> dict[str, Any]:
+def http_event(
+    method: str,
+    path: str,
+    body: bytes,
+    headers: dict[str, str],
+    path_params: dict[str, str],
+    *,
+    route: str | None = None,
+    base64_body: bool = True,
+    request_id: str | None = None,
+    time_ms: int | None = None,
+    source_ip: str = "127.0.0.1",
+) -> dict[str, Any]:
     """An HTTP API payload-2.0 event, as API Gateway hands it to a function."""
     route_key = f"{method} {route or path}"
-    context: dict[str, Any] = {"http": {"method": method, "path": path, "protocol": "HTTP/1.1",
-                                        "sourceIp": source_ip, "userAgent": "Mozilla/4.0"},
-                               "requestId": request_id or str(uuid.uuid4()), "routeKey": route_key,
-                               "stage": "$default"}
+    context: dict[str, Any] = {
+        "http": {
+            "method": method,
+            "path": path,
+            "protocol": "HTTP/1.1",
+            "sourceIp": source_ip,
+            "userAgent": "Mozilla/4.0",
+        },
+        "requestId": request_id or str(uuid.uuid4()),
+        "routeKey": route_key,
+        "stage": "$default",
+    }
     if time_ms is not None:
         context["timeEpoch"] = time_ms
     return {
-        "version": "2.0", "routeKey": route_key, "rawPath": path, "rawQueryString": "",
+        "version": "2.0",
+        "routeKey": route_key,
+        "rawPath": path,
+        "rawQueryString": "",
         "headers": {k.lower(): v for k, v in headers.items()},
         "requestContext": context,
         "pathParameters": path_params,

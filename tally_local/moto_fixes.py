@@ -87,10 +87,21 @@ def cached_jsonpath() -> None:
     jsonpath_ng.ext.parse = functools.lru_cache(maxsize=256)(jsonpath_ng.ext.parse)
 
 
-_PLAIN_QUEUE_ATTRIBUTES = frozenset({
-    "ApproximateNumberOfMessages", "ApproximateNumberOfMessagesDelayed", "ApproximateNumberOfMessagesNotVisible",
-    "CreatedTimestamp", "DelaySeconds", "LastModifiedTimestamp", "MaximumMessageSize", "MessageRetentionPeriod",
-    "QueueArn", "ReceiveMessageWaitTimeSeconds", "VisibilityTimeout"})
+_PLAIN_QUEUE_ATTRIBUTES = frozenset(
+    {
+        "ApproximateNumberOfMessages",
+        "ApproximateNumberOfMessagesDelayed",
+        "ApproximateNumberOfMessagesNotVisible",
+        "CreatedTimestamp",
+        "DelaySeconds",
+        "LastModifiedTimestamp",
+        "MaximumMessageSize",
+        "MessageRetentionPeriod",
+        "QueueArn",
+        "ReceiveMessageWaitTimeSeconds",
+        "VisibilityTimeout",
+    }
+)
 
 
 def one_queue_attribute() -> None:

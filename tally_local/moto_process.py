@@ -40,14 +40,20 @@ class MotoProcess:
         root = str(Path(__file__).resolve().parent.parent)
         self._child = subprocess.Popen(
             [sys.executable, "-m", "tally_local.moto_process", "--host", self.host, "--port", str(self.port)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=root)
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=root,
+        )
         line: list[str] = []
         reader = threading.Thread(target=lambda: line.append(self._child.stdout.readline()), daemon=True)
         reader.start()
         reader.join(self.start_timeout_s)
         if not line or not line[0].startswith("PORT "):
             self.stop()
-            raise RuntimeError(f"moto server process did not start: {line[0].strip() if line else 'no answer'}")
+            raise RuntimeError(
+                f"moto server process did not start: {line[0].strip() if line else 'no answer'}"
+            )
         self.port = int(line[0].split()[1])
         return self
 
@@ -83,7 +89,9 @@ def serve(host: str, port: int) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description="moto's server for the embedded stack (stops when stdin closes)")
+    parser = argparse.ArgumentParser(
+        description="moto's server for the embedded stack (stops when stdin closes)"
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     arguments = parser.parse_args()

@@ -98,7 +98,9 @@ class SqsPump:
             "ApproximateNumberOfMessagesNotVisible",
             "ApproximateNumberOfMessagesDelayed",
         ]
-        attributes = self.sqs.get_queue_attributes(QueueUrl=self.queue_url, AttributeNames=names)["Attributes"]
+        attributes = self.sqs.get_queue_attributes(QueueUrl=self.queue_url, AttributeNames=names)[
+            "Attributes"
+        ]
         return all(int(attributes.get(name, 0)) == 0 for name in names)
 
     # ------------------------------------------------------------------ the loop
@@ -116,7 +118,9 @@ class SqsPump:
             try:
                 self.process(messages)
             except (BotoCoreError, ClientError) as error:
-                log.warning("pump: settling a batch failed (it comes back after its visibility timeout): %s", error)
+                log.warning(
+                    "pump: settling a batch failed (it comes back after its visibility timeout): %s", error
+                )
 
     def _receive(self) -> list[dict[str, Any]]:
         response = self.sqs.receive_message(
@@ -149,7 +153,9 @@ class SqsPump:
         try:
             result = self.handler(self.event_for(messages), context)
         except Exception:  # noqa: BLE001 - a handler exception fails the whole batch, as on Lambda
-            log.error("%s raised; the whole batch will be retried:\n%s", self.function_name, traceback.format_exc())
+            log.error(
+                "%s raised; the whole batch will be retried:\n%s", self.function_name, traceback.format_exc()
+            )
             return ids
         return _failed_ids(result, ids, self.function_name)
 
@@ -165,7 +171,11 @@ class SqsPump:
             self.sqs.change_message_visibility_batch(
                 QueueUrl=self.queue_url,
                 Entries=[
-                    {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"], "VisibilityTimeout": self.retry_visibility_s}
+                    {
+                        "Id": str(i),
+                        "ReceiptHandle": m["ReceiptHandle"],
+                        "VisibilityTimeout": self.retry_visibility_s,
+                    }
                     for i, m in enumerate(batch)
                 ],
             )
@@ -211,7 +221,9 @@ def _lambda_message_attribute(value: dict[str, Any]) -> dict[str, Any]:
     """SQS API attribute shape → the Lambda event's camelCase shape."""
     converted: dict[str, Any] = {
         "stringListValues": value.get("StringListValues", []),
-        "binaryListValues": [base64.b64encode(item).decode("ascii") for item in value.get("BinaryListValues", [])],
+        "binaryListValues": [
+            base64.b64encode(item).decode("ascii") for item in value.get("BinaryListValues", [])
+        ],
         "dataType": value["DataType"],
     }
     if "StringValue" in value:

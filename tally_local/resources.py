@@ -88,7 +88,7 @@ class Resolver:
         if not isinstance(value, dict):
             return value
         if len(value) == 1:
-            (key, arg), = value.items()
+            ((key, arg),) = value.items()
             if key == "Ref":
                 return self.ref(arg)
             if key.startswith("Fn::"):
@@ -199,7 +199,9 @@ def _creation_order(resources: Mapping[str, Any]) -> list[str]:
     pending = list(creatable)
     while pending:
         waiting = set(pending)
-        ready = [lid for lid in pending if not _references(resources[lid].get("Properties", {}), waiting - {lid})]
+        ready = [
+            lid for lid in pending if not _references(resources[lid].get("Properties", {}), waiting - {lid})
+        ]
         if not ready:
             raise UnresolvedReference(f"circular references between {sorted(pending)}")
         ordered.extend(ready)
@@ -226,7 +228,9 @@ def _references(node: Any, candidates: set[str]) -> set[str]:
     return found & candidates
 
 
-def _create_table(session: Any, resolver: Resolver, logical_id: str, props: dict[str, Any], prefix: str) -> None:
+def _create_table(
+    session: Any, resolver: Resolver, logical_id: str, props: dict[str, Any], prefix: str
+) -> None:
     client = session.client("dynamodb")
     name = f"{prefix}-{logical_id}"
     try:
@@ -293,7 +297,9 @@ def _configure_table(client: Any, name: str, props: dict[str, Any]) -> None:
 _QUEUE_JSON_ATTRIBUTES = ("RedrivePolicy", "RedriveAllowPolicy")
 
 
-def _create_queue(session: Any, resolver: Resolver, logical_id: str, props: dict[str, Any], prefix: str) -> None:
+def _create_queue(
+    session: Any, resolver: Resolver, logical_id: str, props: dict[str, Any], prefix: str
+) -> None:
     client = session.client("sqs")
     fifo = bool(props.get("FifoQueue"))
     name = f"{prefix}-{logical_id}" + (".fifo" if fifo else "")
@@ -313,7 +319,9 @@ def _create_queue(session: Any, resolver: Resolver, logical_id: str, props: dict
     )
 
 
-def _create_bucket(session: Any, resolver: Resolver, logical_id: str, props: dict[str, Any], prefix: str) -> None:
+def _create_bucket(
+    session: Any, resolver: Resolver, logical_id: str, props: dict[str, Any], prefix: str
+) -> None:
     client = session.client("s3")
     name = f"{prefix}-{logical_id}".lower()
     request: dict[str, Any] = {"Bucket": name}
@@ -342,7 +350,9 @@ def _configure_bucket(client: Any, name: str, props: dict[str, Any]) -> None:
             Bucket=name, PublicAccessBlockConfiguration=props["PublicAccessBlockConfiguration"]
         )
     if "BucketEncryption" in props:
-        rules = [_encryption_rule(rule) for rule in props["BucketEncryption"]["ServerSideEncryptionConfiguration"]]
+        rules = [
+            _encryption_rule(rule) for rule in props["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+        ]
         client.put_bucket_encryption(Bucket=name, ServerSideEncryptionConfiguration={"Rules": rules})
 
 
@@ -354,7 +364,9 @@ def _encryption_rule(rule: dict[str, Any]) -> dict[str, Any]:
     return converted
 
 
-def _create_event_bus(session: Any, resolver: Resolver, logical_id: str, props: dict[str, Any], prefix: str) -> None:
+def _create_event_bus(
+    session: Any, resolver: Resolver, logical_id: str, props: dict[str, Any], prefix: str
+) -> None:
     client = session.client("events")
     name = f"{prefix}-{logical_id}"
     try:
@@ -412,7 +424,9 @@ def function_specs(template: Mapping[str, Any], root: str | Path) -> dict[str, F
             memory_mb=int(props.get("MemorySize", 128)),
             http_routes=tuple(_route_key(e.get("Properties")) for e in events if e["Type"] == "HttpApi"),
             sqs_queues=tuple(_queue_id(e["Properties"]["Queue"]) for e in events if e["Type"] == "SQS"),
-            stream_tables=tuple(_queue_id(e["Properties"]["Stream"]) for e in events if e["Type"] == "DynamoDB"),
+            stream_tables=tuple(
+                _queue_id(e["Properties"]["Stream"]) for e in events if e["Type"] == "DynamoDB"
+            ),
         )
     return specs
 
@@ -449,7 +463,9 @@ def load_handler(spec: FunctionSpec) -> Callable[[dict[str, Any], Any], Any]:
 class LambdaContext:
     """What the Lambda runtime passes as `context` (the attributes Powertools and handlers read)."""
 
-    def __init__(self, function_name: str, timeout_s: int = 3, memory_mb: int = 128, region: str = "us-east-1"):
+    def __init__(
+        self, function_name: str, timeout_s: int = 3, memory_mb: int = 128, region: str = "us-east-1"
+    ):
         self.function_name = function_name
         self.function_version = "$LATEST"
         self.invoked_function_arn = f"arn:aws:lambda:{region}:{LOCAL_ACCOUNT_ID}:function:{function_name}"

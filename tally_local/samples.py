@@ -21,38 +21,99 @@ SAMPLE_ORDER = "SAMPLE-ORDER-0001"
 SAMPLE_TRANSACTION = "4200000000202611290000000001"
 
 
-def http_event(method: str, path: str, route: str, body: bytes, headers: dict[str, str],
-               path_params: dict[str, str], *, base64_body: bool) -> dict:
+def http_event(
+    method: str,
+    path: str,
+    route: str,
+    body: bytes,
+    headers: dict[str, str],
+    path_params: dict[str, str],
+    *,
+    base64_body: bool,
+) -> dict:
     """A sample event: reproducible request id, time and a WeChat source address."""
-    return lambda_io.http_event(method, path, body, headers, path_params, route=route, base64_body=base64_body,
-                                request_id="sample-request-0001", time_ms=SAMPLE_TIMESTAMP * 1000,
-                                source_ip="101.226.103.0")
+    return lambda_io.http_event(
+        method,
+        path,
+        body,
+        headers,
+        path_params,
+        route=route,
+        base64_body=base64_body,
+        request_id="sample-request-0001",
+        time_ms=SAMPLE_TIMESTAMP * 1000,
+        source_ip="101.226.103.0",
+    )
 
 
 def build() -> dict[str, dict]:
     sim = ChannelSimulator(fixed_keys=True, seed=7)
     merchant = sim.register_test_merchant("public_key")
     mchid = merchant["mchid"]
-    resource = sim.transaction_resource(mchid, SAMPLE_ORDER, 100, transaction_id=SAMPLE_TRANSACTION,
-                                        success_time="2026-11-29T17:33:20+08:00", openid="oSampleOpenid0001")
-    headers, body = sim.build_notification(mchid, resource, timestamp=SAMPLE_TIMESTAMP, nonce="SAMPLENONCE0001",
-                                           notification_id="EV-SAMPLE-0001", resource_nonce="SampleNonce1",
-                                           create_time="2026-11-29T17:33:20+08:00")
-    notify = http_event("POST", f"/notify/wechatpay/{mchid}", "/notify/wechatpay/{mchid}", body, headers,
-                        {"mchid": mchid}, base64_body=True)
-    order_body = {"mchid": mchid, "out_trade_no": SAMPLE_ORDER, "amount_cent": 100, "currency": "CNY",
-                  "description": "sample order", "expire_minutes": 120, "prepay": False}
-    orders = http_event("POST", "/orders", "/orders", json.dumps(order_body).encode(),
-                        {"content-type": "application/json"}, {}, base64_body=False)
-    worker = {"Records": [{
-        "messageId": "059f36b4-87a3-44ab-83d2-661975830a7d", "receiptHandle": "AQEBwJnKyrHigUMZj6rYigCgxlaS3SLy0a",
-        "body": json.dumps({"raw_key": f"wechatpay#{SAMPLE_TRANSACTION}"}),
-        "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": str(SAMPLE_TIMESTAMP * 1000),
-                       "SenderId": "AIDAIENQZJOLO23YVJ4VO", "ApproximateFirstReceiveTimestamp":
-                       str(SAMPLE_TIMESTAMP * 1000)},
-        "messageAttributes": {}, "md5OfBody": "", "eventSource": "aws:sqs",
-        "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:tally-ApplyQueue", "awsRegion": "us-east-1",
-    }]}
+    resource = sim.transaction_resource(
+        mchid,
+        SAMPLE_ORDER,
+        100,
+        transaction_id=SAMPLE_TRANSACTION,
+        success_time="2026-11-29T17:33:20+08:00",
+        openid="oSampleOpenid0001",
+    )
+    headers, body = sim.build_notification(
+        mchid,
+        resource,
+        timestamp=SAMPLE_TIMESTAMP,
+        nonce="SAMPLENONCE0001",
+        notification_id="EV-SAMPLE-0001",
+        resource_nonce="SampleNonce1",
+        create_time="2026-11-29T17:33:20+08:00",
+    )
+    notify = http_event(
+        "POST",
+        f"/notify/wechatpay/{mchid}",
+        "/notify/wechatpay/{mchid}",
+        body,
+        headers,
+        {"mchid": mchid},
+        base64_body=True,
+    )
+    order_body = {
+        "mchid": mchid,
+        "out_trade_no": SAMPLE_ORDER,
+        "amount_cent": 100,
+        "currency": "CNY",
+        "description": "sample order",
+        "expire_minutes": 120,
+        "prepay": False,
+    }
+    orders = http_event(
+        "POST",
+        "/orders",
+        "/orders",
+        json.dumps(order_body).encode(),
+        {"content-type": "application/json"},
+        {},
+        base64_body=False,
+    )
+    worker = {
+        "Records": [
+            {
+                "messageId": "059f36b4-87a3-44ab-83d2-661975830a7d",
+                "receiptHandle": "AQEBwJnKyrHigUMZj6rYigCgxlaS3SLy0a",
+                "body": json.dumps({"raw_key": f"wechatpay#{SAMPLE_TRANSACTION}"}),
+                "attributes": {
+                    "ApproximateReceiveCount": "1",
+                    "SentTimestamp": str(SAMPLE_TIMESTAMP * 1000),
+                    "SenderId": "AIDAIENQZJOLO23YVJ4VO",
+                    "ApproximateFirstReceiveTimestamp": str(SAMPLE_TIMESTAMP * 1000),
+                },
+                "messageAttributes": {},
+                "md5OfBody": "",
+                "eventSource": "aws:sqs",
+                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:tally-ApplyQueue",
+                "awsRegion": "us-east-1",
+            }
+        ]
+    }
     return {"notify_wechatpay.json": notify, "orders_create.json": orders, "worker_sqs.json": worker}
 
 

@@ -218,7 +218,11 @@ class EmbeddedStack:
         self._endpoint_url = None
 
     def _start_simulator(self) -> None:
-        options = {"host": HOST, "port": self.sim_port, "time_scale": self.time_scale} | self.simulator_options
+        options = {
+            "host": HOST,
+            "port": self.sim_port,
+            "time_scale": self.time_scale,
+        } | self.simulator_options
         self.simulator = ChannelSimulator(**options).start()
         self._undo.append(self._stop_simulator)
 
@@ -228,7 +232,10 @@ class EmbeddedStack:
 
     def _create_resources(self) -> None:
         session = boto3.session.Session(region_name=self.region)
-        overrides = {"WechatPayApiBase": self.simulator.url, "AlipayGateway": self.simulator.url + "/gateway.do"}
+        overrides = {
+            "WechatPayApiBase": self.simulator.url,
+            "AlipayGateway": self.simulator.url + "/gateway.do",
+        }
         self.env = create_from_template(self.template_path, session, self.prefix, overrides)
         self._set_environ(self.env)
 
@@ -249,22 +256,31 @@ class EmbeddedStack:
             for table_id in spec.stream_tables:
                 self._start_stream_pump(spec, table_id)
         if self.env.get("EVENT_BUS_NAME"):
-            self.downstream = DownstreamPrinter(boto3.client("events", region_name=self.region),
-                                                boto3.client("sqs", region_name=self.region),
-                                                self.env["EVENT_BUS_NAME"], out=self.print_event).start()
+            self.downstream = DownstreamPrinter(
+                boto3.client("events", region_name=self.region),
+                boto3.client("sqs", region_name=self.region),
+                self.env["EVENT_BUS_NAME"],
+                out=self.print_event,
+            ).start()
             self._undo.append(self.downstream.stop)
         from tally_local.ticker import ScheduleTicker
 
-        self.ticker = ScheduleTicker.from_template(template, self.root, scale=self.schedule_scale, region=self.region)
+        self.ticker = ScheduleTicker.from_template(
+            template, self.root, scale=self.schedule_scale, region=self.region
+        )
         if self.schedule_scale > 0:
             self.ticker.start()
             self._undo.append(self.ticker.stop)
 
     def _start_stream_pump(self, spec: FunctionSpec, table_id: str) -> None:
-        pump = StreamPump(boto3.client("dynamodb", region_name=self.region),
-                          boto3.client("dynamodbstreams", region_name=self.region),
-                          f"{self.prefix}-{table_id}", load_handler(spec), function_name=spec.logical_id,
-                          timeout_s=spec.timeout_s)
+        pump = StreamPump(
+            boto3.client("dynamodb", region_name=self.region),
+            boto3.client("dynamodbstreams", region_name=self.region),
+            f"{self.prefix}-{table_id}",
+            load_handler(spec),
+            function_name=spec.logical_id,
+            timeout_s=spec.timeout_s,
+        )
         self.stream_pumps[table_id] = pump.start()
         self._undo.append(lambda: self.stream_pumps.pop(table_id).stop())
 
@@ -313,13 +329,20 @@ class EmbeddedStack:
         rows = [("HTTP API (front door)", self.api_url)]
         rows += [(f"  {key}", f"→ {spec.logical_id}") for spec in specs.values() for key in spec.http_routes]
         rows += [("AWS (moto server)", f"{self.endpoint_url}   AWS_ENDPOINT_URL, region {self.region}")]
-        rows += [(f"  SQS {queue} pump", f"→ {spec.logical_id}") for spec in specs.values() for queue in spec.sqs_queues]
+        rows += [
+            (f"  SQS {queue} pump", f"→ {spec.logical_id}")
+            for spec in specs.values()
+            for queue in spec.sqs_queues
+        ]
         rows += [("Channel simulator", f"{self.simulator_url}   WECHATPAY_API_BASE")]
         rows += [("State file", str(self.state_dir / "local.json"))]
         if isinstance(self.seeded, dict):
             rows += [("Demo data", ", ".join(f"{key}={value}" for key, value in self.seeded.items()))]
         width = max(len(name) for name, _ in rows) + 3
-        lines = ["Tally embedded stack: everything on 127.0.0.1, only environment variables differ from AWS", ""]
+        lines = [
+            "Tally embedded stack: everything on 127.0.0.1, only environment variables differ from AWS",
+            "",
+        ]
         lines += [f"  {name.ljust(width)}{where}" for name, where in rows]
         lines += ["", "  Environment of every function:"]
         lines += [f"    {name}={value}" for name, value in self.env.items()]
@@ -378,8 +401,11 @@ def _configure_logging() -> None:
 
 def main() -> int:
     _configure_logging()
-    stack = EmbeddedStack(api_port=int(os.environ.get("TALLY_API_PORT", "3000")),
-                          schedule_scale=float(os.environ.get("TALLY_SCHEDULE_SCALE", "1")), moto_process=True)
+    stack = EmbeddedStack(
+        api_port=int(os.environ.get("TALLY_API_PORT", "3000")),
+        schedule_scale=float(os.environ.get("TALLY_SCHEDULE_SCALE", "1")),
+        moto_process=True,
+    )
     stack.seed_demo = seed_demo
     stack.print_event = lambda line: print(line, flush=True)  # what a downstream consumer receives
     try:

@@ -22,8 +22,19 @@ log = logging.getLogger(__name__)
 
 
 class StreamPump:
-    def __init__(self, ddb: Any, streams: Any, table: str, handler: Any, *, function_name: str,
-                 timeout_s: int = 30, poll_s: float = 0.2, batch_size: int = 50, shards_every_s: float = 5.0):
+    def __init__(
+        self,
+        ddb: Any,
+        streams: Any,
+        table: str,
+        handler: Any,
+        *,
+        function_name: str,
+        timeout_s: int = 30,
+        poll_s: float = 0.2,
+        batch_size: int = 50,
+        shards_every_s: float = 5.0,
+    ):
         self.streams = streams
         self.handler = handler
         self.function_name, self.timeout_s = function_name, timeout_s
@@ -64,8 +75,11 @@ class StreamPump:
             while pending:
                 batch = pending[: self.batch_size]
                 failed = self._invoke(batch)
-                done = batch if failed is None else batch[: [r["dynamodb"]["SequenceNumber"] for r in batch]
-                                                                .index(failed)]
+                done = (
+                    batch
+                    if failed is None
+                    else batch[: [r["dynamodb"]["SequenceNumber"] for r in batch].index(failed)]
+                )
                 del pending[: len(done)]
                 handled += len(done)
                 if failed is not None:
@@ -83,8 +97,12 @@ class StreamPump:
         return self._shards
 
     def _read(self, shard_id: str) -> list[dict[str, Any]]:
-        iterator = self._iterators.get(shard_id) or self.streams.get_shard_iterator(
-            StreamArn=self.stream_arn, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+        iterator = (
+            self._iterators.get(shard_id)
+            or self.streams.get_shard_iterator(
+                StreamArn=self.stream_arn, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
+            )["ShardIterator"]
+        )
         answer = self.streams.get_records(ShardIterator=iterator, Limit=1000)
         self._iterators[shard_id] = answer.get("NextShardIterator") or iterator
         for record in answer["Records"]:
@@ -111,9 +129,15 @@ class DownstreamPrinter:
         self.seen: set[str] = set()
         self.received: list[dict[str, Any]] = []
         self.queue_url = sqs.create_queue(QueueName=f"{bus_name}-local-consumer")["QueueUrl"]
-        arn = sqs.get_queue_attributes(QueueUrl=self.queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-        events.put_rule(Name="local-consumer", EventBusName=bus_name, EventPattern=json.dumps({"source": ["tally"]}))
-        events.put_targets(Rule="local-consumer", EventBusName=bus_name, Targets=[{"Id": "printer", "Arn": arn}])
+        arn = sqs.get_queue_attributes(QueueUrl=self.queue_url, AttributeNames=["QueueArn"])["Attributes"][
+            "QueueArn"
+        ]
+        events.put_rule(
+            Name="local-consumer", EventBusName=bus_name, EventPattern=json.dumps({"source": ["tally"]})
+        )
+        events.put_targets(
+            Rule="local-consumer", EventBusName=bus_name, Targets=[{"Id": "printer", "Arn": arn}]
+        )
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -135,15 +159,23 @@ class DownstreamPrinter:
                 log.exception("downstream printer: polling failed; retrying")
 
     def poll_once(self, wait_s: int = 0) -> None:
-        messages = self.sqs.receive_message(QueueUrl=self.queue_url, MaxNumberOfMessages=10,
-                                            WaitTimeSeconds=wait_s).get("Messages", [])
+        messages = self.sqs.receive_message(
+            QueueUrl=self.queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=wait_s
+        ).get("Messages", [])
         for message in messages:
             event = json.loads(message["Body"])
             event_id = event["detail"].get("event_id", event["id"])
             if event_id not in self.seen:  # R20: a consumer drops the second copy by its stable id
                 self.seen.add(event_id)
                 self.received.append(event)
-                self.out(f"downstream event {event['detail-type']}: {json.dumps(event['detail'], ensure_ascii=False)}")
+                self.out(
+                    f"downstream event {event['detail-type']}: {json.dumps(event['detail'], ensure_ascii=False)}"
+                )
         if messages:  # one call per batch, not per event
-            self.sqs.delete_message_batch(QueueUrl=self.queue_url, Entries=[
-                {"Id": str(i), "ReceiptHandle": message["ReceiptHandle"]} for i, message in enumerate(messages)])
+            self.sqs.delete_message_batch(
+                QueueUrl=self.queue_url,
+                Entries=[
+                    {"Id": str(i), "ReceiptHandle": message["ReceiptHandle"]}
+                    for i, message in enumerate(messages)
+                ],
+            )

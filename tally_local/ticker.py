@@ -61,12 +61,17 @@ def schedules_from_template(template: Mapping[str, Any], root: str | Path) -> li
             props = event.get("Properties") or {}
             expression = str(props.get("Schedule") or props.get("ScheduleExpression") or "")
             spec = specs[logical_id]
-            found.append(Schedule(logical_id, name, expression, rate_seconds(expression), spec.timeout_s,
-                                  spec.memory_mb))
+            found.append(
+                Schedule(
+                    logical_id, name, expression, rate_seconds(expression), spec.timeout_s, spec.memory_mb
+                )
+            )
     return found
 
 
-def scheduled_event(schedule: Schedule, region: str = "us-east-1", now: float | None = None) -> dict[str, Any]:
+def scheduled_event(
+    schedule: Schedule, region: str = "us-east-1", now: float | None = None
+) -> dict[str, Any]:
     """What EventBridge sends a Lambda target for a scheduled rule."""
     at = time.gmtime(time.time() if now is None else now)
     return {
@@ -77,13 +82,17 @@ def scheduled_event(schedule: Schedule, region: str = "us-east-1", now: float | 
         "account": LOCAL_ACCOUNT_ID,
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", at),
         "region": region,
-        "resources": [f"arn:aws:events:{region}:{LOCAL_ACCOUNT_ID}:rule/{schedule.function}-{schedule.event_name}"],
+        "resources": [
+            f"arn:aws:events:{region}:{LOCAL_ACCOUNT_ID}:rule/{schedule.function}-{schedule.event_name}"
+        ],
         "detail": {},
     }
 
 
 class ScheduleTicker:
-    def __init__(self, schedules: list[tuple[Schedule, Handler]], *, scale: float = 1.0, region: str = "us-east-1"):
+    def __init__(
+        self, schedules: list[tuple[Schedule, Handler]], *, scale: float = 1.0, region: str = "us-east-1"
+    ):
         self.entries = schedules
         self.scale = float(scale)
         self.region = region
@@ -93,33 +102,43 @@ class ScheduleTicker:
         self._lock = threading.Lock()  # one invocation at a time per ticker: the handlers share a process
 
     @classmethod
-    def from_template(cls, template: Mapping[str, Any], root: str | Path, *, scale: float = 1.0,
-                      region: str = "us-east-1") -> ScheduleTicker:
+    def from_template(
+        cls, template: Mapping[str, Any], root: str | Path, *, scale: float = 1.0, region: str = "us-east-1"
+    ) -> ScheduleTicker:
         specs = function_specs(template, root)
         loaded: dict[str, Handler] = {}
         lock = threading.Lock()
 
         def lazy(function: str) -> Handler:
             """Import the handler at its first invocation (a cold start), once per function."""
+
             def handler(event: dict[str, Any], context: Any) -> Any:
                 with lock:
                     if function not in loaded:
                         loaded[function] = load_handler(specs[function])
                 return loaded[function](event, context)
+
             return handler
 
-        entries = [(schedule, lazy(schedule.function)) for schedule in schedules_from_template(template, root)]
+        entries = [
+            (schedule, lazy(schedule.function)) for schedule in schedules_from_template(template, root)
+        ]
         return cls(entries, scale=scale, region=region)
 
     def start(self) -> ScheduleTicker:
         self._stopping.clear()
         for schedule, handler in self.entries:
             if schedule.every_s is None:
-                log.warning("ticker: %s %s %r is not a rate(): not fired locally", schedule.function,
-                            schedule.event_name, schedule.expression)
+                log.warning(
+                    "ticker: %s %s %r is not a rate(): not fired locally",
+                    schedule.function,
+                    schedule.event_name,
+                    schedule.expression,
+                )
                 continue
-            thread = threading.Thread(target=self._loop, args=(schedule, handler), daemon=True,
-                                      name=f"tick-{schedule.function}")
+            thread = threading.Thread(
+                target=self._loop, args=(schedule, handler), daemon=True, name=f"tick-{schedule.function}"
+            )
             self._threads.append(thread)
             thread.start()
         return self

@@ -46,15 +46,21 @@ def handlers():
 @pytest.fixture
 def aws(monkeypatch, sim):
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    for var, value in {"AWS_DEFAULT_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "testing",
-                       "AWS_SECRET_ACCESS_KEY": "testing", "POWERTOOLS_METRICS_NAMESPACE": "Tally",
-                       "POWERTOOLS_SERVICE_NAME": "tally"}.items():
+    for var, value in {
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "POWERTOOLS_METRICS_NAMESPACE": "Tally",
+        "POWERTOOLS_SERVICE_NAME": "tally",
+    }.items():
         monkeypatch.setenv(var, value)
     with mock_aws():
         session = boto3.Session(region_name="us-east-1")
-        env = create_from_template(ROOT / "template.yaml", session,
-                                   parameter_overrides={"WechatPayApiBase": sim.url,
-                                                        "AlipayGateway": sim.url + "/gateway.do"})
+        env = create_from_template(
+            ROOT / "template.yaml",
+            session,
+            parameter_overrides={"WechatPayApiBase": sim.url, "AlipayGateway": sim.url + "/gateway.do"},
+        )
         for var, value in env.items():
             monkeypatch.setenv(var, value)
         bootstrap.reset()
@@ -82,28 +88,56 @@ class Harness:
     def add_merchant(self, verify_mode="public_key", mchid=None):
         m = self.sim.register_test_merchant(verify_mode=verify_mode)
         if mchid is not None and mchid != m["mchid"]:
-            self.sim.register_merchant(mchid, m["apiv3_key"], m["merchant_public_key_pem"], m["merchant_serial"],
-                                       appid=m["appid"], verify_mode=verify_mode)
+            self.sim.register_merchant(
+                mchid,
+                m["apiv3_key"],
+                m["merchant_public_key_pem"],
+                m["merchant_serial"],
+                appid=m["appid"],
+                verify_mode=verify_mode,
+            )
         mchid = mchid or m["mchid"]
         bootstrap.merchants().add_wechatpay(
-            mchid=mchid, apiv3_key=m["apiv3_key"], merchant_key_pem=m["merchant_private_key_pem"],
-            merchant_serial=m["merchant_serial"], appid=m["appid"],
+            mchid=mchid,
+            apiv3_key=m["apiv3_key"],
+            merchant_key_pem=m["merchant_private_key_pem"],
+            merchant_serial=m["merchant_serial"],
+            appid=m["appid"],
             notify_url=f"http://127.0.0.1:9/notify/wechatpay/{mchid}",
-            platform_certs=[self.sim.platform_cert_pem], public_key=self.sim.public_key_pem,
+            platform_certs=[self.sim.platform_cert_pem],
+            public_key=self.sim.public_key_pem,
             public_key_id=self.sim.public_key_id,
         )
         return {**m, "mchid": mchid}
 
     def create_order(self, mchid, out_trade_no=None, amount_cent=100, prepay=False, **extra):
         out_trade_no = out_trade_no or f"T{uuid.uuid4().hex[:20]}"
-        body = {"mchid": mchid, "out_trade_no": out_trade_no, "amount_cent": amount_cent,
-                "description": "test order", "prepay": prepay, **extra}
+        body = {
+            "mchid": mchid,
+            "out_trade_no": out_trade_no,
+            "amount_cent": amount_cent,
+            "description": "test order",
+            "prepay": prepay,
+            **extra,
+        }
         return self.call("OrdersFunction", "POST", "/orders", json.dumps(body).encode(), {}, {})
 
     # ---- callbacks
     def notification(self, mchid, out_trade_no, total=100, **kw):
-        build = {k: kw.pop(k) for k in list(kw) if k in {"timestamp", "nonce", "serial", "signature_override",
-                                                          "associated_data", "apiv3_key", "event_type"}}
+        build = {
+            k: kw.pop(k)
+            for k in list(kw)
+            if k
+            in {
+                "timestamp",
+                "nonce",
+                "serial",
+                "signature_override",
+                "associated_data",
+                "apiv3_key",
+                "event_type",
+            }
+        }
         currency = kw.pop("currency", None)
         resource = self.sim.transaction_resource(mchid, out_trade_no, total, **kw)
         if currency:
@@ -112,8 +146,15 @@ class Harness:
         return headers, body, resource
 
     def notify(self, mchid, headers, body, base64_body=True):
-        return self.call("NotifyFunction", "POST", f"/notify/wechatpay/{mchid}", body, headers, {"mchid": mchid},
-                         base64_body=base64_body)
+        return self.call(
+            "NotifyFunction",
+            "POST",
+            f"/notify/wechatpay/{mchid}",
+            body,
+            headers,
+            {"mchid": mchid},
+            base64_body=base64_body,
+        )
 
     def call(self, function, method, path, body: bytes, headers, path_params, base64_body=True):
         handler, _ = self.handlers[function]
@@ -136,8 +177,9 @@ class Harness:
         url = self.env["APPLY_QUEUE_URL"]
         failures = []
         for _ in range(max_rounds):
-            msgs = self.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, AttributeNames=["All"],
-                                            VisibilityTimeout=0).get("Messages", [])
+            msgs = self.sqs.receive_message(
+                QueueUrl=url, MaxNumberOfMessages=10, AttributeNames=["All"], VisibilityTimeout=0
+            ).get("Messages", [])
             if not msgs:
                 return failures
             event = {"Records": [self._record(m) for m in msgs]}
@@ -151,14 +193,22 @@ class Harness:
         return failures
 
     def _record(self, m):
-        return {"messageId": m["MessageId"], "receiptHandle": m["ReceiptHandle"], "body": m["Body"],
-                "attributes": m.get("Attributes", {}), "messageAttributes": {}, "md5OfBody": m["MD5OfBody"],
-                "eventSource": "aws:sqs", "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:apply",
-                "awsRegion": "us-east-1"}
+        return {
+            "messageId": m["MessageId"],
+            "receiptHandle": m["ReceiptHandle"],
+            "body": m["Body"],
+            "attributes": m.get("Attributes", {}),
+            "messageAttributes": {},
+            "md5OfBody": m["MD5OfBody"],
+            "eventSource": "aws:sqs",
+            "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:apply",
+            "awsRegion": "us-east-1",
+        }
 
     def queue_depth(self):
-        attrs = self.sqs.get_queue_attributes(QueueUrl=self.env["APPLY_QUEUE_URL"],
-                                              AttributeNames=["ApproximateNumberOfMessages"])
+        attrs = self.sqs.get_queue_attributes(
+            QueueUrl=self.env["APPLY_QUEUE_URL"], AttributeNames=["ApproximateNumberOfMessages"]
+        )
         return int(attrs["Attributes"]["ApproximateNumberOfMessages"])
 
     # ---- observations

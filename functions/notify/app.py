@@ -5,7 +5,11 @@ from tally.apigw import BadRequest, HttpRequest
 from tally.observability import M, count, logger, metrics
 from tally.service.ingest import failure_for_path
 
-ROUTES = {"/notify/wechatpay/": "wechatpay_v3", "/notify/alipay/": "alipay", "/notify/wechatpay-v2/": "wechatpay_v2"}
+ROUTES = {
+    "/notify/wechatpay/": "wechatpay_v3",
+    "/notify/alipay/": "alipay",
+    "/notify/wechatpay-v2/": "wechatpay_v2",
+}
 
 
 @logger.inject_lambda_context(clear_state=True)

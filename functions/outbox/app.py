@@ -14,8 +14,10 @@ def handler(event, context):
             service.publish_record(record)
         except Exception:  # noqa: BLE001 - reported as a failure (retried), counted, never swallowed
             count(M.OUTBOX_FAILED)
-            logger.exception("outbox record not published; retried by the stream",
-                             extra={"sequence": record.get("dynamodb", {}).get("SequenceNumber")})
+            logger.exception(
+                "outbox record not published; retried by the stream",
+                extra={"sequence": record.get("dynamodb", {}).get("SequenceNumber")},
+            )
             failures.append({"itemIdentifier": record["dynamodb"]["SequenceNumber"]})
             break  # stream order: stop at the first failure, the rest is retried after it
     return {"batchItemFailures": failures}

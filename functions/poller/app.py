@@ -12,11 +12,19 @@ REFUND_BATCH = 50
 def handler(event, context):
     swept = bootstrap.sweep_service().run()
     polled = bootstrap.poll_service().run(
-        out_of_time=lambda: context.get_remaining_time_in_millis() < STOP_WITH_MS_LEFT)
+        out_of_time=lambda: context.get_remaining_time_in_millis() < STOP_WITH_MS_LEFT
+    )
     refunds = bootstrap.refund_service()  # refunds ride the same schedule: PENDING re-sent, ACCEPTED queried
-    summary = {"requeued": swept.requeued, "swept_to_person": swept.to_person, "pending_over_10m": swept.stale,
-               "manual_over_24h": swept.aged, "orders_read": polled.read, "orders_polled": polled.claimed,
-               "outcomes": polled.outcomes, "refunds": refunds.poll_due(REFUND_BATCH),
-               "refund_tasks": refunds.work_tasks(REFUND_BATCH)}
+    summary = {
+        "requeued": swept.requeued,
+        "swept_to_person": swept.to_person,
+        "pending_over_10m": swept.stale,
+        "manual_over_24h": swept.aged,
+        "orders_read": polled.read,
+        "orders_polled": polled.claimed,
+        "outcomes": polled.outcomes,
+        "refunds": refunds.poll_due(REFUND_BATCH),
+        "refund_tasks": refunds.work_tasks(REFUND_BATCH),
+    }
     logger.info("poller run", extra=summary)
     return summary

@@ -12,7 +12,9 @@ def handler(event, context):
             key = event["detail"]["object"]["key"]
             run = service.from_s3_event(key)
             return {"runs": [_brief(run)] if run else []}
-        if event.get("action") == "run":  # a direct invoke: {"action": "run", "channel", "mchid", "bill_date"}
+        if (
+            event.get("action") == "run"
+        ):  # a direct invoke: {"action": "run", "channel", "mchid", "bill_date"}
             return {"runs": [_brief(service.run(event["channel"], event["mchid"], event["bill_date"]))]}
         return {"runs": [_brief(run) for run in service.scheduled()]}
     except Exception:

@@ -22,8 +22,14 @@ def handler(event, context):
     except (BadRequest, InvalidRefund) as exc:
         return json_response(400, {"error": str(exc)}).to_event()
     except ExceedsRefundable as exc:
-        return json_response(409, {"error": f"exceeds refundable: {exc}", "refundable_cent": exc.refundable_cent,
-                                   "amount_cent": exc.amount_cent}).to_event()
+        return json_response(
+            409,
+            {
+                "error": f"exceeds refundable: {exc}",
+                "refundable_cent": exc.refundable_cent,
+                "amount_cent": exc.amount_cent,
+            },
+        ).to_event()
     except RefundConflict as exc:
         return json_response(409, {"error": str(exc)}).to_event()
     except NotFound as exc:

@@ -44,4 +44,6 @@ def apply_refund_record(key, status):
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
 def handler(event, context):
-    return process_partial_response(event=event, record_handler=apply_record, processor=processor, context=context)
+    return process_partial_response(
+        event=event, record_handler=apply_record, processor=processor, context=context
+    )

@@ -1,9 +1,9 @@
 """``python -m tally_local.simulator``: run the channel simulator in the foreground.
 
-    python -m tally_local.simulator [--host 127.0.0.1] [--port 8089] [--time-scale 0.01] [--fixed-keys]
-                                    [--test-merchant public_key|certificate|mixed]
-    python -m tally_local.simulator sample --out-trade-no ORDER0001 --total 100   # print a signed callback
-    python -m tally_local.simulator regen-testkeys   # rewrite testkeys/ (changes every fixed serial!)
+python -m tally_local.simulator [--host 127.0.0.1] [--port 8089] [--time-scale 0.01] [--fixed-keys]
+                                [--test-merchant public_key|certificate|mixed]
+python -m tally_local.simulator sample --out-trade-no ORDER0001 --total 100   # print a signed callback
+python -m tally_local.simulator regen-testkeys   # rewrite testkeys/ (changes every fixed serial!)
 """
 
 from __future__ import annotations
@@ -24,8 +24,11 @@ def _serve(args: argparse.Namespace) -> None:
     if args.test_merchant:
         m = sim.register_test_merchant(args.test_merchant)
         print(f"test merchant {m['mchid']} registered ({args.test_merchant})")
-    print(f"channel simulator on {sim.url}  platform_serial={sim.platform_serial}  "
-          f"public_key_id={sim.public_key_id}", flush=True)
+    print(
+        f"channel simulator on {sim.url}  platform_serial={sim.platform_serial}  "
+        f"public_key_id={sim.public_key_id}",
+        flush=True,
+    )
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     try:
@@ -41,16 +44,23 @@ def _sample(args: argparse.Namespace) -> None:
     m = sim.register_test_merchant(args.verify_mode)
     resource = sim.transaction_resource(m["mchid"], args.out_trade_no, args.total)
     headers, body = sim.build_notification(m["mchid"], resource)
-    print(json.dumps({"headers": headers, "body": body.decode("utf-8"), "resource": resource},
-                     ensure_ascii=False, indent=2))
+    print(
+        json.dumps(
+            {"headers": headers, "body": body.decode("utf-8"), "resource": resource},
+            ensure_ascii=False,
+            indent=2,
+        )
+    )
 
 
 def _regen_testkeys(_: argparse.Namespace) -> None:
     start = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
     end = dt.datetime(2049, 12, 31, tzinfo=dt.UTC)
-    for stem, cn in (("platform", "Tally Simulator WeChat Pay Platform Certificate (TEST ONLY)"),
-                     ("platform2", "Tally Simulator WeChat Pay Platform Certificate #2 (TEST ONLY)"),
-                     ("merchant", "Tally Test Merchant API Certificate (TEST ONLY)")):
+    for stem, cn in (
+        ("platform", "Tally Simulator WeChat Pay Platform Certificate (TEST ONLY)"),
+        ("platform2", "Tally Simulator WeChat Pay Platform Certificate #2 (TEST ONLY)"),
+        ("merchant", "Tally Test Merchant API Certificate (TEST ONLY)"),
+    ):
         key = c.new_rsa_key()
         cert = c.make_certificate(key, cn, not_before=start, not_after=end)
         (TESTKEYS_DIR / f"{stem}_key.pem").write_text(c.private_key_pem(key))

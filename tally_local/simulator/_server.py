@@ -25,8 +25,17 @@ _SIM_ORDER = re.compile(r"^/_sim/orders/([^/]+)/([^/]+)$")
 
 _PAY_OPTIONS = ("payer_total", "duplicates", "drop", "amount_total", "delay", "openid", "bank_type", "probe")
 _BUILD_OPTIONS = (
-    "event_type", "timestamp", "nonce", "serial", "signature_override", "associated_data", "resource_nonce",
-    "notification_id", "create_time", "summary", "apiv3_key",
+    "event_type",
+    "timestamp",
+    "nonce",
+    "serial",
+    "signature_override",
+    "associated_data",
+    "resource_nonce",
+    "notification_id",
+    "create_time",
+    "summary",
+    "apiv3_key",
 )
 
 
@@ -70,17 +79,27 @@ class _Handler(BaseHTTPRequestHandler):
         elif path.startswith("/_sim/"):
             self._admin(method, path, query, body)
         elif path == "/gateway.do" and method == "POST":  # Alipay (simulator/alipay.py)
-            status, headers, out = self.server.sim.alipay.handle_gateway(parts.query, body,
-                                                                         self.headers.get("Content-Type", ""))
+            status, headers, out = self.server.sim.alipay.handle_gateway(
+                parts.query, body, self.headers.get("Content-Type", "")
+            )
             self._send(status, out, headers)
-        elif path == "/downloadBillFile.resource" and method == "GET":  # Alipay bill zip (simulator/alipay_bills.py)
+        elif (
+            path == "/downloadBillFile.resource" and method == "GET"
+        ):  # Alipay bill zip (simulator/alipay_bills.py)
             data = self.server.sim.alipay.bills.download(query)
             if data is None:
-                self._send(404, b"<html><body>file not found or link expired</body></html>",
-                           {"Content-Type": "text/html"})
+                self._send(
+                    404,
+                    b"<html><body>file not found or link expired</body></html>",
+                    {"Content-Type": "text/html"},
+                )
             else:
-                self._send(200, data, {"Content-Type": "application/zip" if data[:2] == b"PK" else "text/html"})
-        elif path.startswith(("/pay/", "/secapi/pay/")) and method == "POST":  # WeChat Pay v2 (wechatpay_v2.py)
+                self._send(
+                    200, data, {"Content-Type": "application/zip" if data[:2] == b"PK" else "text/html"}
+                )
+        elif (
+            path.startswith(("/pay/", "/secapi/pay/")) and method == "POST"
+        ):  # WeChat Pay v2 (wechatpay_v2.py)
             status, headers, out = self.server.sim.wechatpay_v2.handle(path, body)
             self._send(status, out, headers)
         else:
@@ -131,8 +150,15 @@ class _Handler(BaseHTTPRequestHandler):
             status, payload = exc.status, exc.body()
         if isinstance(payload, RawBody):  # the bill file: sent as-is and NOT signed (§3.1)
             with sim._lock:
-                sim.requests.append({"method": method, "path": self.path, "mchid": merchant.mchid if merchant else None,
-                                     "status": status, "fault": None})
+                sim.requests.append(
+                    {
+                        "method": method,
+                        "path": self.path,
+                        "mchid": merchant.mchid if merchant else None,
+                        "status": status,
+                        "fault": None,
+                    }
+                )
             self._send(status, payload.data, {"Content-Type": payload.content_type})
             return
         out = b"" if payload is None else _compact(payload)
@@ -143,8 +169,15 @@ class _Handler(BaseHTTPRequestHandler):
             sig = headers["Wechatpay-Signature"]
             headers["Wechatpay-Signature"] = ("A" if sig[0] != "A" else "B") + sig[1:]
         with sim._lock:
-            sim.requests.append({"method": method, "path": self.path, "mchid": merchant.mchid if merchant else None,
-                                 "status": status, "fault": fault["kind"] if fault else None})
+            sim.requests.append(
+                {
+                    "method": method,
+                    "path": self.path,
+                    "mchid": merchant.mchid if merchant else None,
+                    "status": status,
+                    "fault": fault["kind"] if fault else None,
+                }
+            )
         self._send(status, out, headers)
 
     def _route(
@@ -174,8 +207,9 @@ class _Handler(BaseHTTPRequestHandler):
             return bills.route(sim, method, path, query, merchant.mchid)
         raise SimulatorError(404, "NOT_FOUND", f"simulator does not implement {method} {path}")
 
-    def _partner_route(self, method: str, path: str, query: dict[str, str], body: bytes,
-                       merchant: Merchant) -> tuple[int, Any]:
+    def _partner_route(
+        self, method: str, path: str, query: dict[str, str], body: bytes, merchant: Merchant
+    ) -> tuple[int, Any]:
         """Service-provider APIs (simulator/partner.py): the signer is the provider (sp_mchid)."""
         sim = self.server.sim
         if method == "POST" and path == "/v3/pay/partner/transactions/native":
@@ -197,7 +231,9 @@ class _Handler(BaseHTTPRequestHandler):
     @staticmethod
     def _check_mchid(mchid: Any, merchant: Merchant) -> None:
         if not mchid:
-            raise SimulatorError(400, "PARAM_ERROR", "输入源“/query/mchid”映射到字段“mchid”必填性规则校验失败，此字段为必填项")
+            raise SimulatorError(
+                400, "PARAM_ERROR", "输入源“/query/mchid”映射到字段“mchid”必填性规则校验失败，此字段为必填项"
+            )
         if str(mchid) != merchant.mchid:
             raise SimulatorError(403, "NO_AUTH", "mchid与请求签名中的商户号不一致")
 
@@ -219,7 +255,9 @@ class _Handler(BaseHTTPRequestHandler):
         if path.startswith(("/_sim/alipay/", "/_sim/wechatpay-v2/")):  # simulator/admin_channels.py
             from . import admin_channels
 
-            found = admin_channels.route(sim, method, path, self._json(body) if method in ("POST", "PUT") else {})
+            found = admin_channels.route(
+                sim, method, path, self._json(body) if method in ("POST", "PUT") else {}
+            )
             if found is not None:
                 return found
         if key == ("GET", "/_sim/health"):
@@ -228,7 +266,14 @@ class _Handler(BaseHTTPRequestHandler):
             return 200, sim.keys_info()
         if key == ("POST", "/_sim/merchants"):
             data = self._json(body)
-            allowed = ("mchid", "apiv3_key", "merchant_public_key_pem", "merchant_serial", "appid", "verify_mode")
+            allowed = (
+                "mchid",
+                "apiv3_key",
+                "merchant_public_key_pem",
+                "merchant_serial",
+                "appid",
+                "verify_mode",
+            )
             return 201, sim.register_merchant(**{k: v for k, v in data.items() if k in allowed})
         if key == ("GET", "/_sim/merchants"):
             with sim._lock:
@@ -236,16 +281,26 @@ class _Handler(BaseHTTPRequestHandler):
         if key == ("POST", "/_sim/pay"):
             data = self._json(body)
             opts = {k: data[k] for k in _PAY_OPTIONS if k in data}
-            if data.get("sp_mchid"):  # a service-provider order: mchid is the sub-merchant (simulator/partner.py)
-                opts = {k: v for k, v in opts.items() if k in ("payer_total", "duplicates", "drop", "amount_total",
-                                                                "delay")}
-                return 200, {"transaction_id": sim.pay_partner(str(data["sp_mchid"]), str(data["mchid"]),
-                                                               str(data["out_trade_no"]), **opts)}
+            if data.get(
+                "sp_mchid"
+            ):  # a service-provider order: mchid is the sub-merchant (simulator/partner.py)
+                opts = {
+                    k: v
+                    for k, v in opts.items()
+                    if k in ("payer_total", "duplicates", "drop", "amount_total", "delay")
+                }
+                return 200, {
+                    "transaction_id": sim.pay_partner(
+                        str(data["sp_mchid"]), str(data["mchid"]), str(data["out_trade_no"]), **opts
+                    )
+                }
             return 200, {"transaction_id": sim.pay(str(data["mchid"]), str(data["out_trade_no"]), **opts)}
         if key == ("POST", "/_sim/redeliver"):
             data = self._json(body)
             opts = {k: data[k] for k in ("duplicates", "delay") if k in data}
-            return 200, {"transaction_id": sim.redeliver(str(data["mchid"]), str(data["out_trade_no"]), **opts)}
+            return 200, {
+                "transaction_id": sim.redeliver(str(data["mchid"]), str(data["out_trade_no"]), **opts)
+            }
         if key == ("POST", "/_sim/rotate"):
             data = self._json(body)
             return 200, {"serial": sim.rotate_platform_certificate(activate=bool(data.get("activate", True)))}

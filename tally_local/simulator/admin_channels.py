@@ -33,9 +33,9 @@ V2 = "/_sim/wechatpay-v2"
 def route(sim: ChannelSimulator, method: str, path: str, data: dict[str, Any]) -> tuple[int, Any] | None:
     """(status, JSON payload) for an Alipay / v2 admin path, or None when the path is not one of them."""
     if path.startswith(ALIPAY + "/"):
-        return _alipay(sim, method, path[len(ALIPAY):], data)
+        return _alipay(sim, method, path[len(ALIPAY) :], data)
     if path.startswith(V2 + "/"):
-        return _v2(sim, method, path[len(V2):], data)
+        return _v2(sim, method, path[len(V2) :], data)
     return None
 
 
@@ -54,9 +54,14 @@ def _alipay(sim: ChannelSimulator, method: str, path: str, data: dict[str, Any])
     if key == ("GET", "/merchants"):
         with ali._lock:
             merchants = list(ali.merchants.values())
-        return 200, {"merchants": [{"app_id": m.app_id, "mode": m.mode, "authorised_merchants": sorted(
-            set(m.tokens.values()))} for m in merchants], "alipay_cert_sn": ali.alipay_cert_sn,
-            "alipay_root_cert_sn": ali.root_cert_sn}
+        return 200, {
+            "merchants": [
+                {"app_id": m.app_id, "mode": m.mode, "authorised_merchants": sorted(set(m.tokens.values()))}
+                for m in merchants
+            ],
+            "alipay_cert_sn": ali.alipay_cert_sn,
+            "alipay_root_cert_sn": ali.root_cert_sn,
+        }
     if key == ("POST", "/authorize"):
         return 200, {"app_auth_token": ali.authorize(str(data["isv_app_id"]), str(data["merchant_app_id"]))}
     if key == ("POST", "/pay"):
@@ -76,8 +81,9 @@ def _alipay(sim: ChannelSimulator, method: str, path: str, data: dict[str, Any])
         with ali._lock:
             return 200, {"requests": [dict(r) for r in ali.requests]}
     if key == ("POST", "/faults"):
-        return 201, ali.inject_fault(str(data.pop("kind")), **_pick(data, ("count", "method", "code", "msg",
-                                                                          "sub_code")))
+        return 201, ali.inject_fault(
+            str(data.pop("kind")), **_pick(data, ("count", "method", "code", "msg", "sub_code"))
+        )
     if key == ("DELETE", "/faults"):
         ali.clear_faults()
         return 204, None
@@ -97,14 +103,20 @@ def _v2(sim: ChannelSimulator, method: str, path: str, data: dict[str, Any]) -> 
         return 201, v2.register_merchant(mch_id, api_key, sign_type=sign_type, **opts)
     if key == ("GET", "/merchants"):
         with v2._lock:
-            return 200, {"merchants": [{"mch_id": m.mch_id, "appid": m.appid, "sign_type": m.sign_type}
-                                       for m in v2.merchants.values()]}
+            return 200, {
+                "merchants": [
+                    {"mch_id": m.mch_id, "appid": m.appid, "sign_type": m.sign_type}
+                    for m in v2.merchants.values()
+                ]
+            }
     if key == ("POST", "/pay"):
         opts = _pick(data, ("sub_mch_id", "cash_fee", "duplicates", "drop"))
         return 200, {"transaction_id": v2.pay(str(data["mch_id"]), str(data["out_trade_no"]), **opts)}
     if key == ("POST", "/rotate"):
-        return 200, {"mch_id": str(data["mch_id"]),
-                     "api_key": v2.rotate_api_key(str(data["mch_id"]), data.get("api_key"))}
+        return 200, {
+            "mch_id": str(data["mch_id"]),
+            "api_key": v2.rotate_api_key(str(data["mch_id"]), data.get("api_key")),
+        }
     if key == ("GET", "/orders"):
         with v2._lock:
             return 200, {"orders": [dict(o) for o in v2.orders.values()]}
@@ -120,6 +132,3 @@ def _v2(sim: ChannelSimulator, method: str, path: str, data: dict[str, Any]) -> 
         v2.clear_faults()
         return 204, None
     return 404, {"code": "NOT_FOUND", "message": f"no admin endpoint {method} {V2}{path}"}
-
-
-

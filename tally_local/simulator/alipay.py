@@ -50,23 +50,43 @@ RETRY_SCHEDULE_S: tuple[int, ...] = (240, 600, 600, 3600, 7200, 21600, 54000)
 MODES = ("public_key", "cert")
 
 
-def _name(cn: str, ou: str = "Certification Authority", o: str = "Tally Simulated Ant (TEST ONLY)") -> x509.Name:
+def _name(
+    cn: str, ou: str = "Certification Authority", o: str = "Tally Simulated Ant (TEST ONLY)"
+) -> x509.Name:
     # Attribute order C, O, OU, CN: RFC 4514 prints it reversed, "CN=…,OU=…,O=…,C=CN" (as Alipay's DNs).
-    return x509.Name([x509.NameAttribute(NameOID.COUNTRY_NAME, "CN"),
-                      x509.NameAttribute(NameOID.ORGANIZATION_NAME, o),
-                      x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, ou),
-                      x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+    return x509.Name(
+        [
+            x509.NameAttribute(NameOID.COUNTRY_NAME, "CN"),
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, o),
+            x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, ou),
+            x509.NameAttribute(NameOID.COMMON_NAME, cn),
+        ]
+    )
 
 
-def issue(subject: x509.Name, public_key: Any, issuer: x509.Name, issuer_key: Any, *, ca: bool,
-          days: int = 3650, not_after: dt.datetime | None = None) -> x509.Certificate:
+def issue(
+    subject: x509.Name,
+    public_key: Any,
+    issuer: x509.Name,
+    issuer_key: Any,
+    *,
+    ca: bool,
+    days: int = 3650,
+    not_after: dt.datetime | None = None,
+) -> x509.Certificate:
     now = dt.datetime.now(dt.UTC).replace(microsecond=0)
     algorithm = hashes.SHA256()
-    return (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer).public_key(public_key)
-            .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(days=1))
-            .not_valid_after(not_after or now + dt.timedelta(days=days))
-            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-            .sign(issuer_key, algorithm))
+    return (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(public_key)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(days=1))
+        .not_valid_after(not_after or now + dt.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        .sign(issuer_key, algorithm)
+    )
 
 
 def sn(cert: x509.Certificate) -> str:
@@ -98,7 +118,11 @@ def _cents(text: Any) -> int | None:
 class AlipayError(Exception):
     def __init__(self, code: str, msg: str, sub_code: str = "", sub_msg: str = ""):
         super().__init__(f"{code} {sub_code}")
-        self.body = {"code": code, "msg": msg, **({"sub_code": sub_code, "sub_msg": sub_msg} if sub_code else {})}
+        self.body = {
+            "code": code,
+            "msg": msg,
+            **({"sub_code": sub_code, "sub_msg": sub_msg} if sub_code else {}),
+        }
 
 
 @dataclass
@@ -133,26 +157,49 @@ class AlipaySimulator(AlipayRefundDesk):
         self.faults: list[dict[str, Any]] = []
         self.public_mode_key = c.new_rsa_key()
         self._root_key = c.new_rsa_key()
-        self.root = issue(_name("Tally Simulated Ant Root R1"), self._root_key.public_key(),
-                          _name("Tally Simulated Ant Root R1"), self._root_key, ca=True)
+        self.root = issue(
+            _name("Tally Simulated Ant Root R1"),
+            self._root_key.public_key(),
+            _name("Tally Simulated Ant Root R1"),
+            self._root_key,
+            ca=True,
+        )
         ec_key = ec.generate_private_key(ec.SECP256R1())
-        self.ec_root = issue(_name("Tally Simulated Ant Root EC"), ec_key.public_key(),
-                             _name("Tally Simulated Ant Root EC"), ec_key, ca=True)
+        self.ec_root = issue(
+            _name("Tally Simulated Ant Root EC"),
+            ec_key.public_key(),
+            _name("Tally Simulated Ant Root EC"),
+            ec_key,
+            ca=True,
+        )
         self._ca_key = c.new_rsa_key()
-        self.ca = issue(_name("Tally Simulated Ant Class 2 R1"), self._ca_key.public_key(), self.root.subject,
-                        self._root_key, ca=True)
+        self.ca = issue(
+            _name("Tally Simulated Ant Class 2 R1"),
+            self._ca_key.public_key(),
+            self.root.subject,
+            self._root_key,
+            ca=True,
+        )
         self.certs: list[_AlipayCert] = []
         self.rotate_alipay_cert()
         from .alipay_bills import AlipayBillBook
 
-        self.bills = AlipayBillBook(self)  # the trade bill: bill.downloadurl.query + the zip (alipay_bills.py)
+        self.bills = AlipayBillBook(
+            self
+        )  # the trade bill: bill.downloadurl.query + the zip (alipay_bills.py)
 
     # ------------------------------------------------------------------ keys
     def rotate_alipay_cert(self, *, not_after: dt.datetime | None = None) -> str:
         """A new Alipay certificate (new key, new SN), now the signing one; old ones stay valid."""
         key = c.new_rsa_key()
-        cert = issue(_name("Tally Simulated Alipay", ou="Alipay", o="Tally Simulated Alipay (TEST ONLY)"),
-                     key.public_key(), self.ca.subject, self._ca_key, ca=False, not_after=not_after)
+        cert = issue(
+            _name("Tally Simulated Alipay", ou="Alipay", o="Tally Simulated Alipay (TEST ONLY)"),
+            key.public_key(),
+            self.ca.subject,
+            self._ca_key,
+            ca=False,
+            not_after=not_after,
+        )
         with self._lock:
             self.certs.append(_AlipayCert(key, cert))
         return sn(cert)
@@ -184,16 +231,28 @@ class AlipaySimulator(AlipayRefundDesk):
         return self.public_mode_key, None
 
     # ------------------------------------------------------------------ merchants
-    def register_merchant(self, app_id: str, app_public_key_pem: str, mode: str = "public_key") -> dict[str, str]:
+    def register_merchant(
+        self, app_id: str, app_public_key_pem: str, mode: str = "public_key"
+    ) -> dict[str, str]:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}")
         public = c.load_public_key(app_public_key_pem)
         merchant = AppMerchant(app_id=str(app_id), app_public_key=public, mode=mode)
-        out = {"app_id": merchant.app_id, "mode": mode, "alipay_public_key_pem": self.alipay_public_key_pem,
-               "alipay_cert_pem": self.alipay_cert_pem(), "root_cert_pem": self.root_cert_pem}
+        out = {
+            "app_id": merchant.app_id,
+            "mode": mode,
+            "alipay_public_key_pem": self.alipay_public_key_pem,
+            "alipay_cert_pem": self.alipay_cert_pem(),
+            "root_cert_pem": self.root_cert_pem,
+        }
         if mode == "cert":
-            merchant.app_cert = issue(_name(f"app {app_id}", ou="Apps", o="Tally Simulated Merchant"), public,
-                                      self.ca.subject, self._ca_key, ca=False)
+            merchant.app_cert = issue(
+                _name(f"app {app_id}", ou="Apps", o="Tally Simulated Merchant"),
+                public,
+                self.ca.subject,
+                self._ca_key,
+                ca=False,
+            )
             out["app_cert_pem"] = c.certificate_pem(merchant.app_cert)
         with self._lock:
             self.merchants[merchant.app_id] = merchant
@@ -238,7 +297,9 @@ class AlipaySimulator(AlipayRefundDesk):
         except AlipayError as exc:
             answer = exc.body
         with self._lock:
-            self.requests.append({"method": method, "app_id": params.get("app_id"), "code": answer.get("code")})
+            self.requests.append(
+                {"method": method, "app_id": params.get("app_id"), "code": answer.get("code")}
+            )
         value = json.dumps(answer, ensure_ascii=False, separators=(",", ":"))
         if merchant is None:
             text = '{"error_response":' + value + "}"
@@ -252,13 +313,28 @@ class AlipaySimulator(AlipayRefundDesk):
         return 200, {"Content-Type": "text/html;charset=utf-8"}, text.encode("utf-8")
 
     # ------------------------------------------------------------------ faults on the gateway
-    def inject_fault(self, kind: str, *, count: int = 1, method: str | None = None, code: str = "20000",
-                     msg: str = "Service Currently Unavailable", sub_code: str = "isp.unknow-error") -> dict[str, Any]:
+    def inject_fault(
+        self,
+        kind: str,
+        *,
+        count: int = 1,
+        method: str | None = None,
+        code: str = "20000",
+        msg: str = "Service Currently Unavailable",
+        sub_code: str = "isp.unknow-error",
+    ) -> dict[str, Any]:
         """The next ``count`` gateway calls (of ``method``, if given) misbehave: ``error`` (a signed error answer
         with ``code``/``sub_code``) or ``bad_signature`` (the answer's sign is altered)."""
         if kind not in ("error", "bad_signature"):
             raise ValueError("kind must be error or bad_signature")
-        fault = {"kind": kind, "count": int(count), "method": method, "code": code, "msg": msg, "sub_code": sub_code}
+        fault = {
+            "kind": kind,
+            "count": int(count),
+            "method": method,
+            "code": code,
+            "msg": msg,
+            "sub_code": sub_code,
+        }
         with self._lock:
             self.faults.append(fault)
         return dict(fault)
@@ -283,27 +359,39 @@ class AlipaySimulator(AlipayRefundDesk):
             raise AlipayError("40002", "Invalid Arguments", "isv.invalid-signature-type", "无效的签名类型")
         try:
             signature = base64.b64decode(params.get("sign", ""), validate=True)
-            merchant.app_public_key.verify(signature, sign_string(params, ("sign",)).encode("utf-8"),
-                                           padding.PKCS1v15(), hashes.SHA256())
+            merchant.app_public_key.verify(
+                signature, sign_string(params, ("sign",)).encode("utf-8"), padding.PKCS1v15(), hashes.SHA256()
+            )
         except Exception:  # noqa: BLE001 - any verification failure is the same answer
             raise AlipayError("40002", "Invalid Arguments", "isv.invalid-signature", "验签出错") from None
         if merchant.mode == "cert":
             if params.get("app_cert_sn") != sn(merchant.app_cert):  # type: ignore[arg-type]
-                raise AlipayError("40002", "Invalid Arguments", "isv.app-cert-sn-invalid", "应用公钥证书SN不正确")
+                raise AlipayError(
+                    "40002", "Invalid Arguments", "isv.app-cert-sn-invalid", "应用公钥证书SN不正确"
+                )
             if params.get("alipay_root_cert_sn") != self.root_cert_sn:
-                raise AlipayError("40002", "Invalid Arguments", "isv.alipay-root-cert-sn-invalid", "根证书SN不正确")
+                raise AlipayError(
+                    "40002", "Invalid Arguments", "isv.alipay-root-cert-sn-invalid", "根证书SN不正确"
+                )
         return merchant
 
     def _route(self, method: str, merchant: AppMerchant, params: dict[str, str]) -> dict[str, Any]:
         try:
             biz = json.loads(params.get("biz_content") or "{}")
         except json.JSONDecodeError:
-            raise AlipayError("40002", "Invalid Arguments", "isv.invalid-biz-content", "biz_content格式错误") from None
+            raise AlipayError(
+                "40002", "Invalid Arguments", "isv.invalid-biz-content", "biz_content格式错误"
+            ) from None
         owner = merchant.app_id
         token = params.get("app_auth_token")
         if token:
             if token not in merchant.tokens:
-                raise AlipayError("20001", "Insufficient Token Permissions", "aop.invalid-app-auth-token", "无效的应用授权令牌")
+                raise AlipayError(
+                    "20001",
+                    "Insufficient Token Permissions",
+                    "aop.invalid-app-auth-token",
+                    "无效的应用授权令牌",
+                )
             owner = merchant.tokens[token]
         if method == "alipay.trade.precreate":
             return self.precreate(merchant.app_id, owner, biz, params.get("notify_url", ""))
@@ -323,16 +411,28 @@ class AlipaySimulator(AlipayRefundDesk):
         out_trade_no, total = str(biz.get("out_trade_no") or ""), _cents(biz.get("total_amount"))
         if not out_trade_no or total is None or total <= 0 or not biz.get("subject"):
             raise AlipayError("40002", "Invalid Arguments", "isv.invalid-parameter", "参数无效")
-        if notify_url and (urlsplit(notify_url).query or urlsplit(notify_url).hostname not in ("127.0.0.1", "localhost")):
-            raise AlipayError("40002", "Invalid Arguments", "isv.invalid-notify-url", "notify_url须为本机且不带参数")
+        if notify_url and (
+            urlsplit(notify_url).query or urlsplit(notify_url).hostname not in ("127.0.0.1", "localhost")
+        ):
+            raise AlipayError(
+                "40002", "Invalid Arguments", "isv.invalid-notify-url", "notify_url须为本机且不带参数"
+            )
         with self._lock:
             order = self.orders.get((owner, out_trade_no))
             if order is not None and order["total"] != total:
                 raise AlipayError("40004", "Business Failed", "ACQ.CONTEXT_INCONSISTENT", "交易信息被篡改")
             if order is None:
-                order = {"app_id": isv, "owner": owner, "out_trade_no": out_trade_no, "total": total,
-                         "subject": str(biz["subject"]), "notify_url": notify_url, "status": None, "trade_no": None,
-                         "qr_code": "https://qr.alipay.com/bax0" + self.owner._alnum(20)}
+                order = {
+                    "app_id": isv,
+                    "owner": owner,
+                    "out_trade_no": out_trade_no,
+                    "total": total,
+                    "subject": str(biz["subject"]),
+                    "notify_url": notify_url,
+                    "status": None,
+                    "trade_no": None,
+                    "qr_code": "https://qr.alipay.com/bax0" + self.owner._alnum(20),
+                }
                 self.orders[(owner, out_trade_no)] = order
         return {"code": "10000", "msg": "Success", "out_trade_no": out_trade_no, "qr_code": order["qr_code"]}
 
@@ -341,20 +441,35 @@ class AlipaySimulator(AlipayRefundDesk):
             if biz.get("out_trade_no"):
                 order = self.orders.get((owner, str(biz["out_trade_no"])))
             else:
-                order = next((o for o in self.orders.values()
-                              if o["owner"] == owner and o["trade_no"] == biz.get("trade_no")), None)
+                order = next(
+                    (
+                        o
+                        for o in self.orders.values()
+                        if o["owner"] == owner and o["trade_no"] == biz.get("trade_no")
+                    ),
+                    None,
+                )
         if order is None or order["status"] is None:  # not scanned yet: the trade does not exist (§6.2)
             raise AlipayError("40004", "Business Failed", "ACQ.TRADE_NOT_EXIST", "交易不存在")
         return order
 
     def query(self, owner: str, biz: dict[str, Any]) -> dict[str, Any]:
         order = self._trade(owner, biz)
-        answer = {"code": "10000", "msg": "Success", "trade_no": order["trade_no"],
-                  "out_trade_no": order["out_trade_no"], "trade_status": order["status"],
-                  "total_amount": yuan(order["total"]), "buyer_logon_id": "tal***@sim.com"}
+        answer = {
+            "code": "10000",
+            "msg": "Success",
+            "trade_no": order["trade_no"],
+            "out_trade_no": order["out_trade_no"],
+            "trade_status": order["status"],
+            "total_amount": yuan(order["total"]),
+            "buyer_logon_id": "tal***@sim.com",
+        }
         if order["status"] in ("TRADE_SUCCESS", "TRADE_FINISHED"):
-            answer.update(receipt_amount=yuan(order["receipt"]), buyer_pay_amount=yuan(order["receipt"]),
-                          send_pay_date=order["gmt_payment"])
+            answer.update(
+                receipt_amount=yuan(order["receipt"]),
+                buyer_pay_amount=yuan(order["receipt"]),
+                send_pay_date=order["gmt_payment"],
+            )
         return answer
 
     def close(self, owner: str, biz: dict[str, Any]) -> dict[str, Any]:
@@ -362,7 +477,12 @@ class AlipaySimulator(AlipayRefundDesk):
         if order["status"] != "WAIT_BUYER_PAY":
             raise AlipayError("40004", "Business Failed", "ACQ.TRADE_STATUS_ERROR", "交易状态不合法")
         order["status"] = "TRADE_CLOSED"
-        return {"code": "10000", "msg": "Success", "trade_no": order["trade_no"], "out_trade_no": order["out_trade_no"]}
+        return {
+            "code": "10000",
+            "msg": "Success",
+            "trade_no": order["trade_no"],
+            "out_trade_no": order["out_trade_no"],
+        }
 
     # ------------------------------------------------------------------ the buyer
     def scan(self, owner: str, out_trade_no: str) -> str:
@@ -372,14 +492,26 @@ class AlipaySimulator(AlipayRefundDesk):
             if order is None:
                 raise AlipayError("40004", "Business Failed", "ACQ.TRADE_NOT_EXIST", "交易不存在")
             if order["trade_no"] is None:
-                order["trade_no"] = dt.datetime.now(c.CST).strftime("%Y%m%d") + "22001" + self.owner._digits(15)
+                order["trade_no"] = (
+                    dt.datetime.now(c.CST).strftime("%Y%m%d") + "22001" + self.owner._digits(15)
+                )
                 order["status"] = "WAIT_BUYER_PAY"
                 order["gmt_create"] = dt.datetime.now(c.CST).strftime("%Y-%m-%d %H:%M:%S")
             return order["trade_no"]
 
-    def pay(self, owner: str, out_trade_no: str, *, receipt_amount: int | None = None, drop: bool = False,
-            duplicates: int = 1, total_amount: int | None = None, include_cert_sn: bool = False,
-            created_at: str | None = None, paid_at: str | None = None) -> str:
+    def pay(
+        self,
+        owner: str,
+        out_trade_no: str,
+        *,
+        receipt_amount: int | None = None,
+        drop: bool = False,
+        duplicates: int = 1,
+        total_amount: int | None = None,
+        include_cert_sn: bool = False,
+        created_at: str | None = None,
+        paid_at: str | None = None,
+    ) -> str:
         """The buyer pays: TRADE_SUCCESS, then the notification is delivered (in the background).
         `created_at` / `paid_at` ("YYYY-MM-DD HH:MM:SS", Beijing) place the trade in time, e.g. across midnight
         for the bills (the bill day is paid_at's)."""
@@ -393,57 +525,105 @@ class AlipaySimulator(AlipayRefundDesk):
             order["gmt_payment"] = paid_at or dt.datetime.now(c.CST).strftime("%Y-%m-%d %H:%M:%S")
             if created_at:
                 order["gmt_create"] = created_at
-        params = self.notification_params(order["app_id"], out_trade_no, order["total"] if total_amount is None
-                                          else total_amount, trade_no=trade_no, receipt_amount=order["receipt"],
-                                          auth_app_id=owner, gmt_payment=order["gmt_payment"])
+        params = self.notification_params(
+            order["app_id"],
+            out_trade_no,
+            order["total"] if total_amount is None else total_amount,
+            trade_no=trade_no,
+            receipt_amount=order["receipt"],
+            auth_app_id=owner,
+            gmt_payment=order["gmt_payment"],
+        )
         if not drop:
             for copy in range(max(1, duplicates)):
-                threading.Thread(target=self._deliver, args=(order["notify_url"], params, copy, include_cert_sn),
-                                 daemon=True, name=f"alipay-{trade_no[-6:]}").start()
+                threading.Thread(
+                    target=self._deliver,
+                    args=(order["notify_url"], params, copy, include_cert_sn),
+                    daemon=True,
+                    name=f"alipay-{trade_no[-6:]}",
+                ).start()
         return trade_no
 
     # ------------------------------------------------------------------ notifications
-    def notification_params(self, app_id: str, out_trade_no: str, total_amount: int | str, *,
-                            trade_status: str = "TRADE_SUCCESS", trade_no: str | None = None,
-                            receipt_amount: int | str | None = None, auth_app_id: str | None = None,
-                            **extra: str) -> dict[str, str]:
+    def notification_params(
+        self,
+        app_id: str,
+        out_trade_no: str,
+        total_amount: int | str,
+        *,
+        trade_status: str = "TRADE_SUCCESS",
+        trade_no: str | None = None,
+        receipt_amount: int | str | None = None,
+        auth_app_id: str | None = None,
+        **extra: str,
+    ) -> dict[str, str]:
         """Unsigned business parameters of a trade notification (§5.1). Amounts in cents are written as
         yuan strings; a str is sent verbatim (fault injection: "1e2", "-1", …)."""
+
         def money(v: int | str) -> str:
             return v if isinstance(v, str) else yuan(v)
 
         now = dt.datetime.now(c.CST).strftime("%Y-%m-%d %H:%M:%S")
         params = {
-            "notify_time": now, "notify_type": "trade_status_sync", "notify_id": "2025" + self.owner._alnum(28),
-            "app_id": app_id, "auth_app_id": auth_app_id or app_id, "charset": "utf-8", "version": "1.0",
-            "trade_no": trade_no or dt.datetime.now(c.CST).strftime("%Y%m%d") + "22001" + self.owner._digits(15),
-            "out_trade_no": out_trade_no, "trade_status": trade_status, "total_amount": money(total_amount),
-            "buyer_id": "2088" + self.owner._digits(12), "seller_id": "2088" + self.owner._digits(12),
-            "subject": "模拟商品 test", "gmt_create": now,
+            "notify_time": now,
+            "notify_type": "trade_status_sync",
+            "notify_id": "2025" + self.owner._alnum(28),
+            "app_id": app_id,
+            "auth_app_id": auth_app_id or app_id,
+            "charset": "utf-8",
+            "version": "1.0",
+            "trade_no": trade_no
+            or dt.datetime.now(c.CST).strftime("%Y%m%d") + "22001" + self.owner._digits(15),
+            "out_trade_no": out_trade_no,
+            "trade_status": trade_status,
+            "total_amount": money(total_amount),
+            "buyer_id": "2088" + self.owner._digits(12),
+            "seller_id": "2088" + self.owner._digits(12),
+            "subject": "模拟商品 test",
+            "gmt_create": now,
         }
         if trade_status in ("TRADE_SUCCESS", "TRADE_FINISHED"):
             paid = money(total_amount if receipt_amount is None else receipt_amount)
-            params.update(receipt_amount=paid, buyer_pay_amount=paid, invoice_amount=paid, point_amount="0.00",
-                          gmt_payment=now,
-                          fund_bill_list=json.dumps([{"amount": paid, "fundChannel": "ALIPAYACCOUNT"}],
-                                                    separators=(",", ":")))
+            params.update(
+                receipt_amount=paid,
+                buyer_pay_amount=paid,
+                invoice_amount=paid,
+                point_amount="0.00",
+                gmt_payment=now,
+                fund_bill_list=json.dumps(
+                    [{"amount": paid, "fundChannel": "ALIPAYACCOUNT"}], separators=(",", ":")
+                ),
+            )
         params.update({k: v for k, v in extra.items() if v is not None})
         return params
 
-    def refund_params(self, app_id: str, out_trade_no: str, trade_no: str, total_amount: int, refund_fee: int,
-                      out_biz_no: str) -> dict[str, str]:
+    def refund_params(
+        self,
+        app_id: str,
+        out_trade_no: str,
+        trade_no: str,
+        total_amount: int,
+        refund_fee: int,
+        out_biz_no: str,
+    ) -> dict[str, str]:
         """A partial refund notification (§5.3): TRADE_SUCCESS plus refund_fee, gmt_refund, out_biz_no."""
         params = self.notification_params(app_id, out_trade_no, total_amount, trade_no=trade_no)
-        params.update(refund_fee=yuan(refund_fee), out_biz_no=out_biz_no,
-                      gmt_refund=dt.datetime.now(c.CST).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3])
+        params.update(
+            refund_fee=yuan(refund_fee),
+            out_biz_no=out_biz_no,
+            gmt_refund=dt.datetime.now(c.CST).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3],
+        )
         return params
 
-    def sign_notification(self, params: dict[str, str], *, signer: str | None = None,
-                          include_cert_sn: bool = False) -> dict[str, str]:
+    def sign_notification(
+        self, params: dict[str, str], *, signer: str | None = None, include_cert_sn: bool = False
+    ) -> dict[str, str]:
         """Adds sign_type + sign (RSA2 over all but sign and sign_type). signer: "public_key" | "cert" |
         None (by the app_id's merchant mode)."""
         mode = signer or self.merchant(params["app_id"]).mode
-        key, cert_sn = (self.certs[-1].key, self.certs[-1].sn) if mode == "cert" else (self.public_mode_key, None)
+        key, cert_sn = (
+            (self.certs[-1].key, self.certs[-1].sn) if mode == "cert" else (self.public_mode_key, None)
+        )
         out = dict(params)
         if include_cert_sn and cert_sn:
             out["alipay_cert_sn"] = cert_sn
@@ -452,8 +632,14 @@ class AlipaySimulator(AlipayRefundDesk):
         out["sign"] = rsa2(key, sign_string(out, ("sign", "sign_type")), charset)
         return out
 
-    def build_notification(self, params: dict[str, str], *, signer: str | None = None,
-                           include_cert_sn: bool = False, sign_override: str | None = None) -> bytes:
+    def build_notification(
+        self,
+        params: dict[str, str],
+        *,
+        signer: str | None = None,
+        include_cert_sn: bool = False,
+        sign_override: str | None = None,
+    ) -> bytes:
         """The exact form body Alipay would POST (urlencoded once, in the params' charset)."""
         signed = self.sign_notification(params, signer=signer, include_cert_sn=include_cert_sn)
         if sign_override is not None:
@@ -469,14 +655,23 @@ class AlipaySimulator(AlipayRefundDesk):
                 return
             fresh = {**params, "notify_time": dt.datetime.now(c.CST).strftime("%Y-%m-%d %H:%M:%S")}
             body = self.build_notification(fresh, include_cert_sn=include_cert_sn)
-            status, answer = _post(url, body, "application/x-www-form-urlencoded; charset=utf-8",
-                                   self.owner.notify_timeout)
+            status, answer = _post(
+                url, body, "application/x-www-form-urlencoded; charset=utf-8", self.owner.notify_timeout
+            )
             ok = answer == b"success"
             with self._cond:
-                self.deliveries.append({"trade_no": params["trade_no"], "out_trade_no": params["out_trade_no"],
-                                        "notify_id": params["notify_id"], "copy": copy, "attempt": attempt,
-                                        "status": status, "answer": answer[:64].decode("utf-8", "replace"),
-                                        "acknowledged": ok})
+                self.deliveries.append(
+                    {
+                        "trade_no": params["trade_no"],
+                        "out_trade_no": params["out_trade_no"],
+                        "notify_id": params["notify_id"],
+                        "copy": copy,
+                        "attempt": attempt,
+                        "status": status,
+                        "answer": answer[:64].decode("utf-8", "replace"),
+                        "acknowledged": ok,
+                    }
+                )
                 self._cond.notify_all()
             if ok:
                 return
@@ -490,7 +685,9 @@ class AlipaySimulator(AlipayRefundDesk):
                     return done
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise TimeoutError(f"{trade_no}: {[d for d in self.deliveries if d['trade_no'] == trade_no]}")
+                    raise TimeoutError(
+                        f"{trade_no}: {[d for d in self.deliveries if d['trade_no'] == trade_no]}"
+                    )
                 self._cond.wait(remaining)
 
 

@@ -34,15 +34,26 @@ if TYPE_CHECKING:
     from .alipay import AlipaySimulator
 
 FEE_RATE = Decimal("0.0060")  # 0.60 %
-FAULTS = ("empty_nonzero_summary", "changed_header", "html_error", "wrong_summary", "volume_drop", "no_statement",
-          "mixed_encoding")
+FAULTS = (
+    "empty_nonzero_summary",
+    "changed_header",
+    "html_error",
+    "wrong_summary",
+    "volume_drop",
+    "no_statement",
+    "mixed_encoding",
+)
 DOWNLOAD_PATH = "/downloadBillFile.resource"
 
-HEADER = ("支付宝交易号,商户订单号,业务类型,商品名称,创建时间,完成时间,门店编号,门店名称,操作员,终端号,对方账户,订单金额（元）,"
-          "商家实收（元）,支付宝红包（元）,集分宝（元）,支付宝优惠（元）,商家优惠（元）,券核销金额（元）,券名称,商家红包消费金额（元）,"
-          "卡消费金额（元）,退款批次号/请求号,服务费（元）,分润（元）,备注")
-SUMMARY_HEADER = ("门店编号,门店名称,交易订单总笔数,退款订单总笔数,订单金额（元）,商家实收（元）,支付宝优惠（元）,商家优惠（元）,"
-                  "卡消费金额（元）,服务费（元）,分润（元）,实收净额（元）")
+HEADER = (
+    "支付宝交易号,商户订单号,业务类型,商品名称,创建时间,完成时间,门店编号,门店名称,操作员,终端号,对方账户,订单金额（元）,"
+    "商家实收（元）,支付宝红包（元）,集分宝（元）,支付宝优惠（元）,商家优惠（元）,券核销金额（元）,券名称,商家红包消费金额（元）,"
+    "卡消费金额（元）,退款批次号/请求号,服务费（元）,分润（元）,备注"
+)
+SUMMARY_HEADER = (
+    "门店编号,门店名称,交易订单总笔数,退款订单总笔数,订单金额（元）,商家实收（元）,支付宝优惠（元）,商家优惠（元）,"
+    "卡消费金额（元）,服务费（元）,分润（元）,实收净额（元）"
+)
 RULE = "-" * 41
 
 
@@ -78,20 +89,38 @@ class AlipayBillBook:
         self._files: dict[str, bytes] = {}  # download token → the zip (or the fault's page)
 
     # ------------------------------------------------------------------ inputs
-    def add_refund(self, owner: str, out_trade_no: str, refund_cent: int, out_request_no: str, *,
-                   refunded_at: str | None = None) -> dict[str, Any]:
+    def add_refund(
+        self,
+        owner: str,
+        out_trade_no: str,
+        refund_cent: int,
+        out_request_no: str,
+        *,
+        refunded_at: str | None = None,
+    ) -> dict[str, Any]:
         with self.alipay._lock:
             order = self.alipay.orders.get((str(owner), out_trade_no))
-        if order is None or not order.get("trade_no") or order.get("status") not in ("TRADE_SUCCESS",
-                                                                                      "TRADE_FINISHED"):
+        if (
+            order is None
+            or not order.get("trade_no")
+            or order.get("status") not in ("TRADE_SUCCESS", "TRADE_FINISHED")
+        ):
             raise ValueError(f"no paid Alipay trade {owner}/{out_trade_no}")
-        refund = {"owner": str(owner), "order": order, "refund": int(refund_cent), "out_request_no": out_request_no,
-                  "at": refunded_at or dt.datetime.now(_CST).strftime("%Y-%m-%d %H:%M:%S")}
+        refund = {
+            "owner": str(owner),
+            "order": order,
+            "refund": int(refund_cent),
+            "out_request_no": out_request_no,
+            "at": refunded_at or dt.datetime.now(_CST).strftime("%Y-%m-%d %H:%M:%S"),
+        }
         with self._lock:
             # A bill lists each refund once (one row per trade + 退款请求号): a refund it already lists is updated.
             for i, known in enumerate(self._refunds):
                 if (known["owner"], known["order"]["out_trade_no"], known["out_request_no"]) == (
-                        refund["owner"], out_trade_no, out_request_no):
+                    refund["owner"],
+                    out_trade_no,
+                    out_request_no,
+                ):
                     self._refunds[i] = refund
                     break
             else:
@@ -116,23 +145,77 @@ class AlipayBillBook:
     def rows(self, owner: str, bill_date: str) -> list[list[str]]:
         """The day's 业务明细 rows (完成时间 on bill_date, Beijing), payments then refunds, in time order."""
         with self.alipay._lock:
-            paid = [o for (m, _), o in self.alipay.orders.items() if m == str(owner)
-                    and o.get("status") in ("TRADE_SUCCESS", "TRADE_FINISHED") and o.get("gmt_payment", "")
-                    .startswith(bill_date)]
+            paid = [
+                o
+                for (m, _), o in self.alipay.orders.items()
+                if m == str(owner)
+                and o.get("status") in ("TRADE_SUCCESS", "TRADE_FINISHED")
+                and o.get("gmt_payment", "").startswith(bill_date)
+            ]
         rows = []
         for o in sorted(paid, key=lambda o: o["gmt_payment"]):
-            rows.append([o["trade_no"] + "\t", o["out_trade_no"] + "\t", "交易", o["subject"],
-                         o.get("gmt_create") or o["gmt_payment"], o["gmt_payment"], "", "", "", "", "tal***@sim.com",
-                         _yuan(o["total"]), _yuan(o["receipt"]), "0.00", "0.00", "0.00", "0.00", "0.00", "", "0.00",
-                         "0.00", "", _yuan(-_fee(o["receipt"])), "0.00", ""])
+            rows.append(
+                [
+                    o["trade_no"] + "\t",
+                    o["out_trade_no"] + "\t",
+                    "交易",
+                    o["subject"],
+                    o.get("gmt_create") or o["gmt_payment"],
+                    o["gmt_payment"],
+                    "",
+                    "",
+                    "",
+                    "",
+                    "tal***@sim.com",
+                    _yuan(o["total"]),
+                    _yuan(o["receipt"]),
+                    "0.00",
+                    "0.00",
+                    "0.00",
+                    "0.00",
+                    "0.00",
+                    "",
+                    "0.00",
+                    "0.00",
+                    "",
+                    _yuan(-_fee(o["receipt"])),
+                    "0.00",
+                    "",
+                ]
+            )
         with self._lock:
             refunds = [r for r in self._refunds if r["owner"] == str(owner) and r["at"].startswith(bill_date)]
         for r in sorted(refunds, key=lambda r: r["at"]):
             o = r["order"]
-            rows.append([o["trade_no"] + "\t", o["out_trade_no"] + "\t", "退款", o["subject"],
-                         o.get("gmt_create") or o["gmt_payment"], r["at"], "", "", "", "", "tal***@sim.com",
-                         _yuan(o["total"]), _yuan(-r["refund"]), "0.00", "0.00", "0.00", "0.00", "0.00", "", "0.00",
-                         "0.00", r["out_request_no"] + "\t", _yuan(_fee(r["refund"])), "0.00", ""])
+            rows.append(
+                [
+                    o["trade_no"] + "\t",
+                    o["out_trade_no"] + "\t",
+                    "退款",
+                    o["subject"],
+                    o.get("gmt_create") or o["gmt_payment"],
+                    r["at"],
+                    "",
+                    "",
+                    "",
+                    "",
+                    "tal***@sim.com",
+                    _yuan(o["total"]),
+                    _yuan(-r["refund"]),
+                    "0.00",
+                    "0.00",
+                    "0.00",
+                    "0.00",
+                    "0.00",
+                    "",
+                    "0.00",
+                    "0.00",
+                    r["out_request_no"] + "\t",
+                    _yuan(_fee(r["refund"])),
+                    "0.00",
+                    "",
+                ]
+            )
         return rows
 
     def zip(self, owner: str, bill_date: str, fault: str | None = None) -> bytes:
@@ -162,14 +245,20 @@ class AlipayBillBook:
         if fault == "wrong_summary":
             trade_cent += 1
         header = HEADER.replace("商家实收（元）", "实收金额（元）") if fault == "changed_header" else HEADER
-        lines = ["#支付宝业务明细查询", f"#账号：[{pid}0156]",
-                 f"#起始日期：[{start:%Y年%m月%d日} 00:00:00]   终止日期：[{end:%Y年%m月%d日} 00:00:00]",
-                 f"#{RULE}业务明细列表{RULE}", header]
+        lines = [
+            "#支付宝业务明细查询",
+            f"#账号：[{pid}0156]",
+            f"#起始日期：[{start:%Y年%m月%d日} 00:00:00]   终止日期：[{end:%Y年%m月%d日} 00:00:00]",
+            f"#{RULE}业务明细列表{RULE}",
+            header,
+        ]
         body = [] if fault == "empty_nonzero_summary" else [",".join(_csv(v) for v in r) for r in rows]
-        trailer = [f"#{RULE}业务明细列表结束{RULE}",
-                   f"#交易合计：{trades}笔，商家实收共{_yuan(trade_cent)}元，商家优惠共0.00元",
-                   f"#退款合计：{refunds}笔，商家实收退款共{_yuan(refund_cent)}元，商家优惠退款共0.00元",
-                   f"#导出时间：[{dt.datetime.now(_CST):%Y年%m月%d日 %H:%M:%S}]"]
+        trailer = [
+            f"#{RULE}业务明细列表结束{RULE}",
+            f"#交易合计：{trades}笔，商家实收共{_yuan(trade_cent)}元，商家优惠共0.00元",
+            f"#退款合计：{refunds}笔，商家实收退款共{_yuan(refund_cent)}元，商家优惠退款共0.00元",
+            f"#导出时间：[{dt.datetime.now(_CST):%Y年%m月%d日 %H:%M:%S}]",
+        ]
         encoded = [(line + "\r\n").encode("gbk") for line in lines + body + trailer]
         if fault == "mixed_encoding" and body:
             encoded[len(lines)] = (body[0] + "\r\n").encode("utf-8")  # one row in UTF-8 among GBK
@@ -181,10 +270,26 @@ class AlipayBillBook:
         ordered = sum(int(Decimal(r[11]) * 100) for r in rows if r[2] == "交易")
         fees = sum(int(Decimal(r[22]) * 100) for r in rows)
         received = trade_cent + refund_cent
-        values = [str(trades), str(refunds), _yuan(ordered), _yuan(received), "0.00", "0.00", "0.00", _yuan(fees),
-                  "0.00", _yuan(received + fees)]
-        lines = ["#支付宝业务汇总查询", f"#账号：[{pid}0156]", SUMMARY_HEADER, ",".join(["", "", *values]),
-                 ",".join(["合计", "", *values]), f"#导出时间：[{dt.datetime.now(_CST):%Y年%m月%d日 %H:%M:%S}]"]
+        values = [
+            str(trades),
+            str(refunds),
+            _yuan(ordered),
+            _yuan(received),
+            "0.00",
+            "0.00",
+            "0.00",
+            _yuan(fees),
+            "0.00",
+            _yuan(received + fees),
+        ]
+        lines = [
+            "#支付宝业务汇总查询",
+            f"#账号：[{pid}0156]",
+            SUMMARY_HEADER,
+            ",".join(["", "", *values]),
+            ",".join(["合计", "", *values]),
+            f"#导出时间：[{dt.datetime.now(_CST):%Y年%m月%d日 %H:%M:%S}]",
+        ]
         return "".join(line + "\r\n" for line in lines).encode("gbk")
 
     # ------------------------------------------------------------------ the API
@@ -194,13 +299,19 @@ class AlipayBillBook:
 
         bill_type, bill_date = str(biz.get("bill_type") or ""), str(biz.get("bill_date") or "")
         if bill_type != "trade":
-            raise AlipayError("40004", "Business Failed", "isp.bill_type_not_support", "simulator serves trade only")
+            raise AlipayError(
+                "40004", "Business Failed", "isp.bill_type_not_support", "simulator serves trade only"
+            )
         try:
             day = dt.date.fromisoformat(bill_date)
         except ValueError:
-            raise AlipayError("40002", "Invalid Arguments", "isv.invalid-arguments", "bill_date格式错误") from None
+            raise AlipayError(
+                "40002", "Invalid Arguments", "isv.invalid-arguments", "bill_date格式错误"
+            ) from None
         if day >= dt.datetime.now(_CST).date():
-            raise AlipayError("40004", "Business Failed", "isp.bill_not_exist", "账单不存在")  # not before T+1
+            raise AlipayError(
+                "40004", "Business Failed", "isp.bill_not_exist", "账单不存在"
+            )  # not before T+1
         fault = self._take_fault()
         if fault == "no_statement" or (not self.rows(owner, bill_date) and fault is None):
             raise AlipayError("40004", "Business Failed", "isp.bill_not_exist", "账单不存在")
@@ -212,8 +323,10 @@ class AlipayBillBook:
         with self._lock:
             self._files[token] = data
         name = f"{owner}_{bill_date.replace('-', '')}.csv.zip"
-        url = (f"{self.alipay.owner.url}{DOWNLOAD_PATH}?bizType=trade&userId={owner}&fileType=csv.zip"
-               f"&bizDates={bill_date.replace('-', '')}&downloadFileName={name}&token={token}")
+        url = (
+            f"{self.alipay.owner.url}{DOWNLOAD_PATH}?bizType=trade&userId={owner}&fileType=csv.zip"
+            f"&bizDates={bill_date.replace('-', '')}&downloadFileName={name}&token={token}"
+        )
         return {"code": "10000", "msg": "Success", "bill_download_url": url}
 
     def download(self, query: dict[str, str]) -> bytes | None:

@@ -37,8 +37,15 @@ class AlipayRefundDesk:
 
     def _init_refunds(self) -> None:
         self.refunds: dict[tuple[str, str], dict[str, Any]] = {}  # (owner, out_request_no) → refund
-        self._refund_default: dict[str, Any] = {"outcome": "success", "delay_s": 60.0, "after_accept": None,
-                                                "hang_s": 1.0, "reject": None, "drop": False, "duplicates": 1}
+        self._refund_default: dict[str, Any] = {
+            "outcome": "success",
+            "delay_s": 60.0,
+            "after_accept": None,
+            "hang_s": 1.0,
+            "reject": None,
+            "drop": False,
+            "duplicates": 1,
+        }
         self._refund_plans: list[dict[str, Any]] = []
 
     def set_refund_behaviour(self, count: int | None = None, **options: Any) -> dict[str, Any]:
@@ -58,8 +65,15 @@ class AlipayRefundDesk:
     def reset_refund_behaviour(self) -> None:
         with self._lock:
             self._refund_plans.clear()
-            self._refund_default.update(outcome="success", delay_s=60.0, after_accept=None, hang_s=1.0,
-                                        reject=None, drop=False, duplicates=1)
+            self._refund_default.update(
+                outcome="success",
+                delay_s=60.0,
+                after_accept=None,
+                hang_s=1.0,
+                reject=None,
+                drop=False,
+                duplicates=1,
+            )
 
     # ------------------------------------------------------------------ alipay.trade.refund
     def trade_refund(self, owner: str, biz: dict[str, Any]) -> dict[str, Any]:
@@ -75,26 +89,47 @@ class AlipayRefundDesk:
             existing = self.refunds.get((owner, no))
             if existing is not None:
                 if existing["trade_no"] != order["trade_no"] or existing["amount"] != amount:
-                    raise AlipayError("40004", "Business Failed", "ACQ.DISCORDANT_REPEAT_REQUEST", "不一致的请求")
+                    raise AlipayError(
+                        "40004", "Business Failed", "ACQ.DISCORDANT_REPEAT_REQUEST", "不一致的请求"
+                    )
                 return self._refund_answer(order, existing)  # the same out_request_no refunds once
-            if order["status"] != "TRADE_SUCCESS" and not (order["status"] == "TRADE_CLOSED" and order.get("refunded")):
+            if order["status"] != "TRADE_SUCCESS" and not (
+                order["status"] == "TRADE_CLOSED" and order.get("refunded")
+            ):
                 raise AlipayError("40004", "Business Failed", "ACQ.TRADE_STATUS_ERROR", "交易状态非法")
             plan = self._refund_plans.pop(0) if self._refund_plans else dict(self._refund_default)
             if plan.get("reject"):
                 raise AlipayError("40004", "Business Failed", str(plan["reject"]), "模拟拒绝退款")
-            taken = sum(r["amount"] for r in self.refunds.values()
-                        if r["trade_no"] == order["trade_no"] and r["status"] != "FAIL")
+            taken = sum(
+                r["amount"]
+                for r in self.refunds.values()
+                if r["trade_no"] == order["trade_no"] and r["status"] != "FAIL"
+            )
             if taken + amount > order["receipt"]:
-                raise AlipayError("40004", "Business Failed", "ACQ.REFUND_AMT_NOT_EQUAL_TOTAL", "退款金额超限")
-            refund = {"owner": owner, "out_request_no": no, "trade_no": order["trade_no"],
-                      "out_trade_no": order["out_trade_no"], "amount": amount, "status": "PROCESSING",
-                      "reason": str(biz.get("refund_reason") or ""), "plan": plan, "gmt_refund_pay": None}
+                raise AlipayError(
+                    "40004", "Business Failed", "ACQ.REFUND_AMT_NOT_EQUAL_TOTAL", "退款金额超限"
+                )
+            refund = {
+                "owner": owner,
+                "out_request_no": no,
+                "trade_no": order["trade_no"],
+                "out_trade_no": order["out_trade_no"],
+                "amount": amount,
+                "status": "PROCESSING",
+                "reason": str(biz.get("refund_reason") or ""),
+                "plan": plan,
+                "gmt_refund_pay": None,
+            }
             self.refunds[(owner, no)] = refund
             if plan["outcome"] == "success" and float(plan["delay_s"]) == 0:
                 self._decide(refund, "success")  # synchronous refund: fund_change=Y
             elif plan["outcome"] != "hold":
-                threading.Thread(target=self._settle_later, args=(owner, no, plan), daemon=True,
-                                 name=f"alipay-refund-{no[:8]}").start()
+                threading.Thread(
+                    target=self._settle_later,
+                    args=(owner, no, plan),
+                    daemon=True,
+                    name=f"alipay-refund-{no[:8]}",
+                ).start()
             if plan.get("after_accept") == "timeout":
                 hang = float(plan["hang_s"])
             answer = self._refund_answer(order, refund)
@@ -107,13 +142,24 @@ class AlipayRefundDesk:
     def _refund_answer(self, order: dict[str, Any], refund: dict[str, Any]) -> dict[str, Any]:
         from .alipay import yuan
 
-        return {"code": "10000", "msg": "Success", "trade_no": order["trade_no"], "out_trade_no": order["out_trade_no"],
-                "buyer_logon_id": "tal***@sim.com", "fund_change": "Y" if refund["status"] == "SUCCESS" else "N",
-                "refund_fee": yuan(self._refunded(order["trade_no"])), "send_back_fee": "0.00",
-                **({"gmt_refund_pay": refund["gmt_refund_pay"]} if refund["gmt_refund_pay"] else {})}
+        return {
+            "code": "10000",
+            "msg": "Success",
+            "trade_no": order["trade_no"],
+            "out_trade_no": order["out_trade_no"],
+            "buyer_logon_id": "tal***@sim.com",
+            "fund_change": "Y" if refund["status"] == "SUCCESS" else "N",
+            "refund_fee": yuan(self._refunded(order["trade_no"])),
+            "send_back_fee": "0.00",
+            **({"gmt_refund_pay": refund["gmt_refund_pay"]} if refund["gmt_refund_pay"] else {}),
+        }
 
     def _refunded(self, trade_no: str) -> int:
-        return sum(r["amount"] for r in self.refunds.values() if r["trade_no"] == trade_no and r["status"] == "SUCCESS")
+        return sum(
+            r["amount"]
+            for r in self.refunds.values()
+            if r["trade_no"] == trade_no and r["status"] == "SUCCESS"
+        )
 
     # ------------------------------------------------------------------ alipay.trade.fastpay.refund.query
     def refund_query(self, owner: str, biz: dict[str, Any]) -> dict[str, Any]:
@@ -127,9 +173,15 @@ class AlipayRefundDesk:
             refund = self.refunds.get((owner, no))
             if refund is None or refund["trade_no"] != order["trade_no"]:
                 return {"code": "10000", "msg": "Success"}  # unknown out_request_no: no refund data (§6.4)
-            answer = {"code": "10000", "msg": "Success", "trade_no": order["trade_no"],
-                      "out_trade_no": order["out_trade_no"], "out_request_no": no,
-                      "total_amount": yuan(order["total"]), "refund_amount": yuan(refund["amount"])}
+            answer = {
+                "code": "10000",
+                "msg": "Success",
+                "trade_no": order["trade_no"],
+                "out_trade_no": order["out_trade_no"],
+                "out_request_no": no,
+                "total_amount": yuan(order["total"]),
+                "refund_amount": yuan(refund["amount"]),
+            }
             if refund["status"] == "SUCCESS":
                 answer.update(refund_status="REFUND_SUCCESS", gmt_refund_pay=refund["gmt_refund_pay"])
             return answer
@@ -158,8 +210,9 @@ class AlipayRefundDesk:
         refund["status"] = "FAIL"
         return False
 
-    def settle_refund(self, out_request_no: str, outcome: str, *, owner: str | None = None,
-                      notify: bool | None = None) -> str:
+    def settle_refund(
+        self, out_request_no: str, outcome: str, *, owner: str | None = None, notify: bool | None = None
+    ) -> str:
         """Decide a refund (success | fail); a success is notified unless the plan drops it."""
         if outcome not in ("success", "fail"):
             raise ValueError("outcome must be success or fail")
@@ -184,14 +237,26 @@ class AlipayRefundDesk:
                 raise ValueError(f"refund {out_request_no} is {refund['status']}: only a success is notified")
             order = self.orders[(refund["owner"], refund["out_trade_no"])]
             full = refund["cumulative"] >= order["total"]
-        params = self.refund_params(order["app_id"], order["out_trade_no"], order["trade_no"], order["total"],
-                                    refund["cumulative"], out_request_no)
+        params = self.refund_params(
+            order["app_id"],
+            order["out_trade_no"],
+            order["trade_no"],
+            order["total"],
+            refund["cumulative"],
+            out_request_no,
+        )
         params["auth_app_id"] = refund["owner"]
         params["gmt_refund"] = refund["gmt_refund"]
         if full:
             params["trade_status"] = "TRADE_CLOSED"
             params["gmt_close"] = refund["gmt_refund"][:19]
-            for name in ("receipt_amount", "buyer_pay_amount", "invoice_amount", "point_amount", "fund_bill_list"):
+            for name in (
+                "receipt_amount",
+                "buyer_pay_amount",
+                "invoice_amount",
+                "point_amount",
+                "fund_bill_list",
+            ):
                 params.pop(name, None)
         return params
 
@@ -205,8 +270,12 @@ class AlipayRefundDesk:
         if not url:
             return
         for copy in range(max(1, int(refund["plan"].get("duplicates") or 1))):
-            threading.Thread(target=self._deliver, args=(url, params, copy, False), daemon=True,
-                             name=f"alipay-refund-notify-{copy}").start()
+            threading.Thread(
+                target=self._deliver,
+                args=(url, params, copy, False),
+                daemon=True,
+                name=f"alipay-refund-notify-{copy}",
+            ).start()
 
     def refund_list(self) -> list[dict[str, Any]]:
         with self._lock:

@@ -35,12 +35,23 @@ if TYPE_CHECKING:
 
 CST = dt.timezone(dt.timedelta(hours=8))
 FEE_RATE = Decimal("0.0060")  # 0.60 %
-FAULTS = ("empty_nonzero_summary", "changed_header", "html_error", "wrong_summary", "volume_drop", "wrong_hash",
-          "statement_creating", "no_statement", "mixed_encoding")
+FAULTS = (
+    "empty_nonzero_summary",
+    "changed_header",
+    "html_error",
+    "wrong_summary",
+    "volume_drop",
+    "wrong_hash",
+    "statement_creating",
+    "no_statement",
+    "mixed_encoding",
+)
 
-HEADER = ("交易时间,公众账号ID,商户号,特约商户号,设备号,微信订单号,商户订单号,用户标识,交易类型,交易状态,付款银行,货币种类,"
-          "应结订单金额,代金券金额,微信退款单号,商户退款单号,退款金额,充值券退款金额,退款类型,退款状态,商品名称,商户数据包,"
-          "手续费,费率,订单金额,申请退款金额,费率备注")
+HEADER = (
+    "交易时间,公众账号ID,商户号,特约商户号,设备号,微信订单号,商户订单号,用户标识,交易类型,交易状态,付款银行,货币种类,"
+    "应结订单金额,代金券金额,微信退款单号,商户退款单号,退款金额,充值券退款金额,退款类型,退款状态,商品名称,商户数据包,"
+    "手续费,费率,订单金额,申请退款金额,费率备注"
+)
 SUMMARY = "总交易单数,应结订单总金额,退款总金额,充值券退款总金额,手续费总金额,订单总金额,申请退款总金额"
 
 
@@ -78,17 +89,32 @@ class BillBook:
         self._files: dict[str, bytes] = {}  # download token → gzip bytes
 
     # ------------------------------------------------------------------ inputs
-    def add_refund(self, mchid: str, out_trade_no: str, out_refund_no: str, refund_cent: int, *,
-                   success_time: str | None = None, refund_status: str = "SUCCESS") -> dict[str, Any]:
+    def add_refund(
+        self,
+        mchid: str,
+        out_trade_no: str,
+        out_refund_no: str,
+        refund_cent: int,
+        *,
+        success_time: str | None = None,
+        refund_status: str = "SUCCESS",
+    ) -> dict[str, Any]:
         order = self.sim.get_order(mchid, out_trade_no)
         tx = (order.get("transaction") or {}).get("transaction_id")
         if not tx:
             raise SimulatorError(400, "ORDER_NOT_PAID", "订单未支付")
-        refund = {"mchid": str(mchid), "out_trade_no": out_trade_no, "transaction_id": tx,
-                  "out_refund_no": out_refund_no, "refund_id": "5030" + secrets.token_hex(12)[:25],
-                  "refund": int(refund_cent), "total": order["amount"]["total"], "appid": order["appid"],
-                  "refund_status": refund_status,
-                  "success_time": success_time or dt.datetime.now(CST).isoformat(timespec="seconds")}
+        refund = {
+            "mchid": str(mchid),
+            "out_trade_no": out_trade_no,
+            "transaction_id": tx,
+            "out_refund_no": out_refund_no,
+            "refund_id": "5030" + secrets.token_hex(12)[:25],
+            "refund": int(refund_cent),
+            "total": order["amount"]["total"],
+            "appid": order["appid"],
+            "refund_status": refund_status,
+            "success_time": success_time or dt.datetime.now(CST).isoformat(timespec="seconds"),
+        }
         with self._lock:
             # A bill lists each refund once (one row per 商户退款单号): telling the book about a refund it
             # already lists updates that row (its state as of the bill), keeping the channel's refund id.
@@ -119,24 +145,83 @@ class BillBook:
     def rows(self, mchid: str, bill_date: str) -> list[list[str]]:
         day = dt.date.fromisoformat(bill_date)
         with self.sim._lock:
-            paid = [o["transaction"] for (m, _), o in self.sim._orders.items()
-                    if m == str(mchid) and o.get("transaction")]
+            paid = [
+                o["transaction"]
+                for (m, _), o in self.sim._orders.items()
+                if m == str(mchid) and o.get("transaction")
+            ]
         rows = []
         for t in sorted(paid, key=lambda t: t["success_time"]):
             if _day_of(t["success_time"]) != day:
                 continue
             total = t["amount"]["total"]
-            rows.append([_clock(t["success_time"]), t["appid"], t["mchid"], "0", "", t["transaction_id"],
-                         t["out_trade_no"], t["payer"]["openid"], t["trade_type"], "SUCCESS", t["bank_type"], "CNY",
-                         _yuan(total), "0.00", "0", "0", "0.00", "0.00", "", "", "模拟商品", t.get("attach", ""),
-                         f"{_fee(total):.5f}", "0.60%", _yuan(total), "0.00", ""])
+            rows.append(
+                [
+                    _clock(t["success_time"]),
+                    t["appid"],
+                    t["mchid"],
+                    "0",
+                    "",
+                    t["transaction_id"],
+                    t["out_trade_no"],
+                    t["payer"]["openid"],
+                    t["trade_type"],
+                    "SUCCESS",
+                    t["bank_type"],
+                    "CNY",
+                    _yuan(total),
+                    "0.00",
+                    "0",
+                    "0",
+                    "0.00",
+                    "0.00",
+                    "",
+                    "",
+                    "模拟商品",
+                    t.get("attach", ""),
+                    f"{_fee(total):.5f}",
+                    "0.60%",
+                    _yuan(total),
+                    "0.00",
+                    "",
+                ]
+            )
         with self._lock:
-            refunds = [r for r in self._refunds if r["mchid"] == str(mchid) and _day_of(r["success_time"]) == day]
+            refunds = [
+                r for r in self._refunds if r["mchid"] == str(mchid) and _day_of(r["success_time"]) == day
+            ]
         for r in refunds:
-            rows.append([_clock(r["success_time"]), r["appid"], r["mchid"], "0", "", r["transaction_id"],
-                         r["out_trade_no"], "", "NATIVE", "REFUND", "OTHERS", "CNY", "0.00", "0.00", r["refund_id"],
-                         r["out_refund_no"], _yuan(r["refund"]), "0.00", "ORIGINAL", r["refund_status"], "模拟商品",
-                         "", f"{-_fee(r['refund']):.5f}", "0.60%", "0.00", _yuan(r["refund"]), ""])
+            rows.append(
+                [
+                    _clock(r["success_time"]),
+                    r["appid"],
+                    r["mchid"],
+                    "0",
+                    "",
+                    r["transaction_id"],
+                    r["out_trade_no"],
+                    "",
+                    "NATIVE",
+                    "REFUND",
+                    "OTHERS",
+                    "CNY",
+                    "0.00",
+                    "0.00",
+                    r["refund_id"],
+                    r["out_refund_no"],
+                    _yuan(r["refund"]),
+                    "0.00",
+                    "ORIGINAL",
+                    r["refund_status"],
+                    "模拟商品",
+                    "",
+                    f"{-_fee(r['refund']):.5f}",
+                    "0.60%",
+                    "0.00",
+                    _yuan(r["refund"]),
+                    "",
+                ]
+            )
         return rows
 
     def bill(self, mchid: str, bill_date: str, fault: str | None = None) -> bytes:
@@ -160,8 +245,15 @@ class BillBook:
         def total(i: int) -> Decimal:
             return sum((Decimal(r[i]) for r in rows), Decimal("0"))
 
-        return [str(len(rows)), f"{total(12):.2f}", f"{total(16):.2f}", f"{total(17):.2f}", f"{total(22):.2f}",
-                f"{total(24):.2f}", f"{total(25):.2f}"]
+        return [
+            str(len(rows)),
+            f"{total(12):.2f}",
+            f"{total(16):.2f}",
+            f"{total(17):.2f}",
+            f"{total(22):.2f}",
+            f"{total(24):.2f}",
+            f"{total(25):.2f}",
+        ]
 
     # ------------------------------------------------------------------ the API
     def tradebill(self, mchid: str, query: dict[str, str]) -> dict[str, str]:
@@ -180,15 +272,20 @@ class BillBook:
         if fault == "no_statement" or (not self.rows(mchid, bill_date) and fault is None):
             raise SimulatorError(400, "NO_STATEMENT_EXIST", "请求的账单文件不存在")
         if fault == "html_error":
-            data = b"<!DOCTYPE html>\r\n<html><head><title>500 Internal Server Error</title></head></html>\r\n"
+            data = (
+                b"<!DOCTYPE html>\r\n<html><head><title>500 Internal Server Error</title></head></html>\r\n"
+            )
         else:
             data = self.bill(mchid, bill_date, fault)
         digest = hashlib.sha1(b"other bytes" if fault == "wrong_hash" else data).hexdigest()  # noqa: S324
         token = secrets.token_urlsafe(16)
         with self._lock:
             self._files[token] = data if fault == "html_error" else gzip.compress(data)
-        return {"hash_type": "SHA1", "hash_value": digest,
-                "download_url": f"{self.sim.url}/v3/billdownload/file?token={token}&tartype=gzip"}
+        return {
+            "hash_type": "SHA1",
+            "hash_value": digest,
+            "download_url": f"{self.sim.url}/v3/billdownload/file?token={token}&tartype=gzip",
+        }
 
     def download(self, query: dict[str, str]) -> RawBody:
         with self._lock:
@@ -198,7 +295,9 @@ class BillBook:
         return RawBody(data, "application/octet-stream")
 
 
-def route(sim: ChannelSimulator, method: str, path: str, query: dict[str, str], mchid: str) -> tuple[int, Any]:
+def route(
+    sim: ChannelSimulator, method: str, path: str, query: dict[str, str], mchid: str
+) -> tuple[int, Any]:
     if method == "GET" and path == "/v3/bill/tradebill":
         return 200, sim.bills.tradebill(mchid, query)
     if method == "GET" and path == "/v3/billdownload/file":

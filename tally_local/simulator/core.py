@@ -30,7 +30,21 @@ log = logging.getLogger("tally_local.simulator")
 
 #: §1.9 retry schedule (seconds between attempts), multiplied by ``time_scale``.
 RETRY_SCHEDULE_S: tuple[int, ...] = (
-    15, 15, 30, 180, 600, 1200, 1800, 1800, 1800, 3600, 10800, 10800, 10800, 21600, 21600,
+    15,
+    15,
+    30,
+    180,
+    600,
+    1200,
+    1800,
+    1800,
+    1800,
+    3600,
+    10800,
+    10800,
+    10800,
+    21600,
+    21600,
 )
 SIGNATURE_TYPE = "WECHATPAY2-SHA256-RSA2048"
 SIGNTEST_PREFIX = "WECHATPAY/SIGNTEST/"
@@ -303,7 +317,10 @@ class ChannelSimulator(RefundDesk, PartnerDesk):
         self._stopping.clear()
         self._server = make_server(self, self.host, self.port)
         self._server_thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.1}, name="channel-simulator", daemon=True
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.1},
+            name="channel-simulator",
+            daemon=True,
         )
         self._server_thread.start()
         log.info("channel simulator listening on %s", self.url)
@@ -366,8 +383,12 @@ class ChannelSimulator(RefundDesk, PartnerDesk):
         """Register the committed TEST-ONLY merchant from ``testkeys/``; returns ``test_merchant()``."""
         m = test_merchant()
         self.register_merchant(
-            m["mchid"], m["apiv3_key"], m["merchant_public_key_pem"], m["merchant_serial"],
-            appid=m["appid"], verify_mode=verify_mode,
+            m["mchid"],
+            m["apiv3_key"],
+            m["merchant_public_key_pem"],
+            m["merchant_serial"],
+            appid=m["appid"],
+            verify_mode=verify_mode,
         )
         return m
 
@@ -423,7 +444,11 @@ class ChannelSimulator(RefundDesk, PartnerDesk):
         merchant = self.merchant(mchid)
         for name in ("appid", "mchid", "description", "out_trade_no", "notify_url", "amount"):
             if body.get(name) in (None, ""):
-                raise SimulatorError(400, "PARAM_ERROR", f"输入源“/body/{name}”映射到字段“{name}”必填性规则校验失败，此字段为必填项")
+                raise SimulatorError(
+                    400,
+                    "PARAM_ERROR",
+                    f"输入源“/body/{name}”映射到字段“{name}”必填性规则校验失败，此字段为必填项",
+                )
         if str(body["mchid"]) != merchant.mchid:
             raise SimulatorError(400, "PARAM_ERROR", "mchid与请求签名中的商户号不一致")
         if body["appid"] != merchant.appid:
@@ -619,8 +644,15 @@ class ChannelSimulator(RefundDesk, PartnerDesk):
             self._by_transaction_id[tid] = (merchant.mchid, out_trade_no)
         log.info("paid %s/%s -> %s (drop=%s duplicates=%s)", mchid, out_trade_no, tid, drop, duplicates)
         if not drop:
-            self._dispatch(merchant, order["notify_url"], resource, "TRANSACTION.SUCCESS",
-                           duplicates=duplicates, delay=delay, probe=probe)
+            self._dispatch(
+                merchant,
+                order["notify_url"],
+                resource,
+                "TRANSACTION.SUCCESS",
+                duplicates=duplicates,
+                delay=delay,
+                probe=probe,
+            )
         return tid
 
     def redeliver(self, mchid: str, out_trade_no: str, *, duplicates: int = 1, delay: float = 0) -> str:
@@ -631,8 +663,9 @@ class ChannelSimulator(RefundDesk, PartnerDesk):
             if order.get("transaction") is None:
                 raise SimulatorError(400, "ORDER_NOT_PAID", "订单未支付")
             resource = copy.deepcopy(order["transaction"])
-        self._dispatch(merchant, order["notify_url"], resource, "TRANSACTION.SUCCESS",
-                       duplicates=duplicates, delay=delay)
+        self._dispatch(
+            merchant, order["notify_url"], resource, "TRANSACTION.SUCCESS", duplicates=duplicates, delay=delay
+        )
         return resource["transaction_id"]
 
     # ------------------------------------------------------------------ builders
@@ -667,7 +700,12 @@ class ChannelSimulator(RefundDesk, PartnerDesk):
             "attach": attach,
             "success_time": success_time or self._now_rfc3339(),
             "payer": {"openid": openid or self._new_openid()},
-            "amount": {"total": int(total), "payer_total": payer_total, "currency": "CNY", "payer_currency": "CNY"},
+            "amount": {
+                "total": int(total),
+                "payer_total": payer_total,
+                "currency": "CNY",
+                "payer_currency": "CNY",
+            },
         }
         if payer_total < total:
             discount = total - payer_total
@@ -687,8 +725,9 @@ class ChannelSimulator(RefundDesk, PartnerDesk):
             ]
         return resource
 
-    def partner_transaction_resource(self, sp_mchid: str, sub_mchid: str, out_trade_no: str, total: int,
-                                     **kw: Any) -> dict[str, Any]:
+    def partner_transaction_resource(
+        self, sp_mchid: str, sub_mchid: str, out_trade_no: str, total: int, **kw: Any
+    ) -> dict[str, Any]:
         """A payment resource in service-provider shape (§1.7 partner): sp_appid/sp_mchid/sub_mchid and
         payer.sp_openid instead of appid/mchid/payer.openid; sign and encrypt it with the provider's
         merchant (``build_notification(sp_mchid, resource)``)."""
@@ -814,12 +853,22 @@ class ChannelSimulator(RefundDesk, PartnerDesk):
         if apiv3_key is not None:
             merchant = Merchant(**{**merchant.__dict__, "apiv3_key": apiv3_key})
         _, body = self._envelope(
-            merchant, resource, event_type=event_type, associated_data=associated_data,
-            resource_nonce=resource_nonce, notification_id=notification_id, create_time=create_time,
+            merchant,
+            resource,
+            event_type=event_type,
+            associated_data=associated_data,
+            resource_nonce=resource_nonce,
+            notification_id=notification_id,
+            create_time=create_time,
             summary=summary,
         )
         headers = self._signed_headers(
-            merchant, body, timestamp=timestamp, nonce=nonce, serial=serial, signature_override=signature_override
+            merchant,
+            body,
+            timestamp=timestamp,
+            nonce=nonce,
+            serial=serial,
+            signature_override=signature_override,
         )
         headers["Content-Type"] = "application/json"
         return headers, body
@@ -836,20 +885,32 @@ class ChannelSimulator(RefundDesk, PartnerDesk):
         delay: float = 0,
         probe: bool = False,
     ) -> None:
-        nid, body = self._envelope(merchant, resource, event_type=event_type,
-                                   associated_data="refund" if event_type.startswith("REFUND.") else "transaction")
+        nid, body = self._envelope(
+            merchant,
+            resource,
+            event_type=event_type,
+            associated_data="refund" if event_type.startswith("REFUND.") else "transaction",
+        )
         job = _Job(
-            merchant=merchant, notify_url=notify_url, body=body, notification_id=nid, event_type=event_type,
-            transaction_id=resource.get("transaction_id", ""), out_trade_no=resource.get("out_trade_no", ""),
+            merchant=merchant,
+            notify_url=notify_url,
+            body=body,
+            notification_id=nid,
+            event_type=event_type,
+            transaction_id=resource.get("transaction_id", ""),
+            out_trade_no=resource.get("out_trade_no", ""),
         )
         duplicates = max(1, int(duplicates))
         barrier = threading.Barrier(duplicates + (1 if probe else 0))
-        targets: list[tuple[Any, tuple[Any, ...]]] = [(self._deliver_chain, (job, i, barrier, delay))
-                                                      for i in range(duplicates)]
+        targets: list[tuple[Any, tuple[Any, ...]]] = [
+            (self._deliver_chain, (job, i, barrier, delay)) for i in range(duplicates)
+        ]
         if probe:
             targets.insert(0, (self._deliver_probe, (job, barrier, delay)))
-        threads = [threading.Thread(target=fn, args=args, daemon=True, name=f"notify-{nid[:8]}")
-                   for fn, args in targets]
+        threads = [
+            threading.Thread(target=fn, args=args, daemon=True, name=f"notify-{nid[:8]}")
+            for fn, args in targets
+        ]
         with self._lock:
             self._threads = [t for t in self._threads if t.is_alive()] + threads
         for t in threads:
@@ -903,8 +964,16 @@ class ChannelSimulator(RefundDesk, PartnerDesk):
         bogus = SIGNTEST_PREFIX + base64.b64encode(junk).decode("ascii")
         headers = self._signed_headers(job.merchant, job.body, signature_override=bogus)
         status, error, duration = self._attempt(job, headers)
-        self._record(job, kind="probe", copy=-1, attempt=1, status=status, error=error,
-                     serial=headers["Wechatpay-Serial"], duration_ms=duration)
+        self._record(
+            job,
+            kind="probe",
+            copy=-1,
+            attempt=1,
+            status=status,
+            error=error,
+            serial=headers["Wechatpay-Serial"],
+            duration_ms=duration,
+        )
 
     def _deliver_chain(self, job: _Job, copy_index: int, barrier: threading.Barrier, delay: float) -> None:
         try:
@@ -920,12 +989,24 @@ class ChannelSimulator(RefundDesk, PartnerDesk):
                 return
             headers = self._signed_headers(job.merchant, job.body)  # each attempt freshly signed
             status, error, duration = self._attempt(job, headers)
-            self._record(job, kind="notification", copy=copy_index, attempt=attempt, status=status, error=error,
-                         serial=headers["Wechatpay-Serial"], duration_ms=duration)
+            self._record(
+                job,
+                kind="notification",
+                copy=copy_index,
+                attempt=attempt,
+                status=status,
+                error=error,
+                serial=headers["Wechatpay-Serial"],
+                duration_ms=duration,
+            )
             if status in (200, 204):
                 return
-        log.warning("notification %s for %s gave up after %d attempts", job.notification_id,
-                    job.transaction_id, len(RETRY_SCHEDULE_S) + 1)
+        log.warning(
+            "notification %s for %s gave up after %d attempts",
+            job.notification_id,
+            job.transaction_id,
+            len(RETRY_SCHEDULE_S) + 1,
+        )
 
     @property
     def deliveries(self) -> list[dict[str, Any]]:
@@ -933,14 +1014,21 @@ class ChannelSimulator(RefundDesk, PartnerDesk):
         with self._lock:
             return [dict(d) for d in self._deliveries]
 
-    def wait_delivered(self, transaction_id: str, timeout: float = 10.0, count: int = 1) -> list[dict[str, Any]]:
+    def wait_delivered(
+        self, transaction_id: str, timeout: float = 10.0, count: int = 1
+    ) -> list[dict[str, Any]]:
         """Block until ``count`` notification attempts for ``transaction_id`` were acknowledged (200/204);
         returns those records. Raises ``TimeoutError``."""
         deadline = time.monotonic() + timeout
 
         def ok() -> list[dict[str, Any]]:
-            return [d for d in self._deliveries if d["transaction_id"] == transaction_id
-                    and d["kind"] == "notification" and d["status"] in (200, 204)]
+            return [
+                d
+                for d in self._deliveries
+                if d["transaction_id"] == transaction_id
+                and d["kind"] == "notification"
+                and d["status"] in (200, 204)
+            ]
 
         with self._cond:
             while len(ok()) < count:
@@ -972,9 +1060,16 @@ class ChannelSimulator(RefundDesk, PartnerDesk):
         ``delay`` (sleep ``seconds`` first, then answer normally)."""
         if kind not in ("error", "unsigned", "bad_signature", "delay"):
             raise ValueError(f"unknown fault kind {kind!r}")
-        fault = {"kind": kind, "count": int(count), "path_contains": path_contains,
-                 "method": method.upper() if method else None, "status": int(status), "code": code,
-                 "message": message, "seconds": float(seconds)}
+        fault = {
+            "kind": kind,
+            "count": int(count),
+            "path_contains": path_contains,
+            "method": method.upper() if method else None,
+            "status": int(status),
+            "code": code,
+            "message": message,
+            "seconds": float(seconds),
+        }
         with self._lock:
             self._faults.append(fault)
         return dict(fault)
@@ -997,7 +1092,9 @@ class ChannelSimulator(RefundDesk, PartnerDesk):
         return None
 
     # ------------------------------------------------------------------ request authentication
-    def authenticate(self, method: str, canonical_url: str, authorization: str | None, body: bytes) -> Merchant:
+    def authenticate(
+        self, method: str, canonical_url: str, authorization: str | None, body: bytes
+    ) -> Merchant:
         """§2.5: verify ``Authorization: WECHATPAY2-SHA256-RSA2048 k="v",…`` against the merchant key."""
         if not authorization:
             raise SimulatorError(401, "SIGN_ERROR", "Http头Authorization值为空")
@@ -1005,7 +1102,9 @@ class ChannelSimulator(RefundDesk, PartnerDesk):
         if scheme != SIGNATURE_TYPE:
             raise SimulatorError(401, "SIGN_ERROR", "错误的签名认证类型")
         fields = dict(_AUTH_PARAM_RE.findall(params))
-        missing = [k for k in ("mchid", "nonce_str", "signature", "timestamp", "serial_no") if not fields.get(k)]
+        missing = [
+            k for k in ("mchid", "nonce_str", "signature", "timestamp", "serial_no") if not fields.get(k)
+        ]
         if missing:
             raise SimulatorError(401, "SIGN_ERROR", f"Http头Authorization缺少{','.join(missing)}")
         merchant = self.merchant(fields["mchid"])

@@ -36,7 +36,11 @@ class PartnerDesk:
         provider = self.merchant(sp_mchid)
         for name in _REQUIRED:
             if body.get(name) in (None, ""):
-                raise SimulatorError(400, "PARAM_ERROR", f"输入源“/body/{name}”映射到字段“{name}”必填性规则校验失败，此字段为必填项")
+                raise SimulatorError(
+                    400,
+                    "PARAM_ERROR",
+                    f"输入源“/body/{name}”映射到字段“{name}”必填性规则校验失败，此字段为必填项",
+                )
         if str(body["sp_mchid"]) != provider.mchid:
             raise SimulatorError(400, "PARAM_ERROR", "sp_mchid与请求签名中的商户号不一致")
         if body["sp_appid"] != provider.appid:
@@ -59,8 +63,14 @@ class PartnerDesk:
                 self._orders.pop(key, None)
                 if saved is not None:
                     self._orders[key] = saved
-            order.update(mchid=sub, sub_mchid=sub, sp_mchid=provider.mchid, sp_appid=provider.appid,
-                         sub_appid=body.get("sub_appid") or None, partner=True)
+            order.update(
+                mchid=sub,
+                sub_mchid=sub,
+                sp_mchid=provider.mchid,
+                sp_appid=provider.appid,
+                sub_appid=body.get("sub_appid") or None,
+                partner=True,
+            )
             self._orders[(sub, otn)] = order
         return answer
 
@@ -70,17 +80,27 @@ class PartnerDesk:
             raise SimulatorError(404, "ORDER_NOT_EXIST", "订单不存在")
         return order
 
-    def partner_transaction_view(self: Any, sp_mchid: str, sub_mchid: str, out_trade_no: str) -> dict[str, Any]:
+    def partner_transaction_view(
+        self: Any, sp_mchid: str, sub_mchid: str, out_trade_no: str
+    ) -> dict[str, Any]:
         with self._lock:
             order = self._partner_order(sp_mchid, sub_mchid, out_trade_no)
             if order.get("transaction") is not None:
                 return copy.deepcopy(order["transaction"])
-            view = {"sp_appid": order["sp_appid"], "sp_mchid": order["sp_mchid"], "sub_mchid": order["sub_mchid"],
-                    "out_trade_no": order["out_trade_no"], "trade_state": order["trade_state"],
-                    "trade_state_desc": "未支付" if order["trade_state"] == "NOTPAY" else "订单已关闭",
-                    "attach": order["attach"],
-                    "amount": {"total": order["amount"]["total"], "currency": order["amount"]["currency"],
-                               "payer_currency": order["amount"]["currency"]}}
+            view = {
+                "sp_appid": order["sp_appid"],
+                "sp_mchid": order["sp_mchid"],
+                "sub_mchid": order["sub_mchid"],
+                "out_trade_no": order["out_trade_no"],
+                "trade_state": order["trade_state"],
+                "trade_state_desc": "未支付" if order["trade_state"] == "NOTPAY" else "订单已关闭",
+                "attach": order["attach"],
+                "amount": {
+                    "total": order["amount"]["total"],
+                    "currency": order["amount"]["currency"],
+                    "payer_currency": order["amount"]["currency"],
+                },
+            }
             if order.get("sub_appid"):
                 view["sub_appid"] = order["sub_appid"]
             return view
@@ -94,27 +114,51 @@ class PartnerDesk:
                 raise SimulatorError(400, "ORDER_CLOSED", "订单已关闭")
             order["trade_state"] = "CLOSED"
 
-    def pay_partner(self: Any, sp_mchid: str, sub_mchid: str, out_trade_no: str, *, payer_total: int | None = None,
-                    duplicates: int = 1, drop: bool = False, amount_total: int | None = None,
-                    delay: float = 0) -> str:
+    def pay_partner(
+        self: Any,
+        sp_mchid: str,
+        sub_mchid: str,
+        out_trade_no: str,
+        *,
+        payer_total: int | None = None,
+        duplicates: int = 1,
+        drop: bool = False,
+        amount_total: int | None = None,
+        delay: float = 0,
+    ) -> str:
         """The user pays a partner order: a partner-shaped TRANSACTION.SUCCESS goes to the provider's URL."""
         provider = self.merchant(sp_mchid)
         with self._lock:
             order = self._partner_order(provider.mchid, sub_mchid, out_trade_no)
             if order["trade_state"] != "NOTPAY":
-                raise SimulatorError(400, "ORDER_PAID" if order["trade_state"] == "SUCCESS" else "ORDER_CLOSED",
-                                     "订单已支付" if order["trade_state"] == "SUCCESS" else "订单已关闭")
+                raise SimulatorError(
+                    400,
+                    "ORDER_PAID" if order["trade_state"] == "SUCCESS" else "ORDER_CLOSED",
+                    "订单已支付" if order["trade_state"] == "SUCCESS" else "订单已关闭",
+                )
             if order["_expire_at"] is not None and dt.datetime.now(dt.UTC) > order["_expire_at"]:
                 raise SimulatorError(400, "ORDER_EXPIRED", "订单已过期 (time_expire)")
             total = order["amount"]["total"] if amount_total is None else int(amount_total)
-            resource = self.partner_transaction_resource(provider.mchid, str(sub_mchid), out_trade_no, total,
-                                                         payer_total=payer_total, attach=order["attach"])
+            resource = self.partner_transaction_resource(
+                provider.mchid,
+                str(sub_mchid),
+                out_trade_no,
+                total,
+                payer_total=payer_total,
+                attach=order["attach"],
+            )
             if order.get("sub_appid"):
                 resource["sub_appid"] = order["sub_appid"]
             order["trade_state"] = "SUCCESS"
             order["transaction"] = resource
             self._by_transaction_id[resource["transaction_id"]] = (str(sub_mchid), out_trade_no)
         if not drop:
-            self._dispatch(provider, order["notify_url"], resource, "TRANSACTION.SUCCESS", duplicates=duplicates,
-                           delay=delay)
+            self._dispatch(
+                provider,
+                order["notify_url"],
+                resource,
+                "TRANSACTION.SUCCESS",
+                duplicates=duplicates,
+                delay=delay,
+            )
         return str(resource["transaction_id"])

@@ -40,12 +40,20 @@ class RefundDesk:
 
     def _init_refunds(self: ChannelSimulator) -> None:
         self._refunds: dict[str, dict[str, Any]] = {}  # out_refund_no → refund (+ private _keys)
-        self._refund_default: dict[str, Any] = {"outcome": "success", "delay_s": 60.0, "after_accept": None,
-                                                "hang_s": 1.0, "drop": False, "duplicates": 1}
+        self._refund_default: dict[str, Any] = {
+            "outcome": "success",
+            "delay_s": 60.0,
+            "after_accept": None,
+            "hang_s": 1.0,
+            "drop": False,
+            "duplicates": 1,
+        }
         self._refund_plans: list[dict[str, Any]] = []
 
     # ------------------------------------------------------------------ behaviour
-    def set_refund_behaviour(self: ChannelSimulator, count: int | None = None, **options: Any) -> dict[str, Any]:
+    def set_refund_behaviour(
+        self: ChannelSimulator, count: int | None = None, **options: Any
+    ) -> dict[str, Any]:
         unknown = set(options) - set(BEHAVIOUR_KEYS)
         if unknown:
             raise ValueError(f"unknown refund behaviour {sorted(unknown)}")
@@ -63,8 +71,9 @@ class RefundDesk:
         return self._refund_plans.pop(0) if self._refund_plans else dict(self._refund_default)
 
     # ------------------------------------------------------------------ API
-    def refund_route(self: ChannelSimulator, method: str, path: str, body: dict[str, Any],
-                     merchant: Merchant) -> tuple[int, Any]:
+    def refund_route(
+        self: ChannelSimulator, method: str, path: str, body: dict[str, Any], merchant: Merchant
+    ) -> tuple[int, Any]:
         from .core import SimulatorError
 
         if method == "POST" and path == "/v3/refund/domestic/refunds":
@@ -84,8 +93,10 @@ class RefundDesk:
         amount = body.get("amount")
         if not isinstance(no, str) or not OUT_REFUND_NO_RE.match(no):
             raise SimulatorError(400, "PARAM_ERROR", "out_refund_no格式错误")
-        if not isinstance(amount, dict) or not all(isinstance(amount.get(k), int) and not isinstance(amount.get(k), bool)
-                                                   for k in ("refund", "total")):
+        if not isinstance(amount, dict) or not all(
+            isinstance(amount.get(k), int) and not isinstance(amount.get(k), bool)
+            for k in ("refund", "total")
+        ):
             raise SimulatorError(400, "PARAM_ERROR", "amount.refund/amount.total必须为整数（分）")
         if amount.get("currency", "CNY") != "CNY" or amount["refund"] <= 0:
             raise SimulatorError(400, "PARAM_ERROR", "amount格式错误")
@@ -94,29 +105,52 @@ class RefundDesk:
             tx = order["transaction"]
             existing = self._refunds.get(no)
             if existing is not None:
-                same = (existing["_mchid"], existing["transaction_id"], existing["amount"]["refund"]) == \
-                       (mchid, tx["transaction_id"], amount["refund"])
+                same = (existing["_mchid"], existing["transaction_id"], existing["amount"]["refund"]) == (
+                    mchid,
+                    tx["transaction_id"],
+                    amount["refund"],
+                )
                 if not same:
-                    raise SimulatorError(400, "INVALID_REQUEST", "out_refund_no重复，且请求参数与原请求不一致")
+                    raise SimulatorError(
+                        400, "INVALID_REQUEST", "out_refund_no重复，且请求参数与原请求不一致"
+                    )
                 return self._public_refund(existing), None  # the same number refunds once (§2.3)
             if amount["total"] != tx["amount"]["total"]:
                 raise SimulatorError(400, "INVALID_REQUEST", "订单金额与原订单金额不一致")
-            taken = sum(r["amount"]["refund"] for r in self._refunds.values()
-                        if r["transaction_id"] == tx["transaction_id"] and r["status"] != "CLOSED")
+            taken = sum(
+                r["amount"]["refund"]
+                for r in self._refunds.values()
+                if r["transaction_id"] == tx["transaction_id"] and r["status"] != "CLOSED"
+            )
             if taken + amount["refund"] > tx["amount"]["payer_total"]:
                 raise SimulatorError(400, "INVALID_REQUEST", "申请退款金额超过订单可退金额")
             plan = self._next_plan()
             refund = {
-                "refund_id": "5030" + self._digits(25), "out_refund_no": no,
-                "transaction_id": tx["transaction_id"], "out_trade_no": tx["out_trade_no"],
-                "channel": "ORIGINAL", "user_received_account": "支付用户零钱", "create_time": self._now_rfc3339(),
-                "status": "PROCESSING", "funds_account": "AVAILABLE",
-                "amount": {"total": tx["amount"]["total"], "refund": amount["refund"],
-                           "payer_total": tx["amount"]["payer_total"], "payer_refund": amount["refund"],
-                           "settlement_refund": amount["refund"], "settlement_total": tx["amount"]["total"],
-                           "discount_refund": 0, "currency": "CNY", "refund_fee": 0, "from": []},
+                "refund_id": "5030" + self._digits(25),
+                "out_refund_no": no,
+                "transaction_id": tx["transaction_id"],
+                "out_trade_no": tx["out_trade_no"],
+                "channel": "ORIGINAL",
+                "user_received_account": "支付用户零钱",
+                "create_time": self._now_rfc3339(),
+                "status": "PROCESSING",
+                "funds_account": "AVAILABLE",
+                "amount": {
+                    "total": tx["amount"]["total"],
+                    "refund": amount["refund"],
+                    "payer_total": tx["amount"]["payer_total"],
+                    "payer_refund": amount["refund"],
+                    "settlement_refund": amount["refund"],
+                    "settlement_total": tx["amount"]["total"],
+                    "discount_refund": 0,
+                    "currency": "CNY",
+                    "refund_fee": 0,
+                    "from": [],
+                },
                 "promotion_detail": [],
-                "_mchid": mchid, "_notify_url": body.get("notify_url") or order["notify_url"], "_plan": plan,
+                "_mchid": mchid,
+                "_notify_url": body.get("notify_url") or order["notify_url"],
+                "_plan": plan,
                 "_reason": body.get("reason", ""),
             }
             self._refunds[no] = refund
@@ -124,7 +158,9 @@ class RefundDesk:
             tx["trade_state"] = "REFUND"
             tx["trade_state_desc"] = "转入退款"
         if plan["outcome"] != "hold":
-            threading.Thread(target=self._settle_later, args=(no, plan), daemon=True, name=f"refund-{no[:8]}").start()
+            threading.Thread(
+                target=self._settle_later, args=(no, plan), daemon=True, name=f"refund-{no[:8]}"
+            ).start()
         return self._public_refund(refund), plan
 
     def _refundable_order(self: ChannelSimulator, mchid: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -161,7 +197,9 @@ class RefundDesk:
             return
         self.settle_refund(no, plan["outcome"])
 
-    def settle_refund(self: ChannelSimulator, out_refund_no: str, outcome: str, *, notify: bool | None = None) -> str:
+    def settle_refund(
+        self: ChannelSimulator, out_refund_no: str, outcome: str, *, notify: bool | None = None
+    ) -> str:
         """Decide a refund (success | closed | abnormal) and notify (unless the plan drops it). ABNORMAL may
         later be settled again (e.g. success after a person fixed it)."""
         status = OUTCOMES[outcome]
@@ -176,17 +214,31 @@ class RefundDesk:
             merchant = self.merchant(refund["_mchid"])
             resource = self._refund_resource_of(refund)
         if notify if notify is not None else not plan.get("drop"):
-            self._dispatch(merchant, refund["_notify_url"], resource, f"REFUND.{status}",
-                           duplicates=int(plan.get("duplicates") or 1))
+            self._dispatch(
+                merchant,
+                refund["_notify_url"],
+                resource,
+                f"REFUND.{status}",
+                duplicates=int(plan.get("duplicates") or 1),
+            )
         return status
 
     def _refund_resource_of(self: ChannelSimulator, refund: dict[str, Any]) -> dict[str, Any]:
         return self.refund_resource(
-            refund["_mchid"], refund["out_trade_no"], refund["transaction_id"], refund["out_refund_no"],
-            refund["amount"]["refund"], refund["amount"]["total"], refund_status=refund["status"],
-            refund_id=refund["refund_id"], success_time=refund.get("success_time"))
+            refund["_mchid"],
+            refund["out_trade_no"],
+            refund["transaction_id"],
+            refund["out_refund_no"],
+            refund["amount"]["refund"],
+            refund["amount"]["total"],
+            refund_status=refund["status"],
+            refund_id=refund["refund_id"],
+            success_time=refund.get("success_time"),
+        )
 
-    def refund_notification(self: ChannelSimulator, out_refund_no: str, **build: Any) -> tuple[dict[str, str], bytes]:
+    def refund_notification(
+        self: ChannelSimulator, out_refund_no: str, **build: Any
+    ) -> tuple[dict[str, str], bytes]:
         """The signed REFUND.<status> notification of a settled refund, for tests to deliver by hand."""
         with self._lock:
             refund = self._refunds[out_refund_no]
@@ -194,8 +246,9 @@ class RefundDesk:
                 raise ValueError(f"refund {out_refund_no} is still PROCESSING")
             resource = self._refund_resource_of(refund)
             mchid, status = refund["_mchid"], refund["status"]
-        return self.build_notification(mchid, resource, event_type=f"REFUND.{status}", associated_data="refund",
-                                       **build)
+        return self.build_notification(
+            mchid, resource, event_type=f"REFUND.{status}", associated_data="refund", **build
+        )
 
     def refunds(self: ChannelSimulator) -> list[dict[str, Any]]:
         with self._lock:

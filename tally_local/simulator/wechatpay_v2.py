@@ -41,7 +41,9 @@ def v2_sign(fields: dict[str, str], api_key: str, sign_type: str = "MD5") -> str
 
 
 def xml_of(fields: dict[str, str], root: str = "xml") -> bytes:
-    inner = "".join(f"<{k}><![CDATA[{str(v).replace(']]>', ']]]]><![CDATA[>')}]]></{k}>" for k, v in fields.items())
+    inner = "".join(
+        f"<{k}><![CDATA[{str(v).replace(']]>', ']]]]><![CDATA[>')}]]></{k}>" for k, v in fields.items()
+    )
     return f"<{root}>{inner}</{root}>".encode()
 
 
@@ -71,8 +73,9 @@ class WeChatPayV2Simulator(V2RefundDesk):
         self.faults: list[dict[str, Any]] = []
         self._init_refunds()  # /secapi/pay/refund, /pay/refundquery (wechatpay_v2_refunds.py)
 
-    def register_merchant(self, mch_id: str, api_key: str, appid: str = "wxd930ea5d5a258f4f",
-                          sign_type: str = "MD5") -> dict[str, str]:
+    def register_merchant(
+        self, mch_id: str, api_key: str, appid: str = "wxd930ea5d5a258f4f", sign_type: str = "MD5"
+    ) -> dict[str, str]:
         if len(api_key) != 32:
             raise ValueError("the v2 API key is 32 characters")
         with self._lock:
@@ -80,8 +83,9 @@ class WeChatPayV2Simulator(V2RefundDesk):
         return {"mch_id": str(mch_id), "api_key": api_key, "appid": appid, "sign_type": sign_type}
 
     def register_test_merchant(self, mch_id: str | None = None, sign_type: str = "MD5") -> dict[str, str]:
-        return self.register_merchant(mch_id or "19" + self.owner._digits(8), self.owner._alnum(32),
-                                      sign_type=sign_type)
+        return self.register_merchant(
+            mch_id or "19" + self.owner._digits(8), self.owner._alnum(32), sign_type=sign_type
+        )
 
     def merchant(self, mch_id: str) -> V2Merchant:
         with self._lock:
@@ -95,20 +99,36 @@ class WeChatPayV2Simulator(V2RefundDesk):
         try:
             req = fields_of(body)
         except (ET.ParseError, ValueError):
-            return 200, {"Content-Type": "text/xml"}, xml_of({"return_code": "FAIL", "return_msg": "XML格式错误"})
+            return (
+                200,
+                {"Content-Type": "text/xml"},
+                xml_of({"return_code": "FAIL", "return_msg": "XML格式错误"}),
+            )
         merchant = self.merchants.get(req.get("mch_id", ""))
         if merchant is None:
-            return 200, {"Content-Type": "text/xml"}, xml_of({"return_code": "FAIL", "return_msg": "商户号不存在"})
+            return (
+                200,
+                {"Content-Type": "text/xml"},
+                xml_of({"return_code": "FAIL", "return_msg": "商户号不存在"}),
+            )
         sign_type = req.get("sign_type") or "MD5"
         if not hmac.compare_digest(v2_sign(req, merchant.api_key, sign_type), req.get("sign", "")):
-            return 200, {"Content-Type": "text/xml"}, xml_of({"return_code": "FAIL", "return_msg": "签名错误"})
+            return (
+                200,
+                {"Content-Type": "text/xml"},
+                xml_of({"return_code": "FAIL", "return_msg": "签名错误"}),
+            )
         owner = req.get("sub_mch_id") or merchant.mch_id
         hang = 0.0
         fault = self._take_fault(path)
         if fault is not None and fault["kind"] == "error":
             answer = {"result_code": "FAIL", "err_code": fault["code"], "err_code_des": "模拟故障"}
         elif req.get("appid") and req["appid"] != merchant.appid:
-            answer = {"result_code": "FAIL", "err_code": "APPID_MCHID_NOT_MATCH", "err_code_des": "appid和mch_id不匹配"}
+            answer = {
+                "result_code": "FAIL",
+                "err_code": "APPID_MCHID_NOT_MATCH",
+                "err_code_des": "appid和mch_id不匹配",
+            }
         elif path == "/pay/unifiedorder":
             answer = self._unifiedorder(owner, req)
         elif path == "/pay/orderquery":
@@ -120,17 +140,34 @@ class WeChatPayV2Simulator(V2RefundDesk):
         elif path == "/pay/refundquery":
             answer = self._refundquery(owner, req)
         else:
-            return 404, {"Content-Type": "text/xml"}, xml_of({"return_code": "FAIL", "return_msg": "not emulated"})
-        answer = {"return_code": "SUCCESS", "return_msg": "OK", "appid": merchant.appid, "mch_id": merchant.mch_id,
-                  "nonce_str": self.owner._alnum(16), **answer}
+            return (
+                404,
+                {"Content-Type": "text/xml"},
+                xml_of({"return_code": "FAIL", "return_msg": "not emulated"}),
+            )
+        answer = {
+            "return_code": "SUCCESS",
+            "return_msg": "OK",
+            "appid": merchant.appid,
+            "mch_id": merchant.mch_id,
+            "nonce_str": self.owner._alnum(16),
+            **answer,
+        }
         if req.get("sub_mch_id"):
             answer["sub_mch_id"] = req["sub_mch_id"]
         answer["sign"] = v2_sign(answer, merchant.api_key, sign_type)
         if fault is not None and fault["kind"] == "bad_signature":
             answer["sign"] = ("A" if answer["sign"][0] != "A" else "B") + answer["sign"][1:]
         with self._lock:
-            self.requests.append({"path": path, "mch_id": merchant.mch_id, "out_trade_no": req.get("out_trade_no"),
-                                  "sign_type": sign_type, "fault": fault["kind"] if fault else None})
+            self.requests.append(
+                {
+                    "path": path,
+                    "mch_id": merchant.mch_id,
+                    "out_trade_no": req.get("out_trade_no"),
+                    "sign_type": sign_type,
+                    "fault": fault["kind"] if fault else None,
+                }
+            )
         if hang:
             time.sleep(hang)  # the refund is made; the caller gives up before the answer
         return 200, {"Content-Type": "text/xml"}, xml_of(answer)
@@ -139,7 +176,11 @@ class WeChatPayV2Simulator(V2RefundDesk):
         with self._lock:
             order = self.orders.get((owner, req.get("out_trade_no", "")))
             if order is None:
-                return {"result_code": "FAIL", "err_code": "ORDERNOTEXIST", "err_code_des": "此交易订单号不存在"}
+                return {
+                    "result_code": "FAIL",
+                    "err_code": "ORDERNOTEXIST",
+                    "err_code_des": "此交易订单号不存在",
+                }
             if order["trade_state"] == "SUCCESS":
                 return {"result_code": "FAIL", "err_code": "ORDERPAID", "err_code_des": "订单已支付"}
             if order["trade_state"] == "CLOSED":
@@ -148,8 +189,9 @@ class WeChatPayV2Simulator(V2RefundDesk):
         return {"result_code": "SUCCESS"}
 
     # ------------------------------------------------------------------ faults on the /pay APIs
-    def inject_fault(self, kind: str, *, count: int = 1, path_contains: str | None = None,
-                     code: str = "SYSTEMERROR") -> dict[str, Any]:
+    def inject_fault(
+        self, kind: str, *, count: int = 1, path_contains: str | None = None, code: str = "SYSTEMERROR"
+    ) -> dict[str, Any]:
         """The next ``count`` matching ``/pay/...`` calls misbehave: ``error`` (result_code FAIL with err_code
         ``code``) or ``bad_signature`` (the answer's sign is altered)."""
         if kind not in ("error", "bad_signature"):
@@ -191,42 +233,89 @@ class WeChatPayV2Simulator(V2RefundDesk):
         with self._lock:
             existing = self.orders.get((owner, req["out_trade_no"]))
             if existing is not None and existing["total_fee"] != int(total):
-                return {"result_code": "FAIL", "err_code": "OUT_TRADE_NO_USED", "err_code_des": "商户订单号重复"}
+                return {
+                    "result_code": "FAIL",
+                    "err_code": "OUT_TRADE_NO_USED",
+                    "err_code_des": "商户订单号重复",
+                }
             if existing is not None and existing["trade_state"] in ("SUCCESS", "CLOSED"):
                 word = "ORDERPAID" if existing["trade_state"] == "SUCCESS" else "ORDERCLOSED"
                 return {"result_code": "FAIL", "err_code": word, "err_code_des": word}
-            order = self.orders.setdefault((owner, req["out_trade_no"]), {
-                "mch_id": req["mch_id"], "sub_mch_id": req.get("sub_mch_id") or "", "owner": owner,
-                "out_trade_no": req["out_trade_no"], "total_fee": int(total), "notify_url": req["notify_url"],
-                "code_url": "weixin://wxpay/bizpayurl?pr=" + self.owner._alnum(7), "trade_state": "NOTPAY",
-                "transaction_id": None})
-        return {"result_code": "SUCCESS", "trade_type": "NATIVE", "prepay_id": "wx" + self.owner._alnum(30),
-                "code_url": order["code_url"]}
+            order = self.orders.setdefault(
+                (owner, req["out_trade_no"]),
+                {
+                    "mch_id": req["mch_id"],
+                    "sub_mch_id": req.get("sub_mch_id") or "",
+                    "owner": owner,
+                    "out_trade_no": req["out_trade_no"],
+                    "total_fee": int(total),
+                    "notify_url": req["notify_url"],
+                    "code_url": "weixin://wxpay/bizpayurl?pr=" + self.owner._alnum(7),
+                    "trade_state": "NOTPAY",
+                    "transaction_id": None,
+                },
+            )
+        return {
+            "result_code": "SUCCESS",
+            "trade_type": "NATIVE",
+            "prepay_id": "wx" + self.owner._alnum(30),
+            "code_url": order["code_url"],
+        }
 
     def _orderquery(self, owner: str, req: dict[str, str]) -> dict[str, str]:
         order = self.orders.get((owner, req.get("out_trade_no", "")))
         if order is None:
             return {"result_code": "FAIL", "err_code": "ORDERNOTEXIST", "err_code_des": "此交易订单号不存在"}
-        out = {"result_code": "SUCCESS", "out_trade_no": order["out_trade_no"], "trade_state": order["trade_state"],
-               "trade_state_desc": {"NOTPAY": "订单未支付", "SUCCESS": "支付成功", "CLOSED": "已关闭"}.get(
-                   order["trade_state"], order["trade_state"]),
-               "total_fee": str(order["total_fee"]), "fee_type": "CNY"}
+        out = {
+            "result_code": "SUCCESS",
+            "out_trade_no": order["out_trade_no"],
+            "trade_state": order["trade_state"],
+            "trade_state_desc": {"NOTPAY": "订单未支付", "SUCCESS": "支付成功", "CLOSED": "已关闭"}.get(
+                order["trade_state"], order["trade_state"]
+            ),
+            "total_fee": str(order["total_fee"]),
+            "fee_type": "CNY",
+        }
         if order["transaction_id"]:
-            out.update(transaction_id=order["transaction_id"], cash_fee=str(order["cash_fee"]), trade_type="NATIVE",
-                       time_end=order.get("time_end", ""), bank_type="OTHERS", openid="o" + self.owner._alnum(27))
+            out.update(
+                transaction_id=order["transaction_id"],
+                cash_fee=str(order["cash_fee"]),
+                trade_type="NATIVE",
+                time_end=order.get("time_end", ""),
+                bank_type="OTHERS",
+                openid="o" + self.owner._alnum(27),
+            )
         return out
 
     # ------------------------------------------------------------------ notifications
-    def payment_params(self, mch_id: str, out_trade_no: str, total_fee: int | str, *,
-                       sub_mch_id: str | None = None, cash_fee: int | str | None = None,
-                       transaction_id: str | None = None, result_code: str = "SUCCESS", **extra: str) -> dict[str, str]:
+    def payment_params(
+        self,
+        mch_id: str,
+        out_trade_no: str,
+        total_fee: int | str,
+        *,
+        sub_mch_id: str | None = None,
+        cash_fee: int | str | None = None,
+        transaction_id: str | None = None,
+        result_code: str = "SUCCESS",
+        **extra: str,
+    ) -> dict[str, str]:
         merchant = self.merchant(mch_id)
         fields = {
-            "appid": merchant.appid, "mch_id": merchant.mch_id, "nonce_str": self.owner._alnum(32),
-            "result_code": result_code, "return_code": "SUCCESS", "openid": "o" + self.owner._alnum(27),
-            "is_subscribe": "N", "trade_type": "NATIVE", "bank_type": "OTHERS", "total_fee": str(total_fee),
-            "fee_type": "CNY", "cash_fee": str(total_fee if cash_fee is None else cash_fee),
-            "transaction_id": transaction_id or "42000" + self.owner._digits(23), "out_trade_no": out_trade_no,
+            "appid": merchant.appid,
+            "mch_id": merchant.mch_id,
+            "nonce_str": self.owner._alnum(32),
+            "result_code": result_code,
+            "return_code": "SUCCESS",
+            "openid": "o" + self.owner._alnum(27),
+            "is_subscribe": "N",
+            "trade_type": "NATIVE",
+            "bank_type": "OTHERS",
+            "total_fee": str(total_fee),
+            "fee_type": "CNY",
+            "cash_fee": str(total_fee if cash_fee is None else cash_fee),
+            "transaction_id": transaction_id or "42000" + self.owner._digits(23),
+            "out_trade_no": out_trade_no,
             "time_end": dt.datetime.now(c.CST).strftime("%Y%m%d%H%M%S"),
         }
         if sub_mch_id:
@@ -234,8 +323,14 @@ class WeChatPayV2Simulator(V2RefundDesk):
         fields.update({k: v for k, v in extra.items() if v is not None})
         return fields
 
-    def build_notification(self, fields: dict[str, str], *, sign_type: str | None = None,
-                           sign_override: str | None = None, api_key: str | None = None) -> bytes:
+    def build_notification(
+        self,
+        fields: dict[str, str],
+        *,
+        sign_type: str | None = None,
+        sign_override: str | None = None,
+        api_key: str | None = None,
+    ) -> bytes:
         merchant = self.merchant(fields["mch_id"])
         out = dict(fields)
         sign_type = sign_type or merchant.sign_type
@@ -244,7 +339,9 @@ class WeChatPayV2Simulator(V2RefundDesk):
         out["sign"] = sign_override or v2_sign(out, api_key or merchant.api_key, sign_type)
         return xml_of(out)
 
-    def refund_notification(self, mch_id: str, refund: dict[str, str], *, api_key: str | None = None) -> bytes:
+    def refund_notification(
+        self, mch_id: str, refund: dict[str, str], *, api_key: str | None = None
+    ) -> bytes:
         """§4 refund callback: unsigned, `req_info` = base64(AES-256-ECB/PKCS7(`<root>` XML)), key = md5 hex."""
         merchant = self.merchant(mch_id)
         key = hashlib.md5((api_key or merchant.api_key).encode()).hexdigest().lower().encode()
@@ -252,25 +349,48 @@ class WeChatPayV2Simulator(V2RefundDesk):
         plain = padder.update(xml_of(refund, root="root")) + padder.finalize()
         enc = Cipher(algorithms.AES(key), modes.ECB()).encryptor()  # noqa: S305 - the wire format
         req_info = base64.b64encode(enc.update(plain) + enc.finalize()).decode()
-        return xml_of({"return_code": "SUCCESS", "appid": merchant.appid, "mch_id": merchant.mch_id,
-                       "nonce_str": self.owner._alnum(32), "req_info": req_info})
+        return xml_of(
+            {
+                "return_code": "SUCCESS",
+                "appid": merchant.appid,
+                "mch_id": merchant.mch_id,
+                "nonce_str": self.owner._alnum(32),
+                "req_info": req_info,
+            }
+        )
 
-    def pay(self, mch_id: str, out_trade_no: str, *, sub_mch_id: str | None = None, cash_fee: int | None = None,
-            duplicates: int = 1, drop: bool = False) -> str:
+    def pay(
+        self,
+        mch_id: str,
+        out_trade_no: str,
+        *,
+        sub_mch_id: str | None = None,
+        cash_fee: int | None = None,
+        duplicates: int = 1,
+        drop: bool = False,
+    ) -> str:
         owner = sub_mch_id or mch_id
         with self._lock:
             order = self.orders[(owner, out_trade_no)]
             order["transaction_id"] = "42000" + self.owner._digits(23)
             order["trade_state"] = "SUCCESS"
             order["cash_fee"] = order["total_fee"] if cash_fee is None else cash_fee
-        fields = self.payment_params(order["mch_id"], out_trade_no, order["total_fee"], sub_mch_id=sub_mch_id,
-                                     cash_fee=order["cash_fee"], transaction_id=order["transaction_id"])
+        fields = self.payment_params(
+            order["mch_id"],
+            out_trade_no,
+            order["total_fee"],
+            sub_mch_id=sub_mch_id,
+            cash_fee=order["cash_fee"],
+            transaction_id=order["transaction_id"],
+        )
         with self._lock:
             order["time_end"] = fields["time_end"]
         if drop:
             return order["transaction_id"]
         for copy in range(max(1, duplicates)):
-            threading.Thread(target=self._deliver, args=(order["notify_url"], fields, copy), daemon=True).start()
+            threading.Thread(
+                target=self._deliver, args=(order["notify_url"], fields, copy), daemon=True
+            ).start()
         return order["transaction_id"]
 
     def _deliver(self, url: str, fields: dict[str, str], copy: int) -> None:
@@ -282,23 +402,36 @@ class WeChatPayV2Simulator(V2RefundDesk):
                 return
             if stopping.is_set():
                 return
-            status, answer = _post(url, self.build_notification(fields), "text/xml", self.owner.notify_timeout)
+            status, answer = _post(
+                url, self.build_notification(fields), "text/xml", self.owner.notify_timeout
+            )
             try:
                 ok = fields_of(answer).get("return_code") == "SUCCESS"
             except (ET.ParseError, ValueError):
                 ok = False
             with self._cond:
-                self.deliveries.append({"transaction_id": fields["transaction_id"], "copy": copy, "attempt": attempt,
-                                        "status": status, "acknowledged": ok})
+                self.deliveries.append(
+                    {
+                        "transaction_id": fields["transaction_id"],
+                        "copy": copy,
+                        "attempt": attempt,
+                        "status": status,
+                        "acknowledged": ok,
+                    }
+                )
                 self._cond.notify_all()
             if ok:
                 return
 
-    def wait_delivered(self, transaction_id: str, timeout: float = 10.0, count: int = 1) -> list[dict[str, Any]]:
+    def wait_delivered(
+        self, transaction_id: str, timeout: float = 10.0, count: int = 1
+    ) -> list[dict[str, Any]]:
         deadline = time.monotonic() + timeout
         with self._cond:
             while True:
-                done = [d for d in self.deliveries if d["transaction_id"] == transaction_id and d["acknowledged"]]
+                done = [
+                    d for d in self.deliveries if d["transaction_id"] == transaction_id and d["acknowledged"]
+                ]
                 if len(done) >= count:
                     return done
                 if deadline - time.monotonic() <= 0:

@@ -37,8 +37,15 @@ class V2RefundDesk:
 
     def _init_refunds(self) -> None:
         self.refunds: dict[str, dict[str, Any]] = {}  # out_refund_no → refund
-        self._refund_default: dict[str, Any] = {"outcome": "success", "delay_s": 60.0, "after_accept": None,
-                                                "hang_s": 1.0, "reject": None, "drop": False, "duplicates": 1}
+        self._refund_default: dict[str, Any] = {
+            "outcome": "success",
+            "delay_s": 60.0,
+            "after_accept": None,
+            "hang_s": 1.0,
+            "reject": None,
+            "drop": False,
+            "duplicates": 1,
+        }
         self._refund_plans: list[dict[str, Any]] = []
         self.refund_deliveries: list[dict[str, Any]] = []
 
@@ -59,20 +66,40 @@ class V2RefundDesk:
     def reset_refund_behaviour(self) -> None:
         with self._lock:
             self._refund_plans.clear()
-            self._refund_default.update(outcome="success", delay_s=60.0, after_accept=None, hang_s=1.0,
-                                        reject=None, drop=False, duplicates=1)
+            self._refund_default.update(
+                outcome="success",
+                delay_s=60.0,
+                after_accept=None,
+                hang_s=1.0,
+                reject=None,
+                drop=False,
+                duplicates=1,
+            )
 
     def paid_order(self, mch_id: str, out_trade_no: str, total_fee: int, *, notify_url: str = "") -> str:
         """An order paid at WeChat (e.g. a JSAPI payment the merchant made elsewhere): known to the refund API,
         no notification sent. Returns its transaction_id."""
         with self._lock:
-            order = self.orders.setdefault((mch_id, out_trade_no), {
-                "mch_id": mch_id, "sub_mch_id": "", "owner": mch_id, "out_trade_no": out_trade_no,
-                "total_fee": int(total_fee), "notify_url": notify_url, "code_url": "", "trade_state": "NOTPAY",
-                "transaction_id": None})
+            order = self.orders.setdefault(
+                (mch_id, out_trade_no),
+                {
+                    "mch_id": mch_id,
+                    "sub_mch_id": "",
+                    "owner": mch_id,
+                    "out_trade_no": out_trade_no,
+                    "total_fee": int(total_fee),
+                    "notify_url": notify_url,
+                    "code_url": "",
+                    "trade_state": "NOTPAY",
+                    "transaction_id": None,
+                },
+            )
             if not order["transaction_id"]:
-                order.update(transaction_id="42000" + self.owner._digits(23), trade_state="SUCCESS",
-                             cash_fee=order["total_fee"])
+                order.update(
+                    transaction_id="42000" + self.owner._digits(23),
+                    trade_state="SUCCESS",
+                    cash_fee=order["total_fee"],
+                )
             return order["transaction_id"]
 
     # ------------------------------------------------------------------ /secapi/pay/refund
@@ -87,42 +114,73 @@ class V2RefundDesk:
                 return _fail("ORDERNOTEXIST", "订单不存在"), 0.0
             existing = self.refunds.get(no)
             if existing is not None:
-                if (existing["owner"], existing["transaction_id"], existing["refund_fee"]) != \
-                        (owner, order["transaction_id"], int(fee)):
-                    return _fail("REFUND_FEE_MISMATCH", "订单金额或退款金额与之前请求不一致，请核实后再试"), 0.0
+                if (existing["owner"], existing["transaction_id"], existing["refund_fee"]) != (
+                    owner,
+                    order["transaction_id"],
+                    int(fee),
+                ):
+                    return _fail(
+                        "REFUND_FEE_MISMATCH", "订单金额或退款金额与之前请求不一致，请核实后再试"
+                    ), 0.0
                 return self._refund_fields(existing), 0.0  # the same number refunds once
             if int(total) != order["total_fee"]:
                 return _fail("PARAM_ERROR", "订单金额与原订单不一致"), 0.0
             plan = self._refund_plans.pop(0) if self._refund_plans else dict(self._refund_default)
             if plan.get("reject"):
                 return _fail(str(plan["reject"]), "模拟拒绝退款"), 0.0
-            taken = sum(r["refund_fee"] for r in self.refunds.values()
-                        if r["transaction_id"] == order["transaction_id"] and r["status"] != "REFUNDCLOSE")
+            taken = sum(
+                r["refund_fee"]
+                for r in self.refunds.values()
+                if r["transaction_id"] == order["transaction_id"] and r["status"] != "REFUNDCLOSE"
+            )
             if taken + int(fee) > order.get("cash_fee", order["total_fee"]):
                 return _fail("ERROR", "退款金额超过订单可退金额"), 0.0
-            refund = {"owner": owner, "mch_id": req["mch_id"], "out_refund_no": no,
-                      "refund_id": "50000" + self.owner._digits(24), "transaction_id": order["transaction_id"],
-                      "out_trade_no": order["out_trade_no"], "total_fee": order["total_fee"], "refund_fee": int(fee),
-                      "status": "PROCESSING", "success_time": None, "plan": plan,
-                      "notify_url": req.get("notify_url") or order["notify_url"]}
+            refund = {
+                "owner": owner,
+                "mch_id": req["mch_id"],
+                "out_refund_no": no,
+                "refund_id": "50000" + self.owner._digits(24),
+                "transaction_id": order["transaction_id"],
+                "out_trade_no": order["out_trade_no"],
+                "total_fee": order["total_fee"],
+                "refund_fee": int(fee),
+                "status": "PROCESSING",
+                "success_time": None,
+                "plan": plan,
+                "notify_url": req.get("notify_url") or order["notify_url"],
+            }
             self.refunds[no] = refund
         if plan["outcome"] != "hold":
-            threading.Thread(target=self._settle_later, args=(no, plan), daemon=True, name=f"v2-refund-{no[:8]}").start()
+            threading.Thread(
+                target=self._settle_later, args=(no, plan), daemon=True, name=f"v2-refund-{no[:8]}"
+            ).start()
         hang = float(plan["hang_s"]) if plan.get("after_accept") == "timeout" else 0.0
         return self._refund_fields(refund), hang
 
     def _order_of(self, owner: str, req: dict[str, str]) -> dict[str, Any] | None:
         if req.get("transaction_id"):
-            return next((o for o in self.orders.values()
-                         if o["owner"] == owner and o.get("transaction_id") == req["transaction_id"]), None)
+            return next(
+                (
+                    o
+                    for o in self.orders.values()
+                    if o["owner"] == owner and o.get("transaction_id") == req["transaction_id"]
+                ),
+                None,
+            )
         return self.orders.get((owner, req.get("out_trade_no", "")))
 
     @staticmethod
     def _refund_fields(refund: dict[str, Any]) -> dict[str, str]:
-        return {"result_code": "SUCCESS", "transaction_id": refund["transaction_id"],
-                "out_trade_no": refund["out_trade_no"], "out_refund_no": refund["out_refund_no"],
-                "refund_id": refund["refund_id"], "refund_fee": str(refund["refund_fee"]),
-                "total_fee": str(refund["total_fee"]), "cash_fee": str(refund["total_fee"])}
+        return {
+            "result_code": "SUCCESS",
+            "transaction_id": refund["transaction_id"],
+            "out_trade_no": refund["out_trade_no"],
+            "out_refund_no": refund["out_refund_no"],
+            "refund_id": refund["refund_id"],
+            "refund_fee": str(refund["refund_fee"]),
+            "total_fee": str(refund["total_fee"]),
+            "cash_fee": str(refund["total_fee"]),
+        }
 
     # ------------------------------------------------------------------ /pay/refundquery
     def _refundquery(self, owner: str, req: dict[str, str]) -> dict[str, str]:
@@ -130,12 +188,19 @@ class V2RefundDesk:
             refund = self.refunds.get(req.get("out_refund_no", ""))
             if refund is None or refund["owner"] != owner:
                 return _fail("REFUNDNOTEXIST", "退款订单查询失败")
-            out = {"result_code": "SUCCESS", "transaction_id": refund["transaction_id"],
-                   "out_trade_no": refund["out_trade_no"], "total_fee": str(refund["total_fee"]),
-                   "cash_fee": str(refund["total_fee"]), "refund_count": "1",
-                   "out_refund_no_0": refund["out_refund_no"], "refund_id_0": refund["refund_id"],
-                   "refund_fee_0": str(refund["refund_fee"]), "refund_status_0": refund["status"],
-                   "refund_channel_0": "ORIGINAL"}
+            out = {
+                "result_code": "SUCCESS",
+                "transaction_id": refund["transaction_id"],
+                "out_trade_no": refund["out_trade_no"],
+                "total_fee": str(refund["total_fee"]),
+                "cash_fee": str(refund["total_fee"]),
+                "refund_count": "1",
+                "out_refund_no_0": refund["out_refund_no"],
+                "refund_id_0": refund["refund_id"],
+                "refund_fee_0": str(refund["refund_fee"]),
+                "refund_status_0": refund["status"],
+                "refund_channel_0": "ORIGINAL",
+            }
             if refund["success_time"]:
                 out["refund_success_time_0"] = refund["success_time"]
             return out
@@ -161,8 +226,11 @@ class V2RefundDesk:
         if (notify if notify is not None else not plan.get("drop")) and refund["notify_url"]:
             body = self.refund_notification_of(out_refund_no)
             for copy in range(max(1, int(plan.get("duplicates") or 1))):
-                threading.Thread(target=self._deliver_refund, args=(refund["notify_url"], body, out_refund_no, copy),
-                                 daemon=True).start()
+                threading.Thread(
+                    target=self._deliver_refund,
+                    args=(refund["notify_url"], body, out_refund_no, copy),
+                    daemon=True,
+                ).start()
         return status
 
     def refund_notification_of(self, out_refund_no: str) -> bytes:
@@ -171,12 +239,20 @@ class V2RefundDesk:
             r = self.refunds[out_refund_no]
             if r["status"] == "PROCESSING":
                 raise ValueError(f"refund {out_refund_no} is still PROCESSING")
-            fields = {"transaction_id": r["transaction_id"], "out_trade_no": r["out_trade_no"],
-                      "refund_id": r["refund_id"], "out_refund_no": r["out_refund_no"], "total_fee": str(r["total_fee"]),
-                      "settlement_total_fee": str(r["total_fee"]), "refund_fee": str(r["refund_fee"]),
-                      "settlement_refund_fee": str(r["refund_fee"]), "refund_status": r["status"],
-                      "refund_recv_accout": "支付用户零钱", "refund_account": "REFUND_SOURCE_RECHARGE_FUNDS",
-                      "refund_request_source": "API"}
+            fields = {
+                "transaction_id": r["transaction_id"],
+                "out_trade_no": r["out_trade_no"],
+                "refund_id": r["refund_id"],
+                "out_refund_no": r["out_refund_no"],
+                "total_fee": str(r["total_fee"]),
+                "settlement_total_fee": str(r["total_fee"]),
+                "refund_fee": str(r["refund_fee"]),
+                "settlement_refund_fee": str(r["refund_fee"]),
+                "refund_status": r["status"],
+                "refund_recv_accout": "支付用户零钱",
+                "refund_account": "REFUND_SOURCE_RECHARGE_FUNDS",
+                "refund_request_source": "API",
+            }
             if r["success_time"]:
                 fields["success_time"] = r["success_time"]
             mch_id = r["mch_id"]
@@ -201,17 +277,30 @@ class V2RefundDesk:
             except (ET.ParseError, ValueError):
                 ok = False
             with self._cond:
-                self.refund_deliveries.append({"out_refund_no": out_refund_no, "copy": copy, "attempt": attempt,
-                                               "status": status, "acknowledged": ok})
+                self.refund_deliveries.append(
+                    {
+                        "out_refund_no": out_refund_no,
+                        "copy": copy,
+                        "attempt": attempt,
+                        "status": status,
+                        "acknowledged": ok,
+                    }
+                )
                 self._cond.notify_all()
             if ok:
                 return
 
-    def wait_refund_delivered(self, out_refund_no: str, timeout: float = 10.0, count: int = 1) -> list[dict[str, Any]]:
+    def wait_refund_delivered(
+        self, out_refund_no: str, timeout: float = 10.0, count: int = 1
+    ) -> list[dict[str, Any]]:
         deadline = time.monotonic() + timeout
         with self._cond:
             while True:
-                done = [d for d in self.refund_deliveries if d["out_refund_no"] == out_refund_no and d["acknowledged"]]
+                done = [
+                    d
+                    for d in self.refund_deliveries
+                    if d["out_refund_no"] == out_refund_no and d["acknowledged"]
+                ]
                 if len(done) >= count:
                     return done
                 if deadline - time.monotonic() <= 0:

@@ -45,14 +45,27 @@ def server():
     host, port = moto.get_host_and_port()
     endpoint = f"http://{host}:{port}"
     saved = dict(os.environ)
-    os.environ.update({"AWS_ENDPOINT_URL": endpoint, "AWS_DEFAULT_REGION": "us-east-1",
-                       "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                       "POWERTOOLS_METRICS_NAMESPACE": "Tally", "POWERTOOLS_SERVICE_NAME": "tally"})
+    os.environ.update(
+        {
+            "AWS_ENDPOINT_URL": endpoint,
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "POWERTOOLS_METRICS_NAMESPACE": "Tally",
+            "POWERTOOLS_SERVICE_NAME": "tally",
+        }
+    )
     import urllib.request
 
-    urllib.request.urlopen(urllib.request.Request(endpoint + "/moto-api/reset", method="POST"), timeout=10).read()
-    env = create_from_template(ROOT / "template.yaml", boto3.Session(region_name="us-east-1"),
-                               prefix="tally-conc", parameter_overrides={"WechatPayApiBase": "http://127.0.0.1:9"})
+    urllib.request.urlopen(
+        urllib.request.Request(endpoint + "/moto-api/reset", method="POST"), timeout=10
+    ).read()
+    env = create_from_template(
+        ROOT / "template.yaml",
+        boto3.Session(region_name="us-east-1"),
+        prefix="tally-conc",
+        parameter_overrides={"WechatPayApiBase": "http://127.0.0.1:9"},
+    )
     os.environ.update(env)
     bootstrap.set_clock(time.time)
     yield env
@@ -93,14 +106,26 @@ def stack(server, atomic_dynamodb):
 
     for client in (bootstrap.tables().ddb, bootstrap.ingest_service().queue.sqs):
         client.meta.events.register("after-call", count_5xx)
-        client.meta.events.register("response-received", lambda response_dict=None, **kw: server_errors.update(
-            ["retried 5xx"]) if response_dict and response_dict.get("status_code", 0) >= 500 else None)
+        client.meta.events.register(
+            "response-received",
+            lambda response_dict=None, **kw: (
+                server_errors.update(["retried 5xx"])
+                if response_dict and response_dict.get("status_code", 0) >= 500
+                else None
+            ),
+        )
     m = sim.register_test_merchant()
     mchid = m["mchid"]
     bootstrap.merchants().add_wechatpay(
-        mchid=mchid, apiv3_key=m["apiv3_key"], merchant_key_pem=m["merchant_private_key_pem"],
-        merchant_serial=m["merchant_serial"], appid=m["appid"], notify_url=f"http://127.0.0.1:9/notify/wechatpay/{mchid}",
-        public_key=sim.public_key_pem, public_key_id=sim.public_key_id)
+        mchid=mchid,
+        apiv3_key=m["apiv3_key"],
+        merchant_key_pem=m["merchant_private_key_pem"],
+        merchant_serial=m["merchant_serial"],
+        appid=m["appid"],
+        notify_url=f"http://127.0.0.1:9/notify/wechatpay/{mchid}",
+        public_key=sim.public_key_pem,
+        public_key_id=sim.public_key_id,
+    )
     yield {"sim": sim, "mchid": mchid, "env": server, "server_errors": server_errors}
     sim.stop()
     os.environ["WECHATPAY_API_BASE"] = server["WECHATPAY_API_BASE"]
@@ -109,16 +134,29 @@ def stack(server, atomic_dynamodb):
 
 def new_order(stack, amount=100):
     otn = f"C{uuid.uuid4().hex[:20]}"
-    bootstrap.order_service().create({"mchid": stack["mchid"], "out_trade_no": otn, "amount_cent": amount,
-                                      "description": "concurrency", "prepay": False})
+    bootstrap.order_service().create(
+        {
+            "mchid": stack["mchid"],
+            "out_trade_no": otn,
+            "amount_cent": amount,
+            "description": "concurrency",
+            "prepay": False,
+        }
+    )
     return otn
 
 
 def event_for(stack, headers, body):
     mchid = stack["mchid"]
-    return {"version": "2.0", "rawPath": f"/notify/wechatpay/{mchid}", "headers": {k.lower(): v for k, v in headers.items()},
-            "requestContext": {"http": {"method": "POST"}}, "pathParameters": {"mchid": mchid},
-            "body": body.decode(), "isBase64Encoded": False}
+    return {
+        "version": "2.0",
+        "rawPath": f"/notify/wechatpay/{mchid}",
+        "headers": {k.lower(): v for k, v in headers.items()},
+        "requestContext": {"http": {"method": "POST"}},
+        "pathParameters": {"mchid": mchid},
+        "body": body.decode(),
+        "isBase64Encoded": False,
+    }
 
 
 def together(n, fn):
@@ -138,6 +176,7 @@ def together(n, fn):
 
 def apply_until_settled(raw_key, notice, n):
     """n racing workers; a RetryLater is SQS redelivering the message: that worker tries again."""
+
     def worker(_):
         for _ in range(10):
             try:
@@ -145,6 +184,7 @@ def apply_until_settled(raw_key, notice, n):
             except RetryLater:
                 continue
         return "STILL_RETRYING"
+
     return together(n, worker)
 
 
@@ -163,7 +203,9 @@ def test_R7_R9_R18_32_simultaneous_deliveries_then_32_racing_workers_book_once(s
     headers, body = stack["sim"].build_notification(stack["mchid"], resource)
     ingest = bootstrap.ingest_service()
 
-    answers = together(THREADS, lambda i: ingest.wechatpay_v3(HttpRequest.from_event(event_for(stack, headers, body))))
+    answers = together(
+        THREADS, lambda i: ingest.wechatpay_v3(HttpRequest.from_event(event_for(stack, headers, body)))
+    )
     assert [a if isinstance(a, Exception) else a.status for a in answers] == [204] * THREADS
     tx = resource["transaction_id"]
     raw_key = f"wechatpay#{tx}"
@@ -173,12 +215,16 @@ def test_R7_R9_R18_32_simultaneous_deliveries_then_32_racing_workers_book_once(s
     sqs = boto3.client("sqs")
     bodies = []
     while True:
-        msgs = sqs.receive_message(QueueUrl=stack["env"]["APPLY_QUEUE_URL"], MaxNumberOfMessages=10).get("Messages", [])
+        msgs = sqs.receive_message(QueueUrl=stack["env"]["APPLY_QUEUE_URL"], MaxNumberOfMessages=10).get(
+            "Messages", []
+        )
         if not msgs:
             break
         bodies += [json.loads(m["Body"]) for m in msgs]
-        sqs.delete_message_batch(QueueUrl=stack["env"]["APPLY_QUEUE_URL"],
-                                 Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(msgs)])
+        sqs.delete_message_batch(
+            QueueUrl=stack["env"]["APPLY_QUEUE_URL"],
+            Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(msgs)],
+        )
     assert 1 <= len(bodies) <= THREADS and {b["raw_key"] for b in bodies} == {raw_key}
     outcomes = Counter(apply_until_settled(raw_key, bodies[0]["notice"], THREADS))
     assert outcomes["BOOKED"] == 1, outcomes
@@ -199,7 +245,9 @@ def test_R7_R19_ingest_and_apply_racing_in_every_thread(stack):
     tx = resource["transaction_id"]
 
     def deliver_and_apply(i):
-        answer = bootstrap.ingest_service().wechatpay_v3(HttpRequest.from_event(event_for(stack, headers, body)))
+        answer = bootstrap.ingest_service().wechatpay_v3(
+            HttpRequest.from_event(event_for(stack, headers, body))
+        )
         for _ in range(10):
             try:
                 return answer.status, bootstrap.apply_service().apply(f"wechatpay#{tx}").value
@@ -249,12 +297,22 @@ def test_R7_R9_R18_R19_R21_R23_32_deliveries_racing_the_poller_and_the_return_pa
     `wechatpay#<transaction_id>`, R7, R23) at handled 1, and every delivery answered the success ACK (R9)."""
     sim, mchid = stack["sim"], stack["mchid"]
     otn = f"P{uuid.uuid4().hex[:20]}"
-    bootstrap.order_service().create({"mchid": mchid, "out_trade_no": otn, "amount_cent": 700,
-                                      "description": "poller race", "prepay": True})  # precreated at the simulator
+    bootstrap.order_service().create(
+        {
+            "mchid": mchid,
+            "out_trade_no": otn,
+            "amount_cent": 700,
+            "description": "poller race",
+            "prepay": True,
+        }
+    )  # precreated at the simulator
     past = time.time() - 10  # due for the poller (R21) and old enough for the return page's confirmation
     boto3.client("dynamodb").update_item(
-        TableName=stack["env"]["ORDERS_TABLE"], Key=to_item({"pk": order_key(mchid, otn)}),
-        UpdateExpression="SET poll_due = :t, created_at = :t", ExpressionAttributeValues=names_values(t=iso_now(past)))
+        TableName=stack["env"]["ORDERS_TABLE"],
+        Key=to_item({"pk": order_key(mchid, otn)}),
+        UpdateExpression="SET poll_due = :t, created_at = :t",
+        ExpressionAttributeValues=names_values(t=iso_now(past)),
+    )
     tx = sim.pay(mchid, otn, drop=True)  # paid at the channel; the callback is ours to deliver
     headers, body = sim.build_notification(mchid, sim.get_order(mchid, otn)["transaction"])
     snapshot = bootstrap.order_service().orders.get(mchid, otn)  # what the return page holds: WAIT_PAY
@@ -267,7 +325,11 @@ def test_R7_R9_R18_R19_R21_R23_32_deliveries_racing_the_poller_and_the_return_pa
 
     def deliver(_):
         barrier.wait(timeout=30)
-        return bootstrap.ingest_service().wechatpay_v3(HttpRequest.from_event(event_for(stack, headers, body))).status
+        return (
+            bootstrap.ingest_service()
+            .wechatpay_v3(HttpRequest.from_event(event_for(stack, headers, body)))
+            .status
+        )
 
     def poll(i):
         """Thread 0 is a whole poller run (index read, claim, query); the others poll the due order they read
@@ -296,10 +358,13 @@ def test_R7_R9_R18_R19_R21_R23_32_deliveries_racing_the_poller_and_the_return_pa
             for msg in msgs:
                 message = json.loads(msg["Body"])
                 try:
-                    outcomes.append(bootstrap.apply_service().apply(message["raw_key"], message.get("notice")).value)
+                    outcomes.append(
+                        bootstrap.apply_service().apply(message["raw_key"], message.get("notice")).value
+                    )
                 except RetryLater:
-                    sqs.change_message_visibility(QueueUrl=queue_url, ReceiptHandle=msg["ReceiptHandle"],
-                                                  VisibilityTimeout=0)
+                    sqs.change_message_visibility(
+                        QueueUrl=queue_url, ReceiptHandle=msg["ReceiptHandle"], VisibilityTimeout=0
+                    )
                     continue
                 sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=msg["ReceiptHandle"])
 

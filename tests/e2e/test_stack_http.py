@@ -34,10 +34,27 @@ def merchant(stack, tmp_path_factory):
     (files / "merchant_key.pem").write_text(m["merchant_private_key_pem"])
     (files / "wechatpay_pub.pem").write_text(stack.simulator.public_key_pem)
     (files / "apiv3.key").write_text(m["apiv3_key"])
-    result = cli(stack, "merchant", "add", "wechatpay", "--mchid", m["mchid"], "--appid", m["appid"],
-                 "--apiv3-key", f"@{files / 'apiv3.key'}", "--merchant-key", str(files / "merchant_key.pem"),
-                 "--merchant-serial", m["merchant_serial"], "--public-key", str(files / "wechatpay_pub.pem"),
-                 "--public-key-id", stack.simulator.public_key_id, "--local")
+    result = cli(
+        stack,
+        "merchant",
+        "add",
+        "wechatpay",
+        "--mchid",
+        m["mchid"],
+        "--appid",
+        m["appid"],
+        "--apiv3-key",
+        f"@{files / 'apiv3.key'}",
+        "--merchant-key",
+        str(files / "merchant_key.pem"),
+        "--merchant-serial",
+        m["merchant_serial"],
+        "--public-key",
+        str(files / "wechatpay_pub.pem"),
+        "--public-key-id",
+        stack.simulator.public_key_id,
+        "--local",
+    )
     assert result.returncode == 0, result.stderr
     assert m["apiv3_key"] not in result.stdout + result.stderr
     return m
@@ -71,8 +88,13 @@ def wait_for(predicate, timeout=20.0):
 
 
 def ledger_entries(stack, transaction_id):
-    ddb = boto3.client("dynamodb", endpoint_url=stack.endpoint_url, region_name="us-east-1",
-                       aws_access_key_id="testing", aws_secret_access_key="testing")
+    ddb = boto3.client(
+        "dynamodb",
+        endpoint_url=stack.endpoint_url,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
     items = ddb.scan(TableName=stack.env["LEDGER_TABLE"])["Items"]
     return [i for i in items if i["transaction_id"]["S"] == transaction_id]
 
@@ -80,8 +102,11 @@ def ledger_entries(stack, transaction_id):
 @pytest.mark.parametrize("deliveries", [1, 5])
 def test_order_paid_by_simulator_is_booked_once_R7_R17_R18_R20(stack, merchant, deliveries):
     out_trade_no = f"E2E{deliveries}{int(time.time() * 1000)}"
-    status, order = http("POST", f"{stack.api_url}/orders", {
-        "mchid": merchant["mchid"], "out_trade_no": out_trade_no, "amount_cent": 1999, "description": "e2e"})
+    status, order = http(
+        "POST",
+        f"{stack.api_url}/orders",
+        {"mchid": merchant["mchid"], "out_trade_no": out_trade_no, "amount_cent": 1999, "description": "e2e"},
+    )
     assert status == 201, order
     assert order["status"] == "WAIT_PAY" and order["code_url"].startswith("weixin://wxpay/bizpayurl")
 
@@ -100,8 +125,11 @@ def test_order_paid_by_simulator_is_booked_once_R7_R17_R18_R20(stack, merchant, 
     assert acks and set(acks) <= {200, 204}  # every delivery got WeChat's success ACK
 
     def published():  # R20: the outbox turned the commit into one OrderPaid a consumer receives
-        return [e for e in stack.downstream.received
-                if e["detail-type"] == "OrderPaid" and e["detail"]["out_trade_no"] == out_trade_no]
+        return [
+            e
+            for e in stack.downstream.received
+            if e["detail-type"] == "OrderPaid" and e["detail"]["out_trade_no"] == out_trade_no
+        ]
 
     (event,) = wait_for(published)
     assert event["detail"]["transaction_id"] == transaction_id

@@ -12,8 +12,12 @@ from tally_local.stack import EmbeddedStack
 def stack(monkeypatch):
     for var in ("AWS_ENDPOINT_URL",):
         monkeypatch.delenv(var, raising=False)
-    with EmbeddedStack(api_port=0, time_scale=0.001, state_dir="/tmp/tally-e2e-channels",
-                       simulator_options={"fixed_keys": True}) as running:
+    with EmbeddedStack(
+        api_port=0,
+        time_scale=0.001,
+        state_dir="/tmp/tally-e2e-channels",
+        simulator_options={"fixed_keys": True},
+    ) as running:
         from tally import bootstrap
 
         bootstrap.reset()
@@ -29,26 +33,62 @@ def test_three_channels_side_by_side_end_to_end(stack):
     sim, api = stack.simulator, stack.api_url.rstrip("/")
     directory, orders = bootstrap.merchants(), bootstrap.order_service()
     wx = sim.register_test_merchant("public_key")
-    directory.add_wechatpay(mchid=wx["mchid"], apiv3_key=wx["apiv3_key"], merchant_key_pem=wx["merchant_private_key_pem"],
-                            merchant_serial=wx["merchant_serial"], appid=wx["appid"],
-                            notify_url=f"{api}/notify/wechatpay/{wx['mchid']}", public_key=sim.public_key_pem,
-                            public_key_id=sim.public_key_id)
+    directory.add_wechatpay(
+        mchid=wx["mchid"],
+        apiv3_key=wx["apiv3_key"],
+        merchant_key_pem=wx["merchant_private_key_pem"],
+        merchant_serial=wx["merchant_serial"],
+        appid=wx["appid"],
+        notify_url=f"{api}/notify/wechatpay/{wx['mchid']}",
+        public_key=sim.public_key_pem,
+        public_key_id=sim.public_key_id,
+    )
     ali = sim.alipay.register_test_merchant("cert")
-    directory.add_alipay(app_id=ali["app_id"], app_private_key=ali["app_private_key_pem"],
-                         notify_url=f"{api}/notify/alipay/{ali['app_id']}", alipay_cert=ali["alipay_cert_pem"],
-                         app_cert=ali["app_cert_pem"], root_cert=ali["root_cert_pem"])
+    directory.add_alipay(
+        app_id=ali["app_id"],
+        app_private_key=ali["app_private_key_pem"],
+        notify_url=f"{api}/notify/alipay/{ali['app_id']}",
+        alipay_cert=ali["alipay_cert_pem"],
+        app_cert=ali["app_cert_pem"],
+        root_cert=ali["root_cert_pem"],
+    )
     v2 = sim.wechatpay_v2.register_test_merchant(sign_type="HMAC-SHA256")
-    directory.add_wechatpay_v2(mchid=v2["mch_id"], api_key=v2["api_key"],
-                               notify_url=f"{api}/notify/wechatpay-v2/{v2['mch_id']}")
+    directory.add_wechatpay_v2(
+        mchid=v2["mch_id"], api_key=v2["api_key"], notify_url=f"{api}/notify/wechatpay-v2/{v2['mch_id']}"
+    )
 
-    orders.create({"mchid": wx["mchid"], "out_trade_no": "E2E-WX-0001", "amount_cent": 101, "description": "wx"})
-    made = orders.create({"mchid": ali["app_id"], "out_trade_no": "E2E-ALI-001", "amount_cent": 202,
-                          "description": "ali", "channel": "alipay"})
+    orders.create(
+        {"mchid": wx["mchid"], "out_trade_no": "E2E-WX-0001", "amount_cent": 101, "description": "wx"}
+    )
+    made = orders.create(
+        {
+            "mchid": ali["app_id"],
+            "out_trade_no": "E2E-ALI-001",
+            "amount_cent": 202,
+            "description": "ali",
+            "channel": "alipay",
+        }
+    )
     assert made["qr_code"].startswith("https://qr.alipay.com/")
-    orders.create({"mchid": v2["mch_id"], "out_trade_no": "E2E-V2-0001", "amount_cent": 303, "description": "v2",
-                   "channel": "wechatpay_v2", "prepay": False})
-    sim.wechatpay_v2._unifiedorder(v2["mch_id"], {"mch_id": v2["mch_id"], "out_trade_no": "E2E-V2-0001",
-                                                  "total_fee": "303", "notify_url": f"{api}/notify/wechatpay-v2/{v2['mch_id']}"})
+    orders.create(
+        {
+            "mchid": v2["mch_id"],
+            "out_trade_no": "E2E-V2-0001",
+            "amount_cent": 303,
+            "description": "v2",
+            "channel": "wechatpay_v2",
+            "prepay": False,
+        }
+    )
+    sim.wechatpay_v2._unifiedorder(
+        v2["mch_id"],
+        {
+            "mch_id": v2["mch_id"],
+            "out_trade_no": "E2E-V2-0001",
+            "total_fee": "303",
+            "notify_url": f"{api}/notify/wechatpay-v2/{v2['mch_id']}",
+        },
+    )
 
     sim.wait_delivered(sim.pay(wx["mchid"], "E2E-WX-0001"), timeout=15)
     sim.alipay.wait_delivered(sim.alipay.pay(ali["app_id"], "E2E-ALI-001", receipt_amount=200), timeout=15)
@@ -56,8 +96,14 @@ def test_three_channels_side_by_side_end_to_end(stack):
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
         stack.drain(timeout=5)
-        views = [orders.show(m, o) for m, o in ((wx["mchid"], "E2E-WX-0001"), (ali["app_id"], "E2E-ALI-001"),
-                                                (v2["mch_id"], "E2E-V2-0001"))]
+        views = [
+            orders.show(m, o)
+            for m, o in (
+                (wx["mchid"], "E2E-WX-0001"),
+                (ali["app_id"], "E2E-ALI-001"),
+                (v2["mch_id"], "E2E-V2-0001"),
+            )
+        ]
         if all(v["status"] == "PAID" for v in views):
             break
         time.sleep(0.1)

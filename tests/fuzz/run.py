@@ -18,8 +18,15 @@ from hypothesis import seed as hseed
 
 from tests.fuzz.strategies import ROUTES, Case, Route, cases
 
-WRITES = {"PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems", "BatchWriteItem", "SendMessage",
-          "SendMessageBatch"}
+WRITES = {
+    "PutItem",
+    "UpdateItem",
+    "DeleteItem",
+    "TransactWriteItems",
+    "BatchWriteItem",
+    "SendMessage",
+    "SendMessageBatch",
+}
 SIGNED_MAY_WRITE = {"NOTIFY_EVENT_TABLE", "NOTIFY_RAW_TABLE", "sqs"}
 
 
@@ -61,7 +68,9 @@ def check_case(world: Any, log: WriteLog, route: Route, case: Case) -> list[str]
         if written:
             problems.append(f"unsigned input wrote {sorted(written)} ({case.what})")
         if not route.is_failure_ack(response):
-            problems.append(f"unsigned input answered {status} {str(response.get('body'))[:80]!r} ({case.what})")
+            problems.append(
+                f"unsigned input answered {status} {str(response.get('body'))[:80]!r} ({case.what})"
+            )
     else:
         if written - SIGNED_MAY_WRITE:
             problems.append(f"signed input wrote {sorted(written - SIGNED_MAY_WRITE)} ({case.what})")
@@ -69,7 +78,9 @@ def check_case(world: Any, log: WriteLog, route: Route, case: Case) -> list[str]
             if not written & {"NOTIFY_EVENT_TABLE", "NOTIFY_RAW_TABLE"}:
                 problems.append(f"success ACK without a row for a person or a raw row ({case.what})")
         elif not route.is_failure_ack(response):
-            problems.append(f"signed input answered {status} {str(response.get('body'))[:80]!r} ({case.what})")
+            problems.append(
+                f"signed input answered {status} {str(response.get('body'))[:80]!r} ({case.what})"
+            )
     world.env.observer.take_metrics()
     return problems
 
@@ -77,8 +88,14 @@ def check_case(world: Any, log: WriteLog, route: Route, case: Case) -> list[str]
 def run(world: Any, log: WriteLog, route: Route, examples: int, seed: int | None = None) -> dict[str, Any]:
     stats: dict[str, Any] = {"inputs": 0, "problems": [], "unhandled": 0, "violations": 0}
 
-    @settings(max_examples=examples, database=None, deadline=None, suppress_health_check=list(HealthCheck),
-              derandomize=seed is None, print_blob=True)
+    @settings(
+        max_examples=examples,
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        derandomize=seed is None,
+        print_blob=True,
+    )
     @given(cases(route, world))
     def prop(case: Case) -> None:
         stats["inputs"] += 1

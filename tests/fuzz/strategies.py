@@ -24,11 +24,16 @@ from tally_local.simulator import _crypto as c
 from tally_local.simulator.core import TESTKEYS_DIR
 
 MCHID = "1900000101"  # configured in the fuzz world
-JSON_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70),
-                         st.floats(allow_nan=False), st.text(max_size=40))
-ANY_JSON = st.recursive(JSON_SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=4),
-                                                              st.dictionaries(st.text(max_size=10), inner, max_size=4)),
-                        max_leaves=12)
+JSON_SCALARS = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=False), st.text(max_size=40)
+)
+ANY_JSON = st.recursive(
+    JSON_SCALARS,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=10), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
 
 
 @dataclass(frozen=True)
@@ -61,15 +66,24 @@ _PUBKEY = c.load_private_key((TESTKEYS_DIR / "pubkey_key.pem").read_text())
 
 def _wx_sign(world: Any, body: bytes, timestamp: int) -> dict[str, str]:
     nonce = "FUZZNONCE0123456789ABCDEFGHIJKLM"
-    return {"Wechatpay-Timestamp": str(timestamp), "Wechatpay-Nonce": nonce, "Wechatpay-Serial": _PUBKEY_ID,
-            "Wechatpay-Signature": c.rsa_sign(_PUBKEY, c.response_message(str(timestamp), nonce, body)),
-            "Wechatpay-Signature-Type": "WECHATPAY2-SHA256-RSA2048", "Content-Type": "application/json"}
+    return {
+        "Wechatpay-Timestamp": str(timestamp),
+        "Wechatpay-Nonce": nonce,
+        "Wechatpay-Serial": _PUBKEY_ID,
+        "Wechatpay-Signature": c.rsa_sign(_PUBKEY, c.response_message(str(timestamp), nonce, body)),
+        "Wechatpay-Signature-Type": "WECHATPAY2-SHA256-RSA2048",
+        "Content-Type": "application/json",
+    }
 
 
 def _wx_envelope(world: Any, plaintext: bytes, variant: str) -> bytes:
-    headers, body = world.sim.build_notification(MCHID, plaintext, timestamp=int(world.env.clock()),
-                                                 apiv3_key=("K" * 32) if variant == "wrong key" else None,
-                                                 associated_data="other" if variant == "wrong aad" else "transaction")
+    headers, body = world.sim.build_notification(
+        MCHID,
+        plaintext,
+        timestamp=int(world.env.clock()),
+        apiv3_key=("K" * 32) if variant == "wrong key" else None,
+        associated_data="other" if variant == "wrong aad" else "transaction",
+    )
     return body
 
 
@@ -84,13 +98,22 @@ def _wx_failure(response: dict[str, Any]) -> bool:
 
 
 WECHATPAY_V3 = Route(
-    name="wechatpay_v3", function="NotifyFunction",
-    path=lambda mchid: f"/notify/wechatpay/{mchid}", params=lambda mchid: {"mchid": mchid},
-    header_names=("wechatpay-signature", "wechatpay-timestamp", "wechatpay-nonce", "wechatpay-serial",
-                  "wechatpay-signature-type"),
+    name="wechatpay_v3",
+    function="NotifyFunction",
+    path=lambda mchid: f"/notify/wechatpay/{mchid}",
+    params=lambda mchid: {"mchid": mchid},
+    header_names=(
+        "wechatpay-signature",
+        "wechatpay-timestamp",
+        "wechatpay-nonce",
+        "wechatpay-serial",
+        "wechatpay-signature-type",
+    ),
     required_headers=("wechatpay-signature", "wechatpay-timestamp", "wechatpay-nonce", "wechatpay-serial"),
-    is_failure_ack=_wx_failure, is_success_ack=lambda r: r.get("statusCode") in (200, 204),
-    sign=_wx_sign, envelope=_wx_envelope,
+    is_failure_ack=_wx_failure,
+    is_success_ack=lambda r: r.get("statusCode") in (200, 204),
+    sign=_wx_sign,
+    envelope=_wx_envelope,
 )
 
 
@@ -98,8 +121,12 @@ def _text_failure(body: str, ctype: str) -> Callable[[dict[str, Any]], bool]:
     def failure(r: dict[str, Any]) -> bool:
         got = str(r.get("body") or "")
         is_ctype = (r.get("headers") or {}).get("content-type") == ctype
-        return is_ctype and (got == body if ctype == "text/plain" else got.startswith(body)) and \
-            r.get("statusCode", 0) < 500
+        return (
+            is_ctype
+            and (got == body if ctype == "text/plain" else got.startswith(body))
+            and r.get("statusCode", 0) < 500
+        )
+
     return failure
 
 
@@ -108,21 +135,36 @@ def _form_xml_cases(name: str) -> Callable[[Any, Any], Any]:
         from tests.fuzz import form_xml
 
         return (form_xml.alipay_cases if name == "alipay" else form_xml.v2_cases)(route, world)
+
     return strategy
 
 
 ALIPAY = Route(
-    name="alipay", function="NotifyFunction", path=lambda m: f"/notify/alipay/{m}", params=lambda m: {"app_id": m},
-    header_names=("content-type",), required_headers=(),
+    name="alipay",
+    function="NotifyFunction",
+    path=lambda m: f"/notify/alipay/{m}",
+    params=lambda m: {"app_id": m},
+    header_names=("content-type",),
+    required_headers=(),
     is_failure_ack=_text_failure("fail", "text/plain"),
     is_success_ack=lambda r: r.get("statusCode") == 200 and r.get("body") == "success",
-    sign=lambda world, body, ts: {}, envelope=None, cases=_form_xml_cases("alipay"))
+    sign=lambda world, body, ts: {},
+    envelope=None,
+    cases=_form_xml_cases("alipay"),
+)
 WECHATPAY_V2 = Route(
-    name="wechatpay_v2", function="NotifyFunction", path=lambda m: f"/notify/wechatpay-v2/{m}",
-    params=lambda m: {"mchid": m}, header_names=("content-type",), required_headers=(),
+    name="wechatpay_v2",
+    function="NotifyFunction",
+    path=lambda m: f"/notify/wechatpay-v2/{m}",
+    params=lambda m: {"mchid": m},
+    header_names=("content-type",),
+    required_headers=(),
     is_failure_ack=_text_failure("<xml><return_code><![CDATA[FAIL]]></return_code>", "text/xml"),
     is_success_ack=lambda r: r.get("statusCode") == 200 and "<![CDATA[SUCCESS]]>" in str(r.get("body")),
-    sign=lambda world, body, ts: {}, envelope=None, cases=_form_xml_cases("wechatpay_v2"))
+    sign=lambda world, body, ts: {},
+    envelope=None,
+    cases=_form_xml_cases("wechatpay_v2"),
+)
 
 ROUTES: dict[str, Route] = {"wechatpay_v3": WECHATPAY_V3, "alipay": ALIPAY, "wechatpay_v2": WECHATPAY_V2}
 
@@ -130,14 +172,28 @@ ROUTES: dict[str, Route] = {"wechatpay_v3": WECHATPAY_V3, "alipay": ALIPAY, "wec
 # ---------------------------------------------------------------------------------------------- events
 
 
-def event(route: Route, mchid: str, headers: dict[str, str] | None, body: Any, *, b64: bool = True,
-          raw_path: str | None = None) -> dict[str, Any]:
+def event(
+    route: Route,
+    mchid: str,
+    headers: dict[str, str] | None,
+    body: Any,
+    *,
+    b64: bool = True,
+    raw_path: str | None = None,
+) -> dict[str, Any]:
     if isinstance(body, bytes):
         body = base64.b64encode(body).decode() if b64 else body.decode("utf-8", "surrogateescape")
-    return {"version": "2.0", "routeKey": "POST /notify", "rawPath": raw_path or route.path(mchid),
-            "rawQueryString": "", "headers": None if headers is None else {k.lower(): v for k, v in headers.items()},
-            "requestContext": {"http": {"method": "POST", "path": route.path(mchid)}, "stage": "$default"},
-            "pathParameters": route.params(mchid), "body": body, "isBase64Encoded": b64}
+    return {
+        "version": "2.0",
+        "routeKey": "POST /notify",
+        "rawPath": raw_path or route.path(mchid),
+        "rawQueryString": "",
+        "headers": None if headers is None else {k.lower(): v for k, v in headers.items()},
+        "requestContext": {"http": {"method": "POST", "path": route.path(mchid)}, "stage": "$default"},
+        "pathParameters": route.params(mchid),
+        "body": body,
+        "isBase64Encoded": b64,
+    }
 
 
 def deep(n: int, kind: str) -> bytes:
@@ -158,11 +214,29 @@ def unsigned_cases(draw: Any, route: Route, world: Any) -> Case:
     """Start from a genuinely signed callback, then break it: the signature no longer holds (or never did)."""
     body = route.envelope(world, b'{"fuzz": true}', "ok")
     headers = route.sign(world, body, int(world.env.clock()))
-    what = draw(st.sampled_from(["drop headers", "duplicate headers", "huge header", "odd header", "body",
-                                 "truncate", "flip byte", "timestamp", "signature", "serial", "mchid"]))
+    what = draw(
+        st.sampled_from(
+            [
+                "drop headers",
+                "duplicate headers",
+                "huge header",
+                "odd header",
+                "body",
+                "truncate",
+                "flip byte",
+                "timestamp",
+                "signature",
+                "serial",
+                "mchid",
+            ]
+        )
+    )
     if what == "drop headers":  # at least one the signature needs (a missing Signature-Type defaults)
-        names = draw(st.lists(st.sampled_from(route.header_names), min_size=1, unique=True)
-                     .filter(lambda ns: set(ns) & set(route.required_headers)))
+        names = draw(
+            st.lists(st.sampled_from(route.header_names), min_size=1, unique=True).filter(
+                lambda ns: set(ns) & set(route.required_headers)
+            )
+        )
         for name in names:
             headers = {k: v for k, v in headers.items() if k.lower() != name}
         if draw(st.booleans()):
@@ -183,19 +257,30 @@ def unsigned_cases(draw: Any, route: Route, world: Any) -> Case:
         body = body[: draw(st.integers(0, max(0, len(body) - 1)))]
     elif what == "flip byte":
         i = draw(st.integers(0, len(body) - 1))
-        body = body[:i] + bytes([body[i] ^ draw(st.integers(1, 255))]) + body[i + 1:]
+        body = body[:i] + bytes([body[i] ^ draw(st.integers(1, 255))]) + body[i + 1 :]
     elif what == "timestamp":
-        stale = int(world.env.clock()) + draw(st.sampled_from([-301, -300, 300, 301, -10**9, 10**12]))
+        stale = int(world.env.clock()) + draw(st.sampled_from([-301, -300, 300, 301, -(10**9), 10**12]))
         headers = route.sign(world, body, stale)  # a real signature, outside the window: a replay
         if draw(st.booleans()):
             headers["Wechatpay-Timestamp"] = draw(st.text(max_size=30))
     elif what == "signature":  # wrong lengths, not base64, another key
-        sig = draw(st.one_of(st.binary(max_size=600).map(lambda b: base64.b64encode(b).decode()),
-                             st.text(max_size=400), st.just("WECHATPAY/SIGNTEST/" + "A" * 340)))
+        sig = draw(
+            st.one_of(
+                st.binary(max_size=600).map(lambda b: base64.b64encode(b).decode()),
+                st.text(max_size=400),
+                st.just("WECHATPAY/SIGNTEST/" + "A" * 340),
+            )
+        )
         headers["Wechatpay-Signature"] = sig
     elif what == "serial":
-        headers["Wechatpay-Serial"] = draw(st.one_of(st.text(max_size=100), st.just("PUB_KEY_ID_" + "0" * 200),
-                                                     st.just(_PUBKEY_ID[:-1]), st.just(_PUBKEY_ID + "0")))
+        headers["Wechatpay-Serial"] = draw(
+            st.one_of(
+                st.text(max_size=100),
+                st.just("PUB_KEY_ID_" + "0" * 200),
+                st.just(_PUBKEY_ID[:-1]),
+                st.just(_PUBKEY_ID + "0"),
+            )
+        )
     elif what == "mchid":
         mchid = draw(st.one_of(st.text(max_size=80), st.just(""), st.just("1900000199"), st.just("9" * 5000)))
         return Case(event(route, mchid, headers, body), False, what)
@@ -217,23 +302,52 @@ def unsigned_cases(draw: Any, route: Route, world: Any) -> Case:
 
 
 def _valid_resource() -> dict[str, Any]:
-    return {"mchid": MCHID, "appid": "wxd678efh567hg6787", "out_trade_no": "FUZZORDER001",
-            "transaction_id": "4200000000000000000000000001", "trade_type": "NATIVE", "trade_state": "SUCCESS",
-            "trade_state_desc": "ok", "bank_type": "OTHERS", "attach": "", "success_time": "2026-01-01T08:00:00+08:00",
-            "payer": {"openid": "oFUZZ"}, "amount": {"total": 100, "payer_total": 100, "currency": "CNY",
-                                                      "payer_currency": "CNY"}}
+    return {
+        "mchid": MCHID,
+        "appid": "wxd678efh567hg6787",
+        "out_trade_no": "FUZZORDER001",
+        "transaction_id": "4200000000000000000000000001",
+        "trade_type": "NATIVE",
+        "trade_state": "SUCCESS",
+        "trade_state_desc": "ok",
+        "bank_type": "OTHERS",
+        "attach": "",
+        "success_time": "2026-01-01T08:00:00+08:00",
+        "payer": {"openid": "oFUZZ"},
+        "amount": {"total": 100, "payer_total": 100, "currency": "CNY", "payer_currency": "CNY"},
+    }
 
 
-WRONG = st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(), st.text(max_size=20),
-                  st.lists(st.integers(), max_size=3), st.dictionaries(st.text(max_size=5), st.integers(), max_size=3))
-ESSENTIAL = ("mchid", "out_trade_no", "trade_state", "amount", "amount.total", "amount.payer_total",
-             "amount.currency", "transaction_id", "success_time", "sp_mchid", "sub_mchid")
+WRONG = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(),
+    st.text(max_size=20),
+    st.lists(st.integers(), max_size=3),
+    st.dictionaries(st.text(max_size=5), st.integers(), max_size=3),
+)
+ESSENTIAL = (
+    "mchid",
+    "out_trade_no",
+    "trade_state",
+    "amount",
+    "amount.total",
+    "amount.payer_total",
+    "amount.currency",
+    "transaction_id",
+    "success_time",
+    "sp_mchid",
+    "sub_mchid",
+)
 
 
 @st.composite
 def signed_cases(draw: Any, route: Route, world: Any) -> Case:
     """Genuinely signed by the channel, with a garbage resource or a garbage envelope (R5)."""
-    what = draw(st.sampled_from(["resource wrong types", "resource bytes", "wrong key", "wrong aad", "envelope"]))
+    what = draw(
+        st.sampled_from(["resource wrong types", "resource bytes", "wrong key", "wrong aad", "envelope"])
+    )
     if what == "resource wrong types":
         resource = _valid_resource()
         for path in draw(st.lists(st.sampled_from(ESSENTIAL), min_size=1, max_size=4, unique=True)):
@@ -249,8 +363,19 @@ def signed_cases(draw: Any, route: Route, world: Any) -> Case:
         body = route.envelope(world, json.dumps(_valid_resource()).encode(), what)
     else:  # the envelope itself, any shape, signed
         envelope = json.loads(route.envelope(world, b"{}", "ok"))
-        mutate = draw(st.sampled_from(["resource", "resource.nonce", "resource.associated_data",
-                                       "resource.ciphertext", "resource.algorithm", "id", "whole"]))
+        mutate = draw(
+            st.sampled_from(
+                [
+                    "resource",
+                    "resource.nonce",
+                    "resource.associated_data",
+                    "resource.ciphertext",
+                    "resource.algorithm",
+                    "id",
+                    "whole",
+                ]
+            )
+        )
         if mutate == "whole":
             body = draw(BODIES.filter(lambda b: len(b) < 200_000))
         else:

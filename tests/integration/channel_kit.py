@@ -23,7 +23,9 @@ class Driver:
 
     def order(self, mid, amount=100, out_trade_no=None, **kw):
         out_trade_no = out_trade_no or f"T{uuid.uuid4().hex[:20]}"
-        response = self.h.create_order(mid, out_trade_no, amount_cent=amount, channel=self.order_channel, **kw)
+        response = self.h.create_order(
+            mid, out_trade_no, amount_cent=amount, channel=self.order_channel, **kw
+        )
         assert response["statusCode"] == 201, response
         return out_trade_no
 
@@ -63,17 +65,39 @@ class Alipay(Driver):
 
     def setup(self, app_id=None):
         m = self.sim.alipay.register_test_merchant(self.mode, app_id)
-        keys = ({"alipay_public_key": m["alipay_public_key_pem"]} if self.mode == "public_key" else
-                {"alipay_cert": m["alipay_cert_pem"], "app_cert": m["app_cert_pem"], "root_cert": m["root_cert_pem"]})
-        bootstrap.merchants().add_alipay(app_id=m["app_id"], app_private_key=m["app_private_key_pem"],
-                                         notify_url=f"http://127.0.0.1:9/notify/alipay/{m['app_id']}", **keys)
+        keys = (
+            {"alipay_public_key": m["alipay_public_key_pem"]}
+            if self.mode == "public_key"
+            else {
+                "alipay_cert": m["alipay_cert_pem"],
+                "app_cert": m["app_cert_pem"],
+                "root_cert": m["root_cert_pem"],
+            }
+        )
+        bootstrap.merchants().add_alipay(
+            app_id=m["app_id"],
+            app_private_key=m["app_private_key_pem"],
+            notify_url=f"http://127.0.0.1:9/notify/alipay/{m['app_id']}",
+            **keys,
+        )
         return m["app_id"]
 
-    def params(self, mid, out_trade_no, total, paid=None, state="TRADE_SUCCESS", transaction_id=None, **extra):
-        return self.sim.alipay.notification_params(mid, out_trade_no, total, trade_status=state,
-                                                   receipt_amount=paid, trade_no=transaction_id, **extra)
+    def params(
+        self, mid, out_trade_no, total, paid=None, state="TRADE_SUCCESS", transaction_id=None, **extra
+    ):
+        return self.sim.alipay.notification_params(
+            mid,
+            out_trade_no,
+            total,
+            trade_status=state,
+            receipt_amount=paid,
+            trade_no=transaction_id,
+            **extra,
+        )
 
-    def callback(self, mid, out_trade_no, total, paid=None, state="TRADE_SUCCESS", transaction_id=None, **extra):
+    def callback(
+        self, mid, out_trade_no, total, paid=None, state="TRADE_SUCCESS", transaction_id=None, **extra
+    ):
         params = self.params(mid, out_trade_no, total, paid, state, transaction_id, **extra)
         return self.sim.alipay.build_notification(params), {}, params["trade_no"]
 
@@ -104,20 +128,30 @@ class WeChatV2(Driver):
 
     def setup(self, mchid=None):
         m = self.sim.wechatpay_v2.register_test_merchant(mchid, self.sign_type)
-        bootstrap.merchants().add_wechatpay_v2(mchid=m["mch_id"], api_key=m["api_key"],
-                                               notify_url=f"http://127.0.0.1:9/notify/wechatpay-v2/{m['mch_id']}")
+        bootstrap.merchants().add_wechatpay_v2(
+            mchid=m["mch_id"],
+            api_key=m["api_key"],
+            notify_url=f"http://127.0.0.1:9/notify/wechatpay-v2/{m['mch_id']}",
+        )
         return m["mch_id"]
 
     def callback(self, mid, out_trade_no, total, paid=None, state="SUCCESS", transaction_id=None, **extra):
-        fields = self.sim.wechatpay_v2.payment_params(mid, out_trade_no, total, cash_fee=paid, result_code=state,
-                                                      transaction_id=transaction_id, **extra)
+        fields = self.sim.wechatpay_v2.payment_params(
+            mid, out_trade_no, total, cash_fee=paid, result_code=state, transaction_id=transaction_id, **extra
+        )
         if transaction_id == "":
             fields.pop("transaction_id")
         return self.sim.wechatpay_v2.build_notification(fields), {}, fields.get("transaction_id", "")
 
     def notify(self, mid, body, headers):
-        return self.h.call("NotifyFunction", "POST", f"/notify/wechatpay-v2/{mid}", body,
-                           {"content-type": "text/xml", **headers}, {"mchid": mid})
+        return self.h.call(
+            "NotifyFunction",
+            "POST",
+            f"/notify/wechatpay-v2/{mid}",
+            body,
+            {"content-type": "text/xml", **headers},
+            {"mchid": mid},
+        )
 
     def tamper(self, body, headers):
         return body.replace(b"<total_fee><![CDATA[", b"<total_fee><![CDATA[1"), headers
@@ -133,10 +167,20 @@ class WeChatV2Hmac(WeChatV2):
 
 
 DRIVERS = [WeChatV3, Alipay, AlipayCert, WeChatV2, WeChatV2Hmac]
-IN_BETWEEN = {"wechatpay_v3": ("NOTPAY", ""), "alipay": ("WAIT_BUYER_PAY", None),
-              "alipay_cert": ("WAIT_BUYER_PAY", None), "wechatpay_v2": ("FAIL", ""), "wechatpay_v2_hmac": ("FAIL", "")}
-UNKNOWN_STATE = {"wechatpay_v3": "SOMETHING_NEW", "alipay": "TRADE_SOMETHING", "alipay_cert": "TRADE_SOMETHING",
-                 "wechatpay_v2": "MAYBE", "wechatpay_v2_hmac": "MAYBE"}
+IN_BETWEEN = {
+    "wechatpay_v3": ("NOTPAY", ""),
+    "alipay": ("WAIT_BUYER_PAY", None),
+    "alipay_cert": ("WAIT_BUYER_PAY", None),
+    "wechatpay_v2": ("FAIL", ""),
+    "wechatpay_v2_hmac": ("FAIL", ""),
+}
+UNKNOWN_STATE = {
+    "wechatpay_v3": "SOMETHING_NEW",
+    "alipay": "TRADE_SOMETHING",
+    "alipay_cert": "TRADE_SOMETHING",
+    "wechatpay_v2": "MAYBE",
+    "wechatpay_v2_hmac": "MAYBE",
+}
 
 
 def ack_kind(driver_name: str, response: dict) -> str:
@@ -154,7 +198,9 @@ def ack_kind(driver_name: str, response: dict) -> str:
         if ctype == "text/plain" and body == "fail":
             return "failure"
     else:
-        success = "<xml><return_code><![CDATA[SUCCESS]]></return_code><return_msg><![CDATA[OK]]></return_msg></xml>"
+        success = (
+            "<xml><return_code><![CDATA[SUCCESS]]></return_code><return_msg><![CDATA[OK]]></return_msg></xml>"
+        )
         if ctype == "text/xml" and body == success and status == 200:
             return "success"
         if ctype == "text/xml" and body.startswith("<xml><return_code><![CDATA[FAIL]]></return_code>"):

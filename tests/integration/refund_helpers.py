@@ -98,7 +98,9 @@ class WeChatV3Kit(RefundKit):
         deliver(self.h, self.mid, no, times, drained)
 
     def reject_next(self):
-        self.sim.inject_fault("error", path_contains="/v3/refund/", status=400, code="INVALID_REQUEST", message="bad")
+        self.sim.inject_fault(
+            "error", path_contains="/v3/refund/", status=400, code="INVALID_REQUEST", message="bad"
+        )
 
     def listed(self):
         return self.sim.refunds()
@@ -124,7 +126,9 @@ class AlipayKit(RefundKit):
         from tests.integration.channel_kit import Alipay
 
         out_trade_no = f"T{uuid.uuid4().hex[:20]}"
-        response = self.h.create_order(self.mid, out_trade_no, amount_cent=amount, prepay=True, channel="alipay")
+        response = self.h.create_order(
+            self.mid, out_trade_no, amount_cent=amount, prepay=True, channel="alipay"
+        )
         assert response["statusCode"] == 201, response
         trade_no = self.sim.alipay.pay(self.mid, out_trade_no, drop=True)
         params = self.sim.alipay.notification_params(self.mid, out_trade_no, amount, trade_no=trade_no)
@@ -172,11 +176,13 @@ class WeChatV2Kit(RefundKit):
         from tests.integration.channel_kit import WeChatV2
 
         out_trade_no = f"T{uuid.uuid4().hex[:20]}"
-        response = self.h.create_order(self.mid, out_trade_no, amount_cent=amount, prepay=False,
-                                       channel="wechatpay_v2")
+        response = self.h.create_order(
+            self.mid, out_trade_no, amount_cent=amount, prepay=False, channel="wechatpay_v2"
+        )
         assert response["statusCode"] == 201, response
-        tx = self.sim.wechatpay_v2.paid_order(self.mid, out_trade_no, amount,
-                                              notify_url=f"http://127.0.0.1:9/notify/wechatpay-v2/{self.mid}")
+        tx = self.sim.wechatpay_v2.paid_order(
+            self.mid, out_trade_no, amount, notify_url=f"http://127.0.0.1:9/notify/wechatpay-v2/{self.mid}"
+        )
         driver = WeChatV2(self.h)
         body, headers, _ = driver.callback(self.mid, out_trade_no, amount, transaction_id=tx)
         assert driver.notify(self.mid, body, headers)["statusCode"] == 200

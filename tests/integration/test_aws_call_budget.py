@@ -11,13 +11,26 @@ import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-SCRIPT = "import json; from bench import aws_calls; print(json.dumps({r[0]: int(r[1]) for r in aws_calls.run()}))"
+SCRIPT = (
+    "import json; from bench import aws_calls; print(json.dumps({r[0]: int(r[1]) for r in aws_calls.run()}))"
+)
 
 
 def test_aws_calls_per_payment_stay_within_budget():
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'layers' / 'common'}{os.pathsep}{ROOT}", "POWERTOOLS_LOG_LEVEL": "ERROR"}
-    out = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=300, check=True).stdout
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{ROOT / 'layers' / 'common'}{os.pathsep}{ROOT}",
+        "POWERTOOLS_LOG_LEVEL": "ERROR",
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", SCRIPT],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    ).stdout
     calls = json.loads(out.strip().splitlines()[-1])
     assert calls["AWS calls: notify, first delivery"] <= 2
     assert calls["AWS calls: notify, duplicate"] <= 1

@@ -56,8 +56,9 @@ def test_R11_R22_partner_prepay_and_poll_with_colliding_out_trade_no(h, sim):
         codes[sub] = json.loads(response["body"])["code_url"]
     assert codes[a] != codes[b] and codes[a].startswith("weixin://wxpay/bizpayurl?pr=")
     at_sim = {sub: sim.get_order(sub, "SAME-SP-PRE1") for sub in (a, b)}
-    assert {(o["sp_mchid"], o["sub_mchid"], o["amount"]["total"], o["sub_appid"]) for o in at_sim.values()} == {
-        (sp, a, 100, "wxsub0000000001"), (sp, b, 5000, "wxsub0000000001")}
+    assert {
+        (o["sp_mchid"], o["sub_mchid"], o["amount"]["total"], o["sub_appid"]) for o in at_sim.values()
+    } == {(sp, a, 100, "wxsub0000000001"), (sp, b, 5000, "wxsub0000000001")}
     assert at_sim[a]["notify_url"].endswith(f"/notify/wechatpay/{sp}")  # the provider's URL decrypts
     # one cent reported for b: neither order moves
     resource = sim.partner_transaction_resource(sp, b, "SAME-SP-PRE1", 1)
@@ -69,11 +70,15 @@ def test_R11_R22_partner_prepay_and_poll_with_colliding_out_trade_no(h, sim):
     for sub in (a, b):
         set_fields(h, sub, "SAME-SP-PRE1", poll_due=iso_now(time.time() - 1))
     run_poller(h)
-    assert h.order(a, "SAME-SP-PRE1")["status"] == "PAID" and h.order(a, "SAME-SP-PRE1")["transaction_id"] == tid
+    assert (
+        h.order(a, "SAME-SP-PRE1")["status"] == "PAID" and h.order(a, "SAME-SP-PRE1")["transaction_id"] == tid
+    )
     assert h.order(b, "SAME-SP-PRE1")["status"] == "WAIT_PAY"
     (entry,) = h.scan("LEDGER_TABLE")
     assert entry["amount_cent"] == 100
-    queried = [r["path"] for r in sim.requests if r["path"].startswith("/v3/pay/partner/transactions/out-trade-no/")]
+    queried = [
+        r["path"] for r in sim.requests if r["path"].startswith("/v3/pay/partner/transactions/out-trade-no/")
+    ]
     assert f"/v3/pay/partner/transactions/out-trade-no/SAME-SP-PRE1?sp_mchid={sp}&sub_mchid={b}" in queried
 
 
@@ -105,7 +110,10 @@ def test_R11_alipay_app_auth_token_merchants(h, sim):
     body, _, _ = ali.callback(isv, "SAME-ISV-01", 1, auth_app_id=b)  # one cent for b, sent to the ISV's URL
     assert ack_kind("alipay", ali.notify(isv, body, {})) == "success"
     h.drain()
-    assert h.order(a, "SAME-ISV-01")["status"] == "WAIT_PAY" and h.order(b, "SAME-ISV-01")["status"] == "WAIT_PAY"
+    assert (
+        h.order(a, "SAME-ISV-01")["status"] == "WAIT_PAY"
+        and h.order(b, "SAME-ISV-01")["status"] == "WAIT_PAY"
+    )
     body, _, _ = ali.callback(isv, "SAME-ISV-01", 100, auth_app_id=a)
     ali.notify(isv, body, {})
     h.drain()
@@ -148,9 +156,16 @@ def test_R29_R30_alipay_refund_notification_is_stored_in_refund_raw_never_applie
 def test_R29_R30_wechatpay_v2_refund_req_info_is_decrypted_and_stored_in_refund_raw(h, sim):
     v2 = WeChatV2(h)
     mid = v2.setup()
-    refund = {"out_refund_no": "RF-V2-1", "refund_id": "50300", "refund_status": "SUCCESS", "refund_fee": "100",
-              "total_fee": "300", "transaction_id": "42", "out_trade_no": "V2-ORDER-1",
-              "success_time": "2026-11-30 10:00:00"}
+    refund = {
+        "out_refund_no": "RF-V2-1",
+        "refund_id": "50300",
+        "refund_status": "SUCCESS",
+        "refund_fee": "100",
+        "total_fee": "300",
+        "transaction_id": "42",
+        "out_trade_no": "V2-ORDER-1",
+        "success_time": "2026-11-30 10:00:00",
+    }
     body = sim.wechatpay_v2.refund_notification(mid, refund)
     assert ack_kind("wechatpay_v2", v2.notify(mid, body, {})) == "success"
     (row,) = h.scan("REFUND_RAW_TABLE")  # keyed like v3's: one refund number space (R30)
@@ -172,8 +187,15 @@ def test_simulated_channels_deliver_over_http_with_retries(h, sim):
             self.rfile.read(int(self.headers["Content-Length"]))
             answers["n"] += 1
             ok = answers["n"] % 2 == 0  # every first attempt fails
-            body = (b"success" if ok else b"fail") if self.path.startswith("/a") else (
-                b"<xml><return_code>SUCCESS</return_code></xml>" if ok else b"<xml><return_code>FAIL</return_code></xml>")
+            body = (
+                (b"success" if ok else b"fail")
+                if self.path.startswith("/a")
+                else (
+                    b"<xml><return_code>SUCCESS</return_code></xml>"
+                    if ok
+                    else b"<xml><return_code>FAIL</return_code></xml>"
+                )
+            )
             self.send_response(200)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -187,14 +209,25 @@ def test_simulated_channels_deliver_over_http_with_retries(h, sim):
     try:
         port = server.server_address[1]
         m = sim.alipay.register_test_merchant()
-        sim.alipay.precreate(m["app_id"], m["app_id"], {"out_trade_no": "HTTP-1", "total_amount": "1.00",
-                                                        "subject": "s"}, f"http://127.0.0.1:{port}/a")
+        sim.alipay.precreate(
+            m["app_id"],
+            m["app_id"],
+            {"out_trade_no": "HTTP-1", "total_amount": "1.00", "subject": "s"},
+            f"http://127.0.0.1:{port}/a",
+        )
         trade_no = sim.alipay.pay(m["app_id"], "HTTP-1")
         done = sim.alipay.wait_delivered(trade_no, timeout=10)
         assert done[0]["attempt"] == 2  # retried after 4 min × time_scale
         v2 = sim.wechatpay_v2.register_test_merchant()
-        sim.wechatpay_v2._unifiedorder(v2["mch_id"], {"mch_id": v2["mch_id"], "out_trade_no": "HTTP-2",
-                                                      "total_fee": "100", "notify_url": f"http://127.0.0.1:{port}/w"})
+        sim.wechatpay_v2._unifiedorder(
+            v2["mch_id"],
+            {
+                "mch_id": v2["mch_id"],
+                "out_trade_no": "HTTP-2",
+                "total_fee": "100",
+                "notify_url": f"http://127.0.0.1:{port}/w",
+            },
+        )
         tx = sim.wechatpay_v2.pay(v2["mch_id"], "HTTP-2")
         assert sim.wechatpay_v2.wait_delivered(tx, timeout=10)[0]["attempt"] == 2
     finally:

@@ -102,7 +102,10 @@ def test_R11_same_out_trade_no_for_two_merchants_never_crosses(h, ch):
     body, headers, _ = ch.callback(b, "SAME-NO-001", 1)  # one cent for the other tenant
     ch.notify(b, body, headers)
     h.drain()
-    assert h.order(a, "SAME-NO-001")["status"] == "WAIT_PAY" and h.order(b, "SAME-NO-001")["status"] == "WAIT_PAY"
+    assert (
+        h.order(a, "SAME-NO-001")["status"] == "WAIT_PAY"
+        and h.order(b, "SAME-NO-001")["status"] == "WAIT_PAY"
+    )
     assert h.metric("ApplyMismatch") == 1 and h.scan("LEDGER_TABLE") == []
 
 
@@ -113,7 +116,11 @@ def test_R12_amount_mismatch_goes_to_a_person(h, ch):
     assert ack_kind(ch.name, ch.notify(mid, body, headers)) == "success"
     h.drain()
     view = h.order(mid, otn)
-    assert view["status"] == "WAIT_PAY" and view["raw"][0]["handled"] == 2 and "amount" in view["raw"][0]["manual_reason"]
+    assert (
+        view["status"] == "WAIT_PAY"
+        and view["raw"][0]["handled"] == 2
+        and "amount" in view["raw"][0]["manual_reason"]
+    )
     assert h.metric("ApplyManual") == 1 and h.scan("LEDGER_TABLE") == []
 
 
@@ -172,20 +179,35 @@ def test_R17_second_payment_is_illegal_with_one_refund_task(h, ch):
 # ---------------------------------------------------------------- R6: the ACK protocol table
 
 OUTCOMES = ["success", "duplicate", "manual", "bad signature", "undecryptable", "internal error"]
-EXPECTED = {"success": "success", "duplicate": "success", "manual": "success", "bad signature": "failure",
-            "undecryptable": "success", "internal error": "failure"}
+EXPECTED = {
+    "success": "success",
+    "duplicate": "success",
+    "manual": "success",
+    "bad signature": "failure",
+    "undecryptable": "success",
+    "internal error": "failure",
+}
 EXACT = {  # channel → ack kind → (status, content type, body)
     "wechatpay_v3": {"success": (204, None, ""), "failure": (None, "application/json", None)},
     "alipay": {"success": (200, "text/plain", "success"), "failure": (None, "text/plain", "fail")},
-    "wechatpay_v2": {"success": (200, "text/xml", "<xml><return_code><![CDATA[SUCCESS]]></return_code>"
-                                                  "<return_msg><![CDATA[OK]]></return_msg></xml>"),
-                     "failure": (None, "text/xml", None)},
+    "wechatpay_v2": {
+        "success": (
+            200,
+            "text/xml",
+            "<xml><return_code><![CDATA[SUCCESS]]></return_code>"
+            "<return_msg><![CDATA[OK]]></return_msg></xml>",
+        ),
+        "failure": (None, "text/xml", None),
+    },
 }
 
 
 @pytest.mark.parametrize("outcome", OUTCOMES)
-@pytest.mark.parametrize("driver", [d for d in DRIVERS if d.name in ("wechatpay_v3", "alipay", "wechatpay_v2")],
-                         ids=lambda d: d.name)
+@pytest.mark.parametrize(
+    "driver",
+    [d for d in DRIVERS if d.name in ("wechatpay_v3", "alipay", "wechatpay_v2")],
+    ids=lambda d: d.name,
+)
 def test_R6_ack_protocol_table(h, driver, outcome, monkeypatch):
     """R6: per channel × outcome, the exact status, content type and body the channel expects."""
     from tally import bootstrap
@@ -205,6 +227,7 @@ def test_R6_ack_protocol_table(h, driver, outcome, monkeypatch):
     elif outcome == "undecryptable":
         body, headers = ch.unusable(mid, otn)
     elif outcome == "internal error":
+
         def broken(*args):
             raise ConnectionError("queue unavailable")
 
@@ -217,7 +240,10 @@ def test_R6_ack_protocol_table(h, driver, outcome, monkeypatch):
     if want_body is not None:
         assert response["body"] == want_body
     elif ch.name == "wechatpay_v3":
-        assert json.loads(response["body"]) == {"code": "FAIL", "message": json.loads(response["body"])["message"]}
+        assert json.loads(response["body"]) == {
+            "code": "FAIL",
+            "message": json.loads(response["body"])["message"],
+        }
     elif ch.name == "wechatpay_v2":
         assert response["body"].startswith("<xml><return_code><![CDATA[FAIL]]></return_code><return_msg>")
     if kind == "failure":  # the exact failure body too (the channel logs it; no internals leak)
@@ -226,26 +252,42 @@ def test_R6_ack_protocol_table(h, driver, outcome, monkeypatch):
 
 
 FAILURE_BODY = {  # channel → outcome → the exact failure ACK body (R6)
-    "wechatpay_v3": {"bad signature": '{"code": "FAIL", "message": "rejected"}',
-                     "internal error": '{"code": "FAIL", "message": "enqueue failed, retry"}'},
+    "wechatpay_v3": {
+        "bad signature": '{"code": "FAIL", "message": "rejected"}',
+        "internal error": '{"code": "FAIL", "message": "enqueue failed, retry"}',
+    },
     "alipay": {"bad signature": "fail", "internal error": "fail"},
     "wechatpay_v2": {
         "bad signature": "<xml><return_code><![CDATA[FAIL]]></return_code><return_msg><![CDATA[rejected]]>"
-                         "</return_msg></xml>",
+        "</return_msg></xml>",
         "internal error": "<xml><return_code><![CDATA[FAIL]]></return_code><return_msg><![CDATA[enqueue failed, "
-                          "retry]]></return_msg></xml>"},
+        "retry]]></return_msg></xml>",
+    },
 }
 
 
 # ---------------------------------------------------------------- bad input per route
 
 BAD = {
-    "alipay": [b"", b"a=%ZZ&=", b"sign=abc", b"charset=ebcdic&sign=x", b"a=1&a=2", b"\xff\xfe\x00",
-               b"trade_status=TRADE_SUCCESS&total_amount=1.00&sign_type=RSA&sign=QUJD"],
-    "wechatpay_v2": [b"", b"not xml", b"<xml><a><b>1</b></a></xml>", b"<other/>",
-                     b'<?xml version="1.0"?><!DOCTYPE x [<!ENTITY e SYSTEM "file:///etc/passwd">]><xml><a>&e;</a></xml>',
-                     b'<!DOCTYPE lolz [<!ENTITY lol "lol"><!ENTITY lol2 "&lol;&lol;&lol;">]><xml><a>&lol2;</a></xml>',
-                     b"<xml><sign>ABC</sign></xml>", b"<xml><req_info>bm90IGVuY3J5cHRlZA==</req_info></xml>"],
+    "alipay": [
+        b"",
+        b"a=%ZZ&=",
+        b"sign=abc",
+        b"charset=ebcdic&sign=x",
+        b"a=1&a=2",
+        b"\xff\xfe\x00",
+        b"trade_status=TRADE_SUCCESS&total_amount=1.00&sign_type=RSA&sign=QUJD",
+    ],
+    "wechatpay_v2": [
+        b"",
+        b"not xml",
+        b"<xml><a><b>1</b></a></xml>",
+        b"<other/>",
+        b'<?xml version="1.0"?><!DOCTYPE x [<!ENTITY e SYSTEM "file:///etc/passwd">]><xml><a>&e;</a></xml>',
+        b'<!DOCTYPE lolz [<!ENTITY lol "lol"><!ENTITY lol2 "&lol;&lol;&lol;">]><xml><a>&lol2;</a></xml>',
+        b"<xml><sign>ABC</sign></xml>",
+        b"<xml><req_info>bm90IGVuY3J5cHRlZA==</req_info></xml>",
+    ],
 }
 
 
@@ -263,15 +305,25 @@ def test_bad_input_gets_failure_ack_no_stack_trace_no_business_row(h, channel):
     assert h.metric("NotifyRejected") == len(BAD[channel])
 
 
-@pytest.mark.parametrize("path,kind", [("/notify/alipay/2021000000000001", "alipay"),
-                                       ("/notify/wechatpay-v2/1900000001", "wechatpay_v2")])
+@pytest.mark.parametrize(
+    "path,kind",
+    [("/notify/alipay/2021000000000001", "alipay"), ("/notify/wechatpay-v2/1900000001", "wechatpay_v2")],
+)
 def test_unknown_merchant_and_bad_event_answer_in_the_channels_protocol(h, path, kind):
     from tally_local.resources import LambdaContext
 
-    response = h.call("NotifyFunction", "POST", path, b"a=b", {}, {"app_id": path.rsplit("/", 1)[1],
-                                                                   "mchid": path.rsplit("/", 1)[1]})
+    response = h.call(
+        "NotifyFunction",
+        "POST",
+        path,
+        b"a=b",
+        {},
+        {"app_id": path.rsplit("/", 1)[1], "mchid": path.rsplit("/", 1)[1]},
+    )
     assert ack_kind(kind, response) == "failure" and response["statusCode"] == 404
     handler, _ = h.handlers["NotifyFunction"]
-    bad = handler({"rawPath": path, "body": "***", "isBase64Encoded": True, "headers": {}},
-                  LambdaContext("NotifyFunction"))
+    bad = handler(
+        {"rawPath": path, "body": "***", "isBase64Encoded": True, "headers": {}},
+        LambdaContext("NotifyFunction"),
+    )
     assert ack_kind(kind, bad) == "failure" and bad["statusCode"] == 400

@@ -24,14 +24,28 @@ def sample(tmp_path, sim):
 
 
 def verify_args(tmp, m, *extra):
-    return ["verify", "wechatpay", "--headers", str(tmp / "headers.json"), "--body", str(tmp / "body.json"),
-            "--apiv3-key", m["apiv3_key"], "--now", str(SAMPLE_TIMESTAMP), *extra]
+    return [
+        "verify",
+        "wechatpay",
+        "--headers",
+        str(tmp / "headers.json"),
+        "--body",
+        str(tmp / "body.json"),
+        "--apiv3-key",
+        m["apiv3_key"],
+        "--now",
+        str(SAMPLE_TIMESTAMP),
+        *extra,
+    ]
 
 
 def test_verify_decrypts_a_good_callback(sample, sim, capsys):
     m, resource, tmp = sample
-    code = main(verify_args(tmp, m, "--public-key", str(tmp / "pub.pem"), "--public-key-id", sim.public_key_id,
-                            "--json"))
+    code = main(
+        verify_args(
+            tmp, m, "--public-key", str(tmp / "pub.pem"), "--public-key-id", sim.public_key_id, "--json"
+        )
+    )
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and out["ok"] and out["resource"] == resource
 
@@ -66,9 +80,28 @@ def test_merchant_add_and_order_show_against_local_state(h, tmp_path, monkeypatc
     key.write_text(m["merchant_private_key_pem"])
     pub = tmp_path / "pub.pem"
     pub.write_text(sim.public_key_pem)
-    code = main(["merchant", "add", "wechatpay", "--mchid", m["mchid"], "--apiv3-key", m["apiv3_key"],
-                 "--merchant-key", str(key), "--merchant-serial", m["merchant_serial"], "--appid", m["appid"],
-                 "--public-key", str(pub), "--public-key-id", sim.public_key_id, "--local"])
+    code = main(
+        [
+            "merchant",
+            "add",
+            "wechatpay",
+            "--mchid",
+            m["mchid"],
+            "--apiv3-key",
+            m["apiv3_key"],
+            "--merchant-key",
+            str(key),
+            "--merchant-serial",
+            m["merchant_serial"],
+            "--appid",
+            m["appid"],
+            "--public-key",
+            str(pub),
+            "--public-key-id",
+            sim.public_key_id,
+            "--local",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0 and m["apiv3_key"] not in out and "notify/wechatpay/" + m["mchid"] in out
     h.create_order(m["mchid"], "CLI-SHOW-0001", amount_cent=1234)
@@ -88,7 +121,24 @@ def test_merchant_add_refuses_incomplete_keys(h, tmp_path, sim, capsys, monkeypa
     m = sim.register_test_merchant()
     key = tmp_path / "key.pem"
     key.write_text(m["merchant_private_key_pem"])
-    code = main(["merchant", "add", "wechatpay", "--mchid", m["mchid"], "--apiv3-key", "short",
-                 "--merchant-key", str(key), "--merchant-serial", "X", "--public-key", str(key),
-                 "--public-key-id", "PUB_KEY_ID_1", "--local"])
+    code = main(
+        [
+            "merchant",
+            "add",
+            "wechatpay",
+            "--mchid",
+            m["mchid"],
+            "--apiv3-key",
+            "short",
+            "--merchant-key",
+            str(key),
+            "--merchant-serial",
+            "X",
+            "--public-key",
+            str(key),
+            "--public-key-id",
+            "PUB_KEY_ID_1",
+            "--local",
+        ]
+    )
     assert code == 1 and "tally:" in capsys.readouterr().err

@@ -61,7 +61,9 @@ def moto_endpoint():
 @pytest.fixture(scope="module")
 def env(moto_endpoint) -> dict[str, str]:
     session = boto3.session.Session(region_name=REGION)
-    return create_from_template(TEMPLATE, session, parameter_overrides={"WechatPayApiBase": "http://127.0.0.1:9"})
+    return create_from_template(
+        TEMPLATE, session, parameter_overrides={"WechatPayApiBase": "http://127.0.0.1:9"}
+    )
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +73,11 @@ def template() -> dict[str, Any]:
 
 def test_tables_and_indexes_match_the_template(env, template):
     ddb = boto3.client("dynamodb")
-    declared = {lid: r["Properties"] for lid, r in template["Resources"].items() if r["Type"] == "AWS::DynamoDB::Table"}
+    declared = {
+        lid: r["Properties"]
+        for lid, r in template["Resources"].items()
+        if r["Type"] == "AWS::DynamoDB::Table"
+    }
     assert {"NotifyRawTable", "OrdersTable", "LedgerTable", "MerchantsTable"} <= set(declared)
     for lid, props in declared.items():
         name = f"tally-local-{lid}"
@@ -89,9 +95,13 @@ def test_tables_and_indexes_match_the_template(env, template):
 
 def test_apply_queue_redrives_to_the_dlq(env):
     sqs = boto3.client("sqs")
-    attributes = sqs.get_queue_attributes(QueueUrl=env["APPLY_QUEUE_URL"], AttributeNames=["All"])["Attributes"]
+    attributes = sqs.get_queue_attributes(QueueUrl=env["APPLY_QUEUE_URL"], AttributeNames=["All"])[
+        "Attributes"
+    ]
     dlq_url = sqs.get_queue_url(QueueName="tally-local-ApplyDLQ")["QueueUrl"]
-    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
     assert json.loads(attributes["RedrivePolicy"]) == {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 5}
     assert attributes["VisibilityTimeout"] == "180"
 
@@ -118,7 +128,9 @@ def test_creating_again_is_idempotent_and_defaults_apply(env):
 
 def test_overriding_an_undeclared_parameter_fails(moto_endpoint):
     with pytest.raises(UnresolvedReference, match="Nope"):
-        create_from_template(TEMPLATE, boto3.session.Session(region_name=REGION), parameter_overrides={"Nope": "x"})
+        create_from_template(
+            TEMPLATE, boto3.session.Session(region_name=REGION), parameter_overrides={"Nope": "x"}
+        )
 
 
 def test_resolver_intrinsics():
@@ -133,7 +145,10 @@ def test_resolver_intrinsics():
     )
     assert resolver.resolve({"Fn::If": ["HasEmail", "yes", "no"]}) == "no"
     assert resolver.resolve({"Fn::Join": ["/", [{"Ref": "Queue"}, "x"]]}) == "https://q/x"
-    assert resolver.resolve({"Fn::Select": [1, {"Fn::Split": [":", {"Fn::GetAtt": ["Queue", "Arn"]}]}]}) == "aws-cn"
+    assert (
+        resolver.resolve({"Fn::Select": [1, {"Fn::Split": [":", {"Fn::GetAtt": ["Queue", "Arn"]}]}]})
+        == "aws-cn"
+    )
     assert resolver.resolve({"a": {"Ref": "AWS::NoValue"}, "b": 1}) == {"b": 1}
     with pytest.raises(UnresolvedReference, match="Missing"):
         resolver.resolve({"Ref": "Missing"})
@@ -144,8 +159,11 @@ def test_resolver_intrinsics():
 
 def test_function_specs_from_the_real_template(template):
     specs = function_specs(template, ROOT)
-    assert specs["NotifyFunction"].http_routes == ("POST /notify/wechatpay/{mchid}", "POST /notify/alipay/{app_id}",
-                                                   "POST /notify/wechatpay-v2/{mchid}")
+    assert specs["NotifyFunction"].http_routes == (
+        "POST /notify/wechatpay/{mchid}",
+        "POST /notify/alipay/{app_id}",
+        "POST /notify/wechatpay-v2/{mchid}",
+    )
     assert set(specs["OrdersFunction"].http_routes) == {"POST /orders", "GET /orders/{mchid}/{out_trade_no}"}
     assert specs["WorkerFunction"].sqs_queues == ("ApplyQueue",)
     assert specs["WorkerFunction"].timeout_s == 30
@@ -269,7 +287,9 @@ def test_payload_2_0_event_shape(front_door):
 
 
 def test_route_gets_its_function_name(front_door):
-    response, data = request(front_door, "POST", "/notify/wechatpay/1", b"{}", [("Content-Type", "application/json")])
+    response, data = request(
+        front_door, "POST", "/notify/wechatpay/1", b"{}", [("Content-Type", "application/json")]
+    )
     assert json.loads(data)["function_name"] == "NotifyFunction"
 
 
@@ -296,7 +316,9 @@ def test_binary_bodies_are_base64(front_door, content_type, body):
     assert base64.b64decode(event["body"]) == body
 
 
-@pytest.mark.parametrize("content_type", ["text/xml; charset=utf-8", "application/x-www-form-urlencoded", "text/plain"])
+@pytest.mark.parametrize(
+    "content_type", ["text/xml; charset=utf-8", "application/x-www-form-urlencoded", "text/plain"]
+)
 def test_text_bodies_are_plain(front_door, content_type):
     body = "<xml>支付</xml>".encode()
     event = echoed(front_door, "POST", "/notify/wechatpay/1", body, [("Content-Type", content_type)])
@@ -312,14 +334,21 @@ def test_greedy_path_and_any_method(front_door):
 def test_chunked_request_body(front_door):
     host, port = front_door.url.removeprefix("http://").split(":")
     connection = http.client.HTTPConnection(host, int(port), timeout=10)
-    connection.request("POST", "/notify/wechatpay/1", body=iter([b'{"a":', b"1}"]),
-                       headers={"Content-Type": "application/json"}, encode_chunked=True)
+    connection.request(
+        "POST",
+        "/notify/wechatpay/1",
+        body=iter([b'{"a":', b"1}"]),
+        headers={"Content-Type": "application/json"},
+        encode_chunked=True,
+    )
     event = json.loads(connection.getresponse().read())["event"]
     connection.close()
     assert event["body"] == '{"a":1}'
 
 
-@pytest.mark.parametrize(("method", "path"), [("GET", "/nowhere"), ("GET", "/notify/wechatpay/1"), ("GET", "/orders/1")])
+@pytest.mark.parametrize(
+    ("method", "path"), [("GET", "/nowhere"), ("GET", "/notify/wechatpay/1"), ("GET", "/orders/1")]
+)
 def test_unknown_route_is_404(front_door, method, path):
     response, data = request(front_door, method, path)
     assert response.status == 404
@@ -371,9 +400,13 @@ def queue(moto_endpoint):
     sqs = boto3.client("sqs")
     name = f"pump-{uuid.uuid4().hex[:8]}"
     dlq_url = sqs.create_queue(QueueName=f"{name}-dlq")["QueueUrl"]
-    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
     redrive = json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 3})
-    url = sqs.create_queue(QueueName=name, Attributes={"VisibilityTimeout": "60", "RedrivePolicy": redrive})["QueueUrl"]
+    url = sqs.create_queue(QueueName=name, Attributes={"VisibilityTimeout": "60", "RedrivePolicy": redrive})[
+        "QueueUrl"
+    ]
     return sqs, url, dlq_url
 
 
@@ -431,7 +464,14 @@ def test_pump_deletes_successes_with_a_real_looking_event(queue):
     pump = run_pump(queue, handler, ['{"raw_key": "wechatpay#1"}', '{"raw_key": "wechatpay#2"}'])
     assert handler.bodies() == ['{"raw_key": "wechatpay#1"}', '{"raw_key": "wechatpay#2"}']
     record = handler.records[0]
-    assert set(record) >= {"messageId", "receiptHandle", "body", "attributes", "messageAttributes", "md5OfBody"}
+    assert set(record) >= {
+        "messageId",
+        "receiptHandle",
+        "body",
+        "attributes",
+        "messageAttributes",
+        "md5OfBody",
+    }
     assert record["eventSource"] == "aws:sqs"
     assert record["eventSourceARN"] == pump.queue_arn and record["awsRegion"] == REGION
     assert record["attributes"]["ApproximateReceiveCount"] == "1"
@@ -480,7 +520,10 @@ class RacySqs:
             return {"Attributes": {"QueueArn": "arn:aws:sqs:us-east-1:123456789012:q"}}
         visible = self.counts[min(self.calls, len(self.counts) - 1)]
         self.calls += 1
-        return {"Attributes": {name: "0" for name in AttributeNames} | {"ApproximateNumberOfMessages": str(visible)}}
+        return {
+            "Attributes": {name: "0" for name in AttributeNames}
+            | {"ApproximateNumberOfMessages": str(visible)}
+        }
 
 
 def test_drain_needs_two_empty_looks_in_a_row():
@@ -547,7 +590,9 @@ def toy_root(tmp_path: Path) -> Path:
     write_function(tmp_path, "notify", TOY_NOTIFY)
     write_function(tmp_path, "worker", TOY_WORKER)
     write_function(tmp_path, "orders", TOY_ORDERS)
-    for other in (ROOT / "functions").iterdir():  # every other function: loaded like the rest, not called here
+    for other in (
+        ROOT / "functions"
+    ).iterdir():  # every other function: loaded like the rest, not called here
         if other.is_dir() and not (tmp_path / "functions" / other.name).exists():
             write_function(tmp_path, other.name, TOY_IDLE)
     return tmp_path
@@ -566,8 +611,13 @@ def test_embedded_stack_end_to_end_on_toy_functions(toy_root, tmp_path, monkeypa
         assert "AWS_PROFILE" not in os.environ
         assert os.environ["ORDERS_TABLE"] == stack.env["ORDERS_TABLE"] == "tally-local-OrdersTable"
         assert stack.env["WECHATPAY_API_BASE"] == stack.simulator.url
-        response, _ = request(stack.front_door, "POST", "/notify/wechatpay/19", b'{"id": "T1"}',
-                              [("Content-Type", "application/json")])
+        response, _ = request(
+            stack.front_door,
+            "POST",
+            "/notify/wechatpay/19",
+            b'{"id": "T1"}',
+            [("Content-Type", "application/json")],
+        )
         assert response.status == 204
         assert stack.drain(10)
         response, data = request(stack.front_door, "GET", "/orders/19/T1")
@@ -577,8 +627,13 @@ def test_embedded_stack_end_to_end_on_toy_functions(toy_root, tmp_path, monkeypa
         assert json.loads(data) == {"api": stack.simulator.url}
         state_file = stack.write_state()
         state = json.loads(state_file.read_text())
-        assert state == {"endpoint_url": stack.endpoint_url, "region": "us-east-1", "api_url": stack.api_url,
-                         "simulator_url": stack.simulator.url, "env": stack.env}
+        assert state == {
+            "endpoint_url": stack.endpoint_url,
+            "region": "us-east-1",
+            "api_url": stack.api_url,
+            "simulator_url": stack.simulator.url,
+            "env": stack.env,
+        }
         assert "Ctrl-C" not in stack.describe() and stack.api_url in stack.describe()
     assert not state_file.exists()
     assert dict(os.environ) == before
@@ -592,4 +647,3 @@ def test_busy_api_port_fails_fast_naming_the_variable(toy_root):
         port = busy.getsockname()[1]
         with pytest.raises(PortInUse, match="TALLY_API_PORT"):
             EmbeddedStack(api_port=port, root=toy_root).start()
-

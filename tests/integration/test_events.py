@@ -21,8 +21,11 @@ def invoke(h, function, name):
 
 
 def test_every_function_has_a_sample_event(handlers):
-    assert {p.name for p in EVENTS.glob("*.json")} >= {"notify_wechatpay.json", "orders_create.json",
-                                                       "worker_sqs.json"}
+    assert {p.name for p in EVENTS.glob("*.json")} >= {
+        "notify_wechatpay.json",
+        "orders_create.json",
+        "worker_sqs.json",
+    }
 
 
 def test_sample_events_book_a_payment_R7_R18(h):

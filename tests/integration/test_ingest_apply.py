@@ -4,7 +4,13 @@ import json
 
 import pytest
 
-BUSINESS_TABLES = ["NOTIFY_RAW_TABLE", "ORDERS_TABLE", "LEDGER_TABLE", "TRANSITIONS_TABLE", "REFUND_TASKS_TABLE"]
+BUSINESS_TABLES = [
+    "NOTIFY_RAW_TABLE",
+    "ORDERS_TABLE",
+    "LEDGER_TABLE",
+    "TRANSITIONS_TABLE",
+    "REFUND_TASKS_TABLE",
+]
 
 
 @pytest.fixture
@@ -125,8 +131,9 @@ def test_R7_duplicate_delivery_keeps_one_raw_row(h, merchant):
 def test_R8_in_between_state_goes_to_events_never_an_empty_key(h, merchant):
     """R8: NOTPAY without a transaction id is an event row, never a raw row with an empty key."""
     order = json.loads(h.create_order(merchant["mchid"])["body"])
-    headers, body, _ = h.notification(merchant["mchid"], order["out_trade_no"], 100, trade_state="NOTPAY",
-                                      transaction_id="")
+    headers, body, _ = h.notification(
+        merchant["mchid"], order["out_trade_no"], 100, trade_state="NOTPAY", transaction_id=""
+    )
     assert h.notify(merchant["mchid"], headers, body)["statusCode"] == 204
     assert h.scan("NOTIFY_RAW_TABLE") == []
     assert [e["kind"] for e in h.scan("NOTIFY_EVENT_TABLE")] == ["in_between"]
@@ -230,7 +237,9 @@ def test_R15_order_created_late_is_booked_on_retry(h, merchant):
 
 def test_R16_unknown_state_goes_to_person(h, merchant):
     order = json.loads(h.create_order(merchant["mchid"])["body"])
-    headers, body, _ = h.notification(merchant["mchid"], order["out_trade_no"], 100, trade_state="SOMETHING_NEW")
+    headers, body, _ = h.notification(
+        merchant["mchid"], order["out_trade_no"], 100, trade_state="SOMETHING_NEW"
+    )
     assert h.notify(merchant["mchid"], headers, body)["statusCode"] == 204
     h.drain()
     (row,) = h.scan("NOTIFY_RAW_TABLE")
@@ -263,8 +272,12 @@ def test_R17_duplicate_apply_of_the_same_voucher_is_duplicate(h, merchant):
     h.drain()
     key = f"wechatpay#{resource['transaction_id']}"
     # Put the raw row back to handled=0 as if the worker crashed after commit: re-apply is a no-op.
-    h.ddb.update_item(TableName=h.env["NOTIFY_RAW_TABLE"], Key={"pk": {"S": key}},
-                      UpdateExpression="SET handled = :z", ExpressionAttributeValues={":z": {"N": "0"}})
+    h.ddb.update_item(
+        TableName=h.env["NOTIFY_RAW_TABLE"],
+        Key={"pk": {"S": key}},
+        UpdateExpression="SET handled = :z",
+        ExpressionAttributeValues={":z": {"N": "0"}},
+    )
     assert bootstrap.apply_service().apply(key).value == "DUPLICATE"
     assert len(h.scan("LEDGER_TABLE")) == 1
 
@@ -282,7 +295,8 @@ def test_R18_failed_transaction_writes_nothing_and_raw_stays_pending(h, merchant
 
     def boom(**kw):
         raise service.t.ddb.exceptions.InternalServerError(
-            {"Error": {"Code": "InternalServerError", "Message": "injected"}}, "TransactWriteItems")
+            {"Error": {"Code": "InternalServerError", "Message": "injected"}}, "TransactWriteItems"
+        )
 
     monkeypatch.setattr(service.t.ddb, "transact_write_items", boom)
     assert h.drain(max_rounds=1)
@@ -317,8 +331,18 @@ def test_R19_lost_compare_and_set_rereads_and_decides_again(h, merchant, monkeyp
     assert calls["n"] == 2
 
 
-@pytest.mark.parametrize("case", ["no headers", "wrong serial", "bad base64 sig", "truncated ciphertext",
-                                  "non-json", "huge body", "bad base64 event"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "no headers",
+        "wrong serial",
+        "bad base64 sig",
+        "truncated ciphertext",
+        "non-json",
+        "huge body",
+        "bad base64 event",
+    ],
+)
 def test_bad_input_gets_failure_ack_no_5xx_no_business_row(h, merchant, case):
     order, headers, body, _ = paid(h, merchant)
     if case == "no headers":
@@ -345,9 +369,16 @@ def test_bad_input_gets_failure_ack_no_5xx_no_business_row(h, merchant, case):
         handler, _ = h.handlers["NotifyFunction"]
         from tally_local.resources import LambdaContext
 
-        response = handler({"rawPath": f"/notify/wechatpay/{merchant['mchid']}", "body": "***",
-                            "isBase64Encoded": True, "pathParameters": {"mchid": merchant["mchid"]},
-                            "headers": headers}, LambdaContext("NotifyFunction"))
+        response = handler(
+            {
+                "rawPath": f"/notify/wechatpay/{merchant['mchid']}",
+                "body": "***",
+                "isBase64Encoded": True,
+                "pathParameters": {"mchid": merchant["mchid"]},
+                "headers": headers,
+            },
+            LambdaContext("NotifyFunction"),
+        )
     else:
         response = h.notify(merchant["mchid"], headers, body)
     assert 400 <= response["statusCode"] < 500
@@ -361,9 +392,14 @@ def test_R3_an_api_answer_signed_by_a_rotated_certificate_is_verified_after_one_
 
     m = h.add_merchant(verify_mode="certificate")
     bootstrap.merchants().add_wechatpay(  # certificate mode only: no WeChat Pay public key configured
-        mchid=m["mchid"], apiv3_key=m["apiv3_key"], merchant_key_pem=m["merchant_private_key_pem"],
-        merchant_serial=m["merchant_serial"], appid=m["appid"], notify_url="http://127.0.0.1:9/n",
-        platform_certs=[sim.platform_cert_pem])
+        mchid=m["mchid"],
+        apiv3_key=m["apiv3_key"],
+        merchant_key_pem=m["merchant_private_key_pem"],
+        merchant_serial=m["merchant_serial"],
+        appid=m["appid"],
+        notify_url="http://127.0.0.1:9/n",
+        platform_certs=[sim.platform_cert_pem],
+    )
     sim.rotate_platform_certificate()  # the channel now signs its answers with a serial we never saw
     response = h.create_order(m["mchid"], prepay=True)
     assert response["statusCode"] == 201, response["body"]

@@ -39,8 +39,12 @@ def test_R3_scheduled_refresh_stores_certificates_every_container_verifies_with(
     item = stored_item(h, m["mchid"])
     assert new_serial in item["certs"] and len(item["certs"]) >= 2  # the old one too: several valid at once
     assert set(item) == {"pk", "kind", "certs", "refreshed_at"}  # public material only
-    assert all(set(cert) == {"pem", "not_after"} and "PRIVATE" not in cert["pem"] for cert in item["certs"].values())
-    assert bootstrap.tables().merchants and ("wechatpay", m["mchid"]) in bootstrap.merchants().store.configured()
+    assert all(
+        set(cert) == {"pem", "not_after"} and "PRIVATE" not in cert["pem"] for cert in item["certs"].values()
+    )
+    assert (
+        bootstrap.tables().merchants and ("wechatpay", m["mchid"]) in bootstrap.merchants().store.configured()
+    )
     assert not any(mid.startswith("platform_certs") for _, mid in bootstrap.merchants().store.configured())
     # a cold container verifies a callback on the new serial without downloading anything itself
     cold_container()
@@ -58,13 +62,24 @@ def test_R3_scheduled_refresh_stores_certificates_every_container_verifies_with(
 def test_R3_refresh_keeps_stored_certificates_until_they_expire(h, sim):
     m = h.add_merchant(verify_mode="certificate", mchid="1900007002")
     valid = c.make_certificate(c.new_rsa_key(), "no longer served but valid")
-    expired = c.make_certificate(c.new_rsa_key(), "expired", not_before=dt.datetime(2020, 1, 1, tzinfo=dt.UTC),
-                                 not_after=dt.datetime(2021, 1, 1, tzinfo=dt.UTC))
+    expired = c.make_certificate(
+        c.new_rsa_key(),
+        "expired",
+        not_before=dt.datetime(2020, 1, 1, tzinfo=dt.UTC),
+        not_after=dt.datetime(2021, 1, 1, tzinfo=dt.UTC),
+    )
     old, gone = c.serial_hex(valid), c.serial_hex(expired)
-    PlatformCertStore(bootstrap.tables()).put(m["mchid"], {
-        old: {"pem": c.certificate_pem(valid), "not_after": int(valid.not_valid_after_utc.timestamp())},
-        gone: {"pem": c.certificate_pem(expired), "not_after": int(expired.not_valid_after_utc.timestamp())},
-    }, refreshed_at=0)
+    PlatformCertStore(bootstrap.tables()).put(
+        m["mchid"],
+        {
+            old: {"pem": c.certificate_pem(valid), "not_after": int(valid.not_valid_after_utc.timestamp())},
+            gone: {
+                "pem": c.certificate_pem(expired),
+                "not_after": int(expired.not_valid_after_utc.timestamp()),
+            },
+        },
+        refreshed_at=0,
+    )
     cold_container()
     loaded = bootstrap.merchants().wechatpay(m["mchid"]).creds.platform.by_serial
     assert old in loaded and gone not in loaded
@@ -77,9 +92,15 @@ def test_public_key_merchants_and_sub_merchants_download_nothing(h, sim):
     pk = h.add_merchant(verify_mode="public_key", mchid="1900007003")
     # a pure public-key merchant (no platform certificate configured)
     bootstrap.merchants().add_wechatpay(
-        mchid="1900007004", apiv3_key=pk["apiv3_key"], merchant_key_pem=pk["merchant_private_key_pem"],
-        merchant_serial=pk["merchant_serial"], appid=pk["appid"], notify_url="http://127.0.0.1:9/n",
-        public_key=sim.public_key_pem, public_key_id=sim.public_key_id)
+        mchid="1900007004",
+        apiv3_key=pk["apiv3_key"],
+        merchant_key_pem=pk["merchant_private_key_pem"],
+        merchant_serial=pk["merchant_serial"],
+        appid=pk["appid"],
+        notify_url="http://127.0.0.1:9/n",
+        public_key=sim.public_key_pem,
+        public_key_id=sim.public_key_id,
+    )
     bootstrap.merchants().add_wechatpay_partner(sub_mchid="1900007005", sp_mchid="1900007004")
     h.invoke("KeysFunction", SCHEDULED)
     assert stored_item(h, "1900007004") is None and stored_item(h, "1900007005") is None
@@ -90,7 +111,10 @@ def test_R38_failed_scheduled_download_counts_an_alarmed_metric_and_the_others_g
     good = h.add_merchant(verify_mode="certificate", mchid="1900007007")
     sim.inject_fault("error", status=500, code="SYSTEM_ERROR", path_contains="/v3/certificates", count=1)
     report = h.invoke("KeysFunction", SCHEDULED)
-    assert report["failed"] == [f"wechatpay/{bad['mchid']}"] and f"wechatpay/{good['mchid']}" in report["downloaded"]
+    assert (
+        report["failed"] == [f"wechatpay/{bad['mchid']}"]
+        and f"wechatpay/{good['mchid']}" in report["downloaded"]
+    )
     assert h.metric("PlatformCertRefreshFailed") == 1
     assert stored_item(h, bad["mchid"]) is None and stored_item(h, good["mchid"]) is not None
     sim.clear_faults()
@@ -100,11 +124,21 @@ def test_expiring_certificates_are_counted_by_the_schedule_without_any_callback(
     """WeChat (a stored certificate with 3 days left) and Alipay cert mode (Alipay certificate with 3 days left):
     PlatformCertExpiring counted by the hourly run, whichever container loaded what."""
     m = h.add_merchant(verify_mode="certificate", mchid="1900007008")
-    soon = c.make_certificate(c.new_rsa_key(), "expiring",
-                              not_after=dt.datetime.now(dt.UTC).replace(microsecond=0) + dt.timedelta(days=3))
-    PlatformCertStore(bootstrap.tables()).put(m["mchid"], {
-        c.serial_hex(soon): {"pem": c.certificate_pem(soon), "not_after": int(soon.not_valid_after_utc.timestamp())},
-    }, refreshed_at=int(time.time()))
+    soon = c.make_certificate(
+        c.new_rsa_key(),
+        "expiring",
+        not_after=dt.datetime.now(dt.UTC).replace(microsecond=0) + dt.timedelta(days=3),
+    )
+    PlatformCertStore(bootstrap.tables()).put(
+        m["mchid"],
+        {
+            c.serial_hex(soon): {
+                "pem": c.certificate_pem(soon),
+                "not_after": int(soon.not_valid_after_utc.timestamp()),
+            },
+        },
+        refreshed_at=int(time.time()),
+    )
     ali = Alipay(h)
     ali.mode = "cert"
     sim.alipay.rotate_alipay_cert(not_after=dt.datetime.now(dt.UTC) + dt.timedelta(days=3))

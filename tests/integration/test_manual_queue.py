@@ -23,7 +23,9 @@ def test_R38_mismatch_is_listed_then_resolved_with_who_and_why(h, merchant):
     h.drain()
     (item,) = queue().list()
     assert item["kind"] == "unbooked payment" and "amount" in item["why"] and item["amount_cent"] == 1
-    row = queue().resolve(item["id"], by="alice", action="refunded-by-hand", why="wrong amount, refunded in portal")
+    row = queue().resolve(
+        item["id"], by="alice", action="refunded-by-hand", why="wrong amount, refunded in portal"
+    )
     assert row["resolution"]["by"] == "alice" and row["history"][0]["why"].startswith("wrong amount")
     assert queue().list() == []
     assert row["handled"] == 2  # never pretends it was booked
@@ -48,9 +50,15 @@ def test_R15_order_not_found_replayed_after_the_order_exists(h, merchant):
 def test_R5_quarantined_callback_replayed_after_the_key_is_fixed(h, sim):
     m = h.add_merchant()
     bootstrap.merchants().add_wechatpay(  # someone configured the wrong APIv3 key
-        mchid=m["mchid"], apiv3_key="W" * 32, merchant_key_pem=m["merchant_private_key_pem"],
-        merchant_serial=m["merchant_serial"], appid=m["appid"], notify_url="http://127.0.0.1:9/n",
-        public_key=sim.public_key_pem, public_key_id=sim.public_key_id)
+        mchid=m["mchid"],
+        apiv3_key="W" * 32,
+        merchant_key_pem=m["merchant_private_key_pem"],
+        merchant_serial=m["merchant_serial"],
+        appid=m["appid"],
+        notify_url="http://127.0.0.1:9/n",
+        public_key=sim.public_key_pem,
+        public_key_id=sim.public_key_id,
+    )
     h.create_order(m["mchid"], "QUARANTINE-01")
     headers, body, _ = h.notification(m["mchid"], "QUARANTINE-01", 100)
     assert h.notify(m["mchid"], headers, body)["statusCode"] == 204
@@ -68,9 +76,15 @@ def test_R5_quarantined_callback_replayed_after_the_key_is_fixed(h, sim):
 def test_R4_signature_rejected_body_is_kept_and_replayable_after_key_rotation(h, sim):
     m = h.add_merchant()
     bootstrap.merchants().add_wechatpay(  # a stale WeChat Pay public key
-        mchid=m["mchid"], apiv3_key=m["apiv3_key"], merchant_key_pem=m["merchant_private_key_pem"],
-        merchant_serial=m["merchant_serial"], appid=m["appid"], notify_url="http://127.0.0.1:9/n",
-        public_key=m["merchant_public_key_pem"], public_key_id=sim.public_key_id)
+        mchid=m["mchid"],
+        apiv3_key=m["apiv3_key"],
+        merchant_key_pem=m["merchant_private_key_pem"],
+        merchant_serial=m["merchant_serial"],
+        appid=m["appid"],
+        notify_url="http://127.0.0.1:9/n",
+        public_key=m["merchant_public_key_pem"],
+        public_key_id=sim.public_key_id,
+    )
     h.create_order(m["mchid"], "REJECTED-0001")
     headers, body, _ = h.notification(m["mchid"], "REJECTED-0001", 100)
     assert h.notify(m["mchid"], headers, body)["statusCode"] == 401
@@ -97,5 +111,7 @@ def test_manual_cli_lists_and_refuses_bad_ids(h, merchant, monkeypatch, capsys):
     assert main(["manual", "list", "--local"]) == 0
     out = capsys.readouterr().out
     assert "1 item(s)" in out and order["out_trade_no"] in out and "0.07" in out
-    assert main(["manual", "resolve", "nonsense", "--why", "x", "--action", "y", "--by", "me", "--local"]) == 1
+    assert (
+        main(["manual", "resolve", "nonsense", "--why", "x", "--action", "y", "--by", "me", "--local"]) == 1
+    )
     assert "manual item ids look like" in capsys.readouterr().err

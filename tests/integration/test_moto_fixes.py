@@ -20,18 +20,38 @@ def ddb():
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
-    client = boto3.client("dynamodb", endpoint_url=f"http://{host}:{port}", region_name="us-east-1",
-                          aws_access_key_id="testing", aws_secret_access_key="testing")
+    client = boto3.client(
+        "dynamodb",
+        endpoint_url=f"http://{host}:{port}",
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
     stream = {"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"}
-    client.create_table(TableName="single", BillingMode="PAY_PER_REQUEST", StreamSpecification=stream,
-                        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
-                        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}])
-    client.create_table(TableName="ranged", BillingMode="PAY_PER_REQUEST", StreamSpecification=stream,
-                        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-                        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"},
-                                              {"AttributeName": "sk", "AttributeType": "S"}])
-    streams = boto3.client("dynamodbstreams", endpoint_url=f"http://{host}:{port}", region_name="us-east-1",
-                           aws_access_key_id="testing", aws_secret_access_key="testing")
+    client.create_table(
+        TableName="single",
+        BillingMode="PAY_PER_REQUEST",
+        StreamSpecification=stream,
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+    )
+    client.create_table(
+        TableName="ranged",
+        BillingMode="PAY_PER_REQUEST",
+        StreamSpecification=stream,
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+        AttributeDefinitions=[
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "sk", "AttributeType": "S"},
+        ],
+    )
+    streams = boto3.client(
+        "dynamodbstreams",
+        endpoint_url=f"http://{host}:{port}",
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
     yield client, streams
     server.stop()
     server._server.server_close()  # moto's stop() leaves the socket open
@@ -45,8 +65,10 @@ def _stream_records(client, streams, table: str) -> list[dict]:
 
 
 def _state(client) -> tuple[list, list]:
-    return (sorted(client.scan(TableName="single")["Items"], key=str),
-            sorted(client.scan(TableName="ranged")["Items"], key=str))
+    return (
+        sorted(client.scan(TableName="single")["Items"], key=str),
+        sorted(client.scan(TableName="ranged")["Items"], key=str),
+    )
 
 
 def test_r18_cancelled_transaction_leaves_every_item_and_stream_as_it_was(ddb):
@@ -58,15 +80,33 @@ def test_r18_cancelled_transaction_leaves_every_item_and_stream_as_it_was(ddb):
     streams_before = [len(_stream_records(client, streams, t)) for t in ("single", "ranged")]
 
     with pytest.raises(ClientError) as raised:
-        client.transact_write_items(TransactItems=[
-            {"Update": {"TableName": "single", "Key": {"pk": {"S": "kept"}}, "UpdateExpression": "SET v = :v",
-                        "ExpressionAttributeValues": {":v": {"N": "2"}}}},
-            {"Put": {"TableName": "single", "Item": {"pk": {"S": "new"}, "v": {"N": "3"}}}},
-            {"Put": {"TableName": "ranged", "Item": {"pk": {"S": "o"}, "sk": {"S": "2"}, "v": {"N": "4"}}}},
-            {"Delete": {"TableName": "ranged", "Key": {"pk": {"S": "o"}, "sk": {"S": "1"}}}},
-            {"Put": {"TableName": "single", "Item": {"pk": {"S": "other"}, "v": {"N": "9"}},
-                     "ConditionExpression": "attribute_not_exists(pk)"}},  # fails: cancels them all
-        ])
+        client.transact_write_items(
+            TransactItems=[
+                {
+                    "Update": {
+                        "TableName": "single",
+                        "Key": {"pk": {"S": "kept"}},
+                        "UpdateExpression": "SET v = :v",
+                        "ExpressionAttributeValues": {":v": {"N": "2"}},
+                    }
+                },
+                {"Put": {"TableName": "single", "Item": {"pk": {"S": "new"}, "v": {"N": "3"}}}},
+                {
+                    "Put": {
+                        "TableName": "ranged",
+                        "Item": {"pk": {"S": "o"}, "sk": {"S": "2"}, "v": {"N": "4"}},
+                    }
+                },
+                {"Delete": {"TableName": "ranged", "Key": {"pk": {"S": "o"}, "sk": {"S": "1"}}}},
+                {
+                    "Put": {
+                        "TableName": "single",
+                        "Item": {"pk": {"S": "other"}, "v": {"N": "9"}},
+                        "ConditionExpression": "attribute_not_exists(pk)",
+                    }
+                },  # fails: cancels them all
+            ]
+        )
 
     assert raised.value.response["Error"]["Code"] == "TransactionCanceledException"
     reasons = [r["Code"] for r in raised.value.response["CancellationReasons"]]
@@ -78,13 +118,22 @@ def test_r18_cancelled_transaction_leaves_every_item_and_stream_as_it_was(ddb):
 def test_r18_committed_transaction_writes_every_item_and_its_stream_records(ddb):
     client, streams = ddb
     before = len(_stream_records(client, streams, "single"))
-    client.transact_write_items(TransactItems=[
-        {"Put": {"TableName": "single", "Item": {"pk": {"S": "t1"}, "v": {"N": "1"}},
-                 "ConditionExpression": "attribute_not_exists(pk)"}},
-        {"Put": {"TableName": "ranged", "Item": {"pk": {"S": "t"}, "sk": {"S": "1"}, "v": {"N": "1"}}}},
-    ])
+    client.transact_write_items(
+        TransactItems=[
+            {
+                "Put": {
+                    "TableName": "single",
+                    "Item": {"pk": {"S": "t1"}, "v": {"N": "1"}},
+                    "ConditionExpression": "attribute_not_exists(pk)",
+                }
+            },
+            {"Put": {"TableName": "ranged", "Item": {"pk": {"S": "t"}, "sk": {"S": "1"}, "v": {"N": "1"}}}},
+        ]
+    )
     assert client.get_item(TableName="single", Key={"pk": {"S": "t1"}})["Item"]["v"] == {"N": "1"}
-    assert client.get_item(TableName="ranged", Key={"pk": {"S": "t"}, "sk": {"S": "1"}})["Item"]["v"] == {"N": "1"}
+    assert client.get_item(TableName="ranged", Key={"pk": {"S": "t"}, "sk": {"S": "1"}})["Item"]["v"] == {
+        "N": "1"
+    }
     assert len(_stream_records(client, streams, "single")) == before + 1
 
 
@@ -92,10 +141,12 @@ def test_transaction_on_a_missing_table_is_cancelled_without_writing(ddb):
     client, _ = ddb
     before = _state(client)
     with pytest.raises(ClientError):
-        client.transact_write_items(TransactItems=[
-            {"Put": {"TableName": "single", "Item": {"pk": {"S": "lost"}, "v": {"N": "1"}}}},
-            {"Put": {"TableName": "nowhere", "Item": {"pk": {"S": "x"}}}},
-        ])
+        client.transact_write_items(
+            TransactItems=[
+                {"Put": {"TableName": "single", "Item": {"pk": {"S": "lost"}, "v": {"N": "1"}}}},
+                {"Put": {"TableName": "nowhere", "Item": {"pk": {"S": "x"}}}},
+            ]
+        )
     assert _state(client) == before
 
 
@@ -106,10 +157,14 @@ def test_a_transaction_does_not_copy_the_tables_it_names(ddb, monkeypatch):
     client, _ = ddb
     copied = []
     original = moto_fixes.copy.deepcopy
-    monkeypatch.setattr(moto_fixes.copy, "deepcopy", lambda value, memo=None: copied.append(type(value).__name__)
-                        or original(value, memo))
-    client.transact_write_items(TransactItems=[
-        {"Put": {"TableName": "single", "Item": {"pk": {"S": "c1"}, "v": {"N": "1"}}}}])
+    monkeypatch.setattr(
+        moto_fixes.copy,
+        "deepcopy",
+        lambda value, memo=None: copied.append(type(value).__name__) or original(value, memo),
+    )
+    client.transact_write_items(
+        TransactItems=[{"Put": {"TableName": "single", "Item": {"pk": {"S": "c1"}, "v": {"N": "1"}}}}]
+    )
     assert "Table" not in copied
     assert isinstance(models.copy, moto_fixes._CopyKeepingTables)
 
@@ -122,8 +177,13 @@ def test_moto_process_serves_on_its_port_and_ends_with_stop():
 
     server = MotoProcess("127.0.0.1", 0).start()
     try:
-        client = boto3.client("sqs", endpoint_url=server.endpoint_url, region_name="us-east-1",
-                              aws_access_key_id="testing", aws_secret_access_key="testing")
+        client = boto3.client(
+            "sqs",
+            endpoint_url=server.endpoint_url,
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
         url = client.create_queue(QueueName="q")["QueueUrl"]
         client.send_message(QueueUrl=url, MessageBody="x")
         attributes = client.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"])

@@ -9,7 +9,9 @@ def stream_records(env):
     ddb, streams = boto3.client("dynamodb"), boto3.client("dynamodbstreams")
     arn = ddb.describe_table(TableName=env["ORDERS_TABLE"])["Table"]["LatestStreamArn"]
     shard = streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"][0]["ShardId"]
-    it = streams.get_shard_iterator(StreamArn=arn, ShardId=shard, ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+    it = streams.get_shard_iterator(StreamArn=arn, ShardId=shard, ShardIteratorType="TRIM_HORIZON")[
+        "ShardIterator"
+    ]
     return streams.get_records(ShardIterator=it)["Records"]
 
 
@@ -17,10 +19,14 @@ def subscribe(env):
     events, sqs = boto3.client("events"), boto3.client("sqs")
     url = sqs.create_queue(QueueName="consumer")["QueueUrl"]
     arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-    events.put_rule(Name="all", EventBusName=env["EVENT_BUS_NAME"], EventPattern=json.dumps({"source": ["tally"]}))
+    events.put_rule(
+        Name="all", EventBusName=env["EVENT_BUS_NAME"], EventPattern=json.dumps({"source": ["tally"]})
+    )
     events.put_targets(Rule="all", EventBusName=env["EVENT_BUS_NAME"], Targets=[{"Id": "q", "Arn": arn}])
-    return lambda: [json.loads(m["Body"]) for m in sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)
-                    .get("Messages", [])]
+    return lambda: [
+        json.loads(m["Body"])
+        for m in sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
+    ]
 
 
 def test_R20_order_paid_reaches_the_bus_with_a_stable_id(h):
@@ -51,8 +57,11 @@ def test_R20_a_failed_publish_is_reported_for_retry_not_swallowed(h, monkeypatch
     service = bootstrap.outbox_service()
     monkeypatch.setattr(service.events, "put_events", lambda **kw: {"FailedEntryCount": 1, "Entries": []})
     records = stream_records(h.env)
-    paid_record = next(r for r in records if r["eventName"] == "MODIFY" and
-                        r["dynamodb"]["NewImage"]["status"]["S"] == "PAID")
+    paid_record = next(
+        r
+        for r in records
+        if r["eventName"] == "MODIFY" and r["dynamodb"]["NewImage"]["status"]["S"] == "PAID"
+    )
     result = h.invoke("OutboxFunction", {"Records": records})
     assert result == {"batchItemFailures": [{"itemIdentifier": paid_record["dynamodb"]["SequenceNumber"]}]}
     assert h.metric("OutboxFailed") >= 1
@@ -62,15 +71,33 @@ def test_R20_refund_outcome_reaches_the_bus_from_the_refunds_stream(h):
     """A refund row moving to SUCCESS becomes RefundSucceeded, id `RefundSucceeded:<refund_no>`."""
     ddb, streams = boto3.client("dynamodb"), boto3.client("dynamodbstreams")
     table = h.env["REFUNDS_TABLE"]
-    ddb.put_item(TableName=table, Item={"pk": {"S": "R-OUTBOX-1"}, "refund_no": {"S": "R-OUTBOX-1"},
-                                        "status": {"S": "ACCEPTED"}, "amount_cent": {"N": "20"}})
-    ddb.update_item(TableName=table, Key={"pk": {"S": "R-OUTBOX-1"}}, UpdateExpression="SET #s = :s",
-                    ExpressionAttributeNames={"#s": "status"}, ExpressionAttributeValues={":s": {"S": "SUCCESS"}})
+    ddb.put_item(
+        TableName=table,
+        Item={
+            "pk": {"S": "R-OUTBOX-1"},
+            "refund_no": {"S": "R-OUTBOX-1"},
+            "status": {"S": "ACCEPTED"},
+            "amount_cent": {"N": "20"},
+        },
+    )
+    ddb.update_item(
+        TableName=table,
+        Key={"pk": {"S": "R-OUTBOX-1"}},
+        UpdateExpression="SET #s = :s",
+        ExpressionAttributeNames={"#s": "status"},
+        ExpressionAttributeValues={":s": {"S": "SUCCESS"}},
+    )
     consumed = subscribe(h.env)
     arn = ddb.describe_table(TableName=table)["Table"]["LatestStreamArn"]
     shard = streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"][0]["ShardId"]
-    it = streams.get_shard_iterator(StreamArn=arn, ShardId=shard, ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+    it = streams.get_shard_iterator(StreamArn=arn, ShardId=shard, ShardIteratorType="TRIM_HORIZON")[
+        "ShardIterator"
+    ]
     assert h.invoke("OutboxFunction", {"Records": streams.get_records(ShardIterator=it)["Records"]}) == {
-        "batchItemFailures": []}
+        "batchItemFailures": []
+    }
     (event,) = consumed()
-    assert event["detail-type"] == "RefundSucceeded" and event["detail"]["event_id"] == "RefundSucceeded:R-OUTBOX-1"
+    assert (
+        event["detail-type"] == "RefundSucceeded"
+        and event["detail"]["event_id"] == "RefundSucceeded:R-OUTBOX-1"
+    )

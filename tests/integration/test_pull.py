@@ -38,8 +38,12 @@ def new_order(h, m, amount=100, prepay=True, **extra):
 
 def set_fields(h, mchid, out_trade_no, **fields):
     sets = ", ".join(f"{k} = :{k}" for k in fields)
-    h.ddb.update_item(TableName=h.env["ORDERS_TABLE"], Key=to_item({"pk": order_key(mchid, out_trade_no)}),
-                      UpdateExpression=f"SET {sets}", ExpressionAttributeValues=names_values(**fields))
+    h.ddb.update_item(
+        TableName=h.env["ORDERS_TABLE"],
+        Key=to_item({"pk": order_key(mchid, out_trade_no)}),
+        UpdateExpression=f"SET {sets}",
+        ExpressionAttributeValues=names_values(**fields),
+    )
 
 
 def due_now(h, order):
@@ -47,13 +51,19 @@ def due_now(h, order):
 
 
 def expire_now(h, order):
-    set_fields(h, order["mchid"], order["out_trade_no"], poll_due=iso_now(time.time() - 1),
-               expire_at=iso_now(time.time() - 1))
+    set_fields(
+        h,
+        order["mchid"],
+        order["out_trade_no"],
+        poll_due=iso_now(time.time() - 1),
+        expire_at=iso_now(time.time() - 1),
+    )
 
 
 def stored(h, order):
-    item = h.ddb.get_item(TableName=h.env["ORDERS_TABLE"], Key=to_item({"pk": order_key(order["mchid"],
-                                                                                        order["out_trade_no"])}))
+    item = h.ddb.get_item(
+        TableName=h.env["ORDERS_TABLE"], Key=to_item({"pk": order_key(order["mchid"], order["out_trade_no"])})
+    )
     from tally.store.codec import from_item
 
     return from_item(item["Item"])
@@ -87,7 +97,9 @@ def test_R21_R23_all_callbacks_lost_poller_alone_books_once_then_late_callback_i
     assert [(r["source"], r["handled"]) for r in view["raw"]] == [("query", 1)]
     assert [t["source"] for t in view["transitions"]] == ["query"]
     (entry,) = ledger(h)
-    assert entry["pk"] == f"wechatpay#{tid}" and entry["amount_cent"] == 90 and entry["source"] == "query"  # R13
+    assert (
+        entry["pk"] == f"wechatpay#{tid}" and entry["amount_cent"] == 90 and entry["source"] == "query"
+    )  # R13
     assert "poll_pk" not in stored(h, order)  # out of the poll index: never asked again
     assert run_poller(h)["orders_read"] == 0
 
@@ -108,7 +120,9 @@ def test_R22_order_not_exist_for_a_while_is_not_closed_then_paid(h, m, sim):
     assert run_poller(h)["outcomes"] == {"NOT_CREATED": 1}
     row = stored(h, order)
     assert row["status"] == "WAIT_PAY" and row["poll_last"] == "ORDER_NOT_EXIST"
-    assert row["poll_pk"].startswith("poll#") and row["poll_due"] > iso_now(time.time() + 50)  # backoff: 1 min
+    assert row["poll_pk"].startswith("poll#") and row["poll_due"] > iso_now(
+        time.time() + 50
+    )  # backoff: 1 min
     sim.hide_until(m["mchid"], order["out_trade_no"], 0)
     due_now(h, order)
     assert run_poller(h)["outcomes"] == {"BOOKED": 1}
@@ -124,8 +138,16 @@ def test_R21_waiting_order_backs_off_30s_1m_5m_15m_30m(h, m):
         due_now(h, order)
         before = time.time()
         assert run_poller(h)["outcomes"] == {"WAITING": 1}
-        gaps.append(round((time.mktime(time.strptime(stored(h, order)["poll_due"][:19], "%Y-%m-%dT%H:%M:%S"))
-                           - time.mktime(time.gmtime(before))) / 30) * 30)
+        gaps.append(
+            round(
+                (
+                    time.mktime(time.strptime(stored(h, order)["poll_due"][:19], "%Y-%m-%dT%H:%M:%S"))
+                    - time.mktime(time.gmtime(before))
+                )
+                / 30
+            )
+            * 30
+        )
     assert gaps == [60, 300, 900, 1800, 1800, 1800]
     assert stored(h, order)["poll_count"] == 6
 
@@ -152,9 +174,15 @@ def callback(h, m, sim, order):
     assert h.notify(m["mchid"], headers, body)["statusCode"] in (200, 204)
 
 
-@pytest.mark.parametrize("race", ["callback applied first", "callback stored first, worker later",
-                                  "query answered, callback applied before the poller books",
-                                  "poller first, callback later"])
+@pytest.mark.parametrize(
+    "race",
+    [
+        "callback applied first",
+        "callback stored first, worker later",
+        "query answered, callback applied before the poller books",
+        "poller first, callback later",
+    ],
+)
 def test_R19_R23_query_racing_callback_books_exactly_once(h, m, sim, monkeypatch, race):
     order = new_order(h, m)
     tid = sim.pay(m["mchid"], order["out_trade_no"], drop=True)
@@ -222,7 +250,11 @@ def test_R21_expired_order_is_closed_at_the_channel_then_locally(h, m, sim):
     row = stored(h, order)
     assert row["status"] == "CLOSED" and "poll_pk" not in row
     (transition,) = h.order(m["mchid"], order["out_trade_no"])["transitions"]
-    assert (transition["event"], transition["from_status"], transition["to_status"]) == ("CLOSE", "WAIT_PAY", "CLOSED")
+    assert (transition["event"], transition["from_status"], transition["to_status"]) == (
+        "CLOSE",
+        "WAIT_PAY",
+        "CLOSED",
+    )
     assert ledger(h) == [] and h.metric("PollClosed") == 1
 
 
@@ -237,8 +269,9 @@ def test_R21_R23_paid_just_before_expiry_is_booked_not_closed(h, m, sim):
 def test_R21_close_refused_goes_to_a_person_with_a_metric(h, m, sim):
     order = new_order(h, m)
     expire_now(h, order)
-    sim.inject_fault("error", path_contains=f"{order['out_trade_no']}/close", status=403, code="NO_AUTH",
-                     message="无权限")
+    sim.inject_fault(
+        "error", path_contains=f"{order['out_trade_no']}/close", status=403, code="NO_AUTH", message="无权限"
+    )
     assert run_poller(h)["outcomes"] == {"PERSON": 1}
     row = stored(h, order)
     assert row["status"] == "WAIT_PAY" and row["poll_pk"].startswith("manual#")
@@ -249,8 +282,9 @@ def test_R21_close_refused_goes_to_a_person_with_a_metric(h, m, sim):
 
 def test_R21_R38_close_failing_transiently_retries_then_a_person(h, m, sim):
     order = new_order(h, m)
-    sim.inject_fault("error", count=100, path_contains=f"{order['out_trade_no']}/close", status=500,
-                     code="SYSTEM_ERROR")
+    sim.inject_fault(
+        "error", count=100, path_contains=f"{order['out_trade_no']}/close", status=500, code="SYSTEM_ERROR"
+    )
     outcomes = []
     for _ in range(5):
         expire_now(h, order)
@@ -279,7 +313,9 @@ def test_R22_unmapped_code_lands_with_a_person_with_a_metric(h, m, sim):
     assert "BRAND_NEW_CODE" in stored(h, order)["manual_reason"]
 
 
-@pytest.mark.parametrize("fault, word", [("error", "SYSTEM_ERROR"), ("bad_signature", "RESPONSE_NOT_VERIFIED")])
+@pytest.mark.parametrize(
+    "fault, word", [("error", "SYSTEM_ERROR"), ("bad_signature", "RESPONSE_NOT_VERIFIED")]
+)
 def test_R22_R38_failed_queries_are_bounded(h, m, sim, fault, word):
     """Transient failures are asked again on the backoff, five in a row go to a person; a 2xx whose
     signature does not verify (possibly forged, §2.1) goes to a person at once."""
@@ -351,7 +387,9 @@ def test_R25_R37_sweeper_requeues_stale_rows_and_publishes_the_morning_number(h,
     h.metric_log.clear()
     result = run_poller(h)
     assert (result["requeued"], result["pending_over_10m"]) == (0, 0)  # published as zero, every run
-    assert [m_["name"] for m_ in h.metric_log].count("PendingOver10m") == 1 and h.metric("PendingOver10m") == 0
+    assert [m_["name"] for m_ in h.metric_log].count("PendingOver10m") == 1 and h.metric(
+        "PendingOver10m"
+    ) == 0
     assert bootstrap.poll_service().raw.get(fresh["pk"])["handled"] == 0  # young rows are the worker's
 
 
@@ -371,13 +409,16 @@ def test_R25_rows_that_keep_failing_go_to_a_person(h, m, sim):
     assert h.metric("SweepGaveUp") == 1 and h.metric("ApplyManual") == 1
 
 
-def test_R37_tally_pending_shows_both_counts_oldest_age_and_a_line_per_stuck_row(h, m, sim, tmp_path, monkeypatch,
-                                                                                 capsys):
+def test_R37_tally_pending_shows_both_counts_oldest_age_and_a_line_per_stuck_row(
+    h, m, sim, tmp_path, monkeypatch, capsys
+):
     from tally.cli.main import main
 
     stuck_raw_row(h, m, sim, minutes_old=15)
     manual = stuck_raw_row(h, m, sim, minutes_old=60 * 30)
-    bootstrap.poll_service().raw.send_to_person(manual["pk"], "amount 100 != order's 99", iso_now(time.time() - 86400 * 2))
+    bootstrap.poll_service().raw.send_to_person(
+        manual["pk"], "amount 100 != order's 99", iso_now(time.time() - 86400 * 2)
+    )
     order = new_order(h, m, prepay=False)
     expire_now(h, order)
     run_poller(h)  # unknown at the channel and expired → a person

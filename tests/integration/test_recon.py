@@ -131,10 +131,15 @@ def test_channel_only_payment_is_queried_and_applied_through_the_pull_path_R36_R
     run = svc.run("wechatpay", m["mchid"], D)
     assert run["status"] == "DIFFS"
     d = diffs(svc, m["mchid"])[f"PAYMENT#wechatpay#{tid}"]
-    assert (d["cls"], d["channel_amount_cent"], d["handle_status"], d["recovery"]) == \
-        ("CHANNEL_ONLY", 1200, "OPEN", "QUEUED")
-    raw = from_item(h.ddb.get_item(TableName=h.env["NOTIFY_RAW_TABLE"],
-                                   Key=to_item({"pk": f"wechatpay#{tid}"}))["Item"])
+    assert (d["cls"], d["channel_amount_cent"], d["handle_status"], d["recovery"]) == (
+        "CHANNEL_ONLY",
+        1200,
+        "OPEN",
+        "QUEUED",
+    )
+    raw = from_item(
+        h.ddb.get_item(TableName=h.env["NOTIFY_RAW_TABLE"], Key=to_item({"pk": f"wechatpay#{tid}"}))["Item"]
+    )
     assert raw["source"] == "recon" and raw["handled"] == 0
     assert h.drain() == []  # the same worker path as a callback
     assert ledger(h, f"wechatpay#{tid}")["source"] == "recon"
@@ -149,8 +154,19 @@ def test_channel_only_payment_is_queried_and_applied_through_the_pull_path_R36_R
 def test_local_only_resolved_with_a_reversing_entry_nothing_deleted_R36(h, m, svc):
     pay(h, m["mchid"], 300, f"{D}T09:00:00+08:00")
     ghost = "wechatpay#4200000000000000000000000042"
-    put_ledger(h, pk=ghost, kind="PAYMENT", channel="wechatpay", mchid=m["mchid"], transaction_id=ghost[10:],
-               order_pk=f"{m['mchid']}#GHOST", amount_cent=777, bill_date=D, booked_at="x", source="notify")
+    put_ledger(
+        h,
+        pk=ghost,
+        kind="PAYMENT",
+        channel="wechatpay",
+        mchid=m["mchid"],
+        transaction_id=ghost[10:],
+        order_pk=f"{m['mchid']}#GHOST",
+        amount_cent=777,
+        bill_date=D,
+        booked_at="x",
+        source="notify",
+    )
     run = svc.run("wechatpay", m["mchid"], D)
     d = diffs(svc, m["mchid"])[f"PAYMENT#{ghost}"]
     assert run["status"] == "DIFFS" and (d["cls"], d["local_amount_cent"]) == ("LOCAL_ONLY", 777)
@@ -165,8 +181,12 @@ def test_local_only_resolved_with_a_reversing_entry_nothing_deleted_R36(h, m, sv
 
 def test_amount_differs_resolved_by_the_delta_R36(h, m, svc):
     _, tid = pay(h, m["mchid"], 1000, f"{D}T09:00:00+08:00")
-    h.ddb.update_item(TableName=h.env["LEDGER_TABLE"], Key=to_item({"pk": f"wechatpay#{tid}"}),
-                      UpdateExpression="SET amount_cent = :a", ExpressionAttributeValues={":a": {"N": "990"}})
+    h.ddb.update_item(
+        TableName=h.env["LEDGER_TABLE"],
+        Key=to_item({"pk": f"wechatpay#{tid}"}),
+        UpdateExpression="SET amount_cent = :a",
+        ExpressionAttributeValues={":a": {"N": "990"}},
+    )
     svc.run("wechatpay", m["mchid"], D)
     d = diffs(svc, m["mchid"])[f"PAYMENT#wechatpay#{tid}"]
     assert (d["cls"], d["channel_amount_cent"], d["local_amount_cent"]) == ("AMOUNT_DIFFERS", 1000, 990)
@@ -182,31 +202,50 @@ def test_amount_differs_resolved_by_the_delta_R36(h, m, svc):
 def test_refunds_matched_and_a_processing_refund_we_booked_is_status_differs_R35_R36(h, m, svc):
     otn, tid = pay(h, m["mchid"], 5000, f"{D}T08:00:00+08:00")
     h.sim.bills.add_refund(m["mchid"], otn, "RF-OK-1", 1500, success_time=f"{D}T12:00:00+08:00")
-    h.sim.bills.add_refund(m["mchid"], otn, "RF-PROC-2", 500, success_time=f"{D}T13:00:00+08:00",
-                           refund_status="PROCESSING")
+    h.sim.bills.add_refund(
+        m["mchid"], otn, "RF-PROC-2", 500, success_time=f"{D}T13:00:00+08:00", refund_status="PROCESSING"
+    )
     h.sim.bills.add_refund(m["mchid"], otn, "RF-MISSING-3", 200, success_time=f"{D}T14:00:00+08:00")
     for no, cents in (("RF-OK-1", 1500), ("RF-PROC-2", 500)):  # the refunds subsystem's ledger shape
-        put_ledger(h, pk=f"wechatpay#{no}", kind="REFUND", channel="wechatpay", mchid=m["mchid"],
-                   transaction_id=tid, refund_no=no, refund_id="5030x", order_pk=f"{m['mchid']}#{otn}",
-                   amount_cent=cents, bill_date=D, booked_at="x", source="notify")
+        put_ledger(
+            h,
+            pk=f"wechatpay#{no}",
+            kind="REFUND",
+            channel="wechatpay",
+            mchid=m["mchid"],
+            transaction_id=tid,
+            refund_no=no,
+            refund_id="5030x",
+            order_pk=f"{m['mchid']}#{otn}",
+            amount_cent=cents,
+            bill_date=D,
+            booked_at="x",
+            source="notify",
+        )
     run = svc.run("wechatpay", m["mchid"], D)
     assert run["totals"]["refunds"] == 3 and run["totals"]["refund_cent"] == 2200
     found = {sk: d["cls"] for sk, d in diffs(svc, m["mchid"]).items()}
-    assert found == {"REFUND#wechatpay#RF-PROC-2": "STATUS_DIFFERS", "REFUND#wechatpay#RF-MISSING-3": "CHANNEL_ONLY"}
+    assert found == {
+        "REFUND#wechatpay#RF-PROC-2": "STATUS_DIFFERS",
+        "REFUND#wechatpay#RF-MISSING-3": "CHANNEL_ONLY",
+    }
     assert run["stats"]["matched"] == 2  # the payment and RF-OK-1; fees agree with the rate (no FEE diff)
 
 
 # ------------------------------------------------------------------------------------------ guards
 
 
-@pytest.mark.parametrize("fault, code", [
-    ("empty_nonzero_summary", "EMPTY_BILL"),  # R31
-    ("wrong_summary", "SUMMARY_MISMATCH"),  # R32
-    ("changed_header", "PARSE_FAILED"),
-    ("html_error", "PARSE_FAILED"),
-    ("mixed_encoding", "PARSE_FAILED"),
-    ("wrong_hash", "HASH_MISMATCH"),
-])
+@pytest.mark.parametrize(
+    "fault, code",
+    [
+        ("empty_nonzero_summary", "EMPTY_BILL"),  # R31
+        ("wrong_summary", "SUMMARY_MISMATCH"),  # R32
+        ("changed_header", "PARSE_FAILED"),
+        ("html_error", "PARSE_FAILED"),
+        ("mixed_encoding", "PARSE_FAILED"),
+        ("wrong_hash", "HASH_MISMATCH"),
+    ],
+)
 def test_a_bad_bill_is_blocked_before_matching_R31_R32(h, m, svc, fault, code):
     for i in range(2):
         pay(h, m["mchid"], 100 + i, f"{D}T1{i}:00:00+08:00")
@@ -260,7 +299,7 @@ def test_statement_creating_is_retried_later_then_blocked_at_the_last_tick(h, m,
 
 
 def test_every_finished_run_beats_the_heartbeat_and_its_absence_is_an_alarm_R38(h, m, svc):
-    """"Recon never ran" is loud: ReconRunCompleted counts every finished run — quiet day, blocked day, matched
+    """ "Recon never ran" is loud: ReconRunCompleted counts every finished run — quiet day, blocked day, matched
     day — but not a RETRY; ReconNotRunAlarm breaches when no run finished for 30 hours (missing data breaches)."""
     import pathlib
 
@@ -278,12 +317,20 @@ def test_every_finished_run_beats_the_heartbeat_and_its_absence_is_an_alarm_R38(
     assert svc.run("wechatpay", m["mchid"], D)["status"] == "BLOCKED"
     assert svc.run("wechatpay", m["mchid"], D)["status"] == "MATCHED"
     assert metric(h, "ReconRunCompleted") == 3
-    alarm = load_template(pathlib.Path(__file__).parents[2] / "template.yaml")["Resources"]["ReconNotRunAlarm"]["Properties"]
-    assert (alarm["MetricName"], alarm["Statistic"], alarm["ComparisonOperator"], alarm["Threshold"]) == \
-        ("ReconRunCompleted", "Sum", "LessThanThreshold", 1)
+    alarm = load_template(pathlib.Path(__file__).parents[2] / "template.yaml")["Resources"][
+        "ReconNotRunAlarm"
+    ]["Properties"]
+    assert (alarm["MetricName"], alarm["Statistic"], alarm["ComparisonOperator"], alarm["Threshold"]) == (
+        "ReconRunCompleted",
+        "Sum",
+        "LessThanThreshold",
+        1,
+    )
     assert alarm["TreatMissingData"] == "breaching"
     assert alarm["Period"] * alarm["DatapointsToAlarm"] > 24 * 3600  # more than the daily cadence
-    assert alarm["Period"] >= 3600 and alarm["Period"] * alarm["EvaluationPeriods"] <= 7 * 24 * 3600  # CW limits
+    assert (
+        alarm["Period"] >= 3600 and alarm["Period"] * alarm["EvaluationPeriods"] <= 7 * 24 * 3600
+    )  # CW limits
 
 
 # ------------------------------------------------------------------------------------------ the function
@@ -301,8 +348,11 @@ def test_a_bill_dropped_by_hand_into_s3_is_reconciled_and_our_own_downloads_are_
     bucket = bootstrap.settings().bills_bucket
     key = f"bills/wechatpay/{m['mchid']}/{D}/by-hand.csv"
     boto3.client("s3").put_object(Bucket=bucket, Key=key, Body=h.sim.bills.bill(m["mchid"], D))
-    event = {"source": "aws.s3", "detail-type": "Object Created",
-             "detail": {"bucket": {"name": bucket}, "object": {"key": key}}}
+    event = {
+        "source": "aws.s3",
+        "detail-type": "Object Created",
+        "detail": {"bucket": {"name": bucket}, "object": {"key": key}},
+    }
     (run,) = invoke(h, event)["runs"]
     assert (run["pass"], run["status"]) == ("s3", "MATCHED")
     downloaded = bootstrap.recon_service().run("wechatpay", m["mchid"], D)["bill_key"]
@@ -311,8 +361,9 @@ def test_a_bill_dropped_by_hand_into_s3_is_reconciled_and_our_own_downloads_are_
 
 
 def test_the_schedule_runs_t1_and_the_two_days_before_for_each_merchant_R34(h, m):
-    event = json.loads((h.handlers["ReconFunction"][1].code_dir.parents[1] / "events/recon_schedule.json")
-                       .read_text())
+    event = json.loads(
+        (h.handlers["ReconFunction"][1].code_dir.parents[1] / "events/recon_schedule.json").read_text()
+    )
     runs = invoke(h, event)["runs"]
     mine = [r for r in runs if r["pk"].startswith(f"wechatpay#{m['mchid']}#")]
     assert [r["pass"] for r in mine] == ["T+1", "T+2", "T+3"]

@@ -29,12 +29,20 @@ def pay(h, app_id, cents, paid_at, *, deliver=True, created_at=None, receipt=Non
     response = h.create_order(app_id, amount_cent=cents, prepay=True, channel="alipay")
     assert response["statusCode"] == 201, response
     otn = json.loads(response["body"])["out_trade_no"]
-    trade_no = h.sim.alipay.pay(app_id, otn, drop=True, paid_at=paid_at, created_at=created_at, receipt_amount=receipt)
+    trade_no = h.sim.alipay.pay(
+        app_id, otn, drop=True, paid_at=paid_at, created_at=created_at, receipt_amount=receipt
+    )
     if deliver:
         order = h.sim.alipay.orders[(app_id, otn)]
-        params = h.sim.alipay.notification_params(app_id, otn, cents, trade_no=trade_no,
-                                                  receipt_amount=order["receipt"], gmt_payment=paid_at,
-                                                  gmt_create=created_at or paid_at)
+        params = h.sim.alipay.notification_params(
+            app_id,
+            otn,
+            cents,
+            trade_no=trade_no,
+            receipt_amount=order["receipt"],
+            gmt_payment=paid_at,
+            gmt_create=created_at or paid_at,
+        )
         assert Alipay(h).notify(app_id, h.sim.alipay.build_notification(params), {})["statusCode"] == 200
         assert h.drain() == []
     return otn, trade_no
@@ -55,35 +63,71 @@ def test_alipay_day_downloads_parses_guards_and_matches_with_no_diffs_R31_R36(h,
     otn, tid = pay(h, app, 2000, f"{D} 10:00:00")
     pay(h, app, 1, f"{D} 23:59:59")
     h.sim.alipay.bills.add_refund(app, otn, 500, "RF-A-1", refunded_at=f"{D} 14:00:00")
-    h.ddb.put_item(TableName=h.env["LEDGER_TABLE"], Item=to_item({  # the refunds subsystem's ledger shape
-        "pk": "alipay#RF-A-1", "kind": "REFUND", "channel": "alipay", "mchid": app, "transaction_id": tid,
-        "refund_no": "RF-A-1", "order_pk": f"{app}#{otn}", "amount_cent": 500, "bill_date": D, "booked_at": "x",
-        "source": "notify"}))
+    h.ddb.put_item(
+        TableName=h.env["LEDGER_TABLE"],
+        Item=to_item(
+            {  # the refunds subsystem's ledger shape
+                "pk": "alipay#RF-A-1",
+                "kind": "REFUND",
+                "channel": "alipay",
+                "mchid": app,
+                "transaction_id": tid,
+                "refund_no": "RF-A-1",
+                "order_pk": f"{app}#{otn}",
+                "amount_cent": 500,
+                "bill_date": D,
+                "booked_at": "x",
+                "source": "notify",
+            }
+        ),
+    )
     assert ledger(h, f"alipay#{cross}")["bill_date"] == D  # the success time's day, Asia/Shanghai (R34)
-    assert svc.run("alipay", app, D_BEFORE)["status"] == "QUIET"  # nothing the day the cross-midnight one began
+    assert (
+        svc.run("alipay", app, D_BEFORE)["status"] == "QUIET"
+    )  # nothing the day the cross-midnight one began
     run = svc.run("alipay", app, D)
     assert run["status"] == "MATCHED", run["reason"]
     assert (run["totals"]["payments"], run["totals"]["payment_cent"]) == (3, 2881)
     assert (run["totals"]["refunds"], run["totals"]["refund_cent"]) == (1, 500)
     assert run["guard"] == "PASSED" and all(c["ok"] for c in run["totals"]["checks"])
-    assert {c["name"] for c in run["totals"]["checks"]} >= {"交易合计商家实收", "退款合计笔数", "汇总交易订单总笔数"}
+    assert {c["name"] for c in run["totals"]["checks"]} >= {
+        "交易合计商家实收",
+        "退款合计笔数",
+        "汇总交易订单总笔数",
+    }
     assert run["stats"]["matched"] == 4 and diffs(svc, app) == {}
     kept = boto3.client("s3").get_object(Bucket=bootstrap.settings().bills_bucket, Key=run["bill_key"])
-    names = [i.filename.encode("cp437").decode("gbk") for i in zipfile.ZipFile(io.BytesIO(kept["Body"].read())).infolist()]
-    assert sorted(n.rsplit("_", 1)[1] for n in names) == ["业务明细(汇总).csv", "业务明细.csv"]  # GBK names, no flag
+    names = [
+        i.filename.encode("cp437").decode("gbk")
+        for i in zipfile.ZipFile(io.BytesIO(kept["Body"].read())).infolist()
+    ]
+    assert sorted(n.rsplit("_", 1)[1] for n in names) == [
+        "业务明细(汇总).csv",
+        "业务明细.csv",
+    ]  # GBK names, no flag
     assert run["bill_key"].startswith(f"bills/alipay/{app}/{D}/") and run["sha1"] in run["bill_key"]
-    assert [r["method"] for r in h.sim.alipay.requests][-1] == "alipay.data.dataservice.bill.downloadurl.query"
+    assert [r["method"] for r in h.sim.alipay.requests][
+        -1
+    ] == "alipay.data.dataservice.bill.downloadurl.query"
 
 
 def test_alipay_payment_it_has_and_we_lack_is_one_channel_only_diff_queried_and_applied_R36_R23(h, app, svc):
     pay(h, app, 300, f"{D} 09:00:00")
-    otn, tid = pay(h, app, 1200, f"{D} 10:00:00", deliver=False, receipt=1150)  # the callback never came: 掉单
+    otn, tid = pay(
+        h, app, 1200, f"{D} 10:00:00", deliver=False, receipt=1150
+    )  # the callback never came: 掉单
     run = svc.run("alipay", app, D)
     assert run["status"] == "DIFFS"
     (d,) = diffs(svc, app).values()  # exactly one
-    assert (d["sk"], d["cls"], d["channel_amount_cent"], d["recovery"]) == \
-        (f"PAYMENT#alipay#{tid}", "CHANNEL_ONLY", 1150, "QUEUED")
-    raw = from_item(h.ddb.get_item(TableName=h.env["NOTIFY_RAW_TABLE"], Key=to_item({"pk": f"alipay#{tid}"}))["Item"])
+    assert (d["sk"], d["cls"], d["channel_amount_cent"], d["recovery"]) == (
+        f"PAYMENT#alipay#{tid}",
+        "CHANNEL_ONLY",
+        1150,
+        "QUEUED",
+    )
+    raw = from_item(
+        h.ddb.get_item(TableName=h.env["NOTIFY_RAW_TABLE"], Key=to_item({"pk": f"alipay#{tid}"}))["Item"]
+    )
     assert raw["source"] == "recon" and raw["paid_cent"] == 1150
     assert h.drain() == []  # the same worker path as a callback
     booked = ledger(h, f"alipay#{tid}")
@@ -94,14 +138,17 @@ def test_alipay_payment_it_has_and_we_lack_is_one_channel_only_diff_queried_and_
     assert metric(h, "ReconDiffOpened") == 1 and metric(h, "ReconRecoverQueued") == 1
 
 
-@pytest.mark.parametrize("fault, code", [
-    ("empty_nonzero_summary", "EMPTY_BILL"),  # R31
-    ("wrong_summary", "SUMMARY_MISMATCH"),  # R32
-    ("changed_header", "PARSE_FAILED"),
-    ("html_error", "PARSE_FAILED"),
-    ("mixed_encoding", "PARSE_FAILED"),
-    ("no_statement", "NO_STATEMENT_BUT_LEDGER"),
-])
+@pytest.mark.parametrize(
+    "fault, code",
+    [
+        ("empty_nonzero_summary", "EMPTY_BILL"),  # R31
+        ("wrong_summary", "SUMMARY_MISMATCH"),  # R32
+        ("changed_header", "PARSE_FAILED"),
+        ("html_error", "PARSE_FAILED"),
+        ("mixed_encoding", "PARSE_FAILED"),
+        ("no_statement", "NO_STATEMENT_BUT_LEDGER"),
+    ],
+)
 def test_a_bad_alipay_bill_is_blocked_before_matching_R31_R32(h, app, svc, fault, code):
     for i in range(2):
         pay(h, app, 100 + i, f"{D} 1{i}:00:00")

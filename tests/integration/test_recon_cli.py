@@ -19,9 +19,14 @@ def test_bill_parse_prints_rows_summary_totals_and_verdict(capsys):
     assert "ok  应结订单总金额: stated 11235, parsed 11235" in out and "verdict: PASSED" in out
 
 
-@pytest.mark.parametrize("name, verdict", [("wechat_all_empty_nonzero_summary.csv", "EMPTY_BILL"),
-                                           ("wechat_all_wrong_summary.csv", "SUMMARY_MISMATCH"),
-                                           ("wechat_error.html", "PARSE_FAILED")])
+@pytest.mark.parametrize(
+    "name, verdict",
+    [
+        ("wechat_all_empty_nonzero_summary.csv", "EMPTY_BILL"),
+        ("wechat_all_wrong_summary.csv", "SUMMARY_MISMATCH"),
+        ("wechat_error.html", "PARSE_FAILED"),
+    ],
+)
 def test_bill_parse_exits_1_on_a_bad_bill_R31_R32(capsys, name, verdict):
     assert main(["bill", "parse", "wechatpay", str(BILLS / name), "--json"]) == 1
     assert json.loads(capsys.readouterr().out)["verdict"] == verdict
@@ -49,9 +54,27 @@ def test_recon_run_show_diffs_resolve_and_diff_list(h, capsys, monkeypatch):
     assert f"CHANNEL_ONLY    PAYMENT#wechatpay#{tid}" in out and "[QUEUED]" in out and "report (CSV" in out
     assert main(["diff", "list", "--json", "--local"]) == 0
     assert f"PAYMENT#wechatpay#{tid}" in {d["sk"] for d in json.loads(capsys.readouterr().out)}
-    assert main(["recon", "resolve", *day, f"PAYMENT#wechatpay#{tid}", "--by", "dan", "--note", "ok",
-                 "--reverse"]) == 1  # nothing of ours to reverse for a channel-only payment
+    assert (
+        main(
+            ["recon", "resolve", *day, f"PAYMENT#wechatpay#{tid}", "--by", "dan", "--note", "ok", "--reverse"]
+        )
+        == 1
+    )  # nothing of ours to reverse for a channel-only payment
     assert "pull path" in capsys.readouterr().err
-    assert main(["recon", "resolve", *day, f"PAYMENT#wechatpay#{tid}", "--by", "dan", "--note", "seen",
-                 "--ignore"]) == 0
+    assert (
+        main(
+            [
+                "recon",
+                "resolve",
+                *day,
+                f"PAYMENT#wechatpay#{tid}",
+                "--by",
+                "dan",
+                "--note",
+                "seen",
+                "--ignore",
+            ]
+        )
+        == 0
+    )
     assert "IGNORED by dan" in capsys.readouterr().out

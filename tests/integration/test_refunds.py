@@ -79,7 +79,9 @@ def test_R30_refund_20_30_50_of_100_then_one_cent_is_refused(h, kit):
     for amount in (20, 30, 50):
         status, body = refund(h, kit.mid, otn, amount)
         assert status == 201 and body["status"] == "ACCEPTED", body
-        assert body.get("refund_id") or kit.channel == "alipay"  # Alipay has no refund id (out_request_no is it)
+        assert (
+            body.get("refund_id") or kit.channel == "alipay"
+        )  # Alipay has no refund id (out_request_no is it)
         numbers.append(body["refund_no"])
     status, body = refund(h, kit.mid, otn, 1)
     assert status == 409 and "exceeds refundable" in body["error"] and body["refundable_cent"] == 0
@@ -180,7 +182,8 @@ def test_R29_notification_arriving_before_the_api_call_returned_is_applied(h, ki
 
 
 def test_R26_R28_timeout_after_accepting_leaves_pending_and_the_poll_retries_the_same_refund_no(
-        h, kit, monkeypatch):
+    h, kit, monkeypatch
+):
     """Sent, outcome unknown: PENDING stays reserved; poll_due re-sends the SAME refund_no (the channel
     answers the same refund), then queries it until the outcome (R29): v3 GET refund, v2 /pay/refundquery,
     Alipay alipay.trade.fastpay.refund.query."""
@@ -192,7 +195,9 @@ def test_R26_R28_timeout_after_accepting_leaves_pending_and_the_poll_retries_the
     no = body["refund_no"]
     assert status == 201 and body["status"] == "PENDING", body
     assert order_row(h, kit.mid, otn)["refundable_cent"] == 40
-    monkeypatch.setenv("TALLY_HTTP_TIMEOUT_S", "10")  # only the first call is to time out, even on a busy machine
+    monkeypatch.setenv(
+        "TALLY_HTTP_TIMEOUT_S", "10"
+    )  # only the first call is to time out, even on a busy machine
     bootstrap.reset()
     assert svc().poll_due() == {}  # not due yet
     # (clock shifts stay under the 300 s signature window the v3 simulator checks against its own clock)
@@ -231,7 +236,9 @@ def test_R26_R28_crash_after_the_channel_call_leaves_a_hold_the_poller_recovers(
         ddb.meta.events.unregister("before-call.dynamodb.TransactWriteItems", crash)
     order = stored_order(kit.mid, otn)
     [no] = open_holds(order)
-    assert order["refundable_cent"] == 40 and svc().store.get(no) is None and len(kit.channel_refunds(no)) == 1
+    assert (
+        order["refundable_cent"] == 40 and svc().store.get(no) is None and len(kit.channel_refunds(no)) == 1
+    )
     assert order_row(h, kit.mid, otn)["refund_holds"] == {no: 60}  # what a person sees
     status, _ = refund(h, kit.mid, otn, 50)
     assert status == 409  # the held 60 cents are not refundable again
@@ -258,16 +265,25 @@ def test_R27_answer_transaction_cancelled_by_contention_is_tried_again(h, m, sim
         if not conflicts:
             conflicts.append(1)
             raise ddb.exceptions.TransactionCanceledException(
-                {"Error": {"Code": "TransactionCanceledException", "Message": "conflict"},
-                 "CancellationReasons": [{"Code": "None"}, {"Code": "TransactionConflict"}]}, "TransactWriteItems")
+                {
+                    "Error": {"Code": "TransactionCanceledException", "Message": "conflict"},
+                    "CancellationReasons": [{"Code": "None"}, {"Code": "TransactionConflict"}],
+                },
+                "TransactWriteItems",
+            )
 
     ddb.meta.events.register("before-call.dynamodb.TransactWriteItems", conflict_once)
     try:
-        view, created = svc().create({"mchid": m["mchid"], "out_trade_no": otn, "amount_cent": 30, "reason": "c"})
+        view, created = svc().create(
+            {"mchid": m["mchid"], "out_trade_no": otn, "amount_cent": 30, "reason": "c"}
+        )
     finally:
         ddb.meta.events.unregister("before-call.dynamodb.TransactWriteItems", conflict_once)
     assert conflicts and created and view["status"] == "ACCEPTED"
-    assert not open_holds(stored_order(m["mchid"], otn)) and stored_order(m["mchid"], otn)["refundable_cent"] == 70
+    assert (
+        not open_holds(stored_order(m["mchid"], otn))
+        and stored_order(m["mchid"], otn)["refundable_cent"] == 70
+    )
 
 
 def test_R27_hold_index_holds_only_open_holds(h, m, sim):
@@ -325,9 +341,12 @@ def test_refund_of_an_unpaid_or_unknown_order_is_refused(h, m):
 
 
 def test_R7_refund_notification_for_an_unknown_refund_no_goes_to_a_person_after_retries(h, m, sim):
-    resource = sim.refund_resource(m["mchid"], "OUTSIDE-001", "4200000000000000000000000001", "BYHAND0001", 5, 10)
-    headers, body = sim.build_notification(m["mchid"], resource, event_type="REFUND.SUCCESS",
-                                           associated_data="refund")
+    resource = sim.refund_resource(
+        m["mchid"], "OUTSIDE-001", "4200000000000000000000000001", "BYHAND0001", 5, 10
+    )
+    headers, body = sim.build_notification(
+        m["mchid"], resource, event_type="REFUND.SUCCESS", associated_data="refund"
+    )
     assert h.notify(m["mchid"], headers, body)["statusCode"] == 204
     for _ in range(6):
         h.drain(max_rounds=1)
@@ -353,7 +372,11 @@ def test_R17_refund_tasks_auto_policy_refunds_once_against_the_task_not_the_orde
     assert service.work_tasks() == {}  # nothing OPEN any more: never twice
     no = task_refund_no(task["pk"])
     view = service.show(no)
-    assert view["status"] == "ACCEPTED" and view["hold"] == "task" and view["transaction_id"] == second["transaction_id"]
+    assert (
+        view["status"] == "ACCEPTED"
+        and view["hold"] == "task"
+        and view["transaction_id"] == second["transaction_id"]
+    )
     assert order_row(h, m["mchid"], otn)["refundable_cent"] == 100
     sim.settle_refund(no, "success")
     deliver(h, m["mchid"], no)
@@ -389,7 +412,10 @@ def test_get_refund_route(h, m):
     no = refund(h, m["mchid"], otn, 10)[1]["refund_no"]
     response = h.call("RefundsFunction", "GET", f"/refunds/{no}", b"", {}, {"refund_no": no})
     assert response["statusCode"] == 200 and json.loads(response["body"])["amount_cent"] == 10
-    assert h.call("RefundsFunction", "GET", "/refunds/NOPE00", b"", {}, {"refund_no": "NOPE00"})["statusCode"] == 404
+    assert (
+        h.call("RefundsFunction", "GET", "/refunds/NOPE00", b"", {}, {"refund_no": "NOPE00"})["statusCode"]
+        == 404
+    )
 
 
 def test_cli_refund_create_show_list(h, m, sim, monkeypatch, capsys):
@@ -399,7 +425,10 @@ def test_cli_refund_create_show_list(h, m, sim, monkeypatch, capsys):
     monkeypatch.setattr(cli_refund, "connect", lambda args: {"env": h.env})  # in-process moto: no endpoint
     otn, _ = paid_order(h, m["mchid"], 100)
     no = new_no()
-    assert main(["refund", "create", m["mchid"], otn, "30", "--reason", "broken", "--refund-no", no, "--local"]) == 0
+    assert (
+        main(["refund", "create", m["mchid"], otn, "30", "--reason", "broken", "--refund-no", no, "--local"])
+        == 0
+    )
     assert capsys.readouterr().out.startswith(f"created refund {no}  ACCEPTED 0.30 CNY")
     assert main(["refund", "create", m["mchid"], otn, "30", "--refund-no", no, "--local"]) == 0
     assert capsys.readouterr().out.startswith("existing ")

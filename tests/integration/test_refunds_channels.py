@@ -138,8 +138,12 @@ def test_cli_refund_create_on_alipay_and_wechatpay_v2(h, sim, monkeypatch, capsy
 
 
 def _post_form(url: str, form: str) -> str:
-    req = urllib.request.Request(url, data=form.encode(), method="POST",
-                                 headers={"Content-Type": "application/x-www-form-urlencoded;charset=utf-8"})
+    req = urllib.request.Request(
+        url,
+        data=form.encode(),
+        method="POST",
+        headers={"Content-Type": "application/x-www-form-urlencoded;charset=utf-8"},
+    )
     with urllib.request.urlopen(req, timeout=5) as resp:  # noqa: S310 - the simulator on 127.0.0.1
         return resp.read().decode("utf-8")
 
@@ -150,19 +154,28 @@ def test_R2_simulator_alipay_refund_api_and_notification_signatures_verify_with_
     response check), and verifies the refund notification (`AliPay.verify`)."""
     m = sim.alipay.register_test_merchant("public_key")
     owner = m["app_id"]
-    sim.alipay.precreate(owner, owner, {"out_trade_no": "SDK-REFUND-1", "total_amount": "1.00", "subject": "t"},
-                         "http://127.0.0.1:9/notify")
+    sim.alipay.precreate(
+        owner,
+        owner,
+        {"out_trade_no": "SDK-REFUND-1", "total_amount": "1.00", "subject": "t"},
+        "http://127.0.0.1:9/notify",
+    )
     trade_no = sim.alipay.pay(owner, "SDK-REFUND-1", drop=True)
     sim.alipay.set_refund_behaviour(count=1, outcome="hold", drop=True)
-    sdk = AliPay(appid=owner, app_private_key_string=m["app_private_key_pem"],
-                 alipay_public_key_string=m["alipay_public_key_pem"])
+    sdk = AliPay(
+        appid=owner,
+        app_private_key_string=m["app_private_key_pem"],
+        alipay_public_key_string=m["alipay_public_key_pem"],
+    )
     gateway = sim.url + "/gateway.do"
 
     def call(method, biz):
         raw = _post_form(gateway, sdk.sign_data(sdk.build_body(method, biz)))
         return sdk._verify_and_return_sync_response(raw, method.replace(".", "_") + "_response")
 
-    answer = call("alipay.trade.refund", {"trade_no": trade_no, "refund_amount": "0.40", "out_request_no": "SDKRF1"})
+    answer = call(
+        "alipay.trade.refund", {"trade_no": trade_no, "refund_amount": "0.40", "out_request_no": "SDKRF1"}
+    )
     assert answer["code"] == "10000" and answer["fund_change"] == "N" and answer["trade_no"] == trade_no
     queried = call("alipay.trade.fastpay.refund.query", {"trade_no": trade_no, "out_request_no": "SDKRF1"})
     assert queried["refund_amount"] == "0.40" and "refund_status" not in queried

@@ -60,12 +60,20 @@ def moto_server():
 
 @pytest.fixture
 def server_aws(moto_server, sim, monkeypatch):
-    for var, value in {"AWS_ENDPOINT_URL": moto_server, "AWS_DEFAULT_REGION": "us-east-1",
-                       "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}.items():
+    for var, value in {
+        "AWS_ENDPOINT_URL": moto_server,
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+    }.items():
         monkeypatch.setenv(var, value)
     prefix = f"t{uuid.uuid4().hex[:6]}"
-    env = create_from_template(ROOT / "template.yaml", boto3.Session(region_name="us-east-1"),
-                               prefix=prefix, parameter_overrides={"WechatPayApiBase": sim.url})
+    env = create_from_template(
+        ROOT / "template.yaml",
+        boto3.Session(region_name="us-east-1"),
+        prefix=prefix,
+        parameter_overrides={"WechatPayApiBase": sim.url},
+    )
     for var, value in env.items():
         monkeypatch.setenv(var, value)
     previous = sim.set_refund_behaviour()
@@ -79,17 +87,34 @@ def server_aws(moto_server, sim, monkeypatch):
 def paid(sim, amount):
     m = sim.register_test_merchant()
     bootstrap.merchants().add_wechatpay(
-        mchid=m["mchid"], apiv3_key=m["apiv3_key"], merchant_key_pem=m["merchant_private_key_pem"],
-        merchant_serial=m["merchant_serial"], appid=m["appid"],
-        notify_url=f"http://127.0.0.1:9/notify/wechatpay/{m['mchid']}", public_key=sim.public_key_pem,
-        public_key_id=sim.public_key_id)
+        mchid=m["mchid"],
+        apiv3_key=m["apiv3_key"],
+        merchant_key_pem=m["merchant_private_key_pem"],
+        merchant_serial=m["merchant_serial"],
+        appid=m["appid"],
+        notify_url=f"http://127.0.0.1:9/notify/wechatpay/{m['mchid']}",
+        public_key=sim.public_key_pem,
+        public_key_id=sim.public_key_id,
+    )
     otn = f"C{uuid.uuid4().hex[:20]}"
-    bootstrap.order_service().create({"mchid": m["mchid"], "out_trade_no": otn, "amount_cent": amount,
-                                      "description": "race", "prepay": True})
+    bootstrap.order_service().create(
+        {
+            "mchid": m["mchid"],
+            "out_trade_no": otn,
+            "amount_cent": amount,
+            "description": "race",
+            "prepay": True,
+        }
+    )
     tid = sim.pay(m["mchid"], otn, drop=True)
     headers, body = sim.build_notification(m["mchid"], sim.transaction_view(m["mchid"], otn))
-    request = HttpRequest("POST", f"/notify/wechatpay/{m['mchid']}", {k.lower(): v for k, v in headers.items()},
-                          body, {"mchid": m["mchid"]})
+    request = HttpRequest(
+        "POST",
+        f"/notify/wechatpay/{m['mchid']}",
+        {k.lower(): v for k, v in headers.items()},
+        body,
+        {"mchid": m["mchid"]},
+    )
     assert bootstrap.ingest_service().wechatpay_v3(request).status == 204
     assert bootstrap.apply_service().apply(f"wechatpay#{tid}").value == "BOOKED"
     return m["mchid"], otn
@@ -123,8 +148,14 @@ def test_R27_twenty_concurrent_partial_refunds_never_exceed_the_payment(server_a
     mchid, otn = paid(sim, 1000)
     service = bootstrap.refund_service()
     amounts = [random.Random(7).randint(60, 140) for _ in range(20)]  # ~2000 asked of 1000 paid
-    results = race([lambda a=a: service.create({"mchid": mchid, "out_trade_no": otn, "amount_cent": a,
-                                                 "reason": "race"}) for a in amounts])
+    results = race(
+        [
+            lambda a=a: service.create(
+                {"mchid": mchid, "out_trade_no": otn, "amount_cent": a, "reason": "race"}
+            )
+            for a in amounts
+        ]
+    )
     accepted = [(a, r[0]) for a, r in zip(amounts, results, strict=True) if isinstance(r, tuple)]
     refused = [r for r in results if not isinstance(r, tuple)]
     assert all(isinstance(r, ExceedsRefundable) and "exceeds refundable" in str(r) for r in refused), refused
@@ -143,8 +174,14 @@ def test_R26_the_same_refund_sent_ten_times_concurrently_reserves_once_and_calls
     service = bootstrap.refund_service()
     no = f"SAME{uuid.uuid4().hex[:20]}"
     calls_before = len([r for r in sim.requests if r["path"] == "/v3/refund/domestic/refunds"])
-    results = race([lambda: service.create({"mchid": mchid, "out_trade_no": otn, "amount_cent": 300,
-                                            "reason": "dup", "refund_no": no})] * 10)
+    results = race(
+        [
+            lambda: service.create(
+                {"mchid": mchid, "out_trade_no": otn, "amount_cent": 300, "reason": "dup", "refund_no": no}
+            )
+        ]
+        * 10
+    )
     assert all(isinstance(r, tuple) and r[0]["refund_no"] == no for r in results), results
     assert sum(1 for r in results if r[1]) == 1  # one created, nine answered the existing refund
     assert order_of(mchid, otn)["refundable_cent"] == 200  # one reservation
@@ -152,7 +189,9 @@ def test_R26_the_same_refund_sent_ten_times_concurrently_reserves_once_and_calls
     assert len(calls) == 1  # one channel call
     assert len([r for r in sim.refunds() if r["out_refund_no"] == no]) == 1
     with pytest.raises(RefundConflict):
-        service.create({"mchid": mchid, "out_trade_no": otn, "amount_cent": 301, "reason": "x", "refund_no": no})
+        service.create(
+            {"mchid": mchid, "out_trade_no": otn, "amount_cent": 301, "reason": "x", "refund_no": no}
+        )
 
 
 def test_R29_three_concurrent_fail_reports_release_once(server_aws, sim):
@@ -162,8 +201,13 @@ def test_R29_three_concurrent_fail_reports_release_once(server_aws, sim):
     no = view["refund_no"]
     sim.settle_refund(no, "closed", notify=False)
     headers, body = sim.refund_notification(no)
-    request = HttpRequest("POST", f"/notify/wechatpay/{mchid}", {k.lower(): v for k, v in headers.items()}, body,
-                          {"mchid": mchid})
+    request = HttpRequest(
+        "POST",
+        f"/notify/wechatpay/{mchid}",
+        {k.lower(): v for k, v in headers.items()},
+        body,
+        {"mchid": mchid},
+    )
     assert bootstrap.ingest_service().wechatpay_v3(request).status == 204
     results = race([lambda: service.apply_notification(f"wechatpay#{no}", "CLOSED").value] * 3)
     assert sorted(results).count("APPLIED") == 1, results

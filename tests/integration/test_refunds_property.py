@@ -21,7 +21,9 @@ REPORTS = {"SUCCESS": "SUCCEED", "CLOSED": "FAIL", "ABNORMAL": "ABNORMAL"}
 
 class AcceptingChannel:
     def create(self, row):
-        return ChannelAnswer(AnswerKind.ACCEPTED, refund_id=f"F{row['refund_no']}", refund_cent=row["amount_cent"])
+        return ChannelAnswer(
+            AnswerKind.ACCEPTED, refund_id=f"F{row['refund_no']}", refund_cent=row["amount_cent"]
+        )
 
     def query(self, row):
         return ChannelAnswer(AnswerKind.RETRY)
@@ -30,26 +32,57 @@ class AcceptingChannel:
 def paid_order_row(paid: int) -> tuple[str, str]:
     mchid, otn = "1900000109", f"P{uuid.uuid4().hex[:20]}"
     now = iso_now()
-    bootstrap.order_service().orders.create({
-        "pk": order_key(mchid, otn), "mchid": mchid, "out_trade_no": otn, "channel": "wechatpay", "status": "PAID",
-        "amount_cent": paid, "paid_cent": paid, "refundable_cent": paid, "currency": "CNY", "version": 1,
-        "transaction_id": f"4200{uuid.uuid4().int % 10**20:020d}", "created_at": now})
+    bootstrap.order_service().orders.create(
+        {
+            "pk": order_key(mchid, otn),
+            "mchid": mchid,
+            "out_trade_no": otn,
+            "channel": "wechatpay",
+            "status": "PAID",
+            "amount_cent": paid,
+            "paid_cent": paid,
+            "refundable_cent": paid,
+            "currency": "CNY",
+            "version": 1,
+            "transaction_id": f"4200{uuid.uuid4().int % 10**20:020d}",
+            "created_at": now,
+        }
+    )
     return mchid, otn
 
 
-steps = st.lists(st.one_of(
-    st.tuples(st.just("refund"), st.integers(0, 4), st.integers(1, 50)),
-    st.tuples(st.just("generated"), st.booleans(), st.integers(1, 50)),  # True: crashes after the channel call
-    st.tuples(st.just("report"), st.integers(0, 6), st.sampled_from(sorted(REPORTS))),
-    st.tuples(st.just("sweep"), st.just(0), st.just(0)),
-), min_size=1, max_size=12)
+steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("refund"), st.integers(0, 4), st.integers(1, 50)),
+        st.tuples(
+            st.just("generated"), st.booleans(), st.integers(1, 50)
+        ),  # True: crashes after the channel call
+        st.tuples(st.just("report"), st.integers(0, 6), st.sampled_from(sorted(REPORTS))),
+        st.tuples(st.just("sweep"), st.just(0), st.just(0)),
+    ),
+    min_size=1,
+    max_size=12,
+)
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                 HealthCheck.too_slow])
+@settings(
+    max_examples=8,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(paid=st.integers(1, 120), plan=steps)
-@example(paid=100, plan=[("generated", True, 60), ("refund", 0, 50), ("sweep", 0, 0), ("report", 0, "SUCCESS"),
-                         ("generated", False, 40), ("report", 1, "CLOSED"), ("generated", True, 40)])
+@example(
+    paid=100,
+    plan=[
+        ("generated", True, 60),
+        ("refund", 0, 50),
+        ("sweep", 0, 0),
+        ("report", 0, "SUCCESS"),
+        ("generated", False, 40),
+        ("report", 1, "CLOSED"),
+        ("generated", True, 40),
+    ],
+)
 def test_R27_R29_property_on_moto_refunded_plus_reserved_never_exceeds_paid(h, paid, plan):
     service = bootstrap.refund_service()
     service.channels = {"wechatpay": lambda mchid: AcceptingChannel()}
@@ -78,7 +111,9 @@ def test_R27_R29_property_on_moto_refunded_plus_reserved_never_exceeds_paid(h, p
     service.clock = lambda: time.time() + late + HOLD_ABANDONED_S + 1
     service.poll_due()  # no hold outlives the poller
     amounts.update({r["refund_no"]: r["amount_cent"] for r in service.for_order(mchid, otn)})
-    for n, no in enumerate(sorted(amounts)):  # every refund gets a final outcome: each reservation ends booked or released
+    for n, no in enumerate(
+        sorted(amounts)
+    ):  # every refund gets a final outcome: each reservation ends booked or released
         report(service, mchid, otn, no, amounts[no], "SUCCESS" if n % 2 == 0 else "CLOSED")
     refunds, refundable, booked = check(service, mchid, otn, paid)
     assert not any(r["in_flight"] for r in refunds)
@@ -106,9 +141,20 @@ def create(service, mchid, otn, amount, amounts, refund_no=None, crash=False):
 
 
 def report(service, mchid, otn, no, amount, status):
-    notice = RefundNotice(channel="wechatpay", refund_no=no, refund_id=f"F{no}", status=status, event=None,
-                          mchid=mchid, sp_mchid=None, out_trade_no=otn, transaction_id="", refund_cent=amount,
-                          total_cent=amount, success_time="2026-11-30T10:00:00+08:00")
+    notice = RefundNotice(
+        channel="wechatpay",
+        refund_no=no,
+        refund_id=f"F{no}",
+        status=status,
+        event=None,
+        mchid=mchid,
+        sp_mchid=None,
+        out_trade_no=otn,
+        transaction_id="",
+        refund_cent=amount,
+        total_cent=amount,
+        success_time="2026-11-30T10:00:00+08:00",
+    )
     service.inbox.record(notice)
     service.apply_notification(notice.raw_key, status)
 

@@ -47,8 +47,11 @@ class Receiver:
                 with receiver._lock:
                     receiver.received.append({"path": self.path, "headers": dict(self.headers), "body": body})
                     status = receiver.statuses.pop(0) if receiver.statuses else receiver.default
-                out = b"" if status == 204 else json.dumps(
-                    {"code": "SUCCESS" if status == 200 else "FAIL", "message": "x"}).encode()
+                out = (
+                    b""
+                    if status == 204
+                    else json.dumps({"code": "SUCCESS" if status == 200 else "FAIL", "message": "x"}).encode()
+                )
                 self.send_response(status)
                 self.send_header("Content-Length", str(len(out)))
                 self.end_headers()
@@ -57,14 +60,18 @@ class Receiver:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/notify/wechatpay/{test_merchant()['mchid']}"
+        self.url = (
+            f"http://127.0.0.1:{self.server.server_address[1]}/notify/wechatpay/{test_merchant()['mchid']}"
+        )
 
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
 
 
-def raw_request(base_url: str, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None):
+def raw_request(
+    base_url: str, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None
+):
     parts = urlsplit(base_url)
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
     try:
@@ -92,8 +99,13 @@ def verify_platform_signature(sim: ChannelSimulator, headers: dict[str, str], bo
     else:
         pem = next(c["pem"] for c in sim.platform_certificates if c["serial"] == serial)
         public_key = load_certificate(pem).public_key()
-    return rsa_verify(h["wechatpay-timestamp"], h["wechatpay-nonce"], body.decode("utf-8"),
-                      h["wechatpay-signature"], public_key)
+    return rsa_verify(
+        h["wechatpay-timestamp"],
+        h["wechatpay-nonce"],
+        body.decode("utf-8"),
+        h["wechatpay-signature"],
+        public_key,
+    )
 
 
 def decrypt_resource(merchant: dict[str, str], body: bytes) -> dict[str, Any]:
@@ -171,12 +183,16 @@ def test_keys_shape(sim: ChannelSimulator) -> None:
     assert "BEGIN PUBLIC KEY" in sim.public_key_pem
     fresh = ChannelSimulator()  # generated keys
     assert len(fresh.platform_serial) == 40 and fresh.platform_serial != sim.platform_serial
-    assert fresh.public_key_id.startswith("PUB_KEY_ID_0114") and len(fresh.public_key_id) == len(sim.public_key_id)
+    assert fresh.public_key_id.startswith("PUB_KEY_ID_0114") and len(fresh.public_key_id) == len(
+        sim.public_key_id
+    )
 
 
 # ----------------------------------------------------------------------------------------------- builder
 @pytest.mark.parametrize("verify_mode", ["public_key", "certificate"])
-def test_built_notification_verifies_and_decrypts_with_wechatpayv3(sim: ChannelSimulator, verify_mode: str) -> None:
+def test_built_notification_verifies_and_decrypts_with_wechatpayv3(
+    sim: ChannelSimulator, verify_mode: str
+) -> None:
     m = sim.register_test_merchant(verify_mode=verify_mode)
     resource = sim.transaction_resource(m["mchid"], "ORDER0001", 100, payer_total=90)
     headers, body = sim.build_notification(m["mchid"], resource)
@@ -185,12 +201,25 @@ def test_built_notification_verifies_and_decrypts_with_wechatpayv3(sim: ChannelS
     assert headers["Wechatpay-Serial"] == expected_serial
     assert headers["Wechatpay-Signature-Type"] == "WECHATPAY2-SHA256-RSA2048"
     assert headers["Content-Type"] == "application/json" and headers["Request-ID"]
-    key = (load_public_key(sim.public_key_pem) if verify_mode == "public_key"
-           else load_certificate(sim.platform_cert_pem).public_key())
-    assert rsa_verify(headers["Wechatpay-Timestamp"], headers["Wechatpay-Nonce"], body.decode(),
-                      headers["Wechatpay-Signature"], key)
-    assert not rsa_verify(headers["Wechatpay-Timestamp"], headers["Wechatpay-Nonce"], body.decode() + " ",
-                          headers["Wechatpay-Signature"], key)
+    key = (
+        load_public_key(sim.public_key_pem)
+        if verify_mode == "public_key"
+        else load_certificate(sim.platform_cert_pem).public_key()
+    )
+    assert rsa_verify(
+        headers["Wechatpay-Timestamp"],
+        headers["Wechatpay-Nonce"],
+        body.decode(),
+        headers["Wechatpay-Signature"],
+        key,
+    )
+    assert not rsa_verify(
+        headers["Wechatpay-Timestamp"],
+        headers["Wechatpay-Nonce"],
+        body.decode() + " ",
+        headers["Wechatpay-Signature"],
+        key,
+    )
 
     envelope = json.loads(body)
     assert body == json.dumps(envelope, separators=(",", ":"), ensure_ascii=False).encode()  # compact
@@ -199,7 +228,11 @@ def test_built_notification_verifies_and_decrypts_with_wechatpayv3(sim: ChannelS
     assert envelope["summary"] == "支付成功" and envelope["create_time"].endswith("+08:00")
     r = envelope["resource"]
     assert set(r) == {"original_type", "algorithm", "ciphertext", "associated_data", "nonce"}
-    assert (r["original_type"], r["algorithm"], r["associated_data"]) == ("transaction", "AEAD_AES_256_GCM", "transaction")
+    assert (r["original_type"], r["algorithm"], r["associated_data"]) == (
+        "transaction",
+        "AEAD_AES_256_GCM",
+        "transaction",
+    )
     assert len(r["nonce"]) == 12 and r["nonce"].isalnum()
     assert aes_decrypt(r["nonce"], r["ciphertext"], r["associated_data"], "0" * 32) is None  # wrong key
 
@@ -221,22 +254,34 @@ def test_builder_faults(sim: ChannelSimulator, merchant: dict[str, str]) -> None
     assert core.callback(h, b) is None
     h, b = sim.build_notification(merchant["mchid"], resource, apiv3_key="k" * 32)
     assert core.callback(h, b) is None  # signature fine, AEAD fails
-    h, b = sim.build_notification(merchant["mchid"], resource, serial=sim.platform_serial, timestamp=1_600_000_000,
-                                  nonce="FIXEDNONCE", associated_data="")
+    h, b = sim.build_notification(
+        merchant["mchid"],
+        resource,
+        serial=sim.platform_serial,
+        timestamp=1_600_000_000,
+        nonce="FIXEDNONCE",
+        associated_data="",
+    )
     assert h["Wechatpay-Timestamp"] == "1600000000" and h["Wechatpay-Nonce"] == "FIXEDNONCE"
     assert verify_platform_signature(sim, h, b) and h["Wechatpay-Serial"] == sim.platform_serial
     assert decrypt_resource(merchant, b) == resource
     refund = sim.refund_resource(merchant["mchid"], "ORDER0002", resource["transaction_id"], "R0001", 1, 1)
-    h, b = sim.build_notification(merchant["mchid"], refund, event_type="REFUND.SUCCESS", associated_data="refund")
+    h, b = sim.build_notification(
+        merchant["mchid"], refund, event_type="REFUND.SUCCESS", associated_data="refund"
+    )
     env = json.loads(b)
     assert env["summary"] == "退款成功" and env["resource"]["original_type"] == "refund"
     assert core.callback(h, b)["resource"]["refund_status"] == "SUCCESS"
 
 
 # ----------------------------------------------------------------------------------------------- API auth
-def test_signed_requests_accepted_and_tampered_rejected(sim: ChannelSimulator, merchant: dict[str, str]) -> None:
+def test_signed_requests_accepted_and_tampered_rejected(
+    sim: ChannelSimulator, merchant: dict[str, str]
+) -> None:
     data = native_order(merchant, "ORDER0100", 100, "http://127.0.0.1:9/notify")
-    (status, headers, body), auth, sent = signed_request(sim, merchant, "POST", "/v3/pay/transactions/native", data)
+    (status, headers, body), auth, sent = signed_request(
+        sim, merchant, "POST", "/v3/pay/transactions/native", data
+    )
     assert status == 200, body
     assert json.loads(body)["code_url"].startswith("weixin://wxpay/bizpayurl?pr=")
     assert verify_platform_signature(sim, headers, body)
@@ -244,40 +289,70 @@ def test_signed_requests_accepted_and_tampered_rejected(sim: ChannelSimulator, m
 
     # Same Authorization, body changed by one fen → 401 SIGN_ERROR (and the error is signed too).
     tampered = sent.replace('"total": 100', '"total": 1').encode()
-    status, headers, body = raw_request(sim.url, "POST", "/v3/pay/transactions/native", tampered,
-                                        {"Authorization": auth, "Content-Type": "application/json"})
+    status, headers, body = raw_request(
+        sim.url,
+        "POST",
+        "/v3/pay/transactions/native",
+        tampered,
+        {"Authorization": auth, "Content-Type": "application/json"},
+    )
     assert status == 401 and json.loads(body)["code"] == "SIGN_ERROR"
     assert verify_platform_signature(sim, headers, body)
 
     # Signature replaced, wrong serial_no, no Authorization at all.
     bad_sig = auth.replace('signature="', 'signature="AAAA')
-    assert raw_request(sim.url, "POST", "/v3/pay/transactions/native", sent.encode(),
-                       {"Authorization": bad_sig})[0] == 401
+    assert (
+        raw_request(
+            sim.url, "POST", "/v3/pay/transactions/native", sent.encode(), {"Authorization": bad_sig}
+        )[0]
+        == 401
+    )
     bad_serial = auth.replace(merchant["merchant_serial"], "0" * 40)
-    assert raw_request(sim.url, "POST", "/v3/pay/transactions/native", sent.encode(),
-                       {"Authorization": bad_serial})[0] == 401
+    assert (
+        raw_request(
+            sim.url, "POST", "/v3/pay/transactions/native", sent.encode(), {"Authorization": bad_serial}
+        )[0]
+        == 401
+    )
     assert raw_request(sim.url, "GET", "/v3/certificates")[0] == 401
     # Path is part of the message: a signature for one query URL does not work for another.
-    (status, _, _), auth, _ = signed_request(sim, merchant, "GET",
-                                             f"/v3/pay/transactions/out-trade-no/ORDER0100?mchid={merchant['mchid']}")
+    (status, _, _), auth, _ = signed_request(
+        sim, merchant, "GET", f"/v3/pay/transactions/out-trade-no/ORDER0100?mchid={merchant['mchid']}"
+    )
     assert status == 200
-    assert raw_request(sim.url, "GET", "/v3/pay/transactions/out-trade-no/ORDER0101?mchid=" + merchant["mchid"],
-                       headers={"Authorization": auth})[0] == 401
+    assert (
+        raw_request(
+            sim.url,
+            "GET",
+            "/v3/pay/transactions/out-trade-no/ORDER0101?mchid=" + merchant["mchid"],
+            headers={"Authorization": auth},
+        )[0]
+        == 401
+    )
 
 
 def test_order_lifecycle_through_wechatpayv3(sim: ChannelSimulator, merchant: dict[str, str]) -> None:
     core = sdk_client(sim, merchant)  # verifies every 2xx response signature itself (raises otherwise)
     notify = "http://127.0.0.1:9/notify"
-    code, text = core.request("/v3/pay/transactions/native", RequestType.POST, native_order(merchant, "ORDER0200", 500, notify))
+    code, text = core.request(
+        "/v3/pay/transactions/native", RequestType.POST, native_order(merchant, "ORDER0200", 500, notify)
+    )
     assert code == 200
     code_url = json.loads(text)["code_url"]
-    code, text = core.request("/v3/pay/transactions/native", RequestType.POST, native_order(merchant, "ORDER0200", 500, notify))
+    code, text = core.request(
+        "/v3/pay/transactions/native", RequestType.POST, native_order(merchant, "ORDER0200", 500, notify)
+    )
     assert (code, json.loads(text)["code_url"]) == (200, code_url)
-    code, text = core.request("/v3/pay/transactions/native", RequestType.POST, native_order(merchant, "ORDER0200", 501, notify))
+    code, text = core.request(
+        "/v3/pay/transactions/native", RequestType.POST, native_order(merchant, "ORDER0200", 501, notify)
+    )
     assert code == 400 and json.loads(text)["code"] == "INVALID_REQUEST"
     bad = native_order(merchant, "ORDER0201", 1, notify)
     bad["appid"] = "wx0000000000000000"
-    assert json.loads(core.request("/v3/pay/transactions/native", RequestType.POST, bad)[1])["code"] == "APPID_MCHID_NOT_MATCH"
+    assert (
+        json.loads(core.request("/v3/pay/transactions/native", RequestType.POST, bad)[1])["code"]
+        == "APPID_MCHID_NOT_MATCH"
+    )
 
     q = f"/v3/pay/transactions/out-trade-no/ORDER0200?mchid={merchant['mchid']}"
     code, text = core.request(q)
@@ -303,30 +378,54 @@ def test_order_lifecycle_through_wechatpayv3(sim: ChannelSimulator, merchant: di
     assert code == 400 and json.loads(text)["code"] == "ORDER_PAID"
     assert sim.deliveries == []  # drop=True
 
-    core.request("/v3/pay/transactions/native", RequestType.POST, native_order(merchant, "ORDER0202", 7, notify))
-    code, _ = core.request("/v3/pay/transactions/out-trade-no/ORDER0202/close", RequestType.POST,
-                           {"mchid": merchant["mchid"]})
+    core.request(
+        "/v3/pay/transactions/native", RequestType.POST, native_order(merchant, "ORDER0202", 7, notify)
+    )
+    code, _ = core.request(
+        "/v3/pay/transactions/out-trade-no/ORDER0202/close", RequestType.POST, {"mchid": merchant["mchid"]}
+    )
     assert code == 204  # wechatpayv3 verified the empty-body signature ("ts\nnonce\n\n")
-    assert json.loads(core.request(f"/v3/pay/transactions/out-trade-no/ORDER0202?mchid={merchant['mchid']}")[1])[
-        "trade_state"] == "CLOSED"
+    assert (
+        json.loads(core.request(f"/v3/pay/transactions/out-trade-no/ORDER0202?mchid={merchant['mchid']}")[1])[
+            "trade_state"
+        ]
+        == "CLOSED"
+    )
 
 
-def test_204_signature_message_ends_with_single_newline(sim: ChannelSimulator, merchant: dict[str, str]) -> None:
-    signed_request(sim, merchant, "POST", "/v3/pay/transactions/native",
-                   native_order(merchant, "ORDER0300", 1, "http://127.0.0.1:9/n"))
-    (status, headers, body), _, _ = signed_request(sim, merchant, "POST",
-                                                   "/v3/pay/transactions/out-trade-no/ORDER0300/close",
-                                                   {"mchid": merchant["mchid"]})
+def test_204_signature_message_ends_with_single_newline(
+    sim: ChannelSimulator, merchant: dict[str, str]
+) -> None:
+    signed_request(
+        sim,
+        merchant,
+        "POST",
+        "/v3/pay/transactions/native",
+        native_order(merchant, "ORDER0300", 1, "http://127.0.0.1:9/n"),
+    )
+    (status, headers, body), _, _ = signed_request(
+        sim,
+        merchant,
+        "POST",
+        "/v3/pay/transactions/out-trade-no/ORDER0300/close",
+        {"mchid": merchant["mchid"]},
+    )
     assert status == 204 and body == b""
     key = load_public_key(sim.public_key_pem)
-    assert rsa_verify(headers["wechatpay-timestamp"], headers["wechatpay-nonce"], "", headers["wechatpay-signature"], key)
+    assert rsa_verify(
+        headers["wechatpay-timestamp"], headers["wechatpay-nonce"], "", headers["wechatpay-signature"], key
+    )
 
 
 # ----------------------------------------------------------------------------------------------- delivery
-def test_pay_delivers_with_retries_until_204(sim: ChannelSimulator, merchant: dict[str, str], receiver) -> None:
+def test_pay_delivers_with_retries_until_204(
+    sim: ChannelSimulator, merchant: dict[str, str], receiver
+) -> None:
     rcv = receiver(statuses=[500, 503], default=204)
     core = sdk_client(sim, merchant)
-    code, _ = core.request("/v3/pay/transactions/native", RequestType.POST, native_order(merchant, "ORDER0400", 100, rcv.url))
+    code, _ = core.request(
+        "/v3/pay/transactions/native", RequestType.POST, native_order(merchant, "ORDER0400", 100, rcv.url)
+    )
     assert code == 200
     tid = sim.pay(merchant["mchid"], "ORDER0400")
     ok = sim.wait_delivered(tid, timeout=10)
@@ -337,7 +436,9 @@ def test_pay_delivers_with_retries_until_204(sim: ChannelSimulator, merchant: di
     assert all(d["out_trade_no"] == "ORDER0400" and d["elapsed_ms"] >= 0 for d in attempts)
     gap = RETRY_SCHEDULE_S[0] * TIME_SCALE * 1000
     assert attempts[1]["elapsed_ms"] - attempts[0]["elapsed_ms"] >= gap * 0.8
-    assert attempts[2]["elapsed_ms"] - attempts[1]["elapsed_ms"] >= RETRY_SCHEDULE_S[1] * TIME_SCALE * 1000 * 0.8
+    assert (
+        attempts[2]["elapsed_ms"] - attempts[1]["elapsed_ms"] >= RETRY_SCHEDULE_S[1] * TIME_SCALE * 1000 * 0.8
+    )
     time.sleep(0.4)
     assert len(rcv.received) == 3  # stopped at the first 204
 
@@ -347,11 +448,16 @@ def test_pay_delivers_with_retries_until_204(sim: ChannelSimulator, merchant: di
     for r in rcv.received:
         assert r["path"] == urlsplit(rcv.url).path
         assert r["headers"]["Content-Type"] == "application/json"
-        assert r["headers"]["Request-ID"] and r["headers"]["Wechatpay-Signature-Type"] == "WECHATPAY2-SHA256-RSA2048"
+        assert (
+            r["headers"]["Request-ID"]
+            and r["headers"]["Wechatpay-Signature-Type"] == "WECHATPAY2-SHA256-RSA2048"
+        )
         assert verify_platform_signature(sim, r["headers"], r["body"])
         assert core.callback(r["headers"], r["body"]) is not None
     plain = decrypt_resource(merchant, rcv.received[0]["body"])
-    assert plain == json.loads(core.request(f"/v3/pay/transactions/out-trade-no/ORDER0400?mchid={merchant['mchid']}")[1])
+    assert plain == json.loads(
+        core.request(f"/v3/pay/transactions/out-trade-no/ORDER0400?mchid={merchant['mchid']}")[1]
+    )
     assert plain["transaction_id"] == tid and plain["amount"]["total"] == 100
 
     # admin view over HTTP
@@ -363,8 +469,9 @@ def test_pay_delivers_with_retries_until_204(sim: ChannelSimulator, merchant: di
 
 def test_duplicates_deliver_concurrently(sim: ChannelSimulator, merchant: dict[str, str], receiver) -> None:
     rcv = receiver(default=200)
-    (status, _, _), _, _ = signed_request(sim, merchant, "POST", "/v3/pay/transactions/native",
-                                          native_order(merchant, "ORDER0500", 42, rcv.url))
+    (status, _, _), _, _ = signed_request(
+        sim, merchant, "POST", "/v3/pay/transactions/native", native_order(merchant, "ORDER0500", 42, rcv.url)
+    )
     assert status == 200
     tid = sim.pay(merchant["mchid"], "ORDER0500", duplicates=5)
     ok = sim.wait_delivered(tid, timeout=10, count=5)
@@ -375,15 +482,38 @@ def test_duplicates_deliver_concurrently(sim: ChannelSimulator, merchant: dict[s
 
 def test_admin_http_pay_faults_and_mixed_mode(sim: ChannelSimulator, receiver) -> None:
     m = test_merchant()
-    status, _, body = raw_request(sim.url, "POST", "/_sim/merchants", json.dumps({
-        "mchid": m["mchid"], "apiv3_key": m["apiv3_key"], "merchant_public_key_pem": m["merchant_cert_pem"],
-        "merchant_serial": m["merchant_serial"], "appid": m["appid"], "verify_mode": "certificate"}).encode())
+    status, _, body = raw_request(
+        sim.url,
+        "POST",
+        "/_sim/merchants",
+        json.dumps(
+            {
+                "mchid": m["mchid"],
+                "apiv3_key": m["apiv3_key"],
+                "merchant_public_key_pem": m["merchant_cert_pem"],
+                "merchant_serial": m["merchant_serial"],
+                "appid": m["appid"],
+                "verify_mode": "certificate",
+            }
+        ).encode(),
+    )
     assert status == 201 and json.loads(body)["platform_serial"] == sim.platform_serial
     rcv = receiver(default=204)
     signed_request(sim, m, "POST", "/v3/pay/transactions/native", native_order(m, "ORDER0600", 300, rcv.url))
-    status, _, body = raw_request(sim.url, "POST", "/_sim/pay", json.dumps({
-        "mchid": m["mchid"], "out_trade_no": "ORDER0600", "amount_total": 1, "payer_total": 1,
-        "probe": True}).encode())
+    status, _, body = raw_request(
+        sim.url,
+        "POST",
+        "/_sim/pay",
+        json.dumps(
+            {
+                "mchid": m["mchid"],
+                "out_trade_no": "ORDER0600",
+                "amount_total": 1,
+                "payer_total": 1,
+                "probe": True,
+            }
+        ).encode(),
+    )
     assert status == 200
     tid = json.loads(body)["transaction_id"]
     sim.wait_delivered(tid, timeout=10)
@@ -392,24 +522,53 @@ def test_admin_http_pay_faults_and_mixed_mode(sim: ChannelSimulator, receiver) -
         time.sleep(0.02)
     kinds = sorted(d["kind"] for d in sim.deliveries)
     assert kinds == ["notification", "probe"]
-    probe = next(r for r in rcv.received if r["headers"]["Wechatpay-Signature"].startswith("WECHATPAY/SIGNTEST/"))
+    probe = next(
+        r for r in rcv.received if r["headers"]["Wechatpay-Signature"].startswith("WECHATPAY/SIGNTEST/")
+    )
     assert not verify_platform_signature(sim, probe["headers"], probe["body"])
     real = next(r for r in rcv.received if r is not probe)
     assert real["headers"]["Wechatpay-Serial"] == sim.platform_serial
     assert decrypt_resource(m, real["body"])["amount"]["total"] == 1  # wrong-amount fault
 
     # paying twice / unknown orders are refused
-    assert raw_request(sim.url, "POST", "/_sim/pay", json.dumps(
-        {"mchid": m["mchid"], "out_trade_no": "ORDER0600"}).encode())[0] == 400
-    assert raw_request(sim.url, "POST", "/_sim/pay", json.dumps(
-        {"mchid": m["mchid"], "out_trade_no": "NOSUCHORDER"}).encode())[0] == 404
+    assert (
+        raw_request(
+            sim.url,
+            "POST",
+            "/_sim/pay",
+            json.dumps({"mchid": m["mchid"], "out_trade_no": "ORDER0600"}).encode(),
+        )[0]
+        == 400
+    )
+    assert (
+        raw_request(
+            sim.url,
+            "POST",
+            "/_sim/pay",
+            json.dumps({"mchid": m["mchid"], "out_trade_no": "NOSUCHORDER"}).encode(),
+        )[0]
+        == 404
+    )
 
     # API faults
-    assert raw_request(sim.url, "POST", "/_sim/faults", json.dumps(
-        {"kind": "error", "status": 500, "code": "SYSTEM_ERROR", "path_contains": "/out-trade-no/"}).encode())[0] == 201
+    assert (
+        raw_request(
+            sim.url,
+            "POST",
+            "/_sim/faults",
+            json.dumps(
+                {"kind": "error", "status": 500, "code": "SYSTEM_ERROR", "path_contains": "/out-trade-no/"}
+            ).encode(),
+        )[0]
+        == 201
+    )
     q = f"/v3/pay/transactions/out-trade-no/ORDER0600?mchid={m['mchid']}"
     (status, headers, body), _, _ = signed_request(sim, m, "GET", q)
-    assert status == 500 and json.loads(body)["code"] == "SYSTEM_ERROR" and verify_platform_signature(sim, headers, body)
+    assert (
+        status == 500
+        and json.loads(body)["code"] == "SYSTEM_ERROR"
+        and verify_platform_signature(sim, headers, body)
+    )
     sim.inject_fault("unsigned")
     (status, headers, _), _, _ = signed_request(sim, m, "GET", q)
     assert status == 200 and "wechatpay-signature" not in headers
@@ -420,8 +579,14 @@ def test_admin_http_pay_faults_and_mixed_mode(sim: ChannelSimulator, receiver) -
     assert status == 200 and verify_platform_signature(sim, headers, body)
 
     # migration period: serials switch at random between the two keys
-    sim.register_merchant(m["mchid"], m["apiv3_key"], m["merchant_public_key_pem"], m["merchant_serial"],
-                          appid=m["appid"], verify_mode="mixed")
+    sim.register_merchant(
+        m["mchid"],
+        m["apiv3_key"],
+        m["merchant_public_key_pem"],
+        m["merchant_serial"],
+        appid=m["appid"],
+        verify_mode="mixed",
+    )
     res = sim.transaction_resource(m["mchid"], "ORDER0600", 1)
     serials = {sim.build_notification(m["mchid"], res)[0]["Wechatpay-Serial"] for _ in range(40)}
     assert serials == {sim.platform_serial, sim.public_key_id}
@@ -451,7 +616,11 @@ def test_stop_cancels_pending_retries(receiver) -> None:
 def test_certificates_endpoint_and_rotation(sim: ChannelSimulator, merchant: dict[str, str]) -> None:
     first = sim.platform_serial
     (status, headers, body), _, _ = signed_request(sim, merchant, "GET", "/v3/certificates")
-    assert status == 200 and headers["wechatpay-serial"] == first and verify_platform_signature(sim, headers, body)
+    assert (
+        status == 200
+        and headers["wechatpay-serial"] == first
+        and verify_platform_signature(sim, headers, body)
+    )
     (item,) = json.loads(body)["data"]
     enc = item["encrypt_certificate"]
     assert item["serial_no"] == first and enc["algorithm"] == "AEAD_AES_256_GCM"
@@ -469,7 +638,9 @@ def test_certificates_endpoint_and_rotation(sim: ChannelSimulator, merchant: dic
     assert [d["serial_no"] for d in data] == [first, second]
     for d in data:
         e = d["encrypt_certificate"]
-        cert = load_certificate(aes_decrypt(e["nonce"], e["ciphertext"], e["associated_data"], merchant["apiv3_key"]))
+        cert = load_certificate(
+            aes_decrypt(e["nonce"], e["ciphertext"], e["associated_data"], merchant["apiv3_key"])
+        )
         assert format(cert.serial_number, "X") == d["serial_no"]
 
     # Notifications in cert mode now carry the new serial; wechatpayv3 fetches /v3/certificates on the miss.

@@ -30,21 +30,41 @@ TABLES = {
         {"by_pending": ["pending_pk", "pending_at"], "by_order": ["order_pk", "notified_at"]},
     ),
     "NotifyEventTable": ("NOTIFY_EVENT_TABLE", ["pk"], {"manual": ["manual_kind", "created_at"]}),
-    "OrdersTable": ("ORDERS_TABLE", ["pk"], {"by_poll": ["poll_pk", "poll_due"], "by_hold": ["hold_pk", "hold_due"]}),
+    "OrdersTable": (
+        "ORDERS_TABLE",
+        ["pk"],
+        {"by_poll": ["poll_pk", "poll_due"], "by_hold": ["hold_pk", "hold_due"]},
+    ),
     "TransitionsTable": ("TRANSITIONS_TABLE", ["pk", "sk"], {}),
     "LedgerTable": ("LEDGER_TABLE", ["pk"], {"by_bill_date": ["bill_date", "pk"]}),
     "RefundTasksTable": ("REFUND_TASKS_TABLE", ["pk"], {"by_status": ["status", "created_at"]}),
     "MerchantsTable": ("MERCHANTS_TABLE", ["pk"], {}),
-    "RefundsTable": ("REFUNDS_TABLE", ["pk"], {"by_poll": ["poll_pk", "poll_due"], "refunds_of_order": ["order_pk", "created_at"]}),
+    "RefundsTable": (
+        "REFUNDS_TABLE",
+        ["pk"],
+        {"by_poll": ["poll_pk", "poll_due"], "refunds_of_order": ["order_pk", "created_at"]},
+    ),
     "RefundRawTable": ("REFUND_RAW_TABLE", ["pk", "sk"], {}),
     "ReconRunsTable": ("RECON_RUNS_TABLE", ["pk", "sk"], {}),
     "ReconDiffTable": ("RECON_DIFF_TABLE", ["pk", "sk"], {"by_open": ["open_pk", "opened_at"]}),
 }
 NARROW_PROJECTIONS = {"by_order", "manual"}  # history / queue views: INCLUDE; every other index projects ALL
-CUSTOM_METRIC_ALARMS = ["NotifyRejected", "NotifyQuarantined", "EnqueueFailed", "ApplyManual", "ApplyFailed",
-                        "RefundFailed", "RefundManual", "RefundTaskManual",
-                        "ReconBlocked", "ReconParseFailed", "ReconDownloadFailed", "ReconDiffOpened",
-                        "ReconRecoverFailed", "ReconFailed"]
+CUSTOM_METRIC_ALARMS = [
+    "NotifyRejected",
+    "NotifyQuarantined",
+    "EnqueueFailed",
+    "ApplyManual",
+    "ApplyFailed",
+    "RefundFailed",
+    "RefundManual",
+    "RefundTaskManual",
+    "ReconBlocked",
+    "ReconParseFailed",
+    "ReconDownloadFailed",
+    "ReconDiffOpened",
+    "ReconRecoverFailed",
+    "ReconFailed",
+]
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +131,9 @@ def test_tables_match_contracts(resources):
         props = tables[lid]["Properties"]
         assert [k["AttributeName"] for k in props["KeySchema"]] == key, lid
         gsis = {g["IndexName"]: g for g in props.get("GlobalSecondaryIndexes", [])}
-        assert {name: [k["AttributeName"] for k in g["KeySchema"]] for name, g in gsis.items()} == indexes, lid
+        assert {name: [k["AttributeName"] for k in g["KeySchema"]] for name, g in gsis.items()} == indexes, (
+            lid
+        )
         for name, gsi in gsis.items():
             expected = "INCLUDE" if name in NARROW_PROJECTIONS else "ALL"
             assert gsi["Projection"]["ProjectionType"] == expected, (lid, name)
@@ -158,12 +180,18 @@ def test_functions_match_contracts(template, resources):
         assert (ROOT / code).is_dir()
     layer = resources["CommonLayer"]
     assert layer["Properties"]["ContentUri"] == "layers/common"
-    assert layer["Metadata"]["BuildMethod"] == "makefile"  # layers/common/Makefile ships .pyc (tests/unit/test_build.py)
+    assert (
+        layer["Metadata"]["BuildMethod"] == "makefile"
+    )  # layers/common/Makefile ships .pyc (tests/unit/test_build.py)
 
 
 def http_events(function: dict[str, Any]) -> dict[str, Any]:
     events = function["Properties"]["Events"].values()
-    return {f"{e['Properties']['Method']} {e['Properties']['Path']}": e["Properties"] for e in events if e["Type"] == "HttpApi"}
+    return {
+        f"{e['Properties']['Method']} {e['Properties']['Path']}": e["Properties"]
+        for e in events
+        if e["Type"] == "HttpApi"
+    }
 
 
 def test_notify_is_open_and_orders_need_iam(resources):
@@ -171,8 +199,10 @@ def test_notify_is_open_and_orders_need_iam(resources):
     assert api_auth == {"EnableIamAuthorizer": True, "DefaultAuthorizer": "AWS_IAM"}
     notify = http_events(resources["NotifyFunction"])
     assert {k: v["Auth"]["Authorizer"] for k, v in notify.items()} == {
-        "POST /notify/wechatpay/{mchid}": "NONE", "POST /notify/alipay/{app_id}": "NONE",
-        "POST /notify/wechatpay-v2/{mchid}": "NONE"}
+        "POST /notify/wechatpay/{mchid}": "NONE",
+        "POST /notify/alipay/{app_id}": "NONE",
+        "POST /notify/wechatpay-v2/{mchid}": "NONE",
+    }
     orders = http_events(resources["OrdersFunction"])
     assert {k: v["Auth"]["Authorizer"] for k, v in orders.items()} == {
         "POST /orders": "AWS_IAM",
@@ -195,7 +225,10 @@ def test_worker_reports_batch_item_failures(resources):
 
 def test_apply_queue_redrives_to_dlq_and_outlasts_the_worker(resources):
     queue = resources["ApplyQueue"]["Properties"]
-    assert queue["RedrivePolicy"] == {"deadLetterTargetArn": {"Fn::GetAtt": ["ApplyDLQ", "Arn"]}, "maxReceiveCount": 5}
+    assert queue["RedrivePolicy"] == {
+        "deadLetterTargetArn": {"Fn::GetAtt": ["ApplyDLQ", "Arn"]},
+        "maxReceiveCount": 5,
+    }
     assert queue["VisibilityTimeout"] == 6 * resources["WorkerFunction"]["Properties"]["Timeout"]
 
 
@@ -215,8 +248,12 @@ def test_every_dlq_has_an_alarm(resources):
     dlqs = [lid for lid in of_type(resources, "AWS::SQS::Queue") if lid.endswith("DLQ")]
     assert "ApplyDLQ" in dlqs
     for lid in dlqs:
-        (dlq,) = [a for a in alarms(resources) if a["Namespace"] == "AWS/SQS"
-                  and a["Dimensions"] == [{"Name": "QueueName", "Value": {"Fn::GetAtt": [lid, "QueueName"]}}]]
+        (dlq,) = [
+            a
+            for a in alarms(resources)
+            if a["Namespace"] == "AWS/SQS"
+            and a["Dimensions"] == [{"Name": "QueueName", "Value": {"Fn::GetAtt": [lid, "QueueName"]}}]
+        ]
         assert dlq["MetricName"] == "ApproximateNumberOfMessagesVisible"
         assert (dlq["ComparisonOperator"], dlq["Threshold"]) == ("GreaterThanThreshold", 0)
         assert dlq["AlarmActions"] == [{"Ref": "AlarmTopic"}]
@@ -266,9 +303,15 @@ def test_least_privilege_has_no_wildcards(resources):
     for lid, function in of_type(resources, "AWS::Serverless::Function").items():
         for policy in function["Properties"]["Policies"]:
             for statement in policy["Statement"]:
-                actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+                actions = (
+                    statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+                )
                 assert all("*" not in action for action in actions), lid
-                resources_ = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+                resources_ = (
+                    statement["Resource"]
+                    if isinstance(statement["Resource"], list)
+                    else [statement["Resource"]]
+                )
                 assert "*" not in resources_, lid
 
 

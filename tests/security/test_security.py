@@ -19,16 +19,28 @@ from tally.service.ingest import MAX_BODY_BYTES
 from tally_local.resources import load_template
 from tests.integration.test_template import sam_transform
 
-ALL_TABLES = ["NOTIFY_RAW_TABLE", "NOTIFY_EVENT_TABLE", "ORDERS_TABLE", "LEDGER_TABLE", "TRANSITIONS_TABLE",
-              "REFUND_TASKS_TABLE"]
+ALL_TABLES = [
+    "NOTIFY_RAW_TABLE",
+    "NOTIFY_EVENT_TABLE",
+    "ORDERS_TABLE",
+    "LEDGER_TABLE",
+    "TRANSITIONS_TABLE",
+    "REFUND_TASKS_TABLE",
+]
 
 
 def state(h):
     """Everything that could carry business state. A callback rejected for its signature is kept in
     notify_event as kind `rejected` (7-day TTL, replayable by a person after a key fix, never applied):
     that row is evidence, not state, so it is left out here and checked on its own."""
-    rows = {t: sorted(json.dumps(r, sort_keys=True) for r in h.scan(t)
-                      if not (t == "NOTIFY_EVENT_TABLE" and r.get("kind") == "rejected")) for t in ALL_TABLES}
+    rows = {
+        t: sorted(
+            json.dumps(r, sort_keys=True)
+            for r in h.scan(t)
+            if not (t == "NOTIFY_EVENT_TABLE" and r.get("kind") == "rejected")
+        )
+        for t in ALL_TABLES
+    }
     return rows | {"queue": h.queue_depth()}
 
 
@@ -50,8 +62,9 @@ def test_R1_R4_forged_callback_for_a_real_order_changes_nothing(h, merchant, sim
     headers, body, _ = h.notification(merchant["mchid"], otn, 100)
     attacker = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     ts, nonce = headers["Wechatpay-Timestamp"], headers["Wechatpay-Nonce"]
-    forged = base64.b64encode(attacker.sign(f"{ts}\n{nonce}\n".encode() + body + b"\n", padding.PKCS1v15(),
-                                            hashes.SHA256())).decode()
+    forged = base64.b64encode(
+        attacker.sign(f"{ts}\n{nonce}\n".encode() + body + b"\n", padding.PKCS1v15(), hashes.SHA256())
+    ).decode()
     other_headers, other_body, _ = h.notification(merchant["mchid"], otn, 1)  # genuine, for 1 cent
     before = state(h)
     attempts = [
@@ -71,8 +84,9 @@ def test_R1_R4_forged_callback_for_a_real_order_changes_nothing(h, merchant, sim
 # ------------------------------------------------------------------------------ replay window
 
 
-@pytest.mark.parametrize("age_s,accepted", [(-299, True), (299, True), (300, False), (301, False), (3600, False),
-                                            (-301, False)])
+@pytest.mark.parametrize(
+    "age_s,accepted", [(-299, True), (299, True), (300, False), (301, False), (3600, False), (-301, False)]
+)
 def test_R4_replay_outside_the_5_minute_window_is_refused(h, merchant, age_s, accepted):
     otn = order_for(h, merchant["mchid"])
     signed_at = int(time.time())
@@ -105,10 +119,17 @@ def test_R11_colliding_ids_across_merchants_never_cross(h):
     h.drain()
     for m, amount in ((a, 100), (b, 700)):
         view = h.order(m["mchid"], "SHARED-ORDER-01")
-        assert (view["status"], view["transaction_id"], view["paid_cent"]) == ("PAID", results[m["mchid"]], amount)
+        assert (view["status"], view["transaction_id"], view["paid_cent"]) == (
+            "PAID",
+            results[m["mchid"]],
+            amount,
+        )
     ledger = {e["transaction_id"]: e for e in h.scan("LEDGER_TABLE")}
     assert {tx: ledger[tx]["mchid"] for tx in ledger} == {tx: mchid for mchid, tx in results.items()}
-    assert {e["order_pk"] for e in ledger.values()} == {"1900000101#SHARED-ORDER-01", "1900000102#SHARED-ORDER-01"}
+    assert {e["order_pk"] for e in ledger.values()} == {
+        "1900000101#SHARED-ORDER-01",
+        "1900000102#SHARED-ORDER-01",
+    }
     assert [e["kind"] for e in h.scan("NOTIFY_EVENT_TABLE")] == ["quarantined"]
 
 
@@ -126,8 +147,13 @@ def test_no_secret_in_logs(h, sim, capsys):
         openids = [f"oSECRET{i}{'x' * 20}" for i in range(4)]
         otn = order_for(h, m["mchid"])
         for i, kw in enumerate([{}, {"apiv3_key": "Y" * 32}, {"total": 1}, {"signature_override": "AAAA"}]):
-            headers, body, _ = h.notification(m["mchid"], otn if i != 2 else order_for(h, m["mchid"], 5), kw.pop(
-                "total", 100), openid=openids[i], **kw)
+            headers, body, _ = h.notification(
+                m["mchid"],
+                otn if i != 2 else order_for(h, m["mchid"], 5),
+                kw.pop("total", 100),
+                openid=openids[i],
+                **kw,
+            )
             h.notify(m["mchid"], headers, body)
         h.drain()
         h.create_order(m["mchid"], amount_cent=100, prepay=True)  # a signed API call to the channel
@@ -137,8 +163,11 @@ def test_no_secret_in_logs(h, sim, capsys):
     text = stream.getvalue() + "".join(c.out + c.err for c in seen)
     assert "payment booked" in text  # the capture did see the product's logs
     pem_lines = [line for line in m["merchant_private_key_pem"].splitlines() if len(line) > 40]
-    secrets = {"APIv3 key": m["apiv3_key"], **{f"PEM line {i}": line for i, line in enumerate(pem_lines)},
-               **{f"openid {i}": o for i, o in enumerate(openids)}}
+    secrets = {
+        "APIv3 key": m["apiv3_key"],
+        **{f"PEM line {i}": line for i, line in enumerate(pem_lines)},
+        **{f"openid {i}": o for i, o in enumerate(openids)},
+    }
     assert [name for name, value in secrets.items() if value in text] == []
     assert "PRIVATE KEY" not in text
     stored = json.dumps({t: h.scan(t) for t in ALL_TABLES})
@@ -153,8 +182,9 @@ def test_no_secret_in_logs(h, sim, capsys):
 # AWSLambdaSQSQueueExecutionRole (SQS event source) grants Receive/Delete on every queue of the account
 # ("*"): a known SAM default, listed in docs/proof.md as a finding to tighten.
 _PINNED = json.loads((pathlib.Path(__file__).with_name("least_privilege.json")).read_text())
-LEAST_PRIVILEGE = {fn: {res: set(actions) for res, actions in grants.items()}
-                   for fn, grants in _PINNED["policies"].items()}
+LEAST_PRIVILEGE = {
+    fn: {res: set(actions) for res, actions in grants.items()} for fn, grants in _PINNED["policies"].items()
+}
 MANAGED = {fn: set(names) for fn, names in _PINNED["managed"].items()}
 
 
@@ -206,10 +236,17 @@ def test_every_function_is_covered_by_the_least_privilege_table(granted):
 def test_what_the_code_calls_is_what_the_policy_grants(h, merchant, granted):
     """Run each handler and record its AWS calls: each must be granted (else it fails in production)."""
     names = {v: k for k, v in h.env.items()}
-    logical = {"NOTIFY_RAW_TABLE": "NotifyRawTable", "NOTIFY_EVENT_TABLE": "NotifyEventTable",
-               "ORDERS_TABLE": "OrdersTable", "TRANSITIONS_TABLE": "TransitionsTable", "LEDGER_TABLE": "LedgerTable",
-               "REFUND_TASKS_TABLE": "RefundTasksTable", "MERCHANTS_TABLE": "MerchantsTable",
-               "REFUNDS_TABLE": "RefundsTable", "REFUND_RAW_TABLE": "RefundRawTable"}
+    logical = {
+        "NOTIFY_RAW_TABLE": "NotifyRawTable",
+        "NOTIFY_EVENT_TABLE": "NotifyEventTable",
+        "ORDERS_TABLE": "OrdersTable",
+        "TRANSITIONS_TABLE": "TransitionsTable",
+        "LEDGER_TABLE": "LedgerTable",
+        "REFUND_TASKS_TABLE": "RefundTasksTable",
+        "MERCHANTS_TABLE": "MerchantsTable",
+        "REFUNDS_TABLE": "RefundsTable",
+        "REFUND_RAW_TABLE": "RefundRawTable",
+    }
     current = {"fn": None}
     calls: dict[str, set[tuple[str, str]]] = {}
 
@@ -218,8 +255,11 @@ def test_what_the_code_calls_is_what_the_policy_grants(h, merchant, granted):
         if service == "dynamodb":
             request = json.loads(params.get("body") or b"{}")
             # IAM authorises a transaction item by item, with the item's own action (no TransactWriteItems action).
-            items = [(f"{kind}Item" if kind != "ConditionCheck" else "ConditionCheckItem", op)
-                     for entry in request.get("TransactItems", []) for kind, op in entry.items()]
+            items = [
+                (f"{kind}Item" if kind != "ConditionCheck" else "ConditionCheckItem", op)
+                for entry in request.get("TransactItems", [])
+                for kind, op in entry.items()
+            ]
             items = items or [(model.name, request)]
             for action, op in items:
                 table = logical[names[op["TableName"]]]
@@ -234,23 +274,33 @@ def test_what_the_code_calls_is_what_the_policy_grants(h, merchant, granted):
     for client in clients:
         client.meta.events.register("before-call", seen)
     for lid, (handler, spec) in list(h.handlers.items()):
+
         def wrapped(event, context, _handler=handler, _lid=lid):
             current["fn"] = _lid
             try:
                 return _handler(event, context)
             finally:
                 current["fn"] = None
+
         h.handlers[lid] = (wrapped, spec)
     bootstrap.merchants()._cache.clear()  # each function loads its merchant itself, as a cold container
     otn = order_for(h, merchant["mchid"])
     h.order(merchant["mchid"], otn)
     headers, body, _ = h.notification(merchant["mchid"], otn, 100)
     h.notify(merchant["mchid"], headers, body)
-    h.notify(merchant["mchid"], *h.notification(merchant["mchid"], otn, 100)[:2])  # a double payment: refund task
+    h.notify(
+        merchant["mchid"], *h.notification(merchant["mchid"], otn, 100)[:2]
+    )  # a double payment: refund task
     h.notify(merchant["mchid"], *h.notification(merchant["mchid"], "NO-SUCH-ORDER", 100)[:2])
     h.drain()
-    h.call("OrdersFunction", "GET", f"/orders/{merchant['mchid']}/{otn}", b"", {},
-           {"mchid": merchant["mchid"], "out_trade_no": otn})
+    h.call(
+        "OrdersFunction",
+        "GET",
+        f"/orders/{merchant['mchid']}/{otn}",
+        b"",
+        {},
+        {"mchid": merchant["mchid"], "out_trade_no": otn},
+    )
     h.invoke("KeysFunction", {"detail-type": "Scheduled Event", "source": "aws.events", "detail": {}})
     assert set(calls) >= {"NotifyFunction", "WorkerFunction", "OrdersFunction", "KeysFunction"}
     for function, used in calls.items():
@@ -259,7 +309,8 @@ def test_what_the_code_calls_is_what_the_policy_grants(h, merchant, granted):
         found, _ = granted[function]
         for action, resource in used:
             assert action in found.get(resource, set()), (
-                f"{function} calls {action} on {resource} but its policy does not grant it")
+                f"{function} calls {action} on {resource} but its policy does not grant it"
+            )
 
 
 # ------------------------------------------------------------------------------ request size limits

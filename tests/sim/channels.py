@@ -45,10 +45,15 @@ def use_clock(clock: Any) -> Callable[[], None]:
     fake_dt = types.ModuleType("datetime")
     fake_dt.__dict__.update({k: getattr(_dt, k) for k in dir(_dt) if not k.startswith("__")})
     fake_dt.datetime = SimDatetime
-    fake_time = types.SimpleNamespace(time=clock, monotonic=_time.monotonic, sleep=_time.sleep,
-                                      perf_counter=_time.perf_counter)
-    saved = [(module, name, getattr(module, name)) for module in (core, alipay, wechatpay_v2, bills, refunds)
-             for name in ("time", "dt") if hasattr(module, name)]
+    fake_time = types.SimpleNamespace(
+        time=clock, monotonic=_time.monotonic, sleep=_time.sleep, perf_counter=_time.perf_counter
+    )
+    saved = [
+        (module, name, getattr(module, name))
+        for module in (core, alipay, wechatpay_v2, bills, refunds)
+        for name in ("time", "dt")
+        if hasattr(module, name)
+    ]
     for module, name, _ in saved:
         setattr(module, name, fake_time if name == "time" else fake_dt)
     del _crypto  # certificates keep real validity dates (issued once per process)
@@ -125,13 +130,19 @@ class WeChatV3(ChannelKind):
     def setup(self, directory: Any, api_base: str) -> None:
         m = self.sim.register_test_merchant()
         for mchid in self.pool:
-            self.sim.register_merchant(mchid, m["apiv3_key"], m["merchant_public_key_pem"], m["merchant_serial"],
-                                       appid=m["appid"])
+            self.sim.register_merchant(
+                mchid, m["apiv3_key"], m["merchant_public_key_pem"], m["merchant_serial"], appid=m["appid"]
+            )
             directory.add_wechatpay(
-                mchid=mchid, apiv3_key=m["apiv3_key"], merchant_key_pem=m["merchant_private_key_pem"],
-                merchant_serial=m["merchant_serial"], appid=m["appid"],
-                notify_url=f"http://127.0.0.1:9/notify/wechatpay/{mchid}", public_key=self.sim.public_key_pem,
-                public_key_id=self.sim.public_key_id)
+                mchid=mchid,
+                apiv3_key=m["apiv3_key"],
+                merchant_key_pem=m["merchant_private_key_pem"],
+                merchant_serial=m["merchant_serial"],
+                appid=m["appid"],
+                notify_url=f"http://127.0.0.1:9/notify/wechatpay/{mchid}",
+                public_key=self.sim.public_key_pem,
+                public_key_id=self.sim.public_key_id,
+            )
 
     def tx_id(self, seed: int, n: int) -> str:
         return f"4200000{seed % 10**12:012d}{n:09d}"
@@ -139,17 +150,35 @@ class WeChatV3(ChannelKind):
     def record_order(self, mid: str, out_trade_no: str, total: int) -> None:
         sim = self.sim
         with sim._lock:
-            sim._orders.setdefault((mid, out_trade_no), {
-                "appid": sim.merchant(mid).appid, "mchid": mid, "out_trade_no": out_trade_no,
-                "description": "sim order", "notify_url": f"http://127.0.0.1:9/notify/wechatpay/{mid}", "attach": "",
-                "time_expire": None, "amount": {"total": total, "currency": "CNY"}, "code_url": "weixin://sim",
-                "trade_state": "NOTPAY", "created_at": sim._now_rfc3339(), "_expire_at": None})
+            sim._orders.setdefault(
+                (mid, out_trade_no),
+                {
+                    "appid": sim.merchant(mid).appid,
+                    "mchid": mid,
+                    "out_trade_no": out_trade_no,
+                    "description": "sim order",
+                    "notify_url": f"http://127.0.0.1:9/notify/wechatpay/{mid}",
+                    "attach": "",
+                    "time_expire": None,
+                    "amount": {"total": total, "currency": "CNY"},
+                    "code_url": "weixin://sim",
+                    "trade_state": "NOTPAY",
+                    "created_at": sim._now_rfc3339(),
+                    "_expire_at": None,
+                },
+            )
 
     def take_payment(self, p: Payment, *, double: bool) -> None:
         o, sim = p.order, self.sim
         resource = sim.transaction_resource(
-            o.mchid, o.out_trade_no, p.reported_total, payer_total=p.payer_total, transaction_id=p.transaction_id,
-            openid=f"oSIM{p.transaction_id[-24:]}", success_time=cst(p.paid_s).isoformat(timespec="seconds"))
+            o.mchid,
+            o.out_trade_no,
+            p.reported_total,
+            payer_total=p.payer_total,
+            transaction_id=p.transaction_id,
+            openid=f"oSIM{p.transaction_id[-24:]}",
+            success_time=cst(p.paid_s).isoformat(timespec="seconds"),
+        )
         self.record_order(o.mchid, o.out_trade_no, p.reported_total)
         with sim._lock:
             # A second transaction for one out_trade_no: the channel's books (and bill) hold both; queries
@@ -171,8 +200,14 @@ class WeChatV3(ChannelKind):
             resource = dict(self.sim._orders[key]["transaction"])
         success = resource["success_time"]
         return self.sim.build_notification(
-            o.mchid, resource, timestamp=int(now), nonce=f"N{seq:031d}", resource_nonce=f"R{seq:011d}",
-            notification_id=f"00000000-0000-4000-8000-{seq:012d}", create_time=success)
+            o.mchid,
+            resource,
+            timestamp=int(now),
+            nonce=f"N{seq:031d}",
+            resource_nonce=f"R{seq:011d}",
+            notification_id=f"00000000-0000-4000-8000-{seq:012d}",
+            create_time=success,
+        )
 
     def route(self, mid: str) -> Route:
         return Route(f"/notify/wechatpay/{mid}", {"mchid": mid}, {})
@@ -212,19 +247,32 @@ class Alipay(ChannelKind):
     def setup(self, directory: Any, api_base: str) -> None:
         for app_id in self.pool:
             m = self.ali.register_test_merchant("public_key", app_id)
-            directory.add_alipay(app_id=app_id, app_private_key=m["app_private_key_pem"],
-                                 notify_url=f"http://127.0.0.1:9/notify/alipay/{app_id}",
-                                 alipay_public_key=m["alipay_public_key_pem"])
+            directory.add_alipay(
+                app_id=app_id,
+                app_private_key=m["app_private_key_pem"],
+                notify_url=f"http://127.0.0.1:9/notify/alipay/{app_id}",
+                alipay_public_key=m["alipay_public_key_pem"],
+            )
 
     def tx_id(self, seed: int, n: int) -> str:
         return f"2026010122001{seed % 10**10:010d}{n:05d}"
 
     def record_order(self, mid: str, out_trade_no: str, total: int) -> None:
         with self.ali._lock:
-            self.ali.orders.setdefault((mid, out_trade_no), {
-                "app_id": mid, "owner": mid, "out_trade_no": out_trade_no, "total": total, "subject": "sim order",
-                "notify_url": f"http://127.0.0.1:9/notify/alipay/{mid}", "status": None, "trade_no": None,
-                "qr_code": "https://qr.alipay.com/sim"})
+            self.ali.orders.setdefault(
+                (mid, out_trade_no),
+                {
+                    "app_id": mid,
+                    "owner": mid,
+                    "out_trade_no": out_trade_no,
+                    "total": total,
+                    "subject": "sim order",
+                    "notify_url": f"http://127.0.0.1:9/notify/alipay/{mid}",
+                    "status": None,
+                    "trade_no": None,
+                    "qr_code": "https://qr.alipay.com/sim",
+                },
+            )
 
     def take_payment(self, p: Payment, *, double: bool) -> None:
         o = p.order
@@ -232,8 +280,13 @@ class Alipay(ChannelKind):
         with self.ali._lock:
             key = (o.mchid, o.out_trade_no if not double else f"{o.out_trade_no}#2")
             order = self.ali.orders.setdefault(key, dict(self.ali.orders[(o.mchid, o.out_trade_no)]))
-            order.update(trade_no=p.transaction_id, status="TRADE_SUCCESS", receipt=p.payer_total,
-                         total=p.reported_total, gmt_payment=cst(p.paid_s).strftime("%Y-%m-%d %H:%M:%S"))
+            order.update(
+                trade_no=p.transaction_id,
+                status="TRADE_SUCCESS",
+                receipt=p.payer_total,
+                total=p.reported_total,
+                gmt_payment=cst(p.paid_s).strftime("%Y-%m-%d %H:%M:%S"),
+            )
 
     def is_closed(self, mid: str, out_trade_no: str) -> bool:
         order = self.ali.orders.get((mid, out_trade_no))
@@ -243,14 +296,26 @@ class Alipay(ChannelKind):
         o = p.order
         paid = cst(p.paid_s).strftime("%Y-%m-%d %H:%M:%S")
         params = self.ali.notification_params(
-            o.mchid, o.out_trade_no, p.reported_total, trade_no=p.transaction_id, receipt_amount=p.payer_total,
-            gmt_payment=paid, gmt_create=paid, notify_time=cst(now).strftime("%Y-%m-%d %H:%M:%S"),
-            notify_id=f"2026{seq:028d}", buyer_id="2088000000000001", seller_id="2088000000000002")
+            o.mchid,
+            o.out_trade_no,
+            p.reported_total,
+            trade_no=p.transaction_id,
+            receipt_amount=p.payer_total,
+            gmt_payment=paid,
+            gmt_create=paid,
+            notify_time=cst(now).strftime("%Y-%m-%d %H:%M:%S"),
+            notify_id=f"2026{seq:028d}",
+            buyer_id="2088000000000001",
+            seller_id="2088000000000002",
+        )
         return {}, self.ali.build_notification(params)
 
     def route(self, mid: str) -> Route:
-        return Route(f"/notify/alipay/{mid}", {"app_id": mid},
-                     {"content-type": "application/x-www-form-urlencoded; charset=utf-8"})
+        return Route(
+            f"/notify/alipay/{mid}",
+            {"app_id": mid},
+            {"content-type": "application/x-www-form-urlencoded; charset=utf-8"},
+        )
 
     def acked(self, response: dict[str, Any]) -> bool:
         return response.get("statusCode") == 200 and response.get("body") == "success"
@@ -270,7 +335,9 @@ class WeChatV2(ChannelKind):
     order_channel = "wechatpay_v2"
     raw_prefix = "wechatpay"  # v2 and v3 report the same WeChat transactions (one number space)
     pool = ("1900000201", "1900000202")
-    pull = closes = True  # v2 orders carry api=wechatpay_v2: the poller queries (/pay/orderquery) and closes them
+    pull = closes = (
+        True  # v2 orders carry api=wechatpay_v2: the poller queries (/pay/orderquery) and closes them
+    )
 
     @property
     def v2(self) -> Any:
@@ -279,18 +346,31 @@ class WeChatV2(ChannelKind):
     def setup(self, directory: Any, api_base: str) -> None:
         for i, mch_id in enumerate(self.pool):
             m = self.v2.register_test_merchant(mch_id, ("MD5", "HMAC-SHA256")[i % 2])
-            directory.add_wechatpay_v2(mchid=mch_id, api_key=m["api_key"],
-                                       notify_url=f"http://127.0.0.1:9/notify/wechatpay-v2/{mch_id}")
+            directory.add_wechatpay_v2(
+                mchid=mch_id,
+                api_key=m["api_key"],
+                notify_url=f"http://127.0.0.1:9/notify/wechatpay-v2/{mch_id}",
+            )
 
     def tx_id(self, seed: int, n: int) -> str:
         return f"4200002{seed % 10**12:012d}{n:09d}"
 
     def record_order(self, mid: str, out_trade_no: str, total: int) -> None:
         with self.v2._lock:
-            self.v2.orders.setdefault((mid, out_trade_no), {
-                "mch_id": mid, "sub_mch_id": "", "owner": mid, "out_trade_no": out_trade_no, "total_fee": total,
-                "notify_url": f"http://127.0.0.1:9/notify/wechatpay-v2/{mid}", "code_url": "weixin://sim",
-                "trade_state": "NOTPAY", "transaction_id": None})
+            self.v2.orders.setdefault(
+                (mid, out_trade_no),
+                {
+                    "mch_id": mid,
+                    "sub_mch_id": "",
+                    "owner": mid,
+                    "out_trade_no": out_trade_no,
+                    "total_fee": total,
+                    "notify_url": f"http://127.0.0.1:9/notify/wechatpay-v2/{mid}",
+                    "code_url": "weixin://sim",
+                    "trade_state": "NOTPAY",
+                    "transaction_id": None,
+                },
+            )
 
     def take_payment(self, p: Payment, *, double: bool) -> None:
         o = p.order
@@ -298,8 +378,12 @@ class WeChatV2(ChannelKind):
         with self.v2._lock:
             key = (o.mchid, o.out_trade_no if not double else f"{o.out_trade_no}#2")
             order = self.v2.orders.setdefault(key, dict(self.v2.orders[(o.mchid, o.out_trade_no)]))
-            order.update(trade_state="SUCCESS", transaction_id=p.transaction_id, cash_fee=p.payer_total,
-                         total_fee=p.reported_total)
+            order.update(
+                trade_state="SUCCESS",
+                transaction_id=p.transaction_id,
+                cash_fee=p.payer_total,
+                total_fee=p.reported_total,
+            )
 
     def is_closed(self, mid: str, out_trade_no: str) -> bool:
         order = self.v2.orders.get((mid, out_trade_no))
@@ -307,16 +391,25 @@ class WeChatV2(ChannelKind):
 
     def notification(self, p: Payment, now: float, seq: int) -> tuple[dict[str, str], bytes]:
         o = p.order
-        fields = self.v2.payment_params(o.mchid, o.out_trade_no, p.reported_total, cash_fee=p.payer_total,
-                                        transaction_id=p.transaction_id, time_end=cst(p.paid_s).strftime("%Y%m%d%H%M%S"),
-                                        nonce_str=f"N{seq:031d}", openid=f"oSIM{p.transaction_id[-24:]}")
+        fields = self.v2.payment_params(
+            o.mchid,
+            o.out_trade_no,
+            p.reported_total,
+            cash_fee=p.payer_total,
+            transaction_id=p.transaction_id,
+            time_end=cst(p.paid_s).strftime("%Y%m%d%H%M%S"),
+            nonce_str=f"N{seq:031d}",
+            openid=f"oSIM{p.transaction_id[-24:]}",
+        )
         return {}, self.v2.build_notification(fields)
 
     def route(self, mid: str) -> Route:
         return Route(f"/notify/wechatpay-v2/{mid}", {"mchid": mid}, {"content-type": "text/xml"})
 
     def acked(self, response: dict[str, Any]) -> bool:
-        return response.get("statusCode") == 200 and "<return_code><![CDATA[SUCCESS]]>" in str(response.get("body"))
+        return response.get("statusCode") == 200 and "<return_code><![CDATA[SUCCESS]]>" in str(
+            response.get("body")
+        )
 
     def reset(self) -> None:
         with self.v2._lock:

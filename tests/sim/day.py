@@ -13,7 +13,12 @@ from dataclasses import dataclass, field
 
 from tests.sim.faults import AwsFault
 
-CHANNELS = ("wechatpay_v3", "wechatpay_v3", "alipay", "wechatpay_v2")  # drawn per merchant (v3 twice as often)
+CHANNELS = (
+    "wechatpay_v3",
+    "wechatpay_v3",
+    "alipay",
+    "wechatpay_v2",
+)  # drawn per merchant (v3 twice as often)
 
 # Channel-side faults on one payment's notification (what the channel does on the wire).
 LOST = "callback lost"  # the first N attempts never arrive; the channel retries on its schedule
@@ -31,7 +36,9 @@ REORDERED = "reordered"  # counted when callbacks arrive in another order than t
 ALL_LOST = "callback lost on every attempt"  # only the poller (pull channels) or a person finds it
 QUERY_ERRORS = "channel query errors"  # the poller's / return page's queries fail (5xx) a few times
 RACE = "poller racing the callback"  # the callback arrives right when the poller (or return page) asks
-GHOST = "channel-only payment (recon plant)"  # paid at the channel for an order we never registered, no callback
+GHOST = (
+    "channel-only payment (recon plant)"  # paid at the channel for an order we never registered, no callback
+)
 
 # Refund faults (channels with a refund desk, tests/sim/refunds.py).
 REFUND = "partial refund"
@@ -44,10 +51,22 @@ REFUND_RETRY = "refund API retried by the merchant (same refund_no)"
 
 # The AWS calls a fault may target, with the phases and kinds that make sense for each.
 AWS_TARGETS: tuple[tuple[str, str, str | None, tuple[str, ...], tuple[str, ...]], ...] = (
-    ("dynamodb", "PutItem", "NOTIFY_RAW_TABLE", ("before", "after"), ("throttle", "timeout", "error500", "crash")),
+    (
+        "dynamodb",
+        "PutItem",
+        "NOTIFY_RAW_TABLE",
+        ("before", "after"),
+        ("throttle", "timeout", "error500", "crash"),
+    ),
     ("sqs", "SendMessage", None, ("before", "after"), ("throttle", "timeout", "error500", "crash")),
     ("dynamodb", "GetItem", "ORDERS_TABLE", ("before",), ("throttle", "timeout")),
-    ("dynamodb", "TransactWriteItems", None, ("before", "after"), ("throttle", "timeout", "error500", "crash")),
+    (
+        "dynamodb",
+        "TransactWriteItems",
+        None,
+        ("before", "after"),
+        ("throttle", "timeout", "error500", "crash"),
+    ),
     ("dynamodb", "UpdateItem", "NOTIFY_RAW_TABLE", ("before", "after"), ("throttle", "timeout")),
     ("dynamodb", "PutItem", "ORDERS_TABLE", ("before", "after"), ("throttle", "timeout")),
 )
@@ -154,14 +173,24 @@ def generate(seed: int, shape: DayShape = SMALL) -> Day:
                 order.faults.append(COUPON)
             if rng.random() < shape.p_channel_fault:
                 _channel_fault(rng, order, kind)
-            if channel in DESKS and not (set(order.faults) & {LATE, MISMATCH, DOUBLE, ORDER_LATE, ALL_LOST}) \
-                    and rng.random() < shape.p_refund:
+            if (
+                channel in DESKS
+                and not (set(order.faults) & {LATE, MISMATCH, DOUBLE, ORDER_LATE, ALL_LOST})
+                and rng.random() < shape.p_refund
+            ):
                 _refunds(rng, order, seed, len(orders))
         orders.append(order)
     v3 = [m for ch, m in merchants if ch == "wechatpay_v3"]
     if v3 and rng.random() < shape.p_ghost:
-        ghost = OrderPlan("wechatpay_v3", rng.choice(v3), f"G{seed % 10**8:08d}N99", rng.randint(1, 10**5),
-                          created_s=rng.uniform(0, 60), registered=False, lost=10**6)
+        ghost = OrderPlan(
+            "wechatpay_v3",
+            rng.choice(v3),
+            f"G{seed % 10**8:08d}N99",
+            rng.randint(1, 10**5),
+            created_s=rng.uniform(0, 60),
+            registered=False,
+            lost=10**6,
+        )
         ghost.pay_s = ghost.created_s + rng.uniform(2, 100)
         ghost.faults.append(GHOST)
         orders.append(ghost)
@@ -169,14 +198,25 @@ def generate(seed: int, shape: DayShape = SMALL) -> Day:
     aws = []
     for _ in range(n_aws):
         service, op, table, phases, kinds = rng.choice(AWS_TARGETS)
-        aws.append(AwsFault(service, op, table, rng.randint(1, max(2, len(orders))), rng.choice(phases),
-                            rng.choice(kinds)))
+        aws.append(
+            AwsFault(
+                service, op, table, rng.randint(1, max(2, len(orders))), rng.choice(phases), rng.choice(kinds)
+            )
+        )
     if rng.random() < shape.p_crash_raw_enqueue:
-        aws.append(AwsFault("dynamodb", "PutItem", "NOTIFY_RAW_TABLE", rng.randint(1, len(orders)), "after", "crash"))
+        aws.append(
+            AwsFault("dynamodb", "PutItem", "NOTIFY_RAW_TABLE", rng.randint(1, len(orders)), "after", "crash")
+        )
     aws = _unique(aws)
     lost_deletes = {rng.randint(1, 6)} if rng.random() < shape.p_sqs_redelivery else set()
-    return Day(seed, merchants, orders, aws, worker_period_s=rng.choice((5.0, 10.0, 20.0)),
-               lost_delete_ticks=lost_deletes)
+    return Day(
+        seed,
+        merchants,
+        orders,
+        aws,
+        worker_period_s=rng.choice((5.0, 10.0, 20.0)),
+        lost_delete_ticks=lost_deletes,
+    )
 
 
 def _refunds(rng: random.Random, order: OrderPlan, seed: int, i: int) -> None:
@@ -184,8 +224,18 @@ def _refunds(rng: random.Random, order: OrderPlan, seed: int, i: int) -> None:
     left = paid
     t = rng.uniform(5, 400)
     for n in range(rng.randint(1, 3)):
-        kind = rng.choice((REFUND, REFUND, REFUND_CRASH, REFUND_EARLY, REFUND_LOST, REFUND_CLOSED, REFUND_RETRY,
-                           REFUND_OVER))
+        kind = rng.choice(
+            (
+                REFUND,
+                REFUND,
+                REFUND_CRASH,
+                REFUND_EARLY,
+                REFUND_LOST,
+                REFUND_CLOSED,
+                REFUND_RETRY,
+                REFUND_OVER,
+            )
+        )
         if kind == REFUND_OVER:
             amount = paid + rng.randint(1, 100)  # more than was ever paid: refused, nothing reserved
         elif left <= 0:
@@ -193,8 +243,9 @@ def _refunds(rng: random.Random, order: OrderPlan, seed: int, i: int) -> None:
         else:
             amount = rng.randint(1, left)
             left -= amount if kind != REFUND_CLOSED else 0
-        order.refunds.append(RefundPlan(f"RF{seed % 10**8:08d}{i:02d}{n}", amount, t, kind,
-                                        settle_after_s=rng.uniform(1, 400)))
+        order.refunds.append(
+            RefundPlan(f"RF{seed % 10**8:08d}{i:02d}{n}", amount, t, kind, settle_after_s=rng.uniform(1, 400))
+        )
         t += rng.uniform(0, 200)  # sometimes the same instant: partial refunds race the settling
 
 

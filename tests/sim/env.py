@@ -31,8 +31,13 @@ from tally_local.resources import (
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BUSINESS_ENV = ("NOTIFY_RAW_TABLE", "ORDERS_TABLE", "LEDGER_TABLE", "TRANSITIONS_TABLE", "REFUND_TASKS_TABLE")
-BASE_ENV = {"AWS_DEFAULT_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-            "POWERTOOLS_METRICS_NAMESPACE": "Tally", "POWERTOOLS_SERVICE_NAME": "tally"}
+BASE_ENV = {
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "POWERTOOLS_METRICS_NAMESPACE": "Tally",
+    "POWERTOOLS_SERVICE_NAME": "tally",
+}
 
 
 class SimClock:
@@ -67,8 +72,11 @@ class Observer:
     def _read_metrics(self, text: str) -> None:
         for name, value in emf_metrics(text):
             self.metrics[name] = self.metrics.get(name, 0) + int(value)
-        self.logs.write("".join(line + "\n" for line in text.splitlines()
-                                if not (line.startswith("{") and '"_aws"' in line)))
+        self.logs.write(
+            "".join(
+                line + "\n" for line in text.splitlines() if not (line.startswith("{") and '"_aws"' in line)
+            )
+        )
 
     def take_metrics(self) -> dict[str, int]:
         taken, self.metrics = self.metrics, {}
@@ -97,9 +105,11 @@ class SimEnv:
         self._mock = mock_aws()
         self._mock.start()
         session = boto3.Session(region_name="us-east-1")
-        self.env = create_from_template(ROOT / "template.yaml", session,
-                                        parameter_overrides={"WechatPayApiBase": "http://127.0.0.1:9",
-                                                             **(parameter_overrides or {})})
+        self.env = create_from_template(
+            ROOT / "template.yaml",
+            session,
+            parameter_overrides={"WechatPayApiBase": "http://127.0.0.1:9", **(parameter_overrides or {})},
+        )
         for var in self.env:
             self._saved_env.setdefault(var, os.environ.get(var))
         os.environ.update(self.env)
@@ -136,8 +146,15 @@ class SimEnv:
 
     # ------------------------------------------------------------------ driving the handlers
 
-    def http_event(self, method: str, path: str, body: bytes, headers: dict[str, str],
-                   path_params: dict[str, str], base64_body: bool = True) -> dict[str, Any]:
+    def http_event(
+        self,
+        method: str,
+        path: str,
+        body: bytes,
+        headers: dict[str, str],
+        path_params: dict[str, str],
+        base64_body: bool = True,
+    ) -> dict[str, Any]:
         return http_event(method, path, body, headers, path_params, base64_body=base64_body)
 
     def invoke(self, function: str, event: dict[str, Any]) -> dict[str, Any]:
@@ -154,7 +171,7 @@ class SimEnv:
         table = dynamodb_backends[LOCAL_ACCOUNT_ID]["us-east-1"].tables[self.env[env_var]]
         out = []
         for value in list(table.items.values()):
-            for item in (value.values() if isinstance(value, dict) else (value,)):
+            for item in value.values() if isinstance(value, dict) else (value,):
                 out.append(from_item(item.to_json()["Attributes"]))
         return out
 

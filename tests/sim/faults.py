@@ -41,7 +41,11 @@ class AwsFault:
 
     @property
     def label(self) -> str:
-        where = f"{self.operation}[{self.table_env.removesuffix('_TABLE').lower()}]" if self.table_env else self.operation
+        where = (
+            f"{self.operation}[{self.table_env.removesuffix('_TABLE').lower()}]"
+            if self.table_env
+            else self.operation
+        )
         return f"aws {self.service}.{where} {self.kind} {self.phase}"
 
 
@@ -135,6 +139,10 @@ class FaultInjector:
         from botocore.exceptions import ClientError
 
         code = THROTTLE_CODE[service] if fault.kind == "throttle" else "InternalServerError"
-        raise ClientError({"Error": {"Code": code, "Message": f"injected: {fault.label}"},
-                           "ResponseMetadata": {"HTTPStatusCode": 400 if fault.kind == "throttle" else 500}},
-                          model.name)
+        raise ClientError(
+            {
+                "Error": {"Code": code, "Message": f"injected: {fault.label}"},
+                "ResponseMetadata": {"HTTPStatusCode": 400 if fault.kind == "throttle" else 500},
+            },
+            model.name,
+        )

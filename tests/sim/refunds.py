@@ -59,22 +59,33 @@ class WeChatV3Desk:
             if status == "SUCCESS":
                 refund["success_time"] = cst(now).isoformat(timespec="seconds")
         if status == "SUCCESS":
-            sim.bills.add_refund(refund["_mchid"], refund["out_trade_no"], refund_no, refund["amount"]["refund"],
-                                 success_time=refund["success_time"])
+            sim.bills.add_refund(
+                refund["_mchid"],
+                refund["out_trade_no"],
+                refund_no,
+                refund["amount"]["refund"],
+                success_time=refund["success_time"],
+            )
         return status
 
     def notification(self, refund_no: str, now: float, seq: int) -> tuple[dict[str, str], bytes]:
         return self.sim.refund_notification(
-            refund_no, timestamp=int(now), nonce=f"F{seq:031d}", resource_nonce=f"F{seq:011d}",
-            notification_id=f"00000000-0000-4000-9000-{seq:012d}")
+            refund_no,
+            timestamp=int(now),
+            nonce=f"F{seq:031d}",
+            resource_nonce=f"F{seq:011d}",
+            notification_id=f"00000000-0000-4000-9000-{seq:012d}",
+        )
 
     def mchid_of(self, refund_no: str) -> str:
         return self.sim._refunds[refund_no]["_mchid"]
 
     def refunds(self) -> list[ChannelRefund]:
         with self.sim._lock:
-            return [ChannelRefund(no, r["transaction_id"], r["amount"]["refund"], r["status"])
-                    for no, r in self.sim._refunds.items()]
+            return [
+                ChannelRefund(no, r["transaction_id"], r["amount"]["refund"], r["status"])
+                for no, r in self.sim._refunds.items()
+            ]
 
 
 DESKS: dict[str, type] = {WeChatV3Desk.channel: WeChatV3Desk}

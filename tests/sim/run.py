@@ -37,8 +37,15 @@ def _run_seed(args: tuple[int, str]) -> dict[str, Any]:
 
     seed, shape = args
     result = _world.run(seed, getattr(d, shape.upper()))
-    return {"seed": seed, "ok": result.ok, "faults": dict(result.faults), "violations": result.violations,
-            "unhandled": result.unhandled, "payments": result.payments, "invocations": result.invocations}
+    return {
+        "seed": seed,
+        "ok": result.ok,
+        "faults": dict(result.faults),
+        "violations": result.violations,
+        "unhandled": result.unhandled,
+        "payments": result.payments,
+        "invocations": result.invocations,
+    }
 
 
 def replay_command(seed: int, shape: str) -> str:
@@ -93,10 +100,17 @@ def soak(seeds: range, shape: str, workers: int, fuzz: int, max_minutes: float =
             unhandled += len(r["unhandled"])
             if not r["ok"]:
                 failed.append(r)
-                print(f"seed {r['seed']} FAILED: {(r['violations'] + r['unhandled'])[0]}\n"
-                      f"  replay: {replay_command(r['seed'], shape)}", flush=True)
+                print(
+                    f"seed {r['seed']} FAILED: {(r['violations'] + r['unhandled'])[0]}\n"
+                    f"  replay: {replay_command(r['seed'], shape)}",
+                    flush=True,
+                )
             if i % 500 == 0:
-                print(f"... {i}/{len(seeds)} scenarios, {time.monotonic() - t0:.0f}s", file=sys.stderr, flush=True)
+                print(
+                    f"... {i}/{len(seeds)} scenarios, {time.monotonic() - t0:.0f}s",
+                    file=sys.stderr,
+                    flush=True,
+                )
             if sim_end is not None and time.monotonic() > sim_end:
                 budget_note = f"time budget reached after {i} of {len(seeds)} scenarios"
                 print(budget_note, flush=True)
@@ -109,16 +123,26 @@ def soak(seeds: range, shape: str, workers: int, fuzz: int, max_minutes: float =
 
         fuzz_stats = fuzz_front_door(fuzz, workers=workers, deadline=end)
         if fuzz_stats.get("stopped"):
-            budget_note += ("; " if budget_note else "") + f"fuzz stopped by the budget at {fuzz_stats['inputs']} inputs"
-    rows = [(f"scenarios run (of seeds {seeds.start}..{seeds.stop - 1}, {shape} day)", done),
-            ("payments taken by the channel", payments), ("λ invocations", invocations)]
+            budget_note += (
+                "; " if budget_note else ""
+            ) + f"fuzz stopped by the budget at {fuzz_stats['inputs']} inputs"
+    rows = [
+        (f"scenarios run (of seeds {seeds.start}..{seeds.stop - 1}, {shape} day)", done),
+        ("payments taken by the channel", payments),
+        ("λ invocations", invocations),
+    ]
     rows += [(f"fault: {kind}", n) for kind, n in sorted(faults.items())]
-    rows += [("faults injected, total", sum(faults.values())),
-             ("invariant violations", violations), ("unhandled errors (sim)", unhandled),
-             (f"fuzz inputs (front door, of {fuzz})", fuzz_stats["inputs"]), ("fuzz: unhandled errors", fuzz_stats["unhandled"]),
-             ("fuzz: contract violations", fuzz_stats["violations"]),
-             ("failed seeds", len(failed)), ("wall time, simulation (s)", round(sim_s)),
-             ("wall time, fuzz (s)", round(fuzz_stats["seconds"]))]
+    rows += [
+        ("faults injected, total", sum(faults.values())),
+        ("invariant violations", violations),
+        ("unhandled errors (sim)", unhandled),
+        (f"fuzz inputs (front door, of {fuzz})", fuzz_stats["inputs"]),
+        ("fuzz: unhandled errors", fuzz_stats["unhandled"]),
+        ("fuzz: contract violations", fuzz_stats["violations"]),
+        ("failed seeds", len(failed)),
+        ("wall time, simulation (s)", round(sim_s)),
+        ("wall time, fuzz (s)", round(fuzz_stats["seconds"])),
+    ]
     width = max(len(k) for k, _ in rows)
     print("\n" + "-" * (width + 12))
     for k, n in rows:
@@ -139,8 +163,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shape", choices=SHAPES, default="micro", help="day size (default micro: ~1.1 s a day)")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--fuzz", type=int, default=0, help="front-door fuzz inputs to run after the days")
-    p.add_argument("--max-minutes", type=float, default=0,
-                   help="bound the whole soak (days, then fuzz); the table shows what ran (0: no limit)")
+    p.add_argument(
+        "--max-minutes",
+        type=float,
+        default=0,
+        help="bound the whole soak (days, then fuzz); the table shows what ran (0: no limit)",
+    )
     a = p.parse_args(argv)
     if a.seed is not None:
         return replay(a.seed, a.shape)

@@ -98,8 +98,9 @@ class DlqRedrive:
         env = run.env
         moved = 0
         while True:
-            msgs = env.sqs.receive_message(QueueUrl=env.dlq_url(), MaxNumberOfMessages=10,
-                                           VisibilityTimeout=0).get("Messages", [])
+            msgs = env.sqs.receive_message(
+                QueueUrl=env.dlq_url(), MaxNumberOfMessages=10, VisibilityTimeout=0
+            ).get("Messages", [])
             if not msgs:
                 return moved
             for m in msgs:
@@ -117,13 +118,22 @@ RECOVERIES: list[Recovery] = [DlqRedrive()]
 
 POLLER_PERIOD_S = 60.0  # the poller λ's EventBridge schedule
 RECON_DELAY_S = 8 * 3600
-RECOVERY_STEP_S = 1800.0  # after the day: the clock jumps, the poller (and its sweeper) and the DLQ redrive run
+RECOVERY_STEP_S = (
+    1800.0  # after the day: the clock jumps, the poller (and its sweeper) and the DLQ redrive run
+)
 RETRY_LATER_S = 60.0  # a merchant retries a refund the API could not take yet
 
 
 class Scenario:
-    def __init__(self, world: World, day: d.Day, recoveries: list[Recovery] | None = None, *,
-                 poller: bool = True, recon: bool = True):
+    def __init__(
+        self,
+        world: World,
+        day: d.Day,
+        recoveries: list[Recovery] | None = None,
+        *,
+        poller: bool = True,
+        recon: bool = True,
+    ):
         self.world = world
         self.poller, self.recon_enabled = poller, recon
         self.env = world.env
@@ -168,8 +178,13 @@ class Scenario:
                 kind = self.kinds[order.channel]
                 if order.registered:
                     self.at(order.created_s, self.create_order, order)
-                self.at(min(order.created_s, order.pay_s or order.created_s), kind.record_order, order.mchid,
-                        order.out_trade_no, order.amount_cent)
+                self.at(
+                    min(order.created_s, order.pay_s or order.created_s),
+                    kind.record_order,
+                    order.mchid,
+                    order.out_trade_no,
+                    order.amount_cent,
+                )
                 if order.pay_s is not None:
                     self.at(order.pay_s, self.pay, order, False, 0)
                 if order.double_pay_s is not None:
@@ -234,9 +249,15 @@ class Scenario:
     # ------------------------------------------------------------------ merchant backend
 
     def create_order(self, order: d.OrderPlan) -> None:
-        body = {"mchid": order.mchid, "out_trade_no": order.out_trade_no, "amount_cent": order.amount_cent,
-                "description": "sim order", "prepay": False, "expire_minutes": int(order.expire_s // 60),
-                "channel": self.kinds[order.channel].order_channel}
+        body = {
+            "mchid": order.mchid,
+            "out_trade_no": order.out_trade_no,
+            "amount_cent": order.amount_cent,
+            "description": "sim order",
+            "prepay": False,
+            "expire_minutes": int(order.expire_s // 60),
+            "channel": self.kinds[order.channel].order_channel,
+        }
         event = self.env.http_event("POST", "/orders", json.dumps(body).encode(), {}, {})
         response, error = self._invoke("OrdersFunction", event)
         status = response.get("statusCode") if response else None
@@ -252,15 +273,22 @@ class Scenario:
         self.refunds[plan.refund_no] = (order, plan)
         if attempt == 1 or plan.kind == d.REFUND_CRASH:
             desk.on_create = self._on_refund_taken(order, plan)
-        body = {"mchid": order.mchid, "out_trade_no": order.out_trade_no, "amount_cent": plan.amount_cent,
-                "refund_no": plan.refund_no, "reason": "sim refund"}
+        body = {
+            "mchid": order.mchid,
+            "out_trade_no": order.out_trade_no,
+            "amount_cent": plan.amount_cent,
+            "refund_no": plan.refund_no,
+            "reason": "sim refund",
+        }
         event = self.env.http_event("POST", "/refunds", json.dumps(body).encode(), {}, {})
         response, error = self._invoke("RefundsFunction", event)
         desk.on_create = None
         status = response.get("statusCode") if response else None
         self.refund_answers[plan.refund_no] = status or 0
-        self.log(f"refund {plan.refund_no} of {plan.amount_cent} on {order.key} ({plan.kind}) "
-                 f"attempt {attempt}: {status or error}")
+        self.log(
+            f"refund {plan.refund_no} of {plan.amount_cent} on {order.key} ({plan.kind}) "
+            f"attempt {attempt}: {status or error}"
+        )
         if status in (200, 201):
             if plan.kind == d.REFUND_OVER:
                 self.result.violations.append(f"R27 refund {plan.refund_no} over the paid amount accepted")
@@ -273,21 +301,31 @@ class Scenario:
         if plan.kind == d.REFUND_OVER and status == 409:
             return  # refused before anything was reserved (R27)
         if attempt >= 40:
-            self.result.violations.append(f"refund {plan.refund_no} never taken: last answer {status or error}")
+            self.result.violations.append(
+                f"refund {plan.refund_no} never taken: last answer {status or error}"
+            )
             return
         # 5xx / a crash: the same refund_no again soon; 409 (not PAID yet, or the earlier refunds still
         # reserve the amount): again later.
-        self.after(CREATE_RETRY_S if status is None or status >= 500 else RETRY_LATER_S,
-                   self.request_refund, order, plan, attempt + 1)
+        self.after(
+            CREATE_RETRY_S if status is None or status >= 500 else RETRY_LATER_S,
+            self.request_refund,
+            order,
+            plan,
+            attempt + 1,
+        )
 
     def _on_refund_taken(self, order: d.OrderPlan, plan: d.RefundPlan) -> Callable[[str], None]:
         def taken(refund_no: str) -> None:  # runs in the simulator's request handler, before it answers
             if plan.kind == d.REFUND_CRASH:
-                self.injector.crash_next("dynamodb", "refund: crash after the channel took it, before ACCEPTED")
+                self.injector.crash_next(
+                    "dynamodb", "refund: crash after the channel took it, before ACCEPTED"
+                )
             elif plan.kind == d.REFUND_EARLY:
                 self.log(f"channel settles {refund_no} before its API answers")
                 self.desks[order.channel].settle(refund_no, "success", self.env.clock.now)
                 self.deliver_refund(order, plan, 1)
+
         return taken
 
     # ------------------------------------------------------------------ the channel
@@ -308,8 +346,18 @@ class Scenario:
         reported = order.reported_total if order.reported_total is not None else order.amount_cent
         payer = order.payer_total if order.payer_total is not None else reported
         expected = expected_fate(order, second, kind, late_closed=late and closed)
-        payment = Payment(tx, order, reported, payer, self.env.clock.now, expected, order.channel, kind.raw_prefix,
-                          lost_left=0 if second else order.lost, ack_lost_left=0 if second else order.ack_lost)
+        payment = Payment(
+            tx,
+            order,
+            reported,
+            payer,
+            self.env.clock.now,
+            expected,
+            order.channel,
+            kind.raw_prefix,
+            lost_left=0 if second else order.lost,
+            ack_lost_left=0 if second else order.ack_lost,
+        )
         if order.double_pay_s is not None:
             other = [p for p in self.payments.values() if p.order is order]
             if other:
@@ -317,8 +365,13 @@ class Scenario:
         self.payments[tx] = payment
         kind.take_payment(payment, double=second)
         if order.query_errors and not second:
-            self.world.sim.inject_fault("error", count=order.query_errors, method="GET", status=500,
-                                        path_contains=f"/out-trade-no/{order.out_trade_no}?")
+            self.world.sim.inject_fault(
+                "error",
+                count=order.query_errors,
+                method="GET",
+                status=500,
+                path_contains=f"/out-trade-no/{order.out_trade_no}?",
+            )
         self.log(f"channel took {payer} cents for {order.key} as {tx} (reports total {reported})")
         self.after(order.delay_s if not second else 0.0, self.deliver, payment, 1, 0)
         if not second:
@@ -347,12 +400,16 @@ class Scenario:
         if payment.arrivals == 1:
             self._arrival_order.append(payment.transaction_id)
         acked = response is not None and kind.acked(response)
-        self.log(f"callback {payment.transaction_id} copy {copy} attempt {attempt}: "
-                 f"{response.get('statusCode') if response else error}")
+        self.log(
+            f"callback {payment.transaction_id} copy {copy} attempt {attempt}: "
+            f"{response.get('statusCode') if response else error}"
+        )
         if acked:
             # No success ACK before the raw row is durable (R7): read it back with the checker's client.
             if self.env.get("NOTIFY_RAW_TABLE", payment.raw_key) is None:
-                self.result.violations.append(f"I5 success ACK for {payment.transaction_id} without a raw row")
+                self.result.violations.append(
+                    f"I5 success ACK for {payment.transaction_id} without a raw row"
+                )
             if payment.ack_lost_left > 0:
                 payment.ack_lost_left -= 1
                 self.log(f"ack for {payment.transaction_id} lost on the way back")
@@ -394,8 +451,10 @@ class Scenario:
         event = self.env.http_event("POST", route.path, body, {**route.headers, **headers}, route.params)
         response, error = self._invoke("NotifyFunction", event)
         self._wake_worker()
-        self.log(f"refund notification {plan.refund_no} attempt {attempt}: "
-                 f"{response.get('statusCode') if response else error}")
+        self.log(
+            f"refund notification {plan.refund_no} attempt {attempt}: "
+            f"{response.get('statusCode') if response else error}"
+        )
         if not (response is not None and kind.acked(response)) and attempt <= 5:
             self.after(RETRY_SCHEDULE_S[attempt - 1], self.deliver_refund, order, plan, attempt + 1)
 
@@ -409,8 +468,12 @@ class Scenario:
             return
         minutes = max(0.0, due - self.start) / POLLER_PERIOD_S
         at = self.start + POLLER_PERIOD_S * max(1, -int(-minutes // 1))
-        at = max(at, self.start + POLLER_PERIOD_S * (1 + int((self.env.clock.now - self.start) // POLLER_PERIOD_S))
-                 if at <= self.env.clock.now else at)
+        at = max(
+            at,
+            self.start + POLLER_PERIOD_S * (1 + int((self.env.clock.now - self.start) // POLLER_PERIOD_S))
+            if at <= self.env.clock.now
+            else at,
+        )
         if self._poll_at is None or at < self._poll_at:
             self._poll_at = at
             self.at(at - self.start, self._scheduled_poll, at)
@@ -436,8 +499,11 @@ class Scenario:
                 try:
                     polled = bootstrap.poll_service().run()
                     refunds = bootstrap.refund_service()
-                    summary = {"outcomes": polled.outcomes, "refunds": refunds.poll_due(50),
-                               "refund_tasks": refunds.work_tasks(50)}
+                    summary = {
+                        "outcomes": polled.outcomes,
+                        "refunds": refunds.poll_due(50),
+                        "refund_tasks": refunds.work_tasks(50),
+                    }
                 finally:
                     product_metrics.flush_metrics()  # what the λ's log_metrics does at the end of a run
         except SimulatedCrash as crash:
@@ -450,14 +516,20 @@ class Scenario:
         self.result.metrics.update(metrics)
         if metrics.get(M_APPLY_FAILED) and len(self.injector.fired) == fired_before:
             self.result.unhandled.append("poller: ApplyFailed without an injected fault")
-        self.log(f"poller: {({k: v for k, v in summary.items() if v})}")
+        self.log(f"poller: { ({k: v for k, v in summary.items() if v}) }")
         self._wake_worker()
 
     def poller_tick(self, reschedule: bool = True) -> int:
-        response, error = self._invoke("PollerFunction", {"source": "aws.events", "detail-type": "Scheduled Event"})
+        response, error = self._invoke(
+            "PollerFunction", {"source": "aws.events", "detail-type": "Scheduled Event"}
+        )
         r = response or {}
-        moved = (r.get("requeued", 0) + r.get("orders_polled", 0) + sum((r.get("refunds") or {}).values())
-                 + sum((r.get("refund_tasks") or {}).values()))
+        moved = (
+            r.get("requeued", 0)
+            + r.get("orders_polled", 0)
+            + sum((r.get("refunds") or {}).values())
+            + sum((r.get("refund_tasks") or {}).values())
+        )
         if moved or error:
             self.log(f"poller: {error or {k: v for k, v in r.items() if v}}")
             self._wake_worker()
@@ -476,12 +548,17 @@ class Scenario:
             kind = self.kinds[channel]
             if not kind.recon:
                 continue
-            mine = {tx: p for tx, p in self.payments.items() if p.channel == channel and p.order.mchid == mchid}
+            mine = {
+                tx: p for tx, p in self.payments.items() if p.channel == channel and p.order.mchid == mchid
+            }
             expected = {("CHANNEL_ONLY", "PAYMENT", tx) for tx in mine if fates[tx] != "BOOKED"}
             # Open finding (docs/proof.md): R13 books payer_total, the bill's 应结订单金额 is the order total
             # for the simulator's (CASH) coupons, so recon reports every booked coupon payment.
-            expected |= {("AMOUNT_DIFFERS", "PAYMENT", tx) for tx, p in mine.items()
-                         if fates[tx] == "BOOKED" and p.payer_total != p.reported_total}
+            expected |= {
+                ("AMOUNT_DIFFERS", "PAYMENT", tx)
+                for tx, p in mine.items()
+                if fates[tx] == "BOOKED" and p.payer_total != p.reported_total
+            }
             try:
                 with self.env.observer.watching():
                     run = bootstrap.recon_service().run(kind.raw_prefix, mchid, bill_date)
@@ -489,15 +566,19 @@ class Scenario:
                 self.result.unhandled.append(f"recon {mchid}: {type(exc).__name__}: {exc}")
                 continue
             self.env.observer.take_metrics()
-            found = {(r["cls"], r["item"], r.get("transaction_id") or r.get("refund_no") or r.get("key"))
-                     for r in self.env.scan("RECON_DIFF_TABLE") if r.get("mchid") == mchid}
+            found = {
+                (r["cls"], r["item"], r.get("transaction_id") or r.get("refund_no") or r.get("key"))
+                for r in self.env.scan("RECON_DIFF_TABLE")
+                if r.get("mchid") == mchid
+            }
             self.recon[mchid] = {"status": run.get("status"), "expected": expected, "found": found}
             self.log(f"recon {mchid}: {run.get('status')} {run.get('reason', '')} diffs {sorted(found)}")
             self.result.faults["recon runs"] += 1
             if found != expected:
                 self.result.violations.append(
                     f"I6 recon of {mchid} found {sorted(found - expected)} not planted, "
-                    f"missed {sorted(expected - found)} (run {run.get('status')}: {run.get('reason', '')})")
+                    f"missed {sorted(expected - found)} (run {run.get('status')}: {run.get('reason', '')})"
+                )
 
     # ------------------------------------------------------------------ the worker (SQS event source)
 
@@ -512,8 +593,9 @@ class Scenario:
         self._ticks += 1
         env = self.env
         url = env.env["APPLY_QUEUE_URL"]
-        msgs = env.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=0,
-                                       AttributeNames=["All"]).get("Messages", [])
+        msgs = env.sqs.receive_message(
+            QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=0, AttributeNames=["All"]
+        ).get("Messages", [])
         if msgs:
             event = {"Records": [_record(m) for m in msgs]}
             response, error = self._invoke("WorkerFunction", event)
@@ -522,8 +604,11 @@ class Scenario:
             if response is not None and self._ticks in self.day.lost_delete_ticks:
                 self.result.faults[d.SQS_REDELIVERY] += 1  # the deletes are lost: SQS delivers them again
             elif response is not None:
-                done = [{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(msgs)
-                        if m["MessageId"] not in failed]
+                done = [
+                    {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
+                    for i, m in enumerate(msgs)
+                    if m["MessageId"] not in failed
+                ]
                 if done:
                     env.sqs.delete_message_batch(QueueUrl=url, Entries=done)
         if reschedule and msgs:
@@ -553,16 +638,25 @@ class Scenario:
             if error or status >= 500:
                 self.result.unhandled.append(f"{function}: {error or status} without an injected fault")
             if metrics.get(M_APPLY_FAILED):
-                self.result.unhandled.append(f"{function}: ApplyFailed without an injected fault "
-                                             f"(log: {self.env.observer.logs.getvalue()[-300:]!r})")
+                self.result.unhandled.append(
+                    f"{function}: ApplyFailed without an injected fault "
+                    f"(log: {self.env.observer.logs.getvalue()[-300:]!r})"
+                )
         return response, error
 
 
 def _record(m: dict[str, Any]) -> dict[str, Any]:
-    return {"messageId": m["MessageId"], "receiptHandle": m["ReceiptHandle"], "body": m["Body"],
-            "attributes": m.get("Attributes", {}), "messageAttributes": {}, "md5OfBody": m["MD5OfBody"],
-            "eventSource": "aws:sqs", "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:apply",
-            "awsRegion": "us-east-1"}
+    return {
+        "messageId": m["MessageId"],
+        "receiptHandle": m["ReceiptHandle"],
+        "body": m["Body"],
+        "attributes": m.get("Attributes", {}),
+        "messageAttributes": {},
+        "md5OfBody": m["MD5OfBody"],
+        "eventSource": "aws:sqs",
+        "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:apply",
+        "awsRegion": "us-east-1",
+    }
 
 
 def next_poll_due(env: SimEnv) -> float | None:
@@ -649,20 +743,26 @@ def check(run: Scenario) -> None:
     for tx, p in channel.items():
         if fate[tx] == "MISSING":
             row = raw.get(p.raw_key)
-            v.append(f"I1 silently missing: channel took {p.payer_total} cents as {tx} for {p.order.key} "
-                     f"on {p.channel} (raw row: {row and row.get('handled')})")
+            v.append(
+                f"I1 silently missing: channel took {p.payer_total} cents as {tx} for {p.order.key} "
+                f"on {p.channel} (raw row: {row and row.get('handled')})"
+            )
     # I1b the fate the fault schedule planted.
     for tx, p in channel.items():
         want, got = p.expected, fate[tx]
         if want == "ONE_OF_PAIR":
             pair = {got, fate.get(p.pair or "", "")}
             if p.pair and pair != {"BOOKED", "REFUND"}:
-                v.append(f"I1b double payment {tx}/{p.pair}: fates {sorted(pair)}, want one booked one refunded")
+                v.append(
+                    f"I1b double payment {tx}/{p.pair}: fates {sorted(pair)}, want one booked one refunded"
+                )
         elif want == "BOOKED_OR_MANUAL":
             if got not in ("BOOKED", "MANUAL"):
                 v.append(f"I1b {tx} ({', '.join(p.order.faults)}): {got}, want BOOKED or MANUAL")
         elif got != want:
-            v.append(f"I1b {tx} on {p.channel} ({', '.join(p.order.faults) or 'no fault'}): {got}, want {want}")
+            v.append(
+                f"I1b {tx} on {p.channel} ({', '.join(p.order.faults) or 'no fault'}): {got}, want {want}"
+            )
     # I2 no transaction booked twice, no order paid twice, nothing booked the channel did not take.
     v += [f"I2 {tx} booked {n} times" for tx, n in booked.items() if n > 1]
     v += [f"I2 order {pk} has {n} payment entries" for pk, n in per_order.items() if n > 1]
@@ -671,8 +771,10 @@ def check(run: Scenario) -> None:
     for e in payments_booked:
         p = channel.get(e["transaction_id"])
         if p and (e["amount_cent"], e["order_total_cent"]) != (p.payer_total, p.reported_total):
-            v.append(f"I3 {e['transaction_id']} booked {e['amount_cent']}/{e['order_total_cent']}, "
-                     f"channel {p.payer_total}/{p.reported_total}")
+            v.append(
+                f"I3 {e['transaction_id']} booked {e['amount_cent']}/{e['order_total_cent']}, "
+                f"channel {p.payer_total}/{p.reported_total}"
+            )
     ours = sum(e["amount_cent"] for e in payments_booked)
     theirs = sum(channel[tx].payer_total for tx in booked if tx in channel)
     if ours != theirs:
@@ -691,13 +793,21 @@ def check(run: Scenario) -> None:
         elif raw.get(p.raw_key, {}).get("handled") != 2:
             v.append(f"I3b refund task {t['pk']} but its raw row is not with a person")
     # I4 every raw row ends at handled 1 or 2; nothing is left in the queue.
-    v += [f"I4 raw row {r['pk']} ended at handled={r.get('handled')}" for r in raw.values()
-          if r.get("handled") not in (1, 2)]
-    v += [f"I4 refund raw row {r['pk']} ended at handled={r.get('handled')}" for r in env.scan("REFUND_RAW_TABLE")
-          if r.get("handled") not in (1, 2)]
+    v += [
+        f"I4 raw row {r['pk']} ended at handled={r.get('handled')}"
+        for r in raw.values()
+        if r.get("handled") not in (1, 2)
+    ]
+    v += [
+        f"I4 refund raw row {r['pk']} ended at handled={r.get('handled')}"
+        for r in env.scan("REFUND_RAW_TABLE")
+        if r.get("handled") not in (1, 2)
+    ]
     for name, url in (("apply queue", env.env["APPLY_QUEUE_URL"]), ("DLQ", env.dlq_url())):
-        left = env.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages",
-                                                                           "ApproximateNumberOfMessagesNotVisible"])
+        left = env.sqs.get_queue_attributes(
+            QueueUrl=url,
+            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+        )
         n = sum(int(x) for x in left["Attributes"].values())
         if n:
             v.append(f"I4 {n} message(s) left in the {name}")
@@ -727,9 +837,13 @@ def check_refund_bounds(run: Scenario, when: str) -> None:
         if refunded + reserved > paid:
             v.append(f"R27 {when}: order {pk} refunded {refunded} + reserved {reserved} > paid {paid}")
         refundable = order.get("refundable_cent")
-        if refundable is not None and (refundable < 0 or refundable + int(order.get("refunded_cent") or 0) > paid):
-            v.append(f"R27 {when}: order {pk} refundable {refundable} refunded {order.get('refunded_cent')} "
-                     f"paid {paid}")
+        if refundable is not None and (
+            refundable < 0 or refundable + int(order.get("refunded_cent") or 0) > paid
+        ):
+            v.append(
+                f"R27 {when}: order {pk} refundable {refundable} refunded {order.get('refunded_cent')} "
+                f"paid {paid}"
+            )
     taken: Counter = Counter()
     for desk in run.desks.values():
         for r in desk.refunds():
@@ -741,7 +855,9 @@ def check_refund_bounds(run: Scenario, when: str) -> None:
             v.append(f"R27 {when}: the channel gave back {n} of {tx}, which took {p.payer_total}")
 
 
-def check_refunds_final(run: Scenario, orders: dict[str, dict[str, Any]], ledger: list[dict[str, Any]]) -> None:
+def check_refunds_final(
+    run: Scenario, orders: dict[str, dict[str, Any]], ledger: list[dict[str, Any]]
+) -> None:
     """Every reservation ends booked or released; our refunds agree with the channel's and the ledger."""
     env, v = run.env, run.result.violations
     ours = {r["pk"]: r for r in env.scan("REFUNDS_TABLE")}
@@ -750,8 +866,10 @@ def check_refunds_final(run: Scenario, orders: dict[str, dict[str, Any]], ledger
         if r["status"] not in FINAL_REFUND:
             v.append(f"R29 refund {no} ended {r['status']}: its reservation is neither booked nor released")
         if r["status"] == "MANUAL":
-            v.append(f"R29 refund {no} went to a person ({r.get('reason') or r.get('manual_reason')}); "
-                     f"no fault of the day asks for that")
+            v.append(
+                f"R29 refund {no} went to a person ({r.get('reason') or r.get('manual_reason')}); "
+                f"no fault of the day asks for that"
+            )
         c = theirs.get(no)
         channel_status = c.status if c else None
         if r["status"] == "SUCCESS" and channel_status != "SUCCESS":
@@ -760,7 +878,9 @@ def check_refunds_final(run: Scenario, orders: dict[str, dict[str, Any]], ledger
             v.append(f"R29 refund {no} released here, {channel_status} at the channel")
     for no, c in theirs.items():
         if c.status == "SUCCESS" and ours.get(no, {}).get("status") != "SUCCESS":
-            v.append(f"R29 the channel refunded {no} ({c.amount_cent}), here {ours.get(no, {}).get('status')}")
+            v.append(
+                f"R29 the channel refunded {no} ({c.amount_cent}), here {ours.get(no, {}).get('status')}"
+            )
     refunded_by_order: Counter = Counter()
     for r in ours.values():
         if r["status"] == "SUCCESS":
@@ -769,8 +889,10 @@ def check_refunds_final(run: Scenario, orders: dict[str, dict[str, Any]], ledger
         o = orders.get(pk, {})
         paid, refunded = int(o.get("paid_cent") or 0), int(o.get("refunded_cent") or 0)
         if refunded != refunded_by_order[pk] or int(o.get("refundable_cent") or 0) != paid - refunded:
-            v.append(f"R27 order {pk}: paid {paid} refunded {refunded} refundable {o.get('refundable_cent')}, "
-                     f"its refunds booked {refunded_by_order[pk]}: a reservation was never released")
+            v.append(
+                f"R27 order {pk}: paid {paid} refunded {refunded} refundable {o.get('refundable_cent')}, "
+                f"its refunds booked {refunded_by_order[pk]}: a reservation was never released"
+            )
     ledger_refunds = Counter(e["transaction_id"] for e in ledger if e["kind"] == "REFUND")
     ledger_refunded = Counter()
     for e in ledger:
@@ -796,8 +918,12 @@ class World:
         from tally import bootstrap
 
         self.sim = ChannelSimulator(fixed_keys=True, seed=0).start()
-        self.env = SimEnv.start({"WechatPayApiBase": self.sim.url.rstrip("/"),
-                                 "AlipayGateway": self.sim.url.rstrip("/") + "/gateway.do"})
+        self.env = SimEnv.start(
+            {
+                "WechatPayApiBase": self.sim.url.rstrip("/"),
+                "AlipayGateway": self.sim.url.rstrip("/") + "/gateway.do",
+            }
+        )
         self._real_clock = use_clock(self.env.clock)
         directory = bootstrap.merchants()
         self.kinds: dict[str, ChannelKind] = {name: cls(self.sim) for name, cls in KINDS.items()}
@@ -818,8 +944,14 @@ class World:
         for desk in self.desks.values():
             desk.reset()
 
-    def run(self, seed: int, shape: d.DayShape = d.SMALL, recoveries: list[Recovery] | None = None,
-            day: d.Day | None = None, **options: bool) -> Result:
+    def run(
+        self,
+        seed: int,
+        shape: d.DayShape = d.SMALL,
+        recoveries: list[Recovery] | None = None,
+        day: d.Day | None = None,
+        **options: bool,
+    ) -> Result:
         self.env.clock.now = self.day_start  # every day starts at the same instant: a replay is exact
         day = day or d.generate(seed, shape)
         return Scenario(self, day, recoveries, **options).run()

@@ -31,8 +31,10 @@ def failures_in(world: World, seeds: range, shape: str) -> list[str]:
             continue
         result = world.run(seed, getattr(d, shape.upper()))
         if not result.ok:
-            failures.append(f"seed {seed} ({shape}): {(result.violations + result.unhandled)[:3]} "
-                            f"replay: {replay_command(seed, shape)}")
+            failures.append(
+                f"seed {seed} ({shape}): {(result.violations + result.unhandled)[:3]} "
+                f"replay: {replay_command(seed, shape)}"
+            )
     return failures
 
 
@@ -95,7 +97,9 @@ def test_checker_catches_a_double_booking(world):
     run = Scenario(world, day)
     result = run.run()
     (entry, *_) = world.env.scan("LEDGER_TABLE") or pytest.skip("no booked payment in this day")
-    forged = {k: {"S": str(v)} if isinstance(v, str) else {"N": str(v)} for k, v in entry.items() if v is not None}
+    forged = {
+        k: {"S": str(v)} if isinstance(v, str) else {"N": str(v)} for k, v in entry.items() if v is not None
+    }
     forged["pk"] = {"S": "wechatpay#4200009999999999999999999999"}
     world.env.ddb.put_item(TableName=world.env.env["LEDGER_TABLE"], Item=forged)
     result.violations.clear()

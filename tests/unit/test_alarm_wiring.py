@@ -12,8 +12,11 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 def tally_alarms():
     resources = load_template(ROOT / "template.yaml")["Resources"]
-    return {r["Properties"]["MetricName"]: r["Properties"] for r in resources.values()
-            if r["Type"] == "AWS::CloudWatch::Alarm" and r["Properties"].get("Namespace") == "Tally"}
+    return {
+        r["Properties"]["MetricName"]: r["Properties"]
+        for r in resources.values()
+        if r["Type"] == "AWS::CloudWatch::Alarm" and r["Properties"].get("Namespace") == "Tally"
+    }
 
 
 def emitted_names():
@@ -44,12 +47,22 @@ def test_dashboard_shows_only_metrics_the_code_declares_and_the_morning_number()
 
     resources = load_template(ROOT / "template.yaml")["Resources"]
     body = resources["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"]
-    widgets = json.loads(body.replace("${AWS::Region}", "r").replace("${ApplyDLQ.QueueName}", "q")
-                         .replace("${OutboxDLQ.QueueName}", "q"))["widgets"]
+    widgets = json.loads(
+        body.replace("${AWS::Region}", "r")
+        .replace("${ApplyDLQ.QueueName}", "q")
+        .replace("${OutboxDLQ.QueueName}", "q")
+    )["widgets"]
     shown = {m[1] for w in widgets for m in w["properties"]["metrics"] if m[0] == "Tally"}
     declared = {v for k, v in vars(M).items() if k.isupper()}
     assert shown <= declared
-    assert {"PendingOver10m", "ManualOver24h", "ApplyManual", "NotifyRejected", "ApplyFailed", "ReconBlocked"} <= shown
+    assert {
+        "PendingOver10m",
+        "ManualOver24h",
+        "ApplyManual",
+        "NotifyRejected",
+        "ApplyFailed",
+        "ReconBlocked",
+    } <= shown
 
 
 def test_runbook_has_a_section_for_every_alarm():
@@ -65,8 +78,11 @@ def _dashboard_widgets():
 
     resources = load_template(ROOT / "template.yaml")["Resources"]
     body = resources["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"]
-    return json.loads(body.replace("${AWS::Region}", "r").replace("${ApplyDLQ.QueueName}", "q")
-                      .replace("${OutboxDLQ.QueueName}", "q"))["widgets"]
+    return json.loads(
+        body.replace("${AWS::Region}", "r")
+        .replace("${ApplyDLQ.QueueName}", "q")
+        .replace("${OutboxDLQ.QueueName}", "q")
+    )["widgets"]
 
 
 def _emitted_series(capsys):
@@ -92,8 +108,11 @@ def _emitted_series(capsys):
         obs.configure_merchants(sorted(before))
 
 
-EMITTED_DIMENSION_SETS = {frozenset({"service"}), frozenset({"service", "channel"}),
-                          frozenset({"service", "channel", "merchant"})}
+EMITTED_DIMENSION_SETS = {
+    frozenset({"service"}),
+    frozenset({"service", "channel"}),
+    frozenset({"service", "channel", "merchant"}),
+}
 
 
 def test_R38_alarms_watch_a_dimension_set_the_code_emits_and_see_dimensioned_counts(capsys):
@@ -113,7 +132,9 @@ def test_dashboard_shows_ack_outcomes_per_channel_on_series_the_code_emits():
     lines = [m for w in _dashboard_widgets() for m in w["properties"]["metrics"] if m[0] == "Tally"]
     per_channel = set()
     for line in lines:
-        pairs = line[2:-1] if isinstance(line[-1], dict) else line[2:]  # a trailing {"label": …} is no dimension
+        pairs = (
+            line[2:-1] if isinstance(line[-1], dict) else line[2:]
+        )  # a trailing {"label": …} is no dimension
         dims = dict(zip(pairs[::2], pairs[1::2], strict=True))
         assert frozenset(dims) in EMITTED_DIMENSION_SETS, line
         assert dims["service"] == "tally", line
@@ -122,6 +143,10 @@ def test_dashboard_shows_ack_outcomes_per_channel_on_series_the_code_emits():
             per_channel.add((line[1], dims["channel"]))
     for outcome in ("NotifyAccepted", "NotifyDuplicate", "NotifyRejected", "NotifyQuarantined"):
         assert {(outcome, c) for c in (*CHANNELS, OTHER)} <= per_channel, outcome
-    searches = [m[0]["expression"] for w in _dashboard_widgets() for m in w["properties"]["metrics"]
-                if isinstance(m[0], dict) and "SEARCH(" in m[0].get("expression", "")]
+    searches = [
+        m[0]["expression"]
+        for w in _dashboard_widgets()
+        for m in w["properties"]["metrics"]
+        if isinstance(m[0], dict) and "SEARCH(" in m[0].get("expression", "")
+    ]
     assert searches and all("{Tally,channel,merchant,service}" in s for s in searches)

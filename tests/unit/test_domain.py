@@ -12,16 +12,31 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def notice(**over):
-    base = dict(channel="wechatpay", transaction_id="4200000001", out_trade_no="ORDER0001", mchid="1900000001",
-                sp_mchid=None, trade_state="SUCCESS", order_total_cent=100, paid_cent=100, currency="CNY",
-                success_time="2026-11-30T10:00:00+08:00")
+    base = dict(
+        channel="wechatpay",
+        transaction_id="4200000001",
+        out_trade_no="ORDER0001",
+        mchid="1900000001",
+        sp_mchid=None,
+        trade_state="SUCCESS",
+        order_total_cent=100,
+        paid_cent=100,
+        currency="CNY",
+        success_time="2026-11-30T10:00:00+08:00",
+    )
     base.update(over)
     return PaymentNotice(**base)
 
 
 def facts(**over):
-    base = dict(mchid="1900000001", sp_mchid=None, currency="CNY", amount_cent=100, status=Status.WAIT_PAY,
-                transaction_id=None)
+    base = dict(
+        mchid="1900000001",
+        sp_mchid=None,
+        currency="CNY",
+        amount_cent=100,
+        status=Status.WAIT_PAY,
+        transaction_id=None,
+    )
     base.update(over)
     return OrderFacts(**base)
 
@@ -79,8 +94,10 @@ class TestEntryCheckR12R13:
     def test_R12_matching_notice_has_no_mismatch(self):
         assert mismatches(notice(), facts()) == []
 
-    @pytest.mark.parametrize("field,value", [("order_total_cent", 1), ("currency", "USD"), ("mchid", "1900000002"),
-                                             ("sp_mchid", "1600000001")])
+    @pytest.mark.parametrize(
+        "field,value",
+        [("order_total_cent", 1), ("currency", "USD"), ("mchid", "1900000002"), ("sp_mchid", "1600000001")],
+    )
     def test_R12_merchant_currency_amount_mismatch_is_found(self, field, value):
         assert mismatches(notice(**{field: value}), facts())
 
@@ -94,8 +111,18 @@ class TestEntryCheckR12R13:
 
 def test_domain_imports_nothing_impure():
     """DESIGN §2 dependency rule: domain → stdlib only; service never imported by domain or store."""
-    allowed_roots = {"__future__", "dataclasses", "decimal", "enum", "re", "typing", "collections", "datetime",
-                     "tally", "array"}  # array: recon's compact bill index (pure, no I/O)
+    allowed_roots = {
+        "__future__",
+        "dataclasses",
+        "decimal",
+        "enum",
+        "re",
+        "typing",
+        "collections",
+        "datetime",
+        "tally",
+        "array",
+    }  # array: recon's compact bill index (pure, no I/O)
     for path in (ROOT / "layers/common/tally/domain").glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             names = []

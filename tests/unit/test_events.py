@@ -2,8 +2,15 @@
 
 from tally.domain.events import events_for_change
 
-ORDER = {"pk": "1900000109#O1", "mchid": "1900000109", "out_trade_no": "O1", "channel": "wechatpay",
-         "amount_cent": 100, "currency": "CNY", "status": "WAIT_PAY"}
+ORDER = {
+    "pk": "1900000109#O1",
+    "mchid": "1900000109",
+    "out_trade_no": "O1",
+    "channel": "wechatpay",
+    "amount_cent": 100,
+    "currency": "CNY",
+    "status": "WAIT_PAY",
+}
 
 
 def test_R20_paid_transition_is_order_paid_with_a_stable_id():

@@ -42,7 +42,11 @@ def test_R38_listed_merchant_blob_carries_the_three_bounded_dimension_sets(emitt
     (blob,) = blobs(emitted())
     directive = blob["_aws"]["CloudWatchMetrics"][0]
     assert directive["Namespace"] == "Tally"
-    assert directive["Dimensions"] == [["service"], ["service", "channel"], ["service", "channel", "merchant"]]
+    assert directive["Dimensions"] == [
+        ["service"],
+        ["service", "channel"],
+        ["service", "channel", "merchant"],
+    ]
     assert (blob["service"], blob["channel"], blob["merchant"]) == ("tally", "wechatpay", "1900000001")
     assert blob["NotifyAccepted"] == [1.0]
 
@@ -53,8 +57,13 @@ def test_R38_unlisted_merchant_and_unknown_channel_become_other(emitted):
     count(M.APPLY_BOOKED, channel="wechatpay_v2", merchant="1900000001")  # the v2 API's name in orders
     series = {(n, tuple(sorted(d.items()))) for n, _, d in emf_series(emitted())}
     assert ("NotifyRejected", (("channel", OTHER), ("merchant", OTHER), ("service", "tally"))) in series
-    assert ("ApplyBooked", (("channel", "wechatpay-v2"), ("merchant", "1900000001"), ("service", "tally"))) in series
-    assert not any(dict(d).get("merchant") == "9999999999" or dict(d).get("channel") == "paypal" for _, d in series)
+    assert (
+        "ApplyBooked",
+        (("channel", "wechatpay-v2"), ("merchant", "1900000001"), ("service", "tally")),
+    ) in series
+    assert not any(
+        dict(d).get("merchant") == "9999999999" or dict(d).get("channel") == "paypal" for _, d in series
+    )
 
 
 def test_no_allow_list_means_no_merchant_dimension_at_all(emitted):
@@ -93,7 +102,9 @@ def test_R38_a_flood_of_1000_merchant_ids_stays_within_allow_list_plus_one(emitt
 
 def test_allow_list_is_capped_and_read_from_the_environment():
     assert metric_merchants({"TALLY_METRIC_MERCHANTS": " 1900000001, ,2021000000000001 "}) == (
-        "1900000001", "2021000000000001")
+        "1900000001",
+        "2021000000000001",
+    )
     assert metric_merchants({}) == ()
     before = obs._listed
     try:

@@ -15,28 +15,74 @@ from tally.domain.poll import BACKOFF_S, Answer, next_due, next_query_in
 from tally.service.pull import PullChannels, WeChatPayV3Pull
 
 A = Answer
-EXPECTED_STATE = {"SUCCESS": A.PAID, "REFUND": A.PAID, "NOTPAY": A.WAITING, "USERPAYING": A.WAITING,
-                  "ACCEPT": A.WAITING, "CLOSED": A.CLOSED, "REVOKED": A.CLOSED, "PAYERROR": A.CLOSED}
-EXPECTED_ERROR = {"ORDER_NOT_EXIST": A.NOT_CREATED, "SYSTEM_ERROR": A.TRANSIENT, "BANK_ERROR": A.TRANSIENT,
-                  "FREQUENCY_LIMITED": A.TRANSIENT, "NETWORK": A.TRANSIENT, "HTTP_5XX": A.TRANSIENT,
-                  "SIGN_ERROR": A.PERSON, "NO_AUTH": A.PERSON, "MCH_NOT_EXISTS": A.PERSON,
-                  "APPID_MCHID_NOT_MATCH": A.PERSON, "PARAM_ERROR": A.PERSON, "INVALID_REQUEST": A.PERSON,
-                  "RULE_LIMIT": A.PERSON, "TRADE_ERROR": A.PERSON, "RESPONSE_NOT_VERIFIED": A.PERSON,
-                  "RESPONSE_NOT_JSON": A.PERSON}
-EXPECTED_CLOSE = {"CLOSED_NOW": A.CLOSED, "ORDER_CLOSED": A.CLOSED, "ORDER_PAID": A.PAID,
-                  "USER_PAYING": A.WAITING, "ORDER_NOT_EXIST": A.NOT_CREATED, "SYSTEM_ERROR": A.TRANSIENT,
-                  "BANK_ERROR": A.TRANSIENT, "FREQUENCY_LIMITED": A.TRANSIENT, "NETWORK": A.TRANSIENT,
-                  "HTTP_5XX": A.TRANSIENT, "SIGN_ERROR": A.PERSON, "NO_AUTH": A.PERSON, "MCH_NOT_EXISTS": A.PERSON,
-                  "PARAM_ERROR": A.PERSON, "INVALID_REQUEST": A.PERSON, "TRADE_ERROR": A.PERSON,
-                  "RESPONSE_NOT_VERIFIED": A.PERSON, "RESPONSE_NOT_JSON": A.PERSON}
+EXPECTED_STATE = {
+    "SUCCESS": A.PAID,
+    "REFUND": A.PAID,
+    "NOTPAY": A.WAITING,
+    "USERPAYING": A.WAITING,
+    "ACCEPT": A.WAITING,
+    "CLOSED": A.CLOSED,
+    "REVOKED": A.CLOSED,
+    "PAYERROR": A.CLOSED,
+}
+EXPECTED_ERROR = {
+    "ORDER_NOT_EXIST": A.NOT_CREATED,
+    "SYSTEM_ERROR": A.TRANSIENT,
+    "BANK_ERROR": A.TRANSIENT,
+    "FREQUENCY_LIMITED": A.TRANSIENT,
+    "NETWORK": A.TRANSIENT,
+    "HTTP_5XX": A.TRANSIENT,
+    "SIGN_ERROR": A.PERSON,
+    "NO_AUTH": A.PERSON,
+    "MCH_NOT_EXISTS": A.PERSON,
+    "APPID_MCHID_NOT_MATCH": A.PERSON,
+    "PARAM_ERROR": A.PERSON,
+    "INVALID_REQUEST": A.PERSON,
+    "RULE_LIMIT": A.PERSON,
+    "TRADE_ERROR": A.PERSON,
+    "RESPONSE_NOT_VERIFIED": A.PERSON,
+    "RESPONSE_NOT_JSON": A.PERSON,
+}
+EXPECTED_CLOSE = {
+    "CLOSED_NOW": A.CLOSED,
+    "ORDER_CLOSED": A.CLOSED,
+    "ORDER_PAID": A.PAID,
+    "USER_PAYING": A.WAITING,
+    "ORDER_NOT_EXIST": A.NOT_CREATED,
+    "SYSTEM_ERROR": A.TRANSIENT,
+    "BANK_ERROR": A.TRANSIENT,
+    "FREQUENCY_LIMITED": A.TRANSIENT,
+    "NETWORK": A.TRANSIENT,
+    "HTTP_5XX": A.TRANSIENT,
+    "SIGN_ERROR": A.PERSON,
+    "NO_AUTH": A.PERSON,
+    "MCH_NOT_EXISTS": A.PERSON,
+    "PARAM_ERROR": A.PERSON,
+    "INVALID_REQUEST": A.PERSON,
+    "TRADE_ERROR": A.PERSON,
+    "RESPONSE_NOT_VERIFIED": A.PERSON,
+    "RESPONSE_NOT_JSON": A.PERSON,
+}
 
-ORDER = {"pk": "1900000109#T0001", "mchid": "1900000109", "out_trade_no": "T0001", "channel": "wechatpay",
-         "status": "WAIT_PAY", "amount_cent": 100, "currency": "CNY"}
+ORDER = {
+    "pk": "1900000109#T0001",
+    "mchid": "1900000109",
+    "out_trade_no": "T0001",
+    "channel": "wechatpay",
+    "status": "WAIT_PAY",
+    "amount_cent": 100,
+    "currency": "CNY",
+}
 
 
 def transaction(state, **over):
-    data = {"mchid": "1900000109", "appid": "wx1", "out_trade_no": "T0001", "trade_state": state,
-            "amount": {"total": 100, "currency": "CNY", "payer_currency": "CNY"}}
+    data = {
+        "mchid": "1900000109",
+        "appid": "wx1",
+        "out_trade_no": "T0001",
+        "trade_state": state,
+        "amount": {"total": 100, "currency": "CNY", "payer_currency": "CNY"},
+    }
     if state in ("SUCCESS", "REFUND", "REVOKED", "PAYERROR"):
         data.update(transaction_id="4200000000000000000000000001", success_time="2024-01-02T10:00:00+08:00")
         data["amount"]["payer_total"] = 90
@@ -114,8 +160,11 @@ def test_R22_query_error_row(code):
     elif code == "HTTP_5XX":
         exc = wx.ChannelError("bad gateway", status=502, retryable=True)
     else:
-        exc = error(code, status=500 if code == "SYSTEM_ERROR" else 404 if code == "ORDER_NOT_EXIST" else 400,
-                    retryable=EXPECTED_ERROR[code] is Answer.TRANSIENT)
+        exc = error(
+            code,
+            status=500 if code == "SYSTEM_ERROR" else 404 if code == "ORDER_NOT_EXIST" else 400,
+            retryable=EXPECTED_ERROR[code] is Answer.TRANSIENT,
+        )
     registry, client = pull(exc)
     result = registry.query(ORDER)
     assert (result.answer, result.word, result.mapped) == (EXPECTED_ERROR[code], code, True)
@@ -145,8 +194,14 @@ def test_R22_order_not_exist_is_not_closed():
     assert EXPECTED_CLOSE["ORDER_NOT_EXIST"] is not Answer.CLOSED
 
 
-@pytest.mark.parametrize("outcome", [(200, transaction("BRAND_NEW_STATE")), error("SOMETHING_NEW", status=403),
-                                     (200, {"mchid": "1900000109", "out_trade_no": "T0001"})])
+@pytest.mark.parametrize(
+    "outcome",
+    [
+        (200, transaction("BRAND_NEW_STATE")),
+        error("SOMETHING_NEW", status=403),
+        (200, {"mchid": "1900000109", "out_trade_no": "T0001"}),
+    ],
+)
 def test_R22_unmapped_word_goes_to_a_person(outcome):
     registry, _ = pull(outcome)
     result = registry.query(ORDER)
@@ -167,9 +222,19 @@ def test_R11_answer_about_another_order_is_never_applied():
 
 
 def test_R22_partner_order_queries_with_the_service_provider_and_sub_merchant():
-    client = FakeClient((200, {"sp_mchid": "1900000100", "sub_mchid": "1900000109", "sp_appid": "wx1",
-                               "out_trade_no": "T0001", "trade_state": "NOTPAY",
-                               "amount": {"total": 100, "currency": "CNY"}}))
+    client = FakeClient(
+        (
+            200,
+            {
+                "sp_mchid": "1900000100",
+                "sub_mchid": "1900000109",
+                "sp_appid": "wx1",
+                "out_trade_no": "T0001",
+                "trade_state": "NOTPAY",
+                "amount": {"total": 100, "currency": "CNY"},
+            },
+        )
+    )
     merchants = FakeMerchants(client)
     registry = PullChannels()
     WeChatPayV3Pull(merchants, sleep=lambda s: None).register(registry)
@@ -189,17 +254,26 @@ def test_client_builds_direct_and_partner_paths(monkeypatch):
     creds = wx.MerchantCredentials("1900000100", b"k" * 32, None, "SERIAL", wx.PlatformKeys())
     client = wx.WeChatPayClient("http://127.0.0.1:9", creds)
     sent = []
-    monkeypatch.setattr(client, "exchange", lambda method, path, body, **kw: sent.append((method, path, body)))
+    monkeypatch.setattr(
+        client, "exchange", lambda method, path, body, **kw: sent.append((method, path, body))
+    )
     client.query_by_out_trade_no("T-0001*x")
     client.query_by_out_trade_no("T-0001", sub_mchid="1900000109")
     client.close("T-0001")
     client.close("T-0001", sub_mchid="1900000109")
     assert sent == [
         ("GET", "/v3/pay/transactions/out-trade-no/T-0001*x?mchid=1900000100", None),
-        ("GET", "/v3/pay/partner/transactions/out-trade-no/T-0001?sp_mchid=1900000100&sub_mchid=1900000109", None),
+        (
+            "GET",
+            "/v3/pay/partner/transactions/out-trade-no/T-0001?sp_mchid=1900000100&sub_mchid=1900000109",
+            None,
+        ),
         ("POST", "/v3/pay/transactions/out-trade-no/T-0001/close", {"mchid": "1900000100"}),
-        ("POST", "/v3/pay/partner/transactions/out-trade-no/T-0001/close",
-         {"sp_mchid": "1900000100", "sub_mchid": "1900000109"}),
+        (
+            "POST",
+            "/v3/pay/partner/transactions/out-trade-no/T-0001/close",
+            {"sp_mchid": "1900000100", "sub_mchid": "1900000109"},
+        ),
     ]
 
 
@@ -212,7 +286,9 @@ def test_retries_with_jitter_only_what_is_retryable():
             raise wx.ChannelError("busy", code="SYSTEM_ERROR", retryable=True)
         return "ok"
 
-    assert with_retries(flaky, attempts=3, base_s=0.2, cap_s=0.3, sleep=sleeps.append, rand=lambda: 1.0) == "ok"
+    assert (
+        with_retries(flaky, attempts=3, base_s=0.2, cap_s=0.3, sleep=sleeps.append, rand=lambda: 1.0) == "ok"
+    )
     assert sleeps == [0.2, 0.3]  # full jitter: rand() * min(cap, base * 2^i)
     calls.clear()
 

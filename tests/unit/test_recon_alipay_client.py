@@ -8,12 +8,21 @@ import pathlib
 import pytest
 from tally.channels import bills_alipay as ali
 
-ZIP = next((pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "bills").glob("alipay_*.zip")).read_bytes()
+ZIP = next(
+    (pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "bills").glob("alipay_*.zip")
+).read_bytes()
 GATEWAY = "https://openapi.alipay.com/gateway.do"
 
 
-@pytest.mark.parametrize("url", ["http://169.254.169.254/latest/meta-data/", "https://dwbillcenter.alipay.com.evil.io/x",
-                                 "file:///etc/passwd", "ftp://dwbillcenter.alipay.com/x.zip"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://169.254.169.254/latest/meta-data/",
+        "https://dwbillcenter.alipay.com.evil.io/x",
+        "file:///etc/passwd",
+        "ftp://dwbillcenter.alipay.com/x.zip",
+    ],
+)
 def test_a_download_url_off_alipay_is_not_followed(url):
     with pytest.raises(ali.AlipayError, match="not followed"):
         ali.download(url, GATEWAY)

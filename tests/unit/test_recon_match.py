@@ -33,12 +33,21 @@ def classes(diffs):
 def test_each_diff_class_R36():
     local = {k: entry(k, a) for k, a in [("wx#1", 100), ("wx#2", 200), ("wx#3", 300), ("wx#9", 900)]}
     local["wx#R1"] = entry("wx#R1", 50, REFUND)
-    bill = [item("wx#1", 100), item("wx#2", 201), item("wx#3", 300, status="REVOKED"), item("wx#4", 400),
-            item("wx#R1", 50, REFUND)]
+    bill = [
+        item("wx#1", 100),
+        item("wx#2", 201),
+        item("wx#3", 300, status="REVOKED"),
+        item("wx#4", 400),
+        item("wx#R1", 50, REFUND),
+    ]
     matcher = Matcher(local)
     found = classes(matcher.match(bill))
-    assert found == [(AMOUNT_DIFFERS, PAYMENT, "wx#2"), (CHANNEL_ONLY, PAYMENT, "wx#4"), (LOCAL_ONLY, PAYMENT, "wx#9"),
-                     (STATUS_DIFFERS, PAYMENT, "wx#3")]
+    assert found == [
+        (AMOUNT_DIFFERS, PAYMENT, "wx#2"),
+        (CHANNEL_ONLY, PAYMENT, "wx#4"),
+        (LOCAL_ONLY, PAYMENT, "wx#9"),
+        (STATUS_DIFFERS, PAYMENT, "wx#3"),
+    ]
     assert matcher.stats.matched == 2  # wx#1 and the refund (R35)
 
 
@@ -50,7 +59,12 @@ def test_a_refund_still_processing_that_we_did_not_book_is_not_a_diff_but_counte
 
 def test_fee_differing_from_the_rows_rate_is_an_amount_diff_R35():
     (diff,) = Matcher({"wx#1": entry("wx#1", 100)}).match([item("wx#1", 100, fee=2000, expected=1000)])
-    assert (diff.cls, diff.item, diff.channel_amount_cent, diff.local_amount_cent) == (AMOUNT_DIFFERS, "FEE", 2, 1)
+    assert (diff.cls, diff.item, diff.channel_amount_cent, diff.local_amount_cent) == (
+        AMOUNT_DIFFERS,
+        "FEE",
+        2,
+        1,
+    )
     assert fee_from_rate(10000, "0.60%") == 60000 and fee_from_rate(1, "0.60%") == 0
     assert fee_from_rate(2550, "0.60%") == 15000 and fee_from_rate(100, "n/a") is None
 
@@ -63,9 +77,12 @@ def test_a_straggler_booked_on_the_neighbouring_day_is_found_not_reported_R34():
 
 
 def test_reversals_fold_into_their_target_and_a_fully_reversed_entry_is_gone_R36():
-    rows = [{"pk": "wx#1", "kind": PAYMENT, "amount_cent": 777}, {"pk": "wx#2", "kind": PAYMENT, "amount_cent": 990},
-            {"pk": "wx#1#REVERSAL#d", "kind": "REVERSAL", "reverses": "wx#1", "amount_cent": -777},
-            {"pk": "wx#2#REVERSAL#d", "kind": "REVERSAL", "reverses": "wx#2", "amount_cent": 10}]
+    rows = [
+        {"pk": "wx#1", "kind": PAYMENT, "amount_cent": 777},
+        {"pk": "wx#2", "kind": PAYMENT, "amount_cent": 990},
+        {"pk": "wx#1#REVERSAL#d", "kind": "REVERSAL", "reverses": "wx#1", "amount_cent": -777},
+        {"pk": "wx#2#REVERSAL#d", "kind": "REVERSAL", "reverses": "wx#2", "amount_cent": 10},
+    ]
     local = fold_ledger(rows)
     assert list(local) == ["wx#2"] and local["wx#2"].amount_cent == 1000
 
@@ -107,17 +124,30 @@ def test_matching_from_the_one_pass_index_gives_the_verdicts_of_matching_the_ite
     from tally.service.recon_sources import OpenedBill
 
     bills = pathlib.Path(__file__).parents[1] / "fixtures" / "bills"
-    cases = [("wechatpay", bills / n) for n in ("wechat_all_bom_crlf.csv", "wechat_all_lf.csv", "wechat_refund.csv",
-                                                "wechat_success.csv", "wechat_legacy_success.csv")]
+    cases = [
+        ("wechatpay", bills / n)
+        for n in (
+            "wechat_all_bom_crlf.csv",
+            "wechat_all_lf.csv",
+            "wechat_refund.csv",
+            "wechat_success.csv",
+            "wechat_legacy_success.csv",
+        )
+    ]
     cases.append(("alipay", bills / "alipay_20880211096256330156_20240501.csv.zip"))
     for channel, path in cases:
         data = path.read_bytes()
         if channel == "wechatpay":  # a row twice (the channel's own duplicate): both are compared
             lines = data.splitlines(keepends=True)
             data = b"".join(lines[:2] + lines[1:])
-            if path.name == "wechat_all_bom_crlf.csv":  # a fee off its rate, a revoked payment, a pending refund
-                data = data.replace(b"`0.07000", b"`0.09000").replace(b"`JSAPI,`SUCCESS", b"`JSAPI,`REVOKED") \
+            if (
+                path.name == "wechat_all_bom_crlf.csv"
+            ):  # a fee off its rate, a revoked payment, a pending refund
+                data = (
+                    data.replace(b"`0.07000", b"`0.09000")
+                    .replace(b"`JSAPI,`SUCCESS", b"`JSAPI,`REVOKED")
                     .replace(b"`ORIGINAL,`SUCCESS", b"`ORIGINAL,`PROCESSING")
+                )
         items = list(OpenedBill(channel, data).parser().items())
         assert items, path
         for local, lookup in _ledger_variants(items):

@@ -8,66 +8,142 @@ from tally.channels import alipay_refunds as alr
 from tally.channels import wechatpay_v2_refunds as w2r
 from tally.domain.refunds import AnswerKind, RefundEvent, check_cumulative, mismatches
 
-ROW = {"refund_no": "RN0001", "out_trade_no": "ORDER-1", "amount_cent": 40, "total_cent": 100, "mchid": "2021001",
-       "transaction_id": "2026113022001", "currency": "CNY", "reason": ""}
+ROW = {
+    "refund_no": "RN0001",
+    "out_trade_no": "ORDER-1",
+    "amount_cent": 40,
+    "total_cent": 100,
+    "mchid": "2021001",
+    "transaction_id": "2026113022001",
+    "currency": "CNY",
+    "reason": "",
+}
 
 
 # ---------------------------------------------------------------- Alipay
 
 
 def test_R29_alipay_query_answers():
-    found = alr.query_answer({"code": "10000", "out_request_no": "RN0001", "refund_amount": "0.40",
-                              "total_amount": "1.00", "refund_status": "REFUND_SUCCESS", "out_trade_no": "ORDER-1",
-                              "trade_no": "2026113022001", "gmt_refund_pay": "2026-11-30 10:00:00"},
-                             ROW, mchid="2021001", sp_mchid=None)
+    found = alr.query_answer(
+        {
+            "code": "10000",
+            "out_request_no": "RN0001",
+            "refund_amount": "0.40",
+            "total_amount": "1.00",
+            "refund_status": "REFUND_SUCCESS",
+            "out_trade_no": "ORDER-1",
+            "trade_no": "2026113022001",
+            "gmt_refund_pay": "2026-11-30 10:00:00",
+        },
+        ROW,
+        mchid="2021001",
+        sp_mchid=None,
+    )
     assert found.kind is AnswerKind.OUTCOME and found.event is RefundEvent.SUCCEED
     notice = found.notice
-    assert (notice.refund_cent, notice.total_cent, notice.source, notice.raw_key) == (40, 100, "query",
-                                                                                      "alipay#RN0001")
+    assert (notice.refund_cent, notice.total_cent, notice.source, notice.raw_key) == (
+        40,
+        100,
+        "query",
+        "alipay#RN0001",
+    )
     assert notice.success_time == "2026-11-30T10:00:00+08:00" and mismatches(notice, ROW) == []
     # §6.4: an unknown out_request_no answers 10000 without refund data
-    assert alr.query_answer({"code": "10000", "msg": "Success"}, ROW, mchid="2021001", sp_mchid=None).kind \
+    assert (
+        alr.query_answer({"code": "10000", "msg": "Success"}, ROW, mchid="2021001", sp_mchid=None).kind
         is AnswerKind.NOT_FOUND
+    )
     # refund data without refund_status: not (yet) refunded — keep polling, never FAIL
-    waiting = alr.query_answer({"code": "10000", "out_request_no": "RN0001", "refund_amount": "0.40"}, ROW,
-                               mchid="2021001", sp_mchid=None)
+    waiting = alr.query_answer(
+        {"code": "10000", "out_request_no": "RN0001", "refund_amount": "0.40"},
+        ROW,
+        mchid="2021001",
+        sp_mchid=None,
+    )
     assert waiting.kind is AnswerKind.OUTCOME and waiting.event is None
-    odd = alr.query_answer({"code": "10000", "out_request_no": "RN0001", "refund_amount": "0.40",
-                            "refund_status": "REFUND_SOMETHING"}, ROW, mchid="2021001", sp_mchid=None)
+    odd = alr.query_answer(
+        {
+            "code": "10000",
+            "out_request_no": "RN0001",
+            "refund_amount": "0.40",
+            "refund_status": "REFUND_SOMETHING",
+        },
+        ROW,
+        mchid="2021001",
+        sp_mchid=None,
+    )
     assert odd.kind is AnswerKind.UNKNOWN
-    other = alr.query_answer({"code": "10000", "out_request_no": "RN9999", "refund_amount": "0.40",
-                              "refund_status": "REFUND_SUCCESS"}, ROW, mchid="2021001", sp_mchid=None)
+    other = alr.query_answer(
+        {
+            "code": "10000",
+            "out_request_no": "RN9999",
+            "refund_amount": "0.40",
+            "refund_status": "REFUND_SUCCESS",
+        },
+        ROW,
+        mchid="2021001",
+        sp_mchid=None,
+    )
     assert other.kind is AnswerKind.UNKNOWN
-    inexact = alr.query_answer({"code": "10000", "out_request_no": "RN0001", "refund_amount": "0.401",
-                                "refund_status": "REFUND_SUCCESS"}, ROW, mchid="2021001", sp_mchid=None)
+    inexact = alr.query_answer(
+        {
+            "code": "10000",
+            "out_request_no": "RN0001",
+            "refund_amount": "0.401",
+            "refund_status": "REFUND_SUCCESS",
+        },
+        ROW,
+        mchid="2021001",
+        sp_mchid=None,
+    )
     assert inexact.kind is AnswerKind.UNKNOWN  # R14: never a float, never rounded
 
 
-@pytest.mark.parametrize(("error", "kind"), [
-    (ali.ChannelError("x", code="40004", sub_code="ACQ.SYSTEM_ERROR", retryable=True), AnswerKind.RETRY),
-    (ali.ChannelError("timeout", retryable=True), AnswerKind.RETRY),
-    (ali.ChannelError("response signature does not verify"), AnswerKind.RETRY),  # outcome unknown
-    (ali.ChannelError("x", code="40004", sub_code="ACQ.SELLER_BALANCE_NOT_ENOUGH"), AnswerKind.RETRY),
-    (ali.ChannelError("x", code="40004", sub_code="ACQ.TRADE_HAS_FINISHED"), AnswerKind.REJECTED),
-    (ali.ChannelError("x", code="40004", sub_code="ACQ.REFUND_AMT_NOT_EQUAL_TOTAL"), AnswerKind.REJECTED),
-    (ali.ChannelError("x", code="40002", sub_code="isv.invalid-signature"), AnswerKind.REJECTED),
-    (ali.ChannelError("x", code="40002", sub_code="isv.invalid-signature", unsigned=True), AnswerKind.UNKNOWN),
-    (ali.ChannelError("x", code="40004", sub_code="ACQ.DISCORDANT_REPEAT_REQUEST"), AnswerKind.UNKNOWN),
-    (ali.ChannelError("x", code="40004", sub_code="ACQ.NEVER_SEEN"), AnswerKind.UNKNOWN),
-])
+@pytest.mark.parametrize(
+    ("error", "kind"),
+    [
+        (ali.ChannelError("x", code="40004", sub_code="ACQ.SYSTEM_ERROR", retryable=True), AnswerKind.RETRY),
+        (ali.ChannelError("timeout", retryable=True), AnswerKind.RETRY),
+        (ali.ChannelError("response signature does not verify"), AnswerKind.RETRY),  # outcome unknown
+        (ali.ChannelError("x", code="40004", sub_code="ACQ.SELLER_BALANCE_NOT_ENOUGH"), AnswerKind.RETRY),
+        (ali.ChannelError("x", code="40004", sub_code="ACQ.TRADE_HAS_FINISHED"), AnswerKind.REJECTED),
+        (ali.ChannelError("x", code="40004", sub_code="ACQ.REFUND_AMT_NOT_EQUAL_TOTAL"), AnswerKind.REJECTED),
+        (ali.ChannelError("x", code="40002", sub_code="isv.invalid-signature"), AnswerKind.REJECTED),
+        (
+            ali.ChannelError("x", code="40002", sub_code="isv.invalid-signature", unsigned=True),
+            AnswerKind.UNKNOWN,
+        ),
+        (ali.ChannelError("x", code="40004", sub_code="ACQ.DISCORDANT_REPEAT_REQUEST"), AnswerKind.UNKNOWN),
+        (ali.ChannelError("x", code="40004", sub_code="ACQ.NEVER_SEEN"), AnswerKind.UNKNOWN),
+    ],
+)
 def test_R22_R28_alipay_create_errors(error, kind):
     """Transient → same out_request_no later (R28); signed refusal → FAIL; unsigned or unmapped → a person."""
     assert alr._error_answer(error, alr.CREATE_ERRORS).kind is kind
 
 
 def test_R29_alipay_refund_notification_is_cumulative():
-    params = {"app_id": "2021001", "out_trade_no": "ORDER-1", "trade_no": "T1", "trade_status": "TRADE_SUCCESS",
-              "total_amount": "1.00", "refund_fee": "0.60", "out_biz_no": "RN0001",
-              "gmt_refund": "2021-07-14 09:51:36.631"}
+    params = {
+        "app_id": "2021001",
+        "out_trade_no": "ORDER-1",
+        "trade_no": "T1",
+        "trade_status": "TRADE_SUCCESS",
+        "total_amount": "1.00",
+        "refund_fee": "0.60",
+        "out_biz_no": "RN0001",
+        "gmt_refund": "2021-07-14 09:51:36.631",
+    }
     notice = alr.refund_notice(params)
-    assert (notice.refund_no, notice.status, notice.event) == ("RN0001", "REFUND_SUCCESS", RefundEvent.SUCCEED)
+    assert (notice.refund_no, notice.status, notice.event) == (
+        "RN0001",
+        "REFUND_SUCCESS",
+        RefundEvent.SUCCEED,
+    )
     assert (notice.refund_cent, notice.cumulative_cent, notice.success_time) == (
-        None, 60, "2021-07-14T09:51:36+08:00")
+        None,
+        60,
+        "2021-07-14T09:51:36+08:00",
+    )
     assert mismatches(notice, ROW) == []  # the per-refund amount is not compared: check_cumulative is
     with pytest.raises(ali.ParseError):
         alr.refund_notice({**params, "out_biz_no": ""})
@@ -75,7 +151,9 @@ def test_R29_alipay_refund_notification_is_cumulative():
         alr.refund_notice({**params, "refund_fee": "0.6.0"})
 
 
-@pytest.mark.parametrize(("cumulative", "ok"), [(40, True), (60, True), (100, True), (39, False), (101, False)])
+@pytest.mark.parametrize(
+    ("cumulative", "ok"), [(40, True), (60, True), (100, True), (39, False), (101, False)]
+)
 def test_R27_R29_cumulative_bounds(cumulative, ok):
     """This refund 40 of an order paid 100 with refundable 0 (all booked or held): 40 ≤ cumulative ≤ 100."""
     assert (check_cumulative(cumulative, 40, 100, 0) == []) is ok
@@ -89,26 +167,44 @@ def test_cumulative_counts_a_refund_held_on_a_task():
 
 
 def _query(status, **extra):
-    return {"return_code": "SUCCESS", "result_code": "SUCCESS", "out_trade_no": "ORDER-1", "transaction_id": "42",
-            "total_fee": "100", "refund_count": "2", "out_refund_no_0": "OTHER", "refund_status_0": "SUCCESS",
-            "out_refund_no_1": "RN0001", "refund_id_1": "5030", "refund_fee_1": "40", "refund_status_1": status,
-            **extra}
+    return {
+        "return_code": "SUCCESS",
+        "result_code": "SUCCESS",
+        "out_trade_no": "ORDER-1",
+        "transaction_id": "42",
+        "total_fee": "100",
+        "refund_count": "2",
+        "out_refund_no_0": "OTHER",
+        "refund_status_0": "SUCCESS",
+        "out_refund_no_1": "RN0001",
+        "refund_id_1": "5030",
+        "refund_fee_1": "40",
+        "refund_status_1": status,
+        **extra,
+    }
 
 
-@pytest.mark.parametrize(("word", "kind", "event"), [
-    ("SUCCESS", AnswerKind.OUTCOME, RefundEvent.SUCCEED),
-    ("REFUNDCLOSE", AnswerKind.OUTCOME, RefundEvent.FAIL),
-    ("CHANGE", AnswerKind.OUTCOME, RefundEvent.ABNORMAL),
-    ("PROCESSING", AnswerKind.OUTCOME, None),
-    ("NOTSURE", AnswerKind.UNKNOWN, None),
-])
+@pytest.mark.parametrize(
+    ("word", "kind", "event"),
+    [
+        ("SUCCESS", AnswerKind.OUTCOME, RefundEvent.SUCCEED),
+        ("REFUNDCLOSE", AnswerKind.OUTCOME, RefundEvent.FAIL),
+        ("CHANGE", AnswerKind.OUTCOME, RefundEvent.ABNORMAL),
+        ("PROCESSING", AnswerKind.OUTCOME, None),
+        ("NOTSURE", AnswerKind.UNKNOWN, None),
+    ],
+)
 def test_R22_R29_wechatpay_v2_refundquery_status_table(word, kind, event):
     answer = w2r.query_answer(_query(word, refund_success_time_1="2026-11-30 10:00:00"), ROW, "1900000001")
     assert (answer.kind, answer.event) == (kind, event)
     if event is not None:
         notice = answer.notice
         assert (notice.channel, notice.raw_key, notice.refund_cent, notice.source) == (
-            "wechatpay", "wechatpay#RN0001", 40, "query")
+            "wechatpay",
+            "wechatpay#RN0001",
+            40,
+            "query",
+        )
 
 
 def test_wechatpay_v2_refundquery_without_our_number_is_not_found():
@@ -126,16 +222,33 @@ class _Canned:
         return self.answer
 
 
-@pytest.mark.parametrize(("answer", "kind"), [
-    ({"return_code": "SUCCESS", "result_code": "SUCCESS", "out_refund_no": "RN0001", "refund_id": "5030",
-      "refund_fee": "40"}, AnswerKind.ACCEPTED),
-    ({"return_code": "SUCCESS", "result_code": "FAIL", "err_code": "SYSTEMERROR"}, AnswerKind.RETRY),
-    ({"return_code": "SUCCESS", "result_code": "FAIL", "err_code": "BIZERR_NEED_RETRY"}, AnswerKind.RETRY),
-    ({"return_code": "SUCCESS", "result_code": "FAIL", "err_code": "TRADE_OVERDUE"}, AnswerKind.REJECTED),
-    ({"return_code": "SUCCESS", "result_code": "FAIL", "err_code": "ERROR"}, AnswerKind.UNKNOWN),
-    ({"return_code": "SUCCESS", "result_code": "FAIL", "err_code": "BRAND_NEW"}, AnswerKind.UNKNOWN),
-    ({"return_code": "FAIL", "return_msg": "invalid refund_fee"}, AnswerKind.UNKNOWN),  # unsigned: a person
-])
+@pytest.mark.parametrize(
+    ("answer", "kind"),
+    [
+        (
+            {
+                "return_code": "SUCCESS",
+                "result_code": "SUCCESS",
+                "out_refund_no": "RN0001",
+                "refund_id": "5030",
+                "refund_fee": "40",
+            },
+            AnswerKind.ACCEPTED,
+        ),
+        ({"return_code": "SUCCESS", "result_code": "FAIL", "err_code": "SYSTEMERROR"}, AnswerKind.RETRY),
+        (
+            {"return_code": "SUCCESS", "result_code": "FAIL", "err_code": "BIZERR_NEED_RETRY"},
+            AnswerKind.RETRY,
+        ),
+        ({"return_code": "SUCCESS", "result_code": "FAIL", "err_code": "TRADE_OVERDUE"}, AnswerKind.REJECTED),
+        ({"return_code": "SUCCESS", "result_code": "FAIL", "err_code": "ERROR"}, AnswerKind.UNKNOWN),
+        ({"return_code": "SUCCESS", "result_code": "FAIL", "err_code": "BRAND_NEW"}, AnswerKind.UNKNOWN),
+        (
+            {"return_code": "FAIL", "return_msg": "invalid refund_fee"},
+            AnswerKind.UNKNOWN,
+        ),  # unsigned: a person
+    ],
+)
 def test_R22_R28_wechatpay_v2_create_table(answer, kind):
     result = w2r.WeChatV2Refunds(_Canned(answer), "http://127.0.0.1/notify").create(ROW)
     assert result.kind is kind

@@ -33,7 +33,10 @@ def test_R27_guard_in_integer_cents():
 
 def test_R29_accepted_is_not_success_only_reports_book_or_release():
     assert transit(S.PENDING, E.ACCEPT) == transit(S.PENDING, E.ACCEPT)
-    assert transit(S.PENDING, E.ACCEPT).new_status is S.ACCEPTED and transit(S.PENDING, E.ACCEPT).effect is Effect.NONE
+    assert (
+        transit(S.PENDING, E.ACCEPT).new_status is S.ACCEPTED
+        and transit(S.PENDING, E.ACCEPT).effect is Effect.NONE
+    )
     booking = {(s, e) for (s, e), (_, eff) in TRANSIT.items() if eff is Effect.BOOK}
     releasing = {(s, e) for (s, e), (_, eff) in TRANSIT.items() if eff is Effect.RELEASE}
     assert {e for _, e in booking} == {E.SUCCEED} and {e for _, e in releasing} == {E.FAIL}
@@ -80,8 +83,11 @@ ops = st.lists(
 
 
 @settings(max_examples=300, deadline=None)
-@given(paid=st.integers(1, 200), steps=ops, settle=st.lists(st.sampled_from([E.SUCCEED, E.FAIL]), min_size=8,
-                                                            max_size=8))
+@given(
+    paid=st.integers(1, 200),
+    steps=ops,
+    settle=st.lists(st.sampled_from([E.SUCCEED, E.FAIL]), min_size=8, max_size=8),
+)
 def test_R27_R29_property_refunded_plus_reserved_never_exceeds_paid(paid, steps, settle):
     """Random refunds, duplicate / out-of-order / contradictory reports, failures: the books always add up,
     and once every refund has an outcome each reservation was booked or released, exactly once."""

@@ -24,11 +24,33 @@ RESOURCES = load_template(ROOT / "template.yaml")["Resources"]
 
 def test_the_catalogue_covers_the_named_failure_modes():
     modes = " ".join(row[0] for row in CATALOGUE)
-    for needed in ("after the ACK", "lost callback", "tenant collision", "yuan/cents", "coupon", "unknown state",
-                   "paid after close", "rollback", "outside the transaction", "accepted taken as success",
-                   "regenerated", "over-refund", "FAIL rolled back", "zero-row bill", "changed bill format",
-                   "volume drop", "day cut", "fees", "wrong merchant", "certificate rotation", "undecryptable",
-                   "endless polling", "forgotten diffs", "nobody emits", "DLQ"):
+    for needed in (
+        "after the ACK",
+        "lost callback",
+        "tenant collision",
+        "yuan/cents",
+        "coupon",
+        "unknown state",
+        "paid after close",
+        "rollback",
+        "outside the transaction",
+        "accepted taken as success",
+        "regenerated",
+        "over-refund",
+        "FAIL rolled back",
+        "zero-row bill",
+        "changed bill format",
+        "volume drop",
+        "day cut",
+        "fees",
+        "wrong merchant",
+        "certificate rotation",
+        "undecryptable",
+        "endless polling",
+        "forgotten diffs",
+        "nobody emits",
+        "DLQ",
+    ):
         assert needed in modes, needed
 
 
@@ -43,4 +65,6 @@ def test_R38_each_failure_mode_has_row_metric_alarm_and_a_proof(mode, row, metri
         props = RESOURCES[alarm]["Properties"]
         assert RESOURCES[alarm]["Type"] == "AWS::CloudWatch::Alarm"
         if props.get("Namespace") == "Tally":
-            assert props["MetricName"] == metric, f"{mode}: {alarm} watches {props['MetricName']}, not {metric}"
+            assert props["MetricName"] == metric, (
+                f"{mode}: {alarm} watches {props['MetricName']}, not {metric}"
+            )

@@ -13,10 +13,19 @@ def _paid_v3(sim: ChannelSimulator) -> str:
     m = sim.register_test_merchant()
     with sim._lock:  # the books of a paid order, as the simulation's WeChatV3 kind writes them
         sim._orders[(m["mchid"], "O1")] = {
-            "appid": m["appid"], "mchid": m["mchid"], "out_trade_no": "O1", "amount": {"total": 2000},
-            "trade_state": "SUCCESS", "transaction": sim.transaction_resource(
-                m["mchid"], "O1", 2000, transaction_id="4200000000000000000000000001",
-                success_time=f"{D}T10:00:00+08:00")}
+            "appid": m["appid"],
+            "mchid": m["mchid"],
+            "out_trade_no": "O1",
+            "amount": {"total": 2000},
+            "trade_state": "SUCCESS",
+            "transaction": sim.transaction_resource(
+                m["mchid"],
+                "O1",
+                2000,
+                transaction_id="4200000000000000000000000001",
+                success_time=f"{D}T10:00:00+08:00",
+            ),
+        }
     return m["mchid"]
 
 
@@ -39,9 +48,17 @@ def test_R31_alipay_bill_lists_a_refund_told_twice_once():
     ali = sim.alipay
     app = ali.register_test_merchant("public_key", "2021000000000999")["app_id"]
     with ali._lock:
-        ali.orders[(app, "A1")] = {"app_id": app, "owner": app, "out_trade_no": "A1", "total": 2000,
-                                   "subject": "o", "status": "TRADE_SUCCESS", "trade_no": "2024050122001000000001",
-                                   "receipt": 2000, "gmt_payment": f"{D} 10:00:00"}
+        ali.orders[(app, "A1")] = {
+            "app_id": app,
+            "owner": app,
+            "out_trade_no": "A1",
+            "total": 2000,
+            "subject": "o",
+            "status": "TRADE_SUCCESS",
+            "trade_no": "2024050122001000000001",
+            "receipt": 2000,
+            "gmt_payment": f"{D} 10:00:00",
+        }
     ali.bills.add_refund(app, "A1", 500, "RQ1", refunded_at=f"{D} 11:00:00")
     ali.bills.add_refund(app, "A1", 500, "RQ1", refunded_at=f"{D} 11:05:00")
     ali.bills.add_refund(app, "A1", 300, "RQ2", refunded_at=f"{D} 12:00:00")

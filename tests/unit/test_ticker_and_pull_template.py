@@ -30,9 +30,16 @@ def test_R21_poller_runs_every_minute_from_the_template(template):
     assert schedule.timeout_s == 60
 
 
-@pytest.mark.parametrize("expression, seconds", [("rate(1 minute)", 60), ("rate(5 minutes)", 300),
-                                                 ("rate(2 hours)", 7200), ("rate(1 day)", 86400),
-                                                 ("cron(0 10 * * ? *)", None)])
+@pytest.mark.parametrize(
+    "expression, seconds",
+    [
+        ("rate(1 minute)", 60),
+        ("rate(5 minutes)", 300),
+        ("rate(2 hours)", 7200),
+        ("rate(1 day)", 86400),
+        ("cron(0 10 * * ? *)", None),
+    ],
+)
 def test_rate_expressions(expression, seconds):
     assert rate_seconds(expression) == seconds
 
@@ -73,7 +80,9 @@ def test_R21_no_function_may_scan(template):
             continue
         for policy in resource["Properties"].get("Policies", []):
             for statement in policy["Statement"]:
-                actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+                actions = (
+                    statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+                )
                 if "dynamodb:Scan" in actions:  # only the small configuration table may be listed whole
                     assert statement["Resource"] == {"Fn::GetAtt": ["MerchantsTable", "Arn"]}, lid
 
@@ -81,17 +90,22 @@ def test_R21_no_function_may_scan(template):
 def test_R21_poller_may_query_only_the_sparse_indexes(template):
     statements = template["Resources"]["PollerFunction"]["Properties"]["Policies"][0]["Statement"]
     (query,) = [s for s in statements if "dynamodb:Query" in s["Action"]]
-    assert query["Resource"] == [{"Fn::Sub": "${OrdersTable.Arn}/index/by_poll"},
-                                 {"Fn::Sub": "${OrdersTable.Arn}/index/by_hold"},
-                                 {"Fn::Sub": "${NotifyRawTable.Arn}/index/by_pending"},
-                                 {"Fn::Sub": "${RefundsTable.Arn}/index/by_poll"},
-                                 {"Fn::Sub": "${RefundTasksTable.Arn}/index/by_status"}]
+    assert query["Resource"] == [
+        {"Fn::Sub": "${OrdersTable.Arn}/index/by_poll"},
+        {"Fn::Sub": "${OrdersTable.Arn}/index/by_hold"},
+        {"Fn::Sub": "${NotifyRawTable.Arn}/index/by_pending"},
+        {"Fn::Sub": "${RefundsTable.Arn}/index/by_poll"},
+        {"Fn::Sub": "${RefundTasksTable.Arn}/index/by_status"},
+    ]
 
 
 @pytest.mark.parametrize("metric", ["PendingOver10m", "ManualOver24h"])
 def test_R25_R37_morning_number_alarms_breach_on_any_row_or_on_silence(template, metric):
-    (alarm,) = [r["Properties"] for r in template["Resources"].values()
-                if r["Type"] == "AWS::CloudWatch::Alarm" and r["Properties"].get("MetricName") == metric]
+    (alarm,) = [
+        r["Properties"]
+        for r in template["Resources"].values()
+        if r["Type"] == "AWS::CloudWatch::Alarm" and r["Properties"].get("MetricName") == metric
+    ]
     assert (alarm["Namespace"], alarm["Statistic"], alarm["Threshold"]) == ("Tally", "Maximum", 1)
     assert alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
     assert alarm["TreatMissingData"] == "breaching"  # the poller stopped publishing: that is an alarm too

@@ -20,9 +20,26 @@ def set_clock(clock: Callable[[], float]) -> None:
 
 
 def reset() -> None:
-    for built in (settings, tables, merchants, ingest_service, apply_service, order_service, outbox_service,
-                  manual_queue, _client, refund_tables, refund_inbox, refund_service,
-                  pull_channels, poll_service, sweep_service, pending_report, recon_service, key_rotation_service):
+    for built in (
+        settings,
+        tables,
+        merchants,
+        ingest_service,
+        apply_service,
+        order_service,
+        outbox_service,
+        manual_queue,
+        _client,
+        refund_tables,
+        refund_inbox,
+        refund_service,
+        pull_channels,
+        poll_service,
+        sweep_service,
+        pending_report,
+        recon_service,
+        key_rotation_service,
+    ):
         built.cache_clear()
 
 
@@ -43,8 +60,16 @@ def tables() -> Any:
     from tally.store.tables import Tables
 
     s = settings()
-    return Tables(_client("dynamodb"), s.notify_raw_table, s.notify_event_table, s.orders_table,
-                  s.transitions_table, s.ledger_table, s.refund_tasks_table, s.merchants_table)
+    return Tables(
+        _client("dynamodb"),
+        s.notify_raw_table,
+        s.notify_event_table,
+        s.orders_table,
+        s.transitions_table,
+        s.ledger_table,
+        s.refund_tasks_table,
+        s.merchants_table,
+    )
 
 
 @cache
@@ -54,9 +79,16 @@ def merchants() -> Any:
     from tally.store.tables import MerchantStore
 
     s = settings()
-    return MerchantDirectory(MerchantStore(tables()), _client("secretsmanager"), s.merchant_secret_prefix,
-                             s.wechatpay_api_base, clock=_clock, http_timeout_s=s.http_timeout_s,
-                             alipay_gateway=s.alipay_gateway, certs=PlatformCertStore(tables()))
+    return MerchantDirectory(
+        MerchantStore(tables()),
+        _client("secretsmanager"),
+        s.merchant_secret_prefix,
+        s.wechatpay_api_base,
+        clock=_clock,
+        http_timeout_s=s.http_timeout_s,
+        alipay_gateway=s.alipay_gateway,
+        certs=PlatformCertStore(tables()),
+    )
 
 
 @cache
@@ -73,9 +105,15 @@ def ingest_service() -> Any:
     from tally.store.tables import ApplyQueue, EventStore, RawStore
 
     s = settings()
-    return IngestService(merchants(), RawStore(tables()), EventStore(tables()),
-                         ApplyQueue(_client("sqs"), s.apply_queue_url), clock=_clock, window_s=s.timestamp_window_s,
-                         refund_inbox=refund_inbox())
+    return IngestService(
+        merchants(),
+        RawStore(tables()),
+        EventStore(tables()),
+        ApplyQueue(_client("sqs"), s.apply_queue_url),
+        clock=_clock,
+        window_s=s.timestamp_window_s,
+        refund_inbox=refund_inbox(),
+    )
 
 
 @cache
@@ -83,8 +121,13 @@ def apply_service() -> Any:
     from tally.service.apply import ApplyService
     from tally.store.tables import OrderStore, RawStore
 
-    return ApplyService(tables(), RawStore(tables()), OrderStore(tables()), clock=_clock,
-                        max_not_found_attempts=settings().order_not_found_max_attempts)
+    return ApplyService(
+        tables(),
+        RawStore(tables()),
+        OrderStore(tables()),
+        clock=_clock,
+        max_not_found_attempts=settings().order_not_found_max_attempts,
+    )
 
 
 @cache
@@ -92,8 +135,9 @@ def order_service() -> Any:
     from tally.service.orders import OrderService
     from tally.store.tables import OrderStore, RawStore
 
-    return OrderService(OrderStore(tables()), RawStore(tables()), merchants(), clock=_clock,
-                        confirm=poll_service().confirm)
+    return OrderService(
+        OrderStore(tables()), RawStore(tables()), merchants(), clock=_clock, confirm=poll_service().confirm
+    )
 
 
 # ---------------------------------------------------------------- pull (docs/pull.md)
@@ -116,8 +160,14 @@ def poll_service() -> Any:
     from tally.store.polling import PollStore
     from tally.store.tables import ApplyQueue, RawStore
 
-    return PollService(PollStore(tables()), RawStore(tables()), ApplyQueue(_client("sqs"), settings().apply_queue_url),
-                       apply_service(), pull_channels(), clock=_clock)
+    return PollService(
+        PollStore(tables()),
+        RawStore(tables()),
+        ApplyQueue(_client("sqs"), settings().apply_queue_url),
+        apply_service(),
+        pull_channels(),
+        clock=_clock,
+    )
 
 
 @cache
@@ -126,8 +176,12 @@ def sweep_service() -> Any:
     from tally.store.polling import PendingStore
     from tally.store.tables import ApplyQueue, RawStore
 
-    return SweepService(PendingStore(tables()), RawStore(tables()),
-                        ApplyQueue(_client("sqs"), settings().apply_queue_url), clock=_clock)
+    return SweepService(
+        PendingStore(tables()),
+        RawStore(tables()),
+        ApplyQueue(_client("sqs"), settings().apply_queue_url),
+        clock=_clock,
+    )
 
 
 @cache
@@ -150,8 +204,13 @@ def manual_queue() -> Any:
     from tally.service.manual import ManualQueue
     from tally.store.tables import ApplyQueue, RawStore
 
-    return ManualQueue(tables(), RawStore(tables()), ApplyQueue(_client("sqs"), settings().apply_queue_url),
-                       ingest_service(), clock=_clock)
+    return ManualQueue(
+        tables(),
+        RawStore(tables()),
+        ApplyQueue(_client("sqs"), settings().apply_queue_url),
+        ingest_service(),
+        clock=_clock,
+    )
 
 
 # ---------------------------------------------------------------- refunds
@@ -170,8 +229,9 @@ def refund_inbox() -> Any:
     from tally.service.refund_inbox import RefundInbox
     from tally.store.refunds import RefundQueue, RefundRawStore
 
-    return RefundInbox(RefundRawStore(refund_tables()), RefundQueue(_client("sqs"), settings().apply_queue_url),
-                       clock=_clock)
+    return RefundInbox(
+        RefundRawStore(refund_tables()), RefundQueue(_client("sqs"), settings().apply_queue_url), clock=_clock
+    )
 
 
 def refund_channels() -> dict[str, Any]:
@@ -191,8 +251,13 @@ def refund_channels() -> dict[str, Any]:
             merchant = directory.wechatpay(mchid)
         except UnknownMerchant:
             v2 = directory.wechatpay_v2(mchid)
-            client = WeChatPayV2Client(s.wechatpay_api_base, mchid=mchid, api_key=v2.api_key,
-                                       appid=str(v2.row.get("appid") or ""), timeout_s=s.http_timeout_s)
+            client = WeChatPayV2Client(
+                s.wechatpay_api_base,
+                mchid=mchid,
+                api_key=v2.api_key,
+                appid=str(v2.row.get("appid") or ""),
+                timeout_s=s.http_timeout_s,
+            )
             return WeChatV2Refunds(client, v2.notify_url, clock=_clock)
         return WeChatRefunds(directory.client(merchant), merchant.notify_url)
 
@@ -210,9 +275,16 @@ def refund_service() -> Any:
     from tally.store.tables import OrderStore
 
     s = settings()
-    return RefundService(RefundStore(refund_tables()), RefundRawStore(refund_tables()), OrderStore(tables()),
-                         refund_inbox(), refund_channels(), clock=_clock, task_policy=s.refund_task_policy,
-                         expiry_s=s.refund_expiry_s)
+    return RefundService(
+        RefundStore(refund_tables()),
+        RefundRawStore(refund_tables()),
+        OrderStore(tables()),
+        refund_inbox(),
+        refund_channels(),
+        clock=_clock,
+        task_policy=s.refund_task_policy,
+        expiry_s=s.refund_expiry_s,
+    )
 
 
 # ---------------------------------------------------------------- reconciliation (docs/recon.md)
@@ -228,12 +300,19 @@ def recon_service() -> Any:
 
     s = settings()
     ddb = _client("dynamodb")
-    sources = {"wechatpay": WeChatBillSource(merchants()),
-               "alipay": AlipayBillSource(merchants())}
-    recover = QueryAndApply(merchants(), RawStore(tables()), ApplyQueue(_client("sqs"), s.apply_queue_url),
-                            clock=_clock).recover
+    sources = {"wechatpay": WeChatBillSource(merchants()), "alipay": AlipayBillSource(merchants())}
+    recover = QueryAndApply(
+        merchants(), RawStore(tables()), ApplyQueue(_client("sqs"), s.apply_queue_url), clock=_clock
+    ).recover
 
-    return ReconService(ReconStore(ddb, s.recon_runs_table, s.recon_diff_table), LedgerView(ddb, s.ledger_table),
-                        BillArchive(_client("s3"), s.bills_bucket), sources, recover,
-                        MerchantStore(tables()).configured, clock=_clock,
-                        min_ratio=s.recon_min_ratio, min_previous_rows=s.recon_min_previous_rows)
+    return ReconService(
+        ReconStore(ddb, s.recon_runs_table, s.recon_diff_table),
+        LedgerView(ddb, s.ledger_table),
+        BillArchive(_client("s3"), s.bills_bucket),
+        sources,
+        recover,
+        MerchantStore(tables()).configured,
+        clock=_clock,
+        min_ratio=s.recon_min_ratio,
+        min_previous_rows=s.recon_min_previous_rows,
+    )

@@ -144,12 +144,32 @@ class M:
 
 # Metrics an alarm must watch: a failure nobody watches is a silent path.
 ALARMED = frozenset(
-    {M.NOTIFY_REJECTED, M.NOTIFY_QUARANTINED, M.ENQUEUE_FAILED, M.APPLY_MANUAL, M.APPLY_FAILED, M.OUTBOX_FAILED,
-     M.CERT_EXPIRING, M.CERT_REFRESH_FAILED}
+    {
+        M.NOTIFY_REJECTED,
+        M.NOTIFY_QUARANTINED,
+        M.ENQUEUE_FAILED,
+        M.APPLY_MANUAL,
+        M.APPLY_FAILED,
+        M.OUTBOX_FAILED,
+        M.CERT_EXPIRING,
+        M.CERT_REFRESH_FAILED,
+    }
 ) | frozenset({M.REFUND_FAILED, M.REFUND_MANUAL, M.REFUND_TASK_MANUAL})
-ALARMED = ALARMED | {M.POLL_MANUAL, M.POLL_FAILED, M.POLL_QUERY_FAILED, M.PENDING_STALE, M.MANUAL_AGED}  # pull
-ALARMED = ALARMED | {M.RECON_BLOCKED, M.RECON_PARSE_FAILED, M.RECON_DOWNLOAD_FAILED, M.RECON_DIFF_OPENED,
-                     M.RECON_RECOVER_FAILED, M.RECON_FAILED}  # reconciliation
+ALARMED = ALARMED | {
+    M.POLL_MANUAL,
+    M.POLL_FAILED,
+    M.POLL_QUERY_FAILED,
+    M.PENDING_STALE,
+    M.MANUAL_AGED,
+}  # pull
+ALARMED = ALARMED | {
+    M.RECON_BLOCKED,
+    M.RECON_PARSE_FAILED,
+    M.RECON_DOWNLOAD_FAILED,
+    M.RECON_DIFF_OPENED,
+    M.RECON_RECOVER_FAILED,
+    M.RECON_FAILED,
+}  # reconciliation
 ALARMED = ALARMED | {M.RECON_RUN_COMPLETED}  # its absence is the alarm: recon did not run
 
 
@@ -162,8 +182,10 @@ def configure_merchants(merchants: list[str] | tuple[str, ...] | None = None) ->
     global _listed
     ids = [m.strip() for m in (metric_merchants() if merchants is None else merchants) if m and m.strip()]
     if len(ids) > MAX_LISTED_MERCHANTS:
-        logger.warning("metric merchant allow-list too long: the rest count as 'other'",
-                       extra={"listed": len(ids), "kept": MAX_LISTED_MERCHANTS})
+        logger.warning(
+            "metric merchant allow-list too long: the rest count as 'other'",
+            extra={"listed": len(ids), "kept": MAX_LISTED_MERCHANTS},
+        )
     _listed = frozenset(ids[:MAX_LISTED_MERCHANTS])
     return _listed
 
@@ -185,8 +207,12 @@ def count(name: str, value: int = 1, *, channel: str | None = None, merchant: st
     if channel is None and merchant is None:
         metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
         return
-    _provider.add_cell_metric(name, value, channel_value(channel),
-                              merchant_value(merchant) if _listed and merchant is not None else None)
+    _provider.add_cell_metric(
+        name,
+        value,
+        channel_value(channel),
+        merchant_value(merchant) if _listed and merchant is not None else None,
+    )
 
 
 configure_merchants()

@@ -66,8 +66,15 @@ class ParseError(Exception):
 class ChannelError(Exception):
     """A gateway call failed. `retryable` says whether the same call may succeed later."""
 
-    def __init__(self, message: str, *, code: str = "", sub_code: str = "", retryable: bool = False,
-                 unsigned: bool = False):
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str = "",
+        sub_code: str = "",
+        retryable: bool = False,
+        unsigned: bool = False,
+    ):
         super().__init__(message)
         self.code = code
         self.sub_code = sub_code
@@ -151,8 +158,11 @@ def cert_sn(cert: x509.Certificate) -> str:
 
 def root_cert_sn(bundle_pem: str | bytes) -> str:
     """`_`-joined SNs of the RSA-signed certificates in the root bundle (SM2/ECDSA ones skipped)."""
-    sns = [cert_sn(c) for c in load_certificates(bundle_pem)
-           if c.signature_algorithm_oid.dotted_string.startswith("1.2.840.113549.1.1")]
+    sns = [
+        cert_sn(c)
+        for c in load_certificates(bundle_pem)
+        if c.signature_algorithm_oid.dotted_string.startswith("1.2.840.113549.1.1")
+    ]
     if not sns:
         raise ValueError("the root certificate bundle has no RSA certificate")
     return "_".join(sns)
@@ -163,8 +173,10 @@ def verify_chain(chain: list[x509.Certificate], roots: list[x509.Certificate], n
     when = datetime.fromtimestamp(now, UTC)
     for cert in chain:
         if not cert.not_valid_before_utc <= when <= cert.not_valid_after_utc:
-            raise ValueError(f"certificate {cert.subject.rfc4514_string()} is not valid now "
-                             f"(valid until {cert.not_valid_after_utc:%Y-%m-%d})")
+            raise ValueError(
+                f"certificate {cert.subject.rfc4514_string()} is not valid now "
+                f"(valid until {cert.not_valid_after_utc:%Y-%m-%d})"
+            )
     candidates = chain[1:] + roots
     for cert in chain:
         if not any(_issued_by(cert, issuer) for issuer in candidates if issuer is not cert):
@@ -191,8 +203,14 @@ class AlipayKeys:
     root_sn: str | None = None
 
     @classmethod
-    def from_pems(cls, public_key: str | None = None, alipay_certs: list[str] = (), root_cert: str | None = None,
-                  *, now: float | None = None) -> AlipayKeys:
+    def from_pems(
+        cls,
+        public_key: str | None = None,
+        alipay_certs: list[str] = (),
+        root_cert: str | None = None,
+        *,
+        now: float | None = None,
+    ) -> AlipayKeys:
         keys = cls(public_key=load_public_key(public_key) if public_key else None)
         if alipay_certs:
             if not root_cert:
@@ -223,7 +241,9 @@ class AlipayKeys:
 
 
 def rsa2_sign(private_key: rsa.RSAPrivateKey, content: str, charset: str = "utf-8") -> str:
-    return base64.b64encode(private_key.sign(content.encode(charset), padding.PKCS1v15(), hashes.SHA256())).decode()
+    return base64.b64encode(
+        private_key.sign(content.encode(charset), padding.PKCS1v15(), hashes.SHA256())
+    ).decode()
 
 
 def rsa2_verify(public_key: rsa.RSAPublicKey, content: bytes, signature_b64: str) -> bool:
@@ -287,7 +307,7 @@ def merchant_ids(params: Mapping[str, str]) -> tuple[str, str | None]:
 
 
 def beijing_iso(text: str | None) -> str | None:
-    """"2024-05-01 12:00:00" (Beijing time) → "2024-05-01T12:00:00+08:00"; None if absent."""
+    """ "2024-05-01 12:00:00" (Beijing time) → "2024-05-01T12:00:00+08:00"; None if absent."""
     if not text:
         return None
     try:
@@ -315,9 +335,16 @@ def to_payment_notice(params: Mapping[str, Any], source: str = "notify") -> Paym
     else:
         paid = amount_cents(params, "receipt_amount") if params.get("receipt_amount") else 0
     return PaymentNotice(
-        channel=CHANNEL, transaction_id=str(params.get("trade_no") or ""), out_trade_no=out_trade_no,
-        mchid=mchid, sp_mchid=sp, trade_state=status, order_total_cent=total, paid_cent=paid,
-        currency="CNY", success_time=beijing_iso(params.get("gmt_payment") or params.get("send_pay_date")),
+        channel=CHANNEL,
+        transaction_id=str(params.get("trade_no") or ""),
+        out_trade_no=out_trade_no,
+        mchid=mchid,
+        sp_mchid=sp,
+        trade_state=status,
+        order_total_cent=total,
+        paid_cent=paid,
+        currency="CNY",
+        success_time=beijing_iso(params.get("gmt_payment") or params.get("send_pay_date")),
         source=source,
     )
 
@@ -357,6 +384,7 @@ def signed_response_content(raw: str, method: str) -> tuple[str, str, dict[str, 
 
     The signed content is the raw JSON text of the value, from its `{` to the matching `}`; a body with
     a duplicated root node is refused (as the official Java SDK does)."""
+
     def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
         keys = [k for k, _ in items]
         if len(keys) != len(set(keys)):
@@ -405,19 +433,31 @@ def _skip_ws(raw: str, idx: int) -> int:
 class AlipayClient:
     """Signed requests to the Alipay gateway; every signed answer is verified before it is read."""
 
-    def __init__(self, gateway: str, creds: AlipayCredentials, *, app_auth_token: str | None = None,
-                 timeout_s: float = 3.0, clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        gateway: str,
+        creds: AlipayCredentials,
+        *,
+        app_auth_token: str | None = None,
+        timeout_s: float = 3.0,
+        clock: Callable[[], float] = time.time,
+    ):
         self.gateway = gateway
         self.creds = creds
         self.app_auth_token = app_auth_token
         self.timeout_s = timeout_s
         self.clock = clock
 
-    def request_params(self, method: str, biz_content: dict[str, Any], *, notify_url: str | None = None
-                       ) -> dict[str, str]:
+    def request_params(
+        self, method: str, biz_content: dict[str, Any], *, notify_url: str | None = None
+    ) -> dict[str, str]:
         params = {
-            "app_id": self.creds.app_id, "method": method, "format": "JSON", "charset": "utf-8",
-            "sign_type": "RSA2", "version": "1.0",
+            "app_id": self.creds.app_id,
+            "method": method,
+            "format": "JSON",
+            "charset": "utf-8",
+            "sign_type": "RSA2",
+            "version": "1.0",
             "timestamp": datetime.fromtimestamp(self.clock(), CHINA).strftime("%Y-%m-%d %H:%M:%S"),
             "biz_content": json.dumps(biz_content, ensure_ascii=False, separators=(",", ":")),
         }
@@ -431,12 +471,21 @@ class AlipayClient:
         params["sign"] = rsa2_sign(self.creds.private_key, sign_content(params, exclude=("sign",)))
         return params
 
-    def call(self, method: str, biz_content: dict[str, Any], *, notify_url: str | None = None) -> dict[str, Any]:
+    def call(
+        self, method: str, biz_content: dict[str, Any], *, notify_url: str | None = None
+    ) -> dict[str, Any]:
         """POST the signed form; verify the answer (§6.1); return its business object (code 10000)."""
         params = self.request_params(method, biz_content, notify_url=notify_url)
         data = urllib.parse.urlencode(params).encode()
-        req = urllib.request.Request(self.gateway, data=data, method="POST", headers={
-            "Content-Type": "application/x-www-form-urlencoded;charset=utf-8", "User-Agent": "tally/0.1"})
+        req = urllib.request.Request(
+            self.gateway,
+            data=data,
+            method="POST",
+            headers={
+                "Content-Type": "application/x-www-form-urlencoded;charset=utf-8",
+                "User-Agent": "tally/0.1",
+            },
+        )
         try:
             with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
                 raw = resp.read().decode("utf-8")
@@ -451,9 +500,12 @@ class AlipayClient:
         sign = top.get("sign")
         if not sign:
             answer = json.loads(content)
-            raise ChannelError(f"{method}: unsigned {node} {answer.get('code')} {answer.get('sub_code', '')}".strip(),
-                               code=str(answer.get("code", "")), sub_code=str(answer.get("sub_code", "")),
-                               unsigned=True)
+            raise ChannelError(
+                f"{method}: unsigned {node} {answer.get('code')} {answer.get('sub_code', '')}".strip(),
+                code=str(answer.get("code", "")),
+                sub_code=str(answer.get("sub_code", "")),
+                unsigned=True,
+            )
         hint = top.get("alipay_cert_sn") if self.creds.keys.by_sn else None
         candidates = self.creds.keys.candidates(hint)
         if not any(rsa2_verify(key, content.encode("utf-8"), sign) for _, key in candidates):
@@ -461,19 +513,35 @@ class AlipayClient:
         answer = json.loads(content)
         code, sub_code = str(answer.get("code", "")), str(answer.get("sub_code", ""))
         if code != "10000":
-            message = f"{method}: {code} {answer.get('msg', '')} {sub_code} {answer.get('sub_msg', '')}".strip()
+            message = (
+                f"{method}: {code} {answer.get('msg', '')} {sub_code} {answer.get('sub_msg', '')}".strip()
+            )
             cls = TradeNotExist if sub_code == TRADE_NOT_EXIST else ChannelError
-            raise cls(message, code=code, sub_code=sub_code,
-                      retryable=code in RETRYABLE_CODES or sub_code in RETRYABLE_SUB_CODES)
+            raise cls(
+                message,
+                code=code,
+                sub_code=sub_code,
+                retryable=code in RETRYABLE_CODES or sub_code in RETRYABLE_SUB_CODES,
+            )
         return answer
 
     # -------------------------------------------------- the trade APIs
 
-    def precreate(self, *, out_trade_no: str, amount_cent: int, subject: str, notify_url: str,
-                  timeout_express: str | None = None) -> str:
+    def precreate(
+        self,
+        *,
+        out_trade_no: str,
+        amount_cent: int,
+        subject: str,
+        notify_url: str,
+        timeout_express: str | None = None,
+    ) -> str:
         """alipay.trade.precreate → the QR code string the buyer scans."""
-        biz: dict[str, Any] = {"out_trade_no": out_trade_no, "total_amount": format_yuan(amount_cent),
-                               "subject": subject}
+        biz: dict[str, Any] = {
+            "out_trade_no": out_trade_no,
+            "total_amount": format_yuan(amount_cent),
+            "subject": subject,
+        }
         if timeout_express:
             biz["timeout_express"] = timeout_express
         answer = self.call("alipay.trade.precreate", biz, notify_url=notify_url)
@@ -489,7 +557,9 @@ class AlipayClient:
         """alipay.trade.close: closes an unpaid trade at the channel (R21)."""
         return self.call("alipay.trade.close", _trade_ref(out_trade_no, trade_no))
 
-    def query_notice(self, answer: dict[str, Any], *, mchid: str, sp_mchid: str | None = None) -> PaymentNotice:
+    def query_notice(
+        self, answer: dict[str, Any], *, mchid: str, sp_mchid: str | None = None
+    ) -> PaymentNotice:
         """A trade.query answer → a notice with source "query" (R23), for the order's own merchant."""
         params = {**answer, "app_id": sp_mchid or mchid, "auth_app_id": mchid}
         return to_payment_notice(params, source="query")

@@ -90,17 +90,25 @@ def refund_notice(params: dict[str, str]) -> RefundNotice:
         raise ali.ParseError("refund notification without out_trade_no")
     mchid, sp = ali.merchant_ids(params)
     return RefundNotice(
-        channel=ali.CHANNEL, refund_no=out_biz_no, refund_id="", status=REFUND_SUCCESS,
-        event=REFUND_STATUS[REFUND_SUCCESS], mchid=mchid, sp_mchid=sp, out_trade_no=out_trade_no,
-        transaction_id=str(params.get("trade_no") or ""), refund_cent=None,
+        channel=ali.CHANNEL,
+        refund_no=out_biz_no,
+        refund_id="",
+        status=REFUND_SUCCESS,
+        event=REFUND_STATUS[REFUND_SUCCESS],
+        mchid=mchid,
+        sp_mchid=sp,
+        out_trade_no=out_trade_no,
+        transaction_id=str(params.get("trade_no") or ""),
+        refund_cent=None,
         total_cent=ali.amount_cents(params, "total_amount"),
-        success_time=_refund_time(params.get("gmt_refund")), source="notify",
+        success_time=_refund_time(params.get("gmt_refund")),
+        source="notify",
         cumulative_cent=ali.amount_cents(params, "refund_fee"),
     )
 
 
 def _refund_time(text: str | None) -> str | None:
-    """"2021-07-14 09:51:36.631" (Beijing, milliseconds, §5.1) → RFC 3339 with +08:00."""
+    """ "2021-07-14 09:51:36.631" (Beijing, milliseconds, §5.1) → RFC 3339 with +08:00."""
     return ali.beijing_iso(text[:19]) if text else None
 
 
@@ -115,8 +123,10 @@ class AlipayRefunds:
         self.sp_mchid = sp_mchid
 
     def create(self, refund: dict[str, Any]) -> ChannelAnswer:
-        biz: dict[str, Any] = {"refund_amount": ali.format_yuan(int(refund["amount_cent"])),
-                               "out_request_no": refund["refund_no"]}
+        biz: dict[str, Any] = {
+            "refund_amount": ali.format_yuan(int(refund["amount_cent"])),
+            "out_request_no": refund["refund_no"],
+        }
         biz.update(_trade_ref(refund))
         if refund.get("reason"):
             biz["refund_reason"] = refund["reason"]
@@ -126,8 +136,12 @@ class AlipayRefunds:
             return _error_answer(exc, CREATE_ERRORS)
         fund_change = str(answer.get("fund_change") or "")
         # ACCEPTED whatever fund_change says (module docstring, R29); refund_fee is cumulative: not compared.
-        return ChannelAnswer(AnswerKind.ACCEPTED, refund_id=None, code=f"fund_change={fund_change or '-'}",
-                             message=f"accepted; cumulative refund_fee {answer.get('refund_fee', '?')}")
+        return ChannelAnswer(
+            AnswerKind.ACCEPTED,
+            refund_id=None,
+            code=f"fund_change={fund_change or '-'}",
+            message=f"accepted; cumulative refund_fee {answer.get('refund_fee', '?')}",
+        )
 
     def query(self, refund: dict[str, Any]) -> ChannelAnswer:
         biz = {"out_request_no": refund["refund_no"], **_trade_ref(refund)}
@@ -140,34 +154,61 @@ class AlipayRefunds:
         return query_answer(answer, refund, mchid=self.mchid, sp_mchid=self.sp_mchid)
 
 
-def query_answer(answer: dict[str, Any], refund: dict[str, Any], *, mchid: str, sp_mchid: str | None
-                 ) -> ChannelAnswer:
+def query_answer(
+    answer: dict[str, Any], refund: dict[str, Any], *, mchid: str, sp_mchid: str | None
+) -> ChannelAnswer:
     """A verified code=10000 refund-query answer → outcome (§6.4)."""
     if not answer.get("out_request_no") and not answer.get("refund_amount"):
-        return ChannelAnswer(AnswerKind.NOT_FOUND, code="NO_REFUND_DATA",
-                             message="Alipay knows no refund with this out_request_no")
+        return ChannelAnswer(
+            AnswerKind.NOT_FOUND,
+            code="NO_REFUND_DATA",
+            message="Alipay knows no refund with this out_request_no",
+        )
     if answer.get("out_request_no") and answer["out_request_no"] != refund["refund_no"]:
-        return ChannelAnswer(AnswerKind.UNKNOWN, code="OTHER_REFUND",
-                             message=f"asked for {refund['refund_no']}, Alipay answered {answer['out_request_no']}")
+        return ChannelAnswer(
+            AnswerKind.UNKNOWN,
+            code="OTHER_REFUND",
+            message=f"asked for {refund['refund_no']}, Alipay answered {answer['out_request_no']}",
+        )
     status = str(answer.get("refund_status") or "")
     if not status:
-        return ChannelAnswer(AnswerKind.OUTCOME, event=None, code="NO_REFUND_STATUS",
-                             message="refund not (yet) done at Alipay")
+        return ChannelAnswer(
+            AnswerKind.OUTCOME, event=None, code="NO_REFUND_STATUS", message="refund not (yet) done at Alipay"
+        )
     if status not in REFUND_STATUS:
         return ChannelAnswer(AnswerKind.UNKNOWN, code=status, message=f"unmapped refund_status {status!r}")
     try:
         amount = ali.amount_cents(answer, "refund_amount")
-        total = ali.amount_cents(answer, "total_amount") if answer.get("total_amount") else int(refund["total_cent"])
+        total = (
+            ali.amount_cents(answer, "total_amount")
+            if answer.get("total_amount")
+            else int(refund["total_cent"])
+        )
         notice = RefundNotice(
-            channel=ali.CHANNEL, refund_no=refund["refund_no"], refund_id="",
-            status=status, event=REFUND_STATUS[status], mchid=mchid, sp_mchid=sp_mchid,
+            channel=ali.CHANNEL,
+            refund_no=refund["refund_no"],
+            refund_id="",
+            status=status,
+            event=REFUND_STATUS[status],
+            mchid=mchid,
+            sp_mchid=sp_mchid,
             out_trade_no=str(answer.get("out_trade_no") or refund["out_trade_no"]),
-            transaction_id=str(answer.get("trade_no") or ""), refund_cent=amount, total_cent=total,
-            success_time=_refund_time(answer.get("gmt_refund_pay")), source="query")
+            transaction_id=str(answer.get("trade_no") or ""),
+            refund_cent=amount,
+            total_cent=total,
+            success_time=_refund_time(answer.get("gmt_refund_pay")),
+            source="query",
+        )
     except (ali.ParseError, MoneyError, ValueError) as exc:
         return ChannelAnswer(AnswerKind.UNKNOWN, code=status, message=f"refund query answer unusable: {exc}")
-    return ChannelAnswer(AnswerKind.OUTCOME, event=notice.event, refund_cent=amount,
-                         success_time=notice.success_time, code=status, notice=notice)
+    return ChannelAnswer(
+        AnswerKind.OUTCOME,
+        event=notice.event,
+        refund_cent=amount,
+        success_time=notice.success_time,
+        code=status,
+        notice=notice,
+    )
 
 
 def _trade_ref(refund: dict[str, Any]) -> dict[str, str]:
@@ -183,5 +224,7 @@ def _error_answer(exc: ali.ChannelError, table: dict[str, AnswerKind]) -> Channe
         return ChannelAnswer(AnswerKind.RETRY, code=word, message=str(exc))
     kind = table.get(exc.sub_code) or table.get(exc.code) or AnswerKind.UNKNOWN
     if exc.unsigned and kind is AnswerKind.REJECTED:
-        kind = AnswerKind.UNKNOWN  # an unsigned refusal proves nothing: a person looks before we release (§6.1)
+        kind = (
+            AnswerKind.UNKNOWN
+        )  # an unsigned refusal proves nothing: a person looks before we release (§6.1)
     return ChannelAnswer(kind, code=word, message=str(exc))

@@ -32,11 +32,15 @@ from tally.domain.recon import (
 CHANNEL = "alipay"
 ENCODING = "gbk"
 
-DETAIL_HEADER = ("支付宝交易号,商户订单号,业务类型,商品名称,创建时间,完成时间,门店编号,门店名称,操作员,终端号,对方账户,"
-                 "订单金额（元）,商家实收（元）,支付宝红包（元）,集分宝（元）,支付宝优惠（元）,商家优惠（元）,券核销金额（元）,"
-                 "券名称,商家红包消费金额（元）,卡消费金额（元）,退款批次号/请求号,服务费（元）,分润（元）,备注")
-SUMMARY_HEADER = ("门店编号,门店名称,交易订单总笔数,退款订单总笔数,订单金额（元）,商家实收（元）,支付宝优惠（元）,商家优惠（元）,"
-                  "卡消费金额（元）,服务费（元）,分润（元）,实收净额（元）")
+DETAIL_HEADER = (
+    "支付宝交易号,商户订单号,业务类型,商品名称,创建时间,完成时间,门店编号,门店名称,操作员,终端号,对方账户,"
+    "订单金额（元）,商家实收（元）,支付宝红包（元）,集分宝（元）,支付宝优惠（元）,商家优惠（元）,券核销金额（元）,"
+    "券名称,商家红包消费金额（元）,卡消费金额（元）,退款批次号/请求号,服务费（元）,分润（元）,备注"
+)
+SUMMARY_HEADER = (
+    "门店编号,门店名称,交易订单总笔数,退款订单总笔数,订单金额（元）,商家实收（元）,支付宝优惠（元）,商家优惠（元）,"
+    "卡消费金额（元）,服务费（元）,分润（元）,实收净额（元）"
+)
 DETAIL_SUFFIX = "业务明细.csv"
 SUMMARY_SUFFIX = "业务明细(汇总).csv"
 
@@ -115,13 +119,17 @@ class AlipayBillParser:
             raise BillParseError("no 业务明细 header line")
         checks = []
         if trade_total is not None:
-            checks += [SummaryCheck("交易合计笔数", trade_total[0], totals.payments, "rows"),
-                       SummaryCheck("交易合计商家实收", trade_total[1], self._received[PAYMENT]),
-                       SummaryCheck("交易合计商家优惠", trade_total[2], self._discount[PAYMENT])]
+            checks += [
+                SummaryCheck("交易合计笔数", trade_total[0], totals.payments, "rows"),
+                SummaryCheck("交易合计商家实收", trade_total[1], self._received[PAYMENT]),
+                SummaryCheck("交易合计商家优惠", trade_total[2], self._discount[PAYMENT]),
+            ]
         if refund_total is not None:
-            checks += [SummaryCheck("退款合计笔数", refund_total[0], totals.refunds, "rows"),
-                       SummaryCheck("退款合计商家实收退款", refund_total[1], self._received[REFUND]),
-                       SummaryCheck("退款合计商家优惠退款", refund_total[2], self._discount[REFUND])]
+            checks += [
+                SummaryCheck("退款合计笔数", refund_total[0], totals.refunds, "rows"),
+                SummaryCheck("退款合计商家实收退款", refund_total[1], self._received[REFUND]),
+                SummaryCheck("退款合计商家优惠退款", refund_total[2], self._discount[REFUND]),
+            ]
         if trade_total is not None and refund_total is not None:
             totals.stated_rows = trade_total[0] + refund_total[0]
         totals.checks = checks
@@ -179,12 +187,22 @@ def row_item(v: list[str]) -> BillItem:
     if kind is PAYMENT:
         if not trade_no:
             raise ValueError("交易 row without 支付宝交易号")
-        return BillItem(f"{CHANNEL}#{trade_no}", PAYMENT, received, "SUCCESS", when, trade_no, out_trade_no,
-                        "", fee_e5)
+        return BillItem(
+            f"{CHANNEL}#{trade_no}", PAYMENT, received, "SUCCESS", when, trade_no, out_trade_no, "", fee_e5
+        )
     # a refund: 商家实收 is negative; 退款批次号/请求号 is out_request_no (= out_trade_no when none was given)
     refund_no = v[_I["退款批次号/请求号"]] or out_trade_no
-    return BillItem(f"{CHANNEL}#{refund_no}", REFUND, -received, "SUCCESS", when, trade_no, out_trade_no,
-                    refund_no, fee_e5)
+    return BillItem(
+        f"{CHANNEL}#{refund_no}",
+        REFUND,
+        -received,
+        "SUCCESS",
+        when,
+        trade_no,
+        out_trade_no,
+        refund_no,
+        fee_e5,
+    )
 
 
 def parse_summary(lines: Iterable[bytes]) -> dict[str, int]:
@@ -205,8 +223,12 @@ def parse_summary(lines: Iterable[bytes]) -> dict[str, int]:
         values = [v.strip() for v in values]
         if values and values[0] == "合计":
             try:
-                return {"payments": int(values[2]), "refunds": int(values[3]),
-                        "received_cent": _amount(values[5]), "fee_cent": _amount(values[9])}
+                return {
+                    "payments": int(values[2]),
+                    "refunds": int(values[3]),
+                    "received_cent": _amount(values[5]),
+                    "fee_cent": _amount(values[9]),
+                }
             except (ValueError, IndexError) as exc:
                 raise BillParseError(f"合计 row: {exc}", number) from None
     raise BillParseError("no 合计 row in the summary file")
@@ -215,8 +237,10 @@ def parse_summary(lines: Iterable[bytes]) -> dict[str, int]:
 def summary_checks(totals: BillTotals, summary: dict[str, int]) -> list[SummaryCheck]:
     """Cross-check the detail against 业务明细(汇总)'s 合计 row: counts only (its amount semantics are
     UNCONFIRMED in channel-spec §7, so they are not a blocking check)."""
-    return [SummaryCheck("汇总交易订单总笔数", summary["payments"], totals.payments, "rows"),
-            SummaryCheck("汇总退款订单总笔数", summary["refunds"], totals.refunds, "rows")]
+    return [
+        SummaryCheck("汇总交易订单总笔数", summary["payments"], totals.payments, "rows"),
+        SummaryCheck("汇总退款订单总笔数", summary["refunds"], totals.refunds, "rows"),
+    ]
 
 
 # ---------------------------------------------------------------- the zip
@@ -280,8 +304,9 @@ def download(url: str, gateway: str, *, timeout_s: float = 30.0) -> bytes:
     gateway's own host (a simulator), never anywhere a tampered answer could point."""
     parts, own = urllib.parse.urlsplit(url), urllib.parse.urlsplit(gateway)
     host = parts.hostname or ""
-    if parts.scheme not in ("https", "http") or not (host == own.hostname or host == "alipay.com"
-                                                     or host.endswith(".alipay.com")):
+    if parts.scheme not in ("https", "http") or not (
+        host == own.hostname or host == "alipay.com" or host.endswith(".alipay.com")
+    ):
         raise AlipayError(f"bill_download_url on an unexpected host {host!r}: not followed")
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as resp:  # noqa: S310 - scheme and host checked

@@ -41,18 +41,18 @@ BOM = "\ufeff"
 _COMMON = "交易时间,公众账号ID,商户号,特约商户号,设备号,微信订单号,商户订单号,用户标识,交易类型,交易状态,付款银行,货币种类"
 HEADERS = {
     "ALL": f"{_COMMON},应结订单金额,代金券金额,微信退款单号,商户退款单号,退款金额,充值券退款金额,退款类型,退款状态,"
-           "商品名称,商户数据包,手续费,费率,订单金额,申请退款金额,费率备注",
+    "商品名称,商户数据包,手续费,费率,订单金额,申请退款金额,费率备注",
     "SUCCESS": f"{_COMMON},应结订单金额,代金券金额,商品名称,商户数据包,手续费,费率,订单金额,费率备注",
     "REFUND": f"{_COMMON},应结订单金额,代金券金额,退款申请时间,退款成功时间,微信退款单号,商户退款单号,退款金额,"
-              "充值券退款金额,退款类型,退款状态,商品名称,商户数据包,手续费,费率,订单金额,申请退款金额,费率备注",
+    "充值券退款金额,退款类型,退款状态,商品名称,商户数据包,手续费,费率,订单金额,申请退款金额,费率备注",
     # legacy column sets (before 免充值券), detected by header (channel-spec §3.2, RONCOO parser)
     "LEGACY_ALL": "交易时间,公众账号ID,商户号,子商户号,设备号,微信订单号,商户订单号,用户标识,交易类型,交易状态,付款银行,"
-                  "货币种类,总金额,代金券或立减优惠金额,微信退款单号,商户退款单号,退款金额,代金券或立减优惠退款金额,"
-                  "退款类型,退款状态,商品名称,商户数据包,手续费,费率",
+    "货币种类,总金额,代金券或立减优惠金额,微信退款单号,商户退款单号,退款金额,代金券或立减优惠退款金额,"
+    "退款类型,退款状态,商品名称,商户数据包,手续费,费率",
     "LEGACY_SUCCESS": "交易时间,公众账号ID,商户号,子商户号,设备号,微信订单号,商户订单号,用户标识,交易类型,交易状态,"
-                      "付款银行,货币种类,总金额,企业红包金额,商品名称,商户数据包,手续费,费率",
+    "付款银行,货币种类,总金额,企业红包金额,商品名称,商户数据包,手续费,费率",
     "LEGACY_SUCCESS_COUPON": "交易时间,公众账号ID,商户号,子商户号,设备号,微信订单号,商户订单号,用户标识,交易类型,"
-                             "交易状态,付款银行,货币种类,总金额,代金券或立减优惠金额,商品名称,商户数据包,手续费,费率",
+    "交易状态,付款银行,货币种类,总金额,代金券或立减优惠金额,商品名称,商户数据包,手续费,费率",
 }
 SUMMARY_HEADERS = {
     "ALL": "总交易单数,应结订单总金额,退款总金额,充值券退款总金额,手续费总金额,订单总金额,申请退款总金额",
@@ -66,9 +66,17 @@ _LAYOUT_OF_HEADER = {header: layout for layout, header in HEADERS.items()}
 
 # summary column → the detail column it totals (None: the row count)
 _SUMMED = {
-    "总交易单数": None, "应结订单总金额": "应结订单金额", "退款总金额": "退款金额", "充值券退款总金额": "充值券退款金额",
-    "手续费总金额": "手续费", "订单总金额": "订单金额", "申请退款总金额": "申请退款金额", "总交易额": "总金额",
-    "总退款金额": "退款金额", "总代金券或立减优惠退款金额": "代金券或立减优惠退款金额", "总企业红包退款金额": None,
+    "总交易单数": None,
+    "应结订单总金额": "应结订单金额",
+    "退款总金额": "退款金额",
+    "充值券退款总金额": "充值券退款金额",
+    "手续费总金额": "手续费",
+    "订单总金额": "订单金额",
+    "申请退款总金额": "申请退款金额",
+    "总交易额": "总金额",
+    "总退款金额": "退款金额",
+    "总代金券或立减优惠退款金额": "代金券或立减优惠退款金额",
+    "总企业红包退款金额": None,
 }
 FEE_COLUMN = "手续费"
 
@@ -99,9 +107,21 @@ class _Layout:
                     return cols.index(n)
             return None
 
-        return cls(name, cols, cols.index("交易时间"), cols.index("微信订单号"), cols.index("商户订单号"),
-                   cols.index("交易状态"), at("应结订单金额", "总金额"), cols.index(FEE_COLUMN), cols.index("费率"),
-                   at("商户退款单号"), at("退款金额"), at("退款状态"), name == "REFUND")
+        return cls(
+            name,
+            cols,
+            cols.index("交易时间"),
+            cols.index("微信订单号"),
+            cols.index("商户订单号"),
+            cols.index("交易状态"),
+            at("应结订单金额", "总金额"),
+            cols.index(FEE_COLUMN),
+            cols.index("费率"),
+            at("商户退款单号"),
+            at("退款金额"),
+            at("退款状态"),
+            name == "REFUND",
+        )
 
 
 _LAYOUTS = {name: _Layout.of(name) for name in HEADERS}
@@ -188,9 +208,14 @@ class WeChatBillParser:
         v = line[1:].split(",`")
         lay = self.layout
         try:
-            return self._item(lay, v, to_units(v[lay.i_settle], 2),
-                              to_units(v[lay.i_refund_amount], 2) if lay.i_refund_amount is not None else 0,
-                              to_units(v[lay.i_fee], 5), rate_units(v[lay.i_rate]))
+            return self._item(
+                lay,
+                v,
+                to_units(v[lay.i_settle], 2),
+                to_units(v[lay.i_refund_amount], 2) if lay.i_refund_amount is not None else 0,
+                to_units(v[lay.i_fee], 5),
+                rate_units(v[lay.i_rate]),
+            )
         except ValueError as exc:
             raise BillParseError(str(exc)) from None
 
@@ -246,9 +271,11 @@ class WeChatBillParser:
                         if index is not None:
                             keys.append(PREFIX + ref)
                             exp = rates[v[i_rate]][amount] if check_fees else None
-                            flags.append(BillIndex.REFUND | (BillIndex.SUCCESS if (v[i_refund_status] or "SUCCESS")
-                                                             == "SUCCESS" else 0)
-                                         | (BillIndex.FEE_OK if exp is None or -exp == fee else 0))
+                            flags.append(
+                                BillIndex.REFUND
+                                | (BillIndex.SUCCESS if (v[i_refund_status] or "SUCCESS") == "SUCCESS" else 0)
+                                | (BillIndex.FEE_OK if exp is None or -exp == fee else 0)
+                            )
                     else:
                         amount = nums[k_settle]
                         tx = v[i_tx]
@@ -259,8 +286,10 @@ class WeChatBillParser:
                         if index is not None:
                             keys.append(PREFIX + tx)
                             exp = rates[v[i_rate]][amount] if check_fees else None
-                            flags.append((BillIndex.SUCCESS if v[i_state] == "SUCCESS" else 0)
-                                         | (BillIndex.FEE_OK if exp is None or exp == fee else 0))
+                            flags.append(
+                                (BillIndex.SUCCESS if v[i_state] == "SUCCESS" else 0)
+                                | (BillIndex.FEE_OK if exp is None or exp == fee else 0)
+                            )
                 except ValueError as exc:
                     raise BillParseError(str(exc), number) from None
                 rows += 1
@@ -269,8 +298,14 @@ class WeChatBillParser:
                     amounts.append(amount)
                     where.append(start)
                     continue
-                yield self._item(lay, v, nums[k_settle], nums[k_refund] if k_refund is not None else 0, fee,
-                                 rates.units(v[i_rate]))
+                yield self._item(
+                    lay,
+                    v,
+                    nums[k_settle],
+                    nums[k_refund] if k_refund is not None else 0,
+                    fee,
+                    rates.units(v[i_rate]),
+                )
                 continue
             if number == 1 and line.startswith(BOM):
                 line = line[1:]
@@ -284,9 +319,18 @@ class WeChatBillParser:
                 sums = [0] * len(self._sum_columns)
                 lay = layout
                 n_cols = len(layout.columns)
-                i_state, i_tx, i_fee, i_rate, i_settle = lay.i_state, lay.i_tx, lay.i_fee, lay.i_rate, lay.i_settle
-                i_refund_no, i_refund_status, i_refund_amount = lay.i_refund_no, lay.i_refund_status, \
-                    lay.i_refund_amount
+                i_state, i_tx, i_fee, i_rate, i_settle = (
+                    lay.i_state,
+                    lay.i_tx,
+                    lay.i_fee,
+                    lay.i_rate,
+                    lay.i_settle,
+                )
+                i_refund_no, i_refund_status, i_refund_amount = (
+                    lay.i_refund_no,
+                    lay.i_refund_status,
+                    lay.i_refund_amount,
+                )
                 k_settle = self._sum_columns.index(layout.columns[i_settle])
                 k_refund = self._sum_columns.index("退款金额") if i_refund_amount is not None else None
                 has_refunds, refund_only = i_refund_no is not None, lay.refund_only
@@ -296,8 +340,10 @@ class WeChatBillParser:
                 raise BillParseError("text after the summary line", number)
             if summary_header is None:
                 if line != SUMMARY_HEADERS[layout.name]:
-                    raise BillParseError(f"unexpected line (not a row, not the {layout.name} summary header): "
-                                         f"{line[:60]!r}", number)
+                    raise BillParseError(
+                        f"unexpected line (not a row, not the {layout.name} summary header): {line[:60]!r}",
+                        number,
+                    )
                 summary_header = line.split(",")
                 rows_open = False
                 continue
@@ -315,14 +361,26 @@ class WeChatBillParser:
         totals.payment_cent, totals.refund_cent, totals.fee_e5 = payment_cent, refund_cent, fee_e5
         self._done = True
 
-    def _item(self, lay: _Layout, v: list[str], settle: int, refund: int, fee: int, bp: int | None) -> BillItem:
+    def _item(
+        self, lay: _Layout, v: list[str], settle: int, refund: int, fee: int, bp: int | None
+    ) -> BillItem:
         if lay.refund_only or (lay.i_refund_no is not None and v[lay.i_state] == "REFUND"):
             return self._refund(lay, v, refund, fee, bp)
         tx = v[lay.i_tx]
         if not tx:
             raise ValueError("payment row without 微信订单号")
-        return BillItem(PREFIX + tx, PAYMENT, settle, v[lay.i_state], v[lay.i_time], tx, v[lay.i_otn], "", fee,
-                        _fee(settle, bp) if bp is not None and self.check_fees else None)
+        return BillItem(
+            PREFIX + tx,
+            PAYMENT,
+            settle,
+            v[lay.i_state],
+            v[lay.i_time],
+            tx,
+            v[lay.i_otn],
+            "",
+            fee,
+            _fee(settle, bp) if bp is not None and self.check_fees else None,
+        )
 
     # ------------------------------------------------------------------ pieces
 
@@ -335,8 +393,9 @@ class WeChatBillParser:
             raise BillParseError(f"a JSON answer, not a bill: {stripped[:120]!r}", number)
         name = _LAYOUT_OF_HEADER.get(stripped)
         if name is None:
-            raise BillParseError(f"unknown header {stripped[:80]!r}: not a WeChat Pay trade bill layout we know",
-                                 number)
+            raise BillParseError(
+                f"unknown header {stripped[:80]!r}: not a WeChat Pay trade bill layout we know", number
+            )
         self.layout = _LAYOUTS[name]
         self.totals.layout = name
         return self.layout
@@ -347,8 +406,18 @@ class WeChatBillParser:
         if not refund_no or refund_no == "0":
             raise ValueError("refund row without 商户退款单号")
         expected = -_fee(amount, bp) if bp is not None and self.check_fees else None
-        return BillItem(PREFIX + refund_no, REFUND, amount, v[lay.i_refund_status] or "SUCCESS",
-                        v[lay.i_time], v[lay.i_tx], v[lay.i_otn], refund_no, fee, expected)
+        return BillItem(
+            PREFIX + refund_no,
+            REFUND,
+            amount,
+            v[lay.i_refund_status] or "SUCCESS",
+            v[lay.i_time],
+            v[lay.i_tx],
+            v[lay.i_otn],
+            refund_no,
+            fee,
+            expected,
+        )
 
     def _summary(self, header: list[str], values: list[str], number: int) -> None:
         if len(values) != len(header):
@@ -370,7 +439,9 @@ class WeChatBillParser:
                 places = decimals_of(text)
                 if column == FEE_COLUMN:
                     stated = to_units(text, 5)
-                    parsed = round_units(round_units(self._sums[column], 5, min(places, 5)), min(places, 5), 5)
+                    parsed = round_units(
+                        round_units(self._sums[column], 5, min(places, 5)), min(places, 5), 5
+                    )
                     checks.append(SummaryCheck(name, stated, parsed, "e-5 yuan"))
                 else:
                     checks.append(SummaryCheck(name, to_units(text, 2), self._sums[column], "cent"))

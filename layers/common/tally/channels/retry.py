@@ -10,8 +10,15 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-def with_retries(call: Callable[[], T], *, attempts: int = 3, base_s: float = 0.2, cap_s: float = 2.0,
-                 sleep: Callable[[float], None] = time.sleep, rand: Callable[[], float] = random.random) -> T:
+def with_retries(
+    call: Callable[[], T],
+    *,
+    attempts: int = 3,
+    base_s: float = 0.2,
+    cap_s: float = 2.0,
+    sleep: Callable[[float], None] = time.sleep,
+    rand: Callable[[], float] = random.random,
+) -> T:
     """Run `call`; on an exception with `retryable = True`, sleep rand()*min(cap, base*2^i) and try again.
 
     Every attempt is a new call (a WeChat request is signed afresh with a new nonce and timestamp).
@@ -24,5 +31,5 @@ def with_retries(call: Callable[[], T], *, attempts: int = 3, base_s: float = 0.
         except Exception as exc:
             if not getattr(exc, "retryable", False) or attempt == attempts - 1:
                 raise
-            sleep(rand() * min(cap_s, base_s * (2 ** attempt)))
+            sleep(rand() * min(cap_s, base_s * (2**attempt)))
     raise AssertionError("unreachable")

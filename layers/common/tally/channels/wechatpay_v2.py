@@ -166,13 +166,22 @@ def to_payment_notice(params: Mapping[str, str], source: str = "notify") -> Paym
     sub = params.get("sub_mch_id") or None
     total = fen(params, "total_fee")
     # SUCCESS paid, FAIL a pay error; anything else is kept verbatim and, unknown, goes to a person (R16).
-    state = {"SUCCESS": "SUCCESS", "FAIL": "PAYERROR"}.get(params["result_code"], f"RESULT_{params['result_code']}")
+    state = {"SUCCESS": "SUCCESS", "FAIL": "PAYERROR"}.get(
+        params["result_code"], f"RESULT_{params['result_code']}"
+    )
     paid = fen(params, "cash_fee", default=total) if state == "SUCCESS" else 0
     return PaymentNotice(
-        channel=CHANNEL, transaction_id=params.get("transaction_id") or "", out_trade_no=params["out_trade_no"],
-        mchid=sub or params["mch_id"], sp_mchid=params["mch_id"] if sub else None, trade_state=state,
-        order_total_cent=total, paid_cent=paid, currency=params.get("fee_type") or "CNY",
-        success_time=time_end_iso(params.get("time_end")), source=source,
+        channel=CHANNEL,
+        transaction_id=params.get("transaction_id") or "",
+        out_trade_no=params["out_trade_no"],
+        mchid=sub or params["mch_id"],
+        sp_mchid=params["mch_id"] if sub else None,
+        trade_state=state,
+        order_total_cent=total,
+        paid_cent=paid,
+        currency=params.get("fee_type") or "CNY",
+        success_time=time_end_iso(params.get("time_end")),
+        source=source,
     )
 
 
@@ -209,11 +218,20 @@ def to_refund_notice(refund: dict[str, str], mchid: str) -> RefundNotice:
     v3_word = REFUND_STATUS_V2.get(word)
     try:
         return RefundNotice(
-            channel=CHANNEL, refund_no=_required(refund, "out_refund_no"), refund_id=str(refund.get("refund_id") or ""),
-            status=v3_word or word, event=REFUND_STATUS.get(v3_word) if v3_word else None, mchid=mchid, sp_mchid=None,
-            out_trade_no=str(refund.get("out_trade_no") or ""), transaction_id=str(refund.get("transaction_id") or ""),
-            refund_cent=_fen(refund, "refund_fee"), total_cent=_fen(refund, "total_fee"),
-            success_time=_beijing(refund.get("success_time")), source="notify")
+            channel=CHANNEL,
+            refund_no=_required(refund, "out_refund_no"),
+            refund_id=str(refund.get("refund_id") or ""),
+            status=v3_word or word,
+            event=REFUND_STATUS.get(v3_word) if v3_word else None,
+            mchid=mchid,
+            sp_mchid=None,
+            out_trade_no=str(refund.get("out_trade_no") or ""),
+            transaction_id=str(refund.get("transaction_id") or ""),
+            refund_cent=_fen(refund, "refund_fee"),
+            total_cent=_fen(refund, "total_fee"),
+            success_time=_beijing(refund.get("success_time")),
+            source="notify",
+        )
     except (KeyError, ValueError) as exc:
         raise ParseError(f"req_info lacks or mistypes {exc}") from None
 
@@ -233,7 +251,7 @@ def _fen(fields: dict[str, str], name: str) -> int:
 
 
 def _beijing(text: str | None) -> str | None:
-    """"2018-11-19 16:24:13" (Beijing) → RFC 3339 with +08:00, like v3."""
+    """ "2018-11-19 16:24:13" (Beijing) → RFC 3339 with +08:00, like v3."""
     return text.replace(" ", "T") + "+08:00" if text else None
 
 
@@ -277,8 +295,13 @@ CLOSE_ANSWER: dict[str, Answer] = {  # what /pay/closeorder answers; CLOSED/PAID
 }
 # trade_state of a successful /pay/orderquery: the same words as v3 (§2.1), so v3's table decides.
 QUERY_STATE: dict[str, Answer] = {
-    "SUCCESS": Answer.PAID, "REFUND": Answer.PAID, "NOTPAY": Answer.WAITING, "USERPAYING": Answer.WAITING,
-    "CLOSED": Answer.CLOSED, "REVOKED": Answer.CLOSED, "PAYERROR": Answer.CLOSED,
+    "SUCCESS": Answer.PAID,
+    "REFUND": Answer.PAID,
+    "NOTPAY": Answer.WAITING,
+    "USERPAYING": Answer.WAITING,
+    "CLOSED": Answer.CLOSED,
+    "REVOKED": Answer.CLOSED,
+    "PAYERROR": Answer.CLOSED,
 }
 
 
@@ -297,8 +320,18 @@ class WeChatPayV2Client:
     verified before anything in them is used. Partner: `mchid`/`api_key` are the provider's, `sub_mch_id`
     names the merchant."""
 
-    def __init__(self, base_url: str, mchid: str, api_key: str, appid: str, *, sub_mch_id: str | None = None,
-                 sub_appid: str | None = None, sign_type: str = "HMAC-SHA256", timeout_s: float = 3.0):
+    def __init__(
+        self,
+        base_url: str,
+        mchid: str,
+        api_key: str,
+        appid: str,
+        *,
+        sub_mch_id: str | None = None,
+        sub_appid: str | None = None,
+        sign_type: str = "HMAC-SHA256",
+        timeout_s: float = 3.0,
+    ):
         self.base_url = base_url.rstrip("/")
         self.mchid = mchid
         self.api_key = api_key
@@ -308,14 +341,29 @@ class WeChatPayV2Client:
         self.sign_type = sign_type
         self.timeout_s = timeout_s
 
-    def unified_order(self, *, out_trade_no: str, total_fee: int, body: str, notify_url: str,
-                      time_expire: float | None = None, spbill_create_ip: str = "127.0.0.1") -> str:
+    def unified_order(
+        self,
+        *,
+        out_trade_no: str,
+        total_fee: int,
+        body: str,
+        notify_url: str,
+        time_expire: float | None = None,
+        spbill_create_ip: str = "127.0.0.1",
+    ) -> str:
         """NATIVE unified order → code_url (the buyer scans it). `total_fee` in integer fen."""
         if isinstance(total_fee, bool) or not isinstance(total_fee, int) or total_fee <= 0:
             raise ValueError("total_fee must be a positive integer number of fen")
-        fields = {"body": body[:128], "out_trade_no": out_trade_no, "total_fee": str(total_fee),
-                  "spbill_create_ip": spbill_create_ip, "notify_url": notify_url, "trade_type": "NATIVE",
-                  "product_id": out_trade_no[:32], "fee_type": "CNY"}
+        fields = {
+            "body": body[:128],
+            "out_trade_no": out_trade_no,
+            "total_fee": str(total_fee),
+            "spbill_create_ip": spbill_create_ip,
+            "notify_url": notify_url,
+            "trade_type": "NATIVE",
+            "product_id": out_trade_no[:32],
+            "fee_type": "CNY",
+        }
         if time_expire is not None:
             fields["time_expire"] = datetime.fromtimestamp(time_expire, CHINA).strftime("%Y%m%d%H%M%S")
         answer = self.call("/pay/unifiedorder", fields)
@@ -334,21 +382,32 @@ class WeChatPayV2Client:
         import urllib.error
         import urllib.request
 
-        request = {"appid": self.appid, "mch_id": self.mchid, "nonce_str": secrets.token_hex(16),
-                   "sign_type": self.sign_type, **fields}
+        request = {
+            "appid": self.appid,
+            "mch_id": self.mchid,
+            "nonce_str": secrets.token_hex(16),
+            "sign_type": self.sign_type,
+            **fields,
+        }
         if self.sub_mch_id:
             request["sub_mch_id"] = self.sub_mch_id
             if self.sub_appid:
                 request["sub_appid"] = self.sub_appid
         request["sign"] = sign(request, self.api_key, self.sign_type)
-        http = urllib.request.Request(self.base_url + path, data=to_xml(request).encode("utf-8"), method="POST",
-                                      headers={"Content-Type": "text/xml; charset=utf-8", "User-Agent": "tally/0.1"})
+        http = urllib.request.Request(
+            self.base_url + path,
+            data=to_xml(request).encode("utf-8"),
+            method="POST",
+            headers={"Content-Type": "text/xml; charset=utf-8", "User-Agent": "tally/0.1"},
+        )
         try:
             with urllib.request.urlopen(http, timeout=self.timeout_s) as resp:
                 raw = resp.read(1 << 20)
         except urllib.error.HTTPError as err:
             word = "HTTP_5XX" if err.code >= 500 else f"HTTP_{err.code}"
-            raise ChannelError(f"POST {path}: HTTP {err.code}", word=word, retryable=err.code >= 500) from None
+            raise ChannelError(
+                f"POST {path}: HTTP {err.code}", word=word, retryable=err.code >= 500
+            ) from None
         except (urllib.error.URLError, TimeoutError, OSError) as err:
             raise ChannelError(f"POST {path}: {err}", word="NETWORK", retryable=True) from None
         try:
@@ -356,20 +415,31 @@ class WeChatPayV2Client:
         except XmlError as exc:
             raise ChannelError(f"POST {path}: {exc}", word="NOT_XML") from None
         if answer.get("return_code") != "SUCCESS":
-            raise ChannelError(f"POST {path}: return_code {answer.get('return_code', '')[:20]!r} "
-                               f"{answer.get('return_msg', '')[:64]}", word="RETURN_FAIL")
+            raise ChannelError(
+                f"POST {path}: return_code {answer.get('return_code', '')[:20]!r} "
+                f"{answer.get('return_msg', '')[:64]}",
+                word="RETURN_FAIL",
+            )
         try:
             verify(answer, self.api_key)
         except SignatureError as exc:
-            raise ChannelError(f"POST {path}: answer not verified: {exc.reason}", word="RESPONSE_NOT_VERIFIED") from None
-        if answer.get("mch_id") != self.mchid or (self.sub_mch_id and answer.get("sub_mch_id", self.sub_mch_id)
-                                                  != self.sub_mch_id):
-            raise ChannelError(f"POST {path}: answer is about merchant {answer.get('mch_id', '')[:32]!r}",
-                               word="RESPONSE_NOT_VERIFIED")
+            raise ChannelError(
+                f"POST {path}: answer not verified: {exc.reason}", word="RESPONSE_NOT_VERIFIED"
+            ) from None
+        if answer.get("mch_id") != self.mchid or (
+            self.sub_mch_id and answer.get("sub_mch_id", self.sub_mch_id) != self.sub_mch_id
+        ):
+            raise ChannelError(
+                f"POST {path}: answer is about merchant {answer.get('mch_id', '')[:32]!r}",
+                word="RESPONSE_NOT_VERIFIED",
+            )
         if answer.get("result_code") != "SUCCESS":
             word = answer.get("err_code") or "RESULT_FAIL"
-            raise ChannelError(f"POST {path}: {word} {answer.get('err_code_des', '')[:64]}", word=word,
-                               retryable=word == "SYSTEMERROR")
+            raise ChannelError(
+                f"POST {path}: {word} {answer.get('err_code_des', '')[:64]}",
+                word=word,
+                retryable=word == "SYSTEMERROR",
+            )
         return answer
 
 
@@ -381,8 +451,15 @@ def query_notice(answer: Mapping[str, str], *, mchid: str, sp_mchid: str | None 
             raise ParseError(f"{name} is missing")
     total = fen(answer, "total_fee")
     return PaymentNotice(
-        channel=CHANNEL, transaction_id=answer["transaction_id"], out_trade_no=answer["out_trade_no"],
-        mchid=mchid, sp_mchid=sp_mchid, trade_state=answer["trade_state"], order_total_cent=total,
-        paid_cent=fen(answer, "cash_fee", default=total), currency=answer.get("fee_type") or "CNY",
-        success_time=time_end_iso(answer.get("time_end")), source="query",
+        channel=CHANNEL,
+        transaction_id=answer["transaction_id"],
+        out_trade_no=answer["out_trade_no"],
+        mchid=mchid,
+        sp_mchid=sp_mchid,
+        trade_state=answer["trade_state"],
+        order_total_cent=total,
+        paid_cent=fen(answer, "cash_fee", default=total),
+        currency=answer.get("fee_type") or "CNY",
+        success_time=time_end_iso(answer.get("time_end")),
+        source="query",
     )

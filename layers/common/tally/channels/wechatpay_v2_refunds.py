@@ -71,8 +71,17 @@ class V2ChannelError(Exception):
 class WeChatPayV2Client:
     """Signed XML requests with the v2 API key; every return_code=SUCCESS answer's sign is verified."""
 
-    def __init__(self, api_base: str, *, mchid: str, api_key: str, appid: str = "", timeout_s: float = 3.0,
-                 ssl_context: ssl.SSLContext | None = None, sign_type: str = "MD5"):
+    def __init__(
+        self,
+        api_base: str,
+        *,
+        mchid: str,
+        api_key: str,
+        appid: str = "",
+        timeout_s: float = 3.0,
+        ssl_context: ssl.SSLContext | None = None,
+        sign_type: str = "MD5",
+    ):
         self.api_base = api_base.rstrip("/")
         self.mchid = mchid
         self.api_key = api_key
@@ -89,8 +98,12 @@ class WeChatPayV2Client:
         if self.sign_type != "MD5":
             params["sign_type"] = self.sign_type
         params["sign"] = wx2.sign(params, self.api_key, self.sign_type)
-        req = urllib.request.Request(self.api_base + path, data=wx2.to_xml(params).encode("utf-8"), method="POST",
-                                     headers={"Content-Type": "text/xml; charset=utf-8", "User-Agent": "tally/0.1"})
+        req = urllib.request.Request(
+            self.api_base + path,
+            data=wx2.to_xml(params).encode("utf-8"),
+            method="POST",
+            headers={"Content-Type": "text/xml; charset=utf-8", "User-Agent": "tally/0.1"},
+        )
         try:
             with urllib.request.urlopen(req, timeout=self.timeout_s, context=self.ssl_context) as resp:  # noqa: S310
                 raw = resp.read()
@@ -128,9 +141,14 @@ class WeChatV2Refunds:
         self.clock = clock
 
     def create(self, refund: dict[str, Any]) -> ChannelAnswer:
-        fields = {"out_refund_no": refund["refund_no"], "total_fee": str(int(refund["total_cent"])),
-                  "refund_fee": str(int(refund["amount_cent"])), "refund_fee_type": refund.get("currency") or "CNY",
-                  "refund_desc": refund.get("reason") or "", "notify_url": self.notify_url}
+        fields = {
+            "out_refund_no": refund["refund_no"],
+            "total_fee": str(int(refund["total_cent"])),
+            "refund_fee": str(int(refund["amount_cent"])),
+            "refund_fee_type": refund.get("currency") or "CNY",
+            "refund_desc": refund.get("reason") or "",
+            "notify_url": self.notify_url,
+        }
         fields.update(_trade_ref(refund))
         try:
             answer = self.client.request(REFUND_PATH, fields)
@@ -138,19 +156,32 @@ class WeChatV2Refunds:
             return ChannelAnswer(AnswerKind.RETRY, code="NETWORK", message=str(exc))  # sent, outcome unknown
         if answer.get("return_code") != "SUCCESS":
             # unsigned by protocol: it proves nothing, so a person looks before anything is released (R22)
-            return ChannelAnswer(AnswerKind.UNKNOWN, code="RETURN_FAIL",
-                                 message=f"return_code {answer.get('return_code')}: {answer.get('return_msg', '')}")
+            return ChannelAnswer(
+                AnswerKind.UNKNOWN,
+                code="RETURN_FAIL",
+                message=f"return_code {answer.get('return_code')}: {answer.get('return_msg', '')}",
+            )
         if answer.get("result_code") != "SUCCESS":
             code = answer.get("err_code") or "RESULT_FAIL"
-            return ChannelAnswer(CREATE_ERRORS.get(code, AnswerKind.UNKNOWN), code=code,
-                                 message=f"{code}: {answer.get('err_code_des', '')}"[:300])
+            return ChannelAnswer(
+                CREATE_ERRORS.get(code, AnswerKind.UNKNOWN),
+                code=code,
+                message=f"{code}: {answer.get('err_code_des', '')}"[:300],
+            )
         if answer.get("out_refund_no") not in (None, refund["refund_no"]):
-            return ChannelAnswer(AnswerKind.UNKNOWN, code="OTHER_REFUND",
-                                 message=f"answer is for refund {answer.get('out_refund_no')}")
+            return ChannelAnswer(
+                AnswerKind.UNKNOWN,
+                code="OTHER_REFUND",
+                message=f"answer is for refund {answer.get('out_refund_no')}",
+            )
         fee = answer.get("refund_fee")
-        return ChannelAnswer(AnswerKind.ACCEPTED, refund_id=answer.get("refund_id") or None,
-                             refund_cent=int(fee) if fee and fee.isascii() and fee.isdigit() else None,
-                             code="SUCCESS", message="refund application accepted")
+        return ChannelAnswer(
+            AnswerKind.ACCEPTED,
+            refund_id=answer.get("refund_id") or None,
+            refund_cent=int(fee) if fee and fee.isascii() and fee.isdigit() else None,
+            code="SUCCESS",
+            message="refund application accepted",
+        )
 
     def query(self, refund: dict[str, Any]) -> ChannelAnswer:
         try:
@@ -158,39 +189,69 @@ class WeChatV2Refunds:
         except V2ChannelError as exc:
             return ChannelAnswer(AnswerKind.RETRY, code="NETWORK", message=str(exc))
         if answer.get("return_code") != "SUCCESS":
-            return ChannelAnswer(AnswerKind.RETRY, code="RETURN_FAIL", message=str(answer.get("return_msg", "")))
+            return ChannelAnswer(
+                AnswerKind.RETRY, code="RETURN_FAIL", message=str(answer.get("return_msg", ""))
+            )
         if answer.get("result_code") != "SUCCESS":
             code = answer.get("err_code") or "RESULT_FAIL"
-            return ChannelAnswer(QUERY_ERRORS.get(code, AnswerKind.RETRY), code=code,
-                                 message=f"{code}: {answer.get('err_code_des', '')}"[:300])
+            return ChannelAnswer(
+                QUERY_ERRORS.get(code, AnswerKind.RETRY),
+                code=code,
+                message=f"{code}: {answer.get('err_code_des', '')}"[:300],
+            )
         return query_answer(answer, refund, self.client.mchid)
 
 
 def query_answer(answer: dict[str, str], refund: dict[str, Any], mchid: str) -> ChannelAnswer:
     """The `_$n` entry of our out_refund_no in a verified refundquery answer → outcome (one v3 table)."""
-    index = next((k[len("out_refund_no_"):] for k, v in answer.items()
-                  if k.startswith("out_refund_no_") and v == refund["refund_no"]), None)
+    index = next(
+        (
+            k[len("out_refund_no_") :]
+            for k, v in answer.items()
+            if k.startswith("out_refund_no_") and v == refund["refund_no"]
+        ),
+        None,
+    )
     if index is None:
-        return ChannelAnswer(AnswerKind.NOT_FOUND, code="NOT_LISTED", message="our out_refund_no is not in the answer")
+        return ChannelAnswer(
+            AnswerKind.NOT_FOUND, code="NOT_LISTED", message="our out_refund_no is not in the answer"
+        )
     word = answer.get(f"refund_status_{index}", "")
     v3_word = QUERY_STATUS_V2.get(word)
     refund_id = answer.get(f"refund_id_{index}") or None
     if v3_word is None:
-        return ChannelAnswer(AnswerKind.UNKNOWN, refund_id=refund_id, code=word, message=f"unmapped refund_status {word!r}")
+        return ChannelAnswer(
+            AnswerKind.UNKNOWN, refund_id=refund_id, code=word, message=f"unmapped refund_status {word!r}"
+        )
     event = REFUND_STATUS[v3_word]
     if event is None:
         return ChannelAnswer(AnswerKind.OUTCOME, event=None, refund_id=refund_id, code=v3_word)
     try:
-        notice = wx2.to_refund_notice({
-            "out_refund_no": refund["refund_no"], "refund_id": refund_id or "", "refund_status": word,
-            "out_trade_no": answer.get("out_trade_no") or "", "transaction_id": answer.get("transaction_id") or "",
-            "refund_fee": answer.get(f"refund_fee_{index}", ""), "total_fee": answer.get("total_fee", ""),
-            "success_time": answer.get(f"refund_success_time_{index}") or ""}, mchid)
+        notice = wx2.to_refund_notice(
+            {
+                "out_refund_no": refund["refund_no"],
+                "refund_id": refund_id or "",
+                "refund_status": word,
+                "out_trade_no": answer.get("out_trade_no") or "",
+                "transaction_id": answer.get("transaction_id") or "",
+                "refund_fee": answer.get(f"refund_fee_{index}", ""),
+                "total_fee": answer.get("total_fee", ""),
+                "success_time": answer.get(f"refund_success_time_{index}") or "",
+            },
+            mchid,
+        )
     except wx2.ParseError as exc:
         return ChannelAnswer(AnswerKind.UNKNOWN, refund_id=refund_id, code=word, message=str(exc))
     notice = replace(notice, source="query")
-    return ChannelAnswer(AnswerKind.OUTCOME, event=event, refund_id=refund_id, refund_cent=notice.refund_cent,
-                         success_time=notice.success_time, code=v3_word, notice=notice)
+    return ChannelAnswer(
+        AnswerKind.OUTCOME,
+        event=event,
+        refund_id=refund_id,
+        refund_cent=notice.refund_cent,
+        success_time=notice.success_time,
+        code=v3_word,
+        notice=notice,
+    )
 
 
 def _trade_ref(refund: dict[str, Any]) -> dict[str, str]:

@@ -77,7 +77,9 @@ QUERY_ERROR: dict[str, Answer] = {  # error code of a failed query
     "RESPONSE_NOT_VERIFIED": Answer.PERSON,
     "RESPONSE_NOT_JSON": Answer.PERSON,
 }
-CLOSE_ANSWER: dict[str, Answer] = {  # what a close call answers (§2.2); CLOSED/PAID are then confirmed by a query
+CLOSE_ANSWER: dict[
+    str, Answer
+] = {  # what a close call answers (§2.2); CLOSED/PAID are then confirmed by a query
     "CLOSED_NOW": Answer.CLOSED,  # 204 No Content
     "ORDER_CLOSED": Answer.CLOSED,  # already closed
     "ORDER_PAID": Answer.PAID,  # paid before we could close it: query and book
@@ -243,8 +245,10 @@ def verify_signed(
     if sig_type != SIGNATURE_TYPE:
         raise SignatureError(f"unsupported signature type {sig_type[:40]!r}")
     # ASCII digits only ("²".isdigit() is True) and a sane length (a 10**5-digit number overflows a float).
-    if not (timestamp.isascii() and timestamp.isdigit() and len(timestamp) <= 12) \
-            or abs(now - int(timestamp)) >= window_s:
+    if (
+        not (timestamp.isascii() and timestamp.isdigit() and len(timestamp) <= 12)
+        or abs(now - int(timestamp)) >= window_s
+    ):
         raise SignatureError(f"timestamp {timestamp[:20]!r} outside the {window_s}s window")
     key = keys.get(serial)
     if key is None:
@@ -270,7 +274,9 @@ def aes_gcm_decrypt(apiv3_key: bytes, nonce: str, associated_data: str, cipherte
 
 
 def aes_gcm_encrypt(apiv3_key: bytes, nonce: str, associated_data: str, plaintext: bytes) -> str:
-    return base64.b64encode(AESGCM(apiv3_key).encrypt(nonce.encode(), plaintext, associated_data.encode())).decode()
+    return base64.b64encode(
+        AESGCM(apiv3_key).encrypt(nonce.encode(), plaintext, associated_data.encode())
+    ).decode()
 
 
 def parse_envelope(body: bytes) -> dict[str, Any]:
@@ -397,11 +403,23 @@ class WeChatPayClient:
         self.clock = clock
         self.refresh_keys = refresh_keys  # R3 for answers too: one certificate refresh on an unknown serial
 
-    def native_prepay(self, *, appid: str, description: str, out_trade_no: str, notify_url: str,
-                      amount_cent: int, currency: str, time_expire: str | None = None) -> str:
+    def native_prepay(
+        self,
+        *,
+        appid: str,
+        description: str,
+        out_trade_no: str,
+        notify_url: str,
+        amount_cent: int,
+        currency: str,
+        time_expire: str | None = None,
+    ) -> str:
         body: dict[str, Any] = {
-            "appid": appid, "mchid": self.creds.mchid, "description": description,
-            "out_trade_no": out_trade_no, "notify_url": notify_url,
+            "appid": appid,
+            "mchid": self.creds.mchid,
+            "description": description,
+            "out_trade_no": out_trade_no,
+            "notify_url": notify_url,
             "amount": {"total": cents(amount_cent), "currency": currency},
         }
         if time_expire:
@@ -412,14 +430,28 @@ class WeChatPayClient:
             raise ChannelError("native prepay answered without code_url")
         return str(code_url)
 
-    def partner_native_prepay(self, *, sp_appid: str, sub_mchid: str, description: str, out_trade_no: str,
-                              notify_url: str, amount_cent: int, currency: str, sub_appid: str | None = None,
-                              time_expire: str | None = None) -> str:
+    def partner_native_prepay(
+        self,
+        *,
+        sp_appid: str,
+        sub_mchid: str,
+        description: str,
+        out_trade_no: str,
+        notify_url: str,
+        amount_cent: int,
+        currency: str,
+        sub_appid: str | None = None,
+        time_expire: str | None = None,
+    ) -> str:
         """Service-provider Native order (`POST /v3/pay/partner/transactions/native`): these credentials
         are the provider's (sp_mchid); the order belongs to `sub_mchid` (R11)."""
         body: dict[str, Any] = {
-            "sp_appid": sp_appid, "sp_mchid": self.creds.mchid, "sub_mchid": sub_mchid, "description": description,
-            "out_trade_no": out_trade_no, "notify_url": notify_url,
+            "sp_appid": sp_appid,
+            "sp_mchid": self.creds.mchid,
+            "sub_mchid": sub_mchid,
+            "description": description,
+            "out_trade_no": out_trade_no,
+            "notify_url": notify_url,
             "amount": {"total": cents(amount_cent), "currency": currency},
         }
         if sub_appid:
@@ -438,8 +470,9 @@ class WeChatPayClient:
         found = []
         for item in answer.get("data", []):
             enc = item["encrypt_certificate"]
-            pem = aes_gcm_decrypt(self.creds.apiv3_key, enc["nonce"], enc.get("associated_data", ""),
-                                  enc["ciphertext"]).decode()
+            pem = aes_gcm_decrypt(
+                self.creds.apiv3_key, enc["nonce"], enc.get("associated_data", ""), enc["ciphertext"]
+            ).decode()
             found.append((str(item["serial_no"]), pem))
         return found
 
@@ -450,23 +483,30 @@ class WeChatPayClient:
         me = urllib.parse.quote(self.creds.mchid, safe="")
         if sub_mchid:
             sub = urllib.parse.quote(sub_mchid, safe="")
-            return self.exchange("GET", f"/v3/pay/partner/transactions/out-trade-no/{no}?sp_mchid={me}&sub_mchid={sub}",
-                                 None)
+            return self.exchange(
+                "GET", f"/v3/pay/partner/transactions/out-trade-no/{no}?sp_mchid={me}&sub_mchid={sub}", None
+            )
         return self.exchange("GET", f"/v3/pay/transactions/out-trade-no/{no}?mchid={me}", None)
 
     def close(self, out_trade_no: str, *, sub_mchid: str | None = None) -> Response:
         """§2.2: 204 = closed now; a 202 answer carries a code (USER_PAYING); errors raise ChannelError."""
         no = urllib.parse.quote(out_trade_no, safe="*")
         if sub_mchid:
-            return self.exchange("POST", f"/v3/pay/partner/transactions/out-trade-no/{no}/close",
-                                 {"sp_mchid": self.creds.mchid, "sub_mchid": sub_mchid})
-        return self.exchange("POST", f"/v3/pay/transactions/out-trade-no/{no}/close", {"mchid": self.creds.mchid})
+            return self.exchange(
+                "POST",
+                f"/v3/pay/partner/transactions/out-trade-no/{no}/close",
+                {"sp_mchid": self.creds.mchid, "sub_mchid": sub_mchid},
+            )
+        return self.exchange(
+            "POST", f"/v3/pay/transactions/out-trade-no/{no}/close", {"mchid": self.creds.mchid}
+        )
 
     def tradebill(self, bill_date: str, bill_type: str = "ALL") -> dict[str, str]:
         """§3.1 step 1: {hash_type, hash_value, download_url}. NO_STATEMENT_EXIST / STATEMENT_CREATING come
         back as ChannelError with that code (the caller decides what each means)."""
-        answer = self.request("GET", f"/v3/bill/tradebill?bill_date={bill_date}&bill_type={bill_type}&tar_type=GZIP",
-                              None)
+        answer = self.request(
+            "GET", f"/v3/bill/tradebill?bill_date={bill_date}&bill_type={bill_type}&tar_type=GZIP", None
+        )
         if not isinstance(answer, dict) or not answer.get("download_url") or not answer.get("hash_value"):
             raise ChannelError("tradebill answered without download_url/hash_value")
         return {k: str(answer.get(k) or "") for k in ("hash_type", "hash_value", "download_url")}
@@ -480,9 +520,13 @@ class WeChatPayClient:
             raise ChannelError(f"download_url host {parts.netloc!r} is not the API host {base.netloc!r}")
         path = parts.path + (f"?{parts.query}" if parts.query else "")
         ts, nonce = int(self.clock()), nonce_str()
-        headers = {"Authorization": authorization(self.creds.mchid, self.creds.serial, self.creds.private_key,
-                                                  "GET", path, "", ts, nonce),
-                   "Accept": "*/*", "User-Agent": "tally/0.1"}
+        headers = {
+            "Authorization": authorization(
+                self.creds.mchid, self.creds.serial, self.creds.private_key, "GET", path, "", ts, nonce
+            ),
+            "Accept": "*/*",
+            "User-Agent": "tally/0.1",
+        }
         req = urllib.request.Request(self.base_url + path, headers=headers, method="GET")
         try:
             with urllib.request.urlopen(req, timeout=max(self.timeout_s, 30.0)) as resp:
@@ -492,25 +536,29 @@ class WeChatPayClient:
         except (urllib.error.URLError, TimeoutError, OSError) as err:
             raise ChannelError(f"GET {parts.path}: {err}", retryable=True) from None
 
-    def request(self, method: str, path: str, body: dict[str, Any] | None,
-                *, verify_with_new: bool = False) -> Any:
+    def request(
+        self, method: str, path: str, body: dict[str, Any] | None, *, verify_with_new: bool = False
+    ) -> Any:
         return self.exchange(method, path, body, verify_with_new=verify_with_new).data
 
-    def exchange(self, method: str, path: str, body: dict[str, Any] | None,
-                 *, verify_with_new: bool = False) -> Response:
+    def exchange(
+        self, method: str, path: str, body: dict[str, Any] | None, *, verify_with_new: bool = False
+    ) -> Response:
         payload = "" if body is None else json.dumps(body, ensure_ascii=False, separators=(",", ":"))
         ts, nonce = int(self.clock()), nonce_str()
         headers = {
-            "Authorization": authorization(self.creds.mchid, self.creds.serial, self.creds.private_key,
-                                           method, path, payload, ts, nonce),
+            "Authorization": authorization(
+                self.creds.mchid, self.creds.serial, self.creds.private_key, method, path, payload, ts, nonce
+            ),
             "Accept": "application/json",
             "Content-Type": "application/json",
             "User-Agent": "tally/0.1",
         }
         if self.creds.public_key_id:
             headers["Wechatpay-Serial"] = self.creds.public_key_id
-        req = urllib.request.Request(self.base_url + path, data=payload.encode() or None,
-                                     headers=headers, method=method)
+        req = urllib.request.Request(
+            self.base_url + path, data=payload.encode() or None, headers=headers, method=method
+        )
         try:
             with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
                 raw, resp_headers, status = resp.read(), resp.headers, resp.status
@@ -526,31 +574,47 @@ class WeChatPayClient:
         try:
             self._verify_answer(lowered, raw, keys, refreshable=not verify_with_new)
         except SignatureError as exc:
-            raise ChannelError(f"{method} {path}: response not verified: {exc.reason}",
-                               status=status, code="RESPONSE_NOT_VERIFIED") from None
+            raise ChannelError(
+                f"{method} {path}: response not verified: {exc.reason}",
+                status=status,
+                code="RESPONSE_NOT_VERIFIED",
+            ) from None
         try:
             data = json.loads(raw) if raw else {}
         except ValueError:
-            raise ChannelError(f"{method} {path}: signed answer is not JSON", status=status,
-                               code="RESPONSE_NOT_JSON") from None
+            raise ChannelError(
+                f"{method} {path}: signed answer is not JSON", status=status, code="RESPONSE_NOT_JSON"
+            ) from None
         return Response(status, data, raw, _verify_headers(lowered))
 
-
-    def _verify_answer(self, lowered: dict[str, str], raw: bytes, keys: PlatformKeys, *, refreshable: bool) -> None:
+    def _verify_answer(
+        self, lowered: dict[str, str], raw: bytes, keys: PlatformKeys, *, refreshable: bool
+    ) -> None:
         """Like a notification (R3): an unknown certificate serial gets one refresh, then one more verify."""
         try:
             verify_signed(lowered, raw, keys, self.clock())
         except SignatureError as exc:
             serial = exc.unknown_serial
-            if not (refreshable and serial and not serial.startswith(PUBLIC_KEY_ID_PREFIX) and self.refresh_keys
-                    and self.refresh_keys()):
+            if not (
+                refreshable
+                and serial
+                and not serial.startswith(PUBLIC_KEY_ID_PREFIX)
+                and self.refresh_keys
+                and self.refresh_keys()
+            ):
                 raise
             verify_signed(lowered, raw, self.creds.platform, self.clock())
 
 
 def _verify_headers(lowered: dict[str, str]) -> dict[str, str]:
-    keep = ("wechatpay-signature", "wechatpay-timestamp", "wechatpay-nonce", "wechatpay-serial",
-            "wechatpay-signature-type", "request-id")
+    keep = (
+        "wechatpay-signature",
+        "wechatpay-timestamp",
+        "wechatpay-nonce",
+        "wechatpay-serial",
+        "wechatpay-signature-type",
+        "request-id",
+    )
     return {k: lowered[k][:512] for k in keep if k in lowered}
 
 
@@ -559,7 +623,9 @@ def _keys_from_certificates_answer(raw: bytes, creds: MerchantCredentials) -> Pl
     keys = PlatformKeys(dict(creds.platform.by_serial))
     for item in json.loads(raw).get("data", []):
         enc = item["encrypt_certificate"]
-        pem = aes_gcm_decrypt(creds.apiv3_key, enc["nonce"], enc.get("associated_data", ""), enc["ciphertext"])
+        pem = aes_gcm_decrypt(
+            creds.apiv3_key, enc["nonce"], enc.get("associated_data", ""), enc["ciphertext"]
+        )
         serial, key = load_verifying_key(pem)
         keys.by_serial[serial or str(item["serial_no"])] = key
     return keys

@@ -42,8 +42,10 @@ EVENT_TYPES = ("REFUND.SUCCESS", "REFUND.ABNORMAL", "REFUND.CLOSED")
 
 
 def is_refund_event(envelope: dict[str, Any]) -> bool:
-    return str(envelope.get("event_type") or "").startswith("REFUND.") or \
-        (envelope.get("resource") or {}).get("original_type") == "refund"
+    return (
+        str(envelope.get("event_type") or "").startswith("REFUND.")
+        or (envelope.get("resource") or {}).get("original_type") == "refund"
+    )
 
 
 def to_refund_notice(resource: dict[str, Any], source: str = "notify") -> RefundNotice:
@@ -91,8 +93,11 @@ class WeChatRefunds:
             "out_refund_no": refund["refund_no"],
             "reason": refund.get("reason") or None,
             "notify_url": self.notify_url or None,
-            "amount": {"refund": cents(refund["amount_cent"]), "total": cents(refund["total_cent"]),
-                       "currency": refund.get("currency") or "CNY"},
+            "amount": {
+                "refund": cents(refund["amount_cent"]),
+                "total": cents(refund["total_cent"]),
+                "currency": refund.get("currency") or "CNY",
+            },
         }
         if refund.get("transaction_id"):
             body["transaction_id"] = refund["transaction_id"]
@@ -125,16 +130,27 @@ class WeChatRefunds:
 
 def _refund_answer(answer: Any, kind: AnswerKind) -> ChannelAnswer:
     if not isinstance(answer, dict) or not answer.get("refund_id") or not answer.get("status"):
-        return ChannelAnswer(AnswerKind.UNKNOWN, message=f"refund answer without refund_id/status: {str(answer)[:200]}")
+        return ChannelAnswer(
+            AnswerKind.UNKNOWN, message=f"refund answer without refund_id/status: {str(answer)[:200]}"
+        )
     status = str(answer["status"])
     if status not in REFUND_STATUS:
-        return ChannelAnswer(AnswerKind.UNKNOWN, refund_id=str(answer["refund_id"]), code=status,
-                             message=f"unmapped refund status {status!r}")
+        return ChannelAnswer(
+            AnswerKind.UNKNOWN,
+            refund_id=str(answer["refund_id"]),
+            code=status,
+            message=f"unmapped refund status {status!r}",
+        )
     amount = answer.get("amount") or {}
     refund = amount.get("refund")
-    return ChannelAnswer(kind, event=REFUND_STATUS[status], refund_id=str(answer["refund_id"]),
-                         refund_cent=refund if isinstance(refund, int) and not isinstance(refund, bool) else None,
-                         success_time=answer.get("success_time") or None, code=status)
+    return ChannelAnswer(
+        kind,
+        event=REFUND_STATUS[status],
+        refund_id=str(answer["refund_id"]),
+        refund_cent=refund if isinstance(refund, int) and not isinstance(refund, bool) else None,
+        success_time=answer.get("success_time") or None,
+        code=status,
+    )
 
 
 def _error_answer(exc: wx.ChannelError, table: dict[str, AnswerKind]) -> ChannelAnswer:

@@ -10,8 +10,9 @@ import argparse
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    demo = sub.add_parser("demo", help="run a scripted day through the embedded stack; exit 1 if any payment "
-                                       "is unaccounted for")
+    demo = sub.add_parser(
+        "demo", help="run a scripted day through the embedded stack; exit 1 if any payment is unaccounted for"
+    )
     demo.add_argument("--orders", type=int, default=200, help="payments in the day (default 200)")
     demo.add_argument("--local", action="store_true", help="accepted for symmetry: the demo is always local")
     demo.set_defaults(run=run_demo)
@@ -23,5 +24,7 @@ def run_demo(args: argparse.Namespace) -> int:
     try:
         from tally_local.day import main
     except ImportError:
-        raise ValueError("tally demo needs the project checkout (tally_local): run it from the repository") from None
+        raise ValueError(
+            "tally demo needs the project checkout (tally_local): run it from the repository"
+        ) from None
     return main(args.orders)

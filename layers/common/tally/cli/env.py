@@ -35,7 +35,9 @@ def state_file() -> pathlib.Path:
 def use_local() -> dict:
     path = state_file()
     if not path.exists():
-        raise StackNotFound(f"{path} not found: start the local stack with `make run` (in the project folder)")
+        raise StackNotFound(
+            f"{path} not found: start the local stack with `make run` (in the project folder)"
+        )
     state = json.loads(path.read_text())
     os.environ.update(state["env"])
     os.environ["AWS_ENDPOINT_URL"] = state["endpoint_url"]

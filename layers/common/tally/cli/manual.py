@@ -14,7 +14,8 @@ from tally.domain.money import format_cents
 
 def register(sub: argparse._SubParsersAction) -> None:
     manual = sub.add_parser("manual", help="the manual queue: what a person must look at").add_subparsers(
-        metavar="ACTION")
+        metavar="ACTION"
+    )
     listing = manual.add_parser("list", help="every open item, oldest first")
     listing.add_argument("--json", action="store_true")
     add_target(listing)
@@ -25,15 +26,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_target(show)
     show.set_defaults(run=manual_show)
 
-    for name, helptext in (("resolve", "close an item a person dealt with outside Tally"),
-                           ("replay", "send an item through the product path again after a fix")):
+    for name, helptext in (
+        ("resolve", "close an item a person dealt with outside Tally"),
+        ("replay", "send an item through the product path again after a fix"),
+    ):
         action = manual.add_parser(name, help=helptext)
         action.add_argument("item_id")
         action.add_argument("--by", default=os.environ.get("USER", ""), help="who (default: $USER)")
         action.add_argument("--why", required=True, help="why: recorded on the row")
         if name == "resolve":
-            action.add_argument("--action", required=True,
-                                help="what was done, e.g. refunded-by-hand, booked-by-hand, junk")
+            action.add_argument(
+                "--action", required=True, help="what was done, e.g. refunded-by-hand, booked-by-hand, junk"
+            )
         add_target(action)
         action.set_defaults(run=manual_resolve if name == "resolve" else manual_replay)
 
@@ -52,8 +56,10 @@ def manual_list(args: argparse.Namespace) -> int:
     print(f"{len(items)} item(s) waiting for a person, oldest first:")
     for item in items:
         amount = format_cents(item["amount_cent"]) if item["amount_cent"] is not None else "-"
-        print(f"  {item['id']}\n    {item['kind']}  {item['channel']}/{item['mchid']}  order {item['order'] or '-'}"
-              f"  amount {amount}  age {_age(item['since'])}\n    why: {item['why']}")
+        print(
+            f"  {item['id']}\n    {item['kind']}  {item['channel']}/{item['mchid']}  order {item['order'] or '-'}"
+            f"  amount {amount}  age {_age(item['since'])}\n    why: {item['why']}"
+        )
     return 0
 
 
@@ -86,6 +92,8 @@ def manual_replay(args: argparse.Namespace) -> int:
 def _age(since: Any) -> str:
     if not since:
         return "?"
-    seconds = datetime.now(UTC).timestamp() - datetime.fromisoformat(str(since).replace("Z", "+00:00")).timestamp()
+    seconds = (
+        datetime.now(UTC).timestamp() - datetime.fromisoformat(str(since).replace("Z", "+00:00")).timestamp()
+    )
     hours, rest = divmod(int(seconds), 3600)
     return f"{hours}h{rest // 60:02d}m"

@@ -12,33 +12,49 @@ from tally.cli.common import add_target, connect, secret_arg
 def register(sub: argparse._SubParsersAction) -> None:
     merchant = sub.add_parser("merchant", help="configure merchants").add_subparsers(metavar="ACTION")
     add = merchant.add_parser("add", help="add or update a merchant's channel credentials").add_subparsers(
-        metavar="CHANNEL")
+        metavar="CHANNEL"
+    )
 
-    wx = add.add_parser("wechatpay", help="WeChat Pay API v3 (direct merchant, service provider or sub-merchant)")
+    wx = add.add_parser(
+        "wechatpay", help="WeChat Pay API v3 (direct merchant, service provider or sub-merchant)"
+    )
     wx.add_argument("--mchid", required=True)
     wx.add_argument("--appid", default="", help="the appid orders are created with")
     wx.add_argument("--apiv3-key", help="the 32-character APIv3 key, or @FILE to read it")
     wx.add_argument("--merchant-key", type=pathlib.Path, help="merchant API private key PEM file")
     wx.add_argument("--merchant-serial", help="serial of the merchant API certificate")
-    wx.add_argument("--platform-cert", action="append", default=[], type=pathlib.Path,
-                    help="WeChat Pay platform certificate PEM (repeatable)")
+    wx.add_argument(
+        "--platform-cert",
+        action="append",
+        default=[],
+        type=pathlib.Path,
+        help="WeChat Pay platform certificate PEM (repeatable)",
+    )
     wx.add_argument("--public-key", type=pathlib.Path, help="WeChat Pay public key PEM (public-key mode)")
     wx.add_argument("--public-key-id", help="its id, PUB_KEY_ID_…")
-    wx.add_argument("--sp-mchid", help="service-provider mode: this mchid is a sub-merchant of SP_MCHID "
-                                       "(no keys: the provider's act)")
+    wx.add_argument(
+        "--sp-mchid",
+        help="service-provider mode: this mchid is a sub-merchant of SP_MCHID (no keys: the provider's act)",
+    )
     wx.add_argument("--notify-url", help="callback URL given to the channel (default: this stack's API)")
     wx.add_argument("--tenant", help="tenant id (default: the mchid)")
     add_target(wx)
     wx.set_defaults(run=merchant_add)
 
-    ali = add.add_parser("alipay", help="Alipay (public-key or certificate mode, or app_auth_token sub-merchant)")
+    ali = add.add_parser(
+        "alipay", help="Alipay (public-key or certificate mode, or app_auth_token sub-merchant)"
+    )
     ali.add_argument("--app-id", required=True)
     ali.add_argument("--app-private-key", type=pathlib.Path, help="the app's RSA2 private key PEM file")
     ali.add_argument("--alipay-public-key", type=pathlib.Path, help="Alipay public key PEM (public-key mode)")
-    ali.add_argument("--alipay-cert", type=pathlib.Path, help="alipayCertPublicKey_RSA2.crt (certificate mode)")
+    ali.add_argument(
+        "--alipay-cert", type=pathlib.Path, help="alipayCertPublicKey_RSA2.crt (certificate mode)"
+    )
     ali.add_argument("--app-cert", type=pathlib.Path, help="appCertPublicKey.crt (certificate mode)")
     ali.add_argument("--root-cert", type=pathlib.Path, help="alipayRootCert.crt (certificate mode)")
-    ali.add_argument("--sp-app-id", help="this merchant authorised the provider app SP_APP_ID (app_auth_token)")
+    ali.add_argument(
+        "--sp-app-id", help="this merchant authorised the provider app SP_APP_ID (app_auth_token)"
+    )
     ali.add_argument("--app-auth-token", help="the app_auth_token, or @FILE (with --sp-app-id)")
     ali.add_argument("--notify-url", help="callback URL (default: this stack's /notify/alipay/{app_id})")
     ali.add_argument("--tenant")
@@ -78,8 +94,9 @@ def merchant_add(args: argparse.Namespace) -> int:
         state = connect(args)
         from tally import bootstrap
 
-        row = bootstrap.merchants().add_wechatpay_partner(sub_mchid=args.mchid, sp_mchid=args.sp_mchid,
-                                                          sub_appid=args.appid, tenant=args.tenant)
+        row = bootstrap.merchants().add_wechatpay_partner(
+            sub_mchid=args.mchid, sp_mchid=args.sp_mchid, sub_appid=args.appid, tenant=args.tenant
+        )
         print(f"merchant wechatpay/{args.mchid} saved as a sub-merchant of {args.sp_mchid}")
         print(f"notify_url: {row['notify_url']} (the provider's)")
         return 0
@@ -94,10 +111,15 @@ def merchant_add(args: argparse.Namespace) -> int:
 
     notify_url = _notify_url(args, state, "wechatpay", args.mchid)
     row = bootstrap.merchants().add_wechatpay(
-        mchid=args.mchid, apiv3_key=secret_arg(args.apiv3_key), merchant_key_pem=args.merchant_key.read_text(),
-        merchant_serial=args.merchant_serial, appid=args.appid, notify_url=notify_url,
+        mchid=args.mchid,
+        apiv3_key=secret_arg(args.apiv3_key),
+        merchant_key_pem=args.merchant_key.read_text(),
+        merchant_serial=args.merchant_serial,
+        appid=args.appid,
+        notify_url=notify_url,
         platform_certs=[p.read_text() for p in args.platform_cert],
-        public_key=args.public_key.read_text() if args.public_key else None, public_key_id=args.public_key_id,
+        public_key=args.public_key.read_text() if args.public_key else None,
+        public_key_id=args.public_key_id,
         tenant=args.tenant,
     )
     print(f"merchant wechatpay/{args.mchid} saved (credentials in Secrets Manager as {row['secret_name']})")
@@ -109,9 +131,13 @@ def merchant_add_cert(args: argparse.Namespace) -> int:
     connect(args)
     from tally import bootstrap
 
-    row = bootstrap.merchants().add_alipay_certificate(app_id=args.merchant_id, alipay_cert=args.certificate.read_text())
-    print(f"merchant alipay/{args.merchant_id}: Alipay certificates {', '.join(row['alipay_cert_sns'])} "
-          "(several valid at once)")
+    row = bootstrap.merchants().add_alipay_certificate(
+        app_id=args.merchant_id, alipay_cert=args.certificate.read_text()
+    )
+    print(
+        f"merchant alipay/{args.merchant_id}: Alipay certificates {', '.join(row['alipay_cert_sns'])} "
+        "(several valid at once)"
+    )
     return 0
 
 
@@ -122,8 +148,12 @@ def merchant_add_alipay(args: argparse.Namespace) -> int:
         state = connect(args)
         from tally import bootstrap
 
-        row = bootstrap.merchants().add_alipay_sub(app_id=args.app_id, sp_app_id=args.sp_app_id,
-                                                   app_auth_token=secret_arg(args.app_auth_token), tenant=args.tenant)
+        row = bootstrap.merchants().add_alipay_sub(
+            app_id=args.app_id,
+            sp_app_id=args.sp_app_id,
+            app_auth_token=secret_arg(args.app_auth_token),
+            tenant=args.tenant,
+        )
         print(f"merchant alipay/{args.app_id} saved: acts through provider app {args.sp_app_id}")
         print(f"notify_url: {row['notify_url']} (the provider's)")
         return 0
@@ -143,11 +173,19 @@ def merchant_add_alipay(args: argparse.Namespace) -> int:
         return path.read_text() if path else None
 
     row = bootstrap.merchants().add_alipay(
-        app_id=args.app_id, app_private_key=args.app_private_key.read_text(), notify_url=notify_url,
-        alipay_public_key=text(args.alipay_public_key), alipay_cert=text(args.alipay_cert),
-        app_cert=text(args.app_cert), root_cert=text(args.root_cert), tenant=args.tenant)
-    print(f"merchant alipay/{args.app_id} saved ({row['key_mode']} mode; credentials in Secrets Manager as "
-          f"{row['secret_name']})")
+        app_id=args.app_id,
+        app_private_key=args.app_private_key.read_text(),
+        notify_url=notify_url,
+        alipay_public_key=text(args.alipay_public_key),
+        alipay_cert=text(args.alipay_cert),
+        app_cert=text(args.app_cert),
+        root_cert=text(args.root_cert),
+        tenant=args.tenant,
+    )
+    print(
+        f"merchant alipay/{args.app_id} saved ({row['key_mode']} mode; credentials in Secrets Manager as "
+        f"{row['secret_name']})"
+    )
     print(f"notify_url: {notify_url}")
     return 0
 
@@ -157,9 +195,16 @@ def merchant_add_v2(args: argparse.Namespace) -> int:
     from tally import bootstrap
 
     notify_url = _notify_url(args, state, "wechatpay-v2", args.mchid)
-    row = bootstrap.merchants().add_wechatpay_v2(mchid=args.mchid, api_key=secret_arg(args.api_key),
-                                                 notify_url=notify_url, appid=args.appid, tenant=args.tenant)
-    print(f"merchant wechatpay-v2/{args.mchid} saved (credentials in Secrets Manager as {row['secret_name']})")
+    row = bootstrap.merchants().add_wechatpay_v2(
+        mchid=args.mchid,
+        api_key=secret_arg(args.api_key),
+        notify_url=notify_url,
+        appid=args.appid,
+        tenant=args.tenant,
+    )
+    print(
+        f"merchant wechatpay-v2/{args.mchid} saved (credentials in Secrets Manager as {row['secret_name']})"
+    )
     print(f"notify_url: {notify_url}")
     return 0
 
@@ -175,5 +220,8 @@ def merchant_check(args: argparse.Namespace) -> int:
         print(json.dumps({"ok": all(c["ok"] for c in checks), "checks": checks}, ensure_ascii=False))
     else:
         for c in checks:
-            print(f"{'OK  ' if c['ok'] else 'FAIL'} {c['check']}" + (f"  ({c['detail']})" if c["detail"] else ""))
+            print(
+                f"{'OK  ' if c['ok'] else 'FAIL'} {c['check']}"
+                + (f"  ({c['detail']})" if c["detail"] else "")
+            )
     return 0 if all(c["ok"] for c in checks) else 1

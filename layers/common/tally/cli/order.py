@@ -41,10 +41,14 @@ def render_order(view: dict[str, Any]) -> str:
     if view.get("refund_holds"):  # reserved, create answer not stored yet: the poller stores it if abandoned
         holds = ", ".join(f"{no} {format_cents(cents)}" for no, cents in sorted(view["refund_holds"].items()))
         lines.insert(3, f"  refunds reserved, answer not stored yet: {holds}")
-    lines += [f"    {t['at']}  {t['from_status']} --{t['event']}--> {t['to_status']}  ({t['source']})"
-              for t in view["transitions"]] or ["    (none)"]
+    lines += [
+        f"    {t['at']}  {t['from_status']} --{t['event']}--> {t['to_status']}  ({t['source']})"
+        for t in view["transitions"]
+    ] or ["    (none)"]
     lines.append("  raw notifications (handled: 0 pending, 1 booked, 2 with a person):")
-    lines += [f"    {r['pk']}  handled={r['handled']}  {r.get('outcome') or r.get('manual_reason') or ''}"
-              f"  paid {format_cents(r['paid_cent'])} of {format_cents(r['order_total_cent'])}  via {r['source']}"
-              for r in view["raw"]] or ["    (none)"]
+    lines += [
+        f"    {r['pk']}  handled={r['handled']}  {r.get('outcome') or r.get('manual_reason') or ''}"
+        f"  paid {format_cents(r['paid_cent'])} of {format_cents(r['order_total_cent'])}  via {r['source']}"
+        for r in view["raw"]
+    ] or ["    (none)"]
     return "\n".join(lines)

@@ -37,8 +37,11 @@ def render(report: dict[str, Any]) -> str:
     if report["rows"]:
         lines.append("")
         lines.append(f"  {'age':>8}  {'channel':<10} {'merchant':<12} {'order':<32} why")
-        lines += [f"  {_age(r['age_s']):>8}  {str(r['channel']):<10} {str(r['merchant']):<12} {str(r['order']):<32} "
-                  f"{r['kind']}: {r['why']}" for r in report["rows"]]
+        lines += [
+            f"  {_age(r['age_s']):>8}  {str(r['channel']):<10} {str(r['merchant']):<12} {str(r['order']):<32} "
+            f"{r['kind']}: {r['why']}"
+            for r in report["rows"]
+        ]
         if report["more"]:
             lines.append(f"  ... and {report['more']} more (--limit)")
     else:

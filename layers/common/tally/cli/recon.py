@@ -20,12 +20,16 @@ CHANNELS = ["wechatpay", "alipay"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    recon = sub.add_parser("recon", help="reconcile a day's bill against the ledger").add_subparsers(metavar="ACTION")
+    recon = sub.add_parser("recon", help="reconcile a day's bill against the ledger").add_subparsers(
+        metavar="ACTION"
+    )
 
     def day(p: argparse.ArgumentParser) -> None:
         p.add_argument("--channel", required=True, choices=CHANNELS)
         p.add_argument("--mchid", required=True, help="merchant id (Alipay: app_id)")
-        p.add_argument("--date", required=True, help="bill date YYYY-MM-DD (the channel's day, Asia/Shanghai)")
+        p.add_argument(
+            "--date", required=True, help="bill date YYYY-MM-DD (the channel's day, Asia/Shanghai)"
+        )
         add_target(p)
 
     run = recon.add_parser("run", help="download (or re-use --s3-key), guard, match; prints the run")
@@ -44,17 +48,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     diffs.add_argument("--json", action="store_true")
     diffs.set_defaults(run=recon_diffs)
 
-    resolve = recon.add_parser("resolve", help="close a diff (RESOLVED, or IGNORED); --reverse books a reversal")
+    resolve = recon.add_parser(
+        "resolve", help="close a diff (RESOLVED, or IGNORED); --reverse books a reversal"
+    )
     day(resolve)
     _resolve_args(resolve)
 
-    confirm = recon.add_parser("confirm", help="confirm a volume drop (R33) and re-run the day from the kept bill")
+    confirm = recon.add_parser(
+        "confirm", help="confirm a volume drop (R33) and re-run the day from the kept bill"
+    )
     day(confirm)
     confirm.add_argument("--by", required=True)
     confirm.add_argument("--note", default="")
     confirm.set_defaults(run=recon_confirm)
 
-    diff = sub.add_parser("diff", help="reconciliation differences across days").add_subparsers(metavar="ACTION")
+    diff = sub.add_parser("diff", help="reconciliation differences across days").add_subparsers(
+        metavar="ACTION"
+    )
     listing = diff.add_parser("list", help="OPEN differences, oldest first")
     listing.add_argument("--limit", type=int, default=200)
     listing.add_argument("--json", action="store_true")
@@ -65,7 +75,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     _resolve_args(dres)
 
     bill = sub.add_parser("bill", help="bill files, offline").add_subparsers(metavar="ACTION")
-    parse = bill.add_parser("parse", help="parse + guards on a file; prints rows, summary, totals and the verdict")
+    parse = bill.add_parser(
+        "parse", help="parse + guards on a file; prints rows, summary, totals and the verdict"
+    )
     parse.add_argument("channel", choices=CHANNELS)
     parse.add_argument("file", type=pathlib.Path, help="WeChat .csv/.csv.gz, Alipay .zip or 业务明细.csv")
     parse.add_argument("--previous-rows", type=int, help="the previous day's row count (volume guard, R33)")
@@ -79,8 +91,11 @@ def _resolve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--by", required=True, help="who decides")
     p.add_argument("--note", required=True, help="why (kept in the diff's history)")
     p.add_argument("--ignore", action="store_true", help="IGNORED instead of RESOLVED")
-    p.add_argument("--reverse", action="store_true",
-                   help="also write a reversing ledger entry (local-only / amount-differs; amount computed)")
+    p.add_argument(
+        "--reverse",
+        action="store_true",
+        help="also write a reversing ledger entry (local-only / amount-differs; amount computed)",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=recon_resolve)
 
@@ -132,8 +147,16 @@ def recon_diffs(args: argparse.Namespace) -> int:
 
 
 def recon_resolve(args: argparse.Namespace) -> int:
-    row = _service(args).resolve(args.channel, args.mchid, args.date, args.sk, by=args.by, note=args.note,
-                                 ignore=args.ignore, reverse=args.reverse)
+    row = _service(args).resolve(
+        args.channel,
+        args.mchid,
+        args.date,
+        args.sk,
+        by=args.by,
+        note=args.note,
+        ignore=args.ignore,
+        reverse=args.reverse,
+    )
     if args.json:
         print(json.dumps(row, ensure_ascii=False, indent=2))
     else:
@@ -167,28 +190,54 @@ def bill_parse(args: argparse.Namespace) -> int:
         parser = OpenedBill(args.channel, args.file.read_bytes(), args.file.name).parser()
         for n, item in enumerate(parser.items(), 1):
             if len(shown) < args.rows:
-                shown.append({"key": item.key, "kind": item.kind, "amount_cent": item.amount_cent,
-                              "status": item.status, "time": item.time, "out_trade_no": item.out_trade_no,
-                              "fee_e5": item.fee_e5})
+                shown.append(
+                    {
+                        "key": item.key,
+                        "kind": item.kind,
+                        "amount_cent": item.amount_cent,
+                        "status": item.status,
+                        "time": item.time,
+                        "out_trade_no": item.out_trade_no,
+                        "fee_e5": item.fee_e5,
+                    }
+                )
             if bar and n % 50_000 == 0:
                 bar(n)
         totals = parser.totals
     except BillParseError as exc:
-        print(json.dumps({"ok": False, "verdict": "PARSE_FAILED", "reason": str(exc)}, ensure_ascii=False)
-              if args.json else f"PARSE FAILED: {exc}")
+        print(
+            json.dumps({"ok": False, "verdict": "PARSE_FAILED", "reason": str(exc)}, ensure_ascii=False)
+            if args.json
+            else f"PARSE FAILED: {exc}"
+        )
         return 1
     verdict = check_guards(totals, previous_rows=args.previous_rows)
     if args.json:
-        print(json.dumps({"ok": not verdict.blocked, "verdict": verdict.code, "reason": verdict.reason,
-                          "totals": totals.as_dict(), "rows": shown}, ensure_ascii=False, indent=2))
+        print(
+            json.dumps(
+                {
+                    "ok": not verdict.blocked,
+                    "verdict": verdict.code,
+                    "reason": verdict.reason,
+                    "totals": totals.as_dict(),
+                    "rows": shown,
+                },
+                ensure_ascii=False,
+                indent=2,
+            )
+        )
     else:
-        print(f"{args.channel} bill, layout {totals.layout}: {totals.rows} rows "
-              f"({totals.payments} payments {format_cents(totals.payment_cent)}, "
-              f"{totals.refunds} refunds {format_cents(totals.refund_cent)}, "
-              f"fees {format_cents(round_units(totals.fee_e5, 5, 2))})")
+        print(
+            f"{args.channel} bill, layout {totals.layout}: {totals.rows} rows "
+            f"({totals.payments} payments {format_cents(totals.payment_cent)}, "
+            f"{totals.refunds} refunds {format_cents(totals.refund_cent)}, "
+            f"fees {format_cents(round_units(totals.fee_e5, 5, 2))})"
+        )
         for row in shown:
-            print(f"  {row['time']}  {row['kind']:<7} {format_cents(row['amount_cent']):>12}  {row['status']:<10}"
-                  f" {row['key']}")
+            print(
+                f"  {row['time']}  {row['kind']:<7} {format_cents(row['amount_cent']):>12}  {row['status']:<10}"
+                f" {row['key']}"
+            )
         if totals.rows > len(shown):
             print(f"  … {totals.rows - len(shown)} more")
         print("  summary:")
@@ -203,18 +252,24 @@ def bill_parse(args: argparse.Namespace) -> int:
 
 def render_run(run: dict[str, Any]) -> str:
     totals = run.get("totals") or {}
-    lines = [f"{run['pk']}  {run['status']}  ({run.get('pass')}, {run.get('started_at')})",
-             f"  {run.get('reason', '')}"]
+    lines = [
+        f"{run['pk']}  {run['status']}  ({run.get('pass')}, {run.get('started_at')})",
+        f"  {run.get('reason', '')}",
+    ]
     if totals:
-        lines.append(f"  bill: {totals.get('rows')} rows, {totals.get('payments')} payments "
-                     f"{format_cents(totals.get('payment_cent', 0))}, {totals.get('refunds')} refunds "
-                     f"{format_cents(totals.get('refund_cent', 0))}; guard {run.get('guard')}")
+        lines.append(
+            f"  bill: {totals.get('rows')} rows, {totals.get('payments')} payments "
+            f"{format_cents(totals.get('payment_cent', 0))}, {totals.get('refunds')} refunds "
+            f"{format_cents(totals.get('refund_cent', 0))}; guard {run.get('guard')}"
+        )
     if run.get("bill_key"):
         lines.append(f"  kept: s3://…/{run['bill_key']}")
     if run.get("stats"):
         s = run["stats"]
-        lines.append(f"  matched {s['matched']}, new diffs {s['new_diffs']}, auto-resolved {s['auto_resolved']}, "
-                     f"open {run.get('open_diffs', 0)}")
+        lines.append(
+            f"  matched {s['matched']}, new diffs {s['new_diffs']}, auto-resolved {s['auto_resolved']}, "
+            f"open {run.get('open_diffs', 0)}"
+        )
     if run.get("report_key"):
         lines.append(f"  report: {run['report_key']} (tally recon show … prints a link)")
     return "\n".join(lines)
@@ -227,8 +282,10 @@ def render_diffs(rows: list[dict[str, Any]], with_day: bool = False) -> str:
     for d in rows:
         amounts = f"channel {_yuan(d.get('channel_amount_cent'))} / ours {_yuan(d.get('local_amount_cent'))}"
         where = f"{d['bill_date']} {d['mchid']}  " if with_day else ""
-        out.append(f"    {where}{d['handle_status']:<8} {d['cls']:<15} {d['sk']}  {amounts}  {d.get('detail', '')}"
-                   + (f"  [{d['recovery']}]" if d.get("recovery") else ""))
+        out.append(
+            f"    {where}{d['handle_status']:<8} {d['cls']:<15} {d['sk']}  {amounts}  {d.get('detail', '')}"
+            + (f"  [{d['recovery']}]" if d.get("recovery") else "")
+        )
     return "\n".join(out)
 
 

@@ -12,7 +12,9 @@ from tally.domain.money import format_cents
 
 def register(sub: argparse._SubParsersAction) -> None:
     refund = sub.add_parser("refund", help="create and inspect refunds").add_subparsers(metavar="ACTION")
-    create = refund.add_parser("create", help="refund (part of) a paid order; safe to repeat with --refund-no")
+    create = refund.add_parser(
+        "create", help="refund (part of) a paid order; safe to repeat with --refund-no"
+    )
     create.add_argument("mchid")
     create.add_argument("out_trade_no")
     create.add_argument("amount_cent", type=int, help="integer cents (fen), e.g. 1230 for 12.30")
@@ -45,8 +47,12 @@ def refund_create(args: argparse.Namespace) -> int:
     from tally.domain.refunds import ExceedsRefundable
     from tally.service.refunds import RefundConflict
 
-    request = {"mchid": args.mchid, "out_trade_no": args.out_trade_no, "amount_cent": args.amount_cent,
-               "reason": args.reason}
+    request = {
+        "mchid": args.mchid,
+        "out_trade_no": args.out_trade_no,
+        "amount_cent": args.amount_cent,
+        "reason": args.reason,
+    }
     if args.refund_no:
         request["refund_no"] = args.refund_no
     try:
@@ -54,8 +60,11 @@ def refund_create(args: argparse.Namespace) -> int:
     except (ExceedsRefundable, RefundConflict) as exc:
         print(f"tally: refused: {exc}")
         return 1
-    print(json.dumps(view, ensure_ascii=False, indent=2) if args.json else
-          ("created " if created else "existing ") + render_line(view))
+    print(
+        json.dumps(view, ensure_ascii=False, indent=2)
+        if args.json
+        else ("created " if created else "existing ") + render_line(view)
+    )
     return 0
 
 
@@ -64,18 +73,22 @@ def refund_show(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(view, ensure_ascii=False, indent=2))
         return 0
-    lines = [render_line(view),
-             f"  order {view['mchid']}/{view['out_trade_no']}  transaction {view.get('transaction_id') or '-'}"
-             f"  channel refund id {view.get('refund_id') or '-'}",
-             f"  created {view['created_at']}  updated {view.get('updated_at')}  expires {view['expire_at']}"
-             f"  reserved on {view['hold']}"]
+    lines = [
+        render_line(view),
+        f"  order {view['mchid']}/{view['out_trade_no']}  transaction {view.get('transaction_id') or '-'}"
+        f"  channel refund id {view.get('refund_id') or '-'}",
+        f"  created {view['created_at']}  updated {view.get('updated_at')}  expires {view['expire_at']}"
+        f"  reserved on {view['hold']}",
+    ]
     if view.get("manual_reason") and view["status"] == "MANUAL":
         lines.append(f"  WITH A PERSON: {view['manual_reason']}")
     if view.get("fail_reason"):
         lines.append(f"  failed: {view['fail_reason']}")
     lines.append("  channel reports (handled: 0 pending, 1 applied, 2 with a person):")
-    lines += [f"    {r['sk']:<9} via {r['source']:<6} handled={r['handled']}  {r.get('outcome') or ''}"
-              for r in view["reports"]] or ["    (none)"]
+    lines += [
+        f"    {r['sk']:<9} via {r['source']:<6} handled={r['handled']}  {r.get('outcome') or ''}"
+        for r in view["reports"]
+    ] or ["    (none)"]
     print("\n".join(lines))
     return 0
 
@@ -90,11 +103,16 @@ def refund_list(args: argparse.Namespace) -> int:
         rows = service.for_order(args.mchid, args.out_trade_no)
     else:
         raise ValueError("give MCHID OUT_TRADE_NO, or --manual, or --due")
-    print(json.dumps(rows, ensure_ascii=False, indent=2) if args.json else
-          "\n".join(render_line(r) for r in rows) or "(no refunds)")
+    print(
+        json.dumps(rows, ensure_ascii=False, indent=2)
+        if args.json
+        else "\n".join(render_line(r) for r in rows) or "(no refunds)"
+    )
     return 0
 
 
 def render_line(view: dict[str, Any]) -> str:
-    return (f"refund {view['refund_no']}  {view['status']:<8} {format_cents(view['amount_cent'])} "
-            f"{view.get('currency', 'CNY')}  order {view['out_trade_no']}  {view.get('reason') or ''}").rstrip()
+    return (
+        f"refund {view['refund_no']}  {view['status']:<8} {format_cents(view['amount_cent'])} "
+        f"{view.get('currency', 'CNY')}  order {view['out_trade_no']}  {view.get('reason') or ''}"
+    ).rstrip()

@@ -11,7 +11,9 @@ from tally.cli.common import secret_arg
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    verify = sub.add_parser("verify", help="verify and decrypt a callback offline").add_subparsers(metavar="CHANNEL")
+    verify = sub.add_parser("verify", help="verify and decrypt a callback offline").add_subparsers(
+        metavar="CHANNEL"
+    )
     wxv = verify.add_parser("wechatpay", help="WeChat Pay v3 callback: the same code as the notify function")
     wxv.add_argument("--headers", required=True, type=pathlib.Path, help="JSON file of the request headers")
     wxv.add_argument("--body", required=True, type=pathlib.Path, help="file with the exact raw body")
@@ -23,10 +25,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     wxv.add_argument("--json", action="store_true")
     wxv.set_defaults(run=verify_wechatpay)
 
-    ali = verify.add_parser("alipay", help="Alipay notification (form body): the same code as the notify function")
+    ali = verify.add_parser(
+        "alipay", help="Alipay notification (form body): the same code as the notify function"
+    )
     ali.add_argument("--body", required=True, type=pathlib.Path, help="file with the exact raw form body")
     ali.add_argument("--alipay-public-key", type=pathlib.Path, help="Alipay public key PEM (public-key mode)")
-    ali.add_argument("--alipay-cert", type=pathlib.Path, help="alipayCertPublicKey_RSA2.crt (certificate mode)")
+    ali.add_argument(
+        "--alipay-cert", type=pathlib.Path, help="alipayCertPublicKey_RSA2.crt (certificate mode)"
+    )
     ali.add_argument("--root-cert", type=pathlib.Path, help="alipayRootCert.crt (certificate mode)")
     ali.add_argument("--json", action="store_true")
     ali.set_defaults(run=verify_alipay)
@@ -38,7 +44,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     v2.set_defaults(run=verify_wechatpay_v2)
 
 
-
 def verify_wechatpay(args: argparse.Namespace) -> int:
     """Exit 0 with the decrypted resource; exit 1 with the reason."""
     from tally.channels import wechatpay_v3 as wx
@@ -46,9 +51,11 @@ def verify_wechatpay(args: argparse.Namespace) -> int:
     headers = {str(k).lower(): str(v) for k, v in json.loads(args.headers.read_text()).items()}
     body = args.body.read_bytes()
     try:
-        keys = wx.PlatformKeys.from_pems([p.read_text() for p in args.platform_cert],
-                                         args.public_key.read_text() if args.public_key else None,
-                                         args.public_key_id)
+        keys = wx.PlatformKeys.from_pems(
+            [p.read_text() for p in args.platform_cert],
+            args.public_key.read_text() if args.public_key else None,
+            args.public_key_id,
+        )
         serial = wx.verify_signed(headers, body, keys, args.now if args.now is not None else time.time())
         resource = wx.open_resource(wx.parse_envelope(body), secret_arg(args.apiv3_key).encode())
     except (wx.SignatureError, wx.DecryptError, ValueError) as exc:
@@ -86,18 +93,35 @@ def verify_alipay(args: argparse.Namespace) -> int:
         keys = ali.AlipayKeys.from_pems(
             args.alipay_public_key.read_text() if args.alipay_public_key else None,
             [args.alipay_cert.read_text()] if args.alipay_cert else [],
-            args.root_cert.read_text() if args.root_cert else None)
+            args.root_cert.read_text() if args.root_cert else None,
+        )
         params = ali.parse_form(args.body.read_bytes())
         key = ali.verify_notification(params, keys)
         if ali.is_refund(params):
-            return _report(args, True, {"key": key, "kind": "refund", "trade_no": params.get("trade_no"),
-                                        "out_biz_no": params.get("out_biz_no"),
-                                        "refund_cent": ali.amount_cents(params, "refund_fee")})
+            return _report(
+                args,
+                True,
+                {
+                    "key": key,
+                    "kind": "refund",
+                    "trade_no": params.get("trade_no"),
+                    "out_biz_no": params.get("out_biz_no"),
+                    "refund_cent": ali.amount_cents(params, "refund_fee"),
+                },
+            )
         notice = ali.to_payment_notice(params)
     except (ali.FormError, ali.SignatureError, ali.ParseError, ValueError) as exc:
         return _report(args, False, {"reason": getattr(exc, "reason", None) or str(exc)})
-    return _report(args, True, {"key": key, "kind": "payment", "outcome": _outcome("alipay", notice.trade_state),
-                                "notice": asdict(notice)})
+    return _report(
+        args,
+        True,
+        {
+            "key": key,
+            "kind": "payment",
+            "outcome": _outcome("alipay", notice.trade_state),
+            "notice": asdict(notice),
+        },
+    )
 
 
 def verify_wechatpay_v2(args: argparse.Namespace) -> int:
@@ -109,13 +133,23 @@ def verify_wechatpay_v2(args: argparse.Namespace) -> int:
     try:
         params = wx2.parse_xml(args.body.read_bytes())
         if "req_info" in params:
-            return _report(args, True, {"kind": "refund", "refund": wx2.decrypt_req_info(params["req_info"], api_key)})
+            return _report(
+                args, True, {"kind": "refund", "refund": wx2.decrypt_req_info(params["req_info"], api_key)}
+            )
         algorithm = wx2.verify(params, api_key)
         notice = wx2.to_payment_notice(params)
     except (wx2.XmlError, wx2.SignatureError, wx2.ParseError) as exc:
         return _report(args, False, {"reason": getattr(exc, "reason", None) or str(exc)})
-    return _report(args, True, {"sign_type": algorithm, "kind": "payment",
-                                "outcome": _outcome("wechatpay", notice.trade_state), "notice": asdict(notice)})
+    return _report(
+        args,
+        True,
+        {
+            "sign_type": algorithm,
+            "kind": "payment",
+            "outcome": _outcome("wechatpay", notice.trade_state),
+            "notice": asdict(notice),
+        },
+    )
 
 
 def _outcome(channel: str, state: str) -> str:

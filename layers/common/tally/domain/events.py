@@ -35,13 +35,20 @@ def _order_events(order: dict[str, Any]) -> list[DownstreamEvent]:
     base = {k: order.get(k) for k in ORDER_FIELDS}
     if order["status"] == "PAID":
         event_id = f"OrderPaid:{order['pk']}:{order['transaction_id']}"
-        detail = {**base, "transaction_id": order["transaction_id"], "paid_cent": order.get("paid_cent"),
-                  "paid_at": order.get("paid_at")}
+        detail = {
+            **base,
+            "transaction_id": order["transaction_id"],
+            "paid_cent": order.get("paid_cent"),
+            "paid_at": order.get("paid_at"),
+        }
         return [DownstreamEvent(event_id, "OrderPaid", {"event_id": event_id, **detail})]
     if order["status"] == "CLOSED":
         event_id = f"OrderClosed:{order['pk']}"
-        return [DownstreamEvent(event_id, "OrderClosed", {"event_id": event_id, **base,
-                                                          "closed_at": order.get("updated_at")})]
+        return [
+            DownstreamEvent(
+                event_id, "OrderClosed", {"event_id": event_id, **base, "closed_at": order.get("updated_at")}
+            )
+        ]
     return []
 
 

@@ -64,10 +64,13 @@ def to_units(text: str, places: int) -> int:
     if negative:
         s = s[1:]
     whole, dot, frac = s.partition(".")
-    if not (whole.isascii() and whole.isdigit()) or (dot and not (frac.isascii() and frac.isdigit())) \
-            or len(frac) > places:
+    if (
+        not (whole.isascii() and whole.isdigit())
+        or (dot and not (frac.isascii() and frac.isdigit()))
+        or len(frac) > places
+    ):
         raise ValueError(f"not an amount with at most {places} decimals: {text!r}")
-    value = int(whole) * 10 ** places + (int(frac) * 10 ** (places - len(frac)) if frac else 0)
+    value = int(whole) * 10**places + (int(frac) * 10 ** (places - len(frac)) if frac else 0)
     return -value if negative else value
 
 
@@ -144,11 +147,20 @@ class BillTotals:
             self.refund_cent += item.amount_cent
 
     def as_dict(self) -> dict:
-        return {"layout": self.layout, "rows": self.rows, "payments": self.payments, "refunds": self.refunds,
-                "payment_cent": self.payment_cent, "refund_cent": self.refund_cent, "fee_e5": self.fee_e5,
-                "stated_rows": self.stated_rows,
-                "checks": [{"name": c.name, "stated": c.stated, "parsed": c.parsed, "unit": c.unit, "ok": c.ok}
-                           for c in self.checks]}
+        return {
+            "layout": self.layout,
+            "rows": self.rows,
+            "payments": self.payments,
+            "refunds": self.refunds,
+            "payment_cent": self.payment_cent,
+            "refund_cent": self.refund_cent,
+            "fee_e5": self.fee_e5,
+            "stated_rows": self.stated_rows,
+            "checks": [
+                {"name": c.name, "stated": c.stated, "parsed": c.parsed, "unit": c.unit, "ok": c.ok}
+                for c in self.checks
+            ],
+        }
 
 
 class BillIndex:
@@ -180,8 +192,11 @@ class BillIndex:
         fee_ok = item.expected_fee_e5 is None or item.expected_fee_e5 == item.fee_e5
         self.keys.append(item.key)
         self.amounts.append(item.amount_cent)
-        self.flags.append((self.REFUND if item.kind == REFUND else 0) | (self.SUCCESS if item.status == "SUCCESS"
-                                                                         else 0) | (self.FEE_OK if fee_ok else 0))
+        self.flags.append(
+            (self.REFUND if item.kind == REFUND else 0)
+            | (self.SUCCESS if item.status == "SUCCESS" else 0)
+            | (self.FEE_OK if fee_ok else 0)
+        )
         self.where.append(where)
 
 
@@ -198,8 +213,14 @@ class GuardVerdict:
         return self.code not in (PASSED, QUIET)
 
 
-def check_guards(totals: BillTotals, *, previous_rows: int | None = None, min_ratio: float = 0.10,
-                 min_previous_rows: int = 10, confirmed: bool = False) -> GuardVerdict:
+def check_guards(
+    totals: BillTotals,
+    *,
+    previous_rows: int | None = None,
+    min_ratio: float = 0.10,
+    min_previous_rows: int = 10,
+    confirmed: bool = False,
+) -> GuardVerdict:
     """Run before any matching. Blocks an empty bill whose summary says otherwise (R31), a bill whose
     parsed count/amounts differ from its summary (R32) and a volume drop below `min_ratio` of the
     previous day's rows (R33) unless a person confirmed this day."""
@@ -211,10 +232,17 @@ def check_guards(totals: BillTotals, *, previous_rows: int | None = None, min_ra
     if wrong:
         detail = "; ".join(f"{c.name}: summary {c.stated} != parsed {c.parsed} ({c.unit})" for c in wrong)
         return GuardVerdict(SUMMARY_MISMATCH, f"parsed totals differ from the bill's summary (R32): {detail}")
-    if previous_rows is not None and previous_rows >= min_previous_rows and not confirmed \
-            and totals.rows * 1.0 < previous_rows * min_ratio:
-        return GuardVerdict(VOLUME_DROP, f"{totals.rows} rows vs {previous_rows} the previous day: below "
-                                         f"{min_ratio:.0%}; blocked until a person confirms (R33)")
+    if (
+        previous_rows is not None
+        and previous_rows >= min_previous_rows
+        and not confirmed
+        and totals.rows * 1.0 < previous_rows * min_ratio
+    ):
+        return GuardVerdict(
+            VOLUME_DROP,
+            f"{totals.rows} rows vs {previous_rows} the previous day: below "
+            f"{min_ratio:.0%}; blocked until a person confirms (R33)",
+        )
     if totals.rows == 0:
         return GuardVerdict(QUIET, "the summary says zero and the bill has zero rows: a quiet day (R31)")
     return GuardVerdict(PASSED, "counts and amounts equal the bill's summary")
@@ -248,9 +276,15 @@ def fold_ledger(entries: Iterable[dict]) -> dict[str, LocalEntry]:
             continue
         if kind not in (PAYMENT, REFUND):
             continue
-        local[row["pk"]] = LocalEntry(row["pk"], kind, int(row["amount_cent"]), row.get("bill_date", ""),
-                                      row.get("transaction_id", ""), row.get("out_trade_no", ""),
-                                      row.get("refund_no", ""))
+        local[row["pk"]] = LocalEntry(
+            row["pk"],
+            kind,
+            int(row["amount_cent"]),
+            row.get("bill_date", ""),
+            row.get("transaction_id", ""),
+            row.get("out_trade_no", ""),
+            row.get("refund_no", ""),
+        )
     for row in reversals:
         target = local.get(row.get("reverses", ""))
         if target is not None:
@@ -293,8 +327,13 @@ class Matcher:
     entry booked under another bill_date (a payment on the day boundary) before calling it channel-only.
     """
 
-    def __init__(self, local: dict[str, LocalEntry], lookup: Callable[[str], LocalEntry | None] | None = None,
-                 *, check_fees: bool = True):
+    def __init__(
+        self,
+        local: dict[str, LocalEntry],
+        lookup: Callable[[str], LocalEntry | None] | None = None,
+        *,
+        check_fees: bool = True,
+    ):
         self.local = local
         self.lookup = lookup
         self.check_fees = check_fees
@@ -329,9 +368,21 @@ class Matcher:
 
     def _local_only(self) -> Iterator[Diff]:
         for entry in self.local.values():
-            yield self._count(Diff(LOCAL_ONLY, entry.kind, entry.key, None, entry.amount_cent, "", "BOOKED",
-                                   entry.transaction_id, entry.out_trade_no, entry.refund_no,
-                                   f"booked for {entry.bill_date or 'this day'}, not in the channel's bill"))
+            yield self._count(
+                Diff(
+                    LOCAL_ONLY,
+                    entry.kind,
+                    entry.key,
+                    None,
+                    entry.amount_cent,
+                    "",
+                    "BOOKED",
+                    entry.transaction_id,
+                    entry.out_trade_no,
+                    entry.refund_no,
+                    f"booked for {entry.bill_date or 'this day'}, not in the channel's bill",
+                )
+            )
         self.local = {}
 
     def _one(self, item: BillItem) -> Iterator[Diff]:
@@ -345,10 +396,21 @@ class Matcher:
                 self.stats.cross_day += 1
         self._seen.add(key)
         if self.check_fees and item.expected_fee_e5 is not None and item.expected_fee_e5 != item.fee_e5:
-            yield self._count(Diff(AMOUNT_DIFFERS, FEE, key, round_units(item.fee_e5, 5, 2),
-                                   round_units(item.expected_fee_e5, 5, 2), item.status, "",
-                                   item.transaction_id, item.out_trade_no, item.refund_no,
-                                   f"fee {item.fee_e5} e-5 yuan != {item.expected_fee_e5} from the row's rate"))
+            yield self._count(
+                Diff(
+                    AMOUNT_DIFFERS,
+                    FEE,
+                    key,
+                    round_units(item.fee_e5, 5, 2),
+                    round_units(item.expected_fee_e5, 5, 2),
+                    item.status,
+                    "",
+                    item.transaction_id,
+                    item.out_trade_no,
+                    item.refund_no,
+                    f"fee {item.fee_e5} e-5 yuan != {item.expected_fee_e5} from the row's rate",
+                )
+            )
         ok_status = item.status == "SUCCESS"
         if entry is None:
             if item.kind == REFUND and not ok_status:
@@ -357,19 +419,55 @@ class Matcher:
             cls = CHANNEL_ONLY if ok_status else STATUS_DIFFERS
             if cls is STATUS_DIFFERS:
                 return  # e.g. a REVOKED payment we never booked: nothing moved on either side
-            yield self._count(Diff(cls, item.kind, key, item.amount_cent, None, item.status, "",
-                                   item.transaction_id, item.out_trade_no, item.refund_no,
-                                   f"in the channel's bill at {item.time}, not in our ledger"))
+            yield self._count(
+                Diff(
+                    cls,
+                    item.kind,
+                    key,
+                    item.amount_cent,
+                    None,
+                    item.status,
+                    "",
+                    item.transaction_id,
+                    item.out_trade_no,
+                    item.refund_no,
+                    f"in the channel's bill at {item.time}, not in our ledger",
+                )
+            )
             return
         if not ok_status:
-            yield self._count(Diff(STATUS_DIFFERS, item.kind, key, item.amount_cent, entry.amount_cent,
-                                   item.status, "BOOKED", item.transaction_id, item.out_trade_no, item.refund_no,
-                                   f"channel says {item.status}, we booked it"))
+            yield self._count(
+                Diff(
+                    STATUS_DIFFERS,
+                    item.kind,
+                    key,
+                    item.amount_cent,
+                    entry.amount_cent,
+                    item.status,
+                    "BOOKED",
+                    item.transaction_id,
+                    item.out_trade_no,
+                    item.refund_no,
+                    f"channel says {item.status}, we booked it",
+                )
+            )
             return
         if entry.amount_cent != item.amount_cent:
-            yield self._count(Diff(AMOUNT_DIFFERS, item.kind, key, item.amount_cent, entry.amount_cent,
-                                   item.status, "BOOKED", item.transaction_id, item.out_trade_no, item.refund_no,
-                                   f"channel {item.amount_cent} != ledger {entry.amount_cent} (cents)"))
+            yield self._count(
+                Diff(
+                    AMOUNT_DIFFERS,
+                    item.kind,
+                    key,
+                    item.amount_cent,
+                    entry.amount_cent,
+                    item.status,
+                    "BOOKED",
+                    item.transaction_id,
+                    item.out_trade_no,
+                    item.refund_no,
+                    f"channel {item.amount_cent} != ledger {entry.amount_cent} (cents)",
+                )
+            )
             return
         self.stats.matched += 1
 

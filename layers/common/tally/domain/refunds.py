@@ -49,7 +49,9 @@ class Verdict(str, Enum):
     ILLEGAL = "ILLEGAL"  # the channel contradicts an outcome we already applied: a person
 
 
-IN_FLIGHT = frozenset({RefundStatus.PENDING, RefundStatus.ACCEPTED, RefundStatus.MANUAL})  # amount still reserved
+IN_FLIGHT = frozenset(
+    {RefundStatus.PENDING, RefundStatus.ACCEPTED, RefundStatus.MANUAL}
+)  # amount still reserved
 POLLED = frozenset({RefundStatus.PENDING, RefundStatus.ACCEPTED})  # in the sparse poll index
 TERMINAL = frozenset({RefundStatus.SUCCESS, RefundStatus.FAIL})
 
@@ -58,19 +60,26 @@ TRANSIT: dict[tuple[RefundStatus, RefundEvent], tuple[RefundStatus, Effect]] = {
     (RefundStatus.PENDING, RefundEvent.ACCEPT): (RefundStatus.ACCEPTED, Effect.NONE),
     **{(s, RefundEvent.SUCCEED): (RefundStatus.SUCCESS, Effect.BOOK) for s in _OPEN},
     **{(s, RefundEvent.FAIL): (RefundStatus.FAIL, Effect.RELEASE) for s in _OPEN},
-    **{(s, e): (RefundStatus.MANUAL, Effect.NONE)
-       for s in (RefundStatus.PENDING, RefundStatus.ACCEPTED)
-       for e in (RefundEvent.ABNORMAL, RefundEvent.EXPIRE, RefundEvent.MISMATCH, RefundEvent.UNKNOWN)},
+    **{
+        (s, e): (RefundStatus.MANUAL, Effect.NONE)
+        for s in (RefundStatus.PENDING, RefundStatus.ACCEPTED)
+        for e in (RefundEvent.ABNORMAL, RefundEvent.EXPIRE, RefundEvent.MISMATCH, RefundEvent.UNKNOWN)
+    },
 }
 
 # Events that change nothing when they meet these statuses (late or repeated news).
 _DUPLICATE: frozenset[tuple[RefundStatus, RefundEvent]] = frozenset(
-    {(RefundStatus.ACCEPTED, RefundEvent.ACCEPT), (RefundStatus.SUCCESS, RefundEvent.SUCCEED),
-     (RefundStatus.FAIL, RefundEvent.FAIL)}
+    {
+        (RefundStatus.ACCEPTED, RefundEvent.ACCEPT),
+        (RefundStatus.SUCCESS, RefundEvent.SUCCEED),
+        (RefundStatus.FAIL, RefundEvent.FAIL),
+    }
     # the create call answered after the outcome was already applied (notification first)
     | {(s, RefundEvent.ACCEPT) for s in (RefundStatus.SUCCESS, RefundStatus.FAIL, RefundStatus.MANUAL)}
-    | {(RefundStatus.MANUAL, e) for e in (RefundEvent.ABNORMAL, RefundEvent.EXPIRE, RefundEvent.MISMATCH,
-                                          RefundEvent.UNKNOWN)}
+    | {
+        (RefundStatus.MANUAL, e)
+        for e in (RefundEvent.ABNORMAL, RefundEvent.EXPIRE, RefundEvent.MISMATCH, RefundEvent.UNKNOWN)
+    }
 )
 
 
@@ -216,8 +225,13 @@ def mismatches(notice: RefundNotice, refund: dict[str, object]) -> list[str]:
     return found
 
 
-def check_cumulative(cumulative_cent: int, refund_amount_cent: int, order_paid_cent: int,
-                     order_refundable_cent: int, extra_held_cent: int = 0) -> list[str]:
+def check_cumulative(
+    cumulative_cent: int,
+    refund_amount_cent: int,
+    order_paid_cent: int,
+    order_refundable_cent: int,
+    extra_held_cent: int = 0,
+) -> list[str]:
     """A cumulative refunded total (Alipay `refund_fee`) against our books for the order (R27, R29).
 
     Notifications of several refunds of one trade may arrive in any order, so the channel's total when
@@ -227,7 +241,9 @@ def check_cumulative(cumulative_cent: int, refund_amount_cent: int, order_paid_c
     `extra_held_cent`: a refund held on a refund task, which the order's refundable does not count."""
     upper = order_paid_cent - order_refundable_cent + extra_held_cent
     if cumulative_cent < refund_amount_cent:
-        return [f"channel's cumulative refunded {cumulative_cent} < this refund's {refund_amount_cent} (cents)"]
+        return [
+            f"channel's cumulative refunded {cumulative_cent} < this refund's {refund_amount_cent} (cents)"
+        ]
     if cumulative_cent > upper:
         return [f"channel's cumulative refunded {cumulative_cent} > ours booked + in flight {upper} (cents)"]
     return []

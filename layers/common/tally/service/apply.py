@@ -33,8 +33,15 @@ class RetryLater(Exception):
 
 
 class ApplyService:
-    def __init__(self, tables: Tables, raw: RawStore, orders: OrderStore, *,
-                 clock: Callable[[], float] = time.time, max_not_found_attempts: int = 4):
+    def __init__(
+        self,
+        tables: Tables,
+        raw: RawStore,
+        orders: OrderStore,
+        *,
+        clock: Callable[[], float] = time.time,
+        max_not_found_attempts: int = 4,
+    ):
         self.t = tables
         self.raw = raw
         self.orders = orders
@@ -90,13 +97,19 @@ class ApplyService:
 
     # ---------------------------------------------------------------- the one transaction (R18)
 
-    def _commit(self, notice: PaymentNotice, order: dict[str, Any], event: Event, to: Status) -> Applied | None:
+    def _commit(
+        self, notice: PaymentNotice, order: dict[str, Any], event: Event, to: Status
+    ) -> Applied | None:
         now = iso_now(self.clock())
         money_in = event is Event.PAY
         items = [
             {"Update": self._order_cas(order, to, notice, now, money_in)},
             {"Put": self._transition(order, event, to, notice, now)},
-            {"Update": self.raw.handled_update(notice.raw_key, "BOOKED" if money_in else f"{event.value}D", now)},
+            {
+                "Update": self.raw.handled_update(
+                    notice.raw_key, "BOOKED" if money_in else f"{event.value}D", now
+                )
+            },
         ]
         if money_in:
             items.append({"Put": self._ledger(order, notice, now)})
@@ -106,8 +119,10 @@ class ApplyService:
             return self._after_cancel(notice, _failed_conditions(exc))
         if money_in:
             count(M.APPLY_BOOKED, channel=notice.channel, merchant=notice.mchid)
-            logger.info("payment booked", extra={"raw_key": notice.raw_key, "order": order["pk"],
-                                                 "paid_cent": notice.paid_cent})
+            logger.info(
+                "payment booked",
+                extra={"raw_key": notice.raw_key, "order": order["pk"], "paid_cent": notice.paid_cent},
+            )
             return Applied.BOOKED
         return Applied.TRANSITIONED
 
@@ -121,38 +136,70 @@ class ApplyService:
             return None  # lost the compare-and-set: re-read and decide again (R19)
         raise RetryLater(f"transaction for {notice.raw_key} cancelled without a failed condition")
 
-    def _order_cas(self, order: dict[str, Any], to: Status, notice: PaymentNotice, now: str,
-                   money_in: bool) -> dict[str, Any]:
+    def _order_cas(
+        self, order: dict[str, Any], to: Status, notice: PaymentNotice, now: str, money_in: bool
+    ) -> dict[str, Any]:
         sets = ["#st = :to", "version = :next", "updated_at = :now"]
-        values: dict[str, Any] = {"to": to.value, "from": order["status"], "v": order.get("version", 0),
-                                  "next": order.get("version", 0) + 1, "now": now}
+        values: dict[str, Any] = {
+            "to": to.value,
+            "from": order["status"],
+            "v": order.get("version", 0),
+            "next": order.get("version", 0) + 1,
+            "now": now,
+        }
         if money_in:
             sets += ["transaction_id = :tx", "paid_cent = :paid", "refundable_cent = :paid", "paid_at = :now"]
             values.update(tx=notice.transaction_id, paid=notice.paid_cent)
         return {
-            "TableName": self.t.orders, "Key": to_item({"pk": order["pk"]}),
+            "TableName": self.t.orders,
+            "Key": to_item({"pk": order["pk"]}),
             "UpdateExpression": "SET " + ", ".join(sets) + " REMOVE poll_pk, poll_due",
             "ConditionExpression": "#st = :from AND version = :v",
             "ExpressionAttributeNames": {"#st": "status"},
             "ExpressionAttributeValues": names_values(**values),
         }
 
-    def _transition(self, order: dict[str, Any], event: Event, to: Status, notice: PaymentNotice,
-                    now: str) -> dict[str, Any]:
-        row = {"pk": order["pk"], "sk": f"{event.value}#{notice.transaction_id}", "event": event.value,
-               "from_status": order["status"], "to_status": to.value, "at": now, "raw_key": notice.raw_key,
-               "source": notice.source}
-        return {"TableName": self.t.transitions, "Item": to_item(row),
-                "ConditionExpression": "attribute_not_exists(pk)"}
+    def _transition(
+        self, order: dict[str, Any], event: Event, to: Status, notice: PaymentNotice, now: str
+    ) -> dict[str, Any]:
+        row = {
+            "pk": order["pk"],
+            "sk": f"{event.value}#{notice.transaction_id}",
+            "event": event.value,
+            "from_status": order["status"],
+            "to_status": to.value,
+            "at": now,
+            "raw_key": notice.raw_key,
+            "source": notice.source,
+        }
+        return {
+            "TableName": self.t.transitions,
+            "Item": to_item(row),
+            "ConditionExpression": "attribute_not_exists(pk)",
+        }
 
     def _ledger(self, order: dict[str, Any], notice: PaymentNotice, now: str) -> dict[str, Any]:
-        row = {"pk": notice.raw_key, "kind": "PAYMENT", "channel": notice.channel,
-               "transaction_id": notice.transaction_id, "order_pk": order["pk"], "mchid": notice.mchid,
-               "out_trade_no": notice.out_trade_no, "amount_cent": notice.paid_cent,
-               "order_total_cent": notice.order_total_cent, "currency": notice.currency,
-               "success_time": notice.success_time, "bill_date": bill_date(notice.success_time, self.clock()),
-               "booked_at": now, "source": notice.source}
-        return {"TableName": self.t.ledger, "Item": to_item(row), "ConditionExpression": "attribute_not_exists(pk)"}
+        row = {
+            "pk": notice.raw_key,
+            "kind": "PAYMENT",
+            "channel": notice.channel,
+            "transaction_id": notice.transaction_id,
+            "order_pk": order["pk"],
+            "mchid": notice.mchid,
+            "out_trade_no": notice.out_trade_no,
+            "amount_cent": notice.paid_cent,
+            "order_total_cent": notice.order_total_cent,
+            "currency": notice.currency,
+            "success_time": notice.success_time,
+            "bill_date": bill_date(notice.success_time, self.clock()),
+            "booked_at": now,
+            "source": notice.source,
+        }
+        return {
+            "TableName": self.t.ledger,
+            "Item": to_item(row),
+            "ConditionExpression": "attribute_not_exists(pk)",
+        }
 
     # ---------------------------------------------------------------- the paths that do not book
 
@@ -164,7 +211,9 @@ class ApplyService:
     def _not_found(self, notice: PaymentNotice) -> Applied:
         attempts = self.raw.count_attempt(notice.raw_key)
         if attempts >= self.max_not_found_attempts:
-            return self._to_person(notice, f"order not found after {attempts} attempts", M.APPLY_ORDER_NOT_FOUND)
+            return self._to_person(
+                notice, f"order not found after {attempts} attempts", M.APPLY_ORDER_NOT_FOUND
+            )
         count(M.APPLY_RETRY, channel=notice.channel, merchant=notice.mchid)
         raise RetryLater(f"order {notice.mchid}#{notice.out_trade_no} not found (attempt {attempts})")
 
@@ -172,24 +221,47 @@ class ApplyService:
         """R17: money arrived that must not be booked: handled=2 plus a refund task, inserted once."""
         now = iso_now(self.clock())
         tenant = order.get("tenant") or notice.mchid
-        task = {"pk": f"{tenant}#{order['pk']}#{notice.transaction_id}", "tenant": tenant, "order_pk": order["pk"],
-                "channel": notice.channel, "transaction_id": notice.transaction_id, "mchid": notice.mchid,
-                "out_trade_no": notice.out_trade_no, "amount_cent": notice.paid_cent, "reason": reason,
-                "status": "OPEN", "created_at": now}
+        task = {
+            "pk": f"{tenant}#{order['pk']}#{notice.transaction_id}",
+            "tenant": tenant,
+            "order_pk": order["pk"],
+            "channel": notice.channel,
+            "transaction_id": notice.transaction_id,
+            "mchid": notice.mchid,
+            "out_trade_no": notice.out_trade_no,
+            "amount_cent": notice.paid_cent,
+            "reason": reason,
+            "status": "OPEN",
+            "created_at": now,
+        }
         person = {
-            "TableName": self.t.notify_raw, "Key": to_item({"pk": notice.raw_key}),
+            "TableName": self.t.notify_raw,
+            "Key": to_item({"pk": notice.raw_key}),
             "UpdateExpression": "SET handled = :two, manual_reason = :r, handled_at = :now, "
-                                "pending_pk = :ppk, pending_at = :now, refund_task = :task",
+            "pending_pk = :ppk, pending_at = :now, refund_task = :task",
             "ConditionExpression": "handled = :zero",
-            "ExpressionAttributeValues": names_values(two=2, zero=0, r=f"ILLEGAL {reason}", now=now,
-                                                      ppk=pending_pk(2, notice.raw_key), task=task["pk"]),
+            "ExpressionAttributeValues": names_values(
+                two=2,
+                zero=0,
+                r=f"ILLEGAL {reason}",
+                now=now,
+                ppk=pending_pk(2, notice.raw_key),
+                task=task["pk"],
+            ),
         }
         try:
-            self.t.ddb.transact_write_items(TransactItems=[
-                {"Update": person},
-                {"Put": {"TableName": self.t.refund_tasks, "Item": to_item(task),
-                         "ConditionExpression": "attribute_not_exists(pk)"}},
-            ])
+            self.t.ddb.transact_write_items(
+                TransactItems=[
+                    {"Update": person},
+                    {
+                        "Put": {
+                            "TableName": self.t.refund_tasks,
+                            "Item": to_item(task),
+                            "ConditionExpression": "attribute_not_exists(pk)",
+                        }
+                    },
+                ]
+            )
         except self.t.ddb.exceptions.TransactionCanceledException as exc:
             failed = _failed_conditions(exc)
             if 0 in failed:
@@ -198,8 +270,10 @@ class ApplyService:
         count(M.APPLY_ILLEGAL, channel=notice.channel, merchant=notice.mchid)
         count(M.REFUND_TASK_CREATED, channel=notice.channel, merchant=notice.mchid)
         count(M.APPLY_MANUAL, channel=notice.channel, merchant=notice.mchid)
-        logger.error("money arrived on an order that cannot take it: refund task created",
-                     extra={"raw_key": notice.raw_key, "order": order["pk"], "reason": reason})
+        logger.error(
+            "money arrived on an order that cannot take it: refund task created",
+            extra={"raw_key": notice.raw_key, "order": order["pk"], "reason": reason},
+        )
         return Applied.MANUAL
 
     def _to_person(self, notice: PaymentNotice, reason: str, metric: str) -> Applied:
@@ -207,14 +281,22 @@ class ApplyService:
             return Applied.ALREADY_HANDLED
         count(metric, channel=notice.channel, merchant=notice.mchid)
         count(M.APPLY_MANUAL, channel=notice.channel, merchant=notice.mchid)
-        logger.error("notification sent to the manual queue", extra={"raw_key": notice.raw_key, "reason": reason})
+        logger.error(
+            "notification sent to the manual queue", extra={"raw_key": notice.raw_key, "reason": reason}
+        )
         return Applied.MANUAL
 
 
 def order_facts(order: dict[str, Any]) -> OrderFacts:
-    return OrderFacts(mchid=order["mchid"], sp_mchid=order.get("sp_mchid"), currency=order["currency"],
-                      amount_cent=int(order["amount_cent"]), status=Status(order["status"]),
-                      transaction_id=order.get("transaction_id"), channel=order.get("channel"))
+    return OrderFacts(
+        mchid=order["mchid"],
+        sp_mchid=order.get("sp_mchid"),
+        currency=order["currency"],
+        amount_cent=int(order["amount_cent"]),
+        status=Status(order["status"]),
+        transaction_id=order.get("transaction_id"),
+        channel=order.get("channel"),
+    )
 
 
 def bill_date(success_time: str | None, now_s: float) -> str:
@@ -223,7 +305,9 @@ def bill_date(success_time: str | None, now_s: float) -> str:
         try:
             return datetime.fromisoformat(success_time).astimezone(CHINA).date().isoformat()
         except ValueError:
-            logger.warning("unparseable success_time; bill date from clock", extra={"success_time": success_time})
+            logger.warning(
+                "unparseable success_time; bill date from clock", extra={"success_time": success_time}
+            )
     return datetime.fromtimestamp(now_s, CHINA).date().isoformat()
 
 

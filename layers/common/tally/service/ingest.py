@@ -29,8 +29,13 @@ REJECTED_TTL_DAYS = 7  # signature-rejected bodies are kept this long for a repl
 class Acks:
     """One channel's ACK protocol (R6): success and failure bodies with their content type."""
 
-    def __init__(self, channel: str, success: Callable[[], tuple[int, str]],
-                 failure: Callable[[int, str], tuple[int, str]], content_type: str):
+    def __init__(
+        self,
+        channel: str,
+        success: Callable[[], tuple[int, str]],
+        failure: Callable[[int, str], tuple[int, str]],
+        content_type: str,
+    ):
         self.channel = channel
         self._success = success
         self._failure = failure
@@ -46,7 +51,11 @@ class Acks:
 WX_ACKS = Acks(wx.CHANNEL, wx.ack_success, wx.ack_failure, "application/json")
 ALIPAY_ACKS = Acks(ali.CHANNEL, ali.ack_success, ali.ack_failure, ali.ACK_CONTENT_TYPE)
 WX2_ACKS = Acks(wx2.API, wx2.ack_success, wx2.ack_failure, wx2.ACK_CONTENT_TYPE)
-ACKS_BY_PATH = {"/notify/alipay/": ALIPAY_ACKS, "/notify/wechatpay-v2/": WX2_ACKS, "/notify/wechatpay/": WX_ACKS}
+ACKS_BY_PATH = {
+    "/notify/alipay/": ALIPAY_ACKS,
+    "/notify/wechatpay-v2/": WX2_ACKS,
+    "/notify/wechatpay/": WX_ACKS,
+}
 
 
 def failure_for_path(path: str, status: int, message: str) -> HttpResponse:
@@ -56,8 +65,17 @@ def failure_for_path(path: str, status: int, message: str) -> HttpResponse:
 
 
 class IngestService:
-    def __init__(self, merchants: MerchantDirectory, raw: RawStore, events: EventStore, queue: ApplyQueue,
-                 *, clock: Callable[[], float] = time.time, window_s: int = 300, refund_inbox: Any = None):
+    def __init__(
+        self,
+        merchants: MerchantDirectory,
+        raw: RawStore,
+        events: EventStore,
+        queue: ApplyQueue,
+        *,
+        clock: Callable[[], float] = time.time,
+        window_s: int = 300,
+        refund_inbox: Any = None,
+    ):
         self.merchants = merchants
         self.refund_inbox = refund_inbox
         self.raw = raw
@@ -92,11 +110,17 @@ class IngestService:
                 return self._store_refund(wxr.to_refund_notice(resource), request, envelope, mchid)
             notice = wx.to_payment_notice(resource)
         except wx.DecryptError as exc:
-            return self._quarantine(request, mchid, f"undecryptable: {exc}", envelope_id=_envelope_id(request.body))
+            return self._quarantine(
+                request, mchid, f"undecryptable: {exc}", envelope_id=_envelope_id(request.body)
+            )
         logger.append_keys(raw_key=notice.raw_key, order=order_key(notice.mchid, notice.out_trade_no))
         if notice.mchid != mchid and notice.sp_mchid != mchid:
-            return self._quarantine(request, mchid, f"resource merchant {notice.mchid} != URL merchant {mchid}",
-                                    envelope_id=str(envelope.get("id") or ""))
+            return self._quarantine(
+                request,
+                mchid,
+                f"resource merchant {notice.mchid} != URL merchant {mchid}",
+                envelope_id=str(envelope.get("id") or ""),
+            )
         return self._store_payment(notice, request, envelope)
 
     def _verify(self, merchant: Any, request: HttpRequest, now: float) -> None:
@@ -111,18 +135,35 @@ class IngestService:
                 raise
             wx.verify_signed(request.headers, request.body, merchant.creds.platform, now, self.window_s)
 
-    def _store_payment(self, notice: PaymentNotice, request: HttpRequest, envelope: dict[str, Any],
-                       acks: Acks = WX_ACKS, api: str | None = None) -> HttpResponse:
+    def _store_payment(
+        self,
+        notice: PaymentNotice,
+        request: HttpRequest,
+        envelope: dict[str, Any],
+        acks: Acks = WX_ACKS,
+        api: str | None = None,
+    ) -> HttpResponse:
         outcome = outcome_of(notice.channel, notice.trade_state)
         if outcome is Outcome.IN_BETWEEN or not notice.transaction_id:
             # R8: no transaction id, no raw payment row; keep it as an event.
-            self.events.put(str(envelope.get("id") or f"{notice.out_trade_no}#{notice.trade_state}"),
-                            "in_between", self.clock(), channel=notice.channel, mchid=notice.mchid,
-                            out_trade_no=notice.out_trade_no, trade_state=notice.trade_state)
+            self.events.put(
+                str(envelope.get("id") or f"{notice.out_trade_no}#{notice.trade_state}"),
+                "in_between",
+                self.clock(),
+                channel=notice.channel,
+                mchid=notice.mchid,
+                out_trade_no=notice.out_trade_no,
+                trade_state=notice.trade_state,
+            )
             count(M.NOTIFY_IN_BETWEEN, channel=acks.channel, merchant=notice.mchid)
             return acks.success("in_between")
-        row = raw_row(notice, self.clock(), body=request.body, headers=request.headers,
-                      envelope_id=str(envelope.get("id") or ""))
+        row = raw_row(
+            notice,
+            self.clock(),
+            body=request.body,
+            headers=request.headers,
+            envelope_id=str(envelope.get("id") or ""),
+        )
         if api:
             row["notify_api"] = api
         existing = self.raw.put_new(row)
@@ -133,51 +174,100 @@ class IngestService:
             self.queue.send(row["pk"], notice.as_message())
         except Exception as exc:  # noqa: BLE001 - any enqueue failure: the channel must retry
             count(M.ENQUEUE_FAILED, channel=acks.channel, merchant=notice.mchid)
-            logger.error("enqueue failed; answering failure so the channel retries",
-                         extra={"raw_key": row["pk"], "error": str(exc)})
+            logger.error(
+                "enqueue failed; answering failure so the channel retries",
+                extra={"raw_key": row["pk"], "error": str(exc)},
+            )
             return acks.failure(500, "enqueue failed, retry", "enqueue_failed")
-        count(M.NOTIFY_DUPLICATE if existing else M.NOTIFY_ACCEPTED, channel=acks.channel,
-              merchant=notice.mchid)
+        count(
+            M.NOTIFY_DUPLICATE if existing else M.NOTIFY_ACCEPTED, channel=acks.channel, merchant=notice.mchid
+        )
         return acks.success("duplicate" if existing else "accepted")
 
-    def _store_refund(self, refund: Any, request: HttpRequest, envelope: dict[str, Any], mchid: str) -> HttpResponse:
+    def _store_refund(
+        self, refund: Any, request: HttpRequest, envelope: dict[str, Any], mchid: str
+    ) -> HttpResponse:
         """R7/R30: raw refund row keyed (channel#refund_no, status), enqueue, ACK (service/refund_inbox.py)."""
         envelope_id = str(envelope.get("id") or "")
         if (refund.mchid != mchid and refund.sp_mchid != mchid) or self.refund_inbox is None:
-            return self._quarantine(request, mchid, f"refund for merchant {refund.mchid} on URL {mchid} "
-                                    f"(inbox configured: {self.refund_inbox is not None})", envelope_id=envelope_id)
-        ok = self.refund_inbox.accept(refund, body=request.body.decode("utf-8", "replace"),
-                                      headers=_verify_headers(request.headers), envelope_id=envelope_id)
+            return self._quarantine(
+                request,
+                mchid,
+                f"refund for merchant {refund.mchid} on URL {mchid} "
+                f"(inbox configured: {self.refund_inbox is not None})",
+                envelope_id=envelope_id,
+            )
+        ok = self.refund_inbox.accept(
+            refund,
+            body=request.body.decode("utf-8", "replace"),
+            headers=_verify_headers(request.headers),
+            envelope_id=envelope_id,
+        )
         return WX_ACKS.success() if ok else WX_ACKS.failure(500, "enqueue failed, retry", "enqueue_failed")
 
-    def _reject(self, status: int, reason: str, mchid: str, request: HttpRequest, acks: Acks = WX_ACKS,
-                *, keep: bool = False) -> HttpResponse:
+    def _reject(
+        self,
+        status: int,
+        reason: str,
+        mchid: str,
+        request: HttpRequest,
+        acks: Acks = WX_ACKS,
+        *,
+        keep: bool = False,
+    ) -> HttpResponse:
         """R4: no business state; a metric and a log line with the (untrusted) order hint. With `keep`
         (a configured merchant's callback that failed verification) the body is kept for a while, so a
         person can replay it after fixing a key (`tally manual replay`); it is never applied unverified."""
         count(M.NOTIFY_REJECTED, channel=acks.channel, merchant=mchid)
-        logger.warning("notification rejected", extra={"channel": acks.channel, "mchid": mchid[:32],
-                                                       "reason": reason, "hint": _order_hint(request.body)})
+        logger.warning(
+            "notification rejected",
+            extra={
+                "channel": acks.channel,
+                "mchid": mchid[:32],
+                "reason": reason,
+                "hint": _order_hint(request.body),
+            },
+        )
         if keep:
-            self.events.put(f"rejected#{acks.channel}#{mchid}#{_digest(request.body)}", "rejected", self.clock(),
-                            ttl_days=REJECTED_TTL_DAYS, manual_kind="rejected", channel=acks.channel, mchid=mchid,
-                            reason=reason[:200], body=request.body.decode("utf-8", "replace"),
-                            headers=_verify_headers(request.headers))
+            self.events.put(
+                f"rejected#{acks.channel}#{mchid}#{_digest(request.body)}",
+                "rejected",
+                self.clock(),
+                ttl_days=REJECTED_TTL_DAYS,
+                manual_kind="rejected",
+                channel=acks.channel,
+                mchid=mchid,
+                reason=reason[:200],
+                body=request.body.decode("utf-8", "replace"),
+                headers=_verify_headers(request.headers),
+            )
         return acks.failure(status, "rejected")
 
-    def _quarantine(self, request: HttpRequest, mchid: str, reason: str, envelope_id: str,
-                    acks: Acks = WX_ACKS) -> HttpResponse:
+    def _quarantine(
+        self, request: HttpRequest, mchid: str, reason: str, envelope_id: str, acks: Acks = WX_ACKS
+    ) -> HttpResponse:
         """R5: signed by the channel but unusable: keep it for a person, alarm, answer success."""
         event_id = envelope_id or f"quarantine#{acks.channel}#{mchid}#{int(self.clock() * 1000)}"
-        self.events.put(event_id, "quarantined", self.clock(), manual_kind="quarantined", channel=acks.channel,
-                        mchid=mchid, reason=reason, body=request.body.decode("utf-8", "replace"),
-                        headers=_verify_headers(request.headers))
+        self.events.put(
+            event_id,
+            "quarantined",
+            self.clock(),
+            manual_kind="quarantined",
+            channel=acks.channel,
+            mchid=mchid,
+            reason=reason,
+            body=request.body.decode("utf-8", "replace"),
+            headers=_verify_headers(request.headers),
+        )
         count(M.NOTIFY_QUARANTINED, channel=acks.channel, merchant=mchid)
-        logger.error("notification quarantined", extra={"mchid": mchid, "reason": reason, "event_id": event_id})
+        logger.error(
+            "notification quarantined", extra={"mchid": mchid, "reason": reason, "event_id": event_id}
+        )
         return acks.success("quarantined")
 
-    def _store_alipay_refund(self, params: dict[str, str], app_id: str, request: HttpRequest,
-                             event_id: str) -> HttpResponse:
+    def _store_alipay_refund(
+        self, params: dict[str, str], app_id: str, request: HttpRequest, event_id: str
+    ) -> HttpResponse:
         """An Alipay refund notification joins refund_raw keyed (alipay#out_biz_no, REFUND_SUCCESS): out_biz_no is
         our out_request_no = refund_no (R30); its cumulative refund_fee is checked when applied."""
         from tally.channels import alipay_refunds as alr
@@ -187,10 +277,17 @@ class IngestService:
         except ali.ParseError as exc:
             return self._quarantine(request, app_id, f"unusable refund: {exc}", event_id, ALIPAY_ACKS)
         if self.refund_inbox is None:
-            return self._quarantine(request, app_id, "refund notification but no refund inbox", event_id, ALIPAY_ACKS)
-        ok = self.refund_inbox.accept(notice, body=request.body.decode("utf-8", "replace"), headers={},
-                                      envelope_id=event_id)
-        return ALIPAY_ACKS.success() if ok else ALIPAY_ACKS.failure(500, "enqueue failed, retry", "enqueue_failed")
+            return self._quarantine(
+                request, app_id, "refund notification but no refund inbox", event_id, ALIPAY_ACKS
+            )
+        ok = self.refund_inbox.accept(
+            notice, body=request.body.decode("utf-8", "replace"), headers={}, envelope_id=event_id
+        )
+        return (
+            ALIPAY_ACKS.success()
+            if ok
+            else ALIPAY_ACKS.failure(500, "enqueue failed, retry", "enqueue_failed")
+        )
 
     def _store_v2_refund(self, refund: dict[str, str], mchid: str, request: HttpRequest) -> HttpResponse:
         """A v2 refund notification joins the v3 ones in refund_raw (same channel and refund numbers, R29)."""
@@ -200,8 +297,9 @@ class IngestService:
             return self._quarantine(request, mchid, f"unusable refund: {exc}", "", WX2_ACKS)
         if self.refund_inbox is None:
             return self._quarantine(request, mchid, "refund notification but no refund inbox", "", WX2_ACKS)
-        ok = self.refund_inbox.accept(notice, body=request.body.decode("utf-8", "replace"), headers={},
-                                      envelope_id="")
+        ok = self.refund_inbox.accept(
+            notice, body=request.body.decode("utf-8", "replace"), headers={}, envelope_id=""
+        )
         return WX2_ACKS.success() if ok else WX2_ACKS.failure(500, "enqueue failed, retry", "enqueue_failed")
 
     # ------------------------------------------------------------ Alipay (channel-spec §5)
@@ -225,8 +323,13 @@ class IngestService:
         notify_id = str(params.get("notify_id") or "")[:64]
         event_id = f"alipay#{notify_id}" if notify_id else ""
         if params.get("app_id") != app_id:
-            return self._quarantine(request, app_id, f"notification app_id {params.get('app_id')!r} != URL {app_id}",
-                                    event_id, ALIPAY_ACKS)
+            return self._quarantine(
+                request,
+                app_id,
+                f"notification app_id {params.get('app_id')!r} != URL {app_id}",
+                event_id,
+                ALIPAY_ACKS,
+            )
         if ali.is_refund(params):  # a refund report, never a payment (§5.3, R29)
             return self._store_alipay_refund(params, app_id, request, event_id)
         try:
@@ -256,12 +359,15 @@ class IngestService:
         except wx2.SignatureError as exc:
             return self._reject(401, exc.reason, mchid, request, WX2_ACKS)
         if params.get("mch_id") != mchid:
-            return self._quarantine(request, mchid, f"mch_id {params.get('mch_id')!r} != URL merchant {mchid}", "",
-                                    WX2_ACKS)
+            return self._quarantine(
+                request, mchid, f"mch_id {params.get('mch_id')!r} != URL merchant {mchid}", "", WX2_ACKS
+            )
         if "req_info" in params:
             return self._store_v2_refund(refund, mchid, request)
         if params.get("return_code") != "SUCCESS":
-            return self._quarantine(request, mchid, f"return_code {params.get('return_code')!r}", "", WX2_ACKS)
+            return self._quarantine(
+                request, mchid, f"return_code {params.get('return_code')!r}", "", WX2_ACKS
+            )
         try:
             notice = wx2.to_payment_notice(params)
         except wx2.ParseError as exc:
@@ -269,34 +375,62 @@ class IngestService:
         return self._store_payment(notice, request, {}, WX2_ACKS, api=wx2.API)
 
 
-def raw_row(notice: PaymentNotice, now_s: float, *, body: bytes | None, headers: dict[str, str] | None,
-            envelope_id: str = "") -> dict[str, Any]:
+def raw_row(
+    notice: PaymentNotice,
+    now_s: float,
+    *,
+    body: bytes | None,
+    headers: dict[str, str] | None,
+    envelope_id: str = "",
+) -> dict[str, Any]:
     """The raw payment row (R7, R13, R14): both amounts, the original body, handled = 0."""
     now = iso_now(now_s)
     key = notice.raw_key
     return {
-        "pk": key, "channel": notice.channel, "transaction_id": notice.transaction_id,
-        "mchid": notice.mchid, "sp_mchid": notice.sp_mchid, "out_trade_no": notice.out_trade_no,
-        "order_pk": order_key(notice.mchid, notice.out_trade_no), "trade_state": notice.trade_state,
-        "order_total_cent": notice.order_total_cent, "paid_cent": notice.paid_cent, "currency": notice.currency,
-        "success_time": notice.success_time, "source": notice.source, "envelope_id": envelope_id or None,
+        "pk": key,
+        "channel": notice.channel,
+        "transaction_id": notice.transaction_id,
+        "mchid": notice.mchid,
+        "sp_mchid": notice.sp_mchid,
+        "out_trade_no": notice.out_trade_no,
+        "order_pk": order_key(notice.mchid, notice.out_trade_no),
+        "trade_state": notice.trade_state,
+        "order_total_cent": notice.order_total_cent,
+        "paid_cent": notice.paid_cent,
+        "currency": notice.currency,
+        "success_time": notice.success_time,
+        "source": notice.source,
+        "envelope_id": envelope_id or None,
         "body": body.decode("utf-8", "replace") if body is not None else None,
         "headers": _verify_headers(headers) if headers else None,
-        "handled": 0, "attempts": 0, "notified_at": now, "pending_pk": pending_pk(0, key), "pending_at": now,
+        "handled": 0,
+        "attempts": 0,
+        "notified_at": now,
+        "pending_pk": pending_pk(0, key),
+        "pending_at": now,
     }
 
 
 def notice_from_raw(row: dict[str, Any]) -> PaymentNotice:
     return PaymentNotice(
-        channel=row["channel"], transaction_id=row["transaction_id"], out_trade_no=row["out_trade_no"],
-        mchid=row["mchid"], sp_mchid=row.get("sp_mchid"), trade_state=row["trade_state"],
-        order_total_cent=int(row["order_total_cent"]), paid_cent=int(row["paid_cent"]), currency=row["currency"],
-        success_time=row.get("success_time"), source=row.get("source", "notify"),
+        channel=row["channel"],
+        transaction_id=row["transaction_id"],
+        out_trade_no=row["out_trade_no"],
+        mchid=row["mchid"],
+        sp_mchid=row.get("sp_mchid"),
+        trade_state=row["trade_state"],
+        order_total_cent=int(row["order_total_cent"]),
+        paid_cent=int(row["paid_cent"]),
+        currency=row["currency"],
+        success_time=row.get("success_time"),
+        source=row.get("source", "notify"),
     )
 
 
 def _wx_ack(status: int, body: str, outcome: str) -> HttpResponse:
-    return HttpResponse(status, body, outcome=outcome)  # the v3 probe path; every other answer goes through Acks
+    return HttpResponse(
+        status, body, outcome=outcome
+    )  # the v3 probe path; every other answer goes through Acks
 
 
 def _digest(body: bytes) -> str:
@@ -304,8 +438,14 @@ def _digest(body: bytes) -> str:
 
 
 def _verify_headers(headers: dict[str, str]) -> dict[str, str]:
-    keep = ("wechatpay-signature", "wechatpay-timestamp", "wechatpay-nonce", "wechatpay-serial",
-            "wechatpay-signature-type", "request-id")
+    keep = (
+        "wechatpay-signature",
+        "wechatpay-timestamp",
+        "wechatpay-nonce",
+        "wechatpay-serial",
+        "wechatpay-signature-type",
+        "request-id",
+    )
     return {k: headers[k][:512] for k in keep if k in headers}
 
 

@@ -38,7 +38,9 @@ class KeyRotationService:
                 soon = self.directory.check_expiry(channel, merchant_id)
             except Exception as exc:  # noqa: BLE001 - one merchant must not stop the others; counted, alarmed
                 count(M.CERT_REFRESH_FAILED)
-                logger.error("key check failed for a merchant", extra={"merchant": who, "error": str(exc)[:300]})
+                logger.error(
+                    "key check failed for a merchant", extra={"merchant": who, "error": str(exc)[:300]}
+                )
                 report["failed"].append(who)
                 continue
             if soon:

@@ -27,8 +27,15 @@ class ManualError(ValueError):
 
 
 class ManualQueue:
-    def __init__(self, tables: Tables, raw: RawStore, queue: ApplyQueue, ingest: IngestService, *,
-                 clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        tables: Tables,
+        raw: RawStore,
+        queue: ApplyQueue,
+        ingest: IngestService,
+        *,
+        clock: Callable[[], float] = time.time,
+    ):
         self.t = tables
         self.raw = raw
         self.queue = queue
@@ -38,10 +45,16 @@ class ManualQueue:
     # ------------------------------------------------------------ reading
 
     def list(self) -> list[dict[str, Any]]:
-        items = [self._raw_item(row) for shard in range(PENDING_SHARDS)
-                 for row in self._query(self.t.notify_raw, "by_pending", "pending_pk", f"2#{shard}")]
-        items += [self._event_item(row) for kind in EVENT_KINDS
-                  for row in self._query(self.t.notify_event, "manual", "manual_kind", kind)]
+        items = [
+            self._raw_item(row)
+            for shard in range(PENDING_SHARDS)
+            for row in self._query(self.t.notify_raw, "by_pending", "pending_pk", f"2#{shard}")
+        ]
+        items += [
+            self._event_item(row)
+            for kind in EVENT_KINDS
+            for row in self._query(self.t.notify_event, "manual", "manual_kind", kind)
+        ]
         return sorted(items, key=lambda item: item["since"])
 
     def show(self, item_id: str) -> dict[str, Any]:
@@ -58,14 +71,28 @@ class ManualQueue:
         kind, key = _split(item_id)
         entry = self._history(by, f"resolve: {action}", why)
         if kind == RAW:
-            self._update(self.t.notify_raw, key, "SET resolution = :entry, history = list_append("
-                         "if_not_exists(history, :empty), :one) REMOVE pending_pk, pending_at",
-                         "handled = :two AND attribute_exists(pending_pk)",
-                         entry=entry, empty=[], one=[entry], two=2)
+            self._update(
+                self.t.notify_raw,
+                key,
+                "SET resolution = :entry, history = list_append("
+                "if_not_exists(history, :empty), :one) REMOVE pending_pk, pending_at",
+                "handled = :two AND attribute_exists(pending_pk)",
+                entry=entry,
+                empty=[],
+                one=[entry],
+                two=2,
+            )
         else:
-            self._update(self.t.notify_event, key, "SET resolution = :entry, history = list_append("
-                         "if_not_exists(history, :empty), :one) REMOVE manual_kind", "attribute_exists(manual_kind)",
-                         entry=entry, empty=[], one=[entry])
+            self._update(
+                self.t.notify_event,
+                key,
+                "SET resolution = :entry, history = list_append("
+                "if_not_exists(history, :empty), :one) REMOVE manual_kind",
+                "attribute_exists(manual_kind)",
+                entry=entry,
+                empty=[],
+                one=[entry],
+            )
         count(M.MANUAL_RESOLVED)
         logger.info("manual item resolved", extra={"item": item_id, "by": by, "action": action})
         return self.show(item_id)
@@ -80,10 +107,20 @@ class ManualQueue:
 
     def _replay_raw(self, item_id: str, key: str, entry: dict[str, Any]) -> dict[str, Any]:
         now = iso_now(self.clock())
-        row = self._update(self.t.notify_raw, key, "SET handled = :zero, pending_pk = :ppk, pending_at = :now, "
-                           "attempts = :zero, history = list_append(if_not_exists(history, :empty), :one) "
-                           "REMOVE manual_reason", "handled = :two AND attribute_exists(pending_pk)", zero=0, two=2, ppk=pending_pk(0, key),
-                           now=now, empty=[], one=[entry])
+        row = self._update(
+            self.t.notify_raw,
+            key,
+            "SET handled = :zero, pending_pk = :ppk, pending_at = :now, "
+            "attempts = :zero, history = list_append(if_not_exists(history, :empty), :one) "
+            "REMOVE manual_reason",
+            "handled = :two AND attribute_exists(pending_pk)",
+            zero=0,
+            two=2,
+            ppk=pending_pk(0, key),
+            now=now,
+            empty=[],
+            one=[entry],
+        )
         self.queue.send(key, _notice_dict(row))
         count(M.MANUAL_REPLAYED)
         return {"id": item_id, "outcome": "requeued", "raw_key": key}
@@ -94,11 +131,20 @@ class ManualQueue:
             raise ManualError(f"{item_id} is not in the manual queue (resolved or replayed already)")
         response = self._ingest_again(row)
         if response.outcome not in ("accepted", "duplicate", "in_between"):
-            raise ManualError(f"replay of {item_id} was {response.outcome} again: fix the cause first "
-                              f"(`tally verify` tells why)")
-        self._update(self.t.notify_event, key, "SET resolution = :entry, history = list_append("
-                     "if_not_exists(history, :empty), :one) REMOVE manual_kind", "attribute_exists(manual_kind)",
-                     entry={**entry, "outcome": response.outcome}, empty=[], one=[entry])
+            raise ManualError(
+                f"replay of {item_id} was {response.outcome} again: fix the cause first "
+                f"(`tally verify` tells why)"
+            )
+        self._update(
+            self.t.notify_event,
+            key,
+            "SET resolution = :entry, history = list_append("
+            "if_not_exists(history, :empty), :one) REMOVE manual_kind",
+            "attribute_exists(manual_kind)",
+            entry={**entry, "outcome": response.outcome},
+            empty=[],
+            one=[entry],
+        )
         count(M.MANUAL_REPLAYED)
         return {"id": item_id, "outcome": response.outcome}
 
@@ -109,13 +155,19 @@ class ManualQueue:
         headers = dict(row.get("headers") or {})
         if channel == "wechatpay":
             received_at = datetime.fromisoformat(row["created_at"].replace("Z", "+00:00")).timestamp()
-            request = HttpRequest("POST", f"/notify/wechatpay/{merchant_id}", headers, body, {"mchid": merchant_id})
+            request = HttpRequest(
+                "POST", f"/notify/wechatpay/{merchant_id}", headers, body, {"mchid": merchant_id}
+            )
             return self.ingest.wechatpay_v3(request, received_at=received_at)
         if channel == "alipay":
-            request = HttpRequest("POST", f"/notify/alipay/{merchant_id}", headers, body, {"app_id": merchant_id})
+            request = HttpRequest(
+                "POST", f"/notify/alipay/{merchant_id}", headers, body, {"app_id": merchant_id}
+            )
             return self.ingest.alipay(request)
         if channel == "wechatpay_v2":
-            request = HttpRequest("POST", f"/notify/wechatpay-v2/{merchant_id}", headers, body, {"mchid": merchant_id})
+            request = HttpRequest(
+                "POST", f"/notify/wechatpay-v2/{merchant_id}", headers, body, {"mchid": merchant_id}
+            )
             return self.ingest.wechatpay_v2(request)
         raise ManualError(f"no replay path for channel {channel!r}")
 
@@ -129,15 +181,29 @@ class ManualQueue:
     def _update(self, table: str, key: str, update: str, condition: str, **values: Any) -> dict[str, Any]:
         try:
             answer = self.t.ddb.update_item(
-                TableName=table, Key=to_item({"pk": key}), UpdateExpression=update, ConditionExpression=condition,
-                ExpressionAttributeValues=names_values(**values), ReturnValues="ALL_NEW")
+                TableName=table,
+                Key=to_item({"pk": key}),
+                UpdateExpression=update,
+                ConditionExpression=condition,
+                ExpressionAttributeValues=names_values(**values),
+                ReturnValues="ALL_NEW",
+            )
         except self.t.ddb.exceptions.ConditionalCheckFailedException:
-            raise ManualError(f"{key} is not waiting for a person (already resolved, replayed or booked)") from None
+            raise ManualError(
+                f"{key} is not waiting for a person (already resolved, replayed or booked)"
+            ) from None
         return from_item(answer["Attributes"]) or {}
 
     def _query(self, table: str, index: str, name: str, value: str) -> list[dict[str, Any]]:
-        rows, kwargs = [], {"TableName": table, "IndexName": index, "KeyConditionExpression": f"{name} = :v",
-                            "ExpressionAttributeValues": names_values(v=value)}
+        rows, kwargs = (
+            [],
+            {
+                "TableName": table,
+                "IndexName": index,
+                "KeyConditionExpression": f"{name} = :v",
+                "ExpressionAttributeValues": names_values(v=value),
+            },
+        )
         while True:
             page = self.t.ddb.query(**kwargs)
             rows += [from_item(item) for item in page.get("Items", [])]
@@ -146,14 +212,28 @@ class ManualQueue:
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
     def _raw_item(self, row: dict[str, Any]) -> dict[str, Any]:
-        return {"id": f"{RAW}:{row['pk']}", "kind": "unbooked payment", "channel": row.get("channel"),
-                "mchid": row.get("mchid"), "order": row.get("out_trade_no"), "since": row.get("pending_at"),
-                "amount_cent": row.get("paid_cent"), "why": row.get("manual_reason")}
+        return {
+            "id": f"{RAW}:{row['pk']}",
+            "kind": "unbooked payment",
+            "channel": row.get("channel"),
+            "mchid": row.get("mchid"),
+            "order": row.get("out_trade_no"),
+            "since": row.get("pending_at"),
+            "amount_cent": row.get("paid_cent"),
+            "why": row.get("manual_reason"),
+        }
 
     def _event_item(self, row: dict[str, Any]) -> dict[str, Any]:
-        return {"id": f"{EVENT}:{row['pk']}", "kind": row.get("kind"), "channel": row.get("channel"),
-                "mchid": row.get("mchid"), "order": None, "since": row.get("created_at"), "amount_cent": None,
-                "why": row.get("reason")}
+        return {
+            "id": f"{EVENT}:{row['pk']}",
+            "kind": row.get("kind"),
+            "channel": row.get("channel"),
+            "mchid": row.get("mchid"),
+            "order": None,
+            "since": row.get("created_at"),
+            "amount_cent": None,
+            "why": row.get("reason"),
+        }
 
 
 def _split(item_id: str) -> tuple[str, str]:

@@ -78,12 +78,24 @@ class WeChatV2Merchant:
 class MerchantDirectory:
     """Credentials parsed once per container (loading a PEM key costs ~30 ms), cached for `ttl_s`."""
 
-    def __init__(self, store: MerchantStore, secrets: Any, secret_prefix: str, api_base: str,
-                 *, clock: Callable[[], float] = time.time, ttl_s: float = 300, refresh_every_s: float = 60,
-                 http_timeout_s: float = 3.0, alipay_gateway: str = "https://openapi.alipay.com/gateway.do",
-                 certs: Any = None):
+    def __init__(
+        self,
+        store: MerchantStore,
+        secrets: Any,
+        secret_prefix: str,
+        api_base: str,
+        *,
+        clock: Callable[[], float] = time.time,
+        ttl_s: float = 300,
+        refresh_every_s: float = 60,
+        http_timeout_s: float = 3.0,
+        alipay_gateway: str = "https://openapi.alipay.com/gateway.do",
+        certs: Any = None,
+    ):
         self.store = store
-        self.certs = certs  # store/keys.PlatformCertStore: certificates the schedule downloaded, for every container
+        self.certs = (
+            certs  # store/keys.PlatformCertStore: certificates the schedule downloaded, for every container
+        )
         self.secrets = secrets
         self.secret_prefix = secret_prefix
         self.api_base = api_base
@@ -144,8 +156,14 @@ class MerchantDirectory:
         soon = [name for name, when in expires.items() if when - now < EXPIRY_WARNING_S]
         for name in soon:
             count(M.CERT_EXPIRING)
-            logger.warning("certificate expires within 7 days", extra={
-                "merchant": who, "certificate": name, "days_left": round((expires[name] - now) / 86400, 1)})
+            logger.warning(
+                "certificate expires within 7 days",
+                extra={
+                    "merchant": who,
+                    "certificate": name,
+                    "days_left": round((expires[name] - now) / 86400, 1),
+                },
+            )
         return soon
 
     # ------------------------------------------------------------ Alipay
@@ -160,8 +178,9 @@ class MerchantDirectory:
             raise UnknownMerchant(f"no alipay merchant {app_id}")
         if row.get("mode") == "partner":  # app_auth_token: the provider's app acts for this merchant
             provider = self.alipay(str(row["sp_app_id"]))
-            merchant = AlipayMerchant(row, provider.creds, self.clock(),
-                                      app_auth_token=str(self._secret(row)["app_auth_token"]))
+            merchant = AlipayMerchant(
+                row, provider.creds, self.clock(), app_auth_token=str(self._secret(row)["app_auth_token"])
+            )
         else:
             merchant = AlipayMerchant(row, alipay_credentials(self._secret(row), self.clock()), self.clock())
             expires = dict(merchant.creds.keys.expires)
@@ -173,20 +192,47 @@ class MerchantDirectory:
         return merchant
 
     def alipay_client(self, merchant: AlipayMerchant) -> ali.AlipayClient:
-        return ali.AlipayClient(self.alipay_gateway, merchant.creds, app_auth_token=merchant.app_auth_token,
-                                timeout_s=self.http_timeout_s, clock=self.clock)
+        return ali.AlipayClient(
+            self.alipay_gateway,
+            merchant.creds,
+            app_auth_token=merchant.app_auth_token,
+            timeout_s=self.http_timeout_s,
+            clock=self.clock,
+        )
 
-    def add_alipay(self, *, app_id: str, app_private_key: str, notify_url: str, alipay_public_key: str | None = None,
-                   alipay_cert: str | None = None, app_cert: str | None = None, root_cert: str | None = None,
-                   tenant: str | None = None) -> dict[str, Any]:
-        secret = {"channel": ali.CHANNEL, "app_id": app_id, "app_private_key": app_private_key,
-                  "alipay_public_key": alipay_public_key, "alipay_certificates": [alipay_cert] if alipay_cert else [],
-                  "app_cert": app_cert, "root_cert": root_cert}
+    def add_alipay(
+        self,
+        *,
+        app_id: str,
+        app_private_key: str,
+        notify_url: str,
+        alipay_public_key: str | None = None,
+        alipay_cert: str | None = None,
+        app_cert: str | None = None,
+        root_cert: str | None = None,
+        tenant: str | None = None,
+    ) -> dict[str, Any]:
+        secret = {
+            "channel": ali.CHANNEL,
+            "app_id": app_id,
+            "app_private_key": app_private_key,
+            "alipay_public_key": alipay_public_key,
+            "alipay_certificates": [alipay_cert] if alipay_cert else [],
+            "app_cert": app_cert,
+            "root_cert": root_cert,
+        }
         creds = alipay_credentials(secret, self.clock())  # refuse what cannot work before storing it
-        row = {"pk": f"{ali.CHANNEL}#{app_id}", "channel": ali.CHANNEL, "mchid": app_id, "tenant": tenant or app_id,
-               "mode": "direct", "key_mode": "cert" if creds.app_cert_sn else "public_key",
-               "alipay_cert_sns": sorted(creds.keys.by_sn), "notify_url": notify_url,
-               "updated_at": iso_now(self.clock())}
+        row = {
+            "pk": f"{ali.CHANNEL}#{app_id}",
+            "channel": ali.CHANNEL,
+            "mchid": app_id,
+            "tenant": tenant or app_id,
+            "mode": "direct",
+            "key_mode": "cert" if creds.app_cert_sn else "public_key",
+            "alipay_cert_sns": sorted(creds.keys.by_sn),
+            "notify_url": notify_url,
+            "updated_at": iso_now(self.clock()),
+        }
         return self._save(ali.CHANNEL, app_id, secret, row)
 
     def add_alipay_certificate(self, *, app_id: str, alipay_cert: str) -> dict[str, Any]:
@@ -194,7 +240,9 @@ class MerchantDirectory:
         removed or expired, so callbacks signed with either verify (several valid at once)."""
         row = self.store.get(ali.CHANNEL, app_id)
         if row is None or row.get("mode") == "partner":
-            raise UnknownMerchant(f"no direct alipay merchant {app_id} (a sub-merchant uses its provider's keys)")
+            raise UnknownMerchant(
+                f"no direct alipay merchant {app_id} (a sub-merchant uses its provider's keys)"
+            )
         secret = self._secret(row)
         certs = [c for c in secret.get("alipay_certificates") or [] if c]
         if alipay_cert not in certs:
@@ -204,14 +252,24 @@ class MerchantDirectory:
         row = {**row, "alipay_cert_sns": sorted(creds.keys.by_sn), "updated_at": iso_now(self.clock())}
         return self._save(ali.CHANNEL, app_id, secret, row)
 
-    def add_alipay_sub(self, *, app_id: str, sp_app_id: str, app_auth_token: str, tenant: str | None = None
-                       ) -> dict[str, Any]:
+    def add_alipay_sub(
+        self, *, app_id: str, sp_app_id: str, app_auth_token: str, tenant: str | None = None
+    ) -> dict[str, Any]:
         """A merchant that authorised the service provider's app (app_auth_token)."""
         provider = self.alipay(sp_app_id)
-        row = {"pk": f"{ali.CHANNEL}#{app_id}", "channel": ali.CHANNEL, "mchid": app_id, "tenant": tenant or app_id,
-               "mode": "partner", "sp_app_id": sp_app_id, "notify_url": provider.notify_url,
-               "updated_at": iso_now(self.clock())}
-        return self._save(ali.CHANNEL, app_id, {"channel": ali.CHANNEL, "app_auth_token": app_auth_token}, row)
+        row = {
+            "pk": f"{ali.CHANNEL}#{app_id}",
+            "channel": ali.CHANNEL,
+            "mchid": app_id,
+            "tenant": tenant or app_id,
+            "mode": "partner",
+            "sp_app_id": sp_app_id,
+            "notify_url": provider.notify_url,
+            "updated_at": iso_now(self.clock()),
+        }
+        return self._save(
+            ali.CHANNEL, app_id, {"channel": ali.CHANNEL, "app_auth_token": app_auth_token}, row
+        )
 
     # ------------------------------------------------------------ WeChat Pay v2
 
@@ -230,31 +288,55 @@ class MerchantDirectory:
 
     def wechatpay_v2_client(self, merchant: WeChatV2Merchant) -> wx2.WeChatPayV2Client:
         """The v2 API (same host as v3): unified order and order query/close, signed with the API key."""
-        return wx2.WeChatPayV2Client(self.api_base, str(merchant.row["mchid"]), merchant.api_key, merchant.appid,
-                                     timeout_s=self.http_timeout_s)
+        return wx2.WeChatPayV2Client(
+            self.api_base,
+            str(merchant.row["mchid"]),
+            merchant.api_key,
+            merchant.appid,
+            timeout_s=self.http_timeout_s,
+        )
 
-    def add_wechatpay_v2(self, *, mchid: str, api_key: str, notify_url: str, appid: str = "",
-                         tenant: str | None = None) -> dict[str, Any]:
+    def add_wechatpay_v2(
+        self, *, mchid: str, api_key: str, notify_url: str, appid: str = "", tenant: str | None = None
+    ) -> dict[str, Any]:
         secret = {"channel": wx2.API, "mchid": mchid, "api_key": api_key}
         v2_api_key(secret)
-        row = {"pk": f"{wx2.API}#{mchid}", "channel": wx2.API, "mchid": mchid, "appid": appid,
-               "tenant": tenant or mchid, "mode": "direct", "notify_url": notify_url,
-               "updated_at": iso_now(self.clock())}
+        row = {
+            "pk": f"{wx2.API}#{mchid}",
+            "channel": wx2.API,
+            "mchid": mchid,
+            "appid": appid,
+            "tenant": tenant or mchid,
+            "mode": "direct",
+            "notify_url": notify_url,
+            "updated_at": iso_now(self.clock()),
+        }
         return self._save(wx2.API, mchid, secret, row)
 
-    def add_wechatpay_partner(self, *, sub_mchid: str, sp_mchid: str, sub_appid: str = "",
-                              tenant: str | None = None) -> dict[str, Any]:
+    def add_wechatpay_partner(
+        self, *, sub_mchid: str, sp_mchid: str, sub_appid: str = "", tenant: str | None = None
+    ) -> dict[str, Any]:
         """A sub-merchant of a WeChat Pay service provider: no own secret, the provider's keys act (R11)."""
         provider = self.wechatpay(sp_mchid)
-        row = {"pk": f"{wx.CHANNEL}#{sub_mchid}", "channel": wx.CHANNEL, "mchid": sub_mchid,
-               "appid": provider.appid, "sub_appid": sub_appid or None, "tenant": tenant or sub_mchid,
-               "mode": "partner", "sp_mchid": sp_mchid, "notify_url": provider.notify_url,
-               "updated_at": iso_now(self.clock())}
+        row = {
+            "pk": f"{wx.CHANNEL}#{sub_mchid}",
+            "channel": wx.CHANNEL,
+            "mchid": sub_mchid,
+            "appid": provider.appid,
+            "sub_appid": sub_appid or None,
+            "tenant": tenant or sub_mchid,
+            "mode": "partner",
+            "sp_mchid": sp_mchid,
+            "notify_url": provider.notify_url,
+            "updated_at": iso_now(self.clock()),
+        }
         self.store.put(row)
         self._cache.pop(sub_mchid, None)
         return row
 
-    def _save(self, channel: str, merchant_id: str, secret: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
+    def _save(
+        self, channel: str, merchant_id: str, secret: dict[str, Any], row: dict[str, Any]
+    ) -> dict[str, Any]:
         name = f"{self.secret_prefix}{channel}/{merchant_id}"
         _put_secret(self.secrets, name, json.dumps(secret))
         row["secret_name"] = name
@@ -264,7 +346,9 @@ class MerchantDirectory:
 
     # ------------------------------------------------------------ key rotation, off the hot path
 
-    def refresh_platform_certificates(self, mchids: list[str], max_age_s: float = 12 * 3600) -> dict[str, bool]:
+    def refresh_platform_certificates(
+        self, mchids: list[str], max_age_s: float = 12 * 3600
+    ) -> dict[str, bool]:
         """The schedule's job (functions/keys): download WeChat platform certificates for cert-mode merchants
         whose stored set is older than `max_age_s`, merge them with the stored ones that are still valid
         (several valid at once: an old certificate stays until it expires) and store them for every container
@@ -288,8 +372,11 @@ class MerchantDirectory:
                 continue
             now = self.clock()
             merchant.last_refresh = now
-            keep = {serial: cert for serial, cert in ((stored or {}).get("certs") or {}).items()
-                    if cert["not_after"] > now}
+            keep = {
+                serial: cert
+                for serial, cert in ((stored or {}).get("certs") or {}).items()
+                if cert["not_after"] > now
+            }
             for serial, pem in downloaded:
                 keep[serial] = {"pem": pem, "not_after": int(wx.certificate_expiry(pem))}
             if self.certs is not None:
@@ -304,8 +391,11 @@ class MerchantDirectory:
         Alipay certificates and the Alipay app certificate (cert mode)."""
         if channel == wx.CHANNEL:
             merchant = self.wechatpay(merchant_id)
-            return [] if merchant.sp_mchid else self.warn_expiring(f"wechatpay/{merchant_id}",
-                                                                   merchant.creds.platform.expires)
+            return (
+                []
+                if merchant.sp_mchid
+                else self.warn_expiring(f"wechatpay/{merchant_id}", merchant.creds.platform.expires)
+            )
         if channel == ali.CHANNEL:
             found = self.alipay(merchant_id)
             if found.sp_mchid:
@@ -317,8 +407,13 @@ class MerchantDirectory:
         return []  # WeChat Pay v2: an API key, no certificate
 
     def client(self, merchant: Merchant) -> wx.WeChatPayClient:
-        return wx.WeChatPayClient(self.api_base, merchant.creds, timeout_s=self.http_timeout_s, clock=self.clock,
-                                  refresh_keys=lambda: self.refresh_platform_keys(merchant))
+        return wx.WeChatPayClient(
+            self.api_base,
+            merchant.creds,
+            timeout_s=self.http_timeout_s,
+            clock=self.clock,
+            refresh_keys=lambda: self.refresh_platform_keys(merchant),
+        )
 
     def refresh_platform_keys(self, merchant: Merchant, *, force: bool = False) -> bool:
         """One download of the platform certificates (R3), at most once a minute per merchant."""
@@ -330,9 +425,14 @@ class MerchantDirectory:
         if downloaded is None:
             return False
         count(M.CERT_REFRESHED)
-        self.warn_expiring(f"wechatpay/{merchant.creds.mchid}",
-                           {s: merchant.creds.platform.expires[s] for s, _ in downloaded
-                            if s in merchant.creds.platform.expires})
+        self.warn_expiring(
+            f"wechatpay/{merchant.creds.mchid}",
+            {
+                s: merchant.creds.platform.expires[s]
+                for s, _ in downloaded
+                if s in merchant.creds.platform.expires
+            },
+        )
         return True
 
     def _download(self, merchant: Merchant) -> list[tuple[str, str]] | None:
@@ -340,28 +440,53 @@ class MerchantDirectory:
         try:
             downloaded = self.client(merchant).certificates()
         except (wx.ChannelError, wx.DecryptError, ValueError, KeyError) as exc:
-            logger.warning("platform certificate download failed", extra={"mchid": merchant.creds.mchid,
-                                                                          "error": str(exc)[:300]})
+            logger.warning(
+                "platform certificate download failed",
+                extra={"mchid": merchant.creds.mchid, "error": str(exc)[:300]},
+            )
             return None
         for serial, pem in downloaded:
             merchant.creds.platform.add_pem(pem, serial_hint=serial)
         return downloaded
 
-    def add_wechatpay(self, *, mchid: str, apiv3_key: str, merchant_key_pem: str, merchant_serial: str,
-                      appid: str, notify_url: str, platform_certs: list[str] = (), public_key: str | None = None,
-                      public_key_id: str | None = None, tenant: str | None = None) -> dict[str, Any]:
+    def add_wechatpay(
+        self,
+        *,
+        mchid: str,
+        apiv3_key: str,
+        merchant_key_pem: str,
+        merchant_serial: str,
+        appid: str,
+        notify_url: str,
+        platform_certs: list[str] = (),
+        public_key: str | None = None,
+        public_key_id: str | None = None,
+        tenant: str | None = None,
+    ) -> dict[str, Any]:
         secret = {
-            "channel": wx.CHANNEL, "mchid": mchid, "apiv3_key": apiv3_key,
-            "merchant_private_key": merchant_key_pem, "merchant_serial": merchant_serial,
-            "platform_certificates": list(platform_certs), "public_key": public_key, "public_key_id": public_key_id,
+            "channel": wx.CHANNEL,
+            "mchid": mchid,
+            "apiv3_key": apiv3_key,
+            "merchant_private_key": merchant_key_pem,
+            "merchant_serial": merchant_serial,
+            "platform_certificates": list(platform_certs),
+            "public_key": public_key,
+            "public_key_id": public_key_id,
         }
         credentials_from_secret(secret)  # refuse a configuration that cannot work before storing it
         name = f"{self.secret_prefix}{wx.CHANNEL}/{mchid}"
         _put_secret(self.secrets, name, json.dumps(secret))
         row = {
-            "pk": f"{wx.CHANNEL}#{mchid}", "channel": wx.CHANNEL, "mchid": mchid, "appid": appid,
-            "tenant": tenant or mchid, "mode": "direct", "secret_name": name, "notify_url": notify_url,
-            "public_key_id": public_key_id, "updated_at": iso_now(self.clock()),
+            "pk": f"{wx.CHANNEL}#{mchid}",
+            "channel": wx.CHANNEL,
+            "mchid": mchid,
+            "appid": appid,
+            "tenant": tenant or mchid,
+            "mode": "direct",
+            "secret_name": name,
+            "notify_url": notify_url,
+            "public_key_id": public_key_id,
+            "updated_at": iso_now(self.clock()),
             "platform_serials": sorted(wx.PlatformKeys.from_pems(platform_certs).by_serial),
         }
         self.store.put(row)
@@ -373,15 +498,20 @@ def credentials_from_secret(secret: dict[str, Any]) -> wx.MerchantCredentials:
     key = str(secret.get("apiv3_key") or "").encode()
     if len(key) != 32:
         raise ValueError("the APIv3 key must be 32 characters")
-    platform = wx.PlatformKeys.from_pems(secret.get("platform_certificates") or [], secret.get("public_key"),
-                                         secret.get("public_key_id"))
+    platform = wx.PlatformKeys.from_pems(
+        secret.get("platform_certificates") or [], secret.get("public_key"), secret.get("public_key_id")
+    )
     if not platform.by_serial:
         raise ValueError("give platform certificate(s) or a WeChat Pay public key with its PUB_KEY_ID_")
     if secret.get("public_key_id") and not str(secret["public_key_id"]).startswith(wx.PUBLIC_KEY_ID_PREFIX):
         raise ValueError("a WeChat Pay public key id starts with PUB_KEY_ID_")
     return wx.MerchantCredentials(
-        mchid=str(secret["mchid"]), apiv3_key=key, private_key=wx.load_private_key(secret["merchant_private_key"]),
-        serial=str(secret["merchant_serial"]), platform=platform, public_key_id=secret.get("public_key_id"),
+        mchid=str(secret["mchid"]),
+        apiv3_key=key,
+        private_key=wx.load_private_key(secret["merchant_private_key"]),
+        serial=str(secret["merchant_serial"]),
+        platform=platform,
+        public_key_id=secret.get("public_key_id"),
     )
 
 
@@ -396,16 +526,23 @@ def alipay_credentials(secret: dict[str, Any], now: float) -> ali.AlipayCredenti
     """Public-key mode (alipay_public_key) and/or certificate mode (alipay cert + app cert + root bundle)."""
     certs = [c for c in secret.get("alipay_certificates") or [] if c]
     if certs and not (secret.get("app_cert") and secret.get("root_cert")):
-        raise ValueError("certificate mode needs the Alipay certificate, the app certificate and the root bundle")
+        raise ValueError(
+            "certificate mode needs the Alipay certificate, the app certificate and the root bundle"
+        )
     keys = ali.AlipayKeys.from_pems(secret.get("alipay_public_key"), certs, secret.get("root_cert"), now=now)
     app_cert_sn = app_cert_expires = app_public_key = None
     if secret.get("app_cert"):
         app_cert = ali.load_certificates(secret["app_cert"])[0]
         app_cert_sn, app_cert_expires = ali.cert_sn(app_cert), app_cert.not_valid_after_utc.timestamp()
         app_public_key = ali._rsa_public(app_cert.public_key())
-    return ali.AlipayCredentials(app_id=str(secret["app_id"]), private_key=ali.load_private_key(secret["app_private_key"]),
-                                 keys=keys, app_cert_sn=app_cert_sn, app_cert_expires=app_cert_expires,
-                                 app_public_key=app_public_key)
+    return ali.AlipayCredentials(
+        app_id=str(secret["app_id"]),
+        private_key=ali.load_private_key(secret["app_private_key"]),
+        keys=keys,
+        app_cert_sn=app_cert_sn,
+        app_cert_expires=app_cert_expires,
+        app_public_key=app_public_key,
+    )
 
 
 def v2_api_key(secret: dict[str, Any]) -> str:
@@ -439,9 +576,17 @@ def check_merchant(directory: MerchantDirectory, channel: str, merchant_id: str)
         probe = {"mchid": merchant_id, "out_trade_no": "TALLY-CHECK", "trade_state": "SUCCESS"}
         nonce = _secrets.token_hex(6)
         sealed = wx.aes_gcm_encrypt(creds.apiv3_key, nonce, "transaction", json.dumps(probe).encode())
-        opened = wx.open_resource({"resource": {"algorithm": "AEAD_AES_256_GCM", "nonce": nonce,
-                                                "associated_data": "transaction", "ciphertext": sealed}},
-                                  creds.apiv3_key)
+        opened = wx.open_resource(
+            {
+                "resource": {
+                    "algorithm": "AEAD_AES_256_GCM",
+                    "nonce": nonce,
+                    "associated_data": "transaction",
+                    "ciphertext": sealed,
+                }
+            },
+            creds.apiv3_key,
+        )
         add("APIv3 key decrypts a test resource", opened == probe, "AEAD_AES_256_GCM round trip")
         signature = wx.rsa_sign(creds.private_key, b"tally merchant check\n")
         add("merchant key signs", bool(signature), f"serial {creds.serial}")
@@ -453,18 +598,29 @@ def check_merchant(directory: MerchantDirectory, channel: str, merchant_id: str)
     elif channel == "alipay":
         merchant = directory.alipay(merchant_id)
         creds = merchant.creds
-        content = ali.sign_content({"app_id": creds.app_id, "method": "tally.merchant.check", "charset": "utf-8"},
-                                   exclude=("sign",))
+        content = ali.sign_content(
+            {"app_id": creds.app_id, "method": "tally.merchant.check", "charset": "utf-8"}, exclude=("sign",)
+        )
         signature = ali.rsa2_sign(creds.private_key, content)
         if creds.app_public_key is not None:
-            add("app private key matches the app certificate",
+            add(
+                "app private key matches the app certificate",
                 ali.rsa2_verify(creds.app_public_key, content.encode(), signature),
-                f"app_cert_sn {creds.app_cert_sn}, alipay_root_cert_sn {creds.keys.root_sn}")
+                f"app_cert_sn {creds.app_cert_sn}, alipay_root_cert_sn {creds.keys.root_sn}",
+            )
         else:
-            add("app private key signs (RSA2)", bool(signature),
-                "public-key mode: only Alipay holds the app public key to verify it")
-        add("Alipay verifying keys", bool(creds.keys.public_key or creds.keys.by_sn),
-            ", ".join((["public key"] if creds.keys.public_key else []) + [f"cert {sn}" for sn in creds.keys.by_sn]))
+            add(
+                "app private key signs (RSA2)",
+                bool(signature),
+                "public-key mode: only Alipay holds the app public key to verify it",
+            )
+        add(
+            "Alipay verifying keys",
+            bool(creds.keys.public_key or creds.keys.by_sn),
+            ", ".join(
+                (["public key"] if creds.keys.public_key else []) + [f"cert {sn}" for sn in creds.keys.by_sn]
+            ),
+        )
         if merchant.app_auth_token:
             add("app_auth_token", True, f"acts through provider app {merchant.sp_mchid}")
         for sn, when in sorted(creds.keys.expires.items()):
@@ -476,11 +632,17 @@ def check_merchant(directory: MerchantDirectory, channel: str, merchant_id: str)
         fields = {"mch_id": merchant_id, "nonce_str": _secrets.token_hex(8), "out_trade_no": "TALLY-CHECK"}
         for sign_type in ("MD5", "HMAC-SHA256"):
             signed = {**fields, "sign": wx2.sign(fields, merchant.api_key, sign_type)}
-            add(f"API key signs and verifies ({sign_type})", wx2.verify(signed, merchant.api_key) == sign_type, "")
+            add(
+                f"API key signs and verifies ({sign_type})",
+                wx2.verify(signed, merchant.api_key) == sign_type,
+                "",
+            )
         refund = {"out_refund_no": "TALLY-CHECK", "refund_status": "SUCCESS"}
-        add("API key decrypts a test req_info",
+        add(
+            "API key decrypts a test req_info",
             wx2.decrypt_req_info(wx2.encrypt_req_info(refund, merchant.api_key), merchant.api_key) == refund,
-            "AES-256-ECB with md5(API key)")
+            "AES-256-ECB with md5(API key)",
+        )
     else:
         raise ValueError(f"unknown channel {channel!r}: wechatpay, alipay or wechatpay-v2")
     return checks

@@ -44,8 +44,15 @@ class PrepayFailed(RuntimeError):
 
 
 class OrderService:
-    def __init__(self, orders: OrderStore, raw: RawStore, merchants: MerchantDirectory, *,
-                 clock: Callable[[], float] = time.time, confirm: Callable[[dict[str, Any]], bool] | None = None):
+    def __init__(
+        self,
+        orders: OrderStore,
+        raw: RawStore,
+        merchants: MerchantDirectory,
+        *,
+        clock: Callable[[], float] = time.time,
+        confirm: Callable[[dict[str, Any]], bool] | None = None,
+    ):
         self.orders = orders
         self.raw = raw
         self.merchants = merchants
@@ -54,42 +61,64 @@ class OrderService:
 
     def create(self, request: dict[str, Any]) -> dict[str, Any]:
         spec = validate_order_request(request)
-        lookup = {"wechatpay": self.merchants.wechatpay, "alipay": self.merchants.alipay,
-                  "wechatpay_v2": self.merchants.wechatpay_v2}[spec["channel"]]
+        lookup = {
+            "wechatpay": self.merchants.wechatpay,
+            "alipay": self.merchants.alipay,
+            "wechatpay_v2": self.merchants.wechatpay_v2,
+        }[spec["channel"]]
         try:
             merchant = lookup(spec["mchid"])
         except UnknownMerchant:
-            raise NotFound(f"{spec['channel']} merchant {spec['mchid']} is not configured (tally merchant add)") from None
+            raise NotFound(
+                f"{spec['channel']} merchant {spec['mchid']} is not configured (tally merchant add)"
+            ) from None
         if spec["channel"] == "alipay" and spec["currency"] != "CNY":
             raise InvalidOrder("Alipay orders are in CNY")
         if spec["channel"] == "wechatpay_v2" and spec["prepay"] and not merchant.appid:
-            raise InvalidOrder("prepay for a wechatpay_v2 merchant needs its appid (tally merchant add --appid)")
+            raise InvalidOrder(
+                "prepay for a wechatpay_v2 merchant needs its appid (tally merchant add --appid)"
+            )
         if spec["channel"] == "wechatpay_v2" and spec["currency"] != "CNY":
             raise InvalidOrder("WeChat Pay v2 orders are in CNY")
         now = self.clock()
         row = {
-            "pk": order_key(spec["mchid"], spec["out_trade_no"]), "mchid": spec["mchid"],
+            "pk": order_key(spec["mchid"], spec["out_trade_no"]),
+            "mchid": spec["mchid"],
             "out_trade_no": spec["out_trade_no"],
             # v2 and v3 report the same WeChat transactions: one channel name for both (wechatpay_v2 docstring)
             "channel": ali.CHANNEL if spec["channel"] == "alipay" else wx.CHANNEL,
             "sp_mchid": getattr(merchant, "sp_mchid", None),  # service-provider mode (R11)
-            "tenant": merchant.row.get("tenant") or spec["mchid"], "status": Status.WAIT_PAY.value,
-            "amount_cent": spec["amount_cent"], "currency": spec["currency"], "description": spec["description"],
-            "paid_cent": 0, "refundable_cent": 0, "version": 0, "created_at": iso_now(now),
-            "expire_at": iso_now(now + spec["expire_minutes"] * 60), "prepay": spec["prepay"],
+            "tenant": merchant.row.get("tenant") or spec["mchid"],
+            "status": Status.WAIT_PAY.value,
+            "amount_cent": spec["amount_cent"],
+            "currency": spec["currency"],
+            "description": spec["description"],
+            "paid_cent": 0,
+            "refundable_cent": 0,
+            "version": 0,
+            "created_at": iso_now(now),
+            "expire_at": iso_now(now + spec["expire_minutes"] * 60),
+            "prepay": spec["prepay"],
             # the poll index (R21): pending from birth; the first query 30 s after creation
             "poll_pk": poll_pk(order_key(spec["mchid"], spec["out_trade_no"])),
-            "poll_due": iso_now(now + FIRST_QUERY_AFTER_S), "poll_count": 0,
+            "poll_due": iso_now(now + FIRST_QUERY_AFTER_S),
+            "poll_count": 0,
         }
         if spec["channel"] == "wechatpay_v2":
             row["api"] = wx2.API  # the poller queries it with the v2 API (pull.py), not v3
         existing = self.orders.create(row)
         if existing is not None:
             if (existing["amount_cent"], existing["currency"]) != (row["amount_cent"], row["currency"]):
-                raise OrderConflict(f"order {spec['out_trade_no']} exists with amount {existing['amount_cent']} "
-                                    f"{existing['currency']}")
+                raise OrderConflict(
+                    f"order {spec['out_trade_no']} exists with amount {existing['amount_cent']} "
+                    f"{existing['currency']}"
+                )
             row = existing
-        if spec["prepay"] and not (row.get("code_url") or row.get("qr_code")) and row["status"] == Status.WAIT_PAY.value:
+        if (
+            spec["prepay"]
+            and not (row.get("code_url") or row.get("qr_code"))
+            and row["status"] == Status.WAIT_PAY.value
+        ):
             if row["channel"] == ali.CHANNEL:
                 row = self._precreate(merchant, row, spec["expire_minutes"])
             elif row.get("api") == wx2.API:
@@ -109,8 +138,12 @@ class OrderService:
         """alipay.trade.precreate → qr_code (the buyer scans it)."""
         try:
             qr_code = self.merchants.alipay_client(merchant).precreate(
-                out_trade_no=row["out_trade_no"], amount_cent=row["amount_cent"], subject=row["description"],
-                notify_url=merchant.notify_url, timeout_express=f"{expire_minutes}m")
+                out_trade_no=row["out_trade_no"],
+                amount_cent=row["amount_cent"],
+                subject=row["description"],
+                notify_url=merchant.notify_url,
+                timeout_express=f"{expire_minutes}m",
+            )
         except ali.ChannelError as exc:
             raise self._prepay_failed(row, "alipay precreate failed", exc) from None
         self.orders.set_fields(row["pk"], qr_code=qr_code)
@@ -120,8 +153,12 @@ class OrderService:
         """WeChat Pay v2 `/pay/unifiedorder` (trade_type NATIVE) → code_url."""
         try:
             code_url = self.merchants.wechatpay_v2_client(merchant).unified_order(
-                out_trade_no=row["out_trade_no"], total_fee=row["amount_cent"], body=row["description"],
-                notify_url=merchant.notify_url, time_expire=expire_s)
+                out_trade_no=row["out_trade_no"],
+                total_fee=row["amount_cent"],
+                body=row["description"],
+                notify_url=merchant.notify_url,
+                time_expire=expire_s,
+            )
         except wx2.ChannelError as exc:
             raise self._prepay_failed(row, "v2 unified order failed", exc) from None
         self.orders.set_fields(row["pk"], code_url=code_url)
@@ -130,12 +167,23 @@ class OrderService:
     def _prepay(self, merchant: Any, row: dict[str, Any], expire_s: float) -> dict[str, Any]:
         try:
             client = self.merchants.client(merchant)
-            terms = {"description": row["description"], "out_trade_no": row["out_trade_no"],
-                     "notify_url": merchant.notify_url, "amount_cent": row["amount_cent"], "currency": row["currency"],
-                     "time_expire": datetime.fromtimestamp(expire_s, CHINA).isoformat(timespec="seconds")}
-            if merchant.sp_mchid:  # service provider: its credentials sign, the order is the sub-merchant's (R11)
-                code_url = client.partner_native_prepay(sp_appid=merchant.appid, sub_mchid=row["mchid"],
-                                                        sub_appid=merchant.row.get("sub_appid"), **terms)
+            terms = {
+                "description": row["description"],
+                "out_trade_no": row["out_trade_no"],
+                "notify_url": merchant.notify_url,
+                "amount_cent": row["amount_cent"],
+                "currency": row["currency"],
+                "time_expire": datetime.fromtimestamp(expire_s, CHINA).isoformat(timespec="seconds"),
+            }
+            if (
+                merchant.sp_mchid
+            ):  # service provider: its credentials sign, the order is the sub-merchant's (R11)
+                code_url = client.partner_native_prepay(
+                    sp_appid=merchant.appid,
+                    sub_mchid=row["mchid"],
+                    sub_appid=merchant.row.get("sub_appid"),
+                    **terms,
+                )
             else:
                 code_url = client.native_prepay(appid=merchant.appid, **terms)
         except wx.ChannelError as exc:
@@ -155,8 +203,21 @@ class OrderService:
             for t in self.orders.transitions(order["pk"])
         ]
         view["raw"] = [
-            {k: r.get(k) for k in ("pk", "source", "trade_state", "order_total_cent", "paid_cent", "handled",
-                                   "outcome", "manual_reason", "notified_at", "attempts")}
+            {
+                k: r.get(k)
+                for k in (
+                    "pk",
+                    "source",
+                    "trade_state",
+                    "order_total_cent",
+                    "paid_cent",
+                    "handled",
+                    "outcome",
+                    "manual_reason",
+                    "notified_at",
+                    "attempts",
+                )
+            }
             for r in self.raw.for_order(order["pk"])
         ]
         return view
@@ -199,5 +260,13 @@ def validate_order_request(body: Any) -> dict[str, Any]:
     channel = body.get("channel", "wechatpay")
     if channel not in CHANNELS:
         raise InvalidOrder(f"channel must be one of {', '.join(CHANNELS)}")
-    return {"mchid": mchid, "out_trade_no": out_trade_no, "amount_cent": amount, "currency": currency,
-            "description": description, "expire_minutes": expire, "prepay": prepay, "channel": channel}
+    return {
+        "mchid": mchid,
+        "out_trade_no": out_trade_no,
+        "amount_cent": amount,
+        "currency": currency,
+        "description": description,
+        "expire_minutes": expire,
+        "prepay": prepay,
+        "channel": channel,
+    }

@@ -29,13 +29,22 @@ class OutboxService:
         found = events_for_change(from_item(images.get("OldImage")), from_item(images.get("NewImage")))
         if not found:
             return []
-        answer = self.events.put_events(Entries=[
-            {"Source": SOURCE, "DetailType": e.detail_type, "Detail": json.dumps(e.detail, ensure_ascii=False),
-             "EventBusName": self.bus_name} for e in found
-        ])
+        answer = self.events.put_events(
+            Entries=[
+                {
+                    "Source": SOURCE,
+                    "DetailType": e.detail_type,
+                    "Detail": json.dumps(e.detail, ensure_ascii=False),
+                    "EventBusName": self.bus_name,
+                }
+                for e in found
+            ]
+        )
         if answer.get("FailedEntryCount"):
             count(M.OUTBOX_FAILED)
-            raise PublishFailed(f"{answer['FailedEntryCount']} of {len(found)} events not accepted by the bus")
+            raise PublishFailed(
+                f"{answer['FailedEntryCount']} of {len(found)} events not accepted by the bus"
+            )
         for event in found:
             count(M.OUTBOX_PUBLISHED)
             logger.info("downstream event published", extra={"event_id": event.event_id})

@@ -52,9 +52,20 @@ class PollReport:
 
 
 class PollService:
-    def __init__(self, polls: PollStore, raw: RawStore, queue: ApplyQueue, apply: Any, channels: PullChannels, *,
-                 clock: Callable[[], float] = time.time, batch: int = 100, max_errors: int = 5,
-                 confirm_after_s: float = 3.0, confirm_every_s: float = 5.0):
+    def __init__(
+        self,
+        polls: PollStore,
+        raw: RawStore,
+        queue: ApplyQueue,
+        apply: Any,
+        channels: PullChannels,
+        *,
+        clock: Callable[[], float] = time.time,
+        batch: int = 100,
+        max_errors: int = 5,
+        confirm_after_s: float = 3.0,
+        confirm_every_s: float = 5.0,
+    ):
         self.polls = polls
         self.raw = raw
         self.queue = queue
@@ -91,7 +102,9 @@ class PollService:
 
     def poll_one(self, order: dict[str, Any]) -> str:
         now = self.clock()
-        expire_s = _epoch(order.get("expire_at")) or (_epoch(order.get("created_at")) or now) + DEFAULT_EXPIRY_S
+        expire_s = (
+            _epoch(order.get("expire_at")) or (_epoch(order.get("created_at")) or now) + DEFAULT_EXPIRY_S
+        )
         expired = now >= expire_s
         queries = int(order.get("poll_count", 0)) + 1
         due_s = now + CLOSE_RETRY_S if expired else next_due(now, queries, expire_s)
@@ -162,8 +175,11 @@ class PollService:
         if answer is Answer.NOT_CREATED:
             count(M.POLL_NOT_CREATED, channel=order.get("channel"), merchant=order.get("mchid"))
             if expired:  # "does not exist" is not "closed" (R22): past expiry a person decides
-                return self._to_person(order, f"expired and the channel answers {result.word}: "
-                                              "never closed on 'does not exist' alone", now)
+                return self._to_person(
+                    order,
+                    f"expired and the channel answers {result.word}: never closed on 'does not exist' alone",
+                    now,
+                )
             self.polls.note_answer(order["pk"], result.word)
             return "NOT_CREATED"
         if answer is Answer.TRANSIENT:
@@ -181,13 +197,19 @@ class PollService:
             # The callback (or an earlier query) got there first. If it booked, the order is PAID and this is a
             # duplicate. If the order is still open behind a handled payment (it went to the manual queue), the
             # order leaves the poll for a person: asking again could only ever say "paid" (R25, R37).
-            handed = self._to_person(order, f"paid at the channel as {row['pk']}, a payment already handled "
-                                            f"(handled={existing.get('handled')}): see `tally manual`", now)
+            handed = self._to_person(
+                order,
+                f"paid at the channel as {row['pk']}, a payment already handled "
+                f"(handled={existing.get('handled')}): see `tally manual`",
+                now,
+            )
             return "DUPLICATE" if handed == "STALE" else handed
         try:
             applied = self.apply.apply(row["pk"])
         except RetryLater as exc:
-            logger.info("query answer not applicable yet; enqueued", extra={"raw_key": row["pk"], "reason": str(exc)})
+            logger.info(
+                "query answer not applicable yet; enqueued", extra={"raw_key": row["pk"], "reason": str(exc)}
+            )
             self.queue.send(row["pk"])
             return "ENQUEUED"
         except Exception:  # noqa: BLE001 - counted and alarmed like the worker's; the worker retries the key
@@ -195,8 +217,9 @@ class PollService:
             logger.exception("applying a query answer failed; enqueued", extra={"raw_key": row["pk"]})
             self.queue.send(row["pk"])
             return "ENQUEUED"
-        return {"BOOKED": "BOOKED", "DUPLICATE": "DUPLICATE", "ALREADY_HANDLED": "DUPLICATE"}.get(applied.value,
-                                                                                                  applied.value)
+        return {"BOOKED": "BOOKED", "DUPLICATE": "DUPLICATE", "ALREADY_HANDLED": "DUPLICATE"}.get(
+            applied.value, applied.value
+        )
 
     def _close_locally(self, order: dict[str, Any], result: QueryResult, now: float) -> str:
         from tally.channels import outcome_of
@@ -210,15 +233,26 @@ class PollService:
             if decision.verdict is not Verdict.OK:
                 # e.g. PAID meanwhile: an older "unpaid" snapshot never moves a paid order back (R24)
                 count(M.POLL_STALE_IGNORED, channel=order.get("channel"), merchant=order.get("mchid"))
-                logger.info("closed answer not applied", extra={"order": current["pk"], "status": current["status"],
-                                                                "reason": decision.reason})
+                logger.info(
+                    "closed answer not applied",
+                    extra={"order": current["pk"], "status": current["status"], "reason": decision.reason},
+                )
                 return "STALE"
             assert decision.new_status is not None
-            if self.polls.close_locally(current, event=event.value, to=decision.new_status.value, voucher=voucher,
-                                        now_iso=iso_now(now), source="query", word=result.word):
+            if self.polls.close_locally(
+                current,
+                event=event.value,
+                to=decision.new_status.value,
+                voucher=voucher,
+                now_iso=iso_now(now),
+                source="query",
+                word=result.word,
+            ):
                 count(M.POLL_CLOSED, channel=order.get("channel"), merchant=order.get("mchid"))
-                logger.info("order closed after the channel said so", extra={"order": current["pk"],
-                                                                             "word": result.word})
+                logger.info(
+                    "order closed after the channel said so",
+                    extra={"order": current["pk"], "word": result.word},
+                )
                 return "CLOSED"
             current = self.polls.get(order["pk"]) or current  # lost the compare-and-set: re-read (R19)
         raise RuntimeError(f"order {order['pk']} kept changing while closing it")

@@ -64,15 +64,23 @@ class PullChannels:
     def query(self, order: dict[str, Any], *, fast: bool = False) -> QueryResult:
         entry = self._entries.get(self._key(order))
         if entry is None:
-            return QueryResult(Answer.PERSON, "NO_QUERY_CLIENT", detail=f"no query for channel {order.get('channel')!r}",
-                               mapped=False)
+            return QueryResult(
+                Answer.PERSON,
+                "NO_QUERY_CLIENT",
+                detail=f"no query for channel {order.get('channel')!r}",
+                mapped=False,
+            )
         return entry[0](order, fast)
 
     def close(self, order: dict[str, Any]) -> CloseResult:
         entry = self._entries.get(self._key(order))
         if entry is None:
-            return CloseResult(Answer.PERSON, "NO_CLOSE_CLIENT", detail=f"no close for channel {order.get('channel')!r}",
-                               mapped=False)
+            return CloseResult(
+                Answer.PERSON,
+                "NO_CLOSE_CLIENT",
+                detail=f"no close for channel {order.get('channel')!r}",
+                mapped=False,
+            )
         return entry[1](order)
 
 
@@ -106,8 +114,11 @@ class WeChatPayV3Pull:
 
         try:
             client, sub = self._client(order)
-            response = with_retries(lambda: client.query_by_out_trade_no(order["out_trade_no"], sub_mchid=sub),
-                                    attempts=1 if fast else self.attempts, sleep=self.sleep)
+            response = with_retries(
+                lambda: client.query_by_out_trade_no(order["out_trade_no"], sub_mchid=sub),
+                attempts=1 if fast else self.attempts,
+                sleep=self.sleep,
+            )
         except UnknownMerchant as exc:
             return QueryResult(Answer.PERSON, "UNKNOWN_MERCHANT", detail=str(exc))
         except wx.ChannelError as exc:
@@ -117,7 +128,9 @@ class WeChatPayV3Pull:
         state = str(data.get("trade_state") or "")
         answer, mapped = _lookup(wx.QUERY_STATE, state)
         if not mapped:
-            return QueryResult(answer, state or "NO_TRADE_STATE", detail="trade_state in no table", mapped=False)
+            return QueryResult(
+                answer, state or "NO_TRADE_STATE", detail="trade_state in no table", mapped=False
+            )
         problem = _not_this_order(data, order)
         if problem:
             return QueryResult(Answer.PERSON, state, detail=problem)
@@ -136,8 +149,11 @@ class WeChatPayV3Pull:
 
         try:
             client, sub = self._client(order)
-            response = with_retries(lambda: client.close(order["out_trade_no"], sub_mchid=sub),
-                                    attempts=self.attempts, sleep=self.sleep)
+            response = with_retries(
+                lambda: client.close(order["out_trade_no"], sub_mchid=sub),
+                attempts=self.attempts,
+                sleep=self.sleep,
+            )
         except UnknownMerchant as exc:
             return CloseResult(Answer.PERSON, "UNKNOWN_MERCHANT", detail=str(exc))
         except wx.ChannelError as exc:
@@ -145,8 +161,11 @@ class WeChatPayV3Pull:
             return CloseResult(answer, exc.word, detail=str(exc)[:300], mapped=mapped)
         if response.status == 204:
             return CloseResult(Answer.CLOSED, "CLOSED_NOW")
-        word = str(response.data.get("code") or f"HTTP_{response.status}") if isinstance(response.data, dict) \
+        word = (
+            str(response.data.get("code") or f"HTTP_{response.status}")
+            if isinstance(response.data, dict)
             else f"HTTP_{response.status}"
+        )
         answer, mapped = _lookup(wx.CLOSE_ANSWER, word)
         return CloseResult(answer, word, detail=f"close answered {response.status}", mapped=mapped)
 
@@ -184,8 +203,11 @@ class AlipayPull:
 
         try:
             client = self.merchants.alipay_client(self.merchants.alipay(order["mchid"]))
-            data = with_retries(lambda: client.trade_query(out_trade_no=order["out_trade_no"]),
-                                attempts=1 if fast else self.attempts, sleep=self.sleep)
+            data = with_retries(
+                lambda: client.trade_query(out_trade_no=order["out_trade_no"]),
+                attempts=1 if fast else self.attempts,
+                sleep=self.sleep,
+            )
         except UnknownMerchant as exc:
             return QueryResult(Answer.PERSON, "UNKNOWN_MERCHANT", detail=str(exc))
         except ali.ChannelError as exc:
@@ -195,7 +217,9 @@ class AlipayPull:
         state = str(data.get("trade_status") or "")
         answer, mapped = _lookup(_answers(ali.QUERY_STATE), state)
         if not mapped:
-            return QueryResult(answer, state or "NO_TRADE_STATUS", detail="trade_status in no table", mapped=False)
+            return QueryResult(
+                answer, state or "NO_TRADE_STATUS", detail="trade_status in no table", mapped=False
+            )
         if data.get("out_trade_no") != order["out_trade_no"]:
             return QueryResult(Answer.PERSON, state, detail="answer is about another out_trade_no")
         notice = None
@@ -211,8 +235,11 @@ class AlipayPull:
 
         try:
             client = self.merchants.alipay_client(self.merchants.alipay(order["mchid"]))
-            with_retries(lambda: client.trade_close(out_trade_no=order["out_trade_no"]), attempts=self.attempts,
-                         sleep=self.sleep)
+            with_retries(
+                lambda: client.trade_close(out_trade_no=order["out_trade_no"]),
+                attempts=self.attempts,
+                sleep=self.sleep,
+            )
         except UnknownMerchant as exc:
             return CloseResult(Answer.PERSON, "UNKNOWN_MERCHANT", detail=str(exc))
         except ali.ChannelError as exc:
@@ -247,8 +274,11 @@ class WeChatPayV2Pull:
 
         try:
             client = self.merchants.wechatpay_v2_client(self.merchants.wechatpay_v2(order["mchid"]))
-            data = with_retries(lambda: client.order_query(order["out_trade_no"]),
-                                attempts=1 if fast else self.attempts, sleep=self.sleep)
+            data = with_retries(
+                lambda: client.order_query(order["out_trade_no"]),
+                attempts=1 if fast else self.attempts,
+                sleep=self.sleep,
+            )
         except UnknownMerchant as exc:
             return QueryResult(Answer.PERSON, "UNKNOWN_MERCHANT", detail=str(exc))
         except wx2.ChannelError as exc:
@@ -257,7 +287,9 @@ class WeChatPayV2Pull:
         state = str(data.get("trade_state") or "")
         answer, mapped = _lookup(wx2.QUERY_STATE, state)
         if not mapped:
-            return QueryResult(answer, state or "NO_TRADE_STATE", detail="trade_state in no table", mapped=False)
+            return QueryResult(
+                answer, state or "NO_TRADE_STATE", detail="trade_state in no table", mapped=False
+            )
         if data.get("out_trade_no") != order["out_trade_no"]:
             return QueryResult(Answer.PERSON, state, detail="answer is about another out_trade_no")  # R11
         notice = None
@@ -273,7 +305,9 @@ class WeChatPayV2Pull:
 
         try:
             client = self.merchants.wechatpay_v2_client(self.merchants.wechatpay_v2(order["mchid"]))
-            with_retries(lambda: client.close_order(order["out_trade_no"]), attempts=self.attempts, sleep=self.sleep)
+            with_retries(
+                lambda: client.close_order(order["out_trade_no"]), attempts=self.attempts, sleep=self.sleep
+            )
         except UnknownMerchant as exc:
             return CloseResult(Answer.PERSON, "UNKNOWN_MERCHANT", detail=str(exc))
         except wx2.ChannelError as exc:

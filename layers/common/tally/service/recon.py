@@ -59,10 +59,21 @@ class ReconError(ValueError):
 
 
 class ReconService:
-    def __init__(self, store: ReconStore, ledger: LedgerView, archive: BillArchive, sources: dict[str, Any],
-                 recover: Callable[[str, str, str], str] | None, merchants: Callable[[], list[tuple[str, str]]],
-                 *, clock: Callable[[], float] = time.time, min_ratio: float = 0.10, min_previous_rows: int = 10,
-                 last_retry_hour: int = 16, progress: Callable[[int], None] | None = None):
+    def __init__(
+        self,
+        store: ReconStore,
+        ledger: LedgerView,
+        archive: BillArchive,
+        sources: dict[str, Any],
+        recover: Callable[[str, str, str], str] | None,
+        merchants: Callable[[], list[tuple[str, str]]],
+        *,
+        clock: Callable[[], float] = time.time,
+        min_ratio: float = 0.10,
+        min_previous_rows: int = 10,
+        last_retry_hour: int = 16,
+        progress: Callable[[int], None] | None = None,
+    ):
         self.store = store
         self.ledger = ledger
         self.archive = archive
@@ -85,20 +96,30 @@ class ReconService:
             if channel not in self.sources:
                 continue
             for bill_date, pass_ in scheduled_days(self.clock()):
-                done = {r.get("pass") for r in self.store.run_rows(recon_pk(channel, mchid, bill_date))
-                        if r.get("status") in FINISHED}
+                done = {
+                    r.get("pass")
+                    for r in self.store.run_rows(recon_pk(channel, mchid, bill_date))
+                    if r.get("status") in FINISHED
+                }
                 if pass_ in done:
                     continue
                 results.append(self.run(channel, mchid, bill_date, pass_=pass_))
         return results
 
-    def run(self, channel: str, mchid: str, bill_date: str, *, pass_: str = "manual",
-            s3_key: str | None = None) -> dict[str, Any]:
+    def run(
+        self, channel: str, mchid: str, bill_date: str, *, pass_: str = "manual", s3_key: str | None = None
+    ) -> dict[str, Any]:
         """One reconciliation of one merchant's day; re-running is idempotent (R36)."""
         started = self.clock()
-        run = {"pk": recon_pk(channel, mchid, bill_date), "sk": f"run#{iso_now(started)}#{pass_}",
-               "channel": channel, "mchid": mchid, "bill_date": bill_date, "pass": pass_,
-               "started_at": iso_now(started)}
+        run = {
+            "pk": recon_pk(channel, mchid, bill_date),
+            "sk": f"run#{iso_now(started)}#{pass_}",
+            "channel": channel,
+            "mchid": mchid,
+            "bill_date": bill_date,
+            "pass": pass_,
+            "started_at": iso_now(started),
+        }
         run["run_id"] = run["sk"]
         try:
             data, name = self._bill(run, s3_key)
@@ -116,9 +137,13 @@ class ReconService:
         run["totals"] = totals.as_dict()
         pk = run["pk"]
         confirmation = self.store.confirmation(pk)
-        verdict = check_guards(totals, previous_rows=self.store.latest_parsed_rows(
-            recon_pk(channel, mchid, previous_day(bill_date))), min_ratio=self.min_ratio,
-            min_previous_rows=self.min_previous_rows, confirmed=confirmation is not None)
+        verdict = check_guards(
+            totals,
+            previous_rows=self.store.latest_parsed_rows(recon_pk(channel, mchid, previous_day(bill_date))),
+            min_ratio=self.min_ratio,
+            min_previous_rows=self.min_previous_rows,
+            confirmed=confirmation is not None,
+        )
         run["guard"] = verdict.code
         if confirmation is not None:
             run["confirmed_by"] = confirmation.get("confirmed_by")
@@ -130,7 +155,9 @@ class ReconService:
         """A bill a person dropped under bills/{channel}/{mchid}/{bill_date}/…; our own downloads are skipped."""
         parts = key.split("/")
         if len(parts) < 5 or parts[0] != "bills" or not parts[4]:
-            logger.warning("recon: object outside bills/{channel}/{mchid}/{bill_date}/ ignored", extra={"key": key})
+            logger.warning(
+                "recon: object outside bills/{channel}/{mchid}/{bill_date}/ ignored", extra={"key": key}
+            )
             return None
         if self.archive.origin(key) == "download":
             return None  # written by a run, which already reconciled it
@@ -171,28 +198,45 @@ class ReconService:
         if fetched.status == NOT_READY:
             hour = datetime.fromtimestamp(self.clock(), CHINA).hour
             if hour >= self.last_retry_hour:
-                self._blocked(run, "STATEMENT_LATE", f"still being generated at {hour}:xx Asia/Shanghai: "
-                                                     f"{fetched.note}")
+                self._blocked(
+                    run, "STATEMENT_LATE", f"still being generated at {hour}:xx Asia/Shanghai: {fetched.note}"
+                )
             else:
                 count(M.RECON_NOT_READY, channel=channel, merchant=mchid)
-                run.update(status=RETRY, reason=f"statement being generated, retried next tick: {fetched.note}")
+                run.update(
+                    status=RETRY, reason=f"statement being generated, retried next tick: {fetched.note}"
+                )
             return None, ""
         if fetched.status == NO_STATEMENT:
             if self.ledger.has_entries(channel, mchid, bill_date):
                 count(M.RECON_DOWNLOAD_FAILED, channel=channel, merchant=mchid)
-                self._blocked(run, "NO_STATEMENT_BUT_LEDGER", "the channel says there is no bill for this day but "
-                                                              f"our ledger has entries: {fetched.note}")
+                self._blocked(
+                    run,
+                    "NO_STATEMENT_BUT_LEDGER",
+                    "the channel says there is no bill for this day but "
+                    f"our ledger has entries: {fetched.note}",
+                )
             else:
                 count(M.RECON_QUIET_DAY, channel=channel, merchant=mchid)
                 run.update(status=QUIET, reason=f"no bill and no ledger entries: {fetched.note}")
             return None, ""
-        key = self.archive.keep(channel, mchid, bill_date, fetched.name, fetched.data, fetched.sha1,
-                                {"channel-hash": fetched.channel_hash} if fetched.channel_hash else None)
+        key = self.archive.keep(
+            channel,
+            mchid,
+            bill_date,
+            fetched.name,
+            fetched.data,
+            fetched.sha1,
+            {"channel-hash": fetched.channel_hash} if fetched.channel_hash else None,
+        )
         run.update(bill_key=key, sha1=fetched.sha1)
         if fetched.channel_hash and fetched.channel_hash != fetched.sha1:
             count(M.RECON_PARSE_FAILED, channel=channel, merchant=mchid)
-            raise DownloadFailed(f"SHA-1 of the bill {fetched.sha1} != the channel's hash_value "
-                                 f"{fetched.channel_hash} (kept at {key})", code="HASH_MISMATCH")
+            raise DownloadFailed(
+                f"SHA-1 of the bill {fetched.sha1} != the channel's hash_value "
+                f"{fetched.channel_hash} (kept at {key})",
+                code="HASH_MISMATCH",
+            )
         return fetched.data, fetched.name
 
     # ------------------------------------------------------------ matching and diffs
@@ -217,9 +261,15 @@ class ReconService:
                 self.store.seen_again(run["pk"], diff.sk, run["run_id"], recovery)
         healed = self._close_healed(run, seen)
         stats = matcher.stats
-        run["stats"] = {"matched": stats.matched, "cross_day": stats.cross_day, "duplicates": stats.duplicates,
-                        "pending_refunds": stats.pending_refunds, "by_class": dict(stats.by_class),
-                        "new_diffs": new, "auto_resolved": healed}
+        run["stats"] = {
+            "matched": stats.matched,
+            "cross_day": stats.cross_day,
+            "duplicates": stats.duplicates,
+            "pending_refunds": stats.pending_refunds,
+            "by_class": dict(stats.by_class),
+            "new_diffs": new,
+            "auto_resolved": healed,
+        }
         run["open_diffs"] = sum(1 for d in self.store.diffs_of(run["pk"]) if d.get("handle_status") == OPEN)
         if new:
             count(M.RECON_DIFF_OPENED, new, channel=channel, merchant=mchid)
@@ -242,31 +292,65 @@ class ReconService:
 
     def _diff_row(self, run: dict[str, Any], diff: Diff, recovery: str | None) -> dict[str, Any]:
         now = iso_now(self.clock())
-        return {"pk": run["pk"], "sk": diff.sk, "channel": run["channel"], "mchid": run["mchid"],
-                "bill_date": run["bill_date"], "cls": diff.cls, "item": diff.item, "key": diff.key,
-                "channel_amount_cent": diff.channel_amount_cent, "local_amount_cent": diff.local_amount_cent,
-                "channel_status": diff.channel_status, "local_status": diff.local_status,
-                "transaction_id": diff.transaction_id, "out_trade_no": diff.out_trade_no,
-                "refund_no": diff.refund_no, "detail": diff.detail, "recovery": recovery,
-                "handle_status": OPEN, "open_pk": OPEN, "opened_at": now, "handler": None,
-                "history": [{"at": now, "by": "recon", "action": "OPENED", "note": diff.detail}],
-                "run_id": run["run_id"], "last_seen_run": run["run_id"], "seen_count": 1}
+        return {
+            "pk": run["pk"],
+            "sk": diff.sk,
+            "channel": run["channel"],
+            "mchid": run["mchid"],
+            "bill_date": run["bill_date"],
+            "cls": diff.cls,
+            "item": diff.item,
+            "key": diff.key,
+            "channel_amount_cent": diff.channel_amount_cent,
+            "local_amount_cent": diff.local_amount_cent,
+            "channel_status": diff.channel_status,
+            "local_status": diff.local_status,
+            "transaction_id": diff.transaction_id,
+            "out_trade_no": diff.out_trade_no,
+            "refund_no": diff.refund_no,
+            "detail": diff.detail,
+            "recovery": recovery,
+            "handle_status": OPEN,
+            "open_pk": OPEN,
+            "opened_at": now,
+            "handler": None,
+            "history": [{"at": now, "by": "recon", "action": "OPENED", "note": diff.detail}],
+            "run_id": run["run_id"],
+            "last_seen_run": run["run_id"],
+            "seen_count": 1,
+        }
 
     def _close_healed(self, run: dict[str, Any], seen: set[str]) -> int:
         """OPEN diffs of this day that the bill and ledger no longer show (e.g. booked by the pull path)."""
         healed = 0
         for row in self.store.diffs_of(run["pk"]):
             if row.get("handle_status") == OPEN and row["sk"] not in seen:
-                if self.store.close_diff(run["pk"], row["sk"], RESOLVED, "recon",
-                                         f"no longer differs at {run['run_id']}", iso_now(self.clock())):
+                if self.store.close_diff(
+                    run["pk"],
+                    row["sk"],
+                    RESOLVED,
+                    "recon",
+                    f"no longer differs at {run['run_id']}",
+                    iso_now(self.clock()),
+                ):
                     healed += 1
                     count(M.RECON_DIFF_RESOLVED, channel=run.get("channel"), merchant=run.get("mchid"))
         return healed
 
     # ------------------------------------------------------------ a person's hand
 
-    def resolve(self, channel: str, mchid: str, bill_date: str, sk: str, *, by: str, note: str,
-                ignore: bool = False, reverse: bool = False) -> dict[str, Any]:
+    def resolve(
+        self,
+        channel: str,
+        mchid: str,
+        bill_date: str,
+        sk: str,
+        *,
+        by: str,
+        note: str,
+        ignore: bool = False,
+        reverse: bool = False,
+    ) -> dict[str, Any]:
         """Close an OPEN diff. `reverse` writes a reversing ledger entry (kind REVERSAL, signed) in the same
         transaction, for the classes where our books moved money the channel did not (R36). Nothing deleted."""
         if not by or not note:
@@ -285,33 +369,50 @@ class ReconService:
             count(M.RECON_DIFF_RESOLVED, channel=channel, merchant=mchid)
             return self.store.diff(pk, sk) or {}
         entry, amount = self._reversal(diff, by, note, now)
-        update = self.store.close_diff_update(pk, sk, status, by, note, now,
-                                              {"reversal": entry["pk"], "amount_cent": amount})
+        update = self.store.close_diff_update(
+            pk, sk, status, by, note, now, {"reversal": entry["pk"], "amount_cent": amount}
+        )
         ddb = self.store.ddb
         try:
-            ddb.transact_write_items(TransactItems=[{"Update": update}, {"Put": self.ledger.reversal_put(entry)}])
+            ddb.transact_write_items(
+                TransactItems=[{"Update": update}, {"Put": self.ledger.reversal_put(entry)}]
+            )
         except ddb.exceptions.TransactionCanceledException:
             raise ReconError(f"diff {sk} changed under us, or its reversal exists; look again") from None
         count(M.RECON_DIFF_RESOLVED, channel=channel, merchant=mchid)
-        logger.info("recon: diff resolved with a reversing entry", extra={"diff": sk, "reversal": entry["pk"],
-                                                                          "amount_cent": amount, "by": by})
+        logger.info(
+            "recon: diff resolved with a reversing entry",
+            extra={"diff": sk, "reversal": entry["pk"], "amount_cent": amount, "by": by},
+        )
         return self.store.diff(pk, sk) or {}
 
     def _reversal(self, diff: dict[str, Any], by: str, note: str, now: str) -> tuple[dict[str, Any], int]:
         if diff["item"] == FEE or diff["cls"] not in (LOCAL_ONLY, AMOUNT_DIFFERS):
-            raise ReconError(f"{diff['cls']} {diff['item']}: no money moved in our books to reverse; "
-                             "resolve without --reverse (channel-only payments are booked by the pull path)")
+            raise ReconError(
+                f"{diff['cls']} {diff['item']}: no money moved in our books to reverse; "
+                "resolve without --reverse (channel-only payments are booked by the pull path)"
+            )
         target = self.ledger.get(diff["key"])
         if target is None:
             raise ReconError(f"ledger entry {diff['key']} not found")
         local = int(diff["local_amount_cent"])
         amount = -local if diff["cls"] == LOCAL_ONLY else int(diff["channel_amount_cent"]) - local
-        entry = {"pk": f"{diff['key']}#{REVERSAL}#{diff['bill_date']}", "kind": REVERSAL, "reverses": diff["key"],
-                 "amount_cent": amount, "channel": diff["channel"], "mchid": diff["mchid"],
-                 "order_pk": target.get("order_pk"), "transaction_id": target.get("transaction_id"),
-                 "refund_no": target.get("refund_no"), "bill_date": target.get("bill_date", diff["bill_date"]),
-                 "booked_at": now, "source": "recon", "reason": f"{diff['cls']} resolved by {by}: {note}",
-                 "diff": f"{diff['pk']}/{diff['sk']}"}
+        entry = {
+            "pk": f"{diff['key']}#{REVERSAL}#{diff['bill_date']}",
+            "kind": REVERSAL,
+            "reverses": diff["key"],
+            "amount_cent": amount,
+            "channel": diff["channel"],
+            "mchid": diff["mchid"],
+            "order_pk": target.get("order_pk"),
+            "transaction_id": target.get("transaction_id"),
+            "refund_no": target.get("refund_no"),
+            "bill_date": target.get("bill_date", diff["bill_date"]),
+            "booked_at": now,
+            "source": "recon",
+            "reason": f"{diff['cls']} resolved by {by}: {note}",
+            "diff": f"{diff['pk']}/{diff['sk']}",
+        }
         return entry, amount
 
     # ------------------------------------------------------------ reading
@@ -320,7 +421,12 @@ class ReconService:
         pk = recon_pk(channel, mchid, bill_date)
         runs = self.store.run_rows(pk)
         latest = runs[0] if runs else None
-        view = {"pk": pk, "runs": runs, "diffs": self.store.diffs_of(pk), "confirmation": self.store.confirmation(pk)}
+        view = {
+            "pk": pk,
+            "runs": runs,
+            "diffs": self.store.diffs_of(pk),
+            "confirmation": self.store.confirmation(pk),
+        }
         if latest and latest.get("report_key"):
             view["report_url"] = self.archive.link(latest["report_key"])
         return view
@@ -331,8 +437,10 @@ class ReconService:
         count(M.RECON_BLOCKED, channel=run.get("channel"), merchant=run.get("mchid"))
         run.update(status=BLOCKED, guard=run.get("guard") or code, block_code=code, reason=reason)
         if code == VOLUME_DROP:
-            run["reason"] += f" (tally recon confirm --channel {run['channel']} --mchid {run['mchid']} " \
-                             f"--date {run['bill_date']} --by NAME)"
+            run["reason"] += (
+                f" (tally recon confirm --channel {run['channel']} --mchid {run['mchid']} "
+                f"--date {run['bill_date']} --by NAME)"
+            )
         logger.error("recon: run blocked", extra={"pk": run["pk"], "code": code, "reason": reason})
         return self._finish(run)
 
@@ -351,20 +459,72 @@ class ReconService:
         out = io.StringIO()
         w = csv.writer(out)
         totals = run.get("totals", {})
-        w.writerow(["channel", "mchid", "bill_date", "run", "status", "reason", "bill rows", "payments",
-                    "payment total", "refunds", "refund total", "ledger entries", "matched"])
-        w.writerow([run["channel"], run["mchid"], run["bill_date"], run["run_id"], run["status"], run.get("reason"),
-                    totals.get("rows"),
-                    totals.get("payments"), format_cents(totals.get("payment_cent", 0)), totals.get("refunds"),
-                    format_cents(totals.get("refund_cent", 0)), run.get("ledger_entries"),
-                    run.get("stats", {}).get("matched")])
+        w.writerow(
+            [
+                "channel",
+                "mchid",
+                "bill_date",
+                "run",
+                "status",
+                "reason",
+                "bill rows",
+                "payments",
+                "payment total",
+                "refunds",
+                "refund total",
+                "ledger entries",
+                "matched",
+            ]
+        )
+        w.writerow(
+            [
+                run["channel"],
+                run["mchid"],
+                run["bill_date"],
+                run["run_id"],
+                run["status"],
+                run.get("reason"),
+                totals.get("rows"),
+                totals.get("payments"),
+                format_cents(totals.get("payment_cent", 0)),
+                totals.get("refunds"),
+                format_cents(totals.get("refund_cent", 0)),
+                run.get("ledger_entries"),
+                run.get("stats", {}).get("matched"),
+            ]
+        )
         w.writerow([])
-        w.writerow(["difference", "item", "key", "channel amount", "our amount", "channel status", "our status",
-                    "handle status", "handler", "detail", "recovery"])
+        w.writerow(
+            [
+                "difference",
+                "item",
+                "key",
+                "channel amount",
+                "our amount",
+                "channel status",
+                "our status",
+                "handle status",
+                "handler",
+                "detail",
+                "recovery",
+            ]
+        )
         for d in self.store.diffs_of(run["pk"]):
-            w.writerow([d["cls"], d["item"], d["key"], _yuan(d.get("channel_amount_cent")),
-                        _yuan(d.get("local_amount_cent")), d.get("channel_status"), d.get("local_status"),
-                        d.get("handle_status"), d.get("handler") or "", d.get("detail"), d.get("recovery") or ""])
+            w.writerow(
+                [
+                    d["cls"],
+                    d["item"],
+                    d["key"],
+                    _yuan(d.get("channel_amount_cent")),
+                    _yuan(d.get("local_amount_cent")),
+                    d.get("channel_status"),
+                    d.get("local_status"),
+                    d.get("handle_status"),
+                    d.get("handler") or "",
+                    d.get("detail"),
+                    d.get("recovery") or "",
+                ]
+            )
         key = f"reports/{run['channel']}/{run['mchid']}/{run['bill_date']}/{run['run_id'].replace('#', '_')}.csv"
         self.archive.put_report(key, ("\ufeff" + out.getvalue()).encode("utf-8"), "text/csv; charset=utf-8")
         return key
@@ -378,4 +538,3 @@ def _sha1(data: bytes) -> str:
     from tally.service.recon_sources import sha1_hex
 
     return sha1_hex(data)
-

@@ -32,7 +32,9 @@ UNSUPPORTED = "UNSUPPORTED"
 class QueryAndApply:
     """`recover(channel, mchid, transaction_id) -> outcome` (one of the constants above, with a reason)."""
 
-    def __init__(self, merchants: Any, raw: RawStore, queue: ApplyQueue, *, clock: Callable[[], float] = time.time):
+    def __init__(
+        self, merchants: Any, raw: RawStore, queue: ApplyQueue, *, clock: Callable[[], float] = time.time
+    ):
         self.merchants = merchants
         self.raw = raw
         self.queue = queue
@@ -45,14 +47,18 @@ class QueryAndApply:
             return f"{UNSUPPORTED}: no query client for {channel}"
         try:
             client = self.merchants.client(self.merchants.wechatpay(mchid))
-            path = (f"/v3/pay/transactions/id/{urllib.parse.quote(transaction_id, safe='')}"
-                    f"?mchid={urllib.parse.quote(mchid, safe='')}")
+            path = (
+                f"/v3/pay/transactions/id/{urllib.parse.quote(transaction_id, safe='')}"
+                f"?mchid={urllib.parse.quote(mchid, safe='')}"
+            )
             resource = client.request("GET", path, None)
             notice = wx.to_payment_notice(resource, source="recon")
         except (wx.ChannelError, wx.DecryptError, LookupError) as exc:
             count(M.RECON_RECOVER_FAILED, channel=channel, merchant=mchid)
-            logger.error("recon: query of a channel-only payment failed",
-                         extra={"mchid": mchid, "transaction_id": transaction_id, "error": str(exc)})
+            logger.error(
+                "recon: query of a channel-only payment failed",
+                extra={"mchid": mchid, "transaction_id": transaction_id, "error": str(exc)},
+            )
             return f"{QUERY_FAILED}: {exc}"
         if wx.outcome_of(notice.trade_state) is not Outcome.PAID or notice.transaction_id != transaction_id:
             return f"{NOT_PAID}: channel says {notice.trade_state}"
@@ -63,12 +69,18 @@ class QueryAndApply:
         try:
             merchant = self.merchants.alipay(app_id)
             answer = self.merchants.alipay_client(merchant).trade_query(trade_no=trade_no)
-            notice = dataclasses.replace(ali.to_payment_notice(
-                {**answer, "app_id": merchant.sp_mchid or app_id, "auth_app_id": app_id}), source="recon")
+            notice = dataclasses.replace(
+                ali.to_payment_notice(
+                    {**answer, "app_id": merchant.sp_mchid or app_id, "auth_app_id": app_id}
+                ),
+                source="recon",
+            )
         except (ali.ChannelError, ali.ParseError, LookupError) as exc:
             count(M.RECON_RECOVER_FAILED, channel="alipay", merchant=app_id)
-            logger.error("recon: query of a channel-only payment failed",
-                         extra={"mchid": app_id, "transaction_id": trade_no, "error": str(exc)})
+            logger.error(
+                "recon: query of a channel-only payment failed",
+                extra={"mchid": app_id, "transaction_id": trade_no, "error": str(exc)},
+            )
             return f"{QUERY_FAILED}: {exc}"
         if ali.outcome_of(notice.trade_state) is not Outcome.PAID or notice.transaction_id != trade_no:
             return f"{NOT_PAID}: channel says {notice.trade_state}"

@@ -64,8 +64,14 @@ class WeChatBillSource:
         except wx.ChannelError as exc:
             raise DownloadFailed(f"bill download: {exc}", retryable=exc.retryable) from None
         data = gunzip(raw)
-        return Fetched(OK, data, "ALL.csv", sha1_hex(data), answer["hash_value"].lower(),
-                       extra={"hash_type": answer.get("hash_type", "")})
+        return Fetched(
+            OK,
+            data,
+            "ALL.csv",
+            sha1_hex(data),
+            answer["hash_value"].lower(),
+            extra={"hash_type": answer.get("hash_type", "")},
+        )
 
 
 def gunzip(raw: bytes) -> bytes:
@@ -150,7 +156,7 @@ class OpenedBill:
     def item_at(self, where: int) -> BillItem:
         """The full BillItem of the row starting at byte `where` (after `index()`)."""
         end = self._data.find(b"\n", where)
-        return self._indexed.item_at(self._data[where:end + 1 if end >= 0 else len(self._data)])
+        return self._indexed.item_at(self._data[where : end + 1 if end >= 0 else len(self._data)])
 
 
 class _AlipayWithSummary:

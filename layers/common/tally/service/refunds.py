@@ -97,8 +97,11 @@ class Applied(str, Enum):
 def new_refund_no(now_s: float) -> str:
     """R + UTC time + 12 random characters: unique without a lookup, sortable by creation (R26)."""
     alphabet = string.ascii_uppercase + string.digits
-    return "R" + time.strftime("%Y%m%d%H%M%S", time.gmtime(now_s)) + "".join(secrets.choice(alphabet)
-                                                                            for _ in range(12))
+    return (
+        "R"
+        + time.strftime("%Y%m%d%H%M%S", time.gmtime(now_s))
+        + "".join(secrets.choice(alphabet) for _ in range(12))
+    )
 
 
 def task_refund_no(task_pk: str) -> str:
@@ -107,9 +110,19 @@ def task_refund_no(task_pk: str) -> str:
 
 
 class RefundService:
-    def __init__(self, store: RefundStore, raw: RefundRawStore, orders: OrderStore, inbox: RefundInbox,
-                 channels: Mapping[str, Callable[[str], RefundChannel]], *, clock: Callable[[], float] = time.time,
-                 task_policy: str = "manual", expiry_s: int = 7 * 86400, not_found_attempts: int = 5):
+    def __init__(
+        self,
+        store: RefundStore,
+        raw: RefundRawStore,
+        orders: OrderStore,
+        inbox: RefundInbox,
+        channels: Mapping[str, Callable[[str], RefundChannel]],
+        *,
+        clock: Callable[[], float] = time.time,
+        task_policy: str = "manual",
+        expiry_s: int = 7 * 86400,
+        not_found_attempts: int = 5,
+    ):
         if task_policy not in ("auto", "manual"):
             raise ValueError("REFUND_TASK_POLICY must be auto or manual")
         self.store = store
@@ -142,8 +155,12 @@ class RefundService:
         HOLD_ABANDONED_S (`_materialise`), which re-sends the same refund_no to the channel (R26)."""
         now_s = self.clock()
         refund_no = new_refund_no(now_s)
-        hold = {"amount_cent": spec["amount_cent"], "reason": spec["reason"], "created_at": iso_now(now_s),
-                "abandoned_at": iso_now(now_s + HOLD_ABANDONED_S)}
+        hold = {
+            "amount_cent": spec["amount_cent"],
+            "reason": spec["reason"],
+            "created_at": iso_now(now_s),
+            "abandoned_at": iso_now(now_s + HOLD_ABANDONED_S),
+        }
         order_pk = order_key(spec["mchid"], spec["out_trade_no"])
         try:
             order = self.store.reserve_and_hold(order_pk, refund_no, hold, hold["abandoned_at"])
@@ -152,36 +169,52 @@ class RefundService:
                 raise NotFound(f"no order {spec['mchid']}/{spec['out_trade_no']}") from None
             refuse_unrefundable(exc.order, spec["amount_cent"])
             raise Busy(f"refund {refund_no}: the number is taken on this order, retry") from None
-        row = self._new_row(refund_no, order, spec["amount_cent"], spec["reason"], HOLD_ORDER, order_pk, "api")
+        row = self._new_row(
+            refund_no, order, spec["amount_cent"], spec["reason"], HOLD_ORDER, order_pk, "api"
+        )
         count(M.REFUND_CREATED, channel=row.get("channel"), merchant=row.get("mchid"))
-        logger.info("refund reserved", extra={"refund_no": refund_no, "order": order_pk,
-                                              "amount_cent": row["amount_cent"]})
+        logger.info(
+            "refund reserved",
+            extra={"refund_no": refund_no, "order": order_pk, "amount_cent": row["amount_cent"]},
+        )
         try:
             channel = self._channel(order["channel"], order["mchid"])
         except (NotFound, RefundConflict) as exc:
-            self._land(row, None, f"no channel client: {exc}")  # the refund is stored FAIL, the amount given back
+            self._land(
+                row, None, f"no channel client: {exc}"
+            )  # the refund is stored FAIL, the amount given back
             raise
         return public_refund(self._land(row, channel.create(row)))
 
     def _land(self, row: dict[str, Any], answer: ChannelAnswer | None, refusal: str = "") -> dict[str, Any]:
         """The refund row as the channel's answer leaves it + the hold closed, in one transaction.
         `answer` None: the channel was never called (`refusal` says why): FAIL, reservation given back."""
-        label, event, reason, refund_id = self._read_answer(row, answer) if answer else ("NOT_SENT", RefundEvent.FAIL,
-                                                                                        refusal, None)
+        label, event, reason, refund_id = (
+            self._read_answer(row, answer) if answer else ("NOT_SENT", RefundEvent.FAIL, refusal, None)
+        )
         now_s = self.clock()
-        if event is None:  # sent, outcome unknown: stored PENDING, re-sent by the poll with the same refund_no
-            landed = {**row, "poll_attempts": 1, "poll_due": iso_now(now_s + BACKOFF_S[1]),
-                      "last_poll_note": f"create: {reason}"[:300]}
+        if (
+            event is None
+        ):  # sent, outcome unknown: stored PENDING, re-sent by the poll with the same refund_no
+            landed = {
+                **row,
+                "poll_attempts": 1,
+                "poll_due": iso_now(now_s + BACKOFF_S[1]),
+                "last_poll_note": f"create: {reason}"[:300],
+            }
             to, effect = RefundStatus.PENDING, Effect.NONE
         else:
             decision = transit(RefundStatus.PENDING, event)
             assert decision.new_status is not None  # every create answer is an edge out of PENDING
             to, effect = decision.new_status, decision.effect
-            landed = self.store.landed(row, to.value, iso_now(now_s),
-                                       **landing(to, event, reason, refund_id, None, now_s))
+            landed = self.store.landed(
+                row, to.value, iso_now(now_s), **landing(to, event, reason, refund_id, None, now_s)
+            )
         release = row["amount_cent"] if effect is Effect.RELEASE else 0
-        items = [self.store.put_new(landed), self.store.close_hold(row["order_pk"], row["pk"], release,
-                                                                   iso_now(now_s))]
+        items = [
+            self.store.put_new(landed),
+            self.store.close_hold(row["order_pk"], row["pk"], release, iso_now(now_s)),
+        ]
         for _ in range(CAS_ROUNDS):
             try:
                 self.store.transact(items)
@@ -200,11 +233,15 @@ class RefundService:
     def _landed_meanwhile(self, row: dict[str, Any], answer: ChannelAnswer | None) -> dict[str, Any]:
         """The hold was closed by someone else: the poller took it for abandoned (this call outlived
         HOLD_ABANDONED_S) and stored the refund PENDING; the answer applies to that row like any other."""
-        logger.warning("refund hold was materialised before the create answer landed", extra={"refund_no": row["pk"]})
+        logger.warning(
+            "refund hold was materialised before the create answer landed", extra={"refund_no": row["pk"]}
+        )
         existing = self.store.get(row["pk"])
         if existing is None or existing.get("order_pk") != row["order_pk"] or answer is None:
-            raise RuntimeError(f"refund {row['pk']}: hold closed by someone else and no row of ours; "
-                               "left for the retry and the DLQ alarm")
+            raise RuntimeError(
+                f"refund {row['pk']}: hold closed by someone else and no row of ours; "
+                "left for the retry and the DLQ alarm"
+            )
         return self._after_create(existing, answer)[1]
 
     def _materialise(self, order: dict[str, Any], refund_no: str, hold: dict[str, Any]) -> str:
@@ -212,19 +249,25 @@ class RefundService:
         refund becomes PENDING and due now, so the poll re-sends the same refund_no (R26); the channel
         answers the refund it already took, or takes it now."""
         now_s = self.clock()
-        row = self._new_row(refund_no, order, int(hold["amount_cent"]), hold.get("reason", ""), HOLD_ORDER,
-                            order["pk"], "api")
-        row.update(created_at=hold["created_at"], poll_due=iso_now(now_s), last_poll_note="recovered abandoned hold")
+        row = self._new_row(
+            refund_no, order, int(hold["amount_cent"]), hold.get("reason", ""), HOLD_ORDER, order["pk"], "api"
+        )
+        row.update(
+            created_at=hold["created_at"], poll_due=iso_now(now_s), last_poll_note="recovered abandoned hold"
+        )
         try:
-            self.store.transact([self.store.put_new(row),
-                                 self.store.close_hold(order["pk"], refund_no, 0, iso_now(now_s))])
+            self.store.transact(
+                [self.store.put_new(row), self.store.close_hold(order["pk"], refund_no, 0, iso_now(now_s))]
+            )
         except TransactionFailed as exc:
             if exc.conflict and not exc.failed:
                 return "CONFLICT"  # the hold stays open and due: the next run takes it
             return "LANDED_MEANWHILE"  # the create call stored its answer after all
         count(M.REFUND_HOLD_RECOVERED, channel=row.get("channel"), merchant=row.get("mchid"))
-        logger.warning("abandoned refund hold stored PENDING: the poll re-sends it with the same refund_no",
-                       extra={"refund_no": refund_no, "order": order["pk"]})
+        logger.warning(
+            "abandoned refund hold stored PENDING: the poll re-sends it with the same refund_no",
+            extra={"refund_no": refund_no, "order": order["pk"]},
+        )
         return "RECOVERED"
 
     def sweep_holds(self, limit: int = 50) -> dict[str, int]:
@@ -263,11 +306,17 @@ class RefundService:
                 return self._same_refund(existing, order["pk"], spec["amount_cent"]), False
             raise
         channel = self._channel(order["channel"], order["mchid"])  # unknown merchant: refuse before reserving
-        row = self._new_row(refund_no, order, spec["amount_cent"], spec["reason"], HOLD_ORDER, order["pk"], "api")
+        row = self._new_row(
+            refund_no, order, spec["amount_cent"], spec["reason"], HOLD_ORDER, order["pk"], "api"
+        )
         for _ in range(CAS_ROUNDS):
             try:
-                self.store.transact([self.store.reserve_on_order(order["pk"], row["amount_cent"], row["created_at"]),
-                                     self.store.put_new(row)])
+                self.store.transact(
+                    [
+                        self.store.reserve_on_order(order["pk"], row["amount_cent"], row["created_at"]),
+                        self.store.put_new(row),
+                    ]
+                )
                 break
             except TransactionFailed as exc:
                 if 1 in exc.failed:  # this refund_no exists (a retry, or a race we lost): answer that one
@@ -277,39 +326,70 @@ class RefundService:
                     existing = self.store.get(refund_no)  # a racing retry of ours?
                     if existing is not None:
                         return self._same_refund(existing, order["pk"], spec["amount_cent"]), False
-                    refuse_unrefundable(exc.items[0] or self.orders.get(spec["mchid"], spec["out_trade_no"]) or {},
-                                        spec["amount_cent"])
+                    refuse_unrefundable(
+                        exc.items[0] or self.orders.get(spec["mchid"], spec["out_trade_no"]) or {},
+                        spec["amount_cent"],
+                    )
                 if not exc.conflict:
                     raise
         else:
             raise Busy(f"refund {refund_no}: contention on the order, retry with the same refund_no")
         count(M.REFUND_CREATED, channel=row.get("channel"), merchant=row.get("mchid"))
-        logger.info("refund reserved", extra={"refund_no": refund_no, "order": order["pk"],
-                                              "amount_cent": row["amount_cent"]})
+        logger.info(
+            "refund reserved",
+            extra={"refund_no": refund_no, "order": order["pk"], "amount_cent": row["amount_cent"]},
+        )
         return public_refund(self._submit(row, channel)), True
 
     def _same_refund(self, existing: dict[str, Any], order_pk: str, amount_cent: int) -> dict[str, Any]:
         if existing.get("order_pk") != order_pk or existing.get("amount_cent") != amount_cent:
-            raise RefundConflict(f"refund_no {existing.get('pk')} already exists for order {existing.get('order_pk')} "
-                                 f"amount {existing.get('amount_cent')} (cents): use a new refund_no")
+            raise RefundConflict(
+                f"refund_no {existing.get('pk')} already exists for order {existing.get('order_pk')} "
+                f"amount {existing.get('amount_cent')} (cents): use a new refund_no"
+            )
         if existing.get("status") == RefundStatus.FAIL.value:
-            raise RefundConflict(f"refund_no {existing['pk']} failed ({existing.get('fail_reason', '')}); "
-                                 "a failed refund_no is spent: retry with a new refund_no")
+            raise RefundConflict(
+                f"refund_no {existing['pk']} failed ({existing.get('fail_reason', '')}); "
+                "a failed refund_no is spent: retry with a new refund_no"
+            )
         return public_refund(existing)
 
-    def _new_row(self, refund_no: str, order: dict[str, Any], amount: int, reason: str, hold: str, hold_pk: str,
-                 source: str, transaction_id: str | None = None) -> dict[str, Any]:
+    def _new_row(
+        self,
+        refund_no: str,
+        order: dict[str, Any],
+        amount: int,
+        reason: str,
+        hold: str,
+        hold_pk: str,
+        source: str,
+        transaction_id: str | None = None,
+    ) -> dict[str, Any]:
         now_s = self.clock()
         now = iso_now(now_s)
         return {
-            "pk": refund_no, "refund_no": refund_no, "channel": order["channel"], "mchid": order["mchid"],
-            "out_trade_no": order["out_trade_no"], "order_pk": order["pk"],
-            "transaction_id": transaction_id or order.get("transaction_id"), "amount_cent": amount,
-            "total_cent": int(order["amount_cent"]), "currency": order.get("currency", "CNY"), "reason": reason,
-            "status": RefundStatus.PENDING.value, "hold": hold, "hold_pk": hold_pk, "source": source,
-            "created_at": now, "updated_at": now, "expire_at": iso_now(now_s + self.expiry_s),
+            "pk": refund_no,
+            "refund_no": refund_no,
+            "channel": order["channel"],
+            "mchid": order["mchid"],
+            "out_trade_no": order["out_trade_no"],
+            "order_pk": order["pk"],
+            "transaction_id": transaction_id or order.get("transaction_id"),
+            "amount_cent": amount,
+            "total_cent": int(order["amount_cent"]),
+            "currency": order.get("currency", "CNY"),
+            "reason": reason,
+            "status": RefundStatus.PENDING.value,
+            "hold": hold,
+            "hold_pk": hold_pk,
+            "source": source,
+            "created_at": now,
+            "updated_at": now,
+            "expire_at": iso_now(now_s + self.expiry_s),
             # a crash before the channel call leaves PENDING: poll_due retries it, same refund_no (R26)
-            "poll_pk": poll_pk(refund_no), "poll_due": iso_now(now_s + BACKOFF_S[0]), "poll_attempts": 0,
+            "poll_pk": poll_pk(refund_no),
+            "poll_due": iso_now(now_s + BACKOFF_S[0]),
+            "poll_attempts": 0,
         }
 
     def _channel(self, channel: str, mchid: str) -> RefundChannel:
@@ -327,13 +407,24 @@ class RefundService:
         """The refund as it stands after the channel's answer (no read: the transition knows it)."""
         return self._after_create(row, channel.create(row))[1]
 
-    def _read_answer(self, row: dict[str, Any], answer: ChannelAnswer) -> tuple[str, RefundEvent | None, str, str | None]:
+    def _read_answer(
+        self, row: dict[str, Any], answer: ChannelAnswer
+    ) -> tuple[str, RefundEvent | None, str, str | None]:
         """A create answer → (label, event on the refund or None = outcome unknown, reason, channel refund id)."""
         if answer.kind is AnswerKind.ACCEPTED:
             if answer.refund_cent is not None and answer.refund_cent != row["amount_cent"]:
-                return ("MISMATCH", RefundEvent.MISMATCH, f"channel accepted {answer.refund_cent} cents, "
-                        f"we asked {row['amount_cent']}", answer.refund_id)
-            return "ACCEPTED", RefundEvent.ACCEPT, "", answer.refund_id  # not success: that comes only later (R29)
+                return (
+                    "MISMATCH",
+                    RefundEvent.MISMATCH,
+                    f"channel accepted {answer.refund_cent} cents, we asked {row['amount_cent']}",
+                    answer.refund_id,
+                )
+            return (
+                "ACCEPTED",
+                RefundEvent.ACCEPT,
+                "",
+                answer.refund_id,
+            )  # not success: that comes only later (R29)
         if answer.kind is AnswerKind.REJECTED:
             return "REJECTED", RefundEvent.FAIL, f"rejected by the channel: {answer.message}"[:300], None
         if answer.kind is AnswerKind.RETRY:
@@ -345,8 +436,10 @@ class RefundService:
             count(M.REFUND_ACCEPTED, channel=row.get("channel"), merchant=row.get("mchid"))
         elif label == "RETRY":
             count(M.REFUND_CHANNEL_RETRY, channel=row.get("channel"), merchant=row.get("mchid"))
-            logger.warning("refund sent, outcome unknown: retried later with the same refund_no",
-                           extra={"refund_no": row["pk"], "error": reason})
+            logger.warning(
+                "refund sent, outcome unknown: retried later with the same refund_no",
+                extra={"refund_no": row["pk"], "error": reason},
+            )
 
     def _after_create(self, row: dict[str, Any], answer: ChannelAnswer) -> tuple[str, dict[str, Any]]:
         """`row` was just written or read by this call: it stands in for the first read; the CAS guards it."""
@@ -378,7 +471,9 @@ class RefundService:
             if attempts < self.not_found_attempts:
                 raise RetryLater(f"refund {notice.refund_no} not found (attempt {attempts})")
             # money went back for a refund we never made (e.g. by hand on the merchant platform): a person
-            self.raw.mark(raw_key, status, 2, f"refund {notice.refund_no} not found after {attempts} attempts", now)
+            self.raw.mark(
+                raw_key, status, 2, f"refund {notice.refund_no} not found after {attempts} attempts", now
+            )
             count(M.REFUND_MANUAL, channel=notice.channel, merchant=notice.mchid)
             logger.error("refund report for an unknown refund_no", extra={"refund_raw_key": raw_key})
             return Applied.MANUAL
@@ -387,15 +482,34 @@ class RefundService:
             problems = self._cumulative_problems(notice.cumulative_cent, refund)
         raw_ref = (raw_key, status)
         if problems:
-            return self._event(notice.refund_no, RefundEvent.MISMATCH, raw=raw_ref, raw_handled=2,
-                               refund_id=notice.refund_id, reason="; ".join(problems), source=notice.source)
+            return self._event(
+                notice.refund_no,
+                RefundEvent.MISMATCH,
+                raw=raw_ref,
+                raw_handled=2,
+                refund_id=notice.refund_id,
+                reason="; ".join(problems),
+                source=notice.source,
+            )
         if notice.event is None:
-            return self._event(notice.refund_no, RefundEvent.UNKNOWN, raw=raw_ref, raw_handled=2,
-                               refund_id=notice.refund_id, reason=f"unknown refund status {notice.status!r}",
-                               source=notice.source)
-        return self._event(notice.refund_no, notice.event, raw=raw_ref, refund_id=notice.refund_id,
-                           success_time=notice.success_time, source=notice.source,
-                           reason=f"channel says {notice.status}")
+            return self._event(
+                notice.refund_no,
+                RefundEvent.UNKNOWN,
+                raw=raw_ref,
+                raw_handled=2,
+                refund_id=notice.refund_id,
+                reason=f"unknown refund status {notice.status!r}",
+                source=notice.source,
+            )
+        return self._event(
+            notice.refund_no,
+            notice.event,
+            raw=raw_ref,
+            refund_id=notice.refund_id,
+            success_time=notice.success_time,
+            source=notice.source,
+            reason=f"channel says {notice.status}",
+        )
 
     def _held(self, notice: RefundNotice) -> bool:
         """A report that overtook its own create call: the order still holds the refund (the create call
@@ -407,16 +521,30 @@ class RefundService:
         """Alipay reports the trade's cumulative refunded total: checked against the order's books."""
         order = self.orders.get(refund["mchid"], refund["out_trade_no"]) or {}
         held_on_task = int(refund["amount_cent"]) if refund.get("hold") == HOLD_TASK else 0
-        return check_cumulative(cumulative_cent, int(refund["amount_cent"]), int(order.get("paid_cent") or 0),
-                                int(order.get("refundable_cent") or 0), held_on_task)
+        return check_cumulative(
+            cumulative_cent,
+            int(refund["amount_cent"]),
+            int(order.get("paid_cent") or 0),
+            int(order.get("refundable_cent") or 0),
+            held_on_task,
+        )
 
     def _event(self, refund_no: str, event: RefundEvent, **how: Any) -> Applied:
         return self._transition(refund_no, event, **how)[0]
 
-    def _transition(self, refund_no: str, event: RefundEvent, *, raw: tuple[str, str] | None = None,
-                    raw_handled: int = 1, refund_id: str | None = None, success_time: str | None = None,
-                    reason: str = "", source: str = "api",
-                    known: dict[str, Any] | None = None) -> tuple[Applied, dict[str, Any]]:
+    def _transition(
+        self,
+        refund_no: str,
+        event: RefundEvent,
+        *,
+        raw: tuple[str, str] | None = None,
+        raw_handled: int = 1,
+        refund_id: str | None = None,
+        success_time: str | None = None,
+        reason: str = "",
+        source: str = "api",
+        known: dict[str, Any] | None = None,
+    ) -> tuple[Applied, dict[str, Any]]:
         """Read → decide (pure transit) → one transaction; a lost status CAS re-reads and decides again.
         `known` (the row just written by this call) stands in for the first read: the CAS still guards it.
         Returns the outcome and the refund as it stands afterwards."""
@@ -439,16 +567,21 @@ class RefundService:
                 if raw:
                     self.raw.mark(*raw, 2, f"ILLEGAL {decision.reason}: {reason}", now)
                 count(M.REFUND_MANUAL, channel=refund.get("channel"), merchant=refund.get("mchid"))
-                logger.error("refund report contradicts an applied outcome: a person must look",
-                             extra={"refund_no": refund_no, "status": status.value, "event": event.value})
+                logger.error(
+                    "refund report contradicts an applied outcome: a person must look",
+                    extra={"refund_no": refund_no, "status": status.value, "event": event.value},
+                )
                 return Applied.ILLEGAL, refund
             to = decision.new_status
             assert to is not None
             how = landing(to, event, reason, refund_id, success_time, now_s)
             items = [self.store.move(refund_no, status.value, to.value, now, **how)]
             if decision.effect is Effect.BOOK:
-                items.append(self.store.ledger_entry(refund, refund_id, bill_date(success_time, now_s), success_time,
-                                                     source, now))
+                items.append(
+                    self.store.ledger_entry(
+                        refund, refund_id, bill_date(success_time, now_s), success_time, source, now
+                    )
+                )
                 items.append(self.store.book_on_hold(refund, now))
             elif decision.effect is Effect.RELEASE:
                 items.append(self.store.release_on_hold(refund, now, reason or event.value))
@@ -461,16 +594,25 @@ class RefundService:
                     return Applied.ALREADY_HANDLED, refund  # another worker applied this very report
                 if 0 in exc.failed or exc.conflict:
                     continue  # the refund moved under us: re-read and decide again
-                raise RuntimeError(f"refund {refund_no} {status.value}->{to.value}: hold or ledger condition "
-                                   f"failed ({exc.failed}); left for the retry and the DLQ alarm") from None
+                raise RuntimeError(
+                    f"refund {refund_no} {status.value}->{to.value}: hold or ledger condition "
+                    f"failed ({exc.failed}); left for the retry and the DLQ alarm"
+                ) from None
             self._count_transition(refund, to, decision.effect, reason)
             after = self.store.landed(refund, to.value, now, **how)  # what store.move wrote
             return (Applied.MANUAL if to is RefundStatus.MANUAL else Applied.APPLIED), after
         raise RetryLater(f"refund {refund_no} kept changing under us")
 
-    def _count_transition(self, refund: dict[str, Any], to: RefundStatus, effect: Effect, reason: str) -> None:
-        extra = {"refund_no": refund["pk"], "order": refund["order_pk"], "amount_cent": refund["amount_cent"],
-                 "to": to.value, "reason": reason}
+    def _count_transition(
+        self, refund: dict[str, Any], to: RefundStatus, effect: Effect, reason: str
+    ) -> None:
+        extra = {
+            "refund_no": refund["pk"],
+            "order": refund["order_pk"],
+            "amount_cent": refund["amount_cent"],
+            "to": to.value,
+            "reason": reason,
+        }
         if effect is Effect.BOOK:
             count(M.REFUND_SUCCEEDED, channel=refund.get("channel"), merchant=refund.get("mchid"))
             logger.info("refund booked", extra=extra)
@@ -530,7 +672,11 @@ class RefundService:
         """The next poll, backed off; returns the row as it now stands (no read)."""
         attempts = int(row.get("poll_attempts") or 0) + 1
         delay = BACKOFF_S[min(attempts, len(BACKOFF_S) - 1)]
-        fields = {"poll_attempts": attempts, "poll_due": iso_now(self.clock() + delay), "last_poll_note": note[:300]}
+        fields = {
+            "poll_attempts": attempts,
+            "poll_due": iso_now(self.clock() + delay),
+            "last_poll_note": note[:300],
+        }
         self.store.set_fields(row["pk"], row["status"], **fields)
         return {**row, **fields}
 
@@ -541,7 +687,9 @@ class RefundService:
         now = iso_now(self.clock())
         for task in self.store.open_tasks(limit):
             if self.task_policy == "manual":
-                if self.store.task_to_person(task["pk"], "REFUND_TASK_POLICY=manual: a person refunds it", now):
+                if self.store.task_to_person(
+                    task["pk"], "REFUND_TASK_POLICY=manual: a person refunds it", now
+                ):
                     count(M.REFUND_TASK_MANUAL, channel=task.get("channel"), merchant=task.get("mchid"))
                     done["MANUAL"] += 1
                 continue
@@ -564,11 +712,20 @@ class RefundService:
             count(M.REFUND_TASK_MANUAL, channel=task.get("channel"), merchant=task.get("mchid"))
             return "MANUAL"
         refund_no = task_refund_no(task["pk"])
-        row = self._new_row(refund_no, order, int(task["amount_cent"]),
-                            f"refund of a payment that could not be booked ({task.get('reason', '')})"[:80],
-                            HOLD_TASK, task["pk"], "task", transaction_id=task["transaction_id"])
+        row = self._new_row(
+            refund_no,
+            order,
+            int(task["amount_cent"]),
+            f"refund of a payment that could not be booked ({task.get('reason', '')})"[:80],
+            HOLD_TASK,
+            task["pk"],
+            "task",
+            transaction_id=task["transaction_id"],
+        )
         try:
-            self.store.transact([self.store.reserve_on_task(task["pk"], refund_no, now), self.store.put_new(row)])
+            self.store.transact(
+                [self.store.reserve_on_task(task["pk"], refund_no, now), self.store.put_new(row)]
+            )
         except TransactionFailed as exc:
             if exc.failed:
                 return "ALREADY_STARTED"  # the task left OPEN or its refund exists: nothing to do twice
@@ -584,9 +741,22 @@ class RefundService:
         if row is None:
             raise NotFound(f"no refund {refund_no}")
         view = public_refund(row)
-        view["reports"] = [{k: r.get(k) for k in ("sk", "source", "refund_id", "refund_cent", "cumulative_cent",
-                                                  "handled", "outcome", "notified_at")}
-                           for r in self.raw.for_refund(f"{row['channel']}#{refund_no}")]
+        view["reports"] = [
+            {
+                k: r.get(k)
+                for k in (
+                    "sk",
+                    "source",
+                    "refund_id",
+                    "refund_cent",
+                    "cumulative_cent",
+                    "handled",
+                    "outcome",
+                    "notified_at",
+                )
+            }
+            for r in self.raw.for_refund(f"{row['channel']}#{refund_no}")
+        ]
         return view
 
     def for_order(self, mchid: str, out_trade_no: str) -> list[dict[str, Any]]:
@@ -599,22 +769,33 @@ class RefundService:
         return [public_refund(r) for r in self.store.due(iso_now(self.clock()), limit)]
 
 
-def landing(to: RefundStatus, event: RefundEvent, reason: str, refund_id: str | None, success_time: str | None,
-            now_s: float) -> dict[str, Any]:
+def landing(
+    to: RefundStatus,
+    event: RefundEvent,
+    reason: str,
+    refund_id: str | None,
+    success_time: str | None,
+    now_s: float,
+) -> dict[str, Any]:
     """The fields a refund entering `to` gets (store.move / store.landed keyword arguments)."""
     fields: dict[str, Any] = {"refund_id": refund_id or None}
     if to is RefundStatus.SUCCESS:
         fields["success_time"] = success_time
     if to is RefundStatus.FAIL:
         fields["fail_reason"] = reason[:300] or event.value
-    return {"poll_due": iso_now(now_s + BACKOFF_S[0]) if to is RefundStatus.ACCEPTED else None,
-            "manual_reason": f"{event.value}: {reason}" if to is RefundStatus.MANUAL else None, **fields}
+    return {
+        "poll_due": iso_now(now_s + BACKOFF_S[0]) if to is RefundStatus.ACCEPTED else None,
+        "manual_reason": f"{event.value}: {reason}" if to is RefundStatus.MANUAL else None,
+        **fields,
+    }
 
 
 def refuse_unrefundable(order: dict[str, Any], amount_cent: int) -> None:
     """409 for an order that is not paid, 422 (ExceedsRefundable, counted) above what is left (R27)."""
     if order.get("status") != "PAID":
-        raise RefundConflict(f"order {order.get('out_trade_no')} is {order.get('status')}: only a paid order is refunded")
+        raise RefundConflict(
+            f"order {order.get('out_trade_no')} is {order.get('status')}: only a paid order is refunded"
+        )
     try:
         check_reserve(int(order.get("refundable_cent") or 0), amount_cent)
     except ExceedsRefundable:
@@ -640,16 +821,34 @@ def validate_refund_request(body: Any) -> dict[str, Any]:
         raise InvalidRefund("out_trade_no must be 6-32 characters of [0-9A-Za-z_-*]")
     amount = body.get("amount_cent")
     if isinstance(amount, bool) or not isinstance(amount, int) or amount <= 0:
-        raise InvalidRefund("amount_cent must be a positive integer number of cents (no decimals, no strings)")
+        raise InvalidRefund(
+            "amount_cent must be a positive integer number of cents (no decimals, no strings)"
+        )
     reason = body.get("reason", "")
     if not isinstance(reason, str) or len(reason) > 80:
         raise InvalidRefund("reason must be text of at most 80 characters (shown to the payer)")
     refund_no = body.get("refund_no")
     if refund_no is not None and (not isinstance(refund_no, str) or not REFUND_NO.match(refund_no)):
         raise InvalidRefund("refund_no must be 6-64 characters of [0-9A-Za-z_-|*@]")
-    return {"mchid": mchid, "out_trade_no": out_trade_no, "amount_cent": amount, "reason": reason,
-            "refund_no": refund_no}
+    return {
+        "mchid": mchid,
+        "out_trade_no": out_trade_no,
+        "amount_cent": amount,
+        "reason": reason,
+        "refund_no": refund_no,
+    }
 
 
-__all__ = ["RefundService", "RefundNotice", "ExceedsRefundable", "RefundConflict", "InvalidRefund", "NotFound",
-           "Busy", "Applied", "new_refund_no", "task_refund_no", "validate_refund_request"]
+__all__ = [
+    "RefundService",
+    "RefundNotice",
+    "ExceedsRefundable",
+    "RefundConflict",
+    "InvalidRefund",
+    "NotFound",
+    "Busy",
+    "Applied",
+    "new_refund_no",
+    "task_refund_no",
+    "validate_refund_request",
+]

@@ -35,9 +35,17 @@ class SweepReport:
 
 
 class SweepService:
-    def __init__(self, pending: PendingStore, raw: RawStore, queue: ApplyQueue, *,
-                 clock: Callable[[], float] = time.time, batch: int = 100, max_sweeps: int = 3,
-                 every_s: int = REQUEUE_AFTER_S):
+    def __init__(
+        self,
+        pending: PendingStore,
+        raw: RawStore,
+        queue: ApplyQueue,
+        *,
+        clock: Callable[[], float] = time.time,
+        batch: int = 100,
+        max_sweeps: int = 3,
+        every_s: int = REQUEUE_AFTER_S,
+    ):
         self.pending = pending
         self.raw = raw
         self.queue = queue
@@ -49,8 +57,12 @@ class SweepService:
     def run(self) -> SweepReport:
         now = self.clock()
         report = SweepReport()
-        rows = self.pending.older_than(0, iso_now(now - REQUEUE_AFTER_S), max(1, self.batch // 4),
-                                       swept_before_iso=iso_now(now - self.every_s))
+        rows = self.pending.older_than(
+            0,
+            iso_now(now - REQUEUE_AFTER_S),
+            max(1, self.batch // 4),
+            swept_before_iso=iso_now(now - self.every_s),
+        )
         for row in rows[: self.batch]:
             sweeps = self.pending.mark_swept(row["pk"], iso_now(now))
             if sweeps is None:
@@ -60,8 +72,10 @@ class SweepService:
                 if self.raw.send_to_person(row["pk"], reason, iso_now(now)):
                     count(M.SWEEP_GAVE_UP)
                     count(M.APPLY_MANUAL)
-                    logger.error("raw row handed to a person by the sweeper", extra={"raw_key": row["pk"],
-                                                                                      "reason": reason})
+                    logger.error(
+                        "raw row handed to a person by the sweeper",
+                        extra={"raw_key": row["pk"], "reason": reason},
+                    )
                     report.to_person += 1
                 continue
             self.queue.send(row["pk"])
@@ -87,8 +101,10 @@ class PendingReport:
         now = self.clock()
         stale, oldest_stale = self.pending.count_older_than(0, iso_now(now - STALE_AFTER_S))
         aged, oldest_aged = self.pending.count_older_than(2, iso_now(now - AGED_AFTER_S))
-        rows = [_raw_line(r, now, "not applied yet") for r in
-                self.pending.older_than(0, iso_now(now - STALE_AFTER_S), limit)]
+        rows = [
+            _raw_line(r, now, "not applied yet")
+            for r in self.pending.older_than(0, iso_now(now - STALE_AFTER_S), limit)
+        ]
         rows += [_raw_line(r, now, "with a person") for r in self.pending.older_than(2, iso_now(now), limit)]
         orders = self.polls.with_person(limit)
         rows += [_order_line(o, now) for o in orders]
@@ -110,16 +126,27 @@ def _raw_line(row: dict[str, Any], now: float, state: str) -> dict[str, Any]:
         why = str(row.get("manual_reason") or "with a person")
     else:
         why = f"{state}: attempts {row.get('attempts', 0)}, re-queued {row.get('sweeps', 0)}"
-    return {"kind": f"raw handled={row.get('handled')}", "key": row["pk"], "channel": row.get("channel"),
-            "merchant": row.get("mchid"), "order": row.get("out_trade_no"),
-            "age_s": _age(row.get("pending_at"), now), "why": why}
+    return {
+        "kind": f"raw handled={row.get('handled')}",
+        "key": row["pk"],
+        "channel": row.get("channel"),
+        "merchant": row.get("mchid"),
+        "order": row.get("out_trade_no"),
+        "age_s": _age(row.get("pending_at"), now),
+        "why": why,
+    }
 
 
 def _order_line(order: dict[str, Any], now: float) -> dict[str, Any]:
-    return {"kind": "order with a person", "key": order["pk"], "channel": order.get("channel"),
-            "merchant": order.get("mchid"), "order": order.get("out_trade_no"),
-            "age_s": _age(order.get("manual_at") or order.get("poll_due"), now),
-            "why": str(order.get("manual_reason") or "")}
+    return {
+        "kind": "order with a person",
+        "key": order["pk"],
+        "channel": order.get("channel"),
+        "merchant": order.get("mchid"),
+        "order": order.get("out_trade_no"),
+        "age_s": _age(order.get("manual_at") or order.get("poll_due"), now),
+        "why": str(order.get("manual_reason") or ""),
+    }
 
 
 def _age(iso: Any, now: float) -> int:

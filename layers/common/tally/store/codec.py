@@ -22,7 +22,7 @@ def encode(value: Any) -> dict[str, Any]:
 
 
 def decode(attr: dict[str, Any]) -> Any:
-    (kind, value), = attr.items()
+    ((kind, value),) = attr.items()
     if kind == "S":
         return value
     if kind == "N":

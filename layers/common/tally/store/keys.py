@@ -28,6 +28,17 @@ class PlatformCertStore:
         return {"certs": dict(item.get("certs") or {}), "refreshed_at": int(item.get("refreshed_at") or 0)}
 
     def put(self, mchid: str, certs: dict[str, dict[str, Any]], refreshed_at: float) -> None:
-        clean = {serial: {"pem": str(c["pem"]), "not_after": int(c["not_after"])} for serial, c in certs.items()}
-        self.t.ddb.put_item(TableName=self.t.merchants, Item=to_item({
-            "pk": PREFIX + mchid, "kind": "platform_certs", "certs": clean, "refreshed_at": int(refreshed_at)}))
+        clean = {
+            serial: {"pem": str(c["pem"]), "not_after": int(c["not_after"])} for serial, c in certs.items()
+        }
+        self.t.ddb.put_item(
+            TableName=self.t.merchants,
+            Item=to_item(
+                {
+                    "pk": PREFIX + mchid,
+                    "kind": "platform_certs",
+                    "certs": clean,
+                    "refreshed_at": int(refreshed_at),
+                }
+            ),
+        )

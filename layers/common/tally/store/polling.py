@@ -66,10 +66,14 @@ class PollStore:
     def _query(self, partition: str, up_to: str, limit: int) -> list[dict[str, Any]]:
         return self._page(partition, up_to, limit)[0]
 
-    def _page(self, partition: str, up_to: str, limit: int,
-              start: dict[str, Any] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    def _page(
+        self, partition: str, up_to: str, limit: int, start: dict[str, Any] | None = None
+    ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
         request: dict[str, Any] = {
-            "TableName": self.t.orders, "IndexName": "by_poll", "Limit": limit, "ScanIndexForward": True,
+            "TableName": self.t.orders,
+            "IndexName": "by_poll",
+            "Limit": limit,
+            "ScanIndexForward": True,
             "KeyConditionExpression": "poll_pk = :p AND poll_due <= :up",
             "ExpressionAttributeValues": names_values(p=partition, up=up_to),
         }
@@ -91,12 +95,19 @@ class PollStore:
         Returns the number of queries made so far (this one included), None if someone else moved it."""
         try:
             answer = self.t.ddb.update_item(
-                TableName=self.t.orders, Key=to_item({"pk": order["pk"]}),
+                TableName=self.t.orders,
+                Key=to_item({"pk": order["pk"]}),
                 UpdateExpression="SET poll_due = :next, last_query_at = :now ADD poll_count :one",
                 ConditionExpression="poll_pk = :ppk AND poll_due = :old AND #st = :wait",
                 ExpressionAttributeNames={"#st": "status"},
-                ExpressionAttributeValues=names_values(next=next_due_iso, now=now_iso, one=1, ppk=order["poll_pk"],
-                                                       old=order["poll_due"], wait=WAIT_PAY),
+                ExpressionAttributeValues=names_values(
+                    next=next_due_iso,
+                    now=now_iso,
+                    one=1,
+                    ppk=order["poll_pk"],
+                    old=order["poll_due"],
+                    wait=WAIT_PAY,
+                ),
                 ReturnValues="UPDATED_NEW",
             )
         except self.t.ddb.exceptions.ConditionalCheckFailedException:
@@ -107,7 +118,8 @@ class PollStore:
         """The return page's rate limit: at most one channel query per order per interval."""
         try:
             self.t.ddb.update_item(
-                TableName=self.t.orders, Key=to_item({"pk": pk}),
+                TableName=self.t.orders,
+                Key=to_item({"pk": pk}),
                 UpdateExpression="SET last_query_at = :now",
                 ConditionExpression="#st = :wait AND (attribute_not_exists(last_query_at) OR last_query_at <= :since)",
                 ExpressionAttributeNames={"#st": "status"},
@@ -121,10 +133,13 @@ class PollStore:
         """One more consecutive failed call; None if the order is no longer waiting."""
         try:
             answer = self.t.ddb.update_item(
-                TableName=self.t.orders, Key=to_item({"pk": pk}),
+                TableName=self.t.orders,
+                Key=to_item({"pk": pk}),
                 UpdateExpression="SET poll_last = :w ADD poll_errors :one",
-                ConditionExpression="#st = :wait", ExpressionAttributeNames={"#st": "status"},
-                ExpressionAttributeValues=names_values(one=1, w=word, wait=WAIT_PAY), ReturnValues="UPDATED_NEW",
+                ConditionExpression="#st = :wait",
+                ExpressionAttributeNames={"#st": "status"},
+                ExpressionAttributeValues=names_values(one=1, w=word, wait=WAIT_PAY),
+                ReturnValues="UPDATED_NEW",
             )
         except self.t.ddb.exceptions.ConditionalCheckFailedException:
             return None
@@ -134,9 +149,11 @@ class PollStore:
         """A definite answer: remember it and reset the consecutive-failure count (only while waiting)."""
         try:
             self.t.ddb.update_item(
-                TableName=self.t.orders, Key=to_item({"pk": pk}),
+                TableName=self.t.orders,
+                Key=to_item({"pk": pk}),
                 UpdateExpression="SET poll_last = :w, poll_errors = :zero",
-                ConditionExpression="#st = :wait", ExpressionAttributeNames={"#st": "status"},
+                ConditionExpression="#st = :wait",
+                ExpressionAttributeNames={"#st": "status"},
                 ExpressionAttributeValues=names_values(w=word, zero=0, wait=WAIT_PAY),
             )
         except self.t.ddb.exceptions.ConditionalCheckFailedException:
@@ -146,36 +163,71 @@ class PollStore:
         """Out of the poll partitions into the manual ones: the poller stops asking, a person looks."""
         try:
             self.t.ddb.update_item(
-                TableName=self.t.orders, Key=to_item({"pk": pk}),
+                TableName=self.t.orders,
+                Key=to_item({"pk": pk}),
                 UpdateExpression="SET poll_pk = :mpk, poll_due = :now, manual_reason = :r, manual_at = :now",
-                ConditionExpression="#st = :wait", ExpressionAttributeNames={"#st": "status"},
-                ExpressionAttributeValues=names_values(mpk=manual_pk(pk), now=now_iso, r=reason[:500], wait=WAIT_PAY),
+                ConditionExpression="#st = :wait",
+                ExpressionAttributeNames={"#st": "status"},
+                ExpressionAttributeValues=names_values(
+                    mpk=manual_pk(pk), now=now_iso, r=reason[:500], wait=WAIT_PAY
+                ),
             )
             return True
         except self.t.ddb.exceptions.ConditionalCheckFailedException:
             return False
 
-    def close_locally(self, order: dict[str, Any], *, event: str, to: str, voucher: str, now_iso: str,
-                      source: str, word: str) -> bool:
+    def close_locally(
+        self,
+        order: dict[str, Any],
+        *,
+        event: str,
+        to: str,
+        voucher: str,
+        now_iso: str,
+        source: str,
+        word: str,
+    ) -> bool:
         """The order's CLOSE-family transition without money: order compare-and-set + transition row, one
         transaction (R18, R19). False when the compare-and-set lost (someone moved the order: re-read)."""
         cas = {
-            "TableName": self.t.orders, "Key": to_item({"pk": order["pk"]}),
+            "TableName": self.t.orders,
+            "Key": to_item({"pk": order["pk"]}),
             "UpdateExpression": "SET #st = :to, version = :next, updated_at = :now, closed_at = :now, "
-                                "poll_last = :w REMOVE poll_pk, poll_due",
+            "poll_last = :w REMOVE poll_pk, poll_due",
             "ConditionExpression": "#st = :from AND version = :v",
             "ExpressionAttributeNames": {"#st": "status"},
-            "ExpressionAttributeValues": names_values(to=to, next=order.get("version", 0) + 1, now=now_iso, w=word,
-                                                      v=order.get("version", 0), **{"from": order["status"]}),
+            "ExpressionAttributeValues": names_values(
+                to=to,
+                next=order.get("version", 0) + 1,
+                now=now_iso,
+                w=word,
+                v=order.get("version", 0),
+                **{"from": order["status"]},
+            ),
         }
-        row = {"pk": order["pk"], "sk": f"{event}#{voucher}", "event": event, "from_status": order["status"],
-               "to_status": to, "at": now_iso, "source": source, "channel_word": word}
+        row = {
+            "pk": order["pk"],
+            "sk": f"{event}#{voucher}",
+            "event": event,
+            "from_status": order["status"],
+            "to_status": to,
+            "at": now_iso,
+            "source": source,
+            "channel_word": word,
+        }
         try:
-            self.t.ddb.transact_write_items(TransactItems=[
-                {"Update": cas},
-                {"Put": {"TableName": self.t.transitions, "Item": to_item(row),
-                         "ConditionExpression": "attribute_not_exists(pk)"}},
-            ])
+            self.t.ddb.transact_write_items(
+                TransactItems=[
+                    {"Update": cas},
+                    {
+                        "Put": {
+                            "TableName": self.t.transitions,
+                            "Item": to_item(row),
+                            "ConditionExpression": "attribute_not_exists(pk)",
+                        }
+                    },
+                ]
+            )
         except self.t.ddb.exceptions.TransactionCanceledException:
             return False
         return True
@@ -188,13 +240,16 @@ class PendingStore:
         self.t = tables
         self.items_read = 0
 
-    def older_than(self, handled: int, before_iso: str, limit: int,
-                   swept_before_iso: str | None = None) -> list[dict[str, Any]]:
+    def older_than(
+        self, handled: int, before_iso: str, limit: int, swept_before_iso: str | None = None
+    ) -> list[dict[str, Any]]:
         """Rows at `handled` whose pending_at is before `before_iso`, oldest first, at most `limit` per shard."""
         found: list[dict[str, Any]] = []
         for shard in range(PENDING_SHARDS):
             request: dict[str, Any] = {
-                "TableName": self.t.notify_raw, "IndexName": "by_pending", "Limit": limit,
+                "TableName": self.t.notify_raw,
+                "IndexName": "by_pending",
+                "Limit": limit,
                 "ScanIndexForward": True,
                 "KeyConditionExpression": "pending_pk = :p AND pending_at <= :before",
                 "ExpressionAttributeValues": names_values(p=f"{handled}#{shard}", before=before_iso),
@@ -217,7 +272,9 @@ class PendingStore:
             start: dict[str, Any] | None = None
             while True:
                 request: dict[str, Any] = {
-                    "TableName": self.t.notify_raw, "IndexName": "by_pending", "Select": "COUNT",
+                    "TableName": self.t.notify_raw,
+                    "IndexName": "by_pending",
+                    "Select": "COUNT",
                     "KeyConditionExpression": "pending_pk = :p AND pending_at <= :before",
                     "ExpressionAttributeValues": values,
                 }
@@ -230,8 +287,12 @@ class PendingStore:
                 if not start:
                     break
             first = self.t.ddb.query(
-                TableName=self.t.notify_raw, IndexName="by_pending", Limit=1, ScanIndexForward=True,
-                KeyConditionExpression="pending_pk = :p AND pending_at <= :before", ExpressionAttributeValues=values,
+                TableName=self.t.notify_raw,
+                IndexName="by_pending",
+                Limit=1,
+                ScanIndexForward=True,
+                KeyConditionExpression="pending_pk = :p AND pending_at <= :before",
+                ExpressionAttributeValues=values,
                 ProjectionExpression="pending_at",
             ).get("Items", [])
             if first:
@@ -243,10 +304,12 @@ class PendingStore:
         """Count one more re-queue of a row still at handled=0; None if it was applied meanwhile."""
         try:
             answer = self.t.ddb.update_item(
-                TableName=self.t.notify_raw, Key=to_item({"pk": key}),
+                TableName=self.t.notify_raw,
+                Key=to_item({"pk": key}),
                 UpdateExpression="SET swept_at = :now ADD sweeps :one",
                 ConditionExpression="handled = :zero",
-                ExpressionAttributeValues=names_values(now=now_iso, one=1, zero=0), ReturnValues="UPDATED_NEW",
+                ExpressionAttributeValues=names_values(now=now_iso, one=1, zero=0),
+                ReturnValues="UPDATED_NEW",
             )
         except self.t.ddb.exceptions.ConditionalCheckFailedException:
             return None

@@ -41,20 +41,24 @@ class ReconStore:
         return None
 
     def put_confirmation(self, pk: str, by: str, note: str, at: str) -> None:
-        self.ddb.put_item(TableName=self.runs, Item=to_item({"pk": pk, "sk": CONFIRM_SK, "confirmed_by": by,
-                                                            "note": note, "confirmed_at": at}))
+        self.ddb.put_item(
+            TableName=self.runs,
+            Item=to_item({"pk": pk, "sk": CONFIRM_SK, "confirmed_by": by, "note": note, "confirmed_at": at}),
+        )
 
     def confirmation(self, pk: str) -> dict[str, Any] | None:
-        answer = self.ddb.get_item(TableName=self.runs, Key=to_item({"pk": pk, "sk": CONFIRM_SK}),
-                                   ConsistentRead=True)
+        answer = self.ddb.get_item(
+            TableName=self.runs, Key=to_item({"pk": pk, "sk": CONFIRM_SK}), ConsistentRead=True
+        )
         return from_item(answer.get("Item"))
 
     # ------------------------------------------------------------ diffs
     def put_new_diff(self, row: dict[str, Any]) -> bool:
         """Insert a diff once (re-running a day is idempotent); False if it was already there."""
         try:
-            self.ddb.put_item(TableName=self.diffs, Item=to_item(row),
-                              ConditionExpression="attribute_not_exists(pk)")
+            self.ddb.put_item(
+                TableName=self.diffs, Item=to_item(row), ConditionExpression="attribute_not_exists(pk)"
+            )
             return True
         except self.ddb.exceptions.ConditionalCheckFailedException:
             return False
@@ -65,22 +69,31 @@ class ReconStore:
         if recovery:
             sets += ", recovery = :rec"
             values["rec"] = recovery
-        self.ddb.update_item(TableName=self.diffs, Key=to_item({"pk": pk, "sk": sk}), UpdateExpression="SET " + sets,
-                             ExpressionAttributeValues=names_values(**values))
+        self.ddb.update_item(
+            TableName=self.diffs,
+            Key=to_item({"pk": pk, "sk": sk}),
+            UpdateExpression="SET " + sets,
+            ExpressionAttributeValues=names_values(**values),
+        )
 
     def diffs_of(self, pk: str) -> list[dict[str, Any]]:
         return self._query(self.diffs, pk)
 
     def diff(self, pk: str, sk: str) -> dict[str, Any] | None:
-        answer = self.ddb.get_item(TableName=self.diffs, Key=to_item({"pk": pk, "sk": sk}), ConsistentRead=True)
+        answer = self.ddb.get_item(
+            TableName=self.diffs, Key=to_item({"pk": pk, "sk": sk}), ConsistentRead=True
+        )
         return from_item(answer.get("Item"))
 
     def open_diffs(self, limit: int = 200) -> list[dict[str, Any]]:
         """OPEN diffs across days, oldest first, through the sparse index (never a scan)."""
         found: list[dict[str, Any]] = []
-        kwargs: dict[str, Any] = {"TableName": self.diffs, "IndexName": "by_open",
-                                  "KeyConditionExpression": "open_pk = :o",
-                                  "ExpressionAttributeValues": names_values(o=OPEN)}
+        kwargs: dict[str, Any] = {
+            "TableName": self.diffs,
+            "IndexName": "by_open",
+            "KeyConditionExpression": "open_pk = :o",
+            "ExpressionAttributeValues": names_values(o=OPEN),
+        }
         while len(found) < limit:
             answer = self.ddb.query(**kwargs)
             found += [from_item(i) for i in answer.get("Items", [])]
@@ -89,19 +102,23 @@ class ReconStore:
             kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
         return found[:limit]
 
-    def close_diff_update(self, pk: str, sk: str, status: str, by: str, note: str, at: str,
-                          extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    def close_diff_update(
+        self, pk: str, sk: str, status: str, by: str, note: str, at: str, extra: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         """OPEN → RESOLVED/IGNORED with a history entry, out of the open index (usable in a transaction)."""
         entry = {"at": at, "by": by, "action": status, "note": note, **(extra or {})}
         values = names_values(st=status, by=by, at=at, open=OPEN)
         values[":h"] = encode([entry])
         values[":empty"] = encode([])
-        return {"TableName": self.diffs, "Key": to_item({"pk": pk, "sk": sk}),
-                "UpdateExpression": "SET handle_status = :st, #handler = :by, handled_at = :at, "
-                                    "history = list_append(if_not_exists(history, :empty), :h) REMOVE open_pk",
-                "ConditionExpression": "handle_status = :open",
-                "ExpressionAttributeNames": {"#handler": "handler"},
-                "ExpressionAttributeValues": values}
+        return {
+            "TableName": self.diffs,
+            "Key": to_item({"pk": pk, "sk": sk}),
+            "UpdateExpression": "SET handle_status = :st, #handler = :by, handled_at = :at, "
+            "history = list_append(if_not_exists(history, :empty), :h) REMOVE open_pk",
+            "ConditionExpression": "handle_status = :open",
+            "ExpressionAttributeNames": {"#handler": "handler"},
+            "ExpressionAttributeValues": values,
+        }
 
     def close_diff(self, pk: str, sk: str, status: str, by: str, note: str, at: str) -> bool:
         try:
@@ -112,9 +129,13 @@ class ReconStore:
 
     def _query(self, table: str, pk: str, newest_first: bool = False) -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = []
-        kwargs: dict[str, Any] = {"TableName": table, "KeyConditionExpression": "pk = :pk",
-                                  "ExpressionAttributeValues": names_values(pk=pk),
-                                  "ScanIndexForward": not newest_first, "ConsistentRead": True}
+        kwargs: dict[str, Any] = {
+            "TableName": table,
+            "KeyConditionExpression": "pk = :pk",
+            "ExpressionAttributeValues": names_values(pk=pk),
+            "ScanIndexForward": not newest_first,
+            "ConsistentRead": True,
+        }
         while True:
             answer = self.ddb.query(**kwargs)
             rows += [from_item(i) for i in answer.get("Items", [])]
@@ -133,7 +154,8 @@ class LedgerView:
 
     def day(self, channel: str, mchid: str, bill_date: str) -> Iterator[dict[str, Any]]:
         kwargs: dict[str, Any] = {
-            "TableName": self.table, "IndexName": "by_bill_date",
+            "TableName": self.table,
+            "IndexName": "by_bill_date",
             "KeyConditionExpression": "bill_date = :d AND begins_with(pk, :c)",
             "FilterExpression": "mchid = :m",
             "ExpressionAttributeValues": names_values(d=bill_date, c=f"{channel}#", m=mchid),
@@ -157,11 +179,22 @@ class LedgerView:
         row = self.get(pk)
         if row is None or row.get("kind", PAYMENT) not in (PAYMENT, REFUND):
             return None
-        return LocalEntry(row["pk"], row.get("kind", PAYMENT), int(row["amount_cent"]), row.get("bill_date", ""),
-                          row.get("transaction_id", ""), row.get("out_trade_no", ""), row.get("refund_no", ""))
+        return LocalEntry(
+            row["pk"],
+            row.get("kind", PAYMENT),
+            int(row["amount_cent"]),
+            row.get("bill_date", ""),
+            row.get("transaction_id", ""),
+            row.get("out_trade_no", ""),
+            row.get("refund_no", ""),
+        )
 
     def reversal_put(self, row: dict[str, Any]) -> dict[str, Any]:
-        return {"TableName": self.table, "Item": to_item(row), "ConditionExpression": "attribute_not_exists(pk)"}
+        return {
+            "TableName": self.table,
+            "Item": to_item(row),
+            "ConditionExpression": "attribute_not_exists(pk)",
+        }
 
 
 class BillArchive:
@@ -177,8 +210,16 @@ class BillArchive:
     def prefix(channel: str, mchid: str, bill_date: str) -> str:
         return f"bills/{channel}/{mchid}/{bill_date}/"
 
-    def keep(self, channel: str, mchid: str, bill_date: str, name: str, data: bytes, sha1: str,
-             metadata: dict[str, str] | None = None) -> str:
+    def keep(
+        self,
+        channel: str,
+        mchid: str,
+        bill_date: str,
+        name: str,
+        data: bytes,
+        sha1: str,
+        metadata: dict[str, str] | None = None,
+    ) -> str:
         stem, dot, ext = name.rpartition(".")
         key = f"{self.prefix(channel, mchid, bill_date)}{stem or ext}.{sha1}{dot}{ext if stem else ''}"
         meta = {"sha1": sha1, self.ORIGIN: "download", **(metadata or {})}
@@ -201,5 +242,6 @@ class BillArchive:
         self.s3.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType=content_type)
 
     def link(self, key: str, expires_s: int = 3600) -> str:
-        return self.s3.generate_presigned_url("get_object", Params={"Bucket": self.bucket, "Key": key},
-                                              ExpiresIn=expires_s)
+        return self.s3.generate_presigned_url(
+            "get_object", Params={"Bucket": self.bucket, "Key": key}, ExpiresIn=expires_s
+        )

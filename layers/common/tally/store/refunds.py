@@ -38,7 +38,7 @@ def hold_attr(refund_no: str) -> str:
 
 def open_holds(order: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """refund_no → the hold recorded on the order by `reserve_and_hold` and not yet closed."""
-    return {k[len(HOLD_PREFIX):]: v for k, v in order.items() if k.startswith(HOLD_PREFIX)}
+    return {k[len(HOLD_PREFIX) :]: v for k, v in order.items() if k.startswith(HOLD_PREFIX)}
 
 
 def refund_no_held(order: dict[str, Any], refund_no: str) -> bool:
@@ -74,8 +74,15 @@ class TransactionFailed(Exception):
         self.items = items  # ALL_OLD images where DynamoDB returned them
 
 
-def status_fields(refund_no: str, to_status: str, now: str, *, poll_due: str | None, manual_reason: str | None,
-                  **fields: Any) -> tuple[dict[str, Any], list[str]]:
+def status_fields(
+    refund_no: str,
+    to_status: str,
+    now: str,
+    *,
+    poll_due: str | None,
+    manual_reason: str | None,
+    **fields: Any,
+) -> tuple[dict[str, Any], list[str]]:
     """What a refund entering `to_status` sets and removes: the poll index entry goes with it (due for the
     poll, in the manual partition for a person, or off the index for an end state)."""
     sets: dict[str, Any] = {"status": to_status, "updated_at": now}
@@ -104,8 +111,9 @@ class RefundStore:
     def due(self, now: str, limit: int) -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = []
         for shard in range(POLL_SHARDS):
-            rows += self._query("by_poll", "poll_pk = :k AND poll_due <= :now", limit=limit, k=f"poll#{shard}",
-                                now=now)
+            rows += self._query(
+                "by_poll", "poll_pk = :k AND poll_due <= :now", limit=limit, k=f"poll#{shard}", now=now
+            )
         return sorted(rows, key=lambda r: r["poll_due"])[:limit]
 
     def manual(self, limit: int = 100) -> list[dict[str, Any]]:
@@ -114,38 +122,73 @@ class RefundStore:
             rows += self._query("by_poll", "poll_pk = :k", limit=limit, k=f"manual#{shard}")
         return sorted(rows, key=lambda r: r["poll_due"])[:limit]
 
-    def _query(self, index: str, condition: str, limit: int | None = None, **values: Any) -> list[dict[str, Any]]:
-        request: dict[str, Any] = {"TableName": self.t.refunds, "IndexName": index,
-                                   "KeyConditionExpression": condition,
-                                   "ExpressionAttributeValues": names_values(**values)}
+    def _query(
+        self, index: str, condition: str, limit: int | None = None, **values: Any
+    ) -> list[dict[str, Any]]:
+        request: dict[str, Any] = {
+            "TableName": self.t.refunds,
+            "IndexName": index,
+            "KeyConditionExpression": condition,
+            "ExpressionAttributeValues": names_values(**values),
+        }
         if limit:
             request["Limit"] = limit
         return [from_item(i) for i in self.t.ddb.query(**request).get("Items", [])]
 
     # ------------------------------------------------------------------ transaction items
     def put_new(self, row: dict[str, Any]) -> dict[str, Any]:
-        return {"Put": {"TableName": self.t.refunds, "Item": to_item(row),
-                        "ConditionExpression": "attribute_not_exists(pk)",
-                        "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}}
+        return {
+            "Put": {
+                "TableName": self.t.refunds,
+                "Item": to_item(row),
+                "ConditionExpression": "attribute_not_exists(pk)",
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+            }
+        }
 
-    def move(self, refund_no: str, from_status: str, to_status: str, now: str, *, poll_due: str | None = None,
-             manual_reason: str | None = None, **fields: Any) -> dict[str, Any]:
+    def move(
+        self,
+        refund_no: str,
+        from_status: str,
+        to_status: str,
+        now: str,
+        *,
+        poll_due: str | None = None,
+        manual_reason: str | None = None,
+        **fields: Any,
+    ) -> dict[str, Any]:
         """Status CAS: the guard that makes every effect riding in the same transaction happen once."""
-        sets, removes = status_fields(refund_no, to_status, now, poll_due=poll_due, manual_reason=manual_reason,
-                                      **fields)
+        sets, removes = status_fields(
+            refund_no, to_status, now, poll_due=poll_due, manual_reason=manual_reason, **fields
+        )
         values = {"from": from_status, **{f"v_{k}": v for k, v in sets.items()}}
         assignments = ", ".join(("#st" if k == "status" else k) + f" = :v_{k}" for k in sets)
         expression = "SET " + assignments + (" REMOVE " + ", ".join(removes) if removes else "")
-        return {"Update": {"TableName": self.t.refunds, "Key": to_item({"pk": refund_no}),
-                           "UpdateExpression": expression, "ConditionExpression": "#st = :from",
-                           "ExpressionAttributeNames": {"#st": "status"},
-                           "ExpressionAttributeValues": names_values(**values)}}
+        return {
+            "Update": {
+                "TableName": self.t.refunds,
+                "Key": to_item({"pk": refund_no}),
+                "UpdateExpression": expression,
+                "ConditionExpression": "#st = :from",
+                "ExpressionAttributeNames": {"#st": "status"},
+                "ExpressionAttributeValues": names_values(**values),
+            }
+        }
 
-    def landed(self, row: dict[str, Any], to_status: str, now: str, *, poll_due: str | None = None,
-               manual_reason: str | None = None, **fields: Any) -> dict[str, Any]:
+    def landed(
+        self,
+        row: dict[str, Any],
+        to_status: str,
+        now: str,
+        *,
+        poll_due: str | None = None,
+        manual_reason: str | None = None,
+        **fields: Any,
+    ) -> dict[str, Any]:
         """The row `move` would leave, for a refund stored for the first time already past PENDING."""
-        sets, removes = status_fields(row["pk"], to_status, now, poll_due=poll_due, manual_reason=manual_reason,
-                                      **fields)
+        sets, removes = status_fields(
+            row["pk"], to_status, now, poll_due=poll_due, manual_reason=manual_reason, **fields
+        )
         return {**{k: v for k, v in row.items() if k not in removes}, **sets}
 
     def set_fields(self, refund_no: str, expect_status: str, **fields: Any) -> bool:
@@ -153,24 +196,34 @@ class RefundStore:
         sets = ", ".join(f"{k} = :{k}" for k in fields)
         try:
             self.t.ddb.update_item(
-                TableName=self.t.refunds, Key=to_item({"pk": refund_no}), UpdateExpression=f"SET {sets}",
-                ConditionExpression="#st = :expect", ExpressionAttributeNames={"#st": "status"},
-                ExpressionAttributeValues=names_values(expect=expect_status, **fields))
+                TableName=self.t.refunds,
+                Key=to_item({"pk": refund_no}),
+                UpdateExpression=f"SET {sets}",
+                ConditionExpression="#st = :expect",
+                ExpressionAttributeNames={"#st": "status"},
+                ExpressionAttributeValues=names_values(expect=expect_status, **fields),
+            )
             return True
         except self.t.ddb.exceptions.ConditionalCheckFailedException:
             return False
 
     # --- the hold: where the amount is reserved
     def reserve_on_order(self, order_pk: str, amount: int, now: str) -> dict[str, Any]:
-        return {"Update": {
-            "TableName": self.t.base.orders, "Key": to_item({"pk": order_pk}),
-            "UpdateExpression": "SET refundable_cent = refundable_cent - :x, refund_updated_at = :now",
-            "ConditionExpression": "refundable_cent >= :x AND #st = :paid",
-            "ExpressionAttributeNames": {"#st": "status"},
-            "ExpressionAttributeValues": names_values(x=amount, paid="PAID", now=now),
-            "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}}
+        return {
+            "Update": {
+                "TableName": self.t.base.orders,
+                "Key": to_item({"pk": order_pk}),
+                "UpdateExpression": "SET refundable_cent = refundable_cent - :x, refund_updated_at = :now",
+                "ConditionExpression": "refundable_cent >= :x AND #st = :paid",
+                "ExpressionAttributeNames": {"#st": "status"},
+                "ExpressionAttributeValues": names_values(x=amount, paid="PAID", now=now),
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+            }
+        }
 
-    def reserve_and_hold(self, order_pk: str, refund_no: str, hold: dict[str, Any], due: str) -> dict[str, Any]:
+    def reserve_and_hold(
+        self, order_pk: str, refund_no: str, hold: dict[str, Any], due: str
+    ) -> dict[str, Any]:
         """One call that reads and reserves: the order as it stands after the reservation (R27).
 
         The hold is the durable record that this refund_no took money off the order before the channel
@@ -178,15 +231,24 @@ class RefundStore:
         turn an abandoned hold into a PENDING refund (`materialise_hold`)."""
         try:
             answer = self.t.ddb.update_item(
-                TableName=self.t.base.orders, Key=to_item({"pk": order_pk}),
+                TableName=self.t.base.orders,
+                Key=to_item({"pk": order_pk}),
                 UpdateExpression="SET refundable_cent = refundable_cent - :x, refund_updated_at = :now, #h = :hold, "
-                                 "hold_pk = :hpk, hold_due = if_not_exists(hold_due, :due) ADD holds_open :one",
+                "hold_pk = :hpk, hold_due = if_not_exists(hold_due, :due) ADD holds_open :one",
                 ConditionExpression="refundable_cent >= :x AND #st = :paid AND attribute_not_exists(#h)",
                 ExpressionAttributeNames={"#st": "status", "#h": hold_attr(refund_no)},
-                ExpressionAttributeValues=names_values(x=hold["amount_cent"], paid="PAID", now=hold["created_at"],
-                                                       hold=hold, hpk=f"hold#{shard_of(order_pk, POLL_SHARDS)}",
-                                                       due=due, one=1),
-                ReturnValues="ALL_NEW", ReturnValuesOnConditionCheckFailure="ALL_OLD")
+                ExpressionAttributeValues=names_values(
+                    x=hold["amount_cent"],
+                    paid="PAID",
+                    now=hold["created_at"],
+                    hold=hold,
+                    hpk=f"hold#{shard_of(order_pk, POLL_SHARDS)}",
+                    due=due,
+                    one=1,
+                ),
+                ReturnValues="ALL_NEW",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
         except self.t.ddb.exceptions.ConditionalCheckFailedException as exc:
             raise HoldRefused(from_item(exc.response.get("Item")) or None) from None
         return from_item(answer["Attributes"])
@@ -195,30 +257,42 @@ class RefundStore:
         """Transaction item: the hold becomes a refund row (put in the same transaction). Conditional on
         the hold still being open, so the create call and the poller's `materialise_hold` close it once;
         `release_cent` gives the reservation back (a refund the channel refused outright)."""
-        return {"Update": {
-            "TableName": self.t.base.orders, "Key": to_item({"pk": order_pk}),
-            "UpdateExpression": "SET refundable_cent = refundable_cent + :x, refund_updated_at = :now REMOVE #h "
-                                "ADD holds_open :minus",
-            "ConditionExpression": "attribute_exists(#h)", "ExpressionAttributeNames": {"#h": hold_attr(refund_no)},
-            "ExpressionAttributeValues": names_values(x=release_cent, now=now, minus=-1)}}
+        return {
+            "Update": {
+                "TableName": self.t.base.orders,
+                "Key": to_item({"pk": order_pk}),
+                "UpdateExpression": "SET refundable_cent = refundable_cent + :x, refund_updated_at = :now REMOVE #h "
+                "ADD holds_open :minus",
+                "ConditionExpression": "attribute_exists(#h)",
+                "ExpressionAttributeNames": {"#h": hold_attr(refund_no)},
+                "ExpressionAttributeValues": names_values(x=release_cent, now=now, minus=-1),
+            }
+        }
 
     def holds_due(self, now: str, limit: int) -> list[dict[str, Any]]:
         """Orders with a hold index entry due: open holds to check, or an entry to clear."""
         rows: list[dict[str, Any]] = []
         for shard in range(POLL_SHARDS):
-            answer = self.t.ddb.query(TableName=self.t.base.orders, IndexName="by_hold",
-                                      KeyConditionExpression="hold_pk = :k AND hold_due <= :now",
-                                      ExpressionAttributeValues=names_values(k=f"hold#{shard}", now=now), Limit=limit)
+            answer = self.t.ddb.query(
+                TableName=self.t.base.orders,
+                IndexName="by_hold",
+                KeyConditionExpression="hold_pk = :k AND hold_due <= :now",
+                ExpressionAttributeValues=names_values(k=f"hold#{shard}", now=now),
+                Limit=limit,
+            )
             rows += [from_item(i) for i in answer.get("Items", [])]
         return sorted(rows, key=lambda r: r["hold_due"])[:limit]
 
     def hold_due_later(self, order_pk: str, due: str) -> bool:
         """False: a concurrent poller run took the order off the index, so its holds were all closed."""
         try:
-            self.t.ddb.update_item(TableName=self.t.base.orders, Key=to_item({"pk": order_pk}),
-                                   UpdateExpression="SET hold_due = :due",
-                                   ConditionExpression="attribute_exists(hold_pk)",
-                                   ExpressionAttributeValues=names_values(due=due))
+            self.t.ddb.update_item(
+                TableName=self.t.base.orders,
+                Key=to_item({"pk": order_pk}),
+                UpdateExpression="SET hold_due = :due",
+                ConditionExpression="attribute_exists(hold_pk)",
+                ExpressionAttributeValues=names_values(due=due),
+            )
             return True
         except self.t.ddb.exceptions.ConditionalCheckFailedException:
             return False
@@ -226,59 +300,111 @@ class RefundStore:
     def clear_hold_index(self, order_pk: str) -> bool:
         """Off the index once no hold is open; a hold opened meanwhile keeps it (and its due time)."""
         try:
-            self.t.ddb.update_item(TableName=self.t.base.orders, Key=to_item({"pk": order_pk}),
-                                   UpdateExpression="REMOVE hold_pk, hold_due",
-                                   ConditionExpression="holds_open = :zero",
-                                   ExpressionAttributeValues=names_values(zero=0))
+            self.t.ddb.update_item(
+                TableName=self.t.base.orders,
+                Key=to_item({"pk": order_pk}),
+                UpdateExpression="REMOVE hold_pk, hold_due",
+                ConditionExpression="holds_open = :zero",
+                ExpressionAttributeValues=names_values(zero=0),
+            )
             return True
         except self.t.ddb.exceptions.ConditionalCheckFailedException:
             return False
 
     def reserve_on_task(self, task_pk: str, refund_no: str, now: str) -> dict[str, Any]:
-        return {"Update": {
-            "TableName": self.t.base.refund_tasks, "Key": to_item({"pk": task_pk}),
-            "UpdateExpression": "SET #st = :refunding, refund_no = :rn, updated_at = :now",
-            "ConditionExpression": "#st = :open",
-            "ExpressionAttributeNames": {"#st": "status"},
-            "ExpressionAttributeValues": names_values(refunding="REFUNDING", open="OPEN", rn=refund_no, now=now),
-            "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}}
+        return {
+            "Update": {
+                "TableName": self.t.base.refund_tasks,
+                "Key": to_item({"pk": task_pk}),
+                "UpdateExpression": "SET #st = :refunding, refund_no = :rn, updated_at = :now",
+                "ConditionExpression": "#st = :open",
+                "ExpressionAttributeNames": {"#st": "status"},
+                "ExpressionAttributeValues": names_values(
+                    refunding="REFUNDING", open="OPEN", rn=refund_no, now=now
+                ),
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+            }
+        }
 
     def book_on_hold(self, refund: dict[str, Any], now: str) -> dict[str, Any]:
         if refund["hold"] == HOLD_TASK:
             return self._end_task(refund, "DONE", now, None)
-        return {"Update": {
-            "TableName": self.t.base.orders, "Key": to_item({"pk": refund["order_pk"]}),
-            "UpdateExpression": "SET refunded_cent = if_not_exists(refunded_cent, :zero) + :x, "
-                                "refund_updated_at = :now",
-            "ExpressionAttributeValues": names_values(x=refund["amount_cent"], zero=0, now=now)}}
+        return {
+            "Update": {
+                "TableName": self.t.base.orders,
+                "Key": to_item({"pk": refund["order_pk"]}),
+                "UpdateExpression": "SET refunded_cent = if_not_exists(refunded_cent, :zero) + :x, "
+                "refund_updated_at = :now",
+                "ExpressionAttributeValues": names_values(x=refund["amount_cent"], zero=0, now=now),
+            }
+        }
 
     def release_on_hold(self, refund: dict[str, Any], now: str, reason: str) -> dict[str, Any]:
         if refund["hold"] == HOLD_TASK:
             return self._end_task(refund, "MANUAL", now, f"refund {refund['pk']} failed: {reason}")
-        return {"Update": {
-            "TableName": self.t.base.orders, "Key": to_item({"pk": refund["order_pk"]}),
-            "UpdateExpression": "SET refundable_cent = refundable_cent + :x, refund_updated_at = :now",
-            "ExpressionAttributeValues": names_values(x=refund["amount_cent"], now=now)}}
+        return {
+            "Update": {
+                "TableName": self.t.base.orders,
+                "Key": to_item({"pk": refund["order_pk"]}),
+                "UpdateExpression": "SET refundable_cent = refundable_cent + :x, refund_updated_at = :now",
+                "ExpressionAttributeValues": names_values(x=refund["amount_cent"], now=now),
+            }
+        }
 
     def _end_task(self, refund: dict[str, Any], status: str, now: str, reason: str | None) -> dict[str, Any]:
-        values = names_values(to=status, refunding="REFUNDING", rn=refund["pk"], now=now,
-                              **({"r": reason[:500]} if reason else {}))
-        return {"Update": {
-            "TableName": self.t.base.refund_tasks, "Key": to_item({"pk": refund["hold_pk"]}),
-            "UpdateExpression": "SET #st = :to, ended_at = :now" + (", manual_reason = :r" if reason else ""),
-            "ConditionExpression": "#st = :refunding AND refund_no = :rn",
-            "ExpressionAttributeNames": {"#st": "status"}, "ExpressionAttributeValues": values}}
+        values = names_values(
+            to=status,
+            refunding="REFUNDING",
+            rn=refund["pk"],
+            now=now,
+            **({"r": reason[:500]} if reason else {}),
+        )
+        return {
+            "Update": {
+                "TableName": self.t.base.refund_tasks,
+                "Key": to_item({"pk": refund["hold_pk"]}),
+                "UpdateExpression": "SET #st = :to, ended_at = :now"
+                + (", manual_reason = :r" if reason else ""),
+                "ConditionExpression": "#st = :refunding AND refund_no = :rn",
+                "ExpressionAttributeNames": {"#st": "status"},
+                "ExpressionAttributeValues": values,
+            }
+        }
 
-    def ledger_entry(self, refund: dict[str, Any], refund_id: str | None, bill_date: str, success_time: str | None,
-                     source: str, now: str) -> dict[str, Any]:
-        row = {"pk": f"{refund['channel']}#{refund['pk']}", "kind": "REFUND", "channel": refund["channel"],
-               "refund_no": refund["pk"], "refund_id": refund_id or refund.get("refund_id"),
-               "transaction_id": refund.get("transaction_id"), "order_pk": refund["order_pk"],
-               "mchid": refund["mchid"], "out_trade_no": refund["out_trade_no"], "amount_cent": refund["amount_cent"],
-               "currency": refund.get("currency", "CNY"), "success_time": success_time, "bill_date": bill_date,
-               "booked_at": now, "source": source, "hold": refund["hold"]}
-        return {"Put": {"TableName": self.t.base.ledger, "Item": to_item(row),
-                        "ConditionExpression": "attribute_not_exists(pk)"}}
+    def ledger_entry(
+        self,
+        refund: dict[str, Any],
+        refund_id: str | None,
+        bill_date: str,
+        success_time: str | None,
+        source: str,
+        now: str,
+    ) -> dict[str, Any]:
+        row = {
+            "pk": f"{refund['channel']}#{refund['pk']}",
+            "kind": "REFUND",
+            "channel": refund["channel"],
+            "refund_no": refund["pk"],
+            "refund_id": refund_id or refund.get("refund_id"),
+            "transaction_id": refund.get("transaction_id"),
+            "order_pk": refund["order_pk"],
+            "mchid": refund["mchid"],
+            "out_trade_no": refund["out_trade_no"],
+            "amount_cent": refund["amount_cent"],
+            "currency": refund.get("currency", "CNY"),
+            "success_time": success_time,
+            "bill_date": bill_date,
+            "booked_at": now,
+            "source": source,
+            "hold": refund["hold"],
+        }
+        return {
+            "Put": {
+                "TableName": self.t.base.ledger,
+                "Item": to_item(row),
+                "ConditionExpression": "attribute_not_exists(pk)",
+            }
+        }
 
     def transact(self, items: list[dict[str, Any]]) -> None:
         try:
@@ -292,18 +418,26 @@ class RefundStore:
 
     # --- refund tasks (R17's table)
     def open_tasks(self, limit: int) -> list[dict[str, Any]]:
-        answer = self.t.ddb.query(TableName=self.t.base.refund_tasks, IndexName="by_status",
-                                  KeyConditionExpression="#st = :open", ExpressionAttributeNames={"#st": "status"},
-                                  ExpressionAttributeValues=names_values(open="OPEN"), Limit=limit)
+        answer = self.t.ddb.query(
+            TableName=self.t.base.refund_tasks,
+            IndexName="by_status",
+            KeyConditionExpression="#st = :open",
+            ExpressionAttributeNames={"#st": "status"},
+            ExpressionAttributeValues=names_values(open="OPEN"),
+            Limit=limit,
+        )
         return [from_item(i) for i in answer.get("Items", [])]
 
     def task_to_person(self, task_pk: str, reason: str, now: str) -> bool:
         try:
             self.t.ddb.update_item(
-                TableName=self.t.base.refund_tasks, Key=to_item({"pk": task_pk}),
+                TableName=self.t.base.refund_tasks,
+                Key=to_item({"pk": task_pk}),
                 UpdateExpression="SET #st = :manual, manual_reason = :r, ended_at = :now",
-                ConditionExpression="#st = :open", ExpressionAttributeNames={"#st": "status"},
-                ExpressionAttributeValues=names_values(manual="MANUAL", open="OPEN", r=reason, now=now))
+                ConditionExpression="#st = :open",
+                ExpressionAttributeNames={"#st": "status"},
+                ExpressionAttributeValues=names_values(manual="MANUAL", open="OPEN", r=reason, now=now),
+            )
             return True
         except self.t.ddb.exceptions.ConditionalCheckFailedException:
             return False
@@ -320,9 +454,12 @@ class RefundRawStore:
 
     def put_new(self, row: dict[str, Any]) -> dict[str, Any] | None:
         try:
-            self.t.ddb.put_item(TableName=self.t.refund_raw, Item=to_item(row),
-                                ConditionExpression="attribute_not_exists(pk)",
-                                ReturnValuesOnConditionCheckFailure="ALL_OLD")
+            self.t.ddb.put_item(
+                TableName=self.t.refund_raw,
+                Item=to_item(row),
+                ConditionExpression="attribute_not_exists(pk)",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
             return None
         except self.t.ddb.exceptions.ConditionalCheckFailedException as exc:
             return from_item(exc.response.get("Item")) or self.get(row["pk"], row["sk"])
@@ -334,10 +471,15 @@ class RefundRawStore:
         return self.t.base.query_pk(self.t.refund_raw, key)
 
     def handled(self, key: str, status: str, handled: int, outcome: str, now: str) -> dict[str, Any]:
-        return {"Update": {"TableName": self.t.refund_raw, "Key": to_item({"pk": key, "sk": status}),
-                           "UpdateExpression": "SET handled = :h, outcome = :o, handled_at = :now",
-                           "ConditionExpression": "handled = :zero",
-                           "ExpressionAttributeValues": names_values(h=handled, o=outcome[:500], zero=0, now=now)}}
+        return {
+            "Update": {
+                "TableName": self.t.refund_raw,
+                "Key": to_item({"pk": key, "sk": status}),
+                "UpdateExpression": "SET handled = :h, outcome = :o, handled_at = :now",
+                "ConditionExpression": "handled = :zero",
+                "ExpressionAttributeValues": names_values(h=handled, o=outcome[:500], zero=0, now=now),
+            }
+        }
 
     def mark(self, key: str, status: str, handled: int, outcome: str, now: str) -> bool:
         try:
@@ -347,9 +489,13 @@ class RefundRawStore:
             return False
 
     def count_attempt(self, key: str, status: str) -> int:
-        answer = self.t.ddb.update_item(TableName=self.t.refund_raw, Key=to_item({"pk": key, "sk": status}),
-                                        UpdateExpression="ADD attempts :one",
-                                        ExpressionAttributeValues=names_values(one=1), ReturnValues="UPDATED_NEW")
+        answer = self.t.ddb.update_item(
+            TableName=self.t.refund_raw,
+            Key=to_item({"pk": key, "sk": status}),
+            UpdateExpression="ADD attempts :one",
+            ExpressionAttributeValues=names_values(one=1),
+            ReturnValues="UPDATED_NEW",
+        )
         return int(answer["Attributes"]["attempts"]["N"])
 
 
@@ -361,4 +507,6 @@ class RefundQueue:
         self.url = url
 
     def send(self, key: str, status: str) -> None:
-        self.sqs.send_message(QueueUrl=self.url, MessageBody=json.dumps({"refund_raw_key": key, "status": status}))
+        self.sqs.send_message(
+            QueueUrl=self.url, MessageBody=json.dumps({"refund_raw_key": key, "status": status})
+        )

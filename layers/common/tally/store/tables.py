@@ -86,7 +86,9 @@ class RawStore:
                 UpdateExpression="SET handled = :two, manual_reason = :r, handled_at = :now, "
                 "pending_pk = :ppk, pending_at = :now",
                 ConditionExpression="handled = :zero",
-                ExpressionAttributeValues=names_values(two=2, zero=0, r=reason, now=now, ppk=pending_pk(2, key)),
+                ExpressionAttributeValues=names_values(
+                    two=2, zero=0, r=reason, now=now, ppk=pending_pk(2, key)
+                ),
             )
             return True
         except self.t.ddb.exceptions.ConditionalCheckFailedException:
@@ -136,13 +138,23 @@ class EventStore:
         self.t = tables
         self.ttl_days = ttl_days
 
-    def put(self, event_id: str, kind: str, now_s: float, *, ttl_days: int | None = None, **fields: Any) -> None:
+    def put(
+        self, event_id: str, kind: str, now_s: float, *, ttl_days: int | None = None, **fields: Any
+    ) -> None:
         days = self.ttl_days if ttl_days is None else ttl_days
-        row = {"pk": event_id, "kind": kind, "created_at": iso_now(now_s),
-               "expires_at": int(now_s) + days * 86400, **fields}
+        row = {
+            "pk": event_id,
+            "kind": kind,
+            "created_at": iso_now(now_s),
+            "expires_at": int(now_s) + days * 86400,
+            **fields,
+        }
         try:
-            self.t.ddb.put_item(TableName=self.t.notify_event, Item=to_item(row),
-                                ConditionExpression="attribute_not_exists(pk)")
+            self.t.ddb.put_item(
+                TableName=self.t.notify_event,
+                Item=to_item(row),
+                ConditionExpression="attribute_not_exists(pk)",
+            )
         except self.t.ddb.exceptions.ConditionalCheckFailedException:
             return  # the same event delivered again: the first row already tells the story
 
@@ -170,7 +182,9 @@ class OrderStore:
     def set_fields(self, pk: str, **fields: Any) -> None:
         sets = ", ".join(f"{name} = :{name}" for name in fields)
         self.t.ddb.update_item(
-            TableName=self.t.orders, Key=to_item({"pk": pk}), UpdateExpression=f"SET {sets}",
+            TableName=self.t.orders,
+            Key=to_item({"pk": pk}),
+            UpdateExpression=f"SET {sets}",
             ExpressionAttributeValues=names_values(**fields),
         )
 
@@ -193,8 +207,11 @@ class MerchantStore:
         found, kwargs = [], {"TableName": self.t.merchants, "ProjectionExpression": "channel, mchid"}
         while True:
             answer = self.t.ddb.scan(**kwargs)
-            found += [(r["channel"], r["mchid"]) for r in map(from_item, answer.get("Items", []))
-                      if r and r.get("channel") and r.get("mchid")]
+            found += [
+                (r["channel"], r["mchid"])
+                for r in map(from_item, answer.get("Items", []))
+                if r and r.get("channel") and r.get("mchid")
+            ]
             if "LastEvaluatedKey" not in answer:
                 return sorted(found)
             kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
