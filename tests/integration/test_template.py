@@ -161,7 +161,7 @@ def test_environment_matches_contracts(template):
     assert variables["BILLS_BUCKET"] == {"Ref": "BillsBucket"}
     assert variables["WECHATPAY_API_BASE"] == {"Ref": "WechatPayApiBase"}
     assert template["Parameters"]["WechatPayApiBase"]["Default"] == "https://api.mch.weixin.qq.com"
-    assert variables["MERCHANT_SECRET_PREFIX"] == "tally/merchants/"
+    assert variables["MERCHANT_SECRET_PREFIX"] == {"Fn::Sub": "tally/${AWS::StackName}/merchants/"}
     assert variables["POWERTOOLS_SERVICE_NAME"] == "tally"
     assert variables["POWERTOOLS_METRICS_NAMESPACE"] == "Tally"
 
@@ -270,10 +270,37 @@ def test_custom_metric_alarm(resources, metric):
     assert alarm["AlarmActions"] == [{"Ref": "AlarmTopic"}]
 
 
-def test_alarm_email_subscription_is_conditional(template, resources):
+def test_alarm_email_is_required_and_always_subscribed(template, resources):
+    """A plain `sam deploy` must not create alarms that notify nobody: no default, an e-mail pattern, and the
+    subscription is unconditional. samconfig.toml's placeholder fails the pattern on purpose."""
+    import tomllib
+
     subscription = resources["AlarmEmailSubscription"]
-    assert subscription["Condition"] == "HasAlarmEmail"
-    assert template["Parameters"]["AlarmEmail"]["Default"] == ""
+    assert "Condition" not in subscription
+    assert subscription["Properties"]["Endpoint"] == {"Ref": "AlarmEmail"}
+    param = template["Parameters"]["AlarmEmail"]
+    assert "Default" not in param
+    pattern = re.compile(param["AllowedPattern"])
+    assert pattern.match("ops@example.com") and pattern.match("finance+tally@shop.example.cn")
+    for bad in ("", "ops", "ops@", "@example.com", "ops@example", "a b@example.com", "SET-ME"):
+        assert not pattern.match(bad), bad
+    config = tomllib.loads((ROOT / "samconfig.toml").read_text())
+    overrides = config["default"]["deploy"]["parameters"]["parameter_overrides"]
+    placeholder = re.search(r"AlarmEmail=(\S+)", overrides).group(1)
+    assert not pattern.match(placeholder)
+
+
+def test_stack_secrets_are_per_stack(template, resources):
+    """`tally merchant add … --stack staging` must not overwrite prod's keys, nor may staging read them: the
+    prefix, every grant and the stack output the CLI reads all carry the stack name."""
+    from tally.cli.env import OUTPUT_ENV
+
+    grants = [s for s in strings(resources) if ":secret:" in s]
+    assert grants and all(":secret:tally/${AWS::StackName}/merchants/*" in s for s in grants)
+    assert template["Outputs"]["MerchantSecretPrefix"]["Value"] == {
+        "Fn::Sub": "tally/${AWS::StackName}/merchants/"
+    }
+    assert OUTPUT_ENV["MerchantSecretPrefix"] == "MERCHANT_SECRET_PREFIX"
 
 
 def test_outputs(template):
@@ -325,6 +352,7 @@ def test_samconfig():
     assert deploy["capabilities"] == "CAPABILITY_IAM"
     assert deploy["resolve_s3"] is True
     assert deploy["confirm_changeset"] is True
+    assert deploy["region"] and "AlarmEmail=" in deploy["parameter_overrides"]
     assert config["default"]["build"]["parameters"] == {"cached": True, "parallel": True}
 
 

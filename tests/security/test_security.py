@@ -266,7 +266,7 @@ def test_what_the_code_calls_is_what_the_policy_grants(h, merchant, granted):
                 resource = f"{table}/index/*" if op.get("IndexName") else table
                 calls.setdefault(current["fn"], set()).add((f"dynamodb:{action}", resource))
         else:
-            resource = "ApplyQueue" if service == "sqs" else "secret:tally/merchants/*"
+            resource = "ApplyQueue" if service == "sqs" else "secret:tally/${AWS::StackName}/merchants/*"
             calls.setdefault(current["fn"], set()).add((f"{service}:{model.name}", resource))
 
     bootstrap.reset()
