@@ -326,20 +326,53 @@ def test_every_arn_uses_the_partition(template):
     assert not re.search(r"arn:aws[:-]", TEMPLATE.read_text())
 
 
-def test_least_privilege_has_no_wildcards(resources):
+def _statements(resources):
+    """(owner, statement) of every function's SAM Policies and every explicit IAM role."""
     for lid, function in of_type(resources, "AWS::Serverless::Function").items():
-        for policy in function["Properties"]["Policies"]:
+        for policy in function["Properties"].get("Policies", []):
             for statement in policy["Statement"]:
-                actions = (
-                    statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
-                )
-                assert all("*" not in action for action in actions), lid
-                resources_ = (
-                    statement["Resource"]
-                    if isinstance(statement["Resource"], list)
-                    else [statement["Resource"]]
-                )
-                assert "*" not in resources_, lid
+                yield lid, statement
+    for lid, role in of_type(resources, "AWS::IAM::Role").items():
+        for policy in role["Properties"].get("Policies", []):
+            for statement in policy["PolicyDocument"]["Statement"]:
+                yield lid, statement
+
+
+def test_least_privilege_has_no_wildcards(resources):
+    found = list(_statements(resources))
+    assert {"WorkerRole", "OutboxRole", "NotifyFunction"} <= {lid for lid, _ in found}
+    for lid, statement in found:
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        assert all("*" not in action for action in actions), lid
+        resources_ = (
+            statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+        )
+        assert "*" not in resources_, lid
+
+
+def test_event_source_functions_have_their_own_roles_without_managed_policies(resources):
+    """SAM attaches AWSLambdaSQSQueueExecutionRole / AWSLambdaDynamoDBExecutionRole (every queue, every stream
+    of the account) to a generated role with an SQS or DynamoDB event: those functions bring their own."""
+    for lid, function in of_type(resources, "AWS::Serverless::Function").items():
+        kinds = {e["Type"] for e in function["Properties"].get("Events", {}).values()}
+        if kinds & {"SQS", "DynamoDB", "Kinesis"}:
+            assert "Policies" not in function["Properties"], lid
+            role = function["Properties"]["Role"]["Fn::GetAtt"][0]
+            assert "ManagedPolicyArns" not in resources[role]["Properties"], lid
+
+
+def test_every_function_logs_to_its_own_group_with_a_retention(template, resources):
+    for lid, function in of_type(resources, "AWS::Serverless::Function").items():
+        group = function["Properties"]["LoggingConfig"]["LogGroup"]["Ref"]
+        props = resources[group]["Properties"]
+        assert props["RetentionInDays"] == {"Ref": "LogRetentionDays"}, lid
+    assert template["Parameters"]["LogRetentionDays"]["Default"] >= 180
+
+
+def test_bills_bucket_expires_noncurrent_versions(resources):
+    rules = resources["BillsBucket"]["Properties"]["LifecycleConfiguration"]["Rules"]
+    (rule,) = [r for r in rules if "NoncurrentVersionExpiration" in r]
+    assert rule["Status"] == "Enabled" and rule["NoncurrentVersionExpiration"]["NoncurrentDays"] >= 30
 
 
 def test_samconfig():
