@@ -348,9 +348,11 @@ def ledger_day_service() -> Any:
     """The finance view of one bill_date (service/ledger_day.py)."""
     from tally.service.ledger_day import LedgerDayService
     from tally.store.recon import LedgerView, ReconStore
+    from tally.store.tables import MerchantStore
 
     s = settings()
     return LedgerDayService(
         LedgerView(_client("dynamodb"), s.ledger_table),
         ReconStore(_client("dynamodb"), s.recon_runs_table, s.recon_diff_table),
+        MerchantStore(tables()).configured,
     )

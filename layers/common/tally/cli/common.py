@@ -68,16 +68,16 @@ def yuan(cents: Any, unit: str = "") -> str:
 # ------------------------------------------------------------------ dates
 
 
-def china_today(clock: Callable[[], float] = time.time) -> date:
-    return datetime.fromtimestamp(clock(), CHINA).date()
+def china_today(clock: Callable[[], float] | None = None) -> date:
+    return datetime.fromtimestamp((clock or time.time)(), CHINA).date()
 
 
-def default_date(clock: Callable[[], float] = time.time) -> str:
+def default_date(clock: Callable[[], float] | None = None) -> str:
     """Yesterday in Asia/Shanghai: the day whose bill the channels publish this morning."""
     return (china_today(clock) - timedelta(days=1)).isoformat()
 
 
-def parse_date(text: str | None, clock: Callable[[], float] = time.time) -> str:
+def parse_date(text: str | None, clock: Callable[[], float] | None = None) -> str:
     """YYYY-MM-DD (a real calendar day, not in the future), `today`, `yesterday`, or None → yesterday;
     all in Asia/Shanghai. Anything else raises UsageError."""
     if text is None or text == "":

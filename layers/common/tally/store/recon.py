@@ -179,14 +179,17 @@ class LedgerView:
         rows = [from_item(i) for i in answer.get("Items", [])]
         return [r for r in rows if r["pk"] == pk or str(r["pk"]).startswith(pk + "#")]
 
-    def all_of_day(self, bill_date: str) -> Iterator[dict[str, Any]]:
-        """Every entry of one bill_date, all merchants and channels (the finance view): GSI by_bill_date, paged."""
+    def all_of_day(self, bill_date: str, mchid: str | None = None) -> Iterator[dict[str, Any]]:
+        """Every entry of one bill_date (the finance view), all merchants or one: GSI by_bill_date, paged."""
         kwargs: dict[str, Any] = {
             "TableName": self.table,
             "IndexName": "by_bill_date",
             "KeyConditionExpression": "bill_date = :d",
             "ExpressionAttributeValues": names_values(d=bill_date),
         }
+        if mchid is not None:
+            kwargs["FilterExpression"] = "mchid = :m"
+            kwargs["ExpressionAttributeValues"] = names_values(d=bill_date, m=mchid)
         while True:
             answer = self.ddb.query(**kwargs)
             for item in answer.get("Items", []):
