@@ -7,6 +7,7 @@ every log line goes to stderr, and only warnings unless `-v`.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from collections.abc import Iterator
@@ -42,7 +43,7 @@ def cli_logging(verbose: int) -> Iterator[None]:
     old_level = logger.log_level
     root = logging.getLogger()
     old_root = root.level
-    handler.setStream(sys.stderr)
+    handler.stream = sys.stderr  # not setStream(): it flushes the old stream, which may be closed
     logger.setLevel(level)
     root.setLevel(level)
     for name in ("botocore", "boto3", "urllib3"):  # chatty at INFO; -vv shows them
@@ -50,7 +51,7 @@ def cli_logging(verbose: int) -> Iterator[None]:
     try:
         yield
     finally:
-        handler.setStream(old_stream)
+        handler.stream = old_stream
         logger.setLevel(old_level)
         root.setLevel(old_root)
 
@@ -65,11 +66,19 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return int(args.run(args) or 0)
         except UsageError as exc:
-            print(f"tally: {exc}", file=sys.stderr)
-            return 2
+            return _failed(args, exc, 2)
         except (StackNotFound, ValueError, LookupError, OSError) as exc:
-            print(f"tally: {exc}", file=sys.stderr)
-            return 1
+            return _failed(args, exc, 1)
+
+
+def _failed(args: argparse.Namespace, exc: Exception, code: int) -> int:
+    """The reason on stderr; with --json also as the one JSON document on stdout, so a script always parses."""
+    print(f"tally: {exc}", file=sys.stderr)
+    if getattr(args, "json", False):
+        sys.stdout.write(
+            json.dumps({"ok": False, "error": str(exc), "exit": code}, ensure_ascii=False) + "\n"
+        )
+    return code
 
 
 if __name__ == "__main__":
