@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections import Counter
 
 import boto3
 import pytest
@@ -158,3 +159,19 @@ def test_order_story_human_output_in_yuan_without_log_lines(h, m, monkeypatch, c
     assert "19.99" in out and "1999" not in out.replace(otn, "")
     assert '"level"' not in out  # no Powertools log line in human output
     assert main(["order", "story", m["mchid"], "NOPE-000001", "--local"]) == 1
+
+
+def test_story_reads_are_bounded_by_the_order_not_the_tables(h, m, calls):
+    """Every source is read through a key or an index of this order (no Scan): the calls grow with the
+    order's own rows (one raw row, one refund here), not with the tables."""
+    otn, _ = paid_order(h, m["mchid"], amount=900)
+    for _ in range(3):  # other orders in the same tables must not cost the story anything
+        paid_order(h, m["mchid"], amount=100)
+    calls.clear()
+    started = time.perf_counter()
+    story = bootstrap.story_service().story(m["mchid"], otn)
+    elapsed = time.perf_counter() - started
+    assert "Scan" not in calls and not set(calls) & WRITES, calls
+    print(f"story of a paid order: {len(calls)} AWS calls {dict(Counter(calls))}, {elapsed * 1000:.0f} ms")
+    assert len(calls) <= 12, calls
+    assert story["summary"]["ledger_net_cent"] == 900
