@@ -7,13 +7,14 @@ import json
 import time
 import uuid
 from collections import Counter
+from datetime import datetime
 
 import boto3
 import pytest
 from tally import bootstrap
 from tally.cli import order as cli_order
 from tally.cli.main import main
-from tally.service.story import KINDS
+from tally.service.story import CHINA, KINDS
 
 from tests.integration.refund_helpers import deliver, paid_order, refund
 
@@ -175,3 +176,18 @@ def test_story_reads_are_bounded_by_the_order_not_the_tables(h, m, calls):
     print(f"story of a paid order: {len(calls)} AWS calls {dict(Counter(calls))}, {elapsed * 1000:.0f} ms")
     assert len(calls) <= 12, calls
     assert story["summary"]["ledger_net_cent"] == 900
+
+
+def test_story_shows_the_recon_difference_of_a_payment_we_never_heard_of(h, m):
+    otn = f"T{uuid.uuid4().hex[:20]}"
+    assert h.create_order(m["mchid"], otn, amount_cent=321, prepay=True)["statusCode"] == 201
+    tid = h.sim.pay(m["mchid"], otn, drop=True)  # paid today, the callback lost
+    today = datetime.now(CHINA).date().isoformat()
+    run = bootstrap.recon_service().run("wechatpay", m["mchid"], today, pass_="cli")
+    assert run["status"] == "DIFFS", run
+    story = bootstrap.story_service().story(m["mchid"], otn)
+    recon = [e for e in story["entries"] if e["kind"] == "recon"]
+    assert any(e["state"] == "DIFFS" for e in recon)  # the day's verdict
+    (diff,) = [e for e in recon if e["state"] == "OPEN"]
+    assert diff["needs_person"] and tid in diff["detail"]["key"] and "CHANNEL_ONLY" in diff["title"]
+    assert diff["amount_yuan"] == "3.21"

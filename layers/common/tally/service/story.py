@@ -482,6 +482,11 @@ class StoryService:
         for r in raw_rows:  # a payment the channel has and we did not book yet: its success day
             if r.get("success_time") and (day := china_time(r["success_time"])):
                 days.add((r.get("channel"), order.get("mchid"), day[:10]))
+        # a payment we never heard of (recon's CHANNEL_ONLY, the classic lost callback) is on the day it was
+        # paid: between the order's creation and its expiry (Asia/Shanghai), at most a few days
+        for bound in (order.get("created_at"), order.get("expire_at")):
+            if day := china_time(bound):
+                days.add((order.get("channel"), order.get("mchid"), day[:10]))
         mine = {r["pk"] for r in ledger_rows} | {r["pk"] for r in raw_rows}
         tids = {r.get("transaction_id") for r in raw_rows if r.get("transaction_id")}
         tids.add(order.get("transaction_id"))
