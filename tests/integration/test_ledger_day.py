@@ -103,3 +103,52 @@ def test_dates_today_yesterday_and_the_default_are_asia_shanghai(h, m, capsys, m
     monkeypatch.setattr(cli_common, "time", types.SimpleNamespace(time=clock))  # only the CLI's clock
     assert main(["ledger", "day", "--json", "--local"]) == 0
     assert json.loads(capsys.readouterr().out)["bill_date"] == "2024-05-01"
+    assert main(["recon", "show", "--channel", "wechatpay", "--mchid", m["mchid"], "--local"]) == 0
+    assert f"wechatpay#{m['mchid']}#2024-05-01: no runs yet" in capsys.readouterr().out
+    assert (
+        main(["recon", "show", "--channel", "wechatpay", "--mchid", m["mchid"], "--date", "today", "--local"])
+        == 0
+    )
+    assert "#2024-05-02: no runs yet" in capsys.readouterr().out
+
+
+def test_refunds_and_reversals_count_against_the_net_and_merchants_are_apart(h, m):
+    from tally.store.codec import to_item
+
+    day = "2024-04-30"
+    other = str(random.randrange(10**9, 10**10))
+    rows = [
+        ("wechatpay#T1", "PAYMENT", 1000, m["mchid"]),
+        ("wechatpay#T2", "PAYMENT", 250, m["mchid"]),
+        ("wechatpay#RF1", "REFUND", 300, m["mchid"]),
+        ("wechatpay#T2#REVERSAL#2024-04-30", "REVERSAL", -250, m["mchid"]),
+        ("alipay#A1", "PAYMENT", 999, other),
+    ]
+    for pk, kind, cents, mchid in rows:
+        h.ddb.put_item(
+            TableName=h.env["LEDGER_TABLE"],
+            Item=to_item(
+                {
+                    "pk": pk,
+                    "kind": kind,
+                    "amount_cent": cents,
+                    "channel": pk.split("#")[0],
+                    "mchid": mchid,
+                    "bill_date": day,
+                }
+            ),
+        )
+    view = bootstrap.ledger_day_service().day(day)
+    by = {(r["channel"], r["mchid"]): r for r in view["rows"]}
+    mine = by[("wechatpay", m["mchid"])]
+    assert (mine["payments"], mine["refunds"], mine["reversals"]) == (2, 1, 1)
+    assert (mine["payment_yuan"], mine["refund_yuan"], mine["reversal_yuan"], mine["net_yuan"]) == (
+        "12.50",
+        "3.00",
+        "-2.50",
+        "7.00",
+    )
+    assert by[("alipay", other)]["net_cent"] == 999 and by[("alipay", other)]["recon"] is None
+    assert view["totals"]["net_cent"] == 700 + 999 and view["totals"]["fees_missing_for"] == 2
+    only = bootstrap.ledger_day_service().day(day, merchant=other)
+    assert [(r["channel"], r["mchid"]) for r in only["rows"]] == [("alipay", other)]
