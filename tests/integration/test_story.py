@@ -123,6 +123,16 @@ def test_story_shows_the_in_between_callback_and_a_person_s_queue_item(h, m):
     (manual,) = [e for e in story["entries"] if e["state"] == "MANUAL"]
     assert manual["needs_person"] and "amount 0.30 yuan ≠ order's 3.00 yuan" in manual["title"]
     assert manual["detail"]["order_total_cent"] == 30  # machine fields keep cents
+    # a person resolves it (the queue's history on the source row): the story shows who, what and why
+    bootstrap.manual_queue().resolve(
+        f"raw:{manual['ref']}", by="alice", action="refunded-by-hand", why="called"
+    )
+    story = bootstrap.story_service().story(m["mchid"], otn)
+    (action,) = [e for e in story["entries"] if e["kind"] == "queue"]
+    assert (
+        "alice" in action["title"] and "refunded-by-hand" in action["title"] and "called" in action["title"]
+    )
+    assert story["summary"]["open_items"] == 0
 
 
 def test_r42_story_and_order_show_only_read(h, m, calls, monkeypatch, capsys):
