@@ -16,6 +16,7 @@ from tally.cli import order as cli_order
 from tally.cli.main import main
 from tally.service.story import CHINA, KINDS
 
+from tests.integration.channel_kit import DRIVERS
 from tests.integration.refund_helpers import deliver, paid_order, refund
 
 WRITES = {
@@ -201,3 +202,20 @@ def test_story_shows_the_recon_difference_of_a_payment_we_never_heard_of(h, m):
     (diff,) = [e for e in recon if e["state"] == "OPEN"]
     assert diff["needs_person"] and tid in diff["detail"]["key"] and "CHANNEL_ONLY" in diff["title"]
     assert diff["amount_yuan"] == "3.21"
+
+
+@pytest.mark.parametrize(
+    "driver", [d for d in DRIVERS if d.name in ("alipay", "wechatpay_v2")], ids=lambda d: d.name
+)
+def test_story_of_a_paid_order_on_every_channel(h, driver):
+    ch = driver(h)
+    mid = ch.setup()
+    otn = ch.order(mid, 1234)
+    body, headers, tid = ch.callback(mid, otn, 1234)
+    ch.notify(mid, body, headers)
+    assert h.drain() == []
+    story = bootstrap.story_service().story(mid, otn)
+    assert story["summary"]["status"] == "PAID" and story["summary"]["ledger_net_yuan"] == "12.34"
+    (delivery,) = [e for e in story["entries"] if e["kind"] == "delivery"]
+    assert delivery["ref"].endswith(tid) and delivery["state"] == "ACCEPTED"
+    assert [e["state"] for e in story["entries"] if e["kind"] == "ledger"] == ["PAYMENT"]
