@@ -80,7 +80,7 @@ def world(h, monkeypatch, tmp_path, fresh_logger):
             h.sim.wechatpay_v2.payment_params(v2["mch_id"], "JSON-V2-1", 90)
         )
     )
-    return {"m": m, "otn": otn, "missed": missed, "tmp": tmp_path, "v2_key": v2["api_key"]}
+    return {"m": m, "otn": otn, "missed": missed, "tmp": tmp_path, "v2_key": v2["api_key"], "sim": h.sim}
 
 
 def test_every_json_verb_prints_exactly_one_json_document_and_logs_only_on_stderr(world, capsys):
@@ -254,3 +254,41 @@ def test_refund_create_without_refund_no_refuses_a_repeat_within_10_minutes_unle
     assert main(["refund", "create", m, otn, "50", "--again", "--local"]) == 0  # said on purpose
     capsys.readouterr()
     assert len(refunds()) == 3
+
+
+def test_r42_every_reading_verb_writes_nothing_and_asks_no_channel(world, monkeypatch, capsys):
+    """show / story / list / day / diffs / pending: Query, GetItem and GetSecretValue only, and not one request to
+    the channel (R42)."""
+    import boto3
+    from tally import bootstrap
+
+    m, otn = world["m"]["mchid"], world["otn"]
+    seen: list[str] = []
+    original = boto3.client
+
+    def client(*a, **kw):
+        c = original(*a, **kw)
+        c.meta.events.register("before-call.*.*", lambda model, **_: seen.append(model.name))
+        return c
+
+    monkeypatch.setattr(boto3, "client", client)
+    bootstrap.reset()
+    requests_before = len(world["sim"].requests)
+    day = ["--channel", "wechatpay", "--mchid", m, "--date", D]
+    for argv in (
+        ["order", "show", m, otn],
+        ["order", "story", m, otn, "--raw"],
+        ["refund", "list", m, otn],
+        ["merchant", "list"],
+        ["pending"],
+        ["manual", "list"],
+        ["recon", "show", *day],
+        ["recon", "diffs", *day],
+        ["diff", "list"],
+        ["ledger", "day", D],
+    ):
+        assert main([*argv, "--json", "--local"]) == 0, argv
+        json.loads(capsys.readouterr().out)
+    assert seen and set(seen) <= {"Query", "GetItem", "GetSecretValue", "Scan"}, set(seen)
+    assert seen.count("Scan") <= 2  # the merchants table (small configuration): merchant list, ledger day
+    assert len(world["sim"].requests) == requests_before  # not one request to the channel
