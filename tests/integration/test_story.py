@@ -219,3 +219,23 @@ def test_story_of_a_paid_order_on_every_channel(h, driver):
     (delivery,) = [e for e in story["entries"] if e["kind"] == "delivery"]
     assert delivery["ref"].endswith(tid) and delivery["state"] == "ACCEPTED"
     assert [e["state"] for e in story["entries"] if e["kind"] == "ledger"] == ["PAYMENT"]
+
+
+def test_story_shows_the_poller_s_answers_for_an_order_whose_callbacks_were_lost(h, m):
+    from tests.integration.test_pull import due_now, run_poller
+
+    otn = f"T{uuid.uuid4().hex[:20]}"
+    assert h.create_order(m["mchid"], otn, amount_cent=880, prepay=True)["statusCode"] == 201
+    due_now(h, {"mchid": m["mchid"], "out_trade_no": otn})
+    run_poller(h)  # not paid yet: NOTPAY, the order stays in the poll with a later due time
+    unpaid = bootstrap.story_service().story(m["mchid"], otn)
+    (poll,) = [e for e in unpaid["entries"] if e["kind"] == "poll"]
+    assert "1 poll(s)" in poll["title"] and poll["detail"]["poll_count"] == 1
+    h.sim.pay(m["mchid"], otn, drop=True)  # paid, every callback lost
+    due_now(h, {"mchid": m["mchid"], "out_trade_no": otn})
+    assert run_poller(h)["outcomes"] == {"BOOKED": 1}
+    story = bootstrap.story_service().story(m["mchid"], otn)
+    (delivery,) = [e for e in story["entries"] if e["kind"] == "delivery"]
+    assert delivery["title"].startswith("poll answer via query") and delivery["state"] == "ACCEPTED"
+    assert [e["detail"]["source"] for e in story["entries"] if e["kind"] == "transition"] == ["query"]
+    assert story["summary"]["ledger_net_yuan"] == "8.80"

@@ -186,8 +186,8 @@ class StoryService:
                 _entry(
                     order.get("last_query_at") or order.get("poll_due"),
                     "poll",
-                    f"asked the channel {int(order.get('poll_count') or 0)} time(s); last answer "
-                    f"{order.get('poll_last') or '-'}"
+                    f"the channel was asked about the order (poller: {int(order.get('poll_count') or 0)} poll(s));"
+                    f" last answer {order.get('poll_last') or '-'}"
                     + (f"; {errors} failed call(s) in a row" if errors else ""),
                     order.get("pk"),
                     state=order.get("poll_last"),
@@ -266,7 +266,9 @@ class StoryService:
                     f" of {format_cents(int(r.get('order_total_cent', 0)))}; {HANDLED.get(handled, '?')} ({verdict})",
                     r.get("pk"),
                     amount=r.get("paid_cent"),
-                    state={0: "PENDING", 1: "ACCEPTED", 2: "MANUAL"}.get(handled, str(handled)),
+                    state="DUPLICATE"
+                    if handled == 1 and r.get("outcome") == "DUPLICATE"
+                    else {0: "PENDING", 1: "ACCEPTED", 2: "MANUAL"}.get(handled, str(handled)),
                     needs_person=handled == 2 and not r.get("resolution"),
                     detail=detail,
                 )
