@@ -4,6 +4,7 @@ the poller publishes (ManualOver24h) and the alarm's input agree at every step, 
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import random
 import time
@@ -17,6 +18,7 @@ from tally.store.codec import to_item
 from tally.store.keys import PlatformCertStore
 from tally.store.tables import EventStore, iso_now
 
+from tally_local.simulator import _crypto as c
 from tests.integration.refund_helpers import deliver, paid_order, refund
 
 D = "2024-05-01"
@@ -255,12 +257,34 @@ def inject_order_with_person(h, m):
     return order["out_trade_no"]
 
 
-def inject_expiring_certificate(m):
+def inject_expiring_certificate(h):
+    """A cert-mode merchant whose only platform certificate has 3 days left: the hourly keys run files it."""
+    m = h.add_merchant(verify_mode="certificate", mchid=str(random.randrange(10**9, 10**10)))
+    soon = c.make_certificate(
+        c.new_rsa_key(),
+        "expiring",
+        not_after=dt.datetime.now(dt.UTC).replace(microsecond=0) + dt.timedelta(days=3),
+    )
     PlatformCertStore(bootstrap.tables()).put(
         m["mchid"],
-        {"5157F09EFDC096DE15EBE81A47057A72": {"pem": "x", "not_after": int(time.time()) + 2 * 86400}},
-        time.time(),
+        {
+            c.serial_hex(soon): {
+                "pem": c.certificate_pem(soon),
+                "not_after": int(soon.not_valid_after_utc.timestamp()),
+            }
+        },
+        refreshed_at=int(time.time()),
     )
+    bootstrap.reset()  # a cold keys container
+    h.invoke(
+        "KeysFunction",
+        {"version": "0", "detail-type": "Scheduled Event", "source": "aws.events", "detail": {}},
+    )
+    h.invoke(
+        "KeysFunction",
+        {"version": "0", "detail-type": "Scheduled Event", "source": "aws.events", "detail": {}},
+    )
+    return m
 
 
 # ---------------------------------------------------------------------------------------- the walk
@@ -284,7 +308,7 @@ def test_r41_every_kind_from_open_to_resolved_through_the_cli_and_every_door_agr
     inject_recon_diff(h, recon_m)
     inject_recon_blocked(h, blocked_m)
     otn_order = inject_order_with_person(h, m)
-    inject_expiring_certificate(m)
+    cert_m = inject_expiring_certificate(h)  # run twice: still one item
 
     listed = queue().list()
     by_kind = {kind: [i for i in listed if i["kind"] == kind] for kind in {i["kind"] for i in listed}}
@@ -307,7 +331,10 @@ def test_r41_every_kind_from_open_to_resolved_through_the_cli_and_every_door_agr
     assert items["refund-report"]["id"] == "report-wechatpay-BYHAND0009-SUCCESS"
     assert items["refund"]["id"] == f"refund-{refund_no}" and items["refund"]["amount"] == "0.40"
     assert items["refund-task"]["amount"] == "1.00" and items["order"]["order"] == otn_order
-    assert items["certificate"]["overdue"] and "expires in" in items["certificate"]["reason"]
+    cert = items["certificate"]
+    assert (
+        cert["overdue"] and cert["merchant"] == cert_m["mchid"] and "expires within 7 days" in cert["reason"]
+    )
 
     flush(h)
     assert h.metric("NotifyNoTransactionId") == 1 and h.metric("RefundReportManual") == 1  # both alarmed

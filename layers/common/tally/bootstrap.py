@@ -96,8 +96,9 @@ def merchants() -> Any:
 def key_rotation_service() -> Any:
     """The keys function's hourly run (service/keys.py)."""
     from tally.service.keys import KeyRotationService
+    from tally.store.tables import EventStore
 
-    return KeyRotationService(merchants())
+    return KeyRotationService(merchants(), events=EventStore(tables()), clock=_clock)
 
 
 @cache
@@ -231,7 +232,6 @@ def work_queue() -> Any:
             refunds=s.refunds_table,
             refund_raw=s.refund_raw_table,
             refund_tasks=s.refund_tasks_table,
-            merchants=s.merchants_table,
             recon_runs=s.recon_runs_table,
             recon_diff=s.recon_diff_table,
         )

@@ -39,7 +39,7 @@ CERT_WARNING_S = 7 * DAY_S
 
 # notify_event manual kinds listed (the `manual` index is keyed by kind, so each is one Query). Any other
 # kind a writer adds is shown generically once it is named here.
-KEPT_KINDS = ("quarantined", "rejected", "suspected_forgery", "no_transaction_id")
+KEPT_KINDS = ("quarantined", "rejected", "suspected_forgery", "no_transaction_id", "certificate")
 REPLAYABLE = ("quarantined", "rejected")  # kept with the body and headers the ingest path needs again
 
 # kind → (what it is in plain words, how long it may stay open before it counts in the morning number)
@@ -378,9 +378,9 @@ class WorkQueue:
             entry,
             state=ACKNOWLEDGED if ack else _closed_state(action),
             owner=(fields.get("owner") or entry["by"]) if ack else None,
-            condition="#st = :blocked",
-            names={"#st": "status"},
-            values={"blocked": "BLOCKED"},
+            condition="attribute_exists(blocked_pk)",
+            sets=None if ack else {"resolution": entry},
+            remove=() if ack else ("blocked_pk",),
         )
         return "acknowledged" if ack else _closed_state(action).lower()
 
@@ -420,22 +420,6 @@ class WorkQueue:
         )
         return _closed_state(action).lower()
 
-    def _cert(self, item: dict[str, Any], action: str, entry: dict[str, Any], fields: dict[str, Any]) -> str:
-        state = ACKNOWLEDGED if action == "ack" else _closed_state(action)
-        history = list(item["history"]) + [entry]
-        owner = (fields.get("owner") or entry["by"]) if action == "ack" else item["owner"]
-        self.store.put_state(
-            item["id"],
-            {
-                "q_state": state,
-                "q_owner": owner,
-                "not_after": item["source_key"],
-                "history": history,
-                "q_at": entry["at"],
-            },
-        )
-        return state.lower()
-
     # ================================================================ building items
 
     def _collect(self, now: float) -> list[dict[str, Any]]:
@@ -447,9 +431,8 @@ class WorkQueue:
         items += [self._refund_item(r) for r in self.store.refunds_with_person()]
         items += [self._task_item(r) for r in self.store.refund_tasks("MANUAL")]
         items += [self._diff_item(r) for r in self.store.open_diffs()]
-        items += [self._day_item(r) for r in self.store.blocked_days() if r.get("q_state") in (None, *LIVE)]
+        items += [self._day_item(r) for r in self.store.blocked_days()]
         items += [self._order_item(r) for r in self.store.orders_with_person()]
-        items += self._cert_items(now)
         return items
 
     def _payment_item(self, row: dict[str, Any]) -> dict[str, Any]:
@@ -608,7 +591,7 @@ class WorkQueue:
             merchant=row.get("mchid"),
             order=None,
             amount_cent=None,
-            since=row.get("finished_at") or row.get("started_at"),
+            since=row.get("blocked_at"),
             reason=plain(
                 f"{row.get('bill_date')} not reconciled: {row.get('reason') or row.get('block_code')}"
             ),
@@ -630,43 +613,6 @@ class WorkQueue:
             reason=plain(row.get("manual_reason") or "the poller gave up"),
             actions=("ack", "resolve", "ignore", "replay"),
         )
-
-    def _cert_items(self, now: float) -> list[dict[str, Any]]:
-        sets, states = self.store.platform_certificates()
-        items = []
-        for row in sets:
-            mchid = str(row["pk"]).rsplit("#", 1)[-1]
-            certs = dict(row.get("certs") or {})
-            if not certs:
-                continue
-            serial, newest = max(((s, int(c["not_after"])) for s, c in certs.items()), key=lambda x: x[1])
-            if newest - now >= CERT_WARNING_S:
-                continue  # a successor valid for more than 7 days exists: nothing to do
-            item_id = f"cert-wechatpay-{mchid}"
-            state = states.get(item_id) or {}
-            if state.get("not_after") != newest:
-                state = {}  # a state recorded for an earlier certificate does not carry over
-            if state.get("q_state") in (RESOLVED, IGNORED):
-                continue
-            days = (newest - now) / 86400
-            item = _item(
-                state,
-                item_id,
-                "certificate",
-                "cert",
-                newest,
-                channel="wechatpay",
-                merchant=mchid,
-                order=None,
-                amount_cent=None,
-                since=iso_now(newest - CERT_WARNING_S),
-                reason=f"the newest WeChat Pay platform certificate ({serial[:16]}…) "
-                + (f"expires in {days:.1f} days" if days > 0 else "has expired")
-                + f" ({iso_now(newest)[:10]}): add its successor (tally merchant add … --platform-cert)",
-                actions=("ack", "resolve", "ignore"),
-            )
-            items.append(item)
-        return items
 
     # ================================================================ helpers
 
