@@ -73,6 +73,7 @@ class M:
     NOTIFY_PROBE = "NotifyProbeRejected"  # WECHATPAY/SIGNTEST/ probes: expected, not alarmed
     NOTIFY_QUARANTINED = "NotifyQuarantined"  # valid signature, undecryptable or unparseable (R5)
     NOTIFY_IN_BETWEEN = "NotifyInBetween"  # NOTPAY / USERPAYING kept as events (R8)
+    NOTIFY_NO_TRANSACTION_ID = "NotifyNoTransactionId"  # a paid state without a transaction id: a person
     ENQUEUE_FAILED = "EnqueueFailed"
     CERT_REFRESHED = "PlatformCertRefreshed"
     CERT_EXPIRING = "PlatformCertExpiring"  # a channel/app certificate expires within 7 days (alarmed)
@@ -111,6 +112,7 @@ class M:
     REFUND_NOTIFY_ACCEPTED = "RefundNotifyAccepted"
     REFUND_NOTIFY_DUPLICATE = "RefundNotifyDuplicate"
     REFUND_TASK_MANUAL = "RefundTaskManual"  # a refund task (ILLEGAL payment) handed to a person
+    REFUND_REPORT_MANUAL = "RefundReportManual"  # a refund report parked at refund_raw handled=2 (R41)
     # pull: poller, return page, sweeper (docs/pull.md)
     POLL_ORDERS_READ = "PollOrdersRead"  # items the poller read from the poll index this run
     POLL_QUERIED = "PollQueried"
@@ -173,6 +175,7 @@ ALARMED = ALARMED | {
     M.RECON_FAILED,
 }  # reconciliation
 ALARMED = ALARMED | {M.RECON_RUN_COMPLETED}  # its absence is the alarm: recon did not run
+ALARMED = ALARMED | {M.NOTIFY_NO_TRANSACTION_ID, M.REFUND_REPORT_MANUAL}  # the work queue (R41)
 
 
 @dataclass(frozen=True)
