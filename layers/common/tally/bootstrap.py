@@ -228,9 +228,13 @@ def refund_tables() -> Any:
 def refund_inbox() -> Any:
     from tally.service.refund_inbox import RefundInbox
     from tally.store.refunds import RefundQueue, RefundRawStore
+    from tally.store.tables import EventStore
 
     return RefundInbox(
-        RefundRawStore(refund_tables()), RefundQueue(_client("sqs"), settings().apply_queue_url), clock=_clock
+        RefundRawStore(refund_tables()),
+        RefundQueue(_client("sqs"), settings().apply_queue_url),
+        clock=_clock,
+        events=EventStore(tables()),
     )
 
 
