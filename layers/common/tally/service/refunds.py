@@ -24,6 +24,7 @@ from enum import Enum
 from typing import Any, Protocol
 
 from tally.channels.refunds import refund_event_of
+from tally.domain.money import MAX_CENT
 from tally.domain.refunds import (
     IN_FLIGHT,
     AnswerKind,
@@ -864,9 +865,9 @@ def validate_refund_request(body: Any) -> dict[str, Any]:
     if not isinstance(out_trade_no, str) or not OUT_TRADE_NO.match(out_trade_no):
         raise InvalidRefund("out_trade_no must be 6-32 characters of [0-9A-Za-z_-*]")
     amount = body.get("amount_cent")
-    if isinstance(amount, bool) or not isinstance(amount, int) or amount <= 0:
+    if isinstance(amount, bool) or not isinstance(amount, int) or not 1 <= amount <= MAX_CENT:
         raise InvalidRefund(
-            "amount_cent must be a positive integer number of cents (no decimals, no strings)"
+            f"amount_cent must be an integer number of cents from 1 to {MAX_CENT} (no decimals, no strings)"
         )
     reason = body.get("reason", "")
     if not isinstance(reason, str) or len(reason) > 80:
