@@ -279,9 +279,13 @@ def refund_tables() -> RefundTables:
 def refund_inbox() -> RefundInbox:
     from tally.service.refund_inbox import RefundInbox
     from tally.store.refunds import RefundQueue, RefundRawStore
+    from tally.store.tables import EventStore
 
     return RefundInbox(
-        RefundRawStore(refund_tables()), RefundQueue(_client("sqs"), settings().apply_queue_url), clock=_clock
+        RefundRawStore(refund_tables()),
+        RefundQueue(_client("sqs"), settings().apply_queue_url),
+        clock=_clock,
+        events=EventStore(tables()),
     )
 
 
