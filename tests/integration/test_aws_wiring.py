@@ -75,3 +75,32 @@ def test_a_missing_or_shared_secret_prefix_is_refused(prefix):
 
     with pytest.raises(RuntimeError):
         _secret_prefix(prefix)
+
+
+def test_notify_routes_on_the_route_key_behind_a_custom_domain_path_mapping(h):
+    """A custom domain mapped at /pay sends rawPath /pay/notify/wechatpay/{mchid}; API Gateway's routeKey and
+    pathParameters are the same as without it, and they are what notify routes on (issue #16)."""
+    from tally_local.lambda_io import http_event
+    from tally_local.resources import LambdaContext
+
+    m = h.add_merchant()
+    otn = h.create_order(m["mchid"])
+    assert otn["statusCode"] == 201
+    out_trade_no = json.loads(otn["body"])["out_trade_no"]
+    headers, body, _ = h.notification(m["mchid"], out_trade_no, 100)
+    event = http_event(
+        "POST",
+        f"/pay/notify/wechatpay/{m['mchid']}",
+        body,
+        headers,
+        {"mchid": m["mchid"]},
+        route="/notify/wechatpay/{mchid}",
+    )
+    handler, _ = h.handlers["NotifyFunction"]
+    response = handler(event, LambdaContext("NotifyFunction"))
+    h._collect_metrics()
+    assert response["statusCode"] == 204 and h.metric("NotifyAccepted") == 1
+    h.drain()
+    assert h.order(m["mchid"], out_trade_no)["status"] == "PAID"
+    unknown = {**event, "routeKey": "POST /notify/unknown/{mchid}"}
+    assert handler(unknown, LambdaContext("NotifyFunction"))["statusCode"] == 404
