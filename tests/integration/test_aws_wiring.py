@@ -104,3 +104,69 @@ def test_notify_routes_on_the_route_key_behind_a_custom_domain_path_mapping(h):
     assert h.order(m["mchid"], out_trade_no)["status"] == "PAID"
     unknown = {**event, "routeKey": "POST /notify/unknown/{mchid}"}
     assert handler(unknown, LambdaContext("NotifyFunction"))["statusCode"] == 404
+
+
+@pytest.fixture
+def silent_aws(monkeypatch):
+    """An endpoint on localhost that accepts connections and never answers: AWS at its most degraded."""
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    held = []
+    stop = threading.Event()
+
+    def accept():
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{server.getsockname()[1]}")
+    yield
+    stop.set()
+    thread.join()
+    for conn in held:
+        conn.close()
+    server.close()
+
+
+def test_notify_aws_calls_fail_inside_wechats_5_seconds(aws, silent_aws, monkeypatch):
+    """botocore's defaults (60 s connect, 60 s read, legacy retries) would hold a notify far past WeChat's 5 s.
+    With notify's settings from template.yaml a DynamoDB call that never answers fails in under 4 s, after
+    the one retry standard mode makes: the 500 reaches WeChat, which retries."""
+    import time
+
+    from botocore.exceptions import ReadTimeoutError
+
+    from tally_local.resources import load_template
+
+    template = load_template(bootstrap.__file__.rsplit("/layers/", 1)[0] + "/template.yaml")
+    notify_env = template["Resources"]["NotifyFunction"]["Properties"]["Environment"]["Variables"]
+    for name, value in notify_env.items():
+        monkeypatch.setenv(name, value)
+    bootstrap.reset()
+    config = bootstrap.aws_config()
+    assert (config.connect_timeout, config.read_timeout) == (0.5, 1.0)
+    assert config.retries == {"mode": "standard", "total_max_attempts": 2}
+    for service in ("dynamodb", "sqs", "secretsmanager"):
+        assert bootstrap._client(service).meta.config.read_timeout == 1.0  # one Config for every client
+    started = time.monotonic()
+    with pytest.raises(ReadTimeoutError):
+        bootstrap.tables().ddb.get_item(TableName=aws["NOTIFY_RAW_TABLE"], Key={"pk": {"S": "x"}})
+    elapsed = time.monotonic() - started
+    assert 2.0 <= elapsed < 3.5, elapsed  # two 1 s reads (so it did retry once) and a backoff, never 60 s
+    bootstrap.reset()
+
+
+def test_other_functions_get_the_default_short_timeouts(aws):
+    bootstrap.reset()
+    config = bootstrap._client("dynamodb").meta.config
+    assert (config.connect_timeout, config.read_timeout) == (1.0, 5.0)
+    assert config.retries == {"mode": "standard", "total_max_attempts": 3}

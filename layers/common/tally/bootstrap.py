@@ -29,6 +29,7 @@ def reset() -> None:
         order_service,
         outbox_service,
         manual_queue,
+        aws_config,
         _client,
         refund_tables,
         refund_inbox,
@@ -49,10 +50,25 @@ def settings() -> Settings:
 
 
 @cache
+def aws_config() -> Any:
+    """The one botocore Config of every AWS client in a function: short timeouts, standard retries
+    (settings.py; notify's are tighter, template.yaml, so a slow AWS call fails inside WeChat's 5 s)."""
+    from botocore.config import Config
+
+    s = settings()
+    return Config(
+        connect_timeout=s.aws_connect_timeout_s,
+        read_timeout=s.aws_read_timeout_s,
+        retries={"mode": "standard", "total_max_attempts": s.aws_max_attempts},  # the first call included
+    )
+
+
+@cache
 def _client(service: str) -> Any:
     import boto3
 
-    return boto3.client(service)  # AWS_ENDPOINT_URL (boto3's own variable) points it at moto locally
+    # AWS_ENDPOINT_URL (boto3's own variable) points it at moto locally
+    return boto3.client(service, config=aws_config())
 
 
 @cache

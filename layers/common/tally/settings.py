@@ -33,6 +33,11 @@ class Settings:
     recon_diff_table: str = ""
     recon_min_ratio: float = 0.10
     recon_min_previous_rows: int = 10
+    # AWS clients (bootstrap.aws_config): botocore's defaults are 60 s connect + 60 s read, far past WeChat's
+    # 5 s. Worst case of one call: max_attempts x (connect + read) plus standard-mode backoff (< 1 s first).
+    aws_connect_timeout_s: float = 1.0
+    aws_read_timeout_s: float = 5.0
+    aws_max_attempts: int = 3
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -63,6 +68,9 @@ class Settings:
                 recon_diff_table=env.get("RECON_DIFF_TABLE", ""),
                 recon_min_ratio=float(env.get("RECON_MIN_RATIO", "0.10")),
                 recon_min_previous_rows=int(env.get("RECON_MIN_PREVIOUS_ROWS", "10")),
+                aws_connect_timeout_s=float(env.get("TALLY_AWS_CONNECT_TIMEOUT_S", "1")),
+                aws_read_timeout_s=float(env.get("TALLY_AWS_READ_TIMEOUT_S", "5")),
+                aws_max_attempts=int(env.get("TALLY_AWS_MAX_ATTEMPTS", "3")),
             )
         except KeyError as missing:
             raise RuntimeError(f"missing environment variable {missing}: see docs/contracts.md") from None
