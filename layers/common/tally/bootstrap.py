@@ -215,6 +215,22 @@ def outbox_service() -> Any:
     return OutboxService(_client("events"), settings().event_bus_name)
 
 
+def republisher() -> Any:
+    """`tally outbox republish` (docs/runbook.md OutboxDLQAlarm)."""
+    from tally.service.outbox import Republisher
+    from tally.store.changes import ChangedRows
+
+    return Republisher(ChangedRows(tables(), settings().refunds_table), outbox_service())
+
+
+def event_replay() -> Any:
+    """`tally events replay` (docs/events.md)."""
+    from tally.service.outbox import EventReplay
+
+    s = settings()
+    return EventReplay(_client("events"), s.event_bus_name, s.event_archive_arn)
+
+
 @cache
 def manual_queue() -> Any:
     from tally.service.manual import ManualQueue

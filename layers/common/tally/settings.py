@@ -19,6 +19,7 @@ class Settings:
     wechatpay_api_base: str
     merchant_secret_prefix: str
     event_bus_name: str = "default"
+    event_archive_arn: str = ""  # the bus's archive (stack output EventArchiveArn): `tally events replay`
     alipay_gateway: str = "https://openapi.alipay.com/gateway.do"
     timestamp_window_s: int = 300
     order_not_found_max_attempts: int = 4
@@ -55,6 +56,7 @@ class Settings:
                 wechatpay_api_base=env.get("WECHATPAY_API_BASE", "https://api.mch.weixin.qq.com").rstrip("/"),
                 merchant_secret_prefix=_secret_prefix(env["MERCHANT_SECRET_PREFIX"]),
                 event_bus_name=env.get("EVENT_BUS_NAME", "default"),
+                event_archive_arn=env.get("EVENT_ARCHIVE_ARN", ""),
                 alipay_gateway=env.get("ALIPAY_GATEWAY", "https://openapi.alipay.com/gateway.do"),
                 timestamp_window_s=int(env.get("TALLY_TIMESTAMP_WINDOW_S", "300")),
                 order_not_found_max_attempts=int(env.get("TALLY_ORDER_NOT_FOUND_MAX_ATTEMPTS", "4")),
