@@ -326,12 +326,13 @@ def test_unknown_merchant_and_bad_event_answer_in_the_channels_protocol(h, path,
         path,
         b"a=b",
         {},
-        {"app_id": path.rsplit("/", 1)[1], "mchid": path.rsplit("/", 1)[1]},
+        {("app_id" if kind == "alipay" else "mchid"): path.rsplit("/", 1)[1]},
     )
     assert ack_kind(kind, response) == "failure" and response["statusCode"] == 404
     handler, _ = h.handlers["NotifyFunction"]
+    route = "POST " + path.rsplit("/", 1)[0] + ("/{app_id}" if kind == "alipay" else "/{mchid}")
     bad = handler(
-        {"rawPath": path, "body": "***", "isBase64Encoded": True, "headers": {}},
+        {"routeKey": route, "rawPath": path, "body": "***", "isBase64Encoded": True, "headers": {}},
         LambdaContext("NotifyFunction"),
     )
     assert ack_kind(kind, bad) == "failure" and bad["statusCode"] == 400

@@ -402,3 +402,38 @@ def test_recon_runs_daily_at_1030_shanghai_and_on_bills_dropped_in_s3_R34(resour
     assert pattern["detail"]["object"]["key"] == [{"prefix": "bills/"}]
     bucket = resources["BillsBucket"]["Properties"]
     assert bucket["NotificationConfiguration"] == {"EventBridgeConfiguration": {"EventBridgeEnabled": True}}
+
+
+def test_money_path_deploys_by_canary_with_rollback_on_its_alarms(template):
+    """Notify and worker shift 10 % for 5 minutes and roll back on their Errors, NotifyRejected and
+    EnqueueFailed (notify) / ApplyFailed (worker) alarms; callbacks and SQS reach the alias, not $LATEST."""
+    transformed = sam_transform(template, "us-east-1")["Resources"]
+    groups = {
+        lid: r["Properties"]
+        for lid, r in transformed.items()
+        if r["Type"] == "AWS::CodeDeploy::DeploymentGroup"
+    }
+    alarms = {
+        lid: {a["Name"]["Ref"] for a in props["AlarmConfiguration"]["Alarms"]}
+        for lid, props in groups.items()
+    }
+    assert alarms == {
+        "NotifyFunctionDeploymentGroup": {"NotifyErrorsAlarm", "NotifyRejectedAlarm", "EnqueueFailedAlarm"},
+        "WorkerFunctionDeploymentGroup": {"WorkerErrorsAlarm", "ApplyFailedAlarm"},
+    }
+    for props in groups.values():
+        assert props["AutoRollbackConfiguration"]["Enabled"] is True
+        assert "DEPLOYMENT_STOP_ON_ALARM" in props["AutoRollbackConfiguration"]["Events"]
+    mapping = next(
+        r["Properties"]
+        for r in transformed.values()
+        if r["Type"] == "AWS::Lambda::EventSourceMapping"
+        and r["Properties"]["FunctionName"] == {"Ref": "WorkerFunctionAliaslive"}
+    )
+    assert mapping["EventSourceArn"] == {"Fn::GetAtt": ["ApplyQueue", "Arn"]}
+    notify_permissions = [
+        r["Properties"]["FunctionName"]
+        for r in transformed.values()
+        if r["Type"] == "AWS::Lambda::Permission" and "Notify" in json.dumps(r["Properties"]["FunctionName"])
+    ]
+    assert notify_permissions and all(p == {"Ref": "NotifyFunctionAliaslive"} for p in notify_permissions)

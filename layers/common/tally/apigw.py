@@ -43,11 +43,12 @@ def _nesting(body: bytes) -> int:
 @dataclass(frozen=True)
 class HttpRequest:
     method: str
-    path: str
+    path: str  # rawPath: informational only (a custom domain's path mapping prefixes it)
     headers: dict[str, str]  # lower-cased names
     body: bytes  # exactly the bytes the client sent (R2)
     path_params: dict[str, str] = field(default_factory=dict)
     query: dict[str, str] = field(default_factory=dict)
+    route: str = ""  # the routeKey, "POST /notify/wechatpay/{mchid}": what routing reads (never the raw path)
 
     def header(self, name: str) -> str | None:
         return self.headers.get(name.lower())
@@ -87,7 +88,15 @@ class HttpRequest:
             body=body,
             path_params=dict(event.get("pathParameters") or {}),
             query=dict(event.get("queryStringParameters") or {}),
+            route=route_key(event),
         )
+
+
+def route_key(event: dict[str, Any]) -> str:
+    """The route API Gateway matched ("POST /notify/wechatpay/{mchid}"), the same behind a custom domain's
+    path mapping (where rawPath carries the mapping's prefix). "" when the event has none."""
+    key = event.get("routeKey") or ((event.get("requestContext") or {}).get("routeKey")) or ""
+    return key if isinstance(key, str) else ""
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@ def reset() -> None:
         outbox_service,
         manual_queue,
         work_queue,
+        aws_config,
         _client,
         refund_tables,
         refund_inbox,
@@ -69,10 +70,25 @@ def settings() -> Settings:
 
 
 @cache
+def aws_config() -> Any:
+    """The one botocore Config of every AWS client in a function: short timeouts, standard retries
+    (settings.py; notify's are tighter, template.yaml, so a slow AWS call fails inside WeChat's 5 s)."""
+    from botocore.config import Config
+
+    s = settings()
+    return Config(
+        connect_timeout=s.aws_connect_timeout_s,
+        read_timeout=s.aws_read_timeout_s,
+        retries={"mode": "standard", "total_max_attempts": s.aws_max_attempts},  # the first call included
+    )
+
+
+@cache
 def _client(service: str) -> Any:  # a boto3 client: boto3 ships no types (no stubs dependency)
     import boto3
 
-    return boto3.client(service)  # AWS_ENDPOINT_URL (boto3's own variable) points it at moto locally
+    # AWS_ENDPOINT_URL (boto3's own variable) points it at moto locally
+    return boto3.client(service, config=aws_config())
 
 
 @cache
@@ -219,6 +235,22 @@ def outbox_service() -> OutboxService:
     from tally.service.outbox import OutboxService
 
     return OutboxService(_client("events"), settings().event_bus_name)
+
+
+def republisher() -> Any:
+    """`tally outbox republish` (docs/runbook.md OutboxDLQAlarm)."""
+    from tally.service.outbox import Republisher
+    from tally.store.changes import ChangedRows
+
+    return Republisher(ChangedRows(tables(), settings().refunds_table), outbox_service())
+
+
+def event_replay() -> Any:
+    """`tally events replay` (docs/events.md)."""
+    from tally.service.outbox import EventReplay
+
+    s = settings()
+    return EventReplay(_client("events"), s.event_bus_name, s.event_archive_arn)
 
 
 @cache

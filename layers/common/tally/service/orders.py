@@ -11,7 +11,7 @@ from typing import Any
 from tally.channels import alipay as ali
 from tally.channels import wechatpay_v2 as wx2
 from tally.channels import wechatpay_v3 as wx
-from tally.domain.money import MAX_CENT, format_cents
+from tally.domain.money import MAX_CENT
 from tally.domain.orders import Status
 from tally.domain.poll import FIRST_QUERY_AFTER_S
 from tally.observability import M, count, logger
