@@ -239,3 +239,19 @@ def test_story_shows_the_poller_s_answers_for_an_order_whose_callbacks_were_lost
     assert delivery["title"].startswith("poll answer via query") and delivery["state"] == "ACCEPTED"
     assert [e["detail"]["source"] for e in story["entries"] if e["kind"] == "transition"] == ["query"]
     assert story["summary"]["ledger_net_yuan"] == "8.80"
+
+
+def test_story_shows_a_double_payment_and_its_refund_task(h, m):
+    otn, first = paid_order(h, m["mchid"], amount=700)
+    headers, body, resource = h.notification(
+        m["mchid"], otn, total=700
+    )  # another transaction for the same order
+    assert resource["transaction_id"] != first
+    assert h.notify(m["mchid"], headers, body)["statusCode"] == 204
+    h.drain()
+    story = bootstrap.story_service().story(m["mchid"], otn)
+    (task,) = [e for e in story["entries"] if e["kind"] == "refund" and e["state"].startswith("TASK_")]
+    assert resource["transaction_id"] in task["title"] and task["amount_yuan"] == "7.00"
+    assert story["summary"]["ledger_net_cent"] == 700  # the second payment was not booked
+    states = [e["state"] for e in story["entries"] if e["kind"] == "delivery"]
+    assert states == ["ACCEPTED", "MANUAL"]

@@ -274,7 +274,34 @@ class StoryService:
                 )
             )
             out += [_history_entry(h, r.get("pk"), "delivery") for h in r.get("history") or []]
+            if r.get(
+                "refund_task"
+            ):  # money on an order that cannot take it (R17): the task the worker opened
+                out += self._refund_task(str(r["refund_task"]))
         return out
+
+    def _refund_task(self, task_pk: str) -> list[dict[str, Any]]:
+        task = self.refunds.task(task_pk)
+        if task is None:
+            return []
+        status = task.get("status")
+        out = [
+            _entry(
+                task.get("created_at"),
+                "refund",
+                f"refund task for {task.get('transaction_id')}: {format_cents(int(task.get('amount_cent', 0)))} "
+                f"to give back ({task.get('reason')}); {status}",
+                task_pk,
+                amount=task.get("amount_cent"),
+                state=f"TASK_{status}",
+                needs_person=status
+                == "MANUAL",  # OPEN / REFUNDING: the refund service is on it; DONE: paid back
+                detail={
+                    k: task.get(k) for k in ("reason", "status", "refund_no", "manual_reason") if task.get(k)
+                },
+            )
+        ]
+        return out + [_history_entry(h, task_pk, "refund task") for h in task.get("history") or []]
 
     def _in_between(self, rows: list[dict[str, Any]], raw: bool) -> list[dict[str, Any]]:
         out = []
