@@ -522,7 +522,7 @@ class StoryService:
         refund_nos = {f.get("refund_no") or f.get("pk") for f in refunds}
         out = []
         for channel, mchid, day in sorted(days):
-            pk = recon_pk(channel, mchid, day)
+            pk = recon_pk(str(channel), str(mchid), day)
             runs = self.recon.run_rows(pk)
             if runs:
                 latest = runs[0]
