@@ -21,6 +21,9 @@ OUTPUT_ENV = {
     "BillsBucketName": "BILLS_BUCKET",
     "ReconRunsTableName": "RECON_RUNS_TABLE",
     "ReconDiffTableName": "RECON_DIFF_TABLE",
+    "MerchantSecretPrefix": "MERCHANT_SECRET_PREFIX",  # per stack (docs/deploy.md)
+    "EventBusName": "EVENT_BUS_NAME",
+    "EventArchiveArn": "EVENT_ARCHIVE_ARN",
 }
 
 

@@ -210,7 +210,34 @@ class RefundNotice:
 
     @property
     def raw_key(self) -> str:
-        return f"{self.channel}#{self.refund_no}"
+        """Scoped per merchant (R39): a report one tenant signs can never take the key of another
+        tenant's report, whatever refund number it names."""
+        return refund_raw_key(self.channel, self.mchid, self.refund_no)
+
+
+def refund_raw_key(channel: str, mchid: str, refund_no: str) -> str:
+    return f"{channel}#{mchid}#{refund_no}"
+
+
+def tenant_mismatch(
+    notice: RefundNotice, refund: dict[str, object], refund_sp_mchid: str | None
+) -> tuple[str, str] | None:
+    """(cause, reason) when a report does not belong to the refund it names (R39): another merchant, another
+    service provider / ISV app, another order. Such a report is parked as a suspected forgery and changes
+    nothing; an amount difference on the refund's own report is `mismatches` (a person, R29)."""
+    if notice.mchid != refund.get("mchid"):
+        return (
+            "merchant_mismatch",
+            f"report for merchant {notice.mchid} names a refund number it does not own",
+        )
+    if (notice.sp_mchid or None) != (refund_sp_mchid or None):
+        return (
+            "provider_mismatch",
+            f"report through provider {notice.sp_mchid or '(none)'}, the refund's is {refund_sp_mchid or '(none)'}",
+        )
+    if notice.out_trade_no != refund.get("out_trade_no"):
+        return "order_mismatch", f"report names order {notice.out_trade_no[:64]}, not the refund's order"
+    return None
 
 
 def _yuan_of(value: object) -> str:
