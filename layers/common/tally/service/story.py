@@ -25,6 +25,7 @@ from typing import Any
 
 from tally.domain.events import events_for_change
 from tally.domain.money import format_cents
+from tally.domain.refunds import refund_raw_key
 from tally.store.refunds import open_holds
 from tally.store.tables import order_key
 
@@ -375,7 +376,8 @@ class StoryService:
                 )
             out += [_history_entry(h, no, "refund") for h in f.get("history") or []]
             channel = f.get("channel") or order.get("channel")
-            for rep in self.refund_raw.for_refund(f"{channel}#{no}"):
+            raw_key = refund_raw_key(str(channel), str(f.get("mchid") or order.get("mchid")), str(no))
+            for rep in self.refund_raw.for_refund(raw_key):  # scoped per merchant (R39)
                 handled = int(rep.get("handled", 0))
                 detail = with_yuan(
                     {
@@ -401,7 +403,7 @@ class StoryService:
                         f"channel reports refund {no} {rep.get('sk')} via {rep.get('source', 'notify')}; "
                         f"{HANDLED.get(handled, '?')}"
                         + (f" ({rep['outcome']})" if rep.get("outcome") else ""),
-                        f"{channel}#{no}#{rep.get('sk')}",
+                        f"{raw_key}#{rep.get('sk')}",
                         amount=rep.get("refund_cent"),
                         state=rep.get("sk"),
                         needs_person=handled == 2 and not rep.get("resolution"),
