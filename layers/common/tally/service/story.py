@@ -205,8 +205,8 @@ class StoryService:
                     "queue",
                     f"the poller handed the order to a person: {order.get('manual_reason') or '-'}",
                     order.get("pk"),
-                    state="OPEN",
-                    needs_person=True,
+                    state=order.get("q_state") or "OPEN",
+                    needs_person=_still_open(order),
                 )
             )
         for item in order.get("history") or []:
@@ -270,7 +270,7 @@ class StoryService:
                     state="DUPLICATE"
                     if handled == 1 and r.get("outcome") == "DUPLICATE"
                     else {0: "PENDING", 1: "ACCEPTED", 2: "MANUAL"}.get(handled, str(handled)),
-                    needs_person=handled == 2 and not r.get("resolution"),
+                    needs_person=handled == 2 and _still_open(r),
                     detail=detail,
                 )
             )
@@ -295,8 +295,8 @@ class StoryService:
                 task_pk,
                 amount=task.get("amount_cent"),
                 state=f"TASK_{status}",
-                needs_person=status
-                == "MANUAL",  # OPEN / REFUNDING: the refund service is on it; DONE: paid back
+                # OPEN / REFUNDING: the refund service is on it; DONE: paid back
+                needs_person=status == "MANUAL" and _still_open(task),
                 detail={
                     k: task.get(k) for k in ("reason", "status", "refund_no", "manual_reason") if task.get(k)
                 },
@@ -368,7 +368,7 @@ class StoryService:
                         no,
                         amount=f.get("amount_cent"),
                         state=status,
-                        needs_person=status == "MANUAL",
+                        needs_person=status == "MANUAL" and _still_open(f),
                         detail={
                             k: f.get(k) for k in ("refund_id", "success_time", "fail_reason") if f.get(k)
                         },
@@ -406,7 +406,7 @@ class StoryService:
                         f"{raw_key}#{rep.get('sk')}",
                         amount=rep.get("refund_cent"),
                         state=rep.get("sk"),
-                        needs_person=handled == 2 and not rep.get("resolution"),
+                        needs_person=handled == 2 and _still_open(rep),
                         detail=detail,
                     )
                 )
@@ -636,6 +636,14 @@ def _sort_key(e: dict[str, Any]) -> tuple:
     moment = _instant(e.get("at_utc")) or _instant(e.get("at"))
     stamp = moment.timestamp() if moment else float("inf")  # undated last
     return (stamp, e.get("_order", 0), KIND_ORDER.get(e["kind"], 99))
+
+
+CLOSED_STATES = ("RESOLVED", "IGNORED")  # the work queue's end states, kept on the source row (R41)
+
+
+def _still_open(row: dict[str, Any]) -> bool:
+    """A row that needs a person until the queue closed it (`q_state`) or a resolution was recorded."""
+    return row.get("q_state") not in CLOSED_STATES and not row.get("resolution")
 
 
 def _signed(r: dict[str, Any]) -> int:
