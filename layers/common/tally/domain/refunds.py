@@ -240,6 +240,11 @@ def tenant_mismatch(
     return None
 
 
+def _yuan_of(value: object) -> str:
+    """A stored amount (integer cents) for a message; anything else as it is."""
+    return yuan_text(value) if isinstance(value, int) and not isinstance(value, bool) else repr(value)
+
+
 def mismatches(notice: RefundNotice, refund: dict[str, object]) -> list[str]:
     """Certain differences between what the channel reports and our refund row."""
     found = []
@@ -249,7 +254,7 @@ def mismatches(notice: RefundNotice, refund: dict[str, object]) -> list[str]:
         found.append(f"out_trade_no {notice.out_trade_no} != refund's {refund.get('out_trade_no')}")
     if notice.refund_cent is not None and notice.refund_cent != refund.get("amount_cent"):
         found.append(
-            f"refund amount {yuan_text(notice.refund_cent)} ≠ ours {yuan_text(int(refund.get('amount_cent') or 0))}"
+            f"refund amount {yuan_text(notice.refund_cent)} ≠ ours {_yuan_of(refund.get('amount_cent'))}"
         )
     if notice.refund_cent is None and notice.cumulative_cent is None:
         found.append("the report carries no refund amount at all")
