@@ -452,6 +452,9 @@ def test_plain_words_and_filters():
         plain("paid 5 outside 0..506 (cents); unknown state 'X'")
         == "paid ¥0.05 outside ¥0.00..¥5.06; unknown state 'X'"
     )
+    assert plain("AMOUNT_DIFFERS on 2024-05-01 10:00:00: channel 503 != ledger 403 (cents)") == (
+        "AMOUNT_DIFFERS on 2024-05-01 10:00:00: channel ¥5.03, expected ledger ¥4.03"
+    )
     assert parse_filter("kind=refund, merchant=19, age>2h") == {
         "kind": "refund",
         "merchant": "19",

@@ -25,8 +25,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 def pending(args: argparse.Namespace) -> int:
     connect(args)
     from tally import bootstrap
+    from tally.cli.manual import one_document
 
-    report = bootstrap.pending_report().report(limit=args.limit, over_s=args.over)
+    with one_document():
+        report = bootstrap.pending_report().report(limit=args.limit, over_s=args.over)
     print(json.dumps(report, ensure_ascii=False, indent=2) if args.json else render(report))
     return OVERDUE_EXIT if report["pending_over_10m"] or report["manual_over_24h"] else 0
 

@@ -765,7 +765,7 @@ def human_age(seconds: int) -> str:
 
 
 _CENTS_CLAUSE = re.compile(r"([^;]*?)\s*\(cents\)")
-_NUMBER = re.compile(r"(?<![\w#])-?\d+(?![\w#])")
+_NUMBER = re.compile(r"(?<![\w#:\-])-?\d+(?![\w#:\-])")  # not the parts of a date, a time or an id
 
 
 def plain(text: str) -> str:
