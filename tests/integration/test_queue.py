@@ -446,6 +446,56 @@ def test_r41_a_refund_cannot_be_closed_without_its_outcome_and_fail_releases_the
     assert queue().list() == []
 
 
+def test_r41_r33_a_volume_drop_is_confirmed_from_the_queue_and_the_day_is_re_run(h, cli):
+    """The volume-drop kind: the day is blocked (R33); `replay` confirms it (ReconService.confirm re-runs the
+    day from the kept bill) and the item leaves the queue; the thin bill's differences become items."""
+    m = new_merchant(h)
+    svc = bootstrap.recon_service()
+    svc.min_previous_rows, svc.min_ratio = 2, 0.5
+    for i in range(4):
+        pay_on(h, m["mchid"], 100, f"2024-04-30T1{i}:00:00+08:00")
+        pay_on(h, m["mchid"], 100, f"{D}T1{i}:00:00+08:00")
+    assert svc.run("wechatpay", m["mchid"], "2024-04-30")["status"] == "MATCHED"
+    h.sim.bills.fault("volume_drop")
+    try:
+        assert svc.run("wechatpay", m["mchid"], D)["block_code"] == "VOLUME_DROP"
+    finally:
+        h.sim.clear_faults()
+    (item,) = queue().list("kind=volume-drop")
+    assert item["id"] == f"recon-wechatpay#{m['mchid']}#{D}" and "smaller" in item["what"]
+    cli("manual", "ack", item["id"], "--by", "carol")
+    done = cli("manual", "replay", item["id"], "--by", "carol", "--why", "promo day ended", "--json")
+    assert done["outcome"] == "re-run: DIFFS" and done["state"] == "RESOLVED"
+    assert queue().list("kind=volume-drop") == [] and len(queue().list("kind=recon-diff")) == 3
+    # a later good run of a blocked day clears it by itself; a new block reopens it
+    h.sim.bills.fault("wrong_summary")
+    try:
+        assert svc.run("wechatpay", m["mchid"], "2024-04-30")["status"] == "BLOCKED"
+    finally:
+        h.sim.clear_faults()
+    assert [i["kind"] for i in queue().list("kind=recon-blocked")] == ["recon-blocked"]
+    assert svc.run("wechatpay", m["mchid"], "2024-04-30")["status"] == "MATCHED"
+    assert queue().list("kind=recon-blocked") == []
+
+
+def test_r41_rejected_notifications_are_one_item_per_merchant_and_cause_acked_and_replayed_together(
+    h, sim, cli
+):
+    m = inject_rejected(h, sim, times=3)
+    (item,) = queue().list("kind=rejected")
+    assert item["count"] == 3 and item["id"].startswith(
+        f"rejected-wechatpay-{m['mchid']}-signature-does-not-verify"
+    )
+    cli("manual", "ack", item["id"], "--by", "dave")
+    (item,) = queue().list("kind=rejected")
+    assert item["state"] == "ACKNOWLEDGED" and item["owner"] == "dave"
+    h.add_merchant(mchid=m["mchid"])  # the right public key
+    done = cli("manual", "replay", item["id"], "--by", "dave", "--why", "public key fixed", "--json")
+    assert done["outcome"] == "3 accepted" and queue().list() == []
+    h.drain()
+    assert all(h.order(m["mchid"], f"REJECTED-{i:04d}")["status"] == "PAID" for i in range(3))
+
+
 def test_plain_words_and_filters():
     assert plain("amount 5 != order's 506 (cents)") == "amount ¥0.05, expected order's ¥5.06"
     assert (
