@@ -85,7 +85,7 @@ def doors(h, cli) -> dict[str, set[str]]:
             i["id"] for i in cli("manual", "list", "--json", expect=3 if queue().list() else 0)["items"]
         }
         report = cli("pending", "--json", expect=3 if queue().list() else 0)
-        pending = {r["key"] for r in report["rows"] if r["kind"] != "raw handled=0"}
+        pending = {r["key"] for r in report["rows"] if r["kind"] != "stuck-notification"}
         over = report["manual_over_24h"]
     finally:
         bootstrap.set_clock(time.time)
@@ -494,6 +494,37 @@ def test_r41_rejected_notifications_are_one_item_per_merchant_and_cause_acked_an
     assert done["outcome"] == "3 accepted" and queue().list() == []
     h.drain()
     assert all(h.order(m["mchid"], f"REJECTED-{i:04d}")["status"] == "PAID" for i in range(3))
+
+
+def test_r41_closed_through_another_door_is_closed_here_too(h, sim, cli, refunds_held):
+    """The refund's own later notification, and `tally recon resolve`, close their items in the queue too."""
+    m = new_merchant(h)
+    otn, no = inject_abnormal_refund(h, m, sim)
+    assert [i["id"] for i in queue().list("kind=refund")] == [f"refund-{no}"]
+    sim.settle_refund(no, "success")  # fixed at the channel; its notification arrives
+    deliver(h, m["mchid"], no)
+    assert queue().list("kind=refund") == [] and published_over(h) == 0
+    recon_m = new_merchant(h)
+    inject_recon_diff(h, recon_m)
+    (diff,) = queue().list("kind=recon-diff")
+    pk, sk = diff["source_key"]
+    cli(
+        "recon",
+        "resolve",
+        "--channel",
+        "wechatpay",
+        "--mchid",
+        recon_m["mchid"],
+        "--date",
+        D,
+        sk,
+        "--by",
+        "erin",
+        "--note",
+        "test booking",
+        "--reverse",
+    )
+    assert queue().list() == [] and published_over(h) == 0
 
 
 def test_plain_words_and_filters():
