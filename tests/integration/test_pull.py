@@ -434,10 +434,10 @@ def test_R37_tally_pending_shows_both_counts_oldest_age_and_a_line_per_stuck_row
     whys = {r["kind"]: r for r in report["rows"]}
     assert whys["unbooked-payment"]["why"] == "amount 100, expected order's 99"
     assert whys["order"]["order"] == order["out_trade_no"]
-    assert set(whys["raw handled=0"]) >= {"channel", "merchant", "order", "age_s", "why"}
+    assert set(whys["stuck-notification"]) >= {"channel", "merchant", "order", "age_s", "why"}
     assert main(["pending", "--local"]) == 3
     text = capsys.readouterr().out
-    assert "stuck (handled=0 older than 10 min): 1" in text and "past their threshold:     1" in text
+    assert "notifications not applied for 10 min: 1" in text and "past their threshold:            1" in text
     assert m["apiv3_key"] not in text
 
 

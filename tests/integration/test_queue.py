@@ -85,7 +85,7 @@ def doors(h, cli) -> dict[str, set[str]]:
             i["id"] for i in cli("manual", "list", "--json", expect=3 if queue().list() else 0)["items"]
         }
         report = cli("pending", "--json", expect=3 if queue().list() else 0)
-        pending = {r["key"] for r in report["rows"] if r["kind"] != "raw handled=0"}
+        pending = {r["key"] for r in report["rows"] if r["kind"] != "stuck-notification"}
         over = report["manual_over_24h"]
     finally:
         bootstrap.set_clock(time.time)
@@ -447,11 +447,95 @@ def test_r41_a_refund_cannot_be_closed_without_its_outcome_and_fail_releases_the
     assert queue().list() == []
 
 
+def test_r41_r33_a_volume_drop_is_confirmed_from_the_queue_and_the_day_is_re_run(h, cli):
+    """The volume-drop kind: the day is blocked (R33); `replay` confirms it (ReconService.confirm re-runs the
+    day from the kept bill) and the item leaves the queue; the thin bill's differences become items."""
+    m = new_merchant(h)
+    svc = bootstrap.recon_service()
+    svc.min_previous_rows, svc.min_ratio = 2, 0.5
+    for i in range(4):
+        pay_on(h, m["mchid"], 100, f"2024-04-30T1{i}:00:00+08:00")
+        pay_on(h, m["mchid"], 100, f"{D}T1{i}:00:00+08:00")
+    assert svc.run("wechatpay", m["mchid"], "2024-04-30")["status"] == "MATCHED"
+    h.sim.bills.fault("volume_drop")
+    try:
+        assert svc.run("wechatpay", m["mchid"], D)["block_code"] == "VOLUME_DROP"
+    finally:
+        h.sim.clear_faults()
+    (item,) = queue().list("kind=volume-drop")
+    assert item["id"] == f"recon-wechatpay#{m['mchid']}#{D}" and "smaller" in item["what"]
+    cli("manual", "ack", item["id"], "--by", "carol")
+    done = cli("manual", "replay", item["id"], "--by", "carol", "--why", "promo day ended", "--json")
+    assert done["outcome"] == "re-run: DIFFS" and done["state"] == "RESOLVED"
+    assert queue().list("kind=volume-drop") == [] and len(queue().list("kind=recon-diff")) == 3
+    # a later good run of a blocked day clears it by itself; a new block reopens it
+    h.sim.bills.fault("wrong_summary")
+    try:
+        assert svc.run("wechatpay", m["mchid"], "2024-04-30")["status"] == "BLOCKED"
+    finally:
+        h.sim.clear_faults()
+    assert [i["kind"] for i in queue().list("kind=recon-blocked")] == ["recon-blocked"]
+    assert svc.run("wechatpay", m["mchid"], "2024-04-30")["status"] == "MATCHED"
+    assert queue().list("kind=recon-blocked") == []
+
+
+def test_r41_rejected_notifications_are_one_item_per_merchant_and_cause_acked_and_replayed_together(
+    h, sim, cli
+):
+    m = inject_rejected(h, sim, times=3)
+    (item,) = queue().list("kind=rejected")
+    assert item["count"] == 3 and item["id"].startswith(
+        f"rejected-wechatpay-{m['mchid']}-signature-does-not-verify"
+    )
+    cli("manual", "ack", item["id"], "--by", "dave")
+    (item,) = queue().list("kind=rejected")
+    assert item["state"] == "ACKNOWLEDGED" and item["owner"] == "dave"
+    h.add_merchant(mchid=m["mchid"])  # the right public key
+    done = cli("manual", "replay", item["id"], "--by", "dave", "--why", "public key fixed", "--json")
+    assert done["outcome"] == "3 accepted" and queue().list() == []
+    h.drain()
+    assert all(h.order(m["mchid"], f"REJECTED-{i:04d}")["status"] == "PAID" for i in range(3))
+
+
+def test_r41_closed_through_another_door_is_closed_here_too(h, sim, cli, refunds_held):
+    """The refund's own later notification, and `tally recon resolve`, close their items in the queue too."""
+    m = new_merchant(h)
+    otn, no = inject_abnormal_refund(h, m, sim)
+    assert [i["id"] for i in queue().list("kind=refund")] == [f"refund-{no}"]
+    sim.settle_refund(no, "success")  # fixed at the channel; its notification arrives
+    deliver(h, m["mchid"], no)
+    assert queue().list("kind=refund") == [] and published_over(h) == 0
+    recon_m = new_merchant(h)
+    inject_recon_diff(h, recon_m)
+    (diff,) = queue().list("kind=recon-diff")
+    pk, sk = diff["source_key"]
+    cli(
+        "recon",
+        "resolve",
+        "--channel",
+        "wechatpay",
+        "--mchid",
+        recon_m["mchid"],
+        "--date",
+        D,
+        sk,
+        "--by",
+        "erin",
+        "--note",
+        "test booking",
+        "--reverse",
+    )
+    assert queue().list() == [] and published_over(h) == 0
+
+
 def test_plain_words_and_filters():
     assert plain("amount 5 != order's 506 (cents)") == "amount ¥0.05, expected order's ¥5.06"
     assert (
         plain("paid 5 outside 0..506 (cents); unknown state 'X'")
         == "paid ¥0.05 outside ¥0.00..¥5.06; unknown state 'X'"
+    )
+    assert plain("AMOUNT_DIFFERS on 2024-05-01 10:00:00: channel 503 != ledger 403 (cents)") == (
+        "AMOUNT_DIFFERS on 2024-05-01 10:00:00: channel ¥5.03, expected ledger ¥4.03"
     )
     assert parse_filter("kind=refund, merchant=19, age>2h") == {
         "kind": "refund",

@@ -143,7 +143,18 @@ class WorkQueue:
                 f"manual item ids look like {', '.join(p + '…' for p in PREFIXES)} "
                 f"(as `tally manual list` prints them), not {item_id!r}"
             )
-        item = next((i for i in self.list() if i["id"] == item_id), None)
+        item = next((i for i in self.list({"id": item_id}) if i["id"] == item_id), None)
+        return self._act(item_id, item, action, by, reason, fields)
+
+    def _act(
+        self,
+        item_id: str,
+        item: dict[str, Any] | None,
+        action: str,
+        by: str,
+        reason: str,
+        fields: dict[str, Any],
+    ) -> dict[str, Any]:
         if item is None:
             raise QueueError(f"{item_id} is not open (resolved, replayed or booked already, or no such item)")
         if action not in item["actions"]:
@@ -158,13 +169,24 @@ class WorkQueue:
             raise QueueError(f"{item_id} changed meanwhile (someone else acted on it): list again") from None
         count(M.MANUAL_REPLAYED if action == "replay" else M.MANUAL_RESOLVED)
         logger.info("queue item acted on", extra={"item": item_id, "action": action, "by": by})
-        after = next((i for i in self.list() if i["id"] == item_id), None)
+        if action == "ack":
+            after: dict[str, Any] | None = {
+                **item,
+                "state": ACKNOWLEDGED,
+                "owner": fields.get("owner") or by,
+                "history": [*item["history"], entry],
+            }
+        elif action == "replay" and item["source_kind"] == "day":  # the re-run may block the day again
+            after = next((i for i in self.list({"id": item_id}) if i["id"] == item_id), None)
+        else:
+            after = None  # closed: it left its row's index, so no list shows it any more
+        closed = {**item, "state": _closed_state(action), "history": [*item["history"], entry]}
         return {
             "id": item_id,
             "action": action,
             "outcome": outcome,
-            "state": after["state"] if after else _closed_state(action),
-            "item": after or {**item, "state": _closed_state(action)},
+            "state": after["state"] if after else closed["state"],
+            "item": after or closed,
         }
 
     def bulk(
@@ -203,7 +225,7 @@ class WorkQueue:
         done = 0
         for item in fit:
             try:
-                self.act(item["id"], action, by=by, reason=reason, **fields)
+                self._act(item["id"], item, action, by.strip(), reason.strip(), dict(fields))
                 done += 1
             except (QueueError, LookupError, ValueError) as exc:
                 report["errors"][item["id"]] = str(exc)
@@ -765,7 +787,7 @@ def human_age(seconds: int) -> str:
 
 
 _CENTS_CLAUSE = re.compile(r"([^;]*?)\s*\(cents\)")
-_NUMBER = re.compile(r"(?<![\w#])-?\d+(?![\w#])")
+_NUMBER = re.compile(r"(?<![\w#:\-])-?\d+(?![\w#:\-])")  # not the parts of a date, a time or an id
 
 
 def plain(text: str) -> str:
@@ -813,7 +835,7 @@ def _matches(item: dict[str, Any], wanted: dict[str, Any]) -> bool:
             return False
         if name == "state" and item["state"] != str(value).upper():
             return False
-        if name == "id" and not item["id"].startswith(value):
+        if name == "id" and item["id"] != _legacy(str(value)):
             return False
         if name in ("merchant", "channel", "owner", "order") and str(item.get(name)) != value:
             return False
