@@ -208,3 +208,28 @@ def test_r39_report_for_another_order_of_the_same_tenant_is_parked(h, sim, kit_c
         assert parked["cause"] == "order_mismatch"
     finally:
         kit.reset()
+
+
+def test_r39_a_transaction_id_taken_by_another_tenants_report_is_never_a_silent_duplicate(h, sim):
+    """Tenant X, signing with its own keys, reports Y's real transaction id for X's own order first. Payment raw
+    rows are still keyed `channel#transaction_id` (global, see docs/refunds.md "Tenants"), so Y's genuine report
+    cannot take the key; on main it was answered as a duplicate and Y's payment was never booked nor shown to
+    anyone. Now it is parked as a suspected forgery: a queue item with an alarm (not yet booked by itself)."""
+    x = h.add_merchant(mchid="1900055001")["mchid"]
+    y = h.add_merchant(mchid="1900055002")["mchid"]
+    h.create_order(x, "XORDER0001", amount_cent=100, prepay=False)
+    h.create_order(y, "YORDER0001", amount_cent=100, prepay=False)
+    real = "4200000000202612010000000001"
+    headers, body, _ = h.notification(x, "XORDER0001", 100, transaction_id=real)
+    assert h.notify(x, headers, body)["statusCode"] == 204
+    h.drain()
+    headers, body, _ = h.notification(y, "YORDER0001", 100, transaction_id=real)
+    assert h.notify(y, headers, body)["statusCode"] == 204
+    h.drain()
+    (parked,) = forgeries(h)
+    assert (parked["mchid"], parked["out_trade_no"], parked["cause"]) == (
+        y,
+        "YORDER0001",
+        "transaction_of_another_order",
+    )
+    assert h.metric(M.REPORT_FORGED) == 1

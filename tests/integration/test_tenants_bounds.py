@@ -100,3 +100,19 @@ def test_r40_wechatpay_negative_payer_total_is_refused(h, merchant):
     assert h.notify(merchant["mchid"], headers, body)["statusCode"] == 204
     h.drain()
     assert h.order(merchant["mchid"], "NEGATIVE01")["status"] == "WAIT_PAY" and h.scan("LEDGER_TABLE") == []
+
+
+@pytest.mark.parametrize("function,path", [("OrdersFunction", "/orders"), ("RefundsFunction", "/refunds")])
+def test_r40_an_unexpected_error_on_the_api_is_a_500_with_an_alarmed_metric(h, monkeypatch, function, path):
+    from tally.observability import M
+    from tally.service.orders import OrderService
+    from tally.service.refunds import RefundService
+
+    def broken(self, request):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(OrderService, "create", broken)
+    monkeypatch.setattr(RefundService, "create", broken)
+    response = h.call(function, "POST", path, b"{}", {}, {})
+    assert response["statusCode"] == 500 and "error" in json.loads(response["body"])
+    assert h.metric(M.API_FAILED) == 1

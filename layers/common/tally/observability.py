@@ -76,6 +76,7 @@ class M:
     NOTIFY_NO_TRANSACTION_ID = "NotifyNoTransactionId"  # a paid state without a transaction id: a person
     REPORT_FORGED = "ReportForged"  # a signed report naming another tenant's money: parked (R39, alarmed)
     NOTIFY_FAILED = "NotifyFailed"  # an unexpected exception at the notify edge: failure ACK (R40, alarmed)
+    API_FAILED = "ApiFailed"  # an unexpected exception at the /orders or /refunds edge: 500 (R40, alarmed)
     ENQUEUE_FAILED = "EnqueueFailed"
     CERT_REFRESHED = "PlatformCertRefreshed"
     CERT_EXPIRING = "PlatformCertExpiring"  # a channel/app certificate expires within 7 days (alarmed)
@@ -176,7 +177,11 @@ ALARMED = ALARMED | {
     M.RECON_RECOVER_FAILED,
     M.RECON_FAILED,
 }  # reconciliation
-ALARMED = ALARMED | {M.REPORT_FORGED, M.NOTIFY_FAILED}  # hostile tenants, the open route (R39, R40)
+ALARMED = ALARMED | {
+    M.REPORT_FORGED,
+    M.NOTIFY_FAILED,
+    M.API_FAILED,
+}  # hostile tenants, the open route (R39, R40)
 ALARMED = ALARMED | {M.RECON_RUN_COMPLETED}  # its absence is the alarm: recon did not run
 ALARMED = ALARMED | {M.NOTIFY_NO_TRANSACTION_ID, M.REFUND_REPORT_MANUAL}  # the work queue (R41)
 
