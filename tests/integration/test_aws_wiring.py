@@ -317,3 +317,63 @@ def test_the_runbook_s_outbox_commands_are_real_commands():
         args = build_parser().parse_args(shlex.split(command)[1:])
         assert callable(args.run), command
     assert "touch the order" not in section.replace('"touching" the order publishes nothing', "")
+
+
+# ------------------------------------------------------------------------------ the synthetic heartbeat
+
+
+def test_heartbeat_books_a_synthetic_payment_a_minute_and_its_age_alarms_after_3_minutes(
+    h, monkeypatch, capsys
+):
+    """Each beat is a real signed+encrypted WeChat v3 callback through the notify handler; while beats are
+    booked the age stays near a minute; when the API stops booking, the age crosses 180 s on the third
+    minute (HeartbeatAgeAlarm: Maximum >= 180). The synthetic merchant is not reconciled, and the keys
+    function has nothing to download for it."""
+    import base64
+
+    monkeypatch.setenv("HEARTBEAT_API_URL", "https://api.example/")
+    now = [1_796_000_000.0 - 1_796_000_000 % 60 + 5]  # 5 s into a UTC minute
+    bootstrap.set_clock(lambda: now[0])
+    beat = bootstrap.heartbeat()
+    delivered = []
+
+    def through_the_api(url, headers, body):
+        assert url == "https://api.example/notify/wechatpay/0000000000"
+        delivered.append(body)
+        response = h.call(
+            "NotifyFunction", "POST", url.split("example", 1)[1], body, headers, {"mchid": "0000000000"}
+        )
+        return response["statusCode"]
+
+    beat.post = through_the_api
+    first = beat.beat()
+    assert first["status"] == 204 and first["age_s"] == 5  # a new stack: waiting 5 s, not in alarm
+    assert b"0000000000" not in base64.b64decode(json.loads(delivered[0])["resource"]["ciphertext"])  # sealed
+    h.drain()
+    assert h.order("0000000000", first["order"])["status"] == "PAID"
+    now[0] += 60
+    assert beat.beat()["age_s"] == 65 and h.drain() == []
+    beat.post = lambda url, headers, body: 500  # the API stops booking
+    ages = []
+    for _ in range(3):
+        now[0] += 60
+        ages.append(beat.beat()["age_s"])
+    assert ages == [65, 125, 185]
+    assert bootstrap.heartbeat_age_s() == 185
+    assert ("wechatpay", "0000000000") in bootstrap.merchants().store.configured()
+    assert ("wechatpay", "0000000000") not in bootstrap.recon_service().merchants()
+    h.invoke("KeysFunction", {"detail-type": "Scheduled Event", "source": "aws.events", "detail": {}})
+    assert h.metric("PlatformCertRefreshFailed") == 0
+    bootstrap.set_clock(__import__("time").time)
+
+
+def test_heartbeat_handler_publishes_the_age_gauge_the_alarm_watches(h, monkeypatch):
+    monkeypatch.setenv("HEARTBEAT_API_URL", "https://api.example/")
+    bootstrap.reset()
+    bootstrap.heartbeat().post = lambda url, headers, body: 0  # the API unreachable
+    result = h.invoke(
+        "HeartbeatFunction", {"detail-type": "Scheduled Event", "source": "aws.events", "detail": {}}
+    )
+    assert result["status"] == 0 and result["age_s"] < 60
+    assert h.series("HeartbeatAge") == result["age_s"]  # service=tally, what HeartbeatAgeAlarm watches
+    assert [n for n, _, _ in h.series_log].count("HeartbeatAge") == 1

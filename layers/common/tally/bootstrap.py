@@ -40,6 +40,7 @@ def reset() -> None:
         pending_report,
         recon_service,
         key_rotation_service,
+        heartbeat,
     ):
         built.cache_clear()
 
@@ -215,6 +216,30 @@ def outbox_service() -> Any:
     return OutboxService(_client("events"), settings().event_bus_name)
 
 
+@cache
+def heartbeat() -> Any:
+    """The synthetic heartbeat (service/heartbeat.py): functions/heartbeat, `tally pending`."""
+    from tally.service.heartbeat import Heartbeat
+    from tally.store.heartbeat import HeartbeatKeys
+    from tally.store.tables import OrderStore
+
+    s = settings()
+    return Heartbeat(
+        merchants(),
+        order_service(),
+        OrderStore(tables()),
+        HeartbeatKeys(_client("secretsmanager"), s.merchant_secret_prefix, s.heartbeat_mchid),
+        api_url=s.heartbeat_api_url,
+        mchid=s.heartbeat_mchid,
+        clock=_clock,
+    )
+
+
+def heartbeat_age_s() -> int:
+    """Seconds since the newest synthetic payment was booked (`tally pending`)."""
+    return heartbeat().age_s()
+
+
 def republisher() -> Any:
     """`tally outbox republish` (docs/runbook.md OutboxDLQAlarm)."""
     from tally.service.outbox import Republisher
@@ -343,7 +368,9 @@ def recon_service() -> Any:
         BillArchive(_client("s3"), s.bills_bucket),
         sources,
         recover,
-        MerchantStore(tables()).configured,
+        lambda: [
+            m for m in MerchantStore(tables()).configured() if m[1] != s.heartbeat_mchid
+        ],  # not synthetic
         clock=_clock,
         min_ratio=s.recon_min_ratio,
         min_previous_rows=s.recon_min_previous_rows,

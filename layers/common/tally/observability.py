@@ -142,6 +142,10 @@ class M:
     RECON_RECOVER_FAILED = "ReconRecoverFailed"
     RECON_FAILED = "ReconFailed"  # unexpected exception in the recon function
     RECON_RUN_COMPLETED = "ReconRunCompleted"  # heartbeat: every finished run, quiet and blocked included
+    # the synthetic heartbeat (service/heartbeat.py)
+    HEARTBEAT_AGE = (
+        "HeartbeatAge"  # gauge, every minute: seconds since the newest synthetic payment was booked
+    )
 
 
 # Metrics an alarm must watch: a failure nobody watches is a silent path.
@@ -173,6 +177,7 @@ ALARMED = ALARMED | {
     M.RECON_FAILED,
 }  # reconciliation
 ALARMED = ALARMED | {M.RECON_RUN_COMPLETED}  # its absence is the alarm: recon did not run
+ALARMED = ALARMED | {M.HEARTBEAT_AGE}  # the money path end to end, every minute
 
 
 @dataclass(frozen=True)
@@ -222,6 +227,8 @@ EMISSION: dict[str, Emission] = {
     M.RECON_FAILED: Emission(PER_OCCURRENCE, "one recon invocation that raised"),
     # heartbeat: ticks 02:30-08:30 UTC hourly, so the longest normal gap is 08:30 -> 02:30 (18 h)
     M.RECON_RUN_COMPLETED: Emission(18 * 3600, "every finished recon tick (02:30-08:30 UTC)"),
+    # a gauge of seconds: a stalled money path reports >= 180 from its third minute on (service/heartbeat.py)
+    M.HEARTBEAT_AGE: Emission(60, "gauge: every heartbeat run, the seconds since the last booked beat", 180),
 }
 
 

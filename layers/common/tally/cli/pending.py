@@ -23,6 +23,7 @@ def pending(args: argparse.Namespace) -> int:
     from tally import bootstrap
 
     report = bootstrap.pending_report().report(limit=args.limit)
+    report["heartbeat_age_s"] = bootstrap.heartbeat_age_s()  # the synthetic payment (service/heartbeat.py)
     print(json.dumps(report, ensure_ascii=False, indent=2) if args.json else render(report))
     return 0
 
@@ -46,6 +47,10 @@ def render(report: dict[str, Any]) -> str:
             lines.append(f"  ... and {report['more']} more (--limit)")
     else:
         lines.append("nothing is stuck")
+    if report.get("heartbeat_age_s") is not None:
+        lines.append(
+            f"heartbeat: last synthetic payment booked {_age(report['heartbeat_age_s'])} ago (alarm at 3m)"
+        )
     return "\n".join(lines)
 
 

@@ -86,7 +86,9 @@ class Republisher:
         for row in self.rows.since(iso, until):
             rows += 1
             published += [e.event_id for e in self.outbox.publish_current(row)]
-        logger.info("outbox republished", extra={"since": iso, "until": until, "rows": rows, "events": len(published)})
+        logger.info(
+            "outbox republished", extra={"since": iso, "until": until, "rows": rows, "events": len(published)}
+        )
         return {"rows": rows, "events": published}
 
 
