@@ -139,8 +139,8 @@ def silent_aws(monkeypatch):
 
 def test_notify_aws_calls_fail_inside_wechats_5_seconds(aws, silent_aws, monkeypatch):
     """botocore's defaults (60 s connect, 60 s read, legacy retries) would hold a notify far past WeChat's 5 s.
-    With notify's settings from template.yaml a DynamoDB call that never answers fails in under 4 s, after
-    the one retry standard mode makes: the 500 reaches WeChat, which retries."""
+    With notify's settings from template.yaml a DynamoDB call that never answers fails in about 3 s, after
+    the one retry standard mode makes: the 500 reaches WeChat inside its 5 s, and WeChat retries."""
     import time
 
     from botocore.exceptions import ReadTimeoutError
@@ -161,7 +161,9 @@ def test_notify_aws_calls_fail_inside_wechats_5_seconds(aws, silent_aws, monkeyp
     with pytest.raises(ReadTimeoutError):
         bootstrap.tables().ddb.get_item(TableName=aws["NOTIFY_RAW_TABLE"], Key={"pk": {"S": "x"}})
     elapsed = time.monotonic() - started
-    assert 2.0 <= elapsed < 3.5, elapsed  # two 1 s reads (so it did retry once) and a backoff, never 60 s
+    assert 2.0 <= elapsed < 4.5, (
+        elapsed
+    )  # two 1 s reads (so it retried once) + backoff: 3.0 s measured, not 60
     bootstrap.reset()
 
 
