@@ -294,7 +294,7 @@ def refund_inbox() -> Any:
 def refund_channels() -> dict[str, Any]:
     """One refund client entry per channel: `channel -> (mchid -> RefundChannel)` (docs/refunds.md)."""
     from tally.channels.alipay_refunds import AlipayRefunds
-    from tally.channels.wechatpay_v2_refunds import WeChatPayV2Client, WeChatV2Refunds
+    from tally.channels.wechatpay_v2_refunds import WeChatPayV2Client, WeChatV2Refunds, mtls_context_from_pem
     from tally.channels.wechatpay_v3_refunds import WeChatRefunds
     from tally.service.merchants import UnknownMerchant
 
@@ -314,6 +314,10 @@ def refund_channels() -> dict[str, Any]:
                 api_key=v2.api_key,
                 appid=str(v2.row.get("appid") or ""),
                 timeout_s=s.http_timeout_s,
+                # /secapi/pay/refund: mutual TLS with the merchant's API client certificate (its secret)
+                ssl_context=mtls_context_from_pem(v2.client_cert, v2.client_key, s.wechatpay_ca_file or None)
+                if v2.client_cert
+                else None,
             )
             return WeChatV2Refunds(client, v2.notify_url, clock=_clock)
         return WeChatRefunds(directory.client(merchant), merchant.notify_url)
