@@ -52,7 +52,7 @@ def post_json(url: str, headers: dict[str, str], body: bytes, timeout_s: float =
             return answer.status
     except urllib.error.HTTPError as error:
         return error.code
-    except (urllib.error.URLError, OSError) as error:
+    except (urllib.error.URLError, OSError, ValueError) as error:  # ValueError: no HEARTBEAT_API_URL set
         logger.warning("heartbeat: API unreachable", extra={"error": str(error)[:200]})
         return 0
 
