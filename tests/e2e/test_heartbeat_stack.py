@@ -1,5 +1,6 @@
 """The synthetic heartbeat on the embedded stack (issue #16): over real HTTP through the front door, booked by
-the worker through the SQS pump, its age shown by `tally pending --local`."""
+the worker through the SQS pump, its age shown by `tally pending --local`; then `tally outbox republish
+--local` publishes its OrderPaid again."""
 
 import os
 import subprocess
@@ -36,3 +37,13 @@ def test_the_heartbeat_is_booked_on_the_embedded_stack_and_shown_by_tally_pendin
         )
         assert shown.returncode == 0, shown.stderr
         assert "heartbeat: last synthetic payment booked" in shown.stdout
+        # republish on the embedded stack: the booked beat's OrderPaid again, with the stream's stable id
+        again = subprocess.run(
+            [TALLY, "outbox", "republish", "--order", "0000000000", first["order"], "--local"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
+        assert again.returncode == 0, again.stderr
+        assert f"OrderPaid:0000000000#{first['order']}:" in again.stdout
