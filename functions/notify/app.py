@@ -16,6 +16,16 @@ ROUTES = {
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
 def handler(event, context):
+    path = str((event or {}).get("rawPath") or "")[:200]
+    try:
+        return _route(event)
+    except Exception as exc:  # noqa: BLE001 - R40: no input answers 500 without a metric and an alarm
+        count(M.NOTIFY_FAILED)
+        logger.exception("notify failed", extra={"path": path, "error": type(exc).__name__})
+        return failure_for_path(path, 500, "not stored, retry").to_event()
+
+
+def _route(event):
     try:
         request = HttpRequest.from_event(event)
     except BadRequest as exc:

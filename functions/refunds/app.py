@@ -18,7 +18,9 @@ def handler(event, context):
         if request.method == "POST":
             refund, created = service.create(request.json())
             return json_response(201 if created else 200, refund).to_event()
-        return json_response(200, service.show(request.path_params["refund_no"])).to_event()
+        # `?mchid=` (the caller's merchant): another tenant's refund number is then simply not found (R39)
+        refund_no = request.path_params["refund_no"]
+        return json_response(200, service.show(refund_no, request.query.get("mchid"))).to_event()
     except (BadRequest, InvalidRefund) as exc:
         return json_response(400, {"error": str(exc)}).to_event()
     except ExceedsRefundable as exc:

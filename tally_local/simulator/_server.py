@@ -42,6 +42,7 @@ _BUILD_OPTIONS = (
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 512  # socketserver's default of 5 resets a burst of connections
     sim: ChannelSimulator
 
 

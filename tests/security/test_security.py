@@ -38,7 +38,7 @@ def state(h):
         t: sorted(
             json.dumps(r, sort_keys=True)
             for r in h.scan(t)
-            if not (t == "NOTIFY_EVENT_TABLE" and r.get("kind") == "rejected")
+            if not (t == "NOTIFY_EVENT_TABLE" and r.get("kind") in ("rejected", "rejected_count"))
         )
         for t in ALL_TABLES
     }

@@ -13,6 +13,33 @@ class BadRequest(ValueError):
     """The event itself is unusable (e.g. a body that claims base64 but is not)."""
 
 
+MAX_JSON_BYTES = 16 * 1024  # an order or refund request is a few hundred bytes
+MAX_JSON_DEPTH = 8  # a request is one flat object
+
+
+def _nesting(body: bytes) -> int:
+    """The deepest bracket nesting, counted on the bytes before any parse (strings skipped): linear, no
+    recursion, so the check costs what reading the body costs."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in body:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):  # [ {
+            depth += 1
+            deepest = max(deepest, depth)
+        elif byte in (0x5D, 0x7D):
+            depth -= 1
+    return deepest
+
+
 @dataclass(frozen=True)
 class HttpRequest:
     method: str
@@ -27,10 +54,16 @@ class HttpRequest:
         return self.headers.get(name.lower())
 
     def json(self) -> Any:
+        """The body as JSON, bounded (R40): at most MAX_JSON_BYTES and MAX_JSON_DEPTH levels of nesting; a
+        deeper body answered 500 (RecursionError) on /orders and /refunds. Anything else is a 400."""
+        if len(self.body) > MAX_JSON_BYTES:
+            raise BadRequest(f"body of {len(self.body)} bytes is over the {MAX_JSON_BYTES}-byte limit")
+        if _nesting(self.body) > MAX_JSON_DEPTH:
+            raise BadRequest(f"body nests deeper than {MAX_JSON_DEPTH} levels")
         try:
             return json.loads(self.body.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise BadRequest(f"body is not JSON: {exc}") from None
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+            raise BadRequest(f"body is not JSON: {str(exc)[:200]}") from None
 
     @classmethod
     def from_event(cls, event: dict[str, Any]) -> HttpRequest:

@@ -5,9 +5,26 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tally.settings import Settings
+
+if TYPE_CHECKING:  # the real return types; the imports themselves stay lazy (cold start, R10)
+    from tally.service.apply import ApplyService
+    from tally.service.ingest import IngestService
+    from tally.service.keys import KeyRotationService
+    from tally.service.manual import ManualQueue
+    from tally.service.merchants import MerchantDirectory
+    from tally.service.orders import OrderService
+    from tally.service.outbox import OutboxService
+    from tally.service.poll import PollService
+    from tally.service.pull import PullChannels
+    from tally.service.recon import ReconService
+    from tally.service.refund_inbox import RefundInbox
+    from tally.service.refunds import RefundChannel, RefundService
+    from tally.service.sweep import PendingReport, SweepService
+    from tally.store.refunds import RefundTables
+    from tally.store.tables import Tables
 
 _clock: Callable[[], float] = time.time
 
@@ -29,6 +46,7 @@ def reset() -> None:
         order_service,
         outbox_service,
         manual_queue,
+        work_queue,
         aws_config,
         _client,
         refund_tables,
@@ -41,6 +59,8 @@ def reset() -> None:
         recon_service,
         key_rotation_service,
         heartbeat,
+        story_service,
+        ledger_day_service,
     ):
         built.cache_clear()
 
@@ -65,7 +85,7 @@ def aws_config() -> Any:
 
 
 @cache
-def _client(service: str) -> Any:
+def _client(service: str) -> Any:  # a boto3 client: boto3 ships no types (no stubs dependency)
     import boto3
 
     # AWS_ENDPOINT_URL (boto3's own variable) points it at moto locally
@@ -73,7 +93,7 @@ def _client(service: str) -> Any:
 
 
 @cache
-def tables() -> Any:
+def tables() -> Tables:
     from tally.store.tables import Tables
 
     s = settings()
@@ -90,7 +110,7 @@ def tables() -> Any:
 
 
 @cache
-def merchants() -> Any:
+def merchants() -> MerchantDirectory:
     from tally.service.merchants import MerchantDirectory
     from tally.store.keys import PlatformCertStore
     from tally.store.tables import MerchantStore
@@ -109,15 +129,16 @@ def merchants() -> Any:
 
 
 @cache
-def key_rotation_service() -> Any:
+def key_rotation_service() -> KeyRotationService:
     """The keys function's hourly run (service/keys.py)."""
     from tally.service.keys import KeyRotationService
+    from tally.store.tables import EventStore
 
-    return KeyRotationService(merchants())
+    return KeyRotationService(merchants(), events=EventStore(tables()), clock=_clock)
 
 
 @cache
-def ingest_service() -> Any:
+def ingest_service() -> IngestService:
     from tally.service.ingest import IngestService
     from tally.store.tables import ApplyQueue, EventStore, RawStore
 
@@ -134,7 +155,7 @@ def ingest_service() -> Any:
 
 
 @cache
-def apply_service() -> Any:
+def apply_service() -> ApplyService:
     from tally.service.apply import ApplyService
     from tally.store.tables import OrderStore, RawStore
 
@@ -148,7 +169,7 @@ def apply_service() -> Any:
 
 
 @cache
-def order_service() -> Any:
+def order_service() -> OrderService:
     from tally.service.orders import OrderService
     from tally.store.tables import OrderStore, RawStore
 
@@ -161,7 +182,7 @@ def order_service() -> Any:
 
 
 @cache
-def pull_channels() -> Any:
+def pull_channels() -> PullChannels:
     from tally.service.pull import AlipayPull, PullChannels, WeChatPayV2Pull, WeChatPayV3Pull
 
     registry = PullChannels()
@@ -172,7 +193,7 @@ def pull_channels() -> Any:
 
 
 @cache
-def poll_service() -> Any:
+def poll_service() -> PollService:
     from tally.service.poll import PollService
     from tally.store.polling import PollStore
     from tally.store.tables import ApplyQueue, RawStore
@@ -188,7 +209,7 @@ def poll_service() -> Any:
 
 
 @cache
-def sweep_service() -> Any:
+def sweep_service() -> SweepService:
     from tally.service.sweep import SweepService
     from tally.store.polling import PendingStore
     from tally.store.tables import ApplyQueue, RawStore
@@ -198,19 +219,20 @@ def sweep_service() -> Any:
         RawStore(tables()),
         ApplyQueue(_client("sqs"), settings().apply_queue_url),
         clock=_clock,
+        work=work_queue,
     )
 
 
 @cache
-def pending_report() -> Any:
+def pending_report() -> PendingReport:
     from tally.service.sweep import PendingReport
     from tally.store.polling import PendingStore, PollStore
 
-    return PendingReport(PendingStore(tables()), PollStore(tables()), clock=_clock)
+    return PendingReport(PendingStore(tables()), PollStore(tables()), clock=_clock, work=work_queue)
 
 
 @cache
-def outbox_service() -> Any:
+def outbox_service() -> OutboxService:
     from tally.service.outbox import OutboxService
 
     return OutboxService(_client("events"), settings().event_bus_name)
@@ -257,7 +279,7 @@ def event_replay() -> Any:
 
 
 @cache
-def manual_queue() -> Any:
+def manual_queue() -> ManualQueue:
     from tally.service.manual import ManualQueue
     from tally.store.tables import ApplyQueue, RawStore
 
@@ -270,11 +292,40 @@ def manual_queue() -> Any:
     )
 
 
+@cache
+def work_queue() -> Any:
+    """The one queue of everything that needs a person (service/queue.py, R41)."""
+    from tally.service.queue import WorkQueue
+    from tally.store.queue import QueueStore, QueueTables
+
+    s = settings()
+    store = QueueStore(
+        QueueTables(
+            _client("dynamodb"),
+            notify_raw=s.notify_raw_table,
+            notify_event=s.notify_event_table,
+            orders=s.orders_table,
+            refunds=s.refunds_table,
+            refund_raw=s.refund_raw_table,
+            refund_tasks=s.refund_tasks_table,
+            recon_runs=s.recon_runs_table,
+            recon_diff=s.recon_diff_table,
+        )
+    )
+    return WorkQueue(  # services built on first use: the poller only reads
+        store,
+        manual=manual_queue,
+        refunds=refund_service,
+        recon=recon_service if s.recon_runs_table else None,
+        clock=_clock,
+    )
+
+
 # ---------------------------------------------------------------- refunds
 
 
 @cache
-def refund_tables() -> Any:
+def refund_tables() -> RefundTables:
     from tally.store.refunds import RefundTables
 
     s = settings()
@@ -282,16 +333,20 @@ def refund_tables() -> Any:
 
 
 @cache
-def refund_inbox() -> Any:
+def refund_inbox() -> RefundInbox:
     from tally.service.refund_inbox import RefundInbox
     from tally.store.refunds import RefundQueue, RefundRawStore
+    from tally.store.tables import EventStore
 
     return RefundInbox(
-        RefundRawStore(refund_tables()), RefundQueue(_client("sqs"), settings().apply_queue_url), clock=_clock
+        RefundRawStore(refund_tables()),
+        RefundQueue(_client("sqs"), settings().apply_queue_url),
+        clock=_clock,
+        events=EventStore(tables()),
     )
 
 
-def refund_channels() -> dict[str, Any]:
+def refund_channels() -> dict[str, Callable[[str], RefundChannel]]:
     """One refund client entry per channel: `channel -> (mchid -> RefundChannel)` (docs/refunds.md)."""
     from tally.channels.alipay_refunds import AlipayRefunds
     from tally.channels.wechatpay_v2_refunds import WeChatPayV2Client, WeChatV2Refunds, mtls_context_from_pem
@@ -301,7 +356,7 @@ def refund_channels() -> dict[str, Any]:
     directory = merchants()
     s = settings()
 
-    def wechatpay(mchid: str) -> Any:
+    def wechatpay(mchid: str) -> RefundChannel:
         # v2 and v3 share channel "wechatpay" (one transaction and refund-number space): v3 when the merchant
         # has v3 credentials, else its v2 API key (docs/refunds.md). UnknownMerchant is a LookupError.
         try:
@@ -322,7 +377,7 @@ def refund_channels() -> dict[str, Any]:
             return WeChatV2Refunds(client, v2.notify_url, clock=_clock)
         return WeChatRefunds(directory.client(merchant), merchant.notify_url)
 
-    def alipay(app_id: str) -> Any:
+    def alipay(app_id: str) -> RefundChannel:
         merchant = directory.alipay(app_id)
         return AlipayRefunds(directory.alipay_client(merchant), mchid=app_id, sp_mchid=merchant.sp_mchid)
 
@@ -330,7 +385,7 @@ def refund_channels() -> dict[str, Any]:
 
 
 @cache
-def refund_service() -> Any:
+def refund_service() -> RefundService:
     from tally.service.refunds import RefundService
     from tally.store.refunds import RefundRawStore, RefundStore
     from tally.store.tables import OrderStore
@@ -352,7 +407,7 @@ def refund_service() -> Any:
 
 
 @cache
-def recon_service() -> Any:
+def recon_service() -> ReconService:
     from tally.service.recon import ReconService
     from tally.service.recon_pull import QueryAndApply
     from tally.service.recon_sources import AlipayBillSource, WeChatBillSource
@@ -378,4 +433,42 @@ def recon_service() -> Any:
         clock=_clock,
         min_ratio=s.recon_min_ratio,
         min_previous_rows=s.recon_min_previous_rows,
+    )
+
+
+# ---------------------------------------------------------------- reading (docs/story.md): no side effects (R42)
+
+
+@cache
+def story_service() -> Any:
+    """The order story: Query / GetItem only, never the channel."""
+    from tally.service.story import StoryService
+    from tally.store.recon import LedgerView, ReconStore
+    from tally.store.refunds import RefundRawStore, RefundStore
+    from tally.store.tables import EventStore, OrderStore, RawStore
+
+    s = settings()
+    return StoryService(
+        OrderStore(tables()),
+        RawStore(tables()),
+        EventStore(tables()),
+        RefundStore(refund_tables()),
+        RefundRawStore(refund_tables()),
+        LedgerView(_client("dynamodb"), s.ledger_table),
+        ReconStore(_client("dynamodb"), s.recon_runs_table, s.recon_diff_table),
+    )
+
+
+@cache
+def ledger_day_service() -> Any:
+    """The finance view of one bill_date (service/ledger_day.py)."""
+    from tally.service.ledger_day import LedgerDayService
+    from tally.store.recon import LedgerView, ReconStore
+    from tally.store.tables import MerchantStore
+
+    s = settings()
+    return LedgerDayService(
+        LedgerView(_client("dynamodb"), s.ledger_table),
+        ReconStore(_client("dynamodb"), s.recon_runs_table, s.recon_diff_table),
+        MerchantStore(tables()).configured,
     )

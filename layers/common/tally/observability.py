@@ -73,6 +73,9 @@ class M:
     NOTIFY_PROBE = "NotifyProbeRejected"  # WECHATPAY/SIGNTEST/ probes: expected, not alarmed
     NOTIFY_QUARANTINED = "NotifyQuarantined"  # valid signature, undecryptable or unparseable (R5)
     NOTIFY_IN_BETWEEN = "NotifyInBetween"  # NOTPAY / USERPAYING kept as events (R8)
+    NOTIFY_NO_TRANSACTION_ID = "NotifyNoTransactionId"  # a paid state without a transaction id: a person
+    REPORT_FORGED = "ReportForged"  # a signed report naming another tenant's money: parked (R39, alarmed)
+    NOTIFY_FAILED = "NotifyFailed"  # an unexpected exception at the notify edge: failure ACK (R40, alarmed)
     ENQUEUE_FAILED = "EnqueueFailed"
     CERT_REFRESHED = "PlatformCertRefreshed"
     CERT_EXPIRING = "PlatformCertExpiring"  # a channel/app certificate expires within 7 days (alarmed)
@@ -111,6 +114,7 @@ class M:
     REFUND_NOTIFY_ACCEPTED = "RefundNotifyAccepted"
     REFUND_NOTIFY_DUPLICATE = "RefundNotifyDuplicate"
     REFUND_TASK_MANUAL = "RefundTaskManual"  # a refund task (ILLEGAL payment) handed to a person
+    REFUND_REPORT_MANUAL = "RefundReportManual"  # a refund report parked at refund_raw handled=2 (R41)
     # pull: poller, return page, sweeper (docs/pull.md)
     POLL_ORDERS_READ = "PollOrdersRead"  # items the poller read from the poll index this run
     POLL_QUERIED = "PollQueried"
@@ -176,7 +180,9 @@ ALARMED = ALARMED | {
     M.RECON_RECOVER_FAILED,
     M.RECON_FAILED,
 }  # reconciliation
+ALARMED = ALARMED | {M.REPORT_FORGED, M.NOTIFY_FAILED}  # hostile tenants, the open route (R39, R40)
 ALARMED = ALARMED | {M.RECON_RUN_COMPLETED}  # its absence is the alarm: recon did not run
+ALARMED = ALARMED | {M.NOTIFY_NO_TRANSACTION_ID, M.REFUND_REPORT_MANUAL}  # the work queue (R41)
 ALARMED = ALARMED | {M.HEARTBEAT_AGE}  # the money path end to end, every minute
 
 
@@ -225,6 +231,10 @@ EMISSION: dict[str, Emission] = {
     M.RECON_DIFF_OPENED: Emission(PER_OCCURRENCE, "one new difference"),
     M.RECON_RECOVER_FAILED: Emission(PER_OCCURRENCE, "one payment not recovered"),
     M.RECON_FAILED: Emission(PER_OCCURRENCE, "one recon invocation that raised"),
+    M.REPORT_FORGED: Emission(PER_OCCURRENCE, "one report naming another tenant's money"),
+    M.NOTIFY_FAILED: Emission(PER_OCCURRENCE, "one notify request that raised"),
+    M.REFUND_REPORT_MANUAL: Emission(PER_OCCURRENCE, "one refund report parked for a person"),
+    M.NOTIFY_NO_TRANSACTION_ID: Emission(PER_OCCURRENCE, "one paid notification without a transaction id"),
     # heartbeat: ticks 02:30-08:30 UTC hourly, so the longest normal gap is 08:30 -> 02:30 (18 h)
     M.RECON_RUN_COMPLETED: Emission(18 * 3600, "every finished recon tick (02:30-08:30 UTC)"),
     # a gauge of seconds: a stalled money path reports >= 180 from its third minute on (service/heartbeat.py)

@@ -111,7 +111,7 @@ class ReconService:
     ) -> dict[str, Any]:
         """One reconciliation of one merchant's day; re-running is idempotent (R36)."""
         started = self.clock()
-        run = {
+        run: dict[str, Any] = {
             "pk": recon_pk(channel, mchid, bill_date),
             "sk": f"run#{iso_now(started)}#{pass_}",
             "channel": channel,
@@ -449,6 +449,8 @@ class ReconService:
         if run.get("status") in FINISHED:  # a finance person reads every finished day, blocked and quiet too
             run["report_key"] = self._report(run)
         self.store.put_run(run)
+        if run.get("status") in FINISHED:  # the day's marker for the work queue (R41): blocked or cleared
+            self.store.mark_day(run)
         if run.get("status") in FINISHED:  # the heartbeat: its absence for a day is ReconNotRunAlarm
             count(M.RECON_RUN_COMPLETED)
         logger.info("recon run finished", extra={k: run.get(k) for k in ("pk", "pass", "status", "reason")})

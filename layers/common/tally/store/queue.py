@@ -1,0 +1,173 @@
+"""The work queue's reads and writes over the source rows (R41): every item a person works is a row that
+already exists (a raw notification at handled=2, a kept notification, a refund report, a refund, a refund
+task, a recon diff or day, an order) and is found through that table's sparse index, never a scan of a
+big table. The item's state lives ON its source row (`q_state`, `q_owner`, `history`), so resolving it
+through any door (this queue, `tally recon resolve`, the refund state machine …) closes it everywhere.
+
+Sparse indexes read here (docs/contracts.md):
+- notify_raw `by_pending`: `pending_pk = "2#<shard>"` while a payment waits for a person;
+- notify_event `manual`: `manual_kind` (quarantined, rejected, suspected_forgery, no_transaction_id …);
+- refund_raw `by_manual`: `manual_pk = "manual"` while a refund report waits for a person;
+- refunds `by_poll`: `poll_pk = "manual#<shard>"` (status MANUAL);
+- refund_tasks `by_status`: `status = MANUAL`;
+- recon_diff `by_open`; recon_runs `by_blocked` (a blocked day's marker row, sk `blocked`);
+- orders `by_poll`: `poll_pk = "manual#<shard>"` (the poller gave up).
+An expiring certificate is a notify_event row of manual_kind `certificate`, put by the keys function.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tally.store.codec import encode, from_item, names_values, to_item
+from tally.store.tables import PENDING_SHARDS
+
+SHARDS = 4  # the orders' and refunds' poll index shards (store/polling.py, store/refunds.py)
+REFUND_REPORT_MANUAL = "manual"  # refund_raw manual_pk while a report waits for a person
+
+
+class StaleItem(Exception):
+    """The item is no longer in the state the action expects (someone else closed it)."""
+
+
+@dataclass
+class QueueTables:
+    ddb: Any
+    notify_raw: str
+    notify_event: str
+    orders: str
+    refunds: str
+    refund_raw: str
+    refund_tasks: str
+    recon_runs: str = ""
+    recon_diff: str = ""
+
+
+class QueueStore:
+    def __init__(self, t: QueueTables):
+        self.t = t
+        self.ddb = t.ddb
+
+    # ------------------------------------------------------------ reads (each a sparse index)
+
+    def unbooked_payments(self) -> list[dict[str, Any]]:
+        return [
+            r
+            for s in range(PENDING_SHARDS)
+            for r in self._index(self.t.notify_raw, "by_pending", "pending_pk", f"2#{s}")
+        ]
+
+    def kept_notifications(self, kind: str) -> list[dict[str, Any]]:
+        return self._index(self.t.notify_event, "manual", "manual_kind", kind)
+
+    def refund_reports(self) -> list[dict[str, Any]]:
+        return self._index(self.t.refund_raw, "by_manual", "manual_pk", REFUND_REPORT_MANUAL)
+
+    def refunds_with_person(self) -> list[dict[str, Any]]:
+        return [
+            r for s in range(SHARDS) for r in self._index(self.t.refunds, "by_poll", "poll_pk", f"manual#{s}")
+        ]
+
+    def refund_tasks(self, status: str = "MANUAL") -> list[dict[str, Any]]:
+        return self._index(self.t.refund_tasks, "by_status", "status", status)
+
+    def open_diffs(self) -> list[dict[str, Any]]:
+        if not self.t.recon_diff:
+            return []
+        return self._index(self.t.recon_diff, "by_open", "open_pk", "OPEN")
+
+    def blocked_days(self) -> list[dict[str, Any]]:
+        """The markers of days whose latest run is BLOCKED (store/recon.py mark_day)."""
+        if not self.t.recon_runs:
+            return []
+        return self._index(self.t.recon_runs, "by_blocked", "blocked_pk", "blocked")
+
+    def orders_with_person(self) -> list[dict[str, Any]]:
+        return [
+            r for s in range(SHARDS) for r in self._index(self.t.orders, "by_poll", "poll_pk", f"manual#{s}")
+        ]
+
+    def get(self, table: str, key: dict[str, Any]) -> dict[str, Any] | None:
+        answer = self.ddb.get_item(TableName=table, Key=to_item(key), ConsistentRead=True)
+        return from_item(answer.get("Item"))
+
+    # ------------------------------------------------------------ writes (every one conditional)
+
+    def record(
+        self,
+        table: str,
+        key: dict[str, Any],
+        entry: dict[str, Any],
+        *,
+        state: str,
+        condition: str,
+        owner: str | None = None,
+        remove: tuple[str, ...] = (),
+        sets: dict[str, Any] | None = None,
+        values: dict[str, Any] | None = None,
+        names: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """One conditional update: the new state, the audit entry appended, index attributes removed (which is
+        what takes the item out of every list at once). Raises StaleItem when the condition fails."""
+        assigns = {"q_state": state, "q_at": entry["at"], **(sets or {})}
+        if owner is not None:
+            assigns["q_owner"] = owner
+        names_in_order = list(assigns)  # a name may be a placeholder (#st) for a reserved word
+        expression = "SET " + ", ".join(f"{k} = :s{i}" for i, k in enumerate(names_in_order))
+        expression += ", history = list_append(if_not_exists(history, :q_empty), :q_entry)"
+        if remove:
+            expression += " REMOVE " + ", ".join(remove)
+        attr_values = names_values(
+            **{f"s{i}": assigns[k] for i, k in enumerate(names_in_order)}, **(values or {})
+        )
+        attr_values[":q_empty"] = encode([])
+        attr_values[":q_entry"] = encode([entry])
+        request: dict[str, Any] = {
+            "TableName": table,
+            "Key": to_item(key),
+            "UpdateExpression": expression,
+            "ConditionExpression": condition,
+            "ExpressionAttributeValues": attr_values,
+            "ReturnValues": "ALL_NEW",
+        }
+        if names:
+            request["ExpressionAttributeNames"] = names
+        try:
+            answer = self.ddb.update_item(**request)
+        except self.ddb.exceptions.ConditionalCheckFailedException:
+            raise StaleItem(str(key)) from None
+        return from_item(answer["Attributes"]) or {}
+
+    def append_history(self, table: str, key: dict[str, Any], entry: dict[str, Any], state: str) -> None:
+        """Audit after an action another service performed (its own write already moved the money)."""
+        self.ddb.update_item(
+            TableName=table,
+            Key=to_item(key),
+            UpdateExpression="SET q_state = :st, q_at = :at, "
+            "history = list_append(if_not_exists(history, :empty), :entry)",
+            ExpressionAttributeValues={
+                ":st": encode(state),
+                ":at": encode(entry["at"]),
+                ":empty": encode([]),
+                ":entry": encode([entry]),
+            },
+        )
+
+    # ------------------------------------------------------------ helpers
+
+    def _index(self, table: str, index: str, name: str, value: str) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        kwargs: dict[str, Any] = {
+            "TableName": table,
+            "IndexName": index,
+            "KeyConditionExpression": "#k = :v",
+            "ExpressionAttributeNames": {"#k": name},
+            "ExpressionAttributeValues": names_values(v=value),
+        }
+        while True:
+            page = self.ddb.query(**kwargs)
+            rows += [from_item(i) for i in page.get("Items", [])]
+            if "LastEvaluatedKey" not in page:
+                return rows
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
