@@ -58,6 +58,7 @@ def reset() -> None:
         pending_report,
         recon_service,
         key_rotation_service,
+        heartbeat,
         story_service,
         ledger_day_service,
     ):
@@ -237,6 +238,30 @@ def outbox_service() -> OutboxService:
     return OutboxService(_client("events"), settings().event_bus_name)
 
 
+@cache
+def heartbeat() -> Any:
+    """The synthetic heartbeat (service/heartbeat.py): functions/heartbeat, `tally pending`."""
+    from tally.service.heartbeat import Heartbeat
+    from tally.store.heartbeat import HeartbeatKeys
+    from tally.store.tables import OrderStore
+
+    s = settings()
+    return Heartbeat(
+        merchants(),
+        order_service(),
+        OrderStore(tables()),
+        HeartbeatKeys(_client("secretsmanager"), s.merchant_secret_prefix, s.heartbeat_mchid),
+        api_url=s.heartbeat_api_url,
+        mchid=s.heartbeat_mchid,
+        clock=_clock,
+    )
+
+
+def heartbeat_age_s() -> int:
+    """Seconds since the newest synthetic payment was booked (`tally pending`)."""
+    return heartbeat().age_s()
+
+
 def republisher() -> Any:
     """`tally outbox republish` (docs/runbook.md OutboxDLQAlarm)."""
     from tally.service.outbox import Republisher
@@ -324,7 +349,7 @@ def refund_inbox() -> RefundInbox:
 def refund_channels() -> dict[str, Callable[[str], RefundChannel]]:
     """One refund client entry per channel: `channel -> (mchid -> RefundChannel)` (docs/refunds.md)."""
     from tally.channels.alipay_refunds import AlipayRefunds
-    from tally.channels.wechatpay_v2_refunds import WeChatPayV2Client, WeChatV2Refunds
+    from tally.channels.wechatpay_v2_refunds import WeChatPayV2Client, WeChatV2Refunds, mtls_context_from_pem
     from tally.channels.wechatpay_v3_refunds import WeChatRefunds
     from tally.service.merchants import UnknownMerchant
 
@@ -344,6 +369,10 @@ def refund_channels() -> dict[str, Callable[[str], RefundChannel]]:
                 api_key=v2.api_key,
                 appid=str(v2.row.get("appid") or ""),
                 timeout_s=s.http_timeout_s,
+                # /secapi/pay/refund: mutual TLS with the merchant's API client certificate (its secret)
+                ssl_context=mtls_context_from_pem(v2.client_cert, v2.client_key, s.wechatpay_ca_file or None)
+                if v2.client_cert
+                else None,
             )
             return WeChatV2Refunds(client, v2.notify_url, clock=_clock)
         return WeChatRefunds(directory.client(merchant), merchant.notify_url)
@@ -398,7 +427,9 @@ def recon_service() -> ReconService:
         BillArchive(_client("s3"), s.bills_bucket),
         sources,
         recover,
-        MerchantStore(tables()).configured,
+        lambda: [
+            m for m in MerchantStore(tables()).configured() if m[1] != s.heartbeat_mchid
+        ],  # not synthetic
         clock=_clock,
         min_ratio=s.recon_min_ratio,
         min_previous_rows=s.recon_min_previous_rows,

@@ -147,6 +147,10 @@ class M:
     RECON_RECOVER_FAILED = "ReconRecoverFailed"
     RECON_FAILED = "ReconFailed"  # unexpected exception in the recon function
     RECON_RUN_COMPLETED = "ReconRunCompleted"  # heartbeat: every finished run, quiet and blocked included
+    # the synthetic heartbeat (service/heartbeat.py)
+    HEARTBEAT_AGE = (
+        "HeartbeatAge"  # gauge, every minute: seconds since the newest synthetic payment was booked
+    )
 
 
 # Metrics an alarm must watch: a failure nobody watches is a silent path.
@@ -184,6 +188,7 @@ ALARMED = ALARMED | {
 }  # hostile tenants, the open route (R39, R40)
 ALARMED = ALARMED | {M.RECON_RUN_COMPLETED}  # its absence is the alarm: recon did not run
 ALARMED = ALARMED | {M.NOTIFY_NO_TRANSACTION_ID, M.REFUND_REPORT_MANUAL}  # the work queue (R41)
+ALARMED = ALARMED | {M.HEARTBEAT_AGE}  # the money path end to end, every minute
 
 
 @dataclass(frozen=True)
@@ -231,8 +236,14 @@ EMISSION: dict[str, Emission] = {
     M.RECON_DIFF_OPENED: Emission(PER_OCCURRENCE, "one new difference"),
     M.RECON_RECOVER_FAILED: Emission(PER_OCCURRENCE, "one payment not recovered"),
     M.RECON_FAILED: Emission(PER_OCCURRENCE, "one recon invocation that raised"),
+    M.REPORT_FORGED: Emission(PER_OCCURRENCE, "one report naming another tenant's money"),
+    M.NOTIFY_FAILED: Emission(PER_OCCURRENCE, "one notify request that raised"),
+    M.REFUND_REPORT_MANUAL: Emission(PER_OCCURRENCE, "one refund report parked for a person"),
+    M.NOTIFY_NO_TRANSACTION_ID: Emission(PER_OCCURRENCE, "one paid notification without a transaction id"),
     # heartbeat: ticks 02:30-08:30 UTC hourly, so the longest normal gap is 08:30 -> 02:30 (18 h)
     M.RECON_RUN_COMPLETED: Emission(18 * 3600, "every finished recon tick (02:30-08:30 UTC)"),
+    # a gauge of seconds: a stalled money path reports >= 180 from its third minute on (service/heartbeat.py)
+    M.HEARTBEAT_AGE: Emission(60, "gauge: every heartbeat run, the seconds since the last booked beat", 180),
 }
 
 

@@ -39,6 +39,12 @@ class Settings:
     aws_connect_timeout_s: float = 1.0
     aws_read_timeout_s: float = 5.0
     aws_max_attempts: int = 3
+    # the synthetic heartbeat (service/heartbeat.py): the public API's base URL and the synthetic merchant
+    heartbeat_api_url: str = ""
+    heartbeat_mchid: str = "0000000000"
+    wechatpay_ca_file: str = (
+        ""  # trust these CAs for WeChat's TLS instead of the system's (tests: the simulator)
+    )
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -73,6 +79,9 @@ class Settings:
                 aws_connect_timeout_s=float(env.get("TALLY_AWS_CONNECT_TIMEOUT_S", "1")),
                 aws_read_timeout_s=float(env.get("TALLY_AWS_READ_TIMEOUT_S", "5")),
                 aws_max_attempts=int(env.get("TALLY_AWS_MAX_ATTEMPTS", "3")),
+                heartbeat_api_url=env.get("HEARTBEAT_API_URL", ""),
+                heartbeat_mchid=env.get("TALLY_HEARTBEAT_MCHID", "0000000000"),
+                wechatpay_ca_file=env.get("TALLY_WECHATPAY_CA_FILE", ""),
             )
         except KeyError as missing:
             raise RuntimeError(f"missing environment variable {missing}: see docs/contracts.md") from None
