@@ -197,6 +197,23 @@ def event(
     }
 
 
+def _laughs(encoding: str) -> bytes:
+    entities = '<!ENTITY l0 "lollollollol">' + "".join(
+        f'<!ENTITY l{i} "' + f"&l{i - 1};" * 10 + '">' for i in range(1, 6)
+    )
+    text = f'<?xml version="1.0" encoding="{encoding.upper()}"?><!DOCTYPE xml [{entities}]><xml><a>&l5;</a></xml>'
+    return text.encode(encoding)
+
+
+HOSTILE_BODIES = [
+    _laughs("utf-16"),  # passed a byte-level DOCTYPE guard, then expanded (issue #15.3)
+    _laughs("utf-8"),
+    b"\xff\xfe" * 75_000,  # 150 KB non-UTF-8: decoded, past DynamoDB's 400 KB item limit (issue #15.2)
+    b'{"amount":{"total":-0,"payer_total":-1}}',
+    b"amount_cent=-0.00&receipt_amount=-0.00",
+]
+
+
 def deep(n: int, kind: str) -> bytes:
     return (b'{"a":' * n + b"1" + b"}" * n) if kind == "object" else (b"[" * n + b"]" * n)
 
@@ -207,6 +224,7 @@ BODIES = st.one_of(
     st.builds(lambda n: b"{" + b" " * n + b"}", st.integers(200_000, 400_000)),
     st.builds(lambda v: json.dumps(v).encode(), ANY_JSON),
     st.sampled_from([b"", b"\xff\xfe\x00", b"\xc3\x28", b"null", b"[]", b'{"resource": "x"}', b"\x00" * 64]),
+    st.sampled_from(HOSTILE_BODIES),  # issue #15: shapes that once cost a 500 or megabytes of work
 )
 
 

@@ -46,3 +46,16 @@ def test_checker_flags_a_write_from_an_unsigned_input(world, route):
     problems = check_case(buggy, log, ROUTES[route], case)
     assert any("unsigned input wrote ['NOTIFY_RAW_TABLE']" in p for p in problems), problems
     assert any("unsigned input answered 204" in p for p in problems), problems
+
+
+@pytest.mark.parametrize("route", sorted(ROUTES))
+def test_r40_issue_15_shapes_on_every_notify_route(world, route):
+    """Every shape of issue #15 (UTF-16 XML bomb, 150 KB non-UTF-8, signed-looking negative amounts), unsigned
+    on every route: refused, no business write, never a 500 (R40)."""
+    from tests.fuzz.strategies import HOSTILE_BODIES, MCHID
+
+    w, log = world
+    for body in HOSTILE_BODIES:
+        case = Case(event(ROUTES[route], MCHID, {}, body), signed=False, what="issue 15 shape")
+        log.writes.clear()
+        assert check_case(w, log, ROUTES[route], case) == [], body[:60]

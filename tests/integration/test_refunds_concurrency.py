@@ -209,7 +209,7 @@ def test_R29_three_concurrent_fail_reports_release_once(server_aws, sim):
         {"mchid": mchid},
     )
     assert bootstrap.ingest_service().wechatpay_v3(request).status == 204
-    results = race([lambda: service.apply_notification(f"wechatpay#{no}", "CLOSED").value] * 3)
+    results = race([lambda: service.apply_notification(f"wechatpay#{mchid}#{no}", "CLOSED").value] * 3)
     assert sorted(results).count("APPLIED") == 1, results
     assert order_of(mchid, otn)["refundable_cent"] == 100
     assert service.show(no)["status"] == "FAIL"

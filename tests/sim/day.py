@@ -48,6 +48,11 @@ REFUND_EARLY = "refund notification before the API returns"
 REFUND_LOST = "refund notification lost (the refund query finds it)"
 REFUND_CLOSED = "refund closed by the channel (reservation released)"
 REFUND_RETRY = "refund API retried by the merchant (same refund_no)"
+# The hostile tenant (R39): another configured merchant signs, on its own URL, REFUND.CLOSED for this refund as
+# if it were the victim's service provider. Drawn from its own random stream, so every other draw of a seed
+# (and every seed's day) stays what it was.
+REFUND_FORGED = "hostile tenant forges the refund's outcome (R39)"
+P_REFUND_FORGED = 0.2
 
 # The AWS calls a fault may target, with the phases and kinds that make sense for each.
 AWS_TARGETS: tuple[tuple[str, str, str | None, tuple[str, ...], tuple[str, ...]], ...] = (
@@ -98,6 +103,7 @@ class RefundPlan:
     after_pay_s: float  # the merchant asks this long after the payment
     kind: str = REFUND  # one of the refund faults above
     settle_after_s: float = 90.0  # the channel decides this long after taking it
+    forged_by: str | None = None  # REFUND_FORGED: the hostile merchant that forges its outcome
 
 
 @dataclass
@@ -246,7 +252,24 @@ def _refunds(rng: random.Random, order: OrderPlan, seed: int, i: int) -> None:
         order.refunds.append(
             RefundPlan(f"RF{seed % 10**8:08d}{i:02d}{n}", amount, t, kind, settle_after_s=rng.uniform(1, 400))
         )
+        _hostile(order, order.refunds[-1], seed)
         t += rng.uniform(0, 200)  # sometimes the same instant: partial refunds race the settling
+
+
+def _hostile(order: OrderPlan, plan: RefundPlan, seed: int) -> None:
+    """Now and then another v3 merchant of the pool forges the refund's outcome (its own random stream)."""
+    from tests.sim.channels import KINDS
+
+    others = [m for m in KINDS["wechatpay_v3"].pool if m != order.mchid]
+    forge = random.Random(f"forge#{seed}#{plan.refund_no}")
+    if (
+        order.channel == "wechatpay_v3"
+        and plan.kind != REFUND_OVER
+        and others
+        and forge.random() < P_REFUND_FORGED
+    ):
+        plan.forged_by = forge.choice(others)
+        order.faults.append(REFUND_FORGED)
 
 
 def _channel_fault(rng: random.Random, order: OrderPlan, channel: object) -> None:

@@ -156,6 +156,7 @@ class Scenario:
         self._horizon = 0.0
         self._poll_at: float | None = None  # when the next poller tick is scheduled (absolute)
         self._settling: set[str] = set()
+        self.forged: list[tuple[str, str]] = []  # (victim mchid, refund_no) of each hostile report sent
 
     # ------------------------------------------------------------------ the event loop
 
@@ -438,10 +439,41 @@ class Scenario:
                 self.after(RETRY_LATER_S, self.settle_refund, order, plan, attempt + 1)
             return
         self.log(f"channel settled refund {plan.refund_no}: {status}")
+        if plan.forged_by:
+            self.forge_refund(order, plan)
         if plan.kind == d.REFUND_LOST:
             self.log(f"refund notification {plan.refund_no} lost")
         elif plan.kind != d.REFUND_EARLY:
             self.deliver_refund(order, plan, 1)
+
+    def forge_refund(self, order: d.OrderPlan, plan: d.RefundPlan) -> None:
+        """R39's hostile tenant: `plan.forged_by`, configured with the same platform key as everyone, signs on its
+        own URL REFUND.CLOSED naming the victim as its sub-merchant, before the genuine report arrives."""
+        sim, hostile = self.world.sim, plan.forged_by
+        assert hostile is not None
+        with sim._lock:
+            resource = sim._refund_resource_of(sim._refunds[plan.refund_no])
+        del resource["mchid"]
+        resource.update(refund_status="CLOSED", sp_mchid=hostile, sub_mchid=order.mchid)
+        resource.pop("success_time", None)
+        self._seq += 1
+        headers, body = sim.build_notification(
+            hostile,
+            resource,
+            event_type="REFUND.CLOSED",
+            associated_data="refund",
+            timestamp=int(self.env.clock.now),
+            nonce=f"H{self._seq:031d}",
+            notification_id=f"00000000-0000-4000-8000-{self._seq:012d}",
+        )
+        route = self.kinds[order.channel].route(hostile)
+        event = self.env.http_event("POST", route.path, body, {**route.headers, **headers}, route.params)
+        response, error = self._invoke("NotifyFunction", event)
+        self._wake_worker()
+        self.forged.append((order.mchid, plan.refund_no))
+        self.log(
+            f"hostile {hostile} forged CLOSED for {plan.refund_no}: {response and response.get('statusCode')}"
+        )
 
     def deliver_refund(self, order: d.OrderPlan, plan: d.RefundPlan, attempt: int) -> None:
         self._seq += 1
@@ -792,6 +824,16 @@ def check(run: Scenario) -> None:
             v.append(f"I3b refund task {t['pk']} asks {t['amount_cent']}, channel took {p and p.payer_total}")
         elif raw.get(p.raw_key, {}).get("handled") != 2:
             v.append(f"I3b refund task {t['pk']} but its raw row is not with a person")
+    # R39 every report a hostile tenant forged is parked as a suspected forgery under the tenant it claims
+    # (that the victim's refund did not change is the R29 checks below: ours agrees with the channel's).
+    parked = Counter(
+        (r.get("mchid"), r.get("refund_no"))
+        for r in env.scan("NOTIFY_EVENT_TABLE")
+        if r.get("manual_kind") == "suspected_forgery"
+    )
+    for victim, no in run.forged:
+        if not parked[(victim, no)]:
+            v.append(f"R39 the hostile tenant's report for {victim}'s refund {no} was not parked")
     # I4 every raw row ends at handled 1 or 2; nothing is left in the queue.
     v += [
         f"I4 raw row {r['pk']} ended at handled={r.get('handled')}"
