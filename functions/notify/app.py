@@ -22,7 +22,8 @@ def handler(event, context):
     except Exception as exc:  # noqa: BLE001 - R40: no input answers 500 without a metric and an alarm
         count(M.NOTIFY_FAILED)
         logger.exception("notify failed", extra={"path": path, "error": type(exc).__name__})
-        return failure_for_path(path, 500, "not stored, retry").to_event()
+        route = route_key(event).partition(" ")[2] if isinstance(event, dict) else ""
+        return failure_for_path(route or path, 500, "not stored, retry").to_event()  # the route's ACK format
 
 
 def _route(event):
