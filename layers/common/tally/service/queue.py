@@ -93,7 +93,7 @@ class WorkQueue:
         items = [self._finish(i, now, over_s) for i in self._collect(now)]
         wanted = parse_filter(filter) if isinstance(filter, str) or filter is None else filter
         items = [i for i in items if _matches(i, wanted)]
-        return sorted(items, key=lambda i: (-i["age_s"], i["id"]))
+        return sorted(items, key=lambda i: (str(i["since"] or ""), i["id"]))  # oldest first, stable
 
     def get(self, item_id: str) -> dict[str, Any]:
         item_id = _legacy(item_id)
