@@ -392,6 +392,8 @@ def test_r41_ack_assigns_an_owner_and_keeps_the_item_open_with_its_history(h, cl
     queue().act(item["id"], "resolve", by="bob", reason="refunded", code="refunded-by-hand")
     with pytest.raises(QueueError, match="not open"):
         queue().act(item["id"], "resolve", by="bob", reason="twice")
+    refused = cli("manual", "resolve", item["id"], "--by", "bob", "--why", "twice", "--json", expect=1)
+    assert "not open" in refused["error"]  # --json: still exactly one document
     assert published_over(h) == 0
 
 
