@@ -250,6 +250,7 @@ class EmbeddedStack:
         except OSError as error:
             raise _port_error(error, self.api_port, "TALLY_API_PORT") from error
         self._undo.append(self._stop_front_door)
+        self._set_environ({"HEARTBEAT_API_URL": self.api_url})  # the heartbeat posts to the front door
         for spec in function_specs(template, self.root).values():
             for queue_id in spec.sqs_queues:
                 self._start_pump(spec, queue_id)

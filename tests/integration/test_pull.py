@@ -444,6 +444,7 @@ def test_R37_tally_pending_shows_both_counts_oldest_age_and_a_line_per_stuck_row
 # ------------------------------------------------------------------------------------ R21: an index, not a scan
 
 
+@pytest.mark.slow  # ~30 s of CPU writing 10,000 orders: make test runs it, make check does not
 def test_R21_poller_over_10k_orders_with_100_due_reads_a_few_hundred_items_never_scans(h, m, capsys):
     """10k pending orders (all in the poll index), 100 due: the run reads what is due, not the table.
     The 100k variant (and 1k) is `python -m bench.poller_items` (writing 100k rows to moto takes ~50 s)."""

@@ -24,17 +24,6 @@ def m(h):
     return h.add_merchant(mchid=str(random.randrange(10**9, 10**10)))
 
 
-@pytest.fixture
-def svc(h):
-    """The service, with the metrics singleton emptied of whatever an earlier test counted and never flushed."""
-    from tally.observability import metrics
-
-    metrics.flush_metrics()
-    h.capsys.readouterr()
-    h.metric_log.clear()
-    return bootstrap.recon_service()
-
-
 def pay(h, mchid, cents, success_time, *, deliver=True, otn=None):
     otn = otn or f"R{random.randrange(10**15, 10**16)}"
     assert h.create_order(mchid, otn, amount_cent=cents, prepay=True)["statusCode"] == 201
@@ -326,7 +315,11 @@ def test_every_finished_run_beats_the_heartbeat_and_its_absence_is_an_alarm_R38(
         "LessThanThreshold",
         1,
     )
-    assert alarm["TreatMissingData"] == "breaching"
+    # missing, not breaching: a new stack stays silent until its first tick; stopped ticks go INSUFFICIENT_DATA,
+    # which notifies (R46, tests/unit/test_alarm_wiring.py)
+    assert alarm["TreatMissingData"] == "missing" and alarm["InsufficientDataActions"] == [
+        {"Ref": "AlarmTopic"}
+    ]
     assert alarm["Period"] * alarm["DatapointsToAlarm"] > 24 * 3600  # more than the daily cadence
     assert (
         alarm["Period"] >= 3600 and alarm["Period"] * alarm["EvaluationPeriods"] <= 7 * 24 * 3600

@@ -5,9 +5,26 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tally.settings import Settings
+
+if TYPE_CHECKING:  # the real return types; the imports themselves stay lazy (cold start, R10)
+    from tally.service.apply import ApplyService
+    from tally.service.ingest import IngestService
+    from tally.service.keys import KeyRotationService
+    from tally.service.manual import ManualQueue
+    from tally.service.merchants import MerchantDirectory
+    from tally.service.orders import OrderService
+    from tally.service.outbox import OutboxService
+    from tally.service.poll import PollService
+    from tally.service.pull import PullChannels
+    from tally.service.recon import ReconService
+    from tally.service.refund_inbox import RefundInbox
+    from tally.service.refunds import RefundChannel, RefundService
+    from tally.service.sweep import PendingReport, SweepService
+    from tally.store.refunds import RefundTables
+    from tally.store.tables import Tables
 
 _clock: Callable[[], float] = time.time
 
@@ -30,6 +47,7 @@ def reset() -> None:
         outbox_service,
         manual_queue,
         work_queue,
+        aws_config,
         _client,
         refund_tables,
         refund_inbox,
@@ -40,6 +58,9 @@ def reset() -> None:
         pending_report,
         recon_service,
         key_rotation_service,
+        heartbeat,
+        story_service,
+        ledger_day_service,
     ):
         built.cache_clear()
 
@@ -50,14 +71,29 @@ def settings() -> Settings:
 
 
 @cache
-def _client(service: str) -> Any:
-    import boto3
+def aws_config() -> Any:
+    """The one botocore Config of every AWS client in a function: short timeouts, standard retries
+    (settings.py; notify's are tighter, template.yaml, so a slow AWS call fails inside WeChat's 5 s)."""
+    from botocore.config import Config
 
-    return boto3.client(service)  # AWS_ENDPOINT_URL (boto3's own variable) points it at moto locally
+    s = settings()
+    return Config(
+        connect_timeout=s.aws_connect_timeout_s,
+        read_timeout=s.aws_read_timeout_s,
+        retries={"mode": "standard", "total_max_attempts": s.aws_max_attempts},  # the first call included
+    )
 
 
 @cache
-def tables() -> Any:
+def _client(service: str) -> Any:  # a boto3 client: boto3 ships no types (no stubs dependency)
+    import boto3
+
+    # AWS_ENDPOINT_URL (boto3's own variable) points it at moto locally
+    return boto3.client(service, config=aws_config())
+
+
+@cache
+def tables() -> Tables:
     from tally.store.tables import Tables
 
     s = settings()
@@ -74,7 +110,7 @@ def tables() -> Any:
 
 
 @cache
-def merchants() -> Any:
+def merchants() -> MerchantDirectory:
     from tally.service.merchants import MerchantDirectory
     from tally.store.keys import PlatformCertStore
     from tally.store.tables import MerchantStore
@@ -93,7 +129,7 @@ def merchants() -> Any:
 
 
 @cache
-def key_rotation_service() -> Any:
+def key_rotation_service() -> KeyRotationService:
     """The keys function's hourly run (service/keys.py)."""
     from tally.service.keys import KeyRotationService
     from tally.store.tables import EventStore
@@ -102,7 +138,7 @@ def key_rotation_service() -> Any:
 
 
 @cache
-def ingest_service() -> Any:
+def ingest_service() -> IngestService:
     from tally.service.ingest import IngestService
     from tally.store.tables import ApplyQueue, EventStore, RawStore
 
@@ -119,7 +155,7 @@ def ingest_service() -> Any:
 
 
 @cache
-def apply_service() -> Any:
+def apply_service() -> ApplyService:
     from tally.service.apply import ApplyService
     from tally.store.tables import OrderStore, RawStore
 
@@ -133,7 +169,7 @@ def apply_service() -> Any:
 
 
 @cache
-def order_service() -> Any:
+def order_service() -> OrderService:
     from tally.service.orders import OrderService
     from tally.store.tables import OrderStore, RawStore
 
@@ -146,7 +182,7 @@ def order_service() -> Any:
 
 
 @cache
-def pull_channels() -> Any:
+def pull_channels() -> PullChannels:
     from tally.service.pull import AlipayPull, PullChannels, WeChatPayV2Pull, WeChatPayV3Pull
 
     registry = PullChannels()
@@ -157,7 +193,7 @@ def pull_channels() -> Any:
 
 
 @cache
-def poll_service() -> Any:
+def poll_service() -> PollService:
     from tally.service.poll import PollService
     from tally.store.polling import PollStore
     from tally.store.tables import ApplyQueue, RawStore
@@ -173,7 +209,7 @@ def poll_service() -> Any:
 
 
 @cache
-def sweep_service() -> Any:
+def sweep_service() -> SweepService:
     from tally.service.sweep import SweepService
     from tally.store.polling import PendingStore
     from tally.store.tables import ApplyQueue, RawStore
@@ -188,7 +224,7 @@ def sweep_service() -> Any:
 
 
 @cache
-def pending_report() -> Any:
+def pending_report() -> PendingReport:
     from tally.service.sweep import PendingReport
     from tally.store.polling import PendingStore, PollStore
 
@@ -196,14 +232,54 @@ def pending_report() -> Any:
 
 
 @cache
-def outbox_service() -> Any:
+def outbox_service() -> OutboxService:
     from tally.service.outbox import OutboxService
 
     return OutboxService(_client("events"), settings().event_bus_name)
 
 
 @cache
-def manual_queue() -> Any:
+def heartbeat() -> Any:
+    """The synthetic heartbeat (service/heartbeat.py): functions/heartbeat, `tally pending`."""
+    from tally.service.heartbeat import Heartbeat
+    from tally.store.heartbeat import HeartbeatKeys
+    from tally.store.tables import OrderStore
+
+    s = settings()
+    return Heartbeat(
+        merchants(),
+        order_service(),
+        OrderStore(tables()),
+        HeartbeatKeys(_client("secretsmanager"), s.merchant_secret_prefix, s.heartbeat_mchid),
+        api_url=s.heartbeat_api_url,
+        mchid=s.heartbeat_mchid,
+        clock=_clock,
+    )
+
+
+def heartbeat_age_s() -> int:
+    """Seconds since the newest synthetic payment was booked (`tally pending`)."""
+    return heartbeat().age_s()
+
+
+def republisher() -> Any:
+    """`tally outbox republish` (docs/runbook.md OutboxDLQAlarm)."""
+    from tally.service.outbox import Republisher
+    from tally.store.changes import ChangedRows
+
+    return Republisher(ChangedRows(tables(), settings().refunds_table), outbox_service())
+
+
+def event_replay() -> Any:
+    """`tally events replay` (docs/events.md)."""
+    from tally.service.outbox import EventReplay
+
+    s = settings()
+    return EventReplay(_client("events"), s.event_bus_name, s.event_archive_arn)
+
+
+@cache
+def manual_queue() -> ManualQueue:
     from tally.service.manual import ManualQueue
     from tally.store.tables import ApplyQueue, RawStore
 
@@ -249,7 +325,7 @@ def work_queue() -> Any:
 
 
 @cache
-def refund_tables() -> Any:
+def refund_tables() -> RefundTables:
     from tally.store.refunds import RefundTables
 
     s = settings()
@@ -257,26 +333,30 @@ def refund_tables() -> Any:
 
 
 @cache
-def refund_inbox() -> Any:
+def refund_inbox() -> RefundInbox:
     from tally.service.refund_inbox import RefundInbox
     from tally.store.refunds import RefundQueue, RefundRawStore
+    from tally.store.tables import EventStore
 
     return RefundInbox(
-        RefundRawStore(refund_tables()), RefundQueue(_client("sqs"), settings().apply_queue_url), clock=_clock
+        RefundRawStore(refund_tables()),
+        RefundQueue(_client("sqs"), settings().apply_queue_url),
+        clock=_clock,
+        events=EventStore(tables()),
     )
 
 
-def refund_channels() -> dict[str, Any]:
+def refund_channels() -> dict[str, Callable[[str], RefundChannel]]:
     """One refund client entry per channel: `channel -> (mchid -> RefundChannel)` (docs/refunds.md)."""
     from tally.channels.alipay_refunds import AlipayRefunds
-    from tally.channels.wechatpay_v2_refunds import WeChatPayV2Client, WeChatV2Refunds
+    from tally.channels.wechatpay_v2_refunds import WeChatPayV2Client, WeChatV2Refunds, mtls_context_from_pem
     from tally.channels.wechatpay_v3_refunds import WeChatRefunds
     from tally.service.merchants import UnknownMerchant
 
     directory = merchants()
     s = settings()
 
-    def wechatpay(mchid: str) -> Any:
+    def wechatpay(mchid: str) -> RefundChannel:
         # v2 and v3 share channel "wechatpay" (one transaction and refund-number space): v3 when the merchant
         # has v3 credentials, else its v2 API key (docs/refunds.md). UnknownMerchant is a LookupError.
         try:
@@ -289,11 +369,15 @@ def refund_channels() -> dict[str, Any]:
                 api_key=v2.api_key,
                 appid=str(v2.row.get("appid") or ""),
                 timeout_s=s.http_timeout_s,
+                # /secapi/pay/refund: mutual TLS with the merchant's API client certificate (its secret)
+                ssl_context=mtls_context_from_pem(v2.client_cert, v2.client_key, s.wechatpay_ca_file or None)
+                if v2.client_cert
+                else None,
             )
             return WeChatV2Refunds(client, v2.notify_url, clock=_clock)
         return WeChatRefunds(directory.client(merchant), merchant.notify_url)
 
-    def alipay(app_id: str) -> Any:
+    def alipay(app_id: str) -> RefundChannel:
         merchant = directory.alipay(app_id)
         return AlipayRefunds(directory.alipay_client(merchant), mchid=app_id, sp_mchid=merchant.sp_mchid)
 
@@ -301,7 +385,7 @@ def refund_channels() -> dict[str, Any]:
 
 
 @cache
-def refund_service() -> Any:
+def refund_service() -> RefundService:
     from tally.service.refunds import RefundService
     from tally.store.refunds import RefundRawStore, RefundStore
     from tally.store.tables import OrderStore
@@ -323,7 +407,7 @@ def refund_service() -> Any:
 
 
 @cache
-def recon_service() -> Any:
+def recon_service() -> ReconService:
     from tally.service.recon import ReconService
     from tally.service.recon_pull import QueryAndApply
     from tally.service.recon_sources import AlipayBillSource, WeChatBillSource
@@ -343,8 +427,48 @@ def recon_service() -> Any:
         BillArchive(_client("s3"), s.bills_bucket),
         sources,
         recover,
-        MerchantStore(tables()).configured,
+        lambda: [
+            m for m in MerchantStore(tables()).configured() if m[1] != s.heartbeat_mchid
+        ],  # not synthetic
         clock=_clock,
         min_ratio=s.recon_min_ratio,
         min_previous_rows=s.recon_min_previous_rows,
+    )
+
+
+# ---------------------------------------------------------------- reading (docs/story.md): no side effects (R42)
+
+
+@cache
+def story_service() -> Any:
+    """The order story: Query / GetItem only, never the channel."""
+    from tally.service.story import StoryService
+    from tally.store.recon import LedgerView, ReconStore
+    from tally.store.refunds import RefundRawStore, RefundStore
+    from tally.store.tables import EventStore, OrderStore, RawStore
+
+    s = settings()
+    return StoryService(
+        OrderStore(tables()),
+        RawStore(tables()),
+        EventStore(tables()),
+        RefundStore(refund_tables()),
+        RefundRawStore(refund_tables()),
+        LedgerView(_client("dynamodb"), s.ledger_table),
+        ReconStore(_client("dynamodb"), s.recon_runs_table, s.recon_diff_table),
+    )
+
+
+@cache
+def ledger_day_service() -> Any:
+    """The finance view of one bill_date (service/ledger_day.py)."""
+    from tally.service.ledger_day import LedgerDayService
+    from tally.store.recon import LedgerView, ReconStore
+    from tally.store.tables import MerchantStore
+
+    s = settings()
+    return LedgerDayService(
+        LedgerView(_client("dynamodb"), s.ledger_table),
+        ReconStore(_client("dynamodb"), s.recon_runs_table, s.recon_diff_table),
+        MerchantStore(tables()).configured,
     )

@@ -14,7 +14,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
@@ -206,7 +206,7 @@ class AlipayKeys:
     def from_pems(
         cls,
         public_key: str | None = None,
-        alipay_certs: list[str] = (),
+        alipay_certs: Sequence[str] = (),
         root_cert: str | None = None,
         *,
         now: float | None = None,
@@ -283,6 +283,8 @@ def amount_cents(params: Mapping[str, Any], name: str) -> int:
     value = params.get(name)
     if not isinstance(value, str) or not value.strip():
         raise ParseError(f"{name} is missing or empty")
+    if value.strip()[:1] in ("-", "+"):  # "-0.00" would book 0 and mark the order PAID (issue #15.4)
+        raise ParseError(f"{name} carries a sign: {value[:20]!r}")
     try:
         cents = yuan_to_cents(value)
     except MoneyError as exc:

@@ -29,6 +29,9 @@ def pending(args: argparse.Namespace) -> int:
 
     with one_document():
         report = bootstrap.pending_report().report(limit=args.limit, over_s=args.over)
+        report["heartbeat_age_s"] = (
+            bootstrap.heartbeat_age_s()
+        )  # the synthetic payment (service/heartbeat.py)
     print(json.dumps(report, ensure_ascii=False, indent=2) if args.json else render(report))
     return OVERDUE_EXIT if report["pending_over_10m"] or report["manual_over_24h"] else 0
 
@@ -55,6 +58,10 @@ def render(report: dict[str, Any]) -> str:
         lines.append("work the items with `tally manual list` / `tally manual show ID` (docs/morning.md)")
     else:
         lines.append("nothing is stuck, nothing waits for a person")
+    if report.get("heartbeat_age_s") is not None:
+        lines.append(
+            f"heartbeat: last synthetic payment booked {_age(report['heartbeat_age_s'])} ago (alarm at 3m)"
+        )
     return "\n".join(lines)
 
 

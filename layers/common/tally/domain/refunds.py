@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
+from tally.domain.money import yuan_text
+
 
 class RefundStatus(str, Enum):
     PENDING = "PENDING"  # reserved and stored; the channel has not (knowingly) accepted it yet
@@ -105,7 +107,7 @@ def transit(status: RefundStatus, event: RefundEvent) -> Decision:
 
 class ExceedsRefundable(ValueError):
     def __init__(self, amount_cent: int, refundable_cent: int):
-        super().__init__(f"amount {amount_cent} exceeds refundable {refundable_cent} (cents)")
+        super().__init__(f"amount {yuan_text(amount_cent)} exceeds refundable {yuan_text(refundable_cent)}")
         self.amount_cent = amount_cent
         self.refundable_cent = refundable_cent
 
@@ -208,7 +210,39 @@ class RefundNotice:
 
     @property
     def raw_key(self) -> str:
-        return f"{self.channel}#{self.refund_no}"
+        """Scoped per merchant (R39): a report one tenant signs can never take the key of another
+        tenant's report, whatever refund number it names."""
+        return refund_raw_key(self.channel, self.mchid, self.refund_no)
+
+
+def refund_raw_key(channel: str, mchid: str, refund_no: str) -> str:
+    return f"{channel}#{mchid}#{refund_no}"
+
+
+def tenant_mismatch(
+    notice: RefundNotice, refund: dict[str, object], refund_sp_mchid: str | None
+) -> tuple[str, str] | None:
+    """(cause, reason) when a report does not belong to the refund it names (R39): another merchant, another
+    service provider / ISV app, another order. Such a report is parked as a suspected forgery and changes
+    nothing; an amount difference on the refund's own report is `mismatches` (a person, R29)."""
+    if notice.mchid != refund.get("mchid"):
+        return (
+            "merchant_mismatch",
+            f"report for merchant {notice.mchid} names a refund number it does not own",
+        )
+    if (notice.sp_mchid or None) != (refund_sp_mchid or None):
+        return (
+            "provider_mismatch",
+            f"report through provider {notice.sp_mchid or '(none)'}, the refund's is {refund_sp_mchid or '(none)'}",
+        )
+    if notice.out_trade_no != refund.get("out_trade_no"):
+        return "order_mismatch", f"report names order {notice.out_trade_no[:64]}, not the refund's order"
+    return None
+
+
+def _yuan_of(value: object) -> str:
+    """A stored amount (integer cents) for a message; anything else as it is."""
+    return yuan_text(value) if isinstance(value, int) and not isinstance(value, bool) else repr(value)
 
 
 def mismatches(notice: RefundNotice, refund: dict[str, object]) -> list[str]:
@@ -219,7 +253,9 @@ def mismatches(notice: RefundNotice, refund: dict[str, object]) -> list[str]:
     if notice.out_trade_no != refund.get("out_trade_no"):
         found.append(f"out_trade_no {notice.out_trade_no} != refund's {refund.get('out_trade_no')}")
     if notice.refund_cent is not None and notice.refund_cent != refund.get("amount_cent"):
-        found.append(f"refund amount {notice.refund_cent} != ours {refund.get('amount_cent')} (cents)")
+        found.append(
+            f"refund amount {yuan_text(notice.refund_cent)} ≠ ours {_yuan_of(refund.get('amount_cent'))}"
+        )
     if notice.refund_cent is None and notice.cumulative_cent is None:
         found.append("the report carries no refund amount at all")
     return found
@@ -242,8 +278,10 @@ def check_cumulative(
     upper = order_paid_cent - order_refundable_cent + extra_held_cent
     if cumulative_cent < refund_amount_cent:
         return [
-            f"channel's cumulative refunded {cumulative_cent} < this refund's {refund_amount_cent} (cents)"
+            f"channel's cumulative refunded {yuan_text(cumulative_cent)} < this refund's {yuan_text(refund_amount_cent)}"
         ]
     if cumulative_cent > upper:
-        return [f"channel's cumulative refunded {cumulative_cent} > ours booked + in flight {upper} (cents)"]
+        return [
+            f"channel's cumulative refunded {yuan_text(cumulative_cent)} > ours booked + in flight {yuan_text(upper)}"
+        ]
     return []

@@ -11,11 +11,18 @@ from typing import Any
 from tally.channels import alipay as ali
 from tally.channels import wechatpay_v2 as wx2
 from tally.channels import wechatpay_v3 as wx
+from tally.domain.money import MAX_CENT
 from tally.domain.orders import Status
 from tally.domain.poll import FIRST_QUERY_AFTER_S
 from tally.observability import M, count, logger
 from tally.service.apply import CHINA
-from tally.service.merchants import MerchantDirectory, UnknownMerchant
+from tally.service.merchants import (
+    AlipayMerchant,
+    Merchant,
+    MerchantDirectory,
+    UnknownMerchant,
+    WeChatV2Merchant,
+)
 from tally.store.polling import poll_pk
 from tally.store.refunds import HOLD_PREFIX, open_holds
 from tally.store.tables import OrderStore, RawStore, iso_now, order_key
@@ -61,11 +68,12 @@ class OrderService:
 
     def create(self, request: dict[str, Any]) -> dict[str, Any]:
         spec = validate_order_request(request)
-        lookup = {
+        lookups: dict[str, Callable[[str], Merchant | AlipayMerchant | WeChatV2Merchant]] = {
             "wechatpay": self.merchants.wechatpay,
             "alipay": self.merchants.alipay,
             "wechatpay_v2": self.merchants.wechatpay_v2,
-        }[spec["channel"]]
+        }
+        lookup = lookups[spec["channel"]]
         try:
             merchant = lookup(spec["mchid"])
         except UnknownMerchant:
@@ -74,7 +82,7 @@ class OrderService:
             ) from None
         if spec["channel"] == "alipay" and spec["currency"] != "CNY":
             raise InvalidOrder("Alipay orders are in CNY")
-        if spec["channel"] == "wechatpay_v2" and spec["prepay"] and not merchant.appid:
+        if isinstance(merchant, WeChatV2Merchant) and spec["prepay"] and not merchant.appid:
             raise InvalidOrder(
                 "prepay for a wechatpay_v2 merchant needs its appid (tally merchant add --appid)"
             )
@@ -98,6 +106,7 @@ class OrderService:
             "version": 0,
             "created_at": iso_now(now),
             "expire_at": iso_now(now + spec["expire_minutes"] * 60),
+            "expire_minutes": spec["expire_minutes"],  # a term: re-registering compares it
             "prepay": spec["prepay"],
             # the poll index (R21): pending from birth; the first query 30 s after creation
             "poll_pk": poll_pk(order_key(spec["mchid"], spec["out_trade_no"])),
@@ -108,10 +117,11 @@ class OrderService:
             row["api"] = wx2.API  # the poller queries it with the v2 API (pull.py), not v3
         existing = self.orders.create(row)
         if existing is not None:
-            if (existing["amount_cent"], existing["currency"]) != (row["amount_cent"], row["currency"]):
+            differs = registered_differently(existing, row)
+            if differs:
                 raise OrderConflict(
-                    f"order {spec['out_trade_no']} exists with amount {existing['amount_cent']} "
-                    f"{existing['currency']}"
+                    f"order {spec['out_trade_no']} exists with another {differs}: "
+                    "re-register with the same terms, or use a new out_trade_no"
                 )
             row = existing
         if (
@@ -191,11 +201,19 @@ class OrderService:
         self.orders.set_fields(row["pk"], code_url=code_url)
         return {**row, "code_url": code_url}
 
-    def show(self, mchid: str, out_trade_no: str) -> dict[str, Any]:
+    def show(self, mchid: str, out_trade_no: str, *, ask_channel: bool = False) -> dict[str, Any]:
+        """The order, its transitions and raw rows. Read-only unless `ask_channel` (R42): only the merchant's
+        return page (GET /orders/{mchid}/{no}, R24) and `tally order show --ask-channel` ask the channel once
+        about an unpaid order (rate-limited by PollService.confirm), which may book or close it."""
         order = self.orders.get(mchid, out_trade_no)
         if order is None:
             raise NotFound(f"no order {mchid}/{out_trade_no}")
-        if self.confirm is not None and order.get("status") == Status.WAIT_PAY.value and self.confirm(order):
+        if (
+            ask_channel
+            and self.confirm is not None
+            and order.get("status") == Status.WAIT_PAY.value
+            and self.confirm(order)
+        ):
             order = self.orders.get(mchid, out_trade_no) or order  # booked or closed just now
         view = public_order(order)
         view["transitions"] = [
@@ -233,6 +251,18 @@ def public_order(row: dict[str, Any]) -> dict[str, Any]:
     return view
 
 
+TERMS = ("channel", "amount_cent", "currency", "description", "expire_minutes", "prepay")
+
+
+def registered_differently(existing: dict[str, Any], row: dict[str, Any]) -> str:
+    """The first term in which a re-registration differs from the stored order ("" = the same order, a
+    retry). A term the stored row predates (older rows have no expire_minutes) is not compared."""
+    for term in TERMS:
+        if term in existing and existing[term] != row[term]:
+            return term
+    return ""
+
+
 def validate_order_request(body: Any) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise InvalidOrder("body must be a JSON object")
@@ -243,8 +273,10 @@ def validate_order_request(body: Any) -> dict[str, Any]:
     if not isinstance(out_trade_no, str) or not OUT_TRADE_NO.match(out_trade_no):
         raise InvalidOrder("out_trade_no must be 6-32 characters of [0-9A-Za-z_-*]")
     amount = body.get("amount_cent")
-    if isinstance(amount, bool) or not isinstance(amount, int) or amount <= 0:
-        raise InvalidOrder("amount_cent must be a positive integer number of cents (no decimals, no strings)")
+    if isinstance(amount, bool) or not isinstance(amount, int) or not 1 <= amount <= MAX_CENT:
+        raise InvalidOrder(
+            f"amount_cent must be an integer number of cents from 1 to {MAX_CENT} (no decimals, no strings)"
+        )
     currency = body.get("currency", "CNY")
     if not isinstance(currency, str) or not CURRENCY.match(currency):
         raise InvalidOrder("currency must be a 3-letter ISO code such as CNY")
