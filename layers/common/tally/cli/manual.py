@@ -150,13 +150,19 @@ def manual_act(args: argparse.Namespace) -> int:
     why = args.why or (f"code {args.code}" if getattr(args, "code", None) else "")
     if (args.item_id is None) == (args.filter is None):
         raise ValueError("name one item, or select many with --filter (not both)")
-    with one_document():
-        queue = _queue()
-        if args.filter is not None or args.dry_run:
-            selected = args.filter if args.filter is not None else {"id": args.item_id}
-            report = queue.bulk(selected, verb, by=args.by, reason=why, dry_run=args.dry_run, **fields)
-        else:
-            result = queue.act(args.item_id, verb, by=args.by, reason=why, **fields)
+    try:
+        with one_document():
+            queue = _queue()
+            if args.filter is not None or args.dry_run:
+                selected = args.filter if args.filter is not None else {"id": args.item_id}
+                report = queue.bulk(selected, verb, by=args.by, reason=why, dry_run=args.dry_run, **fields)
+            else:
+                result = queue.act(args.item_id, verb, by=args.by, reason=why, **fields)
+    except (ValueError, LookupError) as exc:
+        if not args.json:
+            raise
+        print(json.dumps({"error": str(exc), "id": args.item_id, "action": verb}, ensure_ascii=False))
+        return 1
     if args.filter is not None or args.dry_run:
         print(json.dumps(report, ensure_ascii=False, indent=2) if args.json else _render_bulk(report))
         return 1 if report["errors"] else 0

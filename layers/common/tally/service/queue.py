@@ -32,6 +32,8 @@ from tally.observability import M, count, logger
 from tally.store.queue import QueueStore, StaleItem
 from tally.store.tables import iso_now
 
+List = list  # WorkQueue.list shadows the builtin inside the class body
+
 OPEN, ACKNOWLEDGED, RESOLVED, IGNORED = "OPEN", "ACKNOWLEDGED", "RESOLVED", "IGNORED"
 LIVE = (OPEN, ACKNOWLEDGED)
 DAY_S = 24 * 3600
@@ -86,14 +88,14 @@ class WorkQueue:
 
     def list(
         self, filter: str | dict[str, Any] | None = None, *, over_s: int | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> List[dict[str, Any]]:
         """Every live item (OPEN or ACKNOWLEDGED), oldest first, narrowed by `filter` (see parse_filter).
         `over_s` replaces every kind's threshold (0: anything open counts as overdue)."""
         now = self.clock()
         items = [self._finish(i, now, over_s) for i in self._collect(now)]
         wanted = parse_filter(filter) if isinstance(filter, str) or filter is None else filter
         items = [i for i in items if _matches(i, wanted)]
-        return sorted(items, key=lambda i: (-i["age_s"], i["id"]))
+        return sorted(items, key=lambda i: (str(i["since"] or ""), i["id"]))  # oldest first, stable
 
     def get(self, item_id: str) -> dict[str, Any]:
         item_id = _legacy(item_id)
@@ -310,7 +312,7 @@ class WorkQueue:
     ) -> str:
         refund_no = item["source_key"]
         key = {"pk": refund_no}
-        status = {"names": {"#st": "status"}, "values": {"manual": "MANUAL"}}
+        status: dict[str, Any] = {"names": {"#st": "status"}, "values": {"manual": "MANUAL"}}
         if action == "ack":
             self.store.record(
                 self.store.t.refunds,
@@ -408,7 +410,7 @@ class WorkQueue:
 
     def _order(self, item: dict[str, Any], action: str, entry: dict[str, Any], fields: dict[str, Any]) -> str:
         pk = item["source_key"]
-        common = {"condition": "begins_with(poll_pk, :m)", "values": {"m": "manual#"}}
+        common: dict[str, Any] = {"condition": "begins_with(poll_pk, :m)", "values": {"m": "manual#"}}
         if action == "ack":
             self.store.record(
                 self.store.t.orders,
@@ -444,7 +446,7 @@ class WorkQueue:
 
     # ================================================================ building items
 
-    def _collect(self, now: float) -> list[dict[str, Any]]:
+    def _collect(self, now: float) -> List[dict[str, Any]]:
         items = [self._payment_item(r) for r in self.store.unbooked_payments()]
         for kind in KEPT_KINDS:
             rows = self.store.kept_notifications(kind)
@@ -494,9 +496,9 @@ class WorkQueue:
             else ("ack", "resolve", "ignore"),
         )
 
-    def _rejected_items(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _rejected_items(self, rows: List[dict[str, Any]]) -> List[dict[str, Any]]:
         """Rejected notifications, one item per (channel, merchant, cause) with a count (R40)."""
-        groups: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+        groups: dict[tuple[str, str, str], List[dict[str, Any]]] = defaultdict(list)
         for row in rows:
             cause = str(row.get("cause") or row.get("reason") or "rejected")
             groups[(str(row.get("channel")), str(row.get("mchid")), cause)].append(row)
@@ -505,7 +507,7 @@ class WorkQueue:
             group.sort(key=lambda r: str(r.get("created_at")))
             first = group[0]
             states = {r.get("q_state") or OPEN for r in group}
-            owners = {r.get("q_owner") for r in group if r.get("q_owner")}
+            owners = {str(r["q_owner"]) for r in group if r.get("q_owner")}
             item = _item(
                 first,
                 f"rejected-{channel}-{mchid}-{_slug(cause)}",
@@ -529,10 +531,11 @@ class WorkQueue:
         return items
 
     def _report_item(self, row: dict[str, Any]) -> dict[str, Any]:
-        channel, _, refund_no = str(row["pk"]).partition("#")
+        channel = str(row.get("channel") or str(row["pk"]).partition("#")[0])
+        refund_no = str(row.get("refund_no") or str(row["pk"]).rpartition("#")[2])
         return _item(
             row,
-            f"report-{channel}-{refund_no}-{row['sk']}",
+            f"report-{str(row['pk']).replace('#', '-')}-{row['sk']}",  # the key names the merchant too (R39)
             "refund-report",
             "report",
             (row["pk"], row["sk"]),
