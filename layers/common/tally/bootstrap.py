@@ -39,6 +39,7 @@ def reset() -> None:
         pending_report,
         recon_service,
         key_rotation_service,
+        console_users,
     ):
         built.cache_clear()
 
@@ -316,3 +317,14 @@ def recon_service() -> Any:
         min_ratio=s.recon_min_ratio,
         min_previous_rows=s.recon_min_previous_rows,
     )
+
+
+# ---------------------------------------------------------------- the operations console (docs/console.md)
+
+
+@cache
+def console_users() -> Any:
+    from tally.store.users import ConsoleUsers
+
+    s = settings()
+    return ConsoleUsers(_client("cognito-idp"), s.console_user_pool_id, s.console_client_id)

@@ -140,6 +140,12 @@ class M:
     RECON_RECOVER_FAILED = "ReconRecoverFailed"
     RECON_FAILED = "ReconFailed"  # unexpected exception in the recon function
     RECON_RUN_COMPLETED = "ReconRunCompleted"  # heartbeat: every finished run, quiet and blocked included
+    # the operations console (docs/console.md)
+    CONSOLE_ACTION = "ConsoleAction"  # an operator acted on an item: expected traffic
+    CONSOLE_ACTION_REFUSED = (
+        "ConsoleActionRefused"  # a viewer's POST, a bad CSRF token, another origin (alarmed)
+    )
+    CONSOLE_LOGIN_FAILED = "ConsoleLoginFailed"  # a wrong password (alarmed: many in 5 minutes)
 
 
 # Metrics an alarm must watch: a failure nobody watches is a silent path.
@@ -171,6 +177,7 @@ ALARMED = ALARMED | {
     M.RECON_FAILED,
 }  # reconciliation
 ALARMED = ALARMED | {M.RECON_RUN_COMPLETED}  # its absence is the alarm: recon did not run
+ALARMED = ALARMED | {M.CONSOLE_ACTION_REFUSED, M.CONSOLE_LOGIN_FAILED}  # the console
 
 
 _listed: frozenset[str] = frozenset()

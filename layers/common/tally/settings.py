@@ -33,6 +33,9 @@ class Settings:
     recon_diff_table: str = ""
     recon_min_ratio: float = 0.10
     recon_min_previous_rows: int = 10
+    # the operations console (docs/console.md)
+    console_user_pool_id: str = ""
+    console_client_id: str = ""
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -63,6 +66,8 @@ class Settings:
                 recon_diff_table=env.get("RECON_DIFF_TABLE", ""),
                 recon_min_ratio=float(env.get("RECON_MIN_RATIO", "0.10")),
                 recon_min_previous_rows=int(env.get("RECON_MIN_PREVIOUS_ROWS", "10")),
+                console_user_pool_id=env.get("CONSOLE_USER_POOL_ID", ""),
+                console_client_id=env.get("CONSOLE_CLIENT_ID", ""),
             )
         except KeyError as missing:
             raise RuntimeError(f"missing environment variable {missing}: see docs/contracts.md") from None

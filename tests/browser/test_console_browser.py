@@ -1,0 +1,164 @@
+"""The console in a real browser (headless Chromium): what support and finance do every morning.
+
+Each test signs in through the page (Cognito on moto issues the JWT, the front door checks it as API
+Gateway's authorizer would, the service worker attaches it), then clicks like a person.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.parse
+
+from tally.console.auth import csrf_token, identity
+
+from tests.browser.conftest import http, morning_total, shot, sign_in, sim_post, token_for
+
+MCHID = "1900000109"  # the demo merchant seed_demo configures
+
+
+def _create_order(stack, no: str, amount_cent: int = 506) -> None:
+    body = json.dumps({"mchid": MCHID, "out_trade_no": no, "amount_cent": amount_cent, "description": "t"})
+    status, _, answer = http(
+        "POST", stack.api_url + "/orders", body.encode(), {"content-type": "application/json"}
+    )
+    assert status == 201, answer
+
+
+def unbooked_payment(stack, no: str) -> str:
+    """A payment the worker cannot book (the channel says 0.05 yuan, the order 5.06): it goes to a person."""
+    from tally import bootstrap
+
+    _create_order(stack, no)
+    status, answer = sim_post(stack, "/_sim/pay", {"mchid": MCHID, "out_trade_no": no, "amount_total": 5})
+    assert status == 200, answer
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        stack.drain(5)
+        found = [i for i in bootstrap.manual_queue().list() if i.get("order") == no]
+        if found:
+            return found[0]["id"]
+        time.sleep(0.1)
+    raise AssertionError(f"{no} never reached the manual queue")
+
+
+def rejected_callback(stack, body: str, nonce: str) -> None:
+    """Anyone can post this: a body that fails the signature check is kept (7 days) for a replay."""
+    headers = {
+        "content-type": "application/json",
+        "wechatpay-signature": "forged",
+        "wechatpay-serial": "FORGED",
+        "wechatpay-timestamp": str(int(time.time())),
+        "wechatpay-nonce": nonce,
+        "wechatpay-signature-type": "WECHATPAY2-SHA256-RSA2048",
+    }
+    status, _, _ = http("POST", f"{stack.api_url}/notify/wechatpay/{MCHID}", body.encode(), headers)
+    assert status == 401
+
+
+def test_stuck_payment_found_in_two_clicks_story_opened_acted_on_and_the_morning_number_falls(
+    stack, new_page
+):
+    unbooked_payment(stack, "CONSOLE0001")
+    page = sign_in(new_page(), stack, "operator")
+    before = morning_total(page)
+    assert before >= 1
+    shot(page, "morning")
+
+    page.click('a[data-kind="unbooked payment"]')  # click 1: the kind on the morning page
+    page.wait_for_selector("#queue")
+    shot(page, "queue")
+    page.click('tr:has-text("CONSOLE0001") a.open-item')  # click 2: the payment itself
+    page.wait_for_selector("#act")
+    assert "5.06" not in page.inner_text("#state")  # sanity: the item page, not the order
+    assert "0.05 yuan" in page.inner_text("main")
+    shot(page, "item")
+
+    page.click("#story-link")
+    page.wait_for_selector("#timeline")
+    assert "delivery" in page.inner_text("#timeline")
+    page.click("#timeline details.raw summary")  # the raw body behind its toggle
+    assert "resource" in page.inner_text("#timeline pre.body")
+    shot(page, "story")
+    page.go_back()
+
+    page.select_option("#act select[name=action]", "resolve")
+    page.select_option("#act select[name=code]", "refunded-by-hand")
+    page.fill("#act input[name=reason]", "refunded 0.05 by hand on the merchant platform")
+    page.click("#act button[type=submit]")
+    page.wait_for_selector(".notice")
+    assert "resolved" in page.inner_text(".notice")
+    assert "operator" in page.inner_text("ol.history")  # the audit history names the token's user
+
+    page.click('nav a:has-text("Morning")')
+    page.wait_for_selector("#morning-number")
+    assert morning_total(page) == before - 1
+
+
+def test_a_viewer_reads_but_cannot_act_button_absent_and_post_refused(stack, new_page):
+    item_id = unbooked_payment(stack, "CONSOLE0002")
+    page = sign_in(new_page(), stack, "viewer")
+    page.goto(stack.api_url + "/console/item?" + urllib.parse.urlencode({"id": item_id}))
+    page.wait_for_selector("#viewer-note")
+    assert page.query_selector("#act") is None
+    assert page.query_selector("#bulk") is None
+
+    # The POST itself, from the viewer's own page (the service worker adds the viewer's token) ...
+    status = page.evaluate(
+        """async (id) => (await fetch('/console/act', {method: 'POST',
+             headers: {'content-type': 'application/x-www-form-urlencoded'},
+             body: new URLSearchParams({id, action: 'resolve', reason: 'x', csrf: 'x'})})).status""",
+        item_id,
+    )
+    assert status == 403
+    # ... and with the viewer's real CSRF token, straight over HTTP: still refused, the item untouched.
+    token = token_for(stack, "viewer")
+    claims = json.loads(_b64(token.split(".")[1]))
+    who = identity({"requestContext": {"authorizer": {"jwt": {"claims": claims}}}})
+    form = urllib.parse.urlencode(
+        {"id": item_id, "action": "resolve", "reason": "x", "csrf": csrf_token(who)}
+    )
+    status, _, body = http(
+        "POST",
+        stack.api_url + "/console/act",
+        form.encode(),
+        {"authorization": f"Bearer {token}", "content-type": "application/x-www-form-urlencoded"},
+    )
+    assert status == 403, body
+    from tally import bootstrap
+
+    assert item_id in {i["id"] for i in bootstrap.manual_queue().list()}
+
+
+def test_a_rejected_callback_with_script_in_body_and_headers_renders_inert(stack, new_page):
+    payload = (
+        '{"id":"<script>window.__xss=1;alert(1)</script>",'
+        '"summary":"\\"><img src=x onerror=\\"window.__xss=2;alert(2)\\">"}'
+    )
+    rejected_callback(stack, payload, nonce='"><img src=x onerror="window.__xss=3">')
+    page = sign_in(new_page(), stack, "operator")
+    page.goto(stack.api_url + "/console/queue?kind=rejected")
+    page.wait_for_selector("#queue")
+    page.click("a.open-item")
+    page.wait_for_selector("details.card")
+    page.click("details.card summary")
+    text = page.inner_text("dl.raw")
+    assert "<script>window.__xss=1;alert(1)</script>" in text  # shown as the text it is
+    assert 'onerror="window.__xss=3"' in text
+    assert page.query_selector("main img") is None and page.query_selector("main script") is None
+    assert page.evaluate("window.__xss") is None
+    assert page.dialogs == []
+    shot(page, "rejected-inert")
+
+
+def test_console_is_usable_on_a_phone(stack, new_page):
+    page = sign_in(new_page(390, 844), stack, "operator")
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 400  # nothing forces sideways scrolling of the page (wide tables scroll in their box)
+    shot(page, "morning-phone")
+
+
+def _b64(part: str) -> bytes:
+    import base64
+
+    return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
