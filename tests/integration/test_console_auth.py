@@ -20,6 +20,7 @@ FORM = {"content-type": "application/x-www-form-urlencoded"}
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
     with EmbeddedStack(api_port=0, state_dir=tmp_path_factory.mktemp("state"), schedule_scale=0) as running:
+        running.write_state()
         yield running
 
 
@@ -146,3 +147,30 @@ def test_static_files_are_open_and_only_the_console_s_own(stack):
     assert status == 200 and headers["service-worker-allowed"] == "/console"
     assert _get(stack, "/console/static/..%2Fapp.py")[0] == 404
     assert _get(stack, "/console/static/app.py")[0] == 404
+
+
+def test_tally_console_add_user_creates_an_operator_who_can_sign_in(stack):
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    tally = str(pathlib.Path(sys.executable).with_name("tally"))
+    env = {**os.environ, "TALLY_STATE_DIR": str(stack.state_dir)}
+    for var in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        env.pop(var, None)  # the CLI finds the stack from the state file alone
+    done = subprocess.run(
+        [tally, "console", "add-user", "alice", "--group", "operators", "--local", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["group"] == "operators" and answer["url"].endswith("/console/login")
+    status, _, body = _post(stack, "/console/login", {"username": "alice", "password": answer["password"]})
+    assert status == 200 and b"data-token=" in body
+    token = body.split(b'data-token="')[1].split(b'"')[0].decode()
+    assert _claims(token)["cognito:groups"] == ["operators"]
+    assert _get(stack, "/console", token)[0] == 200

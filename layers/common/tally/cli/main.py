@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tally.cli import demo, manual, merchant, order, pending, recon, refund, verify
+from tally.cli import console, demo, manual, merchant, order, pending, recon, refund, verify
 from tally.cli.env import StackNotFound
 
-COMMAND_MODULES = [merchant, order, verify, refund, pending, manual, recon, demo]
+COMMAND_MODULES = [merchant, order, verify, refund, pending, manual, recon, demo, console]
 
 
 def build_parser() -> argparse.ArgumentParser:
