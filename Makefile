@@ -21,6 +21,8 @@ run: $(STAMP)
 test: $(STAMP) browser-deps
 	$(BIN)/ruff check layers functions tally_local tests bench
 	$(BIN)/ruff format --check layers functions tally_local tests bench
+	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest -n 2 --dist loadfile tests
 
 # make soak: 10,000 seeded micro days + 100,000 fuzz inputs, one table (docs/proof.md), bounded by MINUTES
@@ -32,9 +34,12 @@ soak: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench.run
 
+# lint: style, formatting, types (mypy on layers/common/tally, [tool.mypy]) and the import contracts (.importlinter)
 lint: $(STAMP)
 	$(BIN)/ruff check layers functions tally_local tests bench
 	$(BIN)/ruff format --check layers functions tally_local tests bench
+	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 
 clean:
 	rm -rf $(VENV) .tally .pytest_cache

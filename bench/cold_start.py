@@ -23,6 +23,7 @@ ENV = {
     "MERCHANTS_TABLE": "t",
     "REFUNDS_TABLE": "t",
     "REFUND_RAW_TABLE": "t",  # required by Settings since the refunds subsystem
+    "MERCHANT_SECRET_PREFIX": "tally/bench/merchants/",  # required: per stack, no shared default
     "APPLY_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/1/q",
     "AWS_DEFAULT_REGION": "us-east-1",
     "AWS_ACCESS_KEY_ID": "x",

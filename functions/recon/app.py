@@ -16,7 +16,9 @@ def handler(event, context):
             event.get("action") == "run"
         ):  # a direct invoke: {"action": "run", "channel", "mchid", "bill_date"}
             return {"runs": [_brief(service.run(event["channel"], event["mchid"], event["bill_date"]))]}
-        return {"runs": [_brief(run) for run in service.scheduled()]}
+        runs = [_brief(run) for run in service.scheduled()]
+        count(M.RECON_RUN_COMPLETED)  # the tick's heartbeat, also with nothing due or no merchant (R46)
+        return {"runs": runs}
     except Exception:
         count(M.RECON_FAILED)
         logger.exception("recon failed", extra={"event_source": event.get("source")})

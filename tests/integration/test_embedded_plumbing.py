@@ -117,7 +117,7 @@ def test_environment_is_resolved(env, template, moto_endpoint):
     assert set(env) == set(template["Globals"]["Function"]["Environment"]["Variables"])
     assert env["APPLY_QUEUE_URL"].startswith(moto_endpoint)
     assert env["WECHATPAY_API_BASE"] == "http://127.0.0.1:9"
-    assert env["MERCHANT_SECRET_PREFIX"] == "tally/merchants/"
+    assert env["MERCHANT_SECRET_PREFIX"] == "tally/tally-local/merchants/"  # per stack (AWS::StackName)
     assert all(isinstance(value, str) for value in env.values())
 
 

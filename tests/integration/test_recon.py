@@ -326,7 +326,11 @@ def test_every_finished_run_beats_the_heartbeat_and_its_absence_is_an_alarm_R38(
         "LessThanThreshold",
         1,
     )
-    assert alarm["TreatMissingData"] == "breaching"
+    # missing, not breaching: a new stack stays silent until its first tick; stopped ticks go INSUFFICIENT_DATA,
+    # which notifies (R46, tests/unit/test_alarm_wiring.py)
+    assert alarm["TreatMissingData"] == "missing" and alarm["InsufficientDataActions"] == [
+        {"Ref": "AlarmTopic"}
+    ]
     assert alarm["Period"] * alarm["DatapointsToAlarm"] > 24 * 3600  # more than the daily cadence
     assert (
         alarm["Period"] >= 3600 and alarm["Period"] * alarm["EvaluationPeriods"] <= 7 * 24 * 3600

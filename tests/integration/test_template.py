@@ -161,7 +161,7 @@ def test_environment_matches_contracts(template):
     assert variables["BILLS_BUCKET"] == {"Ref": "BillsBucket"}
     assert variables["WECHATPAY_API_BASE"] == {"Ref": "WechatPayApiBase"}
     assert template["Parameters"]["WechatPayApiBase"]["Default"] == "https://api.mch.weixin.qq.com"
-    assert variables["MERCHANT_SECRET_PREFIX"] == "tally/merchants/"
+    assert variables["MERCHANT_SECRET_PREFIX"] == {"Fn::Sub": "tally/${AWS::StackName}/merchants/"}
     assert variables["POWERTOOLS_SERVICE_NAME"] == "tally"
     assert variables["POWERTOOLS_METRICS_NAMESPACE"] == "Tally"
 
@@ -273,10 +273,37 @@ def test_custom_metric_alarm(resources, metric):
     assert alarm["AlarmActions"] == [{"Ref": "AlarmTopic"}]
 
 
-def test_alarm_email_subscription_is_conditional(template, resources):
+def test_alarm_email_is_required_and_always_subscribed(template, resources):
+    """A plain `sam deploy` must not create alarms that notify nobody: no default, an e-mail pattern, and the
+    subscription is unconditional. samconfig.toml's placeholder fails the pattern on purpose."""
+    import tomllib
+
     subscription = resources["AlarmEmailSubscription"]
-    assert subscription["Condition"] == "HasAlarmEmail"
-    assert template["Parameters"]["AlarmEmail"]["Default"] == ""
+    assert "Condition" not in subscription
+    assert subscription["Properties"]["Endpoint"] == {"Ref": "AlarmEmail"}
+    param = template["Parameters"]["AlarmEmail"]
+    assert "Default" not in param
+    pattern = re.compile(param["AllowedPattern"])
+    assert pattern.match("ops@example.com") and pattern.match("finance+tally@shop.example.cn")
+    for bad in ("", "ops", "ops@", "@example.com", "ops@example", "a b@example.com", "SET-ME"):
+        assert not pattern.match(bad), bad
+    config = tomllib.loads((ROOT / "samconfig.toml").read_text())
+    overrides = config["default"]["deploy"]["parameters"]["parameter_overrides"]
+    placeholder = re.search(r"AlarmEmail=(\S+)", overrides).group(1)
+    assert not pattern.match(placeholder)
+
+
+def test_stack_secrets_are_per_stack(template, resources):
+    """`tally merchant add … --stack staging` must not overwrite prod's keys, nor may staging read them: the
+    prefix, every grant and the stack output the CLI reads all carry the stack name."""
+    from tally.cli.env import OUTPUT_ENV
+
+    grants = [s for s in strings(resources) if ":secret:" in s]
+    assert grants and all(":secret:tally/${AWS::StackName}/merchants/*" in s for s in grants)
+    assert template["Outputs"]["MerchantSecretPrefix"]["Value"] == {
+        "Fn::Sub": "tally/${AWS::StackName}/merchants/"
+    }
+    assert OUTPUT_ENV["MerchantSecretPrefix"] == "MERCHANT_SECRET_PREFIX"
 
 
 def test_outputs(template):
@@ -302,20 +329,53 @@ def test_every_arn_uses_the_partition(template):
     assert not re.search(r"arn:aws[:-]", TEMPLATE.read_text())
 
 
-def test_least_privilege_has_no_wildcards(resources):
+def _statements(resources):
+    """(owner, statement) of every function's SAM Policies and every explicit IAM role."""
     for lid, function in of_type(resources, "AWS::Serverless::Function").items():
-        for policy in function["Properties"]["Policies"]:
+        for policy in function["Properties"].get("Policies", []):
             for statement in policy["Statement"]:
-                actions = (
-                    statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
-                )
-                assert all("*" not in action for action in actions), lid
-                resources_ = (
-                    statement["Resource"]
-                    if isinstance(statement["Resource"], list)
-                    else [statement["Resource"]]
-                )
-                assert "*" not in resources_, lid
+                yield lid, statement
+    for lid, role in of_type(resources, "AWS::IAM::Role").items():
+        for policy in role["Properties"].get("Policies", []):
+            for statement in policy["PolicyDocument"]["Statement"]:
+                yield lid, statement
+
+
+def test_least_privilege_has_no_wildcards(resources):
+    found = list(_statements(resources))
+    assert {"WorkerRole", "OutboxRole", "NotifyFunction"} <= {lid for lid, _ in found}
+    for lid, statement in found:
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        assert all("*" not in action for action in actions), lid
+        resources_ = (
+            statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+        )
+        assert "*" not in resources_, lid
+
+
+def test_event_source_functions_have_their_own_roles_without_managed_policies(resources):
+    """SAM attaches AWSLambdaSQSQueueExecutionRole / AWSLambdaDynamoDBExecutionRole (every queue, every stream
+    of the account) to a generated role with an SQS or DynamoDB event: those functions bring their own."""
+    for lid, function in of_type(resources, "AWS::Serverless::Function").items():
+        kinds = {e["Type"] for e in function["Properties"].get("Events", {}).values()}
+        if kinds & {"SQS", "DynamoDB", "Kinesis"}:
+            assert "Policies" not in function["Properties"], lid
+            role = function["Properties"]["Role"]["Fn::GetAtt"][0]
+            assert "ManagedPolicyArns" not in resources[role]["Properties"], lid
+
+
+def test_every_function_logs_to_its_own_group_with_a_retention(template, resources):
+    for lid, function in of_type(resources, "AWS::Serverless::Function").items():
+        group = function["Properties"]["LoggingConfig"]["LogGroup"]["Ref"]
+        props = resources[group]["Properties"]
+        assert props["RetentionInDays"] == {"Ref": "LogRetentionDays"}, lid
+    assert template["Parameters"]["LogRetentionDays"]["Default"] >= 180
+
+
+def test_bills_bucket_expires_noncurrent_versions(resources):
+    rules = resources["BillsBucket"]["Properties"]["LifecycleConfiguration"]["Rules"]
+    (rule,) = [r for r in rules if "NoncurrentVersionExpiration" in r]
+    assert rule["Status"] == "Enabled" and rule["NoncurrentVersionExpiration"]["NoncurrentDays"] >= 30
 
 
 def test_samconfig():
@@ -328,6 +388,7 @@ def test_samconfig():
     assert deploy["capabilities"] == "CAPABILITY_IAM"
     assert deploy["resolve_s3"] is True
     assert deploy["confirm_changeset"] is True
+    assert deploy["region"] and "AlarmEmail=" in deploy["parameter_overrides"]
     assert config["default"]["build"]["parameters"] == {"cached": True, "parallel": True}
 
 

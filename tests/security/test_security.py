@@ -179,8 +179,8 @@ def test_no_secret_in_logs(h, sim, capsys):
 
 # What each function may do, and on what: the lead adds a line per new function (poller, refunds...).
 # The reviewed grants of every function, pinned: a policy change must change this file on purpose.
-# AWSLambdaSQSQueueExecutionRole (SQS event source) grants Receive/Delete on every queue of the account
-# ("*"): a known SAM default, listed in docs/proof.md as a finding to tighten.
+# The event-source functions (worker: SQS, outbox: streams) have explicit roles: SAM's managed
+# AWSLambdaSQSQueueExecutionRole / AWSLambdaDynamoDBExecutionRole grant every queue / stream of the account.
 _PINNED = json.loads((pathlib.Path(__file__).with_name("least_privilege.json")).read_text())
 LEAST_PRIVILEGE = {
     fn: {res: set(actions) for res, actions in grants.items()} for fn, grants in _PINNED["policies"].items()
@@ -233,6 +233,23 @@ def test_every_function_is_covered_by_the_least_privilege_table(granted):
     assert set(granted) == set(LEAST_PRIVILEGE) == set(MANAGED)
 
 
+def test_no_function_holds_an_account_wide_managed_policy_or_a_grant_it_never_uses(granted):
+    """Issue #16: only the logs-only basic execution role may be managed; the worker reads no secret; the
+    event-source grants name their own queue and streams."""
+    for function, (found, managed) in granted.items():
+        names = {json.dumps(arn).rsplit("/", 1)[-1].strip('"') for arn in managed}
+        assert names <= {"AWSLambdaBasicExecutionRole"}, function
+        assert "*" not in found and '"*"' not in found, function
+    worker, _ = granted["WorkerFunction"]
+    assert not any(r.startswith("secret:") for r in worker)
+    assert worker["ApplyQueue"] >= {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"}
+    outbox, _ = granted["OutboxFunction"]
+    assert {r for r, actions in outbox.items() if "dynamodb:GetRecords" in actions} == {
+        "OrdersTable/stream/*",
+        "RefundsTable/stream/*",
+    }
+
+
 def test_what_the_code_calls_is_what_the_policy_grants(h, merchant, granted):
     """Run each handler and record its AWS calls: each must be granted (else it fails in production)."""
     names = {v: k for k, v in h.env.items()}
@@ -266,7 +283,7 @@ def test_what_the_code_calls_is_what_the_policy_grants(h, merchant, granted):
                 resource = f"{table}/index/*" if op.get("IndexName") else table
                 calls.setdefault(current["fn"], set()).add((f"dynamodb:{action}", resource))
         else:
-            resource = "ApplyQueue" if service == "sqs" else "secret:tally/merchants/*"
+            resource = "ApplyQueue" if service == "sqs" else "secret:tally/${AWS::StackName}/merchants/*"
             calls.setdefault(current["fn"], set()).add((f"{service}:{model.name}", resource))
 
     bootstrap.reset()

@@ -5,9 +5,26 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tally.settings import Settings
+
+if TYPE_CHECKING:  # the real return types; the imports themselves stay lazy (cold start, R10)
+    from tally.service.apply import ApplyService
+    from tally.service.ingest import IngestService
+    from tally.service.keys import KeyRotationService
+    from tally.service.manual import ManualQueue
+    from tally.service.merchants import MerchantDirectory
+    from tally.service.orders import OrderService
+    from tally.service.outbox import OutboxService
+    from tally.service.poll import PollService
+    from tally.service.pull import PullChannels
+    from tally.service.recon import ReconService
+    from tally.service.refund_inbox import RefundInbox
+    from tally.service.refunds import RefundChannel, RefundService
+    from tally.service.sweep import PendingReport, SweepService
+    from tally.store.refunds import RefundTables
+    from tally.store.tables import Tables
 
 _clock: Callable[[], float] = time.time
 
@@ -50,14 +67,14 @@ def settings() -> Settings:
 
 
 @cache
-def _client(service: str) -> Any:
+def _client(service: str) -> Any:  # a boto3 client: boto3 ships no types (no stubs dependency)
     import boto3
 
     return boto3.client(service)  # AWS_ENDPOINT_URL (boto3's own variable) points it at moto locally
 
 
 @cache
-def tables() -> Any:
+def tables() -> Tables:
     from tally.store.tables import Tables
 
     s = settings()
@@ -74,7 +91,7 @@ def tables() -> Any:
 
 
 @cache
-def merchants() -> Any:
+def merchants() -> MerchantDirectory:
     from tally.service.merchants import MerchantDirectory
     from tally.store.keys import PlatformCertStore
     from tally.store.tables import MerchantStore
@@ -93,7 +110,7 @@ def merchants() -> Any:
 
 
 @cache
-def key_rotation_service() -> Any:
+def key_rotation_service() -> KeyRotationService:
     """The keys function's hourly run (service/keys.py)."""
     from tally.service.keys import KeyRotationService
 
@@ -101,7 +118,7 @@ def key_rotation_service() -> Any:
 
 
 @cache
-def ingest_service() -> Any:
+def ingest_service() -> IngestService:
     from tally.service.ingest import IngestService
     from tally.store.tables import ApplyQueue, EventStore, RawStore
 
@@ -118,7 +135,7 @@ def ingest_service() -> Any:
 
 
 @cache
-def apply_service() -> Any:
+def apply_service() -> ApplyService:
     from tally.service.apply import ApplyService
     from tally.store.tables import OrderStore, RawStore
 
@@ -132,7 +149,7 @@ def apply_service() -> Any:
 
 
 @cache
-def order_service() -> Any:
+def order_service() -> OrderService:
     from tally.service.orders import OrderService
     from tally.store.tables import OrderStore, RawStore
 
@@ -145,7 +162,7 @@ def order_service() -> Any:
 
 
 @cache
-def pull_channels() -> Any:
+def pull_channels() -> PullChannels:
     from tally.service.pull import AlipayPull, PullChannels, WeChatPayV2Pull, WeChatPayV3Pull
 
     registry = PullChannels()
@@ -156,7 +173,7 @@ def pull_channels() -> Any:
 
 
 @cache
-def poll_service() -> Any:
+def poll_service() -> PollService:
     from tally.service.poll import PollService
     from tally.store.polling import PollStore
     from tally.store.tables import ApplyQueue, RawStore
@@ -172,7 +189,7 @@ def poll_service() -> Any:
 
 
 @cache
-def sweep_service() -> Any:
+def sweep_service() -> SweepService:
     from tally.service.sweep import SweepService
     from tally.store.polling import PendingStore
     from tally.store.tables import ApplyQueue, RawStore
@@ -186,7 +203,7 @@ def sweep_service() -> Any:
 
 
 @cache
-def pending_report() -> Any:
+def pending_report() -> PendingReport:
     from tally.service.sweep import PendingReport
     from tally.store.polling import PendingStore, PollStore
 
@@ -194,14 +211,14 @@ def pending_report() -> Any:
 
 
 @cache
-def outbox_service() -> Any:
+def outbox_service() -> OutboxService:
     from tally.service.outbox import OutboxService
 
     return OutboxService(_client("events"), settings().event_bus_name)
 
 
 @cache
-def manual_queue() -> Any:
+def manual_queue() -> ManualQueue:
     from tally.service.manual import ManualQueue
     from tally.store.tables import ApplyQueue, RawStore
 
@@ -218,7 +235,7 @@ def manual_queue() -> Any:
 
 
 @cache
-def refund_tables() -> Any:
+def refund_tables() -> RefundTables:
     from tally.store.refunds import RefundTables
 
     s = settings()
@@ -226,7 +243,7 @@ def refund_tables() -> Any:
 
 
 @cache
-def refund_inbox() -> Any:
+def refund_inbox() -> RefundInbox:
     from tally.service.refund_inbox import RefundInbox
     from tally.store.refunds import RefundQueue, RefundRawStore
 
@@ -235,7 +252,7 @@ def refund_inbox() -> Any:
     )
 
 
-def refund_channels() -> dict[str, Any]:
+def refund_channels() -> dict[str, Callable[[str], RefundChannel]]:
     """One refund client entry per channel: `channel -> (mchid -> RefundChannel)` (docs/refunds.md)."""
     from tally.channels.alipay_refunds import AlipayRefunds
     from tally.channels.wechatpay_v2_refunds import WeChatPayV2Client, WeChatV2Refunds
@@ -245,7 +262,7 @@ def refund_channels() -> dict[str, Any]:
     directory = merchants()
     s = settings()
 
-    def wechatpay(mchid: str) -> Any:
+    def wechatpay(mchid: str) -> RefundChannel:
         # v2 and v3 share channel "wechatpay" (one transaction and refund-number space): v3 when the merchant
         # has v3 credentials, else its v2 API key (docs/refunds.md). UnknownMerchant is a LookupError.
         try:
@@ -262,7 +279,7 @@ def refund_channels() -> dict[str, Any]:
             return WeChatV2Refunds(client, v2.notify_url, clock=_clock)
         return WeChatRefunds(directory.client(merchant), merchant.notify_url)
 
-    def alipay(app_id: str) -> Any:
+    def alipay(app_id: str) -> RefundChannel:
         merchant = directory.alipay(app_id)
         return AlipayRefunds(directory.alipay_client(merchant), mchid=app_id, sp_mchid=merchant.sp_mchid)
 
@@ -270,7 +287,7 @@ def refund_channels() -> dict[str, Any]:
 
 
 @cache
-def refund_service() -> Any:
+def refund_service() -> RefundService:
     from tally.service.refunds import RefundService
     from tally.store.refunds import RefundRawStore, RefundStore
     from tally.store.tables import OrderStore
@@ -292,7 +309,7 @@ def refund_service() -> Any:
 
 
 @cache
-def recon_service() -> Any:
+def recon_service() -> ReconService:
     from tally.service.recon import ReconService
     from tally.service.recon_pull import QueryAndApply
     from tally.service.recon_sources import AlipayBillSource, WeChatBillSource

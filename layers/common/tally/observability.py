@@ -8,6 +8,8 @@ configuration, never by traffic (docs/metrics.md).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import AmazonCloudWatchEMFProvider
@@ -145,7 +147,7 @@ class M:
     CONSOLE_ACTION_REFUSED = (
         "ConsoleActionRefused"  # a viewer's POST, a bad CSRF token, another origin (alarmed)
     )
-    CONSOLE_LOGIN_FAILED = "ConsoleLoginFailed"  # a wrong password (alarmed: many in 5 minutes)
+    CONSOLE_LOGIN_FAILED = "ConsoleLoginFailed"  # a mistyped password: expected traffic (Cognito locks out)
 
 
 # Metrics an alarm must watch: a failure nobody watches is a silent path.
@@ -177,7 +179,58 @@ ALARMED = ALARMED | {
     M.RECON_FAILED,
 }  # reconciliation
 ALARMED = ALARMED | {M.RECON_RUN_COMPLETED}  # its absence is the alarm: recon did not run
-ALARMED = ALARMED | {M.CONSOLE_ACTION_REFUSED, M.CONSOLE_LOGIN_FAILED}  # the console
+ALARMED = ALARMED | {M.CONSOLE_ACTION_REFUSED}  # the console
+
+
+@dataclass(frozen=True)
+class Emission:
+    """How an alarmed metric reaches CloudWatch, for R46's arithmetic (tests/unit/test_alarm_wiring.py): an
+    alarm's period, threshold and datapoints must be reachable by the smallest source of its failure.
+
+    `every_s`: 0 = counted once per occurrence, whenever it happens; otherwise the longest time between two
+    counts from that source (a schedule's interval; for a heartbeat, its longest normal gap).
+    `per`: what one emission counts. `source`: the smallest thing that produces it, in words."""
+
+    every_s: int
+    source: str
+    per: int = 1
+
+
+PER_OCCURRENCE = 0
+
+# Every metric an alarm watches, with its emission (a new alarmed metric adds a line here).
+EMISSION: dict[str, Emission] = {
+    M.NOTIFY_REJECTED: Emission(PER_OCCURRENCE, "one refused callback"),
+    M.NOTIFY_QUARANTINED: Emission(PER_OCCURRENCE, "one quarantined callback"),
+    M.ENQUEUE_FAILED: Emission(PER_OCCURRENCE, "one callback not enqueued"),
+    M.APPLY_MANUAL: Emission(PER_OCCURRENCE, "one raw row sent to a person"),
+    M.APPLY_FAILED: Emission(PER_OCCURRENCE, "one apply that raised"),
+    M.OUTBOX_FAILED: Emission(PER_OCCURRENCE, "one stream record not published"),
+    M.REFUND_FAILED: Emission(PER_OCCURRENCE, "one failed refund"),
+    M.REFUND_MANUAL: Emission(PER_OCCURRENCE, "one refund handed to a person"),
+    M.REFUND_TASK_MANUAL: Emission(PER_OCCURRENCE, "one refund task handed to a person"),
+    M.POLL_MANUAL: Emission(PER_OCCURRENCE, "one order handed to a person"),
+    M.POLL_FAILED: Emission(PER_OCCURRENCE, "one poll that raised"),
+    # one failing order is retried with backoff and escalates through PollManual; this one is for outages
+    M.POLL_QUERY_FAILED: Emission(
+        60, "a channel outage while 2 orders are due a minute (poller every 60 s)", 2
+    ),
+    M.PENDING_STALE: Emission(60, "gauge: every poller run, zero included"),
+    M.MANUAL_AGED: Emission(60, "gauge: every poller run, zero included"),
+    M.CERT_EXPIRING: Emission(3600, "one expiring certificate, counted by every hourly keys run"),
+    M.CERT_REFRESH_FAILED: Emission(
+        3600, "one merchant whose download fails, counted by every hourly keys run"
+    ),
+    M.RECON_BLOCKED: Emission(PER_OCCURRENCE, "one blocked run"),
+    M.RECON_PARSE_FAILED: Emission(PER_OCCURRENCE, "one unreadable bill"),
+    M.RECON_DOWNLOAD_FAILED: Emission(PER_OCCURRENCE, "one failed download"),
+    M.RECON_DIFF_OPENED: Emission(PER_OCCURRENCE, "one new difference"),
+    M.RECON_RECOVER_FAILED: Emission(PER_OCCURRENCE, "one payment not recovered"),
+    M.RECON_FAILED: Emission(PER_OCCURRENCE, "one recon invocation that raised"),
+    # heartbeat: ticks 02:30-08:30 UTC hourly, so the longest normal gap is 08:30 -> 02:30 (18 h)
+    M.RECON_RUN_COMPLETED: Emission(18 * 3600, "every finished recon tick (02:30-08:30 UTC)"),
+    M.CONSOLE_ACTION_REFUSED: Emission(PER_OCCURRENCE, "one refused console POST"),
+}
 
 
 _listed: frozenset[str] = frozenset()

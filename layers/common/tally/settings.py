@@ -51,7 +51,7 @@ class Settings:
                 merchants_table=env["MERCHANTS_TABLE"],
                 apply_queue_url=env["APPLY_QUEUE_URL"],
                 wechatpay_api_base=env.get("WECHATPAY_API_BASE", "https://api.mch.weixin.qq.com").rstrip("/"),
-                merchant_secret_prefix=env.get("MERCHANT_SECRET_PREFIX", "tally/merchants/"),
+                merchant_secret_prefix=_secret_prefix(env["MERCHANT_SECRET_PREFIX"]),
                 event_bus_name=env.get("EVENT_BUS_NAME", "default"),
                 alipay_gateway=env.get("ALIPAY_GATEWAY", "https://openapi.alipay.com/gateway.do"),
                 timestamp_window_s=int(env.get("TALLY_TIMESTAMP_WINDOW_S", "300")),
@@ -71,6 +71,16 @@ class Settings:
             )
         except KeyError as missing:
             raise RuntimeError(f"missing environment variable {missing}: see docs/contracts.md") from None
+
+
+def _secret_prefix(prefix: str) -> str:
+    """The stack's own Secrets Manager prefix (`tally/{stack}/merchants/`, template.yaml, the stack output
+    MerchantSecretPrefix). Required, no default: a shared default is how one stack overwrote another's keys."""
+    if not prefix.endswith("/") or prefix.count("/") < 3:
+        raise RuntimeError(
+            f"MERCHANT_SECRET_PREFIX {prefix!r} is not tally/<stack>/merchants/: see docs/deploy.md"
+        )
+    return prefix
 
 
 def metric_merchants(env: dict[str, str] | None = None) -> tuple[str, ...]:

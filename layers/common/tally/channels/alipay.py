@@ -14,7 +14,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
@@ -206,7 +206,7 @@ class AlipayKeys:
     def from_pems(
         cls,
         public_key: str | None = None,
-        alipay_certs: list[str] = (),
+        alipay_certs: Sequence[str] = (),
         root_cert: str | None = None,
         *,
         now: float | None = None,

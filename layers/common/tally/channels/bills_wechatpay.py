@@ -114,7 +114,7 @@ class _Layout:
             cols.index("微信订单号"),
             cols.index("商户订单号"),
             cols.index("交易状态"),
-            at("应结订单金额", "总金额"),
+            cols.index("应结订单金额" if "应结订单金额" in cols else "总金额"),
             cols.index(FEE_COLUMN),
             cols.index("费率"),
             at("商户退款单号"),
@@ -261,7 +261,9 @@ class WeChatBillParser:
                     sums = list(map(add, sums, nums))
                     fee = c5[v[i_fee]]
                     if refund_only or (has_refunds and v[i_state] == "REFUND"):
-                        assert i_refund_no is not None and k_refund is not None
+                        assert (
+                            i_refund_no is not None and k_refund is not None and i_refund_status is not None
+                        )
                         amount = nums[k_refund]
                         ref = v[i_refund_no]
                         if not ref or ref == "0":

@@ -14,7 +14,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -186,7 +186,7 @@ class PlatformKeys:
 
     @classmethod
     def from_pems(
-        cls, certificates: list[str] = (), public_key: str | None = None, public_key_id: str | None = None
+        cls, certificates: Sequence[str] = (), public_key: str | None = None, public_key_id: str | None = None
     ) -> PlatformKeys:
         keys = cls()
         for pem in certificates:

@@ -21,6 +21,8 @@ OUTPUT_ENV = {
     "BillsBucketName": "BILLS_BUCKET",
     "ReconRunsTableName": "RECON_RUNS_TABLE",
     "ReconDiffTableName": "RECON_DIFF_TABLE",
+    "MerchantSecretPrefix": "MERCHANT_SECRET_PREFIX",  # per stack (docs/deploy.md)
+    "EventBusName": "EVENT_BUS_NAME",
 }
 
 

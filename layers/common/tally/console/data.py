@@ -238,7 +238,7 @@ def morning(now: float | None = None) -> dict[str, Any]:
             {"kind": kind, "buckets": [counter.get(b, 0) for b in BUCKETS], "total": sum(counter.values())}
             for kind, counter in sorted(kinds.items())
         ],
-        "first_stuck": (stuck or person or items or [None])[0],
+        "first_stuck": (stuck or person or items)[0] if items else None,
         "recon": recon_yesterday(now),
         "days": fourteen_days(now, items),
     }
@@ -383,7 +383,7 @@ def fourteen_days(now: float, items: list[Item]) -> list[dict[str, Any]]:
     """Payments and refunds booked (count, yuan) per day, and queue items opened per day, oldest first."""
     today = today_cst(now)
     opened = Counter(
-        parse_iso(i.since).astimezone(CHINA).date().isoformat() for i in items if parse_iso(i.since)
+        when.astimezone(CHINA).date().isoformat() for when in map(parse_iso, (i.since for i in items)) if when
     )
     days = []
     for back in range(13, -1, -1):

@@ -7,6 +7,7 @@ signature). Every action is recorded on the row (who, when, what, why); nothing 
 
 from __future__ import annotations
 
+import builtins
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -194,7 +195,7 @@ class ManualQueue:
             ) from None
         return from_item(answer["Attributes"]) or {}
 
-    def _query(self, table: str, index: str, name: str, value: str) -> list[dict[str, Any]]:
+    def _query(self, table: str, index: str, name: str, value: str) -> builtins.list[dict[str, Any]]:
         rows, kwargs = (
             [],
             {

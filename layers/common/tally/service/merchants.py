@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -458,7 +458,7 @@ class MerchantDirectory:
         merchant_serial: str,
         appid: str,
         notify_url: str,
-        platform_certs: list[str] = (),
+        platform_certs: Sequence[str] = (),
         public_key: str | None = None,
         public_key_id: str | None = None,
         tenant: str | None = None,
@@ -570,6 +570,9 @@ def check_merchant(directory: MerchantDirectory, channel: str, merchant_id: str)
         days = (when - now) / 86400
         add(f"expiry {name}", when - now >= EXPIRY_WARNING_S, f"{days:.1f} days left")
 
+    # one name per role across the branches; each assignment below narrows it to its channel's type
+    merchant: Merchant | AlipayMerchant | WeChatV2Merchant
+    creds: wx.MerchantCredentials | ali.AlipayCredentials
     if channel == "wechatpay":
         merchant = directory.wechatpay(merchant_id)
         creds = merchant.creds

@@ -15,7 +15,13 @@ from tally.domain.orders import Status
 from tally.domain.poll import FIRST_QUERY_AFTER_S
 from tally.observability import M, count, logger
 from tally.service.apply import CHINA
-from tally.service.merchants import MerchantDirectory, UnknownMerchant
+from tally.service.merchants import (
+    AlipayMerchant,
+    Merchant,
+    MerchantDirectory,
+    UnknownMerchant,
+    WeChatV2Merchant,
+)
 from tally.store.polling import poll_pk
 from tally.store.refunds import HOLD_PREFIX, open_holds
 from tally.store.tables import OrderStore, RawStore, iso_now, order_key
@@ -61,11 +67,12 @@ class OrderService:
 
     def create(self, request: dict[str, Any]) -> dict[str, Any]:
         spec = validate_order_request(request)
-        lookup = {
+        lookups: dict[str, Callable[[str], Merchant | AlipayMerchant | WeChatV2Merchant]] = {
             "wechatpay": self.merchants.wechatpay,
             "alipay": self.merchants.alipay,
             "wechatpay_v2": self.merchants.wechatpay_v2,
-        }[spec["channel"]]
+        }
+        lookup = lookups[spec["channel"]]
         try:
             merchant = lookup(spec["mchid"])
         except UnknownMerchant:
@@ -74,7 +81,7 @@ class OrderService:
             ) from None
         if spec["channel"] == "alipay" and spec["currency"] != "CNY":
             raise InvalidOrder("Alipay orders are in CNY")
-        if spec["channel"] == "wechatpay_v2" and spec["prepay"] and not merchant.appid:
+        if isinstance(merchant, WeChatV2Merchant) and spec["prepay"] and not merchant.appid:
             raise InvalidOrder(
                 "prepay for a wechatpay_v2 merchant needs its appid (tally merchant add --appid)"
             )

@@ -111,7 +111,7 @@ class ReconService:
     ) -> dict[str, Any]:
         """One reconciliation of one merchant's day; re-running is idempotent (R36)."""
         started = self.clock()
-        run = {
+        run: dict[str, Any] = {
             "pk": recon_pk(channel, mchid, bill_date),
             "sk": f"run#{iso_now(started)}#{pass_}",
             "channel": channel,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, overload
 
 
 def encode(value: Any) -> dict[str, Any]:
@@ -42,6 +42,12 @@ def to_item(values: dict[str, Any]) -> dict[str, Any]:
     return {k: encode(v) for k, v in values.items() if v is not None}
 
 
+@overload
+def from_item(item: dict[str, Any]) -> dict[str, Any]: ...
+@overload
+def from_item(item: None) -> None: ...
+@overload
+def from_item(item: dict[str, Any] | None) -> dict[str, Any] | None: ...
 def from_item(item: dict[str, Any] | None) -> dict[str, Any] | None:
     return None if item is None else {k: decode(v) for k, v in item.items()}
 
