@@ -427,17 +427,17 @@ def test_R37_tally_pending_shows_both_counts_oldest_age_and_a_line_per_stuck_row
     (tmp_path / "local.json").write_text(json.dumps(state))
     monkeypatch.setenv("TALLY_STATE_DIR", str(tmp_path))
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    assert main(["pending", "--local", "--json"]) == 0
+    assert main(["pending", "--local", "--json"]) == 3  # R41: something is stuck / overdue (cron-able)
     report = json.loads(capsys.readouterr().out)
     assert (report["pending_over_10m"], report["manual_over_24h"], report["orders_with_person"]) == (1, 1, 1)
     assert report["oldest_age_s"] >= 2 * 86400
     whys = {r["kind"]: r for r in report["rows"]}
-    assert whys["raw handled=2"]["why"] == "amount 100 != order's 99"
-    assert whys["order with a person"]["order"] == order["out_trade_no"]
+    assert whys["unbooked-payment"]["why"] == "amount 100, expected order's 99"
+    assert whys["order"]["order"] == order["out_trade_no"]
     assert set(whys["raw handled=0"]) >= {"channel", "merchant", "order", "age_s", "why"}
-    assert main(["pending", "--local"]) == 0
+    assert main(["pending", "--local"]) == 3
     text = capsys.readouterr().out
-    assert "handled=0 older than 10 min: 1" in text and "handled=2 older than 24 h:   1" in text
+    assert "stuck (handled=0 older than 10 min): 1" in text and "past their threshold:     1" in text
     assert m["apiv3_key"] not in text
 
 

@@ -44,8 +44,8 @@ TABLES = {
         ["pk"],
         {"by_poll": ["poll_pk", "poll_due"], "refunds_of_order": ["order_pk", "created_at"]},
     ),
-    "RefundRawTable": ("REFUND_RAW_TABLE", ["pk", "sk"], {}),
-    "ReconRunsTable": ("RECON_RUNS_TABLE", ["pk", "sk"], {}),
+    "RefundRawTable": ("REFUND_RAW_TABLE", ["pk", "sk"], {"by_manual": ["manual_pk", "notified_at"]}),
+    "ReconRunsTable": ("RECON_RUNS_TABLE", ["pk", "sk"], {"by_blocked": ["blocked_pk", "sk"]}),
     "ReconDiffTable": ("RECON_DIFF_TABLE", ["pk", "sk"], {"by_open": ["open_pk", "opened_at"]}),
 }
 NARROW_PROJECTIONS = {"by_order", "manual"}  # history / queue views: INCLUDE; every other index projects ALL

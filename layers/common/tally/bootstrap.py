@@ -46,6 +46,7 @@ def reset() -> None:
         order_service,
         outbox_service,
         manual_queue,
+        work_queue,
         _client,
         refund_tables,
         refund_inbox,
@@ -199,6 +200,7 @@ def sweep_service() -> SweepService:
         RawStore(tables()),
         ApplyQueue(_client("sqs"), settings().apply_queue_url),
         clock=_clock,
+        work=work_queue,
     )
 
 
@@ -207,7 +209,7 @@ def pending_report() -> PendingReport:
     from tally.service.sweep import PendingReport
     from tally.store.polling import PendingStore, PollStore
 
-    return PendingReport(PendingStore(tables()), PollStore(tables()), clock=_clock)
+    return PendingReport(PendingStore(tables()), PollStore(tables()), clock=_clock, work=work_queue)
 
 
 @cache
@@ -227,6 +229,36 @@ def manual_queue() -> ManualQueue:
         RawStore(tables()),
         ApplyQueue(_client("sqs"), settings().apply_queue_url),
         ingest_service(),
+        clock=_clock,
+    )
+
+
+@cache
+def work_queue() -> Any:
+    """The one queue of everything that needs a person (service/queue.py, R41)."""
+    from tally.service.queue import WorkQueue
+    from tally.store.queue import QueueStore, QueueTables
+
+    s = settings()
+    store = QueueStore(
+        QueueTables(
+            _client("dynamodb"),
+            notify_raw=s.notify_raw_table,
+            notify_event=s.notify_event_table,
+            orders=s.orders_table,
+            refunds=s.refunds_table,
+            refund_raw=s.refund_raw_table,
+            refund_tasks=s.refund_tasks_table,
+            merchants=s.merchants_table,
+            recon_runs=s.recon_runs_table,
+            recon_diff=s.recon_diff_table,
+        )
+    )
+    return WorkQueue(  # services built on first use: the poller only reads
+        store,
+        manual=manual_queue,
+        refunds=refund_service,
+        recon=recon_service if s.recon_runs_table else None,
         clock=_clock,
     )
 

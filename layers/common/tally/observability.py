@@ -73,6 +73,7 @@ class M:
     NOTIFY_PROBE = "NotifyProbeRejected"  # WECHATPAY/SIGNTEST/ probes: expected, not alarmed
     NOTIFY_QUARANTINED = "NotifyQuarantined"  # valid signature, undecryptable or unparseable (R5)
     NOTIFY_IN_BETWEEN = "NotifyInBetween"  # NOTPAY / USERPAYING kept as events (R8)
+    NOTIFY_NO_TRANSACTION_ID = "NotifyNoTransactionId"  # a paid state without a transaction id: a person
     ENQUEUE_FAILED = "EnqueueFailed"
     CERT_REFRESHED = "PlatformCertRefreshed"
     CERT_EXPIRING = "PlatformCertExpiring"  # a channel/app certificate expires within 7 days (alarmed)
@@ -111,6 +112,7 @@ class M:
     REFUND_NOTIFY_ACCEPTED = "RefundNotifyAccepted"
     REFUND_NOTIFY_DUPLICATE = "RefundNotifyDuplicate"
     REFUND_TASK_MANUAL = "RefundTaskManual"  # a refund task (ILLEGAL payment) handed to a person
+    REFUND_REPORT_MANUAL = "RefundReportManual"  # a refund report parked at refund_raw handled=2 (R41)
     # pull: poller, return page, sweeper (docs/pull.md)
     POLL_ORDERS_READ = "PollOrdersRead"  # items the poller read from the poll index this run
     POLL_QUERIED = "PollQueried"
@@ -180,6 +182,7 @@ ALARMED = ALARMED | {
 }  # reconciliation
 ALARMED = ALARMED | {M.RECON_RUN_COMPLETED}  # its absence is the alarm: recon did not run
 ALARMED = ALARMED | {M.CONSOLE_ACTION_REFUSED}  # the console
+ALARMED = ALARMED | {M.NOTIFY_NO_TRANSACTION_ID, M.REFUND_REPORT_MANUAL}  # the work queue (R41)
 
 
 @dataclass(frozen=True)
@@ -230,6 +233,8 @@ EMISSION: dict[str, Emission] = {
     # heartbeat: ticks 02:30-08:30 UTC hourly, so the longest normal gap is 08:30 -> 02:30 (18 h)
     M.RECON_RUN_COMPLETED: Emission(18 * 3600, "every finished recon tick (02:30-08:30 UTC)"),
     M.CONSOLE_ACTION_REFUSED: Emission(PER_OCCURRENCE, "one refused console POST"),
+    M.NOTIFY_NO_TRANSACTION_ID: Emission(PER_OCCURRENCE, "one SUCCESS notification without a transaction id"),
+    M.REFUND_REPORT_MANUAL: Emission(PER_OCCURRENCE, "one refund report parked at handled=2"),
 }
 
 

@@ -1,99 +1,166 @@
-"""`tally manual list|show|resolve|replay`: the morning work of clearing the manual queue."""
+"""`tally manual …`: the one queue of everything that needs a person (R41, docs/morning.md).
+
+    list [--filter kind=…,merchant=…,age>2h] [--over S]     exit 3 while an item is open past its threshold
+    show ID
+    ack ID [--owner NAME]                                    acknowledge / assign
+    resolve ID --code CODE --why …                            dealt with (refunded by hand, booked by hand, junk …)
+    ignore ID --why …                                         nothing to do (test traffic, known noise)
+    replay ID --why …                                         through the product path again, after a fix
+    refund-outcome ID --outcome SUCCESS|FAIL --why …          what the merchant platform says: booked or released
+    close-task ID --code refunded-at-channel|booked-after-all --why …
+Every acting verb takes `--filter …` instead of an ID (bulk) and `--dry-run` (print what would change,
+counts and amounts in yuan, change nothing). `--json` prints exactly one JSON document to stdout.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
-from datetime import UTC, datetime
 from typing import Any
 
 from tally.cli.common import add_target, connect
-from tally.domain.money import format_cents
+
+OVERDUE_EXIT = 3  # cron-able: something is open past its threshold
+
+VERBS = {
+    "ack": "acknowledge an item: you own it now (--owner to assign someone else)",
+    "resolve": "close an item a person dealt with (--code says how)",
+    "ignore": "close an item that needs nothing (test traffic, known noise)",
+    "replay": "send an item through the product path again after a fix",
+    "refund-outcome": "record a refund's outcome found on the merchant platform (books or releases it, once)",
+    "close-task": "close a refund task: refunded at the channel, or booked after all",
+}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    manual = sub.add_parser("manual", help="the manual queue: what a person must look at").add_subparsers(
+    manual = sub.add_parser("manual", help="the work queue: everything that needs a person").add_subparsers(
         metavar="ACTION"
     )
-    listing = manual.add_parser("list", help="every open item, oldest first")
+    listing = manual.add_parser("list", help="every open item, oldest first; exit 3 if one is overdue")
+    listing.add_argument("--filter", default="", help="kind=…,merchant=…,channel=…,state=…,owner=…,age>2h")
+    listing.add_argument("--over", type=int, default=None, help="count items older than S seconds as overdue")
     listing.add_argument("--json", action="store_true")
     add_target(listing)
     listing.set_defaults(run=manual_list)
 
-    show = manual.add_parser("show", help="one item in full, with its history")
-    show.add_argument("item_id", help="raw:<channel#id> or event:<id>, as `list` prints")
+    show = manual.add_parser("show", help="one item in full, with its history and source row")
+    show.add_argument("item_id", help="the id `list` prints (old raw:/event: ids work too)")
+    show.add_argument("--json", action="store_true")
     add_target(show)
     show.set_defaults(run=manual_show)
 
-    for name, helptext in (
-        ("resolve", "close an item a person dealt with outside Tally"),
-        ("replay", "send an item through the product path again after a fix"),
-    ):
+    for name, helptext in VERBS.items():
         action = manual.add_parser(name, help=helptext)
-        action.add_argument("item_id")
+        action.add_argument("item_id", nargs="?", help="the item; or use --filter for many")
+        action.add_argument("--filter", default=None, help="bulk: every open item this selects")
+        action.add_argument("--dry-run", action="store_true", help="print what would change; change nothing")
         action.add_argument("--by", default=os.environ.get("USER", ""), help="who (default: $USER)")
-        action.add_argument("--why", required=True, help="why: recorded on the row")
-        if name == "resolve":
+        action.add_argument("--why", default="", help="why: recorded on the item")
+        if name == "ack":
+            action.add_argument("--owner", default=None, help="assign to this person (default: --by)")
+        if name in ("resolve", "close-task"):
+            action.add_argument("--code", "--action", dest="code", default=None, help="how it was dealt with")
+        if name in ("resolve", "refund-outcome"):
             action.add_argument(
-                "--action", required=True, help="what was done, e.g. refunded-by-hand, booked-by-hand, junk"
+                "--outcome", choices=["SUCCESS", "FAIL"], default=None, help="a refund's outcome"
             )
+        if name == "resolve":
+            action.add_argument("--reverse", action="store_true", help="recon diff: write a reversing entry")
+        action.add_argument("--json", action="store_true")
         add_target(action)
-        action.set_defaults(run=manual_resolve if name == "resolve" else manual_replay)
+        action.set_defaults(run=manual_act, verb=name)
+
+
+def _queue() -> Any:
+    from tally import bootstrap
+
+    return bootstrap.work_queue()
 
 
 def manual_list(args: argparse.Namespace) -> int:
     connect(args)
-    from tally import bootstrap
-
-    items = bootstrap.manual_queue().list()
+    items = _queue().list(args.filter, over_s=args.over)
+    overdue = sum(1 for i in items if i["overdue"])
     if args.json:
-        print(json.dumps(items, ensure_ascii=False, indent=2))
-        return 0
-    if not items:
-        print("manual queue is empty")
-        return 0
-    print(f"{len(items)} item(s) waiting for a person, oldest first:")
-    for item in items:
-        amount = format_cents(item["amount_cent"]) if item["amount_cent"] is not None else "-"
         print(
-            f"  {item['id']}\n    {item['kind']}  {item['channel']}/{item['mchid']}  order {item['order'] or '-'}"
-            f"  amount {amount}  age {_age(item['since'])}\n    why: {item['why']}"
+            json.dumps({"open": len(items), "overdue": overdue, "items": items}, ensure_ascii=False, indent=2)
         )
-    return 0
+        return OVERDUE_EXIT if overdue else 0
+    if not items:
+        print("the queue is empty: nothing waits for a person")
+        return 0
+    print(f"{len(items)} item(s) waiting for a person, oldest first ({overdue} past their threshold):")
+    for item in items:
+        amount = f"¥{item['amount']}" if item["amount"] is not None else "-"
+        owner = f"  owner {item['owner']}" if item["owner"] else ""
+        many = f"  ×{item['count']}" if item["count"] > 1 else ""
+        flag = "  OVERDUE" if item["overdue"] else ""
+        print(
+            f"  {item['id']}\n    {item['kind']}{many}  {item['state']}{owner}  "
+            f"{item['channel']}/{item['merchant']}  order {item['order'] or '-'}  amount {amount}  "
+            f"age {item['age']}{flag}\n    why: {item['reason']}\n    do:  {', '.join(item['actions'])}"
+        )
+    return OVERDUE_EXIT if overdue else 0
 
 
 def manual_show(args: argparse.Namespace) -> int:
     connect(args)
-    from tally import bootstrap
-
-    print(json.dumps(bootstrap.manual_queue().show(args.item_id), ensure_ascii=False, indent=2))
+    item = _queue().get(args.item_id)
+    print(json.dumps(item, ensure_ascii=False, indent=2, default=str))
     return 0
 
 
-def manual_resolve(args: argparse.Namespace) -> int:
+def manual_act(args: argparse.Namespace) -> int:
     connect(args)
-    from tally import bootstrap
-
-    row = bootstrap.manual_queue().resolve(args.item_id, by=args.by, action=args.action, why=args.why)
-    print(f"resolved {args.item_id}: {row['resolution']['action']} by {row['resolution']['by']}")
+    verb = args.verb
+    fields: dict[str, Any] = {}
+    if getattr(args, "owner", None):
+        fields["owner"] = args.owner
+    if getattr(args, "code", None):
+        fields["code"] = args.code
+    if getattr(args, "outcome", None):
+        fields["outcome"] = args.outcome
+    if getattr(args, "reverse", False):
+        fields["reverse"] = True
+    if verb == "refund-outcome" and not args.outcome:
+        raise ValueError("refund-outcome needs --outcome SUCCESS or --outcome FAIL")
+    why = args.why or (f"code {args.code}" if getattr(args, "code", None) else "")
+    if (args.item_id is None) == (args.filter is None):
+        raise ValueError("name one item, or select many with --filter (not both)")
+    queue = _queue()
+    if args.filter is not None:
+        report = queue.bulk(args.filter, verb, by=args.by, reason=why, dry_run=args.dry_run, **fields)
+        print(json.dumps(report, ensure_ascii=False, indent=2) if args.json else _render_bulk(report))
+        return 1 if report["errors"] else 0
+    if args.dry_run:
+        report = queue.bulk({"id": args.item_id}, verb, by=args.by, reason=why, dry_run=True, **fields)
+        print(json.dumps(report, ensure_ascii=False, indent=2) if args.json else _render_bulk(report))
+        return 0
+    result = queue.act(args.item_id, verb, by=args.by, reason=why, **fields)
+    if args.json:
+        print(json.dumps(result, ensure_ascii=False, indent=2, default=str))
+    else:
+        print(f"{verb} {result['id']}: {result['outcome']} (now {result['state']})")
     return 0
 
 
-def manual_replay(args: argparse.Namespace) -> int:
-    connect(args)
-    from tally import bootstrap
-
-    result = bootstrap.manual_queue().replay(args.item_id, by=args.by, why=args.why)
-    print(f"replayed {args.item_id}: {result['outcome']}")
-    return 0
-
-
-def _age(since: Any) -> str:
-    if not since:
-        return "?"
-    seconds = (
-        datetime.now(UTC).timestamp() - datetime.fromisoformat(str(since).replace("Z", "+00:00")).timestamp()
-    )
-    hours, rest = divmod(int(seconds), 3600)
-    return f"{hours}h{rest // 60:02d}m"
+def _render_bulk(report: dict[str, Any]) -> str:
+    done = report.get("would_change", report.get("changed", 0))
+    head = "would" if report["dry_run"] else "did"
+    lines = [
+        f"{head} {report['action']} {done} of {report['matched']} item(s), ¥{report['amount']} in all"
+        + (" (dry run: nothing changed)" if report["dry_run"] else "")
+    ]
+    lines += [f"  {kind}: {n}" for kind, n in sorted(report["by_kind"].items())]
+    lines += [
+        f"  {i['id']}  {i['merchant']}  order {i['order'] or '-'}  "
+        f"{'¥' + i['amount'] if i['amount'] is not None else '-'}  {i['reason']}"
+        for i in report["items"]
+    ]
+    if report["skipped"]:
+        lines.append(
+            f"  not offered for {len(report['skipped'])} item(s): {', '.join(report['skipped'][:10])}"
+        )
+    lines += [f"  FAILED {k}: {v}" for k, v in report["errors"].items()]
+    return "\n".join(lines)

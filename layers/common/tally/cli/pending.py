@@ -1,5 +1,6 @@
-"""`tally pending`: the morning number (R37) — raw rows at handled=0 older than 10 minutes, raw rows at
-handled=2 older than 24 hours, the oldest age, and one line per stuck row (channel, merchant, order, age, why)."""
+"""`tally pending`: the morning number (R37, R41) — raw rows at handled=0 older than 10 minutes, the work
+queue's open items and how many are past their threshold, the oldest age, and one line per item (the same
+items `tally manual list` shows). Exit 3 while something is stuck or overdue (cron-able), 0 otherwise."""
 
 from __future__ import annotations
 
@@ -9,11 +10,14 @@ from typing import Any
 
 from tally.cli.common import add_target, connect
 
+OVERDUE_EXIT = 3
+
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("pending", help="the morning number: stuck and manual rows")
+    p = sub.add_parser("pending", help="the morning number: stuck rows and the work queue; exit 3 if overdue")
     p.add_argument("--json", action="store_true")
     p.add_argument("--limit", type=int, default=50, help="at most this many lines (default 50)")
+    p.add_argument("--over", type=int, default=None, help="count items older than S seconds as overdue")
     add_target(p)
     p.set_defaults(run=pending)
 
@@ -22,30 +26,33 @@ def pending(args: argparse.Namespace) -> int:
     connect(args)
     from tally import bootstrap
 
-    report = bootstrap.pending_report().report(limit=args.limit)
+    report = bootstrap.pending_report().report(limit=args.limit, over_s=args.over)
     print(json.dumps(report, ensure_ascii=False, indent=2) if args.json else render(report))
-    return 0
+    return OVERDUE_EXIT if report["pending_over_10m"] or report["manual_over_24h"] else 0
 
 
 def render(report: dict[str, Any]) -> str:
     lines = [
-        f"handled=0 older than 10 min: {report['pending_over_10m']}",
-        f"handled=2 older than 24 h:   {report['manual_over_24h']}",
-        f"orders with a person:        {report['orders_with_person']}",
-        f"oldest:                      {_age(report['oldest_age_s'])}",
+        f"stuck (handled=0 older than 10 min): {report['pending_over_10m']}",
+        f"open items with a person:            {report.get('open_items', report['manual_over_24h'])}",
+        f"  of which past their threshold:     {report['manual_over_24h']}",
+        f"orders with a person:                {report['orders_with_person']}",
+        f"oldest:                              {_age(report['oldest_age_s'])}",
     ]
     if report["rows"]:
         lines.append("")
-        lines.append(f"  {'age':>8}  {'channel':<10} {'merchant':<12} {'order':<32} why")
+        lines.append(f"  {'age':>8}  {'channel':<10} {'merchant':<12} {'order':<32} what")
         lines += [
             f"  {_age(r['age_s']):>8}  {str(r['channel']):<10} {str(r['merchant']):<12} {str(r['order']):<32} "
-            f"{r['kind']}: {r['why']}"
+            f"{r['kind']} {r['key']}: {r['why']}"
             for r in report["rows"]
         ]
         if report["more"]:
             lines.append(f"  ... and {report['more']} more (--limit)")
+        lines.append("")
+        lines.append("work the items with `tally manual list` / `tally manual show ID` (docs/morning.md)")
     else:
-        lines.append("nothing is stuck")
+        lines.append("nothing is stuck, nothing waits for a person")
     return "\n".join(lines)
 
 

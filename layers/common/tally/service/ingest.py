@@ -144,6 +144,23 @@ class IngestService:
         api: str | None = None,
     ) -> HttpResponse:
         outcome = outcome_of(notice.channel, notice.trade_state)
+        if outcome is Outcome.PAID and not notice.transaction_id:
+            # money reported without the id that keys it (R7): no raw row can hold it; a person (R9, R41)
+            self.events.put(
+                str(envelope.get("id") or f"{notice.out_trade_no}#{notice.trade_state}#no-txn"),
+                "no_transaction_id",
+                self.clock(),
+                manual_kind="no_transaction_id",
+                channel=notice.channel,
+                mchid=notice.mchid,
+                out_trade_no=notice.out_trade_no,
+                trade_state=notice.trade_state,
+                amount_cent=notice.paid_cent,
+                reason=f"{notice.trade_state} reported without a transaction id: nothing booked",
+                body=request.body.decode("utf-8", "replace")[:20000],
+            )
+            count(M.NOTIFY_NO_TRANSACTION_ID, channel=acks.channel, merchant=notice.mchid)
+            return acks.success("in_between")
         if outcome is Outcome.IN_BETWEEN or not notice.transaction_id:
             # R8: no transaction id, no raw payment row; keep it as an event.
             self.events.put(

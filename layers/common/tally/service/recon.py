@@ -436,6 +436,7 @@ class ReconService:
     def _blocked(self, run: dict[str, Any], code: str, reason: str) -> dict[str, Any]:
         count(M.RECON_BLOCKED, channel=run.get("channel"), merchant=run.get("mchid"))
         run.update(status=BLOCKED, guard=run.get("guard") or code, block_code=code, reason=reason)
+        run["blocked_pk"] = "blocked"  # the sparse by_blocked index: the work queue lists blocked days (R41)
         if code == VOLUME_DROP:
             run["reason"] += (
                 f" (tally recon confirm --channel {run['channel']} --mchid {run['mchid']} "

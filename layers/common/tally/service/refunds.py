@@ -475,6 +475,7 @@ class RefundService:
                 raw_key, status, 2, f"refund {notice.refund_no} not found after {attempts} attempts", now
             )
             count(M.REFUND_MANUAL, channel=notice.channel, merchant=notice.mchid)
+            count(M.REFUND_REPORT_MANUAL, channel=notice.channel, merchant=notice.mchid)
             logger.error("refund report for an unknown refund_no", extra={"refund_raw_key": raw_key})
             return Applied.MANUAL
         problems = mismatches(notice, refund)
@@ -566,6 +567,7 @@ class RefundService:
             if decision.verdict is Verdict.ILLEGAL:
                 if raw:
                     self.raw.mark(*raw, 2, f"ILLEGAL {decision.reason}: {reason}", now)
+                    count(M.REFUND_REPORT_MANUAL, channel=refund.get("channel"), merchant=refund.get("mchid"))
                 count(M.REFUND_MANUAL, channel=refund.get("channel"), merchant=refund.get("mchid"))
                 logger.error(
                     "refund report contradicts an applied outcome: a person must look",
@@ -599,6 +601,8 @@ class RefundService:
                     f"failed ({exc.failed}); left for the retry and the DLQ alarm"
                 ) from None
             self._count_transition(refund, to, decision.effect, reason)
+            if raw and raw_handled == 2:
+                count(M.REFUND_REPORT_MANUAL, channel=refund.get("channel"), merchant=refund.get("mchid"))
             after = self.store.landed(refund, to.value, now, **how)  # what store.move wrote
             return (Applied.MANUAL if to is RefundStatus.MANUAL else Applied.APPLIED), after
         raise RetryLater(f"refund {refund_no} kept changing under us")
@@ -733,6 +737,14 @@ class RefundService:
         count(M.REFUND_CREATED, channel=row.get("channel"), merchant=row.get("mchid"))
         self._submit(row, channel)
         return "REFUNDING"
+
+    def record_outcome(
+        self, refund_no: str, succeeded: bool, *, by: str, reason: str
+    ) -> tuple[Applied, dict[str, Any]]:
+        """A person found the outcome on the merchant platform (the work queue's refund-outcome): the same
+        state machine books it (SUCCESS, a ledger entry) or releases it (FAIL), once: the status CAS."""
+        event = RefundEvent.SUCCEED if succeeded else RefundEvent.FAIL
+        return self._transition(refund_no, event, reason=f"recorded by {by}: {reason}", source=f"person:{by}")
 
     # ================================================================== views
 

@@ -45,7 +45,9 @@ class SweepService:
         batch: int = 100,
         max_sweeps: int = 3,
         every_s: int = REQUEUE_AFTER_S,
+        work: Callable[[], Any] | None = None,
     ):
+        self.work = work  # the work queue (R41): the second number is its items past their threshold
         self.pending = pending
         self.raw = raw
         self.queue = queue
@@ -83,21 +85,72 @@ class SweepService:
             report.requeued += 1
             report.keys.append(row["pk"])
         report.stale, _ = self.pending.count_older_than(0, iso_now(now - STALE_AFTER_S))
-        report.aged, _ = self.pending.count_older_than(2, iso_now(now - AGED_AFTER_S))
         count(M.PENDING_STALE, report.stale)  # published every run, zero included: the alarm sees a value
-        count(M.MANUAL_AGED, report.aged)
+        if self.work is not None:
+            report.aged = self.work().publish()["over_threshold"]  # counts ManualOver24h
+        else:
+            report.aged, _ = self.pending.count_older_than(2, iso_now(now - AGED_AFTER_S))
+            count(M.MANUAL_AGED, report.aged)
         return report
 
 
 class PendingReport:
     """What `tally pending` prints: the morning number and the rows behind it."""
 
-    def __init__(self, pending: PendingStore, polls: PollStore, *, clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        pending: PendingStore,
+        polls: PollStore,
+        *,
+        clock: Callable[[], float] = time.time,
+        work: Callable[[], Any] | None = None,
+    ):
         self.pending = pending
         self.polls = polls
         self.clock = clock
+        self.work = work
 
-    def report(self, limit: int = 50) -> dict[str, Any]:
+    def report(self, limit: int = 50, over_s: int | None = None) -> dict[str, Any]:
+        """Stuck rows (handled=0 older than 10 minutes) and every open work-queue item: the same items
+        `tally manual list` shows and the poller counts, so closing one anywhere closes it here (R41)."""
+        if self.work is None:
+            return self._report_rows(limit)
+        now = self.clock()
+        stale, oldest_stale = self.pending.count_older_than(0, iso_now(now - STALE_AFTER_S))
+        rows = [
+            _raw_line(r, now, "not applied yet")
+            for r in self.pending.older_than(0, iso_now(now - STALE_AFTER_S), limit)
+        ]
+        numbers = self.work().morning(over_s=over_s)
+        rows += [
+            {
+                "kind": i["kind"],
+                "key": i["id"],
+                "channel": i["channel"],
+                "merchant": i["merchant"],
+                "order": i["order"],
+                "amount": i["amount"],
+                "age_s": i["age_s"],
+                "state": i["state"],
+                "overdue": i["overdue"],
+                "why": i["reason"],
+            }
+            for i in numbers["items"]
+        ]
+        rows.sort(key=lambda r: -r["age_s"])
+        return {
+            "pending_over_10m": stale,
+            "manual_over_24h": numbers["over_threshold"],
+            "open_items": numbers["open"],
+            "orders_with_person": numbers["by_kind"].get("order", 0),
+            "by_kind": numbers["by_kind"],
+            "oldest_age_s": max([_age(oldest_stale, now)] + [r["age_s"] for r in rows], default=0),
+            "rows": rows[:limit],
+            "more": max(0, len(rows) - limit),
+            "at": iso_now(now),
+        }
+
+    def _report_rows(self, limit: int) -> dict[str, Any]:
         now = self.clock()
         stale, oldest_stale = self.pending.count_older_than(0, iso_now(now - STALE_AFTER_S))
         aged, oldest_aged = self.pending.count_older_than(2, iso_now(now - AGED_AFTER_S))

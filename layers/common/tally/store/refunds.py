@@ -471,13 +471,18 @@ class RefundRawStore:
         return self.t.base.query_pk(self.t.refund_raw, key)
 
     def handled(self, key: str, status: str, handled: int, outcome: str, now: str) -> dict[str, Any]:
+        """handled 0 → 1 or 2; at 2 the report enters the sparse `by_manual` index (the work queue, R41)."""
+        manual = {"mpk": "manual"} if handled == 2 else {}
         return {
             "Update": {
                 "TableName": self.t.refund_raw,
                 "Key": to_item({"pk": key, "sk": status}),
-                "UpdateExpression": "SET handled = :h, outcome = :o, handled_at = :now",
+                "UpdateExpression": "SET handled = :h, outcome = :o, handled_at = :now"
+                + (", manual_pk = :mpk" if manual else ""),
                 "ConditionExpression": "handled = :zero",
-                "ExpressionAttributeValues": names_values(h=handled, o=outcome[:500], zero=0, now=now),
+                "ExpressionAttributeValues": names_values(
+                    h=handled, o=outcome[:500], zero=0, now=now, **manual
+                ),
             }
         }
 

@@ -1,0 +1,434 @@
+"""The one work queue (R41): every kind of item is created by injecting its fault through the real handlers,
+then taken from OPEN to RESOLVED through the CLI; `tally manual list`, `tally pending`, the morning number
+the poller publishes (ManualOver24h) and the alarm's input agree at every step, by construction."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+import uuid
+
+import pytest
+from tally import bootstrap
+from tally.observability import metrics
+from tally.service.queue import KINDS, QueueError, parse_filter, plain
+from tally.store.codec import to_item
+from tally.store.keys import PlatformCertStore
+from tally.store.tables import EventStore, iso_now
+
+from tests.integration.refund_helpers import deliver, paid_order, refund
+
+D = "2024-05-01"
+LATER = 25 * 3600  # the checks look at the queue a day later, so every item is past its threshold
+
+
+@pytest.fixture
+def cli(h, tmp_path, monkeypatch, capsys):
+    """`tally …` as a person types it, against this test's moto (through .tally/local.json)."""
+    from tally.cli.main import main
+
+    state = {"endpoint_url": "", "region": "us-east-1", "api_url": "http://127.0.0.1:3000", "env": h.env}
+    (tmp_path / "local.json").write_text(json.dumps(state))
+    monkeypatch.setenv("TALLY_STATE_DIR", str(tmp_path))
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+
+    def run(*argv, expect=0):
+        capsys.readouterr()
+        code = main([*argv, "--local"])
+        out = capsys.readouterr()
+        assert code == expect, (argv, code, out.out[-2000:], out.err[-2000:])
+        return json.loads(out.out) if "--json" in argv else out.out
+
+    return run
+
+
+@pytest.fixture
+def refunds_held(sim):
+    previous = sim.set_refund_behaviour()
+    sim.set_refund_behaviour(outcome="hold", drop=True, after_accept=None)
+    yield
+    sim.set_refund_behaviour(**{k: previous[k] for k in ("outcome", "drop", "after_accept")})
+    sim._refund_plans.clear()
+    sim.clear_faults()
+
+
+def queue():
+    return bootstrap.work_queue()
+
+
+def flush(h):
+    metrics.flush_metrics()
+    h._collect_metrics()
+
+
+def published_over(h) -> int:
+    """What the poller publishes as ManualOver24h (the alarm's input), one run, a day from now."""
+    flush(h)
+    h.metric_log.clear()
+    bootstrap.set_clock(lambda: time.time() + LATER)
+    try:
+        bootstrap.sweep_service().run()
+        flush(h)
+    finally:
+        bootstrap.set_clock(time.time)
+    return h.metric("ManualOver24h")
+
+
+def doors(h, cli) -> dict[str, set[str]]:
+    """The ids each door shows, a day from now (so every open item is past its threshold)."""
+    bootstrap.set_clock(lambda: time.time() + LATER)
+    try:
+        listed = {
+            i["id"] for i in cli("manual", "list", "--json", expect=3 if queue().list() else 0)["items"]
+        }
+        report = cli("pending", "--json", expect=3 if queue().list() else 0)
+        pending = {r["key"] for r in report["rows"] if r["kind"] != "raw handled=0"}
+        over = report["manual_over_24h"]
+    finally:
+        bootstrap.set_clock(time.time)
+    assert over == len(pending) == len(listed) == published_over(h)  # the morning number = the open items
+    return {"list": listed, "pending": pending}
+
+
+# ---------------------------------------------------------------------------------------- the faults
+
+
+def inject_unbooked_payment(h, m):
+    order = json.loads(h.create_order(m["mchid"], amount_cent=506)["body"])
+    headers, body, _ = h.notification(m["mchid"], order["out_trade_no"], 5)
+    h.notify(m["mchid"], headers, body)
+    h.drain()
+    return order["out_trade_no"]
+
+
+def new_merchant(h):
+    """A merchant of its own: the simulator's test merchant id is shared by every h.add_merchant()."""
+    return h.add_merchant(mchid=str(random.randrange(10**9, 10**10)))
+
+
+def wrong_key_merchant(h, sim, **override):
+    m = new_merchant(h)
+    bootstrap.merchants().add_wechatpay(
+        mchid=m["mchid"],
+        apiv3_key=override.get("apiv3_key", m["apiv3_key"]),
+        merchant_key_pem=m["merchant_private_key_pem"],
+        merchant_serial=m["merchant_serial"],
+        appid=m["appid"],
+        notify_url="http://127.0.0.1:9/n",
+        public_key=override.get("public_key", sim.public_key_pem),
+        public_key_id=sim.public_key_id,
+    )
+    return m
+
+
+def inject_quarantined(h, sim):
+    m = wrong_key_merchant(h, sim, apiv3_key="W" * 32)
+    h.create_order(m["mchid"], "QUARANTINE-01")
+    headers, body, _ = h.notification(m["mchid"], "QUARANTINE-01", 100)
+    assert h.notify(m["mchid"], headers, body)["statusCode"] == 204
+    return m
+
+
+def inject_rejected(h, sim, times=2):
+    m = wrong_key_merchant(h, sim)
+    bootstrap.merchants().add_wechatpay(
+        mchid=m["mchid"],
+        apiv3_key=m["apiv3_key"],
+        merchant_key_pem=m["merchant_private_key_pem"],
+        merchant_serial=m["merchant_serial"],
+        appid=m["appid"],
+        notify_url="http://127.0.0.1:9/n",
+        public_key=m["merchant_public_key_pem"],  # a stale public key: every callback fails to verify
+        public_key_id=sim.public_key_id,
+    )
+    for i in range(times):
+        h.create_order(m["mchid"], f"REJECTED-{i:04d}")
+        headers, body, _ = h.notification(m["mchid"], f"REJECTED-{i:04d}", 100)
+        assert h.notify(m["mchid"], headers, body)["statusCode"] == 401
+    return m
+
+
+def inject_no_transaction_id(h, m):
+    order = json.loads(h.create_order(m["mchid"], amount_cent=300)["body"])
+    resource = h.sim.transaction_resource(m["mchid"], order["out_trade_no"], 300)
+    resource.pop("transaction_id")
+    headers, body = h.sim.build_notification(m["mchid"], resource)
+    assert h.notify(m["mchid"], headers, body)["statusCode"] == 204
+    return order["out_trade_no"]
+
+
+def inject_forgery(m):
+    """Kind `suspected_forgery` is written by the tenant-isolation code (R39); any manual_kind is shown."""
+    EventStore(bootstrap.tables()).put(
+        f"forgery#{uuid.uuid4().hex[:8]}",
+        "suspected_forgery",
+        time.time(),
+        manual_kind="suspected_forgery",
+        channel="wechatpay",
+        mchid=m["mchid"],
+        refund_no="FORGED00001",
+        amount_cent=990,
+        reason="refund report for merchant 1900000999 arrived on this merchant's route",
+    )
+
+
+def inject_refund_report(h, m, sim):
+    resource = sim.refund_resource(
+        m["mchid"], "OUTSIDE-001", "4200000000000000000000000009", "BYHAND0009", 5, 10
+    )
+    headers, body = sim.build_notification(
+        m["mchid"], resource, event_type="REFUND.SUCCESS", associated_data="refund"
+    )
+    assert h.notify(m["mchid"], headers, body)["statusCode"] == 204
+    for _ in range(6):
+        h.drain(max_rounds=1)
+
+
+def inject_abnormal_refund(h, m, sim):
+    otn, _ = paid_order(h, m["mchid"], 100)
+    no = refund(h, m["mchid"], otn, 40)[1]["refund_no"]
+    sim.settle_refund(no, "abnormal")
+    deliver(h, m["mchid"], no)
+    return otn, no
+
+
+def inject_refund_task(h, m, sim):
+    otn, _ = paid_order(h, m["mchid"], 100)
+    headers, body = sim.build_notification(m["mchid"], sim.transaction_resource(m["mchid"], otn, 100))
+    h.notify(m["mchid"], headers, body)  # a second payment of a paid order: ILLEGAL → refund task (R17)
+    h.drain()
+    assert bootstrap.refund_service().work_tasks() == {"MANUAL": 1}
+
+
+def pay_on(h, mchid, cents, success_time):
+    """A payment the channel's bill for that day lists (booked through notify + worker)."""
+    otn = f"R{random.randrange(10**15, 10**16)}"
+    assert h.create_order(mchid, otn, amount_cent=cents, prepay=True)["statusCode"] == 201
+    h.sim.pay(mchid, otn, drop=True, success_time=success_time)
+    headers, body = h.sim.build_notification(mchid, h.sim.get_order(mchid, otn)["transaction"])
+    assert h.notify(mchid, headers, body)["statusCode"] == 204
+    assert h.drain() == []
+
+
+def inject_recon_diff(h, m):
+    pay_on(h, m["mchid"], 300, f"{D}T09:00:00+08:00")
+    ghost = f"wechatpay#42000000000000000{random.randrange(10**10, 10**11)}"
+    h.ddb.put_item(
+        TableName=h.env["LEDGER_TABLE"],
+        Item=to_item(
+            {
+                "pk": ghost,
+                "kind": "PAYMENT",
+                "channel": "wechatpay",
+                "mchid": m["mchid"],
+                "transaction_id": ghost[10:],
+                "order_pk": f"{m['mchid']}#GHOST",
+                "amount_cent": 777,
+                "bill_date": D,
+                "booked_at": "x",
+                "source": "notify",
+            }
+        ),
+    )
+    assert bootstrap.recon_service().run("wechatpay", m["mchid"], D)["status"] == "DIFFS"
+
+
+def inject_recon_blocked(h, m):
+    pay_on(h, m["mchid"], 100, "2024-05-02T10:00:00+08:00")
+    pay_on(h, m["mchid"], 101, "2024-05-02T11:00:00+08:00")
+    h.sim.bills.fault("wrong_summary")
+    assert bootstrap.recon_service().run("wechatpay", m["mchid"], "2024-05-02")["status"] == "BLOCKED"
+    h.sim.clear_faults()
+
+
+def inject_order_with_person(h, m):
+    order = json.loads(h.create_order(m["mchid"], amount_cent=100, prepay=False)["body"])
+    past = iso_now(time.time() - 1)
+    h.ddb.update_item(
+        TableName=h.env["ORDERS_TABLE"],
+        Key=to_item({"pk": f"{m['mchid']}#{order['out_trade_no']}"}),
+        UpdateExpression="SET poll_due = :p, expire_at = :p",
+        ExpressionAttributeValues={":p": {"S": past}},
+    )
+    bootstrap.poll_service().run()  # unknown at the channel and expired → a person
+    return order["out_trade_no"]
+
+
+def inject_expiring_certificate(m):
+    PlatformCertStore(bootstrap.tables()).put(
+        m["mchid"],
+        {"5157F09EFDC096DE15EBE81A47057A72": {"pem": "x", "not_after": int(time.time()) + 2 * 86400}},
+        time.time(),
+    )
+
+
+# ---------------------------------------------------------------------------------------- the walk
+
+
+def test_r41_every_kind_from_open_to_resolved_through_the_cli_and_every_door_agrees(
+    h, sim, cli, refunds_held
+):
+    m, recon_m, blocked_m = new_merchant(h), new_merchant(h), new_merchant(h)
+    assert doors(h, cli) == {"list": set(), "pending": set()}
+    assert cli("pending") and cli("manual", "list").startswith("the queue is empty")
+
+    otn_mismatch = inject_unbooked_payment(h, m)
+    inject_quarantined(h, sim)
+    rejected_m = inject_rejected(h, sim, times=2)
+    otn_no_txn = inject_no_transaction_id(h, m)
+    inject_forgery(m)
+    inject_refund_report(h, m, sim)
+    refund_otn, refund_no = inject_abnormal_refund(h, m, sim)
+    inject_refund_task(h, m, sim)
+    inject_recon_diff(h, recon_m)
+    inject_recon_blocked(h, blocked_m)
+    otn_order = inject_order_with_person(h, m)
+    inject_expiring_certificate(m)
+
+    listed = queue().list()
+    by_kind = {kind: [i for i in listed if i["kind"] == kind] for kind in {i["kind"] for i in listed}}
+    assert set(by_kind) == set(KINDS) - {"volume-drop"}, set(KINDS) ^ set(by_kind)
+    items = {kind: group[0] for kind, group in by_kind.items()}
+    # the second payment behind the refund task is an unbooked payment too (R17): two of that kind
+    assert len(by_kind["unbooked-payment"]) == 2 and len(listed) == len(by_kind) + 1
+    # what a person reads: plain words, yuan, one readable id per item
+    pay = next(i for i in by_kind["unbooked-payment"] if i["order"] == otn_mismatch)
+    assert pay["id"].startswith("pay-wechatpay-") and pay["order"] == otn_mismatch and pay["amount"] == "0.05"
+    assert "¥0.05" in pay["reason"] and "¥5.06" in pay["reason"] and "(cents)" not in pay["reason"]
+    assert items["rejected"]["count"] == 2 and items["rejected"]["merchant"] == rejected_m["mchid"]
+    assert (
+        items["no-transaction-id"]["order"] == otn_no_txn and items["no-transaction-id"]["amount"] == "3.00"
+    )
+    assert (
+        items["suspected-forgery"]["amount"] == "9.90"
+        and items["suspected-forgery"]["order"] == "FORGED00001"
+    )
+    assert items["refund-report"]["id"] == "report-wechatpay-BYHAND0009-SUCCESS"
+    assert items["refund"]["id"] == f"refund-{refund_no}" and items["refund"]["amount"] == "0.40"
+    assert items["refund-task"]["amount"] == "1.00" and items["order"]["order"] == otn_order
+    assert items["certificate"]["overdue"] and "expires in" in items["certificate"]["reason"]
+
+    flush(h)
+    assert h.metric("NotifyNoTransactionId") == 1 and h.metric("RefundReportManual") == 1  # both alarmed
+    seen = doors(h, cli)
+    assert seen["list"] == seen["pending"] == {i["id"] for i in listed}
+
+    # every kind through the CLI, the refund with its outcome from the merchant platform (books once)
+    actions = {
+        "unbooked-payment": ["resolve", "--code", "refunded-by-hand", "--why", "wrong amount, refunded"],
+        "quarantined": ["ignore", "--why", "test callback from a sandbox"],
+        "rejected": ["resolve", "--code", "key-fixed", "--why", "stale public key replaced"],
+        "no-transaction-id": ["resolve", "--code", "booked-by-query", "--why", "found on the platform"],
+        "suspected-forgery": ["resolve", "--code", "reported", "--why", "sent to security"],
+        "refund-report": ["resolve", "--code", "refunded-by-hand", "--why", "support refunded in portal"],
+        "refund": ["refund-outcome", "--outcome", "SUCCESS", "--why", "platform shows it refunded"],
+        "refund-task": ["close-task", "--code", "refunded-at-channel", "--why", "refunded in portal"],
+        "recon-diff": ["resolve", "--reverse", "--why", "test booking"],
+        "recon-blocked": ["ignore", "--why", "sandbox merchant"],
+        "order": ["resolve", "--code", "closed-by-hand", "--why", "customer gave up"],
+        "certificate": ["resolve", "--code", "added", "--why", "successor uploaded"],
+    }
+    remaining = set(seen["list"])
+    for kind, (verb, *rest) in actions.items():
+        for item in by_kind[kind]:
+            done = cli("manual", verb, item["id"], "--by", "alice", *rest, "--json")
+            assert done["state"] in ("RESOLVED", "IGNORED") and done["id"] == item["id"], done
+            remaining.discard(item["id"])
+            assert doors(h, cli) == {"list": remaining, "pending": remaining}, kind
+    assert remaining == set()
+    cli("pending")  # exit 0: nothing stuck, nothing overdue
+
+    # the refund's outcome went through the refund state machine: SUCCESS and one ledger entry
+    view = bootstrap.refund_service().show(refund_no)
+    assert view["status"] == "SUCCESS"
+    refunds = [e for e in h.scan("LEDGER_TABLE") if e["kind"] == "REFUND" and e["refund_no"] == refund_no]
+    assert len(refunds) == 1 and refunds[0]["amount_cent"] == 40 and refunds[0]["source"] == "person:alice"
+    # every row keeps who, when, what, why
+    shown = cli("manual", "show", pay["id"], "--json")
+    assert shown["state"] == "RESOLVED" and shown["history"][-1]["by"] == "alice"
+    assert shown["history"][-1]["code"] == "refunded-by-hand" and shown["source"]["handled"] == 2
+
+
+def test_r41_ack_assigns_an_owner_and_keeps_the_item_open_with_its_history(h, cli):
+    m = h.add_merchant()
+    inject_unbooked_payment(h, m)
+    (item,) = queue().list()
+    done = cli("manual", "ack", item["id"], "--by", "alice", "--owner", "bob", "--json")
+    assert done["state"] == "ACKNOWLEDGED" and done["item"]["owner"] == "bob"
+    (again,) = queue().list()  # still open: acknowledged is not resolved, the morning number still counts it
+    assert again["state"] == "ACKNOWLEDGED" and again["history"][-1]["action"] == "ack"
+    assert queue().list("state=acknowledged,owner=bob")[0]["id"] == item["id"]
+    assert published_over(h) == 1
+    with pytest.raises(QueueError, match="say why"):
+        queue().act(item["id"], "resolve", by="bob", reason="")
+    queue().act(item["id"], "resolve", by="bob", reason="refunded", code="refunded-by-hand")
+    with pytest.raises(QueueError, match="not open"):
+        queue().act(item["id"], "resolve", by="bob", reason="twice")
+    assert published_over(h) == 0
+
+
+def test_r41_bulk_dry_run_prints_counts_and_yuan_and_changes_nothing(h, cli):
+    m = h.add_merchant()
+    for _ in range(3):
+        inject_unbooked_payment(h, m)
+    before = queue().list()
+    text = cli(
+        "manual", "ignore", "--filter", f"kind=unbooked,merchant={m['mchid']}", "--why", "x", "--dry-run"
+    )
+    assert "would ignore 3 of 3 item(s), ¥0.15 in all (dry run: nothing changed)" in text
+    assert [i["id"] for i in queue().list()] == [i["id"] for i in before]
+    report = cli(
+        "manual", "ignore", "--filter", "kind=unbooked,age<1h", "--why", "load test", "--by", "ops", "--json"
+    )
+    assert report["changed"] == 3 and report["amount"] == "0.15" and queue().list() == []
+
+
+def test_r41_replay_after_the_order_exists_books_through_the_product_path(h, cli):
+    m = h.add_merchant()
+    headers, body, _ = h.notification(m["mchid"], "CREATED-LATER-9", 100)
+    h.notify(m["mchid"], headers, body)
+    h.drain()
+    (item,) = queue().list()
+    assert "not found" in item["reason"]
+    h.create_order(m["mchid"], "CREATED-LATER-9")
+    cli("manual", "replay", item["id"], "--by", "alice", "--why", "order created by support")
+    h.drain()
+    assert h.order(m["mchid"], "CREATED-LATER-9")["status"] == "PAID" and queue().list() == []
+
+
+def test_r41_old_ids_and_verbs_still_work(h, cli):
+    m = h.add_merchant()
+    inject_unbooked_payment(h, m)
+    (item,) = queue().list()
+    legacy = "raw:" + item["source_key"]
+    assert cli("manual", "show", legacy, "--json")["id"] == item["id"]
+    cli("manual", "resolve", legacy, "--by", "me", "--action", "refunded-by-hand", "--why", "old habit")
+    assert queue().list() == []
+
+
+def test_r41_a_refund_cannot_be_closed_without_its_outcome_and_fail_releases_the_amount(h, sim, refunds_held):
+    m = h.add_merchant()
+    otn, no = inject_abnormal_refund(h, m, sim)
+    (item,) = queue().list("kind=refund")
+    with pytest.raises(QueueError, match="--outcome SUCCESS"):
+        queue().act(item["id"], "resolve", by="alice", reason="looks fine")
+    queue().act(item["id"], "refund-outcome", by="alice", reason="platform: refund closed", outcome="FAIL")
+    assert bootstrap.refund_service().show(no)["status"] == "FAIL"
+    assert bootstrap.order_service().show(m["mchid"], otn)["refundable_cent"] == 100  # released, once
+    assert queue().list() == []
+
+
+def test_plain_words_and_filters():
+    assert plain("amount 5 != order's 506 (cents)") == "amount ¥0.05, expected order's ¥5.06"
+    assert (
+        plain("paid 5 outside 0..506 (cents); unknown state 'X'")
+        == "paid ¥0.05 outside ¥0.00..¥5.06; unknown state 'X'"
+    )
+    assert parse_filter("kind=refund, merchant=19, age>2h") == {
+        "kind": "refund",
+        "merchant": "19",
+        "age_gt": 7200,
+    }
+    with pytest.raises(QueueError):
+        parse_filter("colour=red")
