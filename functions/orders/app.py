@@ -15,7 +15,10 @@ def handler(event, context):
         if request.method == "POST":
             return json_response(201, service.create(request.json())).to_event()
         params = request.path_params
-        return json_response(200, service.show(params["mchid"], params["out_trade_no"])).to_event()
+        # the merchant's return page (R24): asks the channel once about an unpaid order; every other reader
+        # (CLI, console) is read-only (R42, docs/story.md)
+        view = service.show(params["mchid"], params["out_trade_no"], ask_channel=True)
+        return json_response(200, view).to_event()
     except (BadRequest, InvalidOrder) as exc:
         return json_response(400, {"error": str(exc)}).to_event()
     except NotFound as exc:

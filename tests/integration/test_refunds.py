@@ -433,7 +433,7 @@ def test_cli_refund_create_show_list(h, m, sim, monkeypatch, capsys):
     assert main(["refund", "create", m["mchid"], otn, "30", "--refund-no", no, "--local"]) == 0
     assert capsys.readouterr().out.startswith("existing ")
     assert main(["refund", "create", m["mchid"], otn, "71", "--local"]) == 1
-    assert "exceeds refundable 70" in capsys.readouterr().out
+    assert "exceeds refundable 0.70 yuan" in capsys.readouterr().out
     sim.settle_refund(no, "abnormal")
     deliver(h, m["mchid"], no)
     assert main(["refund", "show", no, "--local"]) == 0

@@ -58,7 +58,7 @@ def test_R29_alipay_cumulative_beyond_our_books_goes_to_a_person(h, alipay_kit, 
     assert Alipay(h).notify(kit.mid, sim.alipay.build_notification(params), {})["body"] == "success"
     assert h.drain() == []
     view = svc().show(no)
-    assert view["status"] == "MANUAL" and "cumulative refunded 60 > ours" in view["manual_reason"]
+    assert view["status"] == "MANUAL" and "cumulative refunded 0.60 yuan > ours" in view["manual_reason"]
     assert h.metric("RefundManual") == 1
     assert order_row(h, kit.mid, otn)["refundable_cent"] == 80  # still held, with a person
     assert not [e for e in h.scan("LEDGER_TABLE") if e["kind"] == "REFUND"]

@@ -29,7 +29,11 @@ TABLES = {
         ["pk"],
         {"by_pending": ["pending_pk", "pending_at"], "by_order": ["order_pk", "notified_at"]},
     ),
-    "NotifyEventTable": ("NOTIFY_EVENT_TABLE", ["pk"], {"manual": ["manual_kind", "created_at"]}),
+    "NotifyEventTable": (
+        "NOTIFY_EVENT_TABLE",
+        ["pk"],
+        {"manual": ["manual_kind", "created_at"], "by_order": ["order_pk", "created_at"]},
+    ),
     "OrdersTable": (
         "ORDERS_TABLE",
         ["pk"],

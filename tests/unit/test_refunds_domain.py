@@ -24,7 +24,7 @@ S, E = RefundStatus, RefundEvent
 
 def test_R27_guard_in_integer_cents():
     assert check_reserve(100, 100) == 0
-    with pytest.raises(ExceedsRefundable, match="exceeds refundable 99"):
+    with pytest.raises(ExceedsRefundable, match="exceeds refundable 0.99 yuan"):
         check_reserve(99, 100)
     for bad in (0, -1, 1.0, True, "1"):
         with pytest.raises(ValueError):

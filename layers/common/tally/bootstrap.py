@@ -58,6 +58,8 @@ def reset() -> None:
         recon_service,
         key_rotation_service,
         console_users,
+        story_service,
+        ledger_day_service,
     ):
         built.cache_clear()
 
@@ -365,6 +367,44 @@ def recon_service() -> ReconService:
         clock=_clock,
         min_ratio=s.recon_min_ratio,
         min_previous_rows=s.recon_min_previous_rows,
+    )
+
+
+# ---------------------------------------------------------------- reading (docs/story.md): no side effects (R42)
+
+
+@cache
+def story_service() -> Any:
+    """The order story: Query / GetItem only, never the channel."""
+    from tally.service.story import StoryService
+    from tally.store.recon import LedgerView, ReconStore
+    from tally.store.refunds import RefundRawStore, RefundStore
+    from tally.store.tables import EventStore, OrderStore, RawStore
+
+    s = settings()
+    return StoryService(
+        OrderStore(tables()),
+        RawStore(tables()),
+        EventStore(tables()),
+        RefundStore(refund_tables()),
+        RefundRawStore(refund_tables()),
+        LedgerView(_client("dynamodb"), s.ledger_table),
+        ReconStore(_client("dynamodb"), s.recon_runs_table, s.recon_diff_table),
+    )
+
+
+@cache
+def ledger_day_service() -> Any:
+    """The finance view of one bill_date (service/ledger_day.py)."""
+    from tally.service.ledger_day import LedgerDayService
+    from tally.store.recon import LedgerView, ReconStore
+    from tally.store.tables import MerchantStore
+
+    s = settings()
+    return LedgerDayService(
+        LedgerView(_client("dynamodb"), s.ledger_table),
+        ReconStore(_client("dynamodb"), s.recon_runs_table, s.recon_diff_table),
+        MerchantStore(tables()).configured,
     )
 
 

@@ -1,12 +1,33 @@
-"""What every command shares: choosing the stack, reading secrets from arguments."""
+"""What every command shares: choosing the stack, reading secrets from arguments, and the output conventions
+(docs/story.md "CLI conventions"):
+
+* `emit(document, human_text, args)`: with `--json` exactly ONE JSON document on stdout, else the human text;
+* `yuan(cents)`: amounts people read, two decimals (machine fields keep integer cents);
+* `parse_date(text)`: YYYY-MM-DD, `today` or `yesterday`, resolved in Asia/Shanghai before anything is sent;
+  an invalid date raises `UsageError` (exit 2, nothing recorded).
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import pathlib
+import re
+import sys
+import time
+from collections.abc import Callable
+from datetime import date, datetime, timedelta, timezone
 from typing import Any
 
 from tally.cli.env import use_deployed, use_local
+from tally.domain.money import format_cents
+
+CHINA = timezone(timedelta(hours=8))  # the channels' day (R34); China has no DST
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$", re.ASCII)
+
+
+class UsageError(ValueError):
+    """The command line is wrong (a bad date, a missing argument): exit 2 before anything is sent or stored."""
 
 
 def add_target(p: argparse.ArgumentParser) -> None:
@@ -21,3 +42,58 @@ def connect(args: argparse.Namespace) -> dict[str, Any]:
 def secret_arg(value: str) -> str:
     """A secret given as a value or as @FILE (keeps it out of shell history)."""
     return pathlib.Path(value[1:]).read_text().strip() if value.startswith("@") else value
+
+
+# ------------------------------------------------------------------ output
+
+
+def emit(document: Any, human_text: str | Callable[[], str], args: argparse.Namespace) -> None:
+    """The one way a command prints its result: one JSON document with --json, the human text otherwise.
+    `human_text` may be a callable, so the rendering is skipped for --json."""
+    if getattr(args, "json", False):
+        sys.stdout.write(json.dumps(document, ensure_ascii=False, indent=2, default=str) + "\n")
+    else:
+        text = human_text() if callable(human_text) else human_text
+        sys.stdout.write(text + ("\n" if not text.endswith("\n") else ""))
+
+
+def yuan(cents: Any, unit: str = "") -> str:
+    """Integer cents → "12.30" (or "12.30 yuan" with unit="yuan"); None/absent → "-"."""
+    if cents is None or cents == "":
+        return "-"
+    text = format_cents(int(cents))
+    return f"{text} {unit}" if unit else text
+
+
+# ------------------------------------------------------------------ dates
+
+
+def china_today(clock: Callable[[], float] | None = None) -> date:
+    return datetime.fromtimestamp((clock or time.time)(), CHINA).date()
+
+
+def default_date(clock: Callable[[], float] | None = None) -> str:
+    """Yesterday in Asia/Shanghai: the day whose bill the channels publish this morning."""
+    return (china_today(clock) - timedelta(days=1)).isoformat()
+
+
+def parse_date(text: str | None, clock: Callable[[], float] | None = None) -> str:
+    """YYYY-MM-DD (a real calendar day, not in the future), `today`, `yesterday`, or None → yesterday;
+    all in Asia/Shanghai. Anything else raises UsageError."""
+    if text is None or text == "":
+        return default_date(clock)
+    word = text.strip().lower()
+    today = china_today(clock)
+    if word == "today":
+        return today.isoformat()
+    if word == "yesterday":
+        return (today - timedelta(days=1)).isoformat()
+    if not _DATE.match(word):
+        raise UsageError(f"date {text!r}: give YYYY-MM-DD, today or yesterday (Asia/Shanghai)")
+    try:
+        day = date.fromisoformat(word)
+    except ValueError:
+        raise UsageError(f"date {text!r} is not a calendar day") from None
+    if day > today:
+        raise UsageError(f"date {text} is in the future (today in Asia/Shanghai is {today.isoformat()})")
+    return day.isoformat()

@@ -31,7 +31,15 @@ class StackNotFound(RuntimeError):
 
 
 def state_file() -> pathlib.Path:
-    return pathlib.Path(os.environ.get("TALLY_STATE_DIR", ".tally")) / "local.json"
+    """`$TALLY_STATE_DIR/local.json`, else `.tally/local.json` here, else the checkout's own (the editable
+    install's project folder), so `tally … --local` works from any folder once `tally` is on PATH."""
+    if "TALLY_STATE_DIR" in os.environ:
+        return pathlib.Path(os.environ["TALLY_STATE_DIR"]) / "local.json"
+    here = pathlib.Path(".tally") / "local.json"
+    checkout = (
+        pathlib.Path(__file__).resolve().parents[4] / ".tally" / "local.json"
+    )  # layers/common/tally/cli
+    return here if here.exists() or not checkout.exists() else checkout
 
 
 def use_local() -> dict:

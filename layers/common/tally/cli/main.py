@@ -1,22 +1,59 @@
-"""`tally`: the command for the people who operate Tally. One module per command group."""
+"""`tally`: the command for the people who operate Tally. One module per command group.
+
+Output conventions (docs/story.md): stdout carries the result only (with --json exactly one JSON document);
+every log line goes to stderr, and only warnings unless `-v`.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import logging
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-from tally.cli import console, demo, manual, merchant, order, pending, recon, refund, verify
+from tally.cli import console, demo, ledger, manual, merchant, order, pending, recon, refund, verify
+from tally.cli.common import UsageError
 from tally.cli.env import StackNotFound
 
-COMMAND_MODULES = [merchant, order, verify, refund, pending, manual, recon, demo, console]
+COMMAND_MODULES = [merchant, order, verify, refund, pending, manual, recon, ledger, demo, console]
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tally", description="Operate Tally, the payment-callback service.")
+    parser.add_argument(
+        "-v", "--verbose", action="count", default=0, help="log lines on stderr (-v info, -vv debug)"
+    )
     sub = parser.add_subparsers(metavar="COMMAND")
     for module in COMMAND_MODULES:
         module.register(sub)
     return parser
+
+
+@contextmanager
+def cli_logging(verbose: int) -> Iterator[None]:
+    """Powertools' logger (and the root logger) to stderr, WARNING unless -v; restored afterwards, so a test
+    that calls main() leaves the product's logging as it found it."""
+    from tally.observability import logger
+
+    level = logging.WARNING if verbose <= 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    handler = logger.registered_handler
+    old_stream = handler.stream
+    old_level = logger.log_level
+    root = logging.getLogger()
+    old_root = root.level
+    handler.stream = sys.stderr  # not setStream(): it flushes the old stream, which may be closed
+    logger.setLevel(level)
+    root.setLevel(level)
+    for name in ("botocore", "boto3", "urllib3"):  # chatty at INFO; -vv shows them
+        logging.getLogger(name).setLevel(logging.DEBUG if verbose >= 2 else logging.WARNING)
+    try:
+        yield
+    finally:
+        handler.stream = old_stream
+        logger.setLevel(old_level)
+        root.setLevel(old_root)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,11 +62,23 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "run", None):
         parser.print_help()
         return 2
-    try:
-        return int(args.run(args) or 0)
-    except (StackNotFound, ValueError, LookupError, OSError) as exc:
-        print(f"tally: {exc}", file=sys.stderr)
-        return 1
+    with cli_logging(args.verbose):
+        try:
+            return int(args.run(args) or 0)
+        except UsageError as exc:
+            return _failed(args, exc, 2)
+        except (StackNotFound, ValueError, LookupError, OSError) as exc:
+            return _failed(args, exc, 1)
+
+
+def _failed(args: argparse.Namespace, exc: Exception, code: int) -> int:
+    """The reason on stderr; with --json also as the one JSON document on stdout, so a script always parses."""
+    print(f"tally: {exc}", file=sys.stderr)
+    if getattr(args, "json", False):
+        sys.stdout.write(
+            json.dumps({"ok": False, "error": str(exc), "exit": code}, ensure_ascii=False) + "\n"
+        )
+    return code
 
 
 if __name__ == "__main__":

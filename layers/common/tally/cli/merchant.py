@@ -1,12 +1,14 @@
-"""`tally merchant add|check`: channel credentials into Secrets Manager, the merchant row into DynamoDB."""
+"""`tally merchant add|check|list`: channel credentials into Secrets Manager, the merchant row into DynamoDB;
+the configured merchants with their mode and certificate expiry (never a secret)."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import pathlib
+from datetime import datetime
+from typing import Any
 
-from tally.cli.common import add_target, connect, secret_arg
+from tally.cli.common import CHINA, add_target, connect, emit, secret_arg
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -76,6 +78,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     cert.add_argument("certificate", type=pathlib.Path, help="the new alipayCertPublicKey_RSA2.crt")
     add_target(cert)
     cert.set_defaults(run=merchant_add_cert)
+
+    listing = merchant.add_parser(
+        "list", help="configured merchants: channel, id, mode, provider, certificate expiry (no secret)"
+    )
+    listing.add_argument("--json", action="store_true")
+    add_target(listing)
+    listing.set_defaults(run=merchant_list)
 
     check = merchant.add_parser("check", help="prove a stored merchant configuration works")
     check.add_argument("channel", choices=["wechatpay", "alipay", "wechatpay-v2"])
@@ -216,12 +225,90 @@ def merchant_check(args: argparse.Namespace) -> int:
     from tally.service.merchants import check_merchant
 
     checks = check_merchant(bootstrap.merchants(), args.channel, args.merchant_id)
-    if args.json:
-        print(json.dumps({"ok": all(c["ok"] for c in checks), "checks": checks}, ensure_ascii=False))
-    else:
-        for c in checks:
-            print(
-                f"{'OK  ' if c['ok'] else 'FAIL'} {c['check']}"
-                + (f"  ({c['detail']})" if c["detail"] else "")
-            )
+    emit(
+        {"ok": all(c["ok"] for c in checks), "checks": checks},
+        lambda: "\n".join(
+            f"{'OK  ' if c['ok'] else 'FAIL'} {c['check']}" + (f"  ({c['detail']})" if c["detail"] else "")
+            for c in checks
+        ),
+        args,
+    )
     return 0 if all(c["ok"] for c in checks) else 1
+
+
+# ------------------------------------------------------------------ merchant list
+
+CHANNEL_NAMES = {"wechatpay": "wechatpay", "alipay": "alipay", "wechatpay_v2": "wechatpay-v2"}
+
+
+def merchant_list(args: argparse.Namespace) -> int:
+    connect(args)
+    from tally import bootstrap
+
+    rows = list_merchants(bootstrap.merchants())
+    emit({"merchants": rows}, lambda: render_merchants(rows), args)
+    return 0
+
+
+def list_merchants(directory: Any) -> list[dict[str, Any]]:
+    """One line per configured merchant. Certificate expiry comes from the loaded credentials (the secret is
+    read to learn which certificates it holds; nothing of it is returned)."""
+    out = []
+    for channel, merchant_id in directory.store.configured():
+        row = directory.store.get(channel, merchant_id) or {}
+        item = {
+            "channel": CHANNEL_NAMES.get(channel, channel),
+            "id": merchant_id,
+            "mode": row.get("mode", "direct"),
+            "provider": row.get("sp_mchid") or row.get("sp_app_id"),
+            "key_mode": row.get("key_mode") or ("public_key" if row.get("public_key_id") else None),
+            "tenant": row.get("tenant"),
+            "appid": row.get("appid") or None,
+            "notify_url": row.get("notify_url"),
+            "updated_at": row.get("updated_at"),
+            "certificates": [],
+            "cert_expiry": None,
+        }
+        try:
+            expires = _expiries(directory, channel, merchant_id, item["mode"])
+        except Exception as exc:  # noqa: BLE001 - the list still shows the merchant, with why expiry is unknown
+            item["cert_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+            expires = {}
+        item["certificates"] = [
+            {"name": name, "not_after": _china(when)}
+            for name, when in sorted(expires.items(), key=lambda kv: kv[1])
+        ]
+        item["cert_expiry"] = item["certificates"][0]["not_after"] if item["certificates"] else None
+        out.append(item)
+    return out
+
+
+def _expiries(directory: Any, channel: str, merchant_id: str, mode: str) -> dict[str, float]:
+    if mode == "partner":
+        return {}  # the provider's certificates act: see the provider's line
+    if channel == "wechatpay":
+        return dict(directory.wechatpay(merchant_id).creds.platform.expires)
+    if channel == "alipay":
+        found = directory.alipay(merchant_id)
+        expires = dict(found.creds.keys.expires)
+        if found.creds.app_cert_expires:
+            expires["app_cert"] = found.creds.app_cert_expires
+        return expires
+    return {}  # WeChat Pay v2: an API key, no certificate
+
+
+def _china(epoch_s: float) -> str:
+    return datetime.fromtimestamp(float(epoch_s), CHINA).isoformat(timespec="seconds")
+
+
+def render_merchants(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "no merchants configured (tally merchant add …)"
+    lines = [f"{'channel':<13} {'id':<20} {'mode':<8} {'provider':<20} {'key mode':<11} certificate expiry"]
+    for r in rows:
+        expiry = r["cert_expiry"] or ("-" if not r.get("cert_error") else f"unknown ({r['cert_error']})")
+        lines.append(
+            f"{r['channel']:<13} {r['id']:<20} {r['mode']:<8} {r['provider'] or '-':<20} "
+            f"{r['key_mode'] or '-':<11} {expiry}"
+        )
+    return "\n".join(lines)

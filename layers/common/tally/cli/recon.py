@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Any
 
-from tally.cli.common import add_target, connect
+from tally.cli.common import add_target, connect, emit, parse_date, yuan
 from tally.domain.money import format_cents
 
 CHANNELS = ["wechatpay", "alipay"]
@@ -28,7 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         p.add_argument("--channel", required=True, choices=CHANNELS)
         p.add_argument("--mchid", required=True, help="merchant id (Alipay: app_id)")
         p.add_argument(
-            "--date", required=True, help="bill date YYYY-MM-DD (the channel's day, Asia/Shanghai)"
+            "--date",
+            help="bill date YYYY-MM-DD, today or yesterday (the channel's day, Asia/Shanghai; default yesterday)",
         )
         add_target(p)
 
@@ -104,6 +105,8 @@ def _resolve_args(p: argparse.ArgumentParser) -> None:
 
 
 def _service(args: argparse.Namespace) -> Any:
+    if hasattr(args, "date"):  # checked and resolved locally before anything is sent or recorded
+        args.date = parse_date(args.date)
     connect(args)
     from tally import bootstrap
 
@@ -114,14 +117,14 @@ def _service(args: argparse.Namespace) -> Any:
 
 def recon_run(args: argparse.Namespace) -> int:
     run = _service(args).run(args.channel, args.mchid, args.date, pass_="cli", s3_key=args.s3_key)
-    print(json.dumps(run, ensure_ascii=False, indent=2) if args.json else render_run(run))
+    emit(run, lambda: render_run(run), args)
     return 0 if run["status"] in ("MATCHED", "QUIET") else 1
 
 
 def recon_show(args: argparse.Namespace) -> int:
     view = _service(args).show(args.channel, args.mchid, args.date)
     if args.json:
-        print(json.dumps(view, ensure_ascii=False, indent=2))
+        emit(view, "", args)
         return 0
     if not view["runs"]:
         print(f"{view['pk']}: no runs yet")
@@ -142,7 +145,7 @@ def recon_show(args: argparse.Namespace) -> int:
 
 def recon_diffs(args: argparse.Namespace) -> int:
     rows = _service(args).show(args.channel, args.mchid, args.date)["diffs"]
-    print(json.dumps(rows, ensure_ascii=False, indent=2) if args.json else render_diffs(rows))
+    emit(rows, lambda: render_diffs(rows), args)
     return 0
 
 
@@ -158,12 +161,12 @@ def recon_resolve(args: argparse.Namespace) -> int:
         reverse=args.reverse,
     )
     if args.json:
-        print(json.dumps(row, ensure_ascii=False, indent=2))
+        emit(row, "", args)
     else:
         print(f"{row['sk']}: {row['handle_status']} by {row['handler']}")
         last = row["history"][-1]
         if last.get("reversal"):
-            print(f"  reversing ledger entry {last['reversal']}: {format_cents(int(last['amount_cent']))}")
+            print(f"  reversing ledger entry {last['reversal']}: {yuan(last['amount_cent'], 'yuan')}")
     return 0
 
 
@@ -175,7 +178,7 @@ def recon_confirm(args: argparse.Namespace) -> int:
 
 def diff_list(args: argparse.Namespace) -> int:
     rows = _service(args).store.open_diffs(args.limit)
-    print(json.dumps(rows, ensure_ascii=False, indent=2) if args.json else render_diffs(rows, with_day=True))
+    emit(rows, lambda: render_diffs(rows, with_day=True), args)
     return 0
 
 

@@ -1,13 +1,20 @@
-"""`tally refund create|show|list`: make a refund through the same service as POST /refunds, and look at them."""
+"""`tally refund create|show|list`: make a refund through the same service as POST /refunds, and look at them.
+
+`refund create` without `--refund-no` refuses a second refund of the same order and amount within
+AGAIN_WINDOW_S unless `--again`: a person who re-runs the command after a timeout must not refund twice.
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
+import time
+from datetime import datetime
 from typing import Any
 
-from tally.cli.common import add_target, connect
-from tally.domain.money import format_cents
+from tally.cli.common import add_target, connect, emit, yuan
+
+AGAIN_WINDOW_S = 10 * 60
+SPENT = ("FAIL", "CLOSED")  # refunds that paid nothing out do not block another try
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,6 +27,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     create.add_argument("amount_cent", type=int, help="integer cents (fen), e.g. 1230 for 12.30")
     create.add_argument("--reason", default="", help="shown to the payer (at most 80 characters)")
     create.add_argument("--refund-no", help="your idempotency key; generated when absent (R26)")
+    create.add_argument(
+        "--again",
+        action="store_true",
+        help="without --refund-no: refund the same amount again although a refund of it is under 10 minutes old",
+    )
     create.set_defaults(run=refund_create)
     show = refund.add_parser("show", help="one refund with every channel report about it")
     show.add_argument("refund_no")
@@ -55,24 +67,69 @@ def refund_create(args: argparse.Namespace) -> int:
     }
     if args.refund_no:
         request["refund_no"] = args.refund_no
+    service = _service(args)
+    if not args.refund_no and not args.again:
+        earlier = recent_same_refund(service, args.mchid, args.out_trade_no, args.amount_cent)
+        if earlier is not None:
+            message = (
+                f"refused: refund {earlier['refund_no']} of {yuan(args.amount_cent, 'yuan')} on order "
+                f"{args.out_trade_no} was made at {earlier['created_at']} ({earlier['status']}); "
+                "a second one within 10 minutes needs --again (or pass --refund-no to retry that refund safely)"
+            )
+            emit(
+                {"ok": False, "refused": "possible_repeat", "earlier": earlier, "error": message},
+                message,
+                args,
+            )
+            return 1
     try:
-        view, created = _service(args).create(request)
+        view, created = service.create(request)
     except (ExceedsRefundable, RefundConflict) as exc:
-        print(f"tally: refused: {exc}")
+        emit({"ok": False, "error": str(exc)}, f"tally: refused: {exc}", args)
         return 1
-    print(
-        json.dumps(view, ensure_ascii=False, indent=2)
-        if args.json
-        else ("created " if created else "existing ") + render_line(view)
-    )
+    emit(view, lambda: ("created " if created else "existing ") + render_line(view), args)
     return 0
+
+
+def recent_same_refund(
+    service: Any, mchid: str, out_trade_no: str, amount_cent: int
+) -> dict[str, Any] | None:
+    """The newest refund (row, or hold whose answer is not stored yet) of this order and amount made within
+    AGAIN_WINDOW_S that has not failed; None if there is none. Reads only: the order's refunds
+    (GSI refunds_of_order) and the order's open holds."""
+    from tally import bootstrap
+    from tally.store.refunds import open_holds
+
+    now = time.time()
+    found = [
+        {"refund_no": r["refund_no"], "created_at": r.get("created_at"), "status": r.get("status")}
+        for r in service.for_order(mchid, out_trade_no)
+        if int(r.get("amount_cent", -1)) == amount_cent and r.get("status") not in SPENT
+    ]
+    order = bootstrap.order_service().orders.get(mchid, out_trade_no) or {}
+    found += [
+        {"refund_no": no, "created_at": h.get("created_at"), "status": "RESERVED"}
+        for no, h in open_holds(order).items()
+        if int(h.get("amount_cent", -1)) == amount_cent
+    ]
+    recent = [f for f in found if now - _epoch(f["created_at"]) < AGAIN_WINDOW_S]
+    return max(recent, key=lambda f: str(f["created_at"])) if recent else None
+
+
+def _epoch(iso: Any) -> float:
+    try:
+        return datetime.fromisoformat(str(iso).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
 
 
 def refund_show(args: argparse.Namespace) -> int:
     view = _service(args).show(args.refund_no)
-    if args.json:
-        print(json.dumps(view, ensure_ascii=False, indent=2))
-        return 0
+    emit(view, lambda: render_show(view), args)
+    return 0
+
+
+def render_show(view: dict[str, Any]) -> str:
     lines = [
         render_line(view),
         f"  order {view['mchid']}/{view['out_trade_no']}  transaction {view.get('transaction_id') or '-'}"
@@ -89,8 +146,7 @@ def refund_show(args: argparse.Namespace) -> int:
         f"    {r['sk']:<9} via {r['source']:<6} handled={r['handled']}  {r.get('outcome') or ''}"
         for r in view["reports"]
     ] or ["    (none)"]
-    print("\n".join(lines))
-    return 0
+    return "\n".join(lines)
 
 
 def refund_list(args: argparse.Namespace) -> int:
@@ -103,16 +159,12 @@ def refund_list(args: argparse.Namespace) -> int:
         rows = service.for_order(args.mchid, args.out_trade_no)
     else:
         raise ValueError("give MCHID OUT_TRADE_NO, or --manual, or --due")
-    print(
-        json.dumps(rows, ensure_ascii=False, indent=2)
-        if args.json
-        else "\n".join(render_line(r) for r in rows) or "(no refunds)"
-    )
+    emit(rows, lambda: "\n".join(render_line(r) for r in rows) or "(no refunds)", args)
     return 0
 
 
 def render_line(view: dict[str, Any]) -> str:
     return (
-        f"refund {view['refund_no']}  {view['status']:<8} {format_cents(view['amount_cent'])} "
+        f"refund {view['refund_no']}  {view['status']:<8} {yuan(view['amount_cent'])} "
         f"{view.get('currency', 'CNY')}  order {view['out_trade_no']}  {view.get('reason') or ''}"
     ).rstrip()

@@ -7,7 +7,7 @@ import json
 import pathlib
 import time
 
-from tally.cli.common import secret_arg
+from tally.cli.common import secret_arg, yuan
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -74,7 +74,15 @@ def _report(args: argparse.Namespace, ok: bool, payload: dict) -> int:
     if args.json:
         print(json.dumps({"ok": ok, **payload}, ensure_ascii=False))
     elif ok:
-        print("signature OK; normalised notification (amounts in cents):")
+        notice = payload.get("notice") or {}
+        if "order_total_cent" in notice:
+            print(
+                f"signature OK; {payload.get('outcome')}: order {yuan(notice['order_total_cent'], 'yuan')}, "
+                f"paid {yuan(notice.get('paid_cent'), 'yuan')}"
+            )
+        elif "refund_cent" in payload:
+            print(f"signature OK; refund of {yuan(payload['refund_cent'], 'yuan')}")
+        print("normalised notification (machine fields in cents):")
         print(json.dumps(payload, ensure_ascii=False, indent=2))
     else:
         print(f"FAILED: {payload['reason']}")

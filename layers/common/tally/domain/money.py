@@ -29,6 +29,11 @@ def yuan_to_cents(text: str) -> int:
         raise MoneyError(f"not a yuan amount: {text!r}") from exc
 
 
+def yuan_text(amount: int) -> str:
+    """1230 -> "12.30 yuan": amounts in messages a person reads (machine fields keep the integer cents)."""
+    return f"{format_cents(int(amount))} yuan"
+
+
 def format_cents(amount: int) -> str:
     """1230 -> "12.30" (for people; never parsed back)."""
     sign = "-" if amount < 0 else ""

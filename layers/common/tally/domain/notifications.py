@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from tally.domain.money import yuan_text
 from tally.domain.orders import Event, Status
 
 
@@ -74,7 +75,7 @@ def mismatches(notice: PaymentNotice, order: OrderFacts) -> list[str]:
     if notice.currency != order.currency:
         found.append(f"currency {notice.currency} != order's {order.currency}")
     if notice.order_total_cent != order.amount_cent:
-        found.append(f"amount {notice.order_total_cent} != order's {order.amount_cent} (cents)")
+        found.append(f"amount {yuan_text(notice.order_total_cent)} ≠ order's {yuan_text(order.amount_cent)}")
     if notice.paid_cent > notice.order_total_cent or notice.paid_cent < 0:
-        found.append(f"paid {notice.paid_cent} outside 0..{notice.order_total_cent} (cents)")
+        found.append(f"paid {yuan_text(notice.paid_cent)} outside 0.00..{yuan_text(notice.order_total_cent)}")
     return found

@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 
+from tally.domain.money import yuan_text
+
 CHINA = timezone(timedelta(hours=8))  # the channels' day cut (R34); China has no DST
 
 PAYMENT = "PAYMENT"
@@ -465,7 +467,7 @@ class Matcher:
                     item.transaction_id,
                     item.out_trade_no,
                     item.refund_no,
-                    f"channel {item.amount_cent} != ledger {entry.amount_cent} (cents)",
+                    f"channel {yuan_text(item.amount_cent)} ≠ ledger {yuan_text(entry.amount_cent)}",
                 )
             )
             return

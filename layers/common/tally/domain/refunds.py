@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
+from tally.domain.money import yuan_text
+
 
 class RefundStatus(str, Enum):
     PENDING = "PENDING"  # reserved and stored; the channel has not (knowingly) accepted it yet
@@ -105,7 +107,7 @@ def transit(status: RefundStatus, event: RefundEvent) -> Decision:
 
 class ExceedsRefundable(ValueError):
     def __init__(self, amount_cent: int, refundable_cent: int):
-        super().__init__(f"amount {amount_cent} exceeds refundable {refundable_cent} (cents)")
+        super().__init__(f"amount {yuan_text(amount_cent)} exceeds refundable {yuan_text(refundable_cent)}")
         self.amount_cent = amount_cent
         self.refundable_cent = refundable_cent
 
@@ -219,7 +221,9 @@ def mismatches(notice: RefundNotice, refund: dict[str, object]) -> list[str]:
     if notice.out_trade_no != refund.get("out_trade_no"):
         found.append(f"out_trade_no {notice.out_trade_no} != refund's {refund.get('out_trade_no')}")
     if notice.refund_cent is not None and notice.refund_cent != refund.get("amount_cent"):
-        found.append(f"refund amount {notice.refund_cent} != ours {refund.get('amount_cent')} (cents)")
+        found.append(
+            f"refund amount {yuan_text(notice.refund_cent)} ≠ ours {yuan_text(int(refund.get('amount_cent') or 0))}"
+        )
     if notice.refund_cent is None and notice.cumulative_cent is None:
         found.append("the report carries no refund amount at all")
     return found
@@ -242,8 +246,10 @@ def check_cumulative(
     upper = order_paid_cent - order_refundable_cent + extra_held_cent
     if cumulative_cent < refund_amount_cent:
         return [
-            f"channel's cumulative refunded {cumulative_cent} < this refund's {refund_amount_cent} (cents)"
+            f"channel's cumulative refunded {yuan_text(cumulative_cent)} < this refund's {yuan_text(refund_amount_cent)}"
         ]
     if cumulative_cent > upper:
-        return [f"channel's cumulative refunded {cumulative_cent} > ours booked + in flight {upper} (cents)"]
+        return [
+            f"channel's cumulative refunded {yuan_text(cumulative_cent)} > ours booked + in flight {yuan_text(upper)}"
+        ]
     return []

@@ -11,6 +11,7 @@ from typing import Any
 from tally.channels import alipay as ali
 from tally.channels import wechatpay_v2 as wx2
 from tally.channels import wechatpay_v3 as wx
+from tally.domain.money import format_cents
 from tally.domain.orders import Status
 from tally.domain.poll import FIRST_QUERY_AFTER_S
 from tally.observability import M, count, logger
@@ -117,8 +118,8 @@ class OrderService:
         if existing is not None:
             if (existing["amount_cent"], existing["currency"]) != (row["amount_cent"], row["currency"]):
                 raise OrderConflict(
-                    f"order {spec['out_trade_no']} exists with amount {existing['amount_cent']} "
-                    f"{existing['currency']}"
+                    f"order {spec['out_trade_no']} exists with amount {format_cents(int(existing['amount_cent']))} "
+                    f"{existing['currency']} (amount_cent {existing['amount_cent']})"
                 )
             row = existing
         if (
@@ -198,11 +199,19 @@ class OrderService:
         self.orders.set_fields(row["pk"], code_url=code_url)
         return {**row, "code_url": code_url}
 
-    def show(self, mchid: str, out_trade_no: str) -> dict[str, Any]:
+    def show(self, mchid: str, out_trade_no: str, *, ask_channel: bool = False) -> dict[str, Any]:
+        """The order, its transitions and raw rows. Read-only unless `ask_channel` (R42): only the merchant's
+        return page (GET /orders/{mchid}/{no}, R24) and `tally order show --ask-channel` ask the channel once
+        about an unpaid order (rate-limited by PollService.confirm), which may book or close it."""
         order = self.orders.get(mchid, out_trade_no)
         if order is None:
             raise NotFound(f"no order {mchid}/{out_trade_no}")
-        if self.confirm is not None and order.get("status") == Status.WAIT_PAY.value and self.confirm(order):
+        if (
+            ask_channel
+            and self.confirm is not None
+            and order.get("status") == Status.WAIT_PAY.value
+            and self.confirm(order)
+        ):
             order = self.orders.get(mchid, out_trade_no) or order  # booked or closed just now
         view = public_order(order)
         view["transitions"] = [

@@ -168,6 +168,36 @@ class LedgerView:
                 return
             kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
 
+    def entry_and_reversals(self, pk: str, bill_date: str) -> list[dict[str, Any]]:
+        """One entry and its REVERSAL entries (`<pk>#REVERSAL#<day>`, same bill_date): one Query on by_bill_date."""
+        answer = self.ddb.query(
+            TableName=self.table,
+            IndexName="by_bill_date",
+            KeyConditionExpression="bill_date = :d AND begins_with(pk, :k)",
+            ExpressionAttributeValues=names_values(d=bill_date, k=pk),
+        )
+        rows = [from_item(i) for i in answer.get("Items", [])]
+        return [r for r in rows if r["pk"] == pk or str(r["pk"]).startswith(pk + "#")]
+
+    def all_of_day(self, bill_date: str, mchid: str | None = None) -> Iterator[dict[str, Any]]:
+        """Every entry of one bill_date (the finance view), all merchants or one: GSI by_bill_date, paged."""
+        kwargs: dict[str, Any] = {
+            "TableName": self.table,
+            "IndexName": "by_bill_date",
+            "KeyConditionExpression": "bill_date = :d",
+            "ExpressionAttributeValues": names_values(d=bill_date),
+        }
+        if mchid is not None:
+            kwargs["FilterExpression"] = "mchid = :m"
+            kwargs["ExpressionAttributeValues"] = names_values(d=bill_date, m=mchid)
+        while True:
+            answer = self.ddb.query(**kwargs)
+            for item in answer.get("Items", []):
+                yield from_item(item)
+            if "LastEvaluatedKey" not in answer:
+                return
+            kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
+
     def has_entries(self, channel: str, mchid: str, bill_date: str) -> bool:
         return any(True for _ in self.day(channel, mchid, bill_date))
 

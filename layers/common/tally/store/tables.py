@@ -121,6 +121,11 @@ class RawStore:
         )
         return int(answer["Attributes"]["attempts"]["N"])
 
+    def for_order_full(self, order_pk: str) -> list[dict[str, Any]]:
+        """Every raw row of one order in full (body, headers, history): the index projects only the summary,
+        so one consistent GetItem per row follows (an order has one row per transaction: a handful)."""
+        return [row for r in self.for_order(order_pk) if (row := self.get(r["pk"])) is not None]
+
     def for_order(self, order_pk: str) -> list[dict[str, Any]]:
         answer = self.t.ddb.query(
             TableName=self.t.notify_raw,
@@ -149,6 +154,9 @@ class EventStore:
             "expires_at": int(now_s) + days * 86400,
             **fields,
         }
+        if kind == "in_between" and fields.get("mchid") and fields.get("out_trade_no"):
+            # the sparse by_order index (the order story): only verified events that name their order
+            row.setdefault("order_pk", order_key(str(fields["mchid"]), str(fields["out_trade_no"])))
         try:
             self.t.ddb.put_item(
                 TableName=self.t.notify_event,
@@ -157,6 +165,16 @@ class EventStore:
             )
         except self.t.ddb.exceptions.ConditionalCheckFailedException:
             return  # the same event delivered again: the first row already tells the story
+
+    def for_order(self, order_pk: str) -> list[dict[str, Any]]:
+        """The in-between events (R8) of one order, oldest first (GSI by_order; sparse)."""
+        answer = self.t.ddb.query(
+            TableName=self.t.notify_event,
+            IndexName="by_order",
+            KeyConditionExpression="order_pk = :o",
+            ExpressionAttributeValues=names_values(o=order_pk),
+        )
+        return [from_item(item) for item in answer.get("Items", [])]
 
 
 class OrderStore:

@@ -1,0 +1,72 @@
+"""`tally ledger day [DATE] [--merchant M] [--csv FILE] [--json]`: the finance view of one day
+(service/ledger_day.py): payments, refunds, fees and net per merchant and channel, next to the recon verdict.
+Read-only (R42). DATE is YYYY-MM-DD, today or yesterday (Asia/Shanghai); default yesterday."""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+from typing import Any
+
+from tally.cli.common import add_target, connect, emit, parse_date
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    ledger = sub.add_parser("ledger", help="the ledger for finance people").add_subparsers(metavar="ACTION")
+    day = ledger.add_parser(
+        "day", help="payments, refunds, fees and net per merchant and channel for one bill date, with recon"
+    )
+    day.add_argument(
+        "date", nargs="?", help="bill date YYYY-MM-DD, today or yesterday (Asia/Shanghai; default yesterday)"
+    )
+    day.add_argument("--merchant", help="only this merchant (mchid or Alipay app_id)")
+    day.add_argument(
+        "--csv", type=pathlib.Path, metavar="FILE", help="also write the table as CSV (UTF-8, BOM)"
+    )
+    day.add_argument("--json", action="store_true")
+    add_target(day)
+    day.set_defaults(run=ledger_day)
+
+
+def ledger_day(args: argparse.Namespace) -> int:
+    bill_date = parse_date(args.date)  # before anything is read or written
+    connect(args)
+    from tally import bootstrap
+    from tally.service.ledger_day import csv_text
+
+    view = bootstrap.ledger_day_service().day(bill_date, merchant=args.merchant)
+    if args.csv:
+        args.csv.write_text(csv_text(view), encoding="utf-8")
+    emit(view, lambda: render_day(view, args.csv), args)
+    return 0
+
+
+def render_day(view: dict[str, Any], csv_path: pathlib.Path | None = None) -> str:
+    head = f"ledger {view['bill_date']} (bill date, Asia/Shanghai)" + (
+        f"  merchant {view['merchant']}" if view.get("merchant") else ""
+    )
+    if not view["rows"]:
+        return head + "\n  nothing booked and no recon run for this day"
+    lines = [
+        head,
+        f"  {'channel':<10} {'merchant':<12} {'payments':>16} {'refunds':>14} {'reversals':>10} "
+        f"{'fees':>14} {'net':>12}  recon",
+    ]
+    for r in [*view["rows"], {**view["totals"], "channel": "TOTAL", "mchid": "", "recon": None}]:
+        recon = r.get("recon")
+        verdict = (
+            f"{recon['status']} ({recon['open_diffs']} open)" if recon and recon.get("open_diffs") else None
+        ) or (recon or {}).get("status")
+        if verdict is None:
+            verdict = "" if r["channel"] == "TOTAL" else "not reconciled yet"
+        lines.append(
+            f"  {r['channel']:<10} {r['mchid']:<12} {r['payments']:>4} x {r['payment_yuan']:>10} "
+            f"{r['refunds']:>3} x {r['refund_yuan']:>8} {r['reversal_yuan']:>10} {r['fee_yuan']:>14} "
+            f"{r['net_yuan']:>12}  {verdict}"
+        )
+    if any(r["fee_cent"] is None for r in view["rows"]):
+        lines.append("  fees 'not booked yet': no recon run has read that bill; net leaves them out")
+    lines.append("  amounts in yuan; net = payments - refunds + reversals - fees")
+    if csv_path:
+        lines.append(f"  CSV written to {csv_path}")
+    return "\n".join(lines)
