@@ -27,7 +27,7 @@ _env = Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
-_env.globals.update(link=link, yuan=data.yuan, BUCKETS=data.BUCKETS, ACTIONS=actions.ACTIONS)
+_env.globals.update(link=link, yuan=data.yuan, cst=data.cst, BUCKETS=data.BUCKETS, ACTIONS=actions.ACTIONS)
 
 
 def render(template: str, who: Identity | None, status: int = 200, **context: Any) -> Response:
@@ -138,18 +138,17 @@ def queue_page(request: Request, who: Identity) -> Response:
 
 
 def item_page(request: Request, who: Identity, message: str = "", status: int = 200) -> Response:
+    from tally.service.queue import QueueError
+
     item_id = request.field("id")
-    item = next((i for i in data.queue_items() if i.id == item_id), None)
     try:
-        detail = data.item_detail(item_id)
-    except (ValueError, LookupError):
-        detail = {}
-    if item is None and not detail:
+        item, detail, history = data.item_detail(item_id)
+    except (QueueError, LookupError):
         return render(
             "error.html",
             who,
             status if message else 404,
-            message=message or "No such item (it may have been cleared already).",
+            message=message or "No such item (cleared already?).",
         )
     return render(
         "item.html",
@@ -159,7 +158,8 @@ def item_page(request: Request, who: Identity, message: str = "", status: int = 
         item=item,
         item_id=item_id,
         detail=detail,
-        history=detail.get("history") or [],
+        state=(item.state if item else detail.get("q_state") or "closed"),
+        history=history,
         message=message or request.field("done"),
         codes=actions.RESOLVE_CODES,
     )
@@ -168,7 +168,9 @@ def item_page(request: Request, who: Identity, message: str = "", status: int = 
 def story_page(request: Request, who: Identity) -> Response:
     mchid, order = request.field("mchid"), request.field("order")
     story = data.order_story(mchid, order) if mchid and order else None
-    return render("story.html", who, page="story", mchid=mchid, order=order, story=story)
+    return render(
+        "story.html", who, page="story", mchid=mchid, order=order, story=story, asked=bool(mchid and order)
+    )
 
 
 def recon_page(request: Request, who: Identity) -> Response:
@@ -209,55 +211,17 @@ def ledger_page(request: Request, who: Identity) -> Response:
     day = request.field("date") or data.yesterday_cst()
     merchant = request.field("merchant")
     try:
-        rows = data.ledger_totals(data.date.fromisoformat(day).isoformat(), merchant)
+        view = data.ledger_day(data.date.fromisoformat(day).isoformat(), merchant)
     except ValueError:
         return render("error.html", who, 400, message="Dates look like 2026-11-30.")
     if request.field("format") == "csv":
         return Response(
             200,
-            ledger_csv(day, rows),
+            data.ledger_csv(view),
             "text/csv; charset=utf-8",
             {"content-disposition": f'attachment; filename="ledger-{day}.csv"'},
         )
-    return render("ledger.html", who, page="ledger", date=day, merchant=merchant, rows=rows)
-
-
-def ledger_csv(day: str, rows: list[dict[str, Any]]) -> bytes:
-    import csv
-    import io
-
-    out = io.StringIO()
-    w = csv.writer(out)
-    w.writerow(
-        [
-            "bill_date",
-            "channel",
-            "merchant",
-            "payments",
-            "payment total",
-            "refunds",
-            "refund total",
-            "net",
-            "fees",
-            "recon",
-        ]
-    )
-    for r in rows:
-        w.writerow(
-            [
-                day,
-                r["channel"],
-                r["mchid"],
-                r["payments"],
-                data.yuan(r["payment_cent"]),
-                r["refunds"],
-                data.yuan(r["refund_cent"]),
-                data.yuan(r["net_cent"]),
-                r["fees"] or "not booked yet",
-                r["recon"],
-            ]
-        )
-    return ("\ufeff" + out.getvalue()).encode("utf-8")
+    return render("ledger.html", who, page="ledger", date=day, merchant=merchant, view=view)
 
 
 PAGES: dict[str, Callable[[Request, Identity], Response]] = {
@@ -288,15 +252,12 @@ def post(request: Request, who: Identity) -> Response:
             "This form is stale or came from another site: reload the page and try again.",
             "csrf",
         )
+    fields = {k: request.form.get(k, "") for k in actions.FIELDS}
     if request.page == "act":
         item_id = request.form.get("id", "")
         try:
             outcome = actions.act(
-                item_id,
-                request.form.get("action", ""),
-                who,
-                request.form.get("reason", ""),
-                code=request.form.get("code", ""),
+                item_id, request.form.get("action", ""), who, request.form.get("reason", ""), **fields
             )
         except actions.ActionRefused as exc:
             return item_page(request, who, f"Not done: {exc}", 409)
@@ -306,22 +267,18 @@ def post(request: Request, who: Identity) -> Response:
         action = request.form.get("action", "")
         if action not in actions.ACTIONS:
             return render("error.html", who, 400, message="Choose an action.")
+        reason = request.form.get("reason", "")
         if request.form.get("confirm") != "yes":
             preview = actions.bulk_preview(filters, action)
             return render(
-                "bulk.html",
-                who,
-                page="queue",
-                preview=preview,
-                filters=filters,
-                reason=request.form.get("reason", ""),
+                "bulk.html", who, page="queue", preview=preview, filters=filters, reason=reason, fields=fields
             )
-        reason = request.form.get("reason", "")
-        if not reason.strip():
-            return render("error.html", who, 400, message="Say why: every item's history keeps the reason.")
-        result = actions.bulk(filters, action, who, reason)
-        message = f"{len(result['done'])} item(s) {action}d ({result['amount']} yuan)" + (
-            f", {len(result['failed'])} not done" if result["failed"] else ""
+        try:
+            report = actions.bulk(filters, action, who, reason, **fields)
+        except actions.ActionRefused as exc:
+            return render("error.html", who, 409, message=f"Not done: {exc}")
+        message = f"{report.get('changed', 0)} item(s): {action} ({report.get('amount')} yuan)" + (
+            f", {len(report['errors'])} not done" if report.get("errors") else ""
         )
         return redirect(link("queue", done=message))
     return render("error.html", who, 404, message="No such action.")

@@ -7,9 +7,11 @@ headers are shown as the text they are (escaped by the templates), secrets and c
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
@@ -18,7 +20,18 @@ from tally.domain.money import format_cents
 from tally.domain.recon import CHINA
 
 BUCKETS = ("< 1 h", "1–24 h", "1–7 d", "> 7 d")
-SECRET_WORDS = ("key", "secret", "token", "ciphertext", "password", "private", "apiv3", "sign")
+# attribute names never shown (secrets live in Secrets Manager; this is the second fence)
+SECRET_WORDS = (
+    "secret",
+    "private",
+    "password",
+    "apiv3",
+    "api_key",
+    "merchant_key",
+    "auth_token",
+    "ciphertext",
+)
+_REQ_INFO = re.compile(r"(<req_info>)(.*?)(</req_info>)", re.S)
 
 
 def yuan(cents: Any) -> str:
@@ -76,7 +89,7 @@ def yesterday_cst(now: float | None = None) -> str:
 
 @dataclass
 class Item:
-    """One thing a person must look at, whatever table it lives in."""
+    """One thing a person must look at: a work-queue item (service/queue.py), or a raw row not applied yet."""
 
     id: str
     kind: str
@@ -89,16 +102,14 @@ class Item:
     state: str = "OPEN"
     owner: str = ""
     actions: tuple[str, ...] = ()
-    stuck: bool = False  # counts in "stuck" (not applied yet) rather than "with a person"
-    now: float = field(default_factory=time.time, repr=False)
+    stuck: bool = False  # a raw row not applied for 10 minutes: the sweeper's, not a person's (no action)
+    what: str = ""
+    count: int = 1
+    age_s: int = 0
 
     @property
     def amount(self) -> str:
         return yuan(self.amount_cent)
-
-    @property
-    def age_s(self) -> int:
-        return age_seconds(self.since, self.now)
 
     @property
     def age(self) -> str:
@@ -112,110 +123,92 @@ class Item:
     def since_cst(self) -> str:
         return cst(self.since)
 
+    @property
+    def kind_label(self) -> str:
+        return self.kind.replace("-", " ")
+
+
+def _from_queue(row: dict[str, Any]) -> Item:
+    return Item(
+        id=str(row["id"]),
+        kind=str(row.get("kind") or ""),
+        channel=str(row.get("channel") or ""),
+        mchid=str(row.get("merchant") or ""),
+        order=str(row.get("order") or ""),
+        amount_cent=row.get("amount_cent"),
+        since=str(row.get("since") or ""),
+        why=str(row.get("reason") or ""),
+        state=str(row.get("state") or "OPEN"),
+        owner=str(row.get("owner") or ""),
+        actions=tuple(row.get("actions") or ()),
+        what=str(row.get("what") or ""),
+        count=int(row.get("count") or 1),
+        age_s=int(row.get("age_s") or 0),
+    )
+
 
 # ------------------------------------------------------------------------------------------- the queue
 
 
 def queue_items(now: float | None = None) -> list[Item]:
-    """Every open item: the manual queue (unbooked payments, quarantined/rejected callbacks), raw rows not
-    applied for 10 minutes, orders the poller handed to a person, refunds with a person, open recon diffs."""
+    """Every open work-queue item (the same list `tally manual list` prints and the poller counts, R41)."""
+    return [_from_queue(row) for row in bootstrap.work_queue().list()]
+
+
+def stuck_rows(now: float | None = None) -> list[Item]:
+    """Raw rows not applied 10 minutes after they arrived (the sweeper re-queues them; the morning counts them)."""
     now = time.time() if now is None else now
-    items: list[Item] = []
-    for row in bootstrap.manual_queue().list():
-        items.append(
-            Item(
-                id=row["id"],
-                kind=str(row.get("kind") or "manual"),
-                channel=str(row.get("channel") or ""),
-                mchid=str(row.get("mchid") or ""),
-                order=str(row.get("order") or ""),
-                amount_cent=row.get("amount_cent"),
-                since=str(row.get("since") or ""),
-                why=str(row.get("why") or ""),
-                actions=("resolve", "replay"),
-                now=now,
-            )
-        )
     report = bootstrap.pending_report().report(limit=200)
-    for line in report["rows"]:
-        if line["kind"] == "raw handled=0":
-            items.append(
-                Item(
-                    id=f"raw:{line['key']}",
-                    kind="not applied yet",
-                    channel=str(line.get("channel") or ""),
-                    mchid=str(line.get("merchant") or ""),
-                    order=str(line.get("order") or ""),
-                    amount_cent=None,
-                    since=_iso_ago(now, line["age_s"]),
-                    why=str(line.get("why") or ""),
-                    stuck=True,
-                    now=now,
-                )
-            )
-        elif line["kind"] == "order with a person":
-            items.append(
-                Item(
-                    id=f"order:{line['key']}",
-                    kind="order with a person",
-                    channel=str(line.get("channel") or ""),
-                    mchid=str(line.get("merchant") or ""),
-                    order=str(line.get("order") or ""),
-                    amount_cent=None,
-                    since=_iso_ago(now, line["age_s"]),
-                    why=str(line.get("why") or ""),
-                    now=now,
-                )
-            )
-    for refund in bootstrap.refund_service().manual(200):
-        items.append(
-            Item(
-                id=f"refund:{refund.get('refund_no')}",
-                kind="refund with a person",
-                channel=str(refund.get("channel") or ""),
-                mchid=str(refund.get("mchid") or ""),
-                order=str(refund.get("out_trade_no") or ""),
-                amount_cent=refund.get("amount_cent"),
-                since=str(
-                    refund.get("manual_at") or refund.get("updated_at") or refund.get("created_at") or ""
-                ),
-                why=str(refund.get("manual_reason") or refund.get("status") or ""),
-                now=now,
-            )
+    return [
+        Item(
+            id=str(line["key"]),
+            kind="not applied yet",
+            channel=str(line.get("channel") or ""),
+            mchid=str(line.get("merchant") or ""),
+            order=str(line.get("order") or ""),
+            amount_cent=None,
+            since="",
+            why=str(line.get("why") or ""),
+            stuck=True,
+            age_s=int(line.get("age_s") or 0),
         )
-    for diff in recon_store().open_diffs(200):
-        items.append(
-            Item(
-                id=f"diff:{diff['pk']}|{diff['sk']}",
-                kind="recon difference",
-                channel=str(diff.get("channel") or ""),
-                mchid=str(diff.get("mchid") or ""),
-                order=str(diff.get("out_trade_no") or diff.get("refund_no") or ""),
-                amount_cent=diff.get("channel_amount_cent", diff.get("local_amount_cent")),
-                since=str(diff.get("opened_at") or ""),
-                why=f"{diff.get('cls')}: {diff.get('detail') or ''}",
-                actions=("resolve", "ignore"),
-                now=now,
-            )
-        )
-    return sorted(items, key=lambda item: item.since)
+        for line in report["rows"]
+        if str(line.get("kind", "")).startswith("raw handled=0")
+    ]
 
 
-def _iso_ago(now: float, age_s: int) -> str:
-    return datetime.fromtimestamp(now - age_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+AGE_FILTERS = {  # the page's age buckets as the queue's filter (seconds)
+    BUCKETS[0]: {"age_lt": 3600},
+    BUCKETS[1]: {"age_gt": 3599, "age_lt": 86400},
+    BUCKETS[2]: {"age_gt": 86399, "age_lt": 7 * 86400},
+    BUCKETS[3]: {"age_gt": 7 * 86400 - 1},
+}
+
+
+def queue_filter(**wanted: str) -> dict[str, Any]:
+    """The page's filter fields as the queue service's filter (kind, merchant, age bucket, state, owner)."""
+    out: dict[str, Any] = {
+        k: v for k, v in wanted.items() if v and k in ("kind", "merchant", "state", "owner")
+    }
+    out.update(AGE_FILTERS.get(wanted.get("age") or "", {}))
+    return out
+
+
+def filtered_items(**wanted: str) -> list[Item]:
+    return [_from_queue(row) for row in bootstrap.work_queue().list(queue_filter(**wanted))]
 
 
 def filter_items(items: list[Item], **wanted: str) -> list[Item]:
-    """kind / merchant / age (a bucket) / state / owner: an empty value matches everything."""
+    """The same filter on items already read (the morning page's links)."""
     out = items
     if wanted.get("kind"):
-        out = [i for i in out if i.kind == wanted["kind"]]
+        out = [i for i in out if i.kind == wanted["kind"] or i.kind.startswith(wanted["kind"])]
     if wanted.get("merchant"):
         out = [i for i in out if i.mchid == wanted["merchant"]]
     if wanted.get("age"):
         out = [i for i in out if i.bucket == wanted["age"]]
     if wanted.get("state"):
-        out = [i for i in out if i.state == wanted["state"]]
+        out = [i for i in out if i.state == wanted["state"].upper()]
     if wanted.get("owner"):
         out = [i for i in out if i.owner == wanted["owner"]]
     return out
@@ -225,20 +218,22 @@ def morning(now: float | None = None) -> dict[str, Any]:
     """The morning page: the three numbers, the queue by kind and age, yesterday's recon, 14 days."""
     now = time.time() if now is None else now
     items = queue_items(now)
-    stuck = [i for i in items if i.stuck]
-    diffs = [i for i in items if i.kind == "recon difference"]
-    person = [i for i in items if not i.stuck and i.kind != "recon difference"]
+    stuck = stuck_rows(now)
+    diffs = [i for i in items if i.kind == "recon-diff"]
+    person = [i for i in items if i.kind != "recon-diff"]
     kinds: dict[str, Counter[str]] = {}
     for item in items:
         kinds.setdefault(item.kind, Counter())[item.bucket] += 1
+    oldest = sorted(items, key=lambda i: -i.age_s)
     return {
         "numbers": {"stuck": len(stuck), "with a person": len(person), "open diffs": len(diffs)},
-        "total": len(items),
+        "total": len(stuck) + len(items),
         "by_kind": [
             {"kind": kind, "buckets": [counter.get(b, 0) for b in BUCKETS], "total": sum(counter.values())}
             for kind, counter in sorted(kinds.items())
         ],
-        "first_stuck": (stuck or person or items)[0] if items else None,
+        "first_stuck": oldest[0] if oldest else None,
+        "stuck": stuck,
         "recon": recon_yesterday(now),
         "days": fourteen_days(now, items),
     }
@@ -339,44 +334,16 @@ def recon_report(channel: str, mchid: str, day: str) -> tuple[str, bytes] | None
 # ------------------------------------------------------------------------------------------- ledger days
 
 
-def ledger_totals(day: str, mchid: str = "") -> list[dict[str, Any]]:
-    """Per merchant and channel: payments, refunds and net of one bill_date (Asia/Shanghai)."""
-    from tally.store.recon import LedgerView
+def ledger_day(day: str, mchid: str = "") -> dict[str, Any]:
+    """The finance view (service/ledger_day.py): per merchant and channel, payments, refunds, fees, net."""
+    return bootstrap.ledger_day_service().day(day, mchid or None)
 
-    view = LedgerView(bootstrap.tables().ddb, bootstrap.settings().ledger_table)
-    rows = []
-    for channel, merchant in merchants_configured():
-        if mchid and merchant != mchid:
-            continue
-        channel = recon_channel(channel)
-        paid = refunded = reversed_ = 0
-        n_paid = n_refunds = 0
-        for entry in view.day(channel, merchant, day):
-            amount = int(entry.get("amount_cent") or 0)
-            if entry.get("kind") == "PAYMENT":
-                paid += amount
-                n_paid += 1
-            elif entry.get("kind") == "REFUND":
-                refunded += amount
-                n_refunds += 1
-            else:
-                reversed_ += amount
-        runs = recon_store().run_rows(_recon_pk(channel, merchant, day))
-        rows.append(
-            {
-                "channel": channel,
-                "mchid": merchant,
-                "payments": n_paid,
-                "payment_cent": paid,
-                "refunds": n_refunds,
-                "refund_cent": refunded,
-                "other_cent": reversed_,
-                "net_cent": paid - refunded + reversed_,
-                "recon": (runs[0].get("status") if runs else None) or "no run yet",
-                "fees": yuan((runs[0].get("totals") or {}).get("fee_cent")) if runs else "",
-            }
-        )
-    return rows
+
+def ledger_csv(view: dict[str, Any]) -> bytes:
+    from tally.service.ledger_day import csv_text
+
+    text = csv_text(view)
+    return (text if text.startswith("\ufeff") else "\ufeff" + text).encode("utf-8")
 
 
 def fourteen_days(now: float, items: list[Item]) -> list[dict[str, Any]]:
@@ -388,13 +355,13 @@ def fourteen_days(now: float, items: list[Item]) -> list[dict[str, Any]]:
     days = []
     for back in range(13, -1, -1):
         day = (today - timedelta(days=back)).isoformat()
-        totals = ledger_totals(day)
+        totals = ledger_day(day)["totals"]
         days.append(
             {
                 "date": day,
-                "payments": sum(r["payments"] for r in totals),
-                "payment_cent": sum(r["payment_cent"] for r in totals),
-                "refunds": sum(r["refunds"] for r in totals),
+                "payments": int(totals.get("payments") or 0),
+                "payment_cent": int(totals.get("payment_cent") or 0),
+                "refunds": int(totals.get("refunds") or 0),
                 "opened": opened.get(day, 0),
             }
         )
@@ -405,50 +372,15 @@ def fourteen_days(now: float, items: list[Item]) -> list[dict[str, Any]]:
 
 
 def merchants(now: float | None = None) -> list[dict[str, Any]]:
-    """Configured channels, modes, certificate expiry and the last callback seen: no secret, ever."""
-    now = time.time() if now is None else now
-    t = bootstrap.tables()
-    rows = []
-    for channel, mchid in merchants_configured():
-        row = t.get(t.merchants, f"{channel}#{mchid}") or {}
-        expiries = []
-        for name, value in sorted(row.items()):
-            if "expire" in name or "not_after" in name:
-                expiries += _expiry_lines(name, value)
-        rows.append(
-            {
-                "channel": channel,
-                "mchid": mchid,
-                "appid": row.get("appid") or row.get("app_id") or "",
-                "mode": row.get("mode") or row.get("verify_mode") or "",
-                "provider": row.get("sp_mchid") or row.get("sp_app_id") or "",
-                "expiry": expiries,
-                "last_callback": cst(row.get("last_notified_at")) or "not recorded",
-                "public": {k: _public(v) for k, v in row.items() if not _secretish(k)},
-            }
-        )
-    return rows
+    """Configured channels, modes, certificate expiry (`tally merchant list`'s own reader: no secret
+    returned). The last callback seen is not stored per merchant (it would cost the notify path a write)."""
+    from tally.cli.merchant import list_merchants
 
-
-def _expiry_lines(name: str, value: Any) -> list[str]:
-    if isinstance(value, dict):
-        return [f"{k}: {_when(v)}" for k, v in value.items()]
-    return [f"{name}: {_when(value)}"]
-
-
-def _when(value: Any) -> str:
-    if isinstance(value, int | float) or (isinstance(value, str) and value.isdigit()):
-        return datetime.fromtimestamp(float(value), CHINA).strftime("%Y-%m-%d")
-    return cst(value) or str(value)
+    return list_merchants(bootstrap.merchants())
 
 
 def _secretish(name: str) -> bool:
     return any(word in name.lower() for word in SECRET_WORDS)
-
-
-def _public(value: Any) -> str:
-    text = str(value)
-    return text if len(text) <= 120 else text[:117] + "…"
 
 
 # ------------------------------------------------------------------------------------------- refunds
@@ -478,75 +410,55 @@ def _refund(row: dict[str, Any]) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------- one item
 
 
-def item_detail(item_id: str) -> dict[str, Any]:
-    """The item's source row for the item page, without secrets; body and headers as text."""
-    if item_id.startswith(("raw:", "event:")):
-        row = bootstrap.manual_queue().show(item_id)
-        return _scrub(row)
-    if item_id.startswith("diff:"):
-        pk, _, sk = item_id[5:].partition("|")
-        return _scrub(recon_store().diff(pk, sk) or {})
-    if item_id.startswith("refund:"):
-        return _scrub(bootstrap.refund_service().show(item_id[7:]))
-    if item_id.startswith("order:"):
-        return _scrub(bootstrap.poll_service().polls.get(item_id[6:]) or {})
-    return {}
+def item_detail(item_id: str) -> tuple[Item | None, dict[str, Any], list[dict[str, Any]]]:
+    """(the item if still open, its source row(s) without secrets, its history) from the work queue."""
+    got = bootstrap.work_queue().get(item_id)
+    item = _from_queue(got) if got.get("kind") else None
+    source = got.get("source")
+    rows = source if isinstance(source, list) else [source]
+    return item, _scrub(rows[0] or {}) if rows else {}, list(got.get("history") or [])
 
 
 def _scrub(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in row.items() if not _secretish(k) or k in ("signature_ok",)}
+    """No secret-named attribute; a body with its ciphertext replaced by its length (R: never shown)."""
+    out = {k: v for k, v in row.items() if not _secretish(k)}
+    if isinstance(out.get("body"), str):
+        out["body"] = redact_body(out["body"])
+    return out
 
 
-def order_story(mchid: str, out_trade_no: str) -> dict[str, Any]:
-    """The order's timeline from what exists today: order row, transitions, deliveries, refunds."""
-    from tally.store.tables import OrderStore, RawStore, order_key
+def redact_body(text: str) -> str:
+    """A callback body as received, minus what is encrypted for the merchant: WeChat v3 `resource.ciphertext`
+    (JSON, any depth) and WeChat v2 `<req_info>` become "‹ciphertext, N characters, not shown›"."""
+    try:
+        document = json.loads(text)
+    except ValueError:
+        return _REQ_INFO.sub(lambda m: m.group(1) + _hidden(m.group(2)) + m.group(3), text)
+    if not isinstance(document, dict | list):
+        return text
+    return json.dumps(_redact(document), ensure_ascii=False)
 
-    t = bootstrap.tables()
-    order = OrderStore(t).get(mchid, out_trade_no)
-    pk = order_key(mchid, out_trade_no)
-    events: list[dict[str, Any]] = []
-    for tr in OrderStore(t).transitions(pk):
-        events.append(
-            {
-                "at": tr.get("at") or tr.get("created_at") or tr.get("sk"),
-                "what": f"transition {tr.get('from') or tr.get('from_status') or ''} → "
-                f"{tr.get('to') or tr.get('to_status') or ''}",
-                "detail": str(tr.get("reason") or tr.get("source") or ""),
-            }
-        )
-    raws = RawStore(t)
-    for listed in raws.for_order(pk):
-        raw = raws.get(listed["pk"]) or listed  # the index carries no body: the row itself does
-        events.append(
-            {
-                "at": raw.get("notified_at") or raw.get("created_at"),
-                "what": f"delivery {raw.get('pk')} handled={raw.get('handled')}",
-                "detail": str(raw.get("manual_reason") or raw.get("outcome") or ""),
-                "amount": yuan(raw.get("paid_cent")),
-                "headers": raw.get("headers"),
-                "body": raw.get("body"),
-            }
-        )
-    for refund in bootstrap.refund_service().for_order(mchid, out_trade_no):
-        events.append(
-            {
-                "at": refund.get("created_at"),
-                "what": f"refund {refund.get('refund_no')} {refund.get('status')}",
-                "detail": str(refund.get("manual_reason") or ""),
-                "amount": yuan(refund.get("amount_cent")),
-            }
-        )
-    events.sort(key=lambda e: str(e.get("at") or ""))
-    for event in events:
-        event["at_cst"] = cst(event.get("at"))
-    summary = None
-    if order:
-        summary = {
-            "status": order.get("status"),
-            "amount": yuan(order.get("amount_cent")),
-            "paid": yuan(order.get("paid_cent")),
-            "refunded": yuan(order.get("refunded_cent")),
-            "channel": order.get("channel"),
-            "created": cst(order.get("created_at")),
-        }
-    return {"order": summary, "events": events}
+
+def _redact(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _hidden(str(v)) if k.lower() == "ciphertext" else _redact(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redact(v) for v in value]
+    return value
+
+
+def _hidden(text: str) -> str:
+    return f"‹ciphertext, {len(text)} characters, not shown›"
+
+
+def order_story(mchid: str, out_trade_no: str) -> dict[str, Any] | None:
+    """The order's timeline (service/story.py, read-only R42), with each delivery's raw body and headers."""
+    from tally.service.story import NotFound
+
+    try:
+        story = bootstrap.story_service().story(mchid, out_trade_no, raw=True)
+    except NotFound:
+        return None
+    for entry in story.get("entries", []):
+        entry["detail"] = _scrub(entry.get("detail") or {})
+    return story
