@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 import urllib.parse
+from pathlib import Path
 
 from tally.console.auth import csrf_token, identity
 
@@ -162,3 +163,83 @@ def _b64(part: str) -> bytes:
     import base64
 
     return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
+
+
+def test_a_demo_day_s_queue_is_taken_to_zero_through_the_ui_alone(stack, new_page):
+    """The demo's scripted day (tally_local/day.py: mismatches, payments after close, lost callbacks …) is
+    loaded into this stack; then only the browser: each kind is filtered, previewed and resolved in bulk."""
+    from tally import bootstrap
+
+    from tally_local import day as demo
+
+    today = demo.Day(stack)
+    demo.set_up_merchants(today)
+    for i in range(16):
+        demo.run_scenario(today, i, demo.SCENARIOS[i % len(demo.SCENARIOS)])
+    demo.settle(today)
+    kinds = sorted({i["kind"] for i in bootstrap.work_queue().list()})
+    assert len(kinds) >= 2, kinds  # a real morning: more than one kind of work
+
+    page = sign_in(new_page(), stack, "operator")
+    assert morning_total(page) >= len(kinds)
+    shot(page, "morning-demo-day")
+    while page.query_selector("a[data-kind]") is not None:
+        page.click("a[data-kind]")  # the first kind left on the morning page
+        page.wait_for_selector("#bulk")
+        page.select_option("#bulk select[name=action]", "resolve")
+        page.fill("#bulk input[name=reason]", "rehearsal: checked each on the merchant platform")
+        page.click("#bulk button[type=submit]")
+        page.wait_for_selector("#preview")
+        assert "Nothing has changed yet" in page.inner_text("main")
+        shot(page, "bulk-preview")
+        page.click("#confirm")
+        page.wait_for_selector(".notice")
+        page.click('nav a:has-text("Morning")')
+        page.wait_for_selector("#morning-number")
+    assert morning_total(page) == 0
+    assert bootstrap.work_queue().list() == []
+    shot(page, "morning-clear")
+
+
+def test_every_page_answers_its_question_for_a_viewer(stack, new_page):
+    """Recon day (runs, guards, diffs, the report download), refunds, merchants, ledger day (CSV download)."""
+    from tally import bootstrap
+    from tally.console.data import today_cst
+
+    day = today_cst(time.time()).isoformat()
+    _create_order(stack, "CONSOLE0100", 1234)
+    sim_post(stack, "/_sim/pay", {"mchid": MCHID, "out_trade_no": "CONSOLE0100"})
+    stack.drain(10)
+    run = bootstrap.recon_service().run("wechatpay", MCHID, day)
+    assert run.get("status"), run
+
+    page = sign_in(new_page(), stack, "viewer")
+    page.click('nav a:has-text("Recon day")')
+    page.fill("input[name=date]", day)
+    page.click("form.filters button[type=submit]")
+    page.wait_for_selector("text=Runs")
+    assert run["status"] in page.inner_text("main")
+    with page.expect_download() as download:
+        page.click("#report")
+    assert download.value.suggested_filename.endswith(".csv")
+    shot(page, "recon-day")
+
+    page.click('nav a:has-text("Ledger day")')
+    page.fill("input[name=date]", day)
+    page.click("form.filters button[type=submit]")
+    page.wait_for_selector("#ledger")
+    assert "12.34" in page.inner_text("#ledger")
+    with page.expect_download() as download:
+        page.click("#csv")
+    assert "12.34" in Path(download.value.path()).read_text(encoding="utf-8-sig")
+    shot(page, "ledger-day")
+
+    page.click('nav a:has-text("Merchants")')
+    page.wait_for_selector("#merchants")
+    text = page.inner_text("#merchants")
+    assert MCHID in text and "BEGIN" not in page.content()  # no key or certificate material
+    shot(page, "merchants")
+
+    page.click('nav a:has-text("Refunds")')
+    page.wait_for_selector("text=With a person")
+    shot(page, "refunds")
