@@ -215,6 +215,8 @@ def test_every_page_answers_its_question_for_a_viewer(stack, new_page):
 
     page = sign_in(new_page(), stack, "viewer")
     page.click('nav a:has-text("Recon day")')
+    page.select_option("select[name=mchid]", MCHID)
+    page.select_option("select[name=channel]", "wechatpay")
     page.fill("input[name=date]", day)
     page.click("form.filters button[type=submit]")
     page.wait_for_selector("text=Runs")
@@ -226,12 +228,15 @@ def test_every_page_answers_its_question_for_a_viewer(stack, new_page):
 
     page.click('nav a:has-text("Ledger day")')
     page.fill("input[name=date]", day)
+    page.fill("input[name=merchant]", MCHID)
     page.click("form.filters button[type=submit]")
     page.wait_for_selector("#ledger")
-    assert "12.34" in page.inner_text("#ledger")
+    (row,) = [r for r in bootstrap.ledger_day_service().day(day, MCHID)["rows"] if r["channel"] == "wechatpay"]
+    assert row["payment_cent"] >= 1234
+    assert row["payment_yuan"] in page.inner_text("#ledger") and row["net_yuan"] in page.inner_text("#ledger")
     with page.expect_download() as download:
         page.click("#csv")
-    assert "12.34" in Path(download.value.path()).read_text(encoding="utf-8-sig")
+    assert row["payment_yuan"] in Path(download.value.path()).read_text(encoding="utf-8-sig")
     shot(page, "ledger-day")
 
     page.click('nav a:has-text("Merchants")')
