@@ -225,6 +225,12 @@ def test_every_page_answers_its_question_for_a_viewer(stack, new_page):
         page.click("#report")
     assert download.value.suggested_filename.endswith(".csv")
     shot(page, "recon-day")
+    diff_link = page.query_selector("a.diff")
+    if diff_link is not None:  # an open difference opens as its queue item
+        diff_link.click()
+        page.wait_for_selector("#viewer-note")
+        assert "recon diff" in page.inner_text("h1")
+        page.go_back()
 
     page.click('nav a:has-text("Ledger day")')
     page.fill("input[name=date]", day)

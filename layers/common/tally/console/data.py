@@ -313,7 +313,7 @@ def recon_day(channel: str, mchid: str, day: str) -> dict[str, Any]:
             "status": d.get("handle_status"),
             "handler": d.get("handler") or "",
             "detail": d.get("detail") or "",
-            "id": f"diff:{d['pk']}|{d['sk']}",
+            "id": f"diff-{d['pk']}/{d['sk']}",  # the work queue's id (service/queue.py)
         }
         for d in view["diffs"]
     ]
