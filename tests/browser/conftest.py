@@ -124,3 +124,62 @@ def sim_post(stack, path: str, body: dict) -> tuple[int, bytes]:
         "POST", stack.simulator_url + path, json.dumps(body).encode(), {"content-type": "application/json"}
     )
     return status, data
+
+
+@pytest.fixture(scope="module", autouse=True)
+def console_calls(stack):
+    """Every AWS call the console function makes while the tests click: (IAM action, resource), as IAM
+    authorises them (a transaction item by item), so a test can hold them against the template's policy."""
+    import threading
+
+    from tally import bootstrap
+
+    names = {value: key for key, value in stack.env.items()}
+    logical = {
+        env: "".join(part.capitalize() for part in env.removesuffix("_TABLE").split("_")) + "Table"
+        for env in names.values()
+        if env.endswith("_TABLE")
+    }
+    state = threading.local()
+    calls: set[tuple[str, str]] = set()
+
+    def seen(model, params, **_):
+        if not getattr(state, "console", False):
+            return
+        service = model.service_model.endpoint_prefix
+        if service == "dynamodb":
+            request = json.loads(params.get("body") or b"{}")
+            items = [
+                (f"{kind}Item" if kind != "ConditionCheck" else "ConditionCheckItem", op)
+                for entry in request.get("TransactItems", [])
+                for kind, op in entry.items()
+            ] or [(model.name, request)]
+            for action, op in items:
+                table = logical[names[op["TableName"]]]
+                calls.add((f"dynamodb:{action}", f"{table}/index/*" if op.get("IndexName") else table))
+        elif service == "s3":
+            key = str(params.get("url_path", "")).split("/", 2)[-1]
+            calls.add((f"s3:{model.name}", "BillsBucket/" + key.split("/", 1)[0] + "/*"))
+        elif service == "sqs":
+            calls.add((f"sqs:{model.name}", "ApplyQueue"))
+        elif service == "secretsmanager":
+            calls.add((f"secretsmanager:{model.name}", "secret:tally/${AWS::StackName}/merchants/*"))
+        else:
+            calls.add((f"{service}:{model.name}", service))
+
+    for service in ("dynamodb", "sqs", "secretsmanager", "s3", "cognito-idp"):
+        bootstrap._client(service).meta.events.register("before-call", seen)
+    for route in stack.front_door.routes:
+        target = route.target
+        if target.function_name == "ConsoleFunction" and not getattr(target, "_recorded", False):
+            inner = target.handler
+
+            def wrapped(event, context, _inner=inner):
+                state.console = True
+                try:
+                    return _inner(event, context)
+                finally:
+                    state.console = False
+
+            target.handler, target._recorded = wrapped, True
+    return calls
