@@ -152,6 +152,22 @@ def test_a_rejected_callback_with_script_in_body_and_headers_renders_inert(stack
     shot(page, "rejected-inert")
 
 
+def test_sign_out_forgets_the_token_and_a_page_then_asks_to_sign_in_again(stack, new_page):
+    page = sign_in(new_page(), stack, "viewer")
+    page.click("text=sign out")
+    page.wait_for_selector("#bye")
+    page.wait_for_function(  # the page's script deletes the token from Cache Storage
+        "async () => !(await (await caches.open('tally-console')).match('/console/static/__token'))"
+    )
+    page.goto(stack.api_url + "/console/queue?kind=rejected")
+    page.wait_for_selector("input[name=password]")  # the service worker turned the 401 into the sign-in page
+    assert "/console/login?next=" in page.url and "queue" in page.url
+    page.fill("input[name=username]", "viewer")
+    page.fill("input[name=password]", stack.console_logins["viewer"])
+    page.click("button[type=submit]")
+    page.wait_for_url("**/console/queue?kind=rejected")  # back where the person was going
+
+
 def test_console_is_usable_on_a_phone(stack, new_page):
     page = sign_in(new_page(390, 844), stack, "operator")
     width = page.evaluate("document.documentElement.scrollWidth")
