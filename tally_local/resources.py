@@ -167,8 +167,10 @@ def create_from_template(
     prefix: str = "tally-local",
     parameter_overrides: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """Create the template's tables, queues and buckets; return the functions' environment."""
-    return create_with_resolver(template_path, session, prefix, parameter_overrides)[0]
+    """Create the template's tables, queues and buckets; return the functions' environment. The console's
+    Cognito pool is left out (its ids are empty): it costs moto an RSA key import per pool, and only the
+    embedded stack signs people in (create_with_resolver(console=True))."""
+    return create_with_resolver(template_path, session, prefix, parameter_overrides, console=False)[0]
 
 
 def create_with_resolver(
@@ -176,6 +178,8 @@ def create_with_resolver(
     session: Any,
     prefix: str = "tally-local",
     parameter_overrides: Mapping[str, str] | None = None,
+    *,
+    console: bool = True,
 ) -> tuple[dict[str, str], Resolver]:
     """create_from_template, and the Resolver that knows what was created (for the HttpApi authorizers)."""
     template = load_template(template_path)
@@ -184,6 +188,9 @@ def create_with_resolver(
     for logical_id in _creation_order(resources):
         resource = resources[logical_id]
         creator = _CREATORS.get(resource["Type"])
+        if not console and resource["Type"].startswith("AWS::Cognito::"):
+            resolver.refs[logical_id] = ""  # not created: CONSOLE_USER_POOL_ID / CONSOLE_CLIENT_ID are empty
+            continue
         if creator is not None:
             props = resolver.resolve(resource.get("Properties", {}))
             creator(session, resolver, logical_id, props, prefix)
@@ -392,7 +399,7 @@ def _create_user_pool(
     session: Any, resolver: Resolver, logical_id: str, props: dict[str, Any], prefix: str
 ) -> None:
     """The console's Cognito pool on moto, which issues real RS256 JWTs and serves the pool's JWKS."""
-    client = session.client("cognito-idp")
+    client = _cognito(session)
     request: dict[str, Any] = {"PoolName": f"{prefix}-{logical_id}"}
     for key in ("Policies", "AdminCreateUserConfig", "AccountRecoverySetting", "UsernameConfiguration"):
         if key in props:
@@ -416,6 +423,15 @@ def _create_user_pool(
     )
 
 
+def _cognito(session: Any) -> Any:
+    """One cognito-idp client per session (a client costs more to build than the pool's three calls)."""
+    client = getattr(session, "_tally_cognito", None)
+    if client is None:
+        client = session.client("cognito-idp")
+        session._tally_cognito = client
+    return client
+
+
 def _cognito_shape(value: Any) -> Any:
     """CloudFormation writes TemporaryPasswordValidityDays etc. like the API does; booleans stay booleans."""
     if isinstance(value, dict):
@@ -428,7 +444,7 @@ def _cognito_shape(value: Any) -> Any:
 def _create_user_pool_client(
     session: Any, resolver: Resolver, logical_id: str, props: dict[str, Any], prefix: str
 ) -> None:
-    client = session.client("cognito-idp")
+    client = _cognito(session)
     request = {
         key: props[key]
         for key in (
@@ -452,7 +468,7 @@ def _create_user_pool_client(
 def _create_user_pool_group(
     session: Any, resolver: Resolver, logical_id: str, props: dict[str, Any], prefix: str
 ) -> None:
-    client = session.client("cognito-idp")
+    client = _cognito(session)
     request = {
         key: props[key] for key in ("GroupName", "UserPoolId", "Description", "Precedence") if key in props
     }
