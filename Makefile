@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint soak bench clean venv browser-deps
+.PHONY: run test check lint soak bench clean venv browser-deps
 
 $(STAMP): requirements-dev.txt layers/common/requirements.txt pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -24,6 +24,12 @@ test: $(STAMP) browser-deps
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest -n 2 --dist loadfile tests
+
+# make check: the fast lane (docs/gates.md): every gate of make lint, then the unit, integration, security and
+# concurrency tests without the long ones (the simulated days tests/sim, e2e, fuzz; tests marked slow).
+# make test stays the full gate (CI).
+check: lint
+	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not slow and not e2e" tests/unit tests/integration tests/security tests/concurrency
 
 # make soak: 10,000 seeded micro days + 100,000 fuzz inputs, one table (docs/proof.md), bounded by MINUTES
 # (default 55: the days stop at 3/4 of it, the fuzz at the end; the table says what ran; MINUTES=0: no bound).

@@ -16,6 +16,7 @@ import argparse
 import os
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +24,9 @@ from concurrent.futures import ThreadPoolExecutor
 CALLBACKS = 2000
 SENDERS = 16
 DRAIN_S = 900
+
+
+RESET = -1  # the status recorded for a connection refused or reset before an answer
 
 
 def run(
@@ -67,8 +71,13 @@ def run(
             headers, body = sim.build_notification(mchid, sim.transaction_resource(mchid, *item))
             start = time.perf_counter()
             req = urllib.request.Request(url, data=body, headers=headers, method="POST")
-            with urllib.request.urlopen(req, timeout=60) as resp:
-                status = resp.status
+            try:
+                with urllib.request.urlopen(req, timeout=60) as resp:
+                    status = resp.status
+            except urllib.error.HTTPError as exc:
+                status = exc.code
+            except (ConnectionError, urllib.error.URLError):
+                status = RESET  # refused or reset before any answer: the backlog, not the product
             return status, (time.perf_counter() - start) * 1000
 
         cpu_before, started = _cpu_s(stack.moto_pid), time.perf_counter()
@@ -97,6 +106,13 @@ def run(
             f"{callbacks / elapsed:.0f} /s",
             f"ACK p50 {_pct(latencies, 50):.0f} ms, p99 {_pct(latencies, 99):.0f} ms",
             f"{ok} success ACKs",
+        ),
+        (
+            "load: failed deliveries",
+            f"{sum(1 for status, _ in results if status == RESET)} resets",
+            f"{sum(1 for status, _ in results if status >= 500)} 5xx, "
+            f"{sum(1 for status, _ in results if 400 <= status < 500)} 4xx",
+            "target: 0 resets, 0 5xx",
         ),
         (
             "load: CPU per callback",

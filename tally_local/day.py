@@ -36,7 +36,16 @@ class Day:
     scenarios: Counter[str] = field(default_factory=Counter)
 
 
-def main(orders: int = 200, out=sys.stdout) -> int:
+def main(orders: int = 200, out=sys.stdout, keep: bool = False) -> int:
+    """The day on a stack of its own, thrown away afterwards; `keep`: the day is loaded into a stack that
+    keeps running like `make run` (TALLY_DEMO=1 make run does the same), so a person can work its queue."""
+    if keep:
+        import os
+
+        from tally_local import stack as stack_module
+
+        os.environ["TALLY_DEMO"] = str(orders)
+        return stack_module.main()
     metrics_out = io.StringIO()
     with (
         contextlib.redirect_stdout(metrics_out),
@@ -44,17 +53,46 @@ def main(orders: int = 200, out=sys.stdout) -> int:
             api_port=0, state_dir="/tmp/tally-demo-state", simulator_options={"fixed_keys": True}
         ) as stack,
     ):
-        day = Day(stack)
-        set_up_merchants(day)
-        for i in range(orders):
-            if i == orders // 2:
-                stack.simulator.rotate_platform_certificate()  # R3: callbacks switch to a new serial
-            run_scenario(day, i, SCENARIOS[i % len(SCENARIOS)])
-            progress(i + 1, orders)
-        settle(day)
-        report = morning_report(day, metrics_out.getvalue())
+        report = play(stack, orders, metrics_out)
     print(file=sys.stderr)
     out.write(render(report))
+    return 0 if not report["unaccounted"] else 1
+
+
+def play(stack: EmbeddedStack, orders: int, emitted: io.StringIO) -> dict[str, Any]:
+    """The scripted day on a running stack: merchants, payments with their faults, a platform-certificate
+    rotation half way, the poller, the day's reconciliation; then the morning report."""
+    day = Day(stack)
+    set_up_merchants(day)
+    old_serial = stack.simulator.platform_serial
+    for i in range(orders):
+        if i == orders // 2:
+            stack.simulator.rotate_platform_certificate()  # R3: callbacks switch to a new serial
+        run_scenario(day, i, SCENARIOS[i % len(SCENARIOS)])
+        progress(i + 1, orders)
+    settle(day)
+    work_refund_tasks()
+    recon = reconcile(day)
+    report = morning_report(day, emitted.getvalue())
+    report["recon"] = recon
+    report["rotation"] = rotation(day, old_serial)
+    return report
+
+
+def play_into(stack: EmbeddedStack, orders: int, out=sys.stdout) -> int:
+    """`TALLY_DEMO=N make run` / `tally demo --keep`: the day into this running stack, the report printed."""
+    emitted = io.StringIO()
+    with contextlib.redirect_stdout(emitted):
+        report = play(stack, orders, emitted)
+    print(file=sys.stderr)
+    out.write(render(report))
+    out.write(
+        "\nThe stack keeps running with this day in it: work the queue with\n"
+        "  tally manual list --local        (every item, oldest first; `tally manual show ID --local`)\n"
+        "  tally pending --local            (the morning number; exit 3 while something is overdue)\n"
+        "docs/morning.md says what each kind means and what to do.\n"
+    )
+    out.flush()
     return 0 if not report["unaccounted"] else 1
 
 
@@ -155,6 +193,47 @@ def settle(day: Day) -> None:
     day.stack.drain(60)
 
 
+def work_refund_tasks() -> None:
+    """What the poller's next run does with the day's refund tasks (RefundTaskPolicy=manual: to a person)."""
+    from tally import bootstrap
+
+    bootstrap.refund_service().work_tasks()
+
+
+def reconcile(day: Day) -> dict[str, str]:
+    """The day's reconciliation for every merchant, as the 10:30 schedule would run it for yesterday."""
+    from datetime import datetime, timedelta, timezone
+
+    from tally import bootstrap
+
+    bill_date = datetime.now(timezone(timedelta(hours=8))).strftime("%Y-%m-%d")
+    done = {}
+    for channel, mchid in (("wechatpay", day.wechat), ("wechatpay", day.wechat_cert), ("alipay", day.alipay)):
+        try:
+            run = bootstrap.recon_service().run(channel, mchid, bill_date)
+            done[f"{channel}/{mchid} {bill_date}"] = f"{run.get('status')}: {run.get('reason', '')}"[:160]
+        except Exception as exc:  # noqa: BLE001 - the demo reports what happened; the queue shows the rest
+            done[f"{channel}/{mchid} {bill_date}"] = f"failed: {type(exc).__name__}: {exc}"[:160]
+    day.stack.drain(30)
+    return done
+
+
+def rotation(day: Day, old_serial: str) -> str:
+    """What the platform-certificate rotation did: the serials Tally stores for the cert-mode merchant."""
+    from tally import bootstrap
+    from tally.store.keys import PlatformCertStore
+
+    new_serial = day.stack.simulator.platform_serial
+    stored = (PlatformCertStore(bootstrap.tables()).get(day.wechat_cert) or {}).get("certs", {})
+    known = bootstrap.merchants().wechatpay(day.wechat_cert).creds.platform.by_serial
+    have = sorted(set(stored) | set(known))
+    return (
+        f"platform certificate {old_serial[:12]}… → {new_serial[:12]}… mid-day; "
+        f"merchant {day.wechat_cert} verifies with {len(have)} serial(s), the new one "
+        + ("included" if new_serial in have else "MISSING")
+    )
+
+
 # ------------------------------------------------------------------ the report
 
 
@@ -165,7 +244,7 @@ def morning_report(day: Day, emitted: str) -> dict[str, Any]:
     orders = bootstrap.order_service()
     statuses: Counter[str] = Counter()
     unaccounted = []
-    manual = bootstrap.manual_queue().list()
+    manual = bootstrap.work_queue().list()
     with_person = {item["order"] for item in manual}
     tasks = {row["out_trade_no"] for row in scan(day, "REFUND_TASKS_TABLE")}
     for no, (mchid, _, txn) in day.taken.items():
@@ -195,12 +274,17 @@ def render(report: dict[str, Any]) -> str:
         "  orders:    " + ", ".join(f"{k} {v}" for k, v in sorted(report["statuses"].items())),
         "  ledger:    " + ", ".join(f"{k} {v}" for k, v in sorted(report["ledger"].items())),
         f"  refund tasks: {report['refund_tasks']}",
-        f"  morning number: handled=0 > 10 min: {report['pending'].get('pending_over_10m', '?')}, "
-        f"handled=2 > 24 h: {report['pending'].get('manual_over_24h', '?')}",
-        f"  manual queue ({len(report['manual'])}):",
+        f"  morning number: stuck (handled=0 > 10 min) {report['pending'].get('pending_over_10m', '?')}, "
+        f"open items {report['pending'].get('open_items', '?')}, "
+        f"past their threshold {report['pending'].get('manual_over_24h', '?')}",
+        f"  certificate rotation: {report.get('rotation', '-')}",
+        "  reconciliation: "
+        + ("; ".join(f"{k} {v}" for k, v in report.get("recon", {}).items()) or "not run"),
+        f"  work queue ({len(report['manual'])} items; `tally manual list`):",
     ]
     lines += [
-        f"    {item['id']}  {item['kind']}  order {item['order']}  why: {item['why']}"
+        f"    {item['id']}  {item['kind']}  order {item['order'] or '-'}  "
+        f"{'¥' + item['amount'] if item['amount'] is not None else '-'}  why: {item['reason']}"
         for item in report["manual"]
     ] or ["    (empty)"]
     lines.append(

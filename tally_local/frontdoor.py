@@ -305,6 +305,8 @@ class _RequestHandler(BaseHTTPRequestHandler):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    # socketserver's default listen backlog is 5: a burst of senders got connection resets (issue #20)
+    request_queue_size = 512
 
     def __init__(self, address: tuple[str, int], front_door: FrontDoor):
         self.front_door = front_door

@@ -23,8 +23,9 @@ def http_event(
     time_ms: int | None = None,
     source_ip: str = "127.0.0.1",
 ) -> dict[str, Any]:
-    """An HTTP API payload-2.0 event, as API Gateway hands it to a function."""
-    route_key = f"{method} {route or path}"
+    """An HTTP API payload-2.0 event, as API Gateway hands it to a function. Without `route` the routeKey is
+    the path with each path parameter's value put back as `{name}` (what API Gateway matched)."""
+    route_key = f"{method} {route or route_of(path, path_params)}"
     context: dict[str, Any] = {
         "http": {
             "method": method,
@@ -50,6 +51,12 @@ def http_event(
         "body": base64.b64encode(body).decode() if base64_body else body.decode(),
         "isBase64Encoded": base64_body,
     }
+
+
+def route_of(path: str, path_params: dict[str, str]) -> str:
+    """`/orders/1900000109/T1` with {"mchid": "1900000109", "out_trade_no": "T1"} → `/orders/{mchid}/{out_trade_no}`."""
+    names = {value: name for name, value in reversed(list(path_params.items()))}
+    return "/".join(f"{{{names[s]}}}" if s in names and s else s for s in path.split("/"))
 
 
 def emf_metrics(text: str) -> Iterator[tuple[str, int | float]]:

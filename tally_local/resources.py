@@ -395,6 +395,24 @@ def _create_event_bus(
     resolver.attrs[(logical_id, "Name")] = name
 
 
+def _create_archive(
+    session: Any, resolver: Resolver, logical_id: str, props: dict[str, Any], prefix: str
+) -> None:
+    client = session.client("events")
+    name = f"{prefix}-{logical_id}"
+    request = {"ArchiveName": name, "EventSourceArn": props["SourceArn"]}
+    if "EventPattern" in props:
+        request["EventPattern"] = json.dumps(props["EventPattern"])
+    if "RetentionDays" in props:
+        request["RetentionDays"] = int(props["RetentionDays"])
+    try:
+        arn = client.create_archive(**request)["ArchiveArn"]
+    except client.exceptions.ResourceAlreadyExistsException:
+        arn = client.describe_archive(ArchiveName=name)["ArchiveArn"]
+    resolver.refs[logical_id] = name
+    resolver.attrs[(logical_id, "Arn")] = arn
+
+
 def _create_user_pool(
     session: Any, resolver: Resolver, logical_id: str, props: dict[str, Any], prefix: str
 ) -> None:
@@ -484,6 +502,7 @@ _CREATORS: dict[str, Callable[..., None]] = {
     "AWS::SQS::Queue": _create_queue,
     "AWS::S3::Bucket": _create_bucket,
     "AWS::Events::EventBus": _create_event_bus,
+    "AWS::Events::Archive": _create_archive,
     "AWS::Cognito::UserPool": _create_user_pool,
     "AWS::Cognito::UserPoolClient": _create_user_pool_client,
     "AWS::Cognito::UserPoolGroup": _create_user_pool_group,

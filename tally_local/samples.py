@@ -114,7 +114,81 @@ def build() -> dict[str, dict]:
             }
         ]
     }
-    return {"notify_wechatpay.json": notify, "orders_create.json": orders, "worker_sqs.json": worker}
+    refund_body = {"mchid": mchid, "out_trade_no": SAMPLE_ORDER, "amount_cent": 50, "reason": "sample refund"}
+    refunds = http_event(
+        "POST",
+        "/refunds",
+        "/refunds",
+        json.dumps(refund_body).encode(),
+        {"content-type": "application/json"},
+        {},
+        base64_body=False,
+    )
+    return {
+        "notify_wechatpay.json": notify,
+        "orders_create.json": orders,
+        "worker_sqs.json": worker,
+        "refunds_create.json": refunds,
+        "outbox_stream.json": _stream_event(mchid),
+        **{f"{name}_schedule.json": _scheduled(name) for name in ("poller", "keys", "heartbeat")},
+    }
+
+
+def _scheduled(function: str) -> dict:
+    """What EventBridge sends a function on its schedule (every minute / hourly)."""
+    return {
+        "version": "0",
+        "id": f"sample-{function}-0001",
+        "detail-type": "Scheduled Event",
+        "source": "aws.events",
+        "account": "123456789012",
+        "time": "2026-11-29T09:33:00Z",
+        "region": "us-east-1",
+        "resources": [f"arn:aws:events:us-east-1:123456789012:rule/tally-{function}"],
+        "detail": {},
+    }
+
+
+def _stream_event(mchid: str) -> dict:
+    """One orders-table stream record: the sample order going WAIT_PAY -> PAID (the outbox publishes OrderPaid)."""
+    pk = f"{mchid}#{SAMPLE_ORDER}"
+    base = {
+        "pk": {"S": pk},
+        "mchid": {"S": mchid},
+        "out_trade_no": {"S": SAMPLE_ORDER},
+        "channel": {"S": "wechatpay"},
+        "tenant": {"S": mchid},
+        "amount_cent": {"N": "100"},
+        "currency": {"S": "CNY"},
+    }
+    new = {
+        **base,
+        "status": {"S": "PAID"},
+        "transaction_id": {"S": SAMPLE_TRANSACTION},
+        "paid_cent": {"N": "100"},
+        "paid_at": {"S": "2026-11-29T09:33:20Z"},
+    }
+    return {
+        "Records": [
+            {
+                "eventID": "sample-stream-0001",
+                "eventName": "MODIFY",
+                "eventVersion": "1.1",
+                "eventSource": "aws:dynamodb",
+                "awsRegion": "us-east-1",
+                "dynamodb": {
+                    "ApproximateCreationDateTime": SAMPLE_TIMESTAMP,
+                    "Keys": {"pk": {"S": pk}},
+                    "OldImage": {**base, "status": {"S": "WAIT_PAY"}},
+                    "NewImage": new,
+                    "SequenceNumber": "100000000000000000001",
+                    "SizeBytes": 300,
+                    "StreamViewType": "NEW_AND_OLD_IMAGES",
+                },
+                "eventSourceARN": "arn:aws:dynamodb:us-east-1:123456789012:table/tally-OrdersTable/stream/2026-11-29T00:00:00.000",
+            }
+        ]
+    }
 
 
 def main() -> None:

@@ -276,6 +276,7 @@ class EmbeddedStack:
         except OSError as error:
             raise _port_error(error, self.api_port, "TALLY_API_PORT") from error
         self._undo.append(self._stop_front_door)
+        self._set_environ({"HEARTBEAT_API_URL": self.api_url})  # the heartbeat posts to the front door
         for spec in function_specs(template, self.root).values():
             for queue_id in spec.sqs_queues:
                 self._start_pump(spec, queue_id)
@@ -430,10 +431,12 @@ def _configure_logging() -> None:
 
 def main() -> int:
     _configure_logging()
+    demo = os.environ.get("TALLY_DEMO", "")  # TALLY_DEMO=1 (or a number of payments): load the demo day
     stack = EmbeddedStack(
         api_port=int(os.environ.get("TALLY_API_PORT", "3000")),
         schedule_scale=float(os.environ.get("TALLY_SCHEDULE_SCALE", "1")),
         moto_process=True,
+        simulator_options={"fixed_keys": True} if demo else None,
     )
     stack.seed_demo = seed_demo
     stack.print_event = lambda line: print(line, flush=True)  # what a downstream consumer receives
@@ -445,6 +448,10 @@ def main() -> int:
     try:
         stack.write_state()
         print(stack.describe(), "", "Ctrl-C to stop", sep="\n", flush=True)
+        if demo:
+            from tally_local.day import play_into
+
+            play_into(stack, int(demo) if demo.isdigit() and int(demo) >= 8 else 200)
         _wait_for_signal()
         print("stopping ...", flush=True)
     finally:

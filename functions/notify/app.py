@@ -1,29 +1,39 @@
 """notify λ: a channel's callback → verify, store raw, enqueue, ACK. Lean imports: this runs on WeChat's 5 s clock."""
 
 from tally import bootstrap
-from tally.apigw import BadRequest, HttpRequest
+from tally.apigw import BadRequest, HttpRequest, route_key
 from tally.observability import M, count, logger, metrics
 from tally.service.ingest import failure_for_path
 
+# By routeKey, as in template.yaml (never rawPath: a custom domain's path mapping prefixes it).
 ROUTES = {
-    "/notify/wechatpay/": "wechatpay_v3",
-    "/notify/alipay/": "alipay",
-    "/notify/wechatpay-v2/": "wechatpay_v2",
+    "POST /notify/wechatpay/{mchid}": "wechatpay_v3",
+    "POST /notify/alipay/{app_id}": "alipay",
+    "POST /notify/wechatpay-v2/{mchid}": "wechatpay_v2",
 }
 
 
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
 def handler(event, context):
+    path = str((event or {}).get("rawPath") or "")[:200]
+    try:
+        return _route(event)
+    except Exception as exc:  # noqa: BLE001 - R40: no input answers 500 without a metric and an alarm
+        count(M.NOTIFY_FAILED)
+        logger.exception("notify failed", extra={"path": path, "error": type(exc).__name__})
+        return failure_for_path(path, 500, "not stored, retry").to_event()
+
+
+def _route(event):
     try:
         request = HttpRequest.from_event(event)
     except BadRequest as exc:
         count(M.NOTIFY_REJECTED)
         logger.warning("unusable notify event", extra={"reason": str(exc)})
-        return failure_for_path(str(event.get("rawPath") or ""), 400, "bad request").to_event()
-    service = bootstrap.ingest_service()
-    for prefix, method in ROUTES.items():
-        if request.path.startswith(prefix):
-            return getattr(service, method)(request).to_event()
+        return failure_for_path(route_key(event).partition(" ")[2], 400, "bad request").to_event()
+    method = ROUTES.get(request.route)
+    if method is not None:
+        return getattr(bootstrap.ingest_service(), method)(request).to_event()
     count(M.NOTIFY_REJECTED)
-    return failure_for_path(request.path, 404, "unknown channel").to_event()
+    return failure_for_path(request.route.partition(" ")[2], 404, "unknown channel").to_event()

@@ -2,7 +2,7 @@
 
 from tally import bootstrap
 from tally.apigw import BadRequest, HttpRequest, json_response
-from tally.observability import logger, metrics
+from tally.observability import M, count, logger, metrics
 from tally.service.orders import InvalidOrder, NotFound, OrderConflict, PrepayFailed
 
 
@@ -27,3 +27,7 @@ def handler(event, context):
         return json_response(409, {"error": str(exc)}).to_event()
     except PrepayFailed as exc:
         return json_response(502, {"error": f"prepay failed: {exc}", "order": exc.order}).to_event()
+    except Exception as exc:  # noqa: BLE001 - R40: no input answers 500 without a metric and an alarm
+        count(M.API_FAILED)
+        logger.exception("orders request failed", extra={"error": type(exc).__name__})
+        return json_response(500, {"error": "internal error, retry"}).to_event()

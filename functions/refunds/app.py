@@ -6,7 +6,7 @@
 from tally import bootstrap
 from tally.apigw import BadRequest, HttpRequest, json_response
 from tally.domain.refunds import ExceedsRefundable
-from tally.observability import metrics
+from tally.observability import M, count, logger, metrics
 from tally.service.refunds import Busy, InvalidRefund, NotFound, RefundConflict
 
 
@@ -18,7 +18,9 @@ def handler(event, context):
         if request.method == "POST":
             refund, created = service.create(request.json())
             return json_response(201 if created else 200, refund).to_event()
-        return json_response(200, service.show(request.path_params["refund_no"])).to_event()
+        # `?mchid=` (the caller's merchant): another tenant's refund number is then simply not found (R39)
+        refund_no = request.path_params["refund_no"]
+        return json_response(200, service.show(refund_no, request.query.get("mchid"))).to_event()
     except (BadRequest, InvalidRefund) as exc:
         return json_response(400, {"error": str(exc)}).to_event()
     except ExceedsRefundable as exc:
@@ -36,6 +38,10 @@ def handler(event, context):
         return json_response(404, {"error": str(exc)}).to_event()
     except Busy as exc:
         return json_response(503, {"error": str(exc)}).to_event()
+    except Exception as exc:  # noqa: BLE001 - R40: no input answers 500 without a metric and an alarm
+        count(M.API_FAILED)
+        logger.exception("refunds request failed", extra={"error": type(exc).__name__})
+        return json_response(500, {"error": "internal error, retry with the same refund_no"}).to_event()
 
 
 @metrics.log_metrics

@@ -42,6 +42,7 @@ _BUILD_OPTIONS = (
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 512  # socketserver's default of 5 resets a burst of connections
     sim: ChannelSimulator
 
 
@@ -100,7 +101,12 @@ class _Handler(BaseHTTPRequestHandler):
         elif (
             path.startswith(("/pay/", "/secapi/pay/")) and method == "POST"
         ):  # WeChat Pay v2 (wechatpay_v2.py)
-            status, headers, out = self.server.sim.wechatpay_v2.handle(path, body)
+            peer = (
+                self.connection.getpeercert(binary_form=True)
+                if hasattr(self.connection, "getpeercert")
+                else None
+            )
+            status, headers, out = self.server.sim.wechatpay_v2.handle(path, body, client_cert=peer)
             self._send(status, out, headers)
         else:
             self._send(404, _compact({"code": "NOT_FOUND", "message": "no such endpoint"}), {})

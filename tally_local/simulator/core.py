@@ -326,8 +326,41 @@ class ChannelSimulator(RefundDesk, PartnerDesk):
         log.info("channel simulator listening on %s", self.url)
         return self
 
+    def start_tls(self) -> str:
+        """A second listener on HTTPS with client certificates required (ssl.CERT_REQUIRED), as WeChat Pay v2's
+        `/secapi/` is: the same endpoints, a server certificate for 127.0.0.1 from `tls_ca` (TEST ONLY).
+        Returns its URL; `wechatpay_v2.issue_client_cert(mch_id)` makes a merchant's API client certificate."""
+        import ssl
+
+        from ._server import make_server
+        from ._tls import TestCA, temp_pem
+
+        with self._lock:
+            if getattr(self, "_tls_server", None) is not None:
+                return self.tls_url
+            self.tls_ca = TestCA()
+            cert, key = self.tls_ca.issue("127.0.0.1", server=True)
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.verify_mode = ssl.CERT_REQUIRED
+            context.load_verify_locations(cadata=self.tls_ca.pem)
+            context.load_cert_chain(temp_pem(cert, key))
+            server = make_server(self, self.host, 0)
+            server.socket = context.wrap_socket(server.socket, server_side=True)
+            self._tls_server = server
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
+        return self.tls_url
+
+    @property
+    def tls_url(self) -> str:
+        return f"https://127.0.0.1:{self._tls_server.server_address[1]}"
+
     def stop(self) -> None:
         """Stop the HTTP server and every pending delivery / retry."""
+        tls = getattr(self, "_tls_server", None)
+        if tls is not None:
+            tls.shutdown()
+            tls.server_close()
+            self._tls_server = None
         self._stopping.set()
         with self._cond:
             self._cond.notify_all()

@@ -72,6 +72,9 @@ class WeChatPayV2Simulator(V2RefundDesk):
         self.requests: list[dict[str, Any]] = []  # /pay API calls seen
         self.faults: list[dict[str, Any]] = []
         self._init_refunds()  # /secapi/pay/refund, /pay/refundquery (wechatpay_v2_refunds.py)
+        self.client_certs: dict[
+            str, str
+        ] = {}  # mch_id -> SHA-256 of the API client certificate /secapi/ needs
 
     def register_merchant(
         self, mch_id: str, api_key: str, appid: str = "wxd930ea5d5a258f4f", sign_type: str = "MD5"
@@ -95,7 +98,29 @@ class WeChatPayV2Simulator(V2RefundDesk):
         return found
 
     # ------------------------------------------------------------------ /pay APIs
-    def handle(self, path: str, body: bytes) -> tuple[int, dict[str, str], bytes]:
+    def issue_client_cert(self, mch_id: str) -> tuple[str, str]:
+        """The merchant's API client certificate (apiclient_cert.pem, apiclient_key.pem), issued by the TLS
+        listener's CA; from now on this merchant's `/secapi/` calls must present it (sim.start_tls first)."""
+        from ._tls import fingerprint_pem
+
+        cert, key = self.owner.tls_ca.issue(f"{mch_id} API client (TEST ONLY)", server=False)
+        with self._lock:
+            self.client_certs[mch_id] = fingerprint_pem(cert)
+        return cert, key
+
+    def _client_cert_refusal(self, mch_id: str, client_cert: bytes | None) -> str | None:
+        from ._tls import fingerprint
+
+        wanted = self.client_certs.get(mch_id)
+        if wanted is None:
+            return None
+        if not client_cert:
+            return "需要商户API证书 (simulator: /secapi/ over the TLS listener with the client certificate)"
+        return None if fingerprint(client_cert) == wanted else "商户API证书与商户号不匹配"
+
+    def handle(
+        self, path: str, body: bytes, client_cert: bytes | None = None
+    ) -> tuple[int, dict[str, str], bytes]:
         try:
             req = fields_of(body)
         except (ET.ParseError, ValueError):
@@ -111,6 +136,11 @@ class WeChatPayV2Simulator(V2RefundDesk):
                 {"Content-Type": "text/xml"},
                 xml_of({"return_code": "FAIL", "return_msg": "商户号不存在"}),
             )
+        refusal = (
+            self._client_cert_refusal(merchant.mch_id, client_cert) if path.startswith("/secapi/") else None
+        )
+        if refusal is not None:
+            return 200, {"Content-Type": "text/xml"}, xml_of({"return_code": "FAIL", "return_msg": refusal})
         sign_type = req.get("sign_type") or "MD5"
         if not hmac.compare_digest(v2_sign(req, merchant.api_key, sign_type), req.get("sign", "")):
             return (

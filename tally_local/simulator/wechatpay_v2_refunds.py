@@ -1,8 +1,11 @@
 """WeChat Pay v2 refunds on the simulator: ``POST /secapi/pay/refund``, ``POST /pay/refundquery`` and refund
 notifications with ``req_info`` (channel-spec §4), mixed into ``WeChatPayV2Simulator``.
 
-The simulator speaks plain HTTP: the production ``/secapi/`` mutual TLS (merchant API client certificate) is
-not emulated. Requests are verified with the API key (MD5 / HMAC-SHA256), answers signed the same way.
+Mutual TLS: ``sim.start_tls()`` opens an HTTPS listener with client certificates required (ssl.CERT_REQUIRED,
+real certificates from ``_tls.py``) and ``issue_client_cert(mch_id)`` makes a merchant's API client certificate;
+from then on that merchant's ``/secapi/`` calls must present it (another merchant's, or none, is refused). Other
+merchants keep the plain-HTTP listener. Requests are verified with the API key (MD5 / HMAC-SHA256), answers
+signed the same way.
 
 Behaviour per refund (``sim.wechatpay_v2.set_refund_behaviour``), as the v3 refund simulator:
     outcome      ``success`` | ``closed`` | ``abnormal`` | ``hold`` (undecided until ``settle_refund``)

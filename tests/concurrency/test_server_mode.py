@@ -150,6 +150,7 @@ def event_for(stack, headers, body):
     mchid = stack["mchid"]
     return {
         "version": "2.0",
+        "routeKey": "POST /notify/wechatpay/{mchid}",
         "rawPath": f"/notify/wechatpay/{mchid}",
         "headers": {k.lower(): v for k, v in headers.items()},
         "requestContext": {"http": {"method": "POST"}},

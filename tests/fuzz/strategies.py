@@ -20,6 +20,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from tally_local.lambda_io import route_of
 from tally_local.simulator import _crypto as c
 from tally_local.simulator.core import TESTKEYS_DIR
 
@@ -185,7 +186,7 @@ def event(
         body = base64.b64encode(body).decode() if b64 else body.decode("utf-8", "surrogateescape")
     return {
         "version": "2.0",
-        "routeKey": "POST /notify",
+        "routeKey": "POST " + route_of(route.path(mchid), route.params(mchid)),
         "rawPath": raw_path or route.path(mchid),
         "rawQueryString": "",
         "headers": None if headers is None else {k.lower(): v for k, v in headers.items()},

@@ -146,7 +146,7 @@ def test_R29_R30_alipay_refund_notification_is_stored_in_refund_raw_never_applie
     for _ in range(2):
         assert ack_kind("alipay", ali.notify(mid, sim.alipay.build_notification(refund), {})) == "success"
     (row,) = h.scan("REFUND_RAW_TABLE")
-    assert (row["pk"], row["sk"], row["cumulative_cent"]) == ("alipay#RF-0001", "REFUND_SUCCESS", 300)
+    assert (row["pk"], row["sk"], row["cumulative_cent"]) == (f"alipay#{mid}#RF-0001", "REFUND_SUCCESS", 300)
     assert "refund_cent" not in row and row["transaction_id"] == tx
     assert not [e for e in h.scan("NOTIFY_EVENT_TABLE") if "refund" in str(e.get("kind"))]
     assert len(h.scan("NOTIFY_RAW_TABLE")) == 1 and len(h.scan("LEDGER_TABLE")) == 1
@@ -169,7 +169,11 @@ def test_R29_R30_wechatpay_v2_refund_req_info_is_decrypted_and_stored_in_refund_
     body = sim.wechatpay_v2.refund_notification(mid, refund)
     assert ack_kind("wechatpay_v2", v2.notify(mid, body, {})) == "success"
     (row,) = h.scan("REFUND_RAW_TABLE")  # keyed like v3's: one refund number space (R30)
-    assert row["pk"] == "wechatpay#RF-V2-1" and row["sk"] == "SUCCESS" and h.scan("NOTIFY_EVENT_TABLE") == []
+    assert (
+        row["pk"] == f"wechatpay#{mid}#RF-V2-1"
+        and row["sk"] == "SUCCESS"
+        and h.scan("NOTIFY_EVENT_TABLE") == []
+    )
     forged = sim.wechatpay_v2.refund_notification(mid, refund, api_key="Z" * 32)
     assert ack_kind("wechatpay_v2", v2.notify(mid, forged, {})) == "failure"
     assert h.scan("NOTIFY_RAW_TABLE") == []

@@ -42,6 +42,11 @@ def test_happy_path_books_once_per_channel(h, chv):
     assert entry["pk"] == f"{chv.raw_prefix}#{tx}" and entry["amount_cent"] == 1999
 
 
+def not_evidence(h):
+    """notify_event rows other than the bounded evidence of rejected bodies (R40): business rows."""
+    return [r for r in h.scan("NOTIFY_EVENT_TABLE") if r["kind"] not in ("rejected", "rejected_count")]
+
+
 def test_R1_R4_bad_signature_changes_nothing_and_answers_failure(h, chv):
     mid = chv.setup()
     otn = chv.order(mid)
@@ -49,8 +54,11 @@ def test_R1_R4_bad_signature_changes_nothing_and_answers_failure(h, chv):
     before = snapshot(h)
     response = chv.notify(mid, body, headers)
     assert ack_kind(chv.name, response) == "failure" and 400 <= response["statusCode"] < 500
-    assert snapshot(h) == before and h.queue_depth() == 0 and h.scan("NOTIFY_EVENT_TABLE") == []
+    assert snapshot(h) == before and h.queue_depth() == 0 and not_evidence(h) == []
     assert h.metric("NotifyRejected") == 1
+    # R40: every channel keeps the rejected body the same bounded way, with a cause, for a replay
+    (kept,) = [r for r in h.scan("NOTIFY_EVENT_TABLE") if r["kind"] == "rejected"]
+    assert kept["cause"] == "bad_signature" and kept["body_sha256"] and kept["body"] == body.decode()
 
 
 def test_R5_signed_but_unusable_is_quarantined_with_success_ack(h, chv):
@@ -301,7 +309,7 @@ def test_bad_input_gets_failure_ack_no_stack_trace_no_business_row(h, channel):
         response = driver.notify(mid, body, {})
         assert ack_kind(channel, response) == "failure" and 400 <= response["statusCode"] < 500, body
         assert "Traceback" not in response["body"] and "etc/passwd" not in response["body"]
-    assert snapshot(h) == before and h.scan("NOTIFY_EVENT_TABLE") == [] and h.queue_depth() == 0
+    assert snapshot(h) == before and not_evidence(h) == [] and h.queue_depth() == 0
     assert h.metric("NotifyRejected") == len(BAD[channel])
 
 
@@ -318,12 +326,13 @@ def test_unknown_merchant_and_bad_event_answer_in_the_channels_protocol(h, path,
         path,
         b"a=b",
         {},
-        {"app_id": path.rsplit("/", 1)[1], "mchid": path.rsplit("/", 1)[1]},
+        {("app_id" if kind == "alipay" else "mchid"): path.rsplit("/", 1)[1]},
     )
     assert ack_kind(kind, response) == "failure" and response["statusCode"] == 404
     handler, _ = h.handlers["NotifyFunction"]
+    route = "POST " + path.rsplit("/", 1)[0] + ("/{app_id}" if kind == "alipay" else "/{mchid}")
     bad = handler(
-        {"rawPath": path, "body": "***", "isBase64Encoded": True, "headers": {}},
+        {"routeKey": route, "rawPath": path, "body": "***", "isBase64Encoded": True, "headers": {}},
         LambdaContext("NotifyFunction"),
     )
     assert ack_kind(kind, bad) == "failure" and bad["statusCode"] == 400

@@ -80,6 +80,11 @@ def world(h, monkeypatch, tmp_path, fresh_logger):
             h.sim.wechatpay_v2.payment_params(v2["mch_id"], "JSON-V2-1", 90)
         )
     )
+    odd = f"J{random.randrange(10**15, 10**16)}"  # an amount mismatch: one item in the work queue
+    assert h.create_order(m["mchid"], odd, amount_cent=300)["statusCode"] == 201
+    headers, body, _ = h.notification(m["mchid"], odd, total=30)
+    assert h.notify(m["mchid"], headers, body)["statusCode"] == 204
+    h.drain()
     return {"m": m, "otn": otn, "missed": missed, "tmp": tmp_path, "v2_key": v2["api_key"], "sim": h.sim}
 
 
@@ -87,7 +92,17 @@ def test_every_json_verb_prints_exactly_one_json_document_and_logs_only_on_stder
     m, otn, tmp = world["m"]["mchid"], world["otn"], world["tmp"]
     refund_no = f"RJ{uuid.uuid4().hex[:20]}"
     day = ["--channel", "wechatpay", "--mchid", m, "--date", D]
+    assert main(["manual", "list", "--json", "--local"]) in (0, 3)
+    item = json.loads(capsys.readouterr().out)["items"][0]["id"]
+    bulk = ["--filter", f"merchant={m}", "--dry-run", "--by", "j", "--why", "json"]  # changes nothing
     runs = {
+        "manual show": ["manual", "show", item],
+        "manual ack": ["manual", "ack", *bulk],
+        "manual resolve": ["manual", "resolve", *bulk, "--code", "junk"],
+        "manual ignore": ["manual", "ignore", *bulk],
+        "manual replay": ["manual", "replay", *bulk],
+        "manual refund-outcome": ["manual", "refund-outcome", *bulk, "--outcome", "SUCCESS"],
+        "manual close-task": ["manual", "close-task", *bulk, "--code", "refunded-at-channel"],
         "merchant list": ["merchant", "list"],
         "merchant check": ["merchant", "check", "wechatpay", m],
         "order show": ["order", "show", m, otn],

@@ -8,9 +8,7 @@ import base64
 import http.client
 import json
 import os
-import shutil
 import socket
-import textwrap
 import threading
 import time
 import uuid
@@ -33,6 +31,7 @@ from tally_local.resources import (
     load_template,
 )
 from tally_local.stack import EmbeddedStack, PortInUse
+from tests.integration.toy_functions import write_function
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "template.yaml"
@@ -169,12 +168,6 @@ def test_function_specs_from_the_real_template(template):
     assert specs["WorkerFunction"].timeout_s == 30
     assert specs["NotifyFunction"].code_dir == ROOT / "functions" / "notify"
     assert specs["NotifyFunction"].handler == "app.handler"
-
-
-def write_function(root: Path, name: str, body: str) -> None:
-    directory = root / "functions" / name
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "app.py").write_text(textwrap.dedent(body))
 
 
 def test_handlers_load_under_unique_names_and_afresh(tmp_path, template):
@@ -545,57 +538,6 @@ def test_pump_stop_joins(queue):
 
 # ------------------------------------------------------------------------------------ the whole stack
 # Last in this module: a new EmbeddedStack resets moto's (process-wide) state.
-
-TOY_NOTIFY = """
-    import base64, json, os
-    import boto3
-
-    def handler(event, context):
-        body = base64.b64decode(event["body"]) if event["isBase64Encoded"] else event["body"].encode()
-        message = {"raw_key": "wechatpay#" + json.loads(body)["id"], "mchid": event["pathParameters"]["mchid"]}
-        boto3.client("sqs").send_message(QueueUrl=os.environ["APPLY_QUEUE_URL"], MessageBody=json.dumps(message))
-        return {"statusCode": 204, "headers": {}, "body": "", "isBase64Encoded": False}
-"""
-TOY_WORKER = """
-    import json, os
-    import boto3
-
-    def handler(event, context):
-        table = os.environ["NOTIFY_RAW_TABLE"]
-        for record in event["Records"]:
-            key = json.loads(record["body"])["raw_key"]
-            boto3.client("dynamodb").put_item(TableName=table, Item={"pk": {"S": key}, "by": {"S": context.function_name}})
-        return {"batchItemFailures": []}
-"""
-TOY_IDLE = """
-    def handler(event, context):
-        return {"batchItemFailures": []}
-"""
-TOY_ORDERS = """
-    import json, os
-    import boto3
-
-    def handler(event, context):
-        if event["routeKey"] == "POST /orders":
-            return {"statusCode": 200, "body": json.dumps({"api": os.environ["WECHATPAY_API_BASE"]})}
-        key = "wechatpay#" + event["pathParameters"]["out_trade_no"]
-        item = boto3.client("dynamodb").get_item(TableName=os.environ["NOTIFY_RAW_TABLE"], Key={"pk": {"S": key}})
-        return {"statusCode": 200 if "Item" in item else 404, "body": json.dumps(item.get("Item", {}))}
-"""
-
-
-@pytest.fixture
-def toy_root(tmp_path: Path) -> Path:
-    shutil.copy(TEMPLATE, tmp_path / "template.yaml")
-    write_function(tmp_path, "notify", TOY_NOTIFY)
-    write_function(tmp_path, "worker", TOY_WORKER)
-    write_function(tmp_path, "orders", TOY_ORDERS)
-    for other in (
-        ROOT / "functions"
-    ).iterdir():  # every other function: loaded like the rest, not called here
-        if other.is_dir() and not (tmp_path / "functions" / other.name).exists():
-            write_function(tmp_path, other.name, TOY_IDLE)
-    return tmp_path
 
 
 def test_embedded_stack_end_to_end_on_toy_functions(toy_root, tmp_path, monkeypatch):

@@ -371,6 +371,7 @@ def test_bad_input_gets_failure_ack_no_5xx_no_business_row(h, merchant, case):
 
         response = handler(
             {
+                "routeKey": "POST /notify/wechatpay/{mchid}",
                 "rawPath": f"/notify/wechatpay/{merchant['mchid']}",
                 "body": "***",
                 "isBase64Encoded": True,

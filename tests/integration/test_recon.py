@@ -24,17 +24,6 @@ def m(h):
     return h.add_merchant(mchid=str(random.randrange(10**9, 10**10)))
 
 
-@pytest.fixture
-def svc(h):
-    """The service, with the metrics singleton emptied of whatever an earlier test counted and never flushed."""
-    from tally.observability import metrics
-
-    metrics.flush_metrics()
-    h.capsys.readouterr()
-    h.metric_log.clear()
-    return bootstrap.recon_service()
-
-
 def pay(h, mchid, cents, success_time, *, deliver=True, otn=None):
     otn = otn or f"R{random.randrange(10**15, 10**16)}"
     assert h.create_order(mchid, otn, amount_cent=cents, prepay=True)["statusCode"] == 201

@@ -14,9 +14,7 @@ from tally import bootstrap
 from tally.store.codec import from_item, to_item
 
 from tests.integration.channel_kit import Alipay
-from tests.integration.test_recon import D_BEFORE, D, metric, svc  # noqa: F401 - svc is a fixture
-
-__all__ = ["svc"]
+from tests.integration.test_recon import D_BEFORE, D, metric
 
 
 @pytest.fixture

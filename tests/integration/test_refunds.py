@@ -124,7 +124,7 @@ def test_R29_fail_releases_once_even_if_the_notification_arrives_three_times(h, 
     assert order_row(h, kit.mid, otn)["refundable_cent"] == 100
     assert h.metric("RefundFailed") == 1 and refund_sum(h) == 0
     # the same report found again by a query changes nothing either
-    assert svc().apply_notification(f"wechatpay#{no}", "CLOSED").value == "ALREADY_HANDLED"
+    assert svc().apply_notification(f"wechatpay#{kit.mid}#{no}", "CLOSED").value == "ALREADY_HANDLED"
     assert order_row(h, kit.mid, otn)["refundable_cent"] == 100
 
 
@@ -351,7 +351,9 @@ def test_R7_refund_notification_for_an_unknown_refund_no_goes_to_a_person_after_
     for _ in range(6):
         h.drain(max_rounds=1)
     (row,) = h.scan("REFUND_RAW_TABLE")
-    assert row["pk"] == "wechatpay#BYHAND0001" and row["sk"] == "SUCCESS" and row["handled"] == 2
+    assert (
+        row["pk"] == f"wechatpay#{m['mchid']}#BYHAND0001" and row["sk"] == "SUCCESS" and row["handled"] == 2
+    )
     assert h.metric("RefundManual") == 1 and refund_sum(h) == 0
 
 

@@ -219,3 +219,55 @@ def test_story_of_a_paid_order_on_every_channel(h, driver):
     (delivery,) = [e for e in story["entries"] if e["kind"] == "delivery"]
     assert delivery["ref"].endswith(tid) and delivery["state"] == "ACCEPTED"
     assert [e["state"] for e in story["entries"] if e["kind"] == "ledger"] == ["PAYMENT"]
+
+
+def test_story_shows_the_poller_s_answers_for_an_order_whose_callbacks_were_lost(h, m):
+    from tests.integration.test_pull import due_now, run_poller
+
+    otn = f"T{uuid.uuid4().hex[:20]}"
+    assert h.create_order(m["mchid"], otn, amount_cent=880, prepay=True)["statusCode"] == 201
+    due_now(h, {"mchid": m["mchid"], "out_trade_no": otn})
+    run_poller(h)  # not paid yet: NOTPAY, the order stays in the poll with a later due time
+    unpaid = bootstrap.story_service().story(m["mchid"], otn)
+    (poll,) = [e for e in unpaid["entries"] if e["kind"] == "poll"]
+    assert "1 poll(s)" in poll["title"] and poll["detail"]["poll_count"] == 1
+    h.sim.pay(m["mchid"], otn, drop=True)  # paid, every callback lost
+    due_now(h, {"mchid": m["mchid"], "out_trade_no": otn})
+    assert run_poller(h)["outcomes"] == {"BOOKED": 1}
+    story = bootstrap.story_service().story(m["mchid"], otn)
+    (delivery,) = [e for e in story["entries"] if e["kind"] == "delivery"]
+    assert delivery["title"].startswith("poll answer via query") and delivery["state"] == "ACCEPTED"
+    assert [e["detail"]["source"] for e in story["entries"] if e["kind"] == "transition"] == ["query"]
+    assert story["summary"]["ledger_net_yuan"] == "8.80"
+
+
+def test_story_shows_a_double_payment_and_its_refund_task(h, m):
+    otn, first = paid_order(h, m["mchid"], amount=700)
+    headers, body, resource = h.notification(
+        m["mchid"], otn, total=700
+    )  # another transaction for the same order
+    assert resource["transaction_id"] != first
+    assert h.notify(m["mchid"], headers, body)["statusCode"] == 204
+    h.drain()
+    story = bootstrap.story_service().story(m["mchid"], otn)
+    (task,) = [e for e in story["entries"] if e["kind"] == "refund" and e["state"].startswith("TASK_")]
+    assert resource["transaction_id"] in task["title"] and task["amount_yuan"] == "7.00"
+    assert story["summary"]["ledger_net_cent"] == 700  # the second payment was not booked
+    states = [e["state"] for e in story["entries"] if e["kind"] == "delivery"]
+    assert states == ["ACCEPTED", "MANUAL"]
+
+
+def test_story_follows_the_work_queue_state_on_the_source_row_R41(h, m):
+    """Closing an item through the queue (state on the source row) closes it in the story too."""
+    otn = f"T{uuid.uuid4().hex[:20]}"
+    assert h.create_order(m["mchid"], otn, amount_cent=300)["statusCode"] == 201
+    headers, body, _ = h.notification(m["mchid"], otn, total=30)
+    assert h.notify(m["mchid"], headers, body)["statusCode"] == 204
+    h.drain()
+    assert bootstrap.story_service().story(m["mchid"], otn)["summary"]["open_items"] == 1
+    queue = bootstrap.work_queue()
+    (item,) = [i for i in queue.list("") if i.get("order") == otn]
+    queue.act(item["id"], "ignore", by="bob", reason="test traffic")
+    story = bootstrap.story_service().story(m["mchid"], otn)
+    assert story["summary"]["open_items"] == 0
+    assert any("bob" in e["title"] and e["kind"] == "queue" for e in story["entries"])

@@ -49,7 +49,7 @@ TABLES = {
         {"by_poll": ["poll_pk", "poll_due"], "refunds_of_order": ["order_pk", "created_at"]},
     ),
     "RefundRawTable": ("REFUND_RAW_TABLE", ["pk", "sk"], {"by_manual": ["manual_pk", "notified_at"]}),
-    "ReconRunsTable": ("RECON_RUNS_TABLE", ["pk", "sk"], {"by_blocked": ["blocked_pk", "sk"]}),
+    "ReconRunsTable": ("RECON_RUNS_TABLE", ["pk", "sk"], {"by_blocked": ["blocked_pk", "pk"]}),
     "ReconDiffTable": ("RECON_DIFF_TABLE", ["pk", "sk"], {"by_open": ["open_pk", "opened_at"]}),
 }
 NARROW_PROJECTIONS = {"by_order", "manual"}  # history / queue views: INCLUDE; every other index projects ALL
@@ -303,7 +303,7 @@ def test_stack_secrets_are_per_stack(template, resources):
     from tally.cli.env import OUTPUT_ENV
 
     grants = [s for s in strings(resources) if ":secret:" in s]
-    assert grants and all(":secret:tally/${AWS::StackName}/merchants/*" in s for s in grants)
+    assert grants and all(":secret:tally/${AWS::StackName}/merchants/" in s for s in grants)
     assert template["Outputs"]["MerchantSecretPrefix"]["Value"] == {
         "Fn::Sub": "tally/${AWS::StackName}/merchants/"
     }
@@ -405,3 +405,38 @@ def test_recon_runs_daily_at_1030_shanghai_and_on_bills_dropped_in_s3_R34(resour
     assert pattern["detail"]["object"]["key"] == [{"prefix": "bills/"}]
     bucket = resources["BillsBucket"]["Properties"]
     assert bucket["NotificationConfiguration"] == {"EventBridgeConfiguration": {"EventBridgeEnabled": True}}
+
+
+def test_money_path_deploys_by_canary_with_rollback_on_its_alarms(template):
+    """Notify and worker shift 10 % for 5 minutes and roll back on their Errors, NotifyRejected and
+    EnqueueFailed (notify) / ApplyFailed (worker) alarms; callbacks and SQS reach the alias, not $LATEST."""
+    transformed = sam_transform(template, "us-east-1")["Resources"]
+    groups = {
+        lid: r["Properties"]
+        for lid, r in transformed.items()
+        if r["Type"] == "AWS::CodeDeploy::DeploymentGroup"
+    }
+    alarms = {
+        lid: {a["Name"]["Ref"] for a in props["AlarmConfiguration"]["Alarms"]}
+        for lid, props in groups.items()
+    }
+    assert alarms == {
+        "NotifyFunctionDeploymentGroup": {"NotifyErrorsAlarm", "NotifyRejectedAlarm", "EnqueueFailedAlarm"},
+        "WorkerFunctionDeploymentGroup": {"WorkerErrorsAlarm", "ApplyFailedAlarm"},
+    }
+    for props in groups.values():
+        assert props["AutoRollbackConfiguration"]["Enabled"] is True
+        assert "DEPLOYMENT_STOP_ON_ALARM" in props["AutoRollbackConfiguration"]["Events"]
+    mapping = next(
+        r["Properties"]
+        for r in transformed.values()
+        if r["Type"] == "AWS::Lambda::EventSourceMapping"
+        and r["Properties"]["FunctionName"] == {"Ref": "WorkerFunctionAliaslive"}
+    )
+    assert mapping["EventSourceArn"] == {"Fn::GetAtt": ["ApplyQueue", "Arn"]}
+    notify_permissions = [
+        r["Properties"]["FunctionName"]
+        for r in transformed.values()
+        if r["Type"] == "AWS::Lambda::Permission" and "Notify" in json.dumps(r["Properties"]["FunctionName"])
+    ]
+    assert notify_permissions and all(p == {"Ref": "NotifyFunctionAliaslive"} for p in notify_permissions)

@@ -8,7 +8,7 @@ import threading
 import boto3
 
 from tally_local.stack import EmbeddedStack
-from tests.integration.test_embedded_plumbing import toy_root, write_function  # noqa: F401 - fixture
+from tests.integration.toy_functions import write_function
 
 TOY_POLLER = """
     import json, os
@@ -21,7 +21,7 @@ TOY_POLLER = """
 """
 
 
-def test_embedded_stack_ticks_the_poller_on_a_compressed_schedule(toy_root, tmp_path):  # noqa: F811
+def test_embedded_stack_ticks_the_poller_on_a_compressed_schedule(toy_root, tmp_path):
     write_function(toy_root, "poller", TOY_POLLER)
     stack = EmbeddedStack(api_port=0, root=toy_root, state_dir=tmp_path / "state", schedule_scale=0.002)
     with stack:

@@ -45,7 +45,7 @@ def test_R29_alipay_query_answers():
         40,
         100,
         "query",
-        "alipay#RN0001",
+        "alipay#2021001#RN0001",
     )
     assert notice.success_time == "2026-11-30T10:00:00+08:00" and mismatches(notice, ROW) == []
     # §6.4: an unknown out_request_no answers 10000 without refund data
@@ -201,7 +201,7 @@ def test_R22_R29_wechatpay_v2_refundquery_status_table(word, kind, event):
         notice = answer.notice
         assert (notice.channel, notice.raw_key, notice.refund_cent, notice.source) == (
             "wechatpay",
-            "wechatpay#RN0001",
+            "wechatpay#1900000001#RN0001",
             40,
             "query",
         )

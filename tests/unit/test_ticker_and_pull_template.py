@@ -96,6 +96,11 @@ def test_R21_poller_may_query_only_the_sparse_indexes(template):
         {"Fn::Sub": "${NotifyRawTable.Arn}/index/by_pending"},
         {"Fn::Sub": "${RefundsTable.Arn}/index/by_poll"},
         {"Fn::Sub": "${RefundTasksTable.Arn}/index/by_status"},
+        # the work queue's sparse indexes: the morning number counts its open items (R41)
+        {"Fn::Sub": "${NotifyEventTable.Arn}/index/manual"},
+        {"Fn::Sub": "${RefundRawTable.Arn}/index/by_manual"},
+        {"Fn::Sub": "${ReconDiffTable.Arn}/index/by_open"},
+        {"Fn::Sub": "${ReconRunsTable.Arn}/index/by_blocked"},
     ]
 
 

@@ -13,23 +13,57 @@ class BadRequest(ValueError):
     """The event itself is unusable (e.g. a body that claims base64 but is not)."""
 
 
+MAX_JSON_BYTES = 16 * 1024  # an order or refund request is a few hundred bytes
+MAX_JSON_DEPTH = 8  # a request is one flat object
+
+
+def _nesting(body: bytes) -> int:
+    """The deepest bracket nesting, counted on the bytes before any parse (strings skipped): linear, no
+    recursion, so the check costs what reading the body costs."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in body:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):  # [ {
+            depth += 1
+            deepest = max(deepest, depth)
+        elif byte in (0x5D, 0x7D):
+            depth -= 1
+    return deepest
+
+
 @dataclass(frozen=True)
 class HttpRequest:
     method: str
-    path: str
+    path: str  # rawPath: informational only (a custom domain's path mapping prefixes it)
     headers: dict[str, str]  # lower-cased names
     body: bytes  # exactly the bytes the client sent (R2)
     path_params: dict[str, str] = field(default_factory=dict)
     query: dict[str, str] = field(default_factory=dict)
+    route: str = ""  # the routeKey, "POST /notify/wechatpay/{mchid}": what routing reads (never the raw path)
 
     def header(self, name: str) -> str | None:
         return self.headers.get(name.lower())
 
     def json(self) -> Any:
+        """The body as JSON, bounded (R40): at most MAX_JSON_BYTES and MAX_JSON_DEPTH levels of nesting; a
+        deeper body answered 500 (RecursionError) on /orders and /refunds. Anything else is a 400."""
+        if len(self.body) > MAX_JSON_BYTES:
+            raise BadRequest(f"body of {len(self.body)} bytes is over the {MAX_JSON_BYTES}-byte limit")
+        if _nesting(self.body) > MAX_JSON_DEPTH:
+            raise BadRequest(f"body nests deeper than {MAX_JSON_DEPTH} levels")
         try:
             return json.loads(self.body.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise BadRequest(f"body is not JSON: {exc}") from None
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+            raise BadRequest(f"body is not JSON: {str(exc)[:200]}") from None
 
     @classmethod
     def from_event(cls, event: dict[str, Any]) -> HttpRequest:
@@ -54,7 +88,15 @@ class HttpRequest:
             body=body,
             path_params=dict(event.get("pathParameters") or {}),
             query=dict(event.get("queryStringParameters") or {}),
+            route=route_key(event),
         )
+
+
+def route_key(event: dict[str, Any]) -> str:
+    """The route API Gateway matched ("POST /notify/wechatpay/{mchid}"), the same behind a custom domain's
+    path mapping (where rawPath carries the mapping's prefix). "" when the event has none."""
+    key = event.get("routeKey") or ((event.get("requestContext") or {}).get("routeKey")) or ""
+    return key if isinstance(key, str) else ""
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@ def reset() -> None:
         outbox_service,
         manual_queue,
         work_queue,
+        aws_config,
         _client,
         refund_tables,
         refund_inbox,
@@ -57,6 +58,7 @@ def reset() -> None:
         pending_report,
         recon_service,
         key_rotation_service,
+        heartbeat,
         console_users,
         story_service,
         ledger_day_service,
@@ -70,10 +72,25 @@ def settings() -> Settings:
 
 
 @cache
+def aws_config() -> Any:
+    """The one botocore Config of every AWS client in a function: short timeouts, standard retries
+    (settings.py; notify's are tighter, template.yaml, so a slow AWS call fails inside WeChat's 5 s)."""
+    from botocore.config import Config
+
+    s = settings()
+    return Config(
+        connect_timeout=s.aws_connect_timeout_s,
+        read_timeout=s.aws_read_timeout_s,
+        retries={"mode": "standard", "total_max_attempts": s.aws_max_attempts},  # the first call included
+    )
+
+
+@cache
 def _client(service: str) -> Any:  # a boto3 client: boto3 ships no types (no stubs dependency)
     import boto3
 
-    return boto3.client(service)  # AWS_ENDPOINT_URL (boto3's own variable) points it at moto locally
+    # AWS_ENDPOINT_URL (boto3's own variable) points it at moto locally
+    return boto3.client(service, config=aws_config())
 
 
 @cache
@@ -116,8 +133,9 @@ def merchants() -> MerchantDirectory:
 def key_rotation_service() -> KeyRotationService:
     """The keys function's hourly run (service/keys.py)."""
     from tally.service.keys import KeyRotationService
+    from tally.store.tables import EventStore
 
-    return KeyRotationService(merchants())
+    return KeyRotationService(merchants(), events=EventStore(tables()), clock=_clock)
 
 
 @cache
@@ -222,6 +240,46 @@ def outbox_service() -> OutboxService:
 
 
 @cache
+def heartbeat() -> Any:
+    """The synthetic heartbeat (service/heartbeat.py): functions/heartbeat, `tally pending`."""
+    from tally.service.heartbeat import Heartbeat
+    from tally.store.heartbeat import HeartbeatKeys
+    from tally.store.tables import OrderStore
+
+    s = settings()
+    return Heartbeat(
+        merchants(),
+        order_service(),
+        OrderStore(tables()),
+        HeartbeatKeys(_client("secretsmanager"), s.merchant_secret_prefix, s.heartbeat_mchid),
+        api_url=s.heartbeat_api_url,
+        mchid=s.heartbeat_mchid,
+        clock=_clock,
+    )
+
+
+def heartbeat_age_s() -> int:
+    """Seconds since the newest synthetic payment was booked (`tally pending`)."""
+    return heartbeat().age_s()
+
+
+def republisher() -> Any:
+    """`tally outbox republish` (docs/runbook.md OutboxDLQAlarm)."""
+    from tally.service.outbox import Republisher
+    from tally.store.changes import ChangedRows
+
+    return Republisher(ChangedRows(tables(), settings().refunds_table), outbox_service())
+
+
+def event_replay() -> Any:
+    """`tally events replay` (docs/events.md)."""
+    from tally.service.outbox import EventReplay
+
+    s = settings()
+    return EventReplay(_client("events"), s.event_bus_name, s.event_archive_arn)
+
+
+@cache
 def manual_queue() -> ManualQueue:
     from tally.service.manual import ManualQueue
     from tally.store.tables import ApplyQueue, RawStore
@@ -251,7 +309,6 @@ def work_queue() -> Any:
             refunds=s.refunds_table,
             refund_raw=s.refund_raw_table,
             refund_tasks=s.refund_tasks_table,
-            merchants=s.merchants_table,
             recon_runs=s.recon_runs_table,
             recon_diff=s.recon_diff_table,
         )
@@ -280,16 +337,20 @@ def refund_tables() -> RefundTables:
 def refund_inbox() -> RefundInbox:
     from tally.service.refund_inbox import RefundInbox
     from tally.store.refunds import RefundQueue, RefundRawStore
+    from tally.store.tables import EventStore
 
     return RefundInbox(
-        RefundRawStore(refund_tables()), RefundQueue(_client("sqs"), settings().apply_queue_url), clock=_clock
+        RefundRawStore(refund_tables()),
+        RefundQueue(_client("sqs"), settings().apply_queue_url),
+        clock=_clock,
+        events=EventStore(tables()),
     )
 
 
 def refund_channels() -> dict[str, Callable[[str], RefundChannel]]:
     """One refund client entry per channel: `channel -> (mchid -> RefundChannel)` (docs/refunds.md)."""
     from tally.channels.alipay_refunds import AlipayRefunds
-    from tally.channels.wechatpay_v2_refunds import WeChatPayV2Client, WeChatV2Refunds
+    from tally.channels.wechatpay_v2_refunds import WeChatPayV2Client, WeChatV2Refunds, mtls_context_from_pem
     from tally.channels.wechatpay_v3_refunds import WeChatRefunds
     from tally.service.merchants import UnknownMerchant
 
@@ -309,6 +370,10 @@ def refund_channels() -> dict[str, Callable[[str], RefundChannel]]:
                 api_key=v2.api_key,
                 appid=str(v2.row.get("appid") or ""),
                 timeout_s=s.http_timeout_s,
+                # /secapi/pay/refund: mutual TLS with the merchant's API client certificate (its secret)
+                ssl_context=mtls_context_from_pem(v2.client_cert, v2.client_key, s.wechatpay_ca_file or None)
+                if v2.client_cert
+                else None,
             )
             return WeChatV2Refunds(client, v2.notify_url, clock=_clock)
         return WeChatRefunds(directory.client(merchant), merchant.notify_url)
@@ -363,7 +428,9 @@ def recon_service() -> ReconService:
         BillArchive(_client("s3"), s.bills_bucket),
         sources,
         recover,
-        MerchantStore(tables()).configured,
+        lambda: [
+            m for m in MerchantStore(tables()).configured() if m[1] != s.heartbeat_mchid
+        ],  # not synthetic
         clock=_clock,
         min_ratio=s.recon_min_ratio,
         min_previous_rows=s.recon_min_previous_rows,

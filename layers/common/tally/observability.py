@@ -74,6 +74,9 @@ class M:
     NOTIFY_QUARANTINED = "NotifyQuarantined"  # valid signature, undecryptable or unparseable (R5)
     NOTIFY_IN_BETWEEN = "NotifyInBetween"  # NOTPAY / USERPAYING kept as events (R8)
     NOTIFY_NO_TRANSACTION_ID = "NotifyNoTransactionId"  # a paid state without a transaction id: a person
+    REPORT_FORGED = "ReportForged"  # a signed report naming another tenant's money: parked (R39, alarmed)
+    NOTIFY_FAILED = "NotifyFailed"  # an unexpected exception at the notify edge: failure ACK (R40, alarmed)
+    API_FAILED = "ApiFailed"  # an unexpected exception at the /orders or /refunds edge: 500 (R40, alarmed)
     ENQUEUE_FAILED = "EnqueueFailed"
     CERT_REFRESHED = "PlatformCertRefreshed"
     CERT_EXPIRING = "PlatformCertExpiring"  # a channel/app certificate expires within 7 days (alarmed)
@@ -144,6 +147,10 @@ class M:
     RECON_RECOVER_FAILED = "ReconRecoverFailed"
     RECON_FAILED = "ReconFailed"  # unexpected exception in the recon function
     RECON_RUN_COMPLETED = "ReconRunCompleted"  # heartbeat: every finished run, quiet and blocked included
+    # the synthetic heartbeat (service/heartbeat.py)
+    HEARTBEAT_AGE = (
+        "HeartbeatAge"  # gauge, every minute: seconds since the newest synthetic payment was booked
+    )
     # the operations console (docs/console.md)
     CONSOLE_ACTION = "ConsoleAction"  # an operator acted on an item: expected traffic
     CONSOLE_ACTION_REFUSED = (
@@ -180,9 +187,15 @@ ALARMED = ALARMED | {
     M.RECON_RECOVER_FAILED,
     M.RECON_FAILED,
 }  # reconciliation
+ALARMED = ALARMED | {
+    M.REPORT_FORGED,
+    M.NOTIFY_FAILED,
+    M.API_FAILED,
+}  # hostile tenants, the open route (R39, R40)
 ALARMED = ALARMED | {M.RECON_RUN_COMPLETED}  # its absence is the alarm: recon did not run
 ALARMED = ALARMED | {M.CONSOLE_ACTION_REFUSED}  # the console
 ALARMED = ALARMED | {M.NOTIFY_NO_TRANSACTION_ID, M.REFUND_REPORT_MANUAL}  # the work queue (R41)
+ALARMED = ALARMED | {M.HEARTBEAT_AGE}  # the money path end to end, every minute
 
 
 @dataclass(frozen=True)
@@ -230,11 +243,15 @@ EMISSION: dict[str, Emission] = {
     M.RECON_DIFF_OPENED: Emission(PER_OCCURRENCE, "one new difference"),
     M.RECON_RECOVER_FAILED: Emission(PER_OCCURRENCE, "one payment not recovered"),
     M.RECON_FAILED: Emission(PER_OCCURRENCE, "one recon invocation that raised"),
+    M.REPORT_FORGED: Emission(PER_OCCURRENCE, "one report naming another tenant's money"),
+    M.NOTIFY_FAILED: Emission(PER_OCCURRENCE, "one notify request that raised"),
+    M.REFUND_REPORT_MANUAL: Emission(PER_OCCURRENCE, "one refund report parked for a person"),
+    M.NOTIFY_NO_TRANSACTION_ID: Emission(PER_OCCURRENCE, "one paid notification without a transaction id"),
     # heartbeat: ticks 02:30-08:30 UTC hourly, so the longest normal gap is 08:30 -> 02:30 (18 h)
     M.RECON_RUN_COMPLETED: Emission(18 * 3600, "every finished recon tick (02:30-08:30 UTC)"),
+    # a gauge of seconds: a stalled money path reports >= 180 from its third minute on (service/heartbeat.py)
+    M.HEARTBEAT_AGE: Emission(60, "gauge: every heartbeat run, the seconds since the last booked beat", 180),
     M.CONSOLE_ACTION_REFUSED: Emission(PER_OCCURRENCE, "one refused console POST"),
-    M.NOTIFY_NO_TRANSACTION_ID: Emission(PER_OCCURRENCE, "one SUCCESS notification without a transaction id"),
-    M.REFUND_REPORT_MANUAL: Emission(PER_OCCURRENCE, "one refund report parked at handled=2"),
 }
 
 

@@ -19,6 +19,7 @@ class Settings:
     wechatpay_api_base: str
     merchant_secret_prefix: str
     event_bus_name: str = "default"
+    event_archive_arn: str = ""  # the bus's archive (stack output EventArchiveArn): `tally events replay`
     alipay_gateway: str = "https://openapi.alipay.com/gateway.do"
     timestamp_window_s: int = 300
     order_not_found_max_attempts: int = 4
@@ -33,6 +34,17 @@ class Settings:
     recon_diff_table: str = ""
     recon_min_ratio: float = 0.10
     recon_min_previous_rows: int = 10
+    # AWS clients (bootstrap.aws_config): botocore's defaults are 60 s connect + 60 s read, far past WeChat's
+    # 5 s. Worst case of one call: max_attempts x (connect + read) plus standard-mode backoff (< 1 s first).
+    aws_connect_timeout_s: float = 1.0
+    aws_read_timeout_s: float = 5.0
+    aws_max_attempts: int = 3
+    # the synthetic heartbeat (service/heartbeat.py): the public API's base URL and the synthetic merchant
+    heartbeat_api_url: str = ""
+    heartbeat_mchid: str = "0000000000"
+    wechatpay_ca_file: str = (
+        ""  # trust these CAs for WeChat's TLS instead of the system's (tests: the simulator)
+    )
     # the operations console (docs/console.md)
     console_user_pool_id: str = ""
     console_client_id: str = ""
@@ -53,6 +65,7 @@ class Settings:
                 wechatpay_api_base=env.get("WECHATPAY_API_BASE", "https://api.mch.weixin.qq.com").rstrip("/"),
                 merchant_secret_prefix=_secret_prefix(env["MERCHANT_SECRET_PREFIX"]),
                 event_bus_name=env.get("EVENT_BUS_NAME", "default"),
+                event_archive_arn=env.get("EVENT_ARCHIVE_ARN", ""),
                 alipay_gateway=env.get("ALIPAY_GATEWAY", "https://openapi.alipay.com/gateway.do"),
                 timestamp_window_s=int(env.get("TALLY_TIMESTAMP_WINDOW_S", "300")),
                 order_not_found_max_attempts=int(env.get("TALLY_ORDER_NOT_FOUND_MAX_ATTEMPTS", "4")),
@@ -66,6 +79,12 @@ class Settings:
                 recon_diff_table=env.get("RECON_DIFF_TABLE", ""),
                 recon_min_ratio=float(env.get("RECON_MIN_RATIO", "0.10")),
                 recon_min_previous_rows=int(env.get("RECON_MIN_PREVIOUS_ROWS", "10")),
+                aws_connect_timeout_s=float(env.get("TALLY_AWS_CONNECT_TIMEOUT_S", "1")),
+                aws_read_timeout_s=float(env.get("TALLY_AWS_READ_TIMEOUT_S", "5")),
+                aws_max_attempts=int(env.get("TALLY_AWS_MAX_ATTEMPTS", "3")),
+                heartbeat_api_url=env.get("HEARTBEAT_API_URL", ""),
+                heartbeat_mchid=env.get("TALLY_HEARTBEAT_MCHID", "0000000000"),
+                wechatpay_ca_file=env.get("TALLY_WECHATPAY_CA_FILE", ""),
                 console_user_pool_id=env.get("CONSOLE_USER_POOL_ID", ""),
                 console_client_id=env.get("CONSOLE_CLIENT_ID", ""),
             )

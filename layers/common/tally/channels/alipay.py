@@ -283,6 +283,8 @@ def amount_cents(params: Mapping[str, Any], name: str) -> int:
     value = params.get(name)
     if not isinstance(value, str) or not value.strip():
         raise ParseError(f"{name} is missing or empty")
+    if value.strip()[:1] in ("-", "+"):  # "-0.00" would book 0 and mark the order PAID (issue #15.4)
+        raise ParseError(f"{name} carries a sign: {value[:20]!r}")
     try:
         cents = yuan_to_cents(value)
     except MoneyError as exc:

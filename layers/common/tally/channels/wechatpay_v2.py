@@ -19,6 +19,8 @@ from typing import Any
 
 from cryptography.hazmat.primitives import padding as sym_padding
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+from defusedxml import DefusedXmlException
+from defusedxml import ElementTree as SafeET
 
 from tally.domain.notifications import PaymentNotice
 from tally.domain.poll import Answer
@@ -49,15 +51,36 @@ class ParseError(Exception):
 # ---------------------------------------------------------------- hardened XML
 
 
+XML_MAX_BYTES = 64 * 1024  # a v2 callback is 1-2 KB; checked before any parsing (R40)
+_DECLARED_ENCODING = re.compile(rb"""^<\?xml[^>]*encoding\s*=\s*["']([A-Za-z0-9._-]+)["']""")
+
+
 def parse_xml(body: bytes, root: str = "xml") -> dict[str, str]:
-    """A flat `<xml><k>v</k>…</xml>` document → dict. DTDs and entities are refused before parsing
-    (XXE, billion laughs); nested elements and repeated fields are refused too."""
-    if _FORBIDDEN.search(body):
+    """A flat `<xml><k>v</k>…</xml>` document → dict (R40).
+
+    Cheap checks first: the size, then the encoding — UTF-8 only, declared or not (a UTF-16 body passed
+    a byte-level DOCTYPE check and had its entities expanded); then DTDs and entities are refused on the
+    decoded text, and the parse itself is defusedxml's, which refuses DTDs, entities and external
+    references whatever the encoding. Nested elements and repeated fields are refused too."""
+    if len(body) > XML_MAX_BYTES:
+        raise XmlError(f"body of {len(body)} bytes is over the {XML_MAX_BYTES}-byte limit")
+    if body[:2] in (b"\xff\xfe", b"\xfe\xff") or b"\x00" in body:
+        raise XmlError("unsupported XML encoding: only UTF-8 is accepted")
+    declared = _DECLARED_ENCODING.match(body.lstrip(b"\xef\xbb\xbf"))
+    if declared and declared.group(1).lower().replace(b"_", b"-") not in (b"utf-8", b"utf8"):
+        raise XmlError(f"unsupported XML encoding: {declared.group(1)[:20].decode('ascii')}")
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise XmlError("unsupported XML encoding: the body is not UTF-8") from None
+    if _FORBIDDEN.search(text.encode("utf-8")):
         raise XmlError("DTD/entity declarations are refused")
     try:
-        element = ET.fromstring(body)
+        element = SafeET.fromstring(body, forbid_dtd=True, forbid_entities=True, forbid_external=True)
     except ET.ParseError as exc:
         raise XmlError(f"not XML: {exc}") from None
+    except DefusedXmlException:
+        raise XmlError("DTD/entity declarations are refused") from None
     except (ValueError, LookupError) as exc:  # expat: a declared multi-byte or unknown encoding (e.g. GBK)
         raise XmlError(f"unsupported XML encoding: {exc}") from None
     if element.tag != root:

@@ -7,8 +7,9 @@ ABNORMAL) and one table (wechatpay_v3_refunds.REFUND_STATUS) decides the outcome
 notification and for the query alike; the raw key is the same (`wechatpay#<out_refund_no>`, status).
 
 Transport: in production `/secapi/pay/refund` needs mutual TLS with the merchant's API client certificate
-(apiclient_cert.pem / apiclient_key.pem): pass an `ssl.SSLContext` that carries it (`mtls_context`). On the
-embedded stack the simulator is plain HTTP on 127.0.0.1 and no client certificate is presented.
+(apiclient_cert.pem / apiclient_key.pem, carried by the merchant secret: `tally merchant add wechatpay-v2
+--client-cert … --client-key …`); bootstrap passes `mtls_context_from_pem` of it. A merchant without one
+sends no client certificate (the simulator's plain-HTTP listener; its TLS listener requires one).
 
 The create answer `result_code=SUCCESS` means "the application was accepted", never "refunded" (R29); its
 `refund_fee` is this refund's own amount (fen), so it is compared with ours (a difference → a person).
@@ -123,11 +124,46 @@ class WeChatPayV2Client:
         return answer
 
 
-def mtls_context(cert_file: str, key_file: str) -> ssl.SSLContext:
-    """Production `/secapi/` transport: the merchant's API client certificate (files, e.g. written to /tmp)."""
-    context = ssl.create_default_context()
+def mtls_context(cert_file: str, key_file: str, cafile: str | None = None) -> ssl.SSLContext:
+    """Production `/secapi/` transport: the merchant's API client certificate (files). `cafile`: trust these
+    CAs instead of the system's (tests against the simulator's TLS listener)."""
+    context = ssl.create_default_context(cafile=cafile)
     context.load_cert_chain(cert_file, key_file)
     return context
+
+
+def mtls_context_from_pem(cert_pem: str, key_pem: str, cafile: str | None = None) -> ssl.SSLContext:
+    """`mtls_context` from the PEMs the merchant secret carries: ssl reads only files, so they are written to
+    a private temp file (0600, in Lambda's /tmp) for the load and removed at once."""
+    import os
+    import tempfile
+
+    fd, path = tempfile.mkstemp(suffix=".pem")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(cert_pem.strip() + "\n" + key_pem.strip() + "\n")
+        return mtls_context(path, path, cafile)
+    finally:
+        os.unlink(path)
+
+
+def check_client_certificate(cert_pem: str, key_pem: str) -> None:
+    """Refuse an API client certificate that cannot work before it is stored: both parts, and they match."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    if not (cert_pem and key_pem):
+        raise ValueError("the API client certificate needs both --client-cert and --client-key")
+    try:
+        cert = x509.load_pem_x509_certificate(cert_pem.encode())
+        key = serialization.load_pem_private_key(key_pem.encode(), password=None)
+    except ValueError as exc:
+        raise ValueError(f"unreadable API client certificate or key: {exc}") from None
+    pub = serialization.PublicFormat.SubjectPublicKeyInfo
+    if cert.public_key().public_bytes(serialization.Encoding.DER, pub) != key.public_key().public_bytes(
+        serialization.Encoding.DER, pub
+    ):
+        raise ValueError("the API client key does not belong to the certificate")
 
 
 class WeChatV2Refunds:

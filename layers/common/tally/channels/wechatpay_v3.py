@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from tally.domain.money import MoneyError, cents
+from tally.domain.money import MoneyError, cents, received_cents
 from tally.domain.notifications import Outcome, PaymentNotice
 from tally.domain.poll import Answer
 
@@ -313,7 +313,7 @@ def to_payment_notice(resource: dict[str, Any], source: str = "notify") -> Payme
     try:
         amount = resource.get("amount") or {}
         partner = "sp_mchid" in resource
-        total = cents(amount["total"])
+        total = received_cents(amount["total"])
         transaction_id = resource.get("transaction_id") or ""
         success_time = resource.get("success_time")
         if not isinstance(transaction_id, str) or not isinstance(success_time, (str, type(None))):
@@ -326,7 +326,7 @@ def to_payment_notice(resource: dict[str, Any], source: str = "notify") -> Payme
             sp_mchid=_text(resource["sp_mchid"]) if partner else None,
             trade_state=_text(resource["trade_state"]),
             order_total_cent=total,
-            paid_cent=cents(amount.get("payer_total", total)),
+            paid_cent=received_cents(amount.get("payer_total", total)),
             currency=_text(amount.get("currency") or "CNY"),
             success_time=success_time,
             source=source,

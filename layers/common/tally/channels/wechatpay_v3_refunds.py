@@ -9,7 +9,7 @@ from typing import Any
 from urllib.parse import quote
 
 from tally.channels import wechatpay_v3 as wx
-from tally.domain.money import MoneyError, cents
+from tally.domain.money import MoneyError, cents, received_cents
 from tally.domain.refunds import AnswerKind, ChannelAnswer, RefundEvent, RefundNotice
 
 CREATE_PATH = "/v3/refund/domestic/refunds"
@@ -64,8 +64,8 @@ def to_refund_notice(resource: dict[str, Any], source: str = "notify") -> Refund
             sp_mchid=_text(resource["sp_mchid"]) if partner else None,
             out_trade_no=_text(resource["out_trade_no"]),
             transaction_id=str(resource.get("transaction_id") or ""),
-            refund_cent=cents(amount["refund"]),
-            total_cent=cents(amount["total"]),
+            refund_cent=received_cents(amount["refund"]),
+            total_cent=received_cents(amount["total"]),
             success_time=resource.get("success_time") or None,
             source=source,
         )

@@ -15,6 +15,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     demo.add_argument("--orders", type=int, default=200, help="payments in the day (default 200)")
     demo.add_argument("--local", action="store_true", help="accepted for symmetry: the demo is always local")
+    demo.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the stack running with the day in it (like `TALLY_DEMO=1 make run`): work its queue with "
+        "`tally manual list --local`; Ctrl-C stops it",
+    )
     demo.set_defaults(run=run_demo)
 
 
@@ -27,4 +33,4 @@ def run_demo(args: argparse.Namespace) -> int:
         raise ValueError(
             "tally demo needs the project checkout (tally_local): run it from the repository"
         ) from None
-    return main(args.orders)
+    return main(args.orders, keep=args.keep)

@@ -23,6 +23,7 @@ OUTPUT_ENV = {
     "ReconDiffTableName": "RECON_DIFF_TABLE",
     "MerchantSecretPrefix": "MERCHANT_SECRET_PREFIX",  # per stack (docs/deploy.md)
     "EventBusName": "EVENT_BUS_NAME",
+    "EventArchiveArn": "EVENT_ARCHIVE_ARN",
 }
 
 

@@ -12,12 +12,39 @@ import logging
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import cast
 
-from tally.cli import console, demo, ledger, manual, merchant, order, pending, recon, refund, verify
+from tally.cli import (
+    console,
+    demo,
+    envvars,
+    ledger,
+    manual,
+    merchant,
+    order,
+    outbox,
+    pending,
+    recon,
+    refund,
+    verify,
+)
 from tally.cli.common import UsageError
 from tally.cli.env import StackNotFound
 
-COMMAND_MODULES = [merchant, order, verify, refund, pending, manual, recon, ledger, demo, console]
+COMMAND_MODULES = [
+    merchant,
+    order,
+    verify,
+    refund,
+    pending,
+    manual,
+    recon,
+    ledger,
+    demo,
+    outbox,
+    envvars,
+    console,
+]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,7 +65,7 @@ def cli_logging(verbose: int) -> Iterator[None]:
     from tally.observability import logger
 
     level = logging.WARNING if verbose <= 0 else logging.INFO if verbose == 1 else logging.DEBUG
-    handler = logger.registered_handler
+    handler = cast(logging.StreamHandler, logger.registered_handler)  # Powertools builds a StreamHandler
     old_stream = handler.stream
     old_level = logger.log_level
     root = logging.getLogger()

@@ -15,8 +15,11 @@ counts and amounts in yuan, change nothing). `--json` prints exactly one JSON do
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import sys
+from collections.abc import Iterator
 from typing import Any
 
 from tally.cli.common import add_target, connect
@@ -72,6 +75,23 @@ def register(sub: argparse._SubParsersAction) -> None:
         action.set_defaults(run=manual_act, verb=name)
 
 
+@contextlib.contextmanager
+def one_document() -> Iterator[None]:
+    """Whatever the services log or print while a verb runs goes to stderr, so stdout carries exactly the one
+    document the verb prints (`--json` output stays parseable)."""
+    import logging
+
+    handlers = [h for h in logging.getLogger("tally").handlers if isinstance(h, logging.StreamHandler)]
+    streams = [h.setStream(sys.stderr) for h in handlers]
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        for handler, stream in zip(handlers, streams, strict=True):
+            if stream is not None:
+                handler.setStream(stream)
+
+
 def _queue() -> Any:
     from tally import bootstrap
 
@@ -80,7 +100,8 @@ def _queue() -> Any:
 
 def manual_list(args: argparse.Namespace) -> int:
     connect(args)
-    items = _queue().list(args.filter, over_s=args.over)
+    with one_document():
+        items = _queue().list(args.filter, over_s=args.over)
     overdue = sum(1 for i in items if i["overdue"])
     if args.json:
         print(
@@ -106,7 +127,8 @@ def manual_list(args: argparse.Namespace) -> int:
 
 def manual_show(args: argparse.Namespace) -> int:
     connect(args)
-    item = _queue().get(args.item_id)
+    with one_document():
+        item = _queue().get(args.item_id)
     print(json.dumps(item, ensure_ascii=False, indent=2, default=str))
     return 0
 
@@ -128,16 +150,16 @@ def manual_act(args: argparse.Namespace) -> int:
     why = args.why or (f"code {args.code}" if getattr(args, "code", None) else "")
     if (args.item_id is None) == (args.filter is None):
         raise ValueError("name one item, or select many with --filter (not both)")
-    queue = _queue()
-    if args.filter is not None:
-        report = queue.bulk(args.filter, verb, by=args.by, reason=why, dry_run=args.dry_run, **fields)
+    with one_document():
+        queue = _queue()
+        if args.filter is not None or args.dry_run:
+            selected = args.filter if args.filter is not None else {"id": args.item_id}
+            report = queue.bulk(selected, verb, by=args.by, reason=why, dry_run=args.dry_run, **fields)
+        else:
+            result = queue.act(args.item_id, verb, by=args.by, reason=why, **fields)
+    if args.filter is not None or args.dry_run:
         print(json.dumps(report, ensure_ascii=False, indent=2) if args.json else _render_bulk(report))
         return 1 if report["errors"] else 0
-    if args.dry_run:
-        report = queue.bulk({"id": args.item_id}, verb, by=args.by, reason=why, dry_run=True, **fields)
-        print(json.dumps(report, ensure_ascii=False, indent=2) if args.json else _render_bulk(report))
-        return 0
-    result = queue.act(args.item_id, verb, by=args.by, reason=why, **fields)
     if args.json:
         print(json.dumps(result, ensure_ascii=False, indent=2, default=str))
     else:

@@ -69,6 +69,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     v2.add_argument("--appid", default="")
     v2.add_argument("--notify-url", help="callback URL (default: this stack's /notify/wechatpay-v2/{mchid})")
     v2.add_argument("--tenant")
+    v2.add_argument(
+        "--client-cert", type=pathlib.Path, help="apiclient_cert.pem: refunds need it (mutual TLS)"
+    )
+    v2.add_argument("--client-key", type=pathlib.Path, help="apiclient_key.pem, with --client-cert")
     add_target(v2)
     v2.set_defaults(run=merchant_add_v2)
 
@@ -210,6 +214,8 @@ def merchant_add_v2(args: argparse.Namespace) -> int:
         notify_url=notify_url,
         appid=args.appid,
         tenant=args.tenant,
+        client_cert_pem=args.client_cert.read_text() if args.client_cert else None,
+        client_key_pem=args.client_key.read_text() if args.client_key else None,
     )
     print(
         f"merchant wechatpay-v2/{args.mchid} saved (credentials in Secrets Manager as {row['secret_name']})"

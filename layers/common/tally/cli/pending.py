@@ -1,4 +1,4 @@
-"""`tally pending`: the morning number (R37, R41) — raw rows at handled=0 older than 10 minutes, the work
+"""`tally pending`: the morning number (R37, R41) — notifications not applied for 10 minutes (handled=0), the work
 queue's open items and how many are past their threshold, the oldest age, and one line per item (the same
 items `tally manual list` shows). Exit 3 while something is stuck or overdue (cron-able), 0 otherwise."""
 
@@ -25,19 +25,24 @@ def register(sub: argparse._SubParsersAction) -> None:
 def pending(args: argparse.Namespace) -> int:
     connect(args)
     from tally import bootstrap
+    from tally.cli.manual import one_document
 
-    report = bootstrap.pending_report().report(limit=args.limit, over_s=args.over)
+    with one_document():
+        report = bootstrap.pending_report().report(limit=args.limit, over_s=args.over)
+        report["heartbeat_age_s"] = (
+            bootstrap.heartbeat_age_s()
+        )  # the synthetic payment (service/heartbeat.py)
     print(json.dumps(report, ensure_ascii=False, indent=2) if args.json else render(report))
     return OVERDUE_EXIT if report["pending_over_10m"] or report["manual_over_24h"] else 0
 
 
 def render(report: dict[str, Any]) -> str:
     lines = [
-        f"stuck (handled=0 older than 10 min): {report['pending_over_10m']}",
-        f"open items with a person:            {report.get('open_items', report['manual_over_24h'])}",
-        f"  of which past their threshold:     {report['manual_over_24h']}",
-        f"orders with a person:                {report['orders_with_person']}",
-        f"oldest:                              {_age(report['oldest_age_s'])}",
+        f"stuck: notifications not applied for 10 min: {report['pending_over_10m']}",
+        f"open items waiting for a person:            {report.get('open_items', report['manual_over_24h'])}",
+        f"  of which past their threshold:            {report['manual_over_24h']}",
+        f"orders with a person:                       {report['orders_with_person']}",
+        f"oldest:                                     {_age(report['oldest_age_s'])}",
     ]
     if report["rows"]:
         lines.append("")
@@ -53,6 +58,10 @@ def render(report: dict[str, Any]) -> str:
         lines.append("work the items with `tally manual list` / `tally manual show ID` (docs/morning.md)")
     else:
         lines.append("nothing is stuck, nothing waits for a person")
+    if report.get("heartbeat_age_s") is not None:
+        lines.append(
+            f"heartbeat: last synthetic payment booked {_age(report['heartbeat_age_s'])} ago (alarm at 3m)"
+        )
     return "\n".join(lines)
 
 

@@ -19,6 +19,20 @@ def cents(value: object) -> int:
     return value
 
 
+# The largest amount an order or refund may carry: 1,000,000,000.00 yuan. Far above any real payment
+# (WeChat Pay and Alipay cap one payment well below it), far below what DynamoDB numbers, JSON consumers
+# (2**53) and int64 columns hold, so no sum of a day's amounts can overflow anything downstream (docs/contracts.md).
+MAX_CENT = 10**11
+
+
+def received_cents(value: object) -> int:
+    """An amount a channel reports (JSON integer cents): never negative (R14, issue #15.4)."""
+    amount = cents(value)
+    if amount < 0:
+        raise MoneyError(f"a reported amount is never negative: {value!r}")
+    return amount
+
+
 def yuan_to_cents(text: str) -> int:
     """Exact conversion of a yuan string like "12.30" to 1230; anything inexact is refused."""
     if not isinstance(text, str) or not _YUAN.match(text.strip()):

@@ -210,7 +210,39 @@ class RefundNotice:
 
     @property
     def raw_key(self) -> str:
-        return f"{self.channel}#{self.refund_no}"
+        """Scoped per merchant (R39): a report one tenant signs can never take the key of another
+        tenant's report, whatever refund number it names."""
+        return refund_raw_key(self.channel, self.mchid, self.refund_no)
+
+
+def refund_raw_key(channel: str, mchid: str, refund_no: str) -> str:
+    return f"{channel}#{mchid}#{refund_no}"
+
+
+def tenant_mismatch(
+    notice: RefundNotice, refund: dict[str, object], refund_sp_mchid: str | None
+) -> tuple[str, str] | None:
+    """(cause, reason) when a report does not belong to the refund it names (R39): another merchant, another
+    service provider / ISV app, another order. Such a report is parked as a suspected forgery and changes
+    nothing; an amount difference on the refund's own report is `mismatches` (a person, R29)."""
+    if notice.mchid != refund.get("mchid"):
+        return (
+            "merchant_mismatch",
+            f"report for merchant {notice.mchid} names a refund number it does not own",
+        )
+    if (notice.sp_mchid or None) != (refund_sp_mchid or None):
+        return (
+            "provider_mismatch",
+            f"report through provider {notice.sp_mchid or '(none)'}, the refund's is {refund_sp_mchid or '(none)'}",
+        )
+    if notice.out_trade_no != refund.get("out_trade_no"):
+        return "order_mismatch", f"report names order {notice.out_trade_no[:64]}, not the refund's order"
+    return None
+
+
+def _yuan_of(value: object) -> str:
+    """A stored amount (integer cents) for a message; anything else as it is."""
+    return yuan_text(value) if isinstance(value, int) and not isinstance(value, bool) else repr(value)
 
 
 def mismatches(notice: RefundNotice, refund: dict[str, object]) -> list[str]:
@@ -222,7 +254,7 @@ def mismatches(notice: RefundNotice, refund: dict[str, object]) -> list[str]:
         found.append(f"out_trade_no {notice.out_trade_no} != refund's {refund.get('out_trade_no')}")
     if notice.refund_cent is not None and notice.refund_cent != refund.get("amount_cent"):
         found.append(
-            f"refund amount {yuan_text(notice.refund_cent)} ≠ ours {yuan_text(int(refund.get('amount_cent') or 0))}"
+            f"refund amount {yuan_text(notice.refund_cent)} ≠ ours {_yuan_of(refund.get('amount_cent'))}"
         )
     if notice.refund_cent is None and notice.cumulative_cent is None:
         found.append("the report carries no refund amount at all")

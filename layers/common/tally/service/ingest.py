@@ -20,10 +20,46 @@ from tally.channels import wechatpay_v3_refunds as wxr
 from tally.domain.notifications import Outcome, PaymentNotice
 from tally.observability import M, count, logger
 from tally.service.merchants import MerchantDirectory, UnknownMerchant
+from tally.service.refund_inbox import body_evidence, park_forgery
 from tally.store.tables import ApplyQueue, EventStore, RawStore, iso_now, order_key, pending_pk
 
 MAX_BODY_BYTES = 256 * 1024  # a WeChat notification is ~1-2 KB
 REJECTED_TTL_DAYS = 7  # signature-rejected bodies are kept this long for a replay after a key fix
+REJECTED_KEPT_PER_HOUR = 20  # kept rows per (channel, merchant, cause) and hour; the rest only counted (R40)
+KEPT_BODY_BYTES = (
+    4096  # a rejected body is kept whole (replayable) up to this; beyond, prefix + length + hash
+)
+STORED_BODY_BYTES = 64 * 1024  # a verified body is stored whole up to this: decoded it stays far below 400 KB
+
+
+def rejection_cause(reason: str) -> str:
+    """A machine-readable cause for a rejection reason (the queue groups rejected rows by it, R40)."""
+    text = reason.lower()
+    for needle, cause in (
+        ("timestamp", "stale_timestamp"),
+        ("unknown serial", "unknown_serial"),
+        ("unknown alipay_cert_sn", "unknown_serial"),
+        ("missing", "missing_signature"),
+        ("sign_type", "unsupported_sign_type"),
+        ("signature type", "unsupported_sign_type"),
+        ("does not decrypt", "undecryptable"),
+        ("too large", "too_large"),
+        ("does not verify", "bad_signature"),
+    ):
+        if needle in text:
+            return cause
+    return "bad_signature"
+
+
+def stored_body(body: bytes, limit: int = STORED_BODY_BYTES) -> dict[str, Any]:
+    """`body` as text when it is UTF-8 and at most `limit` bytes (replayable as it came); otherwise the
+    bounded evidence only (R40): a decoded non-UTF-8 body can triple and pass DynamoDB's 400 KB item limit."""
+    if len(body) <= limit:
+        try:
+            return {"body": body.decode("utf-8")}
+        except UnicodeDecodeError:
+            pass
+    return {"body": None, "body_truncated": True, **body_evidence(body)}
 
 
 class Acks:
@@ -121,7 +157,39 @@ class IngestService:
                 f"resource merchant {notice.mchid} != URL merchant {mchid}",
                 envelope_id=str(envelope.get("id") or ""),
             )
+        if (parked := self._unauthorised(wx.CHANNEL, mchid, notice, request, WX_ACKS)) is not None:
+            return parked
         return self._store_payment(notice, request, envelope)
+
+    def _unauthorised(
+        self, merchant_channel: str, url_id: str, notice: Any, request: HttpRequest, acks: Acks
+    ) -> HttpResponse | None:
+        """R39: a report verified with the URL merchant's keys may speak for that merchant, or for a merchant
+        whose configuration names the URL merchant as its service provider / authorised ISV app
+        (`tally merchant add … --sp-mchid / --sp-app-id`). Anything else is parked before any raw row is
+        written, so it cannot take the key the genuine report needs. None = authorised."""
+        if notice.mchid == url_id and not notice.sp_mchid:
+            return None
+        row = self.merchants.store.get(merchant_channel, notice.mchid) if notice.sp_mchid == url_id else None
+        partner = row is not None and row.get("mode") == "partner"
+        provider = (row.get("sp_mchid") or row.get("sp_app_id")) if partner and row else None
+        if provider == url_id:
+            return None
+        refund_no = getattr(notice, "refund_no", None)
+        park_forgery(
+            self.events,
+            self.clock(),
+            channel=notice.channel,
+            mchid=notice.mchid,
+            cause="provider_not_authorised",
+            reason=f"{url_id} reported for merchant {notice.mchid}, which has not authorised it as its provider",
+            body=request.body,
+            refund_no=refund_no,
+            out_trade_no=notice.out_trade_no,
+            amount_cent=_claimed_amount(notice),
+            url_merchant=url_id,
+        )
+        return acks.success("forged")  # signed by the URL merchant's keys: answered, never retried
 
     def _verify(self, merchant: Any, request: HttpRequest, now: float) -> None:
         try:
@@ -184,6 +252,21 @@ class IngestService:
         if api:
             row["notify_api"] = api
         existing = self.raw.put_new(row)
+        if existing is not None and existing.get("order_pk") != row["order_pk"]:
+            # R39: the channel's transaction id is global; a report naming it for another order (another
+            # tenant's) must not be taken for a duplicate of the row there: parked for a person, alarmed
+            park_forgery(
+                self.events,
+                self.clock(),
+                channel=notice.channel,
+                mchid=notice.mchid,
+                cause="transaction_of_another_order",
+                reason=f"transaction {notice.transaction_id[:64]} is already reported for another order",
+                body=request.body,
+                out_trade_no=notice.out_trade_no,
+                amount_cent=notice.order_total_cent,
+            )
+            return acks.success("forged")
         if existing is not None and existing.get("handled") in (1, 2):
             count(M.NOTIFY_DUPLICATE, channel=acks.channel, merchant=notice.mchid)
             return acks.success("duplicate")  # R9: already booked or with a person
@@ -214,9 +297,11 @@ class IngestService:
                 f"(inbox configured: {self.refund_inbox is not None})",
                 envelope_id=envelope_id,
             )
+        if (parked := self._unauthorised(wx.CHANNEL, mchid, refund, request, WX_ACKS)) is not None:
+            return parked
         ok = self.refund_inbox.accept(
             refund,
-            body=request.body.decode("utf-8", "replace"),
+            body=stored_body(request.body)["body"],
             headers=_verify_headers(request.headers),
             envelope_id=envelope_id,
         )
@@ -231,10 +316,16 @@ class IngestService:
         acks: Acks = WX_ACKS,
         *,
         keep: bool = False,
+        cause: str | None = None,
     ) -> HttpResponse:
         """R4: no business state; a metric and a log line with the (untrusted) order hint. With `keep`
         (a configured merchant's callback that failed verification) the body is kept for a while, so a
-        person can replay it after fixing a key (`tally manual replay`); it is never applied unverified."""
+        person can replay it after fixing a key (`tally manual replay`); it is never applied unverified.
+
+        R40, bounded: the kept row holds the body whole only up to 4 KB (a real channel body is 1-3 KB),
+        else its first 4 KB, length and SHA-256; each row has a `cause`; per (channel, merchant, cause) and
+        hour at most REJECTED_KEPT_PER_HOUR rows are kept, every rejection is counted on one aggregate row."""
+        cause = cause or rejection_cause(reason)
         count(M.NOTIFY_REJECTED, channel=acks.channel, merchant=mchid)
         logger.warning(
             "notification rejected",
@@ -242,22 +333,28 @@ class IngestService:
                 "channel": acks.channel,
                 "mchid": mchid[:32],
                 "reason": reason,
+                "cause": cause,
                 "hint": _order_hint(request.body),
             },
         )
         if keep:
-            self.events.put(
-                f"rejected#{acks.channel}#{mchid}#{_digest(request.body)}",
-                "rejected",
-                self.clock(),
-                ttl_days=REJECTED_TTL_DAYS,
-                manual_kind="rejected",
-                channel=acks.channel,
-                mchid=mchid,
-                reason=reason[:200],
-                body=request.body.decode("utf-8", "replace"),
-                headers=_verify_headers(request.headers),
-            )
+            now = self.clock()
+            group = {"channel": acks.channel, "mchid": mchid[:32], "cause": cause}
+            aggregate = f"rejected-count#{acks.channel}#{mchid[:32]}#{cause}#{iso_now(now)[:13]}"
+            seen = self.events.count_rejection(aggregate, now, ttl_days=REJECTED_TTL_DAYS, **group)
+            if seen <= REJECTED_KEPT_PER_HOUR:
+                self.events.put(
+                    f"rejected#{acks.channel}#{mchid[:32]}#{_digest(request.body)}",
+                    "rejected",
+                    now,
+                    ttl_days=REJECTED_TTL_DAYS,
+                    manual_kind="rejected",
+                    reason=reason[:200],
+                    aggregate_pk=aggregate,
+                    headers=_verify_headers(request.headers),
+                    **group,
+                    **{**body_evidence(request.body), **stored_body(request.body, KEPT_BODY_BYTES)},
+                )
         return acks.failure(status, "rejected")
 
     def _quarantine(
@@ -273,8 +370,8 @@ class IngestService:
             channel=acks.channel,
             mchid=mchid,
             reason=reason,
-            body=request.body.decode("utf-8", "replace"),
             headers=_verify_headers(request.headers),
+            **stored_body(request.body),
         )
         count(M.NOTIFY_QUARANTINED, channel=acks.channel, merchant=mchid)
         logger.error(
@@ -297,8 +394,10 @@ class IngestService:
             return self._quarantine(
                 request, app_id, "refund notification but no refund inbox", event_id, ALIPAY_ACKS
             )
+        if (parked := self._unauthorised(ali.CHANNEL, app_id, notice, request, ALIPAY_ACKS)) is not None:
+            return parked
         ok = self.refund_inbox.accept(
-            notice, body=request.body.decode("utf-8", "replace"), headers={}, envelope_id=event_id
+            notice, body=stored_body(request.body)["body"], headers={}, envelope_id=event_id
         )
         return (
             ALIPAY_ACKS.success()
@@ -315,7 +414,7 @@ class IngestService:
         if self.refund_inbox is None:
             return self._quarantine(request, mchid, "refund notification but no refund inbox", "", WX2_ACKS)
         ok = self.refund_inbox.accept(
-            notice, body=request.body.decode("utf-8", "replace"), headers={}, envelope_id=""
+            notice, body=stored_body(request.body)["body"], headers={}, envelope_id=""
         )
         return WX2_ACKS.success() if ok else WX2_ACKS.failure(500, "enqueue failed, retry", "enqueue_failed")
 
@@ -333,9 +432,9 @@ class IngestService:
             params = ali.parse_form(request.body)
             ali.verify_notification(params, merchant.creds.keys)
         except ali.FormError as exc:
-            return self._reject(400, str(exc), app_id, request, ALIPAY_ACKS)
+            return self._reject(400, str(exc), app_id, request, ALIPAY_ACKS, keep=True, cause="unparseable")
         except ali.SignatureError as exc:
-            return self._reject(401, exc.reason, app_id, request, ALIPAY_ACKS)
+            return self._reject(401, exc.reason, app_id, request, ALIPAY_ACKS, keep=True)
         # Verified: Alipay is talking. Anything unusable from here is kept for a person (R5).
         notify_id = str(params.get("notify_id") or "")[:64]
         event_id = f"alipay#{notify_id}" if notify_id else ""
@@ -353,6 +452,8 @@ class IngestService:
             notice = ali.to_payment_notice(params)
         except ali.ParseError as exc:
             return self._quarantine(request, app_id, f"unusable: {exc}", event_id, ALIPAY_ACKS)
+        if (parked := self._unauthorised(ali.CHANNEL, app_id, notice, request, ALIPAY_ACKS)) is not None:
+            return parked
         return self._store_payment(notice, request, {"id": event_id}, ALIPAY_ACKS)
 
     # ------------------------------------------------------------ WeChat Pay v2 (channel-spec §4)
@@ -372,9 +473,9 @@ class IngestService:
             else:
                 wx2.verify(params, merchant.api_key)
         except wx2.XmlError as exc:
-            return self._reject(400, str(exc), mchid, request, WX2_ACKS)
+            return self._reject(400, str(exc), mchid, request, WX2_ACKS, keep=True, cause="unparseable")
         except wx2.SignatureError as exc:
-            return self._reject(401, exc.reason, mchid, request, WX2_ACKS)
+            return self._reject(401, exc.reason, mchid, request, WX2_ACKS, keep=True)
         if params.get("mch_id") != mchid:
             return self._quarantine(
                 request, mchid, f"mch_id {params.get('mch_id')!r} != URL merchant {mchid}", "", WX2_ACKS
@@ -389,6 +490,8 @@ class IngestService:
             notice = wx2.to_payment_notice(params)
         except wx2.ParseError as exc:
             return self._quarantine(request, mchid, f"unusable: {exc}", "", WX2_ACKS)
+        if (parked := self._unauthorised(wx2.API, mchid, notice, request, WX2_ACKS)) is not None:
+            return parked
         return self._store_payment(notice, request, {}, WX2_ACKS, api=wx2.API)
 
 
@@ -418,7 +521,7 @@ def raw_row(
         "success_time": notice.success_time,
         "source": notice.source,
         "envelope_id": envelope_id or None,
-        "body": body.decode("utf-8", "replace") if body is not None else None,
+        **(stored_body(body) if body is not None else {"body": None}),
         "headers": _verify_headers(headers) if headers else None,
         "handled": 0,
         "attempts": 0,
@@ -442,6 +545,14 @@ def notice_from_raw(row: dict[str, Any]) -> PaymentNotice:
         success_time=row.get("success_time"),
         source=row.get("source", "notify"),
     )
+
+
+def _claimed_amount(notice: Any) -> int | None:
+    for name in ("refund_cent", "cumulative_cent", "order_total_cent"):
+        value = getattr(notice, name, None)
+        if value is not None:
+            return int(value)
+    return None
 
 
 def _wx_ack(status: int, body: str, outcome: str) -> HttpResponse:

@@ -10,6 +10,8 @@ A merchant whose configuration cannot be loaded or whose download fails counts P
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 from tally.channels import wechatpay_v3 as wx
@@ -19,9 +21,18 @@ MAX_AGE_S = 12 * 3600  # download again twice a day (the schedule runs hourly an
 
 
 class KeyRotationService:
-    def __init__(self, directory: Any, *, max_age_s: float = MAX_AGE_S):
+    def __init__(
+        self,
+        directory: Any,
+        *,
+        max_age_s: float = MAX_AGE_S,
+        events: Any = None,
+        clock: Callable[[], float] = time.time,
+    ):
         self.directory = directory
         self.max_age_s = max_age_s
+        self.events = events  # EventStore: an expiring certificate is a work-queue item (R41)
+        self.clock = clock
 
     def run(self) -> dict[str, Any]:
         report: dict[str, Any] = {"merchants": 0, "downloaded": [], "failed": [], "expiring": {}}
@@ -45,4 +56,21 @@ class KeyRotationService:
                 continue
             if soon:
                 report["expiring"][who] = soon
+                self._to_queue(channel, merchant_id, soon)
         return report
+
+    def _to_queue(self, channel: str, merchant_id: str, names: list[str]) -> None:
+        """One item per expiring certificate (a conditional put: the hourly run adds it once)."""
+        if self.events is None:
+            return
+        for name in names:
+            self.events.put(
+                f"cert#{channel}#{merchant_id}#{name}",
+                "certificate",
+                self.clock(),
+                manual_kind="certificate",
+                channel=channel,
+                mchid=merchant_id,
+                reason=f"certificate {name} expires within 7 days: add its successor, then "
+                f"`tally merchant check {channel} {merchant_id}`",
+            )

@@ -65,6 +65,8 @@ class WeChatV2Merchant:
     row: dict[str, Any]
     api_key: str
     loaded_at: float
+    client_cert: str | None = None  # apiclient_cert.pem: /secapi/ (refunds) needs mutual TLS
+    client_key: str | None = None
 
     @property
     def notify_url(self) -> str:
@@ -281,7 +283,10 @@ class MerchantDirectory:
         row = self.store.get(wx2.API, mchid)
         if row is None:
             raise UnknownMerchant(f"no wechatpay v2 merchant {mchid}")
-        merchant = WeChatV2Merchant(row, v2_api_key(self._secret(row)), self.clock())
+        secret = self._secret(row)
+        merchant = WeChatV2Merchant(
+            row, v2_api_key(secret), self.clock(), secret.get("client_cert"), secret.get("client_key")
+        )
         with self._lock:
             self._other[key] = merchant
         return merchant
@@ -297,10 +302,23 @@ class MerchantDirectory:
         )
 
     def add_wechatpay_v2(
-        self, *, mchid: str, api_key: str, notify_url: str, appid: str = "", tenant: str | None = None
+        self,
+        *,
+        mchid: str,
+        api_key: str,
+        notify_url: str,
+        appid: str = "",
+        tenant: str | None = None,
+        client_cert_pem: str | None = None,
+        client_key_pem: str | None = None,
     ) -> dict[str, Any]:
         secret = {"channel": wx2.API, "mchid": mchid, "api_key": api_key}
         v2_api_key(secret)
+        if client_cert_pem or client_key_pem:  # refunds: the API client certificate for /secapi/ mutual TLS
+            from tally.channels.wechatpay_v2_refunds import check_client_certificate
+
+            check_client_certificate(client_cert_pem or "", client_key_pem or "")
+            secret |= {"client_cert": client_cert_pem, "client_key": client_key_pem}
         row = {
             "pk": f"{wx2.API}#{mchid}",
             "channel": wx2.API,

@@ -11,7 +11,7 @@ from typing import Any
 from tally.channels import alipay as ali
 from tally.channels import wechatpay_v2 as wx2
 from tally.channels import wechatpay_v3 as wx
-from tally.domain.money import format_cents
+from tally.domain.money import MAX_CENT
 from tally.domain.orders import Status
 from tally.domain.poll import FIRST_QUERY_AFTER_S
 from tally.observability import M, count, logger
@@ -106,6 +106,7 @@ class OrderService:
             "version": 0,
             "created_at": iso_now(now),
             "expire_at": iso_now(now + spec["expire_minutes"] * 60),
+            "expire_minutes": spec["expire_minutes"],  # a term: re-registering compares it
             "prepay": spec["prepay"],
             # the poll index (R21): pending from birth; the first query 30 s after creation
             "poll_pk": poll_pk(order_key(spec["mchid"], spec["out_trade_no"])),
@@ -116,10 +117,11 @@ class OrderService:
             row["api"] = wx2.API  # the poller queries it with the v2 API (pull.py), not v3
         existing = self.orders.create(row)
         if existing is not None:
-            if (existing["amount_cent"], existing["currency"]) != (row["amount_cent"], row["currency"]):
+            differs = registered_differently(existing, row)
+            if differs:
                 raise OrderConflict(
-                    f"order {spec['out_trade_no']} exists with amount {format_cents(int(existing['amount_cent']))} "
-                    f"{existing['currency']} (amount_cent {existing['amount_cent']})"
+                    f"order {spec['out_trade_no']} exists with another {differs}: "
+                    "re-register with the same terms, or use a new out_trade_no"
                 )
             row = existing
         if (
@@ -249,6 +251,18 @@ def public_order(row: dict[str, Any]) -> dict[str, Any]:
     return view
 
 
+TERMS = ("channel", "amount_cent", "currency", "description", "expire_minutes", "prepay")
+
+
+def registered_differently(existing: dict[str, Any], row: dict[str, Any]) -> str:
+    """The first term in which a re-registration differs from the stored order ("" = the same order, a
+    retry). A term the stored row predates (older rows have no expire_minutes) is not compared."""
+    for term in TERMS:
+        if term in existing and existing[term] != row[term]:
+            return term
+    return ""
+
+
 def validate_order_request(body: Any) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise InvalidOrder("body must be a JSON object")
@@ -259,8 +273,10 @@ def validate_order_request(body: Any) -> dict[str, Any]:
     if not isinstance(out_trade_no, str) or not OUT_TRADE_NO.match(out_trade_no):
         raise InvalidOrder("out_trade_no must be 6-32 characters of [0-9A-Za-z_-*]")
     amount = body.get("amount_cent")
-    if isinstance(amount, bool) or not isinstance(amount, int) or amount <= 0:
-        raise InvalidOrder("amount_cent must be a positive integer number of cents (no decimals, no strings)")
+    if isinstance(amount, bool) or not isinstance(amount, int) or not 1 <= amount <= MAX_CENT:
+        raise InvalidOrder(
+            f"amount_cent must be an integer number of cents from 1 to {MAX_CENT} (no decimals, no strings)"
+        )
     currency = body.get("currency", "CNY")
     if not isinstance(currency, str) or not CURRENCY.match(currency):
         raise InvalidOrder("currency must be a 3-letter ISO code such as CNY")

@@ -26,7 +26,16 @@ class OutboxService:
     def publish_record(self, record: dict[str, Any]) -> list[DownstreamEvent]:
         """One stream record → its events on the bus. Raises PublishFailed so the record is retried."""
         images = record.get("dynamodb", {})
-        found = events_for_change(from_item(images.get("OldImage")), from_item(images.get("NewImage")))
+        return self._publish(
+            events_for_change(from_item(images.get("OldImage")), from_item(images.get("NewImage")))
+        )
+
+    def publish_current(self, row: dict[str, Any]) -> list[DownstreamEvent]:
+        """A row's events rebuilt from its current state by the stream's own builder, as if it had just been
+        committed: the same stable ids, so a consumer that already has one drops it (docs/events.md)."""
+        return self._publish(events_for_change(None, row))
+
+    def _publish(self, found: list[DownstreamEvent]) -> list[DownstreamEvent]:
         if not found:
             return []
         answer = self.events.put_events(
@@ -49,3 +58,65 @@ class OutboxService:
             count(M.OUTBOX_PUBLISHED)
             logger.info("downstream event published", extra={"event_id": event.event_id})
         return found
+
+
+class Republisher:
+    """`tally outbox republish`: events lost after the stream gave up (OutboxDLQ holds only shard pointers into
+    a stream that keeps records 24 h) are rebuilt from the rows, which are the truth."""
+
+    def __init__(self, rows: Any, outbox: OutboxService):
+        self.rows = rows
+        self.outbox = outbox
+
+    def order(self, mchid: str, out_trade_no: str) -> list[str]:
+        row = self.rows.order(mchid, out_trade_no)
+        if row is None:
+            raise LookupError(f"no order {mchid}/{out_trade_no}")
+        return [e.event_id for e in self.outbox.publish_current(row)]
+
+    def refund(self, refund_no: str) -> list[str]:
+        row = self.rows.refund(refund_no)
+        if row is None:
+            raise LookupError(f"no refund {refund_no}")
+        return [e.event_id for e in self.outbox.publish_current(row)]
+
+    def since(self, iso: str, until: str | None = None) -> dict[str, Any]:
+        """Every order and refund changed in [iso, until): those in a final state get their event again."""
+        published, rows = [], 0
+        for row in self.rows.since(iso, until):
+            rows += 1
+            published += [e.event_id for e in self.outbox.publish_current(row)]
+        logger.info(
+            "outbox republished", extra={"since": iso, "until": until, "rows": rows, "events": len(published)}
+        )
+        return {"rows": rows, "events": published}
+
+
+class EventReplay:
+    """`tally events replay`: the bus's archive (template.yaml EventArchive) sent back through the bus
+    (EventBridge StartReplay). Consumers drop what they already have by `event_id`."""
+
+    def __init__(self, events_client: Any, bus_name: str, archive_arn: str):
+        self.events = events_client
+        self.bus_name = bus_name
+        self.archive_arn = archive_arn
+
+    def start(self, name: str, since: Any, until: Any) -> dict[str, Any]:
+        if not self.archive_arn:
+            raise LookupError("no event archive configured (stack output EventArchiveArn)")
+        if until <= since:
+            raise ValueError("--until must be after --since")
+        bus_arn = self.events.describe_event_bus(Name=self.bus_name)["Arn"]
+        answer = self.events.start_replay(
+            ReplayName=name,
+            EventSourceArn=self.archive_arn,
+            EventStartTime=since,
+            EventEndTime=until,
+            Destination={"Arn": bus_arn},
+        )
+        logger.info("event replay started", extra={"replay": name, "state": answer.get("State")})
+        return {"replay": name, "state": answer.get("State"), "arn": answer.get("ReplayArn")}
+
+    def status(self, name: str) -> dict[str, Any]:
+        answer = self.events.describe_replay(ReplayName=name)
+        return {k: answer.get(k) for k in ("ReplayName", "State", "StateReason", "EventLastReplayedTime")}

@@ -39,7 +39,7 @@ CERT_WARNING_S = 7 * DAY_S
 
 # notify_event manual kinds listed (the `manual` index is keyed by kind, so each is one Query). Any other
 # kind a writer adds is shown generically once it is named here.
-KEPT_KINDS = ("quarantined", "rejected", "suspected_forgery", "no_transaction_id")
+KEPT_KINDS = ("quarantined", "rejected", "suspected_forgery", "no_transaction_id", "certificate")
 REPLAYABLE = ("quarantined", "rejected")  # kept with the body and headers the ingest path needs again
 
 # kind → (what it is in plain words, how long it may stay open before it counts in the morning number)
@@ -143,7 +143,18 @@ class WorkQueue:
                 f"manual item ids look like {', '.join(p + '…' for p in PREFIXES)} "
                 f"(as `tally manual list` prints them), not {item_id!r}"
             )
-        item = next((i for i in self.list() if i["id"] == item_id), None)
+        item = next((i for i in self.list({"id": item_id}) if i["id"] == item_id), None)
+        return self._act(item_id, item, action, by, reason, fields)
+
+    def _act(
+        self,
+        item_id: str,
+        item: dict[str, Any] | None,
+        action: str,
+        by: str,
+        reason: str,
+        fields: dict[str, Any],
+    ) -> dict[str, Any]:
         if item is None:
             raise QueueError(f"{item_id} is not open (resolved, replayed or booked already, or no such item)")
         if action not in item["actions"]:
@@ -158,13 +169,24 @@ class WorkQueue:
             raise QueueError(f"{item_id} changed meanwhile (someone else acted on it): list again") from None
         count(M.MANUAL_REPLAYED if action == "replay" else M.MANUAL_RESOLVED)
         logger.info("queue item acted on", extra={"item": item_id, "action": action, "by": by})
-        after = next((i for i in self.list() if i["id"] == item_id), None)
+        if action == "ack":
+            after: dict[str, Any] | None = {
+                **item,
+                "state": ACKNOWLEDGED,
+                "owner": fields.get("owner") or by,
+                "history": [*item["history"], entry],
+            }
+        elif action == "replay" and item["source_kind"] == "day":  # the re-run may block the day again
+            after = next((i for i in self.list({"id": item_id}) if i["id"] == item_id), None)
+        else:
+            after = None  # closed: it left its row's index, so no list shows it any more
+        closed = {**item, "state": _closed_state(action), "history": [*item["history"], entry]}
         return {
             "id": item_id,
             "action": action,
             "outcome": outcome,
-            "state": after["state"] if after else _closed_state(action),
-            "item": after or {**item, "state": _closed_state(action)},
+            "state": after["state"] if after else closed["state"],
+            "item": after or closed,
         }
 
     def bulk(
@@ -203,7 +225,7 @@ class WorkQueue:
         done = 0
         for item in fit:
             try:
-                self.act(item["id"], action, by=by, reason=reason, **fields)
+                self._act(item["id"], item, action, by.strip(), reason.strip(), dict(fields))
                 done += 1
             except (QueueError, LookupError, ValueError) as exc:
                 report["errors"][item["id"]] = str(exc)
@@ -378,9 +400,9 @@ class WorkQueue:
             entry,
             state=ACKNOWLEDGED if ack else _closed_state(action),
             owner=(fields.get("owner") or entry["by"]) if ack else None,
-            condition="#st = :blocked",
-            names={"#st": "status"},
-            values={"blocked": "BLOCKED"},
+            condition="attribute_exists(blocked_pk)",
+            sets=None if ack else {"resolution": entry},
+            remove=() if ack else ("blocked_pk",),
         )
         return "acknowledged" if ack else _closed_state(action).lower()
 
@@ -420,22 +442,6 @@ class WorkQueue:
         )
         return _closed_state(action).lower()
 
-    def _cert(self, item: dict[str, Any], action: str, entry: dict[str, Any], fields: dict[str, Any]) -> str:
-        state = ACKNOWLEDGED if action == "ack" else _closed_state(action)
-        history = list(item["history"]) + [entry]
-        owner = (fields.get("owner") or entry["by"]) if action == "ack" else item["owner"]
-        self.store.put_state(
-            item["id"],
-            {
-                "q_state": state,
-                "q_owner": owner,
-                "not_after": item["source_key"],
-                "history": history,
-                "q_at": entry["at"],
-            },
-        )
-        return state.lower()
-
     # ================================================================ building items
 
     def _collect(self, now: float) -> list[dict[str, Any]]:
@@ -447,9 +453,8 @@ class WorkQueue:
         items += [self._refund_item(r) for r in self.store.refunds_with_person()]
         items += [self._task_item(r) for r in self.store.refund_tasks("MANUAL")]
         items += [self._diff_item(r) for r in self.store.open_diffs()]
-        items += [self._day_item(r) for r in self.store.blocked_days() if r.get("q_state") in (None, *LIVE)]
+        items += [self._day_item(r) for r in self.store.blocked_days()]
         items += [self._order_item(r) for r in self.store.orders_with_person()]
-        items += self._cert_items(now)
         return items
 
     def _payment_item(self, row: dict[str, Any]) -> dict[str, Any]:
@@ -608,7 +613,7 @@ class WorkQueue:
             merchant=row.get("mchid"),
             order=None,
             amount_cent=None,
-            since=row.get("finished_at") or row.get("started_at"),
+            since=row.get("blocked_at"),
             reason=plain(
                 f"{row.get('bill_date')} not reconciled: {row.get('reason') or row.get('block_code')}"
             ),
@@ -630,43 +635,6 @@ class WorkQueue:
             reason=plain(row.get("manual_reason") or "the poller gave up"),
             actions=("ack", "resolve", "ignore", "replay"),
         )
-
-    def _cert_items(self, now: float) -> list[dict[str, Any]]:
-        sets, states = self.store.platform_certificates()
-        items = []
-        for row in sets:
-            mchid = str(row["pk"]).rsplit("#", 1)[-1]
-            certs = dict(row.get("certs") or {})
-            if not certs:
-                continue
-            serial, newest = max(((s, int(c["not_after"])) for s, c in certs.items()), key=lambda x: x[1])
-            if newest - now >= CERT_WARNING_S:
-                continue  # a successor valid for more than 7 days exists: nothing to do
-            item_id = f"cert-wechatpay-{mchid}"
-            state = states.get(item_id) or {}
-            if state.get("not_after") != newest:
-                state = {}  # a state recorded for an earlier certificate does not carry over
-            if state.get("q_state") in (RESOLVED, IGNORED):
-                continue
-            days = (newest - now) / 86400
-            item = _item(
-                state,
-                item_id,
-                "certificate",
-                "cert",
-                newest,
-                channel="wechatpay",
-                merchant=mchid,
-                order=None,
-                amount_cent=None,
-                since=iso_now(newest - CERT_WARNING_S),
-                reason=f"the newest WeChat Pay platform certificate ({serial[:16]}…) "
-                + (f"expires in {days:.1f} days" if days > 0 else "has expired")
-                + f" ({iso_now(newest)[:10]}): add its successor (tally merchant add … --platform-cert)",
-                actions=("ack", "resolve", "ignore"),
-            )
-            items.append(item)
-        return items
 
     # ================================================================ helpers
 
@@ -819,7 +787,7 @@ def human_age(seconds: int) -> str:
 
 
 _CENTS_CLAUSE = re.compile(r"([^;]*?)\s*\(cents\)")
-_NUMBER = re.compile(r"(?<![\w#])-?\d+(?![\w#])")
+_NUMBER = re.compile(r"(?<![\w#:\-])-?\d+(?![\w#:\-])")  # not the parts of a date, a time or an id
 
 
 def plain(text: str) -> str:
@@ -867,7 +835,7 @@ def _matches(item: dict[str, Any], wanted: dict[str, Any]) -> bool:
             return False
         if name == "state" and item["state"] != str(value).upper():
             return False
-        if name == "id" and not item["id"].startswith(value):
+        if name == "id" and item["id"] != _legacy(str(value)):
             return False
         if name in ("merchant", "channel", "owner", "order") and str(item.get(name)) != value:
             return False

@@ -436,7 +436,6 @@ class ReconService:
     def _blocked(self, run: dict[str, Any], code: str, reason: str) -> dict[str, Any]:
         count(M.RECON_BLOCKED, channel=run.get("channel"), merchant=run.get("mchid"))
         run.update(status=BLOCKED, guard=run.get("guard") or code, block_code=code, reason=reason)
-        run["blocked_pk"] = "blocked"  # the sparse by_blocked index: the work queue lists blocked days (R41)
         if code == VOLUME_DROP:
             run["reason"] += (
                 f" (tally recon confirm --channel {run['channel']} --mchid {run['mchid']} "
@@ -450,6 +449,8 @@ class ReconService:
         if run.get("status") in FINISHED:  # a finance person reads every finished day, blocked and quiet too
             run["report_key"] = self._report(run)
         self.store.put_run(run)
+        if run.get("status") in FINISHED:  # the day's marker for the work queue (R41): blocked or cleared
+            self.store.mark_day(run)
         if run.get("status") in FINISHED:  # the heartbeat: its absence for a day is ReconNotRunAlarm
             count(M.RECON_RUN_COMPLETED)
         logger.info("recon run finished", extra={k: run.get(k) for k in ("pk", "pass", "status", "reason")})

@@ -6,6 +6,7 @@ this runs inside the notify function, on the channel's 5 s clock (R10).
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -73,11 +74,78 @@ def _int_or_none(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
+BODY_PREFIX_BYTES = 4096  # what is kept of an unauthenticated or forged body (R40): enough to recognise it
+FORGERY = "suspected_forgery"
+
+
+def body_evidence(body: bytes | str | None) -> dict[str, Any]:
+    """A bounded record of a body (R40): its first 4 KB (decoded for a person), its length and SHA-256."""
+    data = body.encode("utf-8", "surrogatepass") if isinstance(body, str) else (body or b"")
+    return {
+        "body_prefix": data[:BODY_PREFIX_BYTES].decode("utf-8", "replace"),
+        "body_len": len(data),
+        "body_sha256": hashlib.sha256(data).hexdigest(),
+    }
+
+
+def park_forgery(
+    events: Any,
+    now_s: float,
+    *,
+    channel: str,
+    mchid: str,
+    cause: str,
+    reason: str,
+    body: bytes | str | None,
+    refund_no: str | None = None,
+    out_trade_no: str | None = None,
+    amount_cent: int | None = None,
+    url_merchant: str | None = None,
+    key: str = "",
+) -> str:
+    """R39: a signed report that does not belong to the tenant it names. It becomes a queue item
+    (`manual_kind=suspected_forgery`, its own key in notify_event: never the raw key the genuine report
+    needs), counts ReportForged (alarmed), and changes nothing else. The same report twice is one row."""
+    evidence = body_evidence(body)
+    digest = hashlib.sha256(f"{key}|{evidence['body_sha256']}".encode()).hexdigest()[:32]
+    event_id = f"forgery#{channel}#{mchid[:32]}#{digest}"
+    if events is not None:
+        events.put(
+            event_id,
+            FORGERY,
+            now_s,
+            manual_kind=FORGERY,
+            channel=channel,
+            mchid=mchid[:32],
+            url_merchant=(url_merchant or "")[:32] or None,
+            refund_no=(refund_no or "")[:64] or None,
+            out_trade_no=(out_trade_no or "")[:64] or None,
+            amount_cent=amount_cent,
+            cause=cause,
+            reason=reason[:300],
+            **evidence,
+        )
+    count(M.REPORT_FORGED, channel=channel, merchant=mchid)
+    logger.error(
+        "suspected forgery parked: nothing of the tenant it names changed",
+        extra={"event_id": event_id, "cause": cause, "mchid": mchid[:32], "refund_no": refund_no},
+    )
+    return event_id
+
+
 class RefundInbox:
-    def __init__(self, raw: RefundRawStore, queue: RefundQueue, *, clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        raw: RefundRawStore,
+        queue: RefundQueue,
+        *,
+        clock: Callable[[], float] = time.time,
+        events: Any = None,
+    ):
         self.raw = raw
         self.queue = queue
         self.clock = clock
+        self.events = events  # notify_event: where suspected forgeries are parked (R39)
 
     def record(
         self,

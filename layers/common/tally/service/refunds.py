@@ -24,6 +24,7 @@ from enum import Enum
 from typing import Any, Protocol
 
 from tally.channels.refunds import refund_event_of
+from tally.domain.money import MAX_CENT
 from tally.domain.refunds import (
     IN_FLIGHT,
     AnswerKind,
@@ -37,11 +38,13 @@ from tally.domain.refunds import (
     check_cumulative,
     check_reserve,
     mismatches,
+    refund_raw_key,
+    tenant_mismatch,
     transit,
 )
 from tally.observability import M, count, logger
 from tally.service.apply import RetryLater, bill_date
-from tally.service.refund_inbox import RefundInbox, notice_from_raw
+from tally.service.refund_inbox import RefundInbox, notice_from_raw, park_forgery
 from tally.store.refunds import (
     HOLD_ORDER,
     HOLD_TASK,
@@ -92,6 +95,7 @@ class Applied(str, Enum):
     ILLEGAL = "ILLEGAL"
     MANUAL = "MANUAL"
     ALREADY_HANDLED = "ALREADY_HANDLED"
+    FORGED = "FORGED"  # the report names a refund of another tenant / provider / order: parked (R39)
 
 
 def new_refund_no(now_s: float) -> str:
@@ -342,6 +346,11 @@ class RefundService:
         return public_refund(self._submit(row, channel)), True
 
     def _same_refund(self, existing: dict[str, Any], order_pk: str, amount_cent: int) -> dict[str, Any]:
+        if existing.get("mchid") != order_pk.split("#", 1)[0]:
+            # another tenant's number (the refunds table is keyed by refund_no alone): say nothing of it (R39)
+            raise RefundConflict(
+                f"refund_no {existing.get('refund_no')} cannot be used: choose another refund_no"
+            )
         if existing.get("order_pk") != order_pk or existing.get("amount_cent") != amount_cent:
             raise RefundConflict(
                 f"refund_no {existing.get('pk')} already exists for order {existing.get('order_pk')} "
@@ -372,6 +381,7 @@ class RefundService:
             "refund_no": refund_no,
             "channel": order["channel"],
             "mchid": order["mchid"],
+            "sp_mchid": order.get("sp_mchid") or "",  # "" = direct; the tenant check compares it (R39)
             "out_trade_no": order["out_trade_no"],
             "order_pk": order["pk"],
             "transaction_id": transaction_id or order.get("transaction_id"),
@@ -478,6 +488,9 @@ class RefundService:
             count(M.REFUND_REPORT_MANUAL, channel=notice.channel, merchant=notice.mchid)
             logger.error("refund report for an unknown refund_no", extra={"refund_raw_key": raw_key})
             return Applied.MANUAL
+        forged = tenant_mismatch(notice, refund, self._refund_sp(refund))
+        if forged is not None:
+            return self._park(raw, notice, refund, *forged)
         problems = mismatches(notice, refund)
         if notice.cumulative_cent is not None and not problems:
             problems = self._cumulative_problems(notice.cumulative_cent, refund)
@@ -511,6 +524,37 @@ class RefundService:
             source=notice.source,
             reason=f"channel says {notice.status}",
         )
+
+    def _refund_sp(self, refund: dict[str, Any]) -> str | None:
+        """The refund's service provider / ISV app: on the row since issue #15, else on its order."""
+        if "sp_mchid" in refund:
+            return refund.get("sp_mchid") or None
+        order = self.orders.get(refund["mchid"], refund["out_trade_no"]) or {}
+        return order.get("sp_mchid") or None
+
+    def _park(
+        self, raw: dict[str, Any], notice: RefundNotice, refund: dict[str, Any], cause: str, reason: str
+    ) -> Applied:
+        """R39: the report is parked as a suspected forgery; the refund, its hold and the ledger are
+        untouched (it stays on the poll index, so the channel's own answer still settles it). The raw
+        row — under the reporting tenant's own key — is closed with the reason."""
+        now_s = self.clock()
+        park_forgery(
+            self.inbox.events,
+            now_s,
+            channel=notice.channel,
+            mchid=notice.mchid,
+            cause=cause,
+            reason=reason,
+            body=raw.get("body"),
+            refund_no=notice.refund_no,
+            out_trade_no=notice.out_trade_no,
+            amount_cent=notice.refund_cent if notice.refund_cent is not None else notice.cumulative_cent,
+            url_merchant=notice.sp_mchid,
+            key=f"{raw['pk']}|{raw['sk']}",
+        )
+        self.raw.mark(raw["pk"], raw["sk"], 2, f"suspected forgery ({cause}): {reason}", iso_now(now_s))
+        return Applied.FORGED
 
     def _held(self, notice: RefundNotice) -> bool:
         """A report that overtook its own create call: the order still holds the refund (the create call
@@ -748,10 +792,11 @@ class RefundService:
 
     # ================================================================== views
 
-    def show(self, refund_no: str) -> dict[str, Any]:
+    def show(self, refund_no: str, mchid: str | None = None) -> dict[str, Any]:
+        """With `mchid` (every merchant-facing door): another tenant's refund number is simply not found (R39)."""
         row = self.store.get(refund_no)
-        if row is None:
-            raise NotFound(f"no refund {refund_no}")
+        if row is None or (mchid is not None and row.get("mchid") != mchid):
+            raise NotFound(f"no refund {refund_no}" + (f" for merchant {mchid}" if mchid else ""))
         view = public_refund(row)
         view["reports"] = [
             {
@@ -767,7 +812,7 @@ class RefundService:
                     "notified_at",
                 )
             }
-            for r in self.raw.for_refund(f"{row['channel']}#{refund_no}")
+            for r in self.raw.for_refund(refund_raw_key(row["channel"], row["mchid"], refund_no))
         ]
         return view
 
@@ -832,9 +877,9 @@ def validate_refund_request(body: Any) -> dict[str, Any]:
     if not isinstance(out_trade_no, str) or not OUT_TRADE_NO.match(out_trade_no):
         raise InvalidRefund("out_trade_no must be 6-32 characters of [0-9A-Za-z_-*]")
     amount = body.get("amount_cent")
-    if isinstance(amount, bool) or not isinstance(amount, int) or amount <= 0:
+    if isinstance(amount, bool) or not isinstance(amount, int) or not 1 <= amount <= MAX_CENT:
         raise InvalidRefund(
-            "amount_cent must be a positive integer number of cents (no decimals, no strings)"
+            f"amount_cent must be an integer number of cents from 1 to {MAX_CENT} (no decimals, no strings)"
         )
     reason = body.get("reason", "")
     if not isinstance(reason, str) or len(reason) > 80:

@@ -25,6 +25,7 @@ from typing import Any
 
 from tally.domain.events import events_for_change
 from tally.domain.money import format_cents
+from tally.domain.refunds import refund_raw_key
 from tally.store.refunds import open_holds
 from tally.store.tables import order_key
 
@@ -186,8 +187,8 @@ class StoryService:
                 _entry(
                     order.get("last_query_at") or order.get("poll_due"),
                     "poll",
-                    f"asked the channel {int(order.get('poll_count') or 0)} time(s); last answer "
-                    f"{order.get('poll_last') or '-'}"
+                    f"the channel was asked about the order (poller: {int(order.get('poll_count') or 0)} poll(s));"
+                    f" last answer {order.get('poll_last') or '-'}"
                     + (f"; {errors} failed call(s) in a row" if errors else ""),
                     order.get("pk"),
                     state=order.get("poll_last"),
@@ -204,8 +205,8 @@ class StoryService:
                     "queue",
                     f"the poller handed the order to a person: {order.get('manual_reason') or '-'}",
                     order.get("pk"),
-                    state="OPEN",
-                    needs_person=True,
+                    state=order.get("q_state") or "OPEN",
+                    needs_person=_still_open(order),
                 )
             )
         for item in order.get("history") or []:
@@ -266,13 +267,42 @@ class StoryService:
                     f" of {format_cents(int(r.get('order_total_cent', 0)))}; {HANDLED.get(handled, '?')} ({verdict})",
                     r.get("pk"),
                     amount=r.get("paid_cent"),
-                    state={0: "PENDING", 1: "ACCEPTED", 2: "MANUAL"}.get(handled, str(handled)),
-                    needs_person=handled == 2 and not r.get("resolution"),
+                    state="DUPLICATE"
+                    if handled == 1 and r.get("outcome") == "DUPLICATE"
+                    else {0: "PENDING", 1: "ACCEPTED", 2: "MANUAL"}.get(handled, str(handled)),
+                    needs_person=handled == 2 and _still_open(r),
                     detail=detail,
                 )
             )
             out += [_history_entry(h, r.get("pk"), "delivery") for h in r.get("history") or []]
+            if r.get(
+                "refund_task"
+            ):  # money on an order that cannot take it (R17): the task the worker opened
+                out += self._refund_task(str(r["refund_task"]))
         return out
+
+    def _refund_task(self, task_pk: str) -> list[dict[str, Any]]:
+        task = self.refunds.task(task_pk)
+        if task is None:
+            return []
+        status = task.get("status")
+        out = [
+            _entry(
+                task.get("created_at"),
+                "refund",
+                f"refund task for {task.get('transaction_id')}: {format_cents(int(task.get('amount_cent', 0)))} "
+                f"to give back ({task.get('reason')}); {status}",
+                task_pk,
+                amount=task.get("amount_cent"),
+                state=f"TASK_{status}",
+                # OPEN / REFUNDING: the refund service is on it; DONE: paid back
+                needs_person=status == "MANUAL" and _still_open(task),
+                detail={
+                    k: task.get(k) for k in ("reason", "status", "refund_no", "manual_reason") if task.get(k)
+                },
+            )
+        ]
+        return out + [_history_entry(h, task_pk, "refund task") for h in task.get("history") or []]
 
     def _in_between(self, rows: list[dict[str, Any]], raw: bool) -> list[dict[str, Any]]:
         out = []
@@ -338,7 +368,7 @@ class StoryService:
                         no,
                         amount=f.get("amount_cent"),
                         state=status,
-                        needs_person=status == "MANUAL",
+                        needs_person=status == "MANUAL" and _still_open(f),
                         detail={
                             k: f.get(k) for k in ("refund_id", "success_time", "fail_reason") if f.get(k)
                         },
@@ -346,7 +376,8 @@ class StoryService:
                 )
             out += [_history_entry(h, no, "refund") for h in f.get("history") or []]
             channel = f.get("channel") or order.get("channel")
-            for rep in self.refund_raw.for_refund(f"{channel}#{no}"):
+            raw_key = refund_raw_key(str(channel), str(f.get("mchid") or order.get("mchid")), str(no))
+            for rep in self.refund_raw.for_refund(raw_key):  # scoped per merchant (R39)
                 handled = int(rep.get("handled", 0))
                 detail = with_yuan(
                     {
@@ -372,10 +403,10 @@ class StoryService:
                         f"channel reports refund {no} {rep.get('sk')} via {rep.get('source', 'notify')}; "
                         f"{HANDLED.get(handled, '?')}"
                         + (f" ({rep['outcome']})" if rep.get("outcome") else ""),
-                        f"{channel}#{no}#{rep.get('sk')}",
+                        f"{raw_key}#{rep.get('sk')}",
                         amount=rep.get("refund_cent"),
                         state=rep.get("sk"),
-                        needs_person=handled == 2 and not rep.get("resolution"),
+                        needs_person=handled == 2 and _still_open(rep),
                         detail=detail,
                     )
                 )
@@ -493,7 +524,7 @@ class StoryService:
         refund_nos = {f.get("refund_no") or f.get("pk") for f in refunds}
         out = []
         for channel, mchid, day in sorted(days):
-            pk = recon_pk(channel, mchid, day)
+            pk = recon_pk(str(channel), str(mchid), day)
             runs = self.recon.run_rows(pk)
             if runs:
                 latest = runs[0]
@@ -605,6 +636,14 @@ def _sort_key(e: dict[str, Any]) -> tuple:
     moment = _instant(e.get("at_utc")) or _instant(e.get("at"))
     stamp = moment.timestamp() if moment else float("inf")  # undated last
     return (stamp, e.get("_order", 0), KIND_ORDER.get(e["kind"], 99))
+
+
+CLOSED_STATES = ("RESOLVED", "IGNORED")  # the work queue's end states, kept on the source row (R41)
+
+
+def _still_open(row: dict[str, Any]) -> bool:
+    """A row that needs a person until the queue closed it (`q_state`) or a resolution was recorded."""
+    return row.get("q_state") not in CLOSED_STATES and not row.get("resolution")
 
 
 def _signed(r: dict[str, Any]) -> int:

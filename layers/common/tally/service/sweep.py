@@ -118,7 +118,12 @@ class PendingReport:
         now = self.clock()
         stale, oldest_stale = self.pending.count_older_than(0, iso_now(now - STALE_AFTER_S))
         rows = [
-            _raw_line(r, now, "not applied yet")
+            {
+                **_raw_line(r, now, "not applied yet"),
+                "kind": "stuck-notification",
+                "why": f"stored but not applied yet: tried {r.get('attempts', 0)} time(s), re-queued "
+                f"{r.get('sweeps', 0)} time(s) by the sweeper",
+            }
             for r in self.pending.older_than(0, iso_now(now - STALE_AFTER_S), limit)
         ]
         numbers = self.work().morning(over_s=over_s)

@@ -10,9 +10,9 @@ Sparse indexes read here (docs/contracts.md):
 - refund_raw `by_manual`: `manual_pk = "manual"` while a refund report waits for a person;
 - refunds `by_poll`: `poll_pk = "manual#<shard>"` (status MANUAL);
 - refund_tasks `by_status`: `status = MANUAL`;
-- recon_diff `by_open`; recon_runs `by_blocked` (`blocked_pk` on a BLOCKED run);
+- recon_diff `by_open`; recon_runs `by_blocked` (a blocked day's marker row, sk `blocked`);
 - orders `by_poll`: `poll_pk = "manual#<shard>"` (the poller gave up).
-Certificates come from the merchants table (small configuration; one paged scan, like `configured()`).
+An expiring certificate is a notify_event row of manual_kind `certificate`, put by the keys function.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from tally.store.tables import PENDING_SHARDS
 
 SHARDS = 4  # the orders' and refunds' poll index shards (store/polling.py, store/refunds.py)
 REFUND_REPORT_MANUAL = "manual"  # refund_raw manual_pk while a report waits for a person
-STATE_PREFIX = "queue_state#"  # merchants-table rows holding the state of items with no row of their own
 
 
 class StaleItem(Exception):
@@ -41,7 +40,6 @@ class QueueTables:
     refunds: str
     refund_raw: str
     refund_tasks: str
-    merchants: str
     recon_runs: str = ""
     recon_diff: str = ""
 
@@ -80,41 +78,15 @@ class QueueStore:
         return self._index(self.t.recon_diff, "by_open", "open_pk", "OPEN")
 
     def blocked_days(self) -> list[dict[str, Any]]:
-        """The latest run of every day that has a BLOCKED run, when that latest run is BLOCKED still."""
+        """The markers of days whose latest run is BLOCKED (store/recon.py mark_day)."""
         if not self.t.recon_runs:
             return []
-        days = {r["pk"] for r in self._index(self.t.recon_runs, "by_blocked", "blocked_pk", "blocked")}
-        found = []
-        for pk in sorted(days):
-            runs = [
-                r
-                for r in self._key(self.t.recon_runs, pk, newest_first=True)
-                if str(r["sk"]).startswith("run#")
-            ]
-            finished = [r for r in runs if r.get("status") in ("MATCHED", "DIFFS", "QUIET", "BLOCKED")]
-            if finished and finished[0].get("status") == "BLOCKED":
-                found.append(finished[0])
-        return found
+        return self._index(self.t.recon_runs, "by_blocked", "blocked_pk", "blocked")
 
     def orders_with_person(self) -> list[dict[str, Any]]:
         return [
             r for s in range(SHARDS) for r in self._index(self.t.orders, "by_poll", "poll_pk", f"manual#{s}")
         ]
-
-    def platform_certificates(self) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
-        """(stored WeChat platform-certificate sets, queue state rows by item id) from the merchants table."""
-        certs, states, kwargs = [], {}, {"TableName": self.t.merchants}
-        while True:
-            answer = self.ddb.scan(**kwargs)
-            for row in map(from_item, answer.get("Items", [])):
-                pk = str(row.get("pk", ""))
-                if pk.startswith("platform_certs#"):
-                    certs.append(row)
-                elif pk.startswith(STATE_PREFIX):
-                    states[pk[len(STATE_PREFIX) :]] = row
-            if "LastEvaluatedKey" not in answer:
-                return certs, states
-            kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
 
     def get(self, table: str, key: dict[str, Any]) -> dict[str, Any] | None:
         answer = self.ddb.get_item(TableName=table, Key=to_item(key), ConsistentRead=True)
@@ -182,11 +154,6 @@ class QueueStore:
             },
         )
 
-    def put_state(self, item_id: str, row: dict[str, Any]) -> None:
-        """The state of an item that has no row of its own (a certificate): a merchants-table row that
-        `MerchantStore.configured()` never lists (no channel/mchid attributes)."""
-        self.ddb.put_item(TableName=self.t.merchants, Item=to_item({**row, "pk": STATE_PREFIX + item_id}))
-
     # ------------------------------------------------------------ helpers
 
     def _index(self, table: str, index: str, name: str, value: str) -> list[dict[str, Any]]:
@@ -197,21 +164,6 @@ class QueueStore:
             "KeyConditionExpression": "#k = :v",
             "ExpressionAttributeNames": {"#k": name},
             "ExpressionAttributeValues": names_values(v=value),
-        }
-        while True:
-            page = self.ddb.query(**kwargs)
-            rows += [from_item(i) for i in page.get("Items", [])]
-            if "LastEvaluatedKey" not in page:
-                return rows
-            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-
-    def _key(self, table: str, pk: str, newest_first: bool = False) -> list[dict[str, Any]]:
-        rows: list[dict[str, Any]] = []
-        kwargs: dict[str, Any] = {
-            "TableName": table,
-            "KeyConditionExpression": "pk = :pk",
-            "ExpressionAttributeValues": names_values(pk=pk),
-            "ScanIndexForward": not newest_first,
         }
         while True:
             page = self.ddb.query(**kwargs)

@@ -10,6 +10,7 @@ from tally.domain.recon import OPEN, PAYMENT, REFUND, LocalEntry
 from tally.store.codec import encode, from_item, names_values, to_item
 
 CONFIRM_SK = "confirm"
+BLOCKED_SK = "blocked"  # the day's work-queue marker while its latest run is BLOCKED
 
 
 def recon_pk(channel: str, mchid: str, bill_date: str) -> str:
@@ -32,6 +33,36 @@ class ReconStore:
     def run_rows(self, pk: str) -> list[dict[str, Any]]:
         """Every run of one day, newest first (a few per day: T+1, T+2, T+3, retries, confirmations)."""
         return [r for r in self._query(self.runs, pk, newest_first=True) if str(r["sk"]).startswith("run#")]
+
+    def mark_day(self, run: dict[str, Any]) -> None:
+        """The day's work-queue marker (sk `blocked`, sparse index by_blocked, R41): a BLOCKED run sets it (and
+        reopens it), a later run that finished otherwise clears it. Updates, so the item's history stays."""
+        fields = {k: run.get(k) for k in ("channel", "mchid", "bill_date", "block_code", "guard", "reason")}
+        fields = {
+            "run_sk": run["sk"],
+            "blocked_at": run.get("finished_at"),
+            **{k: v for k, v in fields.items() if v},
+        }
+        key = to_item({"pk": run["pk"], "sk": BLOCKED_SK})
+        sets = ", ".join(f"{k} = :{k}" for k in fields)
+        if run.get("status") == "BLOCKED":
+            self.ddb.update_item(
+                TableName=self.runs,
+                Key=key,
+                UpdateExpression=f"SET {sets}, blocked_pk = :b, q_state = :open REMOVE q_owner",
+                ExpressionAttributeValues=names_values(b="blocked", open="OPEN", **fields),
+            )
+            return
+        try:
+            self.ddb.update_item(
+                TableName=self.runs,
+                Key=key,
+                UpdateExpression="SET cleared_by_run = :r REMOVE blocked_pk",
+                ConditionExpression="attribute_exists(pk)",
+                ExpressionAttributeValues=names_values(r=run["sk"]),
+            )
+        except self.ddb.exceptions.ConditionalCheckFailedException:
+            return  # the day was never blocked: no marker
 
     def latest_parsed_rows(self, pk: str) -> int | None:
         for row in self.run_rows(pk):

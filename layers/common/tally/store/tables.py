@@ -176,6 +176,23 @@ class EventStore:
         )
         return [from_item(item) for item in answer.get("Items", [])]
 
+    def count_rejection(self, pk: str, now_s: float, *, ttl_days: int, **fields: Any) -> int:
+        """One small ADD on an aggregate row (one per channel, merchant, cause and hour, R40): what an
+        unauthenticated request costs once the hour's kept rows are used up. Returns the count so far."""
+        sets = {"kind": "rejected_count", "last_at": iso_now(now_s), **fields}
+        answer = self.t.ddb.update_item(
+            TableName=self.t.notify_event,
+            Key=to_item({"pk": pk}),
+            UpdateExpression="ADD rejections :one SET first_at = if_not_exists(first_at, :first), "
+            "expires_at = if_not_exists(expires_at, :exp), " + ", ".join(f"#{k} = :{k}" for k in sets),
+            ExpressionAttributeNames={f"#{k}": k for k in sets},
+            ExpressionAttributeValues=names_values(
+                one=1, first=iso_now(now_s), exp=int(now_s) + ttl_days * 86400, **sets
+            ),
+            ReturnValues="UPDATED_NEW",
+        )
+        return int(answer["Attributes"]["rejections"]["N"])
+
 
 class OrderStore:
     def __init__(self, tables: Tables):

@@ -1,0 +1,111 @@
+"""The fast lane's isolation (tests/conftest.py `MotoAccount`): moto is provisioned once per worker, and
+whatever one test leaves — items, stream records, messages, objects, secrets, rules, extra queues — is gone
+when the next test starts, exactly as if every table had been created afresh."""
+
+from __future__ import annotations
+
+import json
+
+import boto3
+
+
+def leave_everything_behind(env):
+    ddb, sqs, s3 = boto3.client("dynamodb"), boto3.client("sqs"), boto3.client("s3")
+    ddb.put_item(TableName=env["ORDERS_TABLE"], Item={"pk": {"S": "left#1"}})
+    ddb.put_item(TableName=env["TRANSITIONS_TABLE"], Item={"pk": {"S": "left#1"}, "sk": {"S": "PAY#1"}})
+    for n in range(30):  # more than one batch_write_item of 25
+        ddb.put_item(
+            TableName=env["LEDGER_TABLE"], Item={"pk": {"S": f"left#{n}"}, "bill_date": {"S": "2024-05-01"}}
+        )
+    sqs.send_message(QueueUrl=env["APPLY_QUEUE_URL"], MessageBody=json.dumps({"raw_key": "left"}))
+    sqs.receive_message(QueueUrl=env["APPLY_QUEUE_URL"], VisibilityTimeout=600)  # in flight, not deleted
+    sqs.send_message(QueueUrl=env["APPLY_QUEUE_URL"], MessageBody="visible")
+    extra = sqs.create_queue(QueueName="consumer")["QueueUrl"]
+    sqs.send_message(QueueUrl=extra, MessageBody="x")
+    s3.put_object(Bucket=env["BILLS_BUCKET"], Key="bills/wechatpay/1/2024-05-01/a", Body=b"1")
+    s3.put_object(Bucket=env["BILLS_BUCKET"], Key="bills/wechatpay/1/2024-05-01/a", Body=b"2")
+    boto3.client("secretsmanager").create_secret(Name="tally/merchants/wechatpay/left", SecretString="{}")
+    events = boto3.client("events")
+    events.put_rule(Name="all", EventBusName=env["EVENT_BUS_NAME"], EventPattern='{"source": ["tally"]}')
+    events.put_targets(Rule="all", EventBusName=env["EVENT_BUS_NAME"], Targets=[{"Id": "q", "Arn": "arn:x"}])
+
+
+def stream_records(env, table_var):
+    ddb, streams = boto3.client("dynamodb"), boto3.client("dynamodbstreams")
+    arn = ddb.describe_table(TableName=env[table_var])["Table"]["LatestStreamArn"]
+    shard = streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"][0]["ShardId"]
+    it = streams.get_shard_iterator(StreamArn=arn, ShardId=shard, ShardIteratorType="TRIM_HORIZON")
+    return streams.get_records(ShardIterator=it["ShardIterator"])["Records"]
+
+
+def assert_as_new(env):
+    ddb, sqs, s3 = boto3.client("dynamodb"), boto3.client("sqs"), boto3.client("s3")
+    for var in ("ORDERS_TABLE", "TRANSITIONS_TABLE", "LEDGER_TABLE", "REFUNDS_TABLE", "MERCHANTS_TABLE"):
+        assert ddb.scan(TableName=env[var])["Items"] == [], var
+    assert stream_records(env, "ORDERS_TABLE") == [] and stream_records(env, "REFUNDS_TABLE") == []
+    attrs = sqs.get_queue_attributes(QueueUrl=env["APPLY_QUEUE_URL"], AttributeNames=["All"])["Attributes"]
+    assert (attrs["ApproximateNumberOfMessages"], attrs["ApproximateNumberOfMessagesNotVisible"]) == (
+        "0",
+        "0",
+    )
+    assert all("consumer" not in url for url in sqs.list_queues().get("QueueUrls", []))
+    versions = s3.list_object_versions(Bucket=env["BILLS_BUCKET"])
+    assert versions.get("Versions", []) == [] and versions.get("DeleteMarkers", []) == []
+    assert boto3.client("secretsmanager").list_secrets()["SecretList"] == []
+    assert boto3.client("events").list_rules(EventBusName=env["EVENT_BUS_NAME"])["Rules"] == []
+
+
+def test_the_next_test_finds_the_account_as_if_created_afresh(aws, moto_account):
+    created = moto_account.created
+    assert_as_new(aws)
+    leave_everything_behind(aws)
+    assert stream_records(aws, "ORDERS_TABLE")  # the write reached the stream
+    moto_account.stop()  # what the fixture does between two tests
+    env = moto_account.start()
+    assert env == aws and moto_account.created == created  # emptied, not created again
+    assert_as_new(env)
+
+
+def test_a_reset_of_moto_between_tests_is_noticed_and_the_resources_created_again(aws, moto_account):
+    from moto.core.base_backend import BackendDict
+
+    created = moto_account.created
+    moto_account.stop()
+    BackendDict.reset()  # what another test's own mock_aws() or an EmbeddedStack does to moto's data
+    env = moto_account.start()
+    assert moto_account.created == created + 1
+    assert_as_new(env)
+    assert (
+        boto3.client("dynamodb").describe_table(TableName=env["ORDERS_TABLE"])["Table"]["TableStatus"]
+        == "ACTIVE"
+    )
+
+
+def test_a_stack_that_recreated_the_tables_and_left_a_queue_is_emptied_to_the_template(aws, moto_account):
+    """An EmbeddedStack in this process resets moto and makes the same tables plus its own consumer queue:
+    the next test still starts from exactly the template's resources, empty."""
+    created = moto_account.created
+    moto_account.stop()
+    moto_account.mock.start(reset=False)
+    boto3.client("sqs").create_queue(QueueName="tally-local-consumer")
+    boto3.client("dynamodb").put_item(TableName=aws["ORDERS_TABLE"], Item={"pk": {"S": "server#1"}})
+    moto_account.mock.stop(remove_data=False)
+    env = moto_account.start()
+    assert moto_account.created == created
+    assert_as_new(env)
+    assert not [u for u in boto3.client("sqs").list_queues()["QueueUrls"] if u.endswith("consumer")]
+
+
+def test_a_test_that_leaves_thousands_of_items_is_forgotten_not_deleted_one_by_one(aws, moto_account):
+    created = moto_account.created
+    ddb = boto3.client("dynamodb")
+    for n in range(0, moto_account.REBUILD_OVER + 1, 25):
+        ddb.batch_write_item(
+            RequestItems={
+                aws["ORDERS_TABLE"]: [{"PutRequest": {"Item": {"pk": {"S": f"o{n + i}"}}}} for i in range(25)]
+            }
+        )
+    moto_account.stop()
+    env = moto_account.start()
+    assert moto_account.created == created + 1
+    assert_as_new(env)
