@@ -11,11 +11,13 @@ import time
 import urllib.parse
 from pathlib import Path
 
+import pytest
 from tally.console.auth import csrf_token, identity
 
 from tests.browser.conftest import http, morning_total, shot, sign_in, sim_post, token_for
 
 MCHID = "1900000109"  # the demo merchant seed_demo configures
+pytestmark = pytest.mark.e2e
 
 
 def _create_order(stack, no: str, amount_cent: int = 506) -> None:

@@ -15,6 +15,9 @@ from tally_local.stack import EmbeddedStack
 from tests.browser.conftest import http, token_for
 
 FORM = {"content-type": "application/x-www-form-urlencoded"}
+pytestmark = (
+    pytest.mark.e2e
+)  # the embedded stack over HTTP: make test runs it, make check's fast lane does not
 
 
 @pytest.fixture(scope="module")
