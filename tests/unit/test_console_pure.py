@@ -50,3 +50,23 @@ def test_every_template_escapes_what_it_is_given():
 
     html = _env.from_string("{{ v }}").render(v='"><img src=x onerror=alert(1)><script>x</script>')
     assert "<img" not in html and "<script" not in html and "&lt;script&gt;" in html
+
+
+def test_stuck_rows_are_read_from_the_pending_report_as_it_names_them(monkeypatch):
+    from tally import bootstrap
+    from tally.console import data
+
+    class Report:
+        def report(self, limit):
+            line = {
+                "key": "wechatpay#42",
+                "channel": "wechatpay",
+                "merchant": "m",
+                "order": "o",
+                "age_s": 900,
+            }
+            return {"rows": [{**line, "kind": "stuck-notification"}, {**line, "kind": "unbooked-payment"}]}
+
+    monkeypatch.setattr(bootstrap, "pending_report", lambda: Report())
+    (stuck,) = data.stuck_rows()
+    assert stuck.stuck and stuck.order == "o" and stuck.age == "15 min"

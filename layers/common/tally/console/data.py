@@ -173,7 +173,7 @@ def stuck_rows(now: float | None = None) -> list[Item]:
             age_s=int(line.get("age_s") or 0),
         )
         for line in report["rows"]
-        if str(line.get("kind", "")).startswith("raw handled=0")
+        if line.get("kind") == "stuck-notification" or str(line.get("kind", "")).startswith("raw handled=0")
     ]
 
 
