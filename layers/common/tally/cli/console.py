@@ -31,7 +31,13 @@ def add_user(args: argparse.Namespace) -> int:
     state = connect(args)
     from tally.store.users import ConsoleUsers
 
-    pool, client = _pool(args, state)
+    try:
+        pool, client = _pool(args, state)
+    except LookupError as exc:
+        if not args.json:
+            raise
+        print(json.dumps({"error": str(exc)}))  # --json: one document on refusal too
+        return 1
     import boto3
 
     users = ConsoleUsers(boto3.client("cognito-idp"), pool, client)
