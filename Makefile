@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test check lint soak bench clean venv
+.PHONY: run test check lint soak bench clean venv browser-deps
 
 $(STAMP): requirements-dev.txt layers/common/requirements.txt pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -18,7 +18,7 @@ venv: $(STAMP)
 run: $(STAMP)
 	$(BIN)/python -m tally_local.stack
 
-test: $(STAMP)
+test: $(STAMP) browser-deps
 	$(BIN)/ruff check layers functions tally_local tests bench
 	$(BIN)/ruff format --check layers functions tally_local tests bench
 	$(BIN)/mypy
@@ -49,3 +49,11 @@ lint: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .tally .pytest_cache
+
+# The console's browser tests (tests/browser/) drive Debian's packaged Chromium: installed with apt-get when
+# missing (needs root, as in CI); otherwise this fails loudly with the command to run.
+browser-deps:
+	@test -x /usr/bin/chromium || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver; \
+	  else echo "Chromium is missing: sudo apt-get update && sudo apt-get install -y chromium chromium-driver" >&2; exit 1; fi; }
+	@test -x /usr/bin/chromium || { echo "Chromium did not install: the browser tests cannot run" >&2; exit 1; }

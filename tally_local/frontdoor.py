@@ -2,8 +2,10 @@
 
 `FrontDoor({routeKey: handler})` serves the routes given; `routes_from_template` builds that map from
 the HttpApi events in template.yaml. Like API Gateway: unknown route → 404, handler exception → 500
-(traceback to stderr, never to the client), body over 10 MB → 413. Not emulated: IAM (SigV4)
-authorisation, the 30 s integration timeout, custom domains and stages other than `$default`.
+(traceback to stderr, never to the client), body over 10 MB → 413. JWT authorizers (the console's
+Cognito tokens) are checked as API Gateway checks them (`JwtAuthorizer`, `authorizers_from_template`).
+Not emulated: IAM (SigV4) authorisation, the 30 s integration timeout, custom domains and stages other
+than `$default`.
 """
 
 from __future__ import annotations
@@ -312,10 +314,20 @@ class _Server(ThreadingHTTPServer):
 
 
 class FrontDoor:
-    """`FrontDoor({"POST /orders": handler_or_target, ...}, port=0)`; `.start()`, `.url`, `.stop()`."""
+    """`FrontDoor({"POST /orders": handler_or_target, ...}, port=0)`; `.start()`, `.url`, `.stop()`.
 
-    def __init__(self, routes: Mapping[str, Handler | Target], host: str = "127.0.0.1", port: int = 0):
+    `authorizers` ({routeKey: JwtAuthorizer}) puts API Gateway's JWT check in front of those routes."""
+
+    def __init__(
+        self,
+        routes: Mapping[str, Handler | Target],
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        authorizers: Mapping[str, JwtAuthorizer] | None = None,
+    ):
         self.routes = [Route.parse(key, _as_target(key, value)) for key, value in routes.items()]
+        self.authorizers = dict(authorizers or {})
         self._host, self._port = host, port
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
@@ -348,6 +360,9 @@ class FrontDoor:
             return json_reply(404, "Not Found")
         route, path_parameters = found
         event = build_event(request, route, path_parameters)
+        denied = _authorize(self.authorizers.get(route.key), request, event)
+        if denied is not None:
+            return denied
         try:
             return reply_from_result(route.target.invoke(event))
         except Exception:  # noqa: BLE001 - a handler failure or a malformed result is a 500, as on API Gateway
@@ -368,6 +383,159 @@ class FrontDoor:
         return route, params
 
 
+# ---------------------------------------------------------------------------------------------
+# The JWT authorizer (the console's Cognito ID tokens), checked as API Gateway checks it
+
+
+@dataclass
+class JwtAuthorizer:
+    """What an HttpApi JWT authorizer does before the function runs: the token from the identity source
+    (`Authorization`, an optional `Bearer ` prefix), RS256 signature by a key of the issuer's JWKS (by kid),
+    `iss` equal to the issuer, `aud` (or an access token's `client_id`) among the audiences, `exp` in the
+    future, `nbf`/`iat` not in the future. A pass puts the claims, as strings, in
+    requestContext.authorizer.jwt.claims; a failure is 401 `{"message":"Unauthorized"}`, no function call.
+    Locally the JWKS comes from moto (`{endpoint}/{pool id}/.well-known/jwks.json`, the issuer's path)."""
+
+    name: str
+    issuer: str
+    audience: tuple[str, ...]
+    jwks_url: str
+    header: str = "authorization"
+    clock: Callable[[], float] = time.time
+    _keys: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def claims(self, headers: Mapping[str, str]) -> dict[str, Any] | None:
+        raw = (headers.get(self.header) or "").strip()
+        token = raw[7:].strip() if raw[:7].lower() == "bearer " else raw
+        try:
+            head_b64, body_b64, sig_b64 = token.split(".")
+            head = json.loads(_b64url(head_b64))
+            claims = json.loads(_b64url(body_b64))
+            signature = _b64url(sig_b64)
+        except (ValueError, UnicodeDecodeError):
+            return None
+        if not isinstance(head, dict) or not isinstance(claims, dict) or head.get("alg") != "RS256":
+            return None
+        key = self._key(str(head.get("kid", "")))
+        if key is None or not _rs256_ok(key, f"{head_b64}.{body_b64}".encode("ascii"), signature):
+            return None
+        now = self.clock()
+        audience = claims.get("aud") if "aud" in claims else claims.get("client_id")
+        audiences = audience if isinstance(audience, list) else [audience]
+        checks = (
+            claims.get("iss") == self.issuer,
+            any(a in self.audience for a in audiences),
+            _number(claims.get("exp"), 0) > now,
+            _number(claims.get("nbf"), 0) <= now + 1,
+            _number(claims.get("iat"), 0) <= now + 1,
+        )
+        return claims if all(checks) else None
+
+    def _key(self, kid: str) -> Any:
+        if kid not in self._keys:
+            self._keys.update(_fetch_jwks(self.jwks_url))
+        return self._keys.get(kid)
+
+
+def _b64url(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def _number(value: Any, default: float) -> float:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else default
+
+
+def _rs256_ok(key: Any, signed: bytes, signature: bytes) -> bool:
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import padding
+
+    try:
+        key.verify(signature, signed, padding.PKCS1v15(), hashes.SHA256())
+    except InvalidSignature:
+        return False
+    return True
+
+
+def _fetch_jwks(url: str) -> dict[str, Any]:
+    import urllib.request
+
+    from cryptography.hazmat.primitives.asymmetric.rsa import RSAPublicNumbers
+
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # 127.0.0.1 only
+    with opener.open(url, timeout=10) as answer:
+        document = json.loads(answer.read())
+    keys = {}
+    for jwk in document.get("keys", []):
+        if jwk.get("kty") == "RSA":
+            numbers = RSAPublicNumbers(
+                int.from_bytes(_b64url(jwk["e"]), "big"), int.from_bytes(_b64url(jwk["n"]), "big")
+            )
+            keys[str(jwk.get("kid", ""))] = numbers.public_key()
+    return keys
+
+
+def gateway_claims(claims: Mapping[str, Any]) -> dict[str, str]:
+    """Claims as an HTTP API hands them to the function: every value a string, a list as "[a b]"."""
+    out = {}
+    for name, value in claims.items():
+        if isinstance(value, list):
+            out[name] = "[" + " ".join(str(item) for item in value) + "]"
+        else:
+            out[name] = str(value)
+    return out
+
+
+def _authorize(authorizer: JwtAuthorizer | None, request: _Request, event: dict[str, Any]) -> Reply | None:
+    if authorizer is None:
+        return None
+    claims = authorizer.claims(request.headers)
+    if claims is None:
+        return json_reply(401, "Unauthorized")
+    event["requestContext"]["authorizer"] = {"jwt": {"claims": gateway_claims(claims), "scopes": None}}
+    return None
+
+
+def authorizers_from_template(
+    template: Mapping[str, Any], resolve: Callable[[Any], Any], endpoint_url: str
+) -> dict[str, JwtAuthorizer]:
+    """{routeKey: JwtAuthorizer} for every HttpApi route whose Auth.Authorizer names a JWT authorizer of
+    HttpApi (resolved against what the embedded stack created: the pool id, the client id)."""
+    resources = template.get("Resources", {})
+    configured: dict[str, JwtAuthorizer] = {}
+    for resource in resources.values():
+        if resource.get("Type") != "AWS::Serverless::HttpApi":
+            continue
+        for name, spec in (
+            ((resource.get("Properties") or {}).get("Auth") or {}).get("Authorizers", {}).items()
+        ):
+            jwt = spec.get("JwtConfiguration")
+            if not jwt:
+                continue
+            issuer = str(resolve(jwt["issuer"]))
+            configured[name] = JwtAuthorizer(
+                name=name,
+                issuer=issuer,
+                audience=tuple(str(a) for a in resolve(jwt.get("audience", []))),
+                jwks_url=endpoint_url.rstrip("/") + urlsplit(issuer).path + "/.well-known/jwks.json",
+                header=str(spec.get("IdentitySource", "$request.header.Authorization"))
+                .removeprefix("$request.header.")
+                .lower(),
+            )
+    routes = {}
+    for resource in resources.values():
+        if resource.get("Type") != "AWS::Serverless::Function":
+            continue
+        for event in ((resource.get("Properties") or {}).get("Events") or {}).values():
+            if event.get("Type") != "HttpApi":
+                continue
+            props = event.get("Properties") or {}
+            chosen = (props.get("Auth") or {}).get("Authorizer")
+            if chosen in configured:
+                routes[f"{str(props.get('Method', 'ANY')).upper()} {props.get('Path')}"] = configured[chosen]
+    return routes
+
+
 def _as_target(key: str, value: Handler | Target) -> Target:
     if isinstance(value, Target):
         return value
@@ -377,6 +545,8 @@ def _as_target(key: str, value: Handler | Target) -> Target:
 __all__ = [
     "MAX_BODY_BYTES",
     "FrontDoor",
+    "JwtAuthorizer",
+    "authorizers_from_template",
     "Target",
     "build_event",
     "encode_body",

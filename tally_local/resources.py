@@ -167,18 +167,35 @@ def create_from_template(
     prefix: str = "tally-local",
     parameter_overrides: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """Create the template's tables, queues and buckets; return the functions' environment."""
+    """Create the template's tables, queues and buckets; return the functions' environment. The console's
+    Cognito pool is left out (its ids are empty): it costs moto an RSA key import per pool, and only the
+    embedded stack signs people in (create_with_resolver(console=True))."""
+    return create_with_resolver(template_path, session, prefix, parameter_overrides, console=False)[0]
+
+
+def create_with_resolver(
+    template_path: str | Path,
+    session: Any,
+    prefix: str = "tally-local",
+    parameter_overrides: Mapping[str, str] | None = None,
+    *,
+    console: bool = True,
+) -> tuple[dict[str, str], Resolver]:
+    """create_from_template, and the Resolver that knows what was created (for the HttpApi authorizers)."""
     template = load_template(template_path)
     resolver = _resolver_for(template, session.region_name, prefix, parameter_overrides or {})
     resources = template.get("Resources", {})
     for logical_id in _creation_order(resources):
         resource = resources[logical_id]
         creator = _CREATORS.get(resource["Type"])
+        if not console and resource["Type"].startswith("AWS::Cognito::"):
+            resolver.refs[logical_id] = ""  # not created: CONSOLE_USER_POOL_ID / CONSOLE_CLIENT_ID are empty
+            continue
         if creator is not None:
             props = resolver.resolve(resource.get("Properties", {}))
             creator(session, resolver, logical_id, props, prefix)
     variables = template.get("Globals", {}).get("Function", {}).get("Environment", {}).get("Variables", {})
-    return {name: str(value) for name, value in resolver.resolve(variables).items()}
+    return {name: str(value) for name, value in resolver.resolve(variables).items()}, resolver
 
 
 def _resolver_for(
@@ -396,12 +413,99 @@ def _create_archive(
     resolver.attrs[(logical_id, "Arn")] = arn
 
 
+def _create_user_pool(
+    session: Any, resolver: Resolver, logical_id: str, props: dict[str, Any], prefix: str
+) -> None:
+    """The console's Cognito pool on moto, which issues real RS256 JWTs and serves the pool's JWKS."""
+    client = _cognito(session)
+    request: dict[str, Any] = {"PoolName": f"{prefix}-{logical_id}"}
+    for key in ("Policies", "AdminCreateUserConfig", "AccountRecoverySetting", "UsernameConfiguration"):
+        if key in props:
+            request[key] = _cognito_shape(props[key])
+    pools = client.list_user_pools(MaxResults=60)["UserPools"]
+    found = next((p for p in pools if p["Name"] == request["PoolName"]), None)
+    if found is not None:  # created already (a second create_from_template): the same pool, as for tables
+        pool = client.describe_user_pool(UserPoolId=found["Id"])["UserPool"]
+    else:
+        pool = client.create_user_pool(**request)["UserPool"]
+    resolver.refs[logical_id] = pool["Id"]
+    resolver.attrs.update(
+        {
+            (logical_id, "Arn"): pool["Arn"],
+            (logical_id, "ProviderName"): f"cognito-idp.{session.region_name}.amazonaws.com/{pool['Id']}",
+            (
+                logical_id,
+                "ProviderURL",
+            ): f"https://cognito-idp.{session.region_name}.amazonaws.com/{pool['Id']}",
+        }
+    )
+
+
+def _cognito(session: Any) -> Any:
+    """One cognito-idp client per session (a client costs more to build than the pool's three calls)."""
+    client = getattr(session, "_tally_cognito", None)
+    if client is None:
+        client = session.client("cognito-idp")
+        session._tally_cognito = client
+    return client
+
+
+def _cognito_shape(value: Any) -> Any:
+    """CloudFormation writes TemporaryPasswordValidityDays etc. like the API does; booleans stay booleans."""
+    if isinstance(value, dict):
+        return {key: _cognito_shape(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_cognito_shape(item) for item in value]
+    return value
+
+
+def _create_user_pool_client(
+    session: Any, resolver: Resolver, logical_id: str, props: dict[str, Any], prefix: str
+) -> None:
+    client = _cognito(session)
+    request = {
+        key: props[key]
+        for key in (
+            "UserPoolId",
+            "ClientName",
+            "GenerateSecret",
+            "ExplicitAuthFlows",
+            "PreventUserExistenceErrors",
+        )
+        if key in props
+    }
+    existing = client.list_user_pool_clients(UserPoolId=props["UserPoolId"], MaxResults=60)["UserPoolClients"]
+    found = next((c for c in existing if c["ClientName"] == props.get("ClientName")), None)
+    if found is not None:
+        resolver.refs[logical_id] = found["ClientId"]
+        return
+    created = client.create_user_pool_client(**request)["UserPoolClient"]
+    resolver.refs[logical_id] = created["ClientId"]
+
+
+def _create_user_pool_group(
+    session: Any, resolver: Resolver, logical_id: str, props: dict[str, Any], prefix: str
+) -> None:
+    client = _cognito(session)
+    request = {
+        key: props[key] for key in ("GroupName", "UserPoolId", "Description", "Precedence") if key in props
+    }
+    try:
+        client.create_group(**request)
+    except client.exceptions.GroupExistsException:
+        log.info("group %s already exists", props["GroupName"])
+    resolver.refs[logical_id] = props["GroupName"]
+
+
 _CREATORS: dict[str, Callable[..., None]] = {
     "AWS::DynamoDB::Table": _create_table,
     "AWS::SQS::Queue": _create_queue,
     "AWS::S3::Bucket": _create_bucket,
     "AWS::Events::EventBus": _create_event_bus,
     "AWS::Events::Archive": _create_archive,
+    "AWS::Cognito::UserPool": _create_user_pool,
+    "AWS::Cognito::UserPoolClient": _create_user_pool_client,
+    "AWS::Cognito::UserPoolGroup": _create_user_pool_group,
 }
 
 

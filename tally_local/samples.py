@@ -131,6 +131,10 @@ def build() -> dict[str, dict]:
         "refunds_create.json": refunds,
         "outbox_stream.json": _stream_event(mchid),
         **{f"{name}_schedule.json": _scheduled(name) for name in ("poller", "keys", "heartbeat")},
+        # the console's open sign-in page (every other console route needs the JWT authorizer's claims)
+        "console_login_page.json": http_event(
+            "GET", "/console/login", "/console/login", b"", {}, {}, base64_body=False
+        ),
     }
 
 

@@ -34,12 +34,13 @@ from moto.server import ThreadedMotoServer
 
 from tally_local import moto_fixes
 from tally_local.demo import seed_demo
-from tally_local.frontdoor import FrontDoor, routes_from_template
+from tally_local.frontdoor import FrontDoor, authorizers_from_template, routes_from_template
 from tally_local.moto_process import MotoProcess
 from tally_local.pump import SqsPump
 from tally_local.resources import (
     FunctionSpec,
-    create_from_template,
+    Resolver,
+    create_with_resolver,
     function_specs,
     load_handler,
     load_template,
@@ -102,6 +103,9 @@ class EmbeddedStack:
         self._endpoint_url: str | None = None
         self._saved_environ: dict[str, str | None] = {}
         self._undo: list[Callable[[], None]] = []  # run in reverse by stop()
+        self._resolver: Resolver | None = None
+        # the console's sign-ins (docs/console.md): {"operator": password, "viewer": password}, made per start
+        self.console_logins: dict[str, str] = {}
 
     # ------------------------------------------------------------------ public
 
@@ -135,6 +139,7 @@ class EmbeddedStack:
             self._start_moto()
             self._start_simulator()
             self._create_resources()
+            self._create_console_logins()
             self._start_functions()
             if self.seed_demo is not None:
                 self.seeded = self.seed_demo(self)
@@ -236,15 +241,36 @@ class EmbeddedStack:
             "WechatPayApiBase": self.simulator.url,
             "AlipayGateway": self.simulator.url + "/gateway.do",
         }
-        self.env = create_from_template(self.template_path, session, self.prefix, overrides)
+        self.env, self._resolver = create_with_resolver(self.template_path, session, self.prefix, overrides)
         self._set_environ(self.env)
+
+    def _create_console_logins(self) -> None:
+        """One operator and one viewer in the console's pool, with fresh passwords (printed by `make run`)."""
+        if not self.env.get("CONSOLE_USER_POOL_ID"):
+            return
+        from tally.store.users import ConsoleUsers
+
+        users = ConsoleUsers(
+            boto3.client("cognito-idp", region_name=self.region),
+            self.env["CONSOLE_USER_POOL_ID"],
+            self.env["CONSOLE_CLIENT_ID"],
+        )
+        self.console_logins = {
+            "operator": users.add("operator", "operators"),
+            "viewer": users.add("viewer", "viewers"),
+        }
 
     def _start_functions(self) -> None:
         """Import the handlers only now: a module may read its settings at import time."""
         _cold_start()
         self._undo.append(_cold_start)
         template = load_template(self.template_path)
-        self.front_door = FrontDoor(routes_from_template(template, self.root), HOST, self.api_port)
+        authorizers = authorizers_from_template(
+            template, self._started(self._resolver).resolve, self.endpoint_url
+        )
+        self.front_door = FrontDoor(
+            routes_from_template(template, self.root), HOST, self.api_port, authorizers=authorizers
+        )
         try:
             self.front_door.start()
         except OSError as error:
@@ -337,6 +363,9 @@ class EmbeddedStack:
         ]
         rows += [("Channel simulator", f"{self.simulator_url}   WECHATPAY_API_BASE")]
         rows += [("State file", str(self.state_dir / "local.json"))]
+        if self.console_logins:
+            rows += [("Console", f"{self.api_url}/console/login")]
+            rows += [(f"  sign in as {name}", password) for name, password in self.console_logins.items()]
         if isinstance(self.seeded, dict):
             rows += [("Demo data", ", ".join(f"{key}={value}" for key, value in self.seeded.items()))]
         width = max(len(name) for name, _ in rows) + 3

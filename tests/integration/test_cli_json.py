@@ -169,6 +169,8 @@ def test_every_json_verb_prints_exactly_one_json_document_and_logs_only_on_stder
         "diff list": ["diff", "list"],
         "bill parse": ["bill", "parse", "wechatpay", str(BILLS / "wechat_all_bom_crlf.csv")],
         "ledger day": ["ledger", "day", D],
+        # in-process moto has no console pool (create_from_template leaves it out): the refusal is one document
+        "console add-user": ["console", "add-user", "dana", "--group", "viewers"],
     }
     assert set(runs) == set(json_verbs(build_parser())), "a verb with --json is missing from this test"
     offline = {"verify wechatpay", "verify alipay", "verify wechatpay-v2", "bill parse"}

@@ -199,7 +199,10 @@ def http_events(function: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_notify_is_open_and_orders_need_iam(resources):
-    api_auth = resources["HttpApi"]["Properties"]["Auth"]
+    api_auth = dict(resources["HttpApi"]["Properties"]["Auth"])
+    assert set(api_auth.pop("Authorizers")) == {
+        "ConsoleJwt"
+    }  # the console's (tests/integration/test_console*.py)
     assert api_auth == {"EnableIamAuthorizer": True, "DefaultAuthorizer": "AWS_IAM"}
     notify = http_events(resources["NotifyFunction"])
     assert {k: v["Auth"]["Authorizer"] for k, v in notify.items()} == {

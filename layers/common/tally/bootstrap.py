@@ -59,6 +59,7 @@ def reset() -> None:
         recon_service,
         key_rotation_service,
         heartbeat,
+        console_users,
         story_service,
         ledger_day_service,
     ):
@@ -472,3 +473,14 @@ def ledger_day_service() -> Any:
         ReconStore(_client("dynamodb"), s.recon_runs_table, s.recon_diff_table),
         MerchantStore(tables()).configured,
     )
+
+
+# ---------------------------------------------------------------- the operations console (docs/console.md)
+
+
+@cache
+def console_users() -> Any:
+    from tally.store.users import ConsoleUsers
+
+    s = settings()
+    return ConsoleUsers(_client("cognito-idp"), s.console_user_pool_id, s.console_client_id)

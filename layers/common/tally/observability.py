@@ -151,6 +151,12 @@ class M:
     HEARTBEAT_AGE = (
         "HeartbeatAge"  # gauge, every minute: seconds since the newest synthetic payment was booked
     )
+    # the operations console (docs/console.md)
+    CONSOLE_ACTION = "ConsoleAction"  # an operator acted on an item: expected traffic
+    CONSOLE_ACTION_REFUSED = (
+        "ConsoleActionRefused"  # a viewer's POST, a bad CSRF token, another origin (alarmed)
+    )
+    CONSOLE_LOGIN_FAILED = "ConsoleLoginFailed"  # a mistyped password: expected traffic (Cognito locks out)
 
 
 # Metrics an alarm must watch: a failure nobody watches is a silent path.
@@ -187,6 +193,7 @@ ALARMED = ALARMED | {
     M.API_FAILED,
 }  # hostile tenants, the open route (R39, R40)
 ALARMED = ALARMED | {M.RECON_RUN_COMPLETED}  # its absence is the alarm: recon did not run
+ALARMED = ALARMED | {M.CONSOLE_ACTION_REFUSED}  # the console
 ALARMED = ALARMED | {M.NOTIFY_NO_TRANSACTION_ID, M.REFUND_REPORT_MANUAL}  # the work queue (R41)
 ALARMED = ALARMED | {M.HEARTBEAT_AGE}  # the money path end to end, every minute
 
@@ -244,6 +251,7 @@ EMISSION: dict[str, Emission] = {
     M.RECON_RUN_COMPLETED: Emission(18 * 3600, "every finished recon tick (02:30-08:30 UTC)"),
     # a gauge of seconds: a stalled money path reports >= 180 from its third minute on (service/heartbeat.py)
     M.HEARTBEAT_AGE: Emission(60, "gauge: every heartbeat run, the seconds since the last booked beat", 180),
+    M.CONSOLE_ACTION_REFUSED: Emission(PER_OCCURRENCE, "one refused console POST"),
 }
 
 

@@ -45,6 +45,9 @@ class Settings:
     wechatpay_ca_file: str = (
         ""  # trust these CAs for WeChat's TLS instead of the system's (tests: the simulator)
     )
+    # the operations console (docs/console.md)
+    console_user_pool_id: str = ""
+    console_client_id: str = ""
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -82,6 +85,8 @@ class Settings:
                 heartbeat_api_url=env.get("HEARTBEAT_API_URL", ""),
                 heartbeat_mchid=env.get("TALLY_HEARTBEAT_MCHID", "0000000000"),
                 wechatpay_ca_file=env.get("TALLY_WECHATPAY_CA_FILE", ""),
+                console_user_pool_id=env.get("CONSOLE_USER_POOL_ID", ""),
+                console_client_id=env.get("CONSOLE_CLIENT_ID", ""),
             )
         except KeyError as missing:
             raise RuntimeError(f"missing environment variable {missing}: see docs/contracts.md") from None

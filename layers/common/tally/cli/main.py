@@ -14,11 +14,37 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import cast
 
-from tally.cli import demo, envvars, ledger, manual, merchant, order, outbox, pending, recon, refund, verify
+from tally.cli import (
+    console,
+    demo,
+    envvars,
+    ledger,
+    manual,
+    merchant,
+    order,
+    outbox,
+    pending,
+    recon,
+    refund,
+    verify,
+)
 from tally.cli.common import UsageError
 from tally.cli.env import StackNotFound
 
-COMMAND_MODULES = [merchant, order, verify, refund, pending, manual, recon, ledger, demo, outbox, envvars]
+COMMAND_MODULES = [
+    merchant,
+    order,
+    verify,
+    refund,
+    pending,
+    manual,
+    recon,
+    ledger,
+    demo,
+    outbox,
+    envvars,
+    console,
+]
 
 
 def build_parser() -> argparse.ArgumentParser:

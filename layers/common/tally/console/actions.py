@@ -1,0 +1,96 @@
+"""What an operator may do from a page: the work queue's own actions (service/queue.py), audited with the
+identity from the token. The same calls as `tally manual …`: one way to do each thing, no second path for
+money (replay is the product path, refund-outcome the refund state machine, a diff the recon service).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tally import bootstrap
+from tally.console.auth import Identity
+from tally.console.data import Item, queue_filter, yuan
+from tally.observability import M, count, logger
+
+ACTIONS = {
+    "ack": "Acknowledge (I am on it)",
+    "resolve": "Resolve (dealt with)",
+    "ignore": "Ignore (nothing to do)",
+    "replay": "Replay through the product path (after a fix)",
+    "refund-outcome": "Record the refund's outcome (from the merchant platform)",
+    "close-task": "Close the refund task",
+}
+RESOLVE_CODES = ("refunded-by-hand", "booked-by-hand", "confirmed-junk", "channel-fixed", "other")
+FIELDS = ("owner", "outcome", "code", "reverse")  # what a form may pass on to the queue's action
+
+
+class ActionRefused(ValueError):
+    """The action does not fit the item (or the item moved on): the queue's message, in plain words."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    item_id: str
+    action: str
+    message: str
+    state: str
+
+
+def act(item_id: str, action: str, who: Identity, reason: str, **fields: str) -> Outcome:
+    from tally.service.queue import QueueError
+
+    if not who.can_act:
+        raise PermissionError("only members of operators may act")
+    if action not in ACTIONS:
+        raise ActionRefused(f"unknown action {action!r}")
+    extra = {k: v for k, v in fields.items() if k in FIELDS and v}
+    if action == "ack" and not extra.get("owner"):
+        extra["owner"] = who.username
+    try:
+        done = bootstrap.work_queue().act(item_id, action, by=who.who, reason=reason.strip(), **extra)
+    except (QueueError, LookupError, ValueError) as exc:
+        raise ActionRefused(str(exc)) from None
+    count(M.CONSOLE_ACTION)
+    logger.info("console action", extra={"item": item_id, "action": action, "by": who.who})
+    return Outcome(
+        item_id, action, f"{action}: {done.get('outcome')} ({done.get('state')})", str(done.get("state"))
+    )
+
+
+def bulk_preview(filters: dict[str, str], action: str) -> dict[str, Any]:
+    """The queue's dry run: what would change, counts and amount in yuan. Changes nothing."""
+    report = bootstrap.work_queue().bulk(queue_filter(**filters), action, by="preview", dry_run=True)
+    return {**report, "count": report.get("would_change", 0)}
+
+
+def bulk(filters: dict[str, str], action: str, who: Identity, reason: str, **fields: str) -> dict[str, Any]:
+    from tally.service.queue import QueueError
+
+    if not who.can_act:
+        raise PermissionError("only members of operators may act")
+    extra = {k: v for k, v in fields.items() if k in FIELDS and v}
+    try:
+        report = bootstrap.work_queue().bulk(
+            queue_filter(**filters), action, by=who.who, reason=reason.strip(), dry_run=False, **extra
+        )
+    except (QueueError, LookupError, ValueError) as exc:
+        raise ActionRefused(str(exc)) from None
+    count(M.CONSOLE_ACTION, int(report.get("changed") or 0))
+    logger.info(
+        "console bulk action", extra={"action": action, "by": who.who, "changed": report.get("changed")}
+    )
+    return report
+
+
+__all__ = [
+    "ACTIONS",
+    "RESOLVE_CODES",
+    "ActionRefused",
+    "Item",
+    "Outcome",
+    "act",
+    "bulk",
+    "bulk_preview",
+    "yuan",
+]

@@ -1,0 +1,290 @@
+"""The console's router: one function per page, each reading data.py and rendering one template.
+
+GET pages need a verified identity in `viewers` or `operators`; POST actions need `operators` and the
+CSRF token of the page the form came from. The sign-in page and static files are the only open routes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+from tally import bootstrap
+from tally.apigw import BadRequest
+from tally.console import actions, data
+from tally.console.auth import Identity, csrf_ok, csrf_token, identity
+from tally.console.web import Request, Response, link, redirect
+from tally.observability import M, count, logger
+
+HERE = Path(__file__).resolve().parent
+STATIC_TYPES = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8"}
+_env = Environment(
+    loader=FileSystemLoader(HERE / "templates"),
+    autoescape=select_autoescape(default=True, default_for_string=True),
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+_env.globals.update(link=link, yuan=data.yuan, cst=data.cst, BUCKETS=data.BUCKETS, ACTIONS=actions.ACTIONS)
+
+
+def render(template: str, who: Identity | None, status: int = 200, **context: Any) -> Response:
+    html = _env.get_template(template).render(who=who, csrf=csrf_token(who) if who else "", **context)
+    return Response(status, html)
+
+
+def handle(event: dict[str, Any]) -> dict[str, Any]:
+    try:
+        request = Request.from_event(event)
+    except BadRequest as exc:
+        return Response(400, f"bad request: {exc}", "text/plain; charset=utf-8").to_event()
+    route_key = str(event.get("routeKey") or "")
+    if route_key.endswith("/console/static/{file}") or request.path.startswith("/console/static/"):
+        return static(request.page).to_event()
+    if request.page == "login":
+        return (login_post(request) if request.method == "POST" else login_page(request)).to_event()
+    who = identity(event)
+    if who is None:  # API Gateway answers 401 before us; this is the same answer if it ever did not
+        return Response(401, "sign in first", "text/plain; charset=utf-8").to_event()
+    if not who.can_view:
+        return render(
+            "error.html", who, 403, message="You are in no console group (viewers or operators)."
+        ).to_event()
+    if request.method == "POST":
+        return post(request, who).to_event()
+    view = PAGES.get(request.page)
+    if view is None:
+        return render("error.html", who, 404, message="No such page.").to_event()
+    return view(request, who).to_event()
+
+
+# ------------------------------------------------------------------------------------------- open routes
+
+
+def static(name: str) -> Response:
+    path = (HERE / "static" / name).resolve()
+    if path.parent != (HERE / "static").resolve() or path.suffix not in STATIC_TYPES or not path.is_file():
+        return Response(404, "not found", "text/plain; charset=utf-8")
+    headers = {"cache-control": "no-cache"}
+    if name == "sw.js":
+        headers["service-worker-allowed"] = "/console"
+    return Response(200, path.read_text(encoding="utf-8"), STATIC_TYPES[path.suffix], headers)
+
+
+def login_page(request: Request, message: str = "", status: int = 200) -> Response:
+    return render(
+        "login.html",
+        None,
+        status,
+        message=message,
+        next=_safe_next(request.field("next")),
+        bye=bool(request.field("bye")),
+    )
+
+
+def login_post(request: Request) -> Response:
+    from tally.store.users import SignInFailed
+
+    username, password = request.form.get("username", "").strip(), request.form.get("password", "")
+    if not username or not password:
+        return login_page(request, "Enter your user name and password.", 400)
+    try:
+        tokens = bootstrap.console_users().sign_in(username[:128], password[:256])
+    except SignInFailed:
+        count(M.CONSOLE_LOGIN_FAILED)
+        logger.warning("console sign-in failed", extra={"username": username[:128]})
+        return login_page(request, "Wrong user name or password.", 401)
+    return render(
+        "signed_in.html", None, token=tokens.id_token, next=_safe_next(request.form.get("next", ""))
+    )
+
+
+def _safe_next(value: str) -> str:
+    """Only a console path: never another site (an open redirect would carry the person off)."""
+    if (
+        value.startswith("/console")
+        and not value.startswith("//")
+        and "\\" not in value
+        and value != "/console/login"
+    ):
+        return value
+    return "/console"
+
+
+# ------------------------------------------------------------------------------------------- pages
+
+
+def morning_page(request: Request, who: Identity) -> Response:
+    return render("morning.html", who, m=data.morning(), page="morning")
+
+
+def queue_page(request: Request, who: Identity) -> Response:
+    filters = {k: request.field(k) for k in ("kind", "merchant", "age", "state", "owner")}
+    items = data.queue_items()
+    shown = data.filter_items(items, **filters)
+    return render(
+        "queue.html",
+        who,
+        page="queue",
+        items=shown,
+        filters=filters,
+        kinds=sorted({i.kind for i in items}),
+        merchants=sorted({i.mchid for i in items if i.mchid}),
+        owners=sorted({i.owner for i in items if i.owner}),
+        message=request.field("done"),
+    )
+
+
+def item_page(request: Request, who: Identity, message: str = "", status: int = 200) -> Response:
+    from tally.service.queue import QueueError
+
+    item_id = request.field("id")
+    try:
+        item, detail, history = data.item_detail(item_id)
+    except (QueueError, LookupError):
+        return render(
+            "error.html",
+            who,
+            status if message else 404,
+            message=message or "No such item (cleared already?).",
+        )
+    return render(
+        "item.html",
+        who,
+        status,
+        page="queue",
+        item=item,
+        item_id=item_id,
+        detail=detail,
+        state=(item.state if item else detail.get("q_state") or "closed"),
+        history=history,
+        message=message or request.field("done"),
+        codes=actions.RESOLVE_CODES,
+    )
+
+
+def story_page(request: Request, who: Identity) -> Response:
+    mchid, order = request.field("mchid"), request.field("order")
+    story = data.order_story(mchid, order) if mchid and order else None
+    return render(
+        "story.html", who, page="story", mchid=mchid, order=order, story=story, asked=bool(mchid and order)
+    )
+
+
+def recon_page(request: Request, who: Identity) -> Response:
+    channel, mchid = request.field("channel"), request.field("mchid")
+    day = request.field("date") or data.yesterday_cst()
+    view = data.recon_day(channel, mchid, day) if channel and mchid else None
+    return render(
+        "recon.html",
+        who,
+        page="recon",
+        channel=channel,
+        mchid=mchid,
+        date=day,
+        view=view,
+        merchants=[(data.recon_channel(c), m) for c, m in data.merchants_configured()],
+    )
+
+
+def report_download(request: Request, who: Identity) -> Response:
+    found = data.recon_report(request.field("channel"), request.field("mchid"), request.field("date"))
+    if found is None:
+        return render("error.html", who, 404, message="No report for that day yet.")
+    name, body = found
+    return Response(
+        200, body, "text/csv; charset=utf-8", {"content-disposition": f'attachment; filename="{name}"'}
+    )
+
+
+def refunds_page(request: Request, who: Identity) -> Response:
+    return render("refunds.html", who, page="refunds", refunds=data.refunds())
+
+
+def merchants_page(request: Request, who: Identity) -> Response:
+    return render("merchants.html", who, page="merchants", merchants=data.merchants())
+
+
+def ledger_page(request: Request, who: Identity) -> Response:
+    day = request.field("date") or data.yesterday_cst()
+    merchant = request.field("merchant")
+    try:
+        view = data.ledger_day(data.date.fromisoformat(day).isoformat(), merchant)
+    except ValueError:
+        return render("error.html", who, 400, message="Dates look like 2026-11-30.")
+    if request.field("format") == "csv":
+        return Response(
+            200,
+            data.ledger_csv(view),
+            "text/csv; charset=utf-8",
+            {"content-disposition": f'attachment; filename="ledger-{day}.csv"'},
+        )
+    return render("ledger.html", who, page="ledger", date=day, merchant=merchant, view=view)
+
+
+PAGES: dict[str, Callable[[Request, Identity], Response]] = {
+    "": morning_page,
+    "morning": morning_page,
+    "queue": queue_page,
+    "item": item_page,
+    "story": story_page,
+    "recon": recon_page,
+    "report": report_download,
+    "refunds": refunds_page,
+    "merchants": merchants_page,
+    "ledger": ledger_page,
+}
+
+
+# ------------------------------------------------------------------------------------------- actions
+
+
+def post(request: Request, who: Identity) -> Response:
+    """Every POST: operators only, a CSRF token of this session, from this site. Refusals are counted."""
+    if not who.can_act:
+        return refuse(who, request, "Viewers cannot act: ask an operator.", "viewer")
+    if not csrf_ok(who, request.form.get("csrf")) or not request.same_origin():
+        return refuse(
+            who,
+            request,
+            "This form is stale or came from another site: reload the page and try again.",
+            "csrf",
+        )
+    fields = {k: request.form.get(k, "") for k in actions.FIELDS}
+    if request.page == "act":
+        item_id = request.form.get("id", "")
+        try:
+            outcome = actions.act(
+                item_id, request.form.get("action", ""), who, request.form.get("reason", ""), **fields
+            )
+        except actions.ActionRefused as exc:
+            return item_page(request, who, f"Not done: {exc}", 409)
+        return redirect(link("item", id=item_id, done=outcome.message))
+    if request.page == "bulk":
+        filters = {k: request.form.get(k, "") for k in ("kind", "merchant", "age", "state", "owner")}
+        action = request.form.get("action", "")
+        if action not in actions.ACTIONS:
+            return render("error.html", who, 400, message="Choose an action.")
+        reason = request.form.get("reason", "")
+        if request.form.get("confirm") != "yes":
+            preview = actions.bulk_preview(filters, action)
+            return render(
+                "bulk.html", who, page="queue", preview=preview, filters=filters, reason=reason, fields=fields
+            )
+        try:
+            report = actions.bulk(filters, action, who, reason, **fields)
+        except actions.ActionRefused as exc:
+            return render("error.html", who, 409, message=f"Not done: {exc}")
+        message = f"{report.get('changed', 0)} item(s): {action} ({report.get('amount')} yuan)" + (
+            f", {len(report['errors'])} not done" if report.get("errors") else ""
+        )
+        return redirect(link("queue", done=message))
+    return render("error.html", who, 404, message="No such action.")
+
+
+def refuse(who: Identity, request: Request, message: str, why: str) -> Response:
+    count(M.CONSOLE_ACTION_REFUSED)
+    logger.warning("console action refused", extra={"by": who.who, "page": request.page, "why": why})
+    return render("error.html", who, 403, message=message)

@@ -1,0 +1,90 @@
+"""The console's people: the Cognito user pool (template.yaml ConsoleUserPool), its two groups, sign-in.
+
+`tally console add-user`, `make run`'s printed login and the console's sign-in form all go through this
+class: one way to create a user, one way to sign in.
+"""
+
+from __future__ import annotations
+
+import secrets
+import string
+from dataclasses import dataclass
+from typing import Any
+
+GROUPS = ("viewers", "operators")
+
+
+class SignInFailed(Exception):
+    """Wrong user name or password, or a user who must first set a password: never says which."""
+
+
+@dataclass(frozen=True)
+class Tokens:
+    id_token: str
+    expires_in: int
+    refresh_token: str = ""
+
+
+def new_password(length: int = 20) -> str:
+    """Meets the pool's policy (12+, upper, lower, digit) with room to spare."""
+    alphabet = string.ascii_letters + string.digits
+    while True:
+        word = "".join(secrets.choice(alphabet) for _ in range(length))
+        if (
+            any(c.islower() for c in word)
+            and any(c.isupper() for c in word)
+            and any(c.isdigit() for c in word)
+        ):
+            return word
+
+
+class ConsoleUsers:
+    def __init__(self, cognito: Any, user_pool_id: str, client_id: str):
+        self.cognito = cognito
+        self.pool = user_pool_id
+        self.client = client_id
+
+    def add(self, username: str, group: str, *, password: str | None = None, email: str | None = None) -> str:
+        """Create (or reset) a user with a permanent password in exactly one group; returns the password."""
+        if group not in GROUPS:
+            raise ValueError(f"group must be one of {', '.join(GROUPS)}, not {group!r}")
+        password = password or new_password()
+        attributes = [{"Name": "email", "Value": email}] if email else []
+        try:
+            self.cognito.admin_create_user(
+                UserPoolId=self.pool,
+                Username=username,
+                UserAttributes=attributes,
+                MessageAction="SUPPRESS",  # the person who runs the command hands the password over
+            )
+        except self.cognito.exceptions.UsernameExistsException:
+            pass
+        self.cognito.admin_set_user_password(
+            UserPoolId=self.pool, Username=username, Password=password, Permanent=True
+        )
+        for other in GROUPS:
+            if other != group:
+                self.cognito.admin_remove_user_from_group(
+                    UserPoolId=self.pool, Username=username, GroupName=other
+                )
+        self.cognito.admin_add_user_to_group(UserPoolId=self.pool, Username=username, GroupName=group)
+        return password
+
+    def sign_in(self, username: str, password: str) -> Tokens:
+        try:
+            answer = self.cognito.initiate_auth(
+                ClientId=self.client,
+                AuthFlow="USER_PASSWORD_AUTH",
+                AuthParameters={"USERNAME": username, "PASSWORD": password},
+            )
+        except (
+            self.cognito.exceptions.NotAuthorizedException,
+            self.cognito.exceptions.UserNotFoundException,
+            self.cognito.exceptions.UserNotConfirmedException,
+            self.cognito.exceptions.PasswordResetRequiredException,
+        ):
+            raise SignInFailed from None
+        result = answer.get("AuthenticationResult")
+        if not result:  # a challenge (NEW_PASSWORD_REQUIRED …): `tally console add-user` sets a permanent one
+            raise SignInFailed
+        return Tokens(result["IdToken"], int(result.get("ExpiresIn", 3600)), result.get("RefreshToken", ""))

@@ -1,0 +1,312 @@
+"""The console in a real browser (headless Chromium): what support and finance do every morning.
+
+Each test signs in through the page (Cognito on moto issues the JWT, the front door checks it as API
+Gateway's authorizer would, the service worker attaches it), then clicks like a person.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.parse
+from pathlib import Path
+
+import pytest
+from tally.console.auth import csrf_token, identity
+
+from tests.browser.conftest import http, morning_total, shot, sign_in, sim_post, token_for
+
+MCHID = "1900000109"  # the demo merchant seed_demo configures
+pytestmark = pytest.mark.e2e
+
+
+def _create_order(stack, no: str, amount_cent: int = 506) -> None:
+    body = json.dumps({"mchid": MCHID, "out_trade_no": no, "amount_cent": amount_cent, "description": "t"})
+    status, _, answer = http(
+        "POST", stack.api_url + "/orders", body.encode(), {"content-type": "application/json"}
+    )
+    assert status == 201, answer
+
+
+def unbooked_payment(stack, no: str) -> str:
+    """A payment the worker cannot book (the channel says 0.05 yuan, the order 5.06): it goes to a person."""
+    from tally import bootstrap
+
+    _create_order(stack, no)
+    status, answer = sim_post(stack, "/_sim/pay", {"mchid": MCHID, "out_trade_no": no, "amount_total": 5})
+    assert status == 200, answer
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        stack.drain(5)
+        found = [i for i in bootstrap.work_queue().list() if i.get("order") == no]
+        if found:
+            return found[0]["id"]
+        time.sleep(0.1)
+    raise AssertionError(f"{no} never reached the manual queue")
+
+
+def rejected_callback(stack, body: str, nonce: str) -> None:
+    """Anyone can post this: a body that fails the signature check is kept (7 days) for a replay."""
+    headers = {
+        "content-type": "application/json",
+        "wechatpay-signature": "forged",
+        "wechatpay-serial": "FORGED",
+        "wechatpay-timestamp": str(int(time.time())),
+        "wechatpay-nonce": nonce,
+        "wechatpay-signature-type": "WECHATPAY2-SHA256-RSA2048",
+    }
+    status, _, _ = http("POST", f"{stack.api_url}/notify/wechatpay/{MCHID}", body.encode(), headers)
+    assert status == 401
+
+
+def test_stuck_payment_found_in_two_clicks_story_opened_acted_on_and_the_morning_number_falls(
+    stack, new_page
+):
+    unbooked_payment(stack, "CONSOLE0001")
+    page = sign_in(new_page(), stack, "operator")
+    before = morning_total(page)
+    assert before >= 1
+    shot(page, "morning")
+
+    page.click('a[data-kind="unbooked-payment"]')  # click 1: the kind on the morning page
+    page.wait_for_selector("#queue")
+    shot(page, "queue")
+    page.click('tr:has-text("CONSOLE0001") a.open-item')  # click 2: the payment itself
+    page.wait_for_selector("#act")
+    assert "5.06" not in page.inner_text("#state")  # sanity: the item page, not the order
+    assert "0.05" in page.inner_text("main") and "5.06" in page.inner_text("main")
+    shot(page, "item")
+
+    page.click("#story-link")
+    page.wait_for_selector("#timeline")
+    assert "delivery" in page.inner_text("#timeline")
+    page.click("#timeline details.raw summary")  # the raw body behind its toggle
+    assert "resource" in page.inner_text("#timeline pre.body")
+    shot(page, "story")
+    page.go_back()
+
+    page.select_option("#act select[name=action]", "resolve")
+    page.select_option("#act select[name=code]", "refunded-by-hand")
+    page.fill("#act input[name=reason]", "refunded 0.05 by hand on the merchant platform")
+    page.click("#act button[type=submit]")
+    page.wait_for_selector(".notice")
+    assert "resolved" in page.inner_text(".notice")
+    assert "operator" in page.inner_text("ol.history")  # the audit history names the token's user
+
+    page.click('nav a:has-text("Morning")')
+    page.wait_for_selector("#morning-number")
+    assert morning_total(page) == before - 1
+
+
+def test_a_viewer_reads_but_cannot_act_button_absent_and_post_refused(stack, new_page):
+    item_id = unbooked_payment(stack, "CONSOLE0002")
+    page = sign_in(new_page(), stack, "viewer")
+    page.goto(stack.api_url + "/console/item?" + urllib.parse.urlencode({"id": item_id}))
+    page.wait_for_selector("#viewer-note")
+    assert page.query_selector("#act") is None
+    assert page.query_selector("#bulk") is None
+
+    # The POST itself, from the viewer's own page (the service worker adds the viewer's token) ...
+    status = page.evaluate(
+        """async (id) => (await fetch('/console/act', {method: 'POST',
+             headers: {'content-type': 'application/x-www-form-urlencoded'},
+             body: new URLSearchParams({id, action: 'resolve', reason: 'x', csrf: 'x'})})).status""",
+        item_id,
+    )
+    assert status == 403
+    # ... and with the viewer's real CSRF token, straight over HTTP: still refused, the item untouched.
+    token = token_for(stack, "viewer")
+    claims = json.loads(_b64(token.split(".")[1]))
+    who = identity({"requestContext": {"authorizer": {"jwt": {"claims": claims}}}})
+    form = urllib.parse.urlencode(
+        {"id": item_id, "action": "resolve", "reason": "x", "csrf": csrf_token(who)}
+    )
+    status, _, body = http(
+        "POST",
+        stack.api_url + "/console/act",
+        form.encode(),
+        {"authorization": f"Bearer {token}", "content-type": "application/x-www-form-urlencoded"},
+    )
+    assert status == 403, body
+    from tally import bootstrap
+
+    assert item_id in {i["id"] for i in bootstrap.work_queue().list()}
+
+
+def test_a_rejected_callback_with_script_in_body_and_headers_renders_inert(stack, new_page):
+    payload = (
+        '{"id":"<script>window.__xss=1;alert(1)</script>",'
+        '"summary":"\\"><img src=x onerror=\\"window.__xss=2;alert(2)\\">"}'
+    )
+    rejected_callback(stack, payload, nonce='"><img src=x onerror="window.__xss=3">')
+    page = sign_in(new_page(), stack, "operator")
+    page.goto(stack.api_url + "/console/queue?kind=rejected")
+    page.wait_for_selector("#queue")
+    page.click("a.open-item")
+    page.wait_for_selector("details.card")
+    page.click("details.card summary")
+    text = page.inner_text("dl.raw")
+    assert "<script>window.__xss=1;alert(1)</script>" in text  # shown as the text it is
+    assert 'onerror="window.__xss=3"' in text
+    assert page.query_selector("main img") is None and page.query_selector("main script") is None
+    assert page.evaluate("window.__xss") is None
+    assert page.dialogs == []
+    shot(page, "rejected-inert")
+
+
+def test_sign_out_forgets_the_token_and_a_page_then_asks_to_sign_in_again(stack, new_page):
+    page = sign_in(new_page(), stack, "viewer")
+    page.click("text=sign out")
+    page.wait_for_selector("#bye")
+    page.wait_for_function(  # the page's script deletes the token from Cache Storage
+        "async () => !(await (await caches.open('tally-console')).match('/console/static/__token'))"
+    )
+    page.goto(stack.api_url + "/console/queue?kind=rejected")
+    page.wait_for_selector("input[name=password]")  # the service worker turned the 401 into the sign-in page
+    assert "/console/login?next=" in page.url and "queue" in page.url
+    page.fill("input[name=username]", "viewer")
+    page.fill("input[name=password]", stack.console_logins["viewer"])
+    page.click("button[type=submit]")
+    page.wait_for_url("**/console/queue?kind=rejected")  # back where the person was going
+
+
+def test_console_is_usable_on_a_phone(stack, new_page):
+    page = sign_in(new_page(390, 844), stack, "operator")
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 400  # nothing forces sideways scrolling of the page (wide tables scroll in their box)
+    shot(page, "morning-phone")
+
+
+def _b64(part: str) -> bytes:
+    import base64
+
+    return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
+
+
+def test_a_demo_day_s_queue_is_taken_to_zero_through_the_ui_alone(stack, new_page):
+    """The demo's scripted day (tally_local/day.py: mismatches, payments after close, lost callbacks …) is
+    loaded into this stack; then only the browser: each kind is filtered, previewed and resolved in bulk."""
+    from tally import bootstrap
+
+    from tally_local import day as demo
+
+    today = demo.Day(stack)
+    demo.set_up_merchants(today)
+    for i in range(16):
+        demo.run_scenario(today, i, demo.SCENARIOS[i % len(demo.SCENARIOS)])
+    demo.settle(today)
+    kinds = sorted({i["kind"] for i in bootstrap.work_queue().list()})
+    assert len(kinds) >= 2, kinds  # a real morning: more than one kind of work
+
+    page = sign_in(new_page(), stack, "operator")
+    assert morning_total(page) >= len(kinds)
+    shot(page, "morning-demo-day")
+    page.click('nav a:has-text("Queue")')  # one item acknowledged first: the owner shows on it
+    page.click("#queue a.open-item")
+    page.select_option("#act select[name=action]", "ack")
+    page.fill("#act input[name=reason]", "looking at it")
+    page.click("#act button[type=submit]")
+    page.wait_for_selector(".notice")
+    assert "ACKNOWLEDGED" in page.inner_text("#state") and "operator" in page.inner_text("#state")
+    page.click('nav a:has-text("Morning")')
+    while page.query_selector("a[data-kind]") is not None:
+        page.click("a[data-kind]")  # the first kind left on the morning page
+        page.wait_for_selector("#bulk")
+        page.select_option("#bulk select[name=action]", "resolve")
+        page.fill("#bulk input[name=reason]", "rehearsal: checked each on the merchant platform")
+        page.click("#bulk button[type=submit]")
+        page.wait_for_selector("#preview")
+        assert "Nothing has changed yet" in page.inner_text("main")
+        shot(page, "bulk-preview")
+        page.click("#confirm")
+        page.wait_for_selector(".notice")
+        page.click('nav a:has-text("Morning")')
+        page.wait_for_selector("#morning-number")
+    assert morning_total(page) == 0
+    assert bootstrap.work_queue().list() == []
+    shot(page, "morning-clear")
+
+
+def test_every_page_answers_its_question_for_a_viewer(stack, new_page):
+    """Recon day (runs, guards, diffs, the report download), refunds, merchants, ledger day (CSV download)."""
+    from tally import bootstrap
+    from tally.console.data import today_cst
+
+    day = today_cst(time.time()).isoformat()
+    _create_order(stack, "CONSOLE0100", 1234)
+    sim_post(stack, "/_sim/pay", {"mchid": MCHID, "out_trade_no": "CONSOLE0100"})
+    stack.drain(10)
+    run = bootstrap.recon_service().run("wechatpay", MCHID, day)
+    assert run.get("status"), run
+
+    page = sign_in(new_page(), stack, "viewer")
+    page.click('nav a:has-text("Recon day")')
+    page.select_option("select[name=mchid]", MCHID)
+    page.select_option("select[name=channel]", "wechatpay")
+    page.fill("input[name=date]", day)
+    page.click("form.filters button[type=submit]")
+    page.wait_for_selector("text=Runs")
+    assert run["status"] in page.inner_text("main")
+    with page.expect_download() as download:
+        page.click("#report")
+    assert download.value.suggested_filename.endswith(".csv")
+    shot(page, "recon-day")
+    diff_link = page.query_selector("a.diff")
+    if diff_link is not None:  # an open difference opens as its queue item
+        diff_link.click()
+        page.wait_for_selector("#viewer-note")
+        assert "recon diff" in page.inner_text("h1")
+        page.go_back()
+
+    page.click('nav a:has-text("Ledger day")')
+    page.fill("input[name=date]", day)
+    page.fill("input[name=merchant]", MCHID)
+    page.click("form.filters button[type=submit]")
+    page.wait_for_selector("#ledger")
+    (row,) = [
+        r for r in bootstrap.ledger_day_service().day(day, MCHID)["rows"] if r["channel"] == "wechatpay"
+    ]
+    assert row["payment_cent"] >= 1234
+    assert row["payment_yuan"] in page.inner_text("#ledger") and row["net_yuan"] in page.inner_text("#ledger")
+    with page.expect_download() as download:
+        page.click("#csv")
+    assert row["payment_yuan"] in Path(download.value.path()).read_text(encoding="utf-8-sig")
+    shot(page, "ledger-day")
+
+    page.click('nav a:has-text("Merchants")')
+    page.wait_for_selector("#merchants")
+    text = page.inner_text("#merchants")
+    assert MCHID in text and "BEGIN" not in page.content()  # no key or certificate material
+    shot(page, "merchants")
+
+    page.click('nav a:has-text("Refunds")')
+    page.wait_for_selector("text=With a person")
+    shot(page, "refunds")
+
+
+def test_every_aws_call_the_console_made_is_granted_by_its_policy(console_calls):
+    """The calls recorded while the tests above clicked (pages, actions, bulk, downloads) against
+    ConsoleFunction's policy in the transformed template: a missing grant is a 500 on AWS, never locally."""
+    from tally_local.resources import load_template
+    from tests.integration.test_template import TEMPLATE, sam_transform
+    from tests.security.test_security import _resource_name
+
+    transformed = sam_transform(load_template(TEMPLATE), "us-east-1")["Resources"]
+    role = transformed[transformed["ConsoleFunction"]["Properties"]["Role"]["Fn::GetAtt"][0]]["Properties"]
+    granted: dict[str, set[str]] = {}
+    for policy in role.get("Policies", []):
+        for statement in policy["PolicyDocument"]["Statement"]:
+            actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+            resources = (
+                statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+            )
+            for resource in resources:
+                granted.setdefault(_resource_name(resource), set()).update(actions)
+    assert len(console_calls) > 10  # the recorder saw the console work
+    missing = sorted(
+        (action, resource)
+        for action, resource in console_calls
+        if not action.startswith("cognito-idp:")  # InitiateAuth is Cognito's public sign-in API (no IAM)
+        and action not in granted.get(resource, set())
+    )
+    assert missing == []
