@@ -138,6 +138,10 @@ class MotoAccount:
                     RequestItems={name: [{"DeleteRequest": {"Key": k}} for k in keys[i : i + 25]]}
                 )
         self._restart_streams()
+        self._empty_archives()
+        cloudformation = self.client("cloudformation")  # stacks a test "deployed" (tally --stack NAME)
+        for stack in cloudformation.describe_stacks()["Stacks"]:
+            cloudformation.delete_stack(StackName=stack["StackName"])
         sqs = self.client("sqs")
         for url in sqs.list_queues().get("QueueUrls", []):
             if url in self.queues:
@@ -157,7 +161,9 @@ class MotoAccount:
                 secrets.delete_secret(SecretId=secret["ARN"], ForceDeleteWithoutRecovery=True)
         events = self.client("events")
         for bus in [b["Name"] for b in events.list_event_buses()["EventBuses"]]:
-            for rule in events.list_rules(EventBusName=bus)["Rules"]:  # the template makes none
+            for rule in events.list_rules(EventBusName=bus)["Rules"]:
+                if rule.get("ManagedBy"):  # the template's archive keeps its own rule on the bus
+                    continue
                 targets = events.list_targets_by_rule(Rule=rule["Name"], EventBusName=bus)["Targets"]
                 if targets:
                     events.remove_targets(Rule=rule["Name"], EventBusName=bus, Ids=[t["Id"] for t in targets])
@@ -182,6 +188,16 @@ class MotoAccount:
         from moto.dynamodb.models import dynamodb_backends
 
         return dynamodb_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].tables
+
+    @staticmethod
+    def _empty_archives() -> None:
+        """The bus's archive (template.yaml EventArchive) forgets earlier tests' events; the API has no call
+        that empties an archive, so moto's list is cleared (internals, as above)."""
+        from moto.core import DEFAULT_ACCOUNT_ID
+        from moto.events.models import events_backends
+
+        for archive in events_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].archives.values():
+            archive.events.clear()
 
     def _restart_streams(self) -> None:
         """The deletes went to the tables' streams too, and a stream read from TRIM_HORIZON (the outbox

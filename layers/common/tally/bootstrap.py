@@ -371,7 +371,9 @@ def refund_channels() -> dict[str, Callable[[str], RefundChannel]]:
                 appid=str(v2.row.get("appid") or ""),
                 timeout_s=s.http_timeout_s,
                 # /secapi/pay/refund: mutual TLS with the merchant's API client certificate (its secret)
-                ssl_context=mtls_context_from_pem(v2.client_cert, v2.client_key, s.wechatpay_ca_file or None)
+                ssl_context=mtls_context_from_pem(
+                    v2.client_cert, v2.client_key or "", s.wechatpay_ca_file or None
+                )
                 if v2.client_cert
                 else None,
             )

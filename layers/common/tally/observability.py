@@ -245,6 +245,7 @@ EMISSION: dict[str, Emission] = {
     M.RECON_FAILED: Emission(PER_OCCURRENCE, "one recon invocation that raised"),
     M.REPORT_FORGED: Emission(PER_OCCURRENCE, "one report naming another tenant's money"),
     M.NOTIFY_FAILED: Emission(PER_OCCURRENCE, "one notify request that raised"),
+    M.API_FAILED: Emission(PER_OCCURRENCE, "one /orders or /refunds request that raised"),
     M.REFUND_REPORT_MANUAL: Emission(PER_OCCURRENCE, "one refund report parked for a person"),
     M.NOTIFY_NO_TRANSACTION_ID: Emission(PER_OCCURRENCE, "one paid notification without a transaction id"),
     # heartbeat: ticks 02:30-08:30 UTC hourly, so the longest normal gap is 08:30 -> 02:30 (18 h)

@@ -317,8 +317,9 @@ class MerchantDirectory:
         if client_cert_pem or client_key_pem:  # refunds: the API client certificate for /secapi/ mutual TLS
             from tally.channels.wechatpay_v2_refunds import check_client_certificate
 
-            check_client_certificate(client_cert_pem or "", client_key_pem or "")
-            secret |= {"client_cert": client_cert_pem, "client_key": client_key_pem}
+            cert_pem, key_pem = client_cert_pem or "", client_key_pem or ""
+            check_client_certificate(cert_pem, key_pem)  # refuses a missing half
+            secret |= {"client_cert": cert_pem, "client_key": key_pem}
         row = {
             "pk": f"{wx2.API}#{mchid}",
             "channel": wx2.API,
