@@ -24,7 +24,7 @@ from enum import Enum
 from typing import Any, Protocol
 
 from tally.channels.refunds import refund_event_of
-from tally.domain.money import MAX_CENT
+from tally.domain.money import MAX_CENT, yuan_text
 from tally.domain.refunds import (
     IN_FLIGHT,
     AnswerKind,
@@ -354,7 +354,7 @@ class RefundService:
         if existing.get("order_pk") != order_pk or existing.get("amount_cent") != amount_cent:
             raise RefundConflict(
                 f"refund_no {existing.get('pk')} already exists for order {existing.get('order_pk')} "
-                f"amount {existing.get('amount_cent')} (cents): use a new refund_no"
+                f"amount {yuan_text(int(existing.get('amount_cent') or 0))}: use a new refund_no"
             )
         if existing.get("status") == RefundStatus.FAIL.value:
             raise RefundConflict(
@@ -426,7 +426,7 @@ class RefundService:
                 return (
                     "MISMATCH",
                     RefundEvent.MISMATCH,
-                    f"channel accepted {answer.refund_cent} cents, we asked {row['amount_cent']}",
+                    f"channel accepted {yuan_text(answer.refund_cent)}, we asked {yuan_text(int(row['amount_cent']))}",
                     answer.refund_id,
                 )
             return (
