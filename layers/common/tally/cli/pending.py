@@ -48,7 +48,7 @@ def render(report: dict[str, Any]) -> str:
         lines.append("")
         lines.append(f"  {'age':>8}  {'channel':<10} {'merchant':<12} {'order':<32} what")
         lines += [
-            f"  {_age(r['age_s']):>8}  {str(r['channel']):<10} {str(r['merchant']):<12} {str(r['order']):<32} "
+            f"  {_age(r['age_s']):>8}  {str(r['channel']):<10} {str(r['merchant']):<12} {str(r['order'] or '-'):<32} "
             f"{r['kind']} {r['key']}: {r['why']}"
             for r in report["rows"]
         ]
