@@ -51,6 +51,21 @@ def test_r40_junk_to_a_configured_merchant_costs_bounded_rows(h, merchant):
     assert h.metric(M.NOTIFY_REJECTED) == n
 
 
+def test_r40_a_prefix_only_rejected_row_is_refused_for_replay_with_the_reason(h, merchant):
+    """A kept prefix is not the channel's body: replaying it must say so, not raise a KeyError."""
+    from tally import bootstrap
+    from tally.service.manual import ManualError
+
+    headers, body, _ = h.notification(merchant["mchid"], "JUNK000002", 100)
+    junk = body[:-1] + f',"pad":"{"x" * 6000}"}}'.encode()
+    assert h.notify(merchant["mchid"], headers, junk)["statusCode"] == 401
+    (row,), _ = rejected(h)
+    with pytest.raises(ManualError, match="cannot be replayed"):
+        bootstrap.manual_queue().replay("event:" + row["pk"], by="alice", why="key fixed")
+    (still,), _ = rejected(h)
+    assert still["manual_kind"] == "rejected"  # still in front of a person
+
+
 def test_r40_a_small_rejected_body_is_kept_whole_and_hashed(h, merchant):
     headers, body, _ = h.notification(merchant["mchid"], "JUNK000002", 100)
     stale = {**headers, "Wechatpay-Timestamp": str(int(headers["Wechatpay-Timestamp"]) - 3600)}

@@ -152,6 +152,12 @@ class ManualQueue:
     def _ingest_again(self, row: dict[str, Any]) -> Any:
         """The kept body through the same ingest code as when it arrived (per channel)."""
         channel, merchant_id = row.get("channel"), row["mchid"]
+        if row.get("body") is None:  # R40: only a prefix of a large or non-UTF-8 body was kept
+            raise ManualError(
+                f"only the first 4 KB of this {row.get('body_len')}-byte body were kept (sha256 "
+                f"{row.get('body_sha256')}): it cannot be replayed; a real payment is fetched from the "
+                "channel by the poller, so resolve this item once its order shows it"
+            )
         body = str(row["body"]).encode("utf-8")
         headers = dict(row.get("headers") or {})
         if channel == "wechatpay":
