@@ -60,13 +60,18 @@ def use_local() -> dict:
     return state
 
 
-def use_deployed(stack_name: str) -> dict:
+def describe_stack(stack_name: str) -> dict:
+    """The deployed stack's description (outputs, parameters), or StackNotFound saying why not."""
     import boto3
 
     try:
-        stack = boto3.client("cloudformation").describe_stacks(StackName=stack_name)["Stacks"][0]
+        return boto3.client("cloudformation").describe_stacks(StackName=stack_name)["Stacks"][0]
     except Exception as exc:  # noqa: BLE001 - any failure here is reported to the person, verbatim
         raise StackNotFound(f"cannot read stack {stack_name!r}: {exc}") from None
+
+
+def use_deployed(stack_name: str) -> dict:
+    stack = describe_stack(stack_name)
     outputs = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
     for key, var in OUTPUT_ENV.items():
         if key in outputs:

@@ -12,7 +12,7 @@ import json
 import sys
 from typing import Any
 
-from tally.cli.env import OUTPUT_ENV, StackNotFound
+from tally.cli.env import OUTPUT_ENV, describe_stack
 
 PARAMETER_ENV = {
     "WechatPayApiBase": "WECHATPAY_API_BASE",
@@ -46,12 +46,6 @@ def env_vars_of(stack: dict[str, Any]) -> dict[str, dict[str, str]]:
 
 
 def env_vars(args: argparse.Namespace) -> int:
-    import boto3
-
-    try:
-        stack = boto3.client("cloudformation").describe_stacks(StackName=args.stack)["Stacks"][0]
-    except Exception as exc:  # noqa: BLE001 - reported to the person verbatim
-        raise StackNotFound(f"cannot read stack {args.stack!r}: {exc}") from None
-    json.dump(env_vars_of(stack), sys.stdout, indent=2)
+    json.dump(env_vars_of(describe_stack(args.stack)), sys.stdout, indent=2)
     print()
     return 0
