@@ -349,9 +349,9 @@ def refund_inbox() -> RefundInbox:
 
 def refund_channels() -> dict[str, Callable[[str], RefundChannel]]:
     """One refund client entry per channel: `channel -> (mchid -> RefundChannel)` (docs/refunds.md)."""
-    from tally.channels.alipay_refunds import AlipayRefunds
-    from tally.channels.wechatpay_v2_refunds import WeChatPayV2Client, WeChatV2Refunds, mtls_context_from_pem
-    from tally.channels.wechatpay_v3_refunds import WeChatRefunds
+    from tally.channels.alipay.refunds import AlipayRefunds
+    from tally.channels.wechatpay_v2.refunds import WeChatPayV2Client, WeChatV2Refunds, mtls_context_from_pem
+    from tally.channels.wechatpay_v3.refunds import WeChatRefunds
     from tally.service.merchants import UnknownMerchant
 
     directory = merchants()

@@ -12,11 +12,11 @@ from tally.domain.refunds import RefundEvent
 def refund_event_of(channel: str, status: str) -> RefundEvent | None:
     """The channel's explicit refund-status table; None = no outcome we know (a person)."""
     if channel == "wechatpay":
-        from tally.channels.wechatpay_v3_refunds import REFUND_STATUS
+        from tally.channels.wechatpay_v3.refunds import REFUND_STATUS
 
         return REFUND_STATUS.get(status)
     if channel == "alipay":
-        from tally.channels.alipay_refunds import REFUND_STATUS as ALIPAY_REFUND_STATUS
+        from tally.channels.alipay.refunds import REFUND_STATUS as ALIPAY_REFUND_STATUS
 
         return ALIPAY_REFUND_STATUS.get(status)
     return None

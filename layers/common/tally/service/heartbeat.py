@@ -25,7 +25,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from tally.channels import wechatpay_v3 as wx
+from tally.channels.wechatpay_v3 import wire as wx
 from tally.observability import M, count, logger
 
 WINDOW_MINUTES = 10

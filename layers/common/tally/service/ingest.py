@@ -12,11 +12,11 @@ from collections.abc import Callable
 from typing import Any
 
 from tally.apigw import HttpRequest, HttpResponse
-from tally.channels import alipay as ali
 from tally.channels import outcome_of
-from tally.channels import wechatpay_v2 as wx2
-from tally.channels import wechatpay_v3 as wx
-from tally.channels import wechatpay_v3_refunds as wxr
+from tally.channels.alipay import wire as ali
+from tally.channels.wechatpay_v2 import wire as wx2
+from tally.channels.wechatpay_v3 import refunds as wxr
+from tally.channels.wechatpay_v3 import wire as wx
 from tally.domain.notifications import Outcome, PaymentNotice
 from tally.observability import M, count, logger
 from tally.service.merchants import MerchantDirectory, UnknownMerchant
@@ -384,7 +384,7 @@ class IngestService:
     ) -> HttpResponse:
         """An Alipay refund notification joins refund_raw keyed (alipay#out_biz_no, REFUND_SUCCESS): out_biz_no is
         our out_request_no = refund_no (R30); its cumulative refund_fee is checked when applied."""
-        from tally.channels import alipay_refunds as alr
+        from tally.channels.alipay import refunds as alr
 
         try:
             notice = alr.refund_notice(params)

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tally.channels import wechatpay_v3 as wx
+from tally.channels.wechatpay_v3 import wire as wx
 from tally.observability import M, count, logger
 
 MAX_AGE_S = 12 * 3600  # download again twice a day (the schedule runs hourly and mostly reads one item)

@@ -9,9 +9,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tally.channels import alipay as ali
-from tally.channels import wechatpay_v2 as wx2
-from tally.channels import wechatpay_v3 as wx
+from tally.channels.alipay import wire as ali
+from tally.channels.wechatpay_v2 import wire as wx2
+from tally.channels.wechatpay_v3 import wire as wx
 from tally.observability import M, count, logger
 from tally.store.tables import MerchantStore, iso_now
 
@@ -315,7 +315,7 @@ class MerchantDirectory:
         secret = {"channel": wx2.API, "mchid": mchid, "api_key": api_key}
         v2_api_key(secret)
         if client_cert_pem or client_key_pem:  # refunds: the API client certificate for /secapi/ mutual TLS
-            from tally.channels.wechatpay_v2_refunds import check_client_certificate
+            from tally.channels.wechatpay_v2.refunds import check_client_certificate
 
             cert_pem, key_pem = client_cert_pem or "", client_key_pem or ""
             check_client_certificate(cert_pem, key_pem)  # refuses a missing half

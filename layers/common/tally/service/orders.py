@@ -8,9 +8,9 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from tally.channels import alipay as ali
-from tally.channels import wechatpay_v2 as wx2
-from tally.channels import wechatpay_v3 as wx
+from tally.channels.alipay import wire as ali
+from tally.channels.wechatpay_v2 import wire as wx2
+from tally.channels.wechatpay_v3 import wire as wx
 from tally.domain.money import MAX_CENT
 from tally.domain.orders import Status
 from tally.domain.poll import FIRST_QUERY_AFTER_S

@@ -13,10 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tally.channels import alipay as ali
-from tally.channels import wechatpay_v2 as wx2
-from tally.channels import wechatpay_v3 as wx
+from tally.channels.alipay import wire as ali
 from tally.channels.retry import with_retries
+from tally.channels.wechatpay_v2 import wire as wx2
+from tally.channels.wechatpay_v3 import wire as wx
 from tally.domain.notifications import PaymentNotice
 from tally.domain.poll import Answer
 

@@ -15,8 +15,8 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
-from tally.channels import alipay as ali
-from tally.channels import wechatpay_v3 as wx
+from tally.channels.alipay import wire as ali
+from tally.channels.wechatpay_v3 import wire as wx
 from tally.domain.notifications import Outcome
 from tally.observability import M, count, logger
 from tally.service.ingest import raw_row

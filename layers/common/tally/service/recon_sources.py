@@ -13,9 +13,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from tally.channels import bills_alipay as ali
-from tally.channels import wechatpay_v3 as wx
-from tally.channels.bills_wechatpay import WeChatBillParser
+from tally.channels.alipay import bills as ali
+from tally.channels.wechatpay_v3 import wire as wx
+from tally.channels.wechatpay_v3.bills import WeChatBillParser
 from tally.domain.recon import BillIndex, BillItem, BillParseError, BillTotals
 
 OK, NO_STATEMENT, NOT_READY = "OK", "NO_STATEMENT", "NOT_READY"
@@ -96,7 +96,7 @@ class AlipayBillSource:
         self.download_timeout_s = download_timeout_s
 
     def fetch(self, app_id: str, bill_date: str) -> Fetched:
-        from tally.channels import alipay as api
+        from tally.channels.alipay import wire as api
         from tally.service.merchants import UnknownMerchant
 
         try:

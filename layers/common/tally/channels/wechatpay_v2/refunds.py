@@ -26,8 +26,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from tally.channels import wechatpay_v2 as wx2
-from tally.channels.wechatpay_v3_refunds import REFUND_STATUS
+from tally.channels.wechatpay_v2 import wire as wx2
+from tally.channels.wechatpay_v3.refunds import REFUND_STATUS
 from tally.domain.refunds import AnswerKind, ChannelAnswer
 
 REFUND_PATH = "/secapi/pay/refund"

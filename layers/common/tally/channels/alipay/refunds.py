@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tally.channels import alipay as ali
+from tally.channels.alipay import wire as ali
 from tally.domain.money import MoneyError
 from tally.domain.refunds import AnswerKind, ChannelAnswer, RefundEvent, RefundNotice
 

@@ -235,7 +235,7 @@ REFUND_STATUS_V2 = {"SUCCESS": "SUCCESS", "REFUNDCLOSE": "CLOSED", "CHANGE": "AB
 def to_refund_notice(refund: dict[str, str], mchid: str) -> RefundNotice:
     """A decrypted `req_info` (§4) as the channel-neutral refund notice (R29, R30): same channel and refund
     number space as v3, so the refund it reports is the one `POST /refunds` created."""
-    from tally.channels.wechatpay_v3_refunds import REFUND_STATUS
+    from tally.channels.wechatpay_v3.refunds import REFUND_STATUS
 
     word = str(refund.get("refund_status") or "")
     v3_word = REFUND_STATUS_V2.get(word)
