@@ -8,6 +8,7 @@ from datetime import datetime, timedelta, timezone
 from enum import Enum
 from typing import Any
 
+from tally import errors
 from tally.channels import outcome_of
 from tally.domain.notifications import EVENT_OF_OUTCOME, OrderFacts, Outcome, PaymentNotice, mismatches
 from tally.domain.orders import Event, Status, Verdict, transit
@@ -28,8 +29,7 @@ class Applied(str, Enum):
     ALREADY_HANDLED = "ALREADY_HANDLED"
 
 
-class RetryLater(Exception):
-    """Not applicable yet (order not found, contention): leave handled=0 and let SQS redeliver."""
+RetryLater = errors.RetryLater  # one class for "not yet": the worker leaves the message for SQS's redelivery
 
 
 class ApplyService:

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tally import errors
 from tally.channels.alipay import wire as ali
 from tally.channels.wechatpay_v2 import wire as wx2
 from tally.channels.wechatpay_v3 import wire as wx
@@ -16,7 +17,7 @@ from tally.observability import M, count, logger
 from tally.store.tables import MerchantStore, iso_now
 
 
-class UnknownMerchant(LookupError):
+class UnknownMerchant(errors.NotFound, LookupError):
     pass
 
 

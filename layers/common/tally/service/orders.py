@@ -8,6 +8,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from tally import errors
 from tally.channels.alipay import wire as ali
 from tally.channels.wechatpay_v2 import wire as wx2
 from tally.channels.wechatpay_v3 import wire as wx
@@ -32,22 +33,29 @@ CURRENCY = re.compile(r"^[A-Z]{3}$")
 CHANNELS = ("wechatpay", "alipay", "wechatpay_v2")  # request field `channel` (default wechatpay)
 
 
-class InvalidOrder(ValueError):
+class InvalidOrder(errors.InvalidRequest, ValueError):
     """The request is wrong; the message says how (HTTP 400)."""
 
 
-class OrderConflict(ValueError):
+class OrderConflict(errors.Conflict, ValueError):
     """The out_trade_no exists with different terms (HTTP 409)."""
 
 
-class NotFound(LookupError):
+class NotFound(errors.NotFound, LookupError):
     pass
 
 
-class PrepayFailed(RuntimeError):
+class PrepayFailed(errors.ChannelError, RuntimeError):
+    """The order is stored, the channel's prepay failed: HTTP 502 with the stored order."""
+
+    http_status = 502
+
     def __init__(self, order: dict[str, Any], error: str):
         super().__init__(error)
         self.order = order
+
+    def payload(self) -> dict[str, Any]:
+        return {"error": f"prepay failed: {self}", "order": self.order}
 
 
 class OrderService:

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from tally import errors
 from tally.channels.alipay import bills as ali
 from tally.channels.wechatpay_v3 import wire as wx
 from tally.channels.wechatpay_v3.bills import WeChatBillParser
@@ -21,7 +22,7 @@ from tally.domain.recon import BillIndex, BillItem, BillParseError, BillTotals
 OK, NO_STATEMENT, NOT_READY = "OK", "NO_STATEMENT", "NOT_READY"
 
 
-class DownloadFailed(Exception):
+class DownloadFailed(errors.ChannelError):
     def __init__(self, message: str, *, retryable: bool = False, code: str = "DOWNLOAD_FAILED"):
         super().__init__(message)
         self.retryable = retryable

@@ -18,6 +18,7 @@ import zipfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from tally import errors
 from tally.domain.recon import (
     PAYMENT,
     REFUND,
@@ -288,7 +289,7 @@ def lines_of(data: bytes) -> Iterator[bytes]:
 # with the merchant's own credentials (public-key, certificate or partner mode): see service/recon_sources.py.
 
 
-class AlipayError(Exception):
+class AlipayError(errors.ChannelError):
     def __init__(self, message: str, *, retryable: bool = False):
         super().__init__(message)
         self.retryable = retryable

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from tally import errors
 from tally.channels.wechatpay_v2 import wire as wx2
 from tally.channels.wechatpay_v3.refunds import REFUND_STATUS
 from tally.domain.refunds import AnswerKind, ChannelAnswer
@@ -65,7 +66,7 @@ QUERY_ERRORS: dict[str, AnswerKind] = {
 }
 
 
-class V2ChannelError(Exception):
+class V2ChannelError(errors.ChannelError):
     """No usable answer: network, HTTP error, non-XML, or a signature that does not verify."""
 
 

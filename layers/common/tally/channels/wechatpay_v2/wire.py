@@ -22,6 +22,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from defusedxml import DefusedXmlException
 from defusedxml import ElementTree as SafeET
 
+from tally import errors
 from tally.domain.notifications import PaymentNotice
 from tally.domain.poll import Answer
 from tally.domain.refunds import RefundNotice
@@ -34,17 +35,15 @@ _FORBIDDEN = re.compile(rb"<!\s*(DOCTYPE|ENTITY)", re.IGNORECASE)
 _DIGITS = re.compile(r"^\d{1,15}$", re.ASCII)
 
 
-class XmlError(Exception):
+class XmlError(errors.InvalidRequest):
     """Not a usable v2 XML body (before any signature check: nothing is trusted)."""
 
 
-class SignatureError(Exception):
-    def __init__(self, reason: str):
-        super().__init__(reason)
-        self.reason = reason
+class SignatureError(errors.SignatureError):
+    """Not proven to come from WeChat Pay (R4): the sign does not match the merchant's API key."""
 
 
-class ParseError(Exception):
+class ParseError(errors.ParseError):
     """Signed by WeChat but unusable: not retryable (R5)."""
 
 
@@ -328,7 +327,7 @@ QUERY_STATE: dict[str, Answer] = {
 }
 
 
-class ChannelError(Exception):
+class ChannelError(errors.ChannelError):
     """A v2 API call that did not give a usable, verified SUCCESS answer; `word` picks the table row."""
 
     def __init__(self, message: str, *, word: str, retryable: bool = False):
