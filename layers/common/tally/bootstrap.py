@@ -184,13 +184,15 @@ def order_service() -> OrderService:
 
 @cache
 def pull_channels() -> PullChannels:
-    from tally.service.pull import AlipayPull, PullChannels, WeChatPayV2Pull, WeChatPayV3Pull
+    from tally.channels import registry as channel_registry
+    from tally.service.pull import PullChannels
 
-    registry = PullChannels()
-    WeChatPayV3Pull(merchants()).register(registry)
-    AlipayPull(merchants()).register(registry)
-    WeChatPayV2Pull(merchants()).register(registry)
-    return registry
+    pulls = PullChannels()
+    for (
+        channel
+    ) in channel_registry.all_channels():  # each channel's query and close (channels/<name>/pull.py)
+        pulls.add(channel, channel.pull(merchants(), attempts=3, sleep=time.sleep))
+    return pulls
 
 
 @cache
@@ -350,7 +352,11 @@ def refund_inbox() -> RefundInbox:
 def refund_channels() -> dict[str, Callable[[str], RefundChannel]]:
     """One refund client entry per channel: `channel -> (mchid -> RefundChannel)` (docs/refunds.md)."""
     from tally.channels.alipay.refunds import AlipayRefunds
-    from tally.channels.wechatpay_v2.refunds import WeChatPayV2Client, WeChatV2Refunds, mtls_context_from_pem
+    from tally.channels.wechatpay_v2.refunds import (
+        WeChatPayV2RefundClient,
+        WeChatV2Refunds,
+        mtls_context_from_pem,
+    )
     from tally.channels.wechatpay_v3.refunds import WeChatRefunds
     from tally.service.merchants import UnknownMerchant
 
@@ -364,7 +370,7 @@ def refund_channels() -> dict[str, Callable[[str], RefundChannel]]:
             merchant = directory.wechatpay(mchid)
         except UnknownMerchant:
             v2 = directory.wechatpay_v2(mchid)
-            client = WeChatPayV2Client(
+            client = WeChatPayV2RefundClient(
                 s.wechatpay_api_base,
                 mchid=mchid,
                 api_key=v2.api_key,

@@ -154,14 +154,15 @@ def verify_wechatpay_v2(args: argparse.Namespace) -> int:
         {
             "sign_type": algorithm,
             "kind": "payment",
-            "outcome": _outcome("wechatpay", notice.trade_state),
+            "outcome": _outcome("wechatpay_v2", notice.trade_state),
             "notice": asdict(notice),
         },
     )
 
 
-def _outcome(channel: str, state: str) -> str:
-    from tally.channels import outcome_of
+def _outcome(name: str, state: str) -> str:
+    """The channel's state table, as the worker reads it (channels/registry.py)."""
+    from tally.channels import registry
 
-    found = outcome_of(channel, state)
+    found = registry.get(name).outcome_of(state)
     return found.value if found else "UNKNOWN (goes to a person)"

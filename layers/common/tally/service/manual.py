@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from tally.apigw import HttpRequest
+from tally.channels import registry as channel_registry
 from tally.observability import M, count, logger
 from tally.service.ingest import IngestService, notice_from_raw
 from tally.store.codec import from_item, names_values, to_item
@@ -160,23 +161,16 @@ class ManualQueue:
             )
         body = str(row["body"]).encode("utf-8")
         headers = dict(row.get("headers") or {})
-        if channel == "wechatpay":
-            received_at = datetime.fromisoformat(row["created_at"].replace("Z", "+00:00")).timestamp()
-            request = HttpRequest(
-                "POST", f"/notify/wechatpay/{merchant_id}", headers, body, {"mchid": merchant_id}
-            )
-            return self.ingest.wechatpay_v3(request, received_at=received_at)
-        if channel == "alipay":
-            request = HttpRequest(
-                "POST", f"/notify/alipay/{merchant_id}", headers, body, {"app_id": merchant_id}
-            )
-            return self.ingest.alipay(request)
-        if channel == "wechatpay_v2":
-            request = HttpRequest(
-                "POST", f"/notify/wechatpay-v2/{merchant_id}", headers, body, {"mchid": merchant_id}
-            )
-            return self.ingest.wechatpay_v2(request)
-        raise ManualError(f"no replay path for channel {channel!r}")
+        # the row's channel is the ACK's (channels/registry.py): "wechatpay" (v3), "wechatpay_v2", "alipay"
+        found = channel_registry.find(lambda c: (c.api or c.stored) == channel)
+        if found is None:
+            raise ManualError(f"no replay path for channel {channel!r}")
+        created = row.get("created_at")
+        received_at = datetime.fromisoformat(created.replace("Z", "+00:00")).timestamp() if created else None
+        request = HttpRequest(
+            "POST", f"/notify/{found.route}/{merchant_id}", headers, body, {found.merchant_param: merchant_id}
+        )
+        return self.ingest.notify(found, request, received_at=received_at)
 
     # ------------------------------------------------------------ helpers
 

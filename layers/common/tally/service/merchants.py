@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tally import errors
+from tally.channels import registry as channel_registry
 from tally.channels.alipay import wire as ali
 from tally.channels.wechatpay_v2 import wire as wx2
 from tally.channels.wechatpay_v3 import wire as wx
@@ -582,6 +583,9 @@ def check_merchant(directory: MerchantDirectory, channel: str, merchant_id: str)
 
     checks: list[dict[str, Any]] = []
     now = directory.clock()
+    # the CLI's word (wechatpay, alipay, wechatpay-v2) or a channel name → the one spelling
+    found = channel_registry.by_route(channel) or channel_registry.by_merchant_kind(channel)
+    name = found.name if found else ""
 
     def add(name: str, ok: bool, detail: str) -> None:
         checks.append({"check": name, "ok": bool(ok), "detail": detail})
@@ -593,7 +597,7 @@ def check_merchant(directory: MerchantDirectory, channel: str, merchant_id: str)
     # one name per role across the branches; each assignment below narrows it to its channel's type
     merchant: Merchant | AlipayMerchant | WeChatV2Merchant
     creds: wx.MerchantCredentials | ali.AlipayCredentials
-    if channel == "wechatpay":
+    if name == "wechatpay_v3":
         merchant = directory.wechatpay(merchant_id)
         creds = merchant.creds
         probe = {"mchid": merchant_id, "out_trade_no": "TALLY-CHECK", "trade_state": "SUCCESS"}
@@ -618,7 +622,7 @@ def check_merchant(directory: MerchantDirectory, channel: str, merchant_id: str)
             add("service provider", True, f"sub-merchant of {merchant.sp_mchid}")
         for serial, when in sorted(creds.platform.expires.items()):
             expiry(f"platform certificate {serial}", when)
-    elif channel == "alipay":
+    elif name == "alipay":
         merchant = directory.alipay(merchant_id)
         creds = merchant.creds
         content = ali.sign_content(
@@ -650,7 +654,7 @@ def check_merchant(directory: MerchantDirectory, channel: str, merchant_id: str)
             expiry(f"Alipay certificate {sn}", when)
         if creds.app_cert_expires:
             expiry("app certificate", creds.app_cert_expires)
-    elif channel in ("wechatpay-v2", "wechatpay_v2"):
+    elif name == "wechatpay_v2":
         merchant = directory.wechatpay_v2(merchant_id)
         fields = {"mch_id": merchant_id, "nonce_str": _secrets.token_hex(8), "out_trade_no": "TALLY-CHECK"}
         for sign_type in ("MD5", "HMAC-SHA256"):

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from tally import errors
+from tally.channels.alipay.channel import CHANNEL as SPEC
 from tally.domain.recon import (
     PAYMENT,
     REFUND,
@@ -30,7 +31,7 @@ from tally.domain.recon import (
     to_units,
 )
 
-CHANNEL = "alipay"
+CHANNEL = SPEC.stored
 ENCODING = "gbk"
 
 DETAIL_HEADER = (

@@ -25,10 +25,11 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 from tally import errors
+from tally.channels.alipay.channel import CHANNEL as SPEC
 from tally.domain.money import MoneyError, yuan_to_cents
 from tally.domain.notifications import Outcome, PaymentNotice
 
-CHANNEL = "alipay"
+CHANNEL = SPEC.stored
 CHINA = timezone(timedelta(hours=8))
 CHARSETS = {"utf-8": "utf-8", "utf8": "utf-8", "gbk": "gbk", "gb2312": "gb2312", "gb18030": "gb18030"}
 

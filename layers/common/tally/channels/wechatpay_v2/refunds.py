@@ -70,8 +70,11 @@ class V2ChannelError(errors.ChannelError):
     """No usable answer: network, HTTP error, non-XML, or a signature that does not verify."""
 
 
-class WeChatPayV2Client:
-    """Signed XML requests with the v2 API key; every return_code=SUCCESS answer's sign is verified."""
+class WeChatPayV2RefundClient:
+    """The refund calls' client (`/secapi/pay/refund`, `/pay/refundquery`): signed XML requests with the v2 API
+    key (MD5 by default, as the refund API documents), mutual TLS through `ssl_context`; every
+    return_code=SUCCESS answer's sign is verified. The payment calls have their own client,
+    wire.WeChatPayV2Client (HMAC-SHA256, sub-merchants): two clients, two names."""
 
     def __init__(
         self,
@@ -172,7 +175,9 @@ class WeChatV2Refunds:
 
     channel = wx2.CHANNEL
 
-    def __init__(self, client: WeChatPayV2Client, notify_url: str, *, clock: Callable[[], float] = time.time):
+    def __init__(
+        self, client: WeChatPayV2RefundClient, notify_url: str, *, clock: Callable[[], float] = time.time
+    ):
         self.client = client
         self.notify_url = notify_url
         self.clock = clock

@@ -23,12 +23,13 @@ from defusedxml import DefusedXmlException
 from defusedxml import ElementTree as SafeET
 
 from tally import errors
+from tally.channels.wechatpay_v2.channel import CHANNEL as SPEC
 from tally.domain.notifications import PaymentNotice
 from tally.domain.poll import Answer
 from tally.domain.refunds import RefundNotice
 
-CHANNEL = "wechatpay"  # same transaction id space as v3 (see the module docstring)
-API = "wechatpay_v2"
+CHANNEL = SPEC.stored  # "wechatpay": same transaction id space as v3 (see the module docstring)
+API = str(SPEC.api)  # "wechatpay_v2": the order row's `api`, the merchants table's channel
 CHINA = timezone(timedelta(hours=8))
 ACK_CONTENT_TYPE = "text/xml"
 _FORBIDDEN = re.compile(rb"<!\s*(DOCTYPE|ENTITY)", re.IGNORECASE)

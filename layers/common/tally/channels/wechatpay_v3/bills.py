@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from operator import add, itemgetter
 from typing import Any
 
+from tally.channels.wechatpay_v3.channel import CHANNEL as SPEC
 from tally.domain.recon import (
     PAYMENT,
     REFUND,
@@ -34,7 +35,7 @@ from tally.domain.recon import (
     to_units,
 )
 
-CHANNEL = "wechatpay"
+CHANNEL = SPEC.stored
 PREFIX = f"{CHANNEL}#"
 BOM = "\ufeff"
 

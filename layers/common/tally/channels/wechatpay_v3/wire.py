@@ -25,11 +25,12 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from tally import errors
+from tally.channels.wechatpay_v3.channel import CHANNEL as SPEC
 from tally.domain.money import MoneyError, cents, received_cents
 from tally.domain.notifications import Outcome, PaymentNotice
 from tally.domain.poll import Answer
 
-CHANNEL = "wechatpay"
+CHANNEL = SPEC.stored  # "wechatpay" (channels/registry.py: v2 stores it too)
 SIGNATURE_TYPE = "WECHATPAY2-SHA256-RSA2048"
 PROBE_PREFIX = "WECHATPAY/SIGNTEST/"
 PUBLIC_KEY_ID_PREFIX = "PUB_KEY_ID_"
