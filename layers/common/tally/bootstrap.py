@@ -419,13 +419,13 @@ def refund_service() -> RefundService:
 def recon_service() -> ReconService:
     from tally.service.recon import ReconService
     from tally.service.recon_pull import QueryAndApply
-    from tally.service.recon_sources import AlipayBillSource, WeChatBillSource
+    from tally.service.recon_sources import bill_sources
     from tally.store.recon import BillArchive, LedgerView, ReconStore
     from tally.store.tables import ApplyQueue, MerchantStore, RawStore
 
     s = settings()
     ddb = _client("dynamodb")
-    sources = {"wechatpay": WeChatBillSource(merchants()), "alipay": AlipayBillSource(merchants())}
+    sources = bill_sources(merchants())  # stored channel -> its download (channels/<name>/bills.py)
     recover = QueryAndApply(
         merchants(), RawStore(tables()), ApplyQueue(_client("sqs"), s.apply_queue_url), clock=_clock
     ).recover

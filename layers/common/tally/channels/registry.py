@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from tally.channels.bill_source import Bill, BillSource
     from tally.domain.notifications import Outcome, PaymentNotice
     from tally.domain.poll import CloseResult, QueryResult
     from tally.domain.refunds import RefundEvent
@@ -69,6 +70,14 @@ class Channel(Protocol):
     def ack_failure(self, status: int, message: str) -> tuple[int, str]: ...
 
     def pull(self, merchants: Any, *, attempts: int, sleep: Callable[[float], None]) -> PullClient: ...
+
+    def bill_source(self, merchants: Any) -> BillSource | None:
+        """The daily bill download (None: this channel's payments are in another channel's bill)."""
+        ...
+
+    def open_bill(self, data: bytes) -> Bill | None:
+        """A bill file of this channel opened for parsing (None: it has no bill of its own)."""
+        ...
 
     def merchant(self, merchants: Any, merchant_id: str) -> Any:
         """The configured merchant (the directory's UnknownMerchant, an errors.NotFound, if none)."""

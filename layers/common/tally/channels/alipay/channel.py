@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from tally.channels.registry import ChannelNames
 
 if TYPE_CHECKING:
+    from tally.channels.bill_source import Bill, BillSource
     from tally.channels.registry import PullClient
     from tally.domain.notifications import Outcome, PaymentNotice
     from tally.domain.refunds import RefundEvent
@@ -59,6 +60,16 @@ class Alipay(ChannelNames):
             source="recon",
         )
         return notice, json.dumps(answer, ensure_ascii=False).encode()
+
+    def bill_source(self, merchants: Any) -> BillSource | None:
+        from tally.channels.alipay.bills import AlipayBillSource
+
+        return AlipayBillSource(merchants)
+
+    def open_bill(self, data: bytes) -> Bill | None:
+        from tally.channels.alipay.bills import AlipayBill
+
+        return AlipayBill(data)
 
     def merchant(self, merchants: Any, merchant_id: str) -> Any:
         return merchants.alipay(merchant_id)

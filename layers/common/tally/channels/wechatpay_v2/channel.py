@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from tally.channels.registry import ChannelNames
 
 if TYPE_CHECKING:
+    from tally.channels.bill_source import Bill, BillSource
     from tally.channels.registry import PullClient
     from tally.domain.notifications import Outcome, PaymentNotice
     from tally.domain.refunds import RefundEvent
@@ -57,6 +58,12 @@ class WeChatPayV2(ChannelNames):
         raise errors.ChannelError(
             "WeChat Pay v2 has no query by transaction_id here: v3's answers (stored wechatpay)"
         )
+
+    def bill_source(self, merchants: Any) -> BillSource | None:
+        return None  # its payments are in the merchant's WeChat bill: v3's download (stored "wechatpay")
+
+    def open_bill(self, data: bytes) -> Bill | None:
+        return None
 
     def merchant(self, merchants: Any, merchant_id: str) -> Any:
         return merchants.wechatpay_v2(merchant_id)

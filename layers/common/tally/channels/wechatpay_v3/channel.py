@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from tally.channels.registry import ChannelNames
 
 if TYPE_CHECKING:
+    from tally.channels.bill_source import Bill, BillSource
     from tally.channels.registry import PullClient
     from tally.domain.notifications import Outcome, PaymentNotice
     from tally.domain.refunds import RefundEvent
@@ -60,6 +61,16 @@ class WeChatPayV3(ChannelNames):
         resource = client.request("GET", path, None)
         notice = wire.to_payment_notice(resource, source="recon")
         return notice, json.dumps(resource, ensure_ascii=False).encode()
+
+    def bill_source(self, merchants: Any) -> BillSource | None:
+        from tally.channels.wechatpay_v3.bills import WeChatBillSource
+
+        return WeChatBillSource(merchants)
+
+    def open_bill(self, data: bytes) -> Bill | None:
+        from tally.channels.wechatpay_v3.bills import WeChatBill
+
+        return WeChatBill(data)
 
     def merchant(self, merchants: Any, merchant_id: str) -> Any:
         return merchants.wechatpay(merchant_id)
