@@ -15,7 +15,7 @@ from tally.domain.poll import Answer, CloseResult, QueryResult, answers, lookup
 
 class AlipayPull:
     """alipay.trade.query / alipay.trade.close with the order's own app (or its provider's app with
-    the merchant's app_auth_token), answers mapped by channels/alipay.py's tables (R22)."""
+    the merchant's app_auth_token), answers mapped by alipay/wire.py's tables (R22)."""
 
     def __init__(self, merchants: Any, *, attempts: int = 3, sleep: Callable[[float], None] = time.sleep):
         self.merchants = merchants

@@ -15,7 +15,7 @@ from tally.domain.poll import Answer, CloseResult, QueryResult, lookup
 
 class WeChatPayV2Pull:
     """`/pay/orderquery` and `/pay/closeorder` with the merchant's API key, for orders created with
-    `"channel": "wechatpay_v2"` (order row `api = wechatpay_v2`); answers mapped by channels/wechatpay_v2.py's
+    `"channel": "wechatpay_v2"` (order row `api = wechatpay_v2`); answers mapped by wechatpay_v2/wire.py's
     tables (R22). A paid answer is keyed `wechatpay#transaction_id`, like the v2 and v3 callbacks (R23)."""
 
     def __init__(self, merchants: Any, *, attempts: int = 3, sleep: Callable[[float], None] = time.sleep):

@@ -1,9 +1,9 @@
 """WeChat Pay API v2 refunds: `POST /secapi/pay/refund` and `POST /pay/refundquery`, XML signed with the API
 key (channel-spec §4 signature rules), and the explicit tables mapping v2 words to outcomes (R22, R29).
 
-v2 reports the same WeChat transactions and refund numbers as v3 (channels/wechatpay_v2.py docstring), so a
+v2 reports the same WeChat transactions and refund numbers as v3 (wechatpay_v2/wire.py docstring), so a
 v2 refund is channel "wechatpay": its v2 words are translated to the v3 ones (REFUNDCLOSE → CLOSED, CHANGE →
-ABNORMAL) and one table (wechatpay_v3_refunds.REFUND_STATUS) decides the outcome, for the `req_info`
+ABNORMAL) and one table (wechatpay_v3/refunds.py REFUND_STATUS) decides the outcome, for the `req_info`
 notification and for the query alike; the raw key is the same (`wechatpay#<out_refund_no>`, status).
 
 Transport: in production `/secapi/pay/refund` needs mutual TLS with the merchant's API client certificate

@@ -228,7 +228,7 @@ def ack_failure(status: int, message: str) -> tuple[int, str]:
     return status, to_xml({"return_code": "FAIL", "return_msg": message[:64]})
 
 
-# v2 refund_status → the v3 word, so one table (wechatpay_v3_refunds.REFUND_STATUS) decides the outcome.
+# v2 refund_status → the v3 word, so one table (wechatpay_v3/refunds.py REFUND_STATUS) decides the outcome.
 REFUND_STATUS_V2 = {"SUCCESS": "SUCCESS", "REFUNDCLOSE": "CLOSED", "CHANGE": "ABNORMAL"}
 
 
