@@ -38,7 +38,6 @@ STILL_NAMES_A_CHANNEL = {
     "service/merchants.py": "the per-channel credential schemas of the merchant directory (storeio moves its I/O)",
     "service/heartbeat.py": "a WeChat Pay v3-only feature: the synthetic v3 callback",
     "service/keys.py": "a WeChat Pay v3-only feature: platform-certificate download",
-    "bootstrap.py": "the composition root builds each channel's refund client and bill source",
     "cli/verify.py": "one subcommand per channel, with that channel's flags (`tally verify wechatpay-v2`)",
     "cli/merchant.py": "one subcommand per channel, with that channel's credential flags",
 }

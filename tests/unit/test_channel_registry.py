@@ -101,3 +101,51 @@ def test_a_spelling_cannot_be_taken_twice():
     with pytest.raises(ValueError, match="spells"):
         registry.register(clash)
     assert registry.names() == list(SPELLINGS)
+
+
+def test_r26_refunds_of_the_shared_stored_channel_go_to_v3_then_v2():
+    """v2 and v3 share "wechatpay": a merchant with v3 credentials refunds with v3, a v2-only one with its
+    v2 API key, an unknown one is not found (registry.refund_clients, as bootstrap wires it)."""
+    from types import SimpleNamespace
+
+    import pytest
+    from tally.channels.alipay.refunds import AlipayRefunds
+    from tally.channels.wechatpay_v2.refunds import WeChatV2Refunds
+    from tally.channels.wechatpay_v3.refunds import WeChatRefunds
+    from tally.service.merchants import UnknownMerchant
+
+    v3_merchant = SimpleNamespace(notify_url="https://t/notify/wechatpay/1", sp_mchid=None)
+    v2_merchant = SimpleNamespace(
+        api_key="k" * 32, row={"appid": "wx1"}, client_cert=None, client_key=None, notify_url="https://t/v2"
+    )
+
+    class Merchants:
+        def wechatpay(self, mchid):
+            if mchid != "V3":
+                raise UnknownMerchant(mchid)
+            return v3_merchant
+
+        def wechatpay_v2(self, mchid):
+            if mchid != "V2":
+                raise UnknownMerchant(mchid)
+            return v2_merchant
+
+        def client(self, merchant):
+            return object()
+
+        def alipay(self, app_id):
+            return SimpleNamespace(sp_mchid=None)
+
+        def alipay_client(self, merchant):
+            return object()
+
+    settings = SimpleNamespace(
+        wechatpay_api_base="http://127.0.0.1:9", http_timeout_s=1.0, wechatpay_ca_file=""
+    )
+    clients = registry.refund_clients(Merchants(), settings, lambda: 0.0)
+    assert set(clients) == {"wechatpay", "alipay"}
+    assert isinstance(clients["wechatpay"]("V3"), WeChatRefunds)
+    assert isinstance(clients["wechatpay"]("V2"), WeChatV2Refunds)
+    assert isinstance(clients["alipay"]("2021000000000001"), AlipayRefunds)
+    with pytest.raises(UnknownMerchant):
+        clients["wechatpay"]("NOBODY")

@@ -350,47 +350,11 @@ def refund_inbox() -> RefundInbox:
 
 
 def refund_channels() -> dict[str, Callable[[str], RefundChannel]]:
-    """One refund client entry per channel: `channel -> (mchid -> RefundChannel)` (docs/refunds.md)."""
-    from tally.channels.alipay.refunds import AlipayRefunds
-    from tally.channels.wechatpay_v2.refunds import (
-        WeChatPayV2RefundClient,
-        WeChatV2Refunds,
-        mtls_context_from_pem,
-    )
-    from tally.channels.wechatpay_v3.refunds import WeChatRefunds
-    from tally.service.merchants import UnknownMerchant
+    """One refund client entry per stored channel: `channel -> (mchid -> RefundChannel)` (docs/refunds.md),
+    each client given by its channel (channels/<name>/channel.py `refund_client`)."""
+    from tally.channels import registry as channel_registry
 
-    directory = merchants()
-    s = settings()
-
-    def wechatpay(mchid: str) -> RefundChannel:
-        # v2 and v3 share channel "wechatpay" (one transaction and refund-number space): v3 when the merchant
-        # has v3 credentials, else its v2 API key (docs/refunds.md). UnknownMerchant is a LookupError.
-        try:
-            merchant = directory.wechatpay(mchid)
-        except UnknownMerchant:
-            v2 = directory.wechatpay_v2(mchid)
-            client = WeChatPayV2RefundClient(
-                s.wechatpay_api_base,
-                mchid=mchid,
-                api_key=v2.api_key,
-                appid=str(v2.row.get("appid") or ""),
-                timeout_s=s.http_timeout_s,
-                # /secapi/pay/refund: mutual TLS with the merchant's API client certificate (its secret)
-                ssl_context=mtls_context_from_pem(
-                    v2.client_cert, v2.client_key or "", s.wechatpay_ca_file or None
-                )
-                if v2.client_cert
-                else None,
-            )
-            return WeChatV2Refunds(client, v2.notify_url, clock=_clock)
-        return WeChatRefunds(directory.client(merchant), merchant.notify_url)
-
-    def alipay(app_id: str) -> RefundChannel:
-        merchant = directory.alipay(app_id)
-        return AlipayRefunds(directory.alipay_client(merchant), mchid=app_id, sp_mchid=merchant.sp_mchid)
-
-    return {"wechatpay": wechatpay, "alipay": alipay}
+    return channel_registry.refund_clients(merchants(), settings(), _clock)
 
 
 @cache

@@ -29,7 +29,15 @@ if TYPE_CHECKING:
     from tally.channels.bill_source import Bill, BillSource
     from tally.domain.notifications import Outcome, PaymentNotice
     from tally.domain.poll import CloseResult, QueryResult
-    from tally.domain.refunds import RefundEvent
+    from tally.domain.refunds import ChannelAnswer, RefundEvent
+
+
+class RefundClient(Protocol):
+    """One merchant's refund calls (service/refunds.RefundChannel is the same shape, seen from the service)."""
+
+    def create(self, refund: dict[str, Any]) -> ChannelAnswer: ...
+
+    def query(self, refund: dict[str, Any]) -> ChannelAnswer: ...
 
 
 class PullClient(Protocol):
@@ -70,6 +78,13 @@ class Channel(Protocol):
     def ack_failure(self, status: int, message: str) -> tuple[int, str]: ...
 
     def pull(self, merchants: Any, *, attempts: int, sleep: Callable[[float], None]) -> PullClient: ...
+
+    def refund_client(
+        self, merchants: Any, settings: Any, clock: Callable[[], float], merchant_id: str
+    ) -> RefundClient:
+        """The merchant's refund client (the directory's UnknownMerchant, an errors.NotFound, if this channel
+        has no credentials for it: refund_clients then asks the next channel of the same stored value)."""
+        ...
 
     def bill_source(self, merchants: Any) -> BillSource | None:
         """The daily bill download (None: this channel's payments are in another channel's bill)."""
@@ -214,6 +229,29 @@ def for_order(order: dict[str, Any]) -> Channel | None:
     if api:
         return find(lambda c: c.api == api)
     return by_stored(str(order.get("channel") or ""))
+
+
+def refund_clients(
+    merchants: Any, settings: Any, clock: Callable[[], float]
+) -> dict[str, Callable[[str], RefundClient]]:
+    """stored channel -> (merchant id -> refund client). A stored value shared by several channels (WeChat v2
+    and v3) asks them in registration order: v3 when the merchant has v3 credentials, else v2 (R26)."""
+    from tally import errors
+
+    def for_stored(stored: str) -> Callable[[str], RefundClient]:
+        sharing = [c for c in all_channels() if c.stored == stored]
+
+        def client(merchant_id: str) -> RefundClient:
+            for channel in sharing[:-1]:
+                try:
+                    return channel.refund_client(merchants, settings, clock, merchant_id)
+                except errors.NotFound:
+                    continue
+            return sharing[-1].refund_client(merchants, settings, clock, merchant_id)
+
+        return client
+
+    return {stored: for_stored(stored) for stored in stored_values()}
 
 
 def stored_values() -> list[str]:

@@ -10,7 +10,7 @@ from tally.channels.registry import ChannelNames
 
 if TYPE_CHECKING:
     from tally.channels.bill_source import Bill, BillSource
-    from tally.channels.registry import PullClient
+    from tally.channels.registry import PullClient, RefundClient
     from tally.domain.notifications import Outcome, PaymentNotice
     from tally.domain.refunds import RefundEvent
 
@@ -60,6 +60,14 @@ class Alipay(ChannelNames):
             source="recon",
         )
         return notice, json.dumps(answer, ensure_ascii=False).encode()
+
+    def refund_client(
+        self, merchants: Any, settings: Any, clock: Callable[[], float], merchant_id: str
+    ) -> RefundClient:
+        from tally.channels.alipay.refunds import AlipayRefunds
+
+        merchant = merchants.alipay(merchant_id)
+        return AlipayRefunds(merchants.alipay_client(merchant), mchid=merchant_id, sp_mchid=merchant.sp_mchid)
 
     def bill_source(self, merchants: Any) -> BillSource | None:
         from tally.channels.alipay.bills import AlipayBillSource

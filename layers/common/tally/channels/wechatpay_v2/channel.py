@@ -15,7 +15,7 @@ from tally.channels.registry import ChannelNames
 
 if TYPE_CHECKING:
     from tally.channels.bill_source import Bill, BillSource
-    from tally.channels.registry import PullClient
+    from tally.channels.registry import PullClient, RefundClient
     from tally.domain.notifications import Outcome, PaymentNotice
     from tally.domain.refunds import RefundEvent
 
@@ -58,6 +58,33 @@ class WeChatPayV2(ChannelNames):
         raise errors.ChannelError(
             "WeChat Pay v2 has no query by transaction_id here: v3's answers (stored wechatpay)"
         )
+
+    def refund_client(
+        self, merchants: Any, settings: Any, clock: Callable[[], float], merchant_id: str
+    ) -> RefundClient:
+        """The merchant's v2 refund client: /secapi/pay/refund with mutual TLS when its secret carries the API
+        client certificate (tally merchant add wechatpay-v2 --client-cert …)."""
+        from tally.channels.wechatpay_v2.refunds import (
+            WeChatPayV2RefundClient,
+            WeChatV2Refunds,
+            mtls_context_from_pem,
+        )
+
+        mchid = merchant_id
+        v2 = merchants.wechatpay_v2(mchid)
+        client = WeChatPayV2RefundClient(
+            settings.wechatpay_api_base,
+            mchid=mchid,
+            api_key=v2.api_key,
+            appid=str(v2.row.get("appid") or ""),
+            timeout_s=settings.http_timeout_s,
+            ssl_context=mtls_context_from_pem(
+                v2.client_cert, v2.client_key or "", settings.wechatpay_ca_file or None
+            )
+            if v2.client_cert
+            else None,
+        )
+        return WeChatV2Refunds(client, v2.notify_url, clock=clock)
 
     def bill_source(self, merchants: Any) -> BillSource | None:
         return None  # its payments are in the merchant's WeChat bill: v3's download (stored "wechatpay")

@@ -10,7 +10,7 @@ from tally.channels.registry import ChannelNames
 
 if TYPE_CHECKING:
     from tally.channels.bill_source import Bill, BillSource
-    from tally.channels.registry import PullClient
+    from tally.channels.registry import PullClient, RefundClient
     from tally.domain.notifications import Outcome, PaymentNotice
     from tally.domain.refunds import RefundEvent
 
@@ -61,6 +61,14 @@ class WeChatPayV3(ChannelNames):
         resource = client.request("GET", path, None)
         notice = wire.to_payment_notice(resource, source="recon")
         return notice, json.dumps(resource, ensure_ascii=False).encode()
+
+    def refund_client(
+        self, merchants: Any, settings: Any, clock: Callable[[], float], merchant_id: str
+    ) -> RefundClient:
+        from tally.channels.wechatpay_v3.refunds import WeChatRefunds
+
+        merchant = merchants.wechatpay(merchant_id)  # UnknownMerchant: no v3 credentials (then v2's, R26)
+        return WeChatRefunds(merchants.client(merchant), merchant.notify_url)
 
     def bill_source(self, merchants: Any) -> BillSource | None:
         from tally.channels.wechatpay_v3.bills import WeChatBillSource
