@@ -70,7 +70,8 @@ def test_r45_statement_row_and_csv_carry_the_verdict_in_yuan():
         unchecked["verdict"] == NOT_CHECKED and unchecked["reason"] and unchecked["fund_flow_net_yuan"] == ""
     )
     text = statement_csv([row, unchecked])
-    back = list(csv.DictReader(io.StringIO(text)))
+    assert text.startswith("\ufeffmerchant,channel,day,")
+    back = list(csv.DictReader(io.StringIO(text[1:])))
     assert tuple(back[0]) == COLUMNS and back == [row, unchecked]
 
 

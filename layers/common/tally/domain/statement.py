@@ -126,10 +126,11 @@ def statement_row(
 
 
 def statement_csv(rows: Iterable[dict[str, str]]) -> str:
-    """The statement as CSV text (UTF-8 when encoded; header first; CRLF line ends as csv writes them)."""
+    """The statement as CSV text for a spreadsheet: a BOM first (as service.ledger_day.csv_text writes, so Excel
+    reads the UTF-8), the header, one line per row (CRLF, as csv writes them)."""
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=COLUMNS, extrasaction="raise")
     writer.writeheader()
     for row in rows:
         writer.writerow(row)
-    return out.getvalue()
+    return "\ufeff" + out.getvalue()
