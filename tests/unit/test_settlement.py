@@ -15,7 +15,9 @@ import json
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tally.channels.bills_wechatpay import HEADERS, SUMMARY_HEADERS, WeChatBillParser
 from tally.domain.money import MAX_CENT
+from tally.domain.recon import AMOUNT_DIFFERS, PASSED, PAYMENT, LocalEntry, Matcher, check_guards
 from tally.domain.settlement import (
     ALIPAY,
     CASH,
@@ -356,6 +358,7 @@ def test_r43_alipay_points_are_part_of_the_discount_not_of_the_payer_amount():
             "!= amount",
         ),
         ({"invoice_amount": "2.00"}, "invoice amount"),
+        ({"buyer_pay_amount": "0.90"}, "exceeds the discount"),  # a 0.20 voucher on a 0.10 discount
     ],
 )
 def test_r43_alipay_inconsistent_input_is_refused(change, why):
@@ -442,3 +445,40 @@ def test_r43_property_a_payer_amount_that_does_not_add_up_is_always_refused(extr
     payer = total - sum(c[1] for c in cs)
     with pytest.raises(SettlementError):
         wechat_v3_payment({"total": total, "payer_total": payer + off}, details)
+
+
+# ---------------------------------------------------------------- what the trade bill compares (R43 → recon)
+
+
+def _bill_row(tx, settle, coupon, total):
+    values = ["2026-11-30 10:00:00", "wx1", "1900000109", "0", "", tx, f"O{tx}", "o1", "NATIVE", "SUCCESS",
+              "OTHERS", "CNY", settle, coupon, "0", "0", "0.00", "0.00", "", "", "coffee", "", "0.00000", "0.60%",
+              total, "0.00", ""]  # fmt: skip
+    return ("`" + ",`".join(values) + "\n").encode()
+
+
+def test_r43_the_trade_bill_compares_settlement_amounts_so_the_ledger_must_book_them():
+    """WeChat's ALL bill writes 应结订单金额 = 订单金额 − NOCASH: a ledger of settlement amounts matches it row
+    for row; today's ledger of payer amounts differs on every CASH coupon (docs/proof.md)."""
+    cash = wechat_v3_payment({"total": 10000, "payer_total": 9000}, [{"type": "CASH", "amount": 1000}])
+    nocash = wechat_v3_payment({"total": 10000, "payer_total": 9000}, [{"type": "NOCASH", "amount": 1000}])
+    lines = [
+        (HEADERS["ALL"] + "\n").encode(),
+        _bill_row("4201", "100.00", "10.00", "100.00"),
+        _bill_row("4202", "90.00", "10.00", "100.00"),
+        (SUMMARY_HEADERS["ALL"] + "\n").encode(),
+        b"`2,`190.00,`0.00,`0.00,`0.00000,`200.00,`0.00\n",
+    ]
+    parser = WeChatBillParser(iter(lines), check_fees=False)
+    items = list(parser.items())
+    assert check_guards(parser.totals).code == PASSED
+
+    def diffs(amount_of):
+        local = {
+            "wechatpay#4201": LocalEntry("wechatpay#4201", PAYMENT, amount_of(cash)),
+            "wechatpay#4202": LocalEntry("wechatpay#4202", PAYMENT, amount_of(nocash)),
+        }
+        return [(d.cls, d.key) for d in Matcher(local).match(items)]
+
+    assert diffs(lambda s: s.settlement_cent) == []
+    assert diffs(lambda s: s.payer_cent) == [(AMOUNT_DIFFERS, "wechatpay#4201")]

@@ -96,6 +96,8 @@ class Settlement:
         _not_above(
             self.payer_cent + self.point_cent, self.total_cent, "payer amount + points", "the order amount"
         )
+        promoted = sum(p.amount_cent for p in self.promotions)
+        _not_above(promoted, self.discount_cent, "promotions", "the discount (order − payer − points)")
 
     # the split, derived (so it is never stored inconsistently)
     @property
