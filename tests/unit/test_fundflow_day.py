@@ -9,6 +9,7 @@ import pathlib
 from dataclasses import replace
 
 import pytest
+from tally.channels.bills_wechatpay import WeChatBillParser
 from tally.channels.fundflow_alipay import AlipayFundFlowParser
 from tally.channels.fundflow_wechatpay import WeChatFundFlowParser
 from tally.domain.fundflow import (
@@ -28,6 +29,7 @@ from tally.domain.fundflow import (
     FundFlowRow,
     SettlementLag,
     check_day,
+    trade_figures,
 )
 from tally.domain.recon import Diff
 from tally.domain.settlement import alipay_payment, wechat_v3_payment
@@ -215,3 +217,12 @@ def test_r45_the_lag_says_which_fund_flow_days_a_ledger_day_needs():
 @pytest.mark.parametrize("channel", sorted(DEFAULT_LAGS))
 def test_r45_every_channel_has_a_stated_lag(channel):
     assert DEFAULT_LAGS[channel].source
+
+
+def test_r45_the_trade_leg_is_summed_from_the_bill_rows_with_fees_charged_and_given_back_apart():
+    bills = (
+        HERE.parent / "wechat_all_lf.csv"
+    )  # 100.00 + 0.01 + 12.34 paid, 25.50 refunded; fees 0.60 + 0.07, −0.15
+    figures = trade_figures(WeChatBillParser(open(bills, "rb")).items())
+    assert figures == DayFigures(11235, 2550, 67, 15)
+    assert figures.fee_cent - figures.fee_returned_cent == 52  # the bill's own 手续费总金额 0.52

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import date, timedelta
 
 from tally.domain.money import yuan_text
-from tally.domain.recon import Diff
+from tally.domain.recon import PAYMENT, BillItem, Diff, round_units
 
 SETTLEMENT = "SETTLEMENT"
 REFUND = "REFUND"
@@ -129,6 +129,26 @@ class DayFigures:
     @property
     def net_cent(self) -> int:
         return self.settlement_cent - self.refund_cent - self.fee_cent + self.fee_returned_cent
+
+
+def trade_figures(items: Iterable[BillItem]) -> DayFigures:
+    """The trade bill's day in check_day's terms: SUCCESS payments' amounts (WeChat 应结订单金额, Alipay 商家实收),
+    SUCCESS refunds, fees charged and fees given back, each row's fee rounded half up to the fen as it is charged.
+    Rows still PROCESSING (or REVOKED) moved no money and are left out."""
+    settlement = refund = fee = returned = 0
+    for item in items:
+        if item.status != "SUCCESS":
+            continue
+        if item.kind == PAYMENT:
+            settlement += item.amount_cent
+        else:
+            refund += item.amount_cent
+        cents = round_units(item.fee_e5, 5, 2)
+        if cents >= 0:
+            fee += cents
+        else:
+            returned -= cents
+    return DayFigures(settlement, refund, fee, returned)
 
 
 # ---------------------------------------------------------------- the lag
