@@ -9,6 +9,8 @@ import pathlib
 from dataclasses import replace
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from tally.channels.bills_wechatpay import WeChatBillParser
 from tally.channels.fundflow_alipay import AlipayFundFlowParser
 from tally.channels.fundflow_wechatpay import WeChatFundFlowParser
@@ -226,3 +228,40 @@ def test_r45_the_trade_leg_is_summed_from_the_bill_rows_with_fees_charged_and_gi
     figures = trade_figures(WeChatBillParser(open(bills, "rb")).items())
     assert figures == DayFigures(11235, 2550, 67, 15)
     assert figures.fee_cent - figures.fee_returned_cent == 52  # the bill's own 手续费总金额 0.52
+
+
+# a random WeChat day: the fund flow the lag implies agrees; losing any one credit is a SETTLEMENT diff of exactly it
+payments = st.lists(st.tuples(st.integers(1, 10**7), st.integers(0, 100)), min_size=1, max_size=20)
+refund_list = st.lists(st.tuples(st.integers(1, 10**6), st.integers(0, 10)), max_size=5)
+
+
+def _rows(pays, refs):
+    credits = [
+        FundFlowRow("BASIC", f"C{i}", f"T{i}", "2026-12-01 03:00:00", "交易", SETTLEMENT, s - min(f, s), 0, "", "", s, min(f, s))
+        for i, (s, f) in enumerate(pays)
+    ]  # fmt: skip
+    debits = [
+        FundFlowRow("BASIC", f"R{i}", f"R{i}", "2026-11-30 12:00:00", "退款", REFUND, -(r - min(f, r)), 0, "", "", r, min(f, r))
+        for i, (r, f) in enumerate(refs)
+    ]  # fmt: skip
+    return credits, debits
+
+
+@given(payments, refund_list, st.data())
+def test_r45_property_the_lagged_fund_flow_agrees_and_a_lost_credit_is_found(pays, refs, data):
+    credits, debits = _rows(pays, refs)
+    ledger = DayFigures(
+        sum(s for s, _ in pays),
+        sum(r for r, _ in refs),
+        sum(c.fee_cent for c in credits),
+        sum(d.fee_cent for d in debits),
+    )
+    days = {"2026-11-30": FundFlowDay().extend(debits), "2026-12-01": FundFlowDay().extend(credits)}
+    assert check_day(M, "wechatpay", "2026-11-30", ledger, trade=ledger, fund_days=days).code == AGREED
+    lost = data.draw(st.integers(0, len(credits) - 1))
+    days["2026-12-01"] = FundFlowDay().extend(c for i, c in enumerate(credits) if i != lost)
+    v = check_day(M, "wechatpay", "2026-11-30", ledger, trade=ledger, fund_days=days)
+    assert v.code == FUND_DIFFERS
+    got = {d.item: d.local_amount_cent - d.channel_amount_cent for d in v.diffs}
+    assert got[SETTLEMENT] == credits[lost].gross_cent
+    assert got.get(FEE, 0) == credits[lost].fee_cent

@@ -267,3 +267,13 @@ def test_alipay_what_is_not_a_fund_flow_bill_is_refused_loudly(lines, why):
 def test_alipay_not_gbk_is_refused():
     with pytest.raises(BillParseError, match="not GBK"):
         list(AlipayFundFlowParser(iter([b"\xff\xfe\xfd\n"])).rows())
+
+
+def test_wechat_a_zero_amount_debit_keeps_its_direction():
+    # a 0.01 refund whose 0.01 fee is given back moves nothing, yet it is a 支出 and a refund of 0.01
+    row = bt("2026-12-01 10:00:00", "503", "FF7", "退款", "退款", "支出", "0.00", "1.00", "api",
+             "退款总金额0.01元;含手续费0.01元", "R7")  # fmt: skip
+    rows, parser = wechat_bytes(f"{HEADER}\n{row}\n{SUMMARY_HEADER}\n{bt('1', '0', '0.00', '1', '0.00')}\n")
+    assert check_guards(parser.totals).code == PASSED
+    day = FundFlowDay().extend(rows)
+    assert (rows[0].sign, day.refund_cent, day.fee_returned_cent, day.net_cent) == (-1, 1, 1, 0)

@@ -106,7 +106,7 @@ class AlipayFundFlowParser:
             if previous_balance is not None and previous_balance + row.amount_cent != row.balance_cent:
                 self.balance_breaks += 1
             previous_balance = row.balance_cent
-            if row.amount_cent >= 0:
+            if row.sign > 0:
                 income_n += 1
                 income += row.amount_cent
             else:
@@ -165,4 +165,5 @@ def _row(v: list[str]) -> FundFlowRow:
         memo,
         abs(amount),
         0,
+        1 if income else -1 if expense else 0,
     )

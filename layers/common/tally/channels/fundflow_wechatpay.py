@@ -110,7 +110,7 @@ class WeChatFundFlowParser:
             if previous_balance is not None and previous_balance + row.amount_cent != row.balance_cent:
                 self.balance_breaks += 1
             previous_balance = row.balance_cent
-            if row.amount_cent >= 0:
+            if row.sign > 0:
                 income_n += 1
                 income += row.amount_cent
             else:
@@ -169,6 +169,7 @@ class WeChatFundFlowParser:
             memo or name,
             gross,
             fee,
+            sign,
         )
 
     def _summary(self, values: list[str], number: int, parsed: tuple[int, int, int, int]) -> None:

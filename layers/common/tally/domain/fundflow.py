@@ -60,6 +60,17 @@ class FundFlowRow:
     memo: str = ""
     gross_cent: int = 0
     fee_cent: int = 0
+    direction: int = (
+        0  # +1 收入 / −1 支出 as the bill says; 0: from the amount's sign (a zero amount: the category's)
+    )
+
+    @property
+    def sign(self) -> int:
+        if self.direction:
+            return self.direction
+        if self.amount_cent:
+            return 1 if self.amount_cent > 0 else -1
+        return -1 if self.category == REFUND else 1
 
 
 @dataclass
@@ -87,7 +98,7 @@ class FundFlowDay:
         self.accounts.add(row.account)
         self.net_cent += row.amount_cent
         self.by_type[row.business_type] = self.by_type.get(row.business_type, 0) + row.amount_cent
-        sign = 1 if row.amount_cent >= 0 else -1
+        sign = row.sign
         if row.category == SETTLEMENT:
             self.settlement_cent += sign * row.gross_cent
             self.fee_cent += sign * row.fee_cent
@@ -97,7 +108,7 @@ class FundFlowDay:
                 sign * row.fee_cent
             )  # the fee given back, netted into the refund's debit
         elif row.category == FEE:
-            if row.amount_cent <= 0:
+            if sign < 0:
                 self.fee_cent -= row.amount_cent
             else:
                 self.fee_returned_cent += row.amount_cent
