@@ -277,3 +277,11 @@ def test_wechat_a_zero_amount_debit_keeps_its_direction():
     assert check_guards(parser.totals).code == PASSED
     day = FundFlowDay().extend(rows)
     assert (rows[0].sign, day.refund_cent, day.fee_returned_cent, day.net_cent) == (-1, 1, 1, 0)
+
+
+def test_r33_a_fund_flow_volume_drop_is_blocked_like_a_trade_bill_s():
+    from tally.domain.recon import VOLUME_DROP
+
+    _, parser = wechat("wechat_basic_20261201_day.csv")  # 5 rows
+    assert check_guards(parser.totals, previous_rows=100).code == VOLUME_DROP
+    assert check_guards(parser.totals, previous_rows=100, confirmed=True).code == PASSED

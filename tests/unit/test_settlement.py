@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from tally.channels.bills_wechatpay import HEADERS, SUMMARY_HEADERS, WeChatBillParser
-from tally.domain.money import MAX_CENT
+from tally.domain.money import MAX_CENT, format_cents
 from tally.domain.recon import AMOUNT_DIFFERS, PASSED, PAYMENT, LocalEntry, Matcher, check_guards
 from tally.domain.settlement import (
     ALIPAY,
@@ -482,3 +482,46 @@ def test_r43_the_trade_bill_compares_settlement_amounts_so_the_ledger_must_book_
 
     assert diffs(lambda s: s.settlement_cent) == []
     assert diffs(lambda s: s.payer_cent) == [(AMOUNT_DIFFERS, "wechatpay#4201")]
+
+
+vouchers = st.lists(st.tuples(st.integers(0, 5000), st.integers(0, 5000)), max_size=4)
+
+
+@given(st.integers(1, 10**7), vouchers, st.integers(0, 100))
+def test_r43_property_alipay_keeps_receipt_and_the_voucher_split(paid, vs, points):
+    discount = sum(m + o for m, o in vs)
+    total = paid + points + discount
+    merchant = sum(m for m, _ in vs)
+
+    yuan = format_cents
+    fields = {
+        "total_amount": yuan(total),
+        "buyer_pay_amount": yuan(paid),
+        "point_amount": yuan(points),
+        "receipt_amount": yuan(total - merchant),
+        "voucher_detail_list": json.dumps(
+            [
+                {"amount": yuan(m + o), "merchantContribute": yuan(m), "otherContribute": yuan(o)}
+                for m, o in vs
+            ]
+        ),
+        "fund_bill_list": json.dumps(
+            [{"amount": yuan(paid), "fundChannel": "ALIPAYACCOUNT"}]
+            + ([{"amount": yuan(points), "fundChannel": "POINT"}] if points else [])
+            + ([{"amount": yuan(discount), "fundChannel": "DISCOUNT"}] if discount else [])
+        ),
+    }
+    s = alipay_payment(fields)
+    assert (s.total_cent, s.payer_cent, s.point_cent, s.settlement_cent) == (
+        total,
+        paid,
+        points,
+        total - merchant,
+    )
+    assert (s.merchant_funded_cent, s.other_funded_cent, s.unattributed_cent) == (
+        merchant,
+        discount - merchant,
+        0,
+    )
+    with pytest.raises(SettlementError):
+        alipay_payment({**fields, "total_amount": yuan(total + 1)})
