@@ -21,7 +21,7 @@ either keeps the order in the index with a due time or hands it to a person with
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -135,9 +135,10 @@ class PollService:
 
     # ---------------------------------------------------------------- the return page
 
-    def confirm(self, order: dict[str, Any]) -> bool:
+    def confirm(self, row: Mapping[str, Any]) -> bool:
         """Ask the channel once about a WAIT_PAY order older than a few seconds, at most once per
         `confirm_every_s` per order; book or close on a definite answer. True if the order changed."""
+        order = dict(row)  # an OrderRow (store/records.py); the pull paths below take a plain row
         now = self.clock()
         if order.get("status") != Status.WAIT_PAY.value:
             return False
