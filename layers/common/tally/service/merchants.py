@@ -13,6 +13,7 @@ from tally.channels import alipay as ali
 from tally.channels import wechatpay_v2 as wx2
 from tally.channels import wechatpay_v3 as wx
 from tally.observability import M, count, logger
+from tally.store.keys import PlatformCertStore
 from tally.store.secrets import SecretStore
 from tally.store.tables import MerchantStore, iso_now
 
@@ -93,7 +94,7 @@ class MerchantDirectory:
         refresh_every_s: float = 60,
         http_timeout_s: float = 3.0,
         alipay_gateway: str = "https://openapi.alipay.com/gateway.do",
-        certs: Any = None,
+        certs: PlatformCertStore | None = None,
     ):
         self.store = store
         self.certs = (

@@ -6,11 +6,14 @@ loses nothing: the stream holds the change until the publish succeeds.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tally.domain.events import DownstreamEvent, events_for_change
 from tally.observability import M, count, logger
 from tally.store.events import EventBus, stream_images
+
+if TYPE_CHECKING:
+    from tally.store.changes import ChangedRows
 
 
 class PublishFailed(Exception):
@@ -47,7 +50,7 @@ class Republisher:
     """`tally outbox republish`: events lost after the stream gave up (OutboxDLQ holds only shard pointers into
     a stream that keeps records 24 h) are rebuilt from the rows, which are the truth."""
 
-    def __init__(self, rows: Any, outbox: OutboxService):
+    def __init__(self, rows: ChangedRows, outbox: OutboxService):
         self.rows = rows
         self.outbox = outbox
 

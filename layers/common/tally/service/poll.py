@@ -30,7 +30,7 @@ from tally.domain.notifications import EVENT_OF_OUTCOME
 from tally.domain.orders import Event, Status, Verdict, transit
 from tally.domain.poll import Answer, next_due
 from tally.observability import M, count, logger
-from tally.service.apply import RetryLater
+from tally.service.apply import ApplyService, RetryLater
 from tally.service.ingest import raw_row
 from tally.service.pull import PullChannels, QueryResult
 from tally.store.polling import PollStore
@@ -57,7 +57,7 @@ class PollService:
         polls: PollStore,
         raw: RawStore,
         queue: ApplyQueue,
-        apply: Any,
+        apply: ApplyService,
         channels: PullChannels,
         *,
         clock: Callable[[], float] = time.time,
