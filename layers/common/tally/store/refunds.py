@@ -17,10 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tally.store.codec import from_item, names_values, to_item
-from tally.store.tables import Tables, shard_of, transact
-
-# the one exception for a cancelled transaction (store/tables.py); service/refunds.py imports it from here
-from tally.store.tables import TransactionFailed as TransactionFailed
+from tally.store.tables import Tables, shard_of
+from tally.store.tables import TransactionFailed as TransactionFailed  # the one (store/tables.py)
 
 POLL_SHARDS = 4
 HOLD_PREFIX = "hold#"  # an order attribute per refund reserved but not yet stored as a refund row
@@ -401,7 +399,7 @@ class RefundStore:
         }
 
     def transact(self, items: list[dict[str, Any]]) -> None:
-        transact(self.t.ddb, items)  # raises TransactionFailed
+        self.t.base.transact(items)  # raises TransactionFailed
 
     # --- refund tasks (R17's table)
     def open_tasks(self, limit: int) -> list[dict[str, Any]]:
