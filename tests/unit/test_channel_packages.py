@@ -40,6 +40,8 @@ STILL_NAMES_A_CHANNEL = {
     "service/keys.py": "a WeChat Pay v3-only feature: platform-certificate download",
     "cli/verify.py": "one subcommand per channel, with that channel's flags (`tally verify wechatpay-v2`)",
     "cli/merchant.py": "one subcommand per channel, with that channel's credential flags",
+    "domain/settlement.py": "domain is pure (it may not import the registry): the channels' words as data (R43)",
+    "domain/fundflow.py": "domain is pure: the settlement lag per channel, keyed by the metric word (R45)",
 }
 
 
