@@ -11,9 +11,9 @@ from dataclasses import replace
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from tally.channels.fundflow_alipay import AlipayFundFlowParser
-from tally.channels.fundflow_wechatpay import WeChatFundFlowParser
+from tally.channels.alipay.fundflow import AlipayFundFlowParser
 from tally.channels.wechatpay_v3.bills import WeChatBillParser
+from tally.channels.wechatpay_v3.fundflow import WeChatFundFlowParser
 from tally.domain.fundflow import (
     AGREED,
     DEFAULT_LAGS,

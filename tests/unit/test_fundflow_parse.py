@@ -1,4 +1,4 @@
-"""Fund-flow bill parsers (tally.channels.fundflow_wechatpay / fundflow_alipay) on files held as the channels write
+"""Fund-flow bill parsers (tally.channels.wechatpay_v3.fundflow / alipay.fundflow) on files held as the channels write
 them (tests/fixtures/bills/fundflow, made by make_fixtures.py), and the same guards as trade bills (R31, R32):
 zero rows vs the summary, counts and amounts vs the summary. R45 needs a fund flow it can trust."""
 
@@ -7,8 +7,8 @@ import pathlib
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from tally.channels.fundflow_alipay import AlipayFundFlowParser
-from tally.channels.fundflow_wechatpay import HEADER, SUMMARY_HEADER, WeChatFundFlowParser
+from tally.channels.alipay.fundflow import AlipayFundFlowParser
+from tally.channels.wechatpay_v3.fundflow import HEADER, SUMMARY_HEADER, WeChatFundFlowParser
 from tally.domain.fundflow import FEE, OTHER, REFUND, SETTLEMENT, UNCLASSIFIED, FundFlowDay
 from tally.domain.money import format_cents
 from tally.domain.recon import (
@@ -257,7 +257,7 @@ def test_r32_alipay_coherent_day_passes_and_adds_up_by_category():
     ],
 )
 def test_alipay_what_is_not_a_fund_flow_bill_is_refused_loudly(lines, why):
-    from tally.channels.fundflow_alipay import HEADER as ALI
+    from tally.channels.alipay.fundflow import HEADER as ALI
 
     data = [(line.replace("{header}", ALI) + "\r\n").encode("gbk") for line in lines]
     with pytest.raises(BillParseError, match=why):

@@ -6,9 +6,9 @@ shortfall is found on its day only. The simulator will play the same week throug
 
 from datetime import date, timedelta
 
-from tally.channels.fundflow_alipay import HEADER as ALI_HEADER
-from tally.channels.fundflow_alipay import AlipayFundFlowParser
-from tally.channels.fundflow_wechatpay import HEADER, SUMMARY_HEADER, WeChatFundFlowParser
+from tally.channels.alipay.fundflow import HEADER as ALI_HEADER
+from tally.channels.alipay.fundflow import AlipayFundFlowParser
+from tally.channels.wechatpay_v3.fundflow import HEADER, SUMMARY_HEADER, WeChatFundFlowParser
 from tally.domain.fundflow import AGREED, FUND_DIFFERS, PENDING, SETTLEMENT, FundFlowDay, check_day
 from tally.domain.money import format_cents
 from tally.domain.recon import PASSED, QUIET, check_guards

@@ -1,7 +1,7 @@
 """The money's last leg (R45): the channel's fund-flow bill, in aggregate, against the ledger. Pure.
 
 A fund-flow bill (WeChat 资金账单, Alipay 账务明细) lists every movement of the merchant's balance at the channel.
-The parsers (tally.channels.fundflow_*) turn each row into a `FundFlowRow` with a `category`; a `FundFlowDay`
+The parsers (tally.channels.wechatpay_v3.fundflow, tally.channels.alipay.fundflow) turn each row into a `FundFlowRow` with a `category`; a `FundFlowDay`
 adds the rows of one merchant and one fund-flow day (all accounts: WeChat BASIC + FEES); `check_day` compares
 one *ledger* day's settlement, refunds and fees with the fund-flow days the channel's settlement lag puts
 them on, and with the trade bill's sums, and returns the three-way verdict plus `SETTLEMENT_DIFFERS` diffs in
