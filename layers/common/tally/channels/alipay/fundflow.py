@@ -2,7 +2,7 @@
 a streaming parser, pure (channel-spec.md §7; docs/settlement.md §fund flow).
 
 The zip holds GBK CSVs picked by suffix (`…_账务明细.csv`, `…_账务明细(汇总).csv`; open them with
-tally.channels.bills_alipay.open_zip-style code when wired). The detail file:
+tally.channels.alipay.bills.open_zip-style code when wired). The detail file:
 
     #支付宝账务明细查询
     #账号：[20888011365400330156]

@@ -1,7 +1,7 @@
 """WeChat Pay fund-flow bill (资金账单, `GET /v3/bill/fundflowbill?bill_date=…&account_type=BASIC|OPERATION|FEES`,
 and v2 `/pay/downloadfundflow`): a streaming parser, pure (docs/settlement.md §fund flow).
 
-Same framing as the trade bill (tally.channels.bills_wechatpay): a header line, detail rows whose every value
+Same framing as the trade bill (tally.channels.wechatpay_v3.bills): a header line, detail rows whose every value
 is prefixed with a backtick, a summary header line and one summary values line; UTF-8 with or without BOM,
 CRLF or LF. Header (11 columns; older answers write the unit with full-width parentheses, newer ones with
 half-width — both are accepted, nothing else):
