@@ -81,6 +81,8 @@ Admin (unsigned, JSON): ``GET /_sim/health``, ``GET /_sim/keys``, ``POST|GET /_s
 ``GET /_sim/requests``, ``POST|DELETE /_sim/faults``. See docs/simulator.md.
 """
 
-from .core import RETRY_SCHEDULE_S, ChannelSimulator, SimulatorError, test_merchant
+from .kernel import SimulatorError
+from .simulator import ChannelSimulator
+from .wechatpay_v3 import RETRY_SCHEDULE_S, test_merchant
 
 __all__ = ["ChannelSimulator", "SimulatorError", "RETRY_SCHEDULE_S", "test_merchant"]
