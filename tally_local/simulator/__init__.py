@@ -4,6 +4,10 @@ It is the *other side* of the wire. It never imports ``tally.*``: its signing, v
 AEAD code (``_crypto.py``) is written separately from the wire spec (``channel-spec.md`` §1, §2) so that
 it cross-checks the product code. It only talks to loopback addresses.
 
+Layout: a kernel (``kernel.py``), one fault queue (``faults.py``), one delivery engine (``delivery.py``) and one
+desk per channel API (``wechatpay_v3*.py``, ``wechatpay_v2*.py``, ``alipay*.py``, ``bills.py``), composed into
+``ChannelSimulator`` (``simulator.py``); docs/simulator.md "Layout".
+
 Quick start::
 
     from tally_local.simulator import ChannelSimulator, test_merchant
