@@ -13,6 +13,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from . import admin_channels
 from .bills import RawBody
+from .faults import corrupted
 from .kernel import SimulatorError, log
 from .kernel import compact as _compact
 from .wechatpay_v3 import Merchant
@@ -173,8 +174,7 @@ class _Handler(BaseHTTPRequestHandler):
         if fault and fault["kind"] == "unsigned":
             headers = {"Request-ID": headers["Request-ID"]}
         elif fault and fault["kind"] == "bad_signature":
-            sig = headers["Wechatpay-Signature"]
-            headers["Wechatpay-Signature"] = ("A" if sig[0] != "A" else "B") + sig[1:]
+            headers["Wechatpay-Signature"] = corrupted(headers["Wechatpay-Signature"])
         with sim._lock:
             sim.requests.append(
                 {

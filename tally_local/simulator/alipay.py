@@ -45,7 +45,7 @@ from cryptography.x509.oid import NameOID
 from . import _crypto as c
 from . import kernel as k
 from .delivery import ALIPAY_RETRY_S, Chain, DeliveryEngine, DeliveryLog
-from .faults import FaultQueue
+from .faults import FaultQueue, corrupted
 from .kernel import AlipayError, Forward, Kernel, Reply
 
 #: §5.4: 4m, 10m, 10m, 1h, 2h, 6h, 15h between the 8 attempts (× time_scale).
@@ -312,7 +312,7 @@ class AlipayDesk:
             key, cert_sn = self._signing(merchant)
             signature = rsa2(key, value)
             if fault is not None and fault["kind"] == "bad_signature":
-                signature = ("A" if signature[0] != "A" else "B") + signature[1:]
+                signature = corrupted(signature)
             text = '{"' + node + '":' + value + ',"sign":"' + signature + '"'
             text += (',"alipay_cert_sn":"' + cert_sn + '"}') if cert_sn else "}"
         return 200, {"Content-Type": "text/html;charset=utf-8"}, text.encode("utf-8")

@@ -27,6 +27,11 @@ _MATCHERS: dict[str, tuple[str, Callable[[Any, Any], bool]]] = {
 }
 
 
+def corrupted(signature: str) -> str:
+    """The ``bad_signature`` fault: the signature with its first character changed (still well-formed)."""
+    return ("A" if signature[:1] != "A" else "B") + signature[1:]
+
+
 class FaultQueue:
     def __init__(self) -> None:
         self._lock = threading.Lock()

@@ -31,7 +31,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from . import kernel as k
 from ._tls import fingerprint, fingerprint_pem
 from .delivery import WECHATPAY_RETRY_S, Chain, DeliveryEngine, DeliveryLog
-from .faults import FaultQueue
+from .faults import FaultQueue, corrupted
 from .kernel import Forward, Kernel, Reply
 
 #: a refund path's handler: (owner mch_id, request fields) → (answer fields, seconds to hold the answer)
@@ -214,7 +214,7 @@ class WeChatPayV2Desk:
             answer["sub_mch_id"] = req["sub_mch_id"]
         answer["sign"] = v2_sign(answer, merchant.api_key, sign_type)
         if fault is not None and fault["kind"] == "bad_signature":
-            answer["sign"] = ("A" if answer["sign"][0] != "A" else "B") + answer["sign"][1:]
+            answer["sign"] = corrupted(answer["sign"])
         with self._lock:
             self.requests.append(
                 {

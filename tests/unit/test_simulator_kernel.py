@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tally_local.simulator.delivery import Chain, DeliveryEngine, DeliveryLog
-from tally_local.simulator.faults import Behaviour, FaultQueue
+from tally_local.simulator.faults import Behaviour, FaultQueue, corrupted
 from tally_local.simulator.kernel import Forward, Kernel, Reply, cents, post, yuan
 
 
@@ -28,6 +28,10 @@ def test_fault_queue_hands_out_the_first_matching_fault_and_counts_it_down():
     assert len(q) == 1 and q.pending()[0]["count"] == 1
     assert q.take(path="/v3/pay/x", method="GET")["count"] == 0
     assert q.take(path="/v3/pay/x", method="GET") is None and q.pending() == []
+
+
+def test_bad_signature_changes_the_first_character_only():
+    assert corrupted("AbC=") == "BbC=" and corrupted("xyz") == "Ayz"
 
 
 def test_fault_queue_without_criteria_matches_every_call_in_arming_order():
