@@ -150,6 +150,9 @@ class BillBook:
             if _day_of(t["success_time"]) != day:
                 continue
             total = t["amount"]["total"]
+            coupons = sum(int(p["amount"]) for p in t.get("promotion_detail") or ())
+            nocash = sum(int(p["amount"]) for p in t.get("promotion_detail") or () if p["type"] == "NOCASH")
+            settle = total - nocash  # 应结订单金额 = 订单金额 − 免充值代金券金额 (R43)
             rows.append(
                 [
                     _clock(t["success_time"]),
@@ -164,8 +167,8 @@ class BillBook:
                     "SUCCESS",
                     t["bank_type"],
                     "CNY",
-                    k.yuan(total),
-                    "0.00",
+                    k.yuan(settle),
+                    k.yuan(coupons),
                     "0",
                     "0",
                     "0.00",
@@ -174,7 +177,7 @@ class BillBook:
                     "",
                     "模拟商品",
                     t.get("attach", ""),
-                    f"{_fee(total):.5f}",
+                    f"{_fee(settle):.5f}",
                     "0.60%",
                     k.yuan(total),
                     "0.00",

@@ -11,9 +11,10 @@ with fewer decimals (see `round_units`).
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
+from typing import Any
 
 from tally.domain.money import yuan_text
 
@@ -266,9 +267,33 @@ class LocalEntry:
     refund_no: str = ""
 
 
-def fold_ledger(entries: Iterable[dict]) -> dict[str, LocalEntry]:
-    """Ledger rows of one bill_date → {pk: LocalEntry}. REVERSAL entries (signed, `reverses` = the pk they
-    correct) are added to their target; an entry reversed to zero counts as never booked."""
+SETTLED_FIELD = {PAYMENT: "settlement_cent", REFUND: "settlement_refund_cent"}  # R43, store/payments.py
+LEGACY_COUNTS = ("legacy_payments", "legacy_refunds", "settlement_unknown")
+
+
+def matched_cent(row: Mapping[str, Any], counts: dict[str, int] | None = None) -> int:
+    """The amount recon matches for one PAYMENT / REFUND entry (R43): what the channel settles
+    (`settlement_cent` / `settlement_refund_cent`), the figure WeChat's 应结订单金额 and Alipay's 商家实收 carry.
+    An entry booked before R43 (or booked UNKNOWN) has none: it is matched on `amount_cent`, explicitly, and
+    counted in `counts` (legacy_payments / legacy_refunds / settlement_unknown) so the run says why."""
+    kind = row.get("kind", PAYMENT)
+    settled = row.get(SETTLED_FIELD.get(kind, ""))
+    if settled is not None:
+        return int(settled)
+    if counts is not None:
+        name = (
+            "settlement_unknown"
+            if row.get("settlement_state") == "UNKNOWN"
+            else ("legacy_refunds" if kind == REFUND else "legacy_payments")
+        )
+        counts[name] = counts.get(name, 0) + 1
+    return int(row["amount_cent"])
+
+
+def fold_ledger(entries: Iterable[dict], counts: dict[str, int] | None = None) -> dict[str, LocalEntry]:
+    """Ledger rows of one bill_date → {pk: LocalEntry} at their settlement amounts (`matched_cent`, R43).
+    REVERSAL entries (signed, `reverses` = the pk they correct) are added to their target; an entry reversed
+    to zero counts as never booked. FEE entries are not matched here."""
     local: dict[str, LocalEntry] = {}
     reversals: list[dict] = []
     for row in entries:
@@ -281,7 +306,7 @@ def fold_ledger(entries: Iterable[dict]) -> dict[str, LocalEntry]:
         local[row["pk"]] = LocalEntry(
             row["pk"],
             kind,
-            int(row["amount_cent"]),
+            matched_cent(row, counts),
             row.get("bill_date", ""),
             row.get("transaction_id", ""),
             row.get("out_trade_no", ""),

@@ -30,6 +30,7 @@ from tally.domain.recon import (
     CHINA,
     FEE,
     IGNORED,
+    LEGACY_COUNTS,
     LOCAL_ONLY,
     OPEN,
     PAYMENT,
@@ -244,7 +245,8 @@ class ReconService:
     def _match(self, run: dict[str, Any], opened: OpenedBill, index: BillIndex) -> dict[str, Any]:
         """Only after the guards passed: the day's ledger is read and the index matched against it."""
         channel, mchid, bill_date = run["channel"], run["mchid"], run["bill_date"]
-        local = fold_ledger(self.ledger.day(channel, mchid, bill_date))
+        legacy: dict[str, int] = {}
+        local = fold_ledger(self.ledger.day(channel, mchid, bill_date), legacy)
         run["ledger_entries"] = len(local)
         matcher = Matcher(local, self.ledger.entry)
         diffs = list(matcher.match_index(index, opened.item_at))  # the diffs only (few)
@@ -269,6 +271,8 @@ class ReconService:
             "by_class": dict(stats.by_class),
             "new_diffs": new,
             "auto_resolved": healed,
+            # R43: entries without settlement figures, matched on amount_cent (why a coupon day may differ)
+            **{name: legacy.get(name, 0) for name in LEGACY_COUNTS},
         }
         run["open_diffs"] = sum(1 for d in self.store.diffs_of(run["pk"]) if d.get("handle_status") == OPEN)
         if new:

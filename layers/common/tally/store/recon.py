@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from tally.domain.recon import OPEN, PAYMENT, REFUND, LocalEntry
+from tally.domain.recon import OPEN, PAYMENT, REFUND, LocalEntry, matched_cent
 from tally.store.codec import encode, from_item, names_values, to_item
 
 CONFIRM_SK = "confirm"
@@ -243,7 +243,7 @@ class LedgerView:
         return LocalEntry(
             row["pk"],
             row.get("kind", PAYMENT),
-            int(row["amount_cent"]),
+            matched_cent(row),  # the same figure fold_ledger matches (R43)
             row.get("bill_date", ""),
             row.get("transaction_id", ""),
             row.get("out_trade_no", ""),

@@ -1,0 +1,158 @@
+"""R43 wired (docs/settlement.md §6.1–§6.3): the payment entry keeps the channel's settlement figures next
+to amount_cent, recon matches the settlement amount, an unknown settlement goes to a person, and entries
+booked before R43 are matched on amount_cent, explicitly, and counted. On moto with the simulator's
+real-format notifications and bills."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from tally import bootstrap
+from tally.store.codec import from_item, to_item
+
+D = "2024-05-01"
+
+
+@pytest.fixture
+def m(h):
+    return h.add_merchant(mchid=str(random.randrange(10**9, 10**10)))
+
+
+def ledger(h, pk):
+    return from_item(h.ddb.get_item(TableName=h.env["LEDGER_TABLE"], Key=to_item({"pk": pk})).get("Item"))
+
+
+def pay(h, mchid, cents, when, **kw):
+    otn = f"S{random.randrange(10**15, 10**16)}"
+    assert h.create_order(mchid, otn, amount_cent=cents, prepay=True)["statusCode"] == 201
+    tid = h.sim.pay(mchid, otn, drop=True, success_time=when, **kw)
+    resource = h.sim.get_order(mchid, otn)["transaction"]
+    return otn, tid, resource
+
+
+def deliver(h, mchid, resource):
+    headers, body = h.sim.build_notification(mchid, resource)
+    assert h.notify(mchid, headers, body)["statusCode"] == 204
+    assert h.drain() == []
+
+
+def metric(h, name):
+    from tally.observability import metrics
+
+    metrics.flush_metrics()
+    h._collect_metrics()
+    return h.metric(name)
+
+
+def test_r43_a_v3_cash_and_a_nocash_coupon_payment_book_their_settlement_amounts_and_reconcile(h, m, svc):
+    """CASH (充值型): the merchant is settled the whole order; NOCASH (免充值): the order less the coupon. The
+    entry keeps what the payer paid in amount_cent (R12/R13 unchanged) and the settlement next to it; the
+    simulator's bill writes 应结订单金额 = total − NOCASH, and the day reconciles with zero diffs."""
+    _, cash_tid, cash = pay(h, m["mchid"], 1000, f"{D}T10:00:00+08:00", payer_total=900)
+    _, nocash_tid, nocash = pay(
+        h, m["mchid"], 2000, f"{D}T11:00:00+08:00", payer_total=1500, coupon_type="NOCASH"
+    )
+    _, plain_tid, plain = pay(h, m["mchid"], 300, f"{D}T12:00:00+08:00")
+    for resource in (cash, nocash, plain):
+        deliver(h, m["mchid"], resource)
+
+    entry = ledger(h, f"wechatpay#{cash_tid}")
+    assert entry["amount_cent"] == 900 and entry["order_total_cent"] == 1000
+    assert entry["settlement_cent"] == 1000 and entry["cash_promotion_cent"] == 100
+    assert entry["settlement_state"] == "KNOWN" and entry["merchant_funded_cent"] == 100
+    entry = ledger(h, f"wechatpay#{nocash_tid}")
+    assert (entry["amount_cent"], entry["settlement_cent"], entry["nocash_promotion_cent"]) == (
+        1500,
+        1500,
+        500,
+    )
+    assert ledger(h, f"wechatpay#{plain_tid}")["settlement_cent"] == 300
+
+    run = svc.run("wechatpay", m["mchid"], D, pass_="T+1")
+    assert run["status"] == "MATCHED", run["reason"]
+    assert run["stats"]["matched"] == 3 and run["open_diffs"] == 0
+    assert run["stats"]["legacy_payments"] == 0 and run["stats"]["settlement_unknown"] == 0
+    assert run["totals"]["payment_cent"] == 1000 + 1500 + 300  # Σ 应结订单金额
+
+
+def test_r43_before_the_wiring_the_cash_coupon_would_differ(h, m, svc):
+    """The same CASH coupon booked the old way (amount_cent = payer_total, no settlement fields) is a legacy
+    entry: matched on amount_cent, so AMOUNT_DIFFERS, and the run counts it so a person sees why."""
+    _, tid, resource = pay(h, m["mchid"], 1000, f"{D}T10:00:00+08:00", payer_total=900)
+    deliver(h, m["mchid"], resource)
+    row = ledger(h, f"wechatpay#{tid}")
+    legacy = {
+        k: v
+        for k, v in row.items()
+        if k
+        in {
+            "pk",
+            "kind",
+            "channel",
+            "transaction_id",
+            "order_pk",
+            "mchid",
+            "out_trade_no",
+            "amount_cent",
+            "order_total_cent",
+            "currency",
+            "success_time",
+            "bill_date",
+            "booked_at",
+            "source",
+        }
+    }
+    h.ddb.put_item(TableName=h.env["LEDGER_TABLE"], Item=to_item(legacy))  # as booked before R43
+    run = svc.run("wechatpay", m["mchid"], D, pass_="T+1")
+    assert run["stats"]["legacy_payments"] == 1
+    assert run["stats"]["by_class"] == {"AMOUNT_DIFFERS": 1}, run["stats"]
+
+
+def test_r43_legacy_entries_are_matched_on_amount_cent_and_counted(h, m, svc):
+    """Entries without settlement_cent (booked before R43) still match when amount_cent is the bill's
+    figure (no coupon), and every one is counted in the run's stats."""
+    tids = []
+    for i, cents in enumerate((100, 250)):
+        _, tid, resource = pay(h, m["mchid"], cents, f"{D}T1{i}:00:00+08:00")
+        deliver(h, m["mchid"], resource)
+        row = ledger(h, f"wechatpay#{tid}")
+        for name in [k for k in row if k.endswith("_cent") and k not in ("amount_cent", "order_total_cent")]:
+            del row[name]
+        del row["settlement_state"]
+        h.ddb.put_item(TableName=h.env["LEDGER_TABLE"], Item=to_item(row))
+        tids.append(tid)
+    run = svc.run("wechatpay", m["mchid"], D, pass_="T+1")
+    assert run["status"] == "MATCHED", run["reason"]
+    assert run["stats"]["legacy_payments"] == 2 and run["stats"]["matched"] == 2
+
+
+def test_r43_a_payment_whose_settlement_is_unknown_is_booked_and_goes_to_a_person(h, m, svc):
+    """Contradicting coupon figures (the promotions do not add up to total − payer_total): the money arrived,
+    so it is booked (UNKNOWN, on the payer amount), with one work-queue item and the alarmed metric; a
+    redelivery adds neither a second entry nor a second item."""
+    otn, tid, resource = pay(h, m["mchid"], 1000, f"{D}T10:00:00+08:00", payer_total=900)
+    resource["promotion_detail"][0]["amount"] = 50  # 1000 − 900 != 50
+    resource["promotion_detail"][0]["merchant_contribute"] = 50
+    deliver(h, m["mchid"], resource)
+
+    entry = ledger(h, f"wechatpay#{tid}")
+    assert entry["amount_cent"] == 900 and entry["settlement_state"] == "UNKNOWN"
+    assert "settlement_cent" not in entry
+    assert h.order(m["mchid"], otn)["status"] == "PAID"
+    assert metric(h, "SettlementUnknown") == 1
+
+    items = [i for i in bootstrap.work_queue().list() if i["kind"] == "settlement-unknown"]
+    items = [i for i in items if i["merchant"] == m["mchid"]]
+    assert len(items) == 1
+    (item,) = items
+    assert item["amount_cent"] == 900 and item["order"] == otn
+    assert "settlement amount unknown" in item["reason"] and "promotions" in item["reason"]
+
+    deliver(h, m["mchid"], resource)  # the channel sends it again
+    again = [i for i in bootstrap.work_queue().list() if i["kind"] == "settlement-unknown"]
+    assert [i["id"] for i in again if i["merchant"] == m["mchid"]] == [item["id"]]
+    assert metric(h, "SettlementUnknown") == 1
+
+    run = svc.run("wechatpay", m["mchid"], D, pass_="T+1")
+    assert run["stats"]["settlement_unknown"] == 1  # matched on amount_cent, explicitly
