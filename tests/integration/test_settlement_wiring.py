@@ -156,3 +156,52 @@ def test_r43_a_payment_whose_settlement_is_unknown_is_booked_and_goes_to_a_perso
 
     run = svc.run("wechatpay", m["mchid"], D, pass_="T+1")
     assert run["stats"]["settlement_unknown"] == 1  # matched on amount_cent, explicitly
+
+
+def fee_rows(h, mchid):
+    return {r["pk"]: r for r in h.scan("LEDGER_TABLE") if r.get("kind") == "FEE" and r.get("mchid") == mchid}
+
+
+def test_r43_fee_entries_are_booked_once_per_bill_row_across_reruns(h, m, svc):
+    """After the bill passes its guards each row's fee is a FEE entry keyed by the row; a re-run books nothing
+    new; a bill whose fee differs from the booked one is a FEE AMOUNT_DIFFERS and the entry is not overwritten;
+    the finance day reads its fees from these entries."""
+    tids = []
+    for i, cents in enumerate((1000, 2550)):
+        _, tid, resource = pay(h, m["mchid"], cents, f"{D}T1{i}:00:00+08:00")
+        deliver(h, m["mchid"], resource)
+        tids.append(tid)
+    run = svc.run("wechatpay", m["mchid"], D, pass_="T+1")
+    assert run["status"] == "MATCHED", run["reason"]
+    assert run["stats"]["fees_booked"] == 2 and run["stats"]["fee_diffs"] == 0
+    fees = fee_rows(h, m["mchid"])
+    assert set(fees) == {f"fee#wechatpay#{t}" for t in tids}
+    assert {pk: r["amount_cent"] for pk, r in fees.items()} == {
+        f"fee#wechatpay#{tids[0]}": 6,  # 10.00 × 0.6 % = 0.06
+        f"fee#wechatpay#{tids[1]}": 15,  # 25.50 × 0.6 % = 0.153 → 0.15
+    }
+    assert all(r["bill_date"] == D and r["source_run"] == run["run_id"] for r in fees.values())
+    assert run["totals"]["fee_e5"] == 6000 + 15000  # the simulator writes fees rounded to the fen
+
+    again = svc.run("wechatpay", m["mchid"], D, pass_="T+3")
+    assert again["status"] == "MATCHED" and again["stats"]["fees_booked"] == 0
+    assert fee_rows(h, m["mchid"]) == fees  # idempotent: the first run's entries, untouched
+
+    pk = f"fee#wechatpay#{tids[0]}"
+    h.ddb.update_item(  # as if an earlier bill had said 0.07: the channel changed its fee
+        TableName=h.env["LEDGER_TABLE"],
+        Key=to_item({"pk": pk}),
+        UpdateExpression="SET amount_cent = :a",
+        ExpressionAttributeValues={":a": {"N": "7"}},
+    )
+    third = svc.run("wechatpay", m["mchid"], D, pass_="manual")
+    assert third["status"] == "DIFFS" and third["stats"]["fee_diffs"] == 1
+    (diff,) = [d for d in svc.show("wechatpay", m["mchid"], D)["diffs"] if d["item"] == "FEE"]
+    assert (diff["cls"], diff["channel_amount_cent"], diff["local_amount_cent"]) == ("AMOUNT_DIFFERS", 6, 7)
+    assert diff["key"] == pk and ledger(h, pk)["amount_cent"] == 7  # never overwritten
+    assert svc.run("wechatpay", m["mchid"], D, pass_="manual")["open_diffs"] == 1  # seen again, not healed
+
+    view = bootstrap.ledger_day_service().day(D, merchant=m["mchid"])
+    (row,) = view["rows"]
+    assert row["fee_cent"] == 7 + 15 and row["fee_entries"] == 2  # read from the ledger, not the run
+    assert row["reversals"] == 0 and row["payment_cent"] == 1000 + 2550

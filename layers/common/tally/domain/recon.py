@@ -319,6 +319,35 @@ def fold_ledger(entries: Iterable[dict], counts: dict[str, int] | None = None) -
     return {k: e for k, e in local.items() if e.amount_cent != 0}
 
 
+def fee_entry_pk(item: BillItem) -> str:
+    """A FEE ledger entry's key: the bill row's own key (WeChat 微信订单号 / 商户退款单号, Alipay 支付宝交易号 /
+    退款请求号, as `BillItem.key` carries them), so a re-run of the day finds the entry it booked."""
+    return f"fee#{item.key}"
+
+
+def fee_entry_cent(item: BillItem) -> int:
+    """The fee a bill row charges (positive) or gives back (negative), rounded half up to the fen as charged."""
+    return round_units(item.fee_e5, 5, 2)
+
+
+def fee_differs(item: BillItem, booked_cent: int) -> Diff:
+    """A re-run whose bill states another fee than the one booked: a difference for a person, never an
+    overwrite of the booked entry (docs/settlement.md §6.5)."""
+    return Diff(
+        AMOUNT_DIFFERS,
+        FEE,
+        fee_entry_pk(
+            item
+        ),  # not item.key: that is the row-rate check's FEE diff (Matcher), a different finding
+        fee_entry_cent(item),
+        booked_cent,
+        transaction_id=item.transaction_id,
+        out_trade_no=item.out_trade_no,
+        refund_no=item.refund_no,
+        detail=f"the bill's fee {yuan_text(fee_entry_cent(item))} != the booked fee {yuan_text(booked_cent)}",
+    )
+
+
 @dataclass
 class Diff:
     cls: str  # one of DIFF_CLASSES

@@ -1,9 +1,10 @@
 """The finance view of one day (issue #14): payments, refunds, fees and net per merchant and channel for one
 bill_date (the channel's day, Asia/Shanghai), next to that day's reconciliation verdict. Read-only (R42).
 
-The ledger is read through its `by_bill_date` index (one paged Query for the day, never a scan); fees are what
-the day's latest finished recon run recorded from the channel's bill (`totals.fee_e5`, rounded half up to the
-fen): before a run has read the bill they are "not booked yet" and the net leaves them out, saying so.
+The ledger is read through its `by_bill_date` index (one paged Query for the day, never a scan); fees are the
+day's FEE entries (booked by recon from the bill's rows once its guards passed, docs/settlement.md §6.5); a day
+reconciled before FEE entries existed falls back to its latest finished run's `totals.fee_e5` (rounded half up
+to the fen); before a run has read the bill they are "not booked yet" and the net leaves them out, saying so.
 
     LedgerDayService(ledger, recon, merchants).day("2024-05-01", merchant=None) -> {
         "bill_date", "merchant",
@@ -53,6 +54,9 @@ class LedgerDayService:
             elif kind == "REFUND":
                 cell["refunds"] += 1
                 cell["refund_cent"] += amount
+            elif kind == "FEE":  # charged (positive) or given back (negative), one entry per bill row
+                cell["fee_entries"] += 1
+                cell["fee_entry_cent"] += amount
             else:  # REVERSAL: signed corrections a person booked from a recon difference (R36)
                 cell["reversals"] += 1
                 cell["reversal_cent"] += amount
@@ -62,7 +66,7 @@ class LedgerDayService:
         rows = []
         for (channel, mchid), cell in sorted(cells.items()):
             run = self._latest_run(channel, mchid, bill_date)
-            if run is None and not any(cell[k] for k in ("payments", "refunds", "reversals")):
+            if run is None and not any(cell[k] for k in ("payments", "refunds", "reversals", "fee_entries")):
                 continue  # a configured merchant with nothing booked and no run: nothing to show
             rows.append(_finish({"channel": channel, "mchid": mchid, **cell}, run))
         return {"bill_date": bill_date, "merchant": merchant, "rows": rows, "totals": _totals(rows)}
@@ -83,12 +87,17 @@ def _empty() -> dict[str, Any]:
         "refund_cent": 0,
         "reversals": 0,
         "reversal_cent": 0,
+        "fee_entries": 0,
+        "fee_entry_cent": 0,
     }
 
 
 def _finish(row: dict[str, Any], run: dict[str, Any] | None) -> dict[str, Any]:
     totals = (run or {}).get("totals") or {}
-    fee = round_units(int(totals["fee_e5"]), 5, 2) if isinstance(totals.get("fee_e5"), int) else None
+    if row["fee_entries"]:
+        fee: int | None = row["fee_entry_cent"]  # from the ledger (FEE entries)
+    else:  # a day reconciled before FEE entries were booked: the run's own figure
+        fee = round_units(int(totals["fee_e5"]), 5, 2) if isinstance(totals.get("fee_e5"), int) else None
     row["fee_cent"] = fee
     net = row["payment_cent"] - row["refund_cent"] + row["reversal_cent"] - (fee or 0)
     row["net_cent"] = net

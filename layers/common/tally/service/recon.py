@@ -42,6 +42,9 @@ from tally.domain.recon import (
     Diff,
     Matcher,
     check_guards,
+    fee_differs,
+    fee_entry_cent,
+    fee_entry_pk,
     fold_ledger,
     previous_day,
     scheduled_days,
@@ -252,6 +255,8 @@ class ReconService:
         diffs = list(matcher.match_index(index, opened.item_at))  # the diffs only (few)
         if self.progress is not None:
             self.progress(len(index))
+        fees = self._book_fees(run, opened)  # the guards passed: the bill's fees become ledger entries
+        diffs += fees.pop("diffs")
         seen = set()
         new = 0
         for diff in diffs:
@@ -273,6 +278,7 @@ class ReconService:
             "auto_resolved": healed,
             # R43: entries without settlement figures, matched on amount_cent (why a coupon day may differ)
             **{name: legacy.get(name, 0) for name in LEGACY_COUNTS},
+            **fees,
         }
         run["open_diffs"] = sum(1 for d in self.store.diffs_of(run["pk"]) if d.get("handle_status") == OPEN)
         if new:
@@ -283,6 +289,45 @@ class ReconService:
             count(M.RECON_MATCHED, channel=channel, merchant=mchid)
             run.update(status=MATCHED, reason=f"{stats.matched} entries agree with the bill")
         return self._finish(run)
+
+    def _book_fees(self, run: dict[str, Any], opened: OpenedBill) -> dict[str, Any]:
+        """Each bill row's fee as a FEE ledger entry (docs/settlement.md §6.5), keyed by the row, written once:
+        a re-run books nothing new, and a re-run whose fee differs from the booked one is a FEE AMOUNT_DIFFERS
+        (never an overwrite). Zero fees are not booked. One Query reads what the day booked already."""
+        channel, mchid, bill_date = run["channel"], run["mchid"], run["bill_date"]
+        booked = self.ledger.fees(channel, mchid, bill_date)
+        now = iso_now(self.clock())
+        new, diffs = 0, []
+        for item in opened.parser().items():
+            cent = fee_entry_cent(item)
+            if cent == 0:
+                continue
+            pk = fee_entry_pk(item)
+            already = booked.get(pk)
+            if already is None:
+                already = self.ledger.put_fee(
+                    {
+                        "pk": pk,
+                        "kind": FEE,
+                        "channel": channel,
+                        "mchid": mchid,
+                        "bill_date": bill_date,
+                        "amount_cent": cent,
+                        "of": item.kind,  # PAYMENT | REFUND: the row the fee was charged on
+                        "transaction_id": item.transaction_id,
+                        "out_trade_no": item.out_trade_no,
+                        "refund_no": item.refund_no or None,
+                        "fee_e5": item.fee_e5,
+                        "source_run": run["run_id"],
+                        "booked_at": now,
+                    }
+                )
+                if already is None:
+                    new += 1
+                    continue
+            if already != cent:
+                diffs.append(fee_differs(item, already))
+        return {"fees_booked": new, "fee_diffs": len(diffs), "diffs": diffs}
 
     def _recover(self, channel: str, mchid: str, diff: Diff) -> str | None:
         if diff.cls != CHANNEL_ONLY or diff.item != PAYMENT or self.recover is None:

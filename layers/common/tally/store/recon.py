@@ -199,6 +199,37 @@ class LedgerView:
                 return
             kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
 
+    def fees(self, channel: str, mchid: str, bill_date: str) -> dict[str, int]:
+        """The FEE entries one merchant's day has booked, {pk: amount_cent} (pk `fee#{channel}#…`)."""
+        kwargs: dict[str, Any] = {
+            "TableName": self.table,
+            "IndexName": "by_bill_date",
+            "KeyConditionExpression": "bill_date = :d AND begins_with(pk, :c)",
+            "FilterExpression": "mchid = :m",
+            "ExpressionAttributeValues": names_values(d=bill_date, c=f"fee#{channel}#", m=mchid),
+        }
+        fees: dict[str, int] = {}
+        while True:
+            answer = self.ddb.query(**kwargs)
+            for item in answer.get("Items", []):
+                row = from_item(item)
+                fees[str(row["pk"])] = int(row["amount_cent"])
+            if "LastEvaluatedKey" not in answer:
+                return fees
+            kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
+
+    def put_fee(self, row: dict[str, Any]) -> int | None:
+        """Book one FEE entry once (`attribute_not_exists(pk)`): None when written, else the amount already
+        booked under that key (a re-run: compared by the caller, never overwritten)."""
+        try:
+            self.ddb.put_item(
+                TableName=self.table, Item=to_item(row), ConditionExpression="attribute_not_exists(pk)"
+            )
+            return None
+        except self.ddb.exceptions.ConditionalCheckFailedException:
+            booked = self.get(str(row["pk"]))
+            return int(booked["amount_cent"]) if booked else None
+
     def entry_and_reversals(self, pk: str, bill_date: str) -> list[dict[str, Any]]:
         """One entry and its REVERSAL entries (`<pk>#REVERSAL#<day>`, same bill_date): one Query on by_bill_date."""
         answer = self.ddb.query(
