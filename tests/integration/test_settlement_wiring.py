@@ -5,6 +5,8 @@ real-format notifications and bills."""
 
 from __future__ import annotations
 
+import csv
+import io
 import random
 
 import pytest
@@ -205,3 +207,46 @@ def test_r43_fee_entries_are_booked_once_per_bill_row_across_reruns(h, m, svc):
     (row,) = view["rows"]
     assert row["fee_cent"] == 7 + 15 and row["fee_entries"] == 2  # read from the ledger, not the run
     assert row["reversals"] == 0 and row["payment_cent"] == 1000 + 2550
+
+
+def test_r43_the_daily_statement_is_written_next_to_the_report_and_tally_ledger_day_prints_the_same(
+    h, m, svc, monkeypatch, capsys
+):
+    """A CASH and a NOCASH coupon day: the statement (docs/settlement.md §5) shows gross, the merchant-funded
+    discount, what the payer paid, the settlement, fees from the FEE entries and the net, in yuan; the recon
+    run writes it at reports/{channel}/{mchid}/{day}/statement.csv and `tally ledger day --statement` prints
+    the same text."""
+    import boto3
+    from tally.cli import ledger as cli_ledger
+    from tally.cli.main import main
+
+    pay_and_deliver = [(1000, 900, "CASH"), (2000, 1500, "NOCASH")]
+    for i, (total, payer, kind) in enumerate(pay_and_deliver):
+        _, _, resource = pay(
+            h, m["mchid"], total, f"{D}T1{i}:00:00+08:00", payer_total=payer, coupon_type=kind
+        )
+        deliver(h, m["mchid"], resource)
+    run = svc.run("wechatpay", m["mchid"], D, pass_="T+1")
+    assert run["status"] == "MATCHED", run["reason"]
+    key = f"reports/wechatpay/{m['mchid']}/{D}/statement.csv"
+    assert run["statement_key"] == key
+    body = boto3.client("s3").get_object(Bucket=bootstrap.settings().bills_bucket, Key=key)["Body"].read()
+    text = body.decode("utf-8")
+    assert text.startswith("\ufeff")
+    (row,) = list(csv.DictReader(io.StringIO(text.removeprefix("\ufeff"))))
+    assert row["merchant"] == m["mchid"] and row["payments"] == "2"
+    assert (row["gross_yuan"], row["merchant_funded_discount_yuan"], row["payer_paid_yuan"]) == (
+        "30.00",
+        "6.00",
+        "24.00",
+    )
+    assert (
+        row["settlement_yuan"] == "25.00"
+    )  # 10.00 (CASH: settled in full) + 15.00 (NOCASH: less the coupon)
+    assert row["fees_yuan"] == "0.15" and row["net_yuan"] == "24.85"  # 0.06 + 0.09, from the FEE entries
+    assert row["verdict"] == "NOT_CHECKED"
+
+    monkeypatch.setattr(cli_ledger, "connect", lambda args: {"env": h.env})
+    capsys.readouterr()
+    assert main(["ledger", "day", D, "--merchant", m["mchid"], "--statement", "--local"]) == 0
+    assert capsys.readouterr().out == text.removeprefix("\ufeff")

@@ -15,6 +15,11 @@ to the fen); before a run has read the bill they are "not booked yet" and the ne
         "totals": {same money fields summed},
     }
 `csv_text(view)` renders it for a spreadsheet (UTF-8 with BOM, yuan with two decimals).
+
+The daily statement (docs/settlement.md §5, §6.7) is built from the same entries by `day_summary` (settlement
+figures per entry, R43; an entry without them counts at `amount_cent`, as recon matches it) and rendered by
+`domain/statement`: `LedgerDayService.statement(day)` for `tally ledger day --statement`, `statement_text`
+for the recon run that writes `reports/{channel}/{mchid}/{day}/statement.csv`.
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ from typing import Any
 
 from tally.channels import registry as channel_registry
 from tally.domain.money import format_cents
-from tally.domain.recon import round_units
+from tally.domain.recon import matched_cent, round_units
+from tally.domain.statement import DaySummary, statement_csv, statement_row
 from tally.store.recon import recon_pk
 
 NOT_BOOKED = "not booked yet"
@@ -34,6 +40,49 @@ RECONCILED_CHANNELS = (
     channel_registry.reconciled()
 )  # the stored channels whose bills the recon function reads
 FINISHED = ("MATCHED", "DIFFS", "QUIET", "BLOCKED")
+
+
+def day_summary(entries: Any) -> DaySummary:
+    """One merchant's and channel's day from its ledger entries: PAYMENT (settlement figures, R43), REFUND
+    (settlement refund), FEE (charged > 0, given back < 0), REVERSAL (added to the settlement or refund it
+    corrects, as recon folds it). The statement's one way to build a day."""
+    n = gross = merchant = channel = unattributed = payer = settlement = 0
+    r = refunded = fee = returned = 0
+    kinds: dict[str, str] = {}
+    reversals = []
+    for e in entries:
+        kind = e.get("kind", "PAYMENT")
+        kinds[str(e.get("pk"))] = kind
+        if kind == "PAYMENT":
+            n += 1
+            amount = int(e.get("amount_cent", 0))
+            gross += int(e.get("total_cent", e.get("order_total_cent", amount)))
+            merchant += int(e.get("merchant_funded_cent", 0))
+            channel += int(e.get("channel_funded_cent", 0)) + int(e.get("other_funded_cent", 0))
+            unattributed += int(e.get("unattributed_cent", 0))
+            payer += int(e.get("payer_cent", amount))
+            settlement += matched_cent(e)
+        elif kind == "REFUND":
+            r += 1
+            refunded += matched_cent(e)
+        elif kind == "FEE":
+            cents = int(e["amount_cent"])
+            fee, returned = (fee + cents, returned) if cents > 0 else (fee, returned - cents)
+        else:
+            reversals.append(e)
+    for e in reversals:  # a person's correction of a recon difference (R36), signed
+        if kinds.get(str(e.get("reverses"))) == "REFUND":
+            refunded += int(e["amount_cent"])
+        else:
+            settlement += int(e["amount_cent"])
+    return DaySummary(
+        n, gross, merchant, channel, unattributed, payer, settlement, r, refunded, fee, returned
+    )
+
+
+def statement_text(channel: str, mchid: str, bill_date: str, entries: Any) -> str:
+    """The statement CSV of one merchant's day (no three-way verdict yet: NOT_CHECKED, docs/settlement.md §8)."""
+    return statement_csv([statement_row(mchid, channel, bill_date, day_summary(entries), None)])
 
 
 class LedgerDayService:
@@ -70,6 +119,16 @@ class LedgerDayService:
                 continue  # a configured merchant with nothing booked and no run: nothing to show
             rows.append(_finish({"channel": channel, "mchid": mchid, **cell}, run))
         return {"bill_date": bill_date, "merchant": merchant, "rows": rows, "totals": _totals(rows)}
+
+    def statement(self, bill_date: str, merchant: str | None = None) -> list[dict[str, str]]:
+        """The statement rows of the day, one per merchant and channel (the same rows the recon run writes)."""
+        cells: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for entry in self.ledger.all_of_day(bill_date, mchid=merchant):
+            cells.setdefault((str(entry.get("channel")), str(entry.get("mchid"))), []).append(entry)
+        return [
+            statement_row(mchid, channel, bill_date, day_summary(entries), None)
+            for (channel, mchid), entries in sorted(cells.items())
+        ]
 
     def _latest_run(self, channel: str, mchid: str, bill_date: str) -> dict[str, Any] | None:
         if channel not in RECONCILED_CHANNELS:

@@ -50,6 +50,7 @@ from tally.domain.recon import (
     scheduled_days,
 )
 from tally.observability import M, count, logger
+from tally.service.ledger_day import statement_text
 from tally.service.recon_sources import NO_STATEMENT, NOT_READY, DownloadFailed, OpenedBill
 from tally.store.recon import BillArchive, LedgerView, ReconStore, recon_pk
 from tally.store.tables import iso_now
@@ -288,7 +289,21 @@ class ReconService:
         else:
             count(M.RECON_MATCHED, channel=channel, merchant=mchid)
             run.update(status=MATCHED, reason=f"{stats.matched} entries agree with the bill")
+        run["statement_key"] = self._statement(run)
         return self._finish(run)
+
+    def _statement(self, run: dict[str, Any]) -> str:
+        """The day's statement next to the run's report (docs/settlement.md §6.7), rewritten by every run that
+        matched: the ledger's entries of the day (its payments, refunds, FEE entries and reversals)."""
+        channel, mchid, bill_date = run["channel"], run["mchid"], run["bill_date"]
+        entries = [
+            *self.ledger.day(channel, mchid, bill_date),
+            *self.ledger.fee_rows(channel, mchid, bill_date),
+        ]
+        key = f"reports/{channel}/{mchid}/{bill_date}/statement.csv"
+        text = statement_text(channel, mchid, bill_date, entries)
+        self.archive.put_report(key, text.encode("utf-8"), "text/csv; charset=utf-8")
+        return key
 
     def _book_fees(self, run: dict[str, Any], opened: OpenedBill) -> dict[str, Any]:
         """Each bill row's fee as a FEE ledger entry (docs/settlement.md §6.5), keyed by the row, written once:

@@ -201,6 +201,9 @@ class LedgerView:
 
     def fees(self, channel: str, mchid: str, bill_date: str) -> dict[str, int]:
         """The FEE entries one merchant's day has booked, {pk: amount_cent} (pk `fee#{channel}#…`)."""
+        return {str(r["pk"]): int(r["amount_cent"]) for r in self.fee_rows(channel, mchid, bill_date)}
+
+    def fee_rows(self, channel: str, mchid: str, bill_date: str) -> Iterator[dict[str, Any]]:
         kwargs: dict[str, Any] = {
             "TableName": self.table,
             "IndexName": "by_bill_date",
@@ -208,14 +211,12 @@ class LedgerView:
             "FilterExpression": "mchid = :m",
             "ExpressionAttributeValues": names_values(d=bill_date, c=f"fee#{channel}#", m=mchid),
         }
-        fees: dict[str, int] = {}
         while True:
             answer = self.ddb.query(**kwargs)
             for item in answer.get("Items", []):
-                row = from_item(item)
-                fees[str(row["pk"])] = int(row["amount_cent"])
+                yield from_item(item)
             if "LastEvaluatedKey" not in answer:
-                return fees
+                return
             kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
 
     def put_fee(self, row: dict[str, Any]) -> int | None:
