@@ -81,6 +81,7 @@ def login_page(request: Request, message: str = "", status: int = 200) -> Respon
         message=message,
         next=_safe_next(request.field("next")),
         bye=bool(request.field("bye")),
+        expired=request.field("expired") if request.field("expired") in ("expired", "not-done") else "",
     )
 
 
