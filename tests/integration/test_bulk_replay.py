@@ -136,3 +136,27 @@ def test_r41_a_run_s_set_is_fixed_when_it_starts_and_its_rate_is_kept(h):
     assert rest["status"] == "DONE" and rest["done_items"] == 5 == rest["planned_items"]
     (late,) = bootstrap.work_queue().list(f"merchant={m['mchid']}")
     assert late["order"] == "LATE0000"  # not replayed: not in the run's set
+
+
+def test_r41_the_console_s_bulk_replay_previews_what_the_cli_dry_run_says_and_runs_the_same_run(h, cli):
+    """The queue page's bulk replay: its preview is the run's own preview (the numbers of `tally manual replay
+    --filter … --dry-run`, whose command it prints); confirming starts a run, continued from the page."""
+    from tally.console import actions
+    from tally.console.auth import OPERATORS, Identity
+
+    m = h.add_merchant(mchid=str(random.randrange(10**9, 10**10)))
+    numbers = orphan_payments(h, m["mchid"], 3, "CONS")
+    filters = {"kind": "unbooked-payment", "merchant": m["mchid"], "age": "< 1 h", "state": "", "owner": ""}
+    preview = actions.bulk_preview(filters, "replay")
+    text = actions.filter_text(filters)
+    assert preview["cli"] == f"tally manual replay --filter '{text}' --dry-run"
+    dry = cli("manual", "replay", "--filter", text, "--dry-run", "--json")
+    keys = ("would_change", "amount_cent", "amount", "notifications", "by_kind", "matched")
+    assert {k: preview[k] for k in keys} == {k: dry[k] for k in keys} and preview["count"] == 3
+
+    alice = Identity("sub-1", "alice", frozenset({OPERATORS}), "jti-1")
+    run = actions.replay_run(filters, alice, "orders created by support")
+    assert run["status"] == "DONE" and (run["done_items"], run["done_cent"]) == (3, dry["amount_cent"])
+    h.drain()
+    assert all(h.order(m["mchid"], no)["status"] == "PAID" for no in numbers)
+    assert bootstrap.bulk_replay().show(run["run_id"])["by"] == alice.who  # audited with the token's user
