@@ -22,7 +22,9 @@ self.addEventListener("fetch", function (event) {
 function withToken(request, url) {
   var bodyRead = (request.method === "GET" || request.method === "HEAD")
     ? Promise.resolve(undefined) : request.clone().arrayBuffer();
+  var body;
   return Promise.all([token(), bodyRead]).then(function (got) {
+    body = got[1];
     var headers = new Headers(request.headers);
     if (got[0]) { headers.set("Authorization", "Bearer " + got[0]); }
     return fetch(url.href, {
@@ -30,7 +32,7 @@ function withToken(request, url) {
     });
   }).then(function (response) {
     if (response.status === 401 && request.mode === "navigate") {
-      return Response.redirect(signInAgain(request, url, got[1]), 303);
+      return Response.redirect(signInAgain(request, url, body), 303);
     }
     return response;
   });
@@ -46,5 +48,5 @@ function signInAgain(request, url, body) {
     next = form.get("id") ? "/console/item?id=" + encodeURIComponent(form.get("id")) : "/console/queue";
     why = "not-done";
   }
-  return "/console/login?expired=" + why + "&next=" + encodeURIComponent(next);
+  return "/console/login?next=" + encodeURIComponent(next) + "&expired=" + why;
 }
