@@ -121,12 +121,23 @@ class BulkReplay:
         if run.get("status") == "DONE":
             return {**self._summary(run), "this_call": {"changed": 0, "failed": 0, "passed": 0}}
         per_s = float(rate or run.get("rate") or default_rate())
-        state = {"taken": 0, "next_at": self.clock(), "done": 0, "failed": 0, "cents": 0, "since_flush": 0}
+        state = {
+            "taken": 0,
+            "next_at": self.clock(),
+            "done": 0,
+            "failed": 0,
+            "cents": 0,
+            "since_flush": 0,
+            "landed": 0,
+            "landed_cent": 0,
+        }
+        landed: set[str] = set()
+        holder = secrets.token_hex(8)  # this call: a retried claim of ours is still ours
 
         def claim(item: dict[str, Any]) -> str:
             if limit is not None and state["taken"] >= limit:
                 return "stop"
-            if not self.store.claim(run_id, item["id"], self.clock(), iso_now(self.clock())):
+            if not self.store.claim(run_id, item["id"], self.clock(), iso_now(self.clock()), holder):
                 return "skip"
             wait = state["next_at"] - self.clock()
             if wait > 0:
@@ -135,7 +146,16 @@ class BulkReplay:
             state["taken"] += 1
             return "act"
 
+        reason = f"{run['why']} (bulk replay run {run_id})"
+
         def after(item: dict[str, Any], result: dict[str, Any] | None, error: str) -> None:
+            if result is None and self._landed(item, reason):
+                result = {
+                    "outcome": "replayed (its answer was lost; a stuck row is re-queued by the sweeper)"
+                }
+                state["landed"] += 1
+                state["landed_cent"] += int(item["amount_cent"] or 0)
+                landed.add(item["id"])
             cents = int(item["amount_cent"] or 0) if result is not None else 0
             outcome = str(result["outcome"]) if result is not None else "failed: " + error
             self.store.finish(run_id, item["id"], outcome, cents, iso_now(self.clock()))
@@ -149,7 +169,7 @@ class BulkReplay:
             self._capped(run["filter"], run["until_cap"]),
             "replay",
             by=str(run["by"]),
-            reason=f"{run['why']} (bulk replay run {run_id})",
+            reason=reason,
             dry_run=False,
             claim=claim,
             after=after,
@@ -165,15 +185,17 @@ class BulkReplay:
                 "errors": len(report["errors"]),
             },
         )
+        changed_cent = report["changed_cent"] + state["landed_cent"]
         return {
             **self._summary(after_run),
             "this_call": {
-                "changed": report["changed"],
-                "changed_cent": report["changed_cent"],
-                "changed_amount": report["changed_amount"],
-                "failed": len(report["errors"]),
+                "changed": report["changed"] + len(landed),
+                "changed_cent": changed_cent,
+                "changed_amount": format_cents(changed_cent),
+                "failed": len(report["errors"]) - len(landed),
+                "landed": len(landed),  # counted in changed: their write landed, its answer was lost
                 "passed": report["passed"],
-                "errors": report["errors"],
+                "errors": {k: v for k, v in report["errors"].items() if k not in landed},
                 "by_kind": report["by_kind"],
             },
         }
@@ -197,6 +219,23 @@ class BulkReplay:
         )
         state.update(done=0, failed=0, cents=0, since_flush=0)
         return row
+
+    def _landed(self, item: dict[str, Any], reason: str) -> bool:
+        """Did this run's replay write land although the call failed? (A conditional write applied whose answer
+        was lost: the client retried it and the retry's condition failed.) The item's own row says so: its
+        history holds this run's entry. The product path is then under way; a payment row left at handled=0
+        without its message is re-queued by the sweeper (R9)."""
+        store = self.queue.store
+        table = {"payment": store.t.notify_raw, "kept": store.t.notify_event, "order": store.t.orders}.get(
+            item.get("source_kind") or ""
+        )
+        if table is None:
+            return False
+        for key in item.get("source_keys") or [item["source_key"]]:
+            row = store.get(table, {"pk": key}) or {}
+            if any(h.get("action") == "replay" and h.get("why") == reason for h in row.get("history") or []):
+                return True
+        return False
 
     def _capped(self, filter: str | dict[str, Any] | None, until: Any) -> dict[str, Any]:
         wanted = parse_filter(filter) if isinstance(filter, str) or filter is None else dict(filter)

@@ -60,8 +60,9 @@ class ReplayStore:
         )
         return from_item(answer["Attributes"]) or {}
 
-    def claim(self, run_id: str, item_id: str, now_s: float, at: str) -> bool:
-        """Take one item for this run: False when it is done already, or another process holds it."""
+    def claim(self, run_id: str, item_id: str, now_s: float, at: str, holder: str = "") -> bool:
+        """Take one item for this run: False when it is done already, or another process holds it. `holder`
+        names the taking process: a retry of our own put whose answer was lost finds our claim and takes it."""
         try:
             self.ddb.put_item(
                 TableName=self.table,
@@ -72,11 +73,12 @@ class ReplayStore:
                         "claimed_s": int(now_s),
                         "claimed_at": at,
                         "expires_at": int(now_s) + TTL_S,
+                        "holder": holder or "-",
                     }
                 ),
                 ConditionExpression="attribute_not_exists(pk) OR "
-                "(attribute_not_exists(outcome) AND claimed_s < :stale)",
-                ExpressionAttributeValues=names_values(stale=int(now_s) - LEASE_S),
+                "(attribute_not_exists(outcome) AND (claimed_s < :stale OR holder = :me))",
+                ExpressionAttributeValues=names_values(stale=int(now_s) - LEASE_S, me=holder or "-"),
             )
             return True
         except self.ddb.exceptions.ConditionalCheckFailedException:
