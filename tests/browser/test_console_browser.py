@@ -210,6 +210,30 @@ def test_an_expired_sign_in_gets_a_clear_sign_in_page_and_comes_back_where_it_wa
     page.wait_for_url("**/console/refunds")
 
 
+def test_the_queue_s_bulk_replay_previews_the_cli_dry_run_and_runs_as_a_replay_run(stack, new_page):
+    """#21 item 4 in the console: the preview names the `tally manual replay --filter … --dry-run` that prints
+    the same numbers; confirming runs a replay run, whose id the page reports."""
+    from tally import bootstrap
+
+    unbooked_payment(stack, "CONSOLE0RPL")
+    page = sign_in(new_page(), stack, "operator")
+    page.goto(stack.api_url + "/console/queue?kind=unbooked-payment")
+    page.wait_for_selector("#bulk")
+    shown = len(page.query_selector_all("#queue tbody tr[data-id]"))
+    page.select_option("#bulk select[name=action]", "replay")
+    page.fill("#bulk input[name=reason]", "order amounts fixed")
+    page.click("#bulk button[type=submit]")
+    page.wait_for_selector("#replay-plan")
+    plan = page.inner_text("#replay-plan")
+    assert "tally manual replay --filter 'kind=unbooked-payment' --dry-run" in plan
+    dry = bootstrap.bulk_replay().preview("kind=unbooked-payment")
+    assert dry["would_change"] == shown and f"{dry['amount']} yuan" in page.inner_text("h1")
+    page.click("#confirm")
+    page.wait_for_selector(".notice")
+    notice = page.inner_text(".notice")
+    assert "replay run r" in notice and f"{shown} of {shown} item(s) replayed" in notice, notice
+
+
 def test_console_is_usable_on_a_phone(stack, new_page):
     page = sign_in(new_page(390, 844), stack, "operator")
     width = page.evaluate("document.documentElement.scrollWidth")
