@@ -34,8 +34,10 @@ check: lint
 # make soak: 10,000 seeded micro days + 100,000 fuzz inputs, one table (docs/proof.md), bounded by MINUTES
 # (default 55: the days stop at 3/4 of it, the fuzz at the end; the table says what ran; MINUTES=0: no bound).
 # make soak SEED=123 replays one day; SEEDS=, SHAPE=tiny|small, FUZZ=, MINUTES= size it.
+# Then 10,000 work-queue items replayed by two bulk replay runs at once, the ledger checked (docs/morning.md).
 soak: $(STAMP)
 	$(BIN)/python -m tests.sim.run $(if $(SEED),--seed $(SEED),--seeds $(or $(SEEDS),10000) --fuzz $(or $(FUZZ),100000) --max-minutes $(or $(MINUTES),55)) $(if $(SHAPE),--shape $(SHAPE))
+	TALLY_REPLAY_SOAK=1 $(BIN)/python -m pytest -q -s -n 0 -p no:randomly -k 10000 tests/integration/test_bulk_replay_sim.py
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.run

@@ -27,7 +27,11 @@ TABLES = {
     "NotifyRawTable": (
         "NOTIFY_RAW_TABLE",
         ["pk"],
-        {"by_pending": ["pending_pk", "pending_at"], "by_order": ["order_pk", "notified_at"]},
+        {
+            "by_pending": ["pending_pk", "pending_at"],
+            "by_order": ["order_pk", "notified_at"],
+            "by_merchant": ["mchid", "notified_at"],  # the console's last callback seen (docs/console.md)
+        },
     ),
     "NotifyEventTable": (
         "NOTIFY_EVENT_TABLE",
@@ -52,7 +56,11 @@ TABLES = {
     "ReconRunsTable": ("RECON_RUNS_TABLE", ["pk", "sk"], {"by_blocked": ["blocked_pk", "pk"]}),
     "ReconDiffTable": ("RECON_DIFF_TABLE", ["pk", "sk"], {"by_open": ["open_pk", "opened_at"]}),
 }
-NARROW_PROJECTIONS = {"by_order", "manual"}  # history / queue views: INCLUDE; every other index projects ALL
+NARROW_PROJECTIONS = {
+    "by_order",
+    "manual",
+    "by_merchant",
+}  # history / queue / console views: INCLUDE; others ALL
 CUSTOM_METRIC_ALARMS = [
     "NotifyRejected",
     "NotifyQuarantined",

@@ -335,6 +335,16 @@ def work_queue() -> WorkQueue:
     )
 
 
+def bulk_replay() -> Any:
+    """Safe bulk replay runs over the work queue (service/replay.py); runs are stored in notify_event."""
+    from tally.service.replay import BulkReplay
+    from tally.store.replay import ReplayStore
+
+    return BulkReplay(
+        work_queue(), ReplayStore(_client("dynamodb"), settings().notify_event_table), clock=_clock
+    )
+
+
 # ---------------------------------------------------------------- refunds
 
 
