@@ -44,7 +44,7 @@ def act(item_id: str, action: str, who: Identity, reason: str, **fields: str) ->
         raise PermissionError("only members of operators may act")
     if action not in ACTIONS:
         raise ActionRefused(f"unknown action {action!r}")
-    extra = {k: v for k, v in fields.items() if k in FIELDS and v}
+    extra: dict[str, Any] = {k: v for k, v in fields.items() if k in FIELDS and v}
     if action == "ack" and not extra.get("owner"):
         extra["owner"] = who.username
     try:
@@ -113,7 +113,7 @@ def bulk(filters: dict[str, str], action: str, who: Identity, reason: str, **fie
 
     if not who.can_act:
         raise PermissionError("only members of operators may act")
-    extra = {k: v for k, v in fields.items() if k in FIELDS and v}
+    extra: dict[str, Any] = {k: v for k, v in fields.items() if k in FIELDS and v}
     try:
         report = bootstrap.work_queue().bulk(
             queue_filter(**filters), action, by=who.who, reason=reason.strip(), dry_run=False, **extra
