@@ -19,8 +19,8 @@ run: $(STAMP)
 	$(BIN)/python -m tally_local.stack
 
 test: $(STAMP) browser-deps
-	$(BIN)/ruff check layers functions tally_local tests bench
-	$(BIN)/ruff format --check layers functions tally_local tests bench
+	$(BIN)/ruff check layers functions tally_local tally_cli tests bench
+	$(BIN)/ruff format --check layers functions tally_local tally_cli tests bench
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest -n 2 --dist loadfile tests
@@ -42,10 +42,10 @@ soak: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench.run
 
-# lint: style, formatting, types (mypy on layers/common/tally, [tool.mypy]) and the import contracts (.importlinter)
+# lint: style, formatting, types (mypy on the layer and the CLI, [tool.mypy]) and the import contracts (.importlinter)
 lint: $(STAMP)
-	$(BIN)/ruff check layers functions tally_local tests bench
-	$(BIN)/ruff format --check layers functions tally_local tests bench
+	$(BIN)/ruff check layers functions tally_local tally_cli tests bench
+	$(BIN)/ruff format --check layers functions tally_local tally_cli tests bench
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
 

@@ -39,9 +39,7 @@ def state_file() -> pathlib.Path:
     if "TALLY_STATE_DIR" in os.environ:
         return pathlib.Path(os.environ["TALLY_STATE_DIR"]) / "local.json"
     here = pathlib.Path(".tally") / "local.json"
-    checkout = (
-        pathlib.Path(__file__).resolve().parents[4] / ".tally" / "local.json"
-    )  # layers/common/tally/cli
+    checkout = pathlib.Path(__file__).resolve().parents[4] / ".tally" / "local.json"  # tally_cli
     return here if here.exists() or not checkout.exists() else checkout
 
 

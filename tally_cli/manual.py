@@ -28,7 +28,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from tally.cli.common import add_target, connect
+from tally_cli.common import add_target, connect
 
 OVERDUE_EXIT = 3  # cron-able: something is open past its threshold
 

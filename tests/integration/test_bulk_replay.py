@@ -17,7 +17,7 @@ from tally.store.replay import ReplayStore
 
 @pytest.fixture
 def cli(h, tmp_path, monkeypatch, capsys):
-    from tally.cli.main import main
+    from tally_cli.main import main
 
     state = {"endpoint_url": "", "region": "us-east-1", "api_url": "http://127.0.0.1:3000", "env": h.env}
     (tmp_path / "local.json").write_text(json.dumps(state))

@@ -28,7 +28,7 @@ LATER = 25 * 3600  # the checks look at the queue a day later, so every item is 
 @pytest.fixture
 def cli(h, tmp_path, monkeypatch, capsys):
     """`tally …` as a person types it, against this test's moto (through .tally/local.json)."""
-    from tally.cli.main import main
+    from tally_cli.main import main
 
     state = {"endpoint_url": "", "region": "us-east-1", "api_url": "http://127.0.0.1:3000", "env": h.env}
     (tmp_path / "local.json").write_text(json.dumps(state))

@@ -308,7 +308,7 @@ def test_alarm_email_is_required_and_always_subscribed(template, resources):
 def test_stack_secrets_are_per_stack(template, resources):
     """`tally merchant add … --stack staging` must not overwrite prod's keys, nor may staging read them: the
     prefix, every grant and the stack output the CLI reads all carry the stack name."""
-    from tally.cli.env import OUTPUT_ENV
+    from tally_cli.env import OUTPUT_ENV
 
     grants = [s for s in strings(resources) if ":secret:" in s]
     assert grants and all(":secret:tally/${AWS::StackName}/merchants/" in s for s in grants)

@@ -386,7 +386,7 @@ def merchants(now: float | None = None) -> list[dict[str, Any]]:
     Last seen: one Query of notify_raw's `by_merchant` index per merchant id (newest first, Limit 1); the notify
     path writes nothing for it (the index is keyed on attributes every raw row has). Last refused: the newest
     kept rejected row per merchant, from one read of the work queue's `manual` index (kind rejected)."""
-    from tally.cli.merchant import list_merchants
+    from tally.service.merchants import list_merchants
 
     now = time.time() if now is None else now
     store = bootstrap.work_queue().store
