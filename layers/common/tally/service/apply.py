@@ -14,6 +14,7 @@ from tally.domain.orders import Event, Status, Verdict, transit
 from tally.observability import M, count, logger
 from tally.service.ingest import notice_from_raw
 from tally.store.codec import names_values, to_item
+from tally.store.recon import with_bill_shard
 from tally.store.tables import OrderStore, RawStore, Tables, iso_now, pending_pk
 
 CHINA = timezone(timedelta(hours=8))  # the channels' day cut (R34); China has no DST
@@ -197,7 +198,7 @@ class ApplyService:
         }
         return {
             "TableName": self.t.ledger,
-            "Item": to_item(row),
+            "Item": to_item(with_bill_shard(row)),  # the sharded bill-date index (store/recon.py)
             "ConditionExpression": "attribute_not_exists(pk)",
         }
 

@@ -141,8 +141,13 @@ class OpenedBill:
         else:
             raise BillParseError(f"no bill parser for channel {channel!r}")
 
-    def parser(self, *, check_fees: bool = True) -> Any:
-        lines: Iterator[bytes] = ali.lines_of(self._data)
+    def lines(self) -> Iterator[bytes]:
+        """The detail file's lines, as the parser reads them."""
+        return ali.lines_of(self._data)
+
+    def parser(self, *, check_fees: bool = True, lines: Iterator[bytes] | None = None) -> Any:
+        """`lines`: instead of `self.lines()` (a file streamed by service/recon_partition.py, or these wrapped)."""
+        lines = self.lines() if lines is None else lines
         if self.channel == wx.CHANNEL:
             return WeChatBillParser(lines, check_fees=check_fees)
         return _AlipayWithSummary(ali.AlipayBillParser(lines), self._summary_row)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tally.store.codec import from_item, names_values, to_item
+from tally.store.recon import with_bill_shard
 from tally.store.tables import Tables, shard_of
 
 POLL_SHARDS = 4
@@ -401,7 +402,7 @@ class RefundStore:
         return {
             "Put": {
                 "TableName": self.t.base.ledger,
-                "Item": to_item(row),
+                "Item": to_item(with_bill_shard(row)),  # the sharded bill-date index (store/recon.py)
                 "ConditionExpression": "attribute_not_exists(pk)",
             }
         }
