@@ -30,6 +30,14 @@
    and a recursive parser) twice per UpdateItem; `cached_update_parser` keeps the parsed tree per
    text. Its users only read it (the validator deep-copies it before changing anything).
 
+7. **A Lambda task runs the function's own handler.** moto invokes a Lambda function in Docker (or answers a
+   canned reply); the embedded stack has neither: its handlers run in-process behind the front door. A function
+   created with the environment variable `TALLY_LOCAL_INVOKE_URL` (tally_local/statemachines.py) is invoked by
+   POSTing the payload there (`POST /_local/lambda/{function}`, tally_local/lambda_io.py); the answer and a
+   raised error come back as Lambda's Invoke would return them (`X-Amz-Function-Error: Unhandled`). This is what
+   moto's Step Functions interpreter calls for each `lambda:invoke` task, so the state machine of
+   template.yaml runs on the very handlers `make run` serves. Functions without the variable go moto's way.
+
 `install()` is idempotent and process-wide (moto's backends are per process anyway).
 """
 
@@ -56,6 +64,7 @@ def install() -> None:
         cached_jsonpath()
         one_queue_attribute()
         cached_update_parser()
+        local_lambda_invoke()
         _installed = True
 
 
@@ -69,6 +78,38 @@ def atomic_requests() -> None:
             return original(self)
 
     DynamoHandler.call_action = call_action
+
+
+INVOKE_URL_VARIABLE = "TALLY_LOCAL_INVOKE_URL"
+
+
+def local_lambda_invoke() -> None:
+    import urllib.request
+
+    from moto.awslambda.models import LambdaBackend
+
+    original = LambdaBackend.invoke
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # 127.0.0.1 only
+
+    def invoke(
+        self: Any, function_name: str, qualifier: Any, body: Any, headers: Any, response_headers: Any
+    ) -> Any:
+        function = self.get_function(function_name, qualifier)
+        url = (function.environment_vars or {}).get(INVOKE_URL_VARIABLE)
+        if not url:
+            return original(self, function_name, qualifier, body, headers, response_headers)
+        data = body.encode() if isinstance(body, str) else (body or b"{}")
+        request = urllib.request.Request(
+            url, data=data, method="POST", headers={"content-type": "application/json"}
+        )
+        with opener.open(request, timeout=900) as answer:
+            payload = answer.read()
+            error = answer.headers.get("x-amz-function-error")
+        if error:
+            response_headers["x-amz-function-error"] = error
+        return payload
+
+    LambdaBackend.invoke = invoke
 
 
 def cached_module_list() -> None:
