@@ -51,12 +51,15 @@ class DistributedRecon:
             partition_prefix=prefix,
             reason=f"{parts.partitions} partitions on the Distributed Map",
         )
-        service.store.put_run(run)  # what the children and the merge read
-        name = re.sub(r"[^A-Za-z0-9_-]", "_", f"{run['pk']}_{run['sk']}")[-80:]
+        run["execution_name"] = name = re.sub(r"[^A-Za-z0-9_-]", "_", f"{run['pk']}_{run['sk']}")[-80:]
+        service.store.put_run(run)  # what the children and the merge read; written once, before the start
         payload = {"pk": run["pk"], "sk": run["sk"], "bucket": self.archive.bucket, "prefix": prefix}
         payload["items_key"] = prefix + ITEMS
-        run["execution"] = self.machine.start(name, payload)
-        service.store.put_run(run)
+        try:
+            run["execution"] = self.machine.start(name, payload)
+        except Exception as exc:  # noqa: BLE001 - no execution: nothing else will conclude this run
+            self.archive.delete_prefix(prefix)
+            return service.block(run, "MAP_NOT_STARTED", f"the Distributed Map did not start: {exc}")
         logger.info(
             "recon: run on the Distributed Map", extra={"pk": run["pk"], "execution": run["execution"]}
         )
@@ -74,6 +77,11 @@ def child(service: Any, event: dict[str, Any]) -> dict[str, Any]:
         )
         parts = Partitioned.load(work)
         return service.match_partition(run, parts, p)
+    except Exception as exc:  # the Map retries and then fails; the merge names what failed, from the run row
+        service.store.note_partition_error(
+            run["pk"], run["sk"], f"partition {p}: {type(exc).__name__}: {exc}"
+        )
+        raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -86,12 +94,18 @@ def merge(service: Any, event: dict[str, Any]) -> dict[str, Any]:
     try:
         if "error" in event:
             error = event["error"] or {}
-            reason = f"a partition failed on the Distributed Map: {error.get('Error')}: {error.get('Cause')}"
-            return service.block(run, "MAP_FAILED", reason[:1000])
-        results = list(event.get("results") or [])
-        if len(results) != int(run.get("partitions", -1)):
+            reason = f"the Distributed Map failed: {error.get('Error')}: {error.get('Cause')}"
+            seen = list(dict.fromkeys(run.get("partition_errors") or []))  # each try noted; once each here
+            if seen:
+                reason += "; " + "; ".join(seen[:5])
+            return service.block(run, "MAP_FAILED", reason[:1500])
+        results = [r for r in event.get("results") or [] if isinstance(r, dict) and "partition" in r]
+        missing = sorted(set(range(int(run.get("partitions", 0)))) - {int(r["partition"]) for r in results})
+        if missing or not results:
             return service.block(
-                run, "MAP_INCOMPLETE", f"{len(results)} partition results for {run.get('partitions')}"
+                run,
+                "MAP_INCOMPLETE",
+                f"no result for partition(s) {missing}: a child failed after its retries",
             )
         return service.conclude_partitions(run, results)
     finally:

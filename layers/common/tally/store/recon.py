@@ -65,6 +65,16 @@ class ReconStore:
         )
         return from_item(answer.get("Item"))
 
+    def note_partition_error(self, pk: str, sk: str, text: str) -> None:
+        """A Distributed Map child's failure, kept on its run for the merge to name (one short entry per try)."""
+        values = names_values(e=[text[:500]], empty=[])
+        self.ddb.update_item(
+            TableName=self.runs,
+            Key=to_item({"pk": pk, "sk": sk}),
+            UpdateExpression="SET partition_errors = list_append(if_not_exists(partition_errors, :empty), :e)",
+            ExpressionAttributeValues=values,
+        )
+
     def run_rows(self, pk: str) -> list[dict[str, Any]]:
         """Every run of one day, newest first (a few per day: T+1, T+2, T+3, retries, confirmations)."""
         return [r for r in self._query(self.runs, pk, newest_first=True) if str(r["sk"]).startswith("run#")]
