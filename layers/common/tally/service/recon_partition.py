@@ -25,13 +25,14 @@ import struct
 from array import array
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from hashlib import sha256
+from itertools import accumulate, islice
 from pathlib import Path
 from typing import IO, Any
 
 from tally.domain.recon import INDEX_WATCHER, BillIndex, BillItem, BillTotals
 from tally.service.recon_sources import OpenedBill
 from tally.store.recon import LEDGER_SHARDS
-from tally.store.tables import shard_of
 
 CHUNK_LINES = 100_000  # lines parsed between two spills: bounds the parse's own index
 _BLOCK = struct.Struct("<QQ")  # rows in the block, bytes of its keys
@@ -79,11 +80,14 @@ class RowReader:
     layout) parses the raw line by the same rules as every other path (`parser.item_at`)."""
 
     def __init__(self, channel: str, head: bytes, rows: IO[bytes]):
-        self._parser = OpenedBill(channel, head).parser()
-        self._parser.index()  # the head only: header, no rows
+        self._channel, self._head = channel, head
+        self._parser: Any = None
         self._rows = rows
 
     def item_at(self, where: int) -> BillItem:
+        if self._parser is None:  # a partition whose rows all match never needs one
+            self._parser = OpenedBill(self._channel, self._head).parser()
+            self._parser.index()  # the head only: the header, no rows
         self._rows.seek(where)
         return self._parser.item_at(self._rows.readline())
 
@@ -91,12 +95,12 @@ class RowReader:
         self._rows.close()
 
 
-def file_lines(path: Path) -> Iterator[bytes]:
-    """A bill file's lines, streamed (gunzipped on the fly if it is gzip, as the channel serves it)."""
+def file_lines(path: Path) -> IO[bytes]:
+    """A bill file's lines, streamed (gunzipped on the fly if it is gzip, as the channel serves it): the open
+    file, iterated line by line; closed when the caller is done with it (or garbage-collected)."""
     with open(path, "rb") as probe:
         gz = probe.read(2) == b"\x1f\x8b"
-    with gzip.open(path, "rb") if gz else open(path, "rb") as f:  # noqa: SIM115
-        yield from f
+    return gzip.open(path, "rb") if gz else open(path, "rb")  # noqa: SIM115
 
 
 def partition_bill(
@@ -112,32 +116,31 @@ def partition_bill(
     directory.mkdir(parents=True, exist_ok=True)
     writer = _Writer(directory, partitions)
     built: list[BillIndex] = []
-    pending: dict[int, bytes] = {}  # raw lines not spilled yet, by offset in the bill
-    head: list[bytes] = []
-    state = {"first_row": -1}
+    block: list[bytes] = []  # the lines handed to the parser since the last spill
+    state = {"base": 0, "first_row": -1, "head": b""}
 
     def spill() -> None:
+        starts = accumulate(map(len, block), initial=state["base"])
+        lines = dict(zip(starts, block, strict=False))  # offset in the bill → raw line
+        state["base"] += sum(map(len, block))
         if built and built[0].keys:
             index = built[0]
-            if state["first_row"] < 0:
-                state["first_row"] = index.where[0]
-            writer.spill(index, pending)
-        pending.clear()
+            if state["first_row"] < 0:  # the head: every line before the first row (the header)
+                state["first_row"] = first = index.where[0]
+                state["head"] += b"".join(line for at, line in lines.items() if at < first)
+            writer.spill(index, lines)
+        elif state["first_row"] < 0:
+            state["head"] += b"".join(block)  # no row yet (a bill with none keeps its whole text: small)
 
     def drained(source: Iterable[bytes]) -> Iterator[bytes]:
-        pos = 0
-        n = 0
-        for raw in source:
-            pending[pos] = raw
-            if state["first_row"] < 0 and len(head) < 1000:
-                head.append(raw)
-            pos += len(raw)
-            yield raw
-            # the parser asks for the next line only once this one is indexed: safe to move rows out now
-            n += 1
-            if n >= chunk_lines:
-                spill()
-                n = 0
+        it = iter(source)
+        while True:
+            block[:] = islice(it, chunk_lines)
+            if not block:
+                return
+            yield from block
+            # the parser asks for the line after the block only once the block is indexed: move its rows out
+            spill()
 
     parser = opened.parser(lines=drained(opened.lines() if lines is None else lines))
     token = INDEX_WATCHER.set(built.append)
@@ -145,13 +148,9 @@ def partition_bill(
         parser.index()
     finally:
         INDEX_WATCHER.reset(token)
-    spill()
+    spill()  # the last block (the parser read to the end of the file without asking again)
     writer.close()
-    first = state["first_row"]
-    head_bytes = b"".join(head)
-    if first >= 0:
-        head_bytes = head_bytes[:first]
-    return Partitioned(opened.channel, directory, partitions, writer.rows, head_bytes, parser.totals)
+    return Partitioned(opened.channel, directory, partitions, writer.rows, state["head"], parser.totals)
 
 
 class _Writer:
@@ -166,7 +165,9 @@ class _Writer:
         keys, amounts, flags, where = index.keys, index.amounts, index.flags, index.where
         groups: list[list[int]] = [[] for _ in range(self.partitions)]
         n = self.partitions
-        for i, p in enumerate([shard_of(k, n) for k in keys]):  # n == LEDGER_SHARDS: ledger_shard(k)
+        # store.tables.shard_of(k, n) (the ledger's shard when n == LEDGER_SHARDS: ledger_shard), inlined for a
+        # 10M-row bill: int(hexdigest()[:8], 16) is the first 4 digest bytes, big-endian
+        for i, p in enumerate([int.from_bytes(sha256(k.encode()).digest()[:4], "big") % n for k in keys]):
             groups[p].append(i)
         for p, rows in enumerate(groups):
             if not rows:
