@@ -153,6 +153,7 @@ class ReconService:
                 opened = OpenedBill(channel, b"" if isinstance(data, Path) else data, name)
                 lines = file_lines(data) if isinstance(data, Path) else None
                 parts = partition_bill(opened, work, lines=lines)
+                assert parts.totals is not None
                 totals = parts.totals
                 index = BillIndex()
             else:

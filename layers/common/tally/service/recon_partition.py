@@ -95,12 +95,13 @@ class RowReader:
         self._rows.close()
 
 
-def file_lines(path: Path) -> IO[bytes]:
+def file_lines(path: Path) -> Iterator[bytes]:
     """A bill file's lines, streamed (gunzipped on the fly if it is gzip, as the channel serves it): the open
     file, iterated line by line; closed when the caller is done with it (or garbage-collected)."""
     with open(path, "rb") as probe:
         gz = probe.read(2) == b"\x1f\x8b"
-    return gzip.open(path, "rb") if gz else open(path, "rb")  # noqa: SIM115
+    f: Iterator[bytes] = gzip.open(path, "rb") if gz else open(path, "rb")  # noqa: SIM115
+    return f
 
 
 def partition_bill(
@@ -117,20 +118,20 @@ def partition_bill(
     writer = _Writer(directory, partitions)
     built: list[BillIndex] = []
     block: list[bytes] = []  # the lines handed to the parser since the last spill
-    state = {"base": 0, "first_row": -1, "head": b""}
+    state = _Progress()
 
     def spill() -> None:
-        starts = accumulate(map(len, block), initial=state["base"])
+        starts = accumulate(map(len, block), initial=state.base)
         lines = dict(zip(starts, block, strict=False))  # offset in the bill → raw line
-        state["base"] += sum(map(len, block))
+        state.base += sum(map(len, block))
         if built and built[0].keys:
             index = built[0]
-            if state["first_row"] < 0:  # the head: every line before the first row (the header)
-                state["first_row"] = first = index.where[0]
-                state["head"] += b"".join(line for at, line in lines.items() if at < first)
+            if state.first_row < 0:  # the head: every line before the first row (the header)
+                state.first_row = first = index.where[0]
+                state.head += b"".join(line for at, line in lines.items() if at < first)
             writer.spill(index, lines)
-        elif state["first_row"] < 0:
-            state["head"] += b"".join(block)  # no row yet (a bill with none keeps its whole text: small)
+        elif state.first_row < 0:
+            state.head += b"".join(block)  # no row yet (a bill with none keeps its whole text: small)
 
     def drained(source: Iterable[bytes]) -> Iterator[bytes]:
         it = iter(source)
@@ -148,9 +149,19 @@ def partition_bill(
         parser.index()
     finally:
         INDEX_WATCHER.reset(token)
+        close = getattr(lines, "close", None)
+        if close is not None:
+            close()  # a file streamed by file_lines
     spill()  # the last block (the parser read to the end of the file without asking again)
     writer.close()
-    return Partitioned(opened.channel, directory, partitions, writer.rows, state["head"], parser.totals)
+    return Partitioned(opened.channel, directory, partitions, writer.rows, state.head, parser.totals)
+
+
+@dataclass
+class _Progress:
+    base: int = 0  # offset in the bill of the current block's first line
+    first_row: int = -1  # offset of the bill's first row, once seen
+    head: bytes = b""
 
 
 class _Writer:
