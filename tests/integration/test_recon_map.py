@@ -92,10 +92,10 @@ def test_one_bill_in_one_function_and_on_the_distributed_map_gives_identical_dif
 def test_a_partition_that_keeps_failing_blocks_the_run_with_its_reason(stack, monkeypatch):
     original = ReconService.match_partition
 
-    def flaky(self, run, parts, p):
+    def flaky(self, run, parts, p, *rest):
         if p == 5:
             raise RuntimeError("ledger shard 5 unreadable")
-        return original(self, run, parts, p)
+        return original(self, run, parts, p, *rest)
 
     monkeypatch.setattr(ReconService, "match_partition", flaky)  # the handlers run in this process
     mchid, key = a_day(stack)

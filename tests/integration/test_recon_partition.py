@@ -12,6 +12,7 @@ from tally.store.codec import to_item
 from tally.store.recon import LEDGER_SHARDS, LedgerView, ledger_shard
 
 from tests.integration.recon_bills import DAY, comparable, day_of_differences, diffs_of_run, put_ledger
+from tests.integration.test_recon import metric
 
 
 @pytest.fixture
@@ -93,3 +94,35 @@ def test_every_reader_reads_every_shard_and_a_reversal_sits_with_its_entry(h, mc
     assert view.backfill_shards() >= 1
     assert old["pk"] in {r["pk"] for r in view.day("wechatpay", mchid, DAY)}
     assert view.backfill_shards() == 0  # re-runnable: nothing left to do
+
+
+def test_a_map_run_that_never_comes_back_is_blocked_not_silent(h, svc):
+    """A RUNNING run (its execution aborted, or the merge never ran) is BLOCKED by the next scheduled tick after
+    map_stale_s: ReconBlocked counts it and the day's work-queue marker is set (R41); the pass is not re-run."""
+    from tally.domain.recon import scheduled_days
+    from tally.store.recon import recon_pk
+
+    m = h.add_merchant(mchid=str(random.randrange(10**9, 10**10)))
+    day, pass_ = scheduled_days(svc.clock())[0]
+    pk = recon_pk("wechatpay", m["mchid"], day)
+    stuck = {"pk": pk, "sk": f"run#2024-01-01T00:00:00.000Z#{pass_}", "channel": "wechatpay"}
+    stuck |= {
+        "mchid": m["mchid"],
+        "bill_date": day,
+        "pass": pass_,
+        "status": "RUNNING",
+        "run_id": stuck["sk"],
+    }
+    stuck |= {"running_since_s": int(svc.clock()) - 5 * 3600, "execution_name": "x"}
+    svc.store.put_run(stuck)
+    svc.merchants = lambda: [("wechatpay", m["mchid"])]
+    ran = svc.scheduled()
+    assert pass_ not in {r["pass"] for r in ran if r["pk"] == pk}  # not started again
+    (row,) = [r for r in svc.store.run_rows(pk) if r["sk"] == stuck["sk"]]
+    assert row["status"] == "BLOCKED" and row["block_code"] == "MAP_STALE", row
+    assert "Distributed Map" in row["reason"]
+    assert metric(h, "ReconBlocked") == 1
+    marker = svc.store.ddb.get_item(TableName=svc.store.runs, Key=to_item({"pk": pk, "sk": "blocked"}))[
+        "Item"
+    ]
+    assert marker["block_code"] == {"S": "MAP_STALE"}

@@ -22,6 +22,7 @@ import io
 import shutil
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,7 @@ from tally.domain.recon import (
     BillIndex,
     BillParseError,
     Diff,
+    LocalEntry,
     Matcher,
     MatchStats,
     check_guards,
@@ -56,6 +58,7 @@ from tally.store.recon import BillArchive, LedgerView, ReconStore, recon_pk
 from tally.store.tables import iso_now
 
 MATCHED, DIFFS, QUIET, RETRY, BLOCKED = "MATCHED", "DIFFS", "QUIET", "RETRY", "BLOCKED"
+RUNNING = "RUNNING"  # on the Distributed Map (service/recon_map.py)
 FINISHED = {MATCHED, DIFFS, QUIET, BLOCKED}
 
 
@@ -81,6 +84,7 @@ class ReconService:
         partition_bytes: int = 64 << 20,
         map_bytes: int = 1 << 30,
         distributed: Any = None,
+        map_stale_s: float = 4 * 3600,
     ):
         self.store = store
         self.ledger = ledger
@@ -98,6 +102,7 @@ class ReconService:
             map_bytes  # … and at least this big on the Distributed Map (when `distributed` is set)
         )
         self.distributed = distributed  # service.recon_map.DistributedRecon or None
+        self.map_stale_s = map_stale_s  # a Map run without a result after this is BLOCKED (MAP_STALE)
 
     # ------------------------------------------------------------ entry points
 
@@ -109,15 +114,33 @@ class ReconService:
             if channel not in self.sources:
                 continue
             for bill_date, pass_ in scheduled_days(self.clock()):
+                runs = [
+                    self._unless_stale(r) for r in self.store.run_rows(recon_pk(channel, mchid, bill_date))
+                ]
                 done = {
                     r.get("pass")
-                    for r in self.store.run_rows(recon_pk(channel, mchid, bill_date))
-                    if r.get("status") in FINISHED or r.get("status") == "RUNNING"  # on the Map now
+                    for r in runs
+                    if r.get("status") in FINISHED or r.get("status") == RUNNING  # on the Map now
                 }
                 if pass_ in done:
                     continue
                 results.append(self.run(channel, mchid, bill_date, pass_=pass_))
         return results
+
+    def _unless_stale(self, run: dict[str, Any]) -> dict[str, Any]:
+        """A run on the Distributed Map that never came back (its execution aborted, timed out, or its merge
+        never ran) is BLOCKED after `map_stale_s`: a person sees it, ReconBlocked counts it; never silent."""
+        if run.get("status") != RUNNING:
+            return run
+        since = float(run.get("running_since_s") or 0)
+        if self.clock() - since < self.map_stale_s:
+            return run
+        return self._blocked(
+            run,
+            "MAP_STALE",
+            f"on the Distributed Map since {iso_now(since)} without a result "
+            f"(execution {run.get('execution_name')}): look at it in Step Functions, then re-run the day",
+        )
 
     def run(
         self, channel: str, mchid: str, bill_date: str, *, pass_: str = "manual", s3_key: str | None = None
@@ -157,16 +180,16 @@ class ReconService:
                 totals = parts.totals
                 index = BillIndex()
             else:
+                # the one parse: totals + a compact row index; nothing matched yet
                 opened = OpenedBill(channel, data, name)
-                totals, index = (
-                    opened.index()
-                )  # the one parse: totals + a compact row index; nothing matched yet
+                totals, index = opened.index()
         except BillParseError as exc:
-            shutil.rmtree(work, ignore_errors=True)
-            if downloaded is not None:
-                downloaded.unlink(missing_ok=True)
+            _clean(work, downloaded)
             count(M.RECON_PARSE_FAILED, channel=channel, merchant=mchid)
             return self._blocked(run, "PARSE_FAILED", f"not a bill we can read: {exc}")
+        except BaseException:
+            _clean(work, downloaded)  # a warm container keeps /tmp: nothing of this run stays there
+            raise
         run["totals"] = totals.as_dict()
         pk = run["pk"]
         confirmation = self.store.confirmation(pk)
@@ -191,9 +214,7 @@ class ReconService:
                 return self.distributed.start(self, run, parts)  # Step Functions Distributed Map
             return self._match_partitioned(run, parts)
         finally:
-            shutil.rmtree(work, ignore_errors=True)
-            if downloaded is not None:
-                downloaded.unlink(missing_ok=True)
+            _clean(work, downloaded)
 
     def from_s3_event(self, key: str) -> dict[str, Any] | None:
         """A bill a person dropped under bills/{channel}/{mchid}/{bill_date}/…; our own downloads are skipped."""
@@ -308,11 +329,17 @@ class ReconService:
 
     # ------------------------------------------------------------ the partitioned path (recon_partition.py)
 
-    def match_partition(self, run: dict[str, Any], parts: Partitioned, p: int) -> dict[str, Any]:
-        """One partition of the bill against one shard of the ledger; its diffs written. The result is what
-        `conclude_partitions` merges (in this function, or in a Distributed Map's merge step)."""
-        channel, mchid, bill_date = run["channel"], run["mchid"], run["bill_date"]
-        local = fold_ledger(self.ledger.day_shard(channel, mchid, bill_date, p))
+    def ledger_shard(self, run: dict[str, Any], p: int) -> dict[str, LocalEntry]:
+        """The ledger side of partition `p`: one shard of the merchant's day, reversals folded."""
+        return fold_ledger(self.ledger.day_shard(run["channel"], run["mchid"], run["bill_date"], p))
+
+    def match_partition(
+        self, run: dict[str, Any], parts: Partitioned, p: int, local: dict[str, LocalEntry] | None = None
+    ) -> dict[str, Any]:
+        """One partition of the bill against one shard of the ledger (`local`, read here if not given); its diffs
+        written. The result is what `conclude_partitions` merges (here, or in a Distributed Map's merge step)."""
+        if local is None:
+            local = self.ledger_shard(run, p)
         entries = len(local)
         index = parts.index(p)
         reader = parts.reader(p)
@@ -334,7 +361,16 @@ class ReconService:
         return self._conclude(run, results, seen)
 
     def _match_partitioned(self, run: dict[str, Any], parts: Partitioned) -> dict[str, Any]:
-        results = [self.match_partition(run, parts, p) for p in range(parts.partitions)]
+        """Partition by partition; the next shard of the ledger is read while this one is matched (two
+        partitions' ledgers in memory at most)."""
+        results = []
+        with ThreadPoolExecutor(1) as reader:
+            ahead = reader.submit(self.ledger_shard, run, 0)
+            for p in range(parts.partitions):
+                local = ahead.result()
+                if p + 1 < parts.partitions:
+                    ahead = reader.submit(self.ledger_shard, run, p + 1)
+                results.append(self.match_partition(run, parts, p, local))
         return self.conclude_partitions(run, results)
 
     def _write_diffs(self, run: dict[str, Any], diffs: list[Diff]) -> tuple[set[str], int]:
@@ -635,6 +671,12 @@ def _stats_of(stats: MatchStats, new: int, ledger_entries: int | None = None) ->
     if ledger_entries is not None:
         out["ledger_entries"] = ledger_entries
     return out
+
+
+def _clean(work: Path, downloaded: Path | None) -> None:
+    shutil.rmtree(work, ignore_errors=True)
+    if downloaded is not None:
+        downloaded.unlink(missing_ok=True)
 
 
 def _yuan(cents: Any) -> str:

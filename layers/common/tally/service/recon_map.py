@@ -23,9 +23,9 @@ import shutil
 from typing import Any
 
 from tally.observability import logger
+from tally.service.recon import RUNNING
 from tally.service.recon_partition import MANIFEST, Partitioned, tmp_dir
 
-RUNNING = "RUNNING"
 ITEMS = "items.json"
 
 
@@ -49,6 +49,7 @@ class DistributedRecon:
             path="distributed",
             partitions=parts.partitions,
             partition_prefix=prefix,
+            running_since_s=int(service.clock()),
             reason=f"{parts.partitions} partitions on the Distributed Map",
         )
         run["execution_name"] = name = re.sub(r"[^A-Za-z0-9_-]", "_", f"{run['pk']}_{run['sk']}")[-80:]
