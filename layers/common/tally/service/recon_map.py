@@ -92,26 +92,24 @@ def merge(service: Any, event: dict[str, Any]) -> dict[str, Any]:
     run = _run(service, event)
     if run.get("status") != RUNNING:
         return run  # already concluded (a redelivered merge): nothing changes twice
-    try:
-        if "error" in event:
-            error = event["error"] or {}
-            reason = f"the Distributed Map failed: {error.get('Error')}: {error.get('Cause')}"
-            seen = list(dict.fromkeys(run.get("partition_errors") or []))  # each try noted; once each here
-            if seen:
-                reason += "; " + "; ".join(seen[:5])
-            return service.block(run, "MAP_FAILED", reason[:1500])
-        results = [r for r in event.get("results") or [] if isinstance(r, dict) and "partition" in r]
-        missing = sorted(set(range(int(run.get("partitions", 0)))) - {int(r["partition"]) for r in results})
-        if missing or not results:
-            return service.block(
-                run,
-                "MAP_INCOMPLETE",
-                f"no result for partition(s) {missing}: a child failed after its retries",
-            )
-        return service.conclude_partitions(run, results)
-    finally:
-        if run.get("partition_prefix"):
-            service.archive.delete_prefix(run["partition_prefix"])
+    if run.get("partition_prefix"):  # the children are done with them (the results are in this event)
+        service.archive.delete_prefix(run["partition_prefix"])
+    if "error" in event:
+        error = event["error"] or {}
+        reason = f"the Distributed Map failed: {error.get('Error')}: {error.get('Cause')}"
+        seen = list(dict.fromkeys(run.get("partition_errors") or []))  # each try noted; once each here
+        if seen:
+            reason += "; " + "; ".join(seen[:5])
+        return service.block(run, "MAP_FAILED", reason[:1500])
+    results = [r for r in event.get("results") or [] if isinstance(r, dict) and "partition" in r]
+    missing = sorted(set(range(int(run.get("partitions", 0)))) - {int(r["partition"]) for r in results})
+    if missing or not results:
+        return service.block(
+            run,
+            "MAP_INCOMPLETE",
+            f"no result for partition(s) {missing}: a child failed after its retries",
+        )
+    return service.conclude_partitions(run, results)
 
 
 def _run(service: Any, event: dict[str, Any]) -> dict[str, Any]:
