@@ -28,6 +28,15 @@ sys.path[:0] = [str(ROOT / "layers/common"), str(ROOT)]
 
 from bench.recon_1m import amount, generate, peak_mb, run_pandas_c, tx  # noqa: E402
 
+
+def cpu_s() -> float:
+    """CPU seconds of this process (user + system): what a loaded machine does not inflate as it does wall time."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return round(usage.ru_utime + usage.ru_stime, 1)
+
+
 SHARDS = 16  # store.recon.LEDGER_SHARDS (asserted in the child)
 LOCAL_ONLY = "wechatpay#4200000001209999999999999999"
 
@@ -80,6 +89,7 @@ def run_memory(path: str, rows: int) -> dict:
         "matched": matcher.stats.matched,
         "ledger_build_s": round(t_ledger, 2),
         "total_s": round(total, 2),
+        "cpu_s": cpu_s(),  # incl. building the ledger dictionary
         "peak_rss_mb": round(peak_mb()),
     }
 
@@ -128,6 +138,7 @@ def run_partitioned(path: str, rows: int, shards: str, work: str) -> dict:
         "ledger_load_s": round(t_ledger, 2),
         "partition_s": per_partition,  # per partition: its ledger shard loaded + matched
         "total_s": round(total, 2),
+        "cpu_s": cpu_s(),  # incl. loading the ledger shards
         "peak_rss_mb": round(peak_mb()),
     }
 
@@ -196,17 +207,17 @@ def main() -> None:
             file=out,
         )
         print(
-            f"in-memory path {args.small:,} rows:            {m['total_s']:7.2f}s  peak RSS {m['peak_rss_mb']} MB ({m['total_s'] / p['read_csv_s']:.2f}x pandas)",
+            f"in-memory path {args.small:,} rows:            {m['total_s']:7.2f}s  peak RSS {m['peak_rss_mb']} MB ({m['total_s'] / p['read_csv_s']:.2f}x pandas), CPU {m['cpu_s']}s",
             file=out,
         )
         print(
-            f"partitioned    {args.small:,} rows:            {s['total_s']:7.2f}s  peak RSS {s['peak_rss_mb']} MB; diffs identical: {same} ({len(s['diffs'])})",
+            f"partitioned    {args.small:,} rows:            {s['total_s']:7.2f}s  peak RSS {s['peak_rss_mb']} MB, CPU {s['cpu_s']}s; diffs identical: {same} ({len(s['diffs'])})",
             file=out,
         )
         print(
             f"partitioned    {args.rows:,} rows:           {b['total_s']:7.2f}s  peak RSS {b['peak_rss_mb']} MB "
             f"(parse+partition {b['parse_and_partition_s']}s, ledger shards loaded {b['ledger_load_s']}s, "
-            f"per partition {min(b['partition_s'])}-{max(b['partition_s'])}s)",
+            f"per partition {min(b['partition_s'])}-{max(b['partition_s'])}s), CPU {b['cpu_s']}s",
             file=out,
         )
         print(
@@ -214,6 +225,9 @@ def main() -> None:
             f"/ {args.small:,} partitioned: "
             f"{b['total_s'] / s['total_s']:.1f}x; peak RSS target <= 1536 MB: {'ok' if b['peak_rss_mb'] <= 1536 else 'OVER'}",
             file=out,
+        )
+        print(
+            f"load average at the end: {os.getloadavg()[0]:.1f} (wall times assume an idle machine)", file=out
         )
         assert same, (m["diffs"], s["diffs"])
         assert b["matched"] == args.rows - 2 and len(b["diffs"]) == 3, (b["matched"], b["diffs"])
