@@ -11,20 +11,25 @@ from tally.settings import Settings
 
 if TYPE_CHECKING:  # the real return types; the imports themselves stay lazy (cold start, R10)
     from tally.service.apply import ApplyService
+    from tally.service.heartbeat import Heartbeat
     from tally.service.ingest import IngestService
     from tally.service.keys import KeyRotationService
+    from tally.service.ledger_day import LedgerDayService
     from tally.service.manual import ManualQueue
     from tally.service.merchants import MerchantDirectory
     from tally.service.orders import OrderService
-    from tally.service.outbox import OutboxService
+    from tally.service.outbox import EventReplay, OutboxService, Republisher
     from tally.service.poll import PollService
     from tally.service.pull import PullChannels
+    from tally.service.queue import WorkQueue
     from tally.service.recon import ReconService
     from tally.service.refund_inbox import RefundInbox
     from tally.service.refunds import RefundChannel, RefundService
+    from tally.service.story import StoryService
     from tally.service.sweep import PendingReport, SweepService
     from tally.store.refunds import RefundTables
     from tally.store.tables import Tables
+    from tally.store.users import ConsoleUsers
 
 _clock: Callable[[], float] = time.time
 
@@ -114,12 +119,13 @@ def tables() -> Tables:
 def merchants() -> MerchantDirectory:
     from tally.service.merchants import MerchantDirectory
     from tally.store.keys import PlatformCertStore
+    from tally.store.secrets import SecretStore
     from tally.store.tables import MerchantStore
 
     s = settings()
     return MerchantDirectory(
         MerchantStore(tables()),
-        _client("secretsmanager"),
+        SecretStore(_client("secretsmanager")),
         s.merchant_secret_prefix,
         s.wechatpay_api_base,
         clock=_clock,
@@ -158,10 +164,11 @@ def ingest_service() -> IngestService:
 @cache
 def apply_service() -> ApplyService:
     from tally.service.apply import ApplyService
+    from tally.store.payments import PaymentStore
     from tally.store.tables import OrderStore, RawStore
 
     return ApplyService(
-        tables(),
+        PaymentStore(tables()),
         RawStore(tables()),
         OrderStore(tables()),
         clock=_clock,
@@ -235,15 +242,17 @@ def pending_report() -> PendingReport:
 @cache
 def outbox_service() -> OutboxService:
     from tally.service.outbox import OutboxService
+    from tally.store.events import EventBus
 
-    return OutboxService(_client("events"), settings().event_bus_name)
+    return OutboxService(EventBus(_client("events"), settings().event_bus_name))
 
 
 @cache
-def heartbeat() -> Any:
+def heartbeat() -> Heartbeat:
     """The synthetic heartbeat (service/heartbeat.py): functions/heartbeat, `tally pending`."""
     from tally.service.heartbeat import Heartbeat
     from tally.store.heartbeat import HeartbeatKeys
+    from tally.store.secrets import SecretStore
     from tally.store.tables import OrderStore
 
     s = settings()
@@ -251,7 +260,7 @@ def heartbeat() -> Any:
         merchants(),
         order_service(),
         OrderStore(tables()),
-        HeartbeatKeys(_client("secretsmanager"), s.merchant_secret_prefix, s.heartbeat_mchid),
+        HeartbeatKeys(SecretStore(_client("secretsmanager")), s.merchant_secret_prefix, s.heartbeat_mchid),
         api_url=s.heartbeat_api_url,
         mchid=s.heartbeat_mchid,
         clock=_clock,
@@ -263,7 +272,7 @@ def heartbeat_age_s() -> int:
     return heartbeat().age_s()
 
 
-def republisher() -> Any:
+def republisher() -> Republisher:
     """`tally outbox republish` (docs/runbook.md OutboxDLQAlarm)."""
     from tally.service.outbox import Republisher
     from tally.store.changes import ChangedRows
@@ -271,21 +280,23 @@ def republisher() -> Any:
     return Republisher(ChangedRows(tables(), settings().refunds_table), outbox_service())
 
 
-def event_replay() -> Any:
+def event_replay() -> EventReplay:
     """`tally events replay` (docs/events.md)."""
     from tally.service.outbox import EventReplay
+    from tally.store.events import EventBus
 
     s = settings()
-    return EventReplay(_client("events"), s.event_bus_name, s.event_archive_arn)
+    return EventReplay(EventBus(_client("events"), s.event_bus_name), s.event_archive_arn)
 
 
 @cache
 def manual_queue() -> ManualQueue:
     from tally.service.manual import ManualQueue
+    from tally.store.manual import ManualStore
     from tally.store.tables import ApplyQueue, RawStore
 
     return ManualQueue(
-        tables(),
+        ManualStore(tables()),
         RawStore(tables()),
         ApplyQueue(_client("sqs"), settings().apply_queue_url),
         ingest_service(),
@@ -294,7 +305,7 @@ def manual_queue() -> ManualQueue:
 
 
 @cache
-def work_queue() -> Any:
+def work_queue() -> WorkQueue:
     """The one queue of everything that needs a person (service/queue.py, R41)."""
     from tally.service.queue import WorkQueue
     from tally.store.queue import QueueStore, QueueTables
@@ -459,7 +470,7 @@ def _distributed_recon(s: Settings) -> Any:
 
 
 @cache
-def story_service() -> Any:
+def story_service() -> StoryService:
     """The order story: Query / GetItem only, never the channel."""
     from tally.service.story import StoryService
     from tally.store.recon import LedgerView, ReconStore
@@ -479,7 +490,7 @@ def story_service() -> Any:
 
 
 @cache
-def ledger_day_service() -> Any:
+def ledger_day_service() -> LedgerDayService:
     """The finance view of one bill_date (service/ledger_day.py)."""
     from tally.service.ledger_day import LedgerDayService
     from tally.store.recon import LedgerView, ReconStore
@@ -497,7 +508,7 @@ def ledger_day_service() -> Any:
 
 
 @cache
-def console_users() -> Any:
+def console_users() -> ConsoleUsers:
     from tally.store.users import ConsoleUsers
 
     s = settings()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from tally.apigw import HttpRequest, HttpResponse
@@ -531,7 +531,7 @@ def raw_row(
     }
 
 
-def notice_from_raw(row: dict[str, Any]) -> PaymentNotice:
+def notice_from_raw(row: Mapping[str, Any]) -> PaymentNotice:
     return PaymentNotice(
         channel=row["channel"],
         transaction_id=row["transaction_id"],

@@ -13,6 +13,8 @@ from tally.channels import alipay as ali
 from tally.channels import wechatpay_v2 as wx2
 from tally.channels import wechatpay_v3 as wx
 from tally.observability import M, count, logger
+from tally.store.keys import PlatformCertStore
+from tally.store.secrets import SecretStore
 from tally.store.tables import MerchantStore, iso_now
 
 
@@ -83,7 +85,7 @@ class MerchantDirectory:
     def __init__(
         self,
         store: MerchantStore,
-        secrets: Any,
+        secrets: SecretStore,
         secret_prefix: str,
         api_base: str,
         *,
@@ -92,7 +94,7 @@ class MerchantDirectory:
         refresh_every_s: float = 60,
         http_timeout_s: float = 3.0,
         alipay_gateway: str = "https://openapi.alipay.com/gateway.do",
-        certs: Any = None,
+        certs: PlatformCertStore | None = None,
     ):
         self.store = store
         self.certs = (
@@ -150,7 +152,7 @@ class MerchantDirectory:
             merchant.last_refresh = max(merchant.last_refresh, float(stored["refreshed_at"]))
 
     def _secret(self, row: dict[str, Any]) -> dict[str, Any]:
-        return json.loads(self.secrets.get_secret_value(SecretId=row["secret_name"])["SecretString"])
+        return self.secrets.get(row["secret_name"])
 
     def warn_expiring(self, who: str, expires: dict[str, float]) -> list[str]:
         """Count PlatformCertExpiring for every certificate that expires within 7 days (alarmed)."""
@@ -357,7 +359,7 @@ class MerchantDirectory:
         self, channel: str, merchant_id: str, secret: dict[str, Any], row: dict[str, Any]
     ) -> dict[str, Any]:
         name = f"{self.secret_prefix}{channel}/{merchant_id}"
-        _put_secret(self.secrets, name, json.dumps(secret))
+        self.secrets.put(name, secret)
         row["secret_name"] = name
         self.store.put(row)
         self._other.pop(f"{channel}#{merchant_id}", None)
@@ -494,7 +496,7 @@ class MerchantDirectory:
         }
         credentials_from_secret(secret)  # refuse a configuration that cannot work before storing it
         name = f"{self.secret_prefix}{wx.CHANNEL}/{mchid}"
-        _put_secret(self.secrets, name, json.dumps(secret))
+        self.secrets.put(name, secret)
         row = {
             "pk": f"{wx.CHANNEL}#{mchid}",
             "channel": wx.CHANNEL,
@@ -532,13 +534,6 @@ def credentials_from_secret(secret: dict[str, Any]) -> wx.MerchantCredentials:
         platform=platform,
         public_key_id=secret.get("public_key_id"),
     )
-
-
-def _put_secret(secrets: Any, name: str, value: str) -> None:
-    try:
-        secrets.create_secret(Name=name, SecretString=value)
-    except secrets.exceptions.ResourceExistsException:
-        secrets.put_secret_value(SecretId=name, SecretString=value)
 
 
 def alipay_credentials(secret: dict[str, Any], now: float) -> ali.AlipayCredentials:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -58,7 +58,7 @@ class OrderService:
         merchants: MerchantDirectory,
         *,
         clock: Callable[[], float] = time.time,
-        confirm: Callable[[dict[str, Any]], bool] | None = None,
+        confirm: Callable[[Mapping[str, Any]], bool] | None = None,
     ):
         self.orders = orders
         self.raw = raw
@@ -123,7 +123,7 @@ class OrderService:
                     f"order {spec['out_trade_no']} exists with another {differs}: "
                     "re-register with the same terms, or use a new out_trade_no"
                 )
-            row = existing
+            row = dict(existing)
         if (
             spec["prepay"]
             and not (row.get("code_url") or row.get("qr_code"))
@@ -241,7 +241,7 @@ class OrderService:
         return view
 
 
-def public_order(row: dict[str, Any]) -> dict[str, Any]:
+def public_order(row: Mapping[str, Any]) -> dict[str, Any]:
     """The order without index bookkeeping; refunds reserved but not yet stored show as `refund_holds`."""
     hidden = {"pk", "version", "poll_pk", "poll_due", "hold_pk", "hold_due", "holds_open"}
     view = {k: v for k, v in row.items() if k not in hidden and not k.startswith(HOLD_PREFIX)}
@@ -254,7 +254,7 @@ def public_order(row: dict[str, Any]) -> dict[str, Any]:
 TERMS = ("channel", "amount_cent", "currency", "description", "expire_minutes", "prepay")
 
 
-def registered_differently(existing: dict[str, Any], row: dict[str, Any]) -> str:
+def registered_differently(existing: Mapping[str, Any], row: Mapping[str, Any]) -> str:
     """The first term in which a re-registration differs from the stored order ("" = the same order, a
     retry). A term the stored row predates (older rows have no expire_minutes) is not compared."""
     for term in TERMS:

@@ -366,7 +366,7 @@ class RefundService:
     def _new_row(
         self,
         refund_no: str,
-        order: dict[str, Any],
+        order: Mapping[str, Any],
         amount: int,
         reason: str,
         hold: str,
@@ -847,7 +847,7 @@ def landing(
     }
 
 
-def refuse_unrefundable(order: dict[str, Any], amount_cent: int) -> None:
+def refuse_unrefundable(order: Mapping[str, Any], amount_cent: int) -> None:
     """409 for an order that is not paid, 422 (ExceedsRefundable, counted) above what is left (R27)."""
     if order.get("status") != "PAID":
         raise RefundConflict(
