@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test check lint soak bench clean venv browser-deps
+.PHONY: run test check lint soak bench bench-big clean venv browser-deps
 
 $(STAMP): requirements-dev.txt layers/common/requirements.txt pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -41,6 +41,10 @@ soak: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.run
+
+# a 10,000,000-row bill through the partitioned recon path, next to the 1M in-memory path (~9 GB of /tmp)
+bench-big: $(STAMP)
+	$(BIN)/python -m bench.recon_10m
 
 # lint: style, formatting, types (mypy on the layer and the CLI, [tool.mypy]) and the import contracts (.importlinter)
 lint: $(STAMP)

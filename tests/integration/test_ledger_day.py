@@ -11,6 +11,7 @@ import types
 
 import pytest
 from tally import bootstrap
+from tally.store.recon import with_bill_shard
 
 from tally_cli import ledger as cli_ledger
 from tally_cli import recon as cli_recon
@@ -129,14 +130,16 @@ def test_refunds_and_reversals_count_against_the_net_and_merchants_are_apart(h, 
         h.ddb.put_item(
             TableName=h.env["LEDGER_TABLE"],
             Item=to_item(
-                {
-                    "pk": pk,
-                    "kind": kind,
-                    "amount_cent": cents,
-                    "channel": pk.split("#")[0],
-                    "mchid": mchid,
-                    "bill_date": day,
-                }
+                with_bill_shard(
+                    {
+                        "pk": pk,
+                        "kind": kind,
+                        "amount_cent": cents,
+                        "channel": pk.split("#")[0],
+                        "mchid": mchid,
+                        "bill_date": day,
+                    }
+                )
             ),
         )
     view = bootstrap.ledger_day_service().day(day)

@@ -16,6 +16,7 @@ from tally.observability import metrics
 from tally.service.queue import KINDS, QueueError, parse_filter, plain
 from tally.store.codec import to_item
 from tally.store.keys import PlatformCertStore
+from tally.store.recon import with_bill_shard
 from tally.store.tables import EventStore, iso_now
 
 from tally_local.simulator import _crypto as c
@@ -219,18 +220,20 @@ def inject_recon_diff(h, m):
     h.ddb.put_item(
         TableName=h.env["LEDGER_TABLE"],
         Item=to_item(
-            {
-                "pk": ghost,
-                "kind": "PAYMENT",
-                "channel": "wechatpay",
-                "mchid": m["mchid"],
-                "transaction_id": ghost[10:],
-                "order_pk": f"{m['mchid']}#GHOST",
-                "amount_cent": 777,
-                "bill_date": D,
-                "booked_at": "x",
-                "source": "notify",
-            }
+            with_bill_shard(
+                {
+                    "pk": ghost,
+                    "kind": "PAYMENT",
+                    "channel": "wechatpay",
+                    "mchid": m["mchid"],
+                    "transaction_id": ghost[10:],
+                    "order_pk": f"{m['mchid']}#GHOST",
+                    "amount_cent": 777,
+                    "bill_date": D,
+                    "booked_at": "x",
+                    "source": "notify",
+                }
+            )
         ),
     )
     assert bootstrap.recon_service().run("wechatpay", m["mchid"], D)["status"] == "DIFFS"

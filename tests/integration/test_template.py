@@ -44,7 +44,11 @@ TABLES = {
         {"by_poll": ["poll_pk", "poll_due"], "by_hold": ["hold_pk", "hold_due"]},
     ),
     "TransitionsTable": ("TRANSITIONS_TABLE", ["pk", "sk"], {}),
-    "LedgerTable": ("LEDGER_TABLE", ["pk"], {"by_bill_date": ["bill_date", "pk"]}),
+    "LedgerTable": (
+        "LEDGER_TABLE",
+        ["pk"],
+        {"by_bill_date": ["bill_date", "pk"], "by_bill_shard": ["bill_shard", "pk"]},
+    ),
     "RefundTasksTable": ("REFUND_TASKS_TABLE", ["pk"], {"by_status": ["status", "created_at"]}),
     "MerchantsTable": ("MERCHANTS_TABLE", ["pk"], {}),
     "RefundsTable": (
