@@ -168,8 +168,10 @@ class ReconService:
         work = tmp_dir(f"{run['pk']}/{run['sk']}")
         downloaded = data if isinstance(data, Path) else None
         try:
-            if isinstance(data, Path) and channel != "wechatpay":
-                data = data.read_bytes()  # an Alipay zip is opened in memory (its rows are still partitioned)
+            if isinstance(data, Path) and _is_zip(data):
+                data = (
+                    data.read_bytes()
+                )  # a zip (Alipay's) is opened in memory (its rows are still partitioned)
             size = data.stat().st_size if isinstance(data, Path) else len(data)
             if isinstance(data, Path) or size >= self.partition_bytes:  # bounded memory (recon_partition.py)
                 run["path"] = "partitioned"
@@ -687,3 +689,8 @@ def _sha1(data: bytes) -> str:
     from tally.service.recon_sources import sha1_hex
 
     return sha1_hex(data)
+
+
+def _is_zip(path: Path) -> bool:
+    with path.open("rb") as f:
+        return f.read(2) == b"PK"
