@@ -293,6 +293,9 @@ def merchant_value(merchant: str | None) -> str:
 # the same (names, dimension sets, one blob per cell); a name counted n times carries one value, the sum.
 _pending: dict[tuple[str, str | None, str | None], float] = {}
 _pending_lock = threading.Lock()
+GAUGES = frozenset(
+    {M.PENDING_STALE, M.MANUAL_AGED, M.HEARTBEAT_AGE}
+)  # readings, not counts (alarms: Maximum)
 
 
 def count(name: str, value: int = 1, *, channel: str | None = None, merchant: str | None = None) -> None:
@@ -307,7 +310,10 @@ def count(name: str, value: int = 1, *, channel: str | None = None, merchant: st
             merchant_value(merchant) if _listed and merchant is not None else None,
         )
     with _pending_lock:  # the poller counts from several threads (service/poll.py): no count may be lost
-        _pending[key] = _pending.get(key, 0) + value
+        if name in GAUGES:  # a gauge's alarm reads Maximum: two readings in one invocation keep the larger
+            _pending[key] = max(_pending.get(key, value), value)
+        else:
+            _pending[key] = _pending.get(key, 0) + value
 
 
 def _drain() -> None:
