@@ -184,12 +184,13 @@ def order_service() -> OrderService:
 
 @cache
 def pull_channels() -> PullChannels:
-    from tally.service.pull import AlipayPull, PullChannels, WeChatPayV2Pull, WeChatPayV3Pull
+    from tally.service.pull import AlipayPull, MerchantPace, PullChannels, WeChatPayV2Pull, WeChatPayV3Pull
 
     registry = PullChannels()
-    WeChatPayV3Pull(merchants()).register(registry)
-    AlipayPull(merchants()).register(registry)
-    WeChatPayV2Pull(merchants()).register(registry)
+    pace = MerchantPace(settings().poll_merchant_qps).wait  # one per container: shared by every thread
+    WeChatPayV3Pull(merchants(), pace=pace).register(registry)
+    AlipayPull(merchants(), pace=pace).register(registry)
+    WeChatPayV2Pull(merchants(), pace=pace).register(registry)
     return registry
 
 
@@ -206,6 +207,7 @@ def poll_service() -> PollService:
         apply_service(),
         pull_channels(),
         clock=_clock,
+        concurrency=settings().poll_concurrency,
     )
 
 

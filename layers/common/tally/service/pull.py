@@ -8,7 +8,9 @@ the channel module's explicit table (R22). To add a channel: write `query(order,
 from __future__ import annotations
 
 import json
+import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +40,51 @@ class CloseResult:
     word: str
     detail: str = ""
     mapped: bool = True
+
+
+class MerchantPace:
+    """At most `per_s` channel calls per merchant start in any one-second window, however many threads ask
+    (the poller queries with bounded concurrency, docs/pull.md). A call takes a grant: the grant times of the
+    merchant's last `per_s` calls are kept, and a call waits until the oldest of them is a second old. By
+    construction no window of one second holds more than `per_s` grants (no burst allowance, no float drift).
+    `clock` and `sleep` are injected: the test drives a fake clock (tests/unit/test_poll_pace.py)."""
+
+    def __init__(
+        self,
+        per_s: int,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        window_s: float = 1.0,
+    ):
+        if per_s < 1:
+            raise ValueError(f"a per-merchant rate of {per_s}/s would never query")
+        self.per_s = int(per_s)
+        self.window_s = window_s
+        self.clock = clock
+        self.sleep = sleep
+        self._granted: dict[str, deque[float]] = {}
+        self._lock = threading.Lock()
+        self.waited_s = 0.0  # total time callers slept for a slot (the bench reports it)
+
+    def wait(self, merchant: str) -> float:
+        """Block until `merchant` may make one more call; returns the grant time."""
+        while True:
+            with self._lock:
+                now = self.clock()
+                granted = self._granted.setdefault(merchant, deque())
+                while granted and granted[0] <= now - self.window_s:
+                    granted.popleft()
+                if len(granted) < self.per_s:
+                    granted.append(now)
+                    return now
+                wait_s = granted[0] + self.window_s - now
+                self.waited_s += wait_s
+            self.sleep(wait_s)
+
+
+def _no_pace(merchant: str) -> None:
+    return None
 
 
 QueryFn = Callable[[dict[str, Any], bool], QueryResult]
@@ -84,6 +131,17 @@ class PullChannels:
         return entry[1](order)
 
 
+def pace_key(channel: str, order: dict[str, Any]) -> str:
+    """Whose rate a call spends: the merchant whose credentials sign it (a provider's, for a sub-merchant)."""
+    return f"{channel}#{order.get('sp_mchid') or order.get('mchid')}"
+
+
+def _paced(pace: Callable[[str], object], channel: str, order: dict[str, Any], call: Callable[..., Any]):
+    """`call`, once the merchant's rate allows one more request (MerchantPace)."""
+    pace(pace_key(channel, order))
+    return call
+
+
 def _lookup(table: dict[str, Answer], word: str) -> tuple[Answer, bool]:
     answer = table.get(word)
     return (answer, True) if answer is not None else (Answer.PERSON, False)
@@ -96,10 +154,18 @@ class WeChatPayV3Pull:
     """Query and close with the credentials the order was created with (R22): the merchant's own, or in
     partner mode the service provider's with the order's merchant as sub_mchid."""
 
-    def __init__(self, merchants: Any, *, attempts: int = 3, sleep: Callable[[float], None] = time.sleep):
+    def __init__(
+        self,
+        merchants: Any,
+        *,
+        attempts: int = 3,
+        sleep: Callable[[float], None] = time.sleep,
+        pace: Callable[[str], object] = _no_pace,
+    ):
         self.merchants = merchants
         self.attempts = attempts
         self.sleep = sleep
+        self.pace = pace  # MerchantPace.wait: called before every attempt, retries included
 
     def register(self, registry: PullChannels) -> None:
         registry.register(wx.CHANNEL, self.query, self.close)
@@ -115,7 +181,9 @@ class WeChatPayV3Pull:
         try:
             client, sub = self._client(order)
             response = with_retries(
-                lambda: client.query_by_out_trade_no(order["out_trade_no"], sub_mchid=sub),
+                lambda: _paced(self.pace, wx.CHANNEL, order, client.query_by_out_trade_no)(
+                    order["out_trade_no"], sub_mchid=sub
+                ),
                 attempts=1 if fast else self.attempts,
                 sleep=self.sleep,
             )
@@ -150,7 +218,9 @@ class WeChatPayV3Pull:
         try:
             client, sub = self._client(order)
             response = with_retries(
-                lambda: client.close(order["out_trade_no"], sub_mchid=sub),
+                lambda: _paced(self.pace, wx.CHANNEL, order, client.close)(
+                    order["out_trade_no"], sub_mchid=sub
+                ),
                 attempts=self.attempts,
                 sleep=self.sleep,
             )
@@ -190,10 +260,18 @@ class AlipayPull:
     """alipay.trade.query / alipay.trade.close with the order's own app (or its provider's app with
     the merchant's app_auth_token), answers mapped by channels/alipay.py's tables (R22)."""
 
-    def __init__(self, merchants: Any, *, attempts: int = 3, sleep: Callable[[float], None] = time.sleep):
+    def __init__(
+        self,
+        merchants: Any,
+        *,
+        attempts: int = 3,
+        sleep: Callable[[float], None] = time.sleep,
+        pace: Callable[[str], object] = _no_pace,
+    ):
         self.merchants = merchants
         self.attempts = attempts
         self.sleep = sleep
+        self.pace = pace  # MerchantPace.wait: called before every attempt, retries included
 
     def register(self, registry: PullChannels) -> None:
         registry.register(ali.CHANNEL, self.query, self.close)
@@ -204,7 +282,9 @@ class AlipayPull:
         try:
             client = self.merchants.alipay_client(self.merchants.alipay(order["mchid"]))
             data = with_retries(
-                lambda: client.trade_query(out_trade_no=order["out_trade_no"]),
+                lambda: _paced(self.pace, ali.CHANNEL, order, client.trade_query)(
+                    out_trade_no=order["out_trade_no"]
+                ),
                 attempts=1 if fast else self.attempts,
                 sleep=self.sleep,
             )
@@ -236,7 +316,9 @@ class AlipayPull:
         try:
             client = self.merchants.alipay_client(self.merchants.alipay(order["mchid"]))
             with_retries(
-                lambda: client.trade_close(out_trade_no=order["out_trade_no"]),
+                lambda: _paced(self.pace, ali.CHANNEL, order, client.trade_close)(
+                    out_trade_no=order["out_trade_no"]
+                ),
                 attempts=self.attempts,
                 sleep=self.sleep,
             )
@@ -261,10 +343,18 @@ class WeChatPayV2Pull:
     `"channel": "wechatpay_v2"` (order row `api = wechatpay_v2`); answers mapped by channels/wechatpay_v2.py's
     tables (R22). A paid answer is keyed `wechatpay#transaction_id`, like the v2 and v3 callbacks (R23)."""
 
-    def __init__(self, merchants: Any, *, attempts: int = 3, sleep: Callable[[float], None] = time.sleep):
+    def __init__(
+        self,
+        merchants: Any,
+        *,
+        attempts: int = 3,
+        sleep: Callable[[float], None] = time.sleep,
+        pace: Callable[[str], object] = _no_pace,
+    ):
         self.merchants = merchants
         self.attempts = attempts
         self.sleep = sleep
+        self.pace = pace  # MerchantPace.wait: called before every attempt, retries included
 
     def register(self, registry: PullChannels) -> None:
         registry.register(wx2.API, self.query, self.close)
@@ -275,7 +365,7 @@ class WeChatPayV2Pull:
         try:
             client = self.merchants.wechatpay_v2_client(self.merchants.wechatpay_v2(order["mchid"]))
             data = with_retries(
-                lambda: client.order_query(order["out_trade_no"]),
+                lambda: _paced(self.pace, wx2.API, order, client.order_query)(order["out_trade_no"]),
                 attempts=1 if fast else self.attempts,
                 sleep=self.sleep,
             )
@@ -306,7 +396,9 @@ class WeChatPayV2Pull:
         try:
             client = self.merchants.wechatpay_v2_client(self.merchants.wechatpay_v2(order["mchid"]))
             with_retries(
-                lambda: client.close_order(order["out_trade_no"]), attempts=self.attempts, sleep=self.sleep
+                lambda: _paced(self.pace, wx2.API, order, client.close_order)(order["out_trade_no"]),
+                attempts=self.attempts,
+                sleep=self.sleep,
             )
         except UnknownMerchant as exc:
             return CloseResult(Answer.PERSON, "UNKNOWN_MERCHANT", detail=str(exc))
