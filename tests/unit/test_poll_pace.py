@@ -91,3 +91,33 @@ def test_a_sub_merchant_spends_its_providers_rate():
 def test_a_limit_below_one_is_refused():
     with pytest.raises(ValueError):
         MerchantPace(0)
+
+
+def test_every_attempt_retries_included_waits_for_the_signing_merchants_grant():
+    """The pace sits inside the retried call: a transient error retried twice spends three grants, on the
+    provider's budget for a sub-merchant's order."""
+    from tally.channels import wechatpay_v3 as wx
+    from tally.service.pull import WeChatPayV3Pull
+
+    asked: list[str] = []
+
+    class Client:
+        calls = 0
+
+        def query_by_out_trade_no(self, out_trade_no, sub_mchid=None):
+            Client.calls += 1
+            if Client.calls < 3:
+                raise wx.ChannelError("busy", status=500, code="SYSTEM_ERROR", retryable=True)
+            raise wx.ChannelError("no such order", status=404, code="ORDER_NOT_EXIST")
+
+    class Merchants:
+        def wechatpay(self, mchid):
+            return mchid
+
+        def client(self, merchant):
+            return Client()
+
+    pull = WeChatPayV3Pull(Merchants(), attempts=3, sleep=lambda s: None, pace=asked.append)
+    result = pull.query({"mchid": "SUB1", "sp_mchid": "SP1", "out_trade_no": "A1"})
+    assert result.word == "ORDER_NOT_EXIST" and Client.calls == 3
+    assert asked == ["wechatpay#SP1"] * 3
