@@ -57,3 +57,10 @@ browser-deps:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver; \
 	  else echo "Chromium is missing: sudo apt-get update && sudo apt-get install -y chromium chromium-driver" >&2; exit 1; fi; }
 	@test -x /usr/bin/chromium || { echo "Chromium did not install: the browser tests cannot run" >&2; exit 1; }
+
+# make docs-picture: docs/architecture.svg from docs/architecture.dot (graphviz `dot`; apt-get install graphviz).
+# tests/unit/test_architecture_picture.py checks the committed SVG against the source without graphviz.
+.PHONY: docs-picture
+docs-picture:
+	@command -v dot >/dev/null || { echo "graphviz is missing: sudo apt-get install -y graphviz" >&2; exit 1; }
+	dot -Tsvg docs/architecture.dot -o docs/architecture.svg

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 from tally.apigw import HttpRequest
-from tally.channels import wechatpay_v3 as wx
+from tally.channels.wechatpay_v3 import wire as wx
 from tally.service.ingest import IngestService
 
 from bench.common import per_call_us
@@ -89,7 +89,7 @@ def run_alipay() -> list[tuple[str, ...]]:
     from urllib.parse import parse_qsl
 
     from alipay import AliPay
-    from tally.channels import alipay as ali
+    from tally.channels.alipay import wire as ali
     from tally.service.merchants import alipay_credentials
 
     sim = ChannelSimulator(fixed_keys=True)

@@ -2,15 +2,9 @@
 
 from tally import bootstrap
 from tally.apigw import BadRequest, HttpRequest, route_key
+from tally.channels import registry
 from tally.observability import M, count, logger, metrics
 from tally.service.ingest import failure_for_path
-
-# By routeKey, as in template.yaml (never rawPath: a custom domain's path mapping prefixes it).
-ROUTES = {
-    "POST /notify/wechatpay/{mchid}": "wechatpay_v3",
-    "POST /notify/alipay/{app_id}": "alipay",
-    "POST /notify/wechatpay-v2/{mchid}": "wechatpay_v2",
-}
 
 
 @logger.inject_lambda_context(clear_state=True)
@@ -33,8 +27,9 @@ def _route(event):
         count(M.NOTIFY_REJECTED)
         logger.warning("unusable notify event", extra={"reason": str(exc)})
         return failure_for_path(route_key(event).partition(" ")[2], 400, "bad request").to_event()
-    method = ROUTES.get(request.route)
-    if method is not None:
-        return getattr(bootstrap.ingest_service(), method)(request).to_event()
+    # by routeKey, as in template.yaml (never rawPath: a custom domain's path mapping prefixes it)
+    channel = registry.by_route_key(request.route)
+    if channel is not None:
+        return bootstrap.ingest_service().notify(channel, request).to_event()
     count(M.NOTIFY_REJECTED)
     return failure_for_path(request.route.partition(" ")[2], 404, "unknown channel").to_event()

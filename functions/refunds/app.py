@@ -4,44 +4,27 @@
 """
 
 from tally import bootstrap
-from tally.apigw import BadRequest, HttpRequest, json_response
-from tally.domain.refunds import ExceedsRefundable
-from tally.observability import M, count, logger, metrics
-from tally.service.refunds import Busy, InvalidRefund, NotFound, RefundConflict
+from tally.apigw import HttpRequest, answer, json_response
+from tally.observability import metrics
 
 
 @metrics.log_metrics
 def handler(event, context):
+    # errors become HTTP in tally.apigw.answer (400 invalid, 404, 409 conflict or exceeds refundable, 503 busy)
+    return answer(
+        lambda: _handle(event), what="refunds", retry_hint="internal error, retry with the same refund_no"
+    )
+
+
+def _handle(event):
     service = bootstrap.refund_service()
-    try:
-        request = HttpRequest.from_event(event)
-        if request.method == "POST":
-            refund, created = service.create(request.json())
-            return json_response(201 if created else 200, refund).to_event()
-        # `?mchid=` (the caller's merchant): another tenant's refund number is then simply not found (R39)
-        refund_no = request.path_params["refund_no"]
-        return json_response(200, service.show(refund_no, request.query.get("mchid"))).to_event()
-    except (BadRequest, InvalidRefund) as exc:
-        return json_response(400, {"error": str(exc)}).to_event()
-    except ExceedsRefundable as exc:
-        return json_response(
-            409,
-            {
-                "error": f"exceeds refundable: {exc}",
-                "refundable_cent": exc.refundable_cent,
-                "amount_cent": exc.amount_cent,
-            },
-        ).to_event()
-    except RefundConflict as exc:
-        return json_response(409, {"error": str(exc)}).to_event()
-    except NotFound as exc:
-        return json_response(404, {"error": str(exc)}).to_event()
-    except Busy as exc:
-        return json_response(503, {"error": str(exc)}).to_event()
-    except Exception as exc:  # noqa: BLE001 - R40: no input answers 500 without a metric and an alarm
-        count(M.API_FAILED)
-        logger.exception("refunds request failed", extra={"error": type(exc).__name__})
-        return json_response(500, {"error": "internal error, retry with the same refund_no"}).to_event()
+    request = HttpRequest.from_event(event)
+    if request.method == "POST":
+        refund, created = service.create(request.json())
+        return json_response(201 if created else 200, refund)
+    # `?mchid=` (the caller's merchant): another tenant's refund number is then simply not found (R39)
+    refund_no = request.path_params["refund_no"]
+    return json_response(200, service.show(refund_no, request.query.get("mchid")))
 
 
 @metrics.log_metrics

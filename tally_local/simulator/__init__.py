@@ -4,6 +4,10 @@ It is the *other side* of the wire. It never imports ``tally.*``: its signing, v
 AEAD code (``_crypto.py``) is written separately from the wire spec (``channel-spec.md`` §1, §2) so that
 it cross-checks the product code. It only talks to loopback addresses.
 
+Layout: a kernel (``kernel.py``), one fault queue (``faults.py``), one delivery engine (``delivery.py``) and one
+desk per channel API (``wechatpay_v3*.py``, ``wechatpay_v2*.py``, ``alipay*.py``, ``bills.py``), composed into
+``ChannelSimulator`` (``simulator.py``); docs/simulator.md "Layout".
+
 Quick start::
 
     from tally_local.simulator import ChannelSimulator, test_merchant
@@ -81,6 +85,8 @@ Admin (unsigned, JSON): ``GET /_sim/health``, ``GET /_sim/keys``, ``POST|GET /_s
 ``GET /_sim/requests``, ``POST|DELETE /_sim/faults``. See docs/simulator.md.
 """
 
-from .core import RETRY_SCHEDULE_S, ChannelSimulator, SimulatorError, test_merchant
+from .kernel import SimulatorError
+from .simulator import ChannelSimulator
+from .wechatpay_v3 import RETRY_SCHEDULE_S, test_merchant
 
 __all__ = ["ChannelSimulator", "SimulatorError", "RETRY_SCHEDULE_S", "test_merchant"]

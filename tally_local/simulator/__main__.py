@@ -16,7 +16,8 @@ import signal
 import threading
 
 from . import _crypto as c
-from .core import TESTKEYS_DIR, ChannelSimulator
+from .simulator import ChannelSimulator
+from .wechatpay_v3 import TESTKEYS_DIR
 
 
 def _serve(args: argparse.Namespace) -> None:

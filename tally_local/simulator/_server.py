@@ -1,4 +1,6 @@
-"""HTTP front of the channel simulator: the ``/v3/...`` look-alike APIs and the ``/_sim/...`` admin API."""
+"""HTTP front of the channel simulator: the ``/v3/...`` look-alike APIs and the ``/_sim/...`` admin API, routed to
+the desks of the composed simulator (``server.sim``: ``sim.v3``, ``sim.partner``, ``sim.v3_refunds``, ``sim.bills``,
+``sim.alipay``, ``sim.wechatpay_v2``)."""
 
 from __future__ import annotations
 
@@ -6,15 +8,15 @@ import json
 import re
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from . import bills
+from . import admin_channels
 from .bills import RawBody
-from .core import SimulatorError, _compact, log
-
-if TYPE_CHECKING:
-    from .core import ChannelSimulator, Merchant
+from .faults import corrupted
+from .kernel import SimulatorError, log
+from .kernel import compact as _compact
+from .wechatpay_v3 import Merchant
 
 _OUT_TRADE_NO = re.compile(r"^/v3/pay/transactions/out-trade-no/([^/]+)$")
 _CLOSE = re.compile(r"^/v3/pay/transactions/out-trade-no/([^/]+)/close$")
@@ -43,7 +45,7 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 512  # socketserver's default of 5 resets a burst of connections
-    sim: ChannelSimulator
+    sim: Any  # the composed simulator (simulator.ChannelSimulator, which makes this server)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -135,7 +137,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     # ------------------------------------------------------------------ /v3 APIs (signed both ways)
     def _api(self, method: str, path: str, query: dict[str, str], body: bytes) -> None:
-        sim = self.server.sim
+        sim = self.server.sim.v3
         merchant: Merchant | None = None
         fault: dict[str, Any] | None = None
         sign_serial: str | None = None
@@ -172,8 +174,7 @@ class _Handler(BaseHTTPRequestHandler):
         if fault and fault["kind"] == "unsigned":
             headers = {"Request-ID": headers["Request-ID"]}
         elif fault and fault["kind"] == "bad_signature":
-            sig = headers["Wechatpay-Signature"]
-            headers["Wechatpay-Signature"] = ("A" if sig[0] != "A" else "B") + sig[1:]
+            headers["Wechatpay-Signature"] = corrupted(headers["Wechatpay-Signature"])
         with sim._lock:
             sim.requests.append(
                 {
@@ -189,9 +190,10 @@ class _Handler(BaseHTTPRequestHandler):
     def _route(
         self, method: str, path: str, query: dict[str, str], body: bytes, merchant: Merchant
     ) -> tuple[int, Any]:
-        sim = self.server.sim
+        sim = self.server.sim.v3
         if path.startswith("/v3/refund/"):
-            return sim.refund_route(method, path, self._json(body) if method == "POST" else {}, merchant)
+            refunds = self.server.sim.v3_refunds
+            return refunds.refund_route(method, path, self._json(body) if method == "POST" else {}, merchant)
         if method == "POST" and path == "/v3/pay/transactions/native":
             return 200, sim.create_native_order(merchant.mchid, self._json(body))
         if path.startswith("/v3/pay/partner/"):
@@ -210,14 +212,14 @@ class _Handler(BaseHTTPRequestHandler):
             self._check_mchid(query.get("mchid"), merchant)
             return 200, sim.transaction_by_id(merchant.mchid, unquote(m.group(1)))
         if path.startswith(("/v3/bill/", "/v3/billdownload/")):
-            return bills.route(sim, method, path, query, merchant.mchid)
+            return self.server.sim.bills.route(method, path, query, merchant.mchid)
         raise SimulatorError(404, "NOT_FOUND", f"simulator does not implement {method} {path}")
 
     def _partner_route(
         self, method: str, path: str, query: dict[str, str], body: bytes, merchant: Merchant
     ) -> tuple[int, Any]:
-        """Service-provider APIs (simulator/partner.py): the signer is the provider (sp_mchid)."""
-        sim = self.server.sim
+        """Service-provider APIs (wechatpay_v3_partner.py): the signer is the provider (sp_mchid)."""
+        sim = self.server.sim.partner
         if method == "POST" and path == "/v3/pay/partner/transactions/native":
             return 200, sim.create_partner_native_order(merchant.mchid, self._json(body))
         if method == "GET" and (m := _PARTNER_OUT_TRADE_NO.match(path)):
@@ -254,15 +256,21 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(status, b"" if payload is None else _compact(payload), {})
 
     def _admin_route(self, method: str, path: str, query: dict[str, str], body: bytes) -> tuple[int, Any]:
-        sim = self.server.sim
+        composed = self.server.sim
+        sim = composed.v3
         key = (method, path)
         if path.startswith(("/_sim/refund-behaviour", "/_sim/refunds")):
-            return sim.refund_admin(method, path, self._json(body) if method == "POST" else {})
-        if path.startswith(("/_sim/alipay/", "/_sim/wechatpay-v2/")):  # simulator/admin_channels.py
-            from . import admin_channels
-
+            return composed.v3_refunds.refund_admin(
+                method, path, self._json(body) if method == "POST" else {}
+            )
+        if path.startswith(("/_sim/alipay/", "/_sim/wechatpay-v2/")):  # admin_channels.py
             found = admin_channels.route(
-                sim, method, path, self._json(body) if method in ("POST", "PUT") else {}
+                lambda: composed.alipay,
+                lambda: composed.wechatpay_v2,
+                composed.kernel,
+                method,
+                path,
+                self._json(body) if method in ("POST", "PUT") else {},
             )
             if found is not None:
                 return found
@@ -296,7 +304,7 @@ class _Handler(BaseHTTPRequestHandler):
                     if k in ("payer_total", "duplicates", "drop", "amount_total", "delay")
                 }
                 return 200, {
-                    "transaction_id": sim.pay_partner(
+                    "transaction_id": composed.partner.pay_partner(
                         str(data["sp_mchid"]), str(data["mchid"]), str(data["out_trade_no"]), **opts
                     )
                 }
@@ -339,7 +347,7 @@ class _Handler(BaseHTTPRequestHandler):
         raise SimulatorError(404, "NOT_FOUND", f"no admin endpoint {method} {path}")
 
 
-def make_server(sim: ChannelSimulator, host: str, port: int) -> _Server:
+def make_server(sim: Any, host: str, port: int) -> _Server:
     server = _Server((host, port), _Handler)
     server.sim = sim
     return server

@@ -21,21 +21,31 @@ WeChat Pay v2 (``/_sim/wechatpay-v2``)
 from __future__ import annotations
 
 import datetime as dt
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
-if TYPE_CHECKING:
-    from .core import ChannelSimulator
+from .alipay import AlipayDesk
+from .kernel import Kernel
+from .wechatpay_v2 import WeChatPayV2Desk
 
 ALIPAY = "/_sim/alipay"
 V2 = "/_sim/wechatpay-v2"
 
 
-def route(sim: ChannelSimulator, method: str, path: str, data: dict[str, Any]) -> tuple[int, Any] | None:
-    """(status, JSON payload) for an Alipay / v2 admin path, or None when the path is not one of them."""
+def route(
+    alipay: Callable[[], AlipayDesk],
+    v2: Callable[[], WeChatPayV2Desk],
+    kernel: Kernel,
+    method: str,
+    path: str,
+    data: dict[str, Any],
+) -> tuple[int, Any] | None:
+    """(status, JSON payload) for an Alipay / v2 admin path, or None when the path is not one of them. The desks
+    are asked for on use (the simulator makes each on first use: they generate keys)."""
     if path.startswith(ALIPAY + "/"):
-        return _alipay(sim, method, path[len(ALIPAY) :], data)
+        return _alipay(alipay(), method, path[len(ALIPAY) :], data)
     if path.startswith(V2 + "/"):
-        return _v2(sim, method, path[len(V2) :], data)
+        return _v2(v2(), kernel, method, path[len(V2) :], data)
     return None
 
 
@@ -43,8 +53,7 @@ def _pick(data: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
     return {k: data[k] for k in names if k in data}
 
 
-def _alipay(sim: ChannelSimulator, method: str, path: str, data: dict[str, Any]) -> tuple[int, Any]:
-    ali = sim.alipay
+def _alipay(ali: AlipayDesk, method: str, path: str, data: dict[str, Any]) -> tuple[int, Any]:
     key = (method, path)
     if key == ("POST", "/merchants"):
         mode = str(data.get("mode") or "public_key")
@@ -90,15 +99,14 @@ def _alipay(sim: ChannelSimulator, method: str, path: str, data: dict[str, Any])
     return 404, {"code": "NOT_FOUND", "message": f"no admin endpoint {method} {ALIPAY}{path}"}
 
 
-def _v2(sim: ChannelSimulator, method: str, path: str, data: dict[str, Any]) -> tuple[int, Any]:
-    v2 = sim.wechatpay_v2
+def _v2(v2: WeChatPayV2Desk, kernel: Kernel, method: str, path: str, data: dict[str, Any]) -> tuple[int, Any]:
     key = (method, path)
     if key == ("POST", "/merchants"):
         sign_type = str(data.get("sign_type") or "MD5")
         if sign_type not in ("MD5", "HMAC-SHA256"):
             raise ValueError("sign_type must be MD5 or HMAC-SHA256")
-        mch_id = str(data.get("mch_id") or "19" + sim._digits(8))
-        api_key = str(data.get("api_key") or sim._alnum(32))
+        mch_id = str(data.get("mch_id") or "19" + kernel.digits(8))
+        api_key = str(data.get("api_key") or kernel.alnum(32))
         opts = {"appid": str(data["appid"])} if data.get("appid") else {}
         return 201, v2.register_merchant(mch_id, api_key, sign_type=sign_type, **opts)
     if key == ("GET", "/merchants"):

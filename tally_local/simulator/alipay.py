@@ -19,6 +19,10 @@ ISV app act for a sub-merchant: the notification then carries ``app_id`` = ISV, 
 
 ``pay(app_id, out_trade_no)`` → TRADE_SUCCESS notification POSTed (form, charset utf-8) to the order's
 notify_url, retried 4m/10m/10m/1h/2h/6h/15h × ``time_scale`` until the body is exactly ``success``.
+
+Composed: the refund desk (alipay_refunds.py) and the trade bills (alipay_bills.py) work on this desk's
+books; the simulator attaches them (``refund_desk``, ``bills``) and the gateway routes their methods
+(``gateway_methods()``). The refund desk's public methods are reachable here under their own names.
 """
 
 from __future__ import annotations
@@ -26,12 +30,11 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import hashlib
-import http.client
 import json
 import threading
-import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from cryptography import x509
@@ -40,14 +43,22 @@ from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.x509.oid import NameOID
 
 from . import _crypto as c
-from .alipay_refunds import AlipayRefundDesk
-
-if TYPE_CHECKING:
-    from .core import ChannelSimulator
+from . import kernel as k
+from .delivery import ALIPAY_RETRY_S, Chain, DeliveryEngine, DeliveryLog
+from .faults import FaultQueue, corrupted
+from .kernel import AlipayError, Forward, Kernel, Reply
 
 #: §5.4: 4m, 10m, 10m, 1h, 2h, 6h, 15h between the 8 attempts (× time_scale).
-RETRY_SCHEDULE_S: tuple[int, ...] = (240, 600, 600, 3600, 7200, 21600, 54000)
+RETRY_SCHEDULE_S = ALIPAY_RETRY_S
 MODES = ("public_key", "cert")
+#: a gateway method: (owner app_id, biz_content) → the answer's business object
+GatewayMethod = Callable[[str, dict[str, Any]], dict[str, Any]]
+
+
+class GatewayDesk(Protocol):
+    """A desk that answers gateway methods (the refund desk, the bills)."""
+
+    def gateway_methods(self) -> dict[str, GatewayMethod]: ...
 
 
 def _name(
@@ -74,7 +85,7 @@ def issue(
     days: int = 3650,
     not_after: dt.datetime | None = None,
 ) -> x509.Certificate:
-    now = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    now = k.now_utc().replace(microsecond=0)
     algorithm = hashes.SHA256()
     return (
         x509.CertificateBuilder()
@@ -102,29 +113,6 @@ def rsa2(key: rsa.RSAPrivateKey, text: str, charset: str = "utf-8") -> str:
     return base64.b64encode(key.sign(text.encode(charset), padding.PKCS1v15(), hashes.SHA256())).decode()
 
 
-def yuan(cents: int) -> str:
-    return f"{cents // 100}.{cents % 100:02d}"
-
-
-def _cents(text: Any) -> int | None:
-    if not isinstance(text, str) or not text or text.count(".") > 1:
-        return None
-    whole, _, frac = text.partition(".")
-    if not whole.isdigit() or (frac and (not frac.isdigit() or len(frac) > 2)):
-        return None
-    return int(whole) * 100 + int((frac + "00")[:2])
-
-
-class AlipayError(Exception):
-    def __init__(self, code: str, msg: str, sub_code: str = "", sub_msg: str = ""):
-        super().__init__(f"{code} {sub_code}")
-        self.body = {
-            "code": code,
-            "msg": msg,
-            **({"sub_code": sub_code, "sub_msg": sub_msg} if sub_code else {}),
-        }
-
-
 @dataclass
 class AppMerchant:
     app_id: str
@@ -144,17 +132,35 @@ class _AlipayCert:
         return sn(self.cert)
 
 
-class AlipaySimulator(AlipayRefundDesk):
-    def __init__(self, owner: ChannelSimulator):
-        self.owner = owner
+class AlipayDesk:
+    """The Alipay look-alike (``sim.alipay``): keys, merchants, trades, the gateway and notifications."""
+
+    # the refund desk's public API, on sim.alipay (alipay_refunds.py)
+    set_refund_behaviour = Forward("refund_desk")
+    reset_refund_behaviour = Forward("refund_desk")
+    settle_refund = Forward("refund_desk")
+    refund_notification = Forward("refund_desk")
+    refund_notification_params = Forward("refund_desk")
+    refund_list = Forward("refund_desk")
+    trade_refund = Forward("refund_desk")
+    refund_query = Forward("refund_desk")
+    refunds = Forward("refund_desk")
+
+    def __init__(self, kernel: Kernel, engine: DeliveryEngine):
+        self.kernel = kernel
+        self.engine = engine
         self._lock = threading.RLock()
-        self._init_refunds()  # alipay.trade.refund / fastpay.refund.query (alipay_refunds.py)
-        self._cond = threading.Condition(self._lock)
         self.merchants: dict[str, AppMerchant] = {}
         self.orders: dict[tuple[str, str], dict[str, Any]] = {}
-        self.deliveries: list[dict[str, Any]] = []
+        self.deliveries = DeliveryLog(kernel.stopping)
         self.requests: list[dict[str, Any]] = []
-        self.faults: list[dict[str, Any]] = []
+        self._faults = FaultQueue()
+        self.refund_desk: Any = None  # attached by the simulator (alipay_refunds.AlipayRefundDesk)
+        self.bills: Any = None  # attached by the simulator (alipay_bills.AlipayBillBook)
+        self._methods: dict[str, GatewayMethod] = {
+            "alipay.trade.query": self.query,
+            "alipay.trade.close": self.close,
+        }
         self.public_mode_key = c.new_rsa_key()
         self._root_key = c.new_rsa_key()
         self.root = issue(
@@ -182,11 +188,10 @@ class AlipaySimulator(AlipayRefundDesk):
         )
         self.certs: list[_AlipayCert] = []
         self.rotate_alipay_cert()
-        from .alipay_bills import AlipayBillBook
 
-        self.bills = AlipayBillBook(
-            self
-        )  # the trade bill: bill.downloadurl.query + the zip (alipay_bills.py)
+    def attach(self, desk: GatewayDesk) -> None:
+        """Route ``desk``'s gateway methods through this gateway."""
+        self._methods.update(desk.gateway_methods())
 
     # ------------------------------------------------------------------ keys
     def rotate_alipay_cert(self, *, not_after: dt.datetime | None = None) -> str:
@@ -261,13 +266,13 @@ class AlipaySimulator(AlipayRefundDesk):
     def register_test_merchant(self, mode: str = "public_key", app_id: str | None = None) -> dict[str, str]:
         """A merchant with a freshly generated app key pair; returns its keys and the channel's."""
         key = c.new_rsa_key()
-        app_id = app_id or "2021" + self.owner._digits(12)
+        app_id = app_id or "2021" + self.kernel.digits(12)
         info = self.register_merchant(app_id, c.public_key_pem(key.public_key()), mode)
         return {**info, "app_private_key_pem": c.private_key_pem(key)}
 
     def authorize(self, isv_app_id: str, merchant_app_id: str) -> str:
         """The merchant authorises the ISV app (third-party mode): returns the app_auth_token."""
-        token = "202501BB" + self.owner._alnum(32)
+        token = "202501BB" + self.kernel.alnum(32)
         with self._lock:
             self.merchants[isv_app_id].tokens[token] = merchant_app_id
         return token
@@ -307,7 +312,7 @@ class AlipaySimulator(AlipayRefundDesk):
             key, cert_sn = self._signing(merchant)
             signature = rsa2(key, value)
             if fault is not None and fault["kind"] == "bad_signature":
-                signature = ("A" if signature[0] != "A" else "B") + signature[1:]
+                signature = corrupted(signature)
             text = '{"' + node + '":' + value + ',"sign":"' + signature + '"'
             text += (',"alipay_cert_sn":"' + cert_sn + '"}') if cert_sn else "}"
         return 200, {"Content-Type": "text/html;charset=utf-8"}, text.encode("utf-8")
@@ -327,31 +332,19 @@ class AlipaySimulator(AlipayRefundDesk):
         with ``code``/``sub_code``) or ``bad_signature`` (the answer's sign is altered)."""
         if kind not in ("error", "bad_signature"):
             raise ValueError("kind must be error or bad_signature")
-        fault = {
-            "kind": kind,
-            "count": int(count),
-            "method": method,
-            "code": code,
-            "msg": msg,
-            "sub_code": sub_code,
-        }
-        with self._lock:
-            self.faults.append(fault)
-        return dict(fault)
+        fault = {"kind": kind, "method": method, "code": code, "msg": msg, "sub_code": sub_code}
+        return self._faults.arm(fault, count)
+
+    @property
+    def faults(self) -> list[dict[str, Any]]:
+        """The armed gateway faults."""
+        return self._faults.pending()
 
     def clear_faults(self) -> None:
-        with self._lock:
-            self.faults.clear()
+        self._faults.clear()
 
     def _take_fault(self, method: str) -> dict[str, Any] | None:
-        with self._lock:
-            for fault in self.faults:
-                if fault["count"] > 0 and (not fault["method"] or fault["method"] == method):
-                    fault["count"] -= 1
-                    if fault["count"] == 0:
-                        self.faults.remove(fault)
-                    return dict(fault)
-        return None
+        return self._faults.take(method=method)
 
     def _authenticate(self, params: dict[str, str]) -> AppMerchant:
         merchant = self.merchant(params.get("app_id", ""))
@@ -395,20 +388,12 @@ class AlipaySimulator(AlipayRefundDesk):
             owner = merchant.tokens[token]
         if method == "alipay.trade.precreate":
             return self.precreate(merchant.app_id, owner, biz, params.get("notify_url", ""))
-        if method == "alipay.trade.query":
-            return self.query(owner, biz)
-        if method == "alipay.trade.close":
-            return self.close(owner, biz)
-        if method == "alipay.data.dataservice.bill.downloadurl.query":
-            return self.bills.downloadurl_query(owner, biz)
-        if method == "alipay.trade.refund":
-            return self.trade_refund(owner, biz)
-        if method == "alipay.trade.fastpay.refund.query":
-            return self.refund_query(owner, biz)
+        if method in self._methods:
+            return self._methods[method](owner, biz)
         raise AlipayError("40004", "Business Failed", "isv.invalid-method", "不存在的方法名")
 
     def precreate(self, isv: str, owner: str, biz: dict[str, Any], notify_url: str) -> dict[str, Any]:
-        out_trade_no, total = str(biz.get("out_trade_no") or ""), _cents(biz.get("total_amount"))
+        out_trade_no, total = str(biz.get("out_trade_no") or ""), k.cents(biz.get("total_amount"))
         if not out_trade_no or total is None or total <= 0 or not biz.get("subject"):
             raise AlipayError("40002", "Invalid Arguments", "isv.invalid-parameter", "参数无效")
         if notify_url and (
@@ -431,7 +416,7 @@ class AlipaySimulator(AlipayRefundDesk):
                     "notify_url": notify_url,
                     "status": None,
                     "trade_no": None,
-                    "qr_code": "https://qr.alipay.com/bax0" + self.owner._alnum(20),
+                    "qr_code": "https://qr.alipay.com/bax0" + self.kernel.alnum(20),
                 }
                 self.orders[(owner, out_trade_no)] = order
         return {"code": "10000", "msg": "Success", "out_trade_no": out_trade_no, "qr_code": order["qr_code"]}
@@ -461,13 +446,13 @@ class AlipaySimulator(AlipayRefundDesk):
             "trade_no": order["trade_no"],
             "out_trade_no": order["out_trade_no"],
             "trade_status": order["status"],
-            "total_amount": yuan(order["total"]),
+            "total_amount": k.yuan(order["total"]),
             "buyer_logon_id": "tal***@sim.com",
         }
         if order["status"] in ("TRADE_SUCCESS", "TRADE_FINISHED"):
             answer.update(
-                receipt_amount=yuan(order["receipt"]),
-                buyer_pay_amount=yuan(order["receipt"]),
+                receipt_amount=k.yuan(order["receipt"]),
+                buyer_pay_amount=k.yuan(order["receipt"]),
                 send_pay_date=order["gmt_payment"],
             )
         return answer
@@ -492,11 +477,9 @@ class AlipaySimulator(AlipayRefundDesk):
             if order is None:
                 raise AlipayError("40004", "Business Failed", "ACQ.TRADE_NOT_EXIST", "交易不存在")
             if order["trade_no"] is None:
-                order["trade_no"] = (
-                    dt.datetime.now(c.CST).strftime("%Y%m%d") + "22001" + self.owner._digits(15)
-                )
+                order["trade_no"] = k.cst_text("%Y%m%d") + "22001" + self.kernel.digits(15)
                 order["status"] = "WAIT_BUYER_PAY"
-                order["gmt_create"] = dt.datetime.now(c.CST).strftime("%Y-%m-%d %H:%M:%S")
+                order["gmt_create"] = k.cst_text()
             return order["trade_no"]
 
     def pay(
@@ -522,7 +505,7 @@ class AlipaySimulator(AlipayRefundDesk):
                 raise AlipayError("40004", "Business Failed", "ACQ.TRADE_STATUS_ERROR", "交易状态不合法")
             order["status"] = "TRADE_SUCCESS"
             order["receipt"] = order["total"] if receipt_amount is None else receipt_amount
-            order["gmt_payment"] = paid_at or dt.datetime.now(c.CST).strftime("%Y-%m-%d %H:%M:%S")
+            order["gmt_payment"] = paid_at or k.cst_text()
             if created_at:
                 order["gmt_create"] = created_at
         params = self.notification_params(
@@ -535,13 +518,7 @@ class AlipaySimulator(AlipayRefundDesk):
             gmt_payment=order["gmt_payment"],
         )
         if not drop:
-            for copy in range(max(1, duplicates)):
-                threading.Thread(
-                    target=self._deliver,
-                    args=(order["notify_url"], params, copy, include_cert_sn),
-                    daemon=True,
-                    name=f"alipay-{trade_no[-6:]}",
-                ).start()
+            self.notify(order["notify_url"], params, duplicates, include_cert_sn=include_cert_sn)
         return trade_no
 
     # ------------------------------------------------------------------ notifications
@@ -561,24 +538,23 @@ class AlipaySimulator(AlipayRefundDesk):
         yuan strings; a str is sent verbatim (fault injection: "1e2", "-1", …)."""
 
         def money(v: int | str) -> str:
-            return v if isinstance(v, str) else yuan(v)
+            return v if isinstance(v, str) else k.yuan(v)
 
-        now = dt.datetime.now(c.CST).strftime("%Y-%m-%d %H:%M:%S")
+        now = k.cst_text()
         params = {
             "notify_time": now,
             "notify_type": "trade_status_sync",
-            "notify_id": "2025" + self.owner._alnum(28),
+            "notify_id": "2025" + self.kernel.alnum(28),
             "app_id": app_id,
             "auth_app_id": auth_app_id or app_id,
             "charset": "utf-8",
             "version": "1.0",
-            "trade_no": trade_no
-            or dt.datetime.now(c.CST).strftime("%Y%m%d") + "22001" + self.owner._digits(15),
+            "trade_no": trade_no or k.cst_text("%Y%m%d") + "22001" + self.kernel.digits(15),
             "out_trade_no": out_trade_no,
             "trade_status": trade_status,
             "total_amount": money(total_amount),
-            "buyer_id": "2088" + self.owner._digits(12),
-            "seller_id": "2088" + self.owner._digits(12),
+            "buyer_id": "2088" + self.kernel.digits(12),
+            "seller_id": "2088" + self.kernel.digits(12),
             "subject": "模拟商品 test",
             "gmt_create": now,
         }
@@ -609,9 +585,9 @@ class AlipaySimulator(AlipayRefundDesk):
         """A partial refund notification (§5.3): TRADE_SUCCESS plus refund_fee, gmt_refund, out_biz_no."""
         params = self.notification_params(app_id, out_trade_no, total_amount, trade_no=trade_no)
         params.update(
-            refund_fee=yuan(refund_fee),
+            refund_fee=k.yuan(refund_fee),
             out_biz_no=out_biz_no,
-            gmt_refund=dt.datetime.now(c.CST).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3],
+            gmt_refund=k.cst_text("%Y-%m-%d %H:%M:%S.%f")[:-3],
         )
         return params
 
@@ -646,59 +622,50 @@ class AlipaySimulator(AlipayRefundDesk):
             signed["sign"] = sign_override
         return urlencode(signed, encoding=signed.get("charset", "utf-8")).encode("ascii")
 
-    def _deliver(self, url: str, params: dict[str, str], copy: int, include_cert_sn: bool) -> None:
-        stopping = self.owner._stopping
-        for attempt in range(1, len(RETRY_SCHEDULE_S) + 2):
-            if attempt > 1 and stopping.wait(RETRY_SCHEDULE_S[attempt - 2] * self.owner.time_scale):
-                return
-            if stopping.is_set():
-                return
-            fresh = {**params, "notify_time": dt.datetime.now(c.CST).strftime("%Y-%m-%d %H:%M:%S")}
+    def notify(
+        self, url: str, params: dict[str, str], duplicates: int = 1, *, include_cert_sn: bool = False
+    ) -> None:
+        """Deliver a notification (``duplicates`` concurrent copies), freshly signed with a new notify_time per
+        attempt, on the §5.4 schedule until the answer is exactly ``success``."""
+
+        def compose() -> tuple[dict[str, str], bytes]:
+            fresh = {**params, "notify_time": k.cst_text()}
             body = self.build_notification(fresh, include_cert_sn=include_cert_sn)
-            status, answer = _post(
-                url, body, "application/x-www-form-urlencoded; charset=utf-8", self.owner.notify_timeout
-            )
-            ok = answer == b"success"
-            with self._cond:
-                self.deliveries.append(
+            return {"Content-Type": "application/x-www-form-urlencoded; charset=utf-8"}, body
+
+        def chain(copy: int) -> Chain:
+            def record(attempt: int, headers: dict[str, str], reply: Reply, ok: bool) -> None:
+                self.deliveries.add(
                     {
                         "trade_no": params["trade_no"],
                         "out_trade_no": params["out_trade_no"],
                         "notify_id": params["notify_id"],
                         "copy": copy,
                         "attempt": attempt,
-                        "status": status,
-                        "answer": answer[:64].decode("utf-8", "replace"),
+                        "status": reply.status,
+                        "answer": reply.text[:64].decode("utf-8", "replace"),
                         "acknowledged": ok,
                     }
                 )
-                self._cond.notify_all()
-            if ok:
-                return
+
+            return Chain(
+                url=url,
+                compose=compose,
+                acknowledged=lambda reply: reply.text == b"success",
+                record=record,
+                schedule=RETRY_SCHEDULE_S,
+                label=f"alipay {params['notify_id']} for {params['trade_no']}",
+            )
+
+        self.engine.send(
+            [chain(i) for i in range(max(1, duplicates))], name=f"alipay-{params['trade_no'][-6:]}"
+        )
 
     def wait_delivered(self, trade_no: str, timeout: float = 10.0, count: int = 1) -> list[dict[str, Any]]:
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while True:
-                done = [d for d in self.deliveries if d["trade_no"] == trade_no and d["acknowledged"]]
-                if len(done) >= count:
-                    return done
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise TimeoutError(
-                        f"{trade_no}: {[d for d in self.deliveries if d['trade_no'] == trade_no]}"
-                    )
-                self._cond.wait(remaining)
-
-
-def _post(url: str, body: bytes, content_type: str, timeout: float) -> tuple[int, bytes]:
-    parts = urlsplit(url)
-    conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=timeout)
-    try:
-        conn.request("POST", parts.path or "/", body=body, headers={"Content-Type": content_type})
-        resp = conn.getresponse()
-        return resp.status, resp.read(65536)
-    except (OSError, http.client.HTTPException) as exc:
-        return 0, f"{type(exc).__name__}: {exc}".encode()
-    finally:
-        conn.close()
+        return self.deliveries.wait(
+            lambda d: d["trade_no"] == trade_no,
+            lambda d: d["acknowledged"],
+            what=trade_no,
+            timeout=timeout,
+            count=count,
+        )

@@ -28,10 +28,12 @@ import secrets
 import threading
 import zipfile
 from decimal import ROUND_HALF_UP, Decimal
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from .alipay import AlipaySimulator
+from . import kernel as k
+from .alipay import AlipayDesk, GatewayMethod
+from .faults import FaultQueue
+from .kernel import AlipayError
 
 FEE_RATE = Decimal("0.0060")  # 0.60 %
 FAULTS = (
@@ -57,11 +59,6 @@ SUMMARY_HEADER = (
 RULE = "-" * 41
 
 
-def _yuan(cents: int) -> str:
-    sign = "-" if cents < 0 else ""
-    return f"{sign}{abs(cents) // 100}.{abs(cents) % 100:02d}"
-
-
 def _fee(cents: int) -> int:
     """The service fee in cents, 0.60 % rounded half up."""
     return int((Decimal(abs(cents)) * FEE_RATE).quantize(Decimal("1"), rounding=ROUND_HALF_UP))
@@ -81,12 +78,17 @@ class _GbkName(zipfile.ZipInfo):
 
 
 class AlipayBillBook:
-    def __init__(self, alipay: AlipaySimulator):
+    """The Alipay desk's trade bills (``sim.alipay.bills``)."""
+
+    def __init__(self, alipay: AlipayDesk):
         self.alipay = alipay
         self._lock = threading.Lock()
         self._refunds: list[dict[str, Any]] = []
-        self._faults: list[str] = []
+        self._faults = FaultQueue()
         self._files: dict[str, bytes] = {}  # download token → the zip (or the fault's page)
+
+    def gateway_methods(self) -> dict[str, GatewayMethod]:
+        return {"alipay.data.dataservice.bill.downloadurl.query": self.downloadurl_query}
 
     # ------------------------------------------------------------------ inputs
     def add_refund(
@@ -111,7 +113,7 @@ class AlipayBillBook:
             "order": order,
             "refund": int(refund_cent),
             "out_request_no": out_request_no,
-            "at": refunded_at or dt.datetime.now(_CST).strftime("%Y-%m-%d %H:%M:%S"),
+            "at": refunded_at or k.cst_text(),
         }
         with self._lock:
             # A bill lists each refund once (one row per trade + 退款请求号): a refund it already lists is updated.
@@ -130,16 +132,14 @@ class AlipayBillBook:
     def fault(self, kind: str, count: int = 1) -> None:
         if kind not in FAULTS:
             raise ValueError(f"unknown Alipay bill fault {kind!r}; one of {FAULTS}")
-        with self._lock:
-            self._faults.extend([kind] * int(count))
+        self._faults.arm({"kind": kind}, count)
 
     def clear_faults(self) -> None:
-        with self._lock:
-            self._faults.clear()
+        self._faults.clear()
 
     def _take_fault(self) -> str | None:
-        with self._lock:
-            return self._faults.pop(0) if self._faults else None
+        fault = self._faults.take()
+        return fault["kind"] if fault else None
 
     # ------------------------------------------------------------------ the files
     def rows(self, owner: str, bill_date: str) -> list[list[str]]:
@@ -167,8 +167,8 @@ class AlipayBillBook:
                     "",
                     "",
                     "tal***@sim.com",
-                    _yuan(o["total"]),
-                    _yuan(o["receipt"]),
+                    k.yuan(o["total"]),
+                    k.yuan(o["receipt"]),
                     "0.00",
                     "0.00",
                     "0.00",
@@ -178,7 +178,7 @@ class AlipayBillBook:
                     "0.00",
                     "0.00",
                     "",
-                    _yuan(-_fee(o["receipt"])),
+                    k.yuan(-_fee(o["receipt"])),
                     "0.00",
                     "",
                 ]
@@ -200,8 +200,8 @@ class AlipayBillBook:
                     "",
                     "",
                     "tal***@sim.com",
-                    _yuan(o["total"]),
-                    _yuan(-r["refund"]),
+                    k.yuan(o["total"]),
+                    k.yuan(-r["refund"]),
                     "0.00",
                     "0.00",
                     "0.00",
@@ -211,7 +211,7 @@ class AlipayBillBook:
                     "0.00",
                     "0.00",
                     r["out_request_no"] + "\t",
-                    _yuan(_fee(r["refund"])),
+                    k.yuan(_fee(r["refund"])),
                     "0.00",
                     "",
                 ]
@@ -227,7 +227,7 @@ class AlipayBillBook:
         detail, summary = self._detail(pid, bill_date, rows, fault), self._summary(pid, rows)
         out = io.BytesIO()
         with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
-            when = dt.datetime.now(_CST).timetuple()[:6]
+            when = k.now_cst().timetuple()[:6]
             z.writestr(_GbkName(f"{pid}0156_{day}_业务明细(汇总).csv", date_time=when), summary)
             z.writestr(_GbkName(f"{pid}0156_{day}_业务明细.csv", date_time=when), detail)
         return out.getvalue()
@@ -255,9 +255,9 @@ class AlipayBillBook:
         body = [] if fault == "empty_nonzero_summary" else [",".join(_csv(v) for v in r) for r in rows]
         trailer = [
             f"#{RULE}业务明细列表结束{RULE}",
-            f"#交易合计：{trades}笔，商家实收共{_yuan(trade_cent)}元，商家优惠共0.00元",
-            f"#退款合计：{refunds}笔，商家实收退款共{_yuan(refund_cent)}元，商家优惠退款共0.00元",
-            f"#导出时间：[{dt.datetime.now(_CST):%Y年%m月%d日 %H:%M:%S}]",
+            f"#交易合计：{trades}笔，商家实收共{k.yuan(trade_cent)}元，商家优惠共0.00元",
+            f"#退款合计：{refunds}笔，商家实收退款共{k.yuan(refund_cent)}元，商家优惠退款共0.00元",
+            f"#导出时间：[{k.now_cst():%Y年%m月%d日 %H:%M:%S}]",
         ]
         encoded = [(line + "\r\n").encode("gbk") for line in lines + body + trailer]
         if fault == "mixed_encoding" and body:
@@ -273,14 +273,14 @@ class AlipayBillBook:
         values = [
             str(trades),
             str(refunds),
-            _yuan(ordered),
-            _yuan(received),
+            k.yuan(ordered),
+            k.yuan(received),
             "0.00",
             "0.00",
             "0.00",
-            _yuan(fees),
+            k.yuan(fees),
             "0.00",
-            _yuan(received + fees),
+            k.yuan(received + fees),
         ]
         lines = [
             "#支付宝业务汇总查询",
@@ -288,15 +288,13 @@ class AlipayBillBook:
             SUMMARY_HEADER,
             ",".join(["", "", *values]),
             ",".join(["合计", "", *values]),
-            f"#导出时间：[{dt.datetime.now(_CST):%Y年%m月%d日 %H:%M:%S}]",
+            f"#导出时间：[{k.now_cst():%Y年%m月%d日 %H:%M:%S}]",
         ]
         return "".join(line + "\r\n" for line in lines).encode("gbk")
 
     # ------------------------------------------------------------------ the API
     def downloadurl_query(self, owner: str, biz: dict[str, Any]) -> dict[str, Any]:
         """The business object of the gateway's answer (signed by the gateway like every answer)."""
-        from .alipay import AlipayError
-
         bill_type, bill_date = str(biz.get("bill_type") or ""), str(biz.get("bill_date") or "")
         if bill_type != "trade":
             raise AlipayError(
@@ -308,7 +306,7 @@ class AlipayBillBook:
             raise AlipayError(
                 "40002", "Invalid Arguments", "isv.invalid-arguments", "bill_date格式错误"
             ) from None
-        if day >= dt.datetime.now(_CST).date():
+        if day >= k.now_cst().date():
             raise AlipayError(
                 "40004", "Business Failed", "isp.bill_not_exist", "账单不存在"
             )  # not before T+1
@@ -324,7 +322,7 @@ class AlipayBillBook:
             self._files[token] = data
         name = f"{owner}_{bill_date.replace('-', '')}.csv.zip"
         url = (
-            f"{self.alipay.owner.url}{DOWNLOAD_PATH}?bizType=trade&userId={owner}&fileType=csv.zip"
+            f"{self.alipay.kernel.url}{DOWNLOAD_PATH}?bizType=trade&userId={owner}&fileType=csv.zip"
             f"&bizDates={bill_date.replace('-', '')}&downloadFileName={name}&token={token}"
         )
         return {"code": "10000", "msg": "Success", "bill_download_url": url}
@@ -333,6 +331,3 @@ class AlipayBillBook:
         """The file behind a download URL, once (the real URL is valid for 30 s); None when unknown or used."""
         with self._lock:
             return self._files.pop(query.get("token", ""), None)
-
-
-_CST = dt.timezone(dt.timedelta(hours=8))

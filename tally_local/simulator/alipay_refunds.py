@@ -1,5 +1,6 @@
 """Alipay refunds on the simulator (channel-spec §6.3, §6.4, §5.3): ``alipay.trade.refund``,
-``alipay.trade.fastpay.refund.query`` and refund notifications, mixed into ``AlipaySimulator``.
+``alipay.trade.fastpay.refund.query`` and refund notifications: a desk composed with the Alipay desk (alipay.py),
+working on its trades (``sim.alipay.refund_desk``; its public methods are reachable on ``sim.alipay``).
 
 Behaviour per refund (``sim.alipay.set_refund_behaviour``):
     outcome      ``success`` | ``fail`` (accepted, never refunded: the query shows the refund without
@@ -21,69 +22,61 @@ The query for an unknown out_request_no answers code 10000 without refund data (
 
 from __future__ import annotations
 
-import datetime as dt
-import threading
 import time
 from typing import Any
 
-from . import _crypto as c
+from . import kernel as k
+from .alipay import AlipayDesk, GatewayMethod
+from .faults import Behaviour
+from .kernel import AlipayError
 
 OUTCOMES = ("success", "fail", "hold")
-BEHAVIOUR_KEYS = ("outcome", "delay_s", "after_accept", "hang_s", "reject", "drop", "duplicates")
+
+
+def _check(options: dict[str, Any]) -> None:
+    if "outcome" in options and options["outcome"] not in OUTCOMES:
+        raise ValueError(f"outcome must be one of {OUTCOMES}")
 
 
 class AlipayRefundDesk:
-    """State lives on the AlipaySimulator, under its lock."""
+    """Alipay refunds; the trades are the Alipay desk's, under its lock."""
 
-    def _init_refunds(self) -> None:
+    def __init__(self, alipay: AlipayDesk):
+        self.alipay = alipay
+        self._lock = alipay._lock
         self.refunds: dict[tuple[str, str], dict[str, Any]] = {}  # (owner, out_request_no) → refund
-        self._refund_default: dict[str, Any] = {
-            "outcome": "success",
-            "delay_s": 60.0,
-            "after_accept": None,
-            "hang_s": 1.0,
-            "reject": None,
-            "drop": False,
-            "duplicates": 1,
+        self.behaviour = Behaviour(
+            {
+                "outcome": "success",
+                "delay_s": 60.0,
+                "after_accept": None,
+                "hang_s": 1.0,
+                "reject": None,
+                "drop": False,
+                "duplicates": 1,
+            },
+            _check,
+        )
+
+    def gateway_methods(self) -> dict[str, GatewayMethod]:
+        return {
+            "alipay.trade.refund": self.trade_refund,
+            "alipay.trade.fastpay.refund.query": self.refund_query,
         }
-        self._refund_plans: list[dict[str, Any]] = []
 
     def set_refund_behaviour(self, count: int | None = None, **options: Any) -> dict[str, Any]:
-        unknown = set(options) - set(BEHAVIOUR_KEYS)
-        if unknown:
-            raise ValueError(f"unknown refund behaviour {sorted(unknown)}")
-        if "outcome" in options and options["outcome"] not in OUTCOMES:
-            raise ValueError(f"outcome must be one of {OUTCOMES}")
-        with self._lock:
-            if count is None:
-                self._refund_default.update(options)
-                return dict(self._refund_default)
-            plan = {**self._refund_default, **options}
-            self._refund_plans.extend(dict(plan) for _ in range(int(count)))
-            return plan
+        return self.behaviour.set(count, **options)
 
     def reset_refund_behaviour(self) -> None:
-        with self._lock:
-            self._refund_plans.clear()
-            self._refund_default.update(
-                outcome="success",
-                delay_s=60.0,
-                after_accept=None,
-                hang_s=1.0,
-                reject=None,
-                drop=False,
-                duplicates=1,
-            )
+        self.behaviour.reset()
 
     # ------------------------------------------------------------------ alipay.trade.refund
     def trade_refund(self, owner: str, biz: dict[str, Any]) -> dict[str, Any]:
-        from .alipay import AlipayError, _cents
-
-        amount = _cents(biz.get("refund_amount"))
+        amount = k.cents(biz.get("refund_amount"))
         no = str(biz.get("out_request_no") or "")
         if amount is None or amount <= 0 or not no or len(no) > 64:
             raise AlipayError("40004", "Business Failed", "ACQ.INVALID_PARAMETER", "参数无效")
-        order = self._trade(owner, biz)
+        order = self.alipay._trade(owner, biz)
         hang = 0.0
         with self._lock:
             existing = self.refunds.get((owner, no))
@@ -97,7 +90,7 @@ class AlipayRefundDesk:
                 order["status"] == "TRADE_CLOSED" and order.get("refunded")
             ):
                 raise AlipayError("40004", "Business Failed", "ACQ.TRADE_STATUS_ERROR", "交易状态非法")
-            plan = self._refund_plans.pop(0) if self._refund_plans else dict(self._refund_default)
+            plan = self.behaviour.next()
             if plan.get("reject"):
                 raise AlipayError("40004", "Business Failed", str(plan["reject"]), "模拟拒绝退款")
             taken = sum(
@@ -124,12 +117,14 @@ class AlipayRefundDesk:
             if plan["outcome"] == "success" and float(plan["delay_s"]) == 0:
                 self._decide(refund, "success")  # synchronous refund: fund_change=Y
             elif plan["outcome"] != "hold":
-                threading.Thread(
-                    target=self._settle_later,
-                    args=(owner, no, plan),
-                    daemon=True,
+                self.alipay.kernel.after(
+                    float(plan["delay_s"]),
+                    self._settle,
+                    owner,
+                    no,
+                    plan["outcome"],
                     name=f"alipay-refund-{no[:8]}",
-                ).start()
+                )
             if plan.get("after_accept") == "timeout":
                 hang = float(plan["hang_s"])
             answer = self._refund_answer(order, refund)
@@ -140,8 +135,6 @@ class AlipayRefundDesk:
         return answer
 
     def _refund_answer(self, order: dict[str, Any], refund: dict[str, Any]) -> dict[str, Any]:
-        from .alipay import yuan
-
         return {
             "code": "10000",
             "msg": "Success",
@@ -149,7 +142,7 @@ class AlipayRefundDesk:
             "out_trade_no": order["out_trade_no"],
             "buyer_logon_id": "tal***@sim.com",
             "fund_change": "Y" if refund["status"] == "SUCCESS" else "N",
-            "refund_fee": yuan(self._refunded(order["trade_no"])),
+            "refund_fee": k.yuan(self._refunded(order["trade_no"])),
             "send_back_fee": "0.00",
             **({"gmt_refund_pay": refund["gmt_refund_pay"]} if refund["gmt_refund_pay"] else {}),
         }
@@ -163,12 +156,10 @@ class AlipayRefundDesk:
 
     # ------------------------------------------------------------------ alipay.trade.fastpay.refund.query
     def refund_query(self, owner: str, biz: dict[str, Any]) -> dict[str, Any]:
-        from .alipay import AlipayError, yuan
-
         no = str(biz.get("out_request_no") or "")
         if not no:
             raise AlipayError("40004", "Business Failed", "ACQ.INVALID_PARAMETER", "参数无效")
-        order = self._trade(owner, biz)
+        order = self.alipay._trade(owner, biz)
         with self._lock:
             refund = self.refunds.get((owner, no))
             if refund is None or refund["trade_no"] != order["trade_no"]:
@@ -179,18 +170,16 @@ class AlipayRefundDesk:
                 "trade_no": order["trade_no"],
                 "out_trade_no": order["out_trade_no"],
                 "out_request_no": no,
-                "total_amount": yuan(order["total"]),
-                "refund_amount": yuan(refund["amount"]),
+                "total_amount": k.yuan(order["total"]),
+                "refund_amount": k.yuan(refund["amount"]),
             }
             if refund["status"] == "SUCCESS":
                 answer.update(refund_status="REFUND_SUCCESS", gmt_refund_pay=refund["gmt_refund_pay"])
             return answer
 
     # ------------------------------------------------------------------ outcomes and notifications
-    def _settle_later(self, owner: str, no: str, plan: dict[str, Any]) -> None:
-        if self.owner._stopping.wait(float(plan["delay_s"]) * self.owner.time_scale):
-            return
-        self.settle_refund(no, plan["outcome"], owner=owner)
+    def _settle(self, owner: str, no: str, outcome: str) -> None:
+        self.settle_refund(no, outcome, owner=owner)
 
     def _decide(self, refund: dict[str, Any], outcome: str) -> bool:
         """Under the lock. True if the refund just succeeded."""
@@ -198,10 +187,10 @@ class AlipayRefundDesk:
             return False
         if outcome == "success":
             refund["status"] = "SUCCESS"
-            now = dt.datetime.now(c.CST)
+            now = k.now_cst()
             refund["gmt_refund_pay"] = now.strftime("%Y-%m-%d %H:%M:%S")
             refund["gmt_refund"] = now.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
-            order = self.orders[(refund["owner"], refund["out_trade_no"])]
+            order = self.alipay.orders[(refund["owner"], refund["out_trade_no"])]
             order["refunded"] = self._refunded(refund["trade_no"])
             refund["cumulative"] = order["refunded"]
             if order["refunded"] >= order["total"]:
@@ -235,9 +224,9 @@ class AlipayRefundDesk:
             refund = self._find_refund(out_request_no, owner)
             if refund["status"] != "SUCCESS":
                 raise ValueError(f"refund {out_request_no} is {refund['status']}: only a success is notified")
-            order = self.orders[(refund["owner"], refund["out_trade_no"])]
+            order = self.alipay.orders[(refund["owner"], refund["out_trade_no"])]
             full = refund["cumulative"] >= order["total"]
-        params = self.refund_params(
+        params = self.alipay.refund_params(
             order["app_id"],
             order["out_trade_no"],
             order["trade_no"],
@@ -262,20 +251,13 @@ class AlipayRefundDesk:
 
     def refund_notification(self, out_request_no: str, *, owner: str | None = None) -> bytes:
         """The signed form body of a succeeded refund's notification, for tests to deliver by hand."""
-        return self.build_notification(self.refund_notification_params(out_request_no, owner=owner))
+        return self.alipay.build_notification(self.refund_notification_params(out_request_no, owner=owner))
 
     def _notify_refund(self, refund: dict[str, Any]) -> None:
         params = self.refund_notification_params(refund["out_request_no"], owner=refund["owner"])
-        url = self.orders[(refund["owner"], refund["out_trade_no"])]["notify_url"]
-        if not url:
-            return
-        for copy in range(max(1, int(refund["plan"].get("duplicates") or 1))):
-            threading.Thread(
-                target=self._deliver,
-                args=(url, params, copy, False),
-                daemon=True,
-                name=f"alipay-refund-notify-{copy}",
-            ).start()
+        url = self.alipay.orders[(refund["owner"], refund["out_trade_no"])]["notify_url"]
+        if url:
+            self.alipay.notify(url, params, int(refund["plan"].get("duplicates") or 1))
 
     def refund_list(self) -> list[dict[str, Any]]:
         with self._lock:

@@ -26,14 +26,13 @@ import secrets
 import threading
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .core import SimulatorError
+from . import kernel as k
+from .faults import FaultQueue
+from .kernel import CST, SimulatorError
+from .wechatpay_v3 import WeChatPayV3Desk
 
-if TYPE_CHECKING:
-    from .core import ChannelSimulator
-
-CST = dt.timezone(dt.timedelta(hours=8))
 FEE_RATE = Decimal("0.0060")  # 0.60 %
 FAULTS = (
     "empty_nonzero_summary",
@@ -63,10 +62,6 @@ class RawBody:
     content_type: str = "application/octet-stream"
 
 
-def _yuan(cents: int) -> str:
-    return str((Decimal(cents) / 100).quantize(Decimal("0.01")))
-
-
 def _fee(cents: int) -> Decimal:
     """The fee in yuan, rounded half up to the fen, written with 5 decimals."""
     return (Decimal(cents) / 100 * FEE_RATE).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
@@ -81,11 +76,13 @@ def _clock(rfc3339: str) -> str:
 
 
 class BillBook:
-    def __init__(self, sim: ChannelSimulator):
-        self.sim = sim
+    """The v3 desk's trade bills (``sim.bills``)."""
+
+    def __init__(self, v3: WeChatPayV3Desk):
+        self.v3 = v3
         self._lock = threading.Lock()
         self._refunds: list[dict[str, Any]] = []
-        self._faults: list[str] = []
+        self._faults = FaultQueue()
         self._files: dict[str, bytes] = {}  # download token → gzip bytes
 
     # ------------------------------------------------------------------ inputs
@@ -99,7 +96,7 @@ class BillBook:
         success_time: str | None = None,
         refund_status: str = "SUCCESS",
     ) -> dict[str, Any]:
-        order = self.sim.get_order(mchid, out_trade_no)
+        order = self.v3.get_order(mchid, out_trade_no)
         tx = (order.get("transaction") or {}).get("transaction_id")
         if not tx:
             raise SimulatorError(400, "ORDER_NOT_PAID", "订单未支付")
@@ -113,7 +110,7 @@ class BillBook:
             "total": order["amount"]["total"],
             "appid": order["appid"],
             "refund_status": refund_status,
-            "success_time": success_time or dt.datetime.now(CST).isoformat(timespec="seconds"),
+            "success_time": success_time or k.now_cst().isoformat(timespec="seconds"),
         }
         with self._lock:
             # A bill lists each refund once (one row per 商户退款单号): telling the book about a refund it
@@ -130,24 +127,22 @@ class BillBook:
     def fault(self, kind: str, count: int = 1) -> None:
         if kind not in FAULTS:
             raise ValueError(f"unknown bill fault {kind!r}; one of {FAULTS}")
-        with self._lock:
-            self._faults.extend([kind] * int(count))
+        self._faults.arm({"kind": kind}, count)
 
     def clear_faults(self) -> None:
-        with self._lock:
-            self._faults.clear()
+        self._faults.clear()
 
     def _take_fault(self) -> str | None:
-        with self._lock:
-            return self._faults.pop(0) if self._faults else None
+        fault = self._faults.take()
+        return fault["kind"] if fault else None
 
     # ------------------------------------------------------------------ the file
     def rows(self, mchid: str, bill_date: str) -> list[list[str]]:
         day = dt.date.fromisoformat(bill_date)
-        with self.sim._lock:
+        with self.v3._lock:
             paid = [
                 o["transaction"]
-                for (m, _), o in self.sim._orders.items()
+                for (m, _), o in self.v3._orders.items()
                 if m == str(mchid) and o.get("transaction")
             ]
         rows = []
@@ -169,7 +164,7 @@ class BillBook:
                     "SUCCESS",
                     t["bank_type"],
                     "CNY",
-                    _yuan(total),
+                    k.yuan(total),
                     "0.00",
                     "0",
                     "0",
@@ -181,7 +176,7 @@ class BillBook:
                     t.get("attach", ""),
                     f"{_fee(total):.5f}",
                     "0.60%",
-                    _yuan(total),
+                    k.yuan(total),
                     "0.00",
                     "",
                 ]
@@ -209,7 +204,7 @@ class BillBook:
                     "0.00",
                     r["refund_id"],
                     r["out_refund_no"],
-                    _yuan(r["refund"]),
+                    k.yuan(r["refund"]),
                     "0.00",
                     "ORIGINAL",
                     r["refund_status"],
@@ -218,7 +213,7 @@ class BillBook:
                     f"{-_fee(r['refund']):.5f}",
                     "0.60%",
                     "0.00",
-                    _yuan(r["refund"]),
+                    k.yuan(r["refund"]),
                     "",
                 ]
             )
@@ -230,7 +225,7 @@ class BillBook:
             rows = rows[::20]
         summary = self._summary(rows)
         if fault == "wrong_summary":
-            summary[1] = _yuan(int(Decimal(summary[1]) * 100) + 1)
+            summary[1] = k.yuan(int(Decimal(summary[1]) * 100) + 1)
         if fault == "empty_nonzero_summary":
             rows = []
         header = HEADER.replace("应结订单金额", "结算金额") if fault == "changed_header" else HEADER
@@ -264,7 +259,7 @@ class BillBook:
             raise SimulatorError(400, "PARAM_ERROR", "bill_date格式错误") from None
         if query.get("bill_type", "ALL") != "ALL":
             raise SimulatorError(400, "PARAM_ERROR", "simulator serves bill_type=ALL only")
-        if day >= dt.datetime.now(CST).date() + dt.timedelta(days=1):
+        if day >= k.now_cst().date() + dt.timedelta(days=1):
             raise SimulatorError(400, "PARAM_ERROR", "账单日期不能是未来")
         fault = self._take_fault()
         if fault == "statement_creating":
@@ -284,7 +279,7 @@ class BillBook:
         return {
             "hash_type": "SHA1",
             "hash_value": digest,
-            "download_url": f"{self.sim.url}/v3/billdownload/file?token={token}&tartype=gzip",
+            "download_url": f"{self.v3.kernel.url}/v3/billdownload/file?token={token}&tartype=gzip",
         }
 
     def download(self, query: dict[str, str]) -> RawBody:
@@ -294,12 +289,9 @@ class BillBook:
             raise SimulatorError(400, "INVALID_REQUEST", "下载链接已失效")
         return RawBody(data, "application/octet-stream")
 
-
-def route(
-    sim: ChannelSimulator, method: str, path: str, query: dict[str, str], mchid: str
-) -> tuple[int, Any]:
-    if method == "GET" and path == "/v3/bill/tradebill":
-        return 200, sim.bills.tradebill(mchid, query)
-    if method == "GET" and path == "/v3/billdownload/file":
-        return 200, sim.bills.download(query)
-    raise SimulatorError(404, "NOT_FOUND", f"simulator does not implement {method} {path}")
+    def route(self, method: str, path: str, query: dict[str, str], mchid: str) -> tuple[int, Any]:
+        if method == "GET" and path == "/v3/bill/tradebill":
+            return 200, self.tradebill(mchid, query)
+        if method == "GET" and path == "/v3/billdownload/file":
+            return 200, self.download(query)
+        raise SimulatorError(404, "NOT_FOUND", f"simulator does not implement {method} {path}")

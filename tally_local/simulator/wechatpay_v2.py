@@ -7,29 +7,35 @@ payment notification to the order's notify_url, retried on the §1.9 schedule ×
 answer's ``return_code`` is SUCCESS. Partner mode: orders for a ``sub_mch_id`` are signed with the service
 provider's key and carry ``mch_id`` = provider, ``sub_mch_id`` = merchant. ``refund_notification`` builds
 a refund callback with ``req_info`` encrypted per §4 (AES-256-ECB, key = md5 hex of the API key).
+
+Composed: the refund desk (wechatpay_v2_refunds.py) works on this desk's orders; the simulator attaches it
+(``refund_desk``) and ``handle`` routes ``/secapi/pay/refund`` and ``/pay/refundquery`` to it. Its public
+methods are reachable here under their own names.
 """
 
 from __future__ import annotations
 
 import base64
-import datetime as dt
 import hashlib
 import hmac
 import threading
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cryptography.hazmat.primitives import padding as sym_padding
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-from . import _crypto as c
-from .alipay import _post
-from .wechatpay_v2_refunds import V2RefundDesk
+from . import kernel as k
+from ._tls import fingerprint, fingerprint_pem
+from .delivery import WECHATPAY_RETRY_S, Chain, DeliveryEngine, DeliveryLog
+from .faults import FaultQueue, corrupted
+from .kernel import Forward, Kernel, Reply
 
-if TYPE_CHECKING:
-    from .core import ChannelSimulator
+#: a refund path's handler: (owner mch_id, request fields) → (answer fields, seconds to hold the answer)
+PathHandler = Callable[[str, dict[str, str]], tuple[dict[str, str], float]]
 
 
 def v2_sign(fields: dict[str, str], api_key: str, sign_type: str = "MD5") -> str:
@@ -53,6 +59,14 @@ def fields_of(body: bytes) -> dict[str, str]:
     return {child.tag: child.text or "" for child in ET.fromstring(body)}
 
 
+def acknowledged(reply: Reply) -> bool:
+    """A v2 callback is acknowledged by an answer whose return_code is SUCCESS."""
+    try:
+        return fields_of(reply.text).get("return_code") == "SUCCESS"
+    except (ET.ParseError, ValueError):
+        return False
+
+
 @dataclass
 class V2Merchant:
     mch_id: str
@@ -61,20 +75,39 @@ class V2Merchant:
     sign_type: str = "MD5"
 
 
-class WeChatPayV2Simulator(V2RefundDesk):
-    def __init__(self, owner: ChannelSimulator):
-        self.owner = owner
+class WeChatPayV2Desk:
+    """The WeChat Pay v2 look-alike (``sim.wechatpay_v2``): merchants, orders, the ``/pay`` APIs, notifications."""
+
+    # the refund desk's public API, on sim.wechatpay_v2 (wechatpay_v2_refunds.py)
+    set_refund_behaviour = Forward("refund_desk")
+    reset_refund_behaviour = Forward("refund_desk")
+    paid_order = Forward("refund_desk")
+    settle_refund = Forward("refund_desk")
+    refund_notification_of = Forward("refund_desk")
+    wait_refund_delivered = Forward("refund_desk")
+    refund_list = Forward("refund_desk")
+    refunds = Forward("refund_desk")
+    refund_deliveries = Forward("refund_desk")
+
+    def __init__(self, kernel: Kernel, engine: DeliveryEngine):
+        self.kernel = kernel
+        self.engine = engine
         self._lock = threading.RLock()
-        self._cond = threading.Condition(self._lock)
         self.merchants: dict[str, V2Merchant] = {}
         self.orders: dict[tuple[str, str], dict[str, Any]] = {}
-        self.deliveries: list[dict[str, Any]] = []
+        self.deliveries = DeliveryLog(kernel.stopping)
         self.requests: list[dict[str, Any]] = []  # /pay API calls seen
-        self.faults: list[dict[str, Any]] = []
-        self._init_refunds()  # /secapi/pay/refund, /pay/refundquery (wechatpay_v2_refunds.py)
+        self._faults = FaultQueue()
         self.client_certs: dict[
             str, str
         ] = {}  # mch_id -> SHA-256 of the API client certificate /secapi/ needs
+        self.tls_ca: Any = None  # the TLS listener's CA (_tls.TestCA), set by the simulator's start_tls
+        self.refund_desk: Any = None  # attached by the simulator (wechatpay_v2_refunds.V2RefundDesk)
+        self._paths: dict[str, PathHandler] = {}
+
+    def attach(self, paths: dict[str, PathHandler]) -> None:
+        """Route these ``/pay`` paths (the refund desk's) through ``handle``."""
+        self._paths.update(paths)
 
     def register_merchant(
         self, mch_id: str, api_key: str, appid: str = "wxd930ea5d5a258f4f", sign_type: str = "MD5"
@@ -87,7 +120,7 @@ class WeChatPayV2Simulator(V2RefundDesk):
 
     def register_test_merchant(self, mch_id: str | None = None, sign_type: str = "MD5") -> dict[str, str]:
         return self.register_merchant(
-            mch_id or "19" + self.owner._digits(8), self.owner._alnum(32), sign_type=sign_type
+            mch_id or "19" + self.kernel.digits(8), self.kernel.alnum(32), sign_type=sign_type
         )
 
     def merchant(self, mch_id: str) -> V2Merchant:
@@ -101,16 +134,12 @@ class WeChatPayV2Simulator(V2RefundDesk):
     def issue_client_cert(self, mch_id: str) -> tuple[str, str]:
         """The merchant's API client certificate (apiclient_cert.pem, apiclient_key.pem), issued by the TLS
         listener's CA; from now on this merchant's `/secapi/` calls must present it (sim.start_tls first)."""
-        from ._tls import fingerprint_pem
-
-        cert, key = self.owner.tls_ca.issue(f"{mch_id} API client (TEST ONLY)", server=False)
+        cert, key = self.tls_ca.issue(f"{mch_id} API client (TEST ONLY)", server=False)
         with self._lock:
             self.client_certs[mch_id] = fingerprint_pem(cert)
         return cert, key
 
     def _client_cert_refusal(self, mch_id: str, client_cert: bytes | None) -> str | None:
-        from ._tls import fingerprint
-
         wanted = self.client_certs.get(mch_id)
         if wanted is None:
             return None
@@ -165,10 +194,8 @@ class WeChatPayV2Simulator(V2RefundDesk):
             answer = self._orderquery(owner, req)
         elif path == "/pay/closeorder":
             answer = self._closeorder(owner, req)
-        elif path == "/secapi/pay/refund":
-            answer, hang = self._refund(owner, req)
-        elif path == "/pay/refundquery":
-            answer = self._refundquery(owner, req)
+        elif path in self._paths:
+            answer, hang = self._paths[path](owner, req)
         else:
             return (
                 404,
@@ -180,14 +207,14 @@ class WeChatPayV2Simulator(V2RefundDesk):
             "return_msg": "OK",
             "appid": merchant.appid,
             "mch_id": merchant.mch_id,
-            "nonce_str": self.owner._alnum(16),
+            "nonce_str": self.kernel.alnum(16),
             **answer,
         }
         if req.get("sub_mch_id"):
             answer["sub_mch_id"] = req["sub_mch_id"]
         answer["sign"] = v2_sign(answer, merchant.api_key, sign_type)
         if fault is not None and fault["kind"] == "bad_signature":
-            answer["sign"] = ("A" if answer["sign"][0] != "A" else "B") + answer["sign"][1:]
+            answer["sign"] = corrupted(answer["sign"])
         with self._lock:
             self.requests.append(
                 {
@@ -226,30 +253,24 @@ class WeChatPayV2Simulator(V2RefundDesk):
         ``code``) or ``bad_signature`` (the answer's sign is altered)."""
         if kind not in ("error", "bad_signature"):
             raise ValueError("kind must be error or bad_signature")
-        fault = {"kind": kind, "count": int(count), "path_contains": path_contains, "code": code}
-        with self._lock:
-            self.faults.append(fault)
-        return dict(fault)
+        return self._faults.arm({"kind": kind, "path_contains": path_contains, "code": code}, count)
+
+    @property
+    def faults(self) -> list[dict[str, Any]]:
+        """The armed ``/pay`` faults."""
+        return self._faults.pending()
 
     def clear_faults(self) -> None:
-        with self._lock:
-            self.faults.clear()
+        self._faults.clear()
 
     def _take_fault(self, path: str) -> dict[str, Any] | None:
-        with self._lock:
-            for fault in self.faults:
-                if fault["count"] > 0 and (not fault["path_contains"] or fault["path_contains"] in path):
-                    fault["count"] -= 1
-                    if fault["count"] == 0:
-                        self.faults.remove(fault)
-                    return dict(fault)
-        return None
+        return self._faults.take(path=path)
 
     # ------------------------------------------------------------------ key rotation
     def rotate_api_key(self, mch_id: str, new_key: str | None = None) -> str:
         """The merchant sets a new API key mid-run: callbacks and answers are signed with it from now on."""
         merchant = self.merchant(mch_id)
-        key = new_key or self.owner._alnum(32)
+        key = new_key or self.kernel.alnum(32)
         if len(key) != 32:
             raise ValueError("the v2 API key is 32 characters")
         with self._lock:
@@ -280,7 +301,7 @@ class WeChatPayV2Simulator(V2RefundDesk):
                     "out_trade_no": req["out_trade_no"],
                     "total_fee": int(total),
                     "notify_url": req["notify_url"],
-                    "code_url": "weixin://wxpay/bizpayurl?pr=" + self.owner._alnum(7),
+                    "code_url": "weixin://wxpay/bizpayurl?pr=" + self.kernel.alnum(7),
                     "trade_state": "NOTPAY",
                     "transaction_id": None,
                 },
@@ -288,7 +309,7 @@ class WeChatPayV2Simulator(V2RefundDesk):
         return {
             "result_code": "SUCCESS",
             "trade_type": "NATIVE",
-            "prepay_id": "wx" + self.owner._alnum(30),
+            "prepay_id": "wx" + self.kernel.alnum(30),
             "code_url": order["code_url"],
         }
 
@@ -313,7 +334,7 @@ class WeChatPayV2Simulator(V2RefundDesk):
                 trade_type="NATIVE",
                 time_end=order.get("time_end", ""),
                 bank_type="OTHERS",
-                openid="o" + self.owner._alnum(27),
+                openid="o" + self.kernel.alnum(27),
             )
         return out
 
@@ -334,19 +355,19 @@ class WeChatPayV2Simulator(V2RefundDesk):
         fields = {
             "appid": merchant.appid,
             "mch_id": merchant.mch_id,
-            "nonce_str": self.owner._alnum(32),
+            "nonce_str": self.kernel.alnum(32),
             "result_code": result_code,
             "return_code": "SUCCESS",
-            "openid": "o" + self.owner._alnum(27),
+            "openid": "o" + self.kernel.alnum(27),
             "is_subscribe": "N",
             "trade_type": "NATIVE",
             "bank_type": "OTHERS",
             "total_fee": str(total_fee),
             "fee_type": "CNY",
             "cash_fee": str(total_fee if cash_fee is None else cash_fee),
-            "transaction_id": transaction_id or "42000" + self.owner._digits(23),
+            "transaction_id": transaction_id or "42000" + self.kernel.digits(23),
             "out_trade_no": out_trade_no,
-            "time_end": dt.datetime.now(c.CST).strftime("%Y%m%d%H%M%S"),
+            "time_end": k.cst_text("%Y%m%d%H%M%S"),
         }
         if sub_mch_id:
             fields["sub_mch_id"] = sub_mch_id
@@ -384,7 +405,7 @@ class WeChatPayV2Simulator(V2RefundDesk):
                 "return_code": "SUCCESS",
                 "appid": merchant.appid,
                 "mch_id": merchant.mch_id,
-                "nonce_str": self.owner._alnum(32),
+                "nonce_str": self.kernel.alnum(32),
                 "req_info": req_info,
             }
         )
@@ -402,7 +423,7 @@ class WeChatPayV2Simulator(V2RefundDesk):
         owner = sub_mch_id or mch_id
         with self._lock:
             order = self.orders[(owner, out_trade_no)]
-            order["transaction_id"] = "42000" + self.owner._digits(23)
+            order["transaction_id"] = "42000" + self.kernel.digits(23)
             order["trade_state"] = "SUCCESS"
             order["cash_fee"] = order["total_fee"] if cash_fee is None else cash_fee
         fields = self.payment_params(
@@ -415,55 +436,48 @@ class WeChatPayV2Simulator(V2RefundDesk):
         )
         with self._lock:
             order["time_end"] = fields["time_end"]
-        if drop:
-            return order["transaction_id"]
-        for copy in range(max(1, duplicates)):
-            threading.Thread(
-                target=self._deliver, args=(order["notify_url"], fields, copy), daemon=True
-            ).start()
+        if not drop:
+            about = {"transaction_id": fields["transaction_id"]}
+            self.notify(
+                order["notify_url"],
+                lambda: self.build_notification(fields),
+                duplicates,
+                self.deliveries,
+                about,
+            )
         return order["transaction_id"]
 
-    def _deliver(self, url: str, fields: dict[str, str], copy: int) -> None:
-        from .core import RETRY_SCHEDULE_S
+    def notify(
+        self, url: str, body: Callable[[], bytes], duplicates: int, log: DeliveryLog, about: dict[str, Any]
+    ) -> None:
+        """Deliver an XML callback (``duplicates`` concurrent copies, ``body()`` per attempt) on the §1.9 schedule
+        until the answer's return_code is SUCCESS; each attempt is recorded in ``log`` as ``about`` + copy,
+        attempt, status, acknowledged."""
 
-        stopping = self.owner._stopping
-        for attempt in range(1, len(RETRY_SCHEDULE_S) + 2):
-            if attempt > 1 and stopping.wait(RETRY_SCHEDULE_S[attempt - 2] * self.owner.time_scale):
-                return
-            if stopping.is_set():
-                return
-            status, answer = _post(
-                url, self.build_notification(fields), "text/xml", self.owner.notify_timeout
-            )
-            try:
-                ok = fields_of(answer).get("return_code") == "SUCCESS"
-            except (ET.ParseError, ValueError):
-                ok = False
-            with self._cond:
-                self.deliveries.append(
-                    {
-                        "transaction_id": fields["transaction_id"],
-                        "copy": copy,
-                        "attempt": attempt,
-                        "status": status,
-                        "acknowledged": ok,
-                    }
+        def chain(copy: int) -> Chain:
+            def record(attempt: int, headers: dict[str, str], reply: Reply, ok: bool) -> None:
+                log.add(
+                    {**about, "copy": copy, "attempt": attempt, "status": reply.status, "acknowledged": ok}
                 )
-                self._cond.notify_all()
-            if ok:
-                return
+
+            return Chain(
+                url=url,
+                compose=lambda: ({"Content-Type": "text/xml"}, body()),
+                acknowledged=acknowledged,
+                record=record,
+                schedule=WECHATPAY_RETRY_S,
+                label=f"v2 {about}",
+            )
+
+        self.engine.send([chain(i) for i in range(max(1, duplicates))], name="v2-notify")
 
     def wait_delivered(
         self, transaction_id: str, timeout: float = 10.0, count: int = 1
     ) -> list[dict[str, Any]]:
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while True:
-                done = [
-                    d for d in self.deliveries if d["transaction_id"] == transaction_id and d["acknowledged"]
-                ]
-                if len(done) >= count:
-                    return done
-                if deadline - time.monotonic() <= 0:
-                    raise TimeoutError(f"{transaction_id}: {self.deliveries}")
-                self._cond.wait(deadline - time.monotonic())
+        return self.deliveries.wait(
+            lambda d: d["transaction_id"] == transaction_id,
+            lambda d: d["acknowledged"],
+            what=transaction_id,
+            timeout=timeout,
+            count=count,
+        )

@@ -1,5 +1,6 @@
 """WeChat Pay v2 refunds on the simulator: ``POST /secapi/pay/refund``, ``POST /pay/refundquery`` and refund
-notifications with ``req_info`` (channel-spec §4), mixed into ``WeChatPayV2Simulator``.
+notifications with ``req_info`` (channel-spec §4): a desk composed with the v2 desk (wechatpay_v2.py), working on
+its orders (``sim.wechatpay_v2.refund_desk``; its public methods are reachable on ``sim.wechatpay_v2``).
 
 Mutual TLS: ``sim.start_tls()`` opens an HTTPS listener with client certificates required (ssl.CERT_REQUIRED,
 real certificates from ``_tls.py``) and ``issue_client_cert(mch_id)`` makes a merchant's API client certificate;
@@ -24,60 +25,51 @@ unknown / unpaid order → ORDERNOTEXIST; ``total_fee`` must equal the order's. 
 
 from __future__ import annotations
 
-import datetime as dt
-import threading
-import time
 from typing import Any
 
-from . import _crypto as c
+from . import kernel as k
+from .delivery import DeliveryLog
+from .faults import Behaviour
+from .wechatpay_v2 import PathHandler, WeChatPayV2Desk
 
 OUTCOMES = {"success": "SUCCESS", "closed": "REFUNDCLOSE", "abnormal": "CHANGE"}
-BEHAVIOUR_KEYS = ("outcome", "delay_s", "after_accept", "hang_s", "reject", "drop", "duplicates")
+
+
+def _check(options: dict[str, Any]) -> None:
+    if "outcome" in options and options["outcome"] not in (*OUTCOMES, "hold"):
+        raise ValueError("outcome must be success, closed, abnormal or hold")
 
 
 class V2RefundDesk:
-    """State lives on the WeChatPayV2Simulator, under its lock."""
+    """v2 refunds; the orders are the v2 desk's, under its lock."""
 
-    def _init_refunds(self) -> None:
+    def __init__(self, v2: WeChatPayV2Desk):
+        self.v2 = v2
+        self._lock = v2._lock
+        self.orders = v2.orders
         self.refunds: dict[str, dict[str, Any]] = {}  # out_refund_no → refund
-        self._refund_default: dict[str, Any] = {
-            "outcome": "success",
-            "delay_s": 60.0,
-            "after_accept": None,
-            "hang_s": 1.0,
-            "reject": None,
-            "drop": False,
-            "duplicates": 1,
-        }
-        self._refund_plans: list[dict[str, Any]] = []
-        self.refund_deliveries: list[dict[str, Any]] = []
+        self.behaviour = Behaviour(
+            {
+                "outcome": "success",
+                "delay_s": 60.0,
+                "after_accept": None,
+                "hang_s": 1.0,
+                "reject": None,
+                "drop": False,
+                "duplicates": 1,
+            },
+            _check,
+        )
+        self.refund_deliveries = DeliveryLog(v2.kernel.stopping)
+
+    def paths(self) -> dict[str, PathHandler]:
+        return {"/secapi/pay/refund": self._refund, "/pay/refundquery": self._refundquery}
 
     def set_refund_behaviour(self, count: int | None = None, **options: Any) -> dict[str, Any]:
-        unknown = set(options) - set(BEHAVIOUR_KEYS)
-        if unknown:
-            raise ValueError(f"unknown refund behaviour {sorted(unknown)}")
-        if "outcome" in options and options["outcome"] not in (*OUTCOMES, "hold"):
-            raise ValueError("outcome must be success, closed, abnormal or hold")
-        with self._lock:
-            if count is None:
-                self._refund_default.update(options)
-                return dict(self._refund_default)
-            plan = {**self._refund_default, **options}
-            self._refund_plans.extend(dict(plan) for _ in range(int(count)))
-            return plan
+        return self.behaviour.set(count, **options)
 
     def reset_refund_behaviour(self) -> None:
-        with self._lock:
-            self._refund_plans.clear()
-            self._refund_default.update(
-                outcome="success",
-                delay_s=60.0,
-                after_accept=None,
-                hang_s=1.0,
-                reject=None,
-                drop=False,
-                duplicates=1,
-            )
+        self.behaviour.reset()
 
     def paid_order(self, mch_id: str, out_trade_no: str, total_fee: int, *, notify_url: str = "") -> str:
         """An order paid at WeChat (e.g. a JSAPI payment the merchant made elsewhere): known to the refund API,
@@ -99,7 +91,7 @@ class V2RefundDesk:
             )
             if not order["transaction_id"]:
                 order.update(
-                    transaction_id="42000" + self.owner._digits(23),
+                    transaction_id="42000" + self.v2.kernel.digits(23),
                     trade_state="SUCCESS",
                     cash_fee=order["total_fee"],
                 )
@@ -128,7 +120,7 @@ class V2RefundDesk:
                 return self._refund_fields(existing), 0.0  # the same number refunds once
             if int(total) != order["total_fee"]:
                 return _fail("PARAM_ERROR", "订单金额与原订单不一致"), 0.0
-            plan = self._refund_plans.pop(0) if self._refund_plans else dict(self._refund_default)
+            plan = self.behaviour.next()
             if plan.get("reject"):
                 return _fail(str(plan["reject"]), "模拟拒绝退款"), 0.0
             taken = sum(
@@ -142,7 +134,7 @@ class V2RefundDesk:
                 "owner": owner,
                 "mch_id": req["mch_id"],
                 "out_refund_no": no,
-                "refund_id": "50000" + self.owner._digits(24),
+                "refund_id": "50000" + self.v2.kernel.digits(24),
                 "transaction_id": order["transaction_id"],
                 "out_trade_no": order["out_trade_no"],
                 "total_fee": order["total_fee"],
@@ -154,9 +146,9 @@ class V2RefundDesk:
             }
             self.refunds[no] = refund
         if plan["outcome"] != "hold":
-            threading.Thread(
-                target=self._settle_later, args=(no, plan), daemon=True, name=f"v2-refund-{no[:8]}"
-            ).start()
+            self.v2.kernel.after(
+                float(plan["delay_s"]), self.settle_refund, no, plan["outcome"], name=f"v2-refund-{no[:8]}"
+            )
         hang = float(plan["hang_s"]) if plan.get("after_accept") == "timeout" else 0.0
         return self._refund_fields(refund), hang
 
@@ -186,7 +178,10 @@ class V2RefundDesk:
         }
 
     # ------------------------------------------------------------------ /pay/refundquery
-    def _refundquery(self, owner: str, req: dict[str, str]) -> dict[str, str]:
+    def _refundquery(self, owner: str, req: dict[str, str]) -> tuple[dict[str, str], float]:
+        return self._refund_status(owner, req), 0.0
+
+    def _refund_status(self, owner: str, req: dict[str, str]) -> dict[str, str]:
         with self._lock:
             refund = self.refunds.get(req.get("out_refund_no", ""))
             if refund is None or refund["owner"] != owner:
@@ -209,11 +204,6 @@ class V2RefundDesk:
             return out
 
     # ------------------------------------------------------------------ outcomes and notifications
-    def _settle_later(self, no: str, plan: dict[str, Any]) -> None:
-        if self.owner._stopping.wait(float(plan["delay_s"]) * self.owner.time_scale):
-            return
-        self.settle_refund(no, plan["outcome"])
-
     def settle_refund(self, out_refund_no: str, outcome: str, *, notify: bool | None = None) -> str:
         """Decide a refund (success | closed | abnormal) and notify unless the plan drops it. CHANGE (abnormal)
         may later be settled again."""
@@ -224,16 +214,13 @@ class V2RefundDesk:
                 return refund["status"]
             refund["status"] = status
             if status == "SUCCESS":
-                refund["success_time"] = dt.datetime.now(c.CST).strftime("%Y-%m-%d %H:%M:%S")
+                refund["success_time"] = k.cst_text()
             plan = refund["plan"]
         if (notify if notify is not None else not plan.get("drop")) and refund["notify_url"]:
             body = self.refund_notification_of(out_refund_no)
-            for copy in range(max(1, int(plan.get("duplicates") or 1))):
-                threading.Thread(
-                    target=self._deliver_refund,
-                    args=(refund["notify_url"], body, out_refund_no, copy),
-                    daemon=True,
-                ).start()
+            duplicates = int(plan.get("duplicates") or 1)
+            about = {"out_refund_no": out_refund_no}
+            self.v2.notify(refund["notify_url"], lambda: body, duplicates, self.refund_deliveries, about)
         return status
 
     def refund_notification_of(self, out_refund_no: str) -> bytes:
@@ -259,56 +246,18 @@ class V2RefundDesk:
             if r["success_time"]:
                 fields["success_time"] = r["success_time"]
             mch_id = r["mch_id"]
-        return self.refund_notification(mch_id, fields)
-
-    def _deliver_refund(self, url: str, body: bytes, out_refund_no: str, copy: int) -> None:
-        import xml.etree.ElementTree as ET
-
-        from .alipay import _post
-        from .core import RETRY_SCHEDULE_S
-        from .wechatpay_v2 import fields_of
-
-        stopping = self.owner._stopping
-        for attempt in range(1, len(RETRY_SCHEDULE_S) + 2):
-            if attempt > 1 and stopping.wait(RETRY_SCHEDULE_S[attempt - 2] * self.owner.time_scale):
-                return
-            if stopping.is_set():
-                return
-            status, answer = _post(url, body, "text/xml", self.owner.notify_timeout)
-            try:
-                ok = fields_of(answer).get("return_code") == "SUCCESS"
-            except (ET.ParseError, ValueError):
-                ok = False
-            with self._cond:
-                self.refund_deliveries.append(
-                    {
-                        "out_refund_no": out_refund_no,
-                        "copy": copy,
-                        "attempt": attempt,
-                        "status": status,
-                        "acknowledged": ok,
-                    }
-                )
-                self._cond.notify_all()
-            if ok:
-                return
+        return self.v2.refund_notification(mch_id, fields)
 
     def wait_refund_delivered(
         self, out_refund_no: str, timeout: float = 10.0, count: int = 1
     ) -> list[dict[str, Any]]:
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while True:
-                done = [
-                    d
-                    for d in self.refund_deliveries
-                    if d["out_refund_no"] == out_refund_no and d["acknowledged"]
-                ]
-                if len(done) >= count:
-                    return done
-                if deadline - time.monotonic() <= 0:
-                    raise TimeoutError(f"{out_refund_no}: {self.refund_deliveries}")
-                self._cond.wait(deadline - time.monotonic())
+        return self.refund_deliveries.wait(
+            lambda d: d["out_refund_no"] == out_refund_no,
+            lambda d: d["acknowledged"],
+            what=out_refund_no,
+            timeout=timeout,
+            count=count,
+        )
 
     def refund_list(self) -> list[dict[str, Any]]:
         with self._lock:

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from tally_local.lambda_io import route_of
 from tally_local.simulator import _crypto as c
-from tally_local.simulator.core import TESTKEYS_DIR
+from tally_local.simulator.wechatpay_v3 import TESTKEYS_DIR
 
 MCHID = "1900000101"  # configured in the fuzz world
 JSON_SCALARS = st.one_of(

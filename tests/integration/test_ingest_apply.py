@@ -291,20 +291,20 @@ def test_R18_failed_transaction_writes_nothing_and_raw_stays_pending(h, merchant
     # A conflicting ledger row for another order makes the transaction's ledger put fail...
     key = f"wechatpay#{resource['transaction_id']}"
     service = bootstrap.apply_service()
-    real = service.t.ddb.transact_write_items
+    real = service.book.t.ddb.transact_write_items
 
     def boom(**kw):
-        raise service.t.ddb.exceptions.InternalServerError(
+        raise service.book.t.ddb.exceptions.InternalServerError(
             {"Error": {"Code": "InternalServerError", "Message": "injected"}}, "TransactWriteItems"
         )
 
-    monkeypatch.setattr(service.t.ddb, "transact_write_items", boom)
+    monkeypatch.setattr(service.book.t.ddb, "transact_write_items", boom)
     assert h.drain(max_rounds=1)
     assert h.scan("LEDGER_TABLE") == [] and h.scan("TRANSITIONS_TABLE") == []
     assert h.order(merchant["mchid"], order["out_trade_no"])["status"] == "WAIT_PAY"
     assert h.scan("NOTIFY_RAW_TABLE")[0]["handled"] == 0
     assert h.metric("ApplyFailed") == 1
-    monkeypatch.setattr(service.t.ddb, "transact_write_items", real)
+    monkeypatch.setattr(service.book.t.ddb, "transact_write_items", real)
     h.drain()
     assert h.order(merchant["mchid"], order["out_trade_no"])["status"] == "PAID"
     assert bootstrap.apply_service().apply(key).value == "ALREADY_HANDLED"

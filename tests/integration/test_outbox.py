@@ -55,7 +55,7 @@ def test_R20_a_failed_publish_is_reported_for_retry_not_swallowed(h, monkeypatch
     h.notify(m["mchid"], headers, body)
     h.drain()
     service = bootstrap.outbox_service()
-    monkeypatch.setattr(service.events, "put_events", lambda **kw: {"FailedEntryCount": 1, "Entries": []})
+    monkeypatch.setattr(service.bus.client, "put_events", lambda **kw: {"FailedEntryCount": 1, "Entries": []})
     records = stream_records(h.env)
     paid_record = next(
         r

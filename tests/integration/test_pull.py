@@ -369,7 +369,7 @@ def test_return_page_confirms_once_and_books_through_the_same_path(h, m, sim):
 def stuck_raw_row(h, m, sim, minutes_old, out_trade_no=None):
     out_trade_no = out_trade_no or new_order(h, m, prepay=False)["out_trade_no"]
     resource = sim.transaction_resource(m["mchid"], out_trade_no, 100)
-    from tally.channels import wechatpay_v3 as wx
+    from tally.channels.wechatpay_v3 import wire as wx
 
     row = raw_row(wx.to_payment_notice(resource), time.time() - minutes_old * 60, body=b"{}", headers=None)
     bootstrap.poll_service().raw.put_new(row)  # stored, never enqueued (an enqueue that failed)

@@ -9,7 +9,7 @@ import urllib.request
 import pytest
 from alipay import AliPay
 from tally import bootstrap
-from tally.channels import alipay as ali
+from tally.channels.alipay import wire as ali
 from tally.observability import metrics
 
 from tests.integration.channel_kit import Alipay

@@ -12,8 +12,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from tally import bootstrap
-from tally.channels import wechatpay_v2 as wx2
-from tally.channels.wechatpay_v3 import TRADE_STATE
+from tally.channels.wechatpay_v2 import wire as wx2
+from tally.channels.wechatpay_v3.wire import TRADE_STATE
 from tally.domain.poll import Answer
 
 from tests.integration.test_pull import due_now as _due_now

@@ -291,7 +291,11 @@ def test_what_the_code_calls_is_what_the_policy_grants(h, merchant, granted):
             calls.setdefault(current["fn"], set()).add((f"{service}:{model.name}", f"name:{secret}"))
 
     bootstrap.reset()
-    clients = [bootstrap.tables().ddb, bootstrap.ingest_service().queue.sqs, bootstrap.merchants().secrets]
+    clients = [
+        bootstrap.tables().ddb,
+        bootstrap.ingest_service().queue.sqs,
+        bootstrap.merchants().secrets.client,
+    ]
     for client in clients:
         client.meta.events.register("before-call", seen)
     for lid, (handler, spec) in list(h.handlers.items()):

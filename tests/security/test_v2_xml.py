@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from tally.channels import wechatpay_v2 as wx2
+from tally.channels.wechatpay_v2 import wire as wx2
 
 from tests.integration.channel_kit import WeChatV2, ack_kind
 

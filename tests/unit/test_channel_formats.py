@@ -6,8 +6,8 @@ import json
 
 import pytest
 from alipay import AliPay, DCAliPay
-from tally.channels import alipay as ali
-from tally.channels import wechatpay_v2 as wx2
+from tally.channels.alipay import wire as ali
+from tally.channels.wechatpay_v2 import wire as wx2
 
 from tally_local.simulator import ChannelSimulator
 

@@ -12,7 +12,7 @@ import random
 import time
 
 import pytest
-from tally.channels import wechatpay_v3 as wx
+from tally.channels.wechatpay_v3 import wire as wx
 from tally.service.ingest import ALIPAY_ACKS, WX_ACKS
 from tally.store.tables import iso_now, shard_of
 

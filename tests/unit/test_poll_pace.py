@@ -94,30 +94,39 @@ def test_a_limit_below_one_is_refused():
 
 
 def test_every_attempt_retries_included_waits_for_the_signing_merchants_grant():
-    """The pace sits inside the retried call: a transient error retried twice spends three grants, on the
-    provider's budget for a sub-merchant's order."""
-    from tally.channels import wechatpay_v3 as wx
-    from tally.service.pull import WeChatPayV3Pull
+    """PullChannels takes the first grant; the channel's retries sleep through MerchantPace.retry_sleep,
+    which takes one more grant per retry: a transient error retried twice spends three, on the provider's
+    budget for a sub-merchant's order, and nothing is left set on the thread afterwards."""
+    from tally.channels.retry import with_retries
+    from tally.domain.poll import Answer, QueryResult
+    from tally.service.pull import PullChannels
 
+    clock = FakeClock()
+    pace = MerchantPace(5, clock=clock, sleep=clock.sleep)
     asked: list[str] = []
+    wait = pace.wait
+    pace.wait = lambda merchant: asked.append(merchant) or wait(merchant)  # type: ignore[method-assign]
+    sleep = pace.retry_sleep(lambda s: None)
+    calls = []
 
-    class Client:
-        calls = 0
+    from tally.errors import TallyError
 
-        def query_by_out_trade_no(self, out_trade_no, sub_mchid=None):
-            Client.calls += 1
-            if Client.calls < 3:
-                raise wx.ChannelError("busy", status=500, code="SYSTEM_ERROR", retryable=True)
-            raise wx.ChannelError("no such order", status=404, code="ORDER_NOT_EXIST")
+    class Busy(TallyError):
+        retryable = True
 
-    class Merchants:
-        def wechatpay(self, mchid):
-            return mchid
+    def query(order, fast):
+        def attempt():
+            calls.append(1)
+            if len(calls) < 3:
+                raise Busy()
+            return QueryResult(Answer.NOT_CREATED, "ORDER_NOT_EXIST")
 
-        def client(self, merchant):
-            return Client()
+        return with_retries(attempt, attempts=3, sleep=sleep)
 
-    pull = WeChatPayV3Pull(Merchants(), attempts=3, sleep=lambda s: None, pace=asked.append)
-    result = pull.query({"mchid": "SUB1", "sp_mchid": "SP1", "out_trade_no": "A1"})
-    assert result.word == "ORDER_NOT_EXIST" and Client.calls == 3
+    pulls = PullChannels(pace=pace)
+    pulls.register("wechatpay", query, lambda order: None)
+    result = pulls.query({"channel": "wechatpay", "mchid": "SUB1", "sp_mchid": "SP1", "out_trade_no": "A1"})
+    assert result.word == "ORDER_NOT_EXIST" and len(calls) == 3
+    assert asked == ["wechatpay#SP1"] * 3
+    sleep(0.0)  # outside a call: a backoff takes no grant
     assert asked == ["wechatpay#SP1"] * 3

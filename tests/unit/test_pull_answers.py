@@ -9,10 +9,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from tally.channels import wechatpay_v3 as wx
 from tally.channels.retry import with_retries
+from tally.channels.wechatpay_v3 import wire as wx
+from tally.channels.wechatpay_v3.pull import WeChatPayV3Pull
 from tally.domain.poll import BACKOFF_S, Answer, next_due, next_query_in
-from tally.service.pull import PullChannels, WeChatPayV3Pull
+from tally.service.pull import PullChannels
 
 A = Answer
 EXPECTED_STATE = {

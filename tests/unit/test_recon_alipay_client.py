@@ -6,7 +6,7 @@ tests/integration/test_recon_alipay.py."""
 import pathlib
 
 import pytest
-from tally.channels import bills_alipay as ali
+from tally.channels.alipay import bills as ali
 
 ZIP = next(
     (pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "bills").glob("alipay_*.zip")

@@ -7,8 +7,8 @@ import pathlib
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from tally.channels import bills_alipay as ali
-from tally.channels.bills_wechatpay import WeChatBillParser
+from tally.channels.alipay import bills as ali
+from tally.channels.wechatpay_v3.bills import WeChatBillParser
 from tally.domain.money import yuan_to_cents
 from tally.domain.recon import (
     EMPTY_BILL,

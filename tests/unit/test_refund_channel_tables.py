@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from tally.channels import alipay as ali
-from tally.channels import alipay_refunds as alr
-from tally.channels import wechatpay_v2_refunds as w2r
+from tally.channels.alipay import refunds as alr
+from tally.channels.alipay import wire as ali
+from tally.channels.wechatpay_v2 import refunds as w2r
 from tally.domain.refunds import AnswerKind, RefundEvent, check_cumulative, mismatches
 
 ROW = {

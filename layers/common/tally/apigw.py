@@ -5,11 +5,15 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tally import errors
+from tally.observability import M, count, logger
 
-class BadRequest(ValueError):
+
+class BadRequest(errors.InvalidRequest, ValueError):
     """The event itself is unusable (e.g. a body that claims base64 but is not)."""
 
 
@@ -113,3 +117,25 @@ class HttpResponse:
 
 def json_response(status: int, payload: Any) -> HttpResponse:
     return HttpResponse(status, json.dumps(payload, ensure_ascii=False, separators=(",", ":")))
+
+
+def answer(
+    call: Callable[[], HttpResponse], *, what: str, retry_hint: str = "internal error, retry"
+) -> dict[str, Any]:
+    """The one place an API handler's exceptions become HTTP (tally/errors.py): a TallyError with an
+    `http_status` is answered with it and its `payload`; anything else is a 500 that counts ApiFailed and is
+    logged (R40: no input answers 500 without a metric and an alarm). Handlers call this, never `except`."""
+    try:
+        return call().to_event()
+    except errors.TallyError as exc:
+        if exc.http_status is None:
+            return _failed(exc, what, retry_hint)
+        return json_response(exc.http_status, exc.payload()).to_event()
+    except Exception as exc:  # noqa: BLE001 - R40: counted and logged, never swallowed
+        return _failed(exc, what, retry_hint)
+
+
+def _failed(exc: Exception, what: str, retry_hint: str) -> dict[str, Any]:
+    count(M.API_FAILED)
+    logger.exception(f"{what} request failed", extra={"error": type(exc).__name__})
+    return json_response(500, {"error": retry_hint}).to_event()

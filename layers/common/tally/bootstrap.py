@@ -11,20 +11,25 @@ from tally.settings import Settings
 
 if TYPE_CHECKING:  # the real return types; the imports themselves stay lazy (cold start, R10)
     from tally.service.apply import ApplyService
+    from tally.service.heartbeat import Heartbeat
     from tally.service.ingest import IngestService
     from tally.service.keys import KeyRotationService
+    from tally.service.ledger_day import LedgerDayService
     from tally.service.manual import ManualQueue
     from tally.service.merchants import MerchantDirectory
     from tally.service.orders import OrderService
-    from tally.service.outbox import OutboxService
+    from tally.service.outbox import EventReplay, OutboxService, Republisher
     from tally.service.poll import PollService
     from tally.service.pull import PullChannels
+    from tally.service.queue import WorkQueue
     from tally.service.recon import ReconService
     from tally.service.refund_inbox import RefundInbox
     from tally.service.refunds import RefundChannel, RefundService
+    from tally.service.story import StoryService
     from tally.service.sweep import PendingReport, SweepService
     from tally.store.refunds import RefundTables
     from tally.store.tables import Tables
+    from tally.store.users import ConsoleUsers
 
 _clock: Callable[[], float] = time.time
 
@@ -114,12 +119,13 @@ def tables() -> Tables:
 def merchants() -> MerchantDirectory:
     from tally.service.merchants import MerchantDirectory
     from tally.store.keys import PlatformCertStore
+    from tally.store.secrets import SecretStore
     from tally.store.tables import MerchantStore
 
     s = settings()
     return MerchantDirectory(
         MerchantStore(tables()),
-        _client("secretsmanager"),
+        SecretStore(_client("secretsmanager")),
         s.merchant_secret_prefix,
         s.wechatpay_api_base,
         clock=_clock,
@@ -158,10 +164,11 @@ def ingest_service() -> IngestService:
 @cache
 def apply_service() -> ApplyService:
     from tally.service.apply import ApplyService
+    from tally.store.payments import PaymentStore
     from tally.store.tables import OrderStore, RawStore
 
     return ApplyService(
-        tables(),
+        PaymentStore(tables()),
         RawStore(tables()),
         OrderStore(tables()),
         clock=_clock,
@@ -184,14 +191,16 @@ def order_service() -> OrderService:
 
 @cache
 def pull_channels() -> PullChannels:
-    from tally.service.pull import AlipayPull, MerchantPace, PullChannels, WeChatPayV2Pull, WeChatPayV3Pull
+    from tally.channels import registry as channel_registry
+    from tally.service.pull import MerchantPace, PullChannels
 
-    registry = PullChannels()
-    pace = MerchantPace(settings().poll_merchant_qps).wait  # one per container: shared by every thread
-    WeChatPayV3Pull(merchants(), pace=pace).register(registry)
-    AlipayPull(merchants(), pace=pace).register(registry)
-    WeChatPayV2Pull(merchants(), pace=pace).register(registry)
-    return registry
+    pace = MerchantPace(settings().poll_merchant_qps)  # one per container: shared by every poller thread
+    pulls = PullChannels(pace=pace)
+    for (
+        channel
+    ) in channel_registry.all_channels():  # each channel's query and close (channels/<name>/pull.py)
+        pulls.add(channel, channel.pull(merchants(), attempts=3, sleep=pace.retry_sleep(time.sleep)))
+    return pulls
 
 
 @cache
@@ -237,15 +246,17 @@ def pending_report() -> PendingReport:
 @cache
 def outbox_service() -> OutboxService:
     from tally.service.outbox import OutboxService
+    from tally.store.events import EventBus
 
-    return OutboxService(_client("events"), settings().event_bus_name)
+    return OutboxService(EventBus(_client("events"), settings().event_bus_name))
 
 
 @cache
-def heartbeat() -> Any:
+def heartbeat() -> Heartbeat:
     """The synthetic heartbeat (service/heartbeat.py): functions/heartbeat, `tally pending`."""
     from tally.service.heartbeat import Heartbeat
     from tally.store.heartbeat import HeartbeatKeys
+    from tally.store.secrets import SecretStore
     from tally.store.tables import OrderStore
 
     s = settings()
@@ -253,7 +264,7 @@ def heartbeat() -> Any:
         merchants(),
         order_service(),
         OrderStore(tables()),
-        HeartbeatKeys(_client("secretsmanager"), s.merchant_secret_prefix, s.heartbeat_mchid),
+        HeartbeatKeys(SecretStore(_client("secretsmanager")), s.merchant_secret_prefix, s.heartbeat_mchid),
         api_url=s.heartbeat_api_url,
         mchid=s.heartbeat_mchid,
         clock=_clock,
@@ -265,7 +276,7 @@ def heartbeat_age_s() -> int:
     return heartbeat().age_s()
 
 
-def republisher() -> Any:
+def republisher() -> Republisher:
     """`tally outbox republish` (docs/runbook.md OutboxDLQAlarm)."""
     from tally.service.outbox import Republisher
     from tally.store.changes import ChangedRows
@@ -273,21 +284,23 @@ def republisher() -> Any:
     return Republisher(ChangedRows(tables(), settings().refunds_table), outbox_service())
 
 
-def event_replay() -> Any:
+def event_replay() -> EventReplay:
     """`tally events replay` (docs/events.md)."""
     from tally.service.outbox import EventReplay
+    from tally.store.events import EventBus
 
     s = settings()
-    return EventReplay(_client("events"), s.event_bus_name, s.event_archive_arn)
+    return EventReplay(EventBus(_client("events"), s.event_bus_name), s.event_archive_arn)
 
 
 @cache
 def manual_queue() -> ManualQueue:
     from tally.service.manual import ManualQueue
+    from tally.store.manual import ManualStore
     from tally.store.tables import ApplyQueue, RawStore
 
     return ManualQueue(
-        tables(),
+        ManualStore(tables()),
         RawStore(tables()),
         ApplyQueue(_client("sqs"), settings().apply_queue_url),
         ingest_service(),
@@ -296,7 +309,7 @@ def manual_queue() -> ManualQueue:
 
 
 @cache
-def work_queue() -> Any:
+def work_queue() -> WorkQueue:
     """The one queue of everything that needs a person (service/queue.py, R41)."""
     from tally.service.queue import WorkQueue
     from tally.store.queue import QueueStore, QueueTables
@@ -350,43 +363,11 @@ def refund_inbox() -> RefundInbox:
 
 
 def refund_channels() -> dict[str, Callable[[str], RefundChannel]]:
-    """One refund client entry per channel: `channel -> (mchid -> RefundChannel)` (docs/refunds.md)."""
-    from tally.channels.alipay_refunds import AlipayRefunds
-    from tally.channels.wechatpay_v2_refunds import WeChatPayV2Client, WeChatV2Refunds, mtls_context_from_pem
-    from tally.channels.wechatpay_v3_refunds import WeChatRefunds
-    from tally.service.merchants import UnknownMerchant
+    """One refund client entry per stored channel: `channel -> (mchid -> RefundChannel)` (docs/refunds.md),
+    each client given by its channel (channels/<name>/channel.py `refund_client`)."""
+    from tally.channels import registry as channel_registry
 
-    directory = merchants()
-    s = settings()
-
-    def wechatpay(mchid: str) -> RefundChannel:
-        # v2 and v3 share channel "wechatpay" (one transaction and refund-number space): v3 when the merchant
-        # has v3 credentials, else its v2 API key (docs/refunds.md). UnknownMerchant is a LookupError.
-        try:
-            merchant = directory.wechatpay(mchid)
-        except UnknownMerchant:
-            v2 = directory.wechatpay_v2(mchid)
-            client = WeChatPayV2Client(
-                s.wechatpay_api_base,
-                mchid=mchid,
-                api_key=v2.api_key,
-                appid=str(v2.row.get("appid") or ""),
-                timeout_s=s.http_timeout_s,
-                # /secapi/pay/refund: mutual TLS with the merchant's API client certificate (its secret)
-                ssl_context=mtls_context_from_pem(
-                    v2.client_cert, v2.client_key or "", s.wechatpay_ca_file or None
-                )
-                if v2.client_cert
-                else None,
-            )
-            return WeChatV2Refunds(client, v2.notify_url, clock=_clock)
-        return WeChatRefunds(directory.client(merchant), merchant.notify_url)
-
-    def alipay(app_id: str) -> RefundChannel:
-        merchant = directory.alipay(app_id)
-        return AlipayRefunds(directory.alipay_client(merchant), mchid=app_id, sp_mchid=merchant.sp_mchid)
-
-    return {"wechatpay": wechatpay, "alipay": alipay}
+    return channel_registry.refund_clients(merchants(), settings(), _clock)
 
 
 @cache
@@ -415,13 +396,13 @@ def refund_service() -> RefundService:
 def recon_service() -> ReconService:
     from tally.service.recon import ReconService
     from tally.service.recon_pull import QueryAndApply
-    from tally.service.recon_sources import AlipayBillSource, WeChatBillSource
+    from tally.service.recon_sources import bill_sources
     from tally.store.recon import BillArchive, LedgerView, ReconStore
     from tally.store.tables import ApplyQueue, MerchantStore, RawStore
 
     s = settings()
     ddb = _client("dynamodb")
-    sources = {"wechatpay": WeChatBillSource(merchants()), "alipay": AlipayBillSource(merchants())}
+    sources = bill_sources(merchants())  # stored channel -> its download (channels/<name>/bills.py)
     recover = QueryAndApply(
         merchants(), RawStore(tables()), ApplyQueue(_client("sqs"), s.apply_queue_url), clock=_clock
     ).recover
@@ -445,7 +426,7 @@ def recon_service() -> ReconService:
 
 
 @cache
-def story_service() -> Any:
+def story_service() -> StoryService:
     """The order story: Query / GetItem only, never the channel."""
     from tally.service.story import StoryService
     from tally.store.recon import LedgerView, ReconStore
@@ -465,7 +446,7 @@ def story_service() -> Any:
 
 
 @cache
-def ledger_day_service() -> Any:
+def ledger_day_service() -> LedgerDayService:
     """The finance view of one bill_date (service/ledger_day.py)."""
     from tally.service.ledger_day import LedgerDayService
     from tally.store.recon import LedgerView, ReconStore
@@ -483,7 +464,7 @@ def ledger_day_service() -> Any:
 
 
 @cache
-def console_users() -> Any:
+def console_users() -> ConsoleUsers:
     from tally.store.users import ConsoleUsers
 
     s = settings()

@@ -15,16 +15,16 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import AmazonCloudWatchEMFProvider
 
+from tally.channels import registry as channel_registry
 from tally.settings import metric_merchants
 
 logger = Logger(service="tally")
 
 NAMESPACE = "Tally"
 SERVICE = "tally"
-CHANNELS = ("wechatpay", "wechatpay-v2", "alipay")  # the `channel` dimension's values, plus OTHER
+CHANNELS = channel_registry.metric_values()  # the `channel` dimension's values, plus OTHER
 OTHER = "other"
 MAX_LISTED_MERCHANTS = 20  # a typo'd or pasted-in huge allow-list must not multiply the metric bill
-_CHANNEL_ALIASES = {"wechatpay_v2": "wechatpay-v2"}  # the v2 API's name in orders and the notify route
 
 
 class _DimensionedProvider(AmazonCloudWatchEMFProvider):
@@ -278,8 +278,7 @@ def configure_merchants(merchants: list[str] | tuple[str, ...] | None = None) ->
 
 def channel_value(channel: str | None) -> str:
     """The `channel` dimension: one of CHANNELS, anything else OTHER."""
-    channel = _CHANNEL_ALIASES.get(channel or "", channel)
-    return channel if channel in CHANNELS else OTHER
+    return channel_registry.metric_of(channel) or OTHER  # any spelling of a channel (channels/registry.py)
 
 
 def merchant_value(merchant: str | None) -> str:

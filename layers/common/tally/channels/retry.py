@@ -7,6 +7,8 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from tally.errors import is_retryable
+
 T = TypeVar("T")
 
 
@@ -19,7 +21,7 @@ def with_retries(
     sleep: Callable[[float], None] = time.sleep,
     rand: Callable[[], float] = random.random,
 ) -> T:
-    """Run `call`; on an exception with `retryable = True`, sleep rand()*min(cap, base*2^i) and try again.
+    """Run `call`; on a TallyError with `retryable = True`, sleep rand()*min(cap, base*2^i) and try again.
 
     Every attempt is a new call (a WeChat request is signed afresh with a new nonce and timestamp).
     The last error is raised as is; a non-retryable one at once.
@@ -29,7 +31,7 @@ def with_retries(
         try:
             return call()
         except Exception as exc:
-            if not getattr(exc, "retryable", False) or attempt == attempts - 1:
+            if not is_retryable(exc) or attempt == attempts - 1:
                 raise
             sleep(rand() * min(cap_s, base_s * (2**attempt)))
     raise AssertionError("unreachable")

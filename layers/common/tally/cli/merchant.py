@@ -8,6 +8,7 @@ import pathlib
 from datetime import datetime
 from typing import Any
 
+from tally.channels import registry as channel_registry
 from tally.cli.common import CHINA, add_target, connect, emit, secret_arg
 
 
@@ -91,7 +92,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     listing.set_defaults(run=merchant_list)
 
     check = merchant.add_parser("check", help="prove a stored merchant configuration works")
-    check.add_argument("channel", choices=["wechatpay", "alipay", "wechatpay-v2"])
+    check.add_argument("channel", choices=[c.route for c in channel_registry.all_channels()])
     check.add_argument("merchant_id", help="mchid or Alipay app_id")
     check.add_argument("--json", action="store_true")
     add_target(check)
@@ -244,7 +245,11 @@ def merchant_check(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------ merchant list
 
-CHANNEL_NAMES = {"wechatpay": "wechatpay", "alipay": "alipay", "wechatpay_v2": "wechatpay-v2"}
+
+def cli_word(merchant_kind: str) -> str:
+    """A merchants row's channel as the CLI spells it (`tally merchant add wechatpay-v2`): the channel's route."""
+    channel = channel_registry.by_merchant_kind(merchant_kind)
+    return channel.route if channel else merchant_kind
 
 
 def merchant_list(args: argparse.Namespace) -> int:
@@ -263,7 +268,7 @@ def list_merchants(directory: Any) -> list[dict[str, Any]]:
     for channel, merchant_id in directory.store.configured():
         row = directory.store.get(channel, merchant_id) or {}
         item = {
-            "channel": CHANNEL_NAMES.get(channel, channel),
+            "channel": cli_word(channel),
             "id": merchant_id,
             "mode": row.get("mode", "direct"),
             "provider": row.get("sp_mchid") or row.get("sp_app_id"),
@@ -292,9 +297,11 @@ def list_merchants(directory: Any) -> list[dict[str, Any]]:
 def _expiries(directory: Any, channel: str, merchant_id: str, mode: str) -> dict[str, float]:
     if mode == "partner":
         return {}  # the provider's certificates act: see the provider's line
-    if channel == "wechatpay":
+    found = channel_registry.by_merchant_kind(channel)
+    name = found.name if found else ""
+    if name == "wechatpay_v3":
         return dict(directory.wechatpay(merchant_id).creds.platform.expires)
-    if channel == "alipay":
+    if name == "alipay":
         found = directory.alipay(merchant_id)
         expires = dict(found.creds.keys.expires)
         if found.creds.app_cert_expires:

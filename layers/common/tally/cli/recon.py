@@ -13,10 +13,11 @@ import sys
 import time
 from typing import Any
 
+from tally.channels import registry as channel_registry
 from tally.cli.common import add_target, connect, emit, parse_date, yuan
 from tally.domain.money import format_cents
 
-CHANNELS = ["wechatpay", "alipay"]
+CHANNELS = list(channel_registry.reconciled())  # the stored channels with bills: wechatpay, alipay
 
 
 def register(sub: argparse._SubParsersAction) -> None:

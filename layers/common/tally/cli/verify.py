@@ -46,7 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def verify_wechatpay(args: argparse.Namespace) -> int:
     """Exit 0 with the decrypted resource; exit 1 with the reason."""
-    from tally.channels import wechatpay_v3 as wx
+    from tally.channels.wechatpay_v3 import wire as wx
 
     headers = {str(k).lower(): str(v) for k, v in json.loads(args.headers.read_text()).items()}
     body = args.body.read_bytes()
@@ -93,7 +93,7 @@ def verify_alipay(args: argparse.Namespace) -> int:
     """Exit 0 with the normalised notification; exit 1 with the reason."""
     from dataclasses import asdict
 
-    from tally.channels import alipay as ali
+    from tally.channels.alipay import wire as ali
 
     if not args.alipay_public_key and not (args.alipay_cert and args.root_cert):
         raise ValueError("give --alipay-public-key PEM, or --alipay-cert CRT --root-cert CRT")
@@ -135,7 +135,7 @@ def verify_alipay(args: argparse.Namespace) -> int:
 def verify_wechatpay_v2(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
-    from tally.channels import wechatpay_v2 as wx2
+    from tally.channels.wechatpay_v2 import wire as wx2
 
     api_key = secret_arg(args.api_key)
     try:
@@ -154,14 +154,15 @@ def verify_wechatpay_v2(args: argparse.Namespace) -> int:
         {
             "sign_type": algorithm,
             "kind": "payment",
-            "outcome": _outcome("wechatpay", notice.trade_state),
+            "outcome": _outcome("wechatpay_v2", notice.trade_state),
             "notice": asdict(notice),
         },
     )
 
 
-def _outcome(channel: str, state: str) -> str:
-    from tally.channels import outcome_of
+def _outcome(name: str, state: str) -> str:
+    """The channel's state table, as the worker reads it (channels/registry.py)."""
+    from tally.channels import registry
 
-    found = outcome_of(channel, state)
+    found = registry.get(name).outcome_of(state)
     return found.value if found else "UNKNOWN (goes to a person)"

@@ -16,6 +16,7 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from tally import bootstrap
+from tally.channels import registry as channel_registry
 from tally.domain.money import format_cents
 from tally.domain.recon import CHINA
 
@@ -253,8 +254,10 @@ def merchants_configured() -> list[tuple[str, str]]:
 
 
 def recon_channel(channel: str) -> str:
-    """Merchants of WeChat Pay v2 reconcile under channel wechatpay (one transaction space)."""
-    return "wechatpay" if channel.startswith("wechatpay") else channel
+    """A merchants row's channel → the stored channel its bill reconciles under (WeChat Pay v2 merchants:
+    wechatpay, one transaction space; channels/registry.py)."""
+    found = channel_registry.by_merchant_kind(channel)
+    return found.stored if found else channel
 
 
 def recon_yesterday(now: float) -> list[dict[str, Any]]:

@@ -6,7 +6,10 @@ table in its channels/ module; the poller only ever looks at `Answer`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
+
+from tally.domain.notifications import PaymentNotice
 
 
 class Answer(str, Enum):
@@ -32,3 +35,35 @@ def next_query_in(queries_done: int) -> int:
 def next_due(now_s: float, queries_done: int, expire_s: float) -> float:
     """When to look at the order again: the backoff, but never later than its expiry (then it is closed)."""
     return min(now_s + next_query_in(queries_done), max(expire_s, now_s))
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    """A channel's answer to "is this order paid?", mapped (channels/<name>/pull.py)."""
+
+    answer: Answer
+    word: str  # the channel's own state or error code, verbatim (or a local pseudo-code)
+    notice: PaymentNotice | None = None  # the facts of a paid (or ended) answer, source="query"
+    body: bytes | None = None  # the verified answer, kept with the raw row
+    headers: dict[str, str] | None = None
+    detail: str = ""
+    mapped: bool = True  # False: the word is in no table (it went to PERSON because of that)
+
+
+@dataclass(frozen=True)
+class CloseResult:
+    answer: Answer
+    word: str
+    detail: str = ""
+    mapped: bool = True
+
+
+def lookup(table: dict[str, Answer], word: str) -> tuple[Answer, bool]:
+    """The table's answer for a word, and whether it had one: a word in no table is a person's (R22)."""
+    answer = table.get(word)
+    return (answer, True) if answer is not None else (Answer.PERSON, False)
+
+
+def answers(table: dict[str, str]) -> dict[str, Answer]:
+    """A table written with the Answer values as strings (Alipay's) as `Answer`s."""
+    return {word: Answer(value) for word, value in table.items()}

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
+from tally import errors
 from tally.domain.money import yuan_text
 
 
@@ -105,11 +107,18 @@ def transit(status: RefundStatus, event: RefundEvent) -> Decision:
 # ---------------------------------------------------------------- the guard (R27)
 
 
-class ExceedsRefundable(ValueError):
+class ExceedsRefundable(errors.Conflict, ValueError):
     def __init__(self, amount_cent: int, refundable_cent: int):
         super().__init__(f"amount {yuan_text(amount_cent)} exceeds refundable {yuan_text(refundable_cent)}")
         self.amount_cent = amount_cent
         self.refundable_cent = refundable_cent
+
+    def payload(self) -> dict[str, Any]:
+        return {
+            "error": f"exceeds refundable: {self}",
+            "refundable_cent": self.refundable_cent,
+            "amount_cent": self.amount_cent,
+        }
 
 
 def check_reserve(refundable_cent: int, amount_cent: int) -> int:

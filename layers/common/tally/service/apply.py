@@ -8,13 +8,16 @@ from datetime import datetime, timedelta, timezone
 from enum import Enum
 from typing import Any
 
+from tally import errors
 from tally.channels import outcome_of
 from tally.domain.notifications import EVENT_OF_OUTCOME, OrderFacts, Outcome, PaymentNotice, mismatches
 from tally.domain.orders import Event, Status, Verdict, transit
 from tally.observability import M, count, logger
 from tally.service.ingest import notice_from_raw
-from tally.store.codec import names_values, to_item
-from tally.store.tables import OrderStore, RawStore, Tables, iso_now, pending_pk
+from tally.store import payments
+from tally.store.payments import PaymentStore
+from tally.store.records import OrderRow
+from tally.store.tables import OrderStore, RawStore, TransactionFailed, iso_now
 
 CHINA = timezone(timedelta(hours=8))  # the channels' day cut (R34); China has no DST
 CAS_ROUNDS = 3
@@ -28,21 +31,20 @@ class Applied(str, Enum):
     ALREADY_HANDLED = "ALREADY_HANDLED"
 
 
-class RetryLater(Exception):
-    """Not applicable yet (order not found, contention): leave handled=0 and let SQS redeliver."""
+RetryLater = errors.RetryLater  # one class for "not yet": the worker leaves the message for SQS's redelivery
 
 
 class ApplyService:
     def __init__(
         self,
-        tables: Tables,
+        book: PaymentStore,
         raw: RawStore,
         orders: OrderStore,
         *,
         clock: Callable[[], float] = time.time,
         max_not_found_attempts: int = 4,
     ):
-        self.t = tables
+        self.book = book
         self.raw = raw
         self.orders = orders
         self.clock = clock
@@ -97,26 +99,15 @@ class ApplyService:
 
     # ---------------------------------------------------------------- the one transaction (R18)
 
-    def _commit(
-        self, notice: PaymentNotice, order: dict[str, Any], event: Event, to: Status
-    ) -> Applied | None:
+    def _commit(self, notice: PaymentNotice, order: OrderRow, event: Event, to: Status) -> Applied | None:
         now = iso_now(self.clock())
         money_in = event is Event.PAY
-        items = [
-            {"Update": self._order_cas(order, to, notice, now, money_in)},
-            {"Put": self._transition(order, event, to, notice, now)},
-            {
-                "Update": self.raw.handled_update(
-                    notice.raw_key, "BOOKED" if money_in else f"{event.value}D", now
-                )
-            },
-        ]
-        if money_in:
-            items.append({"Put": self._ledger(order, notice, now)})
         try:
-            self.t.ddb.transact_write_items(TransactItems=items)
-        except self.t.ddb.exceptions.TransactionCanceledException as exc:
-            return self._after_cancel(notice, _failed_conditions(exc))
+            self.book.book(
+                notice, order, event, to, now, bill_date=bill_date(notice.success_time, self.clock())
+            )
+        except TransactionFailed as exc:
+            return self._after_cancel(notice, exc.failed)
         if money_in:
             count(M.APPLY_BOOKED, channel=notice.channel, merchant=notice.mchid)
             logger.info(
@@ -127,79 +118,14 @@ class ApplyService:
         return Applied.TRANSITIONED
 
     def _after_cancel(self, notice: PaymentNotice, failed: list[int]) -> Applied | None:
-        """Decide by *which* condition failed (items: 0 order, 1 transition, 2 raw, 3 ledger)."""
-        if 2 in failed:
+        """Decide by *which* condition failed (store/payments.py: order, transition, raw, ledger)."""
+        if payments.RAW in failed:
             return Applied.ALREADY_HANDLED  # another worker finished this raw row
-        if 1 in failed or 3 in failed:
+        if payments.TRANSITION in failed or payments.LEDGER in failed:
             return self._duplicate(notice)  # the same voucher was already applied (R17)
-        if 0 in failed:
+        if payments.ORDER in failed:
             return None  # lost the compare-and-set: re-read and decide again (R19)
         raise RetryLater(f"transaction for {notice.raw_key} cancelled without a failed condition")
-
-    def _order_cas(
-        self, order: dict[str, Any], to: Status, notice: PaymentNotice, now: str, money_in: bool
-    ) -> dict[str, Any]:
-        sets = ["#st = :to", "version = :next", "updated_at = :now"]
-        values: dict[str, Any] = {
-            "to": to.value,
-            "from": order["status"],
-            "v": order.get("version", 0),
-            "next": order.get("version", 0) + 1,
-            "now": now,
-        }
-        if money_in:
-            sets += ["transaction_id = :tx", "paid_cent = :paid", "refundable_cent = :paid", "paid_at = :now"]
-            values.update(tx=notice.transaction_id, paid=notice.paid_cent)
-        return {
-            "TableName": self.t.orders,
-            "Key": to_item({"pk": order["pk"]}),
-            "UpdateExpression": "SET " + ", ".join(sets) + " REMOVE poll_pk, poll_due",
-            "ConditionExpression": "#st = :from AND version = :v",
-            "ExpressionAttributeNames": {"#st": "status"},
-            "ExpressionAttributeValues": names_values(**values),
-        }
-
-    def _transition(
-        self, order: dict[str, Any], event: Event, to: Status, notice: PaymentNotice, now: str
-    ) -> dict[str, Any]:
-        row = {
-            "pk": order["pk"],
-            "sk": f"{event.value}#{notice.transaction_id}",
-            "event": event.value,
-            "from_status": order["status"],
-            "to_status": to.value,
-            "at": now,
-            "raw_key": notice.raw_key,
-            "source": notice.source,
-        }
-        return {
-            "TableName": self.t.transitions,
-            "Item": to_item(row),
-            "ConditionExpression": "attribute_not_exists(pk)",
-        }
-
-    def _ledger(self, order: dict[str, Any], notice: PaymentNotice, now: str) -> dict[str, Any]:
-        row = {
-            "pk": notice.raw_key,
-            "kind": "PAYMENT",
-            "channel": notice.channel,
-            "transaction_id": notice.transaction_id,
-            "order_pk": order["pk"],
-            "mchid": notice.mchid,
-            "out_trade_no": notice.out_trade_no,
-            "amount_cent": notice.paid_cent,
-            "order_total_cent": notice.order_total_cent,
-            "currency": notice.currency,
-            "success_time": notice.success_time,
-            "bill_date": bill_date(notice.success_time, self.clock()),
-            "booked_at": now,
-            "source": notice.source,
-        }
-        return {
-            "TableName": self.t.ledger,
-            "Item": to_item(row),
-            "ConditionExpression": "attribute_not_exists(pk)",
-        }
 
     # ---------------------------------------------------------------- the paths that do not book
 
@@ -217,54 +143,13 @@ class ApplyService:
         count(M.APPLY_RETRY, channel=notice.channel, merchant=notice.mchid)
         raise RetryLater(f"order {notice.mchid}#{notice.out_trade_no} not found (attempt {attempts})")
 
-    def _illegal_money_in(self, notice: PaymentNotice, order: dict[str, Any], reason: str) -> Applied:
+    def _illegal_money_in(self, notice: PaymentNotice, order: OrderRow, reason: str) -> Applied:
         """R17: money arrived that must not be booked: handled=2 plus a refund task, inserted once."""
         now = iso_now(self.clock())
-        tenant = order.get("tenant") or notice.mchid
-        task = {
-            "pk": f"{tenant}#{order['pk']}#{notice.transaction_id}",
-            "tenant": tenant,
-            "order_pk": order["pk"],
-            "channel": notice.channel,
-            "transaction_id": notice.transaction_id,
-            "mchid": notice.mchid,
-            "out_trade_no": notice.out_trade_no,
-            "amount_cent": notice.paid_cent,
-            "reason": reason,
-            "status": "OPEN",
-            "created_at": now,
-        }
-        person = {
-            "TableName": self.t.notify_raw,
-            "Key": to_item({"pk": notice.raw_key}),
-            "UpdateExpression": "SET handled = :two, manual_reason = :r, handled_at = :now, "
-            "pending_pk = :ppk, pending_at = :now, refund_task = :task",
-            "ConditionExpression": "handled = :zero",
-            "ExpressionAttributeValues": names_values(
-                two=2,
-                zero=0,
-                r=f"ILLEGAL {reason}",
-                now=now,
-                ppk=pending_pk(2, notice.raw_key),
-                task=task["pk"],
-            ),
-        }
         try:
-            self.t.ddb.transact_write_items(
-                TransactItems=[
-                    {"Update": person},
-                    {
-                        "Put": {
-                            "TableName": self.t.refund_tasks,
-                            "Item": to_item(task),
-                            "ConditionExpression": "attribute_not_exists(pk)",
-                        }
-                    },
-                ]
-            )
-        except self.t.ddb.exceptions.TransactionCanceledException as exc:
-            failed = _failed_conditions(exc)
-            if 0 in failed:
+            self.book.park_illegal(notice, order, reason, now)
+        except TransactionFailed as exc:
+            if payments.PARKED_RAW in exc.failed:
                 return Applied.ALREADY_HANDLED
             self.raw.send_to_person(notice.raw_key, f"ILLEGAL {reason} (refund task existed)", now)
         count(M.APPLY_ILLEGAL, channel=notice.channel, merchant=notice.mchid)
@@ -287,7 +172,7 @@ class ApplyService:
         return Applied.MANUAL
 
 
-def order_facts(order: dict[str, Any]) -> OrderFacts:
+def order_facts(order: OrderRow) -> OrderFacts:
     return OrderFacts(
         mchid=order["mchid"],
         sp_mchid=order.get("sp_mchid"),
@@ -309,8 +194,3 @@ def bill_date(success_time: str | None, now_s: float) -> str:
                 "unparseable success_time; bill date from clock", extra={"success_time": success_time}
             )
     return datetime.fromtimestamp(now_s, CHINA).date().isoformat()
-
-
-def _failed_conditions(exc: Exception) -> list[int]:
-    reasons = getattr(exc, "response", {}).get("CancellationReasons", [])
-    return [i for i, r in enumerate(reasons) if r.get("Code") == "ConditionalCheckFailed"]

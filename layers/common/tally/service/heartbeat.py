@@ -23,10 +23,16 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tally.channels import wechatpay_v3 as wx
+from tally.channels.wechatpay_v3 import wire as wx
 from tally.observability import M, count, logger
+
+if TYPE_CHECKING:
+    from tally.service.merchants import MerchantDirectory
+    from tally.service.orders import OrderService
+    from tally.store.heartbeat import HeartbeatKeys
+    from tally.store.tables import OrderStore
 
 WINDOW_MINUTES = 10
 PUBLIC_KEY_ID = "PUB_KEY_ID_TALLYHEARTBEAT"
@@ -60,10 +66,10 @@ def post_json(url: str, headers: dict[str, str], body: bytes, timeout_s: float =
 class Heartbeat:
     def __init__(
         self,
-        directory: Any,
-        orders: Any,
-        order_store: Any,
-        keys: Any,
+        directory: MerchantDirectory,
+        orders: OrderService,
+        order_store: OrderStore,
+        keys: HeartbeatKeys,
         *,
         api_url: str,
         mchid: str,

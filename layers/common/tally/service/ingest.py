@@ -8,15 +8,17 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from tally.apigw import HttpRequest, HttpResponse
-from tally.channels import alipay as ali
 from tally.channels import outcome_of
-from tally.channels import wechatpay_v2 as wx2
-from tally.channels import wechatpay_v3 as wx
-from tally.channels import wechatpay_v3_refunds as wxr
+from tally.channels import registry as channel_registry
+from tally.channels.alipay import wire as ali
+from tally.channels.registry import Channel
+from tally.channels.wechatpay_v2 import wire as wx2
+from tally.channels.wechatpay_v3 import refunds as wxr
+from tally.channels.wechatpay_v3 import wire as wx
 from tally.domain.notifications import Outcome, PaymentNotice
 from tally.observability import M, count, logger
 from tally.service.merchants import MerchantDirectory, UnknownMerchant
@@ -88,21 +90,25 @@ class Acks:
     def failure(self, status: int, message: str, outcome: str = "rejected") -> HttpResponse:
         return HttpResponse(*self._failure(status, message), content_type=self.content_type, outcome=outcome)
 
+    @classmethod
+    def of(cls, channel: Channel) -> Acks:
+        """The channel's ACKs, named for metrics by its `api` (WeChat v2) or stored channel."""
+        return cls(
+            channel.api or channel.stored, channel.ack_success, channel.ack_failure, channel.ack_content_type
+        )
 
-WX_ACKS = Acks(wx.CHANNEL, wx.ack_success, wx.ack_failure, "application/json")
-ALIPAY_ACKS = Acks(ali.CHANNEL, ali.ack_success, ali.ack_failure, ali.ACK_CONTENT_TYPE)
-WX2_ACKS = Acks(wx2.API, wx2.ack_success, wx2.ack_failure, wx2.ACK_CONTENT_TYPE)
-ACKS_BY_PATH = {
-    "/notify/alipay/": ALIPAY_ACKS,
-    "/notify/wechatpay-v2/": WX2_ACKS,
-    "/notify/wechatpay/": WX_ACKS,
-}
+
+ACKS = {channel.name: Acks.of(channel) for channel in channel_registry.all_channels()}
+WX_ACKS = ACKS["wechatpay_v3"]
+ALIPAY_ACKS = ACKS["alipay"]
+WX2_ACKS = ACKS["wechatpay_v2"]
 
 
 def failure_for_path(path: str, status: int, message: str) -> HttpResponse:
-    """A failure ACK in the protocol of the channel the path belongs to (unusable events, unknown routes)."""
-    acks = next((a for prefix, a in ACKS_BY_PATH.items() if path.startswith(prefix)), WX_ACKS)
-    return acks.failure(status, message)
+    """A failure ACK in the protocol of the channel the path belongs to (unusable events, unknown routes);
+    a path of no channel is answered in WeChat v3's JSON."""
+    channel = channel_registry.by_path(path)
+    return (ACKS[channel.name] if channel else WX_ACKS).failure(status, message)
 
 
 class IngestService:
@@ -124,6 +130,18 @@ class IngestService:
         self.queue = queue
         self.clock = clock
         self.window_s = window_s
+
+    def notify(
+        self, channel: Channel, request: HttpRequest, *, received_at: float | None = None
+    ) -> HttpResponse:
+        """A callback on the channel's notify route (functions/notify finds the channel by its routeKey; a
+        manual replay by the kept row). `received_at`: v3's timestamp window judged by the first arrival."""
+        by_name: dict[str, Callable[[], HttpResponse]] = {
+            "wechatpay_v3": lambda: self.wechatpay_v3(request, received_at=received_at),
+            "alipay": lambda: self.alipay(request),
+            "wechatpay_v2": lambda: self.wechatpay_v2(request),
+        }
+        return by_name[channel.name]()
 
     # ------------------------------------------------------------ WeChat Pay v3
 
@@ -390,7 +408,7 @@ class IngestService:
     ) -> HttpResponse:
         """An Alipay refund notification joins refund_raw keyed (alipay#out_biz_no, REFUND_SUCCESS): out_biz_no is
         our out_request_no = refund_no (R30); its cumulative refund_fee is checked when applied."""
-        from tally.channels import alipay_refunds as alr
+        from tally.channels.alipay import refunds as alr
 
         try:
             notice = alr.refund_notice(params)
@@ -537,7 +555,7 @@ def raw_row(
     }
 
 
-def notice_from_raw(row: dict[str, Any]) -> PaymentNotice:
+def notice_from_raw(row: Mapping[str, Any]) -> PaymentNotice:
     return PaymentNotice(
         channel=row["channel"],
         transaction_id=row["transaction_id"],

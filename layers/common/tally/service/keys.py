@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tally.channels import wechatpay_v3 as wx
+from tally.channels.wechatpay_v3 import wire as wx
 from tally.observability import M, count, logger
+
+if TYPE_CHECKING:
+    from tally.service.merchants import MerchantDirectory
+    from tally.store.tables import EventStore
 
 MAX_AGE_S = 12 * 3600  # download again twice a day (the schedule runs hourly and mostly reads one item)
 
@@ -23,10 +27,10 @@ MAX_AGE_S = 12 * 3600  # download again twice a day (the schedule runs hourly an
 class KeyRotationService:
     def __init__(
         self,
-        directory: Any,
+        directory: MerchantDirectory,
         *,
         max_age_s: float = MAX_AGE_S,
-        events: Any = None,
+        events: EventStore | None = None,
         clock: Callable[[], float] = time.time,
     ):
         self.directory = directory

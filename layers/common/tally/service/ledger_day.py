@@ -23,12 +23,15 @@ import io
 from collections.abc import Callable
 from typing import Any
 
+from tally.channels import registry as channel_registry
 from tally.domain.money import format_cents
 from tally.domain.recon import round_units
 from tally.store.recon import recon_pk
 
 NOT_BOOKED = "not booked yet"
-RECONCILED_CHANNELS = ("wechatpay", "alipay")  # the channels whose bills the recon function reads
+RECONCILED_CHANNELS = (
+    channel_registry.reconciled()
+)  # the stored channels whose bills the recon function reads
 FINISHED = ("MATCHED", "DIFFS", "QUIET", "BLOCKED")
 
 

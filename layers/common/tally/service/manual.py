@@ -7,17 +7,18 @@ signature). Every action is recorded on the row (who, when, what, why); nothing 
 
 from __future__ import annotations
 
-import builtins
 import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 from tally.apigw import HttpRequest
+from tally.channels import registry as channel_registry
 from tally.observability import M, count, logger
 from tally.service.ingest import IngestService, notice_from_raw
-from tally.store.codec import from_item, names_values, to_item
-from tally.store.tables import PENDING_SHARDS, ApplyQueue, RawStore, Tables, iso_now, pending_pk
+from tally.store.manual import ManualStore, NotWaiting
+from tally.store.records import RawRow
+from tally.store.tables import ApplyQueue, RawStore, iso_now
 
 RAW, EVENT = "raw", "event"
 EVENT_KINDS = ("quarantined", "rejected")
@@ -30,14 +31,14 @@ class ManualError(ValueError):
 class ManualQueue:
     def __init__(
         self,
-        tables: Tables,
+        store: ManualStore,
         raw: RawStore,
         queue: ApplyQueue,
         ingest: IngestService,
         *,
         clock: Callable[[], float] = time.time,
     ):
-        self.t = tables
+        self.store = store
         self.raw = raw
         self.queue = queue
         self.ingest = ingest
@@ -46,21 +47,13 @@ class ManualQueue:
     # ------------------------------------------------------------ reading
 
     def list(self) -> list[dict[str, Any]]:
-        items = [
-            self._raw_item(row)
-            for shard in range(PENDING_SHARDS)
-            for row in self._query(self.t.notify_raw, "by_pending", "pending_pk", f"2#{shard}")
-        ]
-        items += [
-            self._event_item(row)
-            for kind in EVENT_KINDS
-            for row in self._query(self.t.notify_event, "manual", "manual_kind", kind)
-        ]
+        items = [self._raw_item(row) for row in self.store.raw_waiting()]
+        items += [self._event_item(row) for kind in EVENT_KINDS for row in self.store.events_waiting(kind)]
         return sorted(items, key=lambda item: item["since"])
 
     def show(self, item_id: str) -> dict[str, Any]:
         kind, key = _split(item_id)
-        row = self.t.get(self.t.notify_raw if kind == RAW else self.t.notify_event, key)
+        row: Any = self.store.raw(key) if kind == RAW else self.store.event(key)
         if row is None:
             raise ManualError(f"no manual item {item_id}")
         return {"id": item_id, **row}
@@ -71,29 +64,13 @@ class ManualQueue:
         """A person dealt with it outside Tally (refunded by hand, booked by hand, confirmed junk)."""
         kind, key = _split(item_id)
         entry = self._history(by, f"resolve: {action}", why)
-        if kind == RAW:
-            self._update(
-                self.t.notify_raw,
-                key,
-                "SET resolution = :entry, history = list_append("
-                "if_not_exists(history, :empty), :one) REMOVE pending_pk, pending_at",
-                "handled = :two AND attribute_exists(pending_pk)",
-                entry=entry,
-                empty=[],
-                one=[entry],
-                two=2,
-            )
-        else:
-            self._update(
-                self.t.notify_event,
-                key,
-                "SET resolution = :entry, history = list_append("
-                "if_not_exists(history, :empty), :one) REMOVE manual_kind",
-                "attribute_exists(manual_kind)",
-                entry=entry,
-                empty=[],
-                one=[entry],
-            )
+        try:
+            if kind == RAW:
+                self.store.resolve_raw(key, entry)
+            else:
+                self.store.resolve_event(key, entry)
+        except NotWaiting:
+            raise _not_waiting(key) from None
         count(M.MANUAL_RESOLVED)
         logger.info("manual item resolved", extra={"item": item_id, "by": by, "action": action})
         return self.show(item_id)
@@ -108,20 +85,10 @@ class ManualQueue:
 
     def _replay_raw(self, item_id: str, key: str, entry: dict[str, Any]) -> dict[str, Any]:
         now = iso_now(self.clock())
-        row = self._update(
-            self.t.notify_raw,
-            key,
-            "SET handled = :zero, pending_pk = :ppk, pending_at = :now, "
-            "attempts = :zero, history = list_append(if_not_exists(history, :empty), :one) "
-            "REMOVE manual_reason",
-            "handled = :two AND attribute_exists(pending_pk)",
-            zero=0,
-            two=2,
-            ppk=pending_pk(0, key),
-            now=now,
-            empty=[],
-            one=[entry],
-        )
+        try:
+            row = self.store.requeue_raw(key, entry, now)
+        except NotWaiting:
+            raise _not_waiting(key) from None
         self.queue.send(key, _notice_dict(row))
         count(M.MANUAL_REPLAYED)
         return {"id": item_id, "outcome": "requeued", "raw_key": key}
@@ -136,16 +103,10 @@ class ManualQueue:
                 f"replay of {item_id} was {response.outcome} again: fix the cause first "
                 f"(`tally verify` tells why)"
             )
-        self._update(
-            self.t.notify_event,
-            key,
-            "SET resolution = :entry, history = list_append("
-            "if_not_exists(history, :empty), :one) REMOVE manual_kind",
-            "attribute_exists(manual_kind)",
-            entry={**entry, "outcome": response.outcome},
-            empty=[],
-            one=[entry],
-        )
+        try:
+            self.store.resolve_event(key, entry, recorded={**entry, "outcome": response.outcome})
+        except NotWaiting:
+            raise _not_waiting(key) from None
         count(M.MANUAL_REPLAYED)
         return {"id": item_id, "outcome": response.outcome}
 
@@ -160,23 +121,16 @@ class ManualQueue:
             )
         body = str(row["body"]).encode("utf-8")
         headers = dict(row.get("headers") or {})
-        if channel == "wechatpay":
-            received_at = datetime.fromisoformat(row["created_at"].replace("Z", "+00:00")).timestamp()
-            request = HttpRequest(
-                "POST", f"/notify/wechatpay/{merchant_id}", headers, body, {"mchid": merchant_id}
-            )
-            return self.ingest.wechatpay_v3(request, received_at=received_at)
-        if channel == "alipay":
-            request = HttpRequest(
-                "POST", f"/notify/alipay/{merchant_id}", headers, body, {"app_id": merchant_id}
-            )
-            return self.ingest.alipay(request)
-        if channel == "wechatpay_v2":
-            request = HttpRequest(
-                "POST", f"/notify/wechatpay-v2/{merchant_id}", headers, body, {"mchid": merchant_id}
-            )
-            return self.ingest.wechatpay_v2(request)
-        raise ManualError(f"no replay path for channel {channel!r}")
+        # the row's channel is the ACK's (channels/registry.py): "wechatpay" (v3), "wechatpay_v2", "alipay"
+        found = channel_registry.find(lambda c: (c.api or c.stored) == channel)
+        if found is None:
+            raise ManualError(f"no replay path for channel {channel!r}")
+        created = row.get("created_at")
+        received_at = datetime.fromisoformat(created.replace("Z", "+00:00")).timestamp() if created else None
+        request = HttpRequest(
+            "POST", f"/notify/{found.route}/{merchant_id}", headers, body, {found.merchant_param: merchant_id}
+        )
+        return self.ingest.notify(found, request, received_at=received_at)
 
     # ------------------------------------------------------------ helpers
 
@@ -185,40 +139,7 @@ class ManualQueue:
             raise ManualError("say who you are (--by) and why (--why): the row keeps both")
         return {"at": iso_now(self.clock()), "by": by.strip(), "action": action, "why": why.strip()}
 
-    def _update(self, table: str, key: str, update: str, condition: str, **values: Any) -> dict[str, Any]:
-        try:
-            answer = self.t.ddb.update_item(
-                TableName=table,
-                Key=to_item({"pk": key}),
-                UpdateExpression=update,
-                ConditionExpression=condition,
-                ExpressionAttributeValues=names_values(**values),
-                ReturnValues="ALL_NEW",
-            )
-        except self.t.ddb.exceptions.ConditionalCheckFailedException:
-            raise ManualError(
-                f"{key} is not waiting for a person (already resolved, replayed or booked)"
-            ) from None
-        return from_item(answer["Attributes"]) or {}
-
-    def _query(self, table: str, index: str, name: str, value: str) -> builtins.list[dict[str, Any]]:
-        rows, kwargs = (
-            [],
-            {
-                "TableName": table,
-                "IndexName": index,
-                "KeyConditionExpression": f"{name} = :v",
-                "ExpressionAttributeValues": names_values(v=value),
-            },
-        )
-        while True:
-            page = self.t.ddb.query(**kwargs)
-            rows += [from_item(item) for item in page.get("Items", [])]
-            if "LastEvaluatedKey" not in page:
-                return rows
-            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-
-    def _raw_item(self, row: dict[str, Any]) -> dict[str, Any]:
+    def _raw_item(self, row: RawRow) -> dict[str, Any]:
         return {
             "id": f"{RAW}:{row['pk']}",
             "kind": "unbooked payment",
@@ -250,5 +171,9 @@ def _split(item_id: str) -> tuple[str, str]:
     return kind, key
 
 
-def _notice_dict(row: dict[str, Any]) -> dict[str, Any]:
+def _not_waiting(key: str) -> ManualError:
+    return ManualError(f"{key} is not waiting for a person (already resolved, replayed or booked)")
+
+
+def _notice_dict(row: RawRow) -> dict[str, Any]:
     return notice_from_raw(row).as_message()

@@ -9,14 +9,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tally.channels import alipay as ali
-from tally.channels import wechatpay_v2 as wx2
-from tally.channels import wechatpay_v3 as wx
+from tally import errors
+from tally.channels import registry as channel_registry
+from tally.channels.alipay import wire as ali
+from tally.channels.wechatpay_v2 import wire as wx2
+from tally.channels.wechatpay_v3 import wire as wx
 from tally.observability import M, count, logger
+from tally.store.keys import PlatformCertStore
+from tally.store.secrets import SecretStore
 from tally.store.tables import MerchantStore, iso_now
 
 
-class UnknownMerchant(LookupError):
+class UnknownMerchant(errors.NotFound, LookupError):
     pass
 
 
@@ -83,7 +87,7 @@ class MerchantDirectory:
     def __init__(
         self,
         store: MerchantStore,
-        secrets: Any,
+        secrets: SecretStore,
         secret_prefix: str,
         api_base: str,
         *,
@@ -92,7 +96,7 @@ class MerchantDirectory:
         refresh_every_s: float = 60,
         http_timeout_s: float = 3.0,
         alipay_gateway: str = "https://openapi.alipay.com/gateway.do",
-        certs: Any = None,
+        certs: PlatformCertStore | None = None,
     ):
         self.store = store
         self.certs = (
@@ -150,7 +154,7 @@ class MerchantDirectory:
             merchant.last_refresh = max(merchant.last_refresh, float(stored["refreshed_at"]))
 
     def _secret(self, row: dict[str, Any]) -> dict[str, Any]:
-        return json.loads(self.secrets.get_secret_value(SecretId=row["secret_name"])["SecretString"])
+        return self.secrets.get(row["secret_name"])
 
     def warn_expiring(self, who: str, expires: dict[str, float]) -> list[str]:
         """Count PlatformCertExpiring for every certificate that expires within 7 days (alarmed)."""
@@ -315,7 +319,7 @@ class MerchantDirectory:
         secret = {"channel": wx2.API, "mchid": mchid, "api_key": api_key}
         v2_api_key(secret)
         if client_cert_pem or client_key_pem:  # refunds: the API client certificate for /secapi/ mutual TLS
-            from tally.channels.wechatpay_v2_refunds import check_client_certificate
+            from tally.channels.wechatpay_v2.refunds import check_client_certificate
 
             cert_pem, key_pem = client_cert_pem or "", client_key_pem or ""
             check_client_certificate(cert_pem, key_pem)  # refuses a missing half
@@ -357,7 +361,7 @@ class MerchantDirectory:
         self, channel: str, merchant_id: str, secret: dict[str, Any], row: dict[str, Any]
     ) -> dict[str, Any]:
         name = f"{self.secret_prefix}{channel}/{merchant_id}"
-        _put_secret(self.secrets, name, json.dumps(secret))
+        self.secrets.put(name, secret)
         row["secret_name"] = name
         self.store.put(row)
         self._other.pop(f"{channel}#{merchant_id}", None)
@@ -494,7 +498,7 @@ class MerchantDirectory:
         }
         credentials_from_secret(secret)  # refuse a configuration that cannot work before storing it
         name = f"{self.secret_prefix}{wx.CHANNEL}/{mchid}"
-        _put_secret(self.secrets, name, json.dumps(secret))
+        self.secrets.put(name, secret)
         row = {
             "pk": f"{wx.CHANNEL}#{mchid}",
             "channel": wx.CHANNEL,
@@ -532,13 +536,6 @@ def credentials_from_secret(secret: dict[str, Any]) -> wx.MerchantCredentials:
         platform=platform,
         public_key_id=secret.get("public_key_id"),
     )
-
-
-def _put_secret(secrets: Any, name: str, value: str) -> None:
-    try:
-        secrets.create_secret(Name=name, SecretString=value)
-    except secrets.exceptions.ResourceExistsException:
-        secrets.put_secret_value(SecretId=name, SecretString=value)
 
 
 def alipay_credentials(secret: dict[str, Any], now: float) -> ali.AlipayCredentials:
@@ -581,6 +578,9 @@ def check_merchant(directory: MerchantDirectory, channel: str, merchant_id: str)
 
     checks: list[dict[str, Any]] = []
     now = directory.clock()
+    # the CLI's word (wechatpay, alipay, wechatpay-v2) or a channel name → the one spelling
+    found = channel_registry.by_route(channel) or channel_registry.by_merchant_kind(channel)
+    name = found.name if found else ""
 
     def add(name: str, ok: bool, detail: str) -> None:
         checks.append({"check": name, "ok": bool(ok), "detail": detail})
@@ -592,7 +592,7 @@ def check_merchant(directory: MerchantDirectory, channel: str, merchant_id: str)
     # one name per role across the branches; each assignment below narrows it to its channel's type
     merchant: Merchant | AlipayMerchant | WeChatV2Merchant
     creds: wx.MerchantCredentials | ali.AlipayCredentials
-    if channel == "wechatpay":
+    if name == "wechatpay_v3":
         merchant = directory.wechatpay(merchant_id)
         creds = merchant.creds
         probe = {"mchid": merchant_id, "out_trade_no": "TALLY-CHECK", "trade_state": "SUCCESS"}
@@ -617,7 +617,7 @@ def check_merchant(directory: MerchantDirectory, channel: str, merchant_id: str)
             add("service provider", True, f"sub-merchant of {merchant.sp_mchid}")
         for serial, when in sorted(creds.platform.expires.items()):
             expiry(f"platform certificate {serial}", when)
-    elif channel == "alipay":
+    elif name == "alipay":
         merchant = directory.alipay(merchant_id)
         creds = merchant.creds
         content = ali.sign_content(
@@ -649,7 +649,7 @@ def check_merchant(directory: MerchantDirectory, channel: str, merchant_id: str)
             expiry(f"Alipay certificate {sn}", when)
         if creds.app_cert_expires:
             expiry("app certificate", creds.app_cert_expires)
-    elif channel in ("wechatpay-v2", "wechatpay_v2"):
+    elif name == "wechatpay_v2":
         merchant = directory.wechatpay_v2(merchant_id)
         fields = {"mch_id": merchant_id, "nonce_str": _secrets.token_hex(8), "out_trade_no": "TALLY-CHECK"}
         for sign_type in ("MD5", "HMAC-SHA256"):

@@ -4,21 +4,16 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
-from datetime import datetime
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from tally.channels import alipay as ali
-from tally.channels import wechatpay_v2 as wx2
-from tally.channels import wechatpay_v3 as wx
+from tally import errors
+from tally.channels import registry as channel_registry
 from tally.domain.money import MAX_CENT
 from tally.domain.orders import Status
 from tally.domain.poll import FIRST_QUERY_AFTER_S
 from tally.observability import M, count, logger
-from tally.service.apply import CHINA
 from tally.service.merchants import (
-    AlipayMerchant,
-    Merchant,
     MerchantDirectory,
     UnknownMerchant,
     WeChatV2Merchant,
@@ -29,25 +24,33 @@ from tally.store.tables import OrderStore, RawStore, iso_now, order_key
 
 OUT_TRADE_NO = re.compile(r"^[0-9A-Za-z_\-*]{6,32}$")
 CURRENCY = re.compile(r"^[A-Z]{3}$")
-CHANNELS = ("wechatpay", "alipay", "wechatpay_v2")  # request field `channel` (default wechatpay)
+CHANNELS = tuple(c.order_word for c in channel_registry.all_channels())  # request field `channel`
+DEFAULT_CHANNEL = channel_registry.default().order_word  # "wechatpay"
 
 
-class InvalidOrder(ValueError):
+class InvalidOrder(errors.InvalidRequest, ValueError):
     """The request is wrong; the message says how (HTTP 400)."""
 
 
-class OrderConflict(ValueError):
+class OrderConflict(errors.Conflict, ValueError):
     """The out_trade_no exists with different terms (HTTP 409)."""
 
 
-class NotFound(LookupError):
+class NotFound(errors.NotFound, LookupError):
     pass
 
 
-class PrepayFailed(RuntimeError):
+class PrepayFailed(errors.ChannelError, RuntimeError):
+    """The order is stored, the channel's prepay failed: HTTP 502 with the stored order."""
+
+    http_status = 502
+
     def __init__(self, order: dict[str, Any], error: str):
         super().__init__(error)
         self.order = order
+
+    def payload(self) -> dict[str, Any]:
+        return {"error": f"prepay failed: {self}", "order": self.order}
 
 
 class OrderService:
@@ -58,7 +61,7 @@ class OrderService:
         merchants: MerchantDirectory,
         *,
         clock: Callable[[], float] = time.time,
-        confirm: Callable[[dict[str, Any]], bool] | None = None,
+        confirm: Callable[[Mapping[str, Any]], bool] | None = None,
     ):
         self.orders = orders
         self.raw = raw
@@ -68,33 +71,27 @@ class OrderService:
 
     def create(self, request: dict[str, Any]) -> dict[str, Any]:
         spec = validate_order_request(request)
-        lookups: dict[str, Callable[[str], Merchant | AlipayMerchant | WeChatV2Merchant]] = {
-            "wechatpay": self.merchants.wechatpay,
-            "alipay": self.merchants.alipay,
-            "wechatpay_v2": self.merchants.wechatpay_v2,
-        }
-        lookup = lookups[spec["channel"]]
+        channel = channel_registry.by_order_word(spec["channel"])
+        assert channel is not None  # validate_order_request took only registered words
         try:
-            merchant = lookup(spec["mchid"])
+            merchant = channel.merchant(self.merchants, spec["mchid"])
         except UnknownMerchant:
             raise NotFound(
                 f"{spec['channel']} merchant {spec['mchid']} is not configured (tally merchant add)"
             ) from None
-        if spec["channel"] == "alipay" and spec["currency"] != "CNY":
-            raise InvalidOrder("Alipay orders are in CNY")
+        if channel.currencies is not None and spec["currency"] not in channel.currencies:
+            raise InvalidOrder(f"{channel.label} orders are in {', '.join(channel.currencies)}")
         if isinstance(merchant, WeChatV2Merchant) and spec["prepay"] and not merchant.appid:
             raise InvalidOrder(
                 "prepay for a wechatpay_v2 merchant needs its appid (tally merchant add --appid)"
             )
-        if spec["channel"] == "wechatpay_v2" and spec["currency"] != "CNY":
-            raise InvalidOrder("WeChat Pay v2 orders are in CNY")
         now = self.clock()
         row = {
             "pk": order_key(spec["mchid"], spec["out_trade_no"]),
             "mchid": spec["mchid"],
             "out_trade_no": spec["out_trade_no"],
-            # v2 and v3 report the same WeChat transactions: one channel name for both (wechatpay_v2 docstring)
-            "channel": ali.CHANNEL if spec["channel"] == "alipay" else wx.CHANNEL,
+            # v2 and v3 report the same WeChat transactions: one stored channel for both (channels/registry.py)
+            "channel": channel.stored,
             "sp_mchid": getattr(merchant, "sp_mchid", None),  # service-provider mode (R11)
             "tenant": merchant.row.get("tenant") or spec["mchid"],
             "status": Status.WAIT_PAY.value,
@@ -113,8 +110,8 @@ class OrderService:
             "poll_due": iso_now(now + FIRST_QUERY_AFTER_S),
             "poll_count": 0,
         }
-        if spec["channel"] == "wechatpay_v2":
-            row["api"] = wx2.API  # the poller queries it with the v2 API (pull.py), not v3
+        if channel.api:
+            row["api"] = channel.api  # the poller queries it with the v2 API (pull.py), not v3
         existing = self.orders.create(row)
         if existing is not None:
             differs = registered_differently(existing, row)
@@ -123,18 +120,25 @@ class OrderService:
                     f"order {spec['out_trade_no']} exists with another {differs}: "
                     "re-register with the same terms, or use a new out_trade_no"
                 )
-            row = existing
+            row = dict(existing)
         if (
             spec["prepay"]
             and not (row.get("code_url") or row.get("qr_code"))
             and row["status"] == Status.WAIT_PAY.value
         ):
-            if row["channel"] == ali.CHANNEL:
-                row = self._precreate(merchant, row, spec["expire_minutes"])
-            elif row.get("api") == wx2.API:
-                row = self._unified_order(merchant, row, now + spec["expire_minutes"] * 60)
-            else:
-                row = self._prepay(merchant, row, now + spec["expire_minutes"] * 60)
+            prepaid = channel_registry.for_order(row) or channel  # the stored row's (a retry keeps its own)
+            try:
+                qr = prepaid.prepay(
+                    self.merchants,
+                    merchant,
+                    row,
+                    expire_minutes=spec["expire_minutes"],
+                    expire_s=now + spec["expire_minutes"] * 60,
+                )
+            except errors.ChannelError as exc:
+                raise self._prepay_failed(row, f"{prepaid.name} prepay failed", exc) from None
+            self.orders.set_fields(row["pk"], **qr)
+            row = {**row, **qr}
         return public_order(row)
 
     def _prepay_failed(self, row: dict[str, Any], what: str, exc: Exception) -> PrepayFailed:
@@ -143,63 +147,6 @@ class OrderService:
         logger.warning(what, extra={"order": row["pk"], "error": str(exc)})
         self.orders.set_fields(row["pk"], prepay_error=str(exc)[:500])
         return PrepayFailed(public_order(row), str(exc))
-
-    def _precreate(self, merchant: Any, row: dict[str, Any], expire_minutes: int) -> dict[str, Any]:
-        """alipay.trade.precreate → qr_code (the buyer scans it)."""
-        try:
-            qr_code = self.merchants.alipay_client(merchant).precreate(
-                out_trade_no=row["out_trade_no"],
-                amount_cent=row["amount_cent"],
-                subject=row["description"],
-                notify_url=merchant.notify_url,
-                timeout_express=f"{expire_minutes}m",
-            )
-        except ali.ChannelError as exc:
-            raise self._prepay_failed(row, "alipay precreate failed", exc) from None
-        self.orders.set_fields(row["pk"], qr_code=qr_code)
-        return {**row, "qr_code": qr_code}
-
-    def _unified_order(self, merchant: Any, row: dict[str, Any], expire_s: float) -> dict[str, Any]:
-        """WeChat Pay v2 `/pay/unifiedorder` (trade_type NATIVE) → code_url."""
-        try:
-            code_url = self.merchants.wechatpay_v2_client(merchant).unified_order(
-                out_trade_no=row["out_trade_no"],
-                total_fee=row["amount_cent"],
-                body=row["description"],
-                notify_url=merchant.notify_url,
-                time_expire=expire_s,
-            )
-        except wx2.ChannelError as exc:
-            raise self._prepay_failed(row, "v2 unified order failed", exc) from None
-        self.orders.set_fields(row["pk"], code_url=code_url)
-        return {**row, "code_url": code_url}
-
-    def _prepay(self, merchant: Any, row: dict[str, Any], expire_s: float) -> dict[str, Any]:
-        try:
-            client = self.merchants.client(merchant)
-            terms = {
-                "description": row["description"],
-                "out_trade_no": row["out_trade_no"],
-                "notify_url": merchant.notify_url,
-                "amount_cent": row["amount_cent"],
-                "currency": row["currency"],
-                "time_expire": datetime.fromtimestamp(expire_s, CHINA).isoformat(timespec="seconds"),
-            }
-            if (
-                merchant.sp_mchid
-            ):  # service provider: its credentials sign, the order is the sub-merchant's (R11)
-                code_url = client.partner_native_prepay(
-                    sp_appid=merchant.appid,
-                    sub_mchid=row["mchid"],
-                    sub_appid=merchant.row.get("sub_appid"),
-                    **terms,
-                )
-            else:
-                code_url = client.native_prepay(appid=merchant.appid, **terms)
-        except wx.ChannelError as exc:
-            raise self._prepay_failed(row, "native prepay failed", exc) from None
-        self.orders.set_fields(row["pk"], code_url=code_url)
-        return {**row, "code_url": code_url}
 
     def show(self, mchid: str, out_trade_no: str, *, ask_channel: bool = False) -> dict[str, Any]:
         """The order, its transitions and raw rows. Read-only unless `ask_channel` (R42): only the merchant's
@@ -241,7 +188,7 @@ class OrderService:
         return view
 
 
-def public_order(row: dict[str, Any]) -> dict[str, Any]:
+def public_order(row: Mapping[str, Any]) -> dict[str, Any]:
     """The order without index bookkeeping; refunds reserved but not yet stored show as `refund_holds`."""
     hidden = {"pk", "version", "poll_pk", "poll_due", "hold_pk", "hold_due", "holds_open"}
     view = {k: v for k, v in row.items() if k not in hidden and not k.startswith(HOLD_PREFIX)}
@@ -254,7 +201,7 @@ def public_order(row: dict[str, Any]) -> dict[str, Any]:
 TERMS = ("channel", "amount_cent", "currency", "description", "expire_minutes", "prepay")
 
 
-def registered_differently(existing: dict[str, Any], row: dict[str, Any]) -> str:
+def registered_differently(existing: Mapping[str, Any], row: Mapping[str, Any]) -> str:
     """The first term in which a re-registration differs from the stored order ("" = the same order, a
     retry). A term the stored row predates (older rows have no expire_minutes) is not compared."""
     for term in TERMS:
@@ -289,7 +236,7 @@ def validate_order_request(body: Any) -> dict[str, Any]:
     prepay = body.get("prepay", True)
     if not isinstance(prepay, bool):
         raise InvalidOrder("prepay must be true or false")
-    channel = body.get("channel", "wechatpay")
+    channel = body.get("channel", DEFAULT_CHANNEL)
     if channel not in CHANNELS:
         raise InvalidOrder(f"channel must be one of {', '.join(CHANNELS)}")
     return {

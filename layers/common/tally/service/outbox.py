@@ -6,12 +6,14 @@ loses nothing: the stream holds the change until the publish succeeds.
 
 from __future__ import annotations
 
-import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tally.domain.events import SOURCE, DownstreamEvent, events_for_change
+from tally.domain.events import DownstreamEvent, events_for_change
 from tally.observability import M, count, logger
-from tally.store.codec import from_item
+from tally.store.events import EventBus, stream_images
+
+if TYPE_CHECKING:
+    from tally.store.changes import ChangedRows
 
 
 class PublishFailed(Exception):
@@ -19,16 +21,12 @@ class PublishFailed(Exception):
 
 
 class OutboxService:
-    def __init__(self, events_client: Any, bus_name: str):
-        self.events = events_client
-        self.bus_name = bus_name
+    def __init__(self, bus: EventBus):
+        self.bus = bus
 
     def publish_record(self, record: dict[str, Any]) -> list[DownstreamEvent]:
         """One stream record → its events on the bus. Raises PublishFailed so the record is retried."""
-        images = record.get("dynamodb", {})
-        return self._publish(
-            events_for_change(from_item(images.get("OldImage")), from_item(images.get("NewImage")))
-        )
+        return self._publish(events_for_change(*stream_images(record)))
 
     def publish_current(self, row: dict[str, Any]) -> list[DownstreamEvent]:
         """A row's events rebuilt from its current state by the stream's own builder, as if it had just been
@@ -38,22 +36,10 @@ class OutboxService:
     def _publish(self, found: list[DownstreamEvent]) -> list[DownstreamEvent]:
         if not found:
             return []
-        answer = self.events.put_events(
-            Entries=[
-                {
-                    "Source": SOURCE,
-                    "DetailType": e.detail_type,
-                    "Detail": json.dumps(e.detail, ensure_ascii=False),
-                    "EventBusName": self.bus_name,
-                }
-                for e in found
-            ]
-        )
-        if answer.get("FailedEntryCount"):
+        failed = self.bus.put(found)
+        if failed:
             count(M.OUTBOX_FAILED)
-            raise PublishFailed(
-                f"{answer['FailedEntryCount']} of {len(found)} events not accepted by the bus"
-            )
+            raise PublishFailed(f"{failed} of {len(found)} events not accepted by the bus")
         for event in found:
             count(M.OUTBOX_PUBLISHED)
             logger.info("downstream event published", extra={"event_id": event.event_id})
@@ -64,7 +50,7 @@ class Republisher:
     """`tally outbox republish`: events lost after the stream gave up (OutboxDLQ holds only shard pointers into
     a stream that keeps records 24 h) are rebuilt from the rows, which are the truth."""
 
-    def __init__(self, rows: Any, outbox: OutboxService):
+    def __init__(self, rows: ChangedRows, outbox: OutboxService):
         self.rows = rows
         self.outbox = outbox
 
@@ -96,9 +82,8 @@ class EventReplay:
     """`tally events replay`: the bus's archive (template.yaml EventArchive) sent back through the bus
     (EventBridge StartReplay). Consumers drop what they already have by `event_id`."""
 
-    def __init__(self, events_client: Any, bus_name: str, archive_arn: str):
-        self.events = events_client
-        self.bus_name = bus_name
+    def __init__(self, bus: EventBus, archive_arn: str):
+        self.bus = bus
         self.archive_arn = archive_arn
 
     def start(self, name: str, since: Any, until: Any) -> dict[str, Any]:
@@ -106,17 +91,10 @@ class EventReplay:
             raise LookupError("no event archive configured (stack output EventArchiveArn)")
         if until <= since:
             raise ValueError("--until must be after --since")
-        bus_arn = self.events.describe_event_bus(Name=self.bus_name)["Arn"]
-        answer = self.events.start_replay(
-            ReplayName=name,
-            EventSourceArn=self.archive_arn,
-            EventStartTime=since,
-            EventEndTime=until,
-            Destination={"Arn": bus_arn},
-        )
+        answer = self.bus.replay(name, self.archive_arn, since, until)
         logger.info("event replay started", extra={"replay": name, "state": answer.get("State")})
         return {"replay": name, "state": answer.get("State"), "arn": answer.get("ReplayArn")}
 
     def status(self, name: str) -> dict[str, Any]:
-        answer = self.events.describe_replay(ReplayName=name)
+        answer = self.bus.replay_status(name)
         return {k: answer.get(k) for k in ("ReplayName", "State", "StateReason", "EventLastReplayedTime")}

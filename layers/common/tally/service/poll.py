@@ -21,7 +21,7 @@ either keeps the order in the index with a due time or hands it to a person with
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -31,7 +31,7 @@ from tally.domain.notifications import EVENT_OF_OUTCOME
 from tally.domain.orders import Event, Status, Verdict, transit
 from tally.domain.poll import Answer, next_due
 from tally.observability import M, count, logger
-from tally.service.apply import RetryLater
+from tally.service.apply import ApplyService, RetryLater
 from tally.service.ingest import raw_row
 from tally.service.pull import PullChannels, QueryResult
 from tally.store.polling import PollStore
@@ -58,7 +58,7 @@ class PollService:
         polls: PollStore,
         raw: RawStore,
         queue: ApplyQueue,
-        apply: Any,
+        apply: ApplyService,
         channels: PullChannels,
         *,
         clock: Callable[[], float] = time.time,
@@ -170,9 +170,10 @@ class PollService:
 
     # ---------------------------------------------------------------- the return page
 
-    def confirm(self, order: dict[str, Any]) -> bool:
+    def confirm(self, row: Mapping[str, Any]) -> bool:
         """Ask the channel once about a WAIT_PAY order older than a few seconds, at most once per
         `confirm_every_s` per order; book or close on a definite answer. True if the order changed."""
+        order = dict(row)  # an OrderRow (store/records.py); the pull paths below take a plain row
         now = self.clock()
         if order.get("status") != Status.WAIT_PAY.value:
             return False

@@ -8,15 +8,12 @@ has the same shape (Alipay: alipay.trade.query by trade_no, booking receipt_amou
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import time
-import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
-from tally.channels import alipay as ali
-from tally.channels import wechatpay_v3 as wx
+from tally import errors
+from tally.channels import registry as channel_registry
 from tally.domain.notifications import Outcome
 from tally.observability import M, count, logger
 from tally.service.ingest import raw_row
@@ -41,50 +38,24 @@ class QueryAndApply:
         self.clock = clock
 
     def recover(self, channel: str, mchid: str, transaction_id: str) -> str:
-        if channel == ali.CHANNEL:
-            return self._recover_alipay(mchid, transaction_id)
-        if channel != wx.CHANNEL:
+        owner = channel_registry.by_stored(channel)
+        if owner is None:
             return f"{UNSUPPORTED}: no query client for {channel}"
         try:
-            client = self.merchants.client(self.merchants.wechatpay(mchid))
-            path = (
-                f"/v3/pay/transactions/id/{urllib.parse.quote(transaction_id, safe='')}"
-                f"?mchid={urllib.parse.quote(mchid, safe='')}"
-            )
-            resource = client.request("GET", path, None)
-            notice = wx.to_payment_notice(resource, source="recon")
-        except (wx.ChannelError, wx.DecryptError, LookupError) as exc:
+            notice, body = owner.paid_by_transaction(self.merchants, mchid, transaction_id)
+        except (errors.ChannelError, errors.ParseError, LookupError) as exc:
             count(M.RECON_RECOVER_FAILED, channel=channel, merchant=mchid)
             logger.error(
                 "recon: query of a channel-only payment failed",
                 extra={"mchid": mchid, "transaction_id": transaction_id, "error": str(exc)},
             )
             return f"{QUERY_FAILED}: {exc}"
-        if wx.outcome_of(notice.trade_state) is not Outcome.PAID or notice.transaction_id != transaction_id:
+        if (
+            owner.outcome_of(notice.trade_state) is not Outcome.PAID
+            or notice.transaction_id != transaction_id
+        ):
             return f"{NOT_PAID}: channel says {notice.trade_state}"
-        return self._apply(notice, json.dumps(resource, ensure_ascii=False).encode())
-
-    def _recover_alipay(self, app_id: str, trade_no: str) -> str:
-        """alipay.trade.query by trade_no with the merchant's own app; a paid answer books receipt_amount (R13)."""
-        try:
-            merchant = self.merchants.alipay(app_id)
-            answer = self.merchants.alipay_client(merchant).trade_query(trade_no=trade_no)
-            notice = dataclasses.replace(
-                ali.to_payment_notice(
-                    {**answer, "app_id": merchant.sp_mchid or app_id, "auth_app_id": app_id}
-                ),
-                source="recon",
-            )
-        except (ali.ChannelError, ali.ParseError, LookupError) as exc:
-            count(M.RECON_RECOVER_FAILED, channel="alipay", merchant=app_id)
-            logger.error(
-                "recon: query of a channel-only payment failed",
-                extra={"mchid": app_id, "transaction_id": trade_no, "error": str(exc)},
-            )
-            return f"{QUERY_FAILED}: {exc}"
-        if ali.outcome_of(notice.trade_state) is not Outcome.PAID or notice.transaction_id != trade_no:
-            return f"{NOT_PAID}: channel says {notice.trade_state}"
-        return self._apply(notice, json.dumps(answer, ensure_ascii=False).encode())
+        return self._apply(notice, body)
 
     def _apply(self, notice: Any, body: bytes) -> str:
         """The raw row (source="recon") and the enqueue: the same worker path as a callback."""

@@ -1,124 +1,25 @@
-"""Where bills come from: the channels' download APIs (and how a file is opened for parsing).
+"""Where bills come from and how a file is opened for parsing, for every reconciled channel.
 
-`fetch(mchid, bill_date)` answers one of: a bill (files + SHA-1), NO_STATEMENT (the channel says there is
-no bill for that day) or NOT_READY (being generated: retry later). Everything else raises DownloadFailed.
+The download (`BillSource.fetch`) and the opened file (`Bill`) of each channel live in its package
+(channels/wechatpay_v3/bills.py, channels/alipay/bills.py); the shared answers in channels/bill_source.py.
+`OpenedBill` picks the channel's `Bill` through the registry.
 """
 
 from __future__ import annotations
 
-import gzip
-import hashlib
-import zlib
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
-from tally.channels import bills_alipay as ali
-from tally.channels import wechatpay_v3 as wx
-from tally.channels.bills_wechatpay import WeChatBillParser
+from tally.channels import registry as channel_registry
+from tally.channels.bill_source import (  # noqa: F401 - re-exported: recon, the CLI and tests import them here
+    NO_STATEMENT,
+    NOT_READY,
+    OK,
+    DownloadFailed,
+    Fetched,
+    gunzip,
+    sha1_hex,
+)
 from tally.domain.recon import BillIndex, BillItem, BillParseError, BillTotals
-
-OK, NO_STATEMENT, NOT_READY = "OK", "NO_STATEMENT", "NOT_READY"
-
-
-class DownloadFailed(Exception):
-    def __init__(self, message: str, *, retryable: bool = False, code: str = "DOWNLOAD_FAILED"):
-        super().__init__(message)
-        self.retryable = retryable
-        self.code = code
-
-
-@dataclass
-class Fetched:
-    status: str
-    data: bytes = b""  # the bill as it will be parsed (WeChat: decompressed; Alipay: the zip)
-    name: str = ""
-    sha1: str = ""
-    channel_hash: str = ""  # what the channel said the hash is (WeChat hash_value), "" if none
-    note: str = ""
-    extra: dict[str, str] = field(default_factory=dict)
-
-
-def sha1_hex(data: bytes) -> str:
-    return hashlib.sha1(data).hexdigest()  # noqa: S324 - the channel's integrity check, not security
-
-
-class WeChatBillSource:
-    channel = wx.CHANNEL
-
-    def __init__(self, merchants: Any):
-        self.merchants = merchants
-
-    def fetch(self, mchid: str, bill_date: str) -> Fetched:
-        client = self.merchants.client(self.merchants.wechatpay(mchid))
-        try:
-            answer = client.tradebill(bill_date, "ALL")
-        except wx.ChannelError as exc:
-            if exc.code == "NO_STATEMENT_EXIST":
-                return Fetched(NO_STATEMENT, note=str(exc))
-            if exc.code == "STATEMENT_CREATING":
-                return Fetched(NOT_READY, note=str(exc))
-            raise DownloadFailed(f"tradebill: {exc}", retryable=exc.retryable) from None
-        try:
-            raw = client.download_bill(answer["download_url"])
-        except wx.ChannelError as exc:
-            raise DownloadFailed(f"bill download: {exc}", retryable=exc.retryable) from None
-        data = gunzip(raw)
-        return Fetched(
-            OK,
-            data,
-            "ALL.csv",
-            sha1_hex(data),
-            answer["hash_value"].lower(),
-            extra={"hash_type": answer.get("hash_type", "")},
-        )
-
-
-def gunzip(raw: bytes) -> bytes:
-    """The GZIP answer decompressed; anything that is not gzip is kept as-is for the parser to refuse
-    loudly (an HTML error page served with 200 must not disappear here)."""
-    if raw[:2] != b"\x1f\x8b":
-        return raw
-    try:
-        return gzip.decompress(raw)
-    except (OSError, EOFError, zlib.error) as exc:
-        raise DownloadFailed(f"corrupt gzip: {exc}", code="CORRUPT_GZIP") from None
-
-
-class AlipayBillSource:
-    """Alipay trade bills with the merchant's own app (public-key, certificate or partner mode, from the merchant
-    directory): alipay.data.dataservice.bill.downloadurl.query (RSA2-signed, the answer verified) → the zip."""
-
-    channel = ali.CHANNEL
-
-    def __init__(self, merchants: Any, *, download_timeout_s: float = 30.0):
-        self.merchants = merchants
-        self.download_timeout_s = download_timeout_s
-
-    def fetch(self, app_id: str, bill_date: str) -> Fetched:
-        from tally.channels import alipay as api
-        from tally.service.merchants import UnknownMerchant
-
-        try:
-            client = self.merchants.alipay_client(self.merchants.alipay(app_id))
-            answer = client.call(ali.METHOD, {"bill_type": "trade", "bill_date": bill_date})
-        except UnknownMerchant as exc:
-            raise DownloadFailed(f"no Alipay merchant {app_id}: {exc}", code="NO_MERCHANT") from None
-        except api.ChannelError as exc:
-            if exc.sub_code in ali.NO_STATEMENT_SUB_CODES:
-                return Fetched(NO_STATEMENT, note=str(exc))
-            raise DownloadFailed(f"bill.downloadurl.query: {exc}", retryable=exc.retryable) from None
-        url = str(answer.get("bill_download_url") or "")
-        if not url:
-            raise DownloadFailed("bill.downloadurl.query answered 10000 without bill_download_url")
-        try:
-            data = ali.download(url, self.merchants.alipay_gateway, timeout_s=self.download_timeout_s)
-        except ali.AlipayError as exc:
-            raise DownloadFailed(f"alipay bill: {exc}", retryable=exc.retryable) from None
-        return Fetched(OK, data, "trade.csv.zip", sha1_hex(data))
-
-
-# ---------------------------------------------------------------- opening a bill for parsing
 
 
 class OpenedBill:
@@ -128,24 +29,15 @@ class OpenedBill:
 
     def __init__(self, channel: str, data: bytes, name: str = ""):
         self.channel = channel
-        self._summary_row: dict[str, int] | None = None
-        if channel == wx.CHANNEL:
-            self._data = gunzip(data)
-        elif channel == ali.CHANNEL:
-            self._data = data
-            if data[:2] == b"PK":  # the zip as downloaded (or dropped by hand)
-                files = ali.open_zip(data)
-                self._data = files.detail
-                if files.summary is not None:
-                    self._summary_row = ali.parse_summary(ali.lines_of(files.summary))
-        else:
+        owner = channel_registry.by_stored(channel)
+        bill = owner.open_bill(data) if owner is not None and owner.reconciled else None
+        if bill is None:
             raise BillParseError(f"no bill parser for channel {channel!r}")
+        self._bill = bill
+        self._data = bill.data
 
     def parser(self, *, check_fees: bool = True) -> Any:
-        lines: Iterator[bytes] = ali.lines_of(self._data)
-        if self.channel == wx.CHANNEL:
-            return WeChatBillParser(lines, check_fees=check_fees)
-        return _AlipayWithSummary(ali.AlipayBillParser(lines), self._summary_row)
+        return self._bill.parser(check_fees=check_fees)
 
     def index(self) -> tuple[BillTotals, BillIndex]:
         """The one parse pass of a run: totals (with every summary check) and the per-row index."""
@@ -159,29 +51,11 @@ class OpenedBill:
         return self._indexed.item_at(self._data[where : end + 1 if end >= 0 else len(self._data)])
 
 
-class _AlipayWithSummary:
-    """The detail parser plus the 汇总 file's counts as extra summary checks."""
-
-    def __init__(self, parser: ali.AlipayBillParser, summary: dict[str, int] | None):
-        self._parser = parser
-        self._summary = summary
-        self.totals: BillTotals = parser.totals
-
-    def items(self) -> Iterator[BillItem]:
-        yield from self._parser.items()
-        if self._summary is not None:
-            self.totals.checks += ali.summary_checks(self.totals, self._summary)
-
-    def scan(self) -> BillTotals:
-        for _ in self.items():
-            pass
-        return self.totals
-
-    def index(self) -> BillIndex:
-        index = self._parser.index()
-        if self._summary is not None:
-            self.totals.checks += ali.summary_checks(self.totals, self._summary)
-        return index
-
-    def item_at(self, raw: bytes) -> BillItem:
-        return self._parser.item_at(raw)
+def bill_sources(merchants: Any) -> dict[str, Any]:
+    """stored channel -> its bill download, for every channel that has one (bootstrap wires these)."""
+    sources: dict[str, Any] = {}
+    for channel in channel_registry.all_channels():
+        source = channel.bill_source(merchants)
+        if source is not None:
+            sources.setdefault(channel.stored, source)
+    return sources

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from enum import Enum
 from typing import Any, Protocol
 
+from tally import errors
 from tally.channels.refunds import refund_event_of
 from tally.domain.money import MAX_CENT, yuan_text
 from tally.domain.refunds import (
@@ -73,19 +74,19 @@ class RefundChannel(Protocol):
     def query(self, refund: dict[str, Any]) -> ChannelAnswer: ...
 
 
-class InvalidRefund(ValueError):
+class InvalidRefund(errors.InvalidRequest, ValueError):
     """The request is wrong (HTTP 400)."""
 
 
-class RefundConflict(ValueError):
+class RefundConflict(errors.Conflict, ValueError):
     """409: the refund cannot be made as asked (refund_no reused for other terms, spent, order not paid)."""
 
 
-class NotFound(LookupError):
+class NotFound(errors.NotFound, LookupError):
     pass
 
 
-class Busy(RuntimeError):
+class Busy(errors.Busy, RuntimeError):
     """Contention did not settle: retry with the same refund_no (HTTP 503)."""
 
 
@@ -366,7 +367,7 @@ class RefundService:
     def _new_row(
         self,
         refund_no: str,
-        order: dict[str, Any],
+        order: Mapping[str, Any],
         amount: int,
         reason: str,
         hold: str,
@@ -847,7 +848,7 @@ def landing(
     }
 
 
-def refuse_unrefundable(order: dict[str, Any], amount_cent: int) -> None:
+def refuse_unrefundable(order: Mapping[str, Any], amount_cent: int) -> None:
     """409 for an order that is not paid, 422 (ExceedsRefundable, counted) above what is left (R27)."""
     if order.get("status") != "PAID":
         raise RefundConflict(

@@ -23,6 +23,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
+from tally import errors
 from tally.domain.events import events_for_change
 from tally.domain.money import format_cents
 from tally.domain.refunds import refund_raw_key
@@ -58,7 +59,7 @@ NOT_STORED = [
 ]
 
 
-class NotFound(LookupError):
+class NotFound(errors.NotFound, LookupError):
     pass
 
 

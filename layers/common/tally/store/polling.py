@@ -16,7 +16,7 @@ from typing import Any
 
 from tally.domain.orders import Status
 from tally.store.codec import from_item, names_values, to_item
-from tally.store.tables import PENDING_SHARDS, Tables, shard_of
+from tally.store.tables import PENDING_SHARDS, Tables, TransactionFailed, shard_of
 
 POLL_SHARDS = 4
 WAIT_PAY = Status.WAIT_PAY.value
@@ -216,8 +216,8 @@ class PollStore:
             "channel_word": word,
         }
         try:
-            self.t.ddb.transact_write_items(
-                TransactItems=[
+            self.t.transact(
+                [
                     {"Update": cas},
                     {
                         "Put": {
@@ -228,7 +228,7 @@ class PollStore:
                     },
                 ]
             )
-        except self.t.ddb.exceptions.TransactionCanceledException:
+        except TransactionFailed:
             return False
         return True
 

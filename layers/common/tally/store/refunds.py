@@ -12,11 +12,13 @@ Every money move here is one conditional write, so it can happen once only:
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from tally.store.codec import from_item, names_values, to_item
 from tally.store.tables import Tables, shard_of
+from tally.store.tables import TransactionFailed as TransactionFailed  # the one (store/tables.py)
 
 POLL_SHARDS = 4
 HOLD_PREFIX = "hold#"  # an order attribute per refund reserved but not yet stored as a refund row
@@ -36,12 +38,12 @@ def hold_attr(refund_no: str) -> str:
     return HOLD_PREFIX + refund_no
 
 
-def open_holds(order: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def open_holds(order: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """refund_no → the hold recorded on the order by `reserve_and_hold` and not yet closed."""
     return {k[len(HOLD_PREFIX) :]: v for k, v in order.items() if k.startswith(HOLD_PREFIX)}
 
 
-def refund_no_held(order: dict[str, Any], refund_no: str) -> bool:
+def refund_no_held(order: Mapping[str, Any], refund_no: str) -> bool:
     return hold_attr(refund_no) in order
 
 
@@ -62,16 +64,6 @@ class RefundTables:
     @property
     def ddb(self) -> Any:
         return self.base.ddb
-
-
-class TransactionFailed(Exception):
-    """A transaction was cancelled: `failed` lists the items whose condition failed; `conflict` = contention."""
-
-    def __init__(self, failed: list[int], conflict: bool, items: list[dict[str, Any]]):
-        super().__init__(f"transaction cancelled (failed conditions {failed}, conflict={conflict})")
-        self.failed = failed
-        self.conflict = conflict
-        self.items = items  # ALL_OLD images where DynamoDB returned them
 
 
 def status_fields(
@@ -407,14 +399,7 @@ class RefundStore:
         }
 
     def transact(self, items: list[dict[str, Any]]) -> None:
-        try:
-            self.t.ddb.transact_write_items(TransactItems=items)
-        except self.t.ddb.exceptions.TransactionCanceledException as exc:
-            reasons = exc.response.get("CancellationReasons", [])
-            failed = [i for i, r in enumerate(reasons) if r.get("Code") == "ConditionalCheckFailed"]
-            conflict = any(r.get("Code") == "TransactionConflict" for r in reasons)
-            images = [from_item(r.get("Item")) or {} for r in reasons]
-            raise TransactionFailed(failed, conflict, images) from None
+        self.t.base.transact(items)  # raises TransactionFailed
 
     # --- refund tasks (R17's table)
     def open_tasks(self, limit: int) -> list[dict[str, Any]]:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tally.store.codec import from_item, names_values, to_item
+from tally.store.records import OrderRow, RawRow, as_order, as_raw
 
 PENDING_SHARDS = 4  # write-sharded sparse GSI: no hot partition under a burst of callbacks
 
@@ -39,6 +40,31 @@ def order_key(mchid: str, out_trade_no: str) -> str:
     return f"{mchid}#{out_trade_no}"
 
 
+class TransactionFailed(Exception):
+    """THE exception for a cancelled DynamoDB transaction (TransactionCanceledException), raised by every store
+    method that writes one: `failed` lists the items whose condition failed (ConditionalCheckFailed), in the
+    order the method documents; `conflict` = contention (TransactionConflict); `items` = the ALL_OLD images
+    where DynamoDB returned them (else {})."""
+
+    def __init__(self, failed: list[int], conflict: bool, items: list[dict[str, Any]]):
+        super().__init__(f"transaction cancelled (failed conditions {failed}, conflict={conflict})")
+        self.failed = failed
+        self.conflict = conflict
+        self.items = items
+
+
+def transact(ddb: Any, items: list[dict[str, Any]]) -> None:
+    """One TransactWriteItems; a cancellation becomes TransactionFailed (the only place that reads reasons)."""
+    try:
+        ddb.transact_write_items(TransactItems=items)
+    except ddb.exceptions.TransactionCanceledException as exc:
+        reasons = exc.response.get("CancellationReasons", [])
+        failed = [i for i, r in enumerate(reasons) if r.get("Code") == "ConditionalCheckFailed"]
+        conflict = any(r.get("Code") == "TransactionConflict" for r in reasons)
+        images = [from_item(r.get("Item")) or {} for r in reasons]
+        raise TransactionFailed(failed, conflict, images) from None
+
+
 @dataclass
 class Tables:
     """Table names plus the low-level client (boto3's, honouring AWS_ENDPOINT_URL)."""
@@ -57,6 +83,9 @@ class Tables:
         answer = self.ddb.get_item(TableName=table, Key=item_key, ConsistentRead=True)
         return from_item(answer.get("Item"))
 
+    def transact(self, items: list[dict[str, Any]]) -> None:
+        transact(self.ddb, items)
+
     def query_pk(self, table: str, pk: str) -> list[dict[str, Any]]:
         answer = self.ddb.query(
             TableName=table, KeyConditionExpression="pk = :pk", ExpressionAttributeValues=names_values(pk=pk)
@@ -70,7 +99,7 @@ class RawStore:
     def __init__(self, tables: Tables):
         self.t = tables
 
-    def put_new(self, row: dict[str, Any]) -> dict[str, Any] | None:
+    def put_new(self, row: dict[str, Any]) -> RawRow | None:
         """Conditional put. Returns None when new, or the existing row (one call either way)."""
         try:
             self.t.ddb.put_item(
@@ -81,10 +110,10 @@ class RawStore:
             )
             return None
         except self.t.ddb.exceptions.ConditionalCheckFailedException as exc:
-            return from_item(exc.response.get("Item")) or self.get(row["pk"])
+            return as_raw(from_item(exc.response.get("Item"))) or self.get(row["pk"])
 
-    def get(self, key: str) -> dict[str, Any] | None:
-        return self.t.get(self.t.notify_raw, key)
+    def get(self, key: str) -> RawRow | None:
+        return as_raw(self.t.get(self.t.notify_raw, key))
 
     def send_to_person(self, key: str, reason: str, now: str) -> bool:
         """handled 0 → 2 with the reason; False if the row was already handled."""
@@ -130,7 +159,7 @@ class RawStore:
         )
         return int(answer["Attributes"]["attempts"]["N"])
 
-    def for_order_full(self, order_pk: str) -> list[dict[str, Any]]:
+    def for_order_full(self, order_pk: str) -> list[RawRow]:
         """Every raw row of one order in full (body, headers, history): the index projects only the summary,
         so one consistent GetItem per row follows (an order has one row per transaction: a handful)."""
         return [row for r in self.for_order(order_pk) if (row := self.get(r["pk"])) is not None]
@@ -207,10 +236,10 @@ class OrderStore:
     def __init__(self, tables: Tables):
         self.t = tables
 
-    def get(self, mchid: str, out_trade_no: str) -> dict[str, Any] | None:
-        return self.t.get(self.t.orders, order_key(mchid, out_trade_no))
+    def get(self, mchid: str, out_trade_no: str) -> OrderRow | None:
+        return as_order(self.t.get(self.t.orders, order_key(mchid, out_trade_no)))
 
-    def create(self, row: dict[str, Any]) -> dict[str, Any] | None:
+    def create(self, row: dict[str, Any]) -> OrderRow | None:
         """Insert; returns the existing order instead when the key is taken."""
         try:
             self.t.ddb.put_item(
@@ -221,7 +250,7 @@ class OrderStore:
             )
             return None
         except self.t.ddb.exceptions.ConditionalCheckFailedException as exc:
-            return from_item(exc.response.get("Item")) or self.t.get(self.t.orders, row["pk"])
+            return as_order(from_item(exc.response.get("Item")) or self.t.get(self.t.orders, row["pk"]))
 
     def set_fields(self, pk: str, **fields: Any) -> None:
         sets = ", ".join(f"{name} = :{name}" for name in fields)

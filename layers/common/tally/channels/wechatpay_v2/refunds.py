@@ -1,9 +1,9 @@
 """WeChat Pay API v2 refunds: `POST /secapi/pay/refund` and `POST /pay/refundquery`, XML signed with the API
 key (channel-spec §4 signature rules), and the explicit tables mapping v2 words to outcomes (R22, R29).
 
-v2 reports the same WeChat transactions and refund numbers as v3 (channels/wechatpay_v2.py docstring), so a
+v2 reports the same WeChat transactions and refund numbers as v3 (wechatpay_v2/wire.py docstring), so a
 v2 refund is channel "wechatpay": its v2 words are translated to the v3 ones (REFUNDCLOSE → CLOSED, CHANGE →
-ABNORMAL) and one table (wechatpay_v3_refunds.REFUND_STATUS) decides the outcome, for the `req_info`
+ABNORMAL) and one table (wechatpay_v3/refunds.py REFUND_STATUS) decides the outcome, for the `req_info`
 notification and for the query alike; the raw key is the same (`wechatpay#<out_refund_no>`, status).
 
 Transport: in production `/secapi/pay/refund` needs mutual TLS with the merchant's API client certificate
@@ -26,8 +26,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from tally.channels import wechatpay_v2 as wx2
-from tally.channels.wechatpay_v3_refunds import REFUND_STATUS
+from tally import errors
+from tally.channels.wechatpay_v2 import wire as wx2
+from tally.channels.wechatpay_v3.refunds import REFUND_STATUS
 from tally.domain.refunds import AnswerKind, ChannelAnswer
 
 REFUND_PATH = "/secapi/pay/refund"
@@ -65,12 +66,15 @@ QUERY_ERRORS: dict[str, AnswerKind] = {
 }
 
 
-class V2ChannelError(Exception):
+class V2ChannelError(errors.ChannelError):
     """No usable answer: network, HTTP error, non-XML, or a signature that does not verify."""
 
 
-class WeChatPayV2Client:
-    """Signed XML requests with the v2 API key; every return_code=SUCCESS answer's sign is verified."""
+class WeChatPayV2RefundClient:
+    """The refund calls' client (`/secapi/pay/refund`, `/pay/refundquery`): signed XML requests with the v2 API
+    key (MD5 by default, as the refund API documents), mutual TLS through `ssl_context`; every
+    return_code=SUCCESS answer's sign is verified. The payment calls have their own client,
+    wire.WeChatPayV2Client (HMAC-SHA256, sub-merchants): two clients, two names."""
 
     def __init__(
         self,
@@ -171,7 +175,9 @@ class WeChatV2Refunds:
 
     channel = wx2.CHANNEL
 
-    def __init__(self, client: WeChatPayV2Client, notify_url: str, *, clock: Callable[[], float] = time.time):
+    def __init__(
+        self, client: WeChatPayV2RefundClient, notify_url: str, *, clock: Callable[[], float] = time.time
+    ):
         self.client = client
         self.notify_url = notify_url
         self.clock = clock

@@ -24,10 +24,12 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
+from tally import errors
+from tally.channels.alipay.channel import CHANNEL as SPEC
 from tally.domain.money import MoneyError, yuan_to_cents
 from tally.domain.notifications import Outcome, PaymentNotice
 
-CHANNEL = "alipay"
+CHANNEL = SPEC.stored
 CHINA = timezone(timedelta(hours=8))
 CHARSETS = {"utf-8": "utf-8", "utf8": "utf-8", "gbk": "gbk", "gb2312": "gb2312", "gb18030": "gb18030"}
 
@@ -47,23 +49,19 @@ RETRYABLE_SUB_CODES = {"ACQ.SYSTEM_ERROR", "aop.ACQ.SYSTEM_ERROR", "isp.unknow-e
 TRADE_NOT_EXIST = "ACQ.TRADE_NOT_EXIST"
 
 
-class FormError(Exception):
+class FormError(errors.InvalidRequest):
     """The body is not a usable form (before any signature check: nothing is trusted)."""
 
 
-class SignatureError(Exception):
+class SignatureError(errors.SignatureError):
     """Not proven to come from Alipay (R4)."""
 
-    def __init__(self, reason: str):
-        super().__init__(reason)
-        self.reason = reason
 
-
-class ParseError(Exception):
+class ParseError(errors.ParseError):
     """Signed by Alipay but not usable (missing field, inexact amount): not retryable (R5)."""
 
 
-class ChannelError(Exception):
+class ChannelError(errors.ChannelError):
     """A gateway call failed. `retryable` says whether the same call may succeed later."""
 
     def __init__(

@@ -1,7 +1,7 @@
 """Alipay refunds: `alipay.trade.refund` and `alipay.trade.fastpay.refund.query` (channel-spec §6.3, §6.4), the
 refund notification (§5.1, §5.3), and the explicit tables mapping Alipay's words to outcomes (R22, R29).
 
-Signed and verified by the existing gateway client (channels/alipay.py `AlipayClient.call`: RSA2 request
+Signed and verified by the existing gateway client (alipay/wire.py `AlipayClient.call`: RSA2 request
 signature, response signature over the exact `<method>_response` text, certificate mode included).
 
 Decisions, each from the spec:
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tally.channels import alipay as ali
+from tally.channels.alipay import wire as ali
 from tally.domain.money import MoneyError
 from tally.domain.refunds import AnswerKind, ChannelAnswer, RefundEvent, RefundNotice
 

@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import Any
 from urllib.parse import quote
 
-from tally.channels import wechatpay_v3 as wx
+from tally.channels.wechatpay_v3 import wire as wx
 from tally.domain.money import MoneyError, cents, received_cents
 from tally.domain.refunds import AnswerKind, ChannelAnswer, RefundEvent, RefundNotice
 

@@ -1,6 +1,6 @@
 """WeChat Pay v3 service-provider (partner) APIs of the simulator (channel-spec §1.7 partner, §2.1, §2.2).
 
-Mixed into ``ChannelSimulator``. The service provider (``sp_mchid``, a registered merchant) signs the
+Composed into ``ChannelSimulator`` (``sim.partner``), on the v3 desk's books. The service provider (``sp_mchid``, a registered merchant) signs the
 requests; orders belong to the sub-merchant and are kept under ``(sub_mchid, out_trade_no)``, so two
 sub-merchants may use the same out_trade_no (R11):
 
@@ -17,23 +17,24 @@ TRANSACTION.SUCCESS notification encrypted and signed for the provider.
 from __future__ import annotations
 
 import copy
-import datetime as dt
 from typing import Any
+
+from . import kernel as k
+from .kernel import SimulatorError
+from .wechatpay_v3 import WeChatPayV3Desk
 
 _REQUIRED = ("sp_appid", "sp_mchid", "sub_mchid", "description", "out_trade_no", "notify_url", "amount")
 
 
-def SimulatorError(status: int, code: str, message: str) -> Exception:  # noqa: N802 - reads like the class
-    from .core import SimulatorError as error  # core imports this module: import at call time
-
-    return error(status, code, message)
-
-
 class PartnerDesk:
-    """Partner-mode orders; relies on ChannelSimulator's merchants, orders, locks and delivery."""
+    """Partner-mode orders, kept in the v3 desk's orders under (sub_mchid, out_trade_no)."""
 
-    def create_partner_native_order(self: Any, sp_mchid: str, body: dict[str, Any]) -> dict[str, str]:
-        provider = self.merchant(sp_mchid)
+    def __init__(self, v3: WeChatPayV3Desk):
+        self.v3 = v3
+
+    def create_partner_native_order(self, sp_mchid: str, body: dict[str, Any]) -> dict[str, str]:
+        v3 = self.v3
+        provider = v3.merchant(sp_mchid)
         for name in _REQUIRED:
             if body.get(name) in (None, ""):
                 raise SimulatorError(
@@ -49,20 +50,20 @@ class PartnerDesk:
         # the direct-order checks (out_trade_no, amount, notify_url, time_expire) are the same: reuse them
         direct = {**body, "appid": provider.appid, "mchid": provider.mchid}
         key, otn = (provider.mchid, str(body["out_trade_no"])), str(body["out_trade_no"])
-        with self._lock:
-            existing = self._orders.get((sub, otn))
+        with v3._lock:
+            existing = v3._orders.get((sub, otn))
             if existing is not None and existing.get("sp_mchid") != provider.mchid:
                 raise SimulatorError(400, "INVALID_REQUEST", "201 商户订单号重复")
-            saved = self._orders.pop(key, None)  # the provider's own direct order with this number, if any
+            saved = v3._orders.pop(key, None)  # the provider's own direct order with this number, if any
             if existing is not None:
-                self._orders[key] = existing  # same number again: the direct checks see the partner order
+                v3._orders[key] = existing  # same number again: the direct checks see the partner order
             try:
-                answer = self.create_native_order(provider.mchid, direct)
-                order = self._orders[key]
+                answer = v3.create_native_order(provider.mchid, direct)
+                order = v3._orders[key]
             finally:
-                self._orders.pop(key, None)
+                v3._orders.pop(key, None)
                 if saved is not None:
-                    self._orders[key] = saved
+                    v3._orders[key] = saved
             order.update(
                 mchid=sub,
                 sub_mchid=sub,
@@ -71,19 +72,17 @@ class PartnerDesk:
                 sub_appid=body.get("sub_appid") or None,
                 partner=True,
             )
-            self._orders[(sub, otn)] = order
+            v3._orders[(sub, otn)] = order
         return answer
 
-    def _partner_order(self: Any, sp_mchid: str, sub_mchid: str, out_trade_no: str) -> dict[str, Any]:
-        order = self._visible_order(sub_mchid, out_trade_no)
+    def _partner_order(self, sp_mchid: str, sub_mchid: str, out_trade_no: str) -> dict[str, Any]:
+        order = self.v3._visible_order(sub_mchid, out_trade_no)
         if not order.get("partner") or order.get("sp_mchid") != str(sp_mchid):
             raise SimulatorError(404, "ORDER_NOT_EXIST", "订单不存在")
         return order
 
-    def partner_transaction_view(
-        self: Any, sp_mchid: str, sub_mchid: str, out_trade_no: str
-    ) -> dict[str, Any]:
-        with self._lock:
+    def partner_transaction_view(self, sp_mchid: str, sub_mchid: str, out_trade_no: str) -> dict[str, Any]:
+        with self.v3._lock:
             order = self._partner_order(sp_mchid, sub_mchid, out_trade_no)
             if order.get("transaction") is not None:
                 return copy.deepcopy(order["transaction"])
@@ -105,8 +104,8 @@ class PartnerDesk:
                 view["sub_appid"] = order["sub_appid"]
             return view
 
-    def close_partner_order(self: Any, sp_mchid: str, sub_mchid: str, out_trade_no: str) -> None:
-        with self._lock:
+    def close_partner_order(self, sp_mchid: str, sub_mchid: str, out_trade_no: str) -> None:
+        with self.v3._lock:
             order = self._partner_order(sp_mchid, sub_mchid, out_trade_no)
             if order["trade_state"] == "SUCCESS":
                 raise SimulatorError(400, "ORDER_PAID", "订单已支付")
@@ -114,8 +113,21 @@ class PartnerDesk:
                 raise SimulatorError(400, "ORDER_CLOSED", "订单已关闭")
             order["trade_state"] = "CLOSED"
 
+    def partner_transaction_resource(
+        self, sp_mchid: str, sub_mchid: str, out_trade_no: str, total: int, **kw: Any
+    ) -> dict[str, Any]:
+        """A payment resource in service-provider shape (§1.7 partner): sp_appid/sp_mchid/sub_mchid and
+        payer.sp_openid instead of appid/mchid/payer.openid; sign and encrypt it with the provider's
+        merchant (``build_notification(sp_mchid, resource)``)."""
+        resource = self.v3.transaction_resource(sp_mchid, out_trade_no, total, **kw)
+        resource["sp_appid"] = resource.pop("appid")
+        resource["sp_mchid"] = resource.pop("mchid")
+        resource["sub_mchid"] = str(sub_mchid)
+        resource["payer"] = {"sp_openid": resource["payer"]["openid"]}
+        return resource
+
     def pay_partner(
-        self: Any,
+        self,
         sp_mchid: str,
         sub_mchid: str,
         out_trade_no: str,
@@ -127,8 +139,9 @@ class PartnerDesk:
         delay: float = 0,
     ) -> str:
         """The user pays a partner order: a partner-shaped TRANSACTION.SUCCESS goes to the provider's URL."""
-        provider = self.merchant(sp_mchid)
-        with self._lock:
+        v3 = self.v3
+        provider = v3.merchant(sp_mchid)
+        with v3._lock:
             order = self._partner_order(provider.mchid, sub_mchid, out_trade_no)
             if order["trade_state"] != "NOTPAY":
                 raise SimulatorError(
@@ -136,7 +149,7 @@ class PartnerDesk:
                     "ORDER_PAID" if order["trade_state"] == "SUCCESS" else "ORDER_CLOSED",
                     "订单已支付" if order["trade_state"] == "SUCCESS" else "订单已关闭",
                 )
-            if order["_expire_at"] is not None and dt.datetime.now(dt.UTC) > order["_expire_at"]:
+            if order["_expire_at"] is not None and k.now_utc() > order["_expire_at"]:
                 raise SimulatorError(400, "ORDER_EXPIRED", "订单已过期 (time_expire)")
             total = order["amount"]["total"] if amount_total is None else int(amount_total)
             resource = self.partner_transaction_resource(
@@ -151,9 +164,9 @@ class PartnerDesk:
                 resource["sub_appid"] = order["sub_appid"]
             order["trade_state"] = "SUCCESS"
             order["transaction"] = resource
-            self._by_transaction_id[resource["transaction_id"]] = (str(sub_mchid), out_trade_no)
+            v3._by_transaction_id[resource["transaction_id"]] = (str(sub_mchid), out_trade_no)
         if not drop:
-            self._dispatch(
+            v3.dispatch(
                 provider,
                 order["notify_url"],
                 resource,

@@ -1,19 +1,17 @@
-"""State, actions and notification delivery of the channel simulator (see the package docstring)."""
+"""The WeChat Pay API v3 desk of the channel simulator: keys, merchants, direct-merchant orders, payments and
+their TRANSACTION.SUCCESS notifications, the builders of signed callbacks, the API faults and the request
+authentication (see the package docstring). The partner and refund desks (wechatpay_v3_partner.py,
+wechatpay_v3_refunds.py) and the trade bills (bills.py) work on this desk's books."""
 
 from __future__ import annotations
 
 import base64
 import copy
 import datetime as dt
-import http.client
-import ipaddress
 import json
-import logging
-import random
 import re
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,35 +21,20 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from . import _crypto as c
-from .partner import PartnerDesk
-from .refunds import RefundDesk
-
-log = logging.getLogger("tally_local.simulator")
+from . import kernel as k
+from .delivery import WECHATPAY_RETRY_S, Chain, DeliveryEngine, DeliveryLog
+from .faults import FaultQueue
+from .kernel import Kernel, SimulatorError, log
 
 #: §1.9 retry schedule (seconds between attempts), multiplied by ``time_scale``.
-RETRY_SCHEDULE_S: tuple[int, ...] = (
-    15,
-    15,
-    30,
-    180,
-    600,
-    1200,
-    1800,
-    1800,
-    1800,
-    3600,
-    10800,
-    10800,
-    10800,
-    21600,
-    21600,
-)
+RETRY_SCHEDULE_S = WECHATPAY_RETRY_S
 SIGNATURE_TYPE = "WECHATPAY2-SHA256-RSA2048"
 SIGNTEST_PREFIX = "WECHATPAY/SIGNTEST/"
 TESTKEYS_DIR = Path(__file__).parent / "testkeys"
 VERIFY_MODES = ("public_key", "certificate", "mixed")
 OUT_TRADE_NO_RE = re.compile(r"^[0-9A-Za-z_\-*|]{6,32}$")
 DEFAULT_APPID = "wxd678efh567hg6787"
+FAULT_KINDS = ("error", "unsigned", "bad_signature", "delay")
 
 _SUMMARIES = {
     "TRANSACTION.SUCCESS": "支付成功",
@@ -65,19 +48,6 @@ _TRADE_STATE_DESC = {
     "CLOSED": "订单已关闭",
     "REFUND": "转入退款",
 }
-
-
-class SimulatorError(Exception):
-    """A channel-side refusal: ``status`` is the HTTP status, ``code``/``message`` the v3 error body."""
-
-    def __init__(self, status: int, code: str, message: str):
-        super().__init__(f"{status} {code}: {message}")
-        self.status = status
-        self.code = code
-        self.message = message
-
-    def body(self) -> dict[str, str]:
-        return {"code": self.code, "message": self.message}
 
 
 @dataclass
@@ -131,27 +101,12 @@ class _Job:
     started: float = field(default_factory=time.monotonic)
 
 
-def _compact(obj: Any) -> bytes:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-
-
-def _is_loopback(host: str | None) -> bool:
-    if not host:
-        return False
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def test_merchant() -> dict[str, str]:
     """The committed TEST-ONLY merchant from ``testkeys/`` (mchid, appid, apiv3_key, merchant_serial,
     merchant_private_key_pem, merchant_public_key_pem, merchant_cert_pem)."""
     meta = json.loads((TESTKEYS_DIR / "merchant.json").read_text())
     return {
-        **{k: meta[k] for k in ("mchid", "appid", "apiv3_key", "merchant_serial")},
+        **{name: meta[name] for name in ("mchid", "appid", "apiv3_key", "merchant_serial")},
         "merchant_private_key_pem": (TESTKEYS_DIR / "merchant_key.pem").read_text(),
         "merchant_cert_pem": (TESTKEYS_DIR / "merchant_cert.pem").read_text(),
         "merchant_public_key_pem": c.public_key_pem(
@@ -163,35 +118,19 @@ def test_merchant() -> dict[str, str]:
 test_merchant.__test__ = False  # type: ignore[attr-defined]  # not a pytest test
 
 
-class ChannelSimulator(RefundDesk, PartnerDesk):
-    """WeChat Pay API v3 look-alike. See the package docstring for the full description."""
+class WeChatPayV3Desk:
+    """WeChat Pay API v3 look-alike (direct merchants). Its books (merchants, orders, deliveries, API requests)
+    live here, under ``_lock``; the partner and refund desks use them."""
 
-    def __init__(
-        self,
-        host: str = "127.0.0.1",
-        port: int = 0,
-        time_scale: float = 0.01,
-        seed: int | None = None,
-        *,
-        fixed_keys: bool = False,
-        notify_timeout: float = 5.0,
-    ):
-        self.host = host
-        self.port = port
-        self.time_scale = float(time_scale)
-        self.notify_timeout = float(notify_timeout)
-        self._rng: random.Random = random.Random(seed) if seed is not None else random.SystemRandom()
+    def __init__(self, kernel: Kernel, engine: DeliveryEngine, *, fixed_keys: bool = False):
+        self.kernel = kernel
+        self.engine = engine
         self._lock = threading.RLock()
-        self._cond = threading.Condition(self._lock)
-        self._stopping = threading.Event()
-        self._server: Any = None
-        self._server_thread: threading.Thread | None = None
-        self._threads: list[threading.Thread] = []
         self._merchants: dict[str, Merchant] = {}
         self._orders: dict[tuple[str, str], dict[str, Any]] = {}
         self._by_transaction_id: dict[str, tuple[str, str]] = {}
-        self._deliveries: list[dict[str, Any]] = []
-        self._faults: list[dict[str, Any]] = []
+        self._deliveries = DeliveryLog(kernel.stopping)
+        self._faults = FaultQueue()  # inject_fault: the next N matching /v3/ calls misbehave
         self.requests: list[dict[str, Any]] = []  # API calls seen: method, path, mchid, status
         self._spare_certs: list[PlatformKey] = []
         self._certs: list[PlatformKey] = []  # oldest first
@@ -201,10 +140,6 @@ class ChannelSimulator(RefundDesk, PartnerDesk):
             self._certs.append(self._new_platform_cert())
             self._pubkey = PlatformKey(serial=self._new_pub_key_id(), private_key=c.new_rsa_key())
         self._active_serial = self._certs[-1].serial
-        self._init_refunds()  # refunds.py
-        from .bills import BillBook
-
-        self.bills = BillBook(self)  # trade bills: GET /v3/bill/tradebill (bills.py)
 
     # ------------------------------------------------------------------ keys
     def _load_fixed_keys(self) -> None:
@@ -226,7 +161,7 @@ class ChannelSimulator(RefundDesk, PartnerDesk):
         return PlatformKey(serial=c.serial_hex(cert), private_key=key, cert=cert)
 
     def _new_pub_key_id(self) -> str:
-        return "PUB_KEY_ID_0114" + "".join(self._rng.choice("0123456789") for _ in range(30))
+        return "PUB_KEY_ID_0114" + self.kernel.digits(30)
 
     @property
     def platform_serial(self) -> str:
@@ -265,9 +200,9 @@ class ChannelSimulator(RefundDesk, PartnerDesk):
     def _key_for_serial(self, serial: str) -> PlatformKey | None:
         if serial == self._pubkey.serial:
             return self._pubkey
-        for k in self._certs:
-            if k.serial == serial:
-                return k
+        for key in self._certs:
+            if key.serial == serial:
+                return key
         return None
 
     def _signer(self, merchant: Merchant | None, serial: str | None = None) -> tuple[str, rsa.RSAPrivateKey]:
@@ -278,106 +213,10 @@ class ChannelSimulator(RefundDesk, PartnerDesk):
                 return serial, key.private_key
         mode = merchant.verify_mode if merchant else "certificate"
         if mode == "mixed":
-            mode = self._rng.choice(("public_key", "certificate"))
+            mode = self.kernel.choice(("public_key", "certificate"))
         default = self._pubkey if mode == "public_key" else self._key_for_serial(self._active_serial)
         assert default is not None
         return (serial or default.serial), default.private_key
-
-    # ------------------------------------------------------------------ other channels (own modules)
-    @property
-    def alipay(self) -> Any:
-        """The Alipay look-alike (``simulator/alipay.py``), created on first use (it generates keys)."""
-        with self._lock:
-            if getattr(self, "_alipay", None) is None:
-                from .alipay import AlipaySimulator
-
-                self._alipay = AlipaySimulator(self)
-            return self._alipay
-
-    @property
-    def wechatpay_v2(self) -> Any:
-        """The WeChat Pay v2 look-alike (``simulator/wechatpay_v2.py``), created on first use."""
-        with self._lock:
-            if getattr(self, "_wechatpay_v2", None) is None:
-                from .wechatpay_v2 import WeChatPayV2Simulator
-
-                self._wechatpay_v2 = WeChatPayV2Simulator(self)
-            return self._wechatpay_v2
-
-    # ------------------------------------------------------------------ lifecycle
-    @property
-    def url(self) -> str:
-        if self._server is None:
-            raise RuntimeError("simulator not started")
-        return f"http://{self.host}:{self._server.server_address[1]}"
-
-    def start(self) -> ChannelSimulator:
-        from ._server import make_server
-
-        self._stopping.clear()
-        self._server = make_server(self, self.host, self.port)
-        self._server_thread = threading.Thread(
-            target=self._server.serve_forever,
-            kwargs={"poll_interval": 0.1},
-            name="channel-simulator",
-            daemon=True,
-        )
-        self._server_thread.start()
-        log.info("channel simulator listening on %s", self.url)
-        return self
-
-    def start_tls(self) -> str:
-        """A second listener on HTTPS with client certificates required (ssl.CERT_REQUIRED), as WeChat Pay v2's
-        `/secapi/` is: the same endpoints, a server certificate for 127.0.0.1 from `tls_ca` (TEST ONLY).
-        Returns its URL; `wechatpay_v2.issue_client_cert(mch_id)` makes a merchant's API client certificate."""
-        import ssl
-
-        from ._server import make_server
-        from ._tls import TestCA, temp_pem
-
-        with self._lock:
-            if getattr(self, "_tls_server", None) is not None:
-                return self.tls_url
-            self.tls_ca = TestCA()
-            cert, key = self.tls_ca.issue("127.0.0.1", server=True)
-            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            context.verify_mode = ssl.CERT_REQUIRED
-            context.load_verify_locations(cadata=self.tls_ca.pem)
-            context.load_cert_chain(temp_pem(cert, key))
-            server = make_server(self, self.host, 0)
-            server.socket = context.wrap_socket(server.socket, server_side=True)
-            self._tls_server = server
-        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
-        return self.tls_url
-
-    @property
-    def tls_url(self) -> str:
-        return f"https://127.0.0.1:{self._tls_server.server_address[1]}"
-
-    def stop(self) -> None:
-        """Stop the HTTP server and every pending delivery / retry."""
-        tls = getattr(self, "_tls_server", None)
-        if tls is not None:
-            tls.shutdown()
-            tls.server_close()
-            self._tls_server = None
-        self._stopping.set()
-        with self._cond:
-            self._cond.notify_all()
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-        if self._server_thread is not None:
-            self._server_thread.join(timeout=5)
-        for t in list(self._threads):
-            t.join(timeout=0.2)
-        self._server = None
-
-    def __enter__(self) -> ChannelSimulator:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     # ------------------------------------------------------------------ merchants
     def register_merchant(
@@ -441,35 +280,17 @@ class ChannelSimulator(RefundDesk, PartnerDesk):
             "public_key_pem": self.public_key_pem,
         }
 
-    # ------------------------------------------------------------------ random ids
-    def _digits(self, n: int) -> str:
-        with self._lock:
-            return "".join(self._rng.choice("0123456789") for _ in range(n))
-
-    def _alnum(self, n: int) -> str:
-        with self._lock:
-            return "".join(self._rng.choice(c.ALNUM) for _ in range(n))
-
-    def _uuid(self) -> str:
-        with self._lock:
-            return str(uuid.UUID(int=self._rng.getrandbits(128), version=4))
-
+    # ------------------------------------------------------------------ ids
     def _new_transaction_id(self) -> str:
-        today = dt.datetime.now(c.CST).strftime("%Y%m%d")
+        today = k.now_cst().strftime("%Y%m%d")
         while True:
-            tid = "42000" + self._digits(5) + today + self._digits(10)  # 28 digits
+            tid = "42000" + self.kernel.digits(5) + today + self.kernel.digits(10)  # 28 digits
             with self._lock:
                 if tid not in self._by_transaction_id:
                     return tid
 
     def _new_openid(self) -> str:
-        chars = c.ALNUM + "_-"
-        with self._lock:
-            return "o" + "".join(self._rng.choice(chars) for _ in range(27))
-
-    @staticmethod
-    def _now_rfc3339() -> str:
-        return c.rfc3339_cst(dt.datetime.now(c.CST))
+        return "o" + self.kernel.alnum(27, c.ALNUM + "_-")
 
     # ------------------------------------------------------------------ orders (API side)
     def create_native_order(self, mchid: str, body: dict[str, Any]) -> dict[str, str]:
@@ -500,7 +321,7 @@ class ChannelSimulator(RefundDesk, PartnerDesk):
         parts = urlsplit(notify_url)
         if parts.scheme not in ("http", "https") or parts.query or parts.fragment:
             raise SimulatorError(400, "PARAM_ERROR", "notify_url格式错误（须为http(s)且不能携带参数）")
-        if not _is_loopback(parts.hostname):
+        if not k.is_loopback(parts.hostname):
             raise SimulatorError(400, "PARAM_ERROR", "simulator only delivers to loopback notify_url hosts")
         expire_at = None
         if body.get("time_expire"):
@@ -530,9 +351,9 @@ class ChannelSimulator(RefundDesk, PartnerDesk):
                 "attach": str(body.get("attach") or ""),
                 "time_expire": body.get("time_expire"),
                 "amount": {"total": total, "currency": currency},
-                "code_url": "weixin://wxpay/bizpayurl?pr=" + self._alnum(7),
+                "code_url": "weixin://wxpay/bizpayurl?pr=" + self.kernel.alnum(7),
                 "trade_state": "NOTPAY",
-                "created_at": self._now_rfc3339(),
+                "created_at": k.now_rfc3339(),
                 "_expire_at": expire_at,
             }
             self._orders[key] = order
@@ -552,7 +373,7 @@ class ChannelSimulator(RefundDesk, PartnerDesk):
 
     def _visible_order(self, mchid: str, out_trade_no: str) -> dict[str, Any]:
         order = self._order(mchid, out_trade_no)
-        if order.get("_hide_until", 0) > time.time():
+        if order.get("_hide_until", 0) > k.now():
             raise SimulatorError(404, "ORDER_NOT_EXIST", "订单不存在")
         return order
 
@@ -598,26 +419,26 @@ class ChannelSimulator(RefundDesk, PartnerDesk):
         with self._lock:
             order = self._order(mchid, out_trade_no)
             out = {k: copy.deepcopy(v) for k, v in order.items() if not k.startswith("_")}
-        out["deliveries"] = [d for d in self.deliveries if d["out_trade_no"] == out_trade_no]
+        out["deliveries"] = [d for d in self._deliveries if d["out_trade_no"] == out_trade_no]
         return out
 
     def certificates_response(self, mchid: str) -> dict[str, Any]:
         merchant = self.merchant(mchid)
         data = []
-        for k in self._certs:
-            assert k.cert is not None
-            nonce = self._alnum(12)
+        for cert in self._certs:
+            assert cert.cert is not None
+            nonce = self.kernel.alnum(12)
             data.append(
                 {
-                    "serial_no": k.serial,
-                    "effective_time": c.rfc3339_cst(k.cert.not_valid_before_utc),
-                    "expire_time": c.rfc3339_cst(k.cert.not_valid_after_utc),
+                    "serial_no": cert.serial,
+                    "effective_time": c.rfc3339_cst(cert.cert.not_valid_before_utc),
+                    "expire_time": c.rfc3339_cst(cert.cert.not_valid_after_utc),
                     "encrypt_certificate": {
                         "algorithm": "AEAD_AES_256_GCM",
                         "nonce": nonce,
                         "associated_data": "certificate",
                         "ciphertext": c.aead_encrypt(
-                            merchant.apiv3_key, k.cert_pem.encode(), "certificate", nonce
+                            merchant.apiv3_key, cert.cert_pem.encode(), "certificate", nonce
                         ),
                     },
                 }
@@ -658,7 +479,7 @@ class ChannelSimulator(RefundDesk, PartnerDesk):
                 raise SimulatorError(400, "ORDER_PAID", "订单已支付")
             if order["trade_state"] == "CLOSED":
                 raise SimulatorError(400, "ORDER_CLOSED", "订单已关闭")
-            if order["_expire_at"] is not None and dt.datetime.now(dt.UTC) > order["_expire_at"]:
+            if order["_expire_at"] is not None and k.now_utc() > order["_expire_at"]:
                 raise SimulatorError(400, "ORDER_EXPIRED", "订单已过期 (time_expire)")
             total = order["amount"]["total"] if amount_total is None else int(amount_total)
             resource = self.transaction_resource(
@@ -677,7 +498,7 @@ class ChannelSimulator(RefundDesk, PartnerDesk):
             self._by_transaction_id[tid] = (merchant.mchid, out_trade_no)
         log.info("paid %s/%s -> %s (drop=%s duplicates=%s)", mchid, out_trade_no, tid, drop, duplicates)
         if not drop:
-            self._dispatch(
+            self.dispatch(
                 merchant,
                 order["notify_url"],
                 resource,
@@ -696,7 +517,7 @@ class ChannelSimulator(RefundDesk, PartnerDesk):
             if order.get("transaction") is None:
                 raise SimulatorError(400, "ORDER_NOT_PAID", "订单未支付")
             resource = copy.deepcopy(order["transaction"])
-        self._dispatch(
+        self.dispatch(
             merchant, order["notify_url"], resource, "TRANSACTION.SUCCESS", duplicates=duplicates, delay=delay
         )
         return resource["transaction_id"]
@@ -731,7 +552,7 @@ class ChannelSimulator(RefundDesk, PartnerDesk):
             "trade_state_desc": _TRADE_STATE_DESC.get(trade_state, trade_state),
             "bank_type": bank_type,
             "attach": attach,
-            "success_time": success_time or self._now_rfc3339(),
+            "success_time": success_time or k.now_rfc3339(),
             "payer": {"openid": openid or self._new_openid()},
             "amount": {
                 "total": int(total),
@@ -744,31 +565,18 @@ class ChannelSimulator(RefundDesk, PartnerDesk):
             discount = total - payer_total
             resource["promotion_detail"] = [
                 {
-                    "coupon_id": self._digits(11),
+                    "coupon_id": self.kernel.digits(11),
                     "name": "模拟代金券",
                     "scope": "GLOBAL",
                     "type": "CASH",
                     "amount": discount,
-                    "stock_id": self._digits(8),
+                    "stock_id": self.kernel.digits(8),
                     "wechatpay_contribute": 0,
                     "merchant_contribute": discount,
                     "other_contribute": 0,
                     "currency": "CNY",
                 }
             ]
-        return resource
-
-    def partner_transaction_resource(
-        self, sp_mchid: str, sub_mchid: str, out_trade_no: str, total: int, **kw: Any
-    ) -> dict[str, Any]:
-        """A payment resource in service-provider shape (§1.7 partner): sp_appid/sp_mchid/sub_mchid and
-        payer.sp_openid instead of appid/mchid/payer.openid; sign and encrypt it with the provider's
-        merchant (``build_notification(sp_mchid, resource)``)."""
-        resource = self.transaction_resource(sp_mchid, out_trade_no, total, **kw)
-        resource["sp_appid"] = resource.pop("appid")
-        resource["sp_mchid"] = resource.pop("mchid")
-        resource["sub_mchid"] = str(sub_mchid)
-        resource["payer"] = {"sp_openid": resource["payer"]["openid"]}
         return resource
 
     def refund_resource(
@@ -791,13 +599,13 @@ class ChannelSimulator(RefundDesk, PartnerDesk):
             "out_trade_no": out_trade_no,
             "transaction_id": transaction_id,
             "out_refund_no": out_refund_no,
-            "refund_id": refund_id or ("5030" + self._digits(25)),
+            "refund_id": refund_id or ("5030" + self.kernel.digits(25)),
             "refund_status": refund_status,
             "user_received_account": user_received_account,
             "amount": {"total": total, "refund": refund, "payer_total": total, "payer_refund": refund},
         }
         if refund_status == "SUCCESS":
-            resource["success_time"] = success_time or self._now_rfc3339()
+            resource["success_time"] = success_time or k.now_rfc3339()
         return resource
 
     def _envelope(
@@ -813,12 +621,12 @@ class ChannelSimulator(RefundDesk, PartnerDesk):
         summary: str | None = None,
     ) -> tuple[str, bytes]:
         original_type = "refund" if event_type.startswith("REFUND.") else "transaction"
-        nonce = resource_nonce or self._alnum(12)
-        plaintext = resource if isinstance(resource, bytes) else _compact(resource)
-        nid = notification_id or self._uuid()
+        nonce = resource_nonce or self.kernel.alnum(12)
+        plaintext = resource if isinstance(resource, bytes) else k.compact(resource)
+        nid = notification_id or self.kernel.uuid()
         envelope = {
             "id": nid,
-            "create_time": create_time or self._now_rfc3339(),
+            "create_time": create_time or k.now_rfc3339(),
             "resource_type": "encrypt-resource",
             "event_type": event_type,
             "summary": summary if summary is not None else _SUMMARIES.get(event_type, "通知"),
@@ -830,7 +638,7 @@ class ChannelSimulator(RefundDesk, PartnerDesk):
                 "nonce": nonce,
             },
         }
-        return nid, _compact(envelope)
+        return nid, k.compact(envelope)
 
     def _signed_headers(
         self,
@@ -843,8 +651,8 @@ class ChannelSimulator(RefundDesk, PartnerDesk):
         signature_override: str | None = None,
         signature_type: bool = True,
     ) -> dict[str, str]:
-        ts = str(int(time.time()) if timestamp is None else timestamp)
-        nonce = nonce or self._alnum(32)
+        ts = str(int(k.now()) if timestamp is None else timestamp)
+        nonce = nonce or self.kernel.alnum(32)
         serial, key = self._signer(merchant, serial)
         signature = signature_override or c.rsa_sign(key, c.response_message(ts, nonce, body))
         headers = {
@@ -855,7 +663,7 @@ class ChannelSimulator(RefundDesk, PartnerDesk):
         }
         if signature_type:
             headers["Wechatpay-Signature-Type"] = SIGNATURE_TYPE
-        headers["Request-ID"] = self._uuid()
+        headers["Request-ID"] = self.kernel.uuid()
         return headers
 
     def build_notification(
@@ -907,7 +715,7 @@ class ChannelSimulator(RefundDesk, PartnerDesk):
         return headers, body
 
     # ------------------------------------------------------------------ delivery
-    def _dispatch(
+    def dispatch(
         self,
         merchant: Merchant,
         notify_url: str,
@@ -918,6 +726,8 @@ class ChannelSimulator(RefundDesk, PartnerDesk):
         delay: float = 0,
         probe: bool = False,
     ) -> None:
+        """Deliver one notification (payment or refund) to notify_url: ``duplicates`` concurrent copies, each
+        attempt freshly signed, retried on the §1.9 schedule; ``probe`` adds one WECHATPAY/SIGNTEST/ probe."""
         nid, body = self._envelope(
             merchant,
             resource,
@@ -933,146 +743,68 @@ class ChannelSimulator(RefundDesk, PartnerDesk):
             transaction_id=resource.get("transaction_id", ""),
             out_trade_no=resource.get("out_trade_no", ""),
         )
-        duplicates = max(1, int(duplicates))
-        barrier = threading.Barrier(duplicates + (1 if probe else 0))
-        targets: list[tuple[Any, tuple[Any, ...]]] = [
-            (self._deliver_chain, (job, i, barrier, delay)) for i in range(duplicates)
-        ]
+        chains = [self._chain(job, i) for i in range(max(1, int(duplicates)))]
         if probe:
-            targets.insert(0, (self._deliver_probe, (job, barrier, delay)))
-        threads = [
-            threading.Thread(target=fn, args=args, daemon=True, name=f"notify-{nid[:8]}")
-            for fn, args in targets
-        ]
-        with self._lock:
-            self._threads = [t for t in self._threads if t.is_alive()] + threads
-        for t in threads:
-            t.start()
+            chains.insert(0, self._chain(job, -1))
+        self.engine.send(chains, delay=delay, name=f"notify-{nid[:8]}")
 
-    def _post(self, url: str, headers: dict[str, str], body: bytes) -> tuple[int, str | None]:
-        parts = urlsplit(url)
-        conn_cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-        conn = conn_cls(parts.hostname or "127.0.0.1", parts.port, timeout=self.notify_timeout)
-        try:
-            conn.request("POST", parts.path or "/", body=body, headers=headers)
-            resp = conn.getresponse()
-            resp.read(65536)
-            return resp.status, None
-        except (OSError, http.client.HTTPException) as exc:
-            return 0, f"{type(exc).__name__}: {exc}"
-        finally:
-            conn.close()
+    def _chain(self, job: _Job, copy_index: int) -> Chain:
+        """Copy ``copy_index`` of the notification (-1: the SIGNTEST probe, one attempt, bad signature)."""
 
-    def _record(self, job: _Job, **fields: Any) -> dict[str, Any]:
-        rec = {
-            "notification_id": job.notification_id,
-            "event_type": job.event_type,
-            "transaction_id": job.transaction_id,
-            "out_trade_no": job.out_trade_no,
-            "mchid": job.merchant.mchid,
-            "notify_url": job.notify_url,
-            **fields,
-            "elapsed_ms": int((time.monotonic() - job.started) * 1000),
-            "at": self._now_rfc3339(),
-        }
-        with self._cond:
-            self._deliveries.append(rec)
-            self._cond.notify_all()
-        return rec
+        def compose() -> tuple[dict[str, str], bytes]:
+            override = None
+            if copy_index < 0:
+                override = SIGNTEST_PREFIX + base64.b64encode(self.kernel.randbytes(192)).decode("ascii")
+            headers = self._signed_headers(job.merchant, job.body, signature_override=override)
+            return {**headers, "Content-Type": "application/json"}, job.body
 
-    def _attempt(self, job: _Job, headers: dict[str, str]) -> tuple[int, str | None, int]:
-        t0 = time.monotonic()
-        status, error = self._post(job.notify_url, {**headers, "Content-Type": "application/json"}, job.body)
-        return status, error, int((time.monotonic() - t0) * 1000)
-
-    def _deliver_probe(self, job: _Job, barrier: threading.Barrier, delay: float) -> None:
-        try:
-            barrier.wait(timeout=5)
-        except threading.BrokenBarrierError:
-            pass
-        if delay and self._stopping.wait(delay):
-            return
-        with self._lock:
-            junk = bytes(self._rng.getrandbits(8) for _ in range(192))
-        bogus = SIGNTEST_PREFIX + base64.b64encode(junk).decode("ascii")
-        headers = self._signed_headers(job.merchant, job.body, signature_override=bogus)
-        status, error, duration = self._attempt(job, headers)
-        self._record(
-            job,
-            kind="probe",
-            copy=-1,
-            attempt=1,
-            status=status,
-            error=error,
-            serial=headers["Wechatpay-Serial"],
-            duration_ms=duration,
-        )
-
-    def _deliver_chain(self, job: _Job, copy_index: int, barrier: threading.Barrier, delay: float) -> None:
-        try:
-            barrier.wait(timeout=5)  # start every copy together
-        except threading.BrokenBarrierError:
-            pass
-        if delay and self._stopping.wait(delay):
-            return
-        for attempt in range(1, len(RETRY_SCHEDULE_S) + 2):
-            if attempt > 1 and self._stopping.wait(RETRY_SCHEDULE_S[attempt - 2] * self.time_scale):
-                return
-            if self._stopping.is_set():
-                return
-            headers = self._signed_headers(job.merchant, job.body)  # each attempt freshly signed
-            status, error, duration = self._attempt(job, headers)
-            self._record(
-                job,
-                kind="notification",
-                copy=copy_index,
-                attempt=attempt,
-                status=status,
-                error=error,
-                serial=headers["Wechatpay-Serial"],
-                duration_ms=duration,
+        def record(attempt: int, headers: dict[str, str], reply: k.Reply, ok: bool) -> None:
+            self._deliveries.add(
+                {
+                    "notification_id": job.notification_id,
+                    "event_type": job.event_type,
+                    "transaction_id": job.transaction_id,
+                    "out_trade_no": job.out_trade_no,
+                    "mchid": job.merchant.mchid,
+                    "notify_url": job.notify_url,
+                    "kind": "probe" if copy_index < 0 else "notification",
+                    "copy": copy_index,
+                    "attempt": attempt,
+                    "status": reply.status,
+                    "error": reply.error,
+                    "serial": headers["Wechatpay-Serial"],
+                    "duration_ms": reply.duration_ms,
+                    "elapsed_ms": int((time.monotonic() - job.started) * 1000),
+                    "at": k.now_rfc3339(),
+                }
             )
-            if status in (200, 204):
-                return
-        log.warning(
-            "notification %s for %s gave up after %d attempts",
-            job.notification_id,
-            job.transaction_id,
-            len(RETRY_SCHEDULE_S) + 1,
+
+        return Chain(
+            url=job.notify_url,
+            compose=compose,
+            acknowledged=lambda reply: copy_index >= 0 and reply.status in (200, 204),
+            record=record,
+            schedule=() if copy_index < 0 else RETRY_SCHEDULE_S,
+            label=f"{job.notification_id} for {job.transaction_id}",
         )
 
     @property
     def deliveries(self) -> list[dict[str, Any]]:
         """Every delivery attempt so far (copies of the records)."""
-        with self._lock:
-            return [dict(d) for d in self._deliveries]
+        return self._deliveries.records()
 
     def wait_delivered(
         self, transaction_id: str, timeout: float = 10.0, count: int = 1
     ) -> list[dict[str, Any]]:
         """Block until ``count`` notification attempts for ``transaction_id`` were acknowledged (200/204);
         returns those records. Raises ``TimeoutError``."""
-        deadline = time.monotonic() + timeout
-
-        def ok() -> list[dict[str, Any]]:
-            return [
-                d
-                for d in self._deliveries
-                if d["transaction_id"] == transaction_id
-                and d["kind"] == "notification"
-                and d["status"] in (200, 204)
-            ]
-
-        with self._cond:
-            while len(ok()) < count:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or self._stopping.is_set():
-                    raise TimeoutError(
-                        f"{transaction_id}: {len(ok())}/{count} acknowledged deliveries after {timeout}s; "
-                        f"attempts: {[d for d in self._deliveries if d['transaction_id'] == transaction_id]}"
-                    )
-                self._cond.wait(remaining)
-            return [dict(d) for d in ok()]
+        return self._deliveries.wait(
+            lambda d: d["transaction_id"] == transaction_id,
+            lambda d: d["kind"] == "notification" and d["status"] in (200, 204),
+            what=transaction_id,
+            timeout=timeout,
+            count=count,
+        )
 
     # ------------------------------------------------------------------ API faults
     def inject_fault(
@@ -1091,11 +823,10 @@ class ChannelSimulator(RefundDesk, PartnerDesk):
         ``error`` (answer ``status`` {code, message}, signed), ``unsigned`` (normal answer without
         Wechatpay-* headers), ``bad_signature`` (normal answer, corrupted signature),
         ``delay`` (sleep ``seconds`` first, then answer normally)."""
-        if kind not in ("error", "unsigned", "bad_signature", "delay"):
+        if kind not in FAULT_KINDS:
             raise ValueError(f"unknown fault kind {kind!r}")
         fault = {
             "kind": kind,
-            "count": int(count),
             "path_contains": path_contains,
             "method": method.upper() if method else None,
             "status": int(status),
@@ -1103,26 +834,13 @@ class ChannelSimulator(RefundDesk, PartnerDesk):
             "message": message,
             "seconds": float(seconds),
         }
-        with self._lock:
-            self._faults.append(fault)
-        return dict(fault)
+        return self._faults.arm(fault, count)
 
     def clear_faults(self) -> None:
-        with self._lock:
-            self._faults.clear()
+        self._faults.clear()
 
     def _take_fault(self, method: str, path: str) -> dict[str, Any] | None:
-        with self._lock:
-            for f in self._faults:
-                if f["path_contains"] and f["path_contains"] not in path:
-                    continue
-                if f["method"] and f["method"] != method:
-                    continue
-                f["count"] -= 1
-                if f["count"] <= 0:
-                    self._faults.remove(f)
-                return dict(f)
-        return None
+        return self._faults.take(path=path, method=method)
 
     # ------------------------------------------------------------------ request authentication
     def authenticate(
@@ -1144,7 +862,7 @@ class ChannelSimulator(RefundDesk, PartnerDesk):
         if fields["serial_no"].upper() != merchant.serial:
             raise SimulatorError(401, "SIGN_ERROR", "商户证书序列号有误")
         try:
-            skew = abs(time.time() - int(fields["timestamp"]))
+            skew = abs(k.now() - int(fields["timestamp"]))
         except ValueError:
             raise SimulatorError(401, "SIGN_ERROR", "时间戳格式错误") from None
         if skew > 300:

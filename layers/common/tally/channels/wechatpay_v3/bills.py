@@ -20,6 +20,18 @@ from dataclasses import dataclass
 from operator import add, itemgetter
 from typing import Any
 
+from tally.channels.bill_source import (
+    NO_STATEMENT,
+    NOT_READY,
+    OK,
+    DownloadFailed,
+    Fetched,
+    gunzip,
+    lines_of,
+    sha1_hex,
+)
+from tally.channels.wechatpay_v3 import wire as wx
+from tally.channels.wechatpay_v3.channel import CHANNEL as SPEC
 from tally.domain.recon import (
     PAYMENT,
     REFUND,
@@ -34,7 +46,7 @@ from tally.domain.recon import (
     to_units,
 )
 
-CHANNEL = "wechatpay"
+CHANNEL = SPEC.stored
 PREFIX = f"{CHANNEL}#"
 BOM = "\ufeff"
 
@@ -450,3 +462,47 @@ class WeChatBillParser:
             except ValueError as exc:
                 raise BillParseError(f"summary {name}: {exc}", number) from None
         totals.checks = checks
+
+
+# ---------------------------------------------------------------- the download and the opened file
+
+
+class WeChatBillSource:
+    channel = wx.CHANNEL
+
+    def __init__(self, merchants: Any):
+        self.merchants = merchants
+
+    def fetch(self, mchid: str, bill_date: str) -> Fetched:
+        client = self.merchants.client(self.merchants.wechatpay(mchid))
+        try:
+            answer = client.tradebill(bill_date, "ALL")
+        except wx.ChannelError as exc:
+            if exc.code == "NO_STATEMENT_EXIST":
+                return Fetched(NO_STATEMENT, note=str(exc))
+            if exc.code == "STATEMENT_CREATING":
+                return Fetched(NOT_READY, note=str(exc))
+            raise DownloadFailed(f"tradebill: {exc}", retryable=exc.retryable) from None
+        try:
+            raw = client.download_bill(answer["download_url"])
+        except wx.ChannelError as exc:
+            raise DownloadFailed(f"bill download: {exc}", retryable=exc.retryable) from None
+        data = gunzip(raw)
+        return Fetched(
+            OK,
+            data,
+            "ALL.csv",
+            sha1_hex(data),
+            answer["hash_value"].lower(),
+            extra={"hash_type": answer.get("hash_type", "")},
+        )
+
+
+class WeChatBill:
+    """A WeChat trade bill opened for parsing: the GZIP answer decompressed (a plain CSV kept as it is)."""
+
+    def __init__(self, data: bytes):
+        self.data = gunzip(data)
+
+    def parser(self, *, check_fees: bool = True) -> WeChatBillParser:
+        return WeChatBillParser(lines_of(self.data), check_fees=check_fees)

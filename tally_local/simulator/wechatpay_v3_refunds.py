@@ -13,69 +13,62 @@ Behaviour per refund (``set_refund_behaviour`` / ``POST /_sim/refund-behaviour``
 Rules: the same out_refund_no with the same terms answers the same refund (refunded once, §2.3); other
 terms → 400 INVALID_REQUEST; refunds (not CLOSED) never exceed what the payer paid → 400 INVALID_REQUEST
 "申请退款金额超过订单可退金额"; unknown / unpaid order → 404 RESOURCE_NOT_EXISTS. A paid order that was
-refunded shows trade_state REFUND in queries (§2.1).
+refunded shows trade_state REFUND in queries (§2.1). Composed into ``ChannelSimulator`` (``sim.v3_refunds``),
+on the v3 desk's books.
 """
 
 from __future__ import annotations
 
 import copy
 import re
-import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import unquote
 
-if TYPE_CHECKING:
-    from .core import ChannelSimulator, Merchant
+from . import kernel as k
+from .faults import Behaviour
+from .kernel import SimulatorError
+from .wechatpay_v3 import Merchant, WeChatPayV3Desk
 
 _REFUND = re.compile(r"^/v3/refund/domestic/refunds/([^/]+)$")
 _SETTLE = re.compile(r"^/_sim/refunds/([^/]+)/settle$")
 OUT_REFUND_NO_RE = re.compile(r"^[0-9A-Za-z_\-|*@]{1,64}$")
 OUTCOMES = {"success": "SUCCESS", "closed": "CLOSED", "abnormal": "ABNORMAL"}
-BEHAVIOUR_KEYS = ("outcome", "delay_s", "after_accept", "hang_s", "drop", "duplicates")
+
+
+def _check(options: dict[str, Any]) -> None:
+    if "outcome" in options and options["outcome"] not in (*OUTCOMES, "hold"):
+        raise ValueError("outcome must be success, closed, abnormal or hold")
 
 
 class RefundDesk:
-    """Mixed into ChannelSimulator (core.py): state lives on the simulator, under its lock."""
+    """v3 refunds: the refund books live here, the orders on the v3 desk (under its lock)."""
 
-    def _init_refunds(self: ChannelSimulator) -> None:
+    def __init__(self, v3: WeChatPayV3Desk):
+        self.v3 = v3
+        self._lock = v3._lock
         self._refunds: dict[str, dict[str, Any]] = {}  # out_refund_no → refund (+ private _keys)
-        self._refund_default: dict[str, Any] = {
-            "outcome": "success",
-            "delay_s": 60.0,
-            "after_accept": None,
-            "hang_s": 1.0,
-            "drop": False,
-            "duplicates": 1,
-        }
-        self._refund_plans: list[dict[str, Any]] = []
+        self.behaviour = Behaviour(
+            {
+                "outcome": "success",
+                "delay_s": 60.0,
+                "after_accept": None,
+                "hang_s": 1.0,
+                "drop": False,
+                "duplicates": 1,
+            },
+            _check,
+        )
+        self._refund_plans = self.behaviour.queue  # the next N refunds' own behaviours
 
     # ------------------------------------------------------------------ behaviour
-    def set_refund_behaviour(
-        self: ChannelSimulator, count: int | None = None, **options: Any
-    ) -> dict[str, Any]:
-        unknown = set(options) - set(BEHAVIOUR_KEYS)
-        if unknown:
-            raise ValueError(f"unknown refund behaviour {sorted(unknown)}")
-        if "outcome" in options and options["outcome"] not in (*OUTCOMES, "hold"):
-            raise ValueError("outcome must be success, closed, abnormal or hold")
-        with self._lock:
-            if count is None:
-                self._refund_default.update(options)
-                return dict(self._refund_default)
-            plan = {**self._refund_default, **options}
-            self._refund_plans.extend(dict(plan) for _ in range(int(count)))
-            return plan
-
-    def _next_plan(self: ChannelSimulator) -> dict[str, Any]:
-        return self._refund_plans.pop(0) if self._refund_plans else dict(self._refund_default)
+    def set_refund_behaviour(self, count: int | None = None, **options: Any) -> dict[str, Any]:
+        return self.behaviour.set(count, **options)
 
     # ------------------------------------------------------------------ API
     def refund_route(
-        self: ChannelSimulator, method: str, path: str, body: dict[str, Any], merchant: Merchant
+        self, method: str, path: str, body: dict[str, Any], merchant: Merchant
     ) -> tuple[int, Any]:
-        from .core import SimulatorError
-
         if method == "POST" and path == "/v3/refund/domestic/refunds":
             view, plan = self.create_refund(merchant.mchid, body)
             if plan and plan.get("after_accept") == "timeout":
@@ -85,10 +78,8 @@ class RefundDesk:
             return 200, self.refund_view(merchant.mchid, unquote(m.group(1)))
         raise SimulatorError(404, "NOT_FOUND", f"simulator does not implement {method} {path}")
 
-    def create_refund(self: ChannelSimulator, mchid: str, body: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+    def create_refund(self, mchid: str, body: dict[str, Any]) -> tuple[dict[str, Any], Any]:
         """Returns (the Refund object, the behaviour plan if the refund is new else None)."""
-        from .core import SimulatorError
-
         no = body.get("out_refund_no")
         amount = body.get("amount")
         if not isinstance(no, str) or not OUT_REFUND_NO_RE.match(no):
@@ -124,15 +115,15 @@ class RefundDesk:
             )
             if taken + amount["refund"] > tx["amount"]["payer_total"]:
                 raise SimulatorError(400, "INVALID_REQUEST", "申请退款金额超过订单可退金额")
-            plan = self._next_plan()
+            plan = self.behaviour.next()
             refund = {
-                "refund_id": "5030" + self._digits(25),
+                "refund_id": "5030" + self.v3.kernel.digits(25),
                 "out_refund_no": no,
                 "transaction_id": tx["transaction_id"],
                 "out_trade_no": tx["out_trade_no"],
                 "channel": "ORIGINAL",
                 "user_received_account": "支付用户零钱",
-                "create_time": self._now_rfc3339(),
+                "create_time": k.now_rfc3339(),
                 "status": "PROCESSING",
                 "funds_account": "AVAILABLE",
                 "amount": {
@@ -158,29 +149,25 @@ class RefundDesk:
             tx["trade_state"] = "REFUND"
             tx["trade_state_desc"] = "转入退款"
         if plan["outcome"] != "hold":
-            threading.Thread(
-                target=self._settle_later, args=(no, plan), daemon=True, name=f"refund-{no[:8]}"
-            ).start()
+            self.v3.kernel.after(
+                float(plan["delay_s"]), self.settle_refund, no, plan["outcome"], name=f"refund-{no[:8]}"
+            )
         return self._public_refund(refund), plan
 
-    def _refundable_order(self: ChannelSimulator, mchid: str, body: dict[str, Any]) -> dict[str, Any]:
-        from .core import SimulatorError
-
+    def _refundable_order(self, mchid: str, body: dict[str, Any]) -> dict[str, Any]:
         key = None
         if body.get("transaction_id"):
-            key = self._by_transaction_id.get(str(body["transaction_id"]))
+            key = self.v3._by_transaction_id.get(str(body["transaction_id"]))
         elif body.get("out_trade_no"):
             key = (mchid, str(body["out_trade_no"]))
         else:
             raise SimulatorError(400, "PARAM_ERROR", "transaction_id和out_trade_no必须二选一")
-        order = self._orders.get(key) if key and key[0] == mchid else None
+        order = self.v3._orders.get(key) if key and key[0] == mchid else None
         if order is None or order.get("transaction") is None:
             raise SimulatorError(404, "RESOURCE_NOT_EXISTS", "订单不存在或未支付")
         return order
 
-    def refund_view(self: ChannelSimulator, mchid: str, out_refund_no: str) -> dict[str, Any]:
-        from .core import SimulatorError
-
+    def refund_view(self, mchid: str, out_refund_no: str) -> dict[str, Any]:
         with self._lock:
             refund = self._refunds.get(out_refund_no)
             if refund is None or refund["_mchid"] != mchid:
@@ -192,14 +179,7 @@ class RefundDesk:
         return {k: copy.deepcopy(v) for k, v in refund.items() if not k.startswith("_")}
 
     # ------------------------------------------------------------------ outcomes and notifications
-    def _settle_later(self: ChannelSimulator, no: str, plan: dict[str, Any]) -> None:
-        if self._stopping.wait(float(plan["delay_s"]) * self.time_scale):
-            return
-        self.settle_refund(no, plan["outcome"])
-
-    def settle_refund(
-        self: ChannelSimulator, out_refund_no: str, outcome: str, *, notify: bool | None = None
-    ) -> str:
+    def settle_refund(self, out_refund_no: str, outcome: str, *, notify: bool | None = None) -> str:
         """Decide a refund (success | closed | abnormal) and notify (unless the plan drops it). ABNORMAL may
         later be settled again (e.g. success after a person fixed it)."""
         status = OUTCOMES[outcome]
@@ -209,12 +189,12 @@ class RefundDesk:
                 return refund["status"]
             refund["status"] = status
             if status == "SUCCESS":
-                refund["success_time"] = self._now_rfc3339()
+                refund["success_time"] = k.now_rfc3339()
             plan = refund["_plan"]
-            merchant = self.merchant(refund["_mchid"])
+            merchant = self.v3.merchant(refund["_mchid"])
             resource = self._refund_resource_of(refund)
         if notify if notify is not None else not plan.get("drop"):
-            self._dispatch(
+            self.v3.dispatch(
                 merchant,
                 refund["_notify_url"],
                 resource,
@@ -223,8 +203,8 @@ class RefundDesk:
             )
         return status
 
-    def _refund_resource_of(self: ChannelSimulator, refund: dict[str, Any]) -> dict[str, Any]:
-        return self.refund_resource(
+    def _refund_resource_of(self, refund: dict[str, Any]) -> dict[str, Any]:
+        return self.v3.refund_resource(
             refund["_mchid"],
             refund["out_trade_no"],
             refund["transaction_id"],
@@ -236,9 +216,7 @@ class RefundDesk:
             success_time=refund.get("success_time"),
         )
 
-    def refund_notification(
-        self: ChannelSimulator, out_refund_no: str, **build: Any
-    ) -> tuple[dict[str, str], bytes]:
+    def refund_notification(self, out_refund_no: str, **build: Any) -> tuple[dict[str, str], bytes]:
         """The signed REFUND.<status> notification of a settled refund, for tests to deliver by hand."""
         with self._lock:
             refund = self._refunds[out_refund_no]
@@ -246,18 +224,16 @@ class RefundDesk:
                 raise ValueError(f"refund {out_refund_no} is still PROCESSING")
             resource = self._refund_resource_of(refund)
             mchid, status = refund["_mchid"], refund["status"]
-        return self.build_notification(
+        return self.v3.build_notification(
             mchid, resource, event_type=f"REFUND.{status}", associated_data="refund", **build
         )
 
-    def refunds(self: ChannelSimulator) -> list[dict[str, Any]]:
+    def refunds(self) -> list[dict[str, Any]]:
         with self._lock:
             return [self._public_refund(r) for r in self._refunds.values()]
 
     # ------------------------------------------------------------------ /_sim admin
-    def refund_admin(self: ChannelSimulator, method: str, path: str, data: dict[str, Any]) -> tuple[int, Any]:
-        from .core import SimulatorError
-
+    def refund_admin(self, method: str, path: str, data: dict[str, Any]) -> tuple[int, Any]:
         if (method, path) == ("POST", "/_sim/refund-behaviour"):
             return 200, self.set_refund_behaviour(**data)
         if (method, path) == ("GET", "/_sim/refunds"):

@@ -22,29 +22,29 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from defusedxml import DefusedXmlException
 from defusedxml import ElementTree as SafeET
 
+from tally import errors
+from tally.channels.wechatpay_v2.channel import CHANNEL as SPEC
 from tally.domain.notifications import PaymentNotice
 from tally.domain.poll import Answer
 from tally.domain.refunds import RefundNotice
 
-CHANNEL = "wechatpay"  # same transaction id space as v3 (see the module docstring)
-API = "wechatpay_v2"
+CHANNEL = SPEC.stored  # "wechatpay": same transaction id space as v3 (see the module docstring)
+API = str(SPEC.api)  # "wechatpay_v2": the order row's `api`, the merchants table's channel
 CHINA = timezone(timedelta(hours=8))
 ACK_CONTENT_TYPE = "text/xml"
 _FORBIDDEN = re.compile(rb"<!\s*(DOCTYPE|ENTITY)", re.IGNORECASE)
 _DIGITS = re.compile(r"^\d{1,15}$", re.ASCII)
 
 
-class XmlError(Exception):
+class XmlError(errors.InvalidRequest):
     """Not a usable v2 XML body (before any signature check: nothing is trusted)."""
 
 
-class SignatureError(Exception):
-    def __init__(self, reason: str):
-        super().__init__(reason)
-        self.reason = reason
+class SignatureError(errors.SignatureError):
+    """Not proven to come from WeChat Pay (R4): the sign does not match the merchant's API key."""
 
 
-class ParseError(Exception):
+class ParseError(errors.ParseError):
     """Signed by WeChat but unusable: not retryable (R5)."""
 
 
@@ -228,14 +228,14 @@ def ack_failure(status: int, message: str) -> tuple[int, str]:
     return status, to_xml({"return_code": "FAIL", "return_msg": message[:64]})
 
 
-# v2 refund_status → the v3 word, so one table (wechatpay_v3_refunds.REFUND_STATUS) decides the outcome.
+# v2 refund_status → the v3 word, so one table (wechatpay_v3/refunds.py REFUND_STATUS) decides the outcome.
 REFUND_STATUS_V2 = {"SUCCESS": "SUCCESS", "REFUNDCLOSE": "CLOSED", "CHANGE": "ABNORMAL"}
 
 
 def to_refund_notice(refund: dict[str, str], mchid: str) -> RefundNotice:
     """A decrypted `req_info` (§4) as the channel-neutral refund notice (R29, R30): same channel and refund
     number space as v3, so the refund it reports is the one `POST /refunds` created."""
-    from tally.channels.wechatpay_v3_refunds import REFUND_STATUS
+    from tally.channels.wechatpay_v3.refunds import REFUND_STATUS
 
     word = str(refund.get("refund_status") or "")
     v3_word = REFUND_STATUS_V2.get(word)
@@ -328,7 +328,7 @@ QUERY_STATE: dict[str, Answer] = {
 }
 
 
-class ChannelError(Exception):
+class ChannelError(errors.ChannelError):
     """A v2 API call that did not give a usable, verified SUCCESS answer; `word` picks the table row."""
 
     def __init__(self, message: str, *, word: str, retryable: bool = False):

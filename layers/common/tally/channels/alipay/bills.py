@@ -17,7 +17,11 @@ import urllib.request
 import zipfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
+from tally import errors
+from tally.channels.alipay.channel import CHANNEL as SPEC
+from tally.channels.bill_source import NO_STATEMENT, OK, DownloadFailed, Fetched, lines_of, sha1_hex
 from tally.domain.recon import (
     PAYMENT,
     REFUND,
@@ -29,7 +33,7 @@ from tally.domain.recon import (
     to_units,
 )
 
-CHANNEL = "alipay"
+CHANNEL = SPEC.stored
 ENCODING = "gbk"
 
 DETAIL_HEADER = (
@@ -279,16 +283,12 @@ def open_zip(data: bytes) -> BillFiles:
     return BillFiles(detail, summary, names)
 
 
-def lines_of(data: bytes) -> Iterator[bytes]:
-    return iter(io.BytesIO(data))
-
-
 # ---------------------------------------------------------------- the download
-# The signed request (alipay.data.dataservice.bill.downloadurl.query) goes through channels.alipay.AlipayClient
-# with the merchant's own credentials (public-key, certificate or partner mode): see service/recon_sources.py.
+# The signed request (alipay.data.dataservice.bill.downloadurl.query) goes through wire.AlipayClient with the
+# merchant's own credentials (public-key, certificate or partner mode): AlipayBillSource below.
 
 
-class AlipayError(Exception):
+class AlipayError(errors.ChannelError):
     def __init__(self, message: str, *, retryable: bool = False):
         super().__init__(message)
         self.retryable = retryable
@@ -313,3 +313,83 @@ def download(url: str, gateway: str, *, timeout_s: float = 30.0) -> bytes:
             return resp.read()
     except (urllib.error.URLError, TimeoutError, OSError) as exc:
         raise AlipayError(f"download: {exc}", retryable=True) from None
+
+
+# ---------------------------------------------------------------- the source and the opened file
+
+
+class AlipayBillSource:
+    """Alipay trade bills with the merchant's own app (public-key, certificate or partner mode, from the merchant
+    directory): alipay.data.dataservice.bill.downloadurl.query (RSA2-signed, the answer verified) → the zip."""
+
+    channel = CHANNEL
+
+    def __init__(self, merchants: Any, *, download_timeout_s: float = 30.0):
+        self.merchants = merchants
+        self.download_timeout_s = download_timeout_s
+
+    def fetch(self, app_id: str, bill_date: str) -> Fetched:
+        from tally.channels.alipay import wire as api
+
+        try:
+            client = self.merchants.alipay_client(self.merchants.alipay(app_id))
+            answer = client.call(METHOD, {"bill_type": "trade", "bill_date": bill_date})
+        except errors.NotFound as exc:  # the directory's UnknownMerchant
+            raise DownloadFailed(f"no Alipay merchant {app_id}: {exc}", code="NO_MERCHANT") from None
+        except api.ChannelError as exc:
+            if exc.sub_code in NO_STATEMENT_SUB_CODES:
+                return Fetched(NO_STATEMENT, note=str(exc))
+            raise DownloadFailed(f"bill.downloadurl.query: {exc}", retryable=exc.retryable) from None
+        url = str(answer.get("bill_download_url") or "")
+        if not url:
+            raise DownloadFailed("bill.downloadurl.query answered 10000 without bill_download_url")
+        try:
+            data = download(url, self.merchants.alipay_gateway, timeout_s=self.download_timeout_s)
+        except AlipayError as exc:
+            raise DownloadFailed(f"alipay bill: {exc}", retryable=exc.retryable) from None
+        return Fetched(OK, data, "trade.csv.zip", sha1_hex(data))
+
+
+class AlipayBill:
+    """An Alipay bill opened for parsing: the 业务明细 of the zip as downloaded (or a detail CSV dropped by
+    hand), with the 汇总 file's counts when the zip has one."""
+
+    def __init__(self, data: bytes):
+        self.data = data
+        self._summary_row: dict[str, int] | None = None
+        if data[:2] == b"PK":  # the zip as downloaded (or dropped by hand)
+            files = open_zip(data)
+            self.data = files.detail
+            if files.summary is not None:
+                self._summary_row = parse_summary(lines_of(files.summary))
+
+    def parser(self, *, check_fees: bool = True) -> _AlipayWithSummary:
+        return _AlipayWithSummary(AlipayBillParser(lines_of(self.data)), self._summary_row)
+
+
+class _AlipayWithSummary:
+    """The detail parser plus the 汇总 file's counts as extra summary checks."""
+
+    def __init__(self, parser: AlipayBillParser, summary: dict[str, int] | None):
+        self._parser = parser
+        self._summary = summary
+        self.totals: BillTotals = parser.totals
+
+    def items(self) -> Iterator[BillItem]:
+        yield from self._parser.items()
+        if self._summary is not None:
+            self.totals.checks += summary_checks(self.totals, self._summary)
+
+    def scan(self) -> BillTotals:
+        for _ in self.items():
+            pass
+        return self.totals
+
+    def index(self) -> BillIndex:
+        index = self._parser.index()
+        if self._summary is not None:
+            self.totals.checks += summary_checks(self.totals, self._summary)
+        return index
+
+    def item_at(self, raw: bytes) -> BillItem:
+        return self._parser.item_at(raw)

@@ -25,11 +25,13 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from tally import errors
+from tally.channels.wechatpay_v3.channel import CHANNEL as SPEC
 from tally.domain.money import MoneyError, cents, received_cents
 from tally.domain.notifications import Outcome, PaymentNotice
 from tally.domain.poll import Answer
 
-CHANNEL = "wechatpay"
+CHANNEL = SPEC.stored  # "wechatpay" (channels/registry.py: v2 stores it too)
 SIGNATURE_TYPE = "WECHATPAY2-SHA256-RSA2048"
 PROBE_PREFIX = "WECHATPAY/SIGNTEST/"
 PUBLIC_KEY_ID_PREFIX = "PUB_KEY_ID_"
@@ -102,21 +104,20 @@ CLOSE_ANSWER: dict[
 }
 
 
-class SignatureError(Exception):
+class SignatureError(errors.SignatureError):
     """The message is not proven to come from WeChat Pay (R4). `probe` marks SIGNTEST traffic."""
 
     def __init__(self, reason: str, *, probe: bool = False, unknown_serial: str | None = None):
         super().__init__(reason)
-        self.reason = reason
         self.probe = probe
         self.unknown_serial = unknown_serial
 
 
-class DecryptError(Exception):
+class DecryptError(errors.ParseError):
     """Signed by WeChat but not decryptable or not parseable: not retryable (R5)."""
 
 
-class ChannelError(Exception):
+class ChannelError(errors.ChannelError):
     """A WeChat API call failed. `retryable` says whether the same call may succeed later."""
 
     def __init__(self, message: str, *, status: int = 0, code: str = "", retryable: bool = False):

@@ -1,0 +1,1 @@
+"""Alipay: form wire format, signed client, refunds, bills."""

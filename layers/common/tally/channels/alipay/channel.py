@@ -1,0 +1,110 @@
+"""Alipay as a `Channel` (channels/registry.py): its spellings, tables, ACKs and pull."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tally.channels.registry import ChannelNames
+
+if TYPE_CHECKING:
+    from tally.channels.bill_source import Bill, BillSource
+    from tally.channels.registry import PullClient, RefundClient
+    from tally.domain.notifications import Outcome, PaymentNotice
+    from tally.domain.refunds import RefundEvent
+
+
+@dataclass(frozen=True)
+class Alipay(ChannelNames):
+    ack_content_type: str = "text/plain"
+
+    def outcome_of(self, state: str) -> Outcome | None:
+        from tally.channels.alipay.wire import TRADE_STATUS
+
+        return TRADE_STATUS.get(state)
+
+    def refund_event_of(self, status: str) -> RefundEvent | None:
+        from tally.channels.alipay.refunds import REFUND_STATUS
+
+        return REFUND_STATUS.get(status)
+
+    def ack_success(self) -> tuple[int, str]:
+        from tally.channels.alipay import wire
+
+        return wire.ack_success()
+
+    def ack_failure(self, status: int, message: str) -> tuple[int, str]:
+        from tally.channels.alipay import wire
+
+        return wire.ack_failure(status, message)
+
+    def pull(self, merchants: Any, *, attempts: int, sleep: Callable[[float], None]) -> PullClient:
+        from tally.channels.alipay.pull import AlipayPull
+
+        return AlipayPull(merchants, attempts=attempts, sleep=sleep)
+
+    def paid_by_transaction(
+        self, merchants: Any, mchid: str, transaction_id: str
+    ) -> tuple[PaymentNotice, bytes]:
+        """alipay.trade.query by trade_no with the merchant's own app; a paid answer books receipt_amount (R13)."""
+        import dataclasses
+        import json
+
+        from tally.channels.alipay import wire
+
+        merchant = merchants.alipay(mchid)
+        answer = merchants.alipay_client(merchant).trade_query(trade_no=transaction_id)
+        notice = dataclasses.replace(
+            wire.to_payment_notice({**answer, "app_id": merchant.sp_mchid or mchid, "auth_app_id": mchid}),
+            source="recon",
+        )
+        return notice, json.dumps(answer, ensure_ascii=False).encode()
+
+    def refund_client(
+        self, merchants: Any, settings: Any, clock: Callable[[], float], merchant_id: str
+    ) -> RefundClient:
+        from tally.channels.alipay.refunds import AlipayRefunds
+
+        merchant = merchants.alipay(merchant_id)
+        return AlipayRefunds(merchants.alipay_client(merchant), mchid=merchant_id, sp_mchid=merchant.sp_mchid)
+
+    def bill_source(self, merchants: Any) -> BillSource | None:
+        from tally.channels.alipay.bills import AlipayBillSource
+
+        return AlipayBillSource(merchants)
+
+    def open_bill(self, data: bytes) -> Bill | None:
+        from tally.channels.alipay.bills import AlipayBill
+
+        return AlipayBill(data)
+
+    def merchant(self, merchants: Any, merchant_id: str) -> Any:
+        return merchants.alipay(merchant_id)
+
+    def prepay(
+        self, merchants: Any, merchant: Any, order: dict[str, Any], *, expire_minutes: int, expire_s: float
+    ) -> dict[str, str]:
+        """alipay.trade.precreate → qr_code (the buyer scans it); it expires in `expire_minutes`."""
+        qr_code = merchants.alipay_client(merchant).precreate(
+            out_trade_no=order["out_trade_no"],
+            amount_cent=order["amount_cent"],
+            subject=order["description"],
+            notify_url=merchant.notify_url,
+            timeout_express=f"{expire_minutes}m",
+        )
+        return {"qr_code": qr_code}
+
+
+CHANNEL = Alipay(
+    name="alipay",
+    label="Alipay",
+    stored="alipay",
+    route="alipay",
+    order_word="alipay",
+    api=None,
+    merchant_kind="alipay",
+    merchant_param="app_id",
+    currencies=("CNY",),
+    reconciled=True,
+)

@@ -1,0 +1,84 @@
+"""What every channel's bill download answers (service/recon_sources.py, channels/<name>/bills.py).
+
+`fetch(mchid, bill_date)` answers one of: a bill (files + SHA-1), NO_STATEMENT (the channel says there is
+no bill for that day) or NOT_READY (being generated: retry later). Everything else raises DownloadFailed.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from tally import errors
+from tally.domain.recon import BillIndex, BillItem, BillTotals
+
+OK, NO_STATEMENT, NOT_READY = "OK", "NO_STATEMENT", "NOT_READY"
+
+
+class DownloadFailed(errors.ChannelError):
+    def __init__(self, message: str, *, retryable: bool = False, code: str = "DOWNLOAD_FAILED"):
+        super().__init__(message)
+        self.retryable = retryable
+        self.code = code
+
+
+@dataclass
+class Fetched:
+    status: str
+    data: bytes = b""  # the bill as it will be parsed (WeChat: decompressed; Alipay: the zip)
+    name: str = ""
+    sha1: str = ""
+    channel_hash: str = ""  # what the channel said the hash is (WeChat hash_value), "" if none
+    note: str = ""
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+def sha1_hex(data: bytes) -> str:
+    return hashlib.sha1(data).hexdigest()  # noqa: S324 - the channel's integrity check, not security
+
+
+def gunzip(raw: bytes) -> bytes:
+    """The GZIP answer decompressed; anything that is not gzip is kept as-is for the parser to refuse
+    loudly (an HTML error page served with 200 must not disappear here)."""
+    if raw[:2] != b"\x1f\x8b":
+        return raw
+    try:
+        return gzip.decompress(raw)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise DownloadFailed(f"corrupt gzip: {exc}", code="CORRUPT_GZIP") from None
+
+
+def lines_of(data: bytes) -> Iterator[bytes]:
+    """A bill's bytes as lines (bytes, newline kept): what every parser reads."""
+    return iter(io.BytesIO(data))
+
+
+class BillSource(Protocol):
+    channel: str
+
+    def fetch(self, mchid: str, bill_date: str) -> Fetched: ...
+
+
+class BillParser(Protocol):
+    totals: BillTotals
+
+    def items(self) -> Iterator[BillItem]: ...
+
+    def scan(self) -> BillTotals: ...
+
+    def index(self) -> BillIndex: ...
+
+    def item_at(self, raw: bytes) -> BillItem: ...
+
+
+class Bill(Protocol):
+    """One bill file opened for parsing: `data` as the parser reads it."""
+
+    data: bytes
+
+    def parser(self, *, check_fees: bool = True) -> Any: ...

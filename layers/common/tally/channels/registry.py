@@ -1,0 +1,285 @@
+"""The channels Tally speaks, by one name each, and the one place that maps a name to what is stored.
+
+Three channels, one spelling each (the package name): `wechatpay_v3`, `wechatpay_v2`, `alipay`. The values
+already on the wire, in rows and in alarms keep their meaning; this module is where each is written down:
+
+| name         | stored (`channel` of rows, raw keys) | route / metric / CLI word | POST /orders `channel` | order `api`    | merchants table |
+|--------------|--------------------------------------|---------------------------|------------------------|----------------|-----------------|
+| wechatpay_v3 | wechatpay                            | wechatpay                 | wechatpay              | -              | wechatpay       |
+| wechatpay_v2 | wechatpay (v2 reports v3's payments) | wechatpay-v2              | wechatpay_v2           | wechatpay_v2   | wechatpay_v2    |
+| alipay       | alipay                               | alipay                    | alipay                 | -              | alipay          |
+
+A caller looks a channel up (`get(name)`, `by_route_key`, `by_order_word`, `by_stored`, `for_order`) and asks
+it (the `Channel` protocol) instead of writing `if channel == "alipay"`. Adding a fourth channel: a package
+`channels/<name>/` with its wire module and a `channel.py` defining an object that satisfies `Channel`,
+listed in `_BUILTIN` below (docs/design.md "Adding a channel").
+
+Nothing here imports a wire module at import time: the notify function's cold start and the CLI's names
+cost nothing (each channel.py imports its wire module when a table or an ACK is first asked for).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from tally.channels.bill_source import Bill, BillSource
+    from tally.domain.notifications import Outcome, PaymentNotice
+    from tally.domain.poll import CloseResult, QueryResult
+    from tally.domain.refunds import ChannelAnswer, RefundEvent
+
+
+class RefundClient(Protocol):
+    """One merchant's refund calls (service/refunds.RefundChannel is the same shape, seen from the service)."""
+
+    def create(self, refund: dict[str, Any]) -> ChannelAnswer: ...
+
+    def query(self, refund: dict[str, Any]) -> ChannelAnswer: ...
+
+
+class PullClient(Protocol):
+    """One channel's order query and close (service/pull.PullChannels routes an order to it)."""
+
+    def query(self, order: dict[str, Any], fast: bool = False) -> QueryResult: ...
+
+    def close(self, order: dict[str, Any]) -> CloseResult: ...
+
+
+class Channel(Protocol):
+    """What ingest, orders, pull, recon, merchants, bootstrap, the CLI and the console need from a channel."""
+
+    name: str  # the one spelling: the package name
+    label: str  # what people read: "WeChat Pay v3"
+    stored: str  # rows' `channel` and the raw keys' prefix (never migrated)
+    route: str  # /notify/<route>/{id}; also the metric dimension value and the CLI's word
+    order_word: str  # POST /orders `"channel"`
+    api: str | None  # the order row's `api` when the stored channel has several APIs (WeChat v2)
+    merchant_kind: str  # the merchants table's channel and the secret path tally/merchants/<kind>/<id>
+    merchant_param: str  # the route's path parameter naming the merchant: mchid or app_id
+    currencies: tuple[str, ...] | None  # the currencies an order may have (None: any ISO code)
+    reconciled: bool  # the recon function downloads this stored channel's bills
+    ack_content_type: str
+
+    @property
+    def route_key(self) -> str: ...
+
+    @property
+    def metric(self) -> str: ...
+
+    def outcome_of(self, state: str) -> Outcome | None: ...
+
+    def refund_event_of(self, status: str) -> RefundEvent | None: ...
+
+    def ack_success(self) -> tuple[int, str]: ...
+
+    def ack_failure(self, status: int, message: str) -> tuple[int, str]: ...
+
+    def pull(self, merchants: Any, *, attempts: int, sleep: Callable[[float], None]) -> PullClient: ...
+
+    def refund_client(
+        self, merchants: Any, settings: Any, clock: Callable[[], float], merchant_id: str
+    ) -> RefundClient:
+        """The merchant's refund client (the directory's UnknownMerchant, an errors.NotFound, if this channel
+        has no credentials for it: refund_clients then asks the next channel of the same stored value)."""
+        ...
+
+    def bill_source(self, merchants: Any) -> BillSource | None:
+        """The daily bill download (None: this channel's payments are in another channel's bill)."""
+        ...
+
+    def open_bill(self, data: bytes) -> Bill | None:
+        """A bill file of this channel opened for parsing (None: it has no bill of its own)."""
+        ...
+
+    def merchant(self, merchants: Any, merchant_id: str) -> Any:
+        """The configured merchant (the directory's UnknownMerchant, an errors.NotFound, if none)."""
+        ...
+
+    def paid_by_transaction(
+        self, merchants: Any, mchid: str, transaction_id: str
+    ) -> tuple[PaymentNotice, bytes]:
+        """The channel's answer about one of its transaction ids, as a source="recon" notice and the verified
+        body (reconciliation's "channel has it, we don't", R36); errors.ChannelError / ParseError /
+        NotFound when it cannot say."""
+        ...
+
+    def prepay(
+        self, merchants: Any, merchant: Any, order: dict[str, Any], *, expire_minutes: int, expire_s: float
+    ) -> dict[str, str]:
+        """Ask the channel for the buyer's QR content: {"code_url": …} or {"qr_code": …} to store on the
+        order (an errors.ChannelError if the channel says no)."""
+        ...
+
+
+@dataclass(frozen=True)
+class ChannelNames:
+    """The spellings of one channel (what `Channel` declares as data); channel.py classes extend it."""
+
+    name: str
+    label: str
+    stored: str
+    route: str
+    order_word: str
+    api: str | None
+    merchant_kind: str
+    merchant_param: str
+    currencies: tuple[str, ...] | None
+    reconciled: bool
+
+    @property
+    def route_key(self) -> str:
+        """The API Gateway routeKey of the notify route, as in template.yaml."""
+        return f"POST /notify/{self.route}/{{{self.merchant_param}}}"
+
+    @property
+    def metric(self) -> str:
+        """The `channel` metric dimension value (template alarms filter on it)."""
+        return self.route
+
+
+_BUILTIN = (
+    "tally.channels.wechatpay_v3.channel",
+    "tally.channels.wechatpay_v2.channel",
+    "tally.channels.alipay.channel",
+)
+_CHANNELS: dict[str, Channel] = {}
+
+
+def register(channel: Channel) -> Channel:
+    """Add a channel; its spellings must not collide with another channel's (stored values may be shared)."""
+    for other in _CHANNELS.values():
+        clash = {channel.name, channel.route, channel.order_word} & {
+            other.name,
+            other.route,
+            other.order_word,
+        }
+        if other.name != channel.name and clash:
+            raise ValueError(f"channel {channel.name} spells {sorted(clash)} like {other.name}")
+    _CHANNELS[channel.name] = channel
+    _METRIC_OF.clear()
+    return channel
+
+
+def all_channels() -> list[Channel]:
+    """Every registered channel, in registration order (v3, v2, Alipay)."""
+    if not _CHANNELS:
+        for module in _BUILTIN:
+            register(importlib.import_module(module).CHANNEL)
+    return list(_CHANNELS.values())
+
+
+def default() -> Channel:
+    """The channel of a POST /orders without `"channel"`: the first registered (WeChat Pay v3)."""
+    return all_channels()[0]
+
+
+def names() -> list[str]:
+    return [c.name for c in all_channels()]
+
+
+def get(name: str) -> Channel:
+    """The channel of this name (KeyError for one nobody registered)."""
+    for channel in all_channels():
+        if channel.name == name:
+            return channel
+    raise KeyError(f"no channel {name!r}: one of {', '.join(names())}")
+
+
+def find(match: Callable[[Channel], bool]) -> Channel | None:
+    return next((c for c in all_channels() if match(c)), None)
+
+
+def by_route_key(route_key: str) -> Channel | None:
+    """The channel whose notify route API Gateway matched ("POST /notify/wechatpay/{mchid}")."""
+    return find(lambda c: c.route_key == route_key)
+
+
+def by_path(path: str) -> Channel | None:
+    """The channel a notify path belongs to (/notify/wechatpay-v2/… is v2's, not v3's)."""
+    return find(lambda c: path.startswith(f"/notify/{c.route}/"))
+
+
+def by_order_word(word: str) -> Channel | None:
+    """POST /orders `"channel"` → the channel (None: not one we take)."""
+    return find(lambda c: c.order_word == word)
+
+
+def by_route(route: str) -> Channel | None:
+    """The CLI's and the metric's word (wechatpay, wechatpay-v2, alipay) → the channel."""
+    return find(lambda c: c.route == route)
+
+
+def by_merchant_kind(kind: str) -> Channel | None:
+    """A merchants-table row's `channel` (wechatpay, wechatpay_v2, alipay) → the channel."""
+    return find(lambda c: c.merchant_kind == kind)
+
+
+def by_stored(stored: str) -> Channel | None:
+    """A row's `channel` → the channel that owns the stored value's tables (for "wechatpay": v3, whose
+    state and refund tables v2's words are translated into)."""
+    return find(lambda c: c.stored == stored)
+
+
+def for_order(order: dict[str, Any]) -> Channel | None:
+    """The channel whose API queries this order: its `api` when set (WeChat v2 orders), else its channel."""
+    api = order.get("api")
+    if api:
+        return find(lambda c: c.api == api)
+    return by_stored(str(order.get("channel") or ""))
+
+
+def refund_clients(
+    merchants: Any, settings: Any, clock: Callable[[], float]
+) -> dict[str, Callable[[str], RefundClient]]:
+    """stored channel -> (merchant id -> refund client). A stored value shared by several channels (WeChat v2
+    and v3) asks them in registration order: v3 when the merchant has v3 credentials, else v2 (R26)."""
+    from tally import errors
+
+    def for_stored(stored: str) -> Callable[[str], RefundClient]:
+        sharing = [c for c in all_channels() if c.stored == stored]
+
+        def client(merchant_id: str) -> RefundClient:
+            for channel in sharing[:-1]:
+                try:
+                    return channel.refund_client(merchants, settings, clock, merchant_id)
+                except errors.NotFound:
+                    continue
+            return sharing[-1].refund_client(merchants, settings, clock, merchant_id)
+
+        return client
+
+    return {stored: for_stored(stored) for stored in stored_values()}
+
+
+def stored_values() -> list[str]:
+    """The distinct stored `channel` values (wechatpay, alipay)."""
+    return list(dict.fromkeys(c.stored for c in all_channels()))
+
+
+def reconciled() -> tuple[str, ...]:
+    """The stored channels whose bills the recon function reads."""
+    return tuple(dict.fromkeys(c.stored for c in all_channels() if c.reconciled))
+
+
+def metric_values() -> tuple[str, ...]:
+    """The `channel` metric dimension's values (plus observability.OTHER for anything else)."""
+    return tuple(c.metric for c in all_channels())
+
+
+def metric_of(spelling: str | None) -> str | None:
+    """Any spelling of a channel (name, stored, route, order word, api) → its metric value; None if unknown.
+    A stored value shared by two channels means the first registered (v3 for "wechatpay")."""
+    if not _METRIC_OF:
+        for channel in reversed(all_channels()):  # the first registered wins a shared stored value
+            _METRIC_OF[channel.stored] = channel.metric
+        for channel in all_channels():
+            for word in (channel.name, channel.route, channel.order_word, channel.api):
+                if word:
+                    _METRIC_OF[word] = channel.metric
+    return _METRIC_OF.get(spelling or "")
+
+
+_METRIC_OF: dict[str, str] = {}  # filled on first use (count() calls this for every metric)

@@ -1,0 +1,1 @@
+"""WeChat Pay API v2: XML wire format, signed client, refunds."""

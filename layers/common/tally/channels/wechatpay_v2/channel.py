@@ -1,0 +1,123 @@
+"""WeChat Pay API v2 as a `Channel` (channels/registry.py).
+
+v2 reports the same WeChat transactions and refund numbers as v3, so it stores v3's channel ("wechatpay"):
+its words are translated to v3's before a table is read, and v3's tables decide (wire.py docstring). It has
+its own route (/notify/wechatpay-v2/), metric value, order word, order `api` and merchant rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tally.channels.registry import ChannelNames
+
+if TYPE_CHECKING:
+    from tally.channels.bill_source import Bill, BillSource
+    from tally.channels.registry import PullClient, RefundClient
+    from tally.domain.notifications import Outcome, PaymentNotice
+    from tally.domain.refunds import RefundEvent
+
+
+@dataclass(frozen=True)
+class WeChatPayV2(ChannelNames):
+    ack_content_type: str = "text/xml"
+
+    def outcome_of(self, state: str) -> Outcome | None:
+        from tally.channels.wechatpay_v3.wire import TRADE_STATE  # v3's table: v2 shares its channel
+
+        return TRADE_STATE.get(state)
+
+    def refund_event_of(self, status: str) -> RefundEvent | None:
+        from tally.channels.wechatpay_v3.refunds import REFUND_STATUS  # v2 words are translated first
+
+        return REFUND_STATUS.get(status)
+
+    def ack_success(self) -> tuple[int, str]:
+        from tally.channels.wechatpay_v2 import wire
+
+        return wire.ack_success()
+
+    def ack_failure(self, status: int, message: str) -> tuple[int, str]:
+        from tally.channels.wechatpay_v2 import wire
+
+        return wire.ack_failure(status, message)
+
+    def pull(self, merchants: Any, *, attempts: int, sleep: Callable[[float], None]) -> PullClient:
+        from tally.channels.wechatpay_v2.pull import WeChatPayV2Pull
+
+        return WeChatPayV2Pull(merchants, attempts=attempts, sleep=sleep)
+
+    def paid_by_transaction(
+        self, merchants: Any, mchid: str, transaction_id: str
+    ) -> tuple[PaymentNotice, bytes]:
+        """Never asked: v2's payments are stored as "wechatpay", whose owner (v3) answers recon's question."""
+        from tally import errors
+
+        raise errors.ChannelError(
+            "WeChat Pay v2 has no query by transaction_id here: v3's answers (stored wechatpay)"
+        )
+
+    def refund_client(
+        self, merchants: Any, settings: Any, clock: Callable[[], float], merchant_id: str
+    ) -> RefundClient:
+        """The merchant's v2 refund client: /secapi/pay/refund with mutual TLS when its secret carries the API
+        client certificate (tally merchant add wechatpay-v2 --client-cert …)."""
+        from tally.channels.wechatpay_v2.refunds import (
+            WeChatPayV2RefundClient,
+            WeChatV2Refunds,
+            mtls_context_from_pem,
+        )
+
+        mchid = merchant_id
+        v2 = merchants.wechatpay_v2(mchid)
+        client = WeChatPayV2RefundClient(
+            settings.wechatpay_api_base,
+            mchid=mchid,
+            api_key=v2.api_key,
+            appid=str(v2.row.get("appid") or ""),
+            timeout_s=settings.http_timeout_s,
+            ssl_context=mtls_context_from_pem(
+                v2.client_cert, v2.client_key or "", settings.wechatpay_ca_file or None
+            )
+            if v2.client_cert
+            else None,
+        )
+        return WeChatV2Refunds(client, v2.notify_url, clock=clock)
+
+    def bill_source(self, merchants: Any) -> BillSource | None:
+        return None  # its payments are in the merchant's WeChat bill: v3's download (stored "wechatpay")
+
+    def open_bill(self, data: bytes) -> Bill | None:
+        return None
+
+    def merchant(self, merchants: Any, merchant_id: str) -> Any:
+        return merchants.wechatpay_v2(merchant_id)
+
+    def prepay(
+        self, merchants: Any, merchant: Any, order: dict[str, Any], *, expire_minutes: int, expire_s: float
+    ) -> dict[str, str]:
+        """`/pay/unifiedorder` (trade_type NATIVE) → code_url."""
+        code_url = merchants.wechatpay_v2_client(merchant).unified_order(
+            out_trade_no=order["out_trade_no"],
+            total_fee=order["amount_cent"],
+            body=order["description"],
+            notify_url=merchant.notify_url,
+            time_expire=expire_s,
+        )
+        return {"code_url": code_url}
+
+
+CHANNEL = WeChatPayV2(
+    name="wechatpay_v2",
+    label="WeChat Pay v2",
+    stored="wechatpay",
+    route="wechatpay-v2",
+    order_word="wechatpay_v2",
+    api="wechatpay_v2",
+    merchant_kind="wechatpay_v2",
+    merchant_param="mchid",
+    currencies=("CNY",),
+    reconciled=True,  # its payments are in the merchant's WeChat bill (stored "wechatpay")
+)

@@ -1,0 +1,1 @@
+"""WeChat Pay API v3: wire format, signed client, refunds, bills."""

@@ -1,0 +1,126 @@
+"""WeChat Pay API v3 as a `Channel` (channels/registry.py): its spellings, tables, ACKs and pull."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tally.channels.registry import ChannelNames
+
+if TYPE_CHECKING:
+    from tally.channels.bill_source import Bill, BillSource
+    from tally.channels.registry import PullClient, RefundClient
+    from tally.domain.notifications import Outcome, PaymentNotice
+    from tally.domain.refunds import RefundEvent
+
+
+@dataclass(frozen=True)
+class WeChatPayV3(ChannelNames):
+    ack_content_type: str = "application/json"
+
+    def outcome_of(self, state: str) -> Outcome | None:
+        from tally.channels.wechatpay_v3.wire import TRADE_STATE
+
+        return TRADE_STATE.get(state)
+
+    def refund_event_of(self, status: str) -> RefundEvent | None:
+        from tally.channels.wechatpay_v3.refunds import REFUND_STATUS
+
+        return REFUND_STATUS.get(status)
+
+    def ack_success(self) -> tuple[int, str]:
+        from tally.channels.wechatpay_v3 import wire
+
+        return wire.ack_success()
+
+    def ack_failure(self, status: int, message: str) -> tuple[int, str]:
+        from tally.channels.wechatpay_v3 import wire
+
+        return wire.ack_failure(status, message)
+
+    def pull(self, merchants: Any, *, attempts: int, sleep: Callable[[float], None]) -> PullClient:
+        from tally.channels.wechatpay_v3.pull import WeChatPayV3Pull
+
+        return WeChatPayV3Pull(merchants, attempts=attempts, sleep=sleep)
+
+    def paid_by_transaction(
+        self, merchants: Any, mchid: str, transaction_id: str
+    ) -> tuple[PaymentNotice, bytes]:
+        """GET /v3/pay/transactions/id/{transaction_id} with the merchant's own credentials."""
+        import json
+        import urllib.parse
+
+        from tally.channels.wechatpay_v3 import wire
+
+        client = merchants.client(merchants.wechatpay(mchid))
+        path = (
+            f"/v3/pay/transactions/id/{urllib.parse.quote(transaction_id, safe='')}"
+            f"?mchid={urllib.parse.quote(mchid, safe='')}"
+        )
+        resource = client.request("GET", path, None)
+        notice = wire.to_payment_notice(resource, source="recon")
+        return notice, json.dumps(resource, ensure_ascii=False).encode()
+
+    def refund_client(
+        self, merchants: Any, settings: Any, clock: Callable[[], float], merchant_id: str
+    ) -> RefundClient:
+        from tally.channels.wechatpay_v3.refunds import WeChatRefunds
+
+        merchant = merchants.wechatpay(merchant_id)  # UnknownMerchant: no v3 credentials (then v2's, R26)
+        return WeChatRefunds(merchants.client(merchant), merchant.notify_url)
+
+    def bill_source(self, merchants: Any) -> BillSource | None:
+        from tally.channels.wechatpay_v3.bills import WeChatBillSource
+
+        return WeChatBillSource(merchants)
+
+    def open_bill(self, data: bytes) -> Bill | None:
+        from tally.channels.wechatpay_v3.bills import WeChatBill
+
+        return WeChatBill(data)
+
+    def merchant(self, merchants: Any, merchant_id: str) -> Any:
+        return merchants.wechatpay(merchant_id)
+
+    def prepay(
+        self, merchants: Any, merchant: Any, order: dict[str, Any], *, expire_minutes: int, expire_s: float
+    ) -> dict[str, str]:
+        """Native prepay → code_url; a sub-merchant's order is placed with its provider's credentials (R11)."""
+        from datetime import datetime
+
+        from tally.domain.recon import CHINA  # the channels' clock: Beijing time
+
+        client = merchants.client(merchant)
+        terms = {
+            "description": order["description"],
+            "out_trade_no": order["out_trade_no"],
+            "notify_url": merchant.notify_url,
+            "amount_cent": order["amount_cent"],
+            "currency": order["currency"],
+            "time_expire": datetime.fromtimestamp(expire_s, CHINA).isoformat(timespec="seconds"),
+        }
+        if merchant.sp_mchid:  # service provider: its credentials sign, the order is the sub-merchant's (R11)
+            code_url = client.partner_native_prepay(
+                sp_appid=merchant.appid,
+                sub_mchid=order["mchid"],
+                sub_appid=merchant.row.get("sub_appid"),
+                **terms,
+            )
+        else:
+            code_url = client.native_prepay(appid=merchant.appid, **terms)
+        return {"code_url": code_url}
+
+
+CHANNEL = WeChatPayV3(
+    name="wechatpay_v3",
+    label="WeChat Pay v3",
+    stored="wechatpay",
+    route="wechatpay",
+    order_word="wechatpay",
+    api=None,
+    merchant_kind="wechatpay",
+    merchant_param="mchid",
+    currencies=None,
+    reconciled=True,
+)

@@ -1,0 +1,99 @@
+"""WeChat Pay v3 pull: query and close an order (R21, R22), answers mapped by wire.py's tables."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from tally import errors
+from tally.channels.retry import with_retries
+from tally.channels.wechatpay_v3 import wire as wx
+from tally.domain.poll import Answer, CloseResult, QueryResult, lookup
+
+
+class WeChatPayV3Pull:
+    """Query and close with the credentials the order was created with (R22): the merchant's own, or in
+    partner mode the service provider's with the order's merchant as sub_mchid."""
+
+    def __init__(self, merchants: Any, *, attempts: int = 3, sleep: Callable[[float], None] = time.sleep):
+        self.merchants = merchants
+        self.attempts = attempts
+        self.sleep = sleep
+
+    def register(self, registry: Any) -> None:
+        registry.register(wx.CHANNEL, self.query, self.close)
+
+    def _client(self, order: dict[str, Any]) -> tuple[wx.WeChatPayClient, str | None]:
+        sp = order.get("sp_mchid") or None
+        merchant = self.merchants.wechatpay(sp or order["mchid"])
+        return self.merchants.client(merchant), (order["mchid"] if sp else None)
+
+    def query(self, order: dict[str, Any], fast: bool = False) -> QueryResult:
+        try:
+            client, sub = self._client(order)
+            response = with_retries(
+                lambda: client.query_by_out_trade_no(order["out_trade_no"], sub_mchid=sub),
+                attempts=1 if fast else self.attempts,
+                sleep=self.sleep,
+            )
+        except errors.NotFound as exc:  # the merchant directory's UnknownMerchant
+            return QueryResult(Answer.PERSON, "UNKNOWN_MERCHANT", detail=str(exc))
+        except wx.ChannelError as exc:
+            answer, mapped = lookup(wx.QUERY_ERROR, exc.word)
+            return QueryResult(answer, exc.word, detail=str(exc)[:300], mapped=mapped)
+        data = response.data if isinstance(response.data, dict) else {}
+        state = str(data.get("trade_state") or "")
+        answer, mapped = lookup(wx.QUERY_STATE, state)
+        if not mapped:
+            return QueryResult(
+                answer, state or "NO_TRADE_STATE", detail="trade_state in no table", mapped=False
+            )
+        problem = _not_this_order(data, order)
+        if problem:
+            return QueryResult(Answer.PERSON, state, detail=problem)
+        notice = None
+        if data.get("transaction_id"):
+            try:
+                notice = wx.to_payment_notice(data, source="query")
+            except wx.DecryptError as exc:
+                return QueryResult(Answer.PERSON, state, detail=f"paid answer unusable: {exc}")
+        if answer is Answer.PAID and notice is None:
+            return QueryResult(Answer.PERSON, state, detail="paid answer without transaction_id")
+        return QueryResult(answer, state, notice=notice, body=response.raw, headers=response.headers)
+
+    def close(self, order: dict[str, Any]) -> CloseResult:
+        try:
+            client, sub = self._client(order)
+            response = with_retries(
+                lambda: client.close(order["out_trade_no"], sub_mchid=sub),
+                attempts=self.attempts,
+                sleep=self.sleep,
+            )
+        except errors.NotFound as exc:  # the merchant directory's UnknownMerchant
+            return CloseResult(Answer.PERSON, "UNKNOWN_MERCHANT", detail=str(exc))
+        except wx.ChannelError as exc:
+            answer, mapped = lookup(wx.CLOSE_ANSWER, exc.word)
+            return CloseResult(answer, exc.word, detail=str(exc)[:300], mapped=mapped)
+        if response.status == 204:
+            return CloseResult(Answer.CLOSED, "CLOSED_NOW")
+        word = (
+            str(response.data.get("code") or f"HTTP_{response.status}")
+            if isinstance(response.data, dict)
+            else f"HTTP_{response.status}"
+        )
+        answer, mapped = lookup(wx.CLOSE_ANSWER, word)
+        return CloseResult(answer, word, detail=f"close answered {response.status}", mapped=mapped)
+
+
+def _not_this_order(data: dict[str, Any], order: dict[str, Any]) -> str:
+    """An answer about another order is never applied to this one (R11)."""
+    partner = "sp_mchid" in data
+    mchid = data.get("sub_mchid") if partner else data.get("mchid")
+    if data.get("out_trade_no") != order["out_trade_no"]:
+        return f"answer is about out_trade_no {str(data.get('out_trade_no'))[:40]!r}"
+    if str(mchid) != order["mchid"]:
+        return f"answer is about merchant {str(mchid)[:40]!r}"
+    if partner and str(data.get("sp_mchid")) != str(order.get("sp_mchid")):
+        return f"answer is about service provider {str(data.get('sp_mchid'))[:40]!r}"
+    return ""

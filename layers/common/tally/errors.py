@@ -1,0 +1,97 @@
+"""One error tree for the whole layer (issue #19 item 4).
+
+Every exception Tally raises on purpose is a `TallyError`: `code` is a short machine word for what went
+wrong, `retryable` says whether the same call may succeed later (channels/retry.py retries only those), and
+`http_status` is the answer an API handler gives for it (None: not an answer; a handler that meets it
+answers 500, counts ApiFailed and logs it, R40). `tally.apigw.answer` is the one place that turns these
+into HTTP; handlers never map exceptions themselves (tests/unit/test_errors.py).
+
+    TallyError
+    ├── InvalidRequest   400  the request is wrong (bad JSON, a field out of range)
+    ├── NotFound         404  no such order / refund / merchant
+    ├── Conflict         409  exists with other terms, or cannot be done as asked
+    ├── Busy             503  contention did not settle: retry the same request (retryable)
+    ├── RetryLater       -    not applicable yet: leave it for the queue's redelivery (retryable)
+    ├── ChannelError     -    a channel call failed (`retryable` per answer; a channel's own code)
+    ├── SignatureError   -    not proven to come from the channel (R4): the notify ACK formats answer it
+    └── ParseError       -    signed or trusted but unusable (R5)
+
+A module's own exception keeps its name and subclasses the node that says what it is (and, where callers
+catch it by a builtin, that builtin too: `class InvalidOrder(InvalidRequest, ValueError)`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class TallyError(Exception):
+    """The root: `code`, `retryable`, and the HTTP answer (`http_status`, `payload`)."""
+
+    code: str = "error"
+    retryable: bool = False
+    http_status: int | None = None  # None: not an answer a caller may see (500 + ApiFailed)
+
+    def __init__(self, message: str = "", *, retryable: bool | None = None):
+        super().__init__(message)
+        if retryable is not None:
+            self.retryable = retryable
+
+    def payload(self) -> dict[str, Any]:
+        """The JSON body of the HTTP answer."""
+        return {"error": str(self)}
+
+
+class InvalidRequest(TallyError):
+    code = "invalid_request"
+    http_status = 400
+
+
+class NotFound(TallyError):
+    code = "not_found"
+    http_status = 404
+
+
+class Conflict(TallyError):
+    code = "conflict"
+    http_status = 409
+
+
+class Busy(TallyError):
+    code = "busy"
+    retryable = True
+    http_status = 503
+
+
+class RetryLater(TallyError):
+    """Not applicable yet (order not found, contention): leave handled=0 and let SQS redeliver."""
+
+    code = "retry_later"
+    retryable = True
+
+
+class ChannelError(TallyError):
+    """A channel call failed. Channel modules subclass it; their `code` is the channel's own code."""
+
+    code = "channel_error"
+
+
+class SignatureError(TallyError):
+    """Not proven to come from the channel (R4)."""
+
+    code = "signature"
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+class ParseError(TallyError):
+    """Trusted (signed) but unusable: not retryable (R5)."""
+
+    code = "parse"
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """True only for a TallyError that says so: anything else (a bug, a KeyError) is never retried."""
+    return isinstance(exc, TallyError) and exc.retryable

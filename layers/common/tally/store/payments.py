@@ -1,0 +1,168 @@
+"""The payment booking (R18) and the illegal-money park (R17): the worker's two DynamoDB transactions.
+
+service/apply.py decides (state machine, entry checks); this module knows what the decision writes:
+
+* `book`: ONE TransactWriteItems — order compare-and-set (status + version) + transition row + the raw row
+  handled 0 → 1 + (money in) the ledger entry. Items in that order: ORDER, TRANSITION, RAW, LEDGER.
+* `park_illegal`: the raw row handled 0 → 2 with the reason and the refund task's key + the refund task put,
+  once (items: PARKED_RAW, REFUND_TASK).
+
+A cancelled transaction raises `TransactionFailed` (store/tables.py) whose `failed` holds those positions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tally.domain.notifications import PaymentNotice
+from tally.domain.orders import Event, Status
+from tally.store.codec import names_values, to_item
+from tally.store.records import OrderRow
+from tally.store.tables import RawStore, Tables, pending_pk
+
+ORDER, TRANSITION, RAW, LEDGER = 0, 1, 2, 3  # positions in `book`'s transaction
+PARKED_RAW, REFUND_TASK = 0, 1  # positions in `park_illegal`'s transaction
+
+
+class PaymentStore:
+    def __init__(self, tables: Tables, raw: RawStore | None = None):
+        self.t = tables
+        self.raw = raw or RawStore(tables)
+
+    def book(
+        self,
+        notice: PaymentNotice,
+        order: OrderRow,
+        event: Event,
+        to: Status,
+        now: str,
+        *,
+        bill_date: str,
+    ) -> None:
+        """The one transaction of an applied notification (R18). Raises TransactionFailed."""
+        money_in = event is Event.PAY
+        items = [
+            {"Update": self._order_cas(order, to, notice, now, money_in)},
+            {"Put": self._transition(order, event, to, notice, now)},
+            {
+                "Update": self.raw.handled_update(
+                    notice.raw_key, "BOOKED" if money_in else f"{event.value}D", now
+                )
+            },
+        ]
+        if money_in:
+            items.append({"Put": self._ledger(order, notice, now, bill_date)})
+        self.t.transact(items)
+
+    def park_illegal(self, notice: PaymentNotice, order: OrderRow, reason: str, now: str) -> str:
+        """R17: handled=2 plus a refund task, inserted once, in one transaction. Returns the task's key;
+        raises TransactionFailed (PARKED_RAW failed: the row was handled already; REFUND_TASK: it exists)."""
+        tenant = order.get("tenant") or notice.mchid
+        task = {
+            "pk": f"{tenant}#{order['pk']}#{notice.transaction_id}",
+            "tenant": tenant,
+            "order_pk": order["pk"],
+            "channel": notice.channel,
+            "transaction_id": notice.transaction_id,
+            "mchid": notice.mchid,
+            "out_trade_no": notice.out_trade_no,
+            "amount_cent": notice.paid_cent,
+            "reason": reason,
+            "status": "OPEN",
+            "created_at": now,
+        }
+        person = {
+            "TableName": self.t.notify_raw,
+            "Key": to_item({"pk": notice.raw_key}),
+            "UpdateExpression": "SET handled = :two, manual_reason = :r, handled_at = :now, "
+            "pending_pk = :ppk, pending_at = :now, refund_task = :task",
+            "ConditionExpression": "handled = :zero",
+            "ExpressionAttributeValues": names_values(
+                two=2,
+                zero=0,
+                r=f"ILLEGAL {reason}",
+                now=now,
+                ppk=pending_pk(2, notice.raw_key),
+                task=task["pk"],
+            ),
+        }
+        self.t.transact(
+            [
+                {"Update": person},
+                {
+                    "Put": {
+                        "TableName": self.t.refund_tasks,
+                        "Item": to_item(task),
+                        "ConditionExpression": "attribute_not_exists(pk)",
+                    }
+                },
+            ]
+        )
+        return str(task["pk"])
+
+    # ---------------------------------------------------------------- the items
+
+    def _order_cas(
+        self, order: OrderRow, to: Status, notice: PaymentNotice, now: str, money_in: bool
+    ) -> dict[str, Any]:
+        sets = ["#st = :to", "version = :next", "updated_at = :now"]
+        values: dict[str, Any] = {
+            "to": to.value,
+            "from": order["status"],
+            "v": order.get("version", 0),
+            "next": order.get("version", 0) + 1,
+            "now": now,
+        }
+        if money_in:
+            sets += ["transaction_id = :tx", "paid_cent = :paid", "refundable_cent = :paid", "paid_at = :now"]
+            values.update(tx=notice.transaction_id, paid=notice.paid_cent)
+        return {
+            "TableName": self.t.orders,
+            "Key": to_item({"pk": order["pk"]}),
+            "UpdateExpression": "SET " + ", ".join(sets) + " REMOVE poll_pk, poll_due",
+            "ConditionExpression": "#st = :from AND version = :v",
+            "ExpressionAttributeNames": {"#st": "status"},
+            "ExpressionAttributeValues": names_values(**values),
+        }
+
+    def _transition(
+        self, order: OrderRow, event: Event, to: Status, notice: PaymentNotice, now: str
+    ) -> dict[str, Any]:
+        row = {
+            "pk": order["pk"],
+            "sk": f"{event.value}#{notice.transaction_id}",
+            "event": event.value,
+            "from_status": order["status"],
+            "to_status": to.value,
+            "at": now,
+            "raw_key": notice.raw_key,
+            "source": notice.source,
+        }
+        return {
+            "TableName": self.t.transitions,
+            "Item": to_item(row),
+            "ConditionExpression": "attribute_not_exists(pk)",
+        }
+
+    def _ledger(self, order: OrderRow, notice: PaymentNotice, now: str, bill_date: str) -> dict[str, Any]:
+        row = {
+            "pk": notice.raw_key,
+            "kind": "PAYMENT",
+            "channel": notice.channel,
+            "transaction_id": notice.transaction_id,
+            "order_pk": order["pk"],
+            "mchid": notice.mchid,
+            "out_trade_no": notice.out_trade_no,
+            "amount_cent": notice.paid_cent,
+            "order_total_cent": notice.order_total_cent,
+            "currency": notice.currency,
+            "success_time": notice.success_time,
+            "bill_date": bill_date,
+            "booked_at": now,
+            "source": notice.source,
+        }
+        return {
+            "TableName": self.t.ledger,
+            "Item": to_item(row),
+            "ConditionExpression": "attribute_not_exists(pk)",
+        }
