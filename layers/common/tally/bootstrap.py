@@ -192,13 +192,14 @@ def order_service() -> OrderService:
 @cache
 def pull_channels() -> PullChannels:
     from tally.channels import registry as channel_registry
-    from tally.service.pull import PullChannels
+    from tally.service.pull import MerchantPace, PullChannels
 
-    pulls = PullChannels()
+    pace = MerchantPace(settings().poll_merchant_qps)  # one per container: shared by every poller thread
+    pulls = PullChannels(pace=pace)
     for (
         channel
     ) in channel_registry.all_channels():  # each channel's query and close (channels/<name>/pull.py)
-        pulls.add(channel, channel.pull(merchants(), attempts=3, sleep=time.sleep))
+        pulls.add(channel, channel.pull(merchants(), attempts=3, sleep=pace.retry_sleep(time.sleep)))
     return pulls
 
 
@@ -215,6 +216,7 @@ def poll_service() -> PollService:
         apply_service(),
         pull_channels(),
         clock=_clock,
+        concurrency=settings().poll_concurrency,
     )
 
 

@@ -51,6 +51,9 @@ class Settings:
     # the operations console (docs/console.md)
     console_user_pool_id: str = ""
     console_client_id: str = ""
+    # the poller at volume (docs/pull.md): channel calls per merchant and second, and orders polled at once
+    poll_merchant_qps: int = 10
+    poll_concurrency: int = 8
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -93,6 +96,8 @@ class Settings:
                 wechatpay_ca_file=env.get("TALLY_WECHATPAY_CA_FILE", ""),
                 console_user_pool_id=env.get("CONSOLE_USER_POOL_ID", ""),
                 console_client_id=env.get("CONSOLE_CLIENT_ID", ""),
+                poll_merchant_qps=int(env.get("TALLY_POLL_MERCHANT_QPS", "10")),
+                poll_concurrency=int(env.get("TALLY_POLL_CONCURRENCY", "8")),
             )
         except KeyError as missing:
             raise RuntimeError(f"missing environment variable {missing}: see docs/contracts.md") from None
