@@ -217,8 +217,8 @@ def test_r43_the_daily_statement_is_written_next_to_the_report_and_tally_ledger_
     run writes it at reports/{channel}/{mchid}/{day}/statement.csv and `tally ledger day --statement` prints
     the same text."""
     import boto3
-    from tally.cli import ledger as cli_ledger
-    from tally.cli.main import main
+    from tally_cli import ledger as cli_ledger
+    from tally_cli.main import main
 
     pay_and_deliver = [(1000, 900, "CASH"), (2000, 1500, "NOCASH")]
     for i, (total, payer, kind) in enumerate(pay_and_deliver):
