@@ -103,6 +103,7 @@ def test_r43_before_the_wiring_the_cash_coupon_would_differ(h, m, svc):
             "bill_date",
             "booked_at",
             "source",
+            "bill_shard",  # the sharded bill-date index recon reads (store/recon.py)
         }
     }
     h.ddb.put_item(TableName=h.env["LEDGER_TABLE"], Item=to_item(legacy))  # as booked before R43

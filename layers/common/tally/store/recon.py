@@ -273,7 +273,11 @@ class LedgerView:
         booked under that key (a re-run: compared by the caller, never overwritten)."""
         try:
             self.ddb.put_item(
-                TableName=self.table, Item=to_item(row), ConditionExpression="attribute_not_exists(pk)"
+                TableName=self.table,
+                Item=to_item(
+                    with_bill_shard(row)
+                ),  # every ledger write carries its shard (all_of_day reads it)
+                ConditionExpression="attribute_not_exists(pk)",
             )
             return None
         except self.ddb.exceptions.ConditionalCheckFailedException:
