@@ -218,6 +218,7 @@ def test_r43_the_daily_statement_is_written_next_to_the_report_and_tally_ledger_
     run writes it at reports/{channel}/{mchid}/{day}/statement.csv and `tally ledger day --statement` prints
     the same text."""
     import boto3
+
     from tally_cli import ledger as cli_ledger
     from tally_cli.main import main
 
