@@ -56,7 +56,8 @@ class Payment:
 
     @property
     def raw_key(self) -> str:
-        return f"{self.raw_prefix}#{self.transaction_id}"
+        """`channel#mchid#transaction_id` (PaymentNotice.raw_key: scoped per merchant, R39)."""
+        return f"{self.raw_prefix}#{self.order.mchid}#{self.transaction_id}"
 
 
 # ---------------------------------------------------------------------------------------------- result
@@ -902,7 +903,7 @@ def check_refunds_final(
 ) -> None:
     """Every reservation ends booked or released; our refunds agree with the channel's and the ledger."""
     env, v = run.env, run.result.violations
-    ours = {r["pk"]: r for r in env.scan("REFUNDS_TABLE")}
+    ours = {r["refund_no"]: r for r in env.scan("REFUNDS_TABLE")}
     theirs = {r.refund_no: r for desk in run.desks.values() for r in desk.refunds()}
     for no, r in ours.items():
         if r["status"] not in FINAL_REFUND:

@@ -100,7 +100,7 @@ def test_checker_catches_a_double_booking(world):
     forged = {
         k: {"S": str(v)} if isinstance(v, str) else {"N": str(v)} for k, v in entry.items() if v is not None
     }
-    forged["pk"] = {"S": "wechatpay#4200009999999999999999999999"}
+    forged["pk"] = {"S": f"wechatpay#{entry['mchid']}#4200009999999999999999999999"}
     world.env.ddb.put_item(TableName=world.env.env["LEDGER_TABLE"], Item=forged)
     result.violations.clear()
     check(run)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from tally.domain.recon import OPEN, PAYMENT, REFUND, LocalEntry
+from tally.domain.recon import OPEN, PAYMENT, REFUND, LocalEntry, ledger_pks, local_entry
 from tally.store.codec import encode, from_item, names_values, to_item
 
 CONFIRM_SK = "confirm"
@@ -240,15 +240,22 @@ class LedgerView:
         row = self.get(pk)
         if row is None or row.get("kind", PAYMENT) not in (PAYMENT, REFUND):
             return None
-        return LocalEntry(
-            row["pk"],
-            row.get("kind", PAYMENT),
-            int(row["amount_cent"]),
-            row.get("bill_date", ""),
-            row.get("transaction_id", ""),
-            row.get("out_trade_no", ""),
-            row.get("refund_no", ""),
-        )
+        return local_entry(row)
+
+    def booked(self, key: str, mchid: str) -> dict[str, Any] | None:
+        """The merchant's entry a bill key `channel#id` names: scoped pk, else a pre-#15 one (`ledger_pks`)."""
+        scoped, legacy = ledger_pks(key, mchid)
+        row = self.get(scoped)
+        if row is None:
+            row = self.get(legacy)
+            row = row if row is not None and row.get("mchid") == mchid else None
+        return row
+
+    def booked_entry(self, key: str, mchid: str) -> LocalEntry | None:
+        row = self.booked(key, mchid)
+        if row is None or row.get("kind", PAYMENT) not in (PAYMENT, REFUND):
+            return None
+        return local_entry(row)
 
     def reversal_put(self, row: dict[str, Any]) -> dict[str, Any]:
         return {
