@@ -18,6 +18,7 @@ NO_FAULT = "no fault"
 SEP = "|"
 
 _active: Any = None  # the Recorder of the scenario that runs now (one at a time per process)
+SESSION: Counter[str] = Counter()  # every day of this process (the CI slice's terminal summary)
 _refund_key: list[str] = []  # the refund row key being decided (stack: _transition / _land)
 
 
@@ -112,6 +113,8 @@ def start(scenario: Any) -> Recorder:
 
 def stop() -> None:
     global _active
+    if _active is not None:
+        SESSION.update(_active.cells)
     _active = None
 
 

@@ -883,7 +883,9 @@ def check(run: Scenario) -> None:
             v.append(f"R39 the hostile tenant {hostile}'s claim on {tx} was booked")
         victim = channel[tx].order
         if any(
-            r.get("manual_kind") == "suspected_forgery" and r.get("out_trade_no") == victim.out_trade_no
+            r.get("manual_kind") == "suspected_forgery"
+            and r.get("out_trade_no") == victim.out_trade_no
+            and not r.get("refund_no")  # a payment parked, not a forged refund report on the same order
             for r in env.scan("NOTIFY_EVENT_TABLE")
             if r.get("mchid") == victim.mchid
         ):
