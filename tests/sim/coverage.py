@@ -165,6 +165,49 @@ def render_gaps(cells: Counter[str] | dict[str, int]) -> str:
     return "\n".join(lines)
 
 
-UNREACHABLE: dict[
-    tuple[str, str, str], str
-] = {}  # filled below from the soak (docs/proof.md "Coverage matrix")
+MICROPAY = "MICROPAY only (付款码): Tally creates NATIVE/precreate orders, no channel of the sim reports REVOKED/PAYERROR"
+SOLO_POLLER = "the poller asks only WAIT_PAY orders on its due index, and its close takes the order off it"
+ONE_THREAD = (
+    "needs a write between the poller's (or create call's) read and its conditional write: the sim runs one "
+    "thing at a time; tests/concurrency/test_server_mode.py races it for real"
+)
+DESK = (
+    "the simulated refund desks settle only SUCCESS/CLOSED, for the amount asked, within the day: never "
+    "ABNORMAL, an unmapped status, another amount, or no outcome before expiry (tests/integration/test_refunds.py)"
+)
+MANUAL_ONLY_BY = "a refund is MANUAL only through ABNORMAL / EXPIRE / MISMATCH / UNKNOWN (see DESK)"
+FINAL = (
+    "an ended refund leaves the poll index, a repeated report dedupes on its raw key before the state machine "
+    "(R7), and no simulated channel reports two outcomes for one refund (the hostile tenant's forged outcome is "
+    "parked before it, R39)"
+)
+EARLY_ANSWER = (
+    "the create call's answer always lands before the worker applies an early notification (ONE_THREAD)"
+)
+REFUSED_FIRST = (
+    "the desks never refuse a create they receive; an over-refund is refused by Tally before (409)"
+)
+
+# (machine, state, event) no simulated day can reach, and why (docs/proof.md "Coverage matrix").
+UNREACHABLE: dict[tuple[str, str, str], str] = {
+    **{
+        ("order", s, e): MICROPAY
+        for s in ("WAIT_PAY", "PAID", "CLOSED", "PAY_FAILED")
+        for e in ("REVOKE", "PAY_ERROR")
+    },
+    ("order", "PAY_FAILED", "PAY"): MICROPAY + " (PAY_FAILED is entered only by PAY_ERROR)",
+    ("order", "PAY_FAILED", "CLOSE"): MICROPAY + " (PAY_FAILED is entered only by PAY_ERROR)",
+    ("order", "CLOSED", "CLOSE"): SOLO_POLLER,
+    ("order", "PAID", "CLOSE"): ONE_THREAD,
+    **{
+        ("refund", s, e): DESK
+        for s in ("PENDING", "ACCEPTED", "SUCCESS", "FAIL", "MANUAL")
+        for e in ("ABNORMAL", "UNKNOWN", "MISMATCH", "EXPIRE")
+    },
+    **{("refund", "MANUAL", e): MANUAL_ONLY_BY for e in ("ACCEPT", "SUCCEED", "FAIL")},
+    ("refund", "ACCEPTED", "ACCEPT"): ONE_THREAD,
+    ("refund", "PENDING", "FAIL"): REFUSED_FIRST,
+    ("refund", "SUCCESS", "ACCEPT"): EARLY_ANSWER,
+    ("refund", "FAIL", "ACCEPT"): EARLY_ANSWER,
+    **{("refund", s, e): FINAL for s in ("SUCCESS", "FAIL") for e in ("SUCCEED", "FAIL")},
+}
