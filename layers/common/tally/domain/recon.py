@@ -262,9 +262,26 @@ def check_guards(
 # ---------------------------------------------------------------- matching (R34–R36)
 
 
+def match_key(pk: str, mchid: str | None) -> str:
+    """The key a bill row names (`channel#id`) for a ledger entry's pk. Entries are stored scoped per
+    merchant, `channel#mchid#id` (issue #15: two tenants' numbers never share a key); an entry booked before
+    that is `channel#id` already. A recon run is one merchant's, so `channel#id` is unique within it."""
+    channel, _, rest = pk.partition("#")
+    if mchid and rest.startswith(f"{mchid}#"):
+        return f"{channel}#{rest[len(mchid) + 1 :]}"
+    return pk
+
+
+def ledger_pks(key: str, mchid: str) -> tuple[str, str]:
+    """A bill key `channel#id` → the ledger pks it may be stored under: scoped first, then pre-#15."""
+    channel, _, ident = key.partition("#")
+    return f"{channel}#{mchid}#{ident}", key
+
+
 @dataclass(slots=True)
 class LocalEntry:
-    """A ledger entry as matching sees it (reversals already folded into `amount_cent`)."""
+    """A ledger entry as matching sees it (reversals already folded into `amount_cent`). `key` is the bill's
+    key (`match_key`), `pk` the entry's own key in the ledger (what a reversal names)."""
 
     key: str
     kind: str  # PAYMENT | REFUND
@@ -273,12 +290,13 @@ class LocalEntry:
     transaction_id: str = ""
     out_trade_no: str = ""
     refund_no: str = ""
+    pk: str = ""
 
 
 def fold_ledger(entries: Iterable[dict]) -> dict[str, LocalEntry]:
-    """Ledger rows of one bill_date → {pk: LocalEntry}. REVERSAL entries (signed, `reverses` = the pk they
-    correct) are added to their target; an entry reversed to zero counts as never booked."""
-    local: dict[str, LocalEntry] = {}
+    """Ledger rows of one bill_date → {bill key: LocalEntry}. REVERSAL entries (signed, `reverses` = the pk
+    they correct) are added to their target; an entry reversed to zero counts as never booked."""
+    local: dict[str, LocalEntry] = {}  # by ledger pk until the reversals are folded
     reversals: list[dict] = []
     for row in entries:
         kind = row.get("kind", PAYMENT)
@@ -287,20 +305,25 @@ def fold_ledger(entries: Iterable[dict]) -> dict[str, LocalEntry]:
             continue
         if kind not in (PAYMENT, REFUND):
             continue
-        local[row["pk"]] = LocalEntry(
-            row["pk"],
-            kind,
-            int(row["amount_cent"]),
-            row.get("bill_date", ""),
-            row.get("transaction_id", ""),
-            row.get("out_trade_no", ""),
-            row.get("refund_no", ""),
-        )
+        local[row["pk"]] = local_entry(row)
     for row in reversals:
         target = local.get(row.get("reverses", ""))
         if target is not None:
             target.amount_cent += int(row["amount_cent"])
-    return {k: e for k, e in local.items() if e.amount_cent != 0}
+    return {e.key: e for e in local.values() if e.amount_cent != 0}
+
+
+def local_entry(row: dict) -> LocalEntry:
+    return LocalEntry(
+        match_key(row["pk"], row.get("mchid")),
+        row.get("kind", PAYMENT),
+        int(row["amount_cent"]),
+        row.get("bill_date", ""),
+        row.get("transaction_id", ""),
+        row.get("out_trade_no", ""),
+        row.get("refund_no", ""),
+        row["pk"],
+    )
 
 
 @dataclass

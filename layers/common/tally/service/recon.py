@@ -322,7 +322,7 @@ class ReconService:
         channel, mchid, bill_date = run["channel"], run["mchid"], run["bill_date"]
         local = fold_ledger(self.ledger.day(channel, mchid, bill_date))
         run["ledger_entries"] = len(local)
-        matcher = Matcher(local, self.ledger.entry)
+        matcher = Matcher(local, lambda key: self.ledger.booked_entry(key, mchid))
         diffs = list(matcher.match_index(index, opened.item_at))  # the diffs only (few)
         if self.progress is not None:
             self.progress(len(index))
@@ -514,15 +514,15 @@ class ReconService:
                 f"{diff['cls']} {diff['item']}: no money moved in our books to reverse; "
                 "resolve without --reverse (channel-only payments are booked by the pull path)"
             )
-        target = self.ledger.get(diff["key"])
+        target = self.ledger.booked(diff["key"], diff["mchid"])
         if target is None:
             raise ReconError(f"ledger entry {diff['key']} not found")
         local = int(diff["local_amount_cent"])
         amount = -local if diff["cls"] == LOCAL_ONLY else int(diff["channel_amount_cent"]) - local
         entry = {
-            "pk": f"{diff['key']}#{REVERSAL}#{diff['bill_date']}",
+            "pk": f"{target['pk']}#{REVERSAL}#{diff['bill_date']}",
             "kind": REVERSAL,
-            "reverses": diff["key"],
+            "reverses": target["pk"],
             "amount_cent": amount,
             "channel": diff["channel"],
             "mchid": diff["mchid"],
