@@ -141,7 +141,7 @@ def key_rotation_service() -> KeyRotationService:
     from tally.service.keys import KeyRotationService
     from tally.store.tables import EventStore
 
-    return KeyRotationService(merchants(), events=EventStore(tables()), clock=_clock)
+    return KeyRotationService(merchants(), events=EventStore(tables()), clock=_clock, live=True)
 
 
 @cache
