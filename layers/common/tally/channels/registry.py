@@ -114,9 +114,10 @@ class Channel(Protocol):
         order (an errors.ChannelError if the channel says no)."""
         ...
 
-    def live_check(self, merchants: Any, merchant_id: str) -> list[Finding]:
+    def live_check(self, merchants: Any, merchant_id: str, *, download: bool = True) -> list[Finding]:
         """Harmless signed calls to the channel with the merchant's stored credentials (R47): each Finding
-        passes, NAMES the wrong credential with its fix, or could not tell (channels/doctor.py)."""
+        passes, NAMES the wrong credential with its fix, or could not tell (channels/doctor.py). `download`:
+        also download what the channel serves for rotation (WeChat v3 certificates in certificate mode)."""
         ...
 
 
@@ -145,11 +146,10 @@ class ChannelNames:
         """The `channel` metric dimension value (template alarms filter on it)."""
         return self.route
 
-    def live_check(self, merchants: Any, merchant_id: str) -> list[Finding]:
+    def live_check(self, merchants: Any, merchant_id: str, *, download: bool = True) -> list[Finding]:
         """The channel package's doctor (channels/<name>/doctor.py, imported on first use)."""
-        return importlib.import_module(f"tally.channels.{self.name}.doctor").live_check(
-            merchants, merchant_id
-        )
+        doctor = importlib.import_module(f"tally.channels.{self.name}.doctor")
+        return doctor.live_check(merchants, merchant_id, download=download)
 
 
 _BUILTIN = (

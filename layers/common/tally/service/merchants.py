@@ -703,7 +703,9 @@ def not_ready_reason(row: dict[str, Any]) -> str | None:
     return None
 
 
-def live_check(directory: MerchantDirectory, channel: str, merchant_id: str) -> dict[str, Any]:
+def live_check(
+    directory: MerchantDirectory, channel: str, merchant_id: str, *, download: bool = True
+) -> dict[str, Any]:
     """`tally merchant check --live`, `merchant add` and the hourly keys run: harmless signed calls to the channel
     with the stored credentials (channels/<name>/doctor.py), then the merchant's readiness (R47):
 
@@ -718,7 +720,7 @@ def live_check(directory: MerchantDirectory, channel: str, merchant_id: str) -> 
     if found is None:
         raise ValueError(f"unknown channel {channel!r}: wechatpay, alipay or wechatpay-v2")
     try:
-        findings = found.live_check(directory, merchant_id)
+        findings = found.live_check(directory, merchant_id, download=download)
     except UnknownMerchant:
         raise
     except Exception as exc:  # noqa: BLE001 - an unexpected failure is "could not check", never a verdict

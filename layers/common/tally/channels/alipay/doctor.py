@@ -32,7 +32,7 @@ NAMED = {
 }
 
 
-def live_check(directory: Any, merchant_id: str) -> list[Finding]:
+def live_check(directory: Any, merchant_id: str, *, download: bool = True) -> list[Finding]:
     merchant = directory.alipay(merchant_id)
     client = directory.alipay_client(merchant)
     try:

@@ -15,7 +15,7 @@ CHECK = "POST /pay/orderquery (query an order that cannot exist)"
 TRANSIENT = {"NETWORK", "HTTP_5XX", "SYSTEMERROR"}
 
 
-def live_check(directory: Any, merchant_id: str) -> list[Finding]:
+def live_check(directory: Any, merchant_id: str, *, download: bool = True) -> list[Finding]:
     client = directory.wechatpay_v2_client(directory.wechatpay_v2(merchant_id))
     try:
         client.order_query(probe_number(secrets.token_hex(8)))
