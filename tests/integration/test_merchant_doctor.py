@@ -198,3 +198,31 @@ def test_r47_cli_check_live_names_the_item_and_exits_1(h, sim, capsys, monkeypat
     assert main(["merchant", "check", "wechatpay", m["mchid"], "--live", "--local"]) == 1
     out = capsys.readouterr().out
     assert "APIv3 key decrypts nothing WeChat sends" in out and "NOT READY" in out and "K" * 32 not in out
+
+
+def test_r47_a_change_at_the_channel_is_caught_the_merchant_resets_its_apiv3_key(h, sim):
+    """Nothing changed in Tally: the merchant reset its APIv3 key in WeChat's merchant platform."""
+    m = h.add_merchant(verify_mode="certificate")
+    assert live_check(bootstrap.merchants(), "wechatpay", m["mchid"])["ready"] is True
+    sim.register_merchant(
+        m["mchid"],
+        "N" * 32,
+        m["merchant_public_key_pem"],
+        m["merchant_serial"],
+        appid=m["appid"],
+        verify_mode="certificate",
+    )
+    report = live_check(bootstrap.merchants(), "wechatpay", m["mchid"])
+    assert failed_item(report).startswith("APIv3 key decrypts nothing WeChat sends")
+    assert report["turned_not_ready"] is True and not_ready_count(h) == 1
+    assert h.create_order(m["mchid"])["statusCode"] == 409
+
+
+def test_r47_hourly_run_leaves_the_heartbeat_merchant_alone(h, sim):
+    bootstrap.heartbeat().api_url = "http://127.0.0.1:9"  # the beat's post fails; its merchant is configured
+    h.invoke("HeartbeatFunction", SCHEDULED)
+    mchid = bootstrap.settings().heartbeat_mchid
+    assert ("wechatpay", mchid) in bootstrap.merchants().store.configured()
+    report = h.invoke("KeysFunction", SCHEDULED)
+    assert f"wechatpay/{mchid}" not in report["live"]
+    assert "ready" not in bootstrap.merchants().store.get("wechatpay", mchid)
