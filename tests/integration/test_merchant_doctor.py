@@ -226,3 +226,16 @@ def test_r47_hourly_run_leaves_the_heartbeat_merchant_alone(h, sim):
     report = h.invoke("KeysFunction", SCHEDULED)
     assert f"wechatpay/{mchid}" not in report["live"]
     assert "ready" not in bootstrap.merchants().store.get("wechatpay", mchid)
+
+
+def test_r47_a_sub_merchant_is_checked_with_its_providers_credentials(h, sim):
+    sp = h.add_merchant(mchid="1900009301", verify_mode="certificate")
+    bootstrap.merchants().add_wechatpay_partner(sub_mchid="1900009302", sp_mchid=sp["mchid"])
+    report = live_check(bootstrap.merchants(), "wechatpay", "1900009302")
+    assert report["verdict"] == "pass", report
+    readd_v3(h, sp, merchant_serial="0" * 40)  # the provider's serial is wrong: the sub-merchant's calls fail
+    bootstrap.merchants().forget("wechatpay", "1900009302")
+    assert failed_item(live_check(bootstrap.merchants(), "wechatpay", "1900009302")).startswith(
+        "the merchant serial is not"
+    )
+    assert h.create_order("1900009302")["statusCode"] == 409
