@@ -362,6 +362,8 @@ def test_r41_every_kind_from_open_to_resolved_through_the_cli_and_every_door_agr
         "recon-blocked": ["ignore", "--why", "sandbox merchant"],
         "order": ["resolve", "--code", "closed-by-hand", "--why", "customer gave up"],
         "certificate": ["resolve", "--code", "added", "--why", "successor uploaded"],
+        # the rejected/quarantined merchants' wrong keys fail the hourly live check too (R47)
+        "merchant-not-ready": ["resolve", "--code", "key-fixed", "--why", "credentials fixed"],
     }
     remaining = set(seen["list"])
     for kind, (verb, *rest) in actions.items():

@@ -141,7 +141,13 @@ def key_rotation_service() -> KeyRotationService:
     from tally.service.keys import KeyRotationService
     from tally.store.tables import EventStore
 
-    return KeyRotationService(merchants(), events=EventStore(tables()), clock=_clock)
+    return KeyRotationService(
+        merchants(),
+        events=EventStore(tables()),
+        clock=_clock,
+        live=True,  # R47, every merchant but the heartbeat's synthetic one (no channel knows it)
+        not_live=frozenset({settings().heartbeat_mchid}),
+    )
 
 
 @cache

@@ -84,6 +84,9 @@ class M:
     CERT_REFRESHED = "PlatformCertRefreshed"
     CERT_EXPIRING = "PlatformCertExpiring"  # a channel/app certificate expires within 7 days (alarmed)
     CERT_REFRESH_FAILED = "PlatformCertRefreshFailed"  # the scheduled certificate download failed (alarmed)
+    MERCHANT_NOT_READY = (
+        "MerchantNotReady"  # a merchant's credentials turned failing the live check (R47, alarmed)
+    )
     # apply
     APPLY_BOOKED = "ApplyBooked"
     APPLY_DUPLICATE = "ApplyDuplicate"
@@ -199,6 +202,7 @@ ALARMED = ALARMED | {M.RECON_RUN_COMPLETED}  # its absence is the alarm: recon d
 ALARMED = ALARMED | {M.CONSOLE_ACTION_REFUSED}  # the console
 ALARMED = ALARMED | {M.NOTIFY_NO_TRANSACTION_ID, M.REFUND_REPORT_MANUAL}  # the work queue (R41)
 ALARMED = ALARMED | {M.HEARTBEAT_AGE}  # the money path end to end, every minute
+ALARMED = ALARMED | {M.MERCHANT_NOT_READY}  # the live credential doctor (R47)
 
 
 @dataclass(frozen=True)
@@ -251,6 +255,9 @@ EMISSION: dict[str, Emission] = {
     M.API_FAILED: Emission(PER_OCCURRENCE, "one /orders or /refunds request that raised"),
     M.REFUND_REPORT_MANUAL: Emission(PER_OCCURRENCE, "one refund report parked for a person"),
     M.NOTIFY_NO_TRANSACTION_ID: Emission(PER_OCCURRENCE, "one paid notification without a transaction id"),
+    M.MERCHANT_NOT_READY: Emission(
+        PER_OCCURRENCE, "one merchant turning not ready (counted on the transition)"
+    ),
     # heartbeat: ticks 02:30-08:30 UTC hourly, so the longest normal gap is 08:30 -> 02:30 (18 h)
     M.RECON_RUN_COMPLETED: Emission(18 * 3600, "every finished recon tick (02:30-08:30 UTC)"),
     # a gauge of seconds: a stalled money path reports >= 180 from its third minute on (service/heartbeat.py)

@@ -15,8 +15,10 @@ from tally.domain.poll import FIRST_QUERY_AFTER_S
 from tally.observability import M, count, logger
 from tally.service.merchants import (
     MerchantDirectory,
+    MerchantNotReady,
     UnknownMerchant,
     WeChatV2Merchant,
+    not_ready_reason,
 )
 from tally.store.polling import poll_pk
 from tally.store.refunds import HOLD_PREFIX, open_holds
@@ -79,6 +81,12 @@ class OrderService:
             raise NotFound(
                 f"{spec['channel']} merchant {spec['mchid']} is not configured (tally merchant add)"
             ) from None
+        not_ready = not_ready_reason(merchant.row)
+        if not_ready:  # R47: credentials that fail the live check take no order
+            raise MerchantNotReady(
+                f"{spec['channel']} merchant {spec['mchid']} is not ready: {not_ready} "
+                "(then `tally merchant check --live`)"
+            )
         if channel.currencies is not None and spec["currency"] not in channel.currencies:
             raise InvalidOrder(f"{channel.label} orders are in {', '.join(channel.currencies)}")
         if isinstance(merchant, WeChatV2Merchant) and spec["prepay"] and not merchant.appid:

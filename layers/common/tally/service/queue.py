@@ -41,7 +41,14 @@ CERT_WARNING_S = 7 * DAY_S
 
 # notify_event manual kinds listed (the `manual` index is keyed by kind, so each is one Query). Any other
 # kind a writer adds is shown generically once it is named here.
-KEPT_KINDS = ("quarantined", "rejected", "suspected_forgery", "no_transaction_id", "certificate")
+KEPT_KINDS = (
+    "quarantined",
+    "rejected",
+    "suspected_forgery",
+    "no_transaction_id",
+    "certificate",
+    "merchant_not_ready",  # R47: the live credential doctor
+)
 REPLAYABLE = ("quarantined", "rejected")  # kept with the body and headers the ingest path needs again
 
 # kind → (what it is in plain words, how long it may stay open before it counts in the morning number)
@@ -59,6 +66,7 @@ KINDS: dict[str, tuple[str, int]] = {
     "volume-drop": ("a day's bill is much smaller than the day before", DAY_S),
     "order": ("an order the poller could not settle", DAY_S),
     "certificate": ("a channel certificate about to expire with no successor", 0),
+    "merchant-not-ready": ("a merchant whose credentials fail the live check: its orders are refused", 0),
 }
 PREFIXES = ("pay-", "evt-", "rejected-", "report-", "refund-", "task-", "diff-", "recon-", "order-", "cert-")
 ACTIONS = ("ack", "resolve", "ignore", "replay", "refund-outcome", "close-task")
