@@ -198,31 +198,34 @@ class CombineDesk:
         with v3._lock:
             notification = self._resource(combine)
         if forge_sub:
-            total = int(forge_sub.get("total", 100))
-            notification["sub_orders"].append(
-                {
-                    "mchid": str(forge_sub["mchid"]),
-                    "trade_state": "SUCCESS",
-                    "trade_type": "NATIVE",
-                    "bank_type": "OTHERS",
-                    "attach": "",
-                    "success_time": k.now_rfc3339(),
-                    "transaction_id": v3._new_transaction_id(),
-                    "out_trade_no": str(forge_sub["out_trade_no"]),
-                    "amount": {"total_amount": total, "payer_amount": total, "currency": "CNY"},
-                    **({"sub_mchid": str(forge_sub["sub_mchid"])} if forge_sub.get("sub_mchid") else {}),
-                }
-            )
+            notification["sub_orders"].append(self._forged_sub(forge_sub))
         if not drop:
             v3.dispatch(
                 merchant, combine["notify_url"], notification, "TRANSACTION.SUCCESS", duplicates=duplicates
             )
         return tids
 
+    def _forged_sub(self, forge_sub: dict[str, Any]) -> dict[str, Any]:
+        total = int(forge_sub.get("total", 100))
+        return {
+            "mchid": str(forge_sub["mchid"]),
+            "trade_state": "SUCCESS",
+            "trade_type": "NATIVE",
+            "bank_type": "OTHERS",
+            "attach": "",
+            "success_time": k.now_rfc3339(),
+            "transaction_id": self.v3._new_transaction_id(),
+            "out_trade_no": str(forge_sub["out_trade_no"]),
+            "amount": {"total_amount": total, "payer_amount": total, "currency": "CNY"},
+            **({"sub_mchid": str(forge_sub["sub_mchid"])} if forge_sub.get("sub_mchid") else {}),
+        }
+
     def combine_notification(
-        self, combine_mchid: str, combine_out_trade_no: str
+        self, combine_mchid: str, combine_out_trade_no: str, *, forge_sub: dict[str, Any] | None = None
     ) -> tuple[dict[str, str], bytes]:
-        """The signed TRANSACTION.SUCCESS notification of a combine order as it stands, for tests to deliver."""
-        return self.v3.build_notification(
-            combine_mchid, self.combine_view(combine_mchid, combine_out_trade_no)
-        )
+        """The signed TRANSACTION.SUCCESS notification of a combine order as it stands, for tests to deliver
+        (``forge_sub``: with an extra sub-order, as in ``pay_combine``)."""
+        resource = self.combine_view(combine_mchid, combine_out_trade_no)
+        if forge_sub:
+            resource["sub_orders"].append(self._forged_sub(forge_sub))
+        return self.v3.build_notification(combine_mchid, resource)
