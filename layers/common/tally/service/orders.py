@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tally import errors
@@ -168,10 +168,11 @@ class OrderService:
                 raise NotFound(f"merchant {sub['mchid']} is not a sub-merchant of {top_id}")
         for sub in spec["sub_orders"]:
             self.create({**sub, "prepay": False})
-        rows = []
+        rows: list[dict[str, Any]] = []
         for sub in spec["sub_orders"]:
-            row = self.orders.get(sub["mchid"], sub["out_trade_no"])
-            assert row is not None  # just created or found with the same terms
+            stored = self.orders.get(sub["mchid"], sub["out_trade_no"])
+            assert stored is not None  # just created or found with the same terms
+            row: dict[str, Any] = dict(stored)
             if row.get("combine_out_trade_no") not in (None, combine_no):
                 raise OrderConflict(
                     f"order {sub['out_trade_no']} belongs to combine order {row['combine_out_trade_no']}"
@@ -263,7 +264,7 @@ def public_order(row: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def combined_view(
-    mchid: str, combine_out_trade_no: str, rows: list[Mapping[str, Any]], code_url: str | None
+    mchid: str, combine_out_trade_no: str, rows: Sequence[Mapping[str, Any]], code_url: str | None
 ) -> dict[str, Any]:
     return {
         "combine": True,
