@@ -164,11 +164,13 @@ class CombineDesk:
         drop: bool = False,
         duplicates: int = 1,
         forge_sub: dict[str, Any] | None = None,
+        success_time: str | None = None,
     ) -> list[str]:
         """The user pays the combine order once: every sub-order becomes SUCCESS with its own transaction_id;
         one TRANSACTION.SUCCESS notification carries them all (unless ``drop``). ``forge_sub``: a fault, an
         extra sub-order (e.g. ``{"mchid": other, "out_trade_no": …, "total": 100}``) slipped into the
-        notification only. Returns the transaction ids in sub-order order."""
+        notification only. ``success_time``: RFC 3339 (default now), e.g. for a bill day. Returns the transaction ids
+        in sub-order order."""
         v3 = self.v3
         merchant = v3.merchant(combine_mchid)
         tids = []
@@ -183,7 +185,7 @@ class CombineDesk:
                 if order["trade_state"] != "NOTPAY":
                     raise SimulatorError(400, "ORDER_PAID", f"子单{otn}状态为{order['trade_state']}")
                 resource = v3.transaction_resource(
-                    owner, otn, order["amount"]["total"], attach=order["attach"]
+                    owner, otn, order["amount"]["total"], attach=order["attach"], success_time=success_time
                 )
                 if order.get("partner"):
                     resource["sp_appid"] = resource.pop("appid")

@@ -139,3 +139,19 @@ def test_r39_a_forged_sub_order_for_another_merchant_is_parked_and_the_genuine_o
     assert h.order(victim["mchid"], "VICTIM-0001")["status"] == "WAIT_PAY"  # hostile input changed nothing
     forged = [e for e in h.scan("NOTIFY_EVENT_TABLE") if e.get("manual_kind") or e.get("cause")]
     assert any("VICTIM-0001" == e.get("out_trade_no") for e in forged)
+
+
+def test_r34_r36_recon_matches_combine_sub_orders_as_ordinary_bill_rows(h, sim, svc):
+    m = h.add_merchant(mchid=f"15{time.time_ns() % 10**8:08d}")
+    combo = combine_order(h, m["mchid"], [100, 2550, 1])[1]
+    sim.pay_combine(
+        m["mchid"], combo["combine_out_trade_no"], drop=True, success_time="2024-05-01T10:00:00+08:00"
+    )
+    headers, body = sim.combine_notification(m["mchid"], combo["combine_out_trade_no"])
+    assert h.notify(m["mchid"], headers, body)["statusCode"] == 204
+    assert h.drain() == []
+    run = svc.run("wechatpay", m["mchid"], "2024-05-01", pass_="T+1")
+    assert run["status"] == "MATCHED", run["reason"]
+    assert (
+        run["totals"]["rows"] == 3 and run["totals"]["payment_cent"] == 2651 and run["stats"]["matched"] == 3
+    )
