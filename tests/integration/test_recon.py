@@ -50,7 +50,9 @@ def ledger(h, pk):
 
 
 def put_ledger(h, **row):
-    h.ddb.put_item(TableName=h.env["LEDGER_TABLE"], Item=to_item(row))
+    from tally.store.recon import with_bill_shard
+
+    h.ddb.put_item(TableName=h.env["LEDGER_TABLE"], Item=to_item(with_bill_shard(row)))
 
 
 def diffs(svc, mchid, day=D):

@@ -335,6 +335,16 @@ def work_queue() -> WorkQueue:
     )
 
 
+def bulk_replay() -> Any:
+    """Safe bulk replay runs over the work queue (service/replay.py); runs are stored in notify_event."""
+    from tally.service.replay import BulkReplay
+    from tally.store.replay import ReplayStore
+
+    return BulkReplay(
+        work_queue(), ReplayStore(_client("dynamodb"), settings().notify_event_table), clock=_clock
+    )
+
+
 # ---------------------------------------------------------------- refunds
 
 
@@ -417,6 +427,22 @@ def recon_service() -> ReconService:
         clock=_clock,
         min_ratio=s.recon_min_ratio,
         min_previous_rows=s.recon_min_previous_rows,
+        partition_bytes=s.recon_partition_bytes,
+        map_bytes=s.recon_map_bytes,
+        distributed=_distributed_recon(s),
+    )
+
+
+def _distributed_recon(s: Settings) -> Any:
+    """The Distributed Map path (service/recon_map.py), or None when no state machine is configured."""
+    if not s.recon_state_machine_arn:
+        return None
+    from tally.service.recon_map import DistributedRecon
+    from tally.store.recon import BillArchive, ReconMachine
+
+    return DistributedRecon(
+        BillArchive(_client("s3"), s.bills_bucket),
+        ReconMachine(_client("stepfunctions"), s.recon_state_machine_arn),
     )
 
 
