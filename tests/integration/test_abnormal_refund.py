@@ -76,6 +76,11 @@ def test_r29_abnormal_refund_to_the_merchant_bank_card_is_tracked_to_success_and
 def test_r29_abnormal_refund_to_the_user_card_sends_its_fields_encrypted_and_keeps_no_secret(h, m, sim):
     _, no = abnormal(h, m, sim)
     item_id = f"refund-{no}"
+    _, second = abnormal(h, m, sim)
+    with pytest.raises(ValueError, match="one user's bank card is for one refund"):
+        queue().bulk(
+            "kind=refund", "abnormal-refund", by="alice", reason="x", dry_run=True, to="user-bank-card"
+        )
     with pytest.raises(ValueError, match="bank_type, bank_account, real_name"):
         queue().act(item_id, "abnormal-refund", by="alice", reason="to the user", to="user-bank-card")
     assert svc().store.get(no)["status"] == "MANUAL"  # refused before the channel: nothing changed

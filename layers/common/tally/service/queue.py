@@ -237,6 +237,8 @@ class WorkQueue:
             ],
             "errors": {},
         }
+        if action == "abnormal-refund" and fields.get("to") == "user-bank-card" and len(fit) > 1:
+            raise QueueError("one user's bank card is for one refund: name the item, not a --filter")
         if dry_run:
             return report
         if not (by or "").strip() or (action != "ack" and not (reason or "").strip()):
