@@ -318,6 +318,13 @@ class _Handler(BaseHTTPRequestHandler):
                     )
                 }
             return 200, {"transaction_id": sim.pay(str(data["mchid"]), str(data["out_trade_no"]), **opts)}
+        if key == ("POST", "/_sim/combine/pay"):  # {combine_mchid, combine_out_trade_no, drop?, duplicates?}
+            data = self._json(body)
+            opts = {k: data[k] for k in ("drop", "duplicates", "forge_sub", "success_time") if k in data}
+            tids = composed.combine.pay_combine(
+                str(data["combine_mchid"]), str(data["combine_out_trade_no"]), **opts
+            )
+            return 200, {"transaction_ids": tids}
         if key == ("POST", "/_sim/redeliver"):
             data = self._json(body)
             opts = {k: data[k] for k in ("duplicates", "delay") if k in data}
