@@ -602,6 +602,7 @@ class RefundService:
         reason: str = "",
         source: str = "api",
         known: dict[str, Any] | None = None,
+        extra: dict[str, Any] | None = None,
     ) -> tuple[Applied, dict[str, Any]]:
         """Read → decide (pure transit) → one transaction; a lost status CAS re-reads and decides again.
         `known` (the row just written by this call) stands in for the first read: the CAS still guards it.
@@ -635,7 +636,7 @@ class RefundService:
                 return Applied.ILLEGAL, refund
             to = decision.new_status
             assert to is not None
-            how = landing(to, event, reason, refund_id, success_time, now_s)
+            how = {**landing(to, event, reason, refund_id, success_time, now_s), **(extra or {})}
             items = [self.store.move(key, status.value, to.value, now, **how)]
             if decision.effect is Effect.BOOK:
                 items.append(
@@ -805,6 +806,46 @@ class RefundService:
         `key`: the refund row's key (the queue item's source key)."""
         event = RefundEvent.SUCCEED if succeeded else RefundEvent.FAIL
         return self._transition(key, event, reason=f"recorded by {by}: {reason}", source=f"person:{by}")
+
+    def apply_abnormal(
+        self, key: str, route: str, card: dict[str, str] | None = None, *, by: str, reason: str
+    ) -> tuple[Applied, dict[str, Any]]:
+        """`key`: the refund row's key (the queue item's source key).
+
+        A person sends an ABNORMAL refund to another account (WeChat v3 apply-abnormal-refund): once the
+        channel takes it, the refund is ACCEPTED again (MANUAL --REROUTE-->), back in the poll index with a
+        fresh expiry, and the same state machine books it when the notification or the query says SUCCESS.
+        The reservation stays held throughout. A refusal changes nothing and says why (the item stays open)."""
+        row = self.store.get(key)
+        if row is None:
+            raise NotFound(f"no refund {key}")
+        if row["status"] != RefundStatus.MANUAL.value or not str(row.get("manual_reason") or "").startswith(
+            RefundEvent.ABNORMAL.value
+        ):
+            raise RefundConflict(
+                f"refund {row['refund_no']} is {row['status']} ({row.get('manual_reason') or '-'}): only a refund the "
+                "channel reported ABNORMAL can be sent through apply-abnormal-refund"
+            )
+        channel = self._channel(row["channel"], row["mchid"])
+        apply = getattr(channel, "apply_abnormal", None)
+        if apply is None:
+            raise RefundConflict(f"{type(channel).__name__} has no abnormal-refund API: settle it by hand")
+        answer = apply(row, route, card)
+        if answer.kind is not AnswerKind.ACCEPTED:
+            raise RefundConflict(
+                f"the channel did not take refund {row['refund_no']} to {route} ({answer.kind.value} {answer.code}): "
+                f"{answer.message}; it stays with a person"
+            )
+        now_s = self.clock()
+        return self._transition(
+            key,
+            RefundEvent.REROUTE,
+            refund_id=answer.refund_id,
+            reason=f"apply-abnormal-refund {route} by {by}: {reason}",
+            source=f"person:{by}",
+            known=row,
+            extra={"expire_at": iso_now(now_s + self.expiry_s), "poll_attempts": 0, "abnormal_route": route},
+        )
 
     # ================================================================== views
 
