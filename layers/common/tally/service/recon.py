@@ -23,6 +23,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from tally.channels import registry as channel_registry
 from tally.domain.money import format_cents
 from tally.domain.recon import (
     AMOUNT_DIFFERS,
@@ -51,6 +52,7 @@ from tally.store.recon import BillArchive, LedgerView, ReconStore, recon_pk
 from tally.store.tables import iso_now
 
 MATCHED, DIFFS, QUIET, RETRY, BLOCKED = "MATCHED", "DIFFS", "QUIET", "RETRY", "BLOCKED"
+NO_BILL_SOURCE = "NO_BILL_SOURCE"  # the block code of a merchant without a bill download (R44)
 FINISHED = {MATCHED, DIFFS, QUIET, BLOCKED}
 
 
@@ -90,12 +92,14 @@ class ReconService:
 
     def scheduled(self) -> list[dict[str, Any]]:
         """The daily tick (10:30 Asia/Shanghai, hourly retries until 16:30): T+1, then T+2 and T+3 re-runs
-        (R34). A day already finished for a pass is not run again by the schedule."""
+        (R34). A day already finished for a pass is not run again by the schedule. Every configured merchant
+        is due (R44): one whose channel has no bill download is a BLOCKED run NO_BILL_SOURCE, never skipped;
+        the tick then counts merchants due / reconciled / blocked for T+1 (`day_counts`)."""
         results = []
-        for channel, mchid in self.merchants():
-            if channel not in self.sources:
-                continue
-            for bill_date, pass_ in scheduled_days(self.clock()):
+        days = scheduled_days(self.clock())
+        due = self.due_merchants()
+        for channel, mchid in due:
+            for bill_date, pass_ in days:
                 done = {
                     r.get("pass")
                     for r in self.store.run_rows(recon_pk(channel, mchid, bill_date))
@@ -104,7 +108,38 @@ class ReconService:
                 if pass_ in done:
                     continue
                 results.append(self.run(channel, mchid, bill_date, pass_=pass_))
+        figures = self.day_counts(due, days[0][0])
+        count(M.RECON_MERCHANTS_DUE, figures["due"])
+        count(M.RECON_MERCHANTS_RECONCILED, figures["reconciled"])
+        count(M.RECON_MERCHANTS_BLOCKED, figures["blocked"])
+        logger.info("recon: merchants of the day", extra=figures)
         return results
+
+    def due_merchants(self) -> list[tuple[str, str]]:
+        """(stored channel, merchant id) of every configured merchant, once: a WeChat merchant with v3 and v2
+        records is one bill (stored "wechatpay"); a kind no channel knows keeps its own name (and blocks)."""
+        due: dict[tuple[str, str], None] = {}
+        for kind, mchid in self.merchants():
+            owner = channel_registry.by_merchant_kind(kind)
+            due[(owner.stored if owner is not None else kind, mchid)] = None
+        return list(due)
+
+    def day_counts(self, due: list[tuple[str, str]], bill_date: str) -> dict[str, Any]:
+        """For one bill date: how many merchants are due, reconciled (the latest finished run MATCHED, DIFFS or
+        QUIET), blocked (BLOCKED), and the rest pending (retrying or not run); R44."""
+        figures: dict[str, Any] = {"bill_date": bill_date, "due": len(due), "reconciled": 0, "blocked": 0}
+        for channel, mchid in due:
+            runs = [
+                r
+                for r in self.store.run_rows(recon_pk(channel, mchid, bill_date))
+                if r.get("status") in FINISHED
+            ]
+            latest = max(runs, key=lambda r: r["sk"]) if runs else None
+            if latest is None:
+                continue
+            figures["blocked" if latest["status"] == BLOCKED else "reconciled"] += 1
+        figures["pending"] = figures["due"] - figures["reconciled"] - figures["blocked"]
+        return figures
 
     def run(
         self, channel: str, mchid: str, bill_date: str, *, pass_: str = "manual", s3_key: str | None = None
@@ -124,7 +159,12 @@ class ReconService:
         try:
             data, name = self._bill(run, s3_key)
         except DownloadFailed as exc:
-            count(M.RECON_DOWNLOAD_FAILED, channel=channel, merchant=mchid)
+            if (
+                exc.code == NO_BILL_SOURCE
+            ):  # R44: a merchant we cannot fetch a bill for is blocked, not skipped
+                count(M.RECON_NO_BILL_SOURCE, channel=channel, merchant=mchid)
+            else:
+                count(M.RECON_DOWNLOAD_FAILED, channel=channel, merchant=mchid)
             return self._blocked(run, exc.code, str(exc))
         if data is None:  # NO_STATEMENT / NOT_READY, decided (and maybe already recorded) in _bill
             return run if "finished_at" in run else self._finish(run)
@@ -193,8 +233,11 @@ class ReconService:
             return data, s3_key.rsplit("/", 1)[-1]
         source = self.sources.get(channel)
         if source is None:
-            raise DownloadFailed(f"no bill source for channel {channel}", code="NO_SOURCE")
+            raise DownloadFailed(f"no bill download for channel {channel}", code=NO_BILL_SOURCE)
         fetched = source.fetch(mchid, bill_date)
+        if fetched.extra.get("bill_source"):  # which download (WeChat: v3 or v2), shown in the run (R44)
+            run["bill_source"] = fetched.extra["bill_source"]
+            run["bill_source_why"] = fetched.extra.get("bill_source_why", "")
         if fetched.status == NOT_READY:
             hour = datetime.fromtimestamp(self.clock(), CHINA).hour
             if hour >= self.last_retry_hour:
