@@ -198,3 +198,12 @@ def test_r44_tally_recon_run_channel_wechatpay_v2(h, sim, capsys, monkeypatch):
     )
     out = capsys.readouterr().out
     assert f"wechatpay#{m['mch_id']}#{D}  MATCHED" in out and "bill source: v2" in out
+
+
+def test_r44_a_merchant_with_both_records_uses_the_bill_its_v2_record_names(h, sim, svc):
+    v3 = h.add_merchant(mchid=str(random.randrange(10**9, 10**10)))
+    assert svc.run("wechatpay", v3["mchid"], "2024-05-03")["bill_source"] == "v3"  # v3 credentials: v3's bill
+    new_v2(h, sim, mchid=v3["mchid"], bill_source="v2")
+    run = svc.run("wechatpay", v3["mchid"], "2024-05-03")
+    assert run["bill_source"] == "v2" and "bill_source v2" in run["bill_source_why"]
+    assert run["status"] == "QUIET" and "No Bill Exist" in run["reason"]
