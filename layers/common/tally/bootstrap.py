@@ -417,7 +417,15 @@ def recon_service() -> ReconService:
         clock=_clock,
         min_ratio=s.recon_min_ratio,
         min_previous_rows=s.recon_min_previous_rows,
+        fund_sources=_fund_sources(),
     )
+
+
+def _fund_sources() -> dict[str, Any]:
+    """stored channel -> its fund-flow download (R45; WeChat only so far: channels/wechatpay_v3/fundflow_source.py)."""
+    from tally.channels.wechatpay_v3.fundflow_source import WeChatFundFlowSource
+
+    return {"wechatpay": WeChatFundFlowSource(merchants())}
 
 
 # ---------------------------------------------------------------- reading (docs/story.md): no side effects (R42)

@@ -153,6 +153,7 @@ class M:
         "ReconMerchantsReconciled"  # gauge per tick: T+1 finished MATCHED/DIFFS/QUIET
     )
     RECON_MERCHANTS_BLOCKED = "ReconMerchantsBlocked"  # gauge per tick: T+1 BLOCKED (alarmed, R44)
+    RECON_FUND_FLOW_LATE = "ReconFundFlowLate"  # a fund-flow bill missing past its due day + 1 (R45)
     # the synthetic heartbeat (service/heartbeat.py)
     HEARTBEAT_AGE = (
         "HeartbeatAge"  # gauge, every minute: seconds since the newest synthetic payment was booked
@@ -203,6 +204,7 @@ ALARMED = ALARMED | {M.CONSOLE_ACTION_REFUSED}  # the console
 ALARMED = ALARMED | {M.NOTIFY_NO_TRANSACTION_ID, M.REFUND_REPORT_MANUAL}  # the work queue (R41)
 ALARMED = ALARMED | {M.HEARTBEAT_AGE}  # the money path end to end, every minute
 ALARMED = ALARMED | {M.RECON_NO_BILL_SOURCE, M.RECON_MERCHANTS_BLOCKED}  # every merchant reconciled (R44)
+ALARMED = ALARMED | {M.RECON_FUND_FLOW_LATE}  # the fund-flow leg (R45)
 
 
 @dataclass(frozen=True)
@@ -262,6 +264,7 @@ EMISSION: dict[str, Emission] = {
     M.CONSOLE_ACTION_REFUSED: Emission(PER_OCCURRENCE, "one refused console POST"),
     M.RECON_NO_BILL_SOURCE: Emission(PER_OCCURRENCE, "one run of a merchant without a bill download"),
     M.RECON_MERCHANTS_BLOCKED: Emission(3600, "gauge: every hourly recon tick, zero included"),
+    M.RECON_FUND_FLOW_LATE: Emission(PER_OCCURRENCE, "one fund-flow run past its due day"),
 }
 
 

@@ -20,10 +20,21 @@ import csv
 import io
 import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import date, datetime, timedelta
 from typing import Any
 
 from tally.channels import registry as channel_registry
+from tally.domain.fundflow import (
+    DEFAULT_LAGS,
+    PENDING,
+    SETTLEMENT_DIFFERS,
+    DayFigures,
+    FundFlowDay,
+    SettlementLag,
+    check_day,
+    trade_figures,
+)
+from tally.domain.fundflow import ITEMS as FUND_ITEMS
 from tally.domain.money import format_cents
 from tally.domain.recon import (
     AMOUNT_DIFFERS,
@@ -42,17 +53,19 @@ from tally.domain.recon import (
     Diff,
     Matcher,
     check_guards,
+    china_date,
     fold_ledger,
     previous_day,
     scheduled_days,
 )
 from tally.observability import M, count, logger
-from tally.service.recon_sources import NO_STATEMENT, NOT_READY, DownloadFailed, OpenedBill
+from tally.service.recon_sources import NO_STATEMENT, NOT_READY, DownloadFailed, OpenedBill, gunzip
 from tally.store.recon import BillArchive, LedgerView, ReconStore, recon_pk
 from tally.store.tables import iso_now
 
 MATCHED, DIFFS, QUIET, RETRY, BLOCKED = "MATCHED", "DIFFS", "QUIET", "RETRY", "BLOCKED"
 NO_BILL_SOURCE = "NO_BILL_SOURCE"  # the block code of a merchant without a bill download (R44)
+FUND_FLOW_LATE = "FUND_FLOW_LATE"  # a fund-flow bill still missing past its due day + 1 (R45)
 FINISHED = {MATCHED, DIFFS, QUIET, BLOCKED}
 
 
@@ -75,6 +88,7 @@ class ReconService:
         min_previous_rows: int = 10,
         last_retry_hour: int = 16,
         progress: Callable[[int], None] | None = None,
+        fund_sources: dict[str, Any] | None = None,
     ):
         self.store = store
         self.ledger = ledger
@@ -87,6 +101,7 @@ class ReconService:
         self.min_previous_rows = min_previous_rows
         self.last_retry_hour = last_retry_hour
         self.progress = progress
+        self.fund_sources = fund_sources or {}
 
     # ------------------------------------------------------------ entry points
 
@@ -302,7 +317,7 @@ class ReconService:
                 new += 1
             else:
                 self.store.seen_again(run["pk"], diff.sk, run["run_id"], recovery)
-        healed = self._close_healed(run, seen)
+        healed = self._close_healed(run, seen, fund=False)
         stats = matcher.stats
         run["stats"] = {
             "matched": stats.matched,
@@ -363,10 +378,13 @@ class ReconService:
             "seen_count": 1,
         }
 
-    def _close_healed(self, run: dict[str, Any], seen: set[str]) -> int:
-        """OPEN diffs of this day that the bill and ledger no longer show (e.g. booked by the pull path)."""
+    def _close_healed(self, run: dict[str, Any], seen: set[str], *, fund: bool) -> int:
+        """OPEN diffs of this day that the bill and ledger no longer show (e.g. booked by the pull path). A
+        trade run heals only trade diffs, a fund-flow run only SETTLEMENT_DIFFERS (R45): neither sees the other's."""
         healed = 0
         for row in self.store.diffs_of(run["pk"]):
+            if (row.get("cls") == SETTLEMENT_DIFFERS) != fund:
+                continue
             if row.get("handle_status") == OPEN and row["sk"] not in seen:
                 if self.store.close_diff(
                     run["pk"],
@@ -379,6 +397,175 @@ class ReconService:
                     healed += 1
                     count(M.RECON_DIFF_RESOLVED, channel=run.get("channel"), merchant=run.get("mchid"))
         return healed
+
+    # ------------------------------------------------------------ the fund-flow leg (R45)
+
+    def fund_flow(
+        self,
+        channel: str,
+        mchid: str,
+        ledger_day: str,
+        *,
+        accounts: tuple[str, ...] = ("BASIC",),
+        lag: SettlementLag | None = None,
+        pass_: str = "fundflow",
+    ) -> dict[str, Any]:
+        """Did ledger day L's money land? The fund-flow bills of the days the lag puts L's money on are
+        downloaded per account, kept (hash-checked, never overwritten), parsed and guarded (R31/R32), then
+        `fundflow.check_day` against the ledger and the kept trade bill. SETTLEMENT_DIFFERS diffs go to the
+        same recon_diff rows (same handle status and history). A fund flow still missing past its due day + 1
+        is BLOCKED FUND_FLOW_LATE (alarmed); before that the run is RETRY (PENDING), never agreed."""
+        started = self.clock()
+        lag = lag or DEFAULT_LAGS[channel]
+        run: dict[str, Any] = {
+            "pk": recon_pk(channel, mchid, ledger_day),
+            "sk": f"run#{iso_now(started)}#{pass_}",
+            "channel": channel,
+            "mchid": mchid,
+            "bill_date": ledger_day,
+            "pass": pass_,
+            "leg": "fundflow",
+            "started_at": iso_now(started),
+            "lag": lag.source,
+        }
+        run["run_id"] = run["sk"]
+        source = self.fund_sources.get(channel)
+        if source is None:
+            count(M.RECON_NO_BILL_SOURCE, channel=channel, merchant=mchid)
+            return self._fund_end(
+                run, BLOCKED, f"no fund-flow download for channel {channel}", NO_BILL_SOURCE
+            )
+        fund_days: dict[str, FundFlowDay] = {}
+        run["fund_bills"] = []
+        late: list[str] = []
+        for day in sorted({lag.day_of(item, ledger_day) for item in FUND_ITEMS}):
+            flow = FundFlowDay(day)
+            complete = True
+            for account in accounts:
+                try:
+                    fetched = source.fetch(mchid, day, account)
+                except DownloadFailed as exc:
+                    count(M.RECON_DOWNLOAD_FAILED, channel=channel, merchant=mchid)
+                    return self._fund_end(run, BLOCKED, f"fund flow {day} {account}: {exc}", exc.code)
+                if fetched.status == NOT_READY:
+                    complete = False
+                    continue
+                if fetched.status == NO_STATEMENT:  # no movement on that account that day
+                    run["fund_bills"].append({"day": day, "account": account, "status": "NO_STATEMENT"})
+                    continue
+                key = self.archive.keep(
+                    f"fundflow/{channel}",
+                    mchid,
+                    day,
+                    fetched.name,
+                    fetched.data,
+                    fetched.sha1,
+                    {"channel-hash": fetched.channel_hash} if fetched.channel_hash else None,
+                )
+                run["fund_bills"].append(
+                    {"day": day, "account": account, "bill_key": key, "sha1": fetched.sha1}
+                )
+                if fetched.channel_hash and fetched.channel_hash != fetched.sha1:
+                    count(M.RECON_PARSE_FAILED, channel=channel, merchant=mchid)
+                    return self._fund_end(
+                        run,
+                        BLOCKED,
+                        f"fund flow {day} {account}: SHA-1 {fetched.sha1} != hash_value "
+                        f"{fetched.channel_hash} (kept at {key})",
+                        "HASH_MISMATCH",
+                    )
+                try:
+                    parser = fund_flow_parser(channel, fetched.data, account)
+                    flow.extend(parser.rows())
+                except BillParseError as exc:
+                    count(M.RECON_PARSE_FAILED, channel=channel, merchant=mchid)
+                    return self._fund_end(
+                        run,
+                        BLOCKED,
+                        f"fund flow {day} {account} is not a bill we can read: {exc}",
+                        "PARSE_FAILED",
+                    )
+                verdict = check_guards(parser.totals)
+                if verdict.blocked:
+                    return self._fund_end(
+                        run, BLOCKED, f"fund flow {day} {account}: {verdict.reason}", verdict.code
+                    )
+            if complete:
+                fund_days[day] = flow
+            else:
+                late.append(day)
+        trade = self._trade_figures(channel, mchid, ledger_day)
+        local = fold_ledger(self.ledger.day(channel, mchid, ledger_day))
+        ledger = DayFigures(
+            sum(e.amount_cent for e in local.values() if e.kind == PAYMENT),
+            sum(e.amount_cent for e in local.values() if e.kind != PAYMENT),
+            # fees are not ledger entries yet (docs/settlement.md §6.5): the trade bill's fees stand in
+            trade.fee_cent if trade else 0,
+            trade.fee_returned_cent if trade else 0,
+        )
+        result = check_day(mchid, channel, ledger_day, ledger, trade=trade, fund_days=fund_days, lag=lag)
+        run["fund_verdict"] = result.code
+        run["figures"] = {
+            "ledger": _figures(result.ledger),
+            "trade": _figures(result.trade) if result.trade else None,
+            "fund": _figures(result.fund) if result.fund else None,
+        }
+        seen, new = set(), 0
+        for diff in result.diffs:
+            seen.add(diff.sk)
+            if self.store.put_new_diff(self._diff_row(run, diff, None)):
+                new += 1
+            else:
+                self.store.seen_again(run["pk"], diff.sk, run["run_id"], None)
+        if new:
+            count(M.RECON_DIFF_OPENED, new, channel=channel, merchant=mchid)
+        if result.code == PENDING:
+            today = china_date(self.clock()).isoformat()
+            if late and today > next_day(lag.due(ledger_day)):
+                count(M.RECON_FUND_FLOW_LATE, channel=channel, merchant=mchid)
+                return self._fund_end(
+                    run,
+                    BLOCKED,
+                    f"fund flow of {', '.join(late)} still not in on {today}: {result.reason}",
+                    FUND_FLOW_LATE,
+                )
+            return self._fund_end(run, RETRY, result.reason)
+        run["auto_resolved"] = self._close_healed(run, seen, fund=True)
+        if result.diffs:
+            return self._fund_end(
+                run, DIFFS, f"{result.code}: {len(result.diffs)} difference(s): {result.reason}"
+            )
+        count(M.RECON_MATCHED, channel=channel, merchant=mchid)
+        return self._fund_end(run, MATCHED, result.reason)
+
+    def _trade_figures(self, channel: str, mchid: str, day: str) -> DayFigures | None:
+        """The kept trade bill's sums for `day` (the latest run's bill), None while there is none."""
+        key = next(
+            (r["bill_key"] for r in self.store.run_rows(recon_pk(channel, mchid, day)) if r.get("bill_key")),
+            None,
+        )
+        if key is None:
+            return None
+        data, _ = self.archive.read(key)
+        return trade_figures(OpenedBill(channel, data).parser(check_fees=False).items())
+
+    def _fund_end(
+        self, run: dict[str, Any], status: str, reason: str, code: str | None = None
+    ) -> dict[str, Any]:
+        """A fund-flow run's end: its own recon_runs row; only a BLOCKED one touches the day's work-queue marker
+        (a fund flow that agrees must not clear a trade run's block)."""
+        run.update(status=status, reason=reason, finished_at=iso_now(self.clock()))
+        if status == BLOCKED:
+            count(M.RECON_BLOCKED, channel=run["channel"], merchant=run["mchid"])
+            run.update(block_code=code, guard=code)
+            logger.error(
+                "recon: fund-flow run blocked", extra={"pk": run["pk"], "code": code, "reason": reason}
+            )
+        self.store.put_run(run)
+        if status == BLOCKED:
+            self.store.mark_day(run)
+        logger.info("recon fund-flow run finished", extra={k: run.get(k) for k in ("pk", "status", "reason")})
+        return run
 
     # ------------------------------------------------------------ a person's hand
 
@@ -573,6 +760,30 @@ class ReconService:
         key = f"reports/{run['channel']}/{run['mchid']}/{run['bill_date']}/{run['run_id'].replace('#', '_')}.csv"
         self.archive.put_report(key, ("\ufeff" + out.getvalue()).encode("utf-8"), "text/csv; charset=utf-8")
         return key
+
+
+def _figures(f: DayFigures) -> dict[str, int]:
+    return {
+        "settlement_cent": f.settlement_cent,
+        "refund_cent": f.refund_cent,
+        "fee_cent": f.fee_cent,
+        "fee_returned_cent": f.fee_returned_cent,
+    }
+
+
+def fund_flow_parser(channel: str, data: bytes, account: str) -> Any:
+    """The channel's fund-flow parser over one kept file (WeChat: the decompressed CSV)."""
+    from tally.channels.bill_source import lines_of
+
+    if channel == "wechatpay":
+        from tally.channels.wechatpay_v3.fundflow import WeChatFundFlowParser
+
+        return WeChatFundFlowParser(lines_of(gunzip(data)), account=account)
+    raise BillParseError(f"no fund-flow parser for channel {channel!r}")
+
+
+def next_day(day: str) -> str:
+    return (date.fromisoformat(day) + timedelta(days=1)).isoformat()
 
 
 def _yuan(cents: Any) -> str:
