@@ -110,3 +110,33 @@ def test_r45_a_broken_fund_flow_is_refused_by_the_guards_R31_R32(h, sim, svc, m,
     sim.bills.fundflow.fault(fault, count=2)
     run = svc.fund_flow("wechatpay", m["mchid"], D)
     assert run["status"] == "BLOCKED" and run["block_code"] == code, run["reason"]
+
+
+def test_r45_the_schedule_checks_the_fund_flow_of_t2_and_t3_and_a_v2_only_merchant_is_blocked(h, sim, svc, m):
+    from tally.service.recon import ReconService
+
+    from tests.integration.test_recon_v2 import new_v2
+
+    a_day(h, svc, m["mchid"])
+    v2 = new_v2(h, sim)
+    tick = dt.datetime(2024, 5, 3, 10, 30, tzinfo=CST).timestamp()  # D is T+2
+    service = ReconService(
+        svc.store,
+        svc.ledger,
+        svc.archive,
+        svc.sources,
+        None,
+        lambda: [("wechatpay", m["mchid"]), ("wechatpay_v2", v2["mch_id"])],
+        clock=lambda: tick,
+        fund_sources=svc.fund_sources,
+    )
+    fund = {(r["mchid"], r["bill_date"]): r for r in service.scheduled() if r.get("leg") == "fundflow"}
+    assert set(fund) == {
+        (m["mchid"], D),
+        (m["mchid"], "2024-04-30"),
+        (v2["mch_id"], D),
+        (v2["mch_id"], "2024-04-30"),
+    }
+    assert fund[(m["mchid"], D)]["fund_verdict"] == "AGREED"
+    assert fund[(v2["mch_id"], D)]["block_code"] == "NO_BILL_SOURCE"  # loud, not a crash of the tick
+    assert not [r for r in service.scheduled() if r.get("leg") == "fundflow"]  # finished: not re-run

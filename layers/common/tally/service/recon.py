@@ -118,11 +118,18 @@ class ReconService:
                 done = {
                     r.get("pass")
                     for r in self.store.run_rows(recon_pk(channel, mchid, bill_date))
-                    if r.get("status") in FINISHED
+                    if r.get("status") in FINISHED and r.get("leg") != "fundflow"
                 }
                 if pass_ in done:
                     continue
                 results.append(self.run(channel, mchid, bill_date, pass_=pass_))
+            if channel in self.fund_sources:  # R45: T+2 and T+3, once the lagged fund flow can be out
+                for bill_date, _pass in days[1:]:
+                    if not any(
+                        r.get("leg") == "fundflow" and r.get("status") in FINISHED
+                        for r in self.store.run_rows(recon_pk(channel, mchid, bill_date))
+                    ):
+                        results.append(self.fund_flow(channel, mchid, bill_date))
         figures = self.day_counts(due, days[0][0])
         count(M.RECON_MERCHANTS_DUE, figures["due"])
         count(M.RECON_MERCHANTS_RECONCILED, figures["reconciled"])
@@ -147,7 +154,7 @@ class ReconService:
             runs = [
                 r
                 for r in self.store.run_rows(recon_pk(channel, mchid, bill_date))
-                if r.get("status") in FINISHED
+                if r.get("status") in FINISHED and r.get("leg") != "fundflow"
             ]
             latest = max(runs, key=lambda r: r["sk"]) if runs else None
             if latest is None:
@@ -445,7 +452,8 @@ class ReconService:
                 try:
                     fetched = source.fetch(mchid, day, account)
                 except DownloadFailed as exc:
-                    count(M.RECON_DOWNLOAD_FAILED, channel=channel, merchant=mchid)
+                    failed = M.RECON_NO_BILL_SOURCE if exc.code == NO_BILL_SOURCE else M.RECON_DOWNLOAD_FAILED
+                    count(failed, channel=channel, merchant=mchid)
                     return self._fund_end(run, BLOCKED, f"fund flow {day} {account}: {exc}", exc.code)
                 if fetched.status == NOT_READY:
                     complete = False
@@ -539,13 +547,13 @@ class ReconService:
         return self._fund_end(run, MATCHED, result.reason)
 
     def _trade_figures(self, channel: str, mchid: str, day: str) -> DayFigures | None:
-        """The kept trade bill's sums for `day` (the latest run's bill), None while there is none."""
-        key = next(
-            (r["bill_key"] for r in self.store.run_rows(recon_pk(channel, mchid, day)) if r.get("bill_key")),
-            None,
-        )
+        """The kept trade bill's sums for `day` (the latest run's bill); zero for a QUIET day (no bill, no
+        ledger entries); None while there is neither."""
+        runs = self.store.run_rows(recon_pk(channel, mchid, day))
+        key = next((r["bill_key"] for r in runs if r.get("bill_key")), None)
         if key is None:
-            return None
+            quiet = any(r.get("status") == QUIET and r.get("leg") != "fundflow" for r in runs)
+            return DayFigures() if quiet else None
         data, _ = self.archive.read(key)
         return trade_figures(OpenedBill(channel, data).parser(check_fees=False).items())
 

@@ -22,7 +22,17 @@ class WeChatFundFlowSource:
             raise DownloadFailed(
                 f"account_type {account[:16]!r} is not one of {ACCOUNTS}", code="BAD_ACCOUNT"
             )
-        client = self.merchants.client(self.merchants.wechatpay(mchid))
+        from tally import errors
+
+        try:
+            merchant = self.merchants.wechatpay(mchid)
+        except errors.NotFound:
+            raise DownloadFailed(
+                f"merchant {mchid}: no WeChat Pay v3 credentials for /v3/bill/fundflowbill "
+                "(v2's /pay/downloadfundflow is not wired)",
+                code="NO_BILL_SOURCE",
+            ) from None
+        client = self.merchants.client(merchant)
         try:
             answer = client.fundflowbill(bill_date, account)
         except wx.ChannelError as exc:
