@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test check lint soak bench clean venv browser-deps
+.PHONY: run test check lint soak bench bench-big clean venv browser-deps
 
 $(STAMP): requirements-dev.txt layers/common/requirements.txt pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -19,8 +19,8 @@ run: $(STAMP)
 	$(BIN)/python -m tally_local.stack
 
 test: $(STAMP) browser-deps
-	$(BIN)/ruff check layers functions tally_local tests bench
-	$(BIN)/ruff format --check layers functions tally_local tests bench
+	$(BIN)/ruff check layers functions tally_local tally_cli tests bench
+	$(BIN)/ruff format --check layers functions tally_local tally_cli tests bench
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest -n 2 --dist loadfile tests
@@ -34,16 +34,22 @@ check: lint
 # make soak: 10,000 seeded micro days + 100,000 fuzz inputs, one table (docs/proof.md), bounded by MINUTES
 # (default 55: the days stop at 3/4 of it, the fuzz at the end; the table says what ran; MINUTES=0: no bound).
 # make soak SEED=123 replays one day; SEEDS=, SHAPE=tiny|small, FUZZ=, MINUTES= size it.
+# Then 10,000 work-queue items replayed by two bulk replay runs at once, the ledger checked (docs/morning.md).
 soak: $(STAMP)
 	$(BIN)/python -m tests.sim.run $(if $(SEED),--seed $(SEED),--seeds $(or $(SEEDS),10000) --fuzz $(or $(FUZZ),100000) --max-minutes $(or $(MINUTES),55)) $(if $(SHAPE),--shape $(SHAPE))
+	TALLY_REPLAY_SOAK=1 $(BIN)/python -m pytest -q -s -n 0 -p no:randomly -k 10000 tests/integration/test_bulk_replay_sim.py
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.run
 
-# lint: style, formatting, types (mypy on layers/common/tally, [tool.mypy]) and the import contracts (.importlinter)
+# a 10,000,000-row bill through the partitioned recon path, next to the 1M in-memory path (~9 GB of /tmp)
+bench-big: $(STAMP)
+	$(BIN)/python -m bench.recon_10m
+
+# lint: style, formatting, types (mypy on the layer and the CLI, [tool.mypy]) and the import contracts (.importlinter)
 lint: $(STAMP)
-	$(BIN)/ruff check layers functions tally_local tests bench
-	$(BIN)/ruff format --check layers functions tally_local tests bench
+	$(BIN)/ruff check layers functions tally_local tally_cli tests bench
+	$(BIN)/ruff format --check layers functions tally_local tally_cli tests bench
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
 

@@ -16,6 +16,28 @@ from bench.common import table
 
 SECTIONS = ["bench.notify_cpu", "bench.aws_calls", "bench.cold_start", "bench.load"]
 
+# Each row's target, by the start of its measure (issue #20); a row with none shows "-".
+TARGETS = {
+    "notify CPU per WeChat v3": "ratio <= 2.0",
+    "notify CPU per Alipay": "ratio <= 2.0",
+    "cold start: notify (": "<= 1.3x boto3",
+    "cold start: worker (": "<= 1.4x boto3",
+    "AWS calls: notify, first delivery": "2",
+    "AWS calls: notify, duplicate": "1",
+    "AWS calls: worker apply": "2",
+    "AWS calls: poller confirmation": "5 + 1 channel query",
+    "AWS calls: refund create, caller's refund_no": "3 + channel call",
+    "AWS calls: refund create": "2 + channel call",
+    "load: failed deliveries": "0 resets, 0 5xx",
+    "load: booked exactly once": "OK",
+    "poller items read per run": "flat, no Scan",
+    "poller at volume": ">= 1,000 queried/min, per-merchant rate <= limit",
+}
+
+
+def target_of(measure: str) -> str:
+    return next((t for prefix, t in TARGETS.items() if measure.startswith(prefix)), "-")
+
 
 def main() -> int:
     logging.disable(logging.INFO)  # the product's log lines would drown the table
@@ -40,7 +62,8 @@ def main() -> int:
     title = (
         f"Tally benchmarks — {platform.python_version()} on {platform.machine()}, {time.strftime('%Y-%m-%d')}"
     )
-    print(table(title, rows, ("measure", "value", "reference", "note")))
+    rows = [(r[0], r[1], target_of(r[0]), *r[2:]) for r in rows]
+    print(table(title, rows, ("measure", "value", "target", "reference", "note")))
     return 0
 
 

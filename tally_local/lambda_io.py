@@ -1,13 +1,18 @@
 """What Lambda's surroundings produce and consume locally: API Gateway payload-2.0 events in, and the
-Powertools EMF metric lines out. One builder and the EMF readers for the stack, the demo and the tests."""
+Powertools EMF metric lines out. One builder and the EMF readers for the stack, the demo and the tests. And
+Lambda's own Invoke for the functions a state machine calls (`invoke_route`)."""
 
 from __future__ import annotations
 
 import base64
 import json
+import logging
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
+
+INVOKE_ROUTE = "POST /_local/lambda/{function}"
+log = logging.getLogger(__name__)
 
 
 def http_event(
@@ -82,3 +87,35 @@ def emf_series(text: str) -> Iterator[tuple[str, int | float, dict[str, str]]]:
                     for metric in directive["Metrics"]:
                         value = blob[metric["Name"]]
                         yield metric["Name"], sum(value) if isinstance(value, list) else value, dims
+
+
+def invoke_route(invoke: dict[str, Callable[[dict[str, Any]], Any]]) -> Callable[[dict[str, Any], Any], Any]:
+    """The front door's handler for INVOKE_ROUTE: Lambda's Invoke for the functions in `invoke` ({logical id:
+    the function's Target.invoke}, each its own warm container). moto's Lambda backend posts here
+    (moto_fixes.local_lambda_invoke): the payload is the event; the handler's return value is the answer; a
+    raised error answers as Lambda does, `{"errorMessage", "errorType"}` with X-Amz-Function-Error: Unhandled."""
+
+    def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+        name = event["pathParameters"]["function"]
+        body = event.get("body") or ""
+        raw = base64.b64decode(body) if event.get("isBase64Encoded") else body.encode()
+        target = invoke.get(name)
+        if target is None:
+            return {"statusCode": 404, "body": json.dumps({"message": f"no local function {name}"})}
+        try:
+            result = target(json.loads(raw or b"{}"))
+        except Exception as exc:  # noqa: BLE001 - what Lambda reports as an unhandled function error
+            log.warning("local invoke of %s failed: %s: %s", name, type(exc).__name__, exc)
+            error = {"errorMessage": str(exc), "errorType": type(exc).__name__}
+            return {
+                "statusCode": 200,
+                "headers": {"content-type": "application/json", "x-amz-function-error": "Unhandled"},
+                "body": json.dumps(error),
+            }
+        return {
+            "statusCode": 200,
+            "headers": {"content-type": "application/json"},
+            "body": json.dumps(result),
+        }
+
+    return handler

@@ -30,6 +30,24 @@
    and a recursive parser) twice per UpdateItem; `cached_update_parser` keeps the parsed tree per
    text. Its users only read it (the validator deep-copies it before changing anything).
 
+7. **A Lambda task runs the function's own handler.** moto invokes a Lambda function in Docker (or answers a
+   canned reply); the embedded stack has neither: its handlers run in-process behind the front door. A function
+   created with the environment variable `TALLY_LOCAL_INVOKE_URL` (tally_local/statemachines.py) is invoked by
+   POSTing the payload there (`POST /_local/lambda/{function}`, tally_local/lambda_io.py); the answer and a
+   raised error come back as Lambda's Invoke would return them (`X-Amz-Function-Error: Unhandled`). This is what
+   moto's Step Functions interpreter calls for each `lambda:invoke` task, so the state machine of
+   template.yaml runs on the very handlers `make run` serves. Functions without the variable go moto's way.
+
+8. **A state machine runs more than once.** moto's interpreter deep-copies the state machine at every
+   StartExecution, its list of executions included: once one has run, that list holds its worker's threads
+   and locks, and the copy fails ("cannot pickle '_thread.RLock'"), so a second execution never starts.
+   `state_machine_copy_without_executions` copies everything else (the copy is only read for its definition).
+
+9. **A Distributed Map fails when its children do.** On AWS a Map run whose failed children exceed
+   ToleratedFailureCount / ToleratedFailurePercentage (both 0 by default) fails with
+   States.ExceedToleratedFailureThreshold, which the Map's Catch handles. moto counts a failed child and goes
+   on with `null` as its result. `map_run_tolerated_failures` raises AWS's error once the run is over.
+
 `install()` is idempotent and process-wide (moto's backends are per process anyway).
 """
 
@@ -56,6 +74,9 @@ def install() -> None:
         cached_jsonpath()
         one_queue_attribute()
         cached_update_parser()
+        local_lambda_invoke()
+        state_machine_copy_without_executions()
+        map_run_tolerated_failures()
         _installed = True
 
 
@@ -69,6 +90,96 @@ def atomic_requests() -> None:
             return original(self)
 
     DynamoHandler.call_action = call_action
+
+
+INVOKE_URL_VARIABLE = "TALLY_LOCAL_INVOKE_URL"
+
+
+def local_lambda_invoke() -> None:
+    import urllib.request
+
+    from moto.awslambda.models import LambdaBackend
+
+    original = LambdaBackend.invoke
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # 127.0.0.1 only
+
+    def invoke(
+        self: Any, function_name: str, qualifier: Any, body: Any, headers: Any, response_headers: Any
+    ) -> Any:
+        function = self.get_function(function_name, qualifier)
+        url = (function.environment_vars or {}).get(INVOKE_URL_VARIABLE)
+        if not url:
+            return original(self, function_name, qualifier, body, headers, response_headers)
+        data = body.encode() if isinstance(body, str) else (body or b"{}")
+        request = urllib.request.Request(
+            url, data=data, method="POST", headers={"content-type": "application/json"}
+        )
+        with opener.open(request, timeout=900) as answer:
+            payload = answer.read()
+            error = answer.headers.get("x-amz-function-error")
+        if error:
+            response_headers["x-amz-function-error"] = error
+        return payload
+
+    LambdaBackend.invoke = invoke
+
+
+def state_machine_copy_without_executions() -> None:
+    from moto.stepfunctions.models import StateMachineInstance
+
+    def deepcopy(self: Any, memo: dict[int, Any]) -> Any:
+        clone = self.__class__.__new__(self.__class__)
+        memo[id(self)] = clone
+        for name, value in self.__dict__.items():
+            setattr(clone, name, [] if name == "executions" else copy.deepcopy(value, memo))
+        return clone
+
+    StateMachineInstance.__deepcopy__ = deepcopy
+
+
+def map_run_tolerated_failures() -> None:
+    from moto.stepfunctions.parser.api import ExecutionFailedEventDetails, HistoryEventType
+    from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import (
+        FailureEvent,
+        FailureEventException,
+    )
+    from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name import StatesErrorName
+    from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name_type import (
+        StatesErrorNameType,
+    )
+    from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration.distributed_iteration_component import (  # noqa: E501
+        DistributedIterationComponent,
+    )
+    from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
+
+    original = DistributedIterationComponent._map_run
+
+    def _map_run(self: Any, env: Any, eval_input: Any) -> None:
+        original(self, env, eval_input)
+        counter = eval_input.map_run_record.item_counter
+        failed = counter.failed.get() + counter.timed_out.get()
+        total = max(1, len(env.stack[-1]) if env.stack and isinstance(env.stack[-1], list) else 1)
+        count_over = failed > int(eval_input.tolerated_failure_count or 0)
+        percent_over = failed * 100.0 > float(eval_input.tolerated_failure_percentage or 0) * total
+        if failed and count_over and percent_over:
+            error = StatesErrorNameType.StatesExceedToleratedFailureThreshold
+            cause = (
+                f"The specified tolerated failure threshold was exceeded: {failed} of {total} items failed"
+            )
+            raise FailureEventException(
+                FailureEvent(
+                    env=env,
+                    error_name=StatesErrorName(typ=error),
+                    event_type=HistoryEventType.ExecutionFailed,
+                    event_details=EventDetails(
+                        executionFailedEventDetails=ExecutionFailedEventDetails(
+                            error=error.to_name(), cause=cause
+                        )
+                    ),
+                )
+            )
+
+    DistributedIterationComponent._map_run = _map_run
 
 
 def cached_module_list() -> None:

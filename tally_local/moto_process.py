@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import subprocess
 import sys
 import threading
@@ -81,6 +82,9 @@ def serve(host: str, port: int) -> None:
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per AWS call otherwise
     moto_fixes.install()
     server = make_server(host, port, DomainDispatcherApplication(create_backend_app), threaded=True)
+    os.environ["MOTO_PORT"] = str(
+        server.server_port
+    )  # moto's Step Functions interpreter calls its own server
     threading.Thread(target=server.serve_forever, name="moto-server", daemon=True).start()
     print(f"PORT {server.server_port}", flush=True)
     sys.stdin.read()  # until the parent closes the pipe (or dies)

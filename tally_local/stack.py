@@ -32,9 +32,10 @@ from typing import Any
 import boto3
 from moto.server import ThreadedMotoServer
 
-from tally_local import moto_fixes
+from tally_local import moto_fixes, statemachines
 from tally_local.demo import seed_demo
-from tally_local.frontdoor import FrontDoor, authorizers_from_template, routes_from_template
+from tally_local.frontdoor import FrontDoor, Target, authorizers_from_template, routes_from_template
+from tally_local.lambda_io import INVOKE_ROUTE, invoke_route
 from tally_local.moto_process import MotoProcess
 from tally_local.pump import SqsPump
 from tally_local.resources import (
@@ -95,6 +96,7 @@ class EmbeddedStack:
         self.env: dict[str, str] = {}
         self.simulator: Any = None
         self.front_door: FrontDoor | None = None
+        self.state_machines: dict[str, str] = {}  # logical id → ARN (tally_local/statemachines.py)
         self.pumps: dict[str, SqsPump] = {}
         self.stream_pumps: dict[str, StreamPump] = {}
         self.downstream: DownstreamPrinter | None = None
@@ -203,6 +205,7 @@ class EmbeddedStack:
         # moto's backends are per process: a new stack starts from an empty account.
         reset = urllib.request.Request(self._endpoint_url + "/moto-api/reset", method="POST")
         _NO_PROXY_OPENER.open(reset, timeout=10).close()
+        self._execute_state_machines()
         self._set_environ(
             {
                 "AWS_ENDPOINT_URL": self._endpoint_url,
@@ -212,6 +215,21 @@ class EmbeddedStack:
             }
             | dict.fromkeys(UNSET_FOR_LOCAL)
         )
+
+    def _execute_state_machines(self) -> None:
+        """moto's Step Functions interpreter on (the template's state machines run: tally_local/statemachines.py);
+        it calls its own server back on MOTO_PORT. Undone on stop (moto's config is per process)."""
+
+        def config(value: dict[str, Any]) -> None:
+            body = json.dumps({"stepfunctions": value}).encode()
+            request = urllib.request.Request(
+                self._endpoint_url + "/moto-api/config", data=body, method="POST"
+            )
+            _NO_PROXY_OPENER.open(request, timeout=10).close()
+
+        config({"execute_state_machine": True})
+        self._undo.append(lambda: config({"execute_state_machine": False}) if self._endpoint_url else None)
+        self._set_environ({"MOTO_PORT": self._endpoint_url.rsplit(":", 1)[1]})
 
     def _stop_moto(self) -> None:
         if self._moto is not None:
@@ -268,15 +286,19 @@ class EmbeddedStack:
         authorizers = authorizers_from_template(
             template, self._started(self._resolver).resolve, self.endpoint_url
         )
-        self.front_door = FrontDoor(
-            routes_from_template(template, self.root), HOST, self.api_port, authorizers=authorizers
-        )
+        routes = routes_from_template(template, self.root)
+        routes[INVOKE_ROUTE] = self._invoke_target(template)  # Lambda Invoke for the state machines' tasks
+        self.front_door = FrontDoor(routes, HOST, self.api_port, authorizers=authorizers)
         try:
             self.front_door.start()
         except OSError as error:
             raise _port_error(error, self.api_port, "TALLY_API_PORT") from error
         self._undo.append(self._stop_front_door)
         self._set_environ({"HEARTBEAT_API_URL": self.api_url})  # the heartbeat posts to the front door
+        session = boto3.session.Session(region_name=self.region)
+        self.state_machines = statemachines.create(
+            template, self._resolver, session, self.prefix, self.api_url
+        )
         for spec in function_specs(template, self.root).values():
             for queue_id in spec.sqs_queues:
                 self._start_pump(spec, queue_id)
@@ -298,6 +320,14 @@ class EmbeddedStack:
         if self.schedule_scale > 0:
             self.ticker.start()
             self._undo.append(self.ticker.stop)
+
+    def _invoke_target(self, template: dict[str, Any]) -> Target:
+        specs = function_specs(template, self.root)
+        invoke = {}
+        for lid in statemachines.task_functions(template):
+            spec = specs[lid]
+            invoke[lid] = Target(load_handler(spec), spec.logical_id, spec.timeout_s, spec.memory_mb).invoke
+        return Target(invoke_route(invoke), "local-lambda-invoke", 900)
 
     def _start_stream_pump(self, spec: FunctionSpec, table_id: str) -> None:
         pump = StreamPump(

@@ -12,6 +12,12 @@ def handler(event, context):
             key = event["detail"]["object"]["key"]
             run = service.from_s3_event(key)
             return {"runs": [_brief(run)] if run else []}
+        if event.get("action") in ("partition", "merge"):  # the Distributed Map's steps (docs/recon.md)
+            from tally.service import recon_map
+
+            if event["action"] == "partition":
+                return recon_map.child(service, event)
+            return {"runs": [_brief(recon_map.merge(service, event))]}
         if (
             event.get("action") == "run"
         ):  # a direct invoke: {"action": "run", "channel", "mchid", "bill_date"}

@@ -170,6 +170,70 @@ def test_sign_out_forgets_the_token_and_a_page_then_asks_to_sign_in_again(stack,
     page.wait_for_url("**/console/queue?kind=rejected")  # back where the person was going
 
 
+_SPOIL_TOKEN = """async () => {
+  const cache = await caches.open('tally-console');
+  const token = await (await cache.match('/console/static/__token')).text();
+  const spoilt = token.slice(0, -4) + (token.endsWith('AAAA') ? 'BBBB' : 'AAAA');
+  await cache.put('/console/static/__token', new Response(spoilt));
+}"""
+
+
+def test_an_expired_sign_in_gets_a_clear_sign_in_page_and_comes_back_where_it_was(stack, new_page):
+    """#17: the ID token lives 60 minutes; after that API Gateway answers 401. A page asks to sign in again
+    and comes back; a form sent with the old token says it was NOT done and comes back to its item."""
+    item_id = unbooked_payment(stack, "CONSOLE0EXP")
+    page = sign_in(new_page(), stack, "operator")
+    page.goto(stack.api_url + "/console/item?id=" + urllib.parse.quote(item_id))
+    page.wait_for_selector("#act")
+    page.evaluate(_SPOIL_TOKEN)  # what API Gateway sees once the token has expired: 401
+    page.select_option("#act select[name=action]", "ignore")
+    page.fill("#act input[name=reason]", "sent after the sign-in expired")
+    page.click("#act button[type=submit]")
+    page.wait_for_selector("#expired")
+    assert "not done" in page.inner_text("#expired")
+    from tally import bootstrap
+
+    assert [i["id"] for i in bootstrap.work_queue().list({"id": item_id})] == [item_id]  # still open
+    page.fill("input[name=username]", "operator")
+    page.fill("input[name=password]", stack.console_logins["operator"])
+    page.click("button[type=submit]")
+    page.wait_for_selector("#act")  # back on the item, free to repeat the action
+    assert item_id in page.url
+
+    page.evaluate(_SPOIL_TOKEN)
+    page.goto(stack.api_url + "/console/refunds")
+    page.wait_for_selector("#expired")
+    assert "expired" in page.inner_text("#expired") and "refunds" in page.url
+    page.fill("input[name=username]", "operator")
+    page.fill("input[name=password]", stack.console_logins["operator"])
+    page.click("button[type=submit]")
+    page.wait_for_url("**/console/refunds")
+
+
+def test_the_queue_s_bulk_replay_previews_the_cli_dry_run_and_runs_as_a_replay_run(stack, new_page):
+    """#21 item 4 in the console: the preview names the `tally manual replay --filter … --dry-run` that prints
+    the same numbers; confirming runs a replay run, whose id the page reports."""
+    from tally import bootstrap
+
+    unbooked_payment(stack, "CONSOLE0RPL")
+    page = sign_in(new_page(), stack, "operator")
+    page.goto(stack.api_url + "/console/queue?kind=unbooked-payment")
+    page.wait_for_selector("#bulk")
+    shown = len(page.query_selector_all("#queue tbody tr[data-id]"))
+    page.select_option("#bulk select[name=action]", "replay")
+    page.fill("#bulk input[name=reason]", "order amounts fixed")
+    page.click("#bulk button[type=submit]")
+    page.wait_for_selector("#replay-plan")
+    plan = page.inner_text("#replay-plan")
+    assert "tally manual replay --filter 'kind=unbooked-payment' --dry-run" in plan
+    dry = bootstrap.bulk_replay().preview("kind=unbooked-payment")
+    assert dry["would_change"] == shown and f"{dry['amount']} yuan" in page.inner_text("h1")
+    page.click("#confirm")
+    page.wait_for_selector(".notice")
+    notice = page.inner_text(".notice")
+    assert "replay run r" in notice and f"{shown} of {shown} item(s) replayed" in notice, notice
+
+
 def test_console_is_usable_on_a_phone(stack, new_page):
     page = sign_in(new_page(390, 844), stack, "operator")
     width = page.evaluate("document.documentElement.scrollWidth")
@@ -187,6 +251,7 @@ def test_a_demo_day_s_queue_is_taken_to_zero_through_the_ui_alone(stack, new_pag
     """The demo's scripted day (tally_local/day.py: mismatches, payments after close, lost callbacks …) is
     loaded into this stack; then only the browser: each kind is filtered, previewed and resolved in bulk."""
     from tally import bootstrap
+    from tally.console.data import today_cst
 
     from tally_local import day as demo
 
@@ -224,6 +289,9 @@ def test_a_demo_day_s_queue_is_taken_to_zero_through_the_ui_alone(stack, new_pag
         page.wait_for_selector("#morning-number")
     assert morning_total(page) == 0
     assert bootstrap.work_queue().list() == []
+    today_row = f'tr[data-day="{today_cst(time.time()).isoformat()}"]'
+    cleared = int(page.inner_text(today_row + " td.cleared"))  # the chart: items opened and cleared per day
+    assert cleared >= len(kinds)
     shot(page, "morning-clear")
 
 
@@ -277,6 +345,8 @@ def test_every_page_answers_its_question_for_a_viewer(stack, new_page):
     page.wait_for_selector("#merchants")
     text = page.inner_text("#merchants")
     assert MCHID in text and "BEGIN" not in page.content()  # no key or certificate material
+    seen = page.inner_text(f'#merchants tr:has-text("{MCHID}") td.seen')  # #17: last callback seen
+    assert day in seen and "ago" in seen, seen
     shot(page, "merchants")
 
     page.click('nav a:has-text("Refunds")')

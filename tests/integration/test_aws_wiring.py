@@ -23,7 +23,8 @@ def test_r46_a_recon_tick_with_nothing_to_reconcile_still_beats_the_heartbeat(h)
 def _deploy_stack(name, env):
     """A CloudFormation stack (on moto) whose outputs are what template.yaml outputs for `name`."""
     import boto3
-    from tally.cli.env import OUTPUT_ENV
+
+    from tally_cli.env import OUTPUT_ENV
 
     outputs = {key: env[var] for key, var in OUTPUT_ENV.items() if var in env}
     outputs["MerchantSecretPrefix"] = f"tally/{name}/merchants/"
@@ -38,7 +39,8 @@ def test_two_stacks_never_share_a_merchant_secret(h, monkeypatch):
     """Issue #16: `tally merchant add … --stack staging` overwrote prod's keys for the same mchid. The CLI now
     reads the stack's own prefix from its MerchantSecretPrefix output."""
     import boto3
-    from tally.cli.env import use_deployed
+
+    from tally_cli.env import use_deployed
 
     for name in ("prod", "staging"):
         _deploy_stack(name, h.env)
@@ -187,7 +189,7 @@ def _paid_order(h, otn):
 
 
 def _cli(*argv):
-    from tally.cli.main import main
+    from tally_cli.main import main
 
     return main(list(argv))
 
@@ -309,7 +311,7 @@ def test_the_runbook_s_outbox_commands_are_real_commands():
     import pathlib
     import shlex
 
-    from tally.cli.main import build_parser
+    from tally_cli.main import build_parser
 
     runbook = (pathlib.Path(__file__).parents[2] / "docs/runbook.md").read_text()
     section = runbook.split("## OutboxDLQAlarm\n", 1)[1].split("\n## ", 1)[0]
@@ -389,8 +391,7 @@ def test_env_vars_cover_every_variable_the_functions_get():
     they must give every Globals variable of template.yaml, or a local invoke misses one."""
     import pathlib
 
-    from tally.cli.envvars import env_vars_of
-
+    from tally_cli.envvars import env_vars_of
     from tally_local.resources import load_template
 
     template = load_template(pathlib.Path(__file__).parents[2] / "template.yaml")

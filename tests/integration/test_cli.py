@@ -3,11 +3,11 @@
 import json
 
 import pytest
-from tally.cli import merchant as cli_merchant
-from tally.cli import order as cli_order
-from tally.cli.main import main
-from tally.cli.order import render_order
 
+from tally_cli import merchant as cli_merchant
+from tally_cli import order as cli_order
+from tally_cli.main import main
+from tally_cli.order import render_order
 from tally_local.samples import SAMPLE_TIMESTAMP
 
 

@@ -3,8 +3,9 @@
 import json
 
 import pytest
-from tally.cli import merchant as cli_merchant
-from tally.cli.main import main
+
+from tally_cli import merchant as cli_merchant
+from tally_cli.main import main
 
 
 def write(tmp_path, name, text):

@@ -13,16 +13,16 @@ import sys
 import uuid
 
 import pytest
-from tally.cli import ledger as cli_ledger
-from tally.cli import manual as cli_manual
-from tally.cli import merchant as cli_merchant
-from tally.cli import order as cli_order
-from tally.cli import pending as cli_pending
-from tally.cli import recon as cli_recon
-from tally.cli import refund as cli_refund
-from tally.cli.main import build_parser, main
 from tally.observability import logger
 
+from tally_cli import ledger as cli_ledger
+from tally_cli import manual as cli_manual
+from tally_cli import merchant as cli_merchant
+from tally_cli import order as cli_order
+from tally_cli import pending as cli_pending
+from tally_cli import recon as cli_recon
+from tally_cli import refund as cli_refund
+from tally_cli.main import build_parser, main
 from tests.integration.refund_helpers import paid_order
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -206,7 +206,7 @@ def test_a_fresh_process_keeps_stdout_for_the_document(tmp_path):
         [
             sys.executable,
             "-m",
-            "tally.cli.main",
+            "tally_cli.main",
             "-v",
             "bill",
             "parse",
@@ -222,7 +222,7 @@ def test_a_fresh_process_keeps_stdout_for_the_document(tmp_path):
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["verdict"] == "PASSED"
     bad = subprocess.run(
-        [sys.executable, "-m", "tally.cli.main", "ledger", "day", "2024-02-30", "--json"],
+        [sys.executable, "-m", "tally_cli.main", "ledger", "day", "2024-02-30", "--json"],
         capture_output=True,
         text=True,
         timeout=60,

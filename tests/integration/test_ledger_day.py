@@ -11,9 +11,11 @@ import types
 
 import pytest
 from tally import bootstrap
-from tally.cli import ledger as cli_ledger
-from tally.cli import recon as cli_recon
-from tally.cli.main import main
+from tally.store.recon import with_bill_shard
+
+from tally_cli import ledger as cli_ledger
+from tally_cli import recon as cli_recon
+from tally_cli.main import main
 
 D = "2024-05-01"
 
@@ -91,8 +93,8 @@ def test_an_invalid_date_exits_2_and_nothing_is_recorded(h, m, capsys, bad):
 
 
 def test_dates_today_yesterday_and_the_default_are_asia_shanghai(h, m, capsys, monkeypatch):
-    from tally.cli import common as cli_common
-    from tally.cli.common import parse_date
+    from tally_cli import common as cli_common
+    from tally_cli.common import parse_date
 
     # 2024-05-01 16:30 UTC is 2024-05-02 00:30 in Asia/Shanghai
     clock = lambda: 1714581000.0  # noqa: E731
@@ -128,14 +130,16 @@ def test_refunds_and_reversals_count_against_the_net_and_merchants_are_apart(h, 
         h.ddb.put_item(
             TableName=h.env["LEDGER_TABLE"],
             Item=to_item(
-                {
-                    "pk": pk,
-                    "kind": kind,
-                    "amount_cent": cents,
-                    "channel": pk.split("#")[0],
-                    "mchid": mchid,
-                    "bill_date": day,
-                }
+                with_bill_shard(
+                    {
+                        "pk": pk,
+                        "kind": kind,
+                        "amount_cent": cents,
+                        "channel": pk.split("#")[0],
+                        "mchid": mchid,
+                        "bill_date": day,
+                    }
+                )
             ),
         )
     view = bootstrap.ledger_day_service().day(day)

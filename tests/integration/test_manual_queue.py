@@ -99,8 +99,8 @@ def test_R4_signature_rejected_body_is_kept_and_replayable_after_key_rotation(h,
 
 
 def test_manual_cli_lists_and_refuses_bad_ids(h, merchant, monkeypatch, capsys):
-    from tally.cli import manual as cli_manual
-    from tally.cli.main import main
+    from tally_cli import manual as cli_manual
+    from tally_cli.main import main
 
     monkeypatch.setattr(cli_manual, "connect", lambda args: {"env": h.env})
     order = json.loads(h.create_order(merchant["mchid"], amount_cent=100)["body"])

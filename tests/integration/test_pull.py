@@ -412,7 +412,7 @@ def test_R25_rows_that_keep_failing_go_to_a_person(h, m, sim):
 def test_R37_tally_pending_shows_both_counts_oldest_age_and_a_line_per_stuck_row(
     h, m, sim, tmp_path, monkeypatch, capsys
 ):
-    from tally.cli.main import main
+    from tally_cli.main import main
 
     stuck_raw_row(h, m, sim, minutes_old=15)
     manual = stuck_raw_row(h, m, sim, minutes_old=60 * 30)

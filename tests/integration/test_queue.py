@@ -16,6 +16,7 @@ from tally.observability import metrics
 from tally.service.queue import KINDS, QueueError, parse_filter, plain
 from tally.store.codec import to_item
 from tally.store.keys import PlatformCertStore
+from tally.store.recon import with_bill_shard
 from tally.store.tables import EventStore, iso_now
 
 from tally_local.simulator import _crypto as c
@@ -28,7 +29,7 @@ LATER = 25 * 3600  # the checks look at the queue a day later, so every item is 
 @pytest.fixture
 def cli(h, tmp_path, monkeypatch, capsys):
     """`tally …` as a person types it, against this test's moto (through .tally/local.json)."""
-    from tally.cli.main import main
+    from tally_cli.main import main
 
     state = {"endpoint_url": "", "region": "us-east-1", "api_url": "http://127.0.0.1:3000", "env": h.env}
     (tmp_path / "local.json").write_text(json.dumps(state))
@@ -219,18 +220,20 @@ def inject_recon_diff(h, m):
     h.ddb.put_item(
         TableName=h.env["LEDGER_TABLE"],
         Item=to_item(
-            {
-                "pk": ghost,
-                "kind": "PAYMENT",
-                "channel": "wechatpay",
-                "mchid": m["mchid"],
-                "transaction_id": ghost[10:],
-                "order_pk": f"{m['mchid']}#GHOST",
-                "amount_cent": 777,
-                "bill_date": D,
-                "booked_at": "x",
-                "source": "notify",
-            }
+            with_bill_shard(
+                {
+                    "pk": ghost,
+                    "kind": "PAYMENT",
+                    "channel": "wechatpay",
+                    "mchid": m["mchid"],
+                    "transaction_id": ghost[10:],
+                    "order_pk": f"{m['mchid']}#GHOST",
+                    "amount_cent": 777,
+                    "bill_date": D,
+                    "booked_at": "x",
+                    "source": "notify",
+                }
+            )
         ),
     )
     assert bootstrap.recon_service().run("wechatpay", m["mchid"], D)["status"] == "DIFFS"
@@ -546,3 +549,13 @@ def test_plain_words_and_filters():
     }
     with pytest.raises(QueueError):
         parse_filter("colour=red")
+
+
+def test_r40_r41_the_rejected_group_shows_every_refusal_not_only_the_kept_rows(h, sim, cli):
+    """Past 20 kept rows an hour the rest are only counted on the hour's aggregate row: the item (CLI and
+    console read the same WorkQueue.list) says how many were refused, and how many are kept to replay."""
+    m = inject_rejected(h, sim, times=23)
+    (item,) = queue().list("kind=rejected")
+    assert (item["count"], item["kept"]) == (23, 20)
+    assert item["reason"].startswith("23 notification(s) refused (20 kept): ")
+    assert "×23" in cli("manual", "list", f"--filter=merchant={m['mchid']}", expect=0)

@@ -12,6 +12,7 @@ import boto3
 import pytest
 from tally import bootstrap
 from tally.store.codec import from_item, to_item
+from tally.store.recon import with_bill_shard
 
 from tests.integration.channel_kit import Alipay
 from tests.integration.test_recon import D_BEFORE, D, metric
@@ -64,19 +65,21 @@ def test_alipay_day_downloads_parses_guards_and_matches_with_no_diffs_R31_R36(h,
     h.ddb.put_item(
         TableName=h.env["LEDGER_TABLE"],
         Item=to_item(
-            {  # the refunds subsystem's ledger shape
-                "pk": "alipay#RF-A-1",
-                "kind": "REFUND",
-                "channel": "alipay",
-                "mchid": app,
-                "transaction_id": tid,
-                "refund_no": "RF-A-1",
-                "order_pk": f"{app}#{otn}",
-                "amount_cent": 500,
-                "bill_date": D,
-                "booked_at": "x",
-                "source": "notify",
-            }
+            with_bill_shard(
+                {  # the refunds subsystem's ledger shape
+                    "pk": "alipay#RF-A-1",
+                    "kind": "REFUND",
+                    "channel": "alipay",
+                    "mchid": app,
+                    "transaction_id": tid,
+                    "refund_no": "RF-A-1",
+                    "order_pk": f"{app}#{otn}",
+                    "amount_cent": 500,
+                    "bill_date": D,
+                    "booked_at": "x",
+                    "source": "notify",
+                }
+            )
         ),
     )
     assert ledger(h, f"alipay#{cross}")["bill_date"] == D  # the success time's day, Asia/Shanghai (R34)

@@ -5,8 +5,9 @@ import pathlib
 import random
 
 import pytest
-from tally.cli import recon as cli_recon
-from tally.cli.main import main
+
+from tally_cli import recon as cli_recon
+from tally_cli.main import main
 
 BILLS = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "bills"
 D = "2024-05-01"

@@ -11,11 +11,11 @@ import random
 
 import pytest
 from tally import bootstrap
-from tally.cli import recon as cli_recon
-from tally.cli.main import main
 from tally.service.recon import ReconService
 from tally.store.codec import from_item, to_item
 
+from tally_cli import recon as cli_recon
+from tally_cli.main import main
 from tests.integration.test_recon import metric, pay, s3_keys
 
 D = "2024-05-01"

@@ -421,8 +421,8 @@ def test_get_refund_route(h, m):
 
 
 def test_cli_refund_create_show_list(h, m, sim, monkeypatch, capsys):
-    from tally.cli import refund as cli_refund
-    from tally.cli.main import main
+    from tally_cli import refund as cli_refund
+    from tally_cli.main import main
 
     monkeypatch.setattr(cli_refund, "connect", lambda args: {"env": h.env})  # in-process moto: no endpoint
     otn, _ = paid_order(h, m["mchid"], 100)

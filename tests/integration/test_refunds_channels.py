@@ -118,8 +118,8 @@ def test_R29_wechatpay_v2_abnormal_goes_to_a_person_then_success_books(h, sim):
 
 
 def test_cli_refund_create_on_alipay_and_wechatpay_v2(h, sim, monkeypatch, capsys):
-    from tally.cli import refund as cli_refund
-    from tally.cli.main import main
+    from tally_cli import refund as cli_refund
+    from tally_cli.main import main
 
     monkeypatch.setattr(cli_refund, "connect", lambda args: {"env": h.env})
     for kit_class in (AlipayKit, WeChatV2Kit):

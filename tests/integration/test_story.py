@@ -12,10 +12,10 @@ from datetime import datetime
 import boto3
 import pytest
 from tally import bootstrap
-from tally.cli import order as cli_order
-from tally.cli.main import main
 from tally.service.story import CHINA, KINDS
 
+from tally_cli import order as cli_order
+from tally_cli.main import main
 from tests.integration.channel_kit import DRIVERS
 from tests.integration.refund_helpers import deliver, paid_order, refund
 

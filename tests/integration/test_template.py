@@ -27,7 +27,11 @@ TABLES = {
     "NotifyRawTable": (
         "NOTIFY_RAW_TABLE",
         ["pk"],
-        {"by_pending": ["pending_pk", "pending_at"], "by_order": ["order_pk", "notified_at"]},
+        {
+            "by_pending": ["pending_pk", "pending_at"],
+            "by_order": ["order_pk", "notified_at"],
+            "by_merchant": ["mchid", "notified_at"],  # the console's last callback seen (docs/console.md)
+        },
     ),
     "NotifyEventTable": (
         "NOTIFY_EVENT_TABLE",
@@ -40,7 +44,11 @@ TABLES = {
         {"by_poll": ["poll_pk", "poll_due"], "by_hold": ["hold_pk", "hold_due"]},
     ),
     "TransitionsTable": ("TRANSITIONS_TABLE", ["pk", "sk"], {}),
-    "LedgerTable": ("LEDGER_TABLE", ["pk"], {"by_bill_date": ["bill_date", "pk"]}),
+    "LedgerTable": (
+        "LEDGER_TABLE",
+        ["pk"],
+        {"by_bill_date": ["bill_date", "pk"], "by_bill_shard": ["bill_shard", "pk"]},
+    ),
     "RefundTasksTable": ("REFUND_TASKS_TABLE", ["pk"], {"by_status": ["status", "created_at"]}),
     "MerchantsTable": ("MERCHANTS_TABLE", ["pk"], {}),
     "RefundsTable": (
@@ -52,7 +60,11 @@ TABLES = {
     "ReconRunsTable": ("RECON_RUNS_TABLE", ["pk", "sk"], {"by_blocked": ["blocked_pk", "pk"]}),
     "ReconDiffTable": ("RECON_DIFF_TABLE", ["pk", "sk"], {"by_open": ["open_pk", "opened_at"]}),
 }
-NARROW_PROJECTIONS = {"by_order", "manual"}  # history / queue views: INCLUDE; every other index projects ALL
+NARROW_PROJECTIONS = {
+    "by_order",
+    "manual",
+    "by_merchant",
+}  # history / queue / console views: INCLUDE; others ALL
 CUSTOM_METRIC_ALARMS = [
     "NotifyRejected",
     "NotifyQuarantined",
@@ -300,7 +312,7 @@ def test_alarm_email_is_required_and_always_subscribed(template, resources):
 def test_stack_secrets_are_per_stack(template, resources):
     """`tally merchant add … --stack staging` must not overwrite prod's keys, nor may staging read them: the
     prefix, every grant and the stack output the CLI reads all carry the stack name."""
-    from tally.cli.env import OUTPUT_ENV
+    from tally_cli.env import OUTPUT_ENV
 
     grants = [s for s in strings(resources) if ":secret:" in s]
     assert grants and all(":secret:tally/${AWS::StackName}/merchants/" in s for s in grants)

@@ -38,8 +38,8 @@ STILL_NAMES_A_CHANNEL = {
     "service/merchants.py": "the per-channel credential schemas of the merchant directory (storeio moves its I/O)",
     "service/heartbeat.py": "a WeChat Pay v3-only feature: the synthetic v3 callback",
     "service/keys.py": "a WeChat Pay v3-only feature: platform-certificate download",
-    "cli/verify.py": "one subcommand per channel, with that channel's flags (`tally verify wechatpay-v2`)",
-    "cli/merchant.py": "one subcommand per channel, with that channel's credential flags",
+    "tally_cli/verify.py": "one subcommand per channel, with that channel's flags (`tally verify wechatpay-v2`)",
+    "tally_cli/merchant.py": "one subcommand per channel, with that channel's credential flags",
     "domain/settlement.py": "domain is pure (it may not import the registry): the channels' words as data (R43)",
     "domain/fundflow.py": "domain is pure: the settlement lag per channel, keyed by the metric word (R45)",
 }
@@ -47,7 +47,9 @@ STILL_NAMES_A_CHANNEL = {
 
 def _modules() -> list[pathlib.Path]:
     files = [p for p in LAYER.rglob("*.py") if "channels" not in p.relative_to(LAYER).parts[:1]]
-    return sorted(files + list((ROOT / "functions").glob("*/app.py")))
+    return sorted(
+        files + list((ROOT / "functions").glob("*/app.py")) + list((ROOT / "tally_cli").glob("*.py"))
+    )
 
 
 def _name(path: pathlib.Path) -> str:

@@ -114,13 +114,14 @@ def test_allow_list_is_capped_and_read_from_the_environment():
         obs.configure_merchants(sorted(before))
 
 
-def test_many_counts_in_one_cell_keep_their_dimension_sets_past_the_100_value_flush(emitted):
-    """Powertools publishes a blob early at 100 values; the cell's dimension sets must survive that."""
+def test_many_counts_in_one_cell_are_one_summed_value_with_their_dimension_sets(emitted):
+    """Counts are summed per invocation (observability._pending): 150 counts are one value of 150, never the
+    Powertools early flush at 100 values, and the cell keeps its dimension sets."""
     obs.configure_merchants(["1900000001"])
     for _ in range(150):
         count(M.APPLY_BOOKED, channel="wechatpay", merchant="1900000001")
     text = emitted()
-    assert len(blobs(text)) == 2
+    assert len(blobs(text)) == 1 and blobs(text)[0]["ApplyBooked"] == [150.0]
     for blob in blobs(text):
         assert blob["_aws"]["CloudWatchMetrics"][0]["Dimensions"][-1] == ["service", "channel", "merchant"]
     assert sum(v for n, v, d in emf_series(text) if n == "ApplyBooked" and d == SERVICE) == 150

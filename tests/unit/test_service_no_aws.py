@@ -22,8 +22,6 @@ import pytest
 SERVICE = Path(__file__).resolve().parents[2] / "layers" / "common" / "tally" / "service"
 
 PENDING = {
-    # the recon helper (issue #19 item 3) moves recon's own reversal transaction into store/recon.py
-    "recon.py": "recon's reversal TransactItems (the `recon` helper moves it)",
     # the work queue's actions pass their condition strings to store.queue.QueueStore.record
     "queue.py": "work-queue condition strings passed to QueueStore.record (not moved in this round)",
 }

@@ -192,13 +192,14 @@ def order_service() -> OrderService:
 @cache
 def pull_channels() -> PullChannels:
     from tally.channels import registry as channel_registry
-    from tally.service.pull import PullChannels
+    from tally.service.pull import MerchantPace, PullChannels
 
-    pulls = PullChannels()
+    pace = MerchantPace(settings().poll_merchant_qps)  # one per container: shared by every poller thread
+    pulls = PullChannels(pace=pace)
     for (
         channel
     ) in channel_registry.all_channels():  # each channel's query and close (channels/<name>/pull.py)
-        pulls.add(channel, channel.pull(merchants(), attempts=3, sleep=time.sleep))
+        pulls.add(channel, channel.pull(merchants(), attempts=3, sleep=pace.retry_sleep(time.sleep)))
     return pulls
 
 
@@ -215,6 +216,7 @@ def poll_service() -> PollService:
         apply_service(),
         pull_channels(),
         clock=_clock,
+        concurrency=settings().poll_concurrency,
     )
 
 
@@ -335,6 +337,16 @@ def work_queue() -> WorkQueue:
     )
 
 
+def bulk_replay() -> Any:
+    """Safe bulk replay runs over the work queue (service/replay.py); runs are stored in notify_event."""
+    from tally.service.replay import BulkReplay
+    from tally.store.replay import ReplayStore
+
+    return BulkReplay(
+        work_queue(), ReplayStore(_client("dynamodb"), settings().notify_event_table), clock=_clock
+    )
+
+
 # ---------------------------------------------------------------- refunds
 
 
@@ -417,7 +429,23 @@ def recon_service() -> ReconService:
         clock=_clock,
         min_ratio=s.recon_min_ratio,
         min_previous_rows=s.recon_min_previous_rows,
+        partition_bytes=s.recon_partition_bytes,
+        map_bytes=s.recon_map_bytes,
+        distributed=_distributed_recon(s),
         fund_sources=_fund_sources(),
+    )
+
+
+def _distributed_recon(s: Settings) -> Any:
+    """The Distributed Map path (service/recon_map.py), or None when no state machine is configured."""
+    if not s.recon_state_machine_arn:
+        return None
+    from tally.service.recon_map import DistributedRecon
+    from tally.store.recon import BillArchive, ReconMachine
+
+    return DistributedRecon(
+        BillArchive(_client("s3"), s.bills_bucket),
+        ReconMachine(_client("stepfunctions"), s.recon_state_machine_arn),
     )
 
 

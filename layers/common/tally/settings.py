@@ -34,6 +34,9 @@ class Settings:
     recon_diff_table: str = ""
     recon_min_ratio: float = 0.10
     recon_min_previous_rows: int = 10
+    recon_partition_bytes: int = 64 << 20  # a bill this big is matched partition by partition (docs/recon.md)
+    recon_map_bytes: int = 1 << 30  # … and this big on the Distributed Map, when the state machine is set
+    recon_state_machine_arn: str = ""
     # AWS clients (bootstrap.aws_config): botocore's defaults are 60 s connect + 60 s read, far past WeChat's
     # 5 s. Worst case of one call: max_attempts x (connect + read) plus standard-mode backoff (< 1 s first).
     aws_connect_timeout_s: float = 1.0
@@ -48,6 +51,9 @@ class Settings:
     # the operations console (docs/console.md)
     console_user_pool_id: str = ""
     console_client_id: str = ""
+    # the poller at volume (docs/pull.md): channel calls per merchant and second, and orders polled at once
+    poll_merchant_qps: int = 10
+    poll_concurrency: int = 8
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -79,6 +85,9 @@ class Settings:
                 recon_diff_table=env.get("RECON_DIFF_TABLE", ""),
                 recon_min_ratio=float(env.get("RECON_MIN_RATIO", "0.10")),
                 recon_min_previous_rows=int(env.get("RECON_MIN_PREVIOUS_ROWS", "10")),
+                recon_partition_bytes=int(env.get("RECON_PARTITION_BYTES", str(64 << 20))),
+                recon_map_bytes=int(env.get("RECON_MAP_BYTES", str(1 << 30))),
+                recon_state_machine_arn=env.get("RECON_STATE_MACHINE_ARN", ""),
                 aws_connect_timeout_s=float(env.get("TALLY_AWS_CONNECT_TIMEOUT_S", "1")),
                 aws_read_timeout_s=float(env.get("TALLY_AWS_READ_TIMEOUT_S", "5")),
                 aws_max_attempts=int(env.get("TALLY_AWS_MAX_ATTEMPTS", "3")),
@@ -87,6 +96,8 @@ class Settings:
                 wechatpay_ca_file=env.get("TALLY_WECHATPAY_CA_FILE", ""),
                 console_user_pool_id=env.get("CONSOLE_USER_POOL_ID", ""),
                 console_client_id=env.get("CONSOLE_CLIENT_ID", ""),
+                poll_merchant_qps=int(env.get("TALLY_POLL_MERCHANT_QPS", "10")),
+                poll_concurrency=int(env.get("TALLY_POLL_CONCURRENCY", "8")),
             )
         except KeyError as missing:
             raise RuntimeError(f"missing environment variable {missing}: see docs/contracts.md") from None

@@ -81,4 +81,6 @@ class Bill(Protocol):
 
     data: bytes
 
-    def parser(self, *, check_fees: bool = True) -> Any: ...
+    def parser(self, *, check_fees: bool = True, lines: Iterator[bytes] | None = None) -> Any:
+        """`lines`: read these instead of `data`'s (a bill streamed from a file by service/recon_partition.py)."""
+        ...

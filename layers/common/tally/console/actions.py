@@ -44,7 +44,7 @@ def act(item_id: str, action: str, who: Identity, reason: str, **fields: str) ->
         raise PermissionError("only members of operators may act")
     if action not in ACTIONS:
         raise ActionRefused(f"unknown action {action!r}")
-    extra = {k: v for k, v in fields.items() if k in FIELDS and v}
+    extra: dict[str, Any] = {k: v for k, v in fields.items() if k in FIELDS and v}
     if action == "ack" and not extra.get("owner"):
         extra["owner"] = who.username
     try:
@@ -58,10 +58,54 @@ def act(item_id: str, action: str, who: Identity, reason: str, **fields: str) ->
     )
 
 
+CONSOLE_REPLAY_LIMIT = 100  # items one request replays (at 20 a second: 5 s); the page offers to continue
+
+
+def filter_text(filters: dict[str, str]) -> str:
+    """The page's filter as `tally manual … --filter` text (what a bulk replay run stores, and the command
+    the preview prints: the CLI's dry run of it shows the same numbers)."""
+    from tally.console.data import AGE_FILTERS
+
+    parts = [f"{k}={v}" for k, v in filters.items() if v and k in ("kind", "merchant", "state", "owner")]
+    for name, seconds in AGE_FILTERS.get(filters.get("age") or "", {}).items():
+        parts.append(f"age{'>' if name == 'age_gt' else '<'}{seconds}s")
+    return ",".join(parts)
+
+
 def bulk_preview(filters: dict[str, str], action: str) -> dict[str, Any]:
-    """The queue's dry run: what would change, counts and amount in yuan. Changes nothing."""
-    report = bootstrap.work_queue().bulk(queue_filter(**filters), action, by="preview", dry_run=True)
+    """The queue's dry run: what would change, counts and amount in yuan. Changes nothing. A replay is
+    previewed by the bulk replay run's own preview (service/replay.py), as `tally manual replay --dry-run`."""
+    if action == "replay":
+        text = filter_text(filters)
+        report = bootstrap.bulk_replay().preview(text)
+        report["cli"] = f"tally manual replay --filter '{text}' --dry-run"
+    else:
+        report = bootstrap.work_queue().bulk(queue_filter(**filters), action, by="preview", dry_run=True)
     return {**report, "count": report.get("would_change", 0)}
+
+
+def replay_run(filters: dict[str, str], who: Identity, reason: str, run_id: str = "") -> dict[str, Any]:
+    """A bulk replay run from the queue page: started (or continued, with its id), at most
+    CONSOLE_REPLAY_LIMIT items per request; rate-limited, resumable and audited like the CLI's."""
+    from tally.service.queue import QueueError
+
+    if not who.can_act:
+        raise PermissionError("only members of operators may act")
+    runs = bootstrap.bulk_replay()
+    try:
+        if run_id:
+            result = runs.resume(run_id, limit=CONSOLE_REPLAY_LIMIT)
+        else:
+            result = runs.start(
+                filter_text(filters), by=who.who, why=reason.strip(), limit=CONSOLE_REPLAY_LIMIT
+            )
+    except (QueueError, LookupError, ValueError) as exc:
+        raise ActionRefused(str(exc)) from None
+    count(M.CONSOLE_ACTION, int(result["this_call"]["changed"] or 0))
+    logger.info(
+        "console bulk replay", extra={"run": result["run_id"], "by": who.who, "status": result["status"]}
+    )
+    return result
 
 
 def bulk(filters: dict[str, str], action: str, who: Identity, reason: str, **fields: str) -> dict[str, Any]:
@@ -69,7 +113,7 @@ def bulk(filters: dict[str, str], action: str, who: Identity, reason: str, **fie
 
     if not who.can_act:
         raise PermissionError("only members of operators may act")
-    extra = {k: v for k, v in fields.items() if k in FIELDS and v}
+    extra: dict[str, Any] = {k: v for k, v in fields.items() if k in FIELDS and v}
     try:
         report = bootstrap.work_queue().bulk(
             queue_filter(**filters), action, by=who.who, reason=reason.strip(), dry_run=False, **extra
@@ -92,5 +136,7 @@ __all__ = [
     "act",
     "bulk",
     "bulk_preview",
+    "filter_text",
+    "replay_run",
     "yuan",
 ]

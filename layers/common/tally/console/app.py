@@ -81,6 +81,7 @@ def login_page(request: Request, message: str = "", status: int = 200) -> Respon
         message=message,
         next=_safe_next(request.field("next")),
         bye=bool(request.field("bye")),
+        expired=request.field("expired") if request.field("expired") in ("expired", "not-done") else "",
     )
 
 
@@ -134,6 +135,7 @@ def queue_page(request: Request, who: Identity) -> Response:
         merchants=sorted({i.mchid for i in items if i.mchid}),
         owners=sorted({i.owner for i in items if i.owner}),
         message=request.field("done"),
+        run=request.field("run"),
     )
 
 
@@ -268,6 +270,8 @@ def post(request: Request, who: Identity) -> Response:
         if action not in actions.ACTIONS:
             return render("error.html", who, 400, message="Choose an action.")
         reason = request.form.get("reason", "")
+        if action == "replay" and (request.form.get("confirm") == "yes" or request.form.get("run")):
+            return replay_post(request, who, filters, reason)
         if request.form.get("confirm") != "yes":
             preview = actions.bulk_preview(filters, action)
             return render(
@@ -282,6 +286,23 @@ def post(request: Request, who: Identity) -> Response:
         )
         return redirect(link("queue", done=message))
     return render("error.html", who, 404, message="No such action.")
+
+
+def replay_post(request: Request, who: Identity, filters: dict[str, str], reason: str) -> Response:
+    """A bulk replay run: started from the preview's confirm, or continued with its id."""
+    try:
+        run = actions.replay_run(filters, who, reason, request.form.get("run", "").strip())
+    except actions.ActionRefused as exc:
+        return render("error.html", who, 409, message=f"Not done: {exc}")
+    call = run["this_call"]
+    message = (
+        f"replay run {run['run_id']}: {run['status']}, {run['done_items']} of {run['planned_items']} item(s) "
+        f"replayed ({run['done_amount']} of {run['planned_amount']} yuan)"
+        + (f", {run['failed_items']} not done" if run["failed_items"] else "")
+        + (f"; this time {call['changed']}" if call["changed"] != run["done_items"] else "")
+    )
+    paused = run["status"] == "PAUSED"
+    return redirect(link("queue", done=message, **({"run": run["run_id"]} if paused else {})))
 
 
 def refuse(who: Identity, request: Request, message: str, why: str) -> Response:

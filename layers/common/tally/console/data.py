@@ -350,14 +350,17 @@ def ledger_csv(view: dict[str, Any]) -> bytes:
 
 
 def fourteen_days(now: float, items: list[Item]) -> list[dict[str, Any]]:
-    """Payments and refunds booked (count, yuan) per day, and queue items opened per day, oldest first."""
+    """Payments and refunds booked (count, yuan) per day, and queue items opened and cleared per day, oldest
+    first. Opened = the open items that arrived that day + the closed ones that had (the queue's day counter
+    rows, service/queue.py count_cleared); cleared = items closed that day through the queue."""
     today = today_cst(now)
-    opened = Counter(
+    live = Counter(
         when.astimezone(CHINA).date().isoformat() for when in map(parse_iso, (i.since for i in items)) if when
     )
+    dates = [(today - timedelta(days=back)).isoformat() for back in range(13, -1, -1)]
+    counted = bootstrap.work_queue().store.day_counts(dates)
     days = []
-    for back in range(13, -1, -1):
-        day = (today - timedelta(days=back)).isoformat()
+    for day in dates:
         totals = ledger_day(day)["totals"]
         days.append(
             {
@@ -365,7 +368,9 @@ def fourteen_days(now: float, items: list[Item]) -> list[dict[str, Any]]:
                 "payments": int(totals.get("payments") or 0),
                 "payment_cent": int(totals.get("payment_cent") or 0),
                 "refunds": int(totals.get("refunds") or 0),
-                "opened": opened.get(day, 0),
+                "opened": live.get(day, 0) + counted[day]["born_closed"],
+                "still_open": live.get(day, 0),
+                "cleared": counted[day]["cleared"],
             }
         )
     return days
@@ -376,10 +381,43 @@ def fourteen_days(now: float, items: list[Item]) -> list[dict[str, Any]]:
 
 def merchants(now: float | None = None) -> list[dict[str, Any]]:
     """Configured channels, modes, certificate expiry (`tally merchant list`'s own reader: no secret
-    returned). The last callback seen is not stored per merchant (it would cost the notify path a write)."""
-    from tally.cli.merchant import list_merchants
+    returned), and per merchant the last callback seen and the last one refused.
 
-    return list_merchants(bootstrap.merchants())
+    Last seen: one Query of notify_raw's `by_merchant` index per merchant id (newest first, Limit 1); the notify
+    path writes nothing for it (the index is keyed on attributes every raw row has). Last refused: the newest
+    kept rejected row per merchant, from one read of the work queue's `manual` index (kind rejected)."""
+    from tally.service.merchants import list_merchants
+
+    now = time.time() if now is None else now
+    store = bootstrap.work_queue().store
+    refused: dict[str, str] = {}
+    for row in store.kept_notifications("rejected"):
+        mchid, at = str(row.get("mchid") or ""), str(row.get("created_at") or "")
+        if at > refused.get(mchid, ""):
+            refused[mchid] = at
+    seen: dict[str, dict[str, Any] | None] = {}
+    rows = list_merchants(bootstrap.merchants())
+    for m in rows:
+        mchid = str(m["id"])
+        if mchid not in seen:
+            seen[mchid] = store.last_callback(mchid)
+        last = seen[mchid]
+        m["last_seen"] = (
+            {
+                "at": cst(last.get("notified_at")),
+                "age": age_words(age_seconds(last.get("notified_at"), now)),
+                "channel": str(last["pk"]).partition("#")[0],
+                "source": str(last.get("source") or "notify"),
+            }
+            if last
+            else None
+        )
+        m["last_refused"] = (
+            {"at": cst(refused[mchid]), "age": age_words(age_seconds(refused[mchid], now))}
+            if mchid in refused
+            else None
+        )
+    return rows
 
 
 def _secretish(name: str) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Callable, Iterable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 
@@ -168,6 +169,11 @@ class BillTotals:
         }
 
 
+# Set by the partitioned path (service/recon_partition.py) around one parse: called with every BillIndex built
+# in this context, so the parser's own index can be drained into partition files while the parser fills it.
+INDEX_WATCHER: ContextVar[Callable[[BillIndex], None] | None] = ContextVar("INDEX_WATCHER", default=None)
+
+
 class BillIndex:
     """What matching needs of every bill row, compact (one parse pass builds it with the totals; R31–R33
     guards run on the totals before anything is matched): the ledger key, the amount in cents, a flag byte
@@ -188,6 +194,9 @@ class BillIndex:
         self.amounts = array("q")
         self.flags = bytearray()
         self.where = array("q")
+        watcher = INDEX_WATCHER.get()
+        if watcher is not None:  # the partitioned path drains a parser's index while it grows
+            watcher(self)
 
     def __len__(self) -> int:
         return len(self.keys)

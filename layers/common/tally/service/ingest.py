@@ -78,9 +78,14 @@ class Acks:
         self._success = success
         self._failure = failure
         self.content_type = content_type
+        self._answered: dict[str, HttpResponse] = {}  # success ACKs by outcome: immutable, built once
 
     def success(self, outcome: str = "accepted") -> HttpResponse:
-        return HttpResponse(*self._success(), content_type=self.content_type, outcome=outcome)
+        answer = self._answered.get(outcome)
+        if answer is None:
+            answer = HttpResponse(*self._success(), content_type=self.content_type, outcome=outcome)
+            self._answered[outcome] = answer
+        return answer
 
     def failure(self, status: int, message: str, outcome: str = "rejected") -> HttpResponse:
         return HttpResponse(*self._failure(status, message), content_type=self.content_type, outcome=outcome)
@@ -167,8 +172,9 @@ class IngestService:
             return self._quarantine(
                 request, mchid, f"undecryptable: {exc}", envelope_id=_envelope_id(request.body)
             )
-        logger.append_keys(raw_key=notice.raw_key, order=order_key(notice.mchid, notice.out_trade_no))
+        # no logger.append_keys here: the accepted path logs nothing, and the lines that do name their keys
         if notice.mchid != mchid and notice.sp_mchid != mchid:
+            logger.append_keys(raw_key=notice.raw_key, order=order_key(notice.mchid, notice.out_trade_no))
             return self._quarantine(
                 request,
                 mchid,
@@ -294,7 +300,7 @@ class IngestService:
             count(M.ENQUEUE_FAILED, channel=acks.channel, merchant=notice.mchid)
             logger.error(
                 "enqueue failed; answering failure so the channel retries",
-                extra={"raw_key": row["pk"], "error": str(exc)},
+                extra={"raw_key": row["pk"], "order": row["order_pk"], "error": str(exc)},
             )
             return acks.failure(500, "enqueue failed, retry", "enqueue_failed")
         count(

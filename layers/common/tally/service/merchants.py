@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from tally import errors
@@ -14,6 +15,7 @@ from tally.channels import registry as channel_registry
 from tally.channels.alipay import wire as ali
 from tally.channels.wechatpay_v2 import wire as wx2
 from tally.channels.wechatpay_v3 import wire as wx
+from tally.domain.recon import CHINA
 from tally.observability import M, count, logger
 from tally.store.keys import PlatformCertStore
 from tally.store.secrets import SecretStore
@@ -675,3 +677,65 @@ def check_merchant(directory: MerchantDirectory, channel: str, merchant_id: str)
     else:
         raise ValueError(f"unknown channel {channel!r}: wechatpay, alipay or wechatpay-v2")
     return checks
+
+
+# ------------------------------------------------------------------ the merchant list (CLI and console)
+
+
+def cli_word(merchant_kind: str) -> str:
+    """A merchants row's channel as the CLI spells it (`tally merchant add wechatpay-v2`): the channel's route."""
+    channel = channel_registry.by_merchant_kind(merchant_kind)
+    return channel.route if channel else merchant_kind
+
+
+def list_merchants(directory: MerchantDirectory) -> list[dict[str, Any]]:
+    """One line per configured merchant. Certificate expiry comes from the loaded credentials (the secret is
+    read to learn which certificates it holds; nothing of it is returned)."""
+    out = []
+    for channel, merchant_id in directory.store.configured():
+        row = directory.store.get(channel, merchant_id) or {}
+        item = {
+            "channel": cli_word(channel),
+            "id": merchant_id,
+            "mode": row.get("mode", "direct"),
+            "provider": row.get("sp_mchid") or row.get("sp_app_id"),
+            "key_mode": row.get("key_mode") or ("public_key" if row.get("public_key_id") else None),
+            "tenant": row.get("tenant"),
+            "appid": row.get("appid") or None,
+            "notify_url": row.get("notify_url"),
+            "updated_at": row.get("updated_at"),
+            "certificates": [],
+            "cert_expiry": None,
+        }
+        try:
+            expires = _expiries(directory, channel, merchant_id, item["mode"])
+        except Exception as exc:  # noqa: BLE001 - the list still shows the merchant, with why expiry is unknown
+            item["cert_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+            expires = {}
+        item["certificates"] = [
+            {"name": name, "not_after": _china(when)}
+            for name, when in sorted(expires.items(), key=lambda kv: kv[1])
+        ]
+        item["cert_expiry"] = item["certificates"][0]["not_after"] if item["certificates"] else None
+        out.append(item)
+    return out
+
+
+def _expiries(directory: MerchantDirectory, channel: str, merchant_id: str, mode: str) -> dict[str, float]:
+    if mode == "partner":
+        return {}  # the provider's certificates act: see the provider's line
+    found = channel_registry.by_merchant_kind(channel)
+    name = found.name if found else ""
+    if name == "wechatpay_v3":
+        return dict(directory.wechatpay(merchant_id).creds.platform.expires)
+    if name == "alipay":
+        alipay = directory.alipay(merchant_id)
+        expires = dict(alipay.creds.keys.expires)
+        if alipay.creds.app_cert_expires:
+            expires["app_cert"] = alipay.creds.app_cert_expires
+        return expires
+    return {}  # WeChat Pay v2: an API key, no certificate
+
+
+def _china(epoch_s: float) -> str:
+    return datetime.fromtimestamp(float(epoch_s), CHINA).isoformat(timespec="seconds")

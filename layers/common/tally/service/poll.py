@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -65,6 +66,8 @@ class PollService:
         max_errors: int = 5,
         confirm_after_s: float = 3.0,
         confirm_every_s: float = 5.0,
+        concurrency: int = 1,
+        max_per_run: int = 2000,
     ):
         self.polls = polls
         self.raw = raw
@@ -76,29 +79,61 @@ class PollService:
         self.max_errors = max_errors
         self.confirm_after_s = confirm_after_s
         self.confirm_every_s = confirm_every_s
+        self.concurrency = max(1, concurrency)  # orders polled at once (threads): their waits overlap
+        self.max_per_run = max_per_run  # orders one run takes at most, however many are due
 
     # ---------------------------------------------------------------- the poller
 
     def run(self, out_of_time: Callable[[], bool] = lambda: False) -> PollReport:
+        """Page after page of due orders (`batch` each), `concurrency` orders at a time, until none is due,
+        `max_per_run` were read or time runs out; the channel calls are paced per merchant (MerchantPace in
+        the pull clients). What is not reached stays due for the next run."""
         report = PollReport()
         read_before = self.polls.items_read
-        due = self.polls.due(iso_now(self.clock()), self.batch)
+        stopped = False
+        pool = ThreadPoolExecutor(self.concurrency, "poll") if self.concurrency > 1 else None
+        try:
+            while not stopped and report.claimed + report.outcomes.get("SKIPPED", 0) < self.max_per_run:
+                due = self.polls.due(iso_now(self.clock()), self.batch + 1)  # one more: is there a next page?
+                more, due = len(due) > self.batch, due[: self.batch]
+                if not due:
+                    break
+                page_claimed = report.claimed
+
+                def one(order: dict[str, Any]) -> str:
+                    nonlocal stopped
+                    if stopped or out_of_time():
+                        stopped = True
+                        return "LEFT"
+                    return self._poll_safely(order)
+
+                whats = list(pool.map(one, due)) if pool is not None else [one(o) for o in due]
+                for what in whats:
+                    if what == "LEFT":
+                        continue
+                    report.note(what)
+                    if what != "SKIPPED":
+                        report.claimed += 1
+                if stopped:
+                    logger.warning(
+                        "poller stopped for time; the rest stays due", extra={"left": whats.count("LEFT")}
+                    )
+                if not more or report.claimed == page_claimed:
+                    break  # the last page, or a page of nothing claimable: never spin on it
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True)
         report.read = self.polls.items_read - read_before
         count(M.POLL_ORDERS_READ, report.read)
-        for order in due:
-            if out_of_time():
-                logger.warning("poller stopped for time; the rest stays due", extra={"left": len(due)})
-                break
-            try:
-                what = self.poll_one(order)
-            except Exception:  # noqa: BLE001 - one order must not stop the others; counted, alarmed, still due
-                count(M.POLL_FAILED, channel=order.get("channel"), merchant=order.get("mchid"))
-                logger.exception("polling an order failed", extra={"order": order.get("pk")})
-                what = "FAILED"
-            report.note(what)
-            if what != "SKIPPED":
-                report.claimed += 1
         return report
+
+    def _poll_safely(self, order: dict[str, Any]) -> str:
+        try:
+            return self.poll_one(order)
+        except Exception:  # noqa: BLE001 - one order must not stop the others; counted, alarmed, still due
+            count(M.POLL_FAILED, channel=order.get("channel"), merchant=order.get("mchid"))
+            logger.exception("polling an order failed", extra={"order": order.get("pk")})
+            return "FAILED"
 
     def poll_one(self, order: dict[str, Any]) -> str:
         now = self.clock()

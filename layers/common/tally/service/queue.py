@@ -87,12 +87,17 @@ class WorkQueue:
     # ================================================================ reading
 
     def list(
-        self, filter: str | dict[str, Any] | None = None, *, over_s: int | None = None
+        self,
+        filter: str | dict[str, Any] | None = None,
+        *,
+        over_s: int | None = None,
+        counted: bool = True,
     ) -> List[dict[str, Any]]:
         """Every live item (OPEN or ACKNOWLEDGED), oldest first, narrowed by `filter` (see parse_filter).
-        `over_s` replaces every kind's threshold (0: anything open counts as overdue)."""
+        `over_s` replaces every kind's threshold (0: anything open counts as overdue). `counted=False` skips
+        reading the rejected groups' aggregate counts (the poller's gauge counts items, not refusals)."""
         now = self.clock()
-        items = [self._finish(i, now, over_s) for i in self._collect(now)]
+        items = [self._finish(i, now, over_s) for i in self._collect(now, counted)]
         wanted = parse_filter(filter) if isinstance(filter, str) or filter is None else filter
         items = [i for i in items if _matches(i, wanted)]
         return sorted(items, key=lambda i: (str(i["since"] or ""), i["id"]))  # oldest first, stable
@@ -110,9 +115,9 @@ class WorkQueue:
             return closed
         raise QueueError(f"no open item {item_id} (`tally manual list` shows the ids)")
 
-    def morning(self, *, over_s: int | None = None) -> dict[str, Any]:
+    def morning(self, *, over_s: int | None = None, counted: bool = True) -> dict[str, Any]:
         """The numbers the morning starts from: open items, of which past their threshold, by kind."""
-        items = self.list(over_s=over_s)
+        items = self.list(over_s=over_s, counted=counted)
         over = [i for i in items if i["overdue"]]
         return {
             "open": len(items),
@@ -125,7 +130,7 @@ class WorkQueue:
 
     def publish(self) -> dict[str, Any]:
         """The poller's every-minute gauge (zero included): items past their threshold (R37, R41)."""
-        numbers = self.morning()
+        numbers = self.morning(counted=False)
         count(M.MANUAL_AGED, numbers["over_threshold"])
         return numbers
 
@@ -146,7 +151,9 @@ class WorkQueue:
                 f"(as `tally manual list` prints them), not {item_id!r}"
             )
         item = next((i for i in self.list({"id": item_id}) if i["id"] == item_id), None)
-        return self._act(item_id, item, action, by, reason, fields)
+        result = self._act(item_id, item, action, by, reason, fields)
+        self.count_cleared([result])
+        return result
 
     def _act(
         self,
@@ -199,10 +206,15 @@ class WorkQueue:
         by: str,
         reason: str = "",
         dry_run: bool = True,
+        claim: Callable[[dict[str, Any]], str] | None = None,
+        after: Callable[[dict[str, Any], dict[str, Any] | None, str], None] | None = None,
         **fields: Any,
     ) -> dict[str, Any]:
         """The same action on every live item the filter selects; `dry_run` says what would change (counts and
-        amounts in yuan) and changes nothing. Items whose kind does not offer the action are left alone."""
+        amounts in yuan) and changes nothing. Items whose kind does not offer the action are left alone.
+
+        A bulk replay run (service/replay.py) passes `claim(item)` -> "act" | "skip" (done already, or taken by
+        another process) | "stop" (paused: the rest is for the next call), and `after(item, result, error)`."""
         items = self.list(filter)
         fit = [i for i in items if action in i["actions"]]
         total = sum(i["amount_cent"] or 0 for i in fit)
@@ -215,6 +227,7 @@ class WorkQueue:
             "amount_cent": total,
             "amount": format_cents(total),
             "by_kind": dict(Counter(i["kind"] for i in fit)),
+            "notifications": sum(int(i.get("kept") or 1) for i in fit),
             "items": [
                 {k: i[k] for k in ("id", "kind", "merchant", "order", "amount", "reason")} for i in fit
             ],
@@ -224,15 +237,46 @@ class WorkQueue:
             return report
         if not (by or "").strip() or (action != "ack" and not (reason or "").strip()):
             raise QueueError("say who you are (--by) and why (--why): every item keeps both")
-        done = 0
+        done, cents, passed = [], 0, 0
         for item in fit:
+            verdict = claim(item) if claim is not None else "act"
+            if verdict == "stop":
+                break
+            if verdict != "act":
+                passed += 1
+                continue
+            result, error = None, ""
             try:
-                self._act(item["id"], item, action, by.strip(), reason.strip(), dict(fields))
-                done += 1
+                result = self._act(item["id"], item, action, by.strip(), reason.strip(), dict(fields))
+                done.append(result)
+                cents += int(item["amount_cent"] or 0)
             except (QueueError, LookupError, ValueError) as exc:
-                report["errors"][item["id"]] = str(exc)
-        report["changed"] = done
+                error = str(exc)
+                report["errors"][item["id"]] = error
+            if after is not None:
+                after(item, result, error)
+        report["changed"] = len(done)
+        report["changed_cent"] = cents
+        report["changed_amount"] = format_cents(cents)
+        report["passed"] = passed  # claim said skip: done by this run before, or by another process now
+        self.count_cleared(done)
         return report
+
+    def count_cleared(self, results: List[dict[str, Any]]) -> None:
+        """The 14-day chart's counters (console Morning): each item an action closed counts as cleared today
+        and as a closed item opened on its own day; opened(day) = live items since that day + those. One ADD
+        per distinct day. Only closes through the queue are counted (docs/console.md)."""
+        today = _china_day(iso_now(self.clock()))
+        closed = [r for r in results if r["item"] and r["item"].get("state") in (RESOLVED, IGNORED)]
+        if not closed:
+            return
+        born = Counter(_china_day(r["item"].get("since")) for r in closed)
+        days = {today: (len(closed), born.pop(today, 0))} | {d: (0, n) for d, n in born.items() if d}
+        for day, (cleared, born_closed) in days.items():
+            try:
+                self.store.count_day(day, cleared=cleared, born_closed=born_closed)
+            except Exception as exc:  # noqa: BLE001 - the action is done; a chart counter must not undo it
+                logger.warning("queue day counter not written", extra={"day": day, "error": str(exc)[:200]})
 
     # ---------------------------------------------------------------- per source: the action's one write
 
@@ -446,11 +490,15 @@ class WorkQueue:
 
     # ================================================================ building items
 
-    def _collect(self, now: float) -> List[dict[str, Any]]:
+    def _collect(self, now: float, counted: bool = True) -> List[dict[str, Any]]:
         items = [self._payment_item(r) for r in self.store.unbooked_payments()]
         for kind in KEPT_KINDS:
             rows = self.store.kept_notifications(kind)
-            items += self._rejected_items(rows) if kind == "rejected" else [self._kept_item(r) for r in rows]
+            items += (
+                self._rejected_items(rows, counted)
+                if kind == "rejected"
+                else [self._kept_item(r) for r in rows]
+            )
         items += [self._report_item(r) for r in self.store.refund_reports()]
         items += [self._refund_item(r) for r in self.store.refunds_with_person()]
         items += [self._task_item(r) for r in self.store.refund_tasks("MANUAL")]
@@ -496,16 +544,21 @@ class WorkQueue:
             else ("ack", "resolve", "ignore"),
         )
 
-    def _rejected_items(self, rows: List[dict[str, Any]]) -> List[dict[str, Any]]:
+    def _rejected_items(self, rows: List[dict[str, Any]], counted: bool = True) -> List[dict[str, Any]]:
         """Rejected notifications, one item per (channel, merchant, cause) with a count (R40)."""
         groups: dict[tuple[str, str, str], List[dict[str, Any]]] = defaultdict(list)
         for row in rows:
             cause = str(row.get("cause") or row.get("reason") or "rejected")
             groups[(str(row.get("channel")), str(row.get("mchid")), cause)].append(row)
+        # the real count: every kept row names its hour's aggregate row, which counted the rows not kept too
+        aggregates = {key: sorted({_aggregate_pk(r) for r in group}) for key, group in groups.items()}
+        wanted = [pk for pks in aggregates.values() for pk in pks] if counted else []
+        refusals = self.store.rejection_counts(wanted) if wanted else {}
         items = []
         for (channel, mchid, cause), group in groups.items():
             group.sort(key=lambda r: str(r.get("created_at")))
             first = group[0]
+            refused = max(len(group), sum(refusals.get(pk, 0) for pk in aggregates[(channel, mchid, cause)]))
             states = {r.get("q_state") or OPEN for r in group}
             owners = {str(r["q_owner"]) for r in group if r.get("q_owner")}
             item = _item(
@@ -520,10 +573,11 @@ class WorkQueue:
                 order=None,
                 amount_cent=None,
                 since=first.get("created_at"),
-                reason=f"{len(group)} notification(s) refused: {plain(cause)}",
+                reason=f"{refused} notification(s) refused ({len(group)} kept): {plain(cause)}",
                 actions=("ack", "resolve", "ignore", "replay"),
             )
-            item["count"] = len(group)
+            item["count"] = refused
+            item["kept"] = len(group)
             item["state"] = OPEN if OPEN in states else ACKNOWLEDGED
             item["owner"] = ", ".join(sorted(owners)) or None
             item["history"] = sorted((h for r in group for h in _history(r)), key=lambda h: h.get("at", ""))
@@ -735,6 +789,27 @@ def _item(
     }
 
 
+def _aggregate_pk(row: dict[str, Any]) -> str:
+    """The hour's aggregate row a kept rejected row was counted on (service/ingest.py `aggregate`): its own
+    `aggregate_pk` when the index projects it, else rebuilt from the projected channel, merchant, cause, hour."""
+    if row.get("aggregate_pk"):
+        return str(row["aggregate_pk"])
+    hour = str(row.get("created_at") or "")[:13]
+    return f"rejected-count#{row.get('channel')}#{row.get('mchid')}#{row.get('cause')}#{hour}"
+
+
+def _china_day(iso: Any) -> str:
+    """The Asia/Shanghai date of an ISO UTC time ('' when there is none)."""
+    from tally.domain.recon import CHINA
+
+    if not isinstance(iso, str) or not iso:
+        return ""
+    try:
+        return datetime.fromisoformat(iso.replace("Z", "+00:00")).astimezone(CHINA).date().isoformat()
+    except ValueError:
+        return ""
+
+
 def _built(dependency: Any) -> Any:
     """A service, or the zero-argument function that builds it (bootstrap's cached builders)."""
     return dependency() if callable(dependency) else dependency
@@ -820,12 +895,49 @@ def parse_filter(text: str | None) -> dict[str, Any]:
             wanted["age_gt" if op == ">" else "age_lt"] = int(n) * _UNITS[unit]
             continue
         name, eq, value = part.partition("=")
-        if not eq or name.strip() not in ("kind", "merchant", "channel", "state", "owner", "id", "order"):
+        names = ("kind", "merchant", "channel", "state", "owner", "id", "order", "since", "until")
+        if not eq or name.strip() not in names:
             raise QueueError(
-                f"filter {part!r}: use kind=…, merchant=…, channel=…, state=…, owner=…, order=…, id=…, age>…, age<…"
+                f"filter {part!r}: use kind=…, merchant=…, channel=…, state=…, owner=…, order=…, id=…, "
+                "since=…, until=…, age>…, age<…"
             )
+        if name.strip() in ("since", "until"):
+            wanted[name.strip()] = parse_bound(value.strip(), end=name.strip() == "until")
+            continue
         wanted[name.strip()] = value.strip()
     return wanted
+
+
+def parse_bound(text: str, *, end: bool = False) -> datetime:
+    """`since=`/`until=` of a filter: a date (Asia/Shanghai, like every date the CLI takes: `until` a date
+    means through its end), or an ISO time (UTC unless it says otherwise). Items are kept when
+    since <= item.since < until."""
+    from datetime import UTC, timedelta
+
+    from tally.domain.recon import CHINA
+
+    try:
+        if re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
+            day = datetime.fromisoformat(text).replace(tzinfo=CHINA)
+            return (day + timedelta(days=1) if end else day).astimezone(UTC)
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise QueueError(
+            f"{text!r}: since/until take a date (2026-12-01) or a time (2026-12-01T08:00:00Z)"
+        ) from None
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)).astimezone(UTC)
+
+
+def _parse_utc(iso: Any) -> datetime | None:
+    if not isinstance(iso, str) or not iso:
+        return None
+    try:
+        when = datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    from datetime import UTC
+
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
 def _matches(item: dict[str, Any], wanted: dict[str, Any]) -> bool:
@@ -840,6 +952,10 @@ def _matches(item: dict[str, Any], wanted: dict[str, Any]) -> bool:
             return False
         if name == "id" and item["id"] != _legacy(str(value)):
             return False
+        if name in ("since", "until"):
+            when = _parse_utc(item.get("since"))
+            if when is None or (when < value if name == "since" else when >= value):
+                return False
         if name in ("merchant", "channel", "owner", "order") and str(item.get(name)) != value:
             return False
     return True

@@ -7,6 +7,7 @@ Every way a run can end leaves a recon_runs row a person can read, and every end
     DIFFS     differences written to recon_diff (R36)        ReconDiffOpened (alarm) for each new one
     QUIET     no bill and no ledger entries, or a zero bill  ReconQuietDay
     RETRY     STATEMENT_CREATING: the next tick retries      ReconStatementNotReady (last tick: BLOCKED)
+    RUNNING   a big bill's partitions on the Distributed Map  (ends MATCHED / DIFFS / BLOCKED: recon_map.py)
 
 Every finished run (MATCHED, DIFFS, QUIET, BLOCKED) also counts ReconRunCompleted, a heartbeat: no finished run
 for 30 hours is an alarm (ReconNotRunAlarm), so "recon never ran" is never silent.
@@ -18,9 +19,12 @@ from __future__ import annotations
 
 import csv
 import io
+import shutil
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import date, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from tally.channels import registry as channel_registry
@@ -51,7 +55,9 @@ from tally.domain.recon import (
     BillIndex,
     BillParseError,
     Diff,
+    LocalEntry,
     Matcher,
+    MatchStats,
     check_guards,
     china_date,
     fold_ledger,
@@ -59,6 +65,7 @@ from tally.domain.recon import (
     scheduled_days,
 )
 from tally.observability import M, count, logger
+from tally.service.recon_partition import Partitioned, file_lines, partition_bill, tmp_dir
 from tally.service.recon_sources import NO_STATEMENT, NOT_READY, DownloadFailed, OpenedBill, gunzip
 from tally.store.recon import BillArchive, LedgerView, ReconStore, recon_pk
 from tally.store.tables import iso_now
@@ -66,6 +73,7 @@ from tally.store.tables import iso_now
 MATCHED, DIFFS, QUIET, RETRY, BLOCKED = "MATCHED", "DIFFS", "QUIET", "RETRY", "BLOCKED"
 NO_BILL_SOURCE = "NO_BILL_SOURCE"  # the block code of a merchant without a bill download (R44)
 FUND_FLOW_LATE = "FUND_FLOW_LATE"  # a fund-flow bill still missing past its due day + 1 (R45)
+RUNNING = "RUNNING"  # on the Distributed Map (service/recon_map.py)
 FINISHED = {MATCHED, DIFFS, QUIET, BLOCKED}
 
 
@@ -89,6 +97,10 @@ class ReconService:
         last_retry_hour: int = 16,
         progress: Callable[[int], None] | None = None,
         fund_sources: dict[str, Any] | None = None,
+        partition_bytes: int = 64 << 20,
+        map_bytes: int = 1 << 30,
+        distributed: Any = None,
+        map_stale_s: float = 4 * 3600,
     ):
         self.store = store
         self.ledger = ledger
@@ -102,6 +114,12 @@ class ReconService:
         self.last_retry_hour = last_retry_hour
         self.progress = progress
         self.fund_sources = fund_sources or {}
+        self.partition_bytes = partition_bytes  # a bill at least this big is matched partition by partition
+        self.map_bytes = (
+            map_bytes  # … and at least this big on the Distributed Map (when `distributed` is set)
+        )
+        self.distributed = distributed  # service.recon_map.DistributedRecon or None
+        self.map_stale_s = map_stale_s  # a Map run without a result after this is BLOCKED (MAP_STALE)
 
     # ------------------------------------------------------------ entry points
 
@@ -115,10 +133,14 @@ class ReconService:
         due = self.due_merchants()
         for channel, mchid in due:
             for bill_date, pass_ in days:
+                runs = [
+                    self._unless_stale(r) for r in self.store.run_rows(recon_pk(channel, mchid, bill_date))
+                ]
                 done = {
                     r.get("pass")
-                    for r in self.store.run_rows(recon_pk(channel, mchid, bill_date))
-                    if r.get("status") in FINISHED and r.get("leg") != "fundflow"
+                    for r in runs
+                    if (r.get("status") in FINISHED or r.get("status") == RUNNING)  # RUNNING: on the Map now
+                    and r.get("leg") != "fundflow"
                 }
                 if pass_ in done:
                     continue
@@ -163,6 +185,21 @@ class ReconService:
         figures["pending"] = figures["due"] - figures["reconciled"] - figures["blocked"]
         return figures
 
+    def _unless_stale(self, run: dict[str, Any]) -> dict[str, Any]:
+        """A run on the Distributed Map that never came back (its execution aborted, timed out, or its merge
+        never ran) is BLOCKED after `map_stale_s`: a person sees it, ReconBlocked counts it; never silent."""
+        if run.get("status") != RUNNING:
+            return run
+        since = float(run.get("running_since_s") or 0)
+        if self.clock() - since < self.map_stale_s:
+            return run
+        return self._blocked(
+            run,
+            "MAP_STALE",
+            f"on the Distributed Map since {iso_now(since)} without a result "
+            f"(execution {run.get('execution_name')}): look at it in Step Functions, then re-run the day",
+        )
+
     def run(
         self, channel: str, mchid: str, bill_date: str, *, pass_: str = "manual", s3_key: str | None = None
     ) -> dict[str, Any]:
@@ -190,12 +227,34 @@ class ReconService:
             return self._blocked(run, exc.code, str(exc))
         if data is None:  # NO_STATEMENT / NOT_READY, decided (and maybe already recorded) in _bill
             return run if "finished_at" in run else self._finish(run)
+        parts: Partitioned | None = None
+        work = tmp_dir(f"{run['pk']}/{run['sk']}")
+        downloaded = data if isinstance(data, Path) else None
         try:
-            opened = OpenedBill(channel, data, name)
-            totals, index = opened.index()  # the one parse: totals + a compact row index; nothing matched yet
+            if isinstance(data, Path) and _is_zip(data):
+                data = (
+                    data.read_bytes()
+                )  # a zip (Alipay's) is opened in memory (its rows are still partitioned)
+            size = data.stat().st_size if isinstance(data, Path) else len(data)
+            if isinstance(data, Path) or size >= self.partition_bytes:  # bounded memory (recon_partition.py)
+                run["path"] = "partitioned"
+                opened = OpenedBill(channel, b"" if isinstance(data, Path) else data, name)
+                lines = file_lines(data) if isinstance(data, Path) else None
+                parts = partition_bill(opened, work, lines=lines)
+                assert parts.totals is not None
+                totals = parts.totals
+                index = BillIndex()
+            else:
+                # the one parse: totals + a compact row index; nothing matched yet
+                opened = OpenedBill(channel, data, name)
+                totals, index = opened.index()
         except BillParseError as exc:
+            _clean(work, downloaded)
             count(M.RECON_PARSE_FAILED, channel=channel, merchant=mchid)
             return self._blocked(run, "PARSE_FAILED", f"not a bill we can read: {exc}")
+        except BaseException:
+            _clean(work, downloaded)  # a warm container keeps /tmp: nothing of this run stays there
+            raise
         run["totals"] = totals.as_dict()
         pk = run["pk"]
         confirmation = self.store.confirmation(pk)
@@ -209,9 +268,18 @@ class ReconService:
         run["guard"] = verdict.code
         if confirmation is not None:
             run["confirmed_by"] = confirmation.get("confirmed_by")
-        if verdict.blocked:
-            return self._blocked(run, verdict.code, verdict.reason)
-        return self._match(run, opened, index)
+        if parts is None:
+            if verdict.blocked:
+                return self._blocked(run, verdict.code, verdict.reason)
+            return self._match(run, opened, index)
+        try:
+            if verdict.blocked:
+                return self._blocked(run, verdict.code, verdict.reason)
+            if self.distributed is not None and size >= self.map_bytes:
+                return self.distributed.start(self, run, parts)  # Step Functions Distributed Map
+            return self._match_partitioned(run, parts)
+        finally:
+            _clean(work, downloaded)
 
     def from_s3_event(self, key: str) -> dict[str, Any] | None:
         """A bill a person dropped under bills/{channel}/{mchid}/{bill_date}/…; our own downloads are skipped."""
@@ -246,13 +314,22 @@ class ReconService:
 
     # ------------------------------------------------------------ the bill
 
-    def _bill(self, run: dict[str, Any], s3_key: str | None) -> tuple[bytes | None, str]:
+    def _bill(self, run: dict[str, Any], s3_key: str | None) -> tuple[bytes | Path | None, str]:
         channel, mchid, bill_date = run["channel"], run["mchid"], run["bill_date"]
         if s3_key is not None:
-            data, meta = self.archive.read(s3_key)
             run["bill_key"] = s3_key
+            name = s3_key.rsplit("/", 1)[-1]
+            size, meta = self.archive.size(s3_key)
+            if size >= self.partition_bytes and meta.get(
+                "sha1"
+            ):  # a big bill is streamed to disk, never held
+                path = tmp_dir(f"{run['pk']}/{run['sk']}").with_suffix(".bill")
+                self.archive.download(s3_key, path)
+                run["sha1"] = meta["sha1"]
+                return path, name
+            data, meta = self.archive.read(s3_key)
             run["sha1"] = meta.get("sha1") or _sha1(data)
-            return data, s3_key.rsplit("/", 1)[-1]
+            return data, name
         source = self.sources.get(channel)
         if source is None:
             raise DownloadFailed(f"no bill download for channel {channel}", code=NO_BILL_SOURCE)
@@ -315,6 +392,57 @@ class ReconService:
         diffs = list(matcher.match_index(index, opened.item_at))  # the diffs only (few)
         if self.progress is not None:
             self.progress(len(index))
+        seen, new = self._write_diffs(run, diffs)
+        return self._conclude(run, [_stats_of(matcher.stats, new)], seen)
+
+    # ------------------------------------------------------------ the partitioned path (recon_partition.py)
+
+    def ledger_shard(self, run: dict[str, Any], p: int) -> dict[str, LocalEntry]:
+        """The ledger side of partition `p`: one shard of the merchant's day, reversals folded."""
+        return fold_ledger(self.ledger.day_shard(run["channel"], run["mchid"], run["bill_date"], p))
+
+    def match_partition(
+        self, run: dict[str, Any], parts: Partitioned, p: int, local: dict[str, LocalEntry] | None = None
+    ) -> dict[str, Any]:
+        """One partition of the bill against one shard of the ledger (`local`, read here if not given); its diffs
+        written. The result is what `conclude_partitions` merges (here, or in a Distributed Map's merge step)."""
+        if local is None:
+            local = self.ledger_shard(run, p)
+        entries = len(local)
+        index = parts.index(p)
+        reader = parts.reader(p)
+        try:
+            matcher = Matcher(local, self.ledger.entry)
+            diffs = list(matcher.match_index(index, reader.item_at))
+        finally:
+            reader.close()
+        if self.progress is not None:
+            self.progress(len(index))
+        _, new = self._write_diffs(run, diffs)
+        return {"partition": p, "rows": len(index), **_stats_of(matcher.stats, new, entries)}
+
+    def conclude_partitions(self, run: dict[str, Any], results: list[dict[str, Any]]) -> dict[str, Any]:
+        """Every partition matched: the run's verdict from all of them (diffs seen this run = last_seen_run)."""
+        seen = {d["sk"] for d in self.store.diffs_of(run["pk"]) if d.get("last_seen_run") == run["run_id"]}
+        run["ledger_entries"] = sum(int(r.get("ledger_entries", 0)) for r in results)
+        run["partitions"] = len(results)
+        return self._conclude(run, results, seen)
+
+    def _match_partitioned(self, run: dict[str, Any], parts: Partitioned) -> dict[str, Any]:
+        """Partition by partition; the next shard of the ledger is read while this one is matched (two
+        partitions' ledgers in memory at most)."""
+        results = []
+        with ThreadPoolExecutor(1) as reader:
+            ahead = reader.submit(self.ledger_shard, run, 0)
+            for p in range(parts.partitions):
+                local = ahead.result()
+                if p + 1 < parts.partitions:
+                    ahead = reader.submit(self.ledger_shard, run, p + 1)
+                results.append(self.match_partition(run, parts, p, local))
+        return self.conclude_partitions(run, results)
+
+    def _write_diffs(self, run: dict[str, Any], diffs: list[Diff]) -> tuple[set[str], int]:
+        channel, mchid = run["channel"], run["mchid"]
         seen = set()
         new = 0
         for diff in diffs:
@@ -324,25 +452,25 @@ class ReconService:
                 new += 1
             else:
                 self.store.seen_again(run["pk"], diff.sk, run["run_id"], recovery)
-        healed = self._close_healed(run, seen, fund=False)
-        stats = matcher.stats
-        run["stats"] = {
-            "matched": stats.matched,
-            "cross_day": stats.cross_day,
-            "duplicates": stats.duplicates,
-            "pending_refunds": stats.pending_refunds,
-            "by_class": dict(stats.by_class),
-            "new_diffs": new,
-            "auto_resolved": healed,
-        }
-        run["open_diffs"] = sum(1 for d in self.store.diffs_of(run["pk"]) if d.get("handle_status") == OPEN)
         if new:
             count(M.RECON_DIFF_OPENED, new, channel=channel, merchant=mchid)
+        return seen, new
+
+    def _conclude(self, run: dict[str, Any], results: list[dict[str, Any]], seen: set[str]) -> dict[str, Any]:
+        channel, mchid = run["channel"], run["mchid"]
+        healed = self._close_healed(run, seen, fund=False)
+        by_class: dict[str, int] = {}
+        for r in results:
+            for cls, n in r.get("by_class", {}).items():
+                by_class[cls] = by_class.get(cls, 0) + int(n)
+        total = {k: sum(int(r.get(k, 0)) for r in results) for k in _SUMMED}
+        run["stats"] = {**total, "by_class": by_class, "auto_resolved": healed}
+        run["open_diffs"] = sum(1 for d in self.store.diffs_of(run["pk"]) if d.get("handle_status") == OPEN)
         if run["open_diffs"]:
             run.update(status=DIFFS, reason=f"{run['open_diffs']} open difference(s) for a person")
         else:
             count(M.RECON_MATCHED, channel=channel, merchant=mchid)
-            run.update(status=MATCHED, reason=f"{stats.matched} entries agree with the bill")
+            run.update(status=MATCHED, reason=f"{total['matched']} entries agree with the bill")
         return self._finish(run)
 
     def _recover(self, channel: str, mchid: str, diff: Diff) -> str | None:
@@ -610,13 +738,8 @@ class ReconService:
         update = self.store.close_diff_update(
             pk, sk, status, by, note, now, {"reversal": entry["pk"], "amount_cent": amount}
         )
-        ddb = self.store.ddb
-        try:
-            ddb.transact_write_items(
-                TransactItems=[{"Update": update}, {"Put": self.ledger.reversal_put(entry)}]
-            )
-        except ddb.exceptions.TransactionCanceledException:
-            raise ReconError(f"diff {sk} changed under us, or its reversal exists; look again") from None
+        if not self.ledger.close_with_reversal(update, entry):
+            raise ReconError(f"diff {sk} changed under us, or its reversal exists; look again")
         count(M.RECON_DIFF_RESOLVED, channel=channel, merchant=mchid)
         logger.info(
             "recon: diff resolved with a reversing entry",
@@ -670,6 +793,10 @@ class ReconService:
         return view
 
     # ------------------------------------------------------------ endings
+
+    def block(self, run: dict[str, Any], code: str, reason: str) -> dict[str, Any]:
+        """End a run BLOCKED (the Distributed Map's merge step uses it for a failed partition)."""
+        return self._blocked(run, code, reason)
 
     def _blocked(self, run: dict[str, Any], code: str, reason: str) -> dict[str, Any]:
         count(M.RECON_BLOCKED, channel=run.get("channel"), merchant=run.get("mchid"))
@@ -794,6 +921,29 @@ def next_day(day: str) -> str:
     return (date.fromisoformat(day) + timedelta(days=1)).isoformat()
 
 
+_SUMMED = ("matched", "cross_day", "duplicates", "pending_refunds", "new_diffs")
+
+
+def _stats_of(stats: MatchStats, new: int, ledger_entries: int | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "matched": stats.matched,
+        "cross_day": stats.cross_day,
+        "duplicates": stats.duplicates,
+        "pending_refunds": stats.pending_refunds,
+        "by_class": dict(stats.by_class),
+        "new_diffs": new,
+    }
+    if ledger_entries is not None:
+        out["ledger_entries"] = ledger_entries
+    return out
+
+
+def _clean(work: Path, downloaded: Path | None) -> None:
+    shutil.rmtree(work, ignore_errors=True)
+    if downloaded is not None:
+        downloaded.unlink(missing_ok=True)
+
+
 def _yuan(cents: Any) -> str:
     return "" if cents is None else format_cents(int(cents))
 
@@ -802,3 +952,8 @@ def _sha1(data: bytes) -> str:
     from tally.service.recon_sources import sha1_hex
 
     return sha1_hex(data)
+
+
+def _is_zip(path: Path) -> bool:
+    with path.open("rb") as f:
+        return f.read(2) == b"PK"

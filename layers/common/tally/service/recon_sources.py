@@ -7,6 +7,7 @@ The download (`BillSource.fetch`) and the opened file (`Bill`) of each channel l
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from tally.channels import registry as channel_registry
@@ -17,6 +18,7 @@ from tally.channels.bill_source import (  # noqa: F401 - re-exported: recon, the
     DownloadFailed,
     Fetched,
     gunzip,
+    lines_of,
     sha1_hex,
 )
 from tally.domain.recon import BillIndex, BillItem, BillParseError, BillTotals
@@ -36,8 +38,13 @@ class OpenedBill:
         self._bill = bill
         self._data = bill.data
 
-    def parser(self, *, check_fees: bool = True) -> Any:
-        return self._bill.parser(check_fees=check_fees)
+    def lines(self) -> Iterator[bytes]:
+        """The detail file's lines, as the parser reads them."""
+        return lines_of(self._data)
+
+    def parser(self, *, check_fees: bool = True, lines: Iterator[bytes] | None = None) -> Any:
+        """`lines`: instead of `self.lines()` (a file streamed by service/recon_partition.py, or these wrapped)."""
+        return self._bill.parser(check_fees=check_fees, lines=lines)
 
     def index(self) -> tuple[BillTotals, BillIndex]:
         """The one parse pass of a run: totals (with every summary check) and the per-row index."""

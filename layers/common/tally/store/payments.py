@@ -17,6 +17,7 @@ from typing import Any
 from tally.domain.notifications import PaymentNotice
 from tally.domain.orders import Event, Status
 from tally.store.codec import names_values, to_item
+from tally.store.recon import with_bill_shard
 from tally.store.records import OrderRow
 from tally.store.tables import RawStore, Tables, pending_pk
 
@@ -163,6 +164,6 @@ class PaymentStore:
         }
         return {
             "TableName": self.t.ledger,
-            "Item": to_item(row),
+            "Item": to_item(with_bill_shard(row)),  # the sharded bill-date index (store/recon.py)
             "ConditionExpression": "attribute_not_exists(pk)",
         }

@@ -25,6 +25,8 @@ from tally.store.tables import PENDING_SHARDS
 
 SHARDS = 4  # the orders' and refunds' poll index shards (store/polling.py, store/refunds.py)
 REFUND_REPORT_MANUAL = "manual"  # refund_raw manual_pk while a report waits for a person
+DAY_ROW = "queue-day#"  # notify_event: per China day, items cleared and closed items opened that day
+DAY_ROW_TTL_S = 60 * 86400
 
 
 class StaleItem(Exception):
@@ -87,6 +89,51 @@ class QueueStore:
         return [
             r for s in range(SHARDS) for r in self._index(self.t.orders, "by_poll", "poll_pk", f"manual#{s}")
         ]
+
+    def rejection_counts(self, pks: list[str]) -> dict[str, int]:
+        """The aggregate `rejections` of rejected-count rows (one per channel, merchant, cause and hour, R40),
+        by pk: one GetItem each (a group's kept rows name a handful of hours; a week is at most 168)."""
+        rows = {pk: self.get(self.t.notify_event, {"pk": pk}) for pk in dict.fromkeys(pks)}
+        return {pk: int(row.get("rejections") or 0) for pk, row in rows.items() if row}
+
+    def last_callback(self, mchid: str) -> dict[str, Any] | None:
+        """The newest raw payment row of a merchant (notify_raw `by_merchant`, newest first, Limit 1): pk
+        (`channel#transaction_id`), notified_at, source. One Query, no Scan; the notify path writes nothing more."""
+        answer = self.ddb.query(
+            TableName=self.t.notify_raw,
+            IndexName="by_merchant",
+            KeyConditionExpression="mchid = :m",
+            ExpressionAttributeValues=names_values(m=mchid),
+            ScanIndexForward=False,
+            Limit=1,
+        )
+        items = answer.get("Items") or []
+        return from_item(items[0]) if items else None
+
+    # ------------------------------------------------------------ items opened and cleared per day
+
+    def count_day(self, day: str, *, cleared: int = 0, born_closed: int = 0) -> None:
+        """One ADD on the day's counter row (notify_event `queue-day#YYYY-MM-DD`, China dates, kept 60 days):
+        `cleared` items closed that day, `born_closed` closed items that had been opened that day."""
+        adds = {k: v for k, v in (("cleared", cleared), ("born_closed", born_closed)) if v}
+        if not adds:
+            return
+        self.ddb.update_item(
+            TableName=self.t.notify_event,
+            Key=to_item({"pk": DAY_ROW + day}),
+            UpdateExpression="ADD "
+            + ", ".join(f"{k} :{k}" for k in adds)
+            + " SET kind = if_not_exists(kind, :kind), expires_at = if_not_exists(expires_at, :exp)",
+            ExpressionAttributeValues=names_values(kind="queue_day", exp=_day_expiry(day), **adds),
+        )
+
+    def day_counts(self, days: list[str]) -> dict[str, dict[str, int]]:
+        """{day: {cleared, born_closed}} for the days asked (one GetItem each; a missing row is zeros)."""
+        out = {}
+        for day in days:
+            row = self.get(self.t.notify_event, {"pk": DAY_ROW + day}) or {}
+            out[day] = {k: int(row.get(k) or 0) for k in ("cleared", "born_closed")}
+        return out
 
     def get(self, table: str, key: dict[str, Any]) -> dict[str, Any] | None:
         answer = self.ddb.get_item(TableName=table, Key=to_item(key), ConsistentRead=True)
@@ -171,3 +218,9 @@ class QueueStore:
             if "LastEvaluatedKey" not in page:
                 return rows
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def _day_expiry(day: str) -> int:
+    from datetime import UTC, datetime
+
+    return int(datetime.fromisoformat(day).replace(tzinfo=UTC).timestamp()) + DAY_ROW_TTL_S

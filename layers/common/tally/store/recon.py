@@ -3,14 +3,43 @@ in S3. The only module that knows these layouts (docs/recon.md has them)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from tally.domain.recon import OPEN, PAYMENT, REFUND, LocalEntry
 from tally.store.codec import encode, from_item, names_values, to_item
+from tally.store.tables import shard_of
 
 CONFIRM_SK = "confirm"
 BLOCKED_SK = "blocked"  # the day's work-queue marker while its latest run is BLOCKED
+
+# The ledger's bill-date index is write-sharded: GSI by_bill_shard, partition key `bill_shard` =
+# `<bill_date>#<shard>` (two digits), sort key pk. The shard is a hash of the entry's key (a REVERSAL takes
+# the shard of the entry it reverses), so one shard of a day is one partition of reconciliation's match.
+# Changing the count re-shards every entry: see docs/recon.md "Migration" and docs/cost.md for the number.
+LEDGER_SHARDS = 16
+SHARD_INDEX = "by_bill_shard"
+READ_THREADS = 4  # shards read at once by the readers that need a whole day
+
+
+def ledger_shard(key: str) -> int:
+    """The ledger shard of an entry key (`channel#transaction_id`, `channel#refund_no`), by the one key hash
+    (store.tables.shard_of): also the partition its bill row goes to (service/recon_partition.py)."""
+    return shard_of(key, LEDGER_SHARDS)
+
+
+def bill_shard(bill_date: str, shard: int) -> str:
+    return f"{bill_date}#{shard:02d}"
+
+
+def with_bill_shard(row: dict[str, Any]) -> dict[str, Any]:
+    """A ledger row with its `bill_shard` attribute: every ledger write goes through this (booking, refunds,
+    reversals), so every entry is in the by_bill_shard index. A REVERSAL is sharded by the key it reverses."""
+    if not row.get("bill_date"):
+        return row
+    return {**row, "bill_shard": bill_shard(row["bill_date"], ledger_shard(row.get("reverses") or row["pk"]))}
 
 
 def recon_pk(channel: str, mchid: str, bill_date: str) -> str:
@@ -29,6 +58,22 @@ class ReconStore:
     # ------------------------------------------------------------ runs
     def put_run(self, row: dict[str, Any]) -> None:
         self.ddb.put_item(TableName=self.runs, Item=to_item(row))
+
+    def run(self, pk: str, sk: str) -> dict[str, Any] | None:
+        answer = self.ddb.get_item(
+            TableName=self.runs, Key=to_item({"pk": pk, "sk": sk}), ConsistentRead=True
+        )
+        return from_item(answer.get("Item"))
+
+    def note_partition_error(self, pk: str, sk: str, text: str) -> None:
+        """A Distributed Map child's failure, kept on its run for the merge to name (one short entry per try)."""
+        values = names_values(e=[text[:500]], empty=[])
+        self.ddb.update_item(
+            TableName=self.runs,
+            Key=to_item({"pk": pk, "sk": sk}),
+            UpdateExpression="SET partition_errors = list_append(if_not_exists(partition_errors, :empty), :e)",
+            ExpressionAttributeValues=values,
+        )
 
     def run_rows(self, pk: str) -> list[dict[str, Any]]:
         """Every run of one day, newest first (a few per day: T+1, T+2, T+3, retries, confirmations)."""
@@ -176,51 +221,62 @@ class ReconStore:
 
 
 class LedgerView:
-    """The ledger as reconciliation reads it: one merchant's entries of one bill_date (GSI by_bill_date,
-    key condition on the channel prefix of pk, filter on mchid), point reads, reversal entries."""
+    """The ledger as reconciliation reads it: one merchant's entries of one bill_date (GSI by_bill_shard, one
+    Query per shard: key condition on the shard and the channel prefix of pk, filter on mchid), point reads,
+    reversal entries."""
 
     def __init__(self, ddb: Any, table: str):
         self.ddb = ddb
         self.table = table
 
     def day(self, channel: str, mchid: str, bill_date: str) -> Iterator[dict[str, Any]]:
-        kwargs: dict[str, Any] = {
-            "TableName": self.table,
-            "IndexName": "by_bill_date",
-            "KeyConditionExpression": "bill_date = :d AND begins_with(pk, :c)",
-            "FilterExpression": "mchid = :m",
-            "ExpressionAttributeValues": names_values(d=bill_date, c=f"{channel}#", m=mchid),
-        }
-        while True:
-            answer = self.ddb.query(**kwargs)
-            for item in answer.get("Items", []):
-                yield from_item(item)
-            if "LastEvaluatedKey" not in answer:
-                return
-            kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
+        """Every shard of the day, READ_THREADS shards at a time (a small day: 16 short Queries)."""
+        shards = range(LEDGER_SHARDS)
+        with ThreadPoolExecutor(READ_THREADS) as pool:
+            for rows in pool.map(lambda s: list(self.day_shard(channel, mchid, bill_date, s)), shards):
+                yield from rows
+
+    def day_shard(self, channel: str, mchid: str, bill_date: str, shard: int) -> Iterator[dict[str, Any]]:
+        """One shard of one merchant's day: the ledger side of one partition of the match."""
+        return self._paged(
+            {
+                "KeyConditionExpression": "bill_shard = :s AND begins_with(pk, :c)",
+                "FilterExpression": "mchid = :m",
+                "ExpressionAttributeValues": names_values(
+                    s=bill_shard(bill_date, shard), c=f"{channel}#", m=mchid
+                ),
+            }
+        )
 
     def entry_and_reversals(self, pk: str, bill_date: str) -> list[dict[str, Any]]:
-        """One entry and its REVERSAL entries (`<pk>#REVERSAL#<day>`, same bill_date): one Query on by_bill_date."""
+        """One entry and its REVERSAL entries (`<pk>#REVERSAL#<day>`, same bill_date and shard): one Query."""
         answer = self.ddb.query(
             TableName=self.table,
-            IndexName="by_bill_date",
-            KeyConditionExpression="bill_date = :d AND begins_with(pk, :k)",
-            ExpressionAttributeValues=names_values(d=bill_date, k=pk),
+            IndexName=SHARD_INDEX,
+            KeyConditionExpression="bill_shard = :s AND begins_with(pk, :k)",
+            ExpressionAttributeValues=names_values(s=bill_shard(bill_date, ledger_shard(pk)), k=pk),
         )
         rows = [from_item(i) for i in answer.get("Items", [])]
         return [r for r in rows if r["pk"] == pk or str(r["pk"]).startswith(pk + "#")]
 
     def all_of_day(self, bill_date: str, mchid: str | None = None) -> Iterator[dict[str, Any]]:
-        """Every entry of one bill_date (the finance view), all merchants or one: GSI by_bill_date, paged."""
-        kwargs: dict[str, Any] = {
-            "TableName": self.table,
-            "IndexName": "by_bill_date",
-            "KeyConditionExpression": "bill_date = :d",
-            "ExpressionAttributeValues": names_values(d=bill_date),
-        }
-        if mchid is not None:
-            kwargs["FilterExpression"] = "mchid = :m"
-            kwargs["ExpressionAttributeValues"] = names_values(d=bill_date, m=mchid)
+        """Every entry of one bill_date (the finance view), all merchants or one: every shard, paged."""
+
+        def shard(s: int) -> list[dict[str, Any]]:
+            values = {"s": bill_shard(bill_date, s)}
+            request: dict[str, Any] = {"KeyConditionExpression": "bill_shard = :s"}
+            if mchid is not None:
+                request["FilterExpression"] = "mchid = :m"
+                values["m"] = mchid
+            request["ExpressionAttributeValues"] = names_values(**values)
+            return list(self._paged(request))
+
+        with ThreadPoolExecutor(READ_THREADS) as pool:
+            for rows in pool.map(shard, range(LEDGER_SHARDS)):
+                yield from rows
+
+    def _paged(self, request: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        kwargs: dict[str, Any] = {"TableName": self.table, "IndexName": SHARD_INDEX, **request}
         while True:
             answer = self.ddb.query(**kwargs)
             for item in answer.get("Items", []):
@@ -229,8 +285,37 @@ class LedgerView:
                 return
             kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
 
+    def backfill_shards(self) -> int:
+        """Migration: give every ledger entry written before sharding its `bill_shard` (docs/recon.md). One
+        paged Scan, one conditional UpdateItem per entry that lacks it; re-runnable. Returns how many it set."""
+        done = 0
+        kwargs: dict[str, Any] = {
+            "TableName": self.table,
+            "FilterExpression": "attribute_exists(bill_date) AND attribute_not_exists(bill_shard)",
+        }
+        while True:
+            answer = self.ddb.scan(**kwargs)
+            for item in answer.get("Items", []):
+                row = from_item(item)
+                try:
+                    self.ddb.update_item(
+                        TableName=self.table,
+                        Key=to_item({"pk": row["pk"]}),
+                        UpdateExpression="SET bill_shard = :s",
+                        ConditionExpression="attribute_not_exists(bill_shard)",
+                        ExpressionAttributeValues=names_values(s=with_bill_shard(row)["bill_shard"]),
+                    )
+                    done += 1
+                except self.ddb.exceptions.ConditionalCheckFailedException:
+                    pass
+            if "LastEvaluatedKey" not in answer:
+                return done
+            kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
+
     def has_entries(self, channel: str, mchid: str, bill_date: str) -> bool:
-        return any(True for _ in self.day(channel, mchid, bill_date))
+        return any(
+            any(True for _ in self.day_shard(channel, mchid, bill_date, s)) for s in range(LEDGER_SHARDS)
+        )
 
     def get(self, pk: str) -> dict[str, Any] | None:
         answer = self.ddb.get_item(TableName=self.table, Key=to_item({"pk": pk}), ConsistentRead=True)
@@ -253,9 +338,20 @@ class LedgerView:
     def reversal_put(self, row: dict[str, Any]) -> dict[str, Any]:
         return {
             "TableName": self.table,
-            "Item": to_item(row),
+            "Item": to_item(with_bill_shard(row)),
             "ConditionExpression": "attribute_not_exists(pk)",
         }
+
+    def close_with_reversal(self, close_update: dict[str, Any], entry: dict[str, Any]) -> bool:
+        """A diff closed and its reversing ledger entry written in one transaction (R36); False if either
+        condition failed (the diff changed under us, or the reversal exists)."""
+        try:
+            self.ddb.transact_write_items(
+                TransactItems=[{"Update": close_update}, {"Put": self.reversal_put(entry)}]
+            )
+            return True
+        except self.ddb.exceptions.TransactionCanceledException:
+            return False
 
 
 class BillArchive:
@@ -296,8 +392,47 @@ class BillArchive:
         answer = self.s3.get_object(Bucket=self.bucket, Key=key)
         return answer["Body"].read(), answer.get("Metadata", {})
 
+    def size(self, key: str) -> tuple[int, dict[str, str]]:
+        answer = self.s3.head_object(Bucket=self.bucket, Key=key)
+        return int(answer["ContentLength"]), answer.get("Metadata", {})
+
+    def download(self, key: str, path: Any) -> None:
+        """Streamed to a file (a big bill is never held in memory)."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.s3.download_file(self.bucket, key, str(path))
+
     def origin(self, key: str) -> str:
         return self.s3.head_object(Bucket=self.bucket, Key=key).get("Metadata", {}).get(self.ORIGIN, "")
+
+    # ------------------------------------------------------------ a run's partitions (the Distributed Map)
+    def put_files(self, prefix: str, directory: Any) -> list[str]:
+        """Every file of `directory` under `prefix` (streamed uploads); the keys."""
+        keys = []
+        for path in sorted(directory.iterdir()):
+            self.s3.upload_file(str(path), self.bucket, prefix + path.name)
+            keys.append(prefix + path.name)
+        return keys
+
+    def put_json(self, key: str, value: Any) -> None:
+        self.s3.put_object(
+            Bucket=self.bucket, Key=key, Body=json.dumps(value).encode(), ContentType="application/json"
+        )
+
+    def get_files(self, prefix: str, names: list[str], directory: Any) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        for name in names:
+            self.s3.download_file(self.bucket, prefix + name, str(directory / name))
+
+    def delete_prefix(self, prefix: str) -> None:
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix}
+        while True:
+            answer = self.s3.list_objects_v2(**kwargs)
+            objects = [{"Key": o["Key"]} for o in answer.get("Contents", [])]
+            if objects:
+                self.s3.delete_objects(Bucket=self.bucket, Delete={"Objects": objects, "Quiet": True})
+            if not answer.get("IsTruncated"):
+                return
+            kwargs["ContinuationToken"] = answer["NextContinuationToken"]
 
     def put_report(self, key: str, body: bytes, content_type: str) -> None:
         self.s3.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType=content_type)
@@ -306,3 +441,15 @@ class BillArchive:
         return self.s3.generate_presigned_url(
             "get_object", Params={"Bucket": self.bucket, "Key": key}, ExpiresIn=expires_s
         )
+
+
+class ReconMachine:
+    """The reconciliation state machine (Step Functions Distributed Map over a run's partitions)."""
+
+    def __init__(self, sfn: Any, arn: str):
+        self.sfn = sfn
+        self.arn = arn
+
+    def start(self, name: str, payload: dict[str, Any]) -> str:
+        answer = self.sfn.start_execution(stateMachineArn=self.arn, name=name, input=json.dumps(payload))
+        return str(answer["executionArn"])

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tally.store.codec import from_item, names_values, to_item
+from tally.store.recon import with_bill_shard
 from tally.store.tables import Tables, shard_of
 from tally.store.tables import TransactionFailed as TransactionFailed  # the one (store/tables.py)
 
@@ -393,7 +394,7 @@ class RefundStore:
         return {
             "Put": {
                 "TableName": self.t.base.ledger,
-                "Item": to_item(row),
+                "Item": to_item(with_bill_shard(row)),  # the sharded bill-date index (store/recon.py)
                 "ConditionExpression": "attribute_not_exists(pk)",
             }
         }

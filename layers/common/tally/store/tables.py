@@ -14,13 +14,22 @@ from tally.store.records import OrderRow, RawRow, as_order, as_raw
 PENDING_SHARDS = 4  # write-sharded sparse GSI: no hot partition under a burst of callbacks
 
 
+_last_second: tuple[int, str] = (-1, "")  # strftime once per second, not per call (the notify path)
+
+
 def iso_now(clock_s: float | None = None) -> str:
+    global _last_second
     t = time.time() if clock_s is None else clock_s
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int((t % 1) * 1000):03d}Z"
+    second, text = _last_second
+    if int(t) != second or t < 0:
+        second, text = int(t), time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t))
+        _last_second = (second, text)
+    return text + f".{int((t % 1) * 1000):03d}Z"
 
 
 def shard_of(key: str, shards: int = PENDING_SHARDS) -> int:
-    return int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) % shards
+    # the first 4 bytes of the SHA-256, big-endian: the same number as int(hexdigest()[:8], 16)
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "big") % shards
 
 
 def pending_pk(handled: int, key: str) -> str:

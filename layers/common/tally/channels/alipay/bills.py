@@ -363,8 +363,10 @@ class AlipayBill:
             if files.summary is not None:
                 self._summary_row = parse_summary(lines_of(files.summary))
 
-    def parser(self, *, check_fees: bool = True) -> _AlipayWithSummary:
-        return _AlipayWithSummary(AlipayBillParser(lines_of(self.data)), self._summary_row)
+    def parser(self, *, check_fees: bool = True, lines: Iterator[bytes] | None = None) -> _AlipayWithSummary:
+        return _AlipayWithSummary(
+            AlipayBillParser(lines_of(self.data) if lines is None else lines), self._summary_row
+        )
 
 
 class _AlipayWithSummary:

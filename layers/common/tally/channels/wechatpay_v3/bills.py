@@ -504,5 +504,5 @@ class WeChatBill:
     def __init__(self, data: bytes):
         self.data = gunzip(data)
 
-    def parser(self, *, check_fees: bool = True) -> WeChatBillParser:
-        return WeChatBillParser(lines_of(self.data), check_fees=check_fees)
+    def parser(self, *, check_fees: bool = True, lines: Iterator[bytes] | None = None) -> WeChatBillParser:
+        return WeChatBillParser(lines_of(self.data) if lines is None else lines, check_fees=check_fees)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
 import secrets
 import string
@@ -223,7 +224,7 @@ def rsa_sign(private_key: rsa.RSAPrivateKey, message: bytes) -> str:
 
 def rsa_verify(public_key: rsa.RSAPublicKey, message: bytes, signature_b64: str) -> bool:
     try:
-        signature = base64.b64decode(signature_b64, validate=True)
+        signature = binascii.a2b_base64(signature_b64, strict_mode=True)  # C: no regex pass
         public_key.verify(signature, message, padding.PKCS1v15(), hashes.SHA256())
     except (InvalidSignature, binascii.Error, ValueError):
         return False
@@ -262,12 +263,18 @@ def verify_signed(
 # ---------------------------------------------------------------- decryption and parsing
 
 
+@functools.lru_cache(maxsize=256)
+def _aead(apiv3_key: bytes) -> AESGCM:
+    """One AESGCM per APIv3 key (a merchant's), built once per container rather than per callback."""
+    return AESGCM(apiv3_key)
+
+
 def aes_gcm_decrypt(apiv3_key: bytes, nonce: str, associated_data: str, ciphertext_b64: str) -> bytes:
     if len(apiv3_key) != 32:
         raise DecryptError("APIv3 key must be 32 bytes")
     try:
-        data = base64.b64decode(ciphertext_b64, validate=True)
-        return AESGCM(apiv3_key).decrypt(nonce.encode(), data, associated_data.encode())
+        data = binascii.a2b_base64(ciphertext_b64, strict_mode=True)
+        return _aead(apiv3_key).decrypt(nonce.encode(), data, associated_data.encode())
     except InvalidTag:
         raise DecryptError("AEAD tag mismatch: wrong APIv3 key or tampered resource") from None
     except (binascii.Error, ValueError) as exc:

@@ -8,7 +8,7 @@ import argparse
 import json
 from typing import Any
 
-from tally.cli.common import add_target, connect
+from tally_cli.common import add_target, connect
 
 OVERDUE_EXIT = 3
 
@@ -25,7 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def pending(args: argparse.Namespace) -> int:
     connect(args)
     from tally import bootstrap
-    from tally.cli.manual import one_document
+
+    from tally_cli.manual import one_document
 
     with one_document():
         report = bootstrap.pending_report().report(limit=args.limit, over_s=args.over)

@@ -10,6 +10,12 @@
     close-task ID --code refunded-at-channel|booked-after-all --why …
 Every acting verb takes `--filter …` instead of an ID (bulk) and `--dry-run` (print what would change,
 counts and amounts in yuan, change nothing). `--json` prints exactly one JSON document to stdout.
+
+    replay --filter kind=…,merchant=…,since=…,until=… [--dry-run] [--rate N] [--limit N] --why …
+    replay --run ID [--rate N] [--limit N]                    continue a bulk replay run
+A bulk replay is a run (service/replay.py): its set is fixed when it starts (what --dry-run showed),
+it goes at most --rate items a second, stops after --limit items if asked, is stored with an id and
+continued with --run ID, and every item's history names the run.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from tally.cli.common import add_target, connect
+from tally_cli.common import add_target, connect
 
 OVERDUE_EXIT = 3  # cron-able: something is open past its threshold
 
@@ -70,6 +76,16 @@ def register(sub: argparse._SubParsersAction) -> None:
             )
         if name == "resolve":
             action.add_argument("--reverse", action="store_true", help="recon diff: write a reversing entry")
+        if name == "replay":
+            action.add_argument(
+                "--run", dest="run_id", default=None, help="continue this bulk replay run (its id)"
+            )
+            action.add_argument(
+                "--rate", type=float, default=None, help="items a second (default TALLY_REPLAY_RATE or 20)"
+            )
+            action.add_argument(
+                "--limit", type=int, default=None, help="stop after N items (continue: --run)"
+            )
         action.add_argument("--json", action="store_true")
         add_target(action)
         action.set_defaults(run=manual_act, verb=name)
@@ -148,6 +164,13 @@ def manual_act(args: argparse.Namespace) -> int:
     if verb == "refund-outcome" and not args.outcome:
         raise ValueError("refund-outcome needs --outcome SUCCESS or --outcome FAIL")
     why = args.why or (f"code {args.code}" if getattr(args, "code", None) else "")
+    if verb == "replay" and (getattr(args, "run_id", None) or (args.filter is not None and not args.dry_run)):
+        return _replay_run(args, why)
+    if verb == "replay" and args.filter is not None and args.dry_run:
+        with one_document():
+            report = bootstrap_replay().preview(args.filter)
+        print(json.dumps(report, ensure_ascii=False, indent=2) if args.json else _render_bulk(report))
+        return 0
     if (args.item_id is None) == (args.filter is None):
         raise ValueError("name one item, or select many with --filter (not both)")
     try:
@@ -171,6 +194,53 @@ def manual_act(args: argparse.Namespace) -> int:
     else:
         print(f"{verb} {result['id']}: {result['outcome']} (now {result['state']})")
     return 0
+
+
+def bootstrap_replay() -> Any:
+    from tally import bootstrap
+
+    return bootstrap.bulk_replay()
+
+
+def _replay_run(args: argparse.Namespace, why: str) -> int:
+    """A bulk replay run: started from --filter, or continued with --run ID (service/replay.py)."""
+    if args.item_id is not None or (args.run_id and args.filter is not None):
+        raise ValueError(
+            "a bulk replay takes --filter (a new run) or --run ID (continue one), not an item id"
+        )
+    try:
+        with one_document():
+            runs = bootstrap_replay()
+            if args.run_id:
+                result = runs.resume(args.run_id, rate=args.rate, limit=args.limit)
+            else:
+                result = runs.start(args.filter, by=args.by, why=why, rate=args.rate, limit=args.limit)
+    except (ValueError, LookupError) as exc:
+        if not args.json:
+            raise
+        print(json.dumps({"error": str(exc), "run": args.run_id, "action": "replay"}, ensure_ascii=False))
+        return 1
+    if args.json:
+        print(json.dumps(result, ensure_ascii=False, indent=2, default=str))
+    else:
+        print(_render_run(result))
+    return 1 if result["this_call"]["failed"] else 0
+
+
+def _render_run(run: dict[str, Any]) -> str:
+    call = run["this_call"]
+    lines = [
+        f"replay run {run['run_id']}: {run['status']} — {run['done_items']} of {run['planned_items']} planned "
+        f"item(s) replayed, ¥{run['done_amount']} of ¥{run['planned_amount']} sent through the product path"
+        + (f", {run['failed_items']} failed" if run["failed_items"] else ""),
+        f"  this call: {call['changed']} replayed (¥{call.get('changed_amount', '0.00')}), {call['failed']} failed, "
+        f"{call['passed']} passed over (done before, or another process had them)",
+    ]
+    lines += [f"  {kind}: {n}" for kind, n in sorted((call.get("by_kind") or {}).items())]
+    lines += [f"  FAILED {k}: {v}" for k, v in (call.get("errors") or {}).items()]
+    if run["status"] == "PAUSED":
+        lines.append(f"  continue: tally manual replay --run {run['run_id']}")
+    return "\n".join(lines)
 
 
 def _render_bulk(report: dict[str, Any]) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from tally.cli.common import add_target, connect, secret_arg
+from tally_cli.common import add_target, connect, secret_arg
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -24,6 +24,7 @@ OUTPUT_ENV = {
     "MerchantSecretPrefix": "MERCHANT_SECRET_PREFIX",  # per stack (docs/deploy.md)
     "EventBusName": "EVENT_BUS_NAME",
     "EventArchiveArn": "EVENT_ARCHIVE_ARN",
+    "ReconStateMachineArn": "RECON_STATE_MACHINE_ARN",
     "ConsoleUserPoolId": "CONSOLE_USER_POOL_ID",  # the console's sign-in (docs/console.md; absent in China)
     "ConsoleUserPoolClientId": "CONSOLE_CLIENT_ID",
 }
@@ -39,9 +40,7 @@ def state_file() -> pathlib.Path:
     if "TALLY_STATE_DIR" in os.environ:
         return pathlib.Path(os.environ["TALLY_STATE_DIR"]) / "local.json"
     here = pathlib.Path(".tally") / "local.json"
-    checkout = (
-        pathlib.Path(__file__).resolve().parents[4] / ".tally" / "local.json"
-    )  # layers/common/tally/cli
+    checkout = pathlib.Path(__file__).resolve().parents[4] / ".tally" / "local.json"  # tally_cli
     return here if here.exists() or not checkout.exists() else checkout
 
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import cast
 
-from tally.cli import (
+from tally_cli import (
     console,
     demo,
     envvars,
@@ -28,8 +28,8 @@ from tally.cli import (
     refund,
     verify,
 )
-from tally.cli.common import UsageError
-from tally.cli.env import StackNotFound
+from tally_cli.common import UsageError
+from tally_cli.env import StackNotFound
 
 COMMAND_MODULES = [
     merchant,

@@ -12,7 +12,7 @@ import json
 import sys
 from typing import Any
 
-from tally.cli.env import OUTPUT_ENV, describe_stack
+from tally_cli.env import OUTPUT_ENV, describe_stack
 
 PARAMETER_ENV = {
     "WechatPayApiBase": "WECHATPAY_API_BASE",

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import argparse
 import pathlib
-from datetime import datetime
 from typing import Any
 
 from tally.channels import registry as channel_registry
-from tally.cli.common import CHINA, add_target, connect, emit, secret_arg
+from tally.service.merchants import list_merchants
+
+from tally_cli.common import add_target, connect, emit, secret_arg
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -252,12 +253,6 @@ def merchant_check(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------ merchant list
 
 
-def cli_word(merchant_kind: str) -> str:
-    """A merchants row's channel as the CLI spells it (`tally merchant add wechatpay-v2`): the channel's route."""
-    channel = channel_registry.by_merchant_kind(merchant_kind)
-    return channel.route if channel else merchant_kind
-
-
 def merchant_list(args: argparse.Namespace) -> int:
     connect(args)
     from tally import bootstrap
@@ -265,59 +260,6 @@ def merchant_list(args: argparse.Namespace) -> int:
     rows = list_merchants(bootstrap.merchants())
     emit({"merchants": rows}, lambda: render_merchants(rows), args)
     return 0
-
-
-def list_merchants(directory: Any) -> list[dict[str, Any]]:
-    """One line per configured merchant. Certificate expiry comes from the loaded credentials (the secret is
-    read to learn which certificates it holds; nothing of it is returned)."""
-    out = []
-    for channel, merchant_id in directory.store.configured():
-        row = directory.store.get(channel, merchant_id) or {}
-        item = {
-            "channel": cli_word(channel),
-            "id": merchant_id,
-            "mode": row.get("mode", "direct"),
-            "provider": row.get("sp_mchid") or row.get("sp_app_id"),
-            "key_mode": row.get("key_mode") or ("public_key" if row.get("public_key_id") else None),
-            "tenant": row.get("tenant"),
-            "appid": row.get("appid") or None,
-            "notify_url": row.get("notify_url"),
-            "updated_at": row.get("updated_at"),
-            "certificates": [],
-            "cert_expiry": None,
-        }
-        try:
-            expires = _expiries(directory, channel, merchant_id, item["mode"])
-        except Exception as exc:  # noqa: BLE001 - the list still shows the merchant, with why expiry is unknown
-            item["cert_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
-            expires = {}
-        item["certificates"] = [
-            {"name": name, "not_after": _china(when)}
-            for name, when in sorted(expires.items(), key=lambda kv: kv[1])
-        ]
-        item["cert_expiry"] = item["certificates"][0]["not_after"] if item["certificates"] else None
-        out.append(item)
-    return out
-
-
-def _expiries(directory: Any, channel: str, merchant_id: str, mode: str) -> dict[str, float]:
-    if mode == "partner":
-        return {}  # the provider's certificates act: see the provider's line
-    found = channel_registry.by_merchant_kind(channel)
-    name = found.name if found else ""
-    if name == "wechatpay_v3":
-        return dict(directory.wechatpay(merchant_id).creds.platform.expires)
-    if name == "alipay":
-        found = directory.alipay(merchant_id)
-        expires = dict(found.creds.keys.expires)
-        if found.creds.app_cert_expires:
-            expires["app_cert"] = found.creds.app_cert_expires
-        return expires
-    return {}  # WeChat Pay v2: an API key, no certificate
-
-
-def _china(epoch_s: float) -> str:
-    return datetime.fromtimestamp(float(epoch_s), CHINA).isoformat(timespec="seconds")
 
 
 def render_merchants(rows: list[dict[str, Any]]) -> str:

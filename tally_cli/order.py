@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from tally.cli.common import add_target, connect, emit, yuan
+from tally_cli.common import add_target, connect, emit, yuan
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -10,7 +10,7 @@ import argparse
 import json
 from datetime import UTC, datetime
 
-from tally.cli.common import add_target, connect
+from tally_cli.common import add_target, connect
 
 
 def _when(value: str) -> datetime:

@@ -11,7 +11,7 @@ import time
 from datetime import datetime
 from typing import Any
 
-from tally.cli.common import add_target, connect, emit, yuan
+from tally_cli.common import add_target, connect, emit, yuan
 
 AGAIN_WINDOW_S = 10 * 60
 SPENT = ("FAIL", "CLOSED")  # refunds that paid nothing out do not block another try

@@ -8,7 +8,7 @@ import argparse
 import pathlib
 from typing import Any
 
-from tally.cli.common import add_target, connect, emit, parse_date
+from tally_cli.common import add_target, connect, emit, parse_date
 
 
 def register(sub: argparse._SubParsersAction) -> None:

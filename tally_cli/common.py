@@ -19,8 +19,9 @@ from collections.abc import Callable
 from datetime import date, datetime, timedelta, timezone
 from typing import Any
 
-from tally.cli.env import use_deployed, use_local
 from tally.domain.money import format_cents
+
+from tally_cli.env import use_deployed, use_local
 
 CHINA = timezone(timedelta(hours=8))  # the channels' day (R34); China has no DST
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$", re.ASCII)

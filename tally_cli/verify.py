@@ -7,7 +7,7 @@ import json
 import pathlib
 import time
 
-from tally.cli.common import secret_arg, yuan
+from tally_cli.common import secret_arg, yuan
 
 
 def register(sub: argparse._SubParsersAction) -> None:

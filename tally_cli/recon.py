@@ -14,8 +14,9 @@ import time
 from typing import Any
 
 from tally.channels import registry as channel_registry
-from tally.cli.common import add_target, connect, emit, parse_date, yuan
 from tally.domain.money import format_cents
+
+from tally_cli.common import add_target, connect, emit, parse_date, yuan
 
 CHANNELS = list(channel_registry.reconciled())  # the stored channels with bills: wechatpay, alipay
 

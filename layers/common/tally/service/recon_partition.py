@@ -1,0 +1,232 @@
+"""Reconciliation in bounded memory: the day's bill split by ledger shard, matched one partition at a time.
+
+The one parse of a run (the channel's own parser, through `OpenedBill.parser`) still builds its compact
+`BillIndex`, but while it reads: every `CHUNK_LINES` lines the rows indexed so far are moved into one of
+`LEDGER_SHARDS` partition files by the ledger's own key hash (`store.recon.ledger_shard`), so a partition of
+the bill is exactly one shard of the ledger's `by_bill_shard` index. Per partition two files:
+
+    pNN.idx   blocks of (rows, key bytes) + keys (\\n-joined UTF-8) + amounts (int64) + flags (uint8) + where (int64)
+    pNN.rows  the rows' raw lines, as in the bill; `where` is a row's offset in this file
+
+plus `head` (the bill's lines before its first row: what a parser needs to read any one row again). Matching a
+partition reads its index, the ledger shard, and re-reads in full only the rows that are not clean matches
+(`RowReader`), exactly as the in-memory path does with the whole bill. Peak memory is one chunk while parsing
+and one partition while matching, not the day. The guards run on the parse's totals, unchanged.
+
+The same files are what a Step Functions Distributed Map child gets from S3 (docs/recon.md "Distributed Map").
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import struct
+from array import array
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from hashlib import sha256
+from itertools import accumulate, islice
+from pathlib import Path
+from typing import IO, Any
+
+from tally.domain.recon import INDEX_WATCHER, BillIndex, BillItem, BillTotals
+from tally.service.recon_sources import OpenedBill
+from tally.store.recon import LEDGER_SHARDS
+
+CHUNK_LINES = 100_000  # lines parsed between two spills: bounds the parse's own index
+_BLOCK = struct.Struct("<QQ")  # rows in the block, bytes of its keys
+MANIFEST = "manifest.json"
+
+
+@dataclass
+class Partitioned:
+    """A bill split into partition files under `directory` (see the module docstring)."""
+
+    channel: str
+    directory: Path
+    partitions: int
+    rows: list[int]  # rows per partition
+    head: bytes = b""
+    totals: BillTotals | None = field(default=None, repr=False)
+
+    def index_path(self, p: int) -> Path:
+        return self.directory / f"p{p:02d}.idx"
+
+    def rows_path(self, p: int) -> Path:
+        return self.directory / f"p{p:02d}.rows"
+
+    def index(self, p: int) -> BillIndex:
+        return read_index(self.index_path(p).read_bytes())
+
+    def reader(self, p: int) -> RowReader:
+        return RowReader(self.channel, self.head, open(self.rows_path(p), "rb"))  # noqa: SIM115 - closed by close()
+
+    def manifest(self) -> dict[str, Any]:
+        return {"channel": self.channel, "partitions": self.partitions, "rows": self.rows}
+
+    def write_manifest(self) -> None:
+        (self.directory / "head").write_bytes(self.head)
+        (self.directory / MANIFEST).write_text(json.dumps(self.manifest()))
+
+    @classmethod
+    def load(cls, directory: Path) -> Partitioned:
+        m = json.loads((directory / MANIFEST).read_text())
+        return cls(m["channel"], directory, m["partitions"], m["rows"], (directory / "head").read_bytes())
+
+
+class RowReader:
+    """One row of a partition, in full: a fresh parser that has read the bill's head (its header, so it knows the
+    layout) parses the raw line by the same rules as every other path (`parser.item_at`)."""
+
+    def __init__(self, channel: str, head: bytes, rows: IO[bytes]):
+        self._channel, self._head = channel, head
+        self._parser: Any = None
+        self._rows = rows
+
+    def item_at(self, where: int) -> BillItem:
+        if self._parser is None:  # a partition whose rows all match never needs one
+            self._parser = OpenedBill(self._channel, self._head).parser()
+            self._parser.index()  # the head only: the header, no rows
+        self._rows.seek(where)
+        return self._parser.item_at(self._rows.readline())
+
+    def close(self) -> None:
+        self._rows.close()
+
+
+def file_lines(path: Path) -> Iterator[bytes]:
+    """A bill file's lines, streamed (gunzipped on the fly if it is gzip, as the channel serves it): the open
+    file, iterated line by line; closed when the caller is done with it (or garbage-collected)."""
+    with open(path, "rb") as probe:
+        gz = probe.read(2) == b"\x1f\x8b"
+    f: Iterator[bytes] = gzip.open(path, "rb") if gz else open(path, "rb")  # noqa: SIM115
+    return f
+
+
+def partition_bill(
+    opened: OpenedBill,
+    directory: Path,
+    *,
+    lines: Iterable[bytes] | None = None,
+    partitions: int = LEDGER_SHARDS,
+    chunk_lines: int = CHUNK_LINES,
+) -> Partitioned:
+    """Parse once (totals for the guards, in `.totals`) and leave the rows in partition files. `lines` streams
+    the bill from elsewhere (a file); without it, the opened bill's own lines."""
+    directory.mkdir(parents=True, exist_ok=True)
+    writer = _Writer(directory, partitions)
+    built: list[BillIndex] = []
+    block: list[bytes] = []  # the lines handed to the parser since the last spill
+    state = _Progress()
+
+    def spill() -> None:
+        starts = accumulate(map(len, block), initial=state.base)
+        lines = dict(zip(starts, block, strict=False))  # offset in the bill → raw line
+        state.base += sum(map(len, block))
+        if built and built[0].keys:
+            index = built[0]
+            if state.first_row < 0:  # the head: every line before the first row (the header)
+                state.first_row = first = index.where[0]
+                state.head += b"".join(line for at, line in lines.items() if at < first)
+            writer.spill(index, lines)
+        elif state.first_row < 0:
+            state.head += b"".join(block)  # no row yet (a bill with none keeps its whole text: small)
+
+    def drained(source: Iterable[bytes]) -> Iterator[bytes]:
+        it = iter(source)
+        while True:
+            block[:] = islice(it, chunk_lines)
+            if not block:
+                return
+            yield from block
+            # the parser asks for the line after the block only once the block is indexed: move its rows out
+            spill()
+
+    parser = opened.parser(lines=drained(opened.lines() if lines is None else lines))
+    token = INDEX_WATCHER.set(built.append)
+    try:
+        parser.index()
+    finally:
+        INDEX_WATCHER.reset(token)
+        close = getattr(lines, "close", None)
+        if close is not None:
+            close()  # a file streamed by file_lines
+    spill()  # the last block (the parser read to the end of the file without asking again)
+    writer.close()
+    return Partitioned(opened.channel, directory, partitions, writer.rows, state.head, parser.totals)
+
+
+@dataclass
+class _Progress:
+    base: int = 0  # offset in the bill of the current block's first line
+    first_row: int = -1  # offset of the bill's first row, once seen
+    head: bytes = b""
+
+
+class _Writer:
+    def __init__(self, directory: Path, partitions: int):
+        self.partitions = partitions
+        self.idx = [open(directory / f"p{p:02d}.idx", "wb") for p in range(partitions)]  # noqa: SIM115
+        self.raw = [open(directory / f"p{p:02d}.rows", "wb") for p in range(partitions)]  # noqa: SIM115
+        self.offset = [0] * partitions
+        self.rows = [0] * partitions
+
+    def spill(self, index: BillIndex, lines: dict[int, bytes]) -> None:
+        keys, amounts, flags, where = index.keys, index.amounts, index.flags, index.where
+        groups: list[list[int]] = [[] for _ in range(self.partitions)]
+        n = self.partitions
+        # store.tables.shard_of(k, n) (the ledger's shard when n == LEDGER_SHARDS: ledger_shard), inlined for a
+        # 10M-row bill: int(hexdigest()[:8], 16) is the first 4 digest bytes, big-endian
+        for i, p in enumerate([int.from_bytes(sha256(k.encode()).digest()[:4], "big") % n for k in keys]):
+            groups[p].append(i)
+        for p, rows in enumerate(groups):
+            if not rows:
+                continue
+            raw = [lines[where[i]] for i in rows]
+            at = array("q")
+            offset = self.offset[p]
+            for line in raw:
+                at.append(offset)
+                offset += len(line)
+            self.raw[p].write(b"".join(raw))
+            self.offset[p] = offset
+            key_bytes = "\n".join([keys[i] for i in rows]).encode()
+            self.idx[p].write(_BLOCK.pack(len(rows), len(key_bytes)))
+            self.idx[p].write(key_bytes)
+            self.idx[p].write(array("q", [amounts[i] for i in rows]).tobytes())
+            self.idx[p].write(bytes([flags[i] for i in rows]))
+            self.idx[p].write(at.tobytes())
+            self.rows[p] += len(rows)
+        del keys[:]
+        del amounts[:]
+        del flags[:]
+        del where[:]
+
+    def close(self) -> None:
+        for f in self.idx + self.raw:
+            f.close()
+
+
+def read_index(data: bytes) -> BillIndex:
+    """One partition's index file → a BillIndex (`where` = offsets in the partition's rows file)."""
+    index = BillIndex()
+    pos = 0
+    while pos < len(data):
+        n, k = _BLOCK.unpack_from(data, pos)
+        pos += _BLOCK.size
+        index.keys += data[pos : pos + k].decode().split("\n")
+        pos += k
+        index.amounts.frombytes(data[pos : pos + 8 * n])
+        pos += 8 * n
+        index.flags += data[pos : pos + n]
+        pos += n
+        index.where.frombytes(data[pos : pos + 8 * n])
+        pos += 8 * n
+    return index
+
+
+def tmp_dir(name: str) -> Path:
+    """Where a run's partition files go: the function's ephemeral storage (TMPDIR, /tmp on Lambda)."""
+    base = Path(os.environ.get("TALLY_RECON_TMP") or os.environ.get("TMPDIR") or "/tmp")  # noqa: S108
+    return base / "tally-recon" / name.replace("#", "_").replace("/", "_")
