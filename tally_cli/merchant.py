@@ -77,6 +77,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--client-cert", type=pathlib.Path, help="apiclient_cert.pem: refunds need it (mutual TLS)"
     )
     v2.add_argument("--client-key", type=pathlib.Path, help="apiclient_key.pem, with --client-cert")
+    v2.add_argument(
+        "--bill-source",
+        choices=("v2", "v3"),
+        help="the trade bill recon downloads: v2 /pay/downloadbill, or v3's (needs the v3 record too; R44)",
+    )
     add_target(v2)
     _no_check(v2)
     v2.set_defaults(run=merchant_add_v2)
@@ -270,6 +275,7 @@ def merchant_add_v2(args: argparse.Namespace) -> int:
         tenant=args.tenant,
         client_cert_pem=args.client_cert.read_text() if args.client_cert else None,
         client_key_pem=args.client_key.read_text() if args.client_key else None,
+        bill_source=args.bill_source,
     )
     print(
         f"merchant wechatpay-v2/{args.mchid} saved (credentials in Secrets Manager as {row['secret_name']})"

@@ -9,7 +9,8 @@ The desks (each a class of its own module, on the shared ``Kernel`` and ``Delive
     sim.v3_refunds    WeChat Pay v3 refunds (wechatpay_v3_refunds.py), on sim.v3's books
     sim.bills         WeChat Pay v3 trade bills (bills.py)
     sim.alipay        Alipay (alipay.py) + its refunds (alipay_refunds.py) and bills (alipay_bills.py)
-    sim.wechatpay_v2  WeChat Pay v2 (wechatpay_v2.py) + its refunds (wechatpay_v2_refunds.py)
+    sim.wechatpay_v2  WeChat Pay v2 (wechatpay_v2.py) + its refunds (wechatpay_v2_refunds.py) and bills
+                      (wechatpay_v2_bills.py)
 
 The v3 API is the simulator's own (``sim.pay``, ``sim.set_refund_behaviour``, …): each name below forwards to
 the desk that implements it. ``sim.alipay`` and ``sim.wechatpay_v2`` are made on first use (they generate keys).
@@ -31,6 +32,7 @@ from .delivery import DeliveryEngine
 from .kernel import Forward, Kernel, log
 from .kernel import now_rfc3339 as _now_rfc3339
 from .wechatpay_v2 import WeChatPayV2Desk
+from .wechatpay_v2_bills import V2BillBook
 from .wechatpay_v2_refunds import V2RefundDesk
 from .wechatpay_v3 import WeChatPayV3Desk
 from .wechatpay_v3_combine import CombineDesk
@@ -169,6 +171,7 @@ class ChannelSimulator:
             if self._wechatpay_v2 is None:
                 desk = WeChatPayV2Desk(self.kernel, self.engine)
                 desk.refund_desk = V2RefundDesk(desk)
+                desk.bills = V2BillBook(desk)  # POST /pay/downloadbill (wechatpay_v2_bills.py)
                 desk.attach(desk.refund_desk.paths())
                 desk.tls_ca = self.tls_ca
                 self._wechatpay_v2 = desk

@@ -369,6 +369,10 @@ def test_the_schedule_runs_t1_and_the_two_days_before_for_each_merchant_R34(h, m
     )
     runs = invoke(h, event)["runs"]
     mine = [r for r in runs if r["pk"].startswith(f"wechatpay#{m['mchid']}#")]
-    assert [r["pass"] for r in mine] == ["T+1", "T+2", "T+3"]
-    assert {r["status"] for r in mine} == {"QUIET"}
+    trade = [r for r in mine if r["pass"] != "fundflow"]
+    assert [r["pass"] for r in trade] == ["T+1", "T+2", "T+3"]
+    assert {r["status"] for r in trade} == {"QUIET"}
+    fund = [r for r in mine if r["pass"] == "fundflow"]  # R45: the fund flow of T+2 and T+3 (T+1 lag)
+    assert [r["pk"].rsplit("#", 1)[1] for r in fund] == [t["pk"].rsplit("#", 1)[1] for t in trade[1:]]
+    assert {r["status"] for r in fund} == {"MATCHED"}, [r["reason"] for r in fund]
     assert [r for r in invoke(h, event)["runs"] if r["pk"].startswith(f"wechatpay#{m['mchid']}#")] == []

@@ -30,7 +30,10 @@ CHANNEL_ONLY = "CHANNEL_ONLY"  # the channel has it, we do not (the classic æŽ‰å
 LOCAL_ONLY = "LOCAL_ONLY"  # we booked it, the channel's bill does not have it
 AMOUNT_DIFFERS = "AMOUNT_DIFFERS"
 STATUS_DIFFERS = "STATUS_DIFFERS"
-DIFF_CLASSES = (CHANNEL_ONLY, LOCAL_ONLY, AMOUNT_DIFFERS, STATUS_DIFFERS)
+SETTLEMENT_DIFFERS = (
+    "SETTLEMENT_DIFFERS"  # R45: a day's money did not land as booked (domain/fundflow.check_day)
+)
+DIFF_CLASSES = (CHANNEL_ONLY, LOCAL_ONLY, AMOUNT_DIFFERS, STATUS_DIFFERS, SETTLEMENT_DIFFERS)
 
 # handle statuses of a diff
 OPEN, RESOLVED, IGNORED = "OPEN", "RESOLVED", "IGNORED"

@@ -317,7 +317,10 @@ class MerchantDirectory:
         tenant: str | None = None,
         client_cert_pem: str | None = None,
         client_key_pem: str | None = None,
+        bill_source: str | None = None,
     ) -> dict[str, Any]:
+        if bill_source not in (None, "v2", "v3"):
+            raise ValueError("bill_source is v2 (/pay/downloadbill) or v3 (the v3 bill, R44)")
         secret = {"channel": wx2.API, "mchid": mchid, "api_key": api_key}
         v2_api_key(secret)
         if client_cert_pem or client_key_pem:  # refunds: the API client certificate for /secapi/ mutual TLS
@@ -336,6 +339,10 @@ class MerchantDirectory:
             "notify_url": notify_url,
             "updated_at": iso_now(self.clock()),
         }
+        if bill_source:
+            row["bill_source"] = (
+                bill_source  # which trade bill recon downloads (channels/wechatpay_v2/bills.py)
+            )
         return self._save(wx2.API, mchid, secret, row)
 
     def add_wechatpay_partner(

@@ -71,9 +71,12 @@ class WeChatPayV3(ChannelNames):
         return WeChatRefunds(merchants.client(merchant), merchant.notify_url)
 
     def bill_source(self, merchants: Any) -> BillSource | None:
+        """The merchant's WeChat trade bill, v3's `/v3/bill/tradebill` or v2's `/pay/downloadbill` as its
+        records say (R44, channels/wechatpay_v2/bills.py); v2's payments are in the same bill."""
+        from tally.channels.wechatpay_v2.bills import WeChatBillChoice, WeChatV2BillSource
         from tally.channels.wechatpay_v3.bills import WeChatBillSource
 
-        return WeChatBillSource(merchants)
+        return WeChatBillChoice(merchants, WeChatBillSource(merchants), WeChatV2BillSource(merchants))
 
     def open_bill(self, data: bytes) -> Bill | None:
         from tally.channels.wechatpay_v3.bills import WeChatBill

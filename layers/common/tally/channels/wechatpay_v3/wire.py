@@ -526,6 +526,18 @@ class WeChatPayClient:
             raise ChannelError("tradebill answered without download_url/hash_value")
         return {k: str(answer.get(k) or "") for k in ("hash_type", "hash_value", "download_url")}
 
+    def fundflowbill(self, bill_date: str, account_type: str = "BASIC") -> dict[str, str]:
+        """The fund-flow bill (资金账单) of one account and day: {hash_type, hash_value, download_url}, as
+        tradebill (the same NO_STATEMENT_EXIST / STATEMENT_CREATING codes); downloaded with download_bill."""
+        answer = self.request(
+            "GET",
+            f"/v3/bill/fundflowbill?bill_date={bill_date}&account_type={account_type}&tar_type=GZIP",
+            None,
+        )
+        if not isinstance(answer, dict) or not answer.get("download_url") or not answer.get("hash_value"):
+            raise ChannelError("fundflowbill answered without download_url/hash_value")
+        return {k: str(answer.get(k) or "") for k in ("hash_type", "hash_value", "download_url")}
+
     def download_bill(self, download_url: str) -> bytes:
         """§3.1 step 2: GET download_url, signed like any request; the answer is NOT signed (raw bytes).
         Only URLs on our API host are followed (we sign the request: never for another host)."""
