@@ -19,6 +19,7 @@ PARAMETER_ENV = {
     "AlipayGateway": "ALIPAY_GATEWAY",
     "RefundTaskPolicy": "REFUND_TASK_POLICY",
     "MetricMerchants": "TALLY_METRIC_MERCHANTS",
+    "PollMerchantQps": "TALLY_POLL_MERCHANT_QPS",
 }
 CONSTANT_ENV = {
     "POWERTOOLS_SERVICE_NAME": "tally",

@@ -7,6 +7,8 @@
     ignore ID --why …                                         nothing to do (test traffic, known noise)
     replay ID --why …                                         through the product path again, after a fix
     refund-outcome ID --outcome SUCCESS|FAIL --why …          what the merchant platform says: booked or released
+    abnormal-refund ID --to merchant-bank-card|user-bank-card [--bank-type … --bank-account … --real-name …]
+                                                              an ABNORMAL WeChat refund, sent elsewhere and tracked
     close-task ID --code refunded-at-channel|booked-after-all --why …
 Every acting verb takes `--filter …` instead of an ID (bulk) and `--dry-run` (print what would change,
 counts and amounts in yuan, change nothing). `--json` prints exactly one JSON document to stdout.
@@ -38,6 +40,7 @@ VERBS = {
     "ignore": "close an item that needs nothing (test traffic, known noise)",
     "replay": "send an item through the product path again after a fix",
     "refund-outcome": "record a refund's outcome found on the merchant platform (books or releases it, once)",
+    "abnormal-refund": "send a refund WeChat reported ABNORMAL to the merchant's or the user's bank card",
     "close-task": "close a refund task: refunded at the channel, or booked after all",
 }
 
@@ -74,6 +77,15 @@ def register(sub: argparse._SubParsersAction) -> None:
             action.add_argument(
                 "--outcome", choices=["SUCCESS", "FAIL"], default=None, help="a refund's outcome"
             )
+        if name == "abnormal-refund":
+            action.add_argument("--to", choices=["merchant-bank-card", "user-bank-card"], default=None)
+            action.add_argument(
+                "--bank-type", default=None, help="user-bank-card: the bank's code (e.g. ICBC)"
+            )
+            action.add_argument(
+                "--bank-account", default=None, help="user-bank-card: sent encrypted, not kept"
+            )
+            action.add_argument("--real-name", default=None, help="user-bank-card: sent encrypted, not kept")
         if name == "resolve":
             action.add_argument("--reverse", action="store_true", help="recon diff: write a reversing entry")
         if name == "replay":
@@ -161,6 +173,11 @@ def manual_act(args: argparse.Namespace) -> int:
         fields["outcome"] = args.outcome
     if getattr(args, "reverse", False):
         fields["reverse"] = True
+    for name in ("to", "bank_type", "bank_account", "real_name"):
+        if getattr(args, name, None):
+            fields[name] = getattr(args, name)
+    if verb == "abnormal-refund" and not fields.get("to"):
+        raise ValueError("abnormal-refund needs --to merchant-bank-card or --to user-bank-card")
     if verb == "refund-outcome" and not args.outcome:
         raise ValueError("refund-outcome needs --outcome SUCCESS or --outcome FAIL")
     why = args.why or (f"code {args.code}" if getattr(args, "code", None) else "")

@@ -43,6 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     wx.add_argument("--notify-url", help="callback URL given to the channel (default: this stack's API)")
     wx.add_argument("--tenant", help="tenant id (default: the mchid)")
     add_target(wx)
+    _no_check(wx)
     wx.set_defaults(run=merchant_add)
 
     ali = add.add_parser(
@@ -63,6 +64,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     ali.add_argument("--notify-url", help="callback URL (default: this stack's /notify/alipay/{app_id})")
     ali.add_argument("--tenant")
     add_target(ali)
+    _no_check(ali)
     ali.set_defaults(run=merchant_add_alipay)
 
     v2 = add.add_parser("wechatpay-v2", help="WeChat Pay API v2 (legacy XML callbacks)")
@@ -75,7 +77,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--client-cert", type=pathlib.Path, help="apiclient_cert.pem: refunds need it (mutual TLS)"
     )
     v2.add_argument("--client-key", type=pathlib.Path, help="apiclient_key.pem, with --client-cert")
+    v2.add_argument(
+        "--bill-source",
+        choices=("v2", "v3"),
+        help="the trade bill recon downloads: v2 /pay/downloadbill, or v3's (needs the v3 record too; R44)",
+    )
     add_target(v2)
+    _no_check(v2)
     v2.set_defaults(run=merchant_add_v2)
 
     cert = merchant.add_parser("add-cert", help="rotation: add Alipay's new certificate next to the old ones")
@@ -96,8 +104,55 @@ def register(sub: argparse._SubParsersAction) -> None:
     check.add_argument("channel", choices=[c.route for c in channel_registry.all_channels()])
     check.add_argument("merchant_id", help="mchid or Alipay app_id")
     check.add_argument("--json", action="store_true")
+    check.add_argument(
+        "--live",
+        action="store_true",
+        help="R47: harmless signed calls to the channel; a failure names the wrong credential and marks the "
+        "merchant not ready (orders refused with 409) until a check passes",
+    )
     add_target(check)
     check.set_defaults(run=merchant_check)
+
+
+def _no_check(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--no-check", action="store_true", help="skip the live credential check after saving (R47)"
+    )
+
+
+def _check_after_add(args: argparse.Namespace, route: str, merchant_id: str) -> None:
+    """R47: a saved merchant is checked live at once; a failure marks it not ready and says why. The add
+    itself succeeded (its exit status is 0): the readiness is what gates its orders."""
+    if getattr(args, "no_check", False):
+        return
+    from tally import bootstrap
+    from tally.service.merchants import live_check
+
+    print(render_live(live_check(bootstrap.merchants(), route, merchant_id)))
+
+
+def render_live(report: dict[str, Any]) -> str:
+    """One line per call, then the readiness: what a person reads after `check --live` or `add`."""
+    words = {"pass": "OK  ", "fail": "FAIL", "unknown": "??  "}
+    lines = [f"live check {report['channel']}/{report['merchant']}:"]
+    for f in report["findings"]:
+        line = f"{words[f['verdict']]} {f['check']}"
+        if f["item"]:
+            line += f"\n     {f['item']}"
+        if f["fix"]:
+            line += f"\n     fix: {f['fix']}"
+        if f["detail"]:
+            line += f"\n     ({f['detail']})"
+        lines.append(line)
+    if report["verdict"] == "pass":
+        lines.append("ready: orders are taken")
+    elif report["verdict"] == "fail":
+        lines.append("NOT READY: POST /orders answers 409 until `tally merchant check --live` passes")
+    else:
+        lines.append(
+            f"could not check: readiness unchanged ({'not ready' if report['ready'] is False else 'ready'})"
+        )
+    return "\n".join(lines)
 
 
 def _notify_url(args: argparse.Namespace, state: dict, route: str, merchant_id: str) -> str:
@@ -139,6 +194,7 @@ def merchant_add(args: argparse.Namespace) -> int:
     )
     print(f"merchant wechatpay/{args.mchid} saved (credentials in Secrets Manager as {row['secret_name']})")
     print(f"notify_url: {notify_url}")
+    _check_after_add(args, "wechatpay", args.mchid)
     return 0
 
 
@@ -202,6 +258,7 @@ def merchant_add_alipay(args: argparse.Namespace) -> int:
         f"{row['secret_name']})"
     )
     print(f"notify_url: {notify_url}")
+    _check_after_add(args, "alipay", args.app_id)
     return 0
 
 
@@ -218,19 +275,27 @@ def merchant_add_v2(args: argparse.Namespace) -> int:
         tenant=args.tenant,
         client_cert_pem=args.client_cert.read_text() if args.client_cert else None,
         client_key_pem=args.client_key.read_text() if args.client_key else None,
+        bill_source=args.bill_source,
     )
     print(
         f"merchant wechatpay-v2/{args.mchid} saved (credentials in Secrets Manager as {row['secret_name']})"
     )
     print(f"notify_url: {notify_url}")
+    _check_after_add(args, "wechatpay-v2", args.mchid)
     return 0
 
 
 def merchant_check(args: argparse.Namespace) -> int:
-    """Exit 0 when every check passes (a certificate expiring within 7 days fails)."""
+    """Exit 0 when every check passes (a certificate expiring within 7 days fails). --live (R47): 0 pass,
+    1 a credential fails (named, merchant marked not ready), 2 could not check (channel or network down)."""
     connect(args)
     from tally import bootstrap
     from tally.service.merchants import check_merchant
+
+    if args.live:
+        report = live_check_cli(bootstrap.merchants(), args.channel, args.merchant_id)
+        emit(report, lambda: render_live(report), args)
+        return {"pass": 0, "fail": 1}.get(report["verdict"], 2)
 
     checks = check_merchant(bootstrap.merchants(), args.channel, args.merchant_id)
     emit(
@@ -242,6 +307,12 @@ def merchant_check(args: argparse.Namespace) -> int:
         args,
     )
     return 0 if all(c["ok"] for c in checks) else 1
+
+
+def live_check_cli(directory: Any, channel: str, merchant_id: str) -> dict[str, Any]:
+    from tally.service.merchants import live_check
+
+    return live_check(directory, channel, merchant_id)
 
 
 # ------------------------------------------------------------------ merchant list

@@ -26,7 +26,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     which = rep.add_mutually_exclusive_group(required=True)
     which.add_argument("--order", nargs=2, metavar=("MCHID", "OUT_TRADE_NO"))
-    which.add_argument("--refund", metavar="REFUND_NO")
+    which.add_argument(
+        "--refund", metavar="REFUND_NO", help="a refund_no, or MCHID#REFUND_NO if several merchants use it"
+    )
     which.add_argument("--since", type=_when, help="every order and refund changed since (ISO 8601, UTC)")
     rep.add_argument("--until", type=_when, help="with --since: changed before this")
     add_target(rep)

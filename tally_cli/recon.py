@@ -21,13 +21,20 @@ from tally_cli.common import add_target, connect, emit, parse_date, yuan
 CHANNELS = list(channel_registry.reconciled())  # the stored channels with bills: wechatpay, alipay
 
 
+def stored_channel(word: str) -> str:
+    """--channel: a stored channel, or a channel's CLI word (`wechatpay-v2` is reconciled in the merchant's
+    WeChat bill, stored "wechatpay"; its merchant record picks the v2 or v3 download, R44)."""
+    owner = channel_registry.by_route(word)
+    return owner.stored if owner is not None and owner.reconciled else word
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     recon = sub.add_parser("recon", help="reconcile a day's bill against the ledger").add_subparsers(
         metavar="ACTION"
     )
 
     def day(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--channel", required=True, choices=CHANNELS)
+        p.add_argument("--channel", required=True, choices=CHANNELS, type=stored_channel)
         p.add_argument("--mchid", required=True, help="merchant id (Alipay: app_id)")
         p.add_argument(
             "--date",
@@ -267,6 +274,8 @@ def render_run(run: dict[str, Any]) -> str:
             f"{format_cents(totals.get('payment_cent', 0))}, {totals.get('refunds')} refunds "
             f"{format_cents(totals.get('refund_cent', 0))}; guard {run.get('guard')}"
         )
+    if run.get("bill_source"):
+        lines.append(f"  bill source: {run['bill_source']} ({run.get('bill_source_why', '')})")
     if run.get("bill_key"):
         lines.append(f"  kept: s3://…/{run['bill_key']}")
     if run.get("stats"):

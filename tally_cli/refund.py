@@ -35,6 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     create.set_defaults(run=refund_create)
     show = refund.add_parser("show", help="one refund with every channel report about it")
     show.add_argument("refund_no")
+    show.add_argument(
+        "--mchid", help="the merchant (refund numbers are per merchant; needed if several use it)"
+    )
     show.set_defaults(run=refund_show)
     listing = refund.add_parser("list", help="refunds of an order, or those due for polling / with a person")
     listing.add_argument("mchid", nargs="?")
@@ -124,7 +127,7 @@ def _epoch(iso: Any) -> float:
 
 
 def refund_show(args: argparse.Namespace) -> int:
-    view = _service(args).show(args.refund_no)
+    view = _service(args).show(args.refund_no, getattr(args, "mchid", None))
     emit(view, lambda: render_show(view), args)
     return 0
 

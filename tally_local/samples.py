@@ -99,7 +99,7 @@ def build() -> dict[str, dict]:
             {
                 "messageId": "059f36b4-87a3-44ab-83d2-661975830a7d",
                 "receiptHandle": "AQEBwJnKyrHigUMZj6rYigCgxlaS3SLy0a",
-                "body": json.dumps({"raw_key": f"wechatpay#{SAMPLE_TRANSACTION}"}),
+                "body": json.dumps({"raw_key": f"wechatpay#{mchid}#{SAMPLE_TRANSACTION}"}),
                 "attributes": {
                     "ApproximateReceiveCount": "1",
                     "SentTimestamp": str(SAMPLE_TIMESTAMP * 1000),

@@ -68,6 +68,12 @@ def aead_decrypt(apiv3_key: str, ciphertext_b64: str, associated_data: str, nonc
 
 
 # --------------------------------------------------------------------------- keys and certificates
+def rsa_oaep_decrypt(private_key: rsa.RSAPrivateKey, ciphertext_b64: str) -> str:
+    """A sensitive request field (bank account, real name) the merchant encrypted with a platform key."""
+    oaep = padding.OAEP(mgf=padding.MGF1(algorithm=hashes.SHA1()), algorithm=hashes.SHA1(), label=None)
+    return private_key.decrypt(base64.b64decode(ciphertext_b64), oaep).decode()
+
+
 def new_rsa_key() -> rsa.RSAPrivateKey:
     return rsa.generate_private_key(public_exponent=65537, key_size=2048)
 

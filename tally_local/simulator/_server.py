@@ -193,9 +193,18 @@ class _Handler(BaseHTTPRequestHandler):
         sim = self.server.sim.v3
         if path.startswith("/v3/refund/"):
             refunds = self.server.sim.v3_refunds
-            return refunds.refund_route(method, path, self._json(body) if method == "POST" else {}, merchant)
+            return refunds.refund_route(
+                method,
+                path,
+                self._json(body) if method == "POST" else {},
+                merchant,
+                serial=self.headers.get("Wechatpay-Serial"),
+            )
         if method == "POST" and path == "/v3/pay/transactions/native":
             return 200, sim.create_native_order(merchant.mchid, self._json(body))
+        if path.startswith("/v3/combine-transactions/"):
+            data = self._json(body) if method == "POST" else {}
+            return self.server.sim.combine.route(method, path, data, merchant.mchid)
         if path.startswith("/v3/pay/partner/"):
             return self._partner_route(method, path, query, body, merchant)
         if method == "GET" and path == "/v3/certificates":
@@ -309,6 +318,13 @@ class _Handler(BaseHTTPRequestHandler):
                     )
                 }
             return 200, {"transaction_id": sim.pay(str(data["mchid"]), str(data["out_trade_no"]), **opts)}
+        if key == ("POST", "/_sim/combine/pay"):  # {combine_mchid, combine_out_trade_no, drop?, duplicates?}
+            data = self._json(body)
+            opts = {k: data[k] for k in ("drop", "duplicates", "forge_sub", "success_time") if k in data}
+            tids = composed.combine.pay_combine(
+                str(data["combine_mchid"]), str(data["combine_out_trade_no"]), **opts
+            )
+            return 200, {"transaction_ids": tids}
         if key == ("POST", "/_sim/redeliver"):
             data = self._json(body)
             opts = {k: data[k] for k in ("duplicates", "delay") if k in data}

@@ -84,6 +84,9 @@ class BillBook:
         self._refunds: list[dict[str, Any]] = []
         self._faults = FaultQueue()
         self._files: dict[str, bytes] = {}  # download token → gzip bytes
+        from .fundflow_bills import FundFlowBook
+
+        self.fundflow = FundFlowBook(self)  # GET /v3/bill/fundflowbill (fundflow_bills.py, R45)
 
     # ------------------------------------------------------------------ inputs
     def add_refund(
@@ -295,6 +298,8 @@ class BillBook:
     def route(self, method: str, path: str, query: dict[str, str], mchid: str) -> tuple[int, Any]:
         if method == "GET" and path == "/v3/bill/tradebill":
             return 200, self.tradebill(mchid, query)
+        if method == "GET" and path == "/v3/bill/fundflowbill":
+            return 200, self.fundflow.fundflowbill(mchid, query)
         if method == "GET" and path == "/v3/billdownload/file":
             return 200, self.download(query)
         raise SimulatorError(404, "NOT_FOUND", f"simulator does not implement {method} {path}")

@@ -5,10 +5,12 @@ The desks (each a class of its own module, on the shared ``Kernel`` and ``Delive
 
     sim.v3            WeChat Pay v3, direct merchants (wechatpay_v3.py): keys, merchants, orders, payments
     sim.partner       WeChat Pay v3 service-provider orders (wechatpay_v3_partner.py), on sim.v3's books
+    sim.combine       WeChat Pay v3 combine payments (wechatpay_v3_combine.py), on sim.v3's books
     sim.v3_refunds    WeChat Pay v3 refunds (wechatpay_v3_refunds.py), on sim.v3's books
     sim.bills         WeChat Pay v3 trade bills (bills.py)
     sim.alipay        Alipay (alipay.py) + its refunds (alipay_refunds.py) and bills (alipay_bills.py)
-    sim.wechatpay_v2  WeChat Pay v2 (wechatpay_v2.py) + its refunds (wechatpay_v2_refunds.py)
+    sim.wechatpay_v2  WeChat Pay v2 (wechatpay_v2.py) + its refunds (wechatpay_v2_refunds.py) and bills
+                      (wechatpay_v2_bills.py)
 
 The v3 API is the simulator's own (``sim.pay``, ``sim.set_refund_behaviour``, …): each name below forwards to
 the desk that implements it. ``sim.alipay`` and ``sim.wechatpay_v2`` are made on first use (they generate keys).
@@ -30,8 +32,10 @@ from .delivery import DeliveryEngine
 from .kernel import Forward, Kernel, log
 from .kernel import now_rfc3339 as _now_rfc3339
 from .wechatpay_v2 import WeChatPayV2Desk
+from .wechatpay_v2_bills import V2BillBook
 from .wechatpay_v2_refunds import V2RefundDesk
 from .wechatpay_v3 import WeChatPayV3Desk
+from .wechatpay_v3_combine import CombineDesk
 from .wechatpay_v3_partner import PartnerDesk
 from .wechatpay_v3_refunds import RefundDesk
 
@@ -97,6 +101,12 @@ class ChannelSimulator:
     partner_transaction_resource = Forward("partner")
     pay_partner = Forward("partner")
 
+    # ---------------------------------------------------------------- v3 combine (wechatpay_v3_combine.py)
+    create_combine_native_order = Forward("combine")
+    combine_view = Forward("combine")
+    pay_combine = Forward("combine")
+    combine_notification = Forward("combine")
+
     # ---------------------------------------------------------------- v3 refunds (wechatpay_v3_refunds.py)
     set_refund_behaviour = Forward("v3_refunds")
     refund_route = Forward("v3_refunds")
@@ -106,6 +116,8 @@ class ChannelSimulator:
     refund_notification = Forward("v3_refunds")
     refunds = Forward("v3_refunds")
     refund_admin = Forward("v3_refunds")
+    apply_abnormal_refund = Forward("v3_refunds")
+    abnormal_applied = Forward("v3_refunds")
     _refunds = Forward("v3_refunds")
     _refund_plans = Forward("v3_refunds")
     _refund_resource_of = Forward("v3_refunds")
@@ -128,6 +140,7 @@ class ChannelSimulator:
         self.v3 = WeChatPayV3Desk(self.kernel, self.engine, fixed_keys=fixed_keys)
         self.partner = PartnerDesk(self.v3)
         self.v3_refunds = RefundDesk(self.v3)
+        self.combine = CombineDesk(self.v3)
         self.bills = BillBook(self.v3)  # trade bills: GET /v3/bill/tradebill (bills.py)
         self._desks_lock = threading.Lock()
         self._alipay: AlipayDesk | None = None
@@ -158,6 +171,7 @@ class ChannelSimulator:
             if self._wechatpay_v2 is None:
                 desk = WeChatPayV2Desk(self.kernel, self.engine)
                 desk.refund_desk = V2RefundDesk(desk)
+                desk.bills = V2BillBook(desk)  # POST /pay/downloadbill (wechatpay_v2_bills.py)
                 desk.attach(desk.refund_desk.paths())
                 desk.tls_ca = self.tls_ca
                 self._wechatpay_v2 = desk

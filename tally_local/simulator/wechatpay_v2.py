@@ -103,6 +103,7 @@ class WeChatPayV2Desk:
         ] = {}  # mch_id -> SHA-256 of the API client certificate /secapi/ needs
         self.tls_ca: Any = None  # the TLS listener's CA (_tls.TestCA), set by the simulator's start_tls
         self.refund_desk: Any = None  # attached by the simulator (wechatpay_v2_refunds.V2RefundDesk)
+        self.bills: Any = None  # attached by the simulator: /pay/downloadbill (wechatpay_v2_bills.V2BillBook)
         self._paths: dict[str, PathHandler] = {}
 
     def attach(self, paths: dict[str, PathHandler]) -> None:
@@ -178,6 +179,8 @@ class WeChatPayV2Desk:
                 xml_of({"return_code": "FAIL", "return_msg": "签名错误"}),
             )
         owner = req.get("sub_mch_id") or merchant.mch_id
+        if path == "/pay/downloadbill" and self.bills is not None:  # the file itself, not a signed XML
+            return self.bills.downloadbill(owner, req)
         hang = 0.0
         fault = self._take_fault(path)
         if fault is not None and fault["kind"] == "error":
@@ -428,7 +431,9 @@ class WeChatPayV2Desk:
         duplicates: int = 1,
         drop: bool = False,
         coupon_type: str = "CASH",
+        time_end: str | None = None,
     ) -> str:
+        """Pay an order (`time_end` YYYYMMDDHHMMSS Beijing time places it on a bill day; default now)."""
         owner = sub_mch_id or mch_id
         with self._lock:
             order = self.orders[(owner, out_trade_no)]
@@ -444,6 +449,7 @@ class WeChatPayV2Desk:
             cash_fee=order["cash_fee"],
             transaction_id=order["transaction_id"],
             coupon_type=coupon_type,
+            **({"time_end": time_end} if time_end else {}),
         )
         with self._lock:
             order["time_end"] = fields["time_end"]

@@ -25,12 +25,15 @@ import time
 from typing import Any
 from urllib.parse import unquote
 
+from . import _crypto as c
 from . import kernel as k
 from .faults import Behaviour
 from .kernel import SimulatorError
 from .wechatpay_v3 import Merchant, WeChatPayV3Desk
 
 _REFUND = re.compile(r"^/v3/refund/domestic/refunds/([^/]+)$")
+_ABNORMAL = re.compile(r"^/v3/refund/domestic/refunds/([^/]+)/apply-abnormal-refund$")
+ABNORMAL_TYPES = ("MERCHANT_BANK_CARD", "USER_BANK_CARD")
 _SETTLE = re.compile(r"^/_sim/refunds/([^/]+)/settle$")
 OUT_REFUND_NO_RE = re.compile(r"^[0-9A-Za-z_\-|*@]{1,64}$")
 OUTCOMES = {"success": "SUCCESS", "closed": "CLOSED", "abnormal": "ABNORMAL"}
@@ -67,8 +70,12 @@ class RefundDesk:
 
     # ------------------------------------------------------------------ API
     def refund_route(
-        self, method: str, path: str, body: dict[str, Any], merchant: Merchant
+        self, method: str, path: str, body: dict[str, Any], merchant: Merchant, serial: str | None = None
     ) -> tuple[int, Any]:
+        """`serial`: the request's Wechatpay-Serial (the platform key its sensitive fields were encrypted
+        with)."""
+        if method == "POST" and (m := _ABNORMAL.match(path)):
+            return 200, self.apply_abnormal_refund(merchant.mchid, unquote(m.group(1)), body, serial)
         if method == "POST" and path == "/v3/refund/domestic/refunds":
             view, plan = self.create_refund(merchant.mchid, body)
             if plan and plan.get("after_accept") == "timeout":
@@ -166,6 +173,63 @@ class RefundDesk:
         if order is None or order.get("transaction") is None:
             raise SimulatorError(404, "RESOURCE_NOT_EXISTS", "订单不存在或未支付")
         return order
+
+    def apply_abnormal_refund(
+        self, mchid: str, refund_id: str, body: dict[str, Any], serial: str | None
+    ) -> dict[str, Any]:
+        """``POST .../{refund_id}/apply-abnormal-refund``: an ABNORMAL refund goes to the merchant's bank
+        account or (its three fields given, bank_account and real_name encrypted with a platform key) the
+        user's bank card; it is PROCESSING again and settles SUCCESS after the refund's ``delay_s`` (``hold``:
+        when the test says). Anything but an ABNORMAL refund of this merchant → 400 INVALID_REQUEST."""
+        kind = body.get("type")
+        if kind not in ABNORMAL_TYPES:
+            raise SimulatorError(400, "PARAM_ERROR", "type必须为USER_BANK_CARD或MERCHANT_BANK_CARD")
+        card: dict[str, str] = {}
+        if kind == "USER_BANK_CARD":
+            if not all(
+                isinstance(body.get(f), str) and body[f] for f in ("bank_type", "bank_account", "real_name")
+            ):
+                raise SimulatorError(
+                    400, "PARAM_ERROR", "退款至用户银行卡时bank_type、bank_account、real_name必填"
+                )
+            key = self.v3._key_for_serial(serial or "")
+            if key is None:
+                raise SimulatorError(400, "PARAM_ERROR", "Wechatpay-Serial未知或缺失，无法解密敏感字段")
+            try:
+                card = {
+                    "bank_type": body["bank_type"],
+                    "bank_account": c.rsa_oaep_decrypt(key.private_key, body["bank_account"]),
+                    "real_name": c.rsa_oaep_decrypt(key.private_key, body["real_name"]),
+                }
+            except (ValueError, TypeError):
+                raise SimulatorError(400, "PARAM_ERROR", "敏感字段解密失败") from None
+        with self._lock:
+            refund = next(
+                (r for r in self._refunds.values() if r["refund_id"] == refund_id and r["_mchid"] == mchid),
+                None,
+            )
+            if refund is None or refund["out_refund_no"] != body.get("out_refund_no"):
+                raise SimulatorError(404, "RESOURCE_NOT_EXISTS", "退款单不存在")
+            if refund["status"] != "ABNORMAL":
+                raise SimulatorError(400, "INVALID_REQUEST", "退款单状态不是退款异常，无需发起异常退款")
+            refund["status"] = "PROCESSING"
+            refund["channel"] = "OTHER_BANKCARD"
+            refund["user_received_account"] = (
+                f"{card['bank_type']}借记卡{card['bank_account'][-4:]}" if card else "商户结算银行账户"
+            )
+            refund["_abnormal"] = {"type": kind, **card}
+            plan = refund["_plan"]
+            no = refund["out_refund_no"]
+        if plan["outcome"] != "hold":
+            self.v3.kernel.after(
+                float(plan["delay_s"]), self.settle_refund, no, "success", name=f"abn-{no[:8]}"
+            )
+        return self._public_refund(refund)
+
+    def abnormal_applied(self, out_refund_no: str) -> dict[str, str] | None:
+        """What apply-abnormal-refund received for this refund (decrypted), for tests; None if never."""
+        with self._lock:
+            return copy.deepcopy(self._refunds[out_refund_no].get("_abnormal"))
 
     def refund_view(self, mchid: str, out_refund_no: str) -> dict[str, Any]:
         with self._lock:

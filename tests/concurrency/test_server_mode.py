@@ -209,7 +209,7 @@ def test_R7_R9_R18_32_simultaneous_deliveries_then_32_racing_workers_book_once(s
     )
     assert [a if isinstance(a, Exception) else a.status for a in answers] == [204] * THREADS
     tx = resource["transaction_id"]
-    raw_key = f"wechatpay#{tx}"
+    raw_key = f"wechatpay#{stack['mchid']}#{tx}"
     assert len(rows_for(stack, "NOTIFY_RAW_TABLE", "transaction_id", tx)) == 1
 
     # Every enqueued copy, plus padding to 32, applied by 32 workers at the same instant.
@@ -251,7 +251,9 @@ def test_R7_R19_ingest_and_apply_racing_in_every_thread(stack):
         )
         for _ in range(10):
             try:
-                return answer.status, bootstrap.apply_service().apply(f"wechatpay#{tx}").value
+                return answer.status, bootstrap.apply_service().apply(
+                    f"wechatpay#{stack['mchid']}#{tx}"
+                ).value
             except RetryLater:
                 continue
         return answer.status, "STILL_RETRYING"
@@ -277,7 +279,7 @@ def test_R17_R19_two_payments_racing_for_one_order_book_one_and_refund_the_other
         bootstrap.ingest_service().wechatpay_v3(HttpRequest.from_event(event_for(stack, headers, body)))
         for _ in range(10):
             try:
-                return bootstrap.apply_service().apply(f"wechatpay#{tx}").value
+                return bootstrap.apply_service().apply(f"wechatpay#{stack['mchid']}#{tx}").value
             except RetryLater:
                 continue
         return "STILL_RETRYING"
@@ -295,7 +297,7 @@ def test_R7_R9_R18_R19_R21_R23_32_deliveries_racing_the_poller_and_the_return_pa
     """A paid order whose callback arrives 32 times at the same instant as the poller's run and the return
     page's confirmation query the channel about it, while workers apply what the queue holds: one ledger
     entry, the order PAID once with the channel's amount, the one raw row (callback and query share the key
-    `wechatpay#<transaction_id>`, R7, R23) at handled 1, and every delivery answered the success ACK (R9)."""
+    `wechatpay#<mchid>#<transaction_id>`, R7, R23) at handled 1, and every delivery answered the success ACK (R9)."""
     sim, mchid = stack["sim"], stack["mchid"]
     otn = f"P{uuid.uuid4().hex[:20]}"
     bootstrap.order_service().create(
@@ -393,6 +395,6 @@ def test_R7_R9_R18_R19_R21_R23_32_deliveries_racing_the_poller_and_the_return_pa
     order = bootstrap.order_service().show(mchid, otn)
     assert order["status"] == "PAID" and order["transaction_id"] == tx and order["paid_cent"] == 700
     assert len(order["transitions"]) == 1 and order["transitions"][0]["to_status"] == "PAID"
-    assert [(r["pk"], r["handled"]) for r in order["raw"]] == [(f"wechatpay#{tx}", 1)]
+    assert [(r["pk"], r["handled"]) for r in order["raw"]] == [(f"wechatpay#{mchid}#{tx}", 1)]
     assert [r["handled"] for r in rows_for(stack, "NOTIFY_RAW_TABLE", "transaction_id", tx)] == [1]
     assert poll_outcomes["BOOKED"] + applied["BOOKED"] <= 1, (poll_outcomes, applied)

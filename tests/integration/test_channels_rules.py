@@ -39,7 +39,7 @@ def test_happy_path_books_once_per_channel(h, chv):
     view = h.order(mid, otn)
     assert view["status"] == "PAID" and view["transaction_id"] == tx and view["paid_cent"] == 1999
     (entry,) = h.scan("LEDGER_TABLE")
-    assert entry["pk"] == f"{chv.raw_prefix}#{tx}" and entry["amount_cent"] == 1999
+    assert entry["pk"] == f"{chv.raw_prefix}#{mid}#{tx}" and entry["amount_cent"] == 1999
 
 
 def not_evidence(h):
@@ -77,7 +77,7 @@ def test_R7_duplicate_delivery_keeps_one_raw_row_and_one_ledger_entry(h, chv):
     body, headers, tx = chv.callback(mid, otn, 100)
     for _ in range(3):
         assert ack_kind(chv.name, chv.notify(mid, body, headers)) == "success"
-    assert [r["pk"] for r in h.scan("NOTIFY_RAW_TABLE")] == [f"{chv.raw_prefix}#{tx}"]
+    assert [r["pk"] for r in h.scan("NOTIFY_RAW_TABLE")] == [f"{chv.raw_prefix}#{mid}#{tx}"]
     h.drain()
     assert len(h.scan("LEDGER_TABLE")) == 1
 

@@ -123,7 +123,7 @@ def test_R7_duplicate_delivery_keeps_one_raw_row(h, merchant):
     for _ in range(3):
         assert h.notify(merchant["mchid"], headers, body)["statusCode"] == 204
     rows = h.scan("NOTIFY_RAW_TABLE")
-    assert [r["pk"] for r in rows] == [f"wechatpay#{resource['transaction_id']}"]
+    assert [r["pk"] for r in rows] == [f"wechatpay#{merchant['mchid']}#{resource['transaction_id']}"]
     h.drain()
     assert len(h.scan("LEDGER_TABLE")) == 1
 
@@ -270,7 +270,7 @@ def test_R17_duplicate_apply_of_the_same_voucher_is_duplicate(h, merchant):
     order, headers, body, resource = paid(h, merchant)
     h.notify(merchant["mchid"], headers, body)
     h.drain()
-    key = f"wechatpay#{resource['transaction_id']}"
+    key = f"wechatpay#{merchant['mchid']}#{resource['transaction_id']}"
     # Put the raw row back to handled=0 as if the worker crashed after commit: re-apply is a no-op.
     h.ddb.update_item(
         TableName=h.env["NOTIFY_RAW_TABLE"],
@@ -289,7 +289,7 @@ def test_R18_failed_transaction_writes_nothing_and_raw_stays_pending(h, merchant
     order, headers, body, resource = paid(h, merchant)
     h.notify(merchant["mchid"], headers, body)
     # A conflicting ledger row for another order makes the transaction's ledger put fail...
-    key = f"wechatpay#{resource['transaction_id']}"
+    key = f"wechatpay#{merchant['mchid']}#{resource['transaction_id']}"
     service = bootstrap.apply_service()
     real = service.book.t.ddb.transact_write_items
 
@@ -327,7 +327,7 @@ def test_R19_lost_compare_and_set_rereads_and_decides_again(h, merchant, monkeyp
         return row
 
     monkeypatch.setattr(service.orders, "get", racing_get)
-    assert service.apply(f"wechatpay#{resource['transaction_id']}").value == "BOOKED"
+    assert service.apply(f"wechatpay#{merchant['mchid']}#{resource['transaction_id']}").value == "BOOKED"
     assert calls["n"] == 2
 
 

@@ -98,7 +98,9 @@ def test_R21_R23_all_callbacks_lost_poller_alone_books_once_then_late_callback_i
     assert [t["source"] for t in view["transitions"]] == ["query"]
     (entry,) = ledger(h)
     assert (
-        entry["pk"] == f"wechatpay#{tid}" and entry["amount_cent"] == 90 and entry["source"] == "query"
+        entry["pk"] == f"wechatpay#{m['mchid']}#{tid}"
+        and entry["amount_cent"] == 90
+        and entry["source"] == "query"
     )  # R13
     assert "poll_pk" not in stored(h, order)  # out of the poll index: never asked again
     assert run_poller(h)["orders_read"] == 0
@@ -203,7 +205,7 @@ def test_R19_R23_query_racing_callback_books_exactly_once(h, m, sim, monkeypatch
         callback(h, m, sim, order)
         assert h.drain() == []
     (entry,) = ledger(h)
-    assert entry["pk"] == f"wechatpay#{tid}"
+    assert entry["pk"] == f"wechatpay#{m['mchid']}#{tid}"
     (raw,) = h.scan("NOTIFY_RAW_TABLE")
     assert raw["handled"] == 1
     assert len(h.order(m["mchid"], order["out_trade_no"])["transitions"]) == 1

@@ -21,7 +21,11 @@ def test_R21_R23_alipay_callbacks_lost_the_poller_books_the_receipt_amount_once(
     view = h.order(app_id, order["out_trade_no"])
     assert view["status"] == "PAID" and view["transaction_id"] == trade_no
     (entry,) = ledger(h)
-    assert entry["pk"] == f"alipay#{trade_no}" and entry["amount_cent"] == 900 and entry["source"] == "query"
+    assert (
+        entry["pk"] == f"alipay#{app_id}#{trade_no}"
+        and entry["amount_cent"] == 900
+        and entry["source"] == "query"
+    )
 
 
 def test_R22_alipay_trade_not_exist_is_waiting_never_closed(h, sim):

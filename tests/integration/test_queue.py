@@ -347,7 +347,8 @@ def test_r41_every_kind_from_open_to_resolved_through_the_cli_and_every_door_agr
     report = items["refund-report"]
     assert report["id"].startswith("report-wechatpay-") and report["id"].endswith("BYHAND0009-SUCCESS")
     assert "refund BYHAND0009 is SUCCESS" in report["reason"]
-    assert items["refund"]["id"] == f"refund-{refund_no}" and items["refund"]["amount"] == "0.40"
+    # the id names the merchant too: refund numbers are per merchant (R39)
+    assert items["refund"]["id"] == f"refund-{m['mchid']}#{refund_no}" and items["refund"]["amount"] == "0.40"
     assert items["refund-task"]["amount"] == "1.00" and items["order"]["order"] == otn_order
     unknown = items["settlement-unknown"]
     assert unknown["order"] == otn_settlement and unknown["amount"] == "4.00"
@@ -383,6 +384,8 @@ def test_r41_every_kind_from_open_to_resolved_through_the_cli_and_every_door_agr
             "--why",
             "order query: CASH coupon, settled 5.00",
         ],
+        # the rejected/quarantined merchants' wrong keys fail the hourly live check too (R47)
+        "merchant-not-ready": ["resolve", "--code", "key-fixed", "--why", "credentials fixed"],
     }
     remaining = set(seen["list"])
     for kind, (verb, *rest) in actions.items():
@@ -528,7 +531,7 @@ def test_r41_closed_through_another_door_is_closed_here_too(h, sim, cli, refunds
     """The refund's own later notification, and `tally recon resolve`, close their items in the queue too."""
     m = new_merchant(h)
     otn, no = inject_abnormal_refund(h, m, sim)
-    assert [i["id"] for i in queue().list("kind=refund")] == [f"refund-{no}"]
+    assert [i["id"] for i in queue().list("kind=refund")] == [f"refund-{m['mchid']}#{no}"]
     sim.settle_refund(no, "success")  # fixed at the channel; its notification arrives
     deliver(h, m["mchid"], no)
     assert queue().list("kind=refund") == [] and published_over(h) == 0

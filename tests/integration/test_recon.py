@@ -104,7 +104,9 @@ def test_payment_at_235958_that_succeeds_at_000002_lands_in_the_next_day_R34(h, 
     monkeypatch.setenv("TZ", "UTC")
     time.tzset()
     otn, tid = pay(h, m["mchid"], 880, f"{D}T00:00:02+08:00")  # created 23:59:58 the day before
-    assert ledger(h, f"wechatpay#{tid}")["bill_date"] == D  # 16:00:02 UTC of the 30th, still the 1st in China
+    assert (
+        ledger(h, f"wechatpay#{m['mchid']}#{tid}")["bill_date"] == D
+    )  # 16:00:02 UTC of the 30th, still the 1st in China
     before = svc.run("wechatpay", m["mchid"], D_BEFORE)
     assert before["status"] == "QUIET"  # no bill that day, and no ledger entry either
     day = svc.run("wechatpay", m["mchid"], D)
@@ -129,11 +131,13 @@ def test_channel_only_payment_is_queried_and_applied_through_the_pull_path_R36_R
         "QUEUED",
     )
     raw = from_item(
-        h.ddb.get_item(TableName=h.env["NOTIFY_RAW_TABLE"], Key=to_item({"pk": f"wechatpay#{tid}"}))["Item"]
+        h.ddb.get_item(
+            TableName=h.env["NOTIFY_RAW_TABLE"], Key=to_item({"pk": f"wechatpay#{m['mchid']}#{tid}"})
+        )["Item"]
     )
     assert raw["source"] == "recon" and raw["handled"] == 0
     assert h.drain() == []  # the same worker path as a callback
-    assert ledger(h, f"wechatpay#{tid}")["source"] == "recon"
+    assert ledger(h, f"wechatpay#{m['mchid']}#{tid}")["source"] == "recon"
     assert h.order(m["mchid"], otn)["status"] == "PAID"
     rerun = svc.run("wechatpay", m["mchid"], D, pass_="T+3")
     assert rerun["status"] == "MATCHED" and rerun["stats"]["auto_resolved"] == 1
@@ -174,7 +178,7 @@ def test_amount_differs_resolved_by_the_delta_R36(h, m, svc):
     _, tid = pay(h, m["mchid"], 1000, f"{D}T09:00:00+08:00")
     h.ddb.update_item(
         TableName=h.env["LEDGER_TABLE"],
-        Key=to_item({"pk": f"wechatpay#{tid}"}),
+        Key=to_item({"pk": f"wechatpay#{m['mchid']}#{tid}"}),
         UpdateExpression="SET amount_cent = :a, settlement_cent = :a",  # R43: recon matches settlement_cent
         ExpressionAttributeValues={":a": {"N": "990"}},
     )
@@ -184,7 +188,7 @@ def test_amount_differs_resolved_by_the_delta_R36(h, m, svc):
     with pytest.raises(ValueError, match="why"):
         svc.resolve("wechatpay", m["mchid"], D, d["sk"], by="bob", note="", reverse=True)
     svc.resolve("wechatpay", m["mchid"], D, d["sk"], by="bob", note="booked 10 short", reverse=True)
-    assert ledger(h, f"wechatpay#{tid}#REVERSAL#{D}")["amount_cent"] == 10
+    assert ledger(h, f"wechatpay#{m['mchid']}#{tid}#REVERSAL#{D}")["amount_cent"] == 10
     assert svc.run("wechatpay", m["mchid"], D)["status"] == "MATCHED"
     with pytest.raises(ValueError, match="not OPEN"):
         svc.resolve("wechatpay", m["mchid"], D, d["sk"], by="bob", note="again", reverse=True)
@@ -197,10 +201,14 @@ def test_refunds_matched_and_a_processing_refund_we_booked_is_status_differs_R35
         m["mchid"], otn, "RF-PROC-2", 500, success_time=f"{D}T13:00:00+08:00", refund_status="PROCESSING"
     )
     h.sim.bills.add_refund(m["mchid"], otn, "RF-MISSING-3", 200, success_time=f"{D}T14:00:00+08:00")
-    for no, cents in (("RF-OK-1", 1500), ("RF-PROC-2", 500)):  # the refunds subsystem's ledger shape
+    # the refunds subsystem's ledger shape: scoped per merchant, and a pre-#15 (unscoped) entry
+    for pk, no, cents in (
+        (f"wechatpay#{m['mchid']}#RF-OK-1", "RF-OK-1", 1500),
+        ("wechatpay#RF-PROC-2", "RF-PROC-2", 500),
+    ):
         put_ledger(
             h,
-            pk=f"wechatpay#{no}",
+            pk=pk,
             kind="REFUND",
             channel="wechatpay",
             mchid=m["mchid"],
@@ -361,6 +369,10 @@ def test_the_schedule_runs_t1_and_the_two_days_before_for_each_merchant_R34(h, m
     )
     runs = invoke(h, event)["runs"]
     mine = [r for r in runs if r["pk"].startswith(f"wechatpay#{m['mchid']}#")]
-    assert [r["pass"] for r in mine] == ["T+1", "T+2", "T+3"]
-    assert {r["status"] for r in mine} == {"QUIET"}
+    trade = [r for r in mine if r["pass"] != "fundflow"]
+    assert [r["pass"] for r in trade] == ["T+1", "T+2", "T+3"]
+    assert {r["status"] for r in trade} == {"QUIET"}
+    fund = [r for r in mine if r["pass"] == "fundflow"]  # R45: the fund flow of T+2 and T+3 (T+1 lag)
+    assert [r["pk"].rsplit("#", 1)[1] for r in fund] == [t["pk"].rsplit("#", 1)[1] for t in trade[1:]]
+    assert {r["status"] for r in fund} == {"MATCHED"}, [r["reason"] for r in fund]
     assert [r for r in invoke(h, event)["runs"] if r["pk"].startswith(f"wechatpay#{m['mchid']}#")] == []

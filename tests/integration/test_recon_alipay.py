@@ -82,7 +82,7 @@ def test_alipay_day_downloads_parses_guards_and_matches_with_no_diffs_R31_R36(h,
             )
         ),
     )
-    assert ledger(h, f"alipay#{cross}")["bill_date"] == D  # the success time's day, Asia/Shanghai (R34)
+    assert ledger(h, f"alipay#{app}#{cross}")["bill_date"] == D  # the success time's day, Asia/Shanghai (R34)
     assert (
         svc.run("alipay", app, D_BEFORE)["status"] == "QUIET"
     )  # nothing the day the cross-midnight one began
@@ -127,11 +127,13 @@ def test_alipay_payment_it_has_and_we_lack_is_one_channel_only_diff_queried_and_
         "QUEUED",
     )
     raw = from_item(
-        h.ddb.get_item(TableName=h.env["NOTIFY_RAW_TABLE"], Key=to_item({"pk": f"alipay#{tid}"}))["Item"]
+        h.ddb.get_item(TableName=h.env["NOTIFY_RAW_TABLE"], Key=to_item({"pk": f"alipay#{app}#{tid}"}))[
+            "Item"
+        ]
     )
     assert raw["source"] == "recon" and raw["paid_cent"] == 1150
     assert h.drain() == []  # the same worker path as a callback
-    booked = ledger(h, f"alipay#{tid}")
+    booked = ledger(h, f"alipay#{app}#{tid}")
     assert (booked["amount_cent"], booked["source"], booked["bill_date"]) == (1150, "recon", D)
     assert h.order(app, otn)["status"] == "PAID"
     rerun = svc.run("alipay", app, D, pass_="T+3")

@@ -31,8 +31,24 @@ def keep(bill: bytes, mchid: str, name: str = "ALL.csv") -> str:
     return key
 
 
-def test_partitioned_path_gives_the_same_diffs_and_stats_as_the_in_memory_path(h, svc, mchid):
+def scoped(ledger: list[dict], mchid: str) -> list[dict]:
+    """The same entries under merchant-scoped keys (`channel#mchid#id`, issue #15), as booking writes them now."""
+
+    def key(pk: str) -> str:
+        channel, _, rest = pk.partition("#")
+        return f"{channel}#{mchid}#{rest}"
+
+    return [
+        r | {"pk": key(r["pk"])} | ({"reverses": key(r["reverses"])} if "reverses" in r else {})
+        for r in ledger
+    ]
+
+
+@pytest.mark.parametrize("keys", ["pre-#15", "scoped"])
+def test_partitioned_path_gives_the_same_diffs_and_stats_as_the_in_memory_path(h, svc, mchid, keys):
+    """Also with merchant-scoped entry keys: ledger shard p must hold the keys of bill partition p."""
     bill, ledger = day_of_differences(mchid)
+    ledger = scoped(ledger, mchid) if keys == "scoped" else ledger
     put_ledger(h.ddb, h.env["LEDGER_TABLE"], ledger)
     key = keep(bill, mchid)
     svc.recover = None  # channel-only rows are not queried here: the comparison is about matching

@@ -116,7 +116,7 @@ def paid(sim, amount):
         {"mchid": m["mchid"]},
     )
     assert bootstrap.ingest_service().wechatpay_v3(request).status == 204
-    assert bootstrap.apply_service().apply(f"wechatpay#{tid}").value == "BOOKED"
+    assert bootstrap.apply_service().apply(f"wechatpay#{m['mchid']}#{tid}").value == "BOOKED"
     return m["mchid"], otn
 
 

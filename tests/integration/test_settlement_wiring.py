@@ -59,17 +59,17 @@ def test_r43_a_v3_cash_and_a_nocash_coupon_payment_book_their_settlement_amounts
     for resource in (cash, nocash, plain):
         deliver(h, m["mchid"], resource)
 
-    entry = ledger(h, f"wechatpay#{cash_tid}")
+    entry = ledger(h, f"wechatpay#{m['mchid']}#{cash_tid}")
     assert entry["amount_cent"] == 900 and entry["order_total_cent"] == 1000
     assert entry["settlement_cent"] == 1000 and entry["cash_promotion_cent"] == 100
     assert entry["settlement_state"] == "KNOWN" and entry["merchant_funded_cent"] == 100
-    entry = ledger(h, f"wechatpay#{nocash_tid}")
+    entry = ledger(h, f"wechatpay#{m['mchid']}#{nocash_tid}")
     assert (entry["amount_cent"], entry["settlement_cent"], entry["nocash_promotion_cent"]) == (
         1500,
         1500,
         500,
     )
-    assert ledger(h, f"wechatpay#{plain_tid}")["settlement_cent"] == 300
+    assert ledger(h, f"wechatpay#{m['mchid']}#{plain_tid}")["settlement_cent"] == 300
 
     run = svc.run("wechatpay", m["mchid"], D, pass_="T+1")
     assert run["status"] == "MATCHED", run["reason"]
@@ -83,7 +83,7 @@ def test_r43_before_the_wiring_the_cash_coupon_would_differ(h, m, svc):
     entry: matched on amount_cent, so AMOUNT_DIFFERS, and the run counts it so a person sees why."""
     _, tid, resource = pay(h, m["mchid"], 1000, f"{D}T10:00:00+08:00", payer_total=900)
     deliver(h, m["mchid"], resource)
-    row = ledger(h, f"wechatpay#{tid}")
+    row = ledger(h, f"wechatpay#{m['mchid']}#{tid}")
     legacy = {
         k: v
         for k, v in row.items()
@@ -119,7 +119,7 @@ def test_r43_legacy_entries_are_matched_on_amount_cent_and_counted(h, m, svc):
     for i, cents in enumerate((100, 250)):
         _, tid, resource = pay(h, m["mchid"], cents, f"{D}T1{i}:00:00+08:00")
         deliver(h, m["mchid"], resource)
-        row = ledger(h, f"wechatpay#{tid}")
+        row = ledger(h, f"wechatpay#{m['mchid']}#{tid}")
         for name in [k for k in row if k.endswith("_cent") and k not in ("amount_cent", "order_total_cent")]:
             del row[name]
         del row["settlement_state"]
@@ -139,7 +139,7 @@ def test_r43_a_payment_whose_settlement_is_unknown_is_booked_and_goes_to_a_perso
     resource["promotion_detail"][0]["merchant_contribute"] = 50
     deliver(h, m["mchid"], resource)
 
-    entry = ledger(h, f"wechatpay#{tid}")
+    entry = ledger(h, f"wechatpay#{m['mchid']}#{tid}")
     assert entry["amount_cent"] == 900 and entry["settlement_state"] == "UNKNOWN"
     assert "settlement_cent" not in entry
     assert h.order(m["mchid"], otn)["status"] == "PAID"

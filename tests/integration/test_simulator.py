@@ -651,3 +651,53 @@ def test_certificates_endpoint_and_rotation(sim: ChannelSimulator, merchant: dic
     assert sdk_client(sim, merchant).callback(h, b)["resource"] == res
     h, b = sim.build_notification(merchant["mchid"], res, serial=first)  # the old one is still valid
     assert h["Wechatpay-Serial"] == first and sdk_client(sim, merchant).callback(h, b)["resource"] == res
+
+
+# ----------------------------------------------------------------------------------------------- combine
+def test_combine_prepay_pay_over_admin_one_notification_and_the_combine_query(
+    sim: ChannelSimulator, merchant: dict[str, str], receiver
+) -> None:
+    rcv = receiver(default=204)
+    order = {
+        "combine_appid": merchant["appid"],
+        "combine_mchid": merchant["mchid"],
+        "combine_out_trade_no": "COMBINE0001",
+        "notify_url": rcv.url,
+        "sub_orders": [
+            {
+                "mchid": merchant["mchid"],
+                "attach": f"a{i}",
+                "amount": {"total_amount": cents, "currency": "CNY"},
+                "out_trade_no": f"SUBORDER000{i}",
+                "description": f"part {i}",
+            }
+            for i, cents in enumerate((100, 200, 300))
+        ],
+    }
+    (status, _, body), _, _ = signed_request(sim, merchant, "POST", "/v3/combine-transactions/native", order)
+    assert status == 200 and json.loads(body)["code_url"].startswith("weixin://")
+    forged = {**order, "sub_orders": [{**order["sub_orders"][0], "mchid": "1900000999"}]}
+    (status, _, _), _, _ = signed_request(sim, merchant, "POST", "/v3/combine-transactions/native", forged)
+    assert status == 400  # a sub-order's mchid must be the combine merchant's
+    status, _, body = raw_request(
+        sim.url,
+        "POST",
+        "/_sim/combine/pay",
+        json.dumps({"combine_mchid": merchant["mchid"], "combine_out_trade_no": "COMBINE0001"}).encode(),
+    )
+    assert status == 200
+    tids = json.loads(body)["transaction_ids"]
+    assert len(set(tids)) == 3
+    deadline = time.monotonic() + 10
+    while not rcv.received and time.monotonic() < deadline:
+        time.sleep(0.02)
+    (delivered,) = rcv.received  # ONE notification for the three sub-orders
+    assert verify_platform_signature(sim, delivered["headers"], delivered["body"])
+    plain = decrypt_resource(merchant, delivered["body"])
+    assert plain["combine_out_trade_no"] == "COMBINE0001"
+    assert [s["transaction_id"] for s in plain["sub_orders"]] == tids
+    assert [s["amount"]["payer_amount"] for s in plain["sub_orders"]] == [100, 200, 300]
+    (status, _, body), _, _ = signed_request(
+        sim, merchant, "GET", "/v3/combine-transactions/out-trade-no/COMBINE0001"
+    )
+    assert status == 200 and [s["trade_state"] for s in json.loads(body)["sub_orders"]] == ["SUCCESS"] * 3

@@ -99,7 +99,9 @@ def test_story_tells_a_paid_refunded_order_in_time_order(h, m):
     )
     outbox = {e["state"] for e in story["entries"] if e["kind"] == "outbox"}
     assert outbox == {"OrderPaid", "RefundSucceeded"}
-    assert any(f"wechatpay#{tid}" == e["ref"] for e in story["entries"] if e["kind"] == "delivery")
+    assert any(
+        f"wechatpay#{m['mchid']}#{tid}" == e["ref"] for e in story["entries"] if e["kind"] == "delivery"
+    )
     assert all("body" not in e["detail"] for e in story["entries"])  # raw bodies only with raw=True
     raw = bootstrap.story_service().story(m["mchid"], otn, raw=True)
     (delivery,) = [e for e in raw["entries"] if e["kind"] == "delivery"]

@@ -54,7 +54,11 @@ TABLES = {
     "RefundsTable": (
         "REFUNDS_TABLE",
         ["pk"],
-        {"by_poll": ["poll_pk", "poll_due"], "refunds_of_order": ["order_pk", "created_at"]},
+        {
+            "by_poll": ["poll_pk", "poll_due"],
+            "refunds_of_order": ["order_pk", "created_at"],
+            "by_refund_no": ["refund_no"],  # the operator's lookup: refund numbers are per merchant (R39)
+        },
     ),
     "RefundRawTable": ("REFUND_RAW_TABLE", ["pk", "sk"], {"by_manual": ["manual_pk", "notified_at"]}),
     "ReconRunsTable": ("RECON_RUNS_TABLE", ["pk", "sk"], {"by_blocked": ["blocked_pk", "pk"]}),
@@ -64,7 +68,8 @@ NARROW_PROJECTIONS = {
     "by_order",
     "manual",
     "by_merchant",
-}  # history / queue / console views: INCLUDE; others ALL
+}  # history / queue / console views: INCLUDE; every other index projects ALL
+KEYS_ONLY = {"by_refund_no"}  # a lookup that reads the row after
 CUSTOM_METRIC_ALARMS = [
     "NotifyRejected",
     "NotifyQuarantined",
@@ -151,7 +156,9 @@ def test_tables_match_contracts(resources):
             lid
         )
         for name, gsi in gsis.items():
-            expected = "INCLUDE" if name in NARROW_PROJECTIONS else "ALL"
+            expected = (
+                "INCLUDE" if name in NARROW_PROJECTIONS else "KEYS_ONLY" if name in KEYS_ONLY else "ALL"
+            )
             assert gsi["Projection"]["ProjectionType"] == expected, (lid, name)
         declared = {a["AttributeName"] for a in props["AttributeDefinitions"]}
         assert all(a["AttributeType"] == "S" for a in props["AttributeDefinitions"]), lid

@@ -210,11 +210,11 @@ def test_r39_report_for_another_order_of_the_same_tenant_is_parked(h, sim, kit_c
         kit.reset()
 
 
-def test_r39_a_transaction_id_taken_by_another_tenants_report_is_never_a_silent_duplicate(h, sim):
-    """Tenant X, signing with its own keys, reports Y's real transaction id for X's own order first. Payment raw
-    rows are still keyed `channel#transaction_id` (global, see docs/refunds.md "Tenants"), so Y's genuine report
-    cannot take the key; on main it was answered as a duplicate and Y's payment was never booked nor shown to
-    anyone. Now it is parked as a suspected forgery: a queue item with an alarm (not yet booked by itself)."""
+def test_r39_a_transaction_id_preempted_by_another_tenant_still_books_the_genuine_payment(h, sim):
+    """Issue #15 (preempted transaction ids): tenant X, signing with its own keys, reports Y's real transaction
+    id for X's own order first. Raw keys were `channel#transaction_id`, so Y's genuine report found the key
+    taken: answered as a duplicate on main, parked for a person since session 4. Raw keys are now scoped per
+    merchant (`channel#mchid#transaction_id`): X's claim takes X's key, Y's payment books by itself."""
     x = h.add_merchant(mchid="1900055001")["mchid"]
     y = h.add_merchant(mchid="1900055002")["mchid"]
     h.create_order(x, "XORDER0001", amount_cent=100, prepay=False)
@@ -226,10 +226,36 @@ def test_r39_a_transaction_id_taken_by_another_tenants_report_is_never_a_silent_
     headers, body, _ = h.notification(y, "YORDER0001", 100, transaction_id=real)
     assert h.notify(y, headers, body)["statusCode"] == 204
     h.drain()
+    assert forgeries(h) == []
+    order = h.order(y, "YORDER0001")
+    assert (order["status"], order["paid_cent"], order["transaction_id"]) == ("PAID", 100, real)
+    (entry,) = [e for e in h.scan("LEDGER_TABLE") if e.get("mchid") == y]
+    assert (entry["pk"], entry["amount_cent"]) == (f"wechatpay#{y}#{real}", 100)
+    # Y's channel retrying the same report is a duplicate of Y's own row (R9), still one entry
+    headers, body, _ = h.notification(y, "YORDER0001", 100, transaction_id=real)
+    assert h.notify(y, headers, body)["statusCode"] == 204
+    h.drain()
+    assert [e["pk"] for e in h.scan("LEDGER_TABLE") if e.get("mchid") == y] == [entry["pk"]]
+
+
+def test_r39_a_transaction_id_reported_for_two_orders_of_one_tenant_is_parked(h, sim):
+    """Within one merchant the key still holds one transaction: a report naming it for another order of the same
+    merchant is not a duplicate of the first: parked as a suspected forgery (a queue item, alarm ReportForged)."""
+    y = h.add_merchant(mchid="1900055003")["mchid"]
+    h.create_order(y, "YORDER0002", amount_cent=100, prepay=False)
+    h.create_order(y, "YORDER0003", amount_cent=100, prepay=False)
+    real = "4200000000202612010000000002"
+    headers, body, _ = h.notification(y, "YORDER0002", 100, transaction_id=real)
+    assert h.notify(y, headers, body)["statusCode"] == 204
+    h.drain()
+    headers, body, _ = h.notification(y, "YORDER0003", 100, transaction_id=real)
+    assert h.notify(y, headers, body)["statusCode"] == 204
+    h.drain()
     (parked,) = forgeries(h)
     assert (parked["mchid"], parked["out_trade_no"], parked["cause"]) == (
         y,
-        "YORDER0001",
+        "YORDER0003",
         "transaction_of_another_order",
     )
     assert h.metric(M.REPORT_FORGED) == 1
+    assert h.order(y, "YORDER0003")["status"] != "PAID"

@@ -112,7 +112,7 @@ def test_v2_prepay_needs_the_appid(h, sim):
 
 
 def test_R21_R23_v2_callback_lost_the_poller_books_via_orderquery_then_late_callback_is_duplicate(h, sim, v2):
-    """R23: the v2 query answer is keyed `wechatpay#transaction_id` like the callback: one ledger entry."""
+    """R23: the v2 query answer is keyed `wechatpay#mch_id#transaction_id` like the callback: one ledger entry."""
     order = new_v2_order(h, v2, amount=500)
     tid = sim.wechatpay_v2.pay(v2["mch_id"], order["out_trade_no"], cash_fee=450, drop=True)
     due_now(h, order)
@@ -121,7 +121,9 @@ def test_R21_R23_v2_callback_lost_the_poller_books_via_orderquery_then_late_call
     assert view["status"] == "PAID" and view["transaction_id"] == tid
     (entry,) = ledger(h)
     assert (
-        entry["pk"] == f"wechatpay#{tid}" and entry["amount_cent"] == 450 and entry["source"] == "query"
+        entry["pk"] == f"wechatpay#{v2['mch_id']}#{tid}"
+        and entry["amount_cent"] == 450
+        and entry["source"] == "query"
     )  # R13
     assert [r["path"] for r in calls(sim, order["out_trade_no"])] == ["/pay/unifiedorder", "/pay/orderquery"]
     fields = sim.wechatpay_v2.payment_params(

@@ -53,6 +53,11 @@ REFUND_RETRY = "refund API retried by the merchant (same refund_no)"
 # (and every seed's day) stays what it was.
 REFUND_FORGED = "hostile tenant forges the refund's outcome (R39)"
 P_REFUND_FORGED = 0.2
+# The hostile tenant again (R39, issue #15 "preempted transaction ids"): before the genuine callback, another
+# configured merchant signs on its own URL a payment report naming this payment's transaction id. Raw keys are
+# scoped per merchant, so the genuine payment must still book by itself. Its own random stream, like the above.
+PAYMENT_PREEMPTED = "hostile tenant reports the payment's transaction id first (R39)"
+P_PAYMENT_PREEMPTED = 0.15
 
 # The AWS calls a fault may target, with the phases and kinds that make sense for each.
 AWS_TARGETS: tuple[tuple[str, str, str | None, tuple[str, ...], tuple[str, ...]], ...] = (
@@ -127,6 +132,7 @@ class OrderPlan:
     query_errors: int = 0  # the channel's query answers 5xx this many times (QUERY_ERRORS)
     refunds: list[RefundPlan] = field(default_factory=list)
     faults: list[str] = field(default_factory=list)
+    preempted_by: str | None = None  # PAYMENT_PREEMPTED: the hostile merchant that claims the transaction id
 
     @property
     def key(self) -> str:
@@ -185,6 +191,7 @@ def generate(seed: int, shape: DayShape = SMALL) -> Day:
                 and rng.random() < shape.p_refund
             ):
                 _refunds(rng, order, seed, len(orders))
+            _preempt(order, seed)
         orders.append(order)
     v3 = [m for ch, m in merchants if ch == "wechatpay_v3"]
     if v3 and rng.random() < shape.p_ghost:
@@ -270,6 +277,17 @@ def _hostile(order: OrderPlan, plan: RefundPlan, seed: int) -> None:
     ):
         plan.forged_by = forge.choice(others)
         order.faults.append(REFUND_FORGED)
+
+
+def _preempt(order: OrderPlan, seed: int) -> None:
+    """Now and then another v3 merchant of the pool claims the payment's transaction id first (own stream)."""
+    from tests.sim.channels import KINDS
+
+    others = [m for m in KINDS["wechatpay_v3"].pool if m != order.mchid]
+    draw = random.Random(f"preempt#{seed}#{order.mchid}#{order.out_trade_no}")
+    if order.channel == "wechatpay_v3" and others and draw.random() < P_PAYMENT_PREEMPTED:
+        order.preempted_by = draw.choice(others)
+        order.faults.append(PAYMENT_PREEMPTED)
 
 
 def _channel_fault(rng: random.Random, order: OrderPlan, channel: object) -> None:

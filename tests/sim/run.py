@@ -45,6 +45,7 @@ def _run_seed(args: tuple[int, str]) -> dict[str, Any]:
         "unhandled": result.unhandled,
         "payments": result.payments,
         "invocations": result.invocations,
+        "cells": dict(result.cells),
     }
 
 
@@ -85,6 +86,7 @@ def soak(seeds: range, shape: str, workers: int, fuzz: int, max_minutes: float =
     budget_note = ""
     done = 0
     faults: Counter = Counter()
+    cells: Counter = Counter()  # the coverage matrix (tests/sim/coverage.py)
     failed: list[dict[str, Any]] = []
     payments = invocations = violations = unhandled = 0
     ctx = multiprocessing.get_context("spawn")
@@ -94,6 +96,7 @@ def soak(seeds: range, shape: str, workers: int, fuzz: int, max_minutes: float =
         for i, r in enumerate(pool.imap_unordered(_run_seed, [(s, shape) for s in seeds], chunksize=4), 1):
             done = i
             faults.update(r["faults"])
+            cells.update(r["cells"])
             payments += r["payments"]
             invocations += r["invocations"]
             violations += len(r["violations"])
@@ -150,6 +153,10 @@ def soak(seeds: range, shape: str, workers: int, fuzz: int, max_minutes: float =
     print("-" * (width + 12))
     if budget_note:
         print(f"budget of {max_minutes:g} min: {budget_note}")
+    from tests.sim import coverage
+
+    print("\n" + coverage.render(cells))
+    print(coverage.render_gaps(cells))
     for r in failed[:20]:
         print(f"replay seed {r['seed']}: {replay_command(r['seed'], shape)}")
     return 1 if failed or fuzz_stats["unhandled"] or fuzz_stats["violations"] else 0

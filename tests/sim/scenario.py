@@ -56,7 +56,8 @@ class Payment:
 
     @property
     def raw_key(self) -> str:
-        return f"{self.raw_prefix}#{self.transaction_id}"
+        """`channel#mchid#transaction_id` (PaymentNotice.raw_key: scoped per merchant, R39)."""
+        return f"{self.raw_prefix}#{self.order.mchid}#{self.transaction_id}"
 
 
 # ---------------------------------------------------------------------------------------------- result
@@ -72,6 +73,7 @@ class Result:
     metrics: Counter = field(default_factory=Counter)
     payments: int = 0
     invocations: int = 0
+    cells: Counter = field(default_factory=Counter)  # the coverage matrix's cells (tests/sim/coverage.py)
 
     @property
     def ok(self) -> bool:
@@ -157,6 +159,7 @@ class Scenario:
         self._poll_at: float | None = None  # when the next poller tick is scheduled (absolute)
         self._settling: set[str] = set()
         self.forged: list[tuple[str, str]] = []  # (victim mchid, refund_no) of each hostile report sent
+        self.preempted: list[tuple[str, str]] = []  # (hostile mchid, transaction id) of each claim sent first
 
     # ------------------------------------------------------------------ the event loop
 
@@ -171,9 +174,12 @@ class Scenario:
         self.result.timeline.append(f"t+{self.env.clock.now - self.start:8.1f}s {text}")
 
     def run(self) -> Result:
+        from tests.sim import coverage
+
         self.env.clear_business_state()
         self.world.reset_channels(self.day.seed)
         self.injector.arm(self.day.aws_faults)
+        recorder = coverage.start(self)
         try:
             for order in self.day.orders:
                 kind = self.kinds[order.channel]
@@ -204,9 +210,12 @@ class Scenario:
                 self.reconcile()
                 self._recover()
         finally:
+            coverage.stop()
             self.injector.disarm()
             for desk in self.desks.values():
                 desk.on_create = None
+        self.result.cells = recorder.cells
+        self.world.cells.update(recorder.cells)
         for fault in self.injector.fired:
             self.result.faults[fault.label] += 1
         self.result.faults.update(self.day.planted())
@@ -374,6 +383,8 @@ class Scenario:
                 path_contains=f"/out-trade-no/{order.out_trade_no}?",
             )
         self.log(f"channel took {payer} cents for {order.key} as {tx} (reports total {reported})")
+        if order.preempted_by and not second:
+            self.preempt(payment, order.preempted_by)
         self.after(order.delay_s if not second else 0.0, self.deliver, payment, 1, 0)
         if not second:
             for copy in range(1, order.concurrent + 1):
@@ -445,6 +456,37 @@ class Scenario:
             self.log(f"refund notification {plan.refund_no} lost")
         elif plan.kind != d.REFUND_EARLY:
             self.deliver_refund(order, plan, 1)
+
+    def preempt(self, payment: Payment, hostile: str) -> None:
+        """R39's hostile tenant claims the transaction id first: on its own URL, signed with its own keys, a
+        payment of the same amount for an order of its own that Tally never registered. It may cost the hostile
+        tenant its own queue item; the victim's genuine callback, arriving after, must book by itself."""
+        sim = self.world.sim
+        resource = sim.transaction_resource(
+            hostile,
+            f"H{payment.transaction_id[-20:]}",
+            payment.reported_total,
+            payer_total=payment.payer_total,
+            transaction_id=payment.transaction_id,
+            success_time=cst(payment.paid_s).isoformat(timespec="seconds"),
+        )
+        self._seq += 1
+        headers, body = sim.build_notification(
+            hostile,
+            resource,
+            timestamp=int(self.env.clock.now),
+            nonce=f"P{self._seq:031d}",
+            resource_nonce=f"Q{self._seq:011d}",
+            notification_id=f"00000000-0000-4000-8000-{self._seq:012d}",
+        )
+        route = self.kinds["wechatpay_v3"].route(hostile)
+        event = self.env.http_event("POST", route.path, body, {**route.headers, **headers}, route.params)
+        response, error = self._invoke("NotifyFunction", event)
+        self._wake_worker()
+        self.preempted.append((hostile, payment.transaction_id))
+        self.log(
+            f"hostile {hostile} claimed {payment.transaction_id} first: {response and response.get('statusCode')}"
+        )
 
     def forge_refund(self, order: d.OrderPlan, plan: d.RefundPlan) -> None:
         """R39's hostile tenant: `plan.forged_by`, configured with the same platform key as everyone, signs on its
@@ -829,6 +871,20 @@ def check(run: Scenario) -> None:
     for victim, no in run.forged:
         if not parked[(victim, no)]:
             v.append(f"R39 the hostile tenant's report for {victim}'s refund {no} was not parked")
+    # R39 a transaction id claimed first by a hostile tenant books nothing of the hostile's; the genuine payment's
+    # fate is the one planted for it (I1b above: BOOKED, never parked), and no forgery names the victim for it
+    for hostile, tx in run.preempted:
+        if any(e["transaction_id"] == tx and e.get("mchid") == hostile for e in payments_booked):
+            v.append(f"R39 the hostile tenant {hostile}'s claim on {tx} was booked")
+        victim = channel[tx].order
+        if any(
+            r.get("manual_kind") == "suspected_forgery"
+            and r.get("out_trade_no") == victim.out_trade_no
+            and not r.get("refund_no")  # a payment parked, not a forged refund report on the same order
+            for r in env.scan("NOTIFY_EVENT_TABLE")
+            if r.get("mchid") == victim.mchid
+        ):
+            v.append(f"R39 {victim.key}'s genuine payment {tx} was parked after the hostile claim")
     # I4 every raw row ends at handled 1 or 2; nothing is left in the queue.
     v += [
         f"I4 raw row {r['pk']} ended at handled={r.get('handled')}"
@@ -897,7 +953,7 @@ def check_refunds_final(
 ) -> None:
     """Every reservation ends booked or released; our refunds agree with the channel's and the ledger."""
     env, v = run.env, run.result.violations
-    ours = {r["pk"]: r for r in env.scan("REFUNDS_TABLE")}
+    ours = {r["refund_no"]: r for r in env.scan("REFUNDS_TABLE")}
     theirs = {r.refund_no: r for desk in run.desks.values() for r in desk.refunds()}
     for no, r in ours.items():
         if r["status"] not in FINAL_REFUND:
@@ -967,6 +1023,7 @@ class World:
         for kind in self.kinds.values():
             kind.setup(directory, self.sim.url)
         self.desks = {name: cls(self.sim) for name, cls in DESKS.items()}
+        self.cells: Counter = Counter()  # every day's coverage cells, for the CI slice's minimum
         self.injector = FaultInjector(tables={k: v for k, v in self.env.env.items() if k.endswith("_TABLE")})
         self.injector.attach(self.env.product_ddb)
         self.injector.attach(self.env.product_sqs)

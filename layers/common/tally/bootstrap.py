@@ -141,7 +141,13 @@ def key_rotation_service() -> KeyRotationService:
     from tally.service.keys import KeyRotationService
     from tally.store.tables import EventStore
 
-    return KeyRotationService(merchants(), events=EventStore(tables()), clock=_clock)
+    return KeyRotationService(
+        merchants(),
+        events=EventStore(tables()),
+        clock=_clock,
+        live=True,  # R47, every merchant but the heartbeat's synthetic one (no channel knows it)
+        not_live=frozenset({settings().heartbeat_mchid}),
+    )
 
 
 @cache
@@ -432,6 +438,7 @@ def recon_service() -> ReconService:
         partition_bytes=s.recon_partition_bytes,
         map_bytes=s.recon_map_bytes,
         distributed=_distributed_recon(s),
+        fund_sources=_fund_sources(),
     )
 
 
@@ -446,6 +453,13 @@ def _distributed_recon(s: Settings) -> Any:
         BillArchive(_client("s3"), s.bills_bucket),
         ReconMachine(_client("stepfunctions"), s.recon_state_machine_arn),
     )
+
+
+def _fund_sources() -> dict[str, Any]:
+    """stored channel -> its fund-flow download (R45; WeChat only so far: channels/wechatpay_v3/fundflow_source.py)."""
+    from tally.channels.wechatpay_v3.fundflow_source import WeChatFundFlowSource
+
+    return {"wechatpay": WeChatFundFlowSource(merchants())}
 
 
 # ---------------------------------------------------------------- reading (docs/story.md): no side effects (R42)

@@ -84,6 +84,9 @@ class M:
     CERT_REFRESHED = "PlatformCertRefreshed"
     CERT_EXPIRING = "PlatformCertExpiring"  # a channel/app certificate expires within 7 days (alarmed)
     CERT_REFRESH_FAILED = "PlatformCertRefreshFailed"  # the scheduled certificate download failed (alarmed)
+    MERCHANT_NOT_READY = (
+        "MerchantNotReady"  # a merchant's credentials turned failing the live check (R47, alarmed)
+    )
     # apply
     APPLY_BOOKED = "ApplyBooked"
     APPLY_DUPLICATE = "ApplyDuplicate"
@@ -151,6 +154,13 @@ class M:
     RECON_RECOVER_FAILED = "ReconRecoverFailed"
     RECON_FAILED = "ReconFailed"  # unexpected exception in the recon function
     RECON_RUN_COMPLETED = "ReconRunCompleted"  # heartbeat: every finished run, quiet and blocked included
+    RECON_NO_BILL_SOURCE = "ReconNoBillSource"  # a merchant recon has no way to fetch a bill for (R44)
+    RECON_MERCHANTS_DUE = "ReconMerchantsDue"  # gauge per tick: configured merchants due for T+1 (R44)
+    RECON_MERCHANTS_RECONCILED = (
+        "ReconMerchantsReconciled"  # gauge per tick: T+1 finished MATCHED/DIFFS/QUIET
+    )
+    RECON_MERCHANTS_BLOCKED = "ReconMerchantsBlocked"  # gauge per tick: T+1 BLOCKED (alarmed, R44)
+    RECON_FUND_FLOW_LATE = "ReconFundFlowLate"  # a fund-flow bill missing past its due day + 1 (R45)
     # the synthetic heartbeat (service/heartbeat.py)
     HEARTBEAT_AGE = (
         "HeartbeatAge"  # gauge, every minute: seconds since the newest synthetic payment was booked
@@ -200,6 +210,9 @@ ALARMED = ALARMED | {M.RECON_RUN_COMPLETED}  # its absence is the alarm: recon d
 ALARMED = ALARMED | {M.CONSOLE_ACTION_REFUSED}  # the console
 ALARMED = ALARMED | {M.NOTIFY_NO_TRANSACTION_ID, M.REFUND_REPORT_MANUAL}  # the work queue (R41)
 ALARMED = ALARMED | {M.HEARTBEAT_AGE}  # the money path end to end, every minute
+ALARMED = ALARMED | {M.MERCHANT_NOT_READY}  # the live credential doctor (R47)
+ALARMED = ALARMED | {M.RECON_NO_BILL_SOURCE, M.RECON_MERCHANTS_BLOCKED}  # every merchant reconciled (R44)
+ALARMED = ALARMED | {M.RECON_FUND_FLOW_LATE}  # the fund-flow leg (R45)
 
 
 @dataclass(frozen=True)
@@ -253,11 +266,17 @@ EMISSION: dict[str, Emission] = {
     M.API_FAILED: Emission(PER_OCCURRENCE, "one /orders or /refunds request that raised"),
     M.REFUND_REPORT_MANUAL: Emission(PER_OCCURRENCE, "one refund report parked for a person"),
     M.NOTIFY_NO_TRANSACTION_ID: Emission(PER_OCCURRENCE, "one paid notification without a transaction id"),
+    M.MERCHANT_NOT_READY: Emission(
+        PER_OCCURRENCE, "one merchant turning not ready (counted on the transition)"
+    ),
     # heartbeat: ticks 02:30-08:30 UTC hourly, so the longest normal gap is 08:30 -> 02:30 (18 h)
     M.RECON_RUN_COMPLETED: Emission(18 * 3600, "every finished recon tick (02:30-08:30 UTC)"),
     # a gauge of seconds: a stalled money path reports >= 180 from its third minute on (service/heartbeat.py)
     M.HEARTBEAT_AGE: Emission(60, "gauge: every heartbeat run, the seconds since the last booked beat", 180),
     M.CONSOLE_ACTION_REFUSED: Emission(PER_OCCURRENCE, "one refused console POST"),
+    M.RECON_NO_BILL_SOURCE: Emission(PER_OCCURRENCE, "one run of a merchant without a bill download"),
+    M.RECON_MERCHANTS_BLOCKED: Emission(3600, "gauge: every hourly recon tick, zero included"),
+    M.RECON_FUND_FLOW_LATE: Emission(PER_OCCURRENCE, "one fund-flow run past its due day"),
 }
 
 

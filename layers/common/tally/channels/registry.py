@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from tally.channels.bill_source import Bill, BillSource
+    from tally.channels.doctor import Finding
     from tally.domain.notifications import Outcome, PaymentNotice
     from tally.domain.poll import CloseResult, QueryResult
     from tally.domain.refunds import ChannelAnswer, RefundEvent
@@ -113,6 +114,12 @@ class Channel(Protocol):
         order (an errors.ChannelError if the channel says no)."""
         ...
 
+    def live_check(self, merchants: Any, merchant_id: str, *, download: bool = True) -> list[Finding]:
+        """Harmless signed calls to the channel with the merchant's stored credentials (R47): each Finding
+        passes, NAMES the wrong credential with its fix, or could not tell (channels/doctor.py). `download`:
+        also download what the channel serves for rotation (WeChat v3 certificates in certificate mode)."""
+        ...
+
 
 @dataclass(frozen=True)
 class ChannelNames:
@@ -138,6 +145,11 @@ class ChannelNames:
     def metric(self) -> str:
         """The `channel` metric dimension value (template alarms filter on it)."""
         return self.route
+
+    def live_check(self, merchants: Any, merchant_id: str, *, download: bool = True) -> list[Finding]:
+        """The channel package's doctor (channels/<name>/doctor.py, imported on first use)."""
+        doctor = importlib.import_module(f"tally.channels.{self.name}.doctor")
+        return doctor.live_check(merchants, merchant_id, download=download)
 
 
 _BUILTIN = (

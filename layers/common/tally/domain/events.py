@@ -57,6 +57,8 @@ def _refund_events(refund: dict[str, Any]) -> list[DownstreamEvent]:
     kind = kinds.get(refund["status"])
     if kind is None:
         return []
-    event_id = f"{kind}:{refund['refund_no']}"
+    # the row's key: `mchid#refund_no` (two merchants may use one refund_no); a legacy row's is its refund_no,
+    # so its events keep the id they were first published with
+    event_id = f"{kind}:{refund.get('pk') or refund['refund_no']}"
     keep = ("refund_no", "refund_id", "channel", "mchid", "out_trade_no", "amount_cent", "status")
     return [DownstreamEvent(event_id, kind, {"event_id": event_id, **{k: refund.get(k) for k in keep}})]

@@ -23,7 +23,13 @@ from dataclasses import dataclass, field
 from datetime import date, timedelta
 
 from tally.domain.money import yuan_text
-from tally.domain.recon import PAYMENT, BillItem, Diff, round_units
+from tally.domain.recon import (  # noqa: F401 - SETTLEMENT_DIFFERS: R45's diff class, re-exported here
+    PAYMENT,
+    SETTLEMENT_DIFFERS,
+    BillItem,
+    Diff,
+    round_units,
+)
 
 SETTLEMENT = "SETTLEMENT"
 REFUND = "REFUND"
@@ -33,7 +39,6 @@ OTHER = "OTHER"
 UNCLASSIFIED = "UNCLASSIFIED"
 CATEGORIES = (SETTLEMENT, REFUND, FEE, OTHER, UNCLASSIFIED)
 
-SETTLEMENT_DIFFERS = "SETTLEMENT_DIFFERS"  # the diff class of R45 (joins recon.DIFF_CLASSES when wired)
 
 # verdicts of one ledger day
 AGREED = "AGREED"  # ledger = trade bill = fund flow

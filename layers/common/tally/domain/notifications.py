@@ -29,7 +29,10 @@ class PaymentNotice:
 
     @property
     def raw_key(self) -> str:
-        return f"{self.channel}#{self.transaction_id}"
+        """`channel#mchid#transaction_id` (R7, R39): the notification, its query answer and its ledger entry
+        share it, so they dedupe; scoped by the order's merchant, so a tenant that reports another tenant's
+        transaction id first (signing with its own keys) takes a key of its own, never the genuine one's."""
+        return f"{self.channel}#{self.mchid}#{self.transaction_id}"
 
     def as_message(self) -> dict[str, object]:
         """A shallow dict (every field is a str/int/None): dataclasses.asdict deep-copies, ~150 µs."""

@@ -31,7 +31,10 @@ CHANNEL_ONLY = "CHANNEL_ONLY"  # the channel has it, we do not (the classic 掉�
 LOCAL_ONLY = "LOCAL_ONLY"  # we booked it, the channel's bill does not have it
 AMOUNT_DIFFERS = "AMOUNT_DIFFERS"
 STATUS_DIFFERS = "STATUS_DIFFERS"
-DIFF_CLASSES = (CHANNEL_ONLY, LOCAL_ONLY, AMOUNT_DIFFERS, STATUS_DIFFERS)
+SETTLEMENT_DIFFERS = (
+    "SETTLEMENT_DIFFERS"  # R45: a day's money did not land as booked (domain/fundflow.check_day)
+)
+DIFF_CLASSES = (CHANNEL_ONLY, LOCAL_ONLY, AMOUNT_DIFFERS, STATUS_DIFFERS, SETTLEMENT_DIFFERS)
 
 # handle statuses of a diff
 OPEN, RESOLVED, IGNORED = "OPEN", "RESOLVED", "IGNORED"
@@ -263,9 +266,26 @@ def check_guards(
 # ---------------------------------------------------------------- matching (R34–R36)
 
 
+def match_key(pk: str, mchid: str | None) -> str:
+    """The key a bill row names (`channel#id`) for a ledger entry's pk. Entries are stored scoped per
+    merchant, `channel#mchid#id` (issue #15: two tenants' numbers never share a key); an entry booked before
+    that is `channel#id` already. A recon run is one merchant's, so `channel#id` is unique within it."""
+    channel, _, rest = pk.partition("#")
+    if mchid and rest.startswith(f"{mchid}#"):
+        return f"{channel}#{rest[len(mchid) + 1 :]}"
+    return pk
+
+
+def ledger_pks(key: str, mchid: str) -> tuple[str, str]:
+    """A bill key `channel#id` → the ledger pks it may be stored under: scoped first, then pre-#15."""
+    channel, _, ident = key.partition("#")
+    return f"{channel}#{mchid}#{ident}", key
+
+
 @dataclass(slots=True)
 class LocalEntry:
-    """A ledger entry as matching sees it (reversals already folded into `amount_cent`)."""
+    """A ledger entry as matching sees it (reversals already folded into `amount_cent`). `key` is the bill's
+    key (`match_key`), `pk` the entry's own key in the ledger (what a reversal names)."""
 
     key: str
     kind: str  # PAYMENT | REFUND
@@ -274,6 +294,7 @@ class LocalEntry:
     transaction_id: str = ""
     out_trade_no: str = ""
     refund_no: str = ""
+    pk: str = ""
 
 
 SETTLED_FIELD = {PAYMENT: "settlement_cent", REFUND: "settlement_refund_cent"}  # R43, store/payments.py
@@ -302,8 +323,8 @@ def matched_cent(row: Mapping[str, Any], counts: dict[str, int] | None = None) -
 def fold_ledger(entries: Iterable[dict], counts: dict[str, int] | None = None) -> dict[str, LocalEntry]:
     """Ledger rows of one bill_date → {pk: LocalEntry} at their settlement amounts (`matched_cent`, R43).
     REVERSAL entries (signed, `reverses` = the pk they correct) are added to their target; an entry reversed
-    to zero counts as never booked. FEE entries are not matched here."""
-    local: dict[str, LocalEntry] = {}
+    to zero counts as never booked. FEE entries are not matched here. Keyed by the bill key (`match_key`)."""
+    local: dict[str, LocalEntry] = {}  # by ledger pk until the reversals are folded
     reversals: list[dict] = []
     for row in entries:
         kind = row.get("kind", PAYMENT)
@@ -312,20 +333,25 @@ def fold_ledger(entries: Iterable[dict], counts: dict[str, int] | None = None) -
             continue
         if kind not in (PAYMENT, REFUND):
             continue
-        local[row["pk"]] = LocalEntry(
-            row["pk"],
-            kind,
-            matched_cent(row, counts),
-            row.get("bill_date", ""),
-            row.get("transaction_id", ""),
-            row.get("out_trade_no", ""),
-            row.get("refund_no", ""),
-        )
+        local[row["pk"]] = local_entry(row, counts)
     for row in reversals:
         target = local.get(row.get("reverses", ""))
         if target is not None:
             target.amount_cent += int(row["amount_cent"])
-    return {k: e for k, e in local.items() if e.amount_cent != 0}
+    return {e.key: e for e in local.values() if e.amount_cent != 0}
+
+
+def local_entry(row: dict, counts: dict[str, int] | None = None) -> LocalEntry:
+    return LocalEntry(
+        match_key(row["pk"], row.get("mchid")),
+        row.get("kind", PAYMENT),
+        matched_cent(row, counts),  # the settlement amount (R43)
+        row.get("bill_date", ""),
+        row.get("transaction_id", ""),
+        row.get("out_trade_no", ""),
+        row.get("refund_no", ""),
+        row["pk"],
+    )
 
 
 def fee_entry_pk(item: BillItem) -> str:

@@ -9,6 +9,7 @@ it back, and both happen once because they ride on the refund's own status chang
     PENDING | ACCEPTED | MANUAL --SUCCEED--> SUCCESS   (effect BOOK)
     PENDING | ACCEPTED | MANUAL --FAIL-->    FAIL      (effect RELEASE)
     PENDING | ACCEPTED --ABNORMAL | EXPIRE | MISMATCH | UNKNOWN--> MANUAL (a person; the reservation stays held)
+    MANUAL --REROUTE--> ACCEPTED   (apply-abnormal-refund taken by the channel: polled again, still held)
 
 A FAILed refund_no is spent: a new attempt needs a new refund_no (R29, R30).
 """
@@ -39,6 +40,7 @@ class RefundEvent(str, Enum):
     EXPIRE = "EXPIRE"  # polled until expiry without an outcome
     MISMATCH = "MISMATCH"  # the channel reports other facts (amount, merchant, order) than ours
     UNKNOWN = "UNKNOWN"  # the channel answered something no table maps (R22)
+    REROUTE = "REROUTE"  # a person sent an ABNORMAL refund elsewhere (apply-abnormal-refund) and it was taken
 
 
 class Effect(str, Enum):
@@ -62,6 +64,7 @@ TERMINAL = frozenset({RefundStatus.SUCCESS, RefundStatus.FAIL})
 _OPEN = (RefundStatus.PENDING, RefundStatus.ACCEPTED, RefundStatus.MANUAL)
 TRANSIT: dict[tuple[RefundStatus, RefundEvent], tuple[RefundStatus, Effect]] = {
     (RefundStatus.PENDING, RefundEvent.ACCEPT): (RefundStatus.ACCEPTED, Effect.NONE),
+    (RefundStatus.MANUAL, RefundEvent.REROUTE): (RefundStatus.ACCEPTED, Effect.NONE),
     **{(s, RefundEvent.SUCCEED): (RefundStatus.SUCCESS, Effect.BOOK) for s in _OPEN},
     **{(s, RefundEvent.FAIL): (RefundStatus.FAIL, Effect.RELEASE) for s in _OPEN},
     **{

@@ -17,6 +17,7 @@ from tally.channels import registry as channel_registry
 from tally.channels.alipay import wire as ali
 from tally.channels.registry import Channel
 from tally.channels.wechatpay_v2 import wire as wx2
+from tally.channels.wechatpay_v3 import combine as wxc
 from tally.channels.wechatpay_v3 import refunds as wxr
 from tally.channels.wechatpay_v3 import wire as wx
 from tally.domain.notifications import Outcome, PaymentNotice
@@ -167,6 +168,8 @@ class IngestService:
             resource = wx.open_resource(envelope, merchant.creds.apiv3_key)
             if wxr.is_refund_event(envelope):  # REFUND.SUCCESS / ABNORMAL / CLOSED share this URL (§1.5)
                 return self._store_refund(wxr.to_refund_notice(resource), request, envelope, mchid)
+            if wxc.is_combine(resource):  # one notification, several sub-orders: each booked on its own
+                return self._store_combine(wxc.sub_notices(resource), request, envelope, mchid)
             notice = wx.to_payment_notice(resource)
         except wx.DecryptError as exc:
             return self._quarantine(
@@ -184,6 +187,46 @@ class IngestService:
         if (parked := self._unauthorised(wx.CHANNEL, mchid, notice, request, WX_ACKS)) is not None:
             return parked
         return self._store_payment(notice, request, envelope)
+
+    def _store_combine(
+        self,
+        combined: tuple[str, str, list[PaymentNotice]],
+        request: HttpRequest,
+        envelope: dict[str, Any],
+        mchid: str,
+    ) -> HttpResponse:
+        """A combine notification split into its sub-orders in one step: each sub-order is an ordinary payment
+        (its own raw row keyed by its transaction_id, its own booking), so a duplicate or a redelivery after a
+        partial failure stores and books each sub-order once (R7, R9). A sub-order for a merchant the URL
+        merchant may not speak for is parked on its own (R39); the genuine ones are still booked. Any enqueue
+        failure answers failure, so the channel redelivers the whole notification."""
+        combine_mchid, combine_no, notices = combined
+        if combine_mchid != mchid:
+            return self._quarantine(
+                request,
+                mchid,
+                f"combine merchant {combine_mchid} != URL merchant {mchid}",
+                envelope_id=str(envelope.get("id") or ""),
+            )
+        outcomes = []
+        for notice in notices:
+            if (parked := self._unauthorised(wx.CHANNEL, mchid, notice, request, WX_ACKS)) is not None:
+                outcomes.append(parked.outcome)
+                continue
+            # per sub-order: an event row (in-between or no id) of one sub-order must not take another's key
+            own = {**envelope, "id": f"{envelope.get('id') or combine_no}#{notice.out_trade_no}"}
+            answer = self._store_payment(notice, request, own)
+            if answer.status >= 500:
+                return answer
+            outcomes.append(answer.outcome)
+        logger.info(
+            "combine notification split",
+            extra={"combine_out_trade_no": combine_no, "sub_orders": len(notices), "outcomes": outcomes},
+        )
+        best = next(
+            (o for o in ("accepted", "duplicate", "in_between", "forged") if o in outcomes), "accepted"
+        )
+        return WX_ACKS.success(best)
 
     def _unauthorised(
         self, merchant_channel: str, url_id: str, notice: Any, request: HttpRequest, acks: Acks

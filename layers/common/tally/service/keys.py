@@ -6,6 +6,9 @@
   each one expiring within 7 days, even when no callback loaded the merchant lately.
 A merchant whose configuration cannot be loaded or whose download fails counts PlatformCertRefreshFailed
 (alarmed) and the others go on.
+- With `live` (the keys function): every merchant's live credential check (R47, service/merchants.live_check):
+  a merchant whose credentials turned failing is marked not ready (MerchantNotReady, alarmed, and a work-queue
+  item naming the wrong credential); a channel outage changes nothing.
 """
 
 from __future__ import annotations
@@ -32,14 +35,18 @@ class KeyRotationService:
         max_age_s: float = MAX_AGE_S,
         events: EventStore | None = None,
         clock: Callable[[], float] = time.time,
+        live: bool = False,
+        not_live: frozenset[str] = frozenset(),
     ):
         self.directory = directory
         self.max_age_s = max_age_s
         self.events = events  # EventStore: an expiring certificate is a work-queue item (R41)
         self.clock = clock
+        self.live = live  # R47: the hourly live credential check
+        self.not_live = not_live  # merchant ids no channel knows (the heartbeat's synthetic merchant)
 
     def run(self) -> dict[str, Any]:
-        report: dict[str, Any] = {"merchants": 0, "downloaded": [], "failed": [], "expiring": {}}
+        report: dict[str, Any] = {"merchants": 0, "downloaded": [], "failed": [], "expiring": {}, "live": {}}
         for channel, merchant_id in self.directory.store.configured():
             report["merchants"] += 1
             who = f"{channel}/{merchant_id}"
@@ -61,7 +68,29 @@ class KeyRotationService:
             if soon:
                 report["expiring"][who] = soon
                 self._to_queue(channel, merchant_id, soon)
+            if self.live and merchant_id not in self.not_live:
+                self._live(channel, merchant_id, report)
         return report
+
+    def _live(self, channel: str, merchant_id: str, report: dict[str, Any]) -> None:
+        """R47 hourly: the live check; a merchant turning not ready also gets a work-queue item."""
+        from tally.service.merchants import live_check
+
+        # no second certificate download: the refresh above downloads (and proves the APIv3 key) twice a day
+        found = live_check(self.directory, channel, merchant_id, download=False)
+        report["live"][f"{channel}/{merchant_id}"] = found["verdict"]
+        if found["turned_not_ready"] and self.events is not None:
+            failed = next(f for f in found["findings"] if f["verdict"] == "fail")
+            self.events.put(
+                f"ready#{channel}#{merchant_id}#{int(self.clock())}",
+                "merchant_not_ready",
+                self.clock(),
+                manual_kind="merchant_not_ready",
+                channel=channel,
+                mchid=merchant_id,
+                reason=f"{failed['item']}: {failed['fix']} (orders refused with 409 until "
+                f"`tally merchant check --live {found['channel']} {merchant_id}` passes)",
+            )
 
     def _to_queue(self, channel: str, merchant_id: str, names: list[str]) -> None:
         """One item per expiring certificate (a conditional put: the hourly run adds it once)."""

@@ -317,7 +317,10 @@ class MerchantDirectory:
         tenant: str | None = None,
         client_cert_pem: str | None = None,
         client_key_pem: str | None = None,
+        bill_source: str | None = None,
     ) -> dict[str, Any]:
+        if bill_source not in (None, "v2", "v3"):
+            raise ValueError("bill_source is v2 (/pay/downloadbill) or v3 (the v3 bill, R44)")
         secret = {"channel": wx2.API, "mchid": mchid, "api_key": api_key}
         v2_api_key(secret)
         if client_cert_pem or client_key_pem:  # refunds: the API client certificate for /secapi/ mutual TLS
@@ -336,6 +339,10 @@ class MerchantDirectory:
             "notify_url": notify_url,
             "updated_at": iso_now(self.clock()),
         }
+        if bill_source:
+            row["bill_source"] = (
+                bill_source  # which trade bill recon downloads (channels/wechatpay_v2/bills.py)
+            )
         return self._save(wx2.API, mchid, secret, row)
 
     def add_wechatpay_partner(
@@ -365,9 +372,24 @@ class MerchantDirectory:
         name = f"{self.secret_prefix}{channel}/{merchant_id}"
         self.secrets.put(name, secret)
         row["secret_name"] = name
+        self._keep_readiness(channel, merchant_id, row)
         self.store.put(row)
         self._other.pop(f"{channel}#{merchant_id}", None)
         return row
+
+    def _keep_readiness(self, kind: str, merchant_id: str, row: dict[str, Any]) -> None:
+        """R47: new credentials do not make a not-ready merchant ready: only a passing live check does."""
+        before = self.store.get(kind, merchant_id) or {}
+        for name in ("ready", "ready_reason", "checked_at"):
+            if name in before:
+                row.setdefault(name, before[name])
+
+    def forget(self, kind: str, merchant_id: str) -> None:
+        """Drop this container's cached merchant (its row changed: readiness, R47)."""
+        with self._lock:
+            if kind == wx.CHANNEL:
+                self._cache.pop(merchant_id, None)
+            self._other.pop(f"{kind}#{merchant_id}", None)
 
     # ------------------------------------------------------------ key rotation, off the hot path
 
@@ -514,6 +536,7 @@ class MerchantDirectory:
             "updated_at": iso_now(self.clock()),
             "platform_serials": sorted(wx.PlatformKeys.from_pems(platform_certs).by_serial),
         }
+        self._keep_readiness(wx.CHANNEL, mchid, row)
         self.store.put(row)
         self._cache.pop(mchid, None)
         return row
@@ -732,3 +755,78 @@ def _expiries(directory: MerchantDirectory, channel: str, merchant_id: str, mode
 
 def _china(epoch_s: float) -> str:
     return datetime.fromtimestamp(float(epoch_s), CHINA).isoformat(timespec="seconds")
+
+
+# ------------------------------------------------------------ the live doctor and readiness (R47)
+
+
+class MerchantNotReady(errors.Conflict):
+    """R47: the merchant's credentials failed the live check with its channel: POST /orders answers 409."""
+
+    code = "merchant_not_ready"
+
+
+def not_ready_reason(row: dict[str, Any]) -> str | None:
+    """The reason a merchant row may not take an order (None: it may). A row never checked may (R47 marks a
+    merchant not ready only on a failed check)."""
+    if row.get("ready") is False:
+        return str(row.get("ready_reason") or "the live credential check failed")
+    return None
+
+
+def live_check(
+    directory: MerchantDirectory, channel: str, merchant_id: str, *, download: bool = True
+) -> dict[str, Any]:
+    """`tally merchant check --live`, `merchant add` and the hourly keys run: harmless signed calls to the channel
+    with the stored credentials (channels/<name>/doctor.py), then the merchant's readiness (R47):
+
+    - a FAIL marks it not ready with the named item and its fix (POST /orders answers 409 with it); a ready
+      (or never checked) merchant turning not ready counts MerchantNotReady once, on that transition (alarmed);
+    - every call PASS marks it ready;
+    - UNKNOWN (5xx, timeout, rate limit) leaves readiness as it was: "could not check", not a credential fault.
+    """
+    from tally.channels.doctor import FAIL, PASS, UNKNOWN, Finding, verdict_of
+
+    found = channel_registry.by_route(channel) or channel_registry.by_merchant_kind(channel)
+    if found is None:
+        raise ValueError(f"unknown channel {channel!r}: wechatpay, alipay or wechatpay-v2")
+    try:
+        findings = found.live_check(directory, merchant_id, download=download)
+    except UnknownMerchant:
+        raise
+    except Exception as exc:  # noqa: BLE001 - an unexpected failure is "could not check", never a verdict
+        findings = [
+            Finding(UNKNOWN, "live check", "could not check: the check itself failed", detail=str(exc)[:200])
+        ]
+    verdict = verdict_of(findings)
+    kind, who = found.merchant_kind, f"{found.route}/{merchant_id}"
+    report: dict[str, Any] = {
+        "channel": found.route,
+        "merchant": merchant_id,
+        "verdict": verdict,
+        "findings": [f.as_dict() for f in findings],
+        "ready": None,
+        "turned_not_ready": False,
+    }
+    if verdict == UNKNOWN:
+        row = directory.store.get(kind, merchant_id) or {}
+        report["ready"] = row.get("ready")
+        logger.warning(
+            "live credential check could not check", extra={"merchant": who, "findings": report["findings"]}
+        )
+        return report
+    failed = next((f for f in findings if f.verdict == FAIL), None)
+    reason = f"{failed.item}: {failed.fix}" if failed else ""
+    before = directory.store.set_readiness(
+        kind, merchant_id, ready=verdict == PASS, reason=reason[:500], checked_at=iso_now(directory.clock())
+    )
+    directory.forget(kind, merchant_id)
+    report["ready"] = verdict == PASS
+    if verdict == FAIL and before is not False:
+        report["turned_not_ready"] = True
+        count(M.MERCHANT_NOT_READY)
+        logger.error(
+            "merchant turned not ready: its credentials fail the live check",
+            extra={"merchant": who, "reason": reason[:300]},
+        )
+    return report

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tally import errors
@@ -15,8 +15,10 @@ from tally.domain.poll import FIRST_QUERY_AFTER_S
 from tally.observability import M, count, logger
 from tally.service.merchants import (
     MerchantDirectory,
+    MerchantNotReady,
     UnknownMerchant,
     WeChatV2Merchant,
+    not_ready_reason,
 )
 from tally.store.polling import poll_pk
 from tally.store.refunds import HOLD_PREFIX, open_holds
@@ -70,6 +72,8 @@ class OrderService:
         self.confirm = confirm  # the return page's one channel query (PollService.confirm)
 
     def create(self, request: dict[str, Any]) -> dict[str, Any]:
+        if isinstance(request, dict) and request.get("combine") is True:
+            return self.create_combine(request)
         spec = validate_order_request(request)
         channel = channel_registry.by_order_word(spec["channel"])
         assert channel is not None  # validate_order_request took only registered words
@@ -79,6 +83,12 @@ class OrderService:
             raise NotFound(
                 f"{spec['channel']} merchant {spec['mchid']} is not configured (tally merchant add)"
             ) from None
+        not_ready = not_ready_reason(merchant.row)
+        if not_ready:  # R47: credentials that fail the live check take no order
+            raise MerchantNotReady(
+                f"{spec['channel']} merchant {spec['mchid']} is not ready: {not_ready} "
+                "(then `tally merchant check --live`)"
+            )
         if channel.currencies is not None and spec["currency"] not in channel.currencies:
             raise InvalidOrder(f"{channel.label} orders are in {', '.join(channel.currencies)}")
         if isinstance(merchant, WeChatV2Merchant) and spec["prepay"] and not merchant.appid:
@@ -141,6 +151,69 @@ class OrderService:
             row = {**row, **qr}
         return public_order(row)
 
+    def create_combine(self, request: dict[str, Any]) -> dict[str, Any]:
+        """A WeChat Pay v3 combine order (合单): each sub-order is registered as an ordinary order of its own
+        merchant (every check and term of `create`, idempotent the same way), marked with its combine number;
+        then one combine prepay for all of them. The combine merchant (`mchid`) is a direct merchant whose
+        sub-orders are all its own, or a service provider whose sub-orders belong to its sub-merchants (R11):
+        a sub-order of any other merchant is refused before anything is stored."""
+        spec = validate_combine_request(request)
+        combine_no, top_id = spec["combine_out_trade_no"], spec["mchid"]
+        try:
+            top = self.merchants.wechatpay(top_id)
+        except UnknownMerchant:
+            raise NotFound(f"wechatpay merchant {top_id} is not configured (tally merchant add)") from None
+        if top.sp_mchid:
+            raise InvalidOrder("a combine order is placed by a direct merchant or by a service provider")
+        for sub in spec["sub_orders"]:
+            if sub["mchid"] == top_id:
+                continue
+            try:
+                owner = self.merchants.wechatpay(sub["mchid"]).sp_mchid
+            except UnknownMerchant:
+                owner = None
+            if owner != top_id:  # not said whether it exists: another tenant's merchant is simply not found
+                raise NotFound(f"merchant {sub['mchid']} is not a sub-merchant of {top_id}")
+        for sub in spec["sub_orders"]:
+            self.create({**sub, "prepay": False})
+        rows: list[dict[str, Any]] = []
+        for sub in spec["sub_orders"]:
+            stored = self.orders.get(sub["mchid"], sub["out_trade_no"])
+            assert stored is not None  # just created or found with the same terms
+            row: dict[str, Any] = dict(stored)
+            if row.get("combine_out_trade_no") not in (None, combine_no):
+                raise OrderConflict(
+                    f"order {sub['out_trade_no']} belongs to combine order {row['combine_out_trade_no']}"
+                )
+            if row.get("combine_out_trade_no") is None:
+                marks = {"combine_out_trade_no": combine_no, "combine_mchid": top_id}
+                self.orders.set_fields(row["pk"], **marks)
+                row = {**row, **marks}
+            rows.append(row)
+        code_url = next((r["code_url"] for r in rows if r.get("code_url")), None)
+        if spec["prepay"] and code_url is None and all(r["status"] == Status.WAIT_PAY.value for r in rows):
+            channel = channel_registry.by_order_word(DEFAULT_CHANNEL)
+            assert channel is not None and hasattr(channel, "combine_prepay")
+            try:
+                qr = channel.combine_prepay(
+                    self.merchants,
+                    top,
+                    combine_no,
+                    [{**sub, "attach": sub["out_trade_no"]} for sub in spec["sub_orders"]],
+                    expire_s=self.clock() + spec["expire_minutes"] * 60,
+                )
+            except errors.ChannelError as exc:
+                count(M.PREPAY_FAILED)
+                logger.warning("combine prepay failed", extra={"combine": combine_no, "error": str(exc)})
+                for row in rows:
+                    self.orders.set_fields(row["pk"], prepay_error=str(exc)[:500])
+                raise PrepayFailed(combined_view(top_id, combine_no, rows, None), str(exc)) from None
+            for row in rows:
+                self.orders.set_fields(row["pk"], **qr)
+            code_url = qr["code_url"]
+            rows = [{**row, **qr} for row in rows]
+        return combined_view(top_id, combine_no, rows, code_url)
+
     def _prepay_failed(self, row: dict[str, Any], what: str, exc: Exception) -> PrepayFailed:
         """Counted, logged and kept on the order row (the caller answers the error; no money moved yet)."""
         count(M.PREPAY_FAILED)
@@ -198,6 +271,19 @@ def public_order(row: Mapping[str, Any]) -> dict[str, Any]:
     return view
 
 
+def combined_view(
+    mchid: str, combine_out_trade_no: str, rows: Sequence[Mapping[str, Any]], code_url: str | None
+) -> dict[str, Any]:
+    return {
+        "combine": True,
+        "mchid": mchid,
+        "combine_out_trade_no": combine_out_trade_no,
+        "code_url": code_url,
+        "amount_cent": sum(int(r["amount_cent"]) for r in rows),
+        "sub_orders": [public_order(r) for r in rows],
+    }
+
+
 TERMS = ("channel", "amount_cent", "currency", "description", "expire_minutes", "prepay")
 
 
@@ -248,4 +334,53 @@ def validate_order_request(body: Any) -> dict[str, Any]:
         "expire_minutes": expire,
         "prepay": prepay,
         "channel": channel,
+    }
+
+
+MAX_COMBINE_SUB_ORDERS = 10  # what Tally offers (the channel takes up to 50): a bound on one request's cost
+
+
+def validate_combine_request(body: dict[str, Any]) -> dict[str, Any]:
+    """`{"combine": true, "mchid", "combine_out_trade_no", "description"?, "expire_minutes"?, "prepay"?,
+    "sub_orders": [{"mchid"?, "out_trade_no", "amount_cent", "description"?}]}`: each sub-order is checked as
+    an order of its own (validate_order_request); `mchid` of a sub-order defaults to the combine merchant."""
+    top = validate_order_request(
+        {
+            **{k: v for k, v in body.items() if k in ("mchid", "description", "expire_minutes", "prepay")},
+            "out_trade_no": body.get("combine_out_trade_no"),
+            "amount_cent": 1,
+            "description": body.get("description") or "combine",
+        }
+    )
+    if body.get("channel", DEFAULT_CHANNEL) != DEFAULT_CHANNEL:
+        raise InvalidOrder("combine orders are WeChat Pay v3 orders (channel wechatpay)")
+    subs = body.get("sub_orders")
+    if not isinstance(subs, list) or not 1 <= len(subs) <= MAX_COMBINE_SUB_ORDERS:
+        raise InvalidOrder(f"sub_orders must be a list of 1 to {MAX_COMBINE_SUB_ORDERS} orders")
+    checked = []
+    for sub in subs:
+        if not isinstance(sub, dict):
+            raise InvalidOrder("each sub-order must be a JSON object")
+        spec = validate_order_request(
+            {
+                "mchid": sub.get("mchid", top["mchid"]),
+                "out_trade_no": sub.get("out_trade_no"),
+                "amount_cent": sub.get("amount_cent"),
+                "currency": sub.get("currency", "CNY"),
+                "description": sub.get("description") or top["description"],
+                "expire_minutes": top["expire_minutes"],
+                "prepay": False,
+            }
+        )
+        checked.append({k: v for k, v in spec.items() if k != "prepay"})
+    if len({(s["mchid"], s["out_trade_no"]) for s in checked}) != len(checked):
+        raise InvalidOrder("sub-orders must have distinct out_trade_no")
+    if top["out_trade_no"] in {s["out_trade_no"] for s in checked if s["mchid"] == top["mchid"]}:
+        raise InvalidOrder("combine_out_trade_no must differ from the sub-orders' out_trade_no")
+    return {
+        "mchid": top["mchid"],
+        "combine_out_trade_no": top["out_trade_no"],
+        "expire_minutes": top["expire_minutes"],
+        "prepay": top["prepay"],
+        "sub_orders": checked,
     }

@@ -48,6 +48,7 @@ KEPT_KINDS = (
     "no_transaction_id",
     "certificate",
     "settlement_unknown",  # R43: store/payments.py writes it in the booking transaction
+    "merchant_not_ready",  # R47: the live credential doctor
 )
 REPLAYABLE = ("quarantined", "rejected")  # kept with the body and headers the ingest path needs again
 
@@ -67,9 +68,12 @@ KINDS: dict[str, tuple[str, int]] = {
     "order": ("an order the poller could not settle", DAY_S),
     "certificate": ("a channel certificate about to expire with no successor", 0),
     "settlement-unknown": ("a booked payment whose settlement amount is unknown (R43)", DAY_S),
+    "merchant-not-ready": ("a merchant whose credentials fail the live check: its orders are refused", 0),
 }
 PREFIXES = ("pay-", "evt-", "rejected-", "report-", "refund-", "task-", "diff-", "recon-", "order-", "cert-")
-ACTIONS = ("ack", "resolve", "ignore", "replay", "refund-outcome", "close-task")
+ACTIONS = ("ack", "resolve", "ignore", "replay", "refund-outcome", "abnormal-refund", "close-task")
+# given to an action but never written to an item's history (the user's bank card for abnormal-refund)
+SECRET_FIELDS = frozenset({"bank_account", "real_name"})
 
 
 class QueueError(ValueError):
@@ -179,7 +183,9 @@ class WorkQueue:
                 f"{item_id} is a {item['kind']}: its actions are {', '.join(item['actions'])}, not {action}"
             )
         entry = {"at": iso_now(self.clock()), "by": by, "action": action, "why": reason}
-        entry.update({k: str(v) for k, v in fields.items() if v not in (None, "", False)})
+        entry.update(
+            {k: str(v) for k, v in fields.items() if v not in (None, "", False) and k not in SECRET_FIELDS}
+        )
         try:
             outcome = getattr(self, "_" + item["source_kind"])(item, action, entry, fields)
         except StaleItem:
@@ -241,6 +247,8 @@ class WorkQueue:
             ],
             "errors": {},
         }
+        if action == "abnormal-refund" and fields.get("to") == "user-bank-card" and len(fit) > 1:
+            raise QueueError("one user's bank card is for one refund: name the item, not a --filter")
         if dry_run:
             return report
         if not (by or "").strip() or (action != "ack" and not (reason or "").strip()):
@@ -376,6 +384,19 @@ class WorkQueue:
                 **status,
             )
             return "acknowledged"
+        if action == "abnormal-refund":
+            if self.refunds is None:
+                raise QueueError("no refund service wired")
+            route = str(fields.get("to") or "")
+            card = {k: str(fields[k]) for k in ("bank_type", "bank_account", "real_name") if fields.get(k)}
+            try:
+                _built(self.refunds).apply_abnormal(
+                    refund_no, route, card or None, by=entry["by"], reason=entry["why"]
+                )
+            except (LookupError, ValueError) as exc:
+                raise QueueError(str(exc)) from None
+            self.store.append_history(self.store.t.refunds, key, entry, RESOLVED)
+            return f"sent to the {route.replace('-', ' ')}: tracked to its outcome like any refund"
         outcome = str(fields.get("outcome") or "").upper()
         if outcome not in ("SUCCESS", "FAIL"):
             raise QueueError(
@@ -625,7 +646,9 @@ class WorkQueue:
             amount_cent=row.get("amount_cent"),
             since=row.get("poll_due") or row.get("updated_at"),
             reason=plain(row.get("manual_reason") or "with a person"),
-            actions=("ack", "refund-outcome", "resolve"),
+            actions=("ack", "refund-outcome", "abnormal-refund", "resolve")
+            if str(row.get("manual_reason") or "").startswith("ABNORMAL")
+            else ("ack", "refund-outcome", "resolve"),
         )
 
     def _task_item(self, row: dict[str, Any]) -> dict[str, Any]:

@@ -23,10 +23,22 @@ import shutil
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
+from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from tally.channels import registry as channel_registry
+from tally.domain.fundflow import (
+    DEFAULT_LAGS,
+    PENDING,
+    SETTLEMENT_DIFFERS,
+    DayFigures,
+    FundFlowDay,
+    SettlementLag,
+    check_day,
+    trade_figures,
+)
+from tally.domain.fundflow import ITEMS as FUND_ITEMS
 from tally.domain.money import format_cents
 from tally.domain.recon import (
     AMOUNT_DIFFERS,
@@ -48,6 +60,7 @@ from tally.domain.recon import (
     Matcher,
     MatchStats,
     check_guards,
+    china_date,
     fee_differs,
     fee_entry_cent,
     fee_entry_pk,
@@ -58,11 +71,13 @@ from tally.domain.recon import (
 from tally.observability import M, count, logger
 from tally.service.ledger_day import statement_text
 from tally.service.recon_partition import Partitioned, file_lines, partition_bill, tmp_dir
-from tally.service.recon_sources import NO_STATEMENT, NOT_READY, DownloadFailed, OpenedBill
+from tally.service.recon_sources import NO_STATEMENT, NOT_READY, DownloadFailed, OpenedBill, gunzip
 from tally.store.recon import BillArchive, LedgerView, ReconStore, recon_pk
 from tally.store.tables import iso_now
 
 MATCHED, DIFFS, QUIET, RETRY, BLOCKED = "MATCHED", "DIFFS", "QUIET", "RETRY", "BLOCKED"
+NO_BILL_SOURCE = "NO_BILL_SOURCE"  # the block code of a merchant without a bill download (R44)
+FUND_FLOW_LATE = "FUND_FLOW_LATE"  # a fund-flow bill still missing past its due day + 1 (R45)
 RUNNING = "RUNNING"  # on the Distributed Map (service/recon_map.py)
 FINISHED = {MATCHED, DIFFS, QUIET, BLOCKED}
 
@@ -86,6 +101,7 @@ class ReconService:
         min_previous_rows: int = 10,
         last_retry_hour: int = 16,
         progress: Callable[[int], None] | None = None,
+        fund_sources: dict[str, Any] | None = None,
         partition_bytes: int = 64 << 20,
         map_bytes: int = 1 << 30,
         distributed: Any = None,
@@ -102,6 +118,7 @@ class ReconService:
         self.min_previous_rows = min_previous_rows
         self.last_retry_hour = last_retry_hour
         self.progress = progress
+        self.fund_sources = fund_sources or {}
         self.partition_bytes = partition_bytes  # a bill at least this big is matched partition by partition
         self.map_bytes = (
             map_bytes  # … and at least this big on the Distributed Map (when `distributed` is set)
@@ -113,24 +130,65 @@ class ReconService:
 
     def scheduled(self) -> list[dict[str, Any]]:
         """The daily tick (10:30 Asia/Shanghai, hourly retries until 16:30): T+1, then T+2 and T+3 re-runs
-        (R34). A day already finished for a pass is not run again by the schedule."""
+        (R34). A day already finished for a pass is not run again by the schedule. Every configured merchant
+        is due (R44): one whose channel has no bill download is a BLOCKED run NO_BILL_SOURCE, never skipped;
+        the tick then counts merchants due / reconciled / blocked for T+1 (`day_counts`)."""
         results = []
-        for channel, mchid in self.merchants():
-            if channel not in self.sources:
-                continue
-            for bill_date, pass_ in scheduled_days(self.clock()):
+        days = scheduled_days(self.clock())
+        due = self.due_merchants()
+        for channel, mchid in due:
+            for bill_date, pass_ in days:
                 runs = [
                     self._unless_stale(r) for r in self.store.run_rows(recon_pk(channel, mchid, bill_date))
                 ]
                 done = {
                     r.get("pass")
                     for r in runs
-                    if r.get("status") in FINISHED or r.get("status") == RUNNING  # on the Map now
+                    if (r.get("status") in FINISHED or r.get("status") == RUNNING)  # RUNNING: on the Map now
+                    and r.get("leg") != "fundflow"
                 }
                 if pass_ in done:
                     continue
                 results.append(self.run(channel, mchid, bill_date, pass_=pass_))
+            if channel in self.fund_sources:  # R45: T+2 and T+3, once the lagged fund flow can be out
+                for bill_date, _pass in days[1:]:
+                    if not any(
+                        r.get("leg") == "fundflow" and r.get("status") in FINISHED
+                        for r in self.store.run_rows(recon_pk(channel, mchid, bill_date))
+                    ):
+                        results.append(self.fund_flow(channel, mchid, bill_date))
+        figures = self.day_counts(due, days[0][0])
+        count(M.RECON_MERCHANTS_DUE, figures["due"])
+        count(M.RECON_MERCHANTS_RECONCILED, figures["reconciled"])
+        count(M.RECON_MERCHANTS_BLOCKED, figures["blocked"])
+        logger.info("recon: merchants of the day", extra=figures)
         return results
+
+    def due_merchants(self) -> list[tuple[str, str]]:
+        """(stored channel, merchant id) of every configured merchant, once: a WeChat merchant with v3 and v2
+        records is one bill (stored "wechatpay"); a kind no channel knows keeps its own name (and blocks)."""
+        due: dict[tuple[str, str], None] = {}
+        for kind, mchid in self.merchants():
+            owner = channel_registry.by_merchant_kind(kind)
+            due[(owner.stored if owner is not None else kind, mchid)] = None
+        return list(due)
+
+    def day_counts(self, due: list[tuple[str, str]], bill_date: str) -> dict[str, Any]:
+        """For one bill date: how many merchants are due, reconciled (the latest finished run MATCHED, DIFFS or
+        QUIET), blocked (BLOCKED), and the rest pending (retrying or not run); R44."""
+        figures: dict[str, Any] = {"bill_date": bill_date, "due": len(due), "reconciled": 0, "blocked": 0}
+        for channel, mchid in due:
+            runs = [
+                r
+                for r in self.store.run_rows(recon_pk(channel, mchid, bill_date))
+                if r.get("status") in FINISHED and r.get("leg") != "fundflow"
+            ]
+            latest = max(runs, key=lambda r: r["sk"]) if runs else None
+            if latest is None:
+                continue
+            figures["blocked" if latest["status"] == BLOCKED else "reconciled"] += 1
+        figures["pending"] = figures["due"] - figures["reconciled"] - figures["blocked"]
+        return figures
 
     def _unless_stale(self, run: dict[str, Any]) -> dict[str, Any]:
         """A run on the Distributed Map that never came back (its execution aborted, timed out, or its merge
@@ -165,7 +223,12 @@ class ReconService:
         try:
             data, name = self._bill(run, s3_key)
         except DownloadFailed as exc:
-            count(M.RECON_DOWNLOAD_FAILED, channel=channel, merchant=mchid)
+            if (
+                exc.code == NO_BILL_SOURCE
+            ):  # R44: a merchant we cannot fetch a bill for is blocked, not skipped
+                count(M.RECON_NO_BILL_SOURCE, channel=channel, merchant=mchid)
+            else:
+                count(M.RECON_DOWNLOAD_FAILED, channel=channel, merchant=mchid)
             return self._blocked(run, exc.code, str(exc))
         if data is None:  # NO_STATEMENT / NOT_READY, decided (and maybe already recorded) in _bill
             return run if "finished_at" in run else self._finish(run)
@@ -274,8 +337,11 @@ class ReconService:
             return data, name
         source = self.sources.get(channel)
         if source is None:
-            raise DownloadFailed(f"no bill source for channel {channel}", code="NO_SOURCE")
+            raise DownloadFailed(f"no bill download for channel {channel}", code=NO_BILL_SOURCE)
         fetched = source.fetch(mchid, bill_date)
+        if fetched.extra.get("bill_source"):  # which download (WeChat: v3 or v2), shown in the run (R44)
+            run["bill_source"] = fetched.extra["bill_source"]
+            run["bill_source_why"] = fetched.extra.get("bill_source_why", "")
         if fetched.status == NOT_READY:
             hour = datetime.fromtimestamp(self.clock(), CHINA).hour
             if hour >= self.last_retry_hour:
@@ -328,7 +394,7 @@ class ReconService:
         legacy: dict[str, int] = {}
         local = fold_ledger(self.ledger.day(channel, mchid, bill_date), legacy)
         run["ledger_entries"] = len(local)
-        matcher = Matcher(local, self.ledger.entry)
+        matcher = Matcher(local, lambda key: self.ledger.booked_entry(key, mchid))
         diffs = list(matcher.match_index(index, opened.item_at))  # the diffs only (few)
         if self.progress is not None:
             self.progress(len(index))
@@ -406,7 +472,7 @@ class ReconService:
 
     def _conclude(self, run: dict[str, Any], results: list[dict[str, Any]], seen: set[str]) -> dict[str, Any]:
         channel, mchid = run["channel"], run["mchid"]
-        healed = self._close_healed(run, seen)
+        healed = self._close_healed(run, seen, fund=False)
         by_class: dict[str, int] = {}
         for r in results:
             for cls, n in r.get("by_class", {}).items():
@@ -515,10 +581,13 @@ class ReconService:
             "seen_count": 1,
         }
 
-    def _close_healed(self, run: dict[str, Any], seen: set[str]) -> int:
-        """OPEN diffs of this day that the bill and ledger no longer show (e.g. booked by the pull path)."""
+    def _close_healed(self, run: dict[str, Any], seen: set[str], *, fund: bool) -> int:
+        """OPEN diffs of this day that the bill and ledger no longer show (e.g. booked by the pull path). A
+        trade run heals only trade diffs, a fund-flow run only SETTLEMENT_DIFFERS (R45): neither sees the other's."""
         healed = 0
         for row in self.store.diffs_of(run["pk"]):
+            if (row.get("cls") == SETTLEMENT_DIFFERS) != fund:
+                continue
             if row.get("handle_status") == OPEN and row["sk"] not in seen:
                 if self.store.close_diff(
                     run["pk"],
@@ -531,6 +600,176 @@ class ReconService:
                     healed += 1
                     count(M.RECON_DIFF_RESOLVED, channel=run.get("channel"), merchant=run.get("mchid"))
         return healed
+
+    # ------------------------------------------------------------ the fund-flow leg (R45)
+
+    def fund_flow(
+        self,
+        channel: str,
+        mchid: str,
+        ledger_day: str,
+        *,
+        accounts: tuple[str, ...] = ("BASIC",),
+        lag: SettlementLag | None = None,
+        pass_: str = "fundflow",
+    ) -> dict[str, Any]:
+        """Did ledger day L's money land? The fund-flow bills of the days the lag puts L's money on are
+        downloaded per account, kept (hash-checked, never overwritten), parsed and guarded (R31/R32), then
+        `fundflow.check_day` against the ledger and the kept trade bill. SETTLEMENT_DIFFERS diffs go to the
+        same recon_diff rows (same handle status and history). A fund flow still missing past its due day + 1
+        is BLOCKED FUND_FLOW_LATE (alarmed); before that the run is RETRY (PENDING), never agreed."""
+        started = self.clock()
+        lag = lag or DEFAULT_LAGS[channel]
+        run: dict[str, Any] = {
+            "pk": recon_pk(channel, mchid, ledger_day),
+            "sk": f"run#{iso_now(started)}#{pass_}",
+            "channel": channel,
+            "mchid": mchid,
+            "bill_date": ledger_day,
+            "pass": pass_,
+            "leg": "fundflow",
+            "started_at": iso_now(started),
+            "lag": lag.source,
+        }
+        run["run_id"] = run["sk"]
+        source = self.fund_sources.get(channel)
+        if source is None:
+            count(M.RECON_NO_BILL_SOURCE, channel=channel, merchant=mchid)
+            return self._fund_end(
+                run, BLOCKED, f"no fund-flow download for channel {channel}", NO_BILL_SOURCE
+            )
+        fund_days: dict[str, FundFlowDay] = {}
+        run["fund_bills"] = []
+        late: list[str] = []
+        for day in sorted({lag.day_of(item, ledger_day) for item in FUND_ITEMS}):
+            flow = FundFlowDay(day)
+            complete = True
+            for account in accounts:
+                try:
+                    fetched = source.fetch(mchid, day, account)
+                except DownloadFailed as exc:
+                    failed = M.RECON_NO_BILL_SOURCE if exc.code == NO_BILL_SOURCE else M.RECON_DOWNLOAD_FAILED
+                    count(failed, channel=channel, merchant=mchid)
+                    return self._fund_end(run, BLOCKED, f"fund flow {day} {account}: {exc}", exc.code)
+                if fetched.status == NOT_READY:
+                    complete = False
+                    continue
+                if fetched.status == NO_STATEMENT:  # no movement on that account that day
+                    run["fund_bills"].append({"day": day, "account": account, "status": "NO_STATEMENT"})
+                    continue
+                key = self.archive.keep(
+                    f"fundflow/{channel}",
+                    mchid,
+                    day,
+                    fetched.name,
+                    fetched.data,
+                    fetched.sha1,
+                    {"channel-hash": fetched.channel_hash} if fetched.channel_hash else None,
+                )
+                run["fund_bills"].append(
+                    {"day": day, "account": account, "bill_key": key, "sha1": fetched.sha1}
+                )
+                if fetched.channel_hash and fetched.channel_hash != fetched.sha1:
+                    count(M.RECON_PARSE_FAILED, channel=channel, merchant=mchid)
+                    return self._fund_end(
+                        run,
+                        BLOCKED,
+                        f"fund flow {day} {account}: SHA-1 {fetched.sha1} != hash_value "
+                        f"{fetched.channel_hash} (kept at {key})",
+                        "HASH_MISMATCH",
+                    )
+                try:
+                    parser = fund_flow_parser(channel, fetched.data, account)
+                    flow.extend(parser.rows())
+                except BillParseError as exc:
+                    count(M.RECON_PARSE_FAILED, channel=channel, merchant=mchid)
+                    return self._fund_end(
+                        run,
+                        BLOCKED,
+                        f"fund flow {day} {account} is not a bill we can read: {exc}",
+                        "PARSE_FAILED",
+                    )
+                verdict = check_guards(parser.totals)
+                if verdict.blocked:
+                    return self._fund_end(
+                        run, BLOCKED, f"fund flow {day} {account}: {verdict.reason}", verdict.code
+                    )
+            if complete:
+                fund_days[day] = flow
+            else:
+                late.append(day)
+        trade = self._trade_figures(channel, mchid, ledger_day)
+        local = fold_ledger(self.ledger.day(channel, mchid, ledger_day))
+        ledger = DayFigures(
+            sum(e.amount_cent for e in local.values() if e.kind == PAYMENT),
+            sum(e.amount_cent for e in local.values() if e.kind != PAYMENT),
+            # fees are not ledger entries yet (docs/settlement.md §6.5): the trade bill's fees stand in
+            trade.fee_cent if trade else 0,
+            trade.fee_returned_cent if trade else 0,
+        )
+        result = check_day(mchid, channel, ledger_day, ledger, trade=trade, fund_days=fund_days, lag=lag)
+        run["fund_verdict"] = result.code
+        run["figures"] = {
+            "ledger": _figures(result.ledger),
+            "trade": _figures(result.trade) if result.trade else None,
+            "fund": _figures(result.fund) if result.fund else None,
+        }
+        seen, new = set(), 0
+        for diff in result.diffs:
+            seen.add(diff.sk)
+            if self.store.put_new_diff(self._diff_row(run, diff, None)):
+                new += 1
+            else:
+                self.store.seen_again(run["pk"], diff.sk, run["run_id"], None)
+        if new:
+            count(M.RECON_DIFF_OPENED, new, channel=channel, merchant=mchid)
+        if result.code == PENDING:
+            today = china_date(self.clock()).isoformat()
+            if late and today > next_day(lag.due(ledger_day)):
+                count(M.RECON_FUND_FLOW_LATE, channel=channel, merchant=mchid)
+                return self._fund_end(
+                    run,
+                    BLOCKED,
+                    f"fund flow of {', '.join(late)} still not in on {today}: {result.reason}",
+                    FUND_FLOW_LATE,
+                )
+            return self._fund_end(run, RETRY, result.reason)
+        run["auto_resolved"] = self._close_healed(run, seen, fund=True)
+        if result.diffs:
+            return self._fund_end(
+                run, DIFFS, f"{result.code}: {len(result.diffs)} difference(s): {result.reason}"
+            )
+        count(M.RECON_MATCHED, channel=channel, merchant=mchid)
+        return self._fund_end(run, MATCHED, result.reason)
+
+    def _trade_figures(self, channel: str, mchid: str, day: str) -> DayFigures | None:
+        """The kept trade bill's sums for `day` (the latest run's bill); zero for a QUIET day (no bill, no
+        ledger entries); None while there is neither."""
+        runs = self.store.run_rows(recon_pk(channel, mchid, day))
+        key = next((r["bill_key"] for r in runs if r.get("bill_key")), None)
+        if key is None:
+            quiet = any(r.get("status") == QUIET and r.get("leg") != "fundflow" for r in runs)
+            return DayFigures() if quiet else None
+        data, _ = self.archive.read(key)
+        return trade_figures(OpenedBill(channel, data).parser(check_fees=False).items())
+
+    def _fund_end(
+        self, run: dict[str, Any], status: str, reason: str, code: str | None = None
+    ) -> dict[str, Any]:
+        """A fund-flow run's end: its own recon_runs row; only a BLOCKED one touches the day's work-queue marker
+        (a fund flow that agrees must not clear a trade run's block)."""
+        run.update(status=status, reason=reason, finished_at=iso_now(self.clock()))
+        if status == BLOCKED:
+            count(M.RECON_BLOCKED, channel=run["channel"], merchant=run["mchid"])
+            run.update(block_code=code, guard=code)
+            logger.error(
+                "recon: fund-flow run blocked", extra={"pk": run["pk"], "code": code, "reason": reason}
+            )
+        self.store.put_run(run)
+        if status == BLOCKED:
+            self.store.mark_day(run)
+        logger.info("recon fund-flow run finished", extra={k: run.get(k) for k in ("pk", "status", "reason")})
+        return run
 
     # ------------------------------------------------------------ a person's hand
 
@@ -582,15 +821,15 @@ class ReconService:
                 f"{diff['cls']} {diff['item']}: no money moved in our books to reverse; "
                 "resolve without --reverse (channel-only payments are booked by the pull path)"
             )
-        target = self.ledger.get(diff["key"])
+        target = self.ledger.booked(diff["key"], diff["mchid"])
         if target is None:
             raise ReconError(f"ledger entry {diff['key']} not found")
         local = int(diff["local_amount_cent"])
         amount = -local if diff["cls"] == LOCAL_ONLY else int(diff["channel_amount_cent"]) - local
         entry = {
-            "pk": f"{diff['key']}#{REVERSAL}#{diff['bill_date']}",
+            "pk": f"{target['pk']}#{REVERSAL}#{diff['bill_date']}",
             "kind": REVERSAL,
-            "reverses": diff["key"],
+            "reverses": target["pk"],
             "amount_cent": amount,
             "channel": diff["channel"],
             "mchid": diff["mchid"],
@@ -724,6 +963,30 @@ class ReconService:
         key = f"reports/{run['channel']}/{run['mchid']}/{run['bill_date']}/{run['run_id'].replace('#', '_')}.csv"
         self.archive.put_report(key, ("\ufeff" + out.getvalue()).encode("utf-8"), "text/csv; charset=utf-8")
         return key
+
+
+def _figures(f: DayFigures) -> dict[str, int]:
+    return {
+        "settlement_cent": f.settlement_cent,
+        "refund_cent": f.refund_cent,
+        "fee_cent": f.fee_cent,
+        "fee_returned_cent": f.fee_returned_cent,
+    }
+
+
+def fund_flow_parser(channel: str, data: bytes, account: str) -> Any:
+    """The channel's fund-flow parser over one kept file (WeChat: the decompressed CSV)."""
+    from tally.channels.bill_source import lines_of
+
+    if channel == "wechatpay":
+        from tally.channels.wechatpay_v3.fundflow import WeChatFundFlowParser
+
+        return WeChatFundFlowParser(lines_of(gunzip(data)), account=account)
+    raise BillParseError(f"no fund-flow parser for channel {channel!r}")
+
+
+def next_day(day: str) -> str:
+    return (date.fromisoformat(day) + timedelta(days=1)).isoformat()
 
 
 _SUMMED = (

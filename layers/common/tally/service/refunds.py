@@ -53,8 +53,10 @@ from tally.store.refunds import (
     RefundRawStore,
     RefundStore,
     TransactionFailed,
+    legacy_free,
     open_holds,
     poll_pk,
+    refund_key,
     refund_no_held,
 )
 from tally.store.tables import OrderStore, iso_now, order_key
@@ -218,7 +220,7 @@ class RefundService:
         release = row["amount_cent"] if effect is Effect.RELEASE else 0
         items = [
             self.store.put_new(landed),
-            self.store.close_hold(row["order_pk"], row["pk"], release, iso_now(now_s)),
+            self.store.close_hold(row["order_pk"], row["refund_no"], release, iso_now(now_s)),
         ]
         for _ in range(CAS_ROUNDS):
             try:
@@ -229,7 +231,9 @@ class RefundService:
                     continue  # another refund's write on the same order at the same instant: again
                 return self._landed_meanwhile(row, answer)
         else:  # the hold stays: the poller stores it PENDING once abandoned and re-sends the same number
-            raise Busy(f"refund {row['pk']}: contention on the order; it is reserved and will be re-sent")
+            raise Busy(
+                f"refund {row['refund_no']}: contention on the order; it is reserved and will be re-sent"
+            )
         self._count_answer(row, label, reason)
         if to is not RefundStatus.PENDING:
             self._count_transition(row, to, effect, reason)
@@ -239,12 +243,13 @@ class RefundService:
         """The hold was closed by someone else: the poller took it for abandoned (this call outlived
         HOLD_ABANDONED_S) and stored the refund PENDING; the answer applies to that row like any other."""
         logger.warning(
-            "refund hold was materialised before the create answer landed", extra={"refund_no": row["pk"]}
+            "refund hold was materialised before the create answer landed",
+            extra={"refund_no": row["refund_no"], "refund_key": row["pk"]},
         )
         existing = self.store.get(row["pk"])
         if existing is None or existing.get("order_pk") != row["order_pk"] or answer is None:
             raise RuntimeError(
-                f"refund {row['pk']}: hold closed by someone else and no row of ours; "
+                f"refund {row['refund_no']}: hold closed by someone else and no row of ours; "
                 "left for the retry and the DLQ alarm"
             )
         return self._after_create(existing, answer)[1]
@@ -295,9 +300,11 @@ class RefundService:
         return dict(done)
 
     def _create_named(self, spec: dict[str, Any]) -> tuple[dict[str, Any], bool]:
-        """The caller's own refund_no: three AWS calls. The number must be checked unused across ALL
-        orders before the channel sees it (it is the channel's refund key too, R30), so the refund row
-        is put in the reserving transaction, which needs the order read first."""
+        """The caller's own refund_no: three AWS calls. The number must be checked unused across ALL of
+        the merchant's orders before the channel sees it (it is the channel's refund key too, R30), so the
+        refund row is put in the reserving transaction, which needs the order read first. The key is the
+        merchant's (`refund_key`): another merchant's same number is another row; the transaction also
+        checks that no row stored before the keys were scoped holds this merchant's number (`legacy_free`)."""
         order = self.orders.get(spec["mchid"], spec["out_trade_no"])
         if order is None:
             raise NotFound(f"no order {spec['mchid']}/{spec['out_trade_no']}")
@@ -306,7 +313,7 @@ class RefundService:
             refuse_unrefundable(order, spec["amount_cent"])
         except (RefundConflict, ExceedsRefundable):
             # a retry of a refund that took what was left must still answer that refund (read on this path only)
-            existing = self.store.get(refund_no)
+            existing = self.store.find(order["mchid"], refund_no)
             if existing is not None:
                 return self._same_refund(existing, order["pk"], spec["amount_cent"]), False
             raise
@@ -320,15 +327,17 @@ class RefundService:
                     [
                         self.store.reserve_on_order(order["pk"], row["amount_cent"], row["created_at"]),
                         self.store.put_new(row),
+                        legacy_free(self.store.t.refunds, order["mchid"], refund_no),
                     ]
                 )
                 break
             except TransactionFailed as exc:
-                if 1 in exc.failed:  # this refund_no exists (a retry, or a race we lost): answer that one
-                    existing = exc.items[1] or self.store.get(refund_no) or {}
+                if 1 in exc.failed or 2 in exc.failed:  # the merchant's number exists (a retry, a lost race)
+                    hit = 1 if 1 in exc.failed else 2
+                    existing = exc.items[hit] or self.store.find(order["mchid"], refund_no) or {}
                     return self._same_refund(existing, order["pk"], spec["amount_cent"]), False
                 if 0 in exc.failed:
-                    existing = self.store.get(refund_no)  # a racing retry of ours?
+                    existing = self.store.find(order["mchid"], refund_no)  # a racing retry of ours?
                     if existing is not None:
                         return self._same_refund(existing, order["pk"], spec["amount_cent"]), False
                     refuse_unrefundable(
@@ -348,18 +357,20 @@ class RefundService:
 
     def _same_refund(self, existing: dict[str, Any], order_pk: str, amount_cent: int) -> dict[str, Any]:
         if existing.get("mchid") != order_pk.split("#", 1)[0]:
-            # another tenant's number (the refunds table is keyed by refund_no alone): say nothing of it (R39)
+            # never reached since keys are scoped per merchant (`find`, `legacy_free`); kept as the guard
+            # that no message names another tenant's refund (R39)
             raise RefundConflict(
                 f"refund_no {existing.get('refund_no')} cannot be used: choose another refund_no"
             )
         if existing.get("order_pk") != order_pk or existing.get("amount_cent") != amount_cent:
             raise RefundConflict(
-                f"refund_no {existing.get('pk')} already exists for order {existing.get('order_pk')} "
-                f"amount {yuan_text(int(existing.get('amount_cent') or 0))}: use a new refund_no"
+                f"refund_no {existing.get('refund_no')} already exists for order "
+                f"{existing.get('out_trade_no')} amount {yuan_text(int(existing.get('amount_cent') or 0))}: "
+                "use a new refund_no"
             )
         if existing.get("status") == RefundStatus.FAIL.value:
             raise RefundConflict(
-                f"refund_no {existing['pk']} failed ({existing.get('fail_reason', '')}); "
+                f"refund_no {existing.get('refund_no')} failed ({existing.get('fail_reason', '')}); "
                 "a failed refund_no is spent: retry with a new refund_no"
             )
         return public_refund(existing)
@@ -378,7 +389,7 @@ class RefundService:
         now_s = self.clock()
         now = iso_now(now_s)
         return {
-            "pk": refund_no,
+            "pk": refund_key(order["mchid"], refund_no),
             "refund_no": refund_no,
             "channel": order["channel"],
             "mchid": order["mchid"],
@@ -398,7 +409,7 @@ class RefundService:
             "updated_at": now,
             "expire_at": iso_now(now_s + self.expiry_s),
             # a crash before the channel call leaves PENDING: poll_due retries it, same refund_no (R26)
-            "poll_pk": poll_pk(refund_no),
+            "poll_pk": poll_pk(refund_key(order["mchid"], refund_no)),
             "poll_due": iso_now(now_s + BACKOFF_S[0]),
             "poll_attempts": 0,
         }
@@ -449,7 +460,7 @@ class RefundService:
             count(M.REFUND_CHANNEL_RETRY, channel=row.get("channel"), merchant=row.get("mchid"))
             logger.warning(
                 "refund sent, outcome unknown: retried later with the same refund_no",
-                extra={"refund_no": row["pk"], "error": reason},
+                extra={"refund_no": row["refund_no"], "refund_key": row["pk"], "error": reason},
             )
 
     def _after_create(self, row: dict[str, Any], answer: ChannelAnswer) -> tuple[str, dict[str, Any]]:
@@ -473,7 +484,8 @@ class RefundService:
         if raw.get("handled") != 0:
             return Applied.ALREADY_HANDLED
         notice = notice_from_raw(raw, refund_event_of)
-        refund = self.store.get(notice.refund_no)
+        # the reporting tenant's own number only (R39): another merchant's same refund_no is not this refund
+        refund = self.store.find(notice.mchid, notice.refund_no)
         now = iso_now(self.clock())
         if refund is None and self._held(notice):
             raise RetryLater(f"refund {notice.refund_no} is reserved, its create answer not stored yet")
@@ -498,7 +510,7 @@ class RefundService:
         raw_ref = (raw_key, status)
         if problems:
             return self._event(
-                notice.refund_no,
+                refund["pk"],
                 RefundEvent.MISMATCH,
                 raw=raw_ref,
                 raw_handled=2,
@@ -508,7 +520,7 @@ class RefundService:
             )
         if notice.event is None:
             return self._event(
-                notice.refund_no,
+                refund["pk"],
                 RefundEvent.UNKNOWN,
                 raw=raw_ref,
                 raw_handled=2,
@@ -517,7 +529,7 @@ class RefundService:
                 source=notice.source,
             )
         return self._event(
-            notice.refund_no,
+            refund["pk"],
             notice.event,
             raw=raw_ref,
             refund_id=notice.refund_id,
@@ -575,12 +587,12 @@ class RefundService:
             held_on_task,
         )
 
-    def _event(self, refund_no: str, event: RefundEvent, **how: Any) -> Applied:
-        return self._transition(refund_no, event, **how)[0]
+    def _event(self, key: str, event: RefundEvent, **how: Any) -> Applied:
+        return self._transition(key, event, **how)[0]
 
     def _transition(
         self,
-        refund_no: str,
+        key: str,
         event: RefundEvent,
         *,
         raw: tuple[str, str] | None = None,
@@ -590,21 +602,24 @@ class RefundService:
         reason: str = "",
         source: str = "api",
         known: dict[str, Any] | None = None,
+        extra: dict[str, Any] | None = None,
     ) -> tuple[Applied, dict[str, Any]]:
         """Read → decide (pure transit) → one transaction; a lost status CAS re-reads and decides again.
         `known` (the row just written by this call) stands in for the first read: the CAS still guards it.
+        `key` is the refund row's key (`refund_key`, or a legacy row's refund_no).
         Returns the outcome and the refund as it stands afterwards."""
         for round_no in range(CAS_ROUNDS):
-            refund = known if (round_no == 0 and known is not None) else self.store.get(refund_no)
+            refund = known if (round_no == 0 and known is not None) else self.store.get(key)
             if refund is None:
-                raise RetryLater(f"refund {refund_no} vanished")
+                raise RetryLater(f"refund {key} vanished")
+            refund_no = refund["refund_no"]
             status = RefundStatus(refund["status"])
             decision = transit(status, event)
             now_s = self.clock()
             now = iso_now(now_s)
             if decision.verdict is Verdict.DUPLICATE:
                 if refund_id and not refund.get("refund_id"):
-                    self.store.set_fields(refund_no, status.value, refund_id=refund_id)
+                    self.store.set_fields(key, status.value, refund_id=refund_id)
                 if raw:
                     self.raw.mark(*raw, 1, "DUPLICATE", now)
                 count(M.REFUND_DUPLICATE, channel=refund.get("channel"), merchant=refund.get("mchid"))
@@ -621,8 +636,8 @@ class RefundService:
                 return Applied.ILLEGAL, refund
             to = decision.new_status
             assert to is not None
-            how = landing(to, event, reason, refund_id, success_time, now_s)
-            items = [self.store.move(refund_no, status.value, to.value, now, **how)]
+            how = {**landing(to, event, reason, refund_id, success_time, now_s), **(extra or {})}
+            items = [self.store.move(key, status.value, to.value, now, **how)]
             if decision.effect is Effect.BOOK:
                 items.append(
                     self.store.ledger_entry(
@@ -650,13 +665,13 @@ class RefundService:
                 count(M.REFUND_REPORT_MANUAL, channel=refund.get("channel"), merchant=refund.get("mchid"))
             after = self.store.landed(refund, to.value, now, **how)  # what store.move wrote
             return (Applied.MANUAL if to is RefundStatus.MANUAL else Applied.APPLIED), after
-        raise RetryLater(f"refund {refund_no} kept changing under us")
+        raise RetryLater(f"refund {key} kept changing under us")
 
     def _count_transition(
         self, refund: dict[str, Any], to: RefundStatus, effect: Effect, reason: str
     ) -> None:
         extra = {
-            "refund_no": refund["pk"],
+            "refund_no": refund["refund_no"],
             "order": refund["order_pk"],
             "amount_cent": refund["amount_cent"],
             "to": to.value,
@@ -687,7 +702,7 @@ class RefundService:
                 done[self._poll_one(row, now_s)] += 1
             except RetryLater as exc:
                 done["RETRY_LATER"] += 1
-                logger.info("refund poll deferred", extra={"refund_no": row["pk"], "reason": str(exc)})
+                logger.info("refund poll deferred", extra={"refund_no": row["refund_no"], "reason": str(exc)})
         return dict(done)
 
     def _poll_one(self, row: dict[str, Any], now_s: float) -> str:
@@ -784,19 +799,70 @@ class RefundService:
         return "REFUNDING"
 
     def record_outcome(
-        self, refund_no: str, succeeded: bool, *, by: str, reason: str
+        self, key: str, succeeded: bool, *, by: str, reason: str
     ) -> tuple[Applied, dict[str, Any]]:
         """A person found the outcome on the merchant platform (the work queue's refund-outcome): the same
-        state machine books it (SUCCESS, a ledger entry) or releases it (FAIL), once: the status CAS."""
+        state machine books it (SUCCESS, a ledger entry) or releases it (FAIL), once: the status CAS.
+        `key`: the refund row's key (the queue item's source key)."""
         event = RefundEvent.SUCCEED if succeeded else RefundEvent.FAIL
-        return self._transition(refund_no, event, reason=f"recorded by {by}: {reason}", source=f"person:{by}")
+        return self._transition(key, event, reason=f"recorded by {by}: {reason}", source=f"person:{by}")
+
+    def apply_abnormal(
+        self, key: str, route: str, card: dict[str, str] | None = None, *, by: str, reason: str
+    ) -> tuple[Applied, dict[str, Any]]:
+        """`key`: the refund row's key (the queue item's source key).
+
+        A person sends an ABNORMAL refund to another account (WeChat v3 apply-abnormal-refund): once the
+        channel takes it, the refund is ACCEPTED again (MANUAL --REROUTE-->), back in the poll index with a
+        fresh expiry, and the same state machine books it when the notification or the query says SUCCESS.
+        The reservation stays held throughout. A refusal changes nothing and says why (the item stays open)."""
+        row = self.store.get(key)
+        if row is None:
+            raise NotFound(f"no refund {key}")
+        if row["status"] != RefundStatus.MANUAL.value or not str(row.get("manual_reason") or "").startswith(
+            RefundEvent.ABNORMAL.value
+        ):
+            raise RefundConflict(
+                f"refund {row['refund_no']} is {row['status']} ({row.get('manual_reason') or '-'}): only a refund the "
+                "channel reported ABNORMAL can be sent through apply-abnormal-refund"
+            )
+        channel = self._channel(row["channel"], row["mchid"])
+        apply = getattr(channel, "apply_abnormal", None)
+        if apply is None:
+            raise RefundConflict(f"{type(channel).__name__} has no abnormal-refund API: settle it by hand")
+        answer = apply(row, route, card)
+        if answer.kind is not AnswerKind.ACCEPTED:
+            raise RefundConflict(
+                f"the channel did not take refund {row['refund_no']} to {route} ({answer.kind.value} {answer.code}): "
+                f"{answer.message}; it stays with a person"
+            )
+        now_s = self.clock()
+        return self._transition(
+            key,
+            RefundEvent.REROUTE,
+            refund_id=answer.refund_id,
+            reason=f"apply-abnormal-refund {route} by {by}: {reason}",
+            source=f"person:{by}",
+            known=row,
+            extra={"expire_at": iso_now(now_s + self.expiry_s), "poll_attempts": 0, "abnormal_route": route},
+        )
 
     # ================================================================== views
 
     def show(self, refund_no: str, mchid: str | None = None) -> dict[str, Any]:
-        """With `mchid` (every merchant-facing door): another tenant's refund number is simply not found (R39)."""
-        row = self.store.get(refund_no)
-        if row is None or (mchid is not None and row.get("mchid") != mchid):
+        """With `mchid` (every merchant-facing door): the merchant's own refund number only, another tenant's
+        same number is another refund (R39). Without (an operator): the one refund with that number, found
+        through the `by_refund_no` index; several merchants using it → give the merchant."""
+        if mchid is not None:
+            row = self.store.find(mchid, refund_no)
+        else:
+            rows = self.store.by_number(refund_no)
+            if len(rows) > 1:
+                raise NotFound(
+                    f"refund_no {refund_no} is used by several merchants: give the merchant (mchid)"
+                )
+            row = rows[0] if rows else None
+        if row is None:
             raise NotFound(f"no refund {refund_no}" + (f" for merchant {mchid}" if mchid else ""))
         view = public_refund(row)
         view["reports"] = [
@@ -813,7 +879,7 @@ class RefundService:
                     "notified_at",
                 )
             }
-            for r in self.raw.for_refund(refund_raw_key(row["channel"], row["mchid"], refund_no))
+            for r in self.raw.for_refund(refund_raw_key(row["channel"], row["mchid"], row["refund_no"]))
         ]
         return view
 

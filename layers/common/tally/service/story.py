@@ -416,12 +416,12 @@ class StoryService:
     def _ledger_rows(
         self, order: dict[str, Any], raw_rows: list[dict[str, Any]], refunds: list[dict[str, Any]]
     ) -> list[dict[str, Any]]:
-        """Payment entries share the raw row's key; refund entries are `channel#refund_no`; reversals are
+        """Payment entries share the raw row's key; refund entries are `channel#<refund pk>`; reversals are
         `<key>#REVERSAL#<day>` on the same bill_date: one GetItem per key, one Query per entry for reversals."""
         keys = [r["pk"] for r in raw_rows]
         keys += [
-            f"{f.get('channel') or order.get('channel')}#{f.get('refund_no') or f.get('pk')}" for f in refunds
-        ]
+            f"{f.get('channel') or order.get('channel')}#{f['pk']}" for f in refunds
+        ]  # refund_ledger_key
         found: dict[str, dict[str, Any]] = {}
         for key in dict.fromkeys(keys):
             entry = self.ledger.get(key)

@@ -23,7 +23,20 @@ class ChangedRows:
         return self.t.get(self.t.orders, order_key(mchid, out_trade_no))
 
     def refund(self, refund_no: str) -> dict[str, Any] | None:
-        return self.t.get(self.refunds_table, refund_no)
+        """By its key (`mchid#refund_no`, or a legacy row's refund_no), else the one refund with that number
+        (index `by_refund_no`; several merchants using it: None, give `MCHID#REFUND_NO`)."""
+        row = self.t.get(self.refunds_table, refund_no)
+        if row is not None:
+            return row
+        answer = self.t.ddb.query(
+            TableName=self.refunds_table,
+            IndexName="by_refund_no",
+            KeyConditionExpression="refund_no = :n",
+            ExpressionAttributeValues=names_values(n=refund_no),
+            Limit=2,
+        )
+        keys = [from_item(i)["pk"] for i in answer.get("Items", [])]
+        return self.t.get(self.refunds_table, keys[0]) if len(keys) == 1 else None
 
     def since(self, iso: str, until: str | None = None) -> Iterator[dict[str, Any]]:
         """Orders, then refunds, whose `updated_at` is in [iso, until)."""

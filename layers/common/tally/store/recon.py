@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from tally.domain.recon import OPEN, PAYMENT, REFUND, LocalEntry, matched_cent
+from tally.domain.recon import OPEN, PAYMENT, REFUND, LocalEntry, ledger_pks, local_entry
 from tally.store.codec import encode, from_item, names_values, to_item
 from tally.store.tables import shard_of
 
@@ -24,10 +24,14 @@ SHARD_INDEX = "by_bill_shard"
 READ_THREADS = 4  # shards read at once by the readers that need a whole day
 
 
-def ledger_shard(key: str) -> int:
-    """The ledger shard of an entry key (`channel#transaction_id`, `channel#refund_no`), by the one key hash
-    (store.tables.shard_of): also the partition its bill row goes to (service/recon_partition.py)."""
-    return shard_of(key, LEDGER_SHARDS)
+def ledger_shard(pk: str) -> int:
+    """The ledger shard of an entry key, by the one key hash (store.tables.shard_of) of the key its bill row
+    names, `channel#id`: an entry's pk is merchant-scoped (`channel#mchid#id`, issue #15; pre-#15 entries are
+    `channel#id` already), the bill's key is not, and bill partition p must hold ledger shard p's keys
+    (service/recon_partition.py). Channel ids never contain `#` (digits; refund numbers are [0-9A-Za-z_-|*@])."""
+    channel, _, rest = pk.partition("#")
+    _, scoped, ident = rest.partition("#")
+    return shard_of(f"{channel}#{ident}" if scoped else pk, LEDGER_SHARDS)
 
 
 def bill_shard(bill_date: str, shard: int) -> str:
@@ -39,7 +43,10 @@ def with_bill_shard(row: dict[str, Any]) -> dict[str, Any]:
     reversals), so every entry is in the by_bill_shard index. A REVERSAL is sharded by the key it reverses."""
     if not row.get("bill_date"):
         return row
-    return {**row, "bill_shard": bill_shard(row["bill_date"], ledger_shard(row.get("reverses") or row["pk"]))}
+    return {
+        **row,
+        "bill_shard": bill_shard(row["bill_date"], ledger_shard(str(row.get("reverses") or row["pk"]))),
+    }
 
 
 def recon_pk(channel: str, mchid: str, bill_date: str) -> str:
@@ -361,15 +368,22 @@ class LedgerView:
         row = self.get(pk)
         if row is None or row.get("kind", PAYMENT) not in (PAYMENT, REFUND):
             return None
-        return LocalEntry(
-            row["pk"],
-            row.get("kind", PAYMENT),
-            matched_cent(row),  # the same figure fold_ledger matches (R43)
-            row.get("bill_date", ""),
-            row.get("transaction_id", ""),
-            row.get("out_trade_no", ""),
-            row.get("refund_no", ""),
-        )
+        return local_entry(row)
+
+    def booked(self, key: str, mchid: str) -> dict[str, Any] | None:
+        """The merchant's entry a bill key `channel#id` names: scoped pk, else a pre-#15 one (`ledger_pks`)."""
+        scoped, legacy = ledger_pks(key, mchid)
+        row = self.get(scoped)
+        if row is None:
+            row = self.get(legacy)
+            row = row if row is not None and row.get("mchid") == mchid else None
+        return row
+
+    def booked_entry(self, key: str, mchid: str) -> LocalEntry | None:
+        row = self.booked(key, mchid)
+        if row is None or row.get("kind", PAYMENT) not in (PAYMENT, REFUND):
+            return None
+        return local_entry(row)
 
     def reversal_put(self, row: dict[str, Any]) -> dict[str, Any]:
         return {

@@ -7,6 +7,11 @@ Every money move here is one conditional write, so it can happen once only:
 * create with the caller's own number, or from a refund task: reserve on the hold (order
   `refundable_cent`, or the task) + put the refund PENDING, in one transaction;
 * outcome: refund status CAS + ledger entry (BOOK) or hold given back (RELEASE) + raw handled=1.
+
+Keys are scoped per merchant (issue #15, docs/contracts.md "Refund keys"): a refund row is
+`pk = mchid#refund_no` (the order's scope: `order_key`), its ledger entry `channel#mchid#refund_no`, so two
+merchants may use the same own refund number. Rows written before that (`pk = refund_no`, ledger
+`channel#refund_no`) are read by `find` and keep their keys (`refund_ledger_key` derives from the row's pk).
 """
 
 from __future__ import annotations
@@ -25,6 +30,34 @@ POLL_SHARDS = 4
 HOLD_PREFIX = "hold#"  # an order attribute per refund reserved but not yet stored as a refund row
 HOLD_ORDER = "order"  # reserved on orders.refundable_cent (a booked payment)
 HOLD_TASK = "task"  # reserved on a refund task (an ILLEGAL payment that was never booked, R17)
+
+
+def refund_key(mchid: str, refund_no: str) -> str:
+    """The refunds table key: a refund number is unique per merchant, like an out_trade_no (`order_key`)."""
+    return f"{mchid}#{refund_no}"
+
+
+def is_legacy_key(pk: str) -> bool:
+    """A row stored before refund keys were scoped (`pk = refund_no`; a refund_no never holds '#')."""
+    return "#" not in pk
+
+
+def refund_ledger_key(refund: dict[str, Any]) -> str:
+    """`channel#mchid#refund_no` (a legacy row: `channel#refund_no`, where its entry already is)."""
+    return f"{refund['channel']}#{refund['pk']}"
+
+
+def legacy_free(table: str, mchid: str, refund_no: str) -> dict[str, Any]:
+    """Transaction item: no pre-upgrade row of THIS merchant holds the number (another merchant's may)."""
+    return {
+        "ConditionCheck": {
+            "TableName": table,
+            "Key": to_item({"pk": refund_no}),
+            "ConditionExpression": "attribute_not_exists(pk) OR mchid <> :m",
+            "ExpressionAttributeValues": names_values(m=mchid),
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+    }
 
 
 def poll_pk(refund_no: str) -> str:
@@ -95,8 +128,25 @@ class RefundStore:
         self.t = t
 
     # ------------------------------------------------------------------ reads
-    def get(self, refund_no: str) -> dict[str, Any] | None:
-        return self.t.base.get(self.t.refunds, refund_no)
+    def get(self, key: str) -> dict[str, Any] | None:
+        """By the row's own key (`refund_key`, or a legacy `refund_no`)."""
+        return self.t.base.get(self.t.refunds, key)
+
+    def find(self, mchid: str, refund_no: str) -> dict[str, Any] | None:
+        """This merchant's refund `refund_no`: one read; a second only when there is none under the scoped
+        key (a row stored before the keys were scoped, or none at all). Another merchant's row is never
+        answered: a legacy row counts only when its `mchid` is this one."""
+        row = self.get(refund_key(mchid, refund_no))
+        if row is not None:
+            return row
+        legacy = self.get(refund_no)
+        return legacy if legacy is not None and legacy.get("mchid") == mchid else None
+
+    def by_number(self, refund_no: str) -> list[dict[str, Any]]:
+        """Every merchant's refund with this number (the operator's lookup; GSI `by_refund_no`, KEYS_ONLY)."""
+        keys = self._query("by_refund_no", "refund_no = :k", k=refund_no)
+        rows = [self.get(k["pk"]) for k in keys[:20]]
+        return [r for r in rows if r is not None]
 
     def for_order(self, order_pk: str) -> list[dict[str, Any]]:
         return self._query("refunds_of_order", "order_pk = :k", k=order_pk)
@@ -141,7 +191,7 @@ class RefundStore:
 
     def move(
         self,
-        refund_no: str,
+        key: str,
         from_status: str,
         to_status: str,
         now: str,
@@ -152,7 +202,7 @@ class RefundStore:
     ) -> dict[str, Any]:
         """Status CAS: the guard that makes every effect riding in the same transaction happen once."""
         sets, removes = status_fields(
-            refund_no, to_status, now, poll_due=poll_due, manual_reason=manual_reason, **fields
+            key, to_status, now, poll_due=poll_due, manual_reason=manual_reason, **fields
         )
         values = {"from": from_status, **{f"v_{k}": v for k, v in sets.items()}}
         assignments = ", ".join(("#st" if k == "status" else k) + f" = :v_{k}" for k in sets)
@@ -160,7 +210,7 @@ class RefundStore:
         return {
             "Update": {
                 "TableName": self.t.refunds,
-                "Key": to_item({"pk": refund_no}),
+                "Key": to_item({"pk": key}),
                 "UpdateExpression": expression,
                 "ConditionExpression": "#st = :from",
                 "ExpressionAttributeNames": {"#st": "status"},
@@ -184,13 +234,13 @@ class RefundStore:
         )
         return {**{k: v for k, v in row.items() if k not in removes}, **sets}
 
-    def set_fields(self, refund_no: str, expect_status: str, **fields: Any) -> bool:
+    def set_fields(self, key: str, expect_status: str, **fields: Any) -> bool:
         """Bookkeeping that moves no money (refund_id, next poll); False if the status changed meanwhile."""
         sets = ", ".join(f"{k} = :{k}" for k in fields)
         try:
             self.t.ddb.update_item(
                 TableName=self.t.refunds,
-                Key=to_item({"pk": refund_no}),
+                Key=to_item({"pk": key}),
                 UpdateExpression=f"SET {sets}",
                 ConditionExpression="#st = :expect",
                 ExpressionAttributeNames={"#st": "status"},
@@ -334,7 +384,7 @@ class RefundStore:
 
     def release_on_hold(self, refund: dict[str, Any], now: str, reason: str) -> dict[str, Any]:
         if refund["hold"] == HOLD_TASK:
-            return self._end_task(refund, "MANUAL", now, f"refund {refund['pk']} failed: {reason}")
+            return self._end_task(refund, "MANUAL", now, f"refund {refund['refund_no']} failed: {reason}")
         return {
             "Update": {
                 "TableName": self.t.base.orders,
@@ -348,7 +398,7 @@ class RefundStore:
         values = names_values(
             to=status,
             refunding="REFUNDING",
-            rn=refund["pk"],
+            rn=refund["refund_no"],
             now=now,
             **({"r": reason[:500]} if reason else {}),
         )
@@ -374,10 +424,10 @@ class RefundStore:
         now: str,
     ) -> dict[str, Any]:
         row = {
-            "pk": f"{refund['channel']}#{refund['pk']}",
+            "pk": refund_ledger_key(refund),
             "kind": "REFUND",
             "channel": refund["channel"],
-            "refund_no": refund["pk"],
+            "refund_no": refund["refund_no"],
             "refund_id": refund_id or refund.get("refund_id"),
             "transaction_id": refund.get("transaction_id"),
             "order_pk": refund["order_pk"],

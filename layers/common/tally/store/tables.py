@@ -275,6 +275,22 @@ class MerchantStore:
     def put(self, row: dict[str, Any]) -> None:
         self.t.ddb.put_item(TableName=self.t.merchants, Item=to_item(row))
 
+    def set_readiness(
+        self, channel: str, merchant_id: str, *, ready: bool, reason: str, checked_at: str
+    ) -> bool | None:
+        """R47: record the live check's verdict on the merchant row; returns the previous `ready` (None: never
+        checked). An absent row is not created (ConditionalCheckFailed propagates)."""
+        answer = self.t.ddb.update_item(
+            TableName=self.t.merchants,
+            Key=to_item({"pk": f"{channel}#{merchant_id}"}),
+            UpdateExpression="SET ready = :ready, ready_reason = :reason, checked_at = :at",
+            ConditionExpression="attribute_exists(pk)",
+            ExpressionAttributeValues=names_values(ready=ready, reason=reason, at=checked_at),
+            ReturnValues="ALL_OLD",
+        )
+        before = from_item(answer.get("Attributes") or {}).get("ready")
+        return None if before is None else bool(before)
+
     def configured(self) -> list[tuple[str, str]]:
         """Every (channel, merchant id): the merchants table is small configuration, so one paged scan."""
         found, kwargs = [], {"TableName": self.t.merchants, "ProjectionExpression": "channel, mchid"}

@@ -87,7 +87,7 @@ class WeChatPayV2(ChannelNames):
         return WeChatV2Refunds(client, v2.notify_url, clock=clock)
 
     def bill_source(self, merchants: Any) -> BillSource | None:
-        return None  # its payments are in the merchant's WeChat bill: v3's download (stored "wechatpay")
+        return None  # the stored "wechatpay" bill: v3's channel owns the choice of v3 or v2 download (R44)
 
     def open_bill(self, data: bytes) -> Bill | None:
         return None

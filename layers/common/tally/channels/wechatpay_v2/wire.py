@@ -403,6 +403,61 @@ class WeChatPayV2Client:
     def close_order(self, out_trade_no: str) -> dict[str, str]:
         return self.call("/pay/closeorder", {"out_trade_no": out_trade_no})
 
+    def download_bill(self, bill_date: str, bill_type: str = "ALL", *, max_bytes: int = 1 << 30) -> bytes:
+        """`/pay/downloadbill` (bill_date YYYYMMDD, tar_type GZIP): the answer is the bill itself (gzip or the
+        CSV, not signed: the v2 API signs no file), or an error XML `return_code FAIL` whose `return_msg` names
+        the case (`No Bill Exist`: no bill for the day -> word NO_BILL_EXIST; `Bill Creating` -> BILL_CREATING).
+        Anything that is neither (an HTML page) is returned as-is for the parser to refuse loudly."""
+        import secrets
+        import urllib.error
+        import urllib.request
+
+        request = {
+            "appid": self.appid,
+            "mch_id": self.mchid,
+            "nonce_str": secrets.token_hex(16),
+            "sign_type": self.sign_type,
+            "bill_date": bill_date.replace("-", ""),
+            "bill_type": bill_type,
+            "tar_type": "GZIP",
+        }
+        if self.sub_mch_id:
+            request["sub_mch_id"] = self.sub_mch_id
+        request["sign"] = sign(request, self.api_key, self.sign_type)
+        http = urllib.request.Request(
+            self.base_url + "/pay/downloadbill",
+            data=to_xml(request).encode("utf-8"),
+            method="POST",
+            headers={"Content-Type": "text/xml; charset=utf-8", "User-Agent": "tally/0.1"},
+        )
+        try:
+            with urllib.request.urlopen(http, timeout=max(self.timeout_s, 30.0)) as resp:
+                raw = resp.read(max_bytes + 1)
+        except urllib.error.HTTPError as err:
+            word = "HTTP_5XX" if err.code >= 500 else f"HTTP_{err.code}"
+            raise ChannelError(
+                f"POST /pay/downloadbill: HTTP {err.code}", word=word, retryable=err.code >= 500
+            ) from None
+        except (urllib.error.URLError, TimeoutError, OSError) as err:
+            raise ChannelError(f"POST /pay/downloadbill: {err}", word="NETWORK", retryable=True) from None
+        if len(raw) > max_bytes:
+            raise ChannelError(f"POST /pay/downloadbill: answer over {max_bytes} bytes", word="TOO_LARGE")
+        if raw.lstrip()[:5] == b"<xml>":
+            try:
+                answer = parse_xml(raw[: 1 << 16])
+            except XmlError as exc:
+                raise ChannelError(f"POST /pay/downloadbill: {exc}", word="NOT_XML") from None
+            message = answer.get("return_msg", "")[:64]
+            word = {"no bill exist": "NO_BILL_EXIST", "bill creating": "BILL_CREATING"}.get(
+                message.strip().lower(), answer.get("error_code") or "RETURN_FAIL"
+            )
+            raise ChannelError(
+                f"POST /pay/downloadbill: return_code {answer.get('return_code', '')[:20]!r} {message}",
+                word=word,
+                retryable=word == "BILL_CREATING",
+            )
+        return raw
+
     def call(self, path: str, fields: dict[str, str]) -> dict[str, str]:
         import secrets
         import urllib.error

@@ -71,9 +71,12 @@ class WeChatPayV3(ChannelNames):
         return WeChatRefunds(merchants.client(merchant), merchant.notify_url)
 
     def bill_source(self, merchants: Any) -> BillSource | None:
+        """The merchant's WeChat trade bill, v3's `/v3/bill/tradebill` or v2's `/pay/downloadbill` as its
+        records say (R44, channels/wechatpay_v2/bills.py); v2's payments are in the same bill."""
+        from tally.channels.wechatpay_v2.bills import WeChatBillChoice, WeChatV2BillSource
         from tally.channels.wechatpay_v3.bills import WeChatBillSource
 
-        return WeChatBillSource(merchants)
+        return WeChatBillChoice(merchants, WeChatBillSource(merchants), WeChatV2BillSource(merchants))
 
     def open_bill(self, data: bytes) -> Bill | None:
         from tally.channels.wechatpay_v3.bills import WeChatBill
@@ -109,6 +112,32 @@ class WeChatPayV3(ChannelNames):
             )
         else:
             code_url = client.native_prepay(appid=merchant.appid, **terms)
+        return {"code_url": code_url}
+
+    def combine_prepay(
+        self,
+        merchants: Any,
+        merchant: Any,
+        combine_out_trade_no: str,
+        sub_orders: list[dict[str, Any]],
+        *,
+        expire_s: float,
+    ) -> dict[str, str]:
+        """Combine Native prepay (wechatpay_v3/combine.py) with the combine merchant's credentials: a direct
+        merchant's own, or a service provider's with its sub-merchants' orders as sub_orders (R11)."""
+        from datetime import datetime
+
+        from tally.channels.wechatpay_v3 import combine
+        from tally.domain.recon import CHINA
+
+        code_url = combine.native_prepay(
+            merchants.client(merchant),
+            combine_appid=merchant.appid,
+            combine_out_trade_no=combine_out_trade_no,
+            sub_orders=sub_orders,
+            notify_url=merchant.notify_url,
+            time_expire=datetime.fromtimestamp(expire_s, CHINA).isoformat(timespec="seconds"),
+        )
         return {"code_url": code_url}
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from tally import errors
 from tally.channels.retry import with_retries
+from tally.channels.wechatpay_v3 import combine
 from tally.channels.wechatpay_v3 import wire as wx
 from tally.domain.poll import Answer, CloseResult, QueryResult, lookup
 
@@ -30,6 +31,8 @@ class WeChatPayV3Pull:
         return self.merchants.client(merchant), (order["mchid"] if sp else None)
 
     def query(self, order: dict[str, Any], fast: bool = False) -> QueryResult:
+        if order.get("combine_out_trade_no"):
+            return self._query_combine(order, fast)
         try:
             client, sub = self._client(order)
             response = with_retries(
@@ -61,6 +64,49 @@ class WeChatPayV3Pull:
         if answer is Answer.PAID and notice is None:
             return QueryResult(Answer.PERSON, state, detail="paid answer without transaction_id")
         return QueryResult(answer, state, notice=notice, body=response.raw, headers=response.headers)
+
+    def _query_combine(self, order: dict[str, Any], fast: bool) -> QueryResult:
+        """A sub-order of a combine order is asked about through its combine order (GET
+        /v3/combine-transactions/out-trade-no/{combine_out_trade_no}) with the combine merchant's credentials;
+        only the sub-order that is this order (number and merchant) is read from the answer (R11)."""
+        combine_no = str(order["combine_out_trade_no"])
+        try:
+            client = self.merchants.client(
+                self.merchants.wechatpay(order.get("combine_mchid") or order["mchid"])
+            )
+            response = with_retries(
+                lambda: combine.query(client, combine_no),
+                attempts=1 if fast else self.attempts,
+                sleep=self.sleep,
+            )
+        except errors.NotFound as exc:
+            return QueryResult(Answer.PERSON, "UNKNOWN_MERCHANT", detail=str(exc))
+        except wx.ChannelError as exc:
+            answer, mapped = lookup(wx.QUERY_ERROR, exc.word)
+            return QueryResult(answer, exc.word, detail=str(exc)[:300], mapped=mapped)
+        data = response.data if isinstance(response.data, dict) else {}
+        try:
+            combine_mchid, answered_no, notices = combine.sub_notices(data, source="query")
+        except wx.DecryptError as exc:
+            return QueryResult(Answer.PERSON, "COMBINE_UNUSABLE", detail=str(exc)[:300])
+        if answered_no != combine_no or combine_mchid != client.creds.mchid:
+            return QueryResult(Answer.PERSON, "OTHER_COMBINE", detail=f"answer is about {answered_no[:40]!r}")
+        mine = [n for n in notices if n.out_trade_no == order["out_trade_no"] and n.mchid == order["mchid"]]
+        if len(mine) != 1:
+            return QueryResult(Answer.PERSON, "NO_SUB_ORDER", detail=f"{len(mine)} sub-orders are this order")
+        notice = mine[0]
+        answer, mapped = lookup(wx.QUERY_STATE, notice.trade_state)
+        if not mapped:
+            return QueryResult(answer, notice.trade_state, detail="trade_state in no table", mapped=False)
+        if answer is Answer.PAID and not notice.transaction_id:
+            return QueryResult(Answer.PERSON, notice.trade_state, detail="paid answer without transaction_id")
+        return QueryResult(
+            answer,
+            notice.trade_state,
+            notice=notice if notice.transaction_id else None,
+            body=response.raw,
+            headers=response.headers,
+        )
 
     def close(self, order: dict[str, Any]) -> CloseResult:
         try:

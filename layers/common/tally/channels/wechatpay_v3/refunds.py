@@ -38,6 +38,20 @@ CREATE_ERRORS: dict[str, AnswerKind] = {
     "MCH_NOT_EXISTS": AnswerKind.REJECTED,
 }
 
+# apply-abnormal-refund (POST {CREATE_PATH}/{refund_id}/apply-abnormal-refund): where an ABNORMAL refund goes
+# instead (the operator's word → the channel's `type`); the user's card needs its three fields, the last two
+# encrypted with the platform key.
+ABNORMAL_ROUTES = {"merchant-bank-card": "MERCHANT_BANK_CARD", "user-bank-card": "USER_BANK_CARD"}
+USER_CARD_FIELDS = ("bank_type", "bank_account", "real_name")
+ABNORMAL_ERRORS: dict[str, AnswerKind] = {
+    "SYSTEM_ERROR": AnswerKind.RETRY,
+    "FREQUENCY_LIMITED": AnswerKind.RETRY,
+    "PARAM_ERROR": AnswerKind.REJECTED,
+    "INVALID_REQUEST": AnswerKind.REJECTED,  # e.g. the refund is not (or no longer) ABNORMAL
+    "RESOURCE_NOT_EXISTS": AnswerKind.REJECTED,
+    "NO_AUTH": AnswerKind.REJECTED,
+}
+
 EVENT_TYPES = ("REFUND.SUCCESS", "REFUND.ABNORMAL", "REFUND.CLOSED")
 
 
@@ -108,6 +122,36 @@ class WeChatRefunds:
             answer = self.client.request("POST", CREATE_PATH, body)
         except wx.ChannelError as exc:
             return _error_answer(exc, CREATE_ERRORS)
+        return _refund_answer(answer, AnswerKind.ACCEPTED)
+
+    def apply_abnormal(
+        self, refund: dict[str, Any], route: str, card: dict[str, str] | None = None
+    ) -> ChannelAnswer:
+        """Send an ABNORMAL refund to the merchant's bank account or the user's bank card. ACCEPTED means the
+        channel took the new route (PROCESSING again): the outcome still comes only by notification or query."""
+        kind = ABNORMAL_ROUTES.get(route)
+        if kind is None:
+            raise ValueError(f"route must be one of {', '.join(ABNORMAL_ROUTES)}, not {route!r}")
+        if not refund.get("refund_id"):
+            raise ValueError(f"refund {refund['refund_no']} has no channel refund_id yet")
+        body: dict[str, Any] = {"out_refund_no": refund["refund_no"], "type": kind}
+        if refund.get("mchid") and refund["mchid"] != self.client.creds.mchid:
+            body["sub_mchid"] = refund["mchid"]  # a provider's credentials, the sub-merchant's refund (R11)
+        serial = None
+        if kind == "USER_BANK_CARD":
+            missing = [f for f in USER_CARD_FIELDS if not (card or {}).get(f)]
+            if missing:
+                raise ValueError(f"the user's bank card needs {', '.join(missing)}")
+            assert card is not None
+            serial, key = self.client.encryption_key()
+            body["bank_type"] = card["bank_type"]
+            body["bank_account"] = wx.encrypt_sensitive(key, card["bank_account"])
+            body["real_name"] = wx.encrypt_sensitive(key, card["real_name"])
+        path = f"{CREATE_PATH}/{quote(str(refund['refund_id']), safe='')}/apply-abnormal-refund"
+        try:
+            answer = self.client.request("POST", path, body, serial=serial)
+        except wx.ChannelError as exc:
+            return _error_answer(exc, ABNORMAL_ERRORS)
         return _refund_answer(answer, AnswerKind.ACCEPTED)
 
     def query(self, refund: dict[str, Any]) -> ChannelAnswer:

@@ -282,6 +282,13 @@ def aes_gcm_decrypt(apiv3_key: bytes, nonce: str, associated_data: str, cipherte
         raise DecryptError(f"undecryptable resource: {exc}") from None
 
 
+def encrypt_sensitive(public_key: rsa.RSAPublicKey, text: str) -> str:
+    """A sensitive request field (a bank account, a real name) for WeChat: RSA-OAEP with the platform key,
+    base64; the request names that key's serial in `Wechatpay-Serial`."""
+    oaep = padding.OAEP(mgf=padding.MGF1(algorithm=hashes.SHA1()), algorithm=hashes.SHA1(), label=None)
+    return base64.b64encode(public_key.encrypt(text.encode(), oaep)).decode()
+
+
 def aes_gcm_encrypt(apiv3_key: bytes, nonce: str, associated_data: str, plaintext: bytes) -> str:
     return base64.b64encode(
         AESGCM(apiv3_key).encrypt(nonce.encode(), plaintext, associated_data.encode())
@@ -527,6 +534,18 @@ class WeChatPayClient:
             raise ChannelError("tradebill answered without download_url/hash_value")
         return {k: str(answer.get(k) or "") for k in ("hash_type", "hash_value", "download_url")}
 
+    def fundflowbill(self, bill_date: str, account_type: str = "BASIC") -> dict[str, str]:
+        """The fund-flow bill (资金账单) of one account and day: {hash_type, hash_value, download_url}, as
+        tradebill (the same NO_STATEMENT_EXIST / STATEMENT_CREATING codes); downloaded with download_bill."""
+        answer = self.request(
+            "GET",
+            f"/v3/bill/fundflowbill?bill_date={bill_date}&account_type={account_type}&tar_type=GZIP",
+            None,
+        )
+        if not isinstance(answer, dict) or not answer.get("download_url") or not answer.get("hash_value"):
+            raise ChannelError("fundflowbill answered without download_url/hash_value")
+        return {k: str(answer.get(k) or "") for k in ("hash_type", "hash_value", "download_url")}
+
     def download_bill(self, download_url: str) -> bytes:
         """§3.1 step 2: GET download_url, signed like any request; the answer is NOT signed (raw bytes).
         Only URLs on our API host are followed (we sign the request: never for another host)."""
@@ -552,14 +571,38 @@ class WeChatPayClient:
         except (urllib.error.URLError, TimeoutError, OSError) as err:
             raise ChannelError(f"GET {parts.path}: {err}", retryable=True) from None
 
+    def encryption_key(self) -> tuple[str, rsa.RSAPublicKey]:
+        """(serial, key) sensitive fields are encrypted with: the WeChat Pay public key when the merchant has
+        one, else the platform certificate that stays valid longest."""
+        keys = self.creds.platform
+        if self.creds.public_key_id and keys.get(self.creds.public_key_id) is not None:
+            return self.creds.public_key_id, keys.by_serial[self.creds.public_key_id]
+        serials = sorted(keys.by_serial, key=lambda s: keys.expires.get(s, 0.0))
+        if not serials:
+            raise ChannelError("no platform key to encrypt a sensitive field with", code="NO_PLATFORM_KEY")
+        return serials[-1], keys.by_serial[serials[-1]]
+
     def request(
-        self, method: str, path: str, body: dict[str, Any] | None, *, verify_with_new: bool = False
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None,
+        *,
+        verify_with_new: bool = False,
+        serial: str | None = None,
     ) -> Any:
-        return self.exchange(method, path, body, verify_with_new=verify_with_new).data
+        return self.exchange(method, path, body, verify_with_new=verify_with_new, serial=serial).data
 
     def exchange(
-        self, method: str, path: str, body: dict[str, Any] | None, *, verify_with_new: bool = False
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None,
+        *,
+        verify_with_new: bool = False,
+        serial: str | None = None,
     ) -> Response:
+        """`serial`: the platform key that encrypted a sensitive field of `body` (sent as Wechatpay-Serial)."""
         payload = "" if body is None else json.dumps(body, ensure_ascii=False, separators=(",", ":"))
         ts, nonce = int(self.clock()), nonce_str()
         headers = {
@@ -570,8 +613,8 @@ class WeChatPayClient:
             "Content-Type": "application/json",
             "User-Agent": "tally/0.1",
         }
-        if self.creds.public_key_id:
-            headers["Wechatpay-Serial"] = self.creds.public_key_id
+        if serial or self.creds.public_key_id:
+            headers["Wechatpay-Serial"] = serial or str(self.creds.public_key_id)
         req = urllib.request.Request(
             self.base_url + path, data=payload.encode() or None, headers=headers, method=method
         )

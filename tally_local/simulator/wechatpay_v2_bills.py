@@ -1,0 +1,117 @@
+"""WeChat Pay v2's trade bill (``POST /pay/downloadbill``, ``sim.wechatpay_v2.bills``), from the v2 desk's paid orders.
+
+The request is the v2 signed XML (``bill_date`` YYYYMMDD, ``bill_type`` ALL, ``tar_type`` GZIP optional); the answer
+is the file itself (the same ALL layout as v3's bill, built by ``bills.BillBook.bill``), gzip when asked, not
+signed; or an error XML ``<return_code>FAIL</return_code><return_msg>No Bill Exist</return_msg>`` for a day without
+rows. Never imports tally.*.
+
+Faults (``sim.wechatpay_v2.bills.fault(kind)``): the trade-bill faults that exist on v2's wire:
+``empty_nonzero_summary``, ``changed_header``, ``html_error``, ``wrong_summary``, ``volume_drop``, ``no_statement``
+(No Bill Exist even with rows), ``mixed_encoding``, and ``statement_creating`` (``Bill Creating``). v2 sends no hash,
+so ``wrong_hash`` has no v2 form.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import gzip
+from typing import Any
+
+from . import kernel as k
+from .bills import FAULTS as V3_FAULTS
+from .bills import BillBook, _fee
+from .faults import FaultQueue
+
+FAULTS = tuple(f for f in V3_FAULTS if f != "wrong_hash")
+HTML = b"<!DOCTYPE html>\r\n<html><head><title>500 Internal Server Error</title></head></html>\r\n"
+
+
+class V2BillBook(BillBook):
+    """The v2 desk's trade bills: payments (``pay(..., time_end=…)`` places one in time)."""
+
+    def __init__(self, v2: Any):  # noqa: D107 - no v3 desk: the rows come from the v2 orders
+        self.v2 = v2
+        self._faults = FaultQueue()
+        self.requests: list[dict[str, str]] = []
+
+    def fault(self, kind: str, count: int = 1) -> None:
+        if kind not in FAULTS:
+            raise ValueError(f"unknown v2 bill fault {kind!r}; one of {FAULTS}")
+        self._faults.arm({"kind": kind}, count)
+
+    def rows(self, mchid: str, bill_date: str) -> list[list[str]]:
+        day = dt.date.fromisoformat(bill_date)
+        with self.v2._lock:
+            paid = [
+                dict(o)
+                for o in self.v2.orders.values()
+                if o.get("owner") == str(mchid) and o.get("trade_state") == "SUCCESS" and o.get("time_end")
+            ]
+        rows = []
+        for o in sorted(paid, key=lambda o: o["time_end"]):
+            when = dt.datetime.strptime(o["time_end"], "%Y%m%d%H%M%S")
+            if when.date() != day:
+                continue
+            total = o["total_fee"]
+            rows.append(
+                [
+                    when.strftime("%Y-%m-%d %H:%M:%S"),
+                    self.v2.merchant(o["mch_id"]).appid,
+                    o["mch_id"],
+                    o.get("sub_mch_id") or "0",
+                    "",
+                    o["transaction_id"],
+                    o["out_trade_no"],
+                    "o" + o["transaction_id"][-27:],
+                    "NATIVE",
+                    "SUCCESS",
+                    "OTHERS",
+                    "CNY",
+                    k.yuan(total),
+                    "0.00",
+                    "0",
+                    "0",
+                    "0.00",
+                    "0.00",
+                    "",
+                    "",
+                    "模拟商品",
+                    "",
+                    f"{_fee(total):.5f}",
+                    "0.60%",
+                    k.yuan(total),
+                    "0.00",
+                    "",
+                ]
+            )
+        return rows
+
+    def downloadbill(self, owner: str, req: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
+        """The answer of a verified ``/pay/downloadbill`` request (the desk checked mch_id and sign)."""
+        from .wechatpay_v2 import xml_of
+
+        self.requests.append({"mch_id": owner, "bill_date": req.get("bill_date", "")})
+
+        def fail(message: str) -> tuple[int, dict[str, str], bytes]:
+            return 200, {"Content-Type": "text/xml"}, xml_of({"return_code": "FAIL", "return_msg": message})
+
+        try:
+            day = dt.datetime.strptime(req.get("bill_date", ""), "%Y%m%d").date()
+        except ValueError:
+            return fail("invalid bill_date")
+        if req.get("bill_type", "ALL") != "ALL":
+            return fail("simulator serves bill_type=ALL only")
+        if day >= k.now_cst().date():
+            return fail("Bill Date Error")
+        fault = self._take_fault()
+        if fault == "statement_creating":
+            return fail("Bill Creating")
+        bill_date = day.isoformat()
+        if fault == "no_statement" or (not self.rows(owner, bill_date) and fault is None):
+            return fail("No Bill Exist")
+        if fault == "html_error":
+            return 200, {"Content-Type": "text/html"}, HTML
+        data = self.bill(owner, bill_date, fault)
+        if req.get("tar_type") == "GZIP":
+            return 200, {"Content-Type": "application/x-gzip"}, gzip.compress(data)
+        return 200, {"Content-Type": "text/plain; charset=utf-8"}, data

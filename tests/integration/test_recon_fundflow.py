@@ -1,0 +1,142 @@
+"""R45, the fund-flow leg on moto + real HTTP to the simulator: WeChat's 资金账单 (BASIC) downloaded, kept
+(hash-named, never overwritten), parsed and guarded, then checked per ledger day with the T+1 lag against the
+ledger and the kept trade bill; SETTLEMENT_DIFFERS diffs share recon_diff's handle status and history."""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+
+import pytest
+
+from tests.integration.test_recon import metric, pay, s3_keys
+
+D = "2024-05-01"
+D1 = "2024-05-02"
+CST = dt.timezone(dt.timedelta(hours=8))
+
+
+@pytest.fixture
+def m(h):
+    return h.add_merchant(mchid=str(random.randrange(10**9, 10**10)))
+
+
+@pytest.fixture(autouse=True)
+def _clean(sim):
+    yield
+    sim.bills.fundflow.faults.clear()
+
+
+def a_day(h, svc, mchid, amounts=(100, 2550, 999)):
+    for i, cents in enumerate(amounts):
+        pay(h, mchid, cents, f"{D}T1{i}:00:00+08:00")
+    assert svc.run("wechatpay", mchid, D)["status"] == "MATCHED"  # the trade bill, kept
+
+
+def fund_diffs(svc, mchid):
+    return {d["sk"]: d for d in svc.show("wechatpay", mchid, D)["diffs"] if d["cls"] == "SETTLEMENT_DIFFERS"}
+
+
+def test_r45_a_day_whose_money_landed_agrees_and_the_fund_flow_is_kept_once(h, svc, m):
+    a_day(h, svc, m["mchid"])
+    run = svc.fund_flow("wechatpay", m["mchid"], D)
+    assert run["status"] == "MATCHED" and run["fund_verdict"] == "AGREED", run["reason"]
+    assert run["figures"]["fund"]["settlement_cent"] == 3649 == run["figures"]["ledger"]["settlement_cent"]
+    assert run["figures"]["fund"]["fee_cent"] == run["figures"]["trade"]["fee_cent"] > 0
+    keys = s3_keys(f"bills/fundflow/wechatpay/{m['mchid']}/{D1}/")
+    assert len(keys) == 1 and keys[0].startswith(f"bills/fundflow/wechatpay/{m['mchid']}/{D1}/BASIC.")
+    again = svc.fund_flow("wechatpay", m["mchid"], D)
+    assert again["status"] == "MATCHED"
+    assert (
+        s3_keys(f"bills/fundflow/wechatpay/{m['mchid']}/{D1}/") == keys
+    )  # never overwritten, no second copy
+
+
+def test_r45_a_missing_settlement_credit_and_a_planted_fee_error_are_diffs_with_history(h, sim, svc, m):
+    a_day(h, svc, m["mchid"])
+    sim.bills.fundflow.fault("drop_credit", count=2)  # both fund-flow days asked (D for refunds, D+1 credits)
+    run = svc.fund_flow("wechatpay", m["mchid"], D)
+    assert run["status"] == "DIFFS" and run["fund_verdict"] == "FUND_DIFFERS", run["reason"]
+    diffs = fund_diffs(svc, m["mchid"])
+    settlement = diffs[f"SETTLEMENT#{m['mchid']}#{D}"]
+    assert (
+        settlement["local_amount_cent"] - settlement["channel_amount_cent"] == 100
+    )  # the dropped 1.00 credit
+    assert settlement["handle_status"] == "OPEN" and settlement["history"][0]["action"] == "OPENED"
+    assert metric(h, "ReconDiffOpened") >= 1
+    # the trade run of the same day does not heal the fund-flow diffs (neither sees the other's)
+    assert svc.run("wechatpay", m["mchid"], D)["status"] == "DIFFS"
+    assert fund_diffs(svc, m["mchid"])[settlement["sk"]]["handle_status"] == "OPEN"
+    # the money lands (a clean bill): the diff is resolved by recon, with a history line
+    healed = svc.fund_flow("wechatpay", m["mchid"], D)
+    assert healed["status"] == "MATCHED", healed["reason"]
+    after = fund_diffs(svc, m["mchid"])[settlement["sk"]]
+    assert after["handle_status"] == "RESOLVED" and after["history"][-1]["by"] == "recon"
+
+
+def test_r45_a_fee_charged_one_fen_off_is_a_fee_diff(h, sim, svc, m):
+    a_day(h, svc, m["mchid"])
+    sim.bills.fundflow.fault("fee_off_by_one", count=2)
+    run = svc.fund_flow("wechatpay", m["mchid"], D)
+    assert run["fund_verdict"] == "FUND_DIFFERS"
+    fee = fund_diffs(svc, m["mchid"])[f"FEE#{m['mchid']}#{D}"]
+    assert fee["channel_amount_cent"] - fee["local_amount_cent"] == 1 and fee["handle_status"] == "OPEN"
+
+
+def test_r45_a_late_fund_flow_is_blocked_not_agreed(h, sim, svc, m, monkeypatch):
+    a_day(h, svc, m["mchid"])
+    sim.bills.fundflow.fault("late_day", count=2)
+    monkeypatch.setattr(svc, "clock", lambda: dt.datetime(2024, 5, 2, 11, 0, tzinfo=CST).timestamp())  # wait
+    run = svc.fund_flow("wechatpay", m["mchid"], D)
+    assert run["status"] == "RETRY" and "not in yet" in run["reason"]
+    sim.bills.fundflow.fault("late_day", count=2)
+    monkeypatch.setattr(svc, "clock", lambda: dt.datetime(2024, 5, 4, 11, 0, tzinfo=CST).timestamp())  # late
+    run = svc.fund_flow("wechatpay", m["mchid"], D)
+    assert run["status"] == "BLOCKED" and run["block_code"] == "FUND_FLOW_LATE", run["reason"]
+    assert metric(h, "ReconFundFlowLate") == 1 and metric(h, "ReconBlocked") == 1
+
+
+@pytest.mark.parametrize(
+    "fault, code",
+    [
+        ("html_error", "PARSE_FAILED"),
+        ("wrong_summary", "SUMMARY_MISMATCH"),
+        ("empty_nonzero_summary", "EMPTY_BILL"),
+    ],
+)
+def test_r45_a_broken_fund_flow_is_refused_by_the_guards_R31_R32(h, sim, svc, m, fault, code):
+    a_day(h, svc, m["mchid"], amounts=(300,))
+    svc.fund_flow("wechatpay", m["mchid"], D)  # clean first: the fault then hits both days below
+    sim.bills.fundflow.fault(fault, count=2)
+    run = svc.fund_flow("wechatpay", m["mchid"], D)
+    assert run["status"] == "BLOCKED" and run["block_code"] == code, run["reason"]
+
+
+def test_r45_the_schedule_checks_the_fund_flow_of_t2_and_t3_and_a_v2_only_merchant_is_blocked(h, sim, svc, m):
+    from tally.service.recon import ReconService
+
+    from tests.integration.test_recon_v2 import new_v2
+
+    a_day(h, svc, m["mchid"])
+    v2 = new_v2(h, sim)
+    tick = dt.datetime(2024, 5, 3, 10, 30, tzinfo=CST).timestamp()  # D is T+2
+    service = ReconService(
+        svc.store,
+        svc.ledger,
+        svc.archive,
+        svc.sources,
+        None,
+        lambda: [("wechatpay", m["mchid"]), ("wechatpay_v2", v2["mch_id"])],
+        clock=lambda: tick,
+        fund_sources=svc.fund_sources,
+    )
+    fund = {(r["mchid"], r["bill_date"]): r for r in service.scheduled() if r.get("leg") == "fundflow"}
+    assert set(fund) == {
+        (m["mchid"], D),
+        (m["mchid"], "2024-04-30"),
+        (v2["mch_id"], D),
+        (v2["mch_id"], "2024-04-30"),
+    }
+    assert fund[(m["mchid"], D)]["fund_verdict"] == "AGREED"
+    assert fund[(v2["mch_id"], D)]["block_code"] == "NO_BILL_SOURCE"  # loud, not a crash of the tick
+    assert not [r for r in service.scheduled() if r.get("leg") == "fundflow"]  # finished: not re-run
