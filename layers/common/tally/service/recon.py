@@ -700,12 +700,15 @@ class ReconService:
                 late.append(day)
         trade = self._trade_figures(channel, mchid, ledger_day)
         local = fold_ledger(self.ledger.day(channel, mchid, ledger_day))
+        booked_fees = list(self.ledger.fees(channel, mchid, ledger_day).values())
         ledger = DayFigures(
             sum(e.amount_cent for e in local.values() if e.kind == PAYMENT),
             sum(e.amount_cent for e in local.values() if e.kind != PAYMENT),
-            # fees are not ledger entries yet (docs/settlement.md §6.5): the trade bill's fees stand in
-            trade.fee_cent if trade else 0,
-            trade.fee_returned_cent if trade else 0,
+            # the day's FEE entries (docs/settlement.md §6.5); a day without any: the trade bill's fees stand in
+            sum(f for f in booked_fees if f > 0) if booked_fees else (trade.fee_cent if trade else 0),
+            -sum(f for f in booked_fees if f < 0)
+            if booked_fees
+            else (trade.fee_returned_cent if trade else 0),
         )
         result = check_day(mchid, channel, ledger_day, ledger, trade=trade, fund_days=fund_days, lag=lag)
         run["fund_verdict"] = result.code
