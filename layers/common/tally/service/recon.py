@@ -71,7 +71,7 @@ from tally.domain.recon import (
 from tally.observability import M, count, logger
 from tally.service.ledger_day import statement_text
 from tally.service.recon_partition import Partitioned, file_lines, partition_bill, tmp_dir
-from tally.service.recon_sources import NO_STATEMENT, NOT_READY, DownloadFailed, OpenedBill, gunzip
+from tally.service.recon_sources import NO_STATEMENT, NOT_READY, DownloadFailed, OpenedBill
 from tally.store.recon import BillArchive, LedgerView, ReconStore, recon_pk
 from tally.store.tables import iso_now
 
@@ -979,12 +979,11 @@ def _figures(f: DayFigures) -> dict[str, int]:
 
 def fund_flow_parser(channel: str, data: bytes, account: str) -> Any:
     """The channel's fund-flow parser over one kept file (WeChat: the decompressed CSV)."""
-    from tally.channels.bill_source import lines_of
-
-    if channel == "wechatpay":
-        from tally.channels.wechatpay_v3.fundflow import WeChatFundFlowParser
-
-        return WeChatFundFlowParser(lines_of(gunzip(data)), account=account)
+    for owner in channel_registry.all_channels():
+        if owner.stored == channel:
+            parser = owner.open_fund_flow(data, account)
+            if parser is not None:
+                return parser
     raise BillParseError(f"no fund-flow parser for channel {channel!r}")
 
 
