@@ -179,6 +179,11 @@ class ChannelNames:
         """The `channel` metric dimension value (template alarms filter on it)."""
         return self.route
 
+    def live_check(self, merchants: Any, merchant_id: str, *, download: bool = True) -> list[Finding]:
+        """The channel package's doctor (channels/<name>/doctor.py, imported on first use)."""
+        doctor = importlib.import_module(f"tally.channels.{self.name}.doctor")
+        return doctor.live_check(merchants, merchant_id, download=download)
+
     def read_notification(
         self,
         request: Any,
@@ -196,11 +201,6 @@ class ChannelNames:
         return notify.read_notification(
             request, merchant, merchants, clock=clock, window_s=window_s, received_at=received_at
         )
-
-    def live_check(self, merchants: Any, merchant_id: str, *, download: bool = True) -> list[Finding]:
-        """The channel package's doctor (channels/<name>/doctor.py, imported on first use)."""
-        doctor = importlib.import_module(f"tally.channels.{self.name}.doctor")
-        return doctor.live_check(merchants, merchant_id, download=download)
 
 
 _NOTIFY: dict[str, Any] = {}  # channel name -> its notify module, imported on the first callback
