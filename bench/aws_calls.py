@@ -34,6 +34,7 @@ def run() -> list[tuple[str, ...]]:
     from moto import mock_aws
     from tally import bootstrap
     from tally.apigw import HttpRequest
+    from tally.channels import registry
 
     from tally_local.resources import create_from_template
     from tally_local.simulator import ChannelSimulator
@@ -94,17 +95,19 @@ def run() -> list[tuple[str, ...]]:
                 sqs.delete_message(QueueUrl=env["APPLY_QUEUE_URL"], ReceiptHandle=msg["ReceiptHandle"])
             return [json.loads(msg["Body"]) for msg in msgs]
 
-        ingest.wechatpay_v3(pay("BENCH-WARMUP-1"))  # warm: merchant credentials cached per container
+        ingest.notify(
+            registry.get("wechatpay_v3"), pay("BENCH-WARMUP-1")
+        )  # warm: merchant credentials cached per container
         for body in work():
             apply.apply(body["raw_key"], body.get("notice"))
         request = pay("BENCH-ORDER-02")
         with counting(clients) as first:
-            ingest.wechatpay_v3(request)
+            ingest.notify(registry.get("wechatpay_v3"), request)
         (message,) = work()
         with counting(clients) as worker:
             apply.apply(message["raw_key"], message.get("notice"))
         with counting(clients) as duplicate:
-            ingest.wechatpay_v3(request)
+            ingest.notify(registry.get("wechatpay_v3"), request)
         # the poller's confirmation of a payment whose callbacks were all lost (query + book in one go)
         lost = "BENCH-ORDER-03"
         orders.create(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 from tally.apigw import HttpRequest
+from tally.channels import registry
 from tally.channels.wechatpay_v3 import wire as wx
 from tally.service.ingest import IngestService
 
@@ -53,7 +54,7 @@ def run_wechat() -> list[tuple[str, ...]]:
     merchant = type("M", (), {"creds": creds})()
     service = IngestService(_Merchants(merchant), _Stub(), _Stub(), _Stub(), clock=time.time)
     request = HttpRequest("POST", f"/notify/wechatpay/{m['mchid']}", lower, body, {"mchid": m["mchid"]})
-    assert service.wechatpay_v3(request).status == 204
+    assert service.notify(registry.get("wechatpay_v3"), request).status == 204
 
     from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
@@ -72,7 +73,9 @@ def run_wechat() -> list[tuple[str, ...]]:
             envelope["nonce"], envelope["ciphertext"], envelope["associated_data"], m["apiv3_key"]
         )
 
-    ours = per_call_us(lambda: service.wechatpay_v3(request), repeat=7, clock=time.process_time)
+    ours = per_call_us(
+        lambda: service.notify(registry.get("wechatpay_v3"), request), repeat=7, clock=time.process_time
+    )
     theirs = per_call_us(reference, repeat=7, clock=time.process_time)
     return [
         (

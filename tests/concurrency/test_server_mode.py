@@ -27,6 +27,7 @@ import pytest
 from moto.server import ThreadedMotoServer
 from tally import bootstrap
 from tally.apigw import HttpRequest
+from tally.channels import registry
 from tally.service.apply import RetryLater
 from tally.store.codec import from_item, names_values, to_item
 from tally.store.tables import iso_now, order_key
@@ -205,7 +206,10 @@ def test_R7_R9_R18_32_simultaneous_deliveries_then_32_racing_workers_book_once(s
     ingest = bootstrap.ingest_service()
 
     answers = together(
-        THREADS, lambda i: ingest.wechatpay_v3(HttpRequest.from_event(event_for(stack, headers, body)))
+        THREADS,
+        lambda i: ingest.notify(
+            registry.get("wechatpay_v3"), HttpRequest.from_event(event_for(stack, headers, body))
+        ),
     )
     assert [a if isinstance(a, Exception) else a.status for a in answers] == [204] * THREADS
     tx = resource["transaction_id"]
@@ -246,8 +250,8 @@ def test_R7_R19_ingest_and_apply_racing_in_every_thread(stack):
     tx = resource["transaction_id"]
 
     def deliver_and_apply(i):
-        answer = bootstrap.ingest_service().wechatpay_v3(
-            HttpRequest.from_event(event_for(stack, headers, body))
+        answer = bootstrap.ingest_service().notify(
+            registry.get("wechatpay_v3"), HttpRequest.from_event(event_for(stack, headers, body))
         )
         for _ in range(10):
             try:
@@ -276,7 +280,9 @@ def test_R17_R19_two_payments_racing_for_one_order_book_one_and_refund_the_other
 
     def deliver_and_apply(i):
         tx, headers, body = notes[i % 2]
-        bootstrap.ingest_service().wechatpay_v3(HttpRequest.from_event(event_for(stack, headers, body)))
+        bootstrap.ingest_service().notify(
+            registry.get("wechatpay_v3"), HttpRequest.from_event(event_for(stack, headers, body))
+        )
         for _ in range(10):
             try:
                 return bootstrap.apply_service().apply(f"wechatpay#{stack['mchid']}#{tx}").value
@@ -330,7 +336,7 @@ def test_R7_R9_R18_R19_R21_R23_32_deliveries_racing_the_poller_and_the_return_pa
         barrier.wait(timeout=30)
         return (
             bootstrap.ingest_service()
-            .wechatpay_v3(HttpRequest.from_event(event_for(stack, headers, body)))
+            .notify(registry.get("wechatpay_v3"), HttpRequest.from_event(event_for(stack, headers, body)))
             .status
         )
 

@@ -23,6 +23,7 @@ from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_ba
 from moto.server import ThreadedMotoServer
 from tally import bootstrap
 from tally.apigw import HttpRequest
+from tally.channels import registry
 from tally.domain.refunds import ExceedsRefundable
 from tally.service.refunds import RefundConflict
 from werkzeug.serving import make_server
@@ -115,7 +116,7 @@ def paid(sim, amount):
         body,
         {"mchid": m["mchid"]},
     )
-    assert bootstrap.ingest_service().wechatpay_v3(request).status == 204
+    assert bootstrap.ingest_service().notify(registry.get("wechatpay_v3"), request).status == 204
     assert bootstrap.apply_service().apply(f"wechatpay#{m['mchid']}#{tid}").value == "BOOKED"
     return m["mchid"], otn
 
@@ -208,7 +209,7 @@ def test_R29_three_concurrent_fail_reports_release_once(server_aws, sim):
         body,
         {"mchid": mchid},
     )
-    assert bootstrap.ingest_service().wechatpay_v3(request).status == 204
+    assert bootstrap.ingest_service().notify(registry.get("wechatpay_v3"), request).status == 204
     results = race([lambda: service.apply_notification(f"wechatpay#{mchid}#{no}", "CLOSED").value] * 3)
     assert sorted(results).count("APPLIED") == 1, results
     assert order_of(mchid, otn)["refundable_cent"] == 100

@@ -131,11 +131,10 @@ def test_r40_an_unexpected_error_is_a_failure_ack_with_an_alarmed_metric(h, monk
     """No input answers 500 without a metric: the handler edge catches, counts NotifyFailed (alarmed) and
     answers the channel's own failure ACK, so the channel retries."""
 
-    def broken(self, request):
+    def broken(self, channel, request, **kwargs):
         raise RuntimeError("boom")
 
-    for method in ("wechatpay_v3", "alipay", "wechatpay_v2"):
-        monkeypatch.setattr(ingest.IngestService, method, broken)
+    monkeypatch.setattr(ingest.IngestService, "notify", broken)
     response = h.call("NotifyFunction", "POST", path, b"x=1", {}, params)
     assert response["statusCode"] == 500 and ack_kind(kind, response) == "failure"
     assert h.metric(M.NOTIFY_FAILED) == 1

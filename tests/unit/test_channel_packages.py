@@ -34,7 +34,6 @@ SPELLINGS = {
 # path (from layers/common/tally or the repo) -> why it still names a channel. Shrink it; never grow it
 # without saying why here.
 STILL_NAMES_A_CHANNEL = {
-    "service/ingest.py": "the per-channel verify/decrypt/parse steps of notify (next: into channels/<name>/notify.py)",
     "service/merchants.py": "the per-channel credential schemas of the merchant directory (storeio moves its I/O)",
     "service/heartbeat.py": "a WeChat Pay v3-only feature: the synthetic v3 callback",
     "service/keys.py": "a WeChat Pay v3-only feature: platform-certificate download",

@@ -13,7 +13,7 @@ import time
 
 import pytest
 from tally.channels.wechatpay_v3 import wire as wx
-from tally.service.ingest import ALIPAY_ACKS, WX_ACKS
+from tally.service.ingest import ACKS
 from tally.store.tables import iso_now, shard_of
 
 
@@ -53,9 +53,9 @@ def test_strict_base64_refuses_what_validate_refused(bad):
 
 
 def test_success_acks_are_shared_and_frozen():
-    first, again = WX_ACKS.success(), WX_ACKS.success()
+    first, again = ACKS["wechatpay_v3"].success(), ACKS["wechatpay_v3"].success()
     assert first is again and (first.status, first.body, first.outcome) == (204, "", "accepted")
-    assert WX_ACKS.success("duplicate").outcome == "duplicate"
-    assert ALIPAY_ACKS.success().body == "success"
+    assert ACKS["wechatpay_v3"].success("duplicate").outcome == "duplicate"
+    assert ACKS["alipay"].success().body == "success"
     with pytest.raises(dataclasses.FrozenInstanceError):
         first.status = 500  # type: ignore[misc]

@@ -33,6 +33,24 @@ if TYPE_CHECKING:
     from tally.domain.refunds import ChannelAnswer, RefundEvent
 
 
+# not frozen: a frozen init costs ~4 µs on the notify hot path (bench.notify_cpu); treat it as read-only
+@dataclass(slots=True)
+class ReadNotification:
+    """What a channel's notify step (channels/<name>/notify.py: verify over the raw bytes, decrypt, parse)
+    made of one callback; service/ingest.py acts on it without knowing the wire. At most one of `reject`,
+    `probe`, `quarantine`; otherwise the verified `payments` (several: a combine's sub-orders, `group`) or
+    the `refund` report."""
+
+    reject: tuple[int, str, str | None] | None = None  # (status, reason, cause): kept for a replay (R4, R40)
+    probe: bool = False  # a signature probe: answered 401 and counted, not kept
+    quarantine: str | None = None  # signed by the channel but unusable: the reason a person reads (R5)
+    event_id: str = ""  # the notification's own id (event rows' key), "" when the channel sends none
+    payments: tuple[PaymentNotice, ...] = ()  # with `quarantine`: the payment it was (log keys only)
+    group: str | None = None  # several sub-orders in one notification: the combine out_trade_no
+    refund: Any = None  # a refund report (domain RefundNotice) for the refund inbox
+    refund_headers: bool = False  # keep the verify headers with the refund row
+
+
 class RefundClient(Protocol):
     """One merchant's refund calls (service/refunds.RefundChannel is the same shape, seen from the service)."""
 
@@ -77,6 +95,21 @@ class Channel(Protocol):
     def ack_success(self) -> tuple[int, str]: ...
 
     def ack_failure(self, status: int, message: str) -> tuple[int, str]: ...
+
+    def read_notification(
+        self,
+        request: Any,
+        merchant: Any,
+        merchants: Any,
+        *,
+        clock: Callable[[], float],
+        window_s: int,
+        received_at: float | None = None,
+    ) -> ReadNotification:
+        """One callback on this channel's notify route for a configured `merchant` (the directory's, for a
+        key refresh): verified over the raw bytes, decrypted, parsed (channels/<name>/notify.py). `clock` and
+        `received_at` (a manual replay's first arrival) judge a timestamp window of `window_s` seconds."""
+        ...
 
     def pull(self, merchants: Any, *, attempts: int, sleep: Callable[[float], None]) -> PullClient: ...
 
@@ -165,7 +198,26 @@ class ChannelNames:
         doctor = importlib.import_module(f"tally.channels.{self.name}.doctor")
         return doctor.live_check(merchants, merchant_id, download=download)
 
+    def read_notification(
+        self,
+        request: Any,
+        merchant: Any,
+        merchants: Any,
+        *,
+        clock: Callable[[], float],
+        window_s: int,
+        received_at: float | None = None,
+    ) -> ReadNotification:
+        """The channel package's notify step (channels/<name>/notify.py, imported on first use)."""
+        notify = _NOTIFY.get(self.name) or _NOTIFY.setdefault(
+            self.name, importlib.import_module(f"tally.channels.{self.name}.notify")
+        )
+        return notify.read_notification(
+            request, merchant, merchants, clock=clock, window_s=window_s, received_at=received_at
+        )
 
+
+_NOTIFY: dict[str, Any] = {}  # channel name -> its notify module, imported on the first callback
 _BUILTIN = (
     "tally.channels.wechatpay_v3.channel",
     "tally.channels.wechatpay_v2.channel",

@@ -14,12 +14,7 @@ from typing import Any
 from tally.apigw import HttpRequest, HttpResponse
 from tally.channels import outcome_of
 from tally.channels import registry as channel_registry
-from tally.channels.alipay import wire as ali
-from tally.channels.registry import Channel
-from tally.channels.wechatpay_v2 import wire as wx2
-from tally.channels.wechatpay_v3 import combine as wxc
-from tally.channels.wechatpay_v3 import refunds as wxr
-from tally.channels.wechatpay_v3 import wire as wx
+from tally.channels.registry import Channel, ReadNotification
 from tally.domain.notifications import Outcome, PaymentNotice
 from tally.observability import M, count, logger
 from tally.service.merchants import MerchantDirectory, UnknownMerchant
@@ -100,16 +95,13 @@ class Acks:
 
 
 ACKS = {channel.name: Acks.of(channel) for channel in channel_registry.all_channels()}
-WX_ACKS = ACKS["wechatpay_v3"]
-ALIPAY_ACKS = ACKS["alipay"]
-WX2_ACKS = ACKS["wechatpay_v2"]
 
 
 def failure_for_path(path: str, status: int, message: str) -> HttpResponse:
     """A failure ACK in the protocol of the channel the path belongs to (unusable events, unknown routes);
     a path of no channel is answered in WeChat v3's JSON."""
     channel = channel_registry.by_path(path)
-    return (ACKS[channel.name] if channel else WX_ACKS).failure(status, message)
+    return ACKS[(channel or channel_registry.default()).name].failure(status, message)
 
 
 class IngestService:
@@ -136,86 +128,65 @@ class IngestService:
         self, channel: Channel, request: HttpRequest, *, received_at: float | None = None
     ) -> HttpResponse:
         """A callback on the channel's notify route (functions/notify finds the channel by its routeKey; a
-        manual replay by the kept row). `received_at`: v3's timestamp window judged by the first arrival."""
-        by_name: dict[str, Callable[[], HttpResponse]] = {
-            "wechatpay_v3": lambda: self.wechatpay_v3(request, received_at=received_at),
-            "alipay": lambda: self.alipay(request),
-            "wechatpay_v2": lambda: self.wechatpay_v2(request),
-        }
-        return by_name[channel.name]()
-
-    # ------------------------------------------------------------ WeChat Pay v3
-
-    def wechatpay_v3(self, request: HttpRequest, *, received_at: float | None = None) -> HttpResponse:
-        """`received_at` judges the timestamp window by the original arrival (manual replay)."""
-        mchid = request.path_params.get("mchid", "")
+        manual replay by the kept row). `received_at`: v3's timestamp window judged by the first arrival.
+        The channel reads the bytes (channels/<name>/notify.py); this stores what it read."""
+        acks = ACKS[channel.name]
+        merchant_id = request.path_params.get(channel.merchant_param, "")
         if len(request.body) > MAX_BODY_BYTES:
-            return self._reject(400, "body too large", mchid, request)
+            return self._reject(400, "body too large", merchant_id, request, acks)
         try:
-            merchant = self.merchants.wechatpay(mchid)
+            merchant = channel.merchant(self.merchants, merchant_id)
         except UnknownMerchant:
-            return self._reject(404, "unknown merchant", mchid, request)
-        try:
-            self._verify(merchant, request, self.clock() if received_at is None else received_at)
-        except wx.SignatureError as exc:
-            if exc.probe:
-                count(M.NOTIFY_PROBE, channel=wx.CHANNEL, merchant=mchid)
-                return _wx_ack(*wx.ack_failure(401, "signature probe rejected"), "probe")
-            return self._reject(401, exc.reason, mchid, request, keep=True)
-        # Verified: from here on it is WeChat talking. Failures are certain, not retryable (R5).
-        try:
-            envelope = wx.parse_envelope(request.body)
-            resource = wx.open_resource(envelope, merchant.creds.apiv3_key)
-            if wxr.is_refund_event(envelope):  # REFUND.SUCCESS / ABNORMAL / CLOSED share this URL (§1.5)
-                return self._store_refund(wxr.to_refund_notice(resource), request, envelope, mchid)
-            if wxc.is_combine(resource):  # one notification, several sub-orders: each booked on its own
-                return self._store_combine(wxc.sub_notices(resource), request, envelope, mchid)
-            notice = wx.to_payment_notice(resource)
-        except wx.DecryptError as exc:
-            return self._quarantine(
-                request, mchid, f"undecryptable: {exc}", envelope_id=_envelope_id(request.body)
-            )
-        # no logger.append_keys here: the accepted path logs nothing, and the lines that do name their keys
-        if notice.mchid != mchid and notice.sp_mchid != mchid:
-            logger.append_keys(raw_key=notice.raw_key, order=order_key(notice.mchid, notice.out_trade_no))
-            return self._quarantine(
-                request,
-                mchid,
-                f"resource merchant {notice.mchid} != URL merchant {mchid}",
-                envelope_id=str(envelope.get("id") or ""),
-            )
-        if (parked := self._unauthorised(wx.CHANNEL, mchid, notice, request, WX_ACKS)) is not None:
+            return self._reject(404, "unknown merchant", merchant_id, request, acks)
+        read = channel.read_notification(
+            request,
+            merchant,
+            self.merchants,
+            clock=self.clock,
+            window_s=self.window_s,
+            received_at=received_at,
+        )
+        if read.probe:
+            count(M.NOTIFY_PROBE, channel=acks.channel, merchant=merchant_id)
+            return acks.failure(401, "signature probe rejected", "probe")
+        if read.reject is not None:
+            status, reason, cause = read.reject
+            return self._reject(status, reason, merchant_id, request, acks, keep=True, cause=cause)
+        if read.quarantine is not None:
+            # no logger.append_keys on the accepted path: it logs nothing, and the lines that do name their keys
+            for notice in read.payments:
+                logger.append_keys(raw_key=notice.raw_key, order=order_key(notice.mchid, notice.out_trade_no))
+            return self._quarantine(request, merchant_id, read.quarantine, read.event_id, acks)
+        if read.refund is not None:
+            return self._store_refund(read, request, merchant_id, channel, acks)
+        if read.group is not None:
+            return self._store_combine(read, request, merchant_id, channel, acks)
+        (notice,) = read.payments
+        if (
+            parked := self._unauthorised(channel.merchant_kind, merchant_id, notice, request, acks)
+        ) is not None:
             return parked
-        return self._store_payment(notice, request, envelope)
+        return self._store_payment(notice, request, read.event_id, acks, api=channel.api)
 
     def _store_combine(
-        self,
-        combined: tuple[str, str, list[PaymentNotice]],
-        request: HttpRequest,
-        envelope: dict[str, Any],
-        mchid: str,
+        self, read: ReadNotification, request: HttpRequest, mchid: str, channel: Channel, acks: Acks
     ) -> HttpResponse:
         """A combine notification split into its sub-orders in one step: each sub-order is an ordinary payment
         (its own raw row keyed by its transaction_id, its own booking), so a duplicate or a redelivery after a
         partial failure stores and books each sub-order once (R7, R9). A sub-order for a merchant the URL
         merchant may not speak for is parked on its own (R39); the genuine ones are still booked. Any enqueue
         failure answers failure, so the channel redelivers the whole notification."""
-        combine_mchid, combine_no, notices = combined
-        if combine_mchid != mchid:
-            return self._quarantine(
-                request,
-                mchid,
-                f"combine merchant {combine_mchid} != URL merchant {mchid}",
-                envelope_id=str(envelope.get("id") or ""),
-            )
+        combine_no, notices = read.group, read.payments
         outcomes = []
         for notice in notices:
-            if (parked := self._unauthorised(wx.CHANNEL, mchid, notice, request, WX_ACKS)) is not None:
+            if (
+                parked := self._unauthorised(channel.merchant_kind, mchid, notice, request, acks)
+            ) is not None:
                 outcomes.append(parked.outcome)
                 continue
             # per sub-order: an event row (in-between or no id) of one sub-order must not take another's key
-            own = {**envelope, "id": f"{envelope.get('id') or combine_no}#{notice.out_trade_no}"}
-            answer = self._store_payment(notice, request, own)
+            own = f"{read.event_id or combine_no}#{notice.out_trade_no}"
+            answer = self._store_payment(notice, request, own, acks, api=channel.api)
             if answer.status >= 500:
                 return answer
             outcomes.append(answer.outcome)
@@ -226,7 +197,7 @@ class IngestService:
         best = next(
             (o for o in ("accepted", "duplicate", "in_between", "forged") if o in outcomes), "accepted"
         )
-        return WX_ACKS.success(best)
+        return acks.success(best)
 
     def _unauthorised(
         self, merchant_channel: str, url_id: str, notice: Any, request: HttpRequest, acks: Acks
@@ -258,31 +229,19 @@ class IngestService:
         )
         return acks.success("forged")  # signed by the URL merchant's keys: answered, never retried
 
-    def _verify(self, merchant: Any, request: HttpRequest, now: float) -> None:
-        try:
-            wx.verify_signed(request.headers, request.body, merchant.creds.platform, now, self.window_s)
-        except wx.SignatureError as exc:
-            serial = exc.unknown_serial
-            if not serial or serial.startswith(wx.PUBLIC_KEY_ID_PREFIX):
-                raise
-            # R3: an unknown certificate serial gets one refresh, then one more verify.
-            if not self.merchants.refresh_platform_keys(merchant):
-                raise
-            wx.verify_signed(request.headers, request.body, merchant.creds.platform, now, self.window_s)
-
     def _store_payment(
         self,
         notice: PaymentNotice,
         request: HttpRequest,
-        envelope: dict[str, Any],
-        acks: Acks = WX_ACKS,
+        event_id: str,
+        acks: Acks,
         api: str | None = None,
     ) -> HttpResponse:
         outcome = outcome_of(notice.channel, notice.trade_state)
         if outcome is Outcome.PAID and not notice.transaction_id:
             # money reported without the id that keys it (R7): no raw row can hold it; a person (R9, R41)
             self.events.put(
-                str(envelope.get("id") or f"{notice.out_trade_no}#{notice.trade_state}#no-txn"),
+                event_id or f"{notice.out_trade_no}#{notice.trade_state}#no-txn",
                 "no_transaction_id",
                 self.clock(),
                 manual_kind="no_transaction_id",
@@ -299,7 +258,7 @@ class IngestService:
         if outcome is Outcome.IN_BETWEEN or not notice.transaction_id:
             # R8: no transaction id, no raw payment row; keep it as an event.
             self.events.put(
-                str(envelope.get("id") or f"{notice.out_trade_no}#{notice.trade_state}"),
+                event_id or f"{notice.out_trade_no}#{notice.trade_state}",
                 "in_between",
                 self.clock(),
                 channel=notice.channel,
@@ -314,7 +273,7 @@ class IngestService:
             self.clock(),
             body=request.body,
             headers=request.headers,
-            envelope_id=str(envelope.get("id") or ""),
+            envelope_id=event_id,
         )
         if api:
             row["notify_api"] = api
@@ -352,27 +311,24 @@ class IngestService:
         return acks.success("duplicate" if existing else "accepted")
 
     def _store_refund(
-        self, refund: Any, request: HttpRequest, envelope: dict[str, Any], mchid: str
+        self, read: ReadNotification, request: HttpRequest, mchid: str, channel: Channel, acks: Acks
     ) -> HttpResponse:
-        """R7/R30: raw refund row keyed (channel#refund_no, status), enqueue, ACK (service/refund_inbox.py)."""
-        envelope_id = str(envelope.get("id") or "")
-        if (refund.mchid != mchid and refund.sp_mchid != mchid) or self.refund_inbox is None:
+        """R7/R30: raw refund row keyed (channel#refund_no, status), enqueue, ACK (service/refund_inbox.py);
+        a v2 refund joins the v3 ones (same channel and refund numbers, R29)."""
+        if self.refund_inbox is None:
             return self._quarantine(
-                request,
-                mchid,
-                f"refund for merchant {refund.mchid} on URL {mchid} "
-                f"(inbox configured: {self.refund_inbox is not None})",
-                envelope_id=envelope_id,
+                request, mchid, "refund notification but no refund inbox", read.event_id, acks
             )
-        if (parked := self._unauthorised(wx.CHANNEL, mchid, refund, request, WX_ACKS)) is not None:
+        refund = read.refund
+        if (parked := self._unauthorised(channel.merchant_kind, mchid, refund, request, acks)) is not None:
             return parked
         ok = self.refund_inbox.accept(
             refund,
             body=stored_body(request.body)["body"],
-            headers=_verify_headers(request.headers),
-            envelope_id=envelope_id,
+            headers=_verify_headers(request.headers) if read.refund_headers else {},
+            envelope_id=read.event_id,
         )
-        return WX_ACKS.success() if ok else WX_ACKS.failure(500, "enqueue failed, retry", "enqueue_failed")
+        return acks.success() if ok else acks.failure(500, "enqueue failed, retry", "enqueue_failed")
 
     def _reject(
         self,
@@ -380,7 +336,7 @@ class IngestService:
         reason: str,
         mchid: str,
         request: HttpRequest,
-        acks: Acks = WX_ACKS,
+        acks: Acks,
         *,
         keep: bool = False,
         cause: str | None = None,
@@ -425,7 +381,7 @@ class IngestService:
         return acks.failure(status, "rejected")
 
     def _quarantine(
-        self, request: HttpRequest, mchid: str, reason: str, envelope_id: str, acks: Acks = WX_ACKS
+        self, request: HttpRequest, mchid: str, reason: str, envelope_id: str, acks: Acks
     ) -> HttpResponse:
         """R5: signed by the channel but unusable: keep it for a person, alarm, answer success."""
         event_id = envelope_id or f"quarantine#{acks.channel}#{mchid}#{int(self.clock() * 1000)}"
@@ -445,121 +401,6 @@ class IngestService:
             "notification quarantined", extra={"mchid": mchid, "reason": reason, "event_id": event_id}
         )
         return acks.success("quarantined")
-
-    def _store_alipay_refund(
-        self, params: dict[str, str], app_id: str, request: HttpRequest, event_id: str
-    ) -> HttpResponse:
-        """An Alipay refund notification joins refund_raw keyed (alipay#out_biz_no, REFUND_SUCCESS): out_biz_no is
-        our out_request_no = refund_no (R30); its cumulative refund_fee is checked when applied."""
-        from tally.channels.alipay import refunds as alr
-
-        try:
-            notice = alr.refund_notice(params)
-        except ali.ParseError as exc:
-            return self._quarantine(request, app_id, f"unusable refund: {exc}", event_id, ALIPAY_ACKS)
-        if self.refund_inbox is None:
-            return self._quarantine(
-                request, app_id, "refund notification but no refund inbox", event_id, ALIPAY_ACKS
-            )
-        if (parked := self._unauthorised(ali.CHANNEL, app_id, notice, request, ALIPAY_ACKS)) is not None:
-            return parked
-        ok = self.refund_inbox.accept(
-            notice, body=stored_body(request.body)["body"], headers={}, envelope_id=event_id
-        )
-        return (
-            ALIPAY_ACKS.success()
-            if ok
-            else ALIPAY_ACKS.failure(500, "enqueue failed, retry", "enqueue_failed")
-        )
-
-    def _store_v2_refund(self, refund: dict[str, str], mchid: str, request: HttpRequest) -> HttpResponse:
-        """A v2 refund notification joins the v3 ones in refund_raw (same channel and refund numbers, R29)."""
-        try:
-            notice = wx2.to_refund_notice(refund, mchid)
-        except wx2.ParseError as exc:
-            return self._quarantine(request, mchid, f"unusable refund: {exc}", "", WX2_ACKS)
-        if self.refund_inbox is None:
-            return self._quarantine(request, mchid, "refund notification but no refund inbox", "", WX2_ACKS)
-        ok = self.refund_inbox.accept(
-            notice, body=stored_body(request.body)["body"], headers={}, envelope_id=""
-        )
-        return WX2_ACKS.success() if ok else WX2_ACKS.failure(500, "enqueue failed, retry", "enqueue_failed")
-
-    # ------------------------------------------------------------ Alipay (channel-spec §5)
-
-    def alipay(self, request: HttpRequest) -> HttpResponse:
-        app_id = request.path_params.get("app_id", "")
-        if len(request.body) > MAX_BODY_BYTES:
-            return self._reject(400, "body too large", app_id, request, ALIPAY_ACKS)
-        try:
-            merchant = self.merchants.alipay(app_id)
-        except UnknownMerchant:
-            return self._reject(404, "unknown merchant", app_id, request, ALIPAY_ACKS)
-        try:
-            params = ali.parse_form(request.body)
-            ali.verify_notification(params, merchant.creds.keys)
-        except ali.FormError as exc:
-            return self._reject(400, str(exc), app_id, request, ALIPAY_ACKS, keep=True, cause="unparseable")
-        except ali.SignatureError as exc:
-            return self._reject(401, exc.reason, app_id, request, ALIPAY_ACKS, keep=True)
-        # Verified: Alipay is talking. Anything unusable from here is kept for a person (R5).
-        notify_id = str(params.get("notify_id") or "")[:64]
-        event_id = f"alipay#{notify_id}" if notify_id else ""
-        if params.get("app_id") != app_id:
-            return self._quarantine(
-                request,
-                app_id,
-                f"notification app_id {params.get('app_id')!r} != URL {app_id}",
-                event_id,
-                ALIPAY_ACKS,
-            )
-        if ali.is_refund(params):  # a refund report, never a payment (§5.3, R29)
-            return self._store_alipay_refund(params, app_id, request, event_id)
-        try:
-            notice = ali.to_payment_notice(params)
-        except ali.ParseError as exc:
-            return self._quarantine(request, app_id, f"unusable: {exc}", event_id, ALIPAY_ACKS)
-        if (parked := self._unauthorised(ali.CHANNEL, app_id, notice, request, ALIPAY_ACKS)) is not None:
-            return parked
-        return self._store_payment(notice, request, {"id": event_id}, ALIPAY_ACKS)
-
-    # ------------------------------------------------------------ WeChat Pay v2 (channel-spec §4)
-
-    def wechatpay_v2(self, request: HttpRequest) -> HttpResponse:
-        mchid = request.path_params.get("mchid", "")
-        if len(request.body) > MAX_BODY_BYTES:
-            return self._reject(400, "body too large", mchid, request, WX2_ACKS)
-        try:
-            merchant = self.merchants.wechatpay_v2(mchid)
-        except UnknownMerchant:
-            return self._reject(404, "unknown merchant", mchid, request, WX2_ACKS)
-        try:
-            params = wx2.parse_xml(request.body)
-            if "req_info" in params:  # refund: unsigned, the encryption with the API key authenticates it
-                refund = wx2.decrypt_req_info(params["req_info"], merchant.api_key)
-            else:
-                wx2.verify(params, merchant.api_key)
-        except wx2.XmlError as exc:
-            return self._reject(400, str(exc), mchid, request, WX2_ACKS, keep=True, cause="unparseable")
-        except wx2.SignatureError as exc:
-            return self._reject(401, exc.reason, mchid, request, WX2_ACKS, keep=True)
-        if params.get("mch_id") != mchid:
-            return self._quarantine(
-                request, mchid, f"mch_id {params.get('mch_id')!r} != URL merchant {mchid}", "", WX2_ACKS
-            )
-        if "req_info" in params:
-            return self._store_v2_refund(refund, mchid, request)
-        if params.get("return_code") != "SUCCESS":
-            return self._quarantine(
-                request, mchid, f"return_code {params.get('return_code')!r}", "", WX2_ACKS
-            )
-        try:
-            notice = wx2.to_payment_notice(params)
-        except wx2.ParseError as exc:
-            return self._quarantine(request, mchid, f"unusable: {exc}", "", WX2_ACKS)
-        if (parked := self._unauthorised(wx2.API, mchid, notice, request, WX2_ACKS)) is not None:
-            return parked
-        return self._store_payment(notice, request, {}, WX2_ACKS, api=wx2.API)
 
 
 def raw_row(
@@ -626,12 +467,6 @@ def _claimed_amount(notice: Any) -> int | None:
     return None
 
 
-def _wx_ack(status: int, body: str, outcome: str) -> HttpResponse:
-    return HttpResponse(
-        status, body, outcome=outcome
-    )  # the v3 probe path; every other answer goes through Acks
-
-
 def _digest(body: bytes) -> str:
     return hashlib.sha256(body).hexdigest()[:32]
 
@@ -648,13 +483,9 @@ def _verify_headers(headers: dict[str, str]) -> dict[str, str]:
     return {k: headers[k][:512] for k in keep if k in headers}
 
 
-def _envelope_id(body: bytes) -> str:
+def _order_hint(body: bytes) -> str:
+    """The JSON id of an unverified body (v3's envelope id), for the log only: never trusted for business (R4)."""
     try:
-        return str(json.loads(body).get("id") or "")[:64]
+        return str(json.loads(body[:4096]).get("id") or "")[:64]
     except (ValueError, AttributeError, RecursionError):  # untrusted bytes: any shape, any depth
         return ""
-
-
-def _order_hint(body: bytes) -> str:
-    """The envelope id of an unverified body, for the log only: never trusted for business (R4)."""
-    return _envelope_id(body[:4096])
