@@ -92,7 +92,7 @@ class Busy(errors.Busy, RuntimeError):
     """Contention did not settle: retry with the same refund_no (HTTP 503)."""
 
 
-class Applied(str, Enum):
+class RefundApplied(str, Enum):
     APPLIED = "APPLIED"
     DUPLICATE = "DUPLICATE"
     ILLEGAL = "ILLEGAL"
@@ -470,19 +470,19 @@ class RefundService:
             self._count_answer(row, label, reason)
             return label, self._reschedule(row, f"create: {reason}")
         outcome, after = self._transition(row["pk"], event, refund_id=refund_id, known=row, reason=reason)
-        if outcome is Applied.APPLIED or outcome is Applied.MANUAL:
+        if outcome is RefundApplied.APPLIED or outcome is RefundApplied.MANUAL:
             self._count_answer(row, label, reason)
         return label, after
 
     # ================================================================== outcomes (R29)
 
-    def apply_notification(self, raw_key: str, status: str) -> Applied:
+    def apply_notification(self, raw_key: str, status: str) -> RefundApplied:
         """The worker's entry: a stored refund report (notification or query) → the refund."""
         raw = self.raw.get(raw_key, status)
         if raw is None:
             raise RetryLater(f"refund raw row {raw_key}/{status} not found")
         if raw.get("handled") != 0:
-            return Applied.ALREADY_HANDLED
+            return RefundApplied.ALREADY_HANDLED
         notice = notice_from_raw(raw, refund_event_of)
         # the reporting tenant's own number only (R39): another merchant's same refund_no is not this refund
         refund = self.store.find(notice.mchid, notice.refund_no)
@@ -500,7 +500,7 @@ class RefundService:
             count(M.REFUND_MANUAL, channel=notice.channel, merchant=notice.mchid)
             count(M.REFUND_REPORT_MANUAL, channel=notice.channel, merchant=notice.mchid)
             logger.error("refund report for an unknown refund_no", extra={"refund_raw_key": raw_key})
-            return Applied.MANUAL
+            return RefundApplied.MANUAL
         forged = tenant_mismatch(notice, refund, self._refund_sp(refund))
         if forged is not None:
             return self._park(raw, notice, refund, *forged)
@@ -547,7 +547,7 @@ class RefundService:
 
     def _park(
         self, raw: dict[str, Any], notice: RefundNotice, refund: dict[str, Any], cause: str, reason: str
-    ) -> Applied:
+    ) -> RefundApplied:
         """R39: the report is parked as a suspected forgery; the refund, its hold and the ledger are
         untouched (it stays on the poll index, so the channel's own answer still settles it). The raw
         row — under the reporting tenant's own key — is closed with the reason."""
@@ -567,7 +567,7 @@ class RefundService:
             key=f"{raw['pk']}|{raw['sk']}",
         )
         self.raw.mark(raw["pk"], raw["sk"], 2, f"suspected forgery ({cause}): {reason}", iso_now(now_s))
-        return Applied.FORGED
+        return RefundApplied.FORGED
 
     def _held(self, notice: RefundNotice) -> bool:
         """A report that overtook its own create call: the order still holds the refund (the create call
@@ -587,7 +587,7 @@ class RefundService:
             held_on_task,
         )
 
-    def _event(self, key: str, event: RefundEvent, **how: Any) -> Applied:
+    def _event(self, key: str, event: RefundEvent, **how: Any) -> RefundApplied:
         return self._transition(key, event, **how)[0]
 
     def _transition(
@@ -603,7 +603,7 @@ class RefundService:
         source: str = "api",
         known: dict[str, Any] | None = None,
         extra: dict[str, Any] | None = None,
-    ) -> tuple[Applied, dict[str, Any]]:
+    ) -> tuple[RefundApplied, dict[str, Any]]:
         """Read → decide (pure transit) → one transaction; a lost status CAS re-reads and decides again.
         `known` (the row just written by this call) stands in for the first read: the CAS still guards it.
         `key` is the refund row's key (`refund_key`, or a legacy row's refund_no).
@@ -623,7 +623,7 @@ class RefundService:
                 if raw:
                     self.raw.mark(*raw, 1, "DUPLICATE", now)
                 count(M.REFUND_DUPLICATE, channel=refund.get("channel"), merchant=refund.get("mchid"))
-                return Applied.DUPLICATE, refund
+                return RefundApplied.DUPLICATE, refund
             if decision.verdict is Verdict.ILLEGAL:
                 if raw:
                     self.raw.mark(*raw, 2, f"ILLEGAL {decision.reason}: {reason}", now)
@@ -633,7 +633,7 @@ class RefundService:
                     "refund report contradicts an applied outcome: a person must look",
                     extra={"refund_no": refund_no, "status": status.value, "event": event.value},
                 )
-                return Applied.ILLEGAL, refund
+                return RefundApplied.ILLEGAL, refund
             to = decision.new_status
             assert to is not None
             how = {**landing(to, event, reason, refund_id, success_time, now_s), **(extra or {})}
@@ -653,7 +653,7 @@ class RefundService:
                 self.store.transact(items)
             except TransactionFailed as exc:
                 if raw and len(items) - 1 in exc.failed:
-                    return Applied.ALREADY_HANDLED, refund  # another worker applied this very report
+                    return RefundApplied.ALREADY_HANDLED, refund  # another worker applied this very report
                 if 0 in exc.failed or exc.conflict:
                     continue  # the refund moved under us: re-read and decide again
                 raise RuntimeError(
@@ -664,7 +664,7 @@ class RefundService:
             if raw and raw_handled == 2:
                 count(M.REFUND_REPORT_MANUAL, channel=refund.get("channel"), merchant=refund.get("mchid"))
             after = self.store.landed(refund, to.value, now, **how)  # what store.move wrote
-            return (Applied.MANUAL if to is RefundStatus.MANUAL else Applied.APPLIED), after
+            return (RefundApplied.MANUAL if to is RefundStatus.MANUAL else RefundApplied.APPLIED), after
         raise RetryLater(f"refund {key} kept changing under us")
 
     def _count_transition(
@@ -800,7 +800,7 @@ class RefundService:
 
     def record_outcome(
         self, key: str, succeeded: bool, *, by: str, reason: str
-    ) -> tuple[Applied, dict[str, Any]]:
+    ) -> tuple[RefundApplied, dict[str, Any]]:
         """A person found the outcome on the merchant platform (the work queue's refund-outcome): the same
         state machine books it (SUCCESS, a ledger entry) or releases it (FAIL), once: the status CAS.
         `key`: the refund row's key (the queue item's source key)."""
@@ -809,7 +809,7 @@ class RefundService:
 
     def apply_abnormal(
         self, key: str, route: str, card: dict[str, str] | None = None, *, by: str, reason: str
-    ) -> tuple[Applied, dict[str, Any]]:
+    ) -> tuple[RefundApplied, dict[str, Any]]:
         """`key`: the refund row's key (the queue item's source key).
 
         A person sends an ABNORMAL refund to another account (WeChat v3 apply-abnormal-refund): once the
@@ -971,7 +971,7 @@ __all__ = [
     "InvalidRefund",
     "NotFound",
     "Busy",
-    "Applied",
+    "RefundApplied",
     "new_refund_no",
     "task_refund_no",
     "validate_refund_request",
