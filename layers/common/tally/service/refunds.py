@@ -46,6 +46,7 @@ from tally.domain.refunds import (
 from tally.observability import M, count, logger
 from tally.service.apply import RetryLater, bill_date
 from tally.service.refund_inbox import RefundInbox, notice_from_raw, park_forgery
+from tally.store.records import RefundRow, as_refund
 from tally.store.refunds import (
     HOLD_ORDER,
     HOLD_TASK,
@@ -191,9 +192,9 @@ class RefundService:
                 row, None, f"no channel client: {exc}"
             )  # the refund is stored FAIL, the amount given back
             raise
-        return public_refund(self._land(row, channel.create(row)))
+        return public_refund(self._land(row, channel.create(dict(row))))
 
-    def _land(self, row: dict[str, Any], answer: ChannelAnswer | None, refusal: str = "") -> dict[str, Any]:
+    def _land(self, row: RefundRow, answer: ChannelAnswer | None, refusal: str = "") -> RefundRow:
         """The refund row as the channel's answer leaves it + the hold closed, in one transaction.
         `answer` None: the channel was never called (`refusal` says why): FAIL, reservation given back."""
         label, event, reason, refund_id = (
@@ -203,12 +204,10 @@ class RefundService:
         if (
             event is None
         ):  # sent, outcome unknown: stored PENDING, re-sent by the poll with the same refund_no
-            landed = {
-                **row,
-                "poll_attempts": 1,
-                "poll_due": iso_now(now_s + BACKOFF_S[1]),
-                "last_poll_note": f"create: {reason}"[:300],
-            }
+            landed = row.copy()
+            landed["poll_attempts"] = 1
+            landed["poll_due"] = iso_now(now_s + BACKOFF_S[1])
+            landed["last_poll_note"] = f"create: {reason}"[:300]
             to, effect = RefundStatus.PENDING, Effect.NONE
         else:
             decision = transit(RefundStatus.PENDING, event)
@@ -239,7 +238,7 @@ class RefundService:
             self._count_transition(row, to, effect, reason)
         return landed
 
-    def _landed_meanwhile(self, row: dict[str, Any], answer: ChannelAnswer | None) -> dict[str, Any]:
+    def _landed_meanwhile(self, row: RefundRow, answer: ChannelAnswer | None) -> RefundRow:
         """The hold was closed by someone else: the poller took it for abandoned (this call outlived
         HOLD_ABANDONED_S) and stored the refund PENDING; the answer applies to that row like any other."""
         logger.warning(
@@ -262,9 +261,9 @@ class RefundService:
         row = self._new_row(
             refund_no, order, int(hold["amount_cent"]), hold.get("reason", ""), HOLD_ORDER, order["pk"], "api"
         )
-        row.update(
-            created_at=hold["created_at"], poll_due=iso_now(now_s), last_poll_note="recovered abandoned hold"
-        )
+        row["created_at"] = hold["created_at"]
+        row["poll_due"] = iso_now(now_s)
+        row["last_poll_note"] = "recovered abandoned hold"
         try:
             self.store.transact(
                 [self.store.put_new(row), self.store.close_hold(order["pk"], refund_no, 0, iso_now(now_s))]
@@ -334,7 +333,9 @@ class RefundService:
             except TransactionFailed as exc:
                 if 1 in exc.failed or 2 in exc.failed:  # the merchant's number exists (a retry, a lost race)
                     hit = 1 if 1 in exc.failed else 2
-                    existing = exc.items[hit] or self.store.find(order["mchid"], refund_no) or {}
+                    existing = (
+                        as_refund(exc.items[hit]) or self.store.find(order["mchid"], refund_no) or RefundRow()
+                    )
                     return self._same_refund(existing, order["pk"], spec["amount_cent"]), False
                 if 0 in exc.failed:
                     existing = self.store.find(order["mchid"], refund_no)  # a racing retry of ours?
@@ -355,7 +356,7 @@ class RefundService:
         )
         return public_refund(self._submit(row, channel)), True
 
-    def _same_refund(self, existing: dict[str, Any], order_pk: str, amount_cent: int) -> dict[str, Any]:
+    def _same_refund(self, existing: Mapping[str, Any], order_pk: str, amount_cent: int) -> dict[str, Any]:
         if existing.get("mchid") != order_pk.split("#", 1)[0]:
             # never reached since keys are scoped per merchant (`find`, `legacy_free`); kept as the guard
             # that no message names another tenant's refund (R39)
@@ -385,7 +386,7 @@ class RefundService:
         hold_pk: str,
         source: str,
         transaction_id: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> RefundRow:
         now_s = self.clock()
         now = iso_now(now_s)
         return {
@@ -425,12 +426,12 @@ class RefundService:
 
     # ================================================================== submit: outside any transaction (R28)
 
-    def _submit(self, row: dict[str, Any], channel: RefundChannel) -> dict[str, Any]:
+    def _submit(self, row: RefundRow, channel: RefundChannel) -> RefundRow:
         """The refund as it stands after the channel's answer (no read: the transition knows it)."""
-        return self._after_create(row, channel.create(row))[1]
+        return self._after_create(row, channel.create(dict(row)))[1]
 
     def _read_answer(
-        self, row: dict[str, Any], answer: ChannelAnswer
+        self, row: RefundRow, answer: ChannelAnswer
     ) -> tuple[str, RefundEvent | None, str, str | None]:
         """A create answer → (label, event on the refund or None = outcome unknown, reason, channel refund id)."""
         if answer.kind is AnswerKind.ACCEPTED:
@@ -453,7 +454,7 @@ class RefundService:
             return "RETRY", None, answer.message, None
         return "UNKNOWN", RefundEvent.UNKNOWN, f"unmapped create answer {answer.code}: {answer.message}", None
 
-    def _count_answer(self, row: dict[str, Any], label: str, reason: str) -> None:
+    def _count_answer(self, row: RefundRow, label: str, reason: str) -> None:
         if label == "ACCEPTED":
             count(M.REFUND_ACCEPTED, channel=row.get("channel"), merchant=row.get("mchid"))
         elif label == "RETRY":
@@ -463,7 +464,7 @@ class RefundService:
                 extra={"refund_no": row["refund_no"], "refund_key": row["pk"], "error": reason},
             )
 
-    def _after_create(self, row: dict[str, Any], answer: ChannelAnswer) -> tuple[str, dict[str, Any]]:
+    def _after_create(self, row: RefundRow, answer: ChannelAnswer) -> tuple[str, RefundRow]:
         """`row` was just written or read by this call: it stands in for the first read; the CAS guards it."""
         label, event, reason, refund_id = self._read_answer(row, answer)
         if event is None:
@@ -538,7 +539,7 @@ class RefundService:
             reason=f"channel says {notice.status}",
         )
 
-    def _refund_sp(self, refund: dict[str, Any]) -> str | None:
+    def _refund_sp(self, refund: RefundRow) -> str | None:
         """The refund's service provider / ISV app: on the row since issue #15, else on its order."""
         if "sp_mchid" in refund:
             return refund.get("sp_mchid") or None
@@ -546,7 +547,7 @@ class RefundService:
         return order.get("sp_mchid") or None
 
     def _park(
-        self, raw: dict[str, Any], notice: RefundNotice, refund: dict[str, Any], cause: str, reason: str
+        self, raw: dict[str, Any], notice: RefundNotice, refund: RefundRow, cause: str, reason: str
     ) -> RefundApplied:
         """R39: the report is parked as a suspected forgery; the refund, its hold and the ledger are
         untouched (it stays on the poll index, so the channel's own answer still settles it). The raw
@@ -575,7 +576,7 @@ class RefundService:
         order = self.orders.get(notice.mchid, notice.out_trade_no) or {}
         return order.get("channel") == notice.channel and refund_no_held(order, notice.refund_no)
 
-    def _cumulative_problems(self, cumulative_cent: int, refund: dict[str, Any]) -> list[str]:
+    def _cumulative_problems(self, cumulative_cent: int, refund: RefundRow) -> list[str]:
         """Alipay reports the trade's cumulative refunded total: checked against the order's books."""
         order = self.orders.get(refund["mchid"], refund["out_trade_no"]) or {}
         held_on_task = int(refund["amount_cent"]) if refund.get("hold") == HOLD_TASK else 0
@@ -601,9 +602,9 @@ class RefundService:
         success_time: str | None = None,
         reason: str = "",
         source: str = "api",
-        known: dict[str, Any] | None = None,
+        known: RefundRow | None = None,
         extra: dict[str, Any] | None = None,
-    ) -> tuple[RefundApplied, dict[str, Any]]:
+    ) -> tuple[RefundApplied, RefundRow]:
         """Read → decide (pure transit) → one transaction; a lost status CAS re-reads and decides again.
         `known` (the row just written by this call) stands in for the first read: the CAS still guards it.
         `key` is the refund row's key (`refund_key`, or a legacy row's refund_no).
@@ -667,9 +668,7 @@ class RefundService:
             return (RefundApplied.MANUAL if to is RefundStatus.MANUAL else RefundApplied.APPLIED), after
         raise RetryLater(f"refund {key} kept changing under us")
 
-    def _count_transition(
-        self, refund: dict[str, Any], to: RefundStatus, effect: Effect, reason: str
-    ) -> None:
+    def _count_transition(self, refund: RefundRow, to: RefundStatus, effect: Effect, reason: str) -> None:
         extra = {
             "refund_no": refund["refund_no"],
             "order": refund["order_pk"],
@@ -705,7 +704,7 @@ class RefundService:
                 logger.info("refund poll deferred", extra={"refund_no": row["refund_no"], "reason": str(exc)})
         return dict(done)
 
-    def _poll_one(self, row: dict[str, Any], now_s: float) -> str:
+    def _poll_one(self, row: RefundRow, now_s: float) -> str:
         if iso_now(now_s) >= row["expire_at"]:
             count(M.REFUND_EXPIRED, channel=row.get("channel"), merchant=row.get("mchid"))
             self._event(row["pk"], RefundEvent.EXPIRE, reason=f"no outcome by {row['expire_at']}")
@@ -716,8 +715,8 @@ class RefundService:
             self._reschedule(row, str(exc))
             return "NO_CHANNEL"
         if row["status"] == RefundStatus.PENDING.value:
-            return self._after_create(row, channel.create(row))[0]
-        answer = channel.query(row)
+            return self._after_create(row, channel.create(dict(row)))[0]
+        answer = channel.query(dict(row))
         if answer.kind is AnswerKind.OUTCOME and answer.event is not None and answer.notice is not None:
             existing = self.inbox.record(answer.notice)  # same key as a notification would have (R7, R23)
             if existing is not None and existing.get("handled") in (1, 2):
@@ -732,17 +731,22 @@ class RefundService:
         self._reschedule(row, f"query {answer.kind.value} {answer.code} {answer.message}".strip())
         return "PROCESSING" if answer.kind is AnswerKind.OUTCOME else answer.kind.value
 
-    def _reschedule(self, row: dict[str, Any], note: str) -> dict[str, Any]:
+    def _reschedule(self, row: RefundRow, note: str) -> RefundRow:
         """The next poll, backed off; returns the row as it now stands (no read)."""
         attempts = int(row.get("poll_attempts") or 0) + 1
         delay = BACKOFF_S[min(attempts, len(BACKOFF_S) - 1)]
-        fields = {
-            "poll_attempts": attempts,
-            "poll_due": iso_now(self.clock() + delay),
-            "last_poll_note": note[:300],
-        }
-        self.store.set_fields(row["pk"], row["status"], **fields)
-        return {**row, **fields}
+        after = row.copy()
+        after["poll_attempts"] = attempts
+        after["poll_due"] = iso_now(self.clock() + delay)
+        after["last_poll_note"] = note[:300]
+        self.store.set_fields(
+            row["pk"],
+            row["status"],
+            poll_attempts=attempts,
+            poll_due=after["poll_due"],
+            last_poll_note=after["last_poll_note"],
+        )
+        return after
 
     def work_tasks(self, limit: int = 20) -> dict[str, int]:
         """Refund tasks from ILLEGAL payments (R17): auto → refunded here; manual → a person. Each task
@@ -800,7 +804,7 @@ class RefundService:
 
     def record_outcome(
         self, key: str, succeeded: bool, *, by: str, reason: str
-    ) -> tuple[RefundApplied, dict[str, Any]]:
+    ) -> tuple[RefundApplied, RefundRow]:
         """A person found the outcome on the merchant platform (the work queue's refund-outcome): the same
         state machine books it (SUCCESS, a ledger entry) or releases it (FAIL), once: the status CAS.
         `key`: the refund row's key (the queue item's source key)."""
@@ -809,7 +813,7 @@ class RefundService:
 
     def apply_abnormal(
         self, key: str, route: str, card: dict[str, str] | None = None, *, by: str, reason: str
-    ) -> tuple[RefundApplied, dict[str, Any]]:
+    ) -> tuple[RefundApplied, RefundRow]:
         """`key`: the refund row's key (the queue item's source key).
 
         A person sends an ABNORMAL refund to another account (WeChat v3 apply-abnormal-refund): once the
@@ -927,7 +931,7 @@ def refuse_unrefundable(order: Mapping[str, Any], amount_cent: int) -> None:
         raise
 
 
-def public_refund(row: dict[str, Any]) -> dict[str, Any]:
+def public_refund(row: Mapping[str, Any]) -> dict[str, Any]:
     hidden = {"pk", "poll_pk"}
     view = {k: v for k, v in row.items() if k not in hidden}
     view["in_flight"] = row.get("status") in {s.value for s in IN_FLIGHT}
