@@ -23,6 +23,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     day.add_argument(
         "--csv", type=pathlib.Path, metavar="FILE", help="also write the table as CSV (UTF-8, BOM)"
     )
+    day.add_argument(
+        "--statement",
+        action="store_true",
+        help="print the daily statement CSV instead (the rows recon writes next to its report)",
+    )
     day.add_argument("--json", action="store_true")
     add_target(day)
     day.set_defaults(run=ledger_day)
@@ -32,8 +37,16 @@ def ledger_day(args: argparse.Namespace) -> int:
     bill_date = parse_date(args.date)  # before anything is read or written
     connect(args)
     from tally import bootstrap
+    from tally.domain.statement import statement_csv
     from tally.service.ledger_day import csv_text
 
+    if args.statement:
+        rows = bootstrap.ledger_day_service().statement(bill_date, merchant=args.merchant)
+        if args.json:
+            emit({"bill_date": bill_date, "merchant": args.merchant, "statement": rows}, lambda: "", args)
+        else:  # the CSV text recon writes next to its report, without the BOM a terminal would show
+            print(statement_csv(rows).removeprefix("\ufeff"), end="")
+        return 0
     view = bootstrap.ledger_day_service().day(bill_date, merchant=args.merchant)
     if args.csv:
         args.csv.write_text(csv_text(view), encoding="utf-8")

@@ -560,15 +560,21 @@ class AlipayDesk:
         }
         if trade_status in ("TRADE_SUCCESS", "TRADE_FINISHED"):
             paid = money(total_amount if receipt_amount is None else receipt_amount)
+            funds = [{"amount": paid, "fundChannel": "ALIPAYACCOUNT"}]
+            if (
+                isinstance(total_amount, int)
+                and isinstance(receipt_amount, int)
+                and receipt_amount < total_amount
+            ):
+                # the difference is the merchant's own discount (MDISCOUNT): Σ fund_bill_list = total (R43)
+                funds.append({"amount": k.yuan(total_amount - receipt_amount), "fundChannel": "MDISCOUNT"})
             params.update(
                 receipt_amount=paid,
                 buyer_pay_amount=paid,
                 invoice_amount=paid,
                 point_amount="0.00",
                 gmt_payment=now,
-                fund_bill_list=json.dumps(
-                    [{"amount": paid, "fundChannel": "ALIPAYACCOUNT"}], separators=(",", ":")
-                ),
+                fund_bill_list=json.dumps(funds, separators=(",", ":")),
             )
         params.update({k: v for k, v in extra.items() if v is not None})
         return params

@@ -25,15 +25,16 @@ import hashlib
 import secrets
 import threading
 from dataclasses import dataclass
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import Decimal
 from typing import Any
 
 from . import kernel as k
 from .faults import FaultQueue
+from .fundflow_bills import FundFlowBook
 from .kernel import CST, SimulatorError
 from .wechatpay_v3 import WeChatPayV3Desk
 
-FEE_RATE = Decimal("0.0060")  # 0.60 %
+FEE_RATE = k.WECHAT_FEE_RATE
 FAULTS = (
     "empty_nonzero_summary",
     "changed_header",
@@ -62,13 +63,8 @@ class RawBody:
     content_type: str = "application/octet-stream"
 
 
-def _fee(cents: int) -> Decimal:
-    """The fee in yuan, rounded half up to the fen, written with 5 decimals."""
-    return (Decimal(cents) / 100 * FEE_RATE).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
-
-
-def _day_of(rfc3339: str) -> dt.date:
-    return dt.datetime.fromisoformat(rfc3339).astimezone(CST).date()
+_fee = k.wechat_fee  # the fee in yuan, rounded half up to the fen (written with 5 decimals)
+_day_of = k.china_day
 
 
 def _clock(rfc3339: str) -> str:
@@ -84,8 +80,6 @@ class BillBook:
         self._refunds: list[dict[str, Any]] = []
         self._faults = FaultQueue()
         self._files: dict[str, bytes] = {}  # download token → gzip bytes
-        from .fundflow_bills import FundFlowBook
-
         self.fundflow = FundFlowBook(self)  # GET /v3/bill/fundflowbill (fundflow_bills.py, R45)
 
     # ------------------------------------------------------------------ inputs
@@ -153,6 +147,9 @@ class BillBook:
             if _day_of(t["success_time"]) != day:
                 continue
             total = t["amount"]["total"]
+            coupons = sum(int(p["amount"]) for p in t.get("promotion_detail") or ())
+            nocash = sum(int(p["amount"]) for p in t.get("promotion_detail") or () if p["type"] == "NOCASH")
+            settle = total - nocash  # 应结订单金额 = 订单金额 − 免充值代金券金额 (R43)
             rows.append(
                 [
                     _clock(t["success_time"]),
@@ -167,8 +164,8 @@ class BillBook:
                     "SUCCESS",
                     t["bank_type"],
                     "CNY",
-                    k.yuan(total),
-                    "0.00",
+                    k.yuan(settle),
+                    k.yuan(coupons),
                     "0",
                     "0",
                     "0.00",
@@ -177,7 +174,7 @@ class BillBook:
                     "",
                     "模拟商品",
                     t.get("attach", ""),
-                    f"{_fee(total):.5f}",
+                    f"{_fee(settle):.5f}",
                     "0.60%",
                     k.yuan(total),
                     "0.00",

@@ -22,7 +22,6 @@ from decimal import Decimal
 from typing import Any
 
 from . import kernel as k
-from .bills import _day_of, _fee
 from .faults import FaultQueue
 from .kernel import SimulatorError
 
@@ -58,10 +57,10 @@ class FundFlowBook:
             ]
         out = []
         for t in sorted(paid, key=lambda t: t["success_time"]):
-            if _day_of(t["success_time"]) != day - dt.timedelta(days=1):
+            if k.china_day(t["success_time"]) != day - dt.timedelta(days=1):
                 continue
             total = t["amount"]["total"]
-            fee = _cents(_fee(total))
+            fee = _cents(k.wechat_fee(total))
             memo = f"总金额{k.yuan(total)}元;含手续费{k.yuan(fee)}元"
             out.append(
                 ("交易", "收入", t["transaction_id"], t["out_trade_no"], total - fee, fee, total, memo)
@@ -72,10 +71,10 @@ class FundFlowBook:
                 for r in self.bills._refunds
                 if r["mchid"] == str(mchid)
                 and r["refund_status"] == "SUCCESS"
-                and _day_of(r["success_time"]) == day
+                and k.china_day(r["success_time"]) == day
             ]
         for r in refunds:
-            fee = _cents(_fee(r["refund"]))
+            fee = _cents(k.wechat_fee(r["refund"]))
             memo = f"退款总金额{k.yuan(r['refund'])}元;含手续费{k.yuan(fee)}元"
             out.append(
                 (

@@ -26,6 +26,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -33,6 +34,17 @@ from . import _crypto as c
 
 log = logging.getLogger("tally_local.simulator")
 CST = c.CST
+WECHAT_FEE_RATE = Decimal("0.0060")  # 0.60 %: the fee WeChat's simulated bills (trade and fund flow) charge
+
+
+def wechat_fee(cents: int) -> Decimal:
+    """The WeChat bill's fee in yuan, rounded half up to the fen (bills.py, fundflow_bills.py, wechatpay_v2_bills.py)."""
+    return (Decimal(cents) / 100 * WECHAT_FEE_RATE).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
+
+
+def china_day(rfc3339: str) -> dt.date:
+    """The China (Asia/Shanghai) day of an RFC 3339 time: the bills' day."""
+    return dt.datetime.fromisoformat(rfc3339).astimezone(CST).date()
 
 
 # --------------------------------------------------------------------------- errors

@@ -21,6 +21,7 @@ from . import kernel as k
 from .bills import FAULTS as V3_FAULTS
 from .bills import BillBook, _fee
 from .faults import FaultQueue
+from .wechatpay_v2 import xml_of
 
 FAULTS = tuple(f for f in V3_FAULTS if f != "wrong_hash")
 HTML = b"<!DOCTYPE html>\r\n<html><head><title>500 Internal Server Error</title></head></html>\r\n"
@@ -88,8 +89,6 @@ class V2BillBook(BillBook):
 
     def downloadbill(self, owner: str, req: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
         """The answer of a verified ``/pay/downloadbill`` request (the desk checked mch_id and sign)."""
-        from .wechatpay_v2 import xml_of
-
         self.requests.append({"mch_id": owner, "bill_date": req.get("bill_date", "")})
 
         def fail(message: str) -> tuple[int, dict[str, str], bytes]:

@@ -460,6 +460,7 @@ class WeChatPayV3Desk:
         bank_type: str = "OTHERS",
         probe: bool = False,
         success_time: str | None = None,
+        coupon_type: str = "CASH",
     ) -> str:
         """The user pays: the order becomes SUCCESS and a TRANSACTION.SUCCESS notification is delivered to
         its notify_url in the background. Returns the new transaction_id.
@@ -471,6 +472,8 @@ class WeChatPayV3Desk:
         delay: wall-clock seconds (not scaled) before the first attempt.
         probe: also send one WECHATPAY/SIGNTEST/ probe (bad signature, no retries) before the real one.
         success_time: RFC 3339 success time (default now), e.g. to pay across midnight for the bills.
+        coupon_type: the coupon's type when payer_total < total: CASH (充值型, settled to the merchant) or
+            NOCASH (免充值, the merchant gives it up: the bill's 应结订单金额 is total − the coupon, R43).
         """
         merchant = self.merchant(mchid)
         with self._lock:
@@ -491,6 +494,7 @@ class WeChatPayV3Desk:
                 bank_type=bank_type,
                 attach=order["attach"],
                 success_time=success_time,
+                coupon_type=coupon_type,
             )
             tid = resource["transaction_id"]
             order["trade_state"] = "SUCCESS"
@@ -538,8 +542,10 @@ class WeChatPayV3Desk:
         bank_type: str = "OTHERS",
         trade_type: str = "NATIVE",
         trade_state: str = "SUCCESS",
+        coupon_type: str = "CASH",
     ) -> dict[str, Any]:
-        """A decrypted payment resource (§1.7, direct merchant) as the channel would send it."""
+        """A decrypted payment resource (§1.7, direct merchant) as the channel would send it. payer_total <
+        total adds one promotion_detail coupon of `coupon_type` (CASH | NOCASH), funded by the merchant."""
         merchant = self._merchants.get(str(mchid))
         payer_total = total if payer_total is None else int(payer_total)
         resource: dict[str, Any] = {
@@ -568,7 +574,7 @@ class WeChatPayV3Desk:
                     "coupon_id": self.kernel.digits(11),
                     "name": "模拟代金券",
                     "scope": "GLOBAL",
-                    "type": "CASH",
+                    "type": coupon_type,
                     "amount": discount,
                     "stock_id": self.kernel.digits(8),
                     "wechatpay_contribute": 0,

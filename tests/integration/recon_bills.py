@@ -143,4 +143,6 @@ def diffs_of_run(store: Any, pk: str, run_id: str) -> dict[str, tuple[Any, ...]]
 
 
 def comparable(stats: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in stats.items() if k not in ("new_diffs", "auto_resolved")}
+    # FEE entries (R43, docs/settlement.md §8) are booked by the in-memory path only so far: not compared
+    skipped = ("new_diffs", "auto_resolved", "fees_booked", "fee_diffs")
+    return {k: v for k, v in stats.items() if k not in skipped}

@@ -48,13 +48,13 @@ def ledger_refunds(h):
 
 def test_r29_abnormal_refund_to_the_merchant_bank_card_is_tracked_to_success_and_booked_once(h, m, sim):
     otn, no = abnormal(h, m, sim)
-    (item,) = [i for i in queue().list() if i["id"] == f"refund-{no}"]
+    (item,) = [i for i in queue().list() if i["id"] == f"refund-{m['mchid']}#{no}"]
     assert "abnormal-refund" in item["actions"]
     done = queue().act(
         item["id"], "abnormal-refund", by="alice", reason="card frozen", to="merchant-bank-card"
     )
     assert "merchant bank card" in done["outcome"]
-    row = svc().store.get(no)
+    row = svc().store.find(m["mchid"], no)
     assert row["status"] == "ACCEPTED" and row["abnormal_route"] == "merchant-bank-card"
     assert [i for i in queue().list() if i["id"] == item["id"]] == []  # off the queue: the poller tracks it
     assert sim.abnormal_applied(no) == {"type": "MERCHANT_BANK_CARD"}
@@ -75,7 +75,7 @@ def test_r29_abnormal_refund_to_the_merchant_bank_card_is_tracked_to_success_and
 
 def test_r29_abnormal_refund_to_the_user_card_sends_its_fields_encrypted_and_keeps_no_secret(h, m, sim):
     _, no = abnormal(h, m, sim)
-    item_id = f"refund-{no}"
+    item_id = f"refund-{m['mchid']}#{no}"
     _, second = abnormal(h, m, sim)
     with pytest.raises(ValueError, match="one user's bank card is for one refund"):
         queue().bulk(
@@ -83,7 +83,9 @@ def test_r29_abnormal_refund_to_the_user_card_sends_its_fields_encrypted_and_kee
         )
     with pytest.raises(ValueError, match="bank_type, bank_account, real_name"):
         queue().act(item_id, "abnormal-refund", by="alice", reason="to the user", to="user-bank-card")
-    assert svc().store.get(no)["status"] == "MANUAL"  # refused before the channel: nothing changed
+    assert (
+        svc().store.find(m["mchid"], no)["status"] == "MANUAL"
+    )  # refused before the channel: nothing changed
     queue().act(
         item_id,
         "abnormal-refund",
@@ -100,7 +102,7 @@ def test_r29_abnormal_refund_to_the_user_card_sends_its_fields_encrypted_and_kee
         "bank_account": "6222020000001234",
         "real_name": "张三",
     }
-    stored = json.dumps(svc().store.get(no), ensure_ascii=False, default=str)
+    stored = json.dumps(svc().store.find(m["mchid"], no), ensure_ascii=False, default=str)
     assert "6222020000001234" not in stored and "张三" not in stored  # the history keeps who and why only
     sim.settle_refund(no, "success")
     deliver(h, m["mchid"], no)
@@ -113,15 +115,17 @@ def test_abnormal_refund_is_offered_only_for_abnormal_and_a_channel_refusal_chan
     bootstrap.set_clock(lambda: time.time() + 8 * 86400)
     assert svc().poll_due() == {"EXPIRED": 1}
     bootstrap.set_clock(time.time)
-    (item,) = [i for i in queue().list() if i["id"] == f"refund-{expired}"]
+    (item,) = [i for i in queue().list() if i["id"] == f"refund-{m['mchid']}#{expired}"]
     assert "abnormal-refund" not in item["actions"]
     with pytest.raises(ValueError, match="only a refund the channel reported ABNORMAL"):
-        svc().apply_abnormal(expired, "merchant-bank-card", by="alice", reason="x")
+        svc().apply_abnormal(f"{m['mchid']}#{expired}", "merchant-bank-card", by="alice", reason="x")
 
     _, no = abnormal(h, m, sim, amount=20)
     sim.inject_fault("error", path_contains="apply-abnormal-refund", status=400, code="INVALID_REQUEST")
     with pytest.raises(ValueError, match="stays with a person"):
-        queue().act(f"refund-{no}", "abnormal-refund", by="alice", reason="x", to="merchant-bank-card")
+        queue().act(
+            f"refund-{m['mchid']}#{no}", "abnormal-refund", by="alice", reason="x", to="merchant-bank-card"
+        )
     sim.clear_faults()
-    assert svc().store.get(no)["status"] == "MANUAL"
-    assert f"refund-{no}" in {i["id"] for i in queue().list()}
+    assert svc().store.find(m["mchid"], no)["status"] == "MANUAL"
+    assert f"refund-{m['mchid']}#{no}" in {i["id"] for i in queue().list()}

@@ -63,8 +63,8 @@ def test_r7_r9_combine_of_three_sub_orders_books_each_once_under_duplicates(h, s
     assert payments(h) == [30, 100, 250]
     rows = h.scan("NOTIFY_RAW_TABLE")
     assert sorted(r["pk"] for r in rows) == sorted(
-        f"wechatpay#{t}" for t in tids
-    )  # one raw row per sub-order
+        f"wechatpay#{m['mchid']}#{t}" for t in tids
+    )  # one raw row per sub-order, scoped by its merchant (R39)
     for sub, tid in zip(subs, tids, strict=True):
         view = h.order(m["mchid"], sub["out_trade_no"])
         assert view["status"] == "PAID" and view["transaction_id"] == tid

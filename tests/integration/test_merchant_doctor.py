@@ -10,10 +10,10 @@ import json
 import pytest
 from cryptography.hazmat.primitives import serialization
 from tally import bootstrap
-from tally.cli.main import main
 from tally.observability import metrics
 from tally.service.merchants import live_check
 
+from tally_cli.main import main
 from tally_local.simulator import _crypto as c
 from tests.integration.channel_kit import Alipay, WeChatV2
 
@@ -183,7 +183,7 @@ def test_r47_hourly_keys_run_marks_not_ready_once_with_a_work_item(h, sim):
 
 
 def test_r47_cli_check_live_names_the_item_and_exits_1(h, sim, capsys, monkeypatch):
-    from tally.cli import merchant as cli_merchant
+    from tally_cli import merchant as cli_merchant
 
     monkeypatch.setattr(
         cli_merchant, "connect", lambda args: {"api_url": "http://127.0.0.1:3000", "env": h.env}

@@ -161,6 +161,17 @@ def inject_no_transaction_id(h, m):
     return order["out_trade_no"]
 
 
+def inject_settlement_unknown(h, m):
+    """R43: coupon figures that do not add up: booked UNKNOWN, one item (store/payments.py)."""
+    order = json.loads(h.create_order(m["mchid"], amount_cent=500)["body"])
+    resource = h.sim.transaction_resource(m["mchid"], order["out_trade_no"], 500, payer_total=400)
+    resource["promotion_detail"][0]["amount"] = resource["promotion_detail"][0]["merchant_contribute"] = 10
+    headers, body = h.sim.build_notification(m["mchid"], resource)
+    assert h.notify(m["mchid"], headers, body)["statusCode"] == 204
+    assert h.drain() == []
+    return order["out_trade_no"]
+
+
 def inject_forgery(m):
     """Kind `suspected_forgery` is written by the tenant-isolation code (R39); any manual_kind is shown."""
     EventStore(bootstrap.tables()).put(
@@ -304,6 +315,7 @@ def test_r41_every_kind_from_open_to_resolved_through_the_cli_and_every_door_agr
     inject_quarantined(h, sim)
     rejected_m = inject_rejected(h, sim, times=2)
     otn_no_txn = inject_no_transaction_id(h, m)
+    otn_settlement = inject_settlement_unknown(h, m)
     inject_forgery(m)
     inject_refund_report(h, m, sim)
     refund_otn, refund_no = inject_abnormal_refund(h, m, sim)
@@ -338,6 +350,9 @@ def test_r41_every_kind_from_open_to_resolved_through_the_cli_and_every_door_agr
     # the id names the merchant too: refund numbers are per merchant (R39)
     assert items["refund"]["id"] == f"refund-{m['mchid']}#{refund_no}" and items["refund"]["amount"] == "0.40"
     assert items["refund-task"]["amount"] == "1.00" and items["order"]["order"] == otn_order
+    unknown = items["settlement-unknown"]
+    assert unknown["order"] == otn_settlement and unknown["amount"] == "4.00"
+    assert "settlement amount unknown" in unknown["reason"]
     cert = items["certificate"]
     assert (
         cert["overdue"] and cert["merchant"] == cert_m["mchid"] and "expires within 7 days" in cert["reason"]
@@ -362,6 +377,13 @@ def test_r41_every_kind_from_open_to_resolved_through_the_cli_and_every_door_agr
         "recon-blocked": ["ignore", "--why", "sandbox merchant"],
         "order": ["resolve", "--code", "closed-by-hand", "--why", "customer gave up"],
         "certificate": ["resolve", "--code", "added", "--why", "successor uploaded"],
+        "settlement-unknown": [
+            "resolve",
+            "--code",
+            "queried",
+            "--why",
+            "order query: CASH coupon, settled 5.00",
+        ],
         # the rejected/quarantined merchants' wrong keys fail the hourly live check too (R47)
         "merchant-not-ready": ["resolve", "--code", "key-fixed", "--why", "credentials fixed"],
     }

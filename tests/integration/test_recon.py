@@ -179,7 +179,7 @@ def test_amount_differs_resolved_by_the_delta_R36(h, m, svc):
     h.ddb.update_item(
         TableName=h.env["LEDGER_TABLE"],
         Key=to_item({"pk": f"wechatpay#{m['mchid']}#{tid}"}),
-        UpdateExpression="SET amount_cent = :a",
+        UpdateExpression="SET amount_cent = :a, settlement_cent = :a",  # R43: recon matches settlement_cent
         ExpressionAttributeValues={":a": {"N": "990"}},
     )
     svc.run("wechatpay", m["mchid"], D)

@@ -26,7 +26,9 @@ def resource(*subs):
 def test_each_sub_order_is_an_ordinary_notice_booked_at_what_the_payer_paid():
     mchid, no, (notice,) = combine.sub_notices(resource(sub()))
     assert (mchid, no) == ("1900000109", "C-0001")
-    assert notice.raw_key == "wechatpay#4200000000000000000000000001"
+    assert (
+        notice.raw_key == "wechatpay#1900000109#4200000000000000000000000001"
+    )  # scoped by the merchant (R39)
     assert (notice.order_total_cent, notice.paid_cent, notice.mchid, notice.sp_mchid) == (
         100,
         90,

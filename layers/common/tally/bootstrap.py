@@ -456,10 +456,15 @@ def _distributed_recon(s: Settings) -> Any:
 
 
 def _fund_sources() -> dict[str, Any]:
-    """stored channel -> its fund-flow download (R45; WeChat only so far: channels/wechatpay_v3/fundflow_source.py)."""
-    from tally.channels.wechatpay_v3.fundflow_source import WeChatFundFlowSource
+    """stored channel -> its fund-flow download (R45; WeChat v3 only so far: Channel.fund_flow_source)."""
+    from tally.channels import registry as channel_registry
 
-    return {"wechatpay": WeChatFundFlowSource(merchants())}
+    sources: dict[str, Any] = {}
+    for channel in channel_registry.all_channels():
+        source = channel.fund_flow_source(merchants())
+        if source is not None:
+            sources.setdefault(channel.stored, source)
+    return sources
 
 
 # ---------------------------------------------------------------- reading (docs/story.md): no side effects (R42)

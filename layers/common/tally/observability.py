@@ -96,6 +96,7 @@ class M:
     APPLY_ORDER_NOT_FOUND = "ApplyOrderNotFound"
     APPLY_ILLEGAL = "ApplyIllegal"
     APPLY_RETRY = "ApplyRetry"
+    SETTLEMENT_UNKNOWN = "SettlementUnknown"  # booked, but the settlement amount is unknown: a person (R43)
     APPLY_FAILED = "ApplyFailed"  # unexpected exception in the worker: the message is retried
     REFUND_TASK_CREATED = "RefundTaskCreated"
     # orders
@@ -237,6 +238,7 @@ EMISSION: dict[str, Emission] = {
     M.ENQUEUE_FAILED: Emission(PER_OCCURRENCE, "one callback not enqueued"),
     M.APPLY_MANUAL: Emission(PER_OCCURRENCE, "one raw row sent to a person"),
     M.APPLY_FAILED: Emission(PER_OCCURRENCE, "one apply that raised"),
+    M.SETTLEMENT_UNKNOWN: Emission(PER_OCCURRENCE, "one payment booked with its settlement amount unknown"),
     M.OUTBOX_FAILED: Emission(PER_OCCURRENCE, "one stream record not published"),
     M.REFUND_FAILED: Emission(PER_OCCURRENCE, "one failed refund"),
     M.REFUND_MANUAL: Emission(PER_OCCURRENCE, "one refund handed to a person"),

@@ -114,6 +114,14 @@ class Channel(Protocol):
         order (an errors.ChannelError if the channel says no)."""
         ...
 
+    def fund_flow_source(self, merchants: Any) -> Any | None:
+        """The channel's fund-flow bill download (R45), None if it has none wired."""
+        ...
+
+    def open_fund_flow(self, data: bytes, account: str) -> Any | None:
+        """A kept fund-flow file of this channel opened for parsing (None: no fund-flow parser)."""
+        ...
+
     def live_check(self, merchants: Any, merchant_id: str, *, download: bool = True) -> list[Finding]:
         """Harmless signed calls to the channel with the merchant's stored credentials (R47): each Finding
         passes, NAMES the wrong credential with its fix, or could not tell (channels/doctor.py). `download`:
@@ -145,6 +153,12 @@ class ChannelNames:
     def metric(self) -> str:
         """The `channel` metric dimension value (template alarms filter on it)."""
         return self.route
+
+    def fund_flow_source(self, merchants: Any) -> Any | None:
+        return None  # R45 is wired for WeChat v3 only so far (docs/settlement.md)
+
+    def open_fund_flow(self, data: bytes, account: str) -> Any | None:
+        return None
 
     def live_check(self, merchants: Any, merchant_id: str, *, download: bool = True) -> list[Finding]:
         """The channel package's doctor (channels/<name>/doctor.py, imported on first use)."""

@@ -22,6 +22,10 @@ class PaymentNotice:
     currency: str
     success_time: str | None
     source: str = "notify"  # or "query" (R23)
+    # R43: the channel's settlement figures (`Settlement.entry_fields()`, flat integer cents) or, when the
+    # figures contradict each other, why not (`settlement_error`): booked UNKNOWN and sent to a person.
+    settlement: dict[str, int] | None = None
+    settlement_error: str | None = None
 
     @property
     def raw_key(self) -> str:

@@ -11,10 +11,11 @@ with fewer decimals (see `round_units`).
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
+from typing import Any
 
 from tally.domain.money import yuan_text
 
@@ -296,9 +297,33 @@ class LocalEntry:
     pk: str = ""
 
 
-def fold_ledger(entries: Iterable[dict]) -> dict[str, LocalEntry]:
-    """Ledger rows of one bill_date → {bill key: LocalEntry}. REVERSAL entries (signed, `reverses` = the pk
-    they correct) are added to their target; an entry reversed to zero counts as never booked."""
+SETTLED_FIELD = {PAYMENT: "settlement_cent", REFUND: "settlement_refund_cent"}  # R43, store/payments.py
+LEGACY_COUNTS = ("legacy_payments", "legacy_refunds", "settlement_unknown")
+
+
+def matched_cent(row: Mapping[str, Any], counts: dict[str, int] | None = None) -> int:
+    """The amount recon matches for one PAYMENT / REFUND entry (R43): what the channel settles
+    (`settlement_cent` / `settlement_refund_cent`), the figure WeChat's 应结订单金额 and Alipay's 商家实收 carry.
+    An entry booked before R43 (or booked UNKNOWN) has none: it is matched on `amount_cent`, explicitly, and
+    counted in `counts` (legacy_payments / legacy_refunds / settlement_unknown) so the run says why."""
+    kind = row.get("kind", PAYMENT)
+    settled = row.get(SETTLED_FIELD.get(kind, ""))
+    if settled is not None:
+        return int(settled)
+    if counts is not None:
+        name = (
+            "settlement_unknown"
+            if row.get("settlement_state") == "UNKNOWN"
+            else ("legacy_refunds" if kind == REFUND else "legacy_payments")
+        )
+        counts[name] = counts.get(name, 0) + 1
+    return int(row["amount_cent"])
+
+
+def fold_ledger(entries: Iterable[dict], counts: dict[str, int] | None = None) -> dict[str, LocalEntry]:
+    """Ledger rows of one bill_date → {pk: LocalEntry} at their settlement amounts (`matched_cent`, R43).
+    REVERSAL entries (signed, `reverses` = the pk they correct) are added to their target; an entry reversed
+    to zero counts as never booked. FEE entries are not matched here. Keyed by the bill key (`match_key`)."""
     local: dict[str, LocalEntry] = {}  # by ledger pk until the reversals are folded
     reversals: list[dict] = []
     for row in entries:
@@ -308,7 +333,7 @@ def fold_ledger(entries: Iterable[dict]) -> dict[str, LocalEntry]:
             continue
         if kind not in (PAYMENT, REFUND):
             continue
-        local[row["pk"]] = local_entry(row)
+        local[row["pk"]] = local_entry(row, counts)
     for row in reversals:
         target = local.get(row.get("reverses", ""))
         if target is not None:
@@ -316,16 +341,45 @@ def fold_ledger(entries: Iterable[dict]) -> dict[str, LocalEntry]:
     return {e.key: e for e in local.values() if e.amount_cent != 0}
 
 
-def local_entry(row: dict) -> LocalEntry:
+def local_entry(row: dict, counts: dict[str, int] | None = None) -> LocalEntry:
     return LocalEntry(
         match_key(row["pk"], row.get("mchid")),
         row.get("kind", PAYMENT),
-        int(row["amount_cent"]),
+        matched_cent(row, counts),  # the settlement amount (R43)
         row.get("bill_date", ""),
         row.get("transaction_id", ""),
         row.get("out_trade_no", ""),
         row.get("refund_no", ""),
         row["pk"],
+    )
+
+
+def fee_entry_pk(item: BillItem) -> str:
+    """A FEE ledger entry's key: the bill row's own key (WeChat 微信订单号 / 商户退款单号, Alipay 支付宝交易号 /
+    退款请求号, as `BillItem.key` carries them), so a re-run of the day finds the entry it booked."""
+    return f"fee#{item.key}"
+
+
+def fee_entry_cent(item: BillItem) -> int:
+    """The fee a bill row charges (positive) or gives back (negative), rounded half up to the fen as charged."""
+    return round_units(item.fee_e5, 5, 2)
+
+
+def fee_differs(item: BillItem, booked_cent: int) -> Diff:
+    """A re-run whose bill states another fee than the one booked: a difference for a person, never an
+    overwrite of the booked entry (docs/settlement.md §6.5)."""
+    return Diff(
+        AMOUNT_DIFFERS,
+        FEE,
+        fee_entry_pk(
+            item
+        ),  # not item.key: that is the row-rate check's FEE diff (Matcher), a different finding
+        fee_entry_cent(item),
+        booked_cent,
+        transaction_id=item.transaction_id,
+        out_trade_no=item.out_trade_no,
+        refund_no=item.refund_no,
+        detail=f"the bill's fee {yuan_text(fee_entry_cent(item))} != the booked fee {yuan_text(booked_cent)}",
     )
 
 

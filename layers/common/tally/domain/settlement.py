@@ -198,6 +198,17 @@ class Refund:
         return fields
 
 
+def notice_fields(build: Any, *args: Any) -> dict[str, Any]:
+    """The two PaymentNotice fields a channel parser sets (R43): `settlement` (the entry fields) or
+    `settlement_error` (why the figures cannot be settled; the payment is still booked, UNKNOWN)."""
+    try:
+        return {"settlement": build(*args).entry_fields(), "settlement_error": None}
+    except SettlementError as exc:
+        return {"settlement": None, "settlement_error": str(exc)[:300]}
+    except (MoneyError, TypeError, ValueError, KeyError, AttributeError) as exc:
+        return {"settlement": None, "settlement_error": f"{type(exc).__name__}: {str(exc)[:280]}"}
+
+
 # ---------------------------------------------------------------- WeChat Pay API v3 (JSON integers, fen)
 
 

@@ -112,6 +112,12 @@ class ApplyService:
             return self._after_cancel(notice, exc.failed)
         if money_in:
             count(M.APPLY_BOOKED, channel=notice.channel, merchant=notice.mchid)
+            if notice.settlement is None:  # booked UNKNOWN with its queue item (store/payments.py, R43)
+                count(M.SETTLEMENT_UNKNOWN, channel=notice.channel, merchant=notice.mchid)
+                logger.error(
+                    "payment booked with its settlement amount unknown: queue item created",
+                    extra={"raw_key": notice.raw_key, "reason": notice.settlement_error},
+                )
             logger.info(
                 "payment booked",
                 extra={"raw_key": notice.raw_key, "order": order["pk"], "paid_cent": notice.paid_cent},
@@ -123,6 +129,8 @@ class ApplyService:
         """Decide by *which* condition failed (store/payments.py: order, transition, raw, ledger)."""
         if payments.RAW in failed:
             return PaymentApplied.ALREADY_HANDLED  # another worker finished this raw row
+        if payments.SETTLEMENT_ITEM in failed:  # written with the entry: the same voucher was booked (R17)
+            return self._duplicate(notice)
         if payments.TRANSITION in failed or payments.LEDGER in failed:
             return self._duplicate(notice)  # the same voucher was already applied (R17)
         if payments.ORDER in failed:

@@ -587,6 +587,8 @@ def raw_row(
         "currency": notice.currency,
         "success_time": notice.success_time,
         "source": notice.source,
+        "settlement": notice.settlement,  # R43: what the apply step books next to paid_cent
+        "settlement_error": notice.settlement_error,
         "envelope_id": envelope_id or None,
         **(stored_body(body) if body is not None else {"body": None}),
         "headers": _verify_headers(headers) if headers else None,
@@ -611,6 +613,8 @@ def notice_from_raw(row: Mapping[str, Any]) -> PaymentNotice:
         currency=row["currency"],
         success_time=row.get("success_time"),
         source=row.get("source", "notify"),
+        settlement={k: int(v) for k, v in row["settlement"].items()} if row.get("settlement") else None,
+        settlement_error=row.get("settlement_error"),
     )
 
 

@@ -1,9 +1,10 @@
 """The finance view of one day (issue #14): payments, refunds, fees and net per merchant and channel for one
 bill_date (the channel's day, Asia/Shanghai), next to that day's reconciliation verdict. Read-only (R42).
 
-The ledger is read through its `by_bill_date` index (one paged Query for the day, never a scan); fees are what
-the day's latest finished recon run recorded from the channel's bill (`totals.fee_e5`, rounded half up to the
-fen): before a run has read the bill they are "not booked yet" and the net leaves them out, saying so.
+The ledger is read through its `by_bill_date` index (one paged Query for the day, never a scan); fees are the
+day's FEE entries (booked by recon from the bill's rows once its guards passed, docs/settlement.md §6.5); a day
+reconciled before FEE entries existed falls back to its latest finished run's `totals.fee_e5` (rounded half up
+to the fen); before a run has read the bill they are "not booked yet" and the net leaves them out, saying so.
 
     LedgerDayService(ledger, recon, merchants).day("2024-05-01", merchant=None) -> {
         "bill_date", "merchant",
@@ -14,6 +15,11 @@ fen): before a run has read the bill they are "not booked yet" and the net leave
         "totals": {same money fields summed},
     }
 `csv_text(view)` renders it for a spreadsheet (UTF-8 with BOM, yuan with two decimals).
+
+The daily statement (docs/settlement.md §5, §6.7) is built from the same entries by `day_summary` (settlement
+figures per entry, R43; an entry without them counts at `amount_cent`, as recon matches it) and rendered by
+`domain/statement`: `LedgerDayService.statement(day)` for `tally ledger day --statement`, `statement_text`
+for the recon run that writes `reports/{channel}/{mchid}/{day}/statement.csv`.
 """
 
 from __future__ import annotations
@@ -25,7 +31,8 @@ from typing import Any
 
 from tally.channels import registry as channel_registry
 from tally.domain.money import format_cents
-from tally.domain.recon import round_units
+from tally.domain.recon import matched_cent, round_units
+from tally.domain.statement import DaySummary, statement_csv, statement_row
 from tally.store.recon import recon_pk
 
 NOT_BOOKED = "not booked yet"
@@ -33,6 +40,49 @@ RECONCILED_CHANNELS = (
     channel_registry.reconciled()
 )  # the stored channels whose bills the recon function reads
 FINISHED = ("MATCHED", "DIFFS", "QUIET", "BLOCKED")
+
+
+def day_summary(entries: Any) -> DaySummary:
+    """One merchant's and channel's day from its ledger entries: PAYMENT (settlement figures, R43), REFUND
+    (settlement refund), FEE (charged > 0, given back < 0), REVERSAL (added to the settlement or refund it
+    corrects, as recon folds it). The statement's one way to build a day."""
+    n = gross = merchant = channel = unattributed = payer = settlement = 0
+    r = refunded = fee = returned = 0
+    kinds: dict[str, str] = {}
+    reversals = []
+    for e in entries:
+        kind = e.get("kind", "PAYMENT")
+        kinds[str(e.get("pk"))] = kind
+        if kind == "PAYMENT":
+            n += 1
+            amount = int(e.get("amount_cent", 0))
+            gross += int(e.get("total_cent", e.get("order_total_cent", amount)))
+            merchant += int(e.get("merchant_funded_cent", 0))
+            channel += int(e.get("channel_funded_cent", 0)) + int(e.get("other_funded_cent", 0))
+            unattributed += int(e.get("unattributed_cent", 0))
+            payer += int(e.get("payer_cent", amount))
+            settlement += matched_cent(e)
+        elif kind == "REFUND":
+            r += 1
+            refunded += matched_cent(e)
+        elif kind == "FEE":
+            cents = int(e["amount_cent"])
+            fee, returned = (fee + cents, returned) if cents > 0 else (fee, returned - cents)
+        else:
+            reversals.append(e)
+    for e in reversals:  # a person's correction of a recon difference (R36), signed
+        if kinds.get(str(e.get("reverses"))) == "REFUND":
+            refunded += int(e["amount_cent"])
+        else:
+            settlement += int(e["amount_cent"])
+    return DaySummary(
+        n, gross, merchant, channel, unattributed, payer, settlement, r, refunded, fee, returned
+    )
+
+
+def statement_text(channel: str, mchid: str, bill_date: str, entries: Any) -> str:
+    """The statement CSV of one merchant's day (no three-way verdict yet: NOT_CHECKED, docs/settlement.md §8)."""
+    return statement_csv([statement_row(mchid, channel, bill_date, day_summary(entries), None)])
 
 
 class LedgerDayService:
@@ -53,6 +103,9 @@ class LedgerDayService:
             elif kind == "REFUND":
                 cell["refunds"] += 1
                 cell["refund_cent"] += amount
+            elif kind == "FEE":  # charged (positive) or given back (negative), one entry per bill row
+                cell["fee_entries"] += 1
+                cell["fee_entry_cent"] += amount
             else:  # REVERSAL: signed corrections a person booked from a recon difference (R36)
                 cell["reversals"] += 1
                 cell["reversal_cent"] += amount
@@ -62,10 +115,20 @@ class LedgerDayService:
         rows = []
         for (channel, mchid), cell in sorted(cells.items()):
             run = self._latest_run(channel, mchid, bill_date)
-            if run is None and not any(cell[k] for k in ("payments", "refunds", "reversals")):
+            if run is None and not any(cell[k] for k in ("payments", "refunds", "reversals", "fee_entries")):
                 continue  # a configured merchant with nothing booked and no run: nothing to show
             rows.append(_finish({"channel": channel, "mchid": mchid, **cell}, run))
         return {"bill_date": bill_date, "merchant": merchant, "rows": rows, "totals": _totals(rows)}
+
+    def statement(self, bill_date: str, merchant: str | None = None) -> list[dict[str, str]]:
+        """The statement rows of the day, one per merchant and channel (the same rows the recon run writes)."""
+        cells: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for entry in self.ledger.all_of_day(bill_date, mchid=merchant):
+            cells.setdefault((str(entry.get("channel")), str(entry.get("mchid"))), []).append(entry)
+        return [
+            statement_row(mchid, channel, bill_date, day_summary(entries), None)
+            for (channel, mchid), entries in sorted(cells.items())
+        ]
 
     def _latest_run(self, channel: str, mchid: str, bill_date: str) -> dict[str, Any] | None:
         if channel not in RECONCILED_CHANNELS:
@@ -83,12 +146,17 @@ def _empty() -> dict[str, Any]:
         "refund_cent": 0,
         "reversals": 0,
         "reversal_cent": 0,
+        "fee_entries": 0,
+        "fee_entry_cent": 0,
     }
 
 
 def _finish(row: dict[str, Any], run: dict[str, Any] | None) -> dict[str, Any]:
     totals = (run or {}).get("totals") or {}
-    fee = round_units(int(totals["fee_e5"]), 5, 2) if isinstance(totals.get("fee_e5"), int) else None
+    if row["fee_entries"]:
+        fee: int | None = row["fee_entry_cent"]  # from the ledger (FEE entries)
+    else:  # a day reconciled before FEE entries were booked: the run's own figure
+        fee = round_units(int(totals["fee_e5"]), 5, 2) if isinstance(totals.get("fee_e5"), int) else None
     row["fee_cent"] = fee
     net = row["payment_cent"] - row["refund_cent"] + row["reversal_cent"] - (fee or 0)
     row["net_cent"] = net

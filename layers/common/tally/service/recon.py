@@ -47,6 +47,7 @@ from tally.domain.recon import (
     CHINA,
     FEE,
     IGNORED,
+    LEGACY_COUNTS,
     LOCAL_ONLY,
     OPEN,
     PAYMENT,
@@ -61,13 +62,17 @@ from tally.domain.recon import (
     MatchStats,
     check_guards,
     china_date,
+    fee_differs,
+    fee_entry_cent,
+    fee_entry_pk,
     fold_ledger,
     previous_day,
     scheduled_days,
 )
 from tally.observability import M, count, logger
+from tally.service.ledger_day import statement_text
 from tally.service.recon_partition import Partitioned, file_lines, partition_bill, tmp_dir
-from tally.service.recon_sources import NO_STATEMENT, NOT_READY, DownloadFailed, OpenedBill, gunzip
+from tally.service.recon_sources import NO_STATEMENT, NOT_READY, DownloadFailed, OpenedBill
 from tally.store.recon import BillArchive, LedgerView, ReconStore, recon_pk
 from tally.store.tables import iso_now
 
@@ -387,20 +392,28 @@ class ReconService:
     def _match(self, run: dict[str, Any], opened: OpenedBill, index: BillIndex) -> dict[str, Any]:
         """Only after the guards passed: the day's ledger is read and the index matched against it."""
         channel, mchid, bill_date = run["channel"], run["mchid"], run["bill_date"]
-        local = fold_ledger(self.ledger.day(channel, mchid, bill_date))
+        legacy: dict[str, int] = {}
+        local = fold_ledger(self.ledger.day(channel, mchid, bill_date), legacy)
         run["ledger_entries"] = len(local)
         matcher = Matcher(local, lambda key: self.ledger.booked_entry(key, mchid))
         diffs = list(matcher.match_index(index, opened.item_at))  # the diffs only (few)
         if self.progress is not None:
             self.progress(len(index))
+        fees = self._book_fees(run, opened)  # the guards passed: the bill's fees become ledger entries
+        diffs += fees.pop("diffs")
         seen, new = self._write_diffs(run, diffs)
-        return self._conclude(run, [_stats_of(matcher.stats, new)], seen)
+        return self._conclude(run, [{**_stats_of(matcher.stats, new), **legacy, **fees}], seen)
 
     # ------------------------------------------------------------ the partitioned path (recon_partition.py)
 
     def ledger_shard(self, run: dict[str, Any], p: int) -> dict[str, LocalEntry]:
         """The ledger side of partition `p`: one shard of the merchant's day, reversals folded."""
-        return fold_ledger(self.ledger.day_shard(run["channel"], run["mchid"], run["bill_date"], p))
+        counts: dict[str, int] = {}
+        local = _Folded(
+            fold_ledger(self.ledger.day_shard(run["channel"], run["mchid"], run["bill_date"], p), counts)
+        )
+        local.counts = counts  # R43: legacy / unknown entries of this shard, summed by conclude_partitions
+        return local
 
     def match_partition(
         self, run: dict[str, Any], parts: Partitioned, p: int, local: dict[str, LocalEntry] | None = None
@@ -420,7 +433,8 @@ class ReconService:
         if self.progress is not None:
             self.progress(len(index))
         _, new = self._write_diffs(run, diffs)
-        return {"partition": p, "rows": len(index), **_stats_of(matcher.stats, new, entries)}
+        legacy = getattr(local, "counts", {})
+        return {"partition": p, "rows": len(index), **_stats_of(matcher.stats, new, entries), **legacy}
 
     def conclude_partitions(self, run: dict[str, Any], results: list[dict[str, Any]]) -> dict[str, Any]:
         """Every partition matched: the run's verdict from all of them (diffs seen this run = last_seen_run)."""
@@ -472,7 +486,61 @@ class ReconService:
         else:
             count(M.RECON_MATCHED, channel=channel, merchant=mchid)
             run.update(status=MATCHED, reason=f"{total['matched']} entries agree with the bill")
+        run["statement_key"] = self._statement(run)
         return self._finish(run)
+
+    def _statement(self, run: dict[str, Any]) -> str:
+        """The day's statement next to the run's report (docs/settlement.md §6.7), rewritten by every run that
+        matched: the ledger's entries of the day (its payments, refunds, FEE entries and reversals)."""
+        channel, mchid, bill_date = run["channel"], run["mchid"], run["bill_date"]
+        entries = [
+            *self.ledger.day(channel, mchid, bill_date),
+            *self.ledger.fee_rows(channel, mchid, bill_date),
+        ]
+        key = f"reports/{channel}/{mchid}/{bill_date}/statement.csv"
+        text = statement_text(channel, mchid, bill_date, entries)
+        self.archive.put_report(key, text.encode("utf-8"), "text/csv; charset=utf-8")
+        return key
+
+    def _book_fees(self, run: dict[str, Any], opened: OpenedBill) -> dict[str, Any]:
+        """Each bill row's fee as a FEE ledger entry (docs/settlement.md §6.5), keyed by the row, written once:
+        a re-run books nothing new, and a re-run whose fee differs from the booked one is a FEE AMOUNT_DIFFERS
+        (never an overwrite). Zero fees are not booked. One Query reads what the day booked already.
+        In-memory path only so far: the partitioned path books no FEE entries yet (docs/settlement.md §8)."""
+        channel, mchid, bill_date = run["channel"], run["mchid"], run["bill_date"]
+        booked = self.ledger.fees(channel, mchid, bill_date)
+        now = iso_now(self.clock())
+        new, diffs = 0, []
+        for item in opened.parser().items():
+            cent = fee_entry_cent(item)
+            if cent == 0:
+                continue
+            pk = fee_entry_pk(item)
+            already = booked.get(pk)
+            if already is None:
+                already = self.ledger.put_fee(
+                    {
+                        "pk": pk,
+                        "kind": FEE,
+                        "channel": channel,
+                        "mchid": mchid,
+                        "bill_date": bill_date,
+                        "amount_cent": cent,
+                        "of": item.kind,  # PAYMENT | REFUND: the row the fee was charged on
+                        "transaction_id": item.transaction_id,
+                        "out_trade_no": item.out_trade_no,
+                        "refund_no": item.refund_no or None,
+                        "fee_e5": item.fee_e5,
+                        "source_run": run["run_id"],
+                        "booked_at": now,
+                    }
+                )
+                if already is None:
+                    new += 1
+                    continue
+            if already != cent:
+                diffs.append(fee_differs(item, already))
+        return {"fees_booked": new, "fee_diffs": len(diffs), "diffs": diffs}
 
     def _recover(self, channel: str, mchid: str, diff: Diff) -> str | None:
         if diff.cls != CHANNEL_ONLY or diff.item != PAYMENT or self.recover is None:
@@ -633,12 +701,15 @@ class ReconService:
                 late.append(day)
         trade = self._trade_figures(channel, mchid, ledger_day)
         local = fold_ledger(self.ledger.day(channel, mchid, ledger_day))
+        booked_fees = list(self.ledger.fees(channel, mchid, ledger_day).values())
         ledger = DayFigures(
             sum(e.amount_cent for e in local.values() if e.kind == PAYMENT),
             sum(e.amount_cent for e in local.values() if e.kind != PAYMENT),
-            # fees are not ledger entries yet (docs/settlement.md §6.5): the trade bill's fees stand in
-            trade.fee_cent if trade else 0,
-            trade.fee_returned_cent if trade else 0,
+            # the day's FEE entries (docs/settlement.md §6.5); a day without any: the trade bill's fees stand in
+            sum(f for f in booked_fees if f > 0) if booked_fees else (trade.fee_cent if trade else 0),
+            -sum(f for f in booked_fees if f < 0)
+            if booked_fees
+            else (trade.fee_returned_cent if trade else 0),
         )
         result = check_day(mchid, channel, ledger_day, ledger, trade=trade, fund_days=fund_days, lag=lag)
         run["fund_verdict"] = result.code
@@ -909,12 +980,11 @@ def _figures(f: DayFigures) -> dict[str, int]:
 
 def fund_flow_parser(channel: str, data: bytes, account: str) -> Any:
     """The channel's fund-flow parser over one kept file (WeChat: the decompressed CSV)."""
-    from tally.channels.bill_source import lines_of
-
-    if channel == "wechatpay":
-        from tally.channels.wechatpay_v3.fundflow import WeChatFundFlowParser
-
-        return WeChatFundFlowParser(lines_of(gunzip(data)), account=account)
+    for owner in channel_registry.all_channels():
+        if owner.stored == channel:
+            parser = owner.open_fund_flow(data, account)
+            if parser is not None:
+                return parser
     raise BillParseError(f"no fund-flow parser for channel {channel!r}")
 
 
@@ -922,7 +992,22 @@ def next_day(day: str) -> str:
     return (date.fromisoformat(day) + timedelta(days=1)).isoformat()
 
 
-_SUMMED = ("matched", "cross_day", "duplicates", "pending_refunds", "new_diffs")
+_SUMMED = (
+    "matched",
+    "cross_day",
+    "duplicates",
+    "pending_refunds",
+    "new_diffs",
+    *LEGACY_COUNTS,
+    "fees_booked",
+    "fee_diffs",
+)
+
+
+class _Folded(dict[str, LocalEntry]):
+    """One ledger shard folded (`fold_ledger`), with its R43 legacy counts for the partition's result."""
+
+    counts: dict[str, int]
 
 
 def _stats_of(stats: MatchStats, new: int, ledger_entries: int | None = None) -> dict[str, Any]:

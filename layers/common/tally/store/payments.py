@@ -21,7 +21,10 @@ from tally.store.recon import with_bill_shard
 from tally.store.records import OrderRow
 from tally.store.tables import RawStore, Tables, pending_pk
 
-ORDER, TRANSITION, RAW, LEDGER = 0, 1, 2, 3  # positions in `book`'s transaction
+ORDER, TRANSITION, RAW, LEDGER = 0, 1, 2, 3  # positions in `book`'s transaction (+ SETTLEMENT_ITEM)
+SETTLEMENT_ITEM = 4  # the work-queue item of a payment booked with its settlement amount UNKNOWN (R43)
+UNKNOWN = "UNKNOWN"
+SETTLEMENT_UNKNOWN_KIND = "settlement_unknown"  # notify_event manual_kind, listed by service/queue.py
 PARKED_RAW, REFUND_TASK = 0, 1  # positions in `park_illegal`'s transaction
 
 
@@ -53,6 +56,8 @@ class PaymentStore:
         ]
         if money_in:
             items.append({"Put": self._ledger(order, notice, now, bill_date)})
+            if notice.settlement is None:
+                items.append({"Put": self._settlement_unknown(order, notice, now)})
         self.t.transact(items)
 
     def park_illegal(self, notice: PaymentNotice, order: OrderRow, reason: str, now: str) -> str:
@@ -161,9 +166,36 @@ class PaymentStore:
             "bill_date": bill_date,
             "booked_at": now,
             "source": notice.source,
+            # R43: the settlement figures next to amount_cent (which stays the payer amount, R12/R13)
+            **(notice.settlement or {}),
+            "settlement_state": "KNOWN" if notice.settlement is not None else UNKNOWN,
         }
         return {
             "TableName": self.t.ledger,
             "Item": to_item(with_bill_shard(row)),  # the sharded bill-date index (store/recon.py)
+            "ConditionExpression": "attribute_not_exists(pk)",
+        }
+
+    def _settlement_unknown(self, order: OrderRow, notice: PaymentNotice, now: str) -> dict[str, Any]:
+        """R43: the money is booked (it arrived) but what the channel settles for it is unknown: one
+        notify_event row of manual_kind `settlement_unknown` (the work queue lists it), in the same
+        transaction as the entry, so a booked UNKNOWN entry always has its item. No TTL: it waits for a person."""
+        row = {
+            "pk": f"settlement#{notice.raw_key}",
+            "kind": SETTLEMENT_UNKNOWN_KIND,
+            "manual_kind": SETTLEMENT_UNKNOWN_KIND,
+            "created_at": now,
+            "channel": notice.channel,
+            "mchid": notice.mchid,
+            "out_trade_no": notice.out_trade_no,
+            "transaction_id": notice.transaction_id,
+            "order": order["pk"],  # not order_pk: that would put it in notify_event's by_order (R8) index
+            "amount_cent": notice.paid_cent,
+            "reason": f"settlement amount unknown: {notice.settlement_error or 'no settlement figures'} "
+            "(booked on the payer amount; query the order)",
+        }
+        return {
+            "TableName": self.t.notify_event,
+            "Item": to_item(row),
             "ConditionExpression": "attribute_not_exists(pk)",
         }

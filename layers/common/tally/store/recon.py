@@ -255,6 +255,42 @@ class LedgerView:
             }
         )
 
+    def fees(self, channel: str, mchid: str, bill_date: str) -> dict[str, int]:
+        """The FEE entries one merchant's day has booked, {pk: amount_cent} (pk `fee#{channel}#…`)."""
+        return {str(r["pk"]): int(r["amount_cent"]) for r in self.fee_rows(channel, mchid, bill_date)}
+
+    def fee_rows(self, channel: str, mchid: str, bill_date: str) -> Iterator[dict[str, Any]]:
+        kwargs: dict[str, Any] = {
+            "TableName": self.table,
+            "IndexName": "by_bill_date",
+            "KeyConditionExpression": "bill_date = :d AND begins_with(pk, :c)",
+            "FilterExpression": "mchid = :m",
+            "ExpressionAttributeValues": names_values(d=bill_date, c=f"fee#{channel}#", m=mchid),
+        }
+        while True:
+            answer = self.ddb.query(**kwargs)
+            for item in answer.get("Items", []):
+                yield from_item(item)
+            if "LastEvaluatedKey" not in answer:
+                return
+            kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
+
+    def put_fee(self, row: dict[str, Any]) -> int | None:
+        """Book one FEE entry once (`attribute_not_exists(pk)`): None when written, else the amount already
+        booked under that key (a re-run: compared by the caller, never overwritten)."""
+        try:
+            self.ddb.put_item(
+                TableName=self.table,
+                Item=to_item(
+                    with_bill_shard(row)
+                ),  # every ledger write carries its shard (all_of_day reads it)
+                ConditionExpression="attribute_not_exists(pk)",
+            )
+            return None
+        except self.ddb.exceptions.ConditionalCheckFailedException:
+            booked = self.get(str(row["pk"]))
+            return int(booked["amount_cent"]) if booked else None
+
     def entry_and_reversals(self, pk: str, bill_date: str) -> list[dict[str, Any]]:
         """One entry and its REVERSAL entries (`<pk>#REVERSAL#<day>`, same bill_date and shard): one Query."""
         answer = self.ddb.query(

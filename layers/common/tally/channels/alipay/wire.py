@@ -28,6 +28,7 @@ from tally import errors
 from tally.channels.alipay.channel import CHANNEL as SPEC
 from tally.domain.money import MoneyError, yuan_to_cents
 from tally.domain.notifications import Outcome, PaymentNotice
+from tally.domain.settlement import alipay_payment, notice_fields
 
 CHANNEL = SPEC.stored
 CHINA = timezone(timedelta(hours=8))
@@ -330,8 +331,10 @@ def to_payment_notice(params: Mapping[str, Any], source: str = "notify") -> Paym
         raise ParseError("out_trade_no is missing")
     mchid, sp = merchant_ids(params)
     total = amount_cents(params, "total_amount")
+    settled: dict[str, Any] = {}
     if TRADE_STATUS.get(status) is Outcome.PAID:
         paid = amount_cents(params, "receipt_amount")
+        settled = notice_fields(alipay_payment, params)  # R43: receipt_amount and the voucher split
     else:
         paid = amount_cents(params, "receipt_amount") if params.get("receipt_amount") else 0
     return PaymentNotice(
@@ -346,6 +349,7 @@ def to_payment_notice(params: Mapping[str, Any], source: str = "notify") -> Paym
         currency="CNY",
         success_time=beijing_iso(params.get("gmt_payment") or params.get("send_pay_date")),
         source=source,
+        **settled,
     )
 
 

@@ -87,7 +87,12 @@ class WeChatPayV2(ChannelNames):
         return WeChatV2Refunds(client, v2.notify_url, clock=clock)
 
     def bill_source(self, merchants: Any) -> BillSource | None:
-        return None  # the stored "wechatpay" bill: v3's channel owns the choice of v3 or v2 download (R44)
+        """The stored "wechatpay" bill (v2's payments are in the same bill as v3's): v3's `/v3/bill/tradebill` or
+        v2's `/pay/downloadbill`, as the merchant's records say (R44, channels/wechatpay_v2/bills.py)."""
+        from tally.channels.wechatpay_v2.bills import WeChatBillChoice, WeChatV2BillSource
+        from tally.channels.wechatpay_v3.bills import WeChatBillSource
+
+        return WeChatBillChoice(merchants, WeChatBillSource(merchants), WeChatV2BillSource(merchants))
 
     def open_bill(self, data: bytes) -> Bill | None:
         return None

@@ -27,6 +27,7 @@ from tally.channels.wechatpay_v2.channel import CHANNEL as SPEC
 from tally.domain.notifications import PaymentNotice
 from tally.domain.poll import Answer
 from tally.domain.refunds import RefundNotice
+from tally.domain.settlement import notice_fields, wechat_v2_payment
 
 CHANNEL = SPEC.stored  # "wechatpay": same transaction id space as v3 (see the module docstring)
 API = str(SPEC.api)  # "wechatpay_v2": the order row's `api`, the merchants table's channel
@@ -193,6 +194,7 @@ def to_payment_notice(params: Mapping[str, str], source: str = "notify") -> Paym
         params["result_code"], f"RESULT_{params['result_code']}"
     )
     paid = fen(params, "cash_fee", default=total) if state == "SUCCESS" else 0
+    settled = notice_fields(wechat_v2_payment, params) if state == "SUCCESS" else {}  # R43
     return PaymentNotice(
         channel=CHANNEL,
         transaction_id=params.get("transaction_id") or "",
@@ -205,6 +207,7 @@ def to_payment_notice(params: Mapping[str, str], source: str = "notify") -> Paym
         currency=params.get("fee_type") or "CNY",
         success_time=time_end_iso(params.get("time_end")),
         source=source,
+        **settled,
     )
 
 
@@ -540,4 +543,5 @@ def query_notice(answer: Mapping[str, str], *, mchid: str, sp_mchid: str | None 
         currency=answer.get("fee_type") or "CNY",
         success_time=time_end_iso(answer.get("time_end")),
         source="query",
+        **notice_fields(wechat_v2_payment, answer),  # R43: the query answer carries the same coupon fields
     )

@@ -71,12 +71,21 @@ class WeChatPayV3(ChannelNames):
         return WeChatRefunds(merchants.client(merchant), merchant.notify_url)
 
     def bill_source(self, merchants: Any) -> BillSource | None:
-        """The merchant's WeChat trade bill, v3's `/v3/bill/tradebill` or v2's `/pay/downloadbill` as its
-        records say (R44, channels/wechatpay_v2/bills.py); v2's payments are in the same bill."""
-        from tally.channels.wechatpay_v2.bills import WeChatBillChoice, WeChatV2BillSource
-        from tally.channels.wechatpay_v3.bills import WeChatBillSource
+        """None: the stored "wechatpay" bill is v2's channel's to give (channels/wechatpay_v2/channel.py), the choice
+        of v3's `/v3/bill/tradebill` or v2's `/pay/downloadbill` as the merchant's records say (R44). v2 may build
+        on v3's package; v3 never imports v2's."""
+        return None
 
-        return WeChatBillChoice(merchants, WeChatBillSource(merchants), WeChatV2BillSource(merchants))
+    def fund_flow_source(self, merchants: Any) -> Any:
+        from tally.channels.wechatpay_v3.fundflow_source import WeChatFundFlowSource
+
+        return WeChatFundFlowSource(merchants)
+
+    def open_fund_flow(self, data: bytes, account: str) -> Any:
+        from tally.channels.bill_source import gunzip, lines_of
+        from tally.channels.wechatpay_v3.fundflow import WeChatFundFlowParser
+
+        return WeChatFundFlowParser(lines_of(gunzip(data)), account=account)
 
     def open_bill(self, data: bytes) -> Bill | None:
         from tally.channels.wechatpay_v3.bills import WeChatBill

@@ -30,6 +30,7 @@ from tally.channels.wechatpay_v3.channel import CHANNEL as SPEC
 from tally.domain.money import MoneyError, cents, received_cents
 from tally.domain.notifications import Outcome, PaymentNotice
 from tally.domain.poll import Answer
+from tally.domain.settlement import notice_fields, wechat_v3_payment
 
 CHANNEL = SPEC.stored  # "wechatpay" (channels/registry.py: v2 stores it too)
 SIGNATURE_TYPE = "WECHATPAY2-SHA256-RSA2048"
@@ -333,18 +334,25 @@ def to_payment_notice(resource: dict[str, Any], source: str = "notify") -> Payme
         success_time = resource.get("success_time")
         if not isinstance(transaction_id, str) or not isinstance(success_time, (str, type(None))):
             raise TypeError("transaction_id and success_time must be strings")
+        trade_state = _text(resource["trade_state"])
+        settled = (
+            notice_fields(wechat_v3_payment, amount, resource.get("promotion_detail"))
+            if TRADE_STATE.get(trade_state) is Outcome.PAID
+            else {}
+        )  # R43: the settlement amount next to what the payer paid
         return PaymentNotice(
             channel=CHANNEL,
             transaction_id=transaction_id,
             out_trade_no=_text(resource["out_trade_no"]),
             mchid=_text(resource["sub_mchid"] if partner else resource["mchid"]),
             sp_mchid=_text(resource["sp_mchid"]) if partner else None,
-            trade_state=_text(resource["trade_state"]),
+            trade_state=trade_state,
             order_total_cent=total,
             paid_cent=received_cents(amount.get("payer_total", total)),
             currency=_text(amount.get("currency") or "CNY"),
             success_time=success_time,
             source=source,
+            **settled,
         )
     except (KeyError, TypeError, AttributeError, MoneyError) as exc:  # AttributeError: amount not an object
         raise DecryptError(f"transaction resource lacks or mistypes {exc}") from None
