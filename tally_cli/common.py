@@ -19,6 +19,7 @@ from collections.abc import Callable
 from datetime import date, datetime, timedelta, timezone
 from typing import Any
 
+from tally import errors
 from tally.domain.money import format_cents
 
 from tally_cli.env import use_deployed, use_local
@@ -27,7 +28,7 @@ CHINA = timezone(timedelta(hours=8))  # the channels' day (R34); China has no DS
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$", re.ASCII)
 
 
-class UsageError(ValueError):
+class UsageError(errors.InvalidRequest, ValueError):
     """The command line is wrong (a bad date, a missing argument): exit 2 before anything is sent or stored."""
 
 

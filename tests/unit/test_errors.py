@@ -16,11 +16,17 @@ from tally.channels.retry import with_retries
 from tally.channels.wechatpay_v2 import refunds as wx2r
 from tally.channels.wechatpay_v2 import wire as wx2
 from tally.channels.wechatpay_v3 import wire as wx
+from tally.console.actions import ActionRefused
 from tally.domain.refunds import ExceedsRefundable
 from tally.service import orders, refunds, story
 from tally.service.apply import RetryLater
+from tally.service.manual import ManualError
 from tally.service.merchants import UnknownMerchant
+from tally.service.queue import QueueError
+from tally.service.recon import ReconError
 from tally.service.recon_sources import DownloadFailed
+
+from tally_cli.common import UsageError
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -31,9 +37,18 @@ TREE = {
         refunds.InvalidRefund,
         ali.FormError,
         wx2.XmlError,
+        QueueError,
+        UsageError,
     ],
     errors.NotFound: [orders.NotFound, refunds.NotFound, story.NotFound, UnknownMerchant],
-    errors.Conflict: [orders.OrderConflict, refunds.RefundConflict, ExceedsRefundable],
+    errors.Conflict: [
+        orders.OrderConflict,
+        refunds.RefundConflict,
+        ExceedsRefundable,
+        ManualError,
+        ReconError,
+        ActionRefused,
+    ],
     errors.Busy: [refunds.Busy],
     errors.RetryLater: [RetryLater],
     errors.ChannelError: [
@@ -62,6 +77,16 @@ def test_builtin_bases_are_kept_for_callers_that_catch_them():
     assert issubclass(orders.InvalidOrder, ValueError) and issubclass(BadRequest, ValueError)
     assert issubclass(orders.NotFound, LookupError) and issubclass(UnknownMerchant, LookupError)
     assert issubclass(refunds.Busy, RuntimeError) and issubclass(ExceedsRefundable, ValueError)
+    for person_facing in (QueueError, ManualError, ReconError, ActionRefused, UsageError):
+        assert issubclass(person_facing, ValueError), person_facing  # console / CLI catch ValueError
+
+
+def test_the_two_outcome_enums_say_which_transaction_they_report():
+    from tally.service.apply import PaymentApplied
+    from tally.service.refunds import RefundApplied
+
+    assert PaymentApplied.BOOKED.value == "BOOKED" and RefundApplied.FORGED.value == "FORGED"
+    assert not hasattr(refunds, "Applied")  # one name per outcome, no alias
 
 
 def test_signature_errors_keep_their_reason_and_v3_its_probe_flag():

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tally import bootstrap
+from tally import bootstrap, errors
 from tally.console.auth import Identity
 from tally.console.data import Item, queue_filter, yuan
 from tally.observability import M, count, logger
@@ -25,7 +25,7 @@ RESOLVE_CODES = ("refunded-by-hand", "booked-by-hand", "confirmed-junk", "channe
 FIELDS = ("owner", "outcome", "code", "reverse")  # what a form may pass on to the queue's action
 
 
-class ActionRefused(ValueError):
+class ActionRefused(errors.Conflict, ValueError):
     """The action does not fit the item (or the item moved on): the queue's message, in plain words."""
 
 

@@ -16,6 +16,7 @@ A FAILed refund_no is spent: a new attempt needs a new refund_no (R29, R30).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -232,7 +233,7 @@ def refund_raw_key(channel: str, mchid: str, refund_no: str) -> str:
 
 
 def tenant_mismatch(
-    notice: RefundNotice, refund: dict[str, object], refund_sp_mchid: str | None
+    notice: RefundNotice, refund: Mapping[str, object], refund_sp_mchid: str | None
 ) -> tuple[str, str] | None:
     """(cause, reason) when a report does not belong to the refund it names (R39): another merchant, another
     service provider / ISV app, another order. Such a report is parked as a suspected forgery and changes
@@ -257,7 +258,7 @@ def _yuan_of(value: object) -> str:
     return yuan_text(value) if isinstance(value, int) and not isinstance(value, bool) else repr(value)
 
 
-def mismatches(notice: RefundNotice, refund: dict[str, object]) -> list[str]:
+def mismatches(notice: RefundNotice, refund: Mapping[str, object]) -> list[str]:
     """Certain differences between what the channel reports and our refund row."""
     found = []
     if notice.mchid != refund.get("mchid"):

@@ -23,7 +23,7 @@ CHINA = timezone(timedelta(hours=8))  # the channels' day cut (R34); China has n
 CAS_ROUNDS = 3
 
 
-class Applied(str, Enum):
+class PaymentApplied(str, Enum):
     BOOKED = "BOOKED"  # ledger entry + transition + handled=1
     TRANSITIONED = "TRANSITIONED"  # a non-money event applied (e.g. closed)
     DUPLICATE = "DUPLICATE"
@@ -50,12 +50,12 @@ class ApplyService:
         self.clock = clock
         self.max_not_found_attempts = max_not_found_attempts
 
-    def apply(self, raw_key: str, carried: dict[str, Any] | None = None) -> Applied:
+    def apply(self, raw_key: str, carried: dict[str, Any] | None = None) -> PaymentApplied:
         """Apply the raw row `raw_key`. `carried` is the notice the message carries (what the raw row
         holds): it saves reading the row; the transaction's `handled = 0` condition still guards it."""
         notice = self._notice(raw_key, carried)
         if notice is None:
-            return Applied.ALREADY_HANDLED
+            return PaymentApplied.ALREADY_HANDLED
         outcome = outcome_of(notice.channel, notice.trade_state)
         if outcome is None or outcome is Outcome.IN_BETWEEN:
             return self._to_person(notice, f"unknown state {notice.trade_state!r}", M.APPLY_UNKNOWN_STATE)
@@ -78,7 +78,7 @@ class ApplyService:
             raise RetryLater(f"raw row {raw_key} not found")
         return notice_from_raw(row) if row.get("handled") == 0 else None
 
-    def _try_apply(self, notice: PaymentNotice, event: Event) -> Applied | None:
+    def _try_apply(self, notice: PaymentNotice, event: Event) -> PaymentApplied | None:
         """One read-decide-write round; None means the CAS was lost and we must re-read (R19)."""
         order = self.orders.get(notice.mchid, notice.out_trade_no)  # tenant-safe key (R11)
         if order is None:
@@ -99,7 +99,9 @@ class ApplyService:
 
     # ---------------------------------------------------------------- the one transaction (R18)
 
-    def _commit(self, notice: PaymentNotice, order: OrderRow, event: Event, to: Status) -> Applied | None:
+    def _commit(
+        self, notice: PaymentNotice, order: OrderRow, event: Event, to: Status
+    ) -> PaymentApplied | None:
         now = iso_now(self.clock())
         money_in = event is Event.PAY
         try:
@@ -120,13 +122,13 @@ class ApplyService:
                 "payment booked",
                 extra={"raw_key": notice.raw_key, "order": order["pk"], "paid_cent": notice.paid_cent},
             )
-            return Applied.BOOKED
-        return Applied.TRANSITIONED
+            return PaymentApplied.BOOKED
+        return PaymentApplied.TRANSITIONED
 
-    def _after_cancel(self, notice: PaymentNotice, failed: list[int]) -> Applied | None:
+    def _after_cancel(self, notice: PaymentNotice, failed: list[int]) -> PaymentApplied | None:
         """Decide by *which* condition failed (store/payments.py: order, transition, raw, ledger)."""
         if payments.RAW in failed:
-            return Applied.ALREADY_HANDLED  # another worker finished this raw row
+            return PaymentApplied.ALREADY_HANDLED  # another worker finished this raw row
         if payments.SETTLEMENT_ITEM in failed:  # written with the entry: the same voucher was booked (R17)
             return self._duplicate(notice)
         if payments.TRANSITION in failed or payments.LEDGER in failed:
@@ -137,12 +139,12 @@ class ApplyService:
 
     # ---------------------------------------------------------------- the paths that do not book
 
-    def _duplicate(self, notice: PaymentNotice) -> Applied:
+    def _duplicate(self, notice: PaymentNotice) -> PaymentApplied:
         self.raw.mark_handled(notice.raw_key, "DUPLICATE", iso_now(self.clock()))
         count(M.APPLY_DUPLICATE, channel=notice.channel, merchant=notice.mchid)
-        return Applied.DUPLICATE
+        return PaymentApplied.DUPLICATE
 
-    def _not_found(self, notice: PaymentNotice) -> Applied:
+    def _not_found(self, notice: PaymentNotice) -> PaymentApplied:
         attempts = self.raw.count_attempt(notice.raw_key)
         if attempts >= self.max_not_found_attempts:
             return self._to_person(
@@ -151,14 +153,14 @@ class ApplyService:
         count(M.APPLY_RETRY, channel=notice.channel, merchant=notice.mchid)
         raise RetryLater(f"order {notice.mchid}#{notice.out_trade_no} not found (attempt {attempts})")
 
-    def _illegal_money_in(self, notice: PaymentNotice, order: OrderRow, reason: str) -> Applied:
+    def _illegal_money_in(self, notice: PaymentNotice, order: OrderRow, reason: str) -> PaymentApplied:
         """R17: money arrived that must not be booked: handled=2 plus a refund task, inserted once."""
         now = iso_now(self.clock())
         try:
             self.book.park_illegal(notice, order, reason, now)
         except TransactionFailed as exc:
             if payments.PARKED_RAW in exc.failed:
-                return Applied.ALREADY_HANDLED
+                return PaymentApplied.ALREADY_HANDLED
             self.raw.send_to_person(notice.raw_key, f"ILLEGAL {reason} (refund task existed)", now)
         count(M.APPLY_ILLEGAL, channel=notice.channel, merchant=notice.mchid)
         count(M.REFUND_TASK_CREATED, channel=notice.channel, merchant=notice.mchid)
@@ -167,17 +169,17 @@ class ApplyService:
             "money arrived on an order that cannot take it: refund task created",
             extra={"raw_key": notice.raw_key, "order": order["pk"], "reason": reason},
         )
-        return Applied.MANUAL
+        return PaymentApplied.MANUAL
 
-    def _to_person(self, notice: PaymentNotice, reason: str, metric: str) -> Applied:
+    def _to_person(self, notice: PaymentNotice, reason: str, metric: str) -> PaymentApplied:
         if not self.raw.send_to_person(notice.raw_key, reason, iso_now(self.clock())):
-            return Applied.ALREADY_HANDLED
+            return PaymentApplied.ALREADY_HANDLED
         count(metric, channel=notice.channel, merchant=notice.mchid)
         count(M.APPLY_MANUAL, channel=notice.channel, merchant=notice.mchid)
         logger.error(
             "notification sent to the manual queue", extra={"raw_key": notice.raw_key, "reason": reason}
         )
-        return Applied.MANUAL
+        return PaymentApplied.MANUAL
 
 
 def order_facts(order: OrderRow) -> OrderFacts:

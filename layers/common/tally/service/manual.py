@@ -12,6 +12,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from tally import errors
 from tally.apigw import HttpRequest
 from tally.channels import registry as channel_registry
 from tally.observability import M, count, logger
@@ -24,7 +25,7 @@ RAW, EVENT = "raw", "event"
 EVENT_KINDS = ("quarantined", "rejected")
 
 
-class ManualError(ValueError):
+class ManualError(errors.Conflict, ValueError):
     """The action does not fit the item (already resolved, unknown id …): the message says why."""
 
 

@@ -27,9 +27,10 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from tally import errors
 from tally.domain.money import format_cents
 from tally.observability import M, count, logger
-from tally.store.queue import QueueStore, StaleItem
+from tally.store.queue import Expect, QueueStore, StaleItem
 from tally.store.tables import iso_now
 
 List = list  # WorkQueue.list shadows the builtin inside the class body
@@ -76,7 +77,7 @@ ACTIONS = ("ack", "resolve", "ignore", "replay", "refund-outcome", "abnormal-ref
 SECRET_FIELDS = frozenset({"bank_account", "real_name"})
 
 
-class QueueError(ValueError):
+class QueueError(errors.InvalidRequest, ValueError):
     """The action does not fit the item (unknown id, closed already, not offered for this kind): says why."""
 
 
@@ -311,8 +312,7 @@ class WorkQueue:
                 entry,
                 state=ACKNOWLEDGED,
                 owner=fields.get("owner") or entry["by"],
-                condition="handled = :two AND attribute_exists(pending_pk)",
-                values={"two": 2},
+                expect=Expect.PAYMENT_UNBOOKED,
             )
             return "acknowledged"
         self.store.record(
@@ -320,8 +320,7 @@ class WorkQueue:
             key,
             entry,
             state=_closed_state(action),
-            condition="handled = :two AND attribute_exists(pending_pk)",
-            values={"two": 2},
+            expect=Expect.PAYMENT_UNBOOKED,
             sets={"resolution": entry},
             remove=("pending_pk", "pending_at"),
         )
@@ -342,7 +341,7 @@ class WorkQueue:
                 entry,
                 state=ACKNOWLEDGED if ack else _closed_state(action),
                 owner=(fields.get("owner") or entry["by"]) if ack else None,
-                condition="attribute_exists(manual_kind)",
+                expect=Expect.KEPT_NOTIFICATION,
                 sets=None if ack else {"resolution": entry},
                 remove=() if ack else ("manual_kind",),
             )
@@ -360,8 +359,7 @@ class WorkQueue:
             entry,
             state=ACKNOWLEDGED if ack else _closed_state(action),
             owner=(fields.get("owner") or entry["by"]) if ack else None,
-            condition="handled = :two AND attribute_exists(manual_pk)",
-            values={"two": 2},
+            expect=Expect.REFUND_REPORT,
             sets=None if ack else {"resolution": entry},
             remove=() if ack else ("manual_pk",),
         )
@@ -372,7 +370,6 @@ class WorkQueue:
     ) -> str:
         refund_no = item["source_key"]
         key = {"pk": refund_no}
-        status: dict[str, Any] = {"names": {"#st": "status"}, "values": {"manual": "MANUAL"}}
         if action == "ack":
             self.store.record(
                 self.store.t.refunds,
@@ -380,8 +377,7 @@ class WorkQueue:
                 entry,
                 state=ACKNOWLEDGED,
                 owner=fields.get("owner") or entry["by"],
-                condition="#st = :manual",
-                **status,
+                expect=Expect.MANUAL_REFUND,
             )
             return "acknowledged"
         if action == "abnormal-refund":
@@ -425,10 +421,8 @@ class WorkQueue:
             entry,
             state=ACKNOWLEDGED if ack else _closed_state(action),
             owner=(fields.get("owner") or entry["by"]) if ack else None,
-            condition="#st = :manual",
-            names={"#st": "status"},
-            values={"manual": "MANUAL"},
-            sets=None if ack else {"#st": "CLOSED", "resolution": entry, "closed_at": entry["at"]},
+            expect=Expect.MANUAL_TASK,
+            sets=None if ack else {"status": "CLOSED", "resolution": entry, "closed_at": entry["at"]},
         )
         return "acknowledged" if ack else "task closed"
 
@@ -441,8 +435,7 @@ class WorkQueue:
                 entry,
                 state=ACKNOWLEDGED,
                 owner=fields.get("owner") or entry["by"],
-                condition="handle_status = :open",
-                values={"open": "OPEN"},
+                expect=Expect.OPEN_DIFF,
             )
             return "acknowledged"
         channel, mchid, bill_date = pk.split("#", 2)
@@ -475,7 +468,7 @@ class WorkQueue:
             entry,
             state=ACKNOWLEDGED if ack else _closed_state(action),
             owner=(fields.get("owner") or entry["by"]) if ack else None,
-            condition="attribute_exists(blocked_pk)",
+            expect=Expect.BLOCKED_DAY,
             sets=None if ack else {"resolution": entry},
             remove=() if ack else ("blocked_pk",),
         )
@@ -483,7 +476,6 @@ class WorkQueue:
 
     def _order(self, item: dict[str, Any], action: str, entry: dict[str, Any], fields: dict[str, Any]) -> str:
         pk = item["source_key"]
-        common: dict[str, Any] = {"condition": "begins_with(poll_pk, :m)", "values": {"m": "manual#"}}
         if action == "ack":
             self.store.record(
                 self.store.t.orders,
@@ -491,7 +483,7 @@ class WorkQueue:
                 entry,
                 state=ACKNOWLEDGED,
                 owner=fields.get("owner") or entry["by"],
-                **common,
+                expect=Expect.MANUAL_ORDER,
             )
             return "acknowledged"
         if action == "replay":  # back into the poll index, due now: the poller asks the channel again
@@ -503,7 +495,7 @@ class WorkQueue:
                 entry,
                 state=RESOLVED,
                 sets={"poll_pk": poll_pk(pk), "poll_due": entry["at"], "poll_errors": 0},
-                **common,
+                expect=Expect.MANUAL_ORDER,
             )
             return "polled again"
         self.store.record(
@@ -513,7 +505,7 @@ class WorkQueue:
             state=_closed_state(action),
             sets={"resolution": entry},
             remove=("poll_pk", "poll_due"),
-            **common,
+            expect=Expect.MANUAL_ORDER,
         )
         return _closed_state(action).lower()
 

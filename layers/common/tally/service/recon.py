@@ -27,6 +27,7 @@ from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from tally import errors
 from tally.channels import registry as channel_registry
 from tally.domain.fundflow import (
     DEFAULT_LAGS,
@@ -82,7 +83,7 @@ RUNNING = "RUNNING"  # on the Distributed Map (service/recon_map.py)
 FINISHED = {MATCHED, DIFFS, QUIET, BLOCKED}
 
 
-class ReconError(ValueError):
+class ReconError(errors.Conflict, ValueError):
     """A person asked for something that cannot be done (unknown diff, not OPEN, no bill to re-run)."""
 
 

@@ -46,6 +46,7 @@ from tally.domain.refunds import (
 from tally.observability import M, count, logger
 from tally.service.apply import RetryLater, bill_date
 from tally.service.refund_inbox import RefundInbox, notice_from_raw, park_forgery
+from tally.store.records import RefundRow, as_refund
 from tally.store.refunds import (
     HOLD_ORDER,
     HOLD_TASK,
@@ -92,7 +93,7 @@ class Busy(errors.Busy, RuntimeError):
     """Contention did not settle: retry with the same refund_no (HTTP 503)."""
 
 
-class Applied(str, Enum):
+class RefundApplied(str, Enum):
     APPLIED = "APPLIED"
     DUPLICATE = "DUPLICATE"
     ILLEGAL = "ILLEGAL"
@@ -191,9 +192,9 @@ class RefundService:
                 row, None, f"no channel client: {exc}"
             )  # the refund is stored FAIL, the amount given back
             raise
-        return public_refund(self._land(row, channel.create(row)))
+        return public_refund(self._land(row, channel.create(dict(row))))
 
-    def _land(self, row: dict[str, Any], answer: ChannelAnswer | None, refusal: str = "") -> dict[str, Any]:
+    def _land(self, row: RefundRow, answer: ChannelAnswer | None, refusal: str = "") -> RefundRow:
         """The refund row as the channel's answer leaves it + the hold closed, in one transaction.
         `answer` None: the channel was never called (`refusal` says why): FAIL, reservation given back."""
         label, event, reason, refund_id = (
@@ -203,12 +204,10 @@ class RefundService:
         if (
             event is None
         ):  # sent, outcome unknown: stored PENDING, re-sent by the poll with the same refund_no
-            landed = {
-                **row,
-                "poll_attempts": 1,
-                "poll_due": iso_now(now_s + BACKOFF_S[1]),
-                "last_poll_note": f"create: {reason}"[:300],
-            }
+            landed = row.copy()
+            landed["poll_attempts"] = 1
+            landed["poll_due"] = iso_now(now_s + BACKOFF_S[1])
+            landed["last_poll_note"] = f"create: {reason}"[:300]
             to, effect = RefundStatus.PENDING, Effect.NONE
         else:
             decision = transit(RefundStatus.PENDING, event)
@@ -239,7 +238,7 @@ class RefundService:
             self._count_transition(row, to, effect, reason)
         return landed
 
-    def _landed_meanwhile(self, row: dict[str, Any], answer: ChannelAnswer | None) -> dict[str, Any]:
+    def _landed_meanwhile(self, row: RefundRow, answer: ChannelAnswer | None) -> RefundRow:
         """The hold was closed by someone else: the poller took it for abandoned (this call outlived
         HOLD_ABANDONED_S) and stored the refund PENDING; the answer applies to that row like any other."""
         logger.warning(
@@ -262,9 +261,9 @@ class RefundService:
         row = self._new_row(
             refund_no, order, int(hold["amount_cent"]), hold.get("reason", ""), HOLD_ORDER, order["pk"], "api"
         )
-        row.update(
-            created_at=hold["created_at"], poll_due=iso_now(now_s), last_poll_note="recovered abandoned hold"
-        )
+        row["created_at"] = hold["created_at"]
+        row["poll_due"] = iso_now(now_s)
+        row["last_poll_note"] = "recovered abandoned hold"
         try:
             self.store.transact(
                 [self.store.put_new(row), self.store.close_hold(order["pk"], refund_no, 0, iso_now(now_s))]
@@ -334,7 +333,9 @@ class RefundService:
             except TransactionFailed as exc:
                 if 1 in exc.failed or 2 in exc.failed:  # the merchant's number exists (a retry, a lost race)
                     hit = 1 if 1 in exc.failed else 2
-                    existing = exc.items[hit] or self.store.find(order["mchid"], refund_no) or {}
+                    existing = (
+                        as_refund(exc.items[hit]) or self.store.find(order["mchid"], refund_no) or RefundRow()
+                    )
                     return self._same_refund(existing, order["pk"], spec["amount_cent"]), False
                 if 0 in exc.failed:
                     existing = self.store.find(order["mchid"], refund_no)  # a racing retry of ours?
@@ -355,7 +356,7 @@ class RefundService:
         )
         return public_refund(self._submit(row, channel)), True
 
-    def _same_refund(self, existing: dict[str, Any], order_pk: str, amount_cent: int) -> dict[str, Any]:
+    def _same_refund(self, existing: Mapping[str, Any], order_pk: str, amount_cent: int) -> dict[str, Any]:
         if existing.get("mchid") != order_pk.split("#", 1)[0]:
             # never reached since keys are scoped per merchant (`find`, `legacy_free`); kept as the guard
             # that no message names another tenant's refund (R39)
@@ -385,7 +386,7 @@ class RefundService:
         hold_pk: str,
         source: str,
         transaction_id: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> RefundRow:
         now_s = self.clock()
         now = iso_now(now_s)
         return {
@@ -425,12 +426,12 @@ class RefundService:
 
     # ================================================================== submit: outside any transaction (R28)
 
-    def _submit(self, row: dict[str, Any], channel: RefundChannel) -> dict[str, Any]:
+    def _submit(self, row: RefundRow, channel: RefundChannel) -> RefundRow:
         """The refund as it stands after the channel's answer (no read: the transition knows it)."""
-        return self._after_create(row, channel.create(row))[1]
+        return self._after_create(row, channel.create(dict(row)))[1]
 
     def _read_answer(
-        self, row: dict[str, Any], answer: ChannelAnswer
+        self, row: RefundRow, answer: ChannelAnswer
     ) -> tuple[str, RefundEvent | None, str, str | None]:
         """A create answer → (label, event on the refund or None = outcome unknown, reason, channel refund id)."""
         if answer.kind is AnswerKind.ACCEPTED:
@@ -453,7 +454,7 @@ class RefundService:
             return "RETRY", None, answer.message, None
         return "UNKNOWN", RefundEvent.UNKNOWN, f"unmapped create answer {answer.code}: {answer.message}", None
 
-    def _count_answer(self, row: dict[str, Any], label: str, reason: str) -> None:
+    def _count_answer(self, row: RefundRow, label: str, reason: str) -> None:
         if label == "ACCEPTED":
             count(M.REFUND_ACCEPTED, channel=row.get("channel"), merchant=row.get("mchid"))
         elif label == "RETRY":
@@ -463,26 +464,26 @@ class RefundService:
                 extra={"refund_no": row["refund_no"], "refund_key": row["pk"], "error": reason},
             )
 
-    def _after_create(self, row: dict[str, Any], answer: ChannelAnswer) -> tuple[str, dict[str, Any]]:
+    def _after_create(self, row: RefundRow, answer: ChannelAnswer) -> tuple[str, RefundRow]:
         """`row` was just written or read by this call: it stands in for the first read; the CAS guards it."""
         label, event, reason, refund_id = self._read_answer(row, answer)
         if event is None:
             self._count_answer(row, label, reason)
             return label, self._reschedule(row, f"create: {reason}")
         outcome, after = self._transition(row["pk"], event, refund_id=refund_id, known=row, reason=reason)
-        if outcome is Applied.APPLIED or outcome is Applied.MANUAL:
+        if outcome is RefundApplied.APPLIED or outcome is RefundApplied.MANUAL:
             self._count_answer(row, label, reason)
         return label, after
 
     # ================================================================== outcomes (R29)
 
-    def apply_notification(self, raw_key: str, status: str) -> Applied:
+    def apply_notification(self, raw_key: str, status: str) -> RefundApplied:
         """The worker's entry: a stored refund report (notification or query) → the refund."""
         raw = self.raw.get(raw_key, status)
         if raw is None:
             raise RetryLater(f"refund raw row {raw_key}/{status} not found")
         if raw.get("handled") != 0:
-            return Applied.ALREADY_HANDLED
+            return RefundApplied.ALREADY_HANDLED
         notice = notice_from_raw(raw, refund_event_of)
         # the reporting tenant's own number only (R39): another merchant's same refund_no is not this refund
         refund = self.store.find(notice.mchid, notice.refund_no)
@@ -500,7 +501,7 @@ class RefundService:
             count(M.REFUND_MANUAL, channel=notice.channel, merchant=notice.mchid)
             count(M.REFUND_REPORT_MANUAL, channel=notice.channel, merchant=notice.mchid)
             logger.error("refund report for an unknown refund_no", extra={"refund_raw_key": raw_key})
-            return Applied.MANUAL
+            return RefundApplied.MANUAL
         forged = tenant_mismatch(notice, refund, self._refund_sp(refund))
         if forged is not None:
             return self._park(raw, notice, refund, *forged)
@@ -538,7 +539,7 @@ class RefundService:
             reason=f"channel says {notice.status}",
         )
 
-    def _refund_sp(self, refund: dict[str, Any]) -> str | None:
+    def _refund_sp(self, refund: RefundRow) -> str | None:
         """The refund's service provider / ISV app: on the row since issue #15, else on its order."""
         if "sp_mchid" in refund:
             return refund.get("sp_mchid") or None
@@ -546,8 +547,8 @@ class RefundService:
         return order.get("sp_mchid") or None
 
     def _park(
-        self, raw: dict[str, Any], notice: RefundNotice, refund: dict[str, Any], cause: str, reason: str
-    ) -> Applied:
+        self, raw: dict[str, Any], notice: RefundNotice, refund: RefundRow, cause: str, reason: str
+    ) -> RefundApplied:
         """R39: the report is parked as a suspected forgery; the refund, its hold and the ledger are
         untouched (it stays on the poll index, so the channel's own answer still settles it). The raw
         row — under the reporting tenant's own key — is closed with the reason."""
@@ -567,7 +568,7 @@ class RefundService:
             key=f"{raw['pk']}|{raw['sk']}",
         )
         self.raw.mark(raw["pk"], raw["sk"], 2, f"suspected forgery ({cause}): {reason}", iso_now(now_s))
-        return Applied.FORGED
+        return RefundApplied.FORGED
 
     def _held(self, notice: RefundNotice) -> bool:
         """A report that overtook its own create call: the order still holds the refund (the create call
@@ -575,7 +576,7 @@ class RefundService:
         order = self.orders.get(notice.mchid, notice.out_trade_no) or {}
         return order.get("channel") == notice.channel and refund_no_held(order, notice.refund_no)
 
-    def _cumulative_problems(self, cumulative_cent: int, refund: dict[str, Any]) -> list[str]:
+    def _cumulative_problems(self, cumulative_cent: int, refund: RefundRow) -> list[str]:
         """Alipay reports the trade's cumulative refunded total: checked against the order's books."""
         order = self.orders.get(refund["mchid"], refund["out_trade_no"]) or {}
         held_on_task = int(refund["amount_cent"]) if refund.get("hold") == HOLD_TASK else 0
@@ -587,7 +588,7 @@ class RefundService:
             held_on_task,
         )
 
-    def _event(self, key: str, event: RefundEvent, **how: Any) -> Applied:
+    def _event(self, key: str, event: RefundEvent, **how: Any) -> RefundApplied:
         return self._transition(key, event, **how)[0]
 
     def _transition(
@@ -601,9 +602,9 @@ class RefundService:
         success_time: str | None = None,
         reason: str = "",
         source: str = "api",
-        known: dict[str, Any] | None = None,
+        known: RefundRow | None = None,
         extra: dict[str, Any] | None = None,
-    ) -> tuple[Applied, dict[str, Any]]:
+    ) -> tuple[RefundApplied, RefundRow]:
         """Read → decide (pure transit) → one transaction; a lost status CAS re-reads and decides again.
         `known` (the row just written by this call) stands in for the first read: the CAS still guards it.
         `key` is the refund row's key (`refund_key`, or a legacy row's refund_no).
@@ -623,7 +624,7 @@ class RefundService:
                 if raw:
                     self.raw.mark(*raw, 1, "DUPLICATE", now)
                 count(M.REFUND_DUPLICATE, channel=refund.get("channel"), merchant=refund.get("mchid"))
-                return Applied.DUPLICATE, refund
+                return RefundApplied.DUPLICATE, refund
             if decision.verdict is Verdict.ILLEGAL:
                 if raw:
                     self.raw.mark(*raw, 2, f"ILLEGAL {decision.reason}: {reason}", now)
@@ -633,7 +634,7 @@ class RefundService:
                     "refund report contradicts an applied outcome: a person must look",
                     extra={"refund_no": refund_no, "status": status.value, "event": event.value},
                 )
-                return Applied.ILLEGAL, refund
+                return RefundApplied.ILLEGAL, refund
             to = decision.new_status
             assert to is not None
             how = {**landing(to, event, reason, refund_id, success_time, now_s), **(extra or {})}
@@ -653,7 +654,7 @@ class RefundService:
                 self.store.transact(items)
             except TransactionFailed as exc:
                 if raw and len(items) - 1 in exc.failed:
-                    return Applied.ALREADY_HANDLED, refund  # another worker applied this very report
+                    return RefundApplied.ALREADY_HANDLED, refund  # another worker applied this very report
                 if 0 in exc.failed or exc.conflict:
                     continue  # the refund moved under us: re-read and decide again
                 raise RuntimeError(
@@ -664,12 +665,10 @@ class RefundService:
             if raw and raw_handled == 2:
                 count(M.REFUND_REPORT_MANUAL, channel=refund.get("channel"), merchant=refund.get("mchid"))
             after = self.store.landed(refund, to.value, now, **how)  # what store.move wrote
-            return (Applied.MANUAL if to is RefundStatus.MANUAL else Applied.APPLIED), after
+            return (RefundApplied.MANUAL if to is RefundStatus.MANUAL else RefundApplied.APPLIED), after
         raise RetryLater(f"refund {key} kept changing under us")
 
-    def _count_transition(
-        self, refund: dict[str, Any], to: RefundStatus, effect: Effect, reason: str
-    ) -> None:
+    def _count_transition(self, refund: RefundRow, to: RefundStatus, effect: Effect, reason: str) -> None:
         extra = {
             "refund_no": refund["refund_no"],
             "order": refund["order_pk"],
@@ -705,7 +704,7 @@ class RefundService:
                 logger.info("refund poll deferred", extra={"refund_no": row["refund_no"], "reason": str(exc)})
         return dict(done)
 
-    def _poll_one(self, row: dict[str, Any], now_s: float) -> str:
+    def _poll_one(self, row: RefundRow, now_s: float) -> str:
         if iso_now(now_s) >= row["expire_at"]:
             count(M.REFUND_EXPIRED, channel=row.get("channel"), merchant=row.get("mchid"))
             self._event(row["pk"], RefundEvent.EXPIRE, reason=f"no outcome by {row['expire_at']}")
@@ -716,8 +715,8 @@ class RefundService:
             self._reschedule(row, str(exc))
             return "NO_CHANNEL"
         if row["status"] == RefundStatus.PENDING.value:
-            return self._after_create(row, channel.create(row))[0]
-        answer = channel.query(row)
+            return self._after_create(row, channel.create(dict(row)))[0]
+        answer = channel.query(dict(row))
         if answer.kind is AnswerKind.OUTCOME and answer.event is not None and answer.notice is not None:
             existing = self.inbox.record(answer.notice)  # same key as a notification would have (R7, R23)
             if existing is not None and existing.get("handled") in (1, 2):
@@ -732,17 +731,22 @@ class RefundService:
         self._reschedule(row, f"query {answer.kind.value} {answer.code} {answer.message}".strip())
         return "PROCESSING" if answer.kind is AnswerKind.OUTCOME else answer.kind.value
 
-    def _reschedule(self, row: dict[str, Any], note: str) -> dict[str, Any]:
+    def _reschedule(self, row: RefundRow, note: str) -> RefundRow:
         """The next poll, backed off; returns the row as it now stands (no read)."""
         attempts = int(row.get("poll_attempts") or 0) + 1
         delay = BACKOFF_S[min(attempts, len(BACKOFF_S) - 1)]
-        fields = {
-            "poll_attempts": attempts,
-            "poll_due": iso_now(self.clock() + delay),
-            "last_poll_note": note[:300],
-        }
-        self.store.set_fields(row["pk"], row["status"], **fields)
-        return {**row, **fields}
+        after = row.copy()
+        after["poll_attempts"] = attempts
+        after["poll_due"] = iso_now(self.clock() + delay)
+        after["last_poll_note"] = note[:300]
+        self.store.set_fields(
+            row["pk"],
+            row["status"],
+            poll_attempts=attempts,
+            poll_due=after["poll_due"],
+            last_poll_note=after["last_poll_note"],
+        )
+        return after
 
     def work_tasks(self, limit: int = 20) -> dict[str, int]:
         """Refund tasks from ILLEGAL payments (R17): auto → refunded here; manual → a person. Each task
@@ -800,7 +804,7 @@ class RefundService:
 
     def record_outcome(
         self, key: str, succeeded: bool, *, by: str, reason: str
-    ) -> tuple[Applied, dict[str, Any]]:
+    ) -> tuple[RefundApplied, RefundRow]:
         """A person found the outcome on the merchant platform (the work queue's refund-outcome): the same
         state machine books it (SUCCESS, a ledger entry) or releases it (FAIL), once: the status CAS.
         `key`: the refund row's key (the queue item's source key)."""
@@ -809,7 +813,7 @@ class RefundService:
 
     def apply_abnormal(
         self, key: str, route: str, card: dict[str, str] | None = None, *, by: str, reason: str
-    ) -> tuple[Applied, dict[str, Any]]:
+    ) -> tuple[RefundApplied, RefundRow]:
         """`key`: the refund row's key (the queue item's source key).
 
         A person sends an ABNORMAL refund to another account (WeChat v3 apply-abnormal-refund): once the
@@ -927,7 +931,7 @@ def refuse_unrefundable(order: Mapping[str, Any], amount_cent: int) -> None:
         raise
 
 
-def public_refund(row: dict[str, Any]) -> dict[str, Any]:
+def public_refund(row: Mapping[str, Any]) -> dict[str, Any]:
     hidden = {"pk", "poll_pk"}
     view = {k: v for k, v in row.items() if k not in hidden}
     view["in_flight"] = row.get("status") in {s.value for s in IN_FLIGHT}
@@ -971,7 +975,7 @@ __all__ = [
     "InvalidRefund",
     "NotFound",
     "Busy",
-    "Applied",
+    "RefundApplied",
     "new_refund_no",
     "task_refund_no",
     "validate_refund_request",

@@ -18,6 +18,7 @@ An expiring certificate is a notify_event row of manual_kind `certificate`, put 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from tally.store.codec import encode, from_item, names_values, to_item
@@ -27,6 +28,47 @@ SHARDS = 4  # the orders' and refunds' poll index shards (store/polling.py, stor
 REFUND_REPORT_MANUAL = "manual"  # refund_raw manual_pk while a report waits for a person
 DAY_ROW = "queue-day#"  # notify_event: per China day, items cleared and closed items opened that day
 DAY_ROW_TTL_S = 60 * 86400
+
+
+@dataclass(frozen=True)
+class _Condition:
+    expression: str
+    names: tuple[tuple[str, str], ...] = ()
+    values: tuple[tuple[str, Any], ...] = ()
+
+
+class Expect(Enum):
+    """The state an action expects its source row in, as the row's own table spells it. Each member is the
+    condition of QueueStore.record's one conditional update (the store owns every DynamoDB expression, issue
+    #19 item 3); a row no longer in that state raises StaleItem."""
+
+    PAYMENT_UNBOOKED = _Condition("handled = :q_two AND attribute_exists(pending_pk)", values=(("q_two", 2),))
+    KEPT_NOTIFICATION = _Condition("attribute_exists(manual_kind)")
+    REFUND_REPORT = _Condition("handled = :q_two AND attribute_exists(manual_pk)", values=(("q_two", 2),))
+    MANUAL_REFUND = _Condition(  # refunds: status MANUAL
+        "#q_status = :q_manual", (("#q_status", "status"),), (("q_manual", "MANUAL"),)
+    )
+    MANUAL_TASK = _Condition(  # refund_tasks: status MANUAL (the same words on another table)
+        "#q_status = :q_manual", (("#q_status", "status"),), (("q_manual", "MANUAL"),)
+    )
+    OPEN_DIFF = _Condition("handle_status = :q_open", values=(("q_open", "OPEN"),))
+    BLOCKED_DAY = _Condition("attribute_exists(blocked_pk)")
+    MANUAL_ORDER = _Condition("begins_with(poll_pk, :q_m)", values=(("q_m", "manual#"),))
+
+    @property
+    def condition(self) -> str:
+        return self.value.expression
+
+    @property
+    def names(self) -> dict[str, str]:
+        return dict(self.value.names)
+
+    @property
+    def values(self) -> dict[str, Any]:
+        return dict(self.value.values)
+
+
+RESERVED = {"status"}  # attribute names DynamoDB reserves: set through a #placeholder
 
 
 class StaleItem(Exception):
@@ -148,25 +190,30 @@ class QueueStore:
         entry: dict[str, Any],
         *,
         state: str,
-        condition: str,
+        expect: Expect,
         owner: str | None = None,
         remove: tuple[str, ...] = (),
         sets: dict[str, Any] | None = None,
-        values: dict[str, Any] | None = None,
-        names: dict[str, str] | None = None,
     ) -> dict[str, Any]:
         """One conditional update: the new state, the audit entry appended, index attributes removed (which is
-        what takes the item out of every list at once). Raises StaleItem when the condition fails."""
+        what takes the item out of every list at once). Raises StaleItem when the row is not in the state
+        `expect` names. `sets` are plain attribute names; a reserved word (status) gets its placeholder here."""
         assigns = {"q_state": state, "q_at": entry["at"], **(sets or {})}
         if owner is not None:
             assigns["q_owner"] = owner
-        names_in_order = list(assigns)  # a name may be a placeholder (#st) for a reserved word
-        expression = "SET " + ", ".join(f"{k} = :s{i}" for i, k in enumerate(names_in_order))
+        names = expect.names
+        names_in_order = list(assigns)
+        for k in names_in_order:
+            if k in RESERVED:
+                names[f"#q_{k}"] = k
+        expression = "SET " + ", ".join(
+            f"{'#q_' + k if k in RESERVED else k} = :s{i}" for i, k in enumerate(names_in_order)
+        )
         expression += ", history = list_append(if_not_exists(history, :q_empty), :q_entry)"
         if remove:
             expression += " REMOVE " + ", ".join(remove)
         attr_values = names_values(
-            **{f"s{i}": assigns[k] for i, k in enumerate(names_in_order)}, **(values or {})
+            **{f"s{i}": assigns[k] for i, k in enumerate(names_in_order)}, **expect.values
         )
         attr_values[":q_empty"] = encode([])
         attr_values[":q_entry"] = encode([entry])
@@ -174,7 +221,7 @@ class QueueStore:
             "TableName": table,
             "Key": to_item(key),
             "UpdateExpression": expression,
-            "ConditionExpression": condition,
+            "ConditionExpression": expect.condition,
             "ExpressionAttributeValues": attr_values,
             "ReturnValues": "ALL_NEW",
         }

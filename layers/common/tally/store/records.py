@@ -109,6 +109,8 @@ class RefundRow(TypedDict, total=False):
     poll_attempts: int
     last_poll_note: str
     manual_reason: str
+    expire_at: str  # no outcome by then: EXPIRED (the poll)
+    abnormal_route: str  # an ABNORMAL refund sent through apply-abnormal-refund (to the bank card or balance)
 
 
 def as_order(row: dict[str, Any] | None) -> OrderRow | None:

@@ -19,10 +19,11 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from tally.store.codec import from_item, names_values, to_item
 from tally.store.recon import with_bill_shard
+from tally.store.records import RefundRow, as_refund
 from tally.store.tables import Tables, shard_of
 from tally.store.tables import TransactionFailed as TransactionFailed  # the one (store/tables.py)
 
@@ -42,7 +43,7 @@ def is_legacy_key(pk: str) -> bool:
     return "#" not in pk
 
 
-def refund_ledger_key(refund: dict[str, Any]) -> str:
+def refund_ledger_key(refund: Mapping[str, Any]) -> str:
     """`channel#mchid#refund_no` (a legacy row: `channel#refund_no`, where its entry already is)."""
     return f"{refund['channel']}#{refund['pk']}"
 
@@ -128,11 +129,11 @@ class RefundStore:
         self.t = t
 
     # ------------------------------------------------------------------ reads
-    def get(self, key: str) -> dict[str, Any] | None:
-        """By the row's own key (`refund_key`, or a legacy `refund_no`)."""
-        return self.t.base.get(self.t.refunds, key)
+    def get(self, key: str) -> RefundRow | None:
+        """By the row's own key (`refund_key`, or a legacy `refund_no`), as its record (store/records.py)."""
+        return as_refund(self.t.base.get(self.t.refunds, key))
 
-    def find(self, mchid: str, refund_no: str) -> dict[str, Any] | None:
+    def find(self, mchid: str, refund_no: str) -> RefundRow | None:
         """This merchant's refund `refund_no`: one read; a second only when there is none under the scoped
         key (a row stored before the keys were scoped, or none at all). Another merchant's row is never
         answered: a legacy row counts only when its `mchid` is this one."""
@@ -142,7 +143,7 @@ class RefundStore:
         legacy = self.get(refund_no)
         return legacy if legacy is not None and legacy.get("mchid") == mchid else None
 
-    def by_number(self, refund_no: str) -> list[dict[str, Any]]:
+    def by_number(self, refund_no: str) -> list[RefundRow]:
         """Every merchant's refund with this number (the operator's lookup; GSI `by_refund_no`, KEYS_ONLY)."""
         keys = self._query("by_refund_no", "refund_no = :k", k=refund_no)
         rows = [self.get(k["pk"]) for k in keys[:20]]
@@ -151,19 +152,19 @@ class RefundStore:
     def for_order(self, order_pk: str) -> list[dict[str, Any]]:
         return self._query("refunds_of_order", "order_pk = :k", k=order_pk)
 
-    def due(self, now: str, limit: int) -> list[dict[str, Any]]:
+    def due(self, now: str, limit: int) -> list[RefundRow]:
         rows: list[dict[str, Any]] = []
         for shard in range(POLL_SHARDS):
             rows += self._query(
                 "by_poll", "poll_pk = :k AND poll_due <= :now", limit=limit, k=f"poll#{shard}", now=now
             )
-        return sorted(rows, key=lambda r: r["poll_due"])[:limit]
+        return cast("list[RefundRow]", sorted(rows, key=lambda r: r["poll_due"])[:limit])
 
-    def manual(self, limit: int = 100) -> list[dict[str, Any]]:
+    def manual(self, limit: int = 100) -> list[RefundRow]:
         rows: list[dict[str, Any]] = []
         for shard in range(POLL_SHARDS):
             rows += self._query("by_poll", "poll_pk = :k", limit=limit, k=f"manual#{shard}")
-        return sorted(rows, key=lambda r: r["poll_due"])[:limit]
+        return cast("list[RefundRow]", sorted(rows, key=lambda r: r["poll_due"])[:limit])
 
     def _query(
         self, index: str, condition: str, limit: int | None = None, **values: Any
@@ -179,11 +180,11 @@ class RefundStore:
         return [from_item(i) for i in self.t.ddb.query(**request).get("Items", [])]
 
     # ------------------------------------------------------------------ transaction items
-    def put_new(self, row: dict[str, Any]) -> dict[str, Any]:
+    def put_new(self, row: Mapping[str, Any]) -> dict[str, Any]:
         return {
             "Put": {
                 "TableName": self.t.refunds,
-                "Item": to_item(row),
+                "Item": to_item(dict(row)),
                 "ConditionExpression": "attribute_not_exists(pk)",
                 "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
             }
@@ -220,19 +221,19 @@ class RefundStore:
 
     def landed(
         self,
-        row: dict[str, Any],
+        row: Mapping[str, Any],
         to_status: str,
         now: str,
         *,
         poll_due: str | None = None,
         manual_reason: str | None = None,
         **fields: Any,
-    ) -> dict[str, Any]:
+    ) -> RefundRow:
         """The row `move` would leave, for a refund stored for the first time already past PENDING."""
         sets, removes = status_fields(
             row["pk"], to_status, now, poll_due=poll_due, manual_reason=manual_reason, **fields
         )
-        return {**{k: v for k, v in row.items() if k not in removes}, **sets}
+        return cast("RefundRow", {**{k: v for k, v in row.items() if k not in removes}, **sets})
 
     def set_fields(self, key: str, expect_status: str, **fields: Any) -> bool:
         """Bookkeeping that moves no money (refund_id, next poll); False if the status changed meanwhile."""
@@ -369,7 +370,7 @@ class RefundStore:
             }
         }
 
-    def book_on_hold(self, refund: dict[str, Any], now: str) -> dict[str, Any]:
+    def book_on_hold(self, refund: Mapping[str, Any], now: str) -> dict[str, Any]:
         if refund["hold"] == HOLD_TASK:
             return self._end_task(refund, "DONE", now, None)
         return {
@@ -382,7 +383,7 @@ class RefundStore:
             }
         }
 
-    def release_on_hold(self, refund: dict[str, Any], now: str, reason: str) -> dict[str, Any]:
+    def release_on_hold(self, refund: Mapping[str, Any], now: str, reason: str) -> dict[str, Any]:
         if refund["hold"] == HOLD_TASK:
             return self._end_task(refund, "MANUAL", now, f"refund {refund['refund_no']} failed: {reason}")
         return {
@@ -394,7 +395,9 @@ class RefundStore:
             }
         }
 
-    def _end_task(self, refund: dict[str, Any], status: str, now: str, reason: str | None) -> dict[str, Any]:
+    def _end_task(
+        self, refund: Mapping[str, Any], status: str, now: str, reason: str | None
+    ) -> dict[str, Any]:
         values = names_values(
             to=status,
             refunding="REFUNDING",
@@ -416,7 +419,7 @@ class RefundStore:
 
     def ledger_entry(
         self,
-        refund: dict[str, Any],
+        refund: Mapping[str, Any],
         refund_id: str | None,
         bill_date: str,
         success_time: str | None,
