@@ -4,8 +4,9 @@ in S3. The only module that knows these layouts (docs/recon.md has them)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from itertools import islice
 from typing import Any
 
 from tally.domain.recon import OPEN, PAYMENT, REFUND, LocalEntry, ledger_pks, local_entry
@@ -22,6 +23,10 @@ BLOCKED_SK = "blocked"  # the day's work-queue marker while its latest run is BL
 LEDGER_SHARDS = 16
 SHARD_INDEX = "by_bill_shard"
 READ_THREADS = 4  # shards read at once by the readers that need a whole day
+FEE_THREADS = (
+    8  # FEE entries written at once: conditional PutItems (BatchWriteItem cannot carry the condition)
+)
+FEE_CHUNK = 512  # FEE entries handed to the pool at a time (bounds what a million-row day holds in flight)
 
 
 def ledger_shard(pk: str) -> int:
@@ -29,6 +34,8 @@ def ledger_shard(pk: str) -> int:
     names, `channel#id`: an entry's pk is merchant-scoped (`channel#mchid#id`, issue #15; pre-#15 entries are
     `channel#id` already), the bill's key is not, and bill partition p must hold ledger shard p's keys
     (service/recon_partition.py). Channel ids never contain `#` (digits; refund numbers are [0-9A-Za-z_-|*@])."""
+    if pk.startswith("fee#"):  # a FEE entry sits in the shard of the bill row it was charged on
+        pk = pk[4:]
     channel, _, rest = pk.partition("#")
     _, scoped, ident = rest.partition("#")
     return shard_of(f"{channel}#{ident}" if scoped else pk, LEDGER_SHARDS)
@@ -274,6 +281,36 @@ class LedgerView:
             if "LastEvaluatedKey" not in answer:
                 return
             kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
+
+    def fee_shard(self, channel: str, mchid: str, bill_date: str, shard: int) -> dict[str, int]:
+        """The FEE entries of one shard of one merchant's day, {pk: amount_cent}: what partition `shard` of the
+        bill booked (a FEE entry sits in its row's shard, `ledger_shard`). One Query (paged), key condition
+        only: the pk prefix `fee#{channel}#{mchid}#` is the merchant's."""
+        rows = self._paged(
+            {
+                "KeyConditionExpression": "bill_shard = :s AND begins_with(pk, :f)",
+                "ExpressionAttributeValues": names_values(
+                    s=bill_shard(bill_date, shard), f=f"fee#{channel}#{mchid}#"
+                ),
+            }
+        )
+        return {str(r["pk"]): int(r["amount_cent"]) for r in rows}
+
+    def put_fees(self, rows: Iterable[dict[str, Any]]) -> tuple[int, dict[str, int]]:
+        """Book FEE entries once each (`put_fee`), FEE_THREADS conditional PutItems in flight, FEE_CHUNK rows
+        taken from `rows` at a time (a generator is never drained into memory). Returns (how many were written,
+        {pk: amount already booked} of the rows whose key was taken): the caller compares, nothing is
+        overwritten. A write that fails otherwise raises (the run fails loudly, the Lambda retries it)."""
+        written, taken = 0, {}
+        source = iter(rows)
+        with ThreadPoolExecutor(FEE_THREADS) as pool:
+            while chunk := list(islice(source, FEE_CHUNK)):
+                for row, already in zip(chunk, pool.map(self.put_fee, chunk), strict=True):
+                    if already is None:
+                        written += 1
+                    else:
+                        taken[str(row["pk"])] = already
+        return written, taken
 
     def put_fee(self, row: dict[str, Any]) -> int | None:
         """Book one FEE entry once (`attribute_not_exists(pk)`): None when written, else the amount already
