@@ -418,14 +418,21 @@ class FeeBook:
     def new(self, index: BillIndex) -> Iterator[tuple[str, int, int]]:
         booked, mchid = self.booked, self.mchid
         cents_of = _FeeCents()
+        head, prefix, cut = "\0", "", 0  # the channel part of the last key, its FEE prefix, its length
         for i, (key, fee) in enumerate(zip(index.keys, index.fees, strict=True)):
             if not fee:
                 continue
             cents = cents_of[fee]
             if not cents:  # a fee under half a fen: nothing charged, nothing booked
                 continue
-            channel, _, ident = key.partition("#")
-            pk = f"fee#{channel}#{mchid}#{ident}"  # fee_entry_pk, inlined for a million rows
+            if not key.startswith(head):
+                channel = key.partition("#")[0]
+                head, prefix = f"{channel}#", f"fee#{channel}#{mchid}#"
+                cut = len(head)
+            pk = prefix + key[cut:]  # fee_entry_pk(key, mchid), inlined for a million rows
+            if not booked:  # a first run of the day: nothing to compare
+                yield pk, cents, i
+                continue
             already = booked.get(pk)
             if already is None:
                 already = booked.get("fee#" + key)  # legacy_fee_pk: booked before merchant scoping

@@ -971,24 +971,29 @@ def fee_entry_rows(
 ) -> Iterator[dict[str, Any]]:
     """The FEE ledger entries `book` plans for `index`'s rows, as `LedgerView.put_fees` writes them, streamed
     (bench/recon_1m.py times this: every figure a run books, without the DynamoDB writes)."""
-    channel, mchid, bill_date, source = run["channel"], run["mchid"], run["bill_date"], run["run_id"]
+    same = {
+        "kind": FEE,
+        "channel": run["channel"],
+        "mchid": run["mchid"],
+        "bill_date": run["bill_date"],
+        "source_run": run["run_id"],
+        "booked_at": now,
+    }
     keys, flags, fees, refund = index.keys, index.flags, index.fees, BillIndex.REFUND
     for pk, cents, i in book.new(index):
-        is_refund = flags[i] & refund
-        yield {
-            "pk": pk,
-            "kind": FEE,
-            "channel": channel,
-            "mchid": mchid,
-            "bill_date": bill_date,
-            "amount_cent": cents,
-            "of": REFUND if is_refund else PAYMENT,  # the row the fee was charged on
-            # the row's own id (its key): 微信订单号 / 支付宝交易号 of a payment, the refund number of a refund
-            ("refund_no" if is_refund else "transaction_id"): keys[i].partition("#")[2],
-            "fee_e5": fees[i],
-            "source_run": source,
-            "booked_at": now,
-        }
+        row = same.copy()  # a million rows: a copy and five stores beat a 12-key literal by half
+        row["pk"] = pk
+        row["amount_cent"] = cents
+        # the row the fee was charged on, by its own id (its key): 微信订单号 / 支付宝交易号 of a payment, the
+        # refund number of a refund
+        if flags[i] & refund:
+            row["of"] = REFUND
+            row["refund_no"] = keys[i].partition("#")[2]
+        else:
+            row["of"] = PAYMENT
+            row["transaction_id"] = keys[i].partition("#")[2]
+        row["fee_e5"] = fees[i]
+        yield row
 
 
 def _figures(f: DayFigures) -> dict[str, int]:
