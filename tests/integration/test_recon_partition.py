@@ -184,12 +184,11 @@ def test_r43_the_partitioned_path_books_each_rows_fee_once_and_a_changed_fee_is_
     assert all(f["bill_shard"] == bill_shard(DAY, ledger_shard(pk)) for pk, f in booked.items())
     assert {ledger_shard(pk) for pk in booked} == set(range(LEDGER_SHARDS))  # every partition booked some
 
-    writes = []
-    put_fee = svc.ledger.put_fee
-    monkeypatch.setattr(svc.ledger, "put_fee", lambda row: writes.append(row["pk"]) or put_fee(row))
+    writes = Writes(svc.ledger.ddb)
+    monkeypatch.setattr(svc.ledger, "ddb", writes)
     again = svc.run("wechatpay", mchid, DAY, pass_="partitioned-again", s3_key=key)
     assert again["stats"]["fees_booked"] == 0 and again["stats"]["fee_diffs"] == 0
-    assert writes == []  # a re-run: the booked entries are read, nothing is written
+    assert writes.calls == []  # a re-run: the booked entries are read (a Query per shard), nothing is written
     assert fee_entries(h.ddb, table, mchid) == booked
 
     changed = next(pk for pk, f in booked.items() if f["of"] == "PAYMENT")
@@ -200,7 +199,7 @@ def test_r43_the_partitioned_path_books_each_rows_fee_once_and_a_changed_fee_is_
         ExpressionAttributeValues={":a": {"N": str(booked[changed]["amount_cent"] + 3)}},
     )
     third = svc.run("wechatpay", mchid, DAY, pass_="partitioned-third", s3_key=key)
-    assert third["stats"]["fee_diffs"] == 1 and writes == []
+    assert third["stats"]["fee_diffs"] == 1 and writes.calls == []
     diff = svc.store.diff(third["pk"], f"FEE#{changed}")
     assert diff is not None and diff["cls"] == "AMOUNT_DIFFERS" and diff["handle_status"] == "OPEN"
     assert (diff["channel_amount_cent"], diff["local_amount_cent"]) == (
@@ -209,3 +208,46 @@ def test_r43_the_partitioned_path_books_each_rows_fee_once_and_a_changed_fee_is_
     )
     assert diff["transaction_id"] and diff["out_trade_no"]  # the row re-read in full for the person
     assert fee_entries(h.ddb, table, mchid)[changed]["amount_cent"] == booked[changed]["amount_cent"] + 3
+
+
+class Writes:
+    """A DynamoDB client that notes every write call (and passes everything through)."""
+
+    def __init__(self, ddb):
+        self._ddb = ddb
+        self.calls: list[str] = []
+
+    def __getattr__(self, name):
+        attr = getattr(self._ddb, name)
+        if name in ("put_item", "transact_write_items", "batch_write_item", "update_item"):
+            self.calls.append(name)
+        return attr
+
+
+def test_r43_fee_entries_go_out_in_conditional_batches_and_a_taken_key_is_read_back_not_overwritten(h, mchid):
+    """LedgerView.put_fees: TransactWriteItems of up to 100 conditional Puts from a small pool; a batch with a key
+    already booked is cancelled, that key's booked amount is read back (for the caller's diff) and the rest of the
+    batch is written; a key twice in one batch is written once and the second compared; nothing is overwritten."""
+    from tally.store import recon as store_recon
+
+    view = LedgerView(h.ddb, h.env["LEDGER_TABLE"])
+    table = h.env["LEDGER_TABLE"]
+
+    def row(n: int, cents: int) -> dict:
+        pk = f"fee#wechatpay#{mchid}#T{n:06d}"
+        return {"pk": pk, "kind": "FEE", "channel": "wechatpay", "mchid": mchid, "bill_date": DAY} | {
+            "amount_cent": cents,
+            "of": "PAYMENT",
+        }
+
+    booked_before = row(150, 99)
+    view.put_fees([booked_before])  # an entry an earlier run booked at 0.99
+    rows = [row(n, n + 1) for n in range(250)] + [row(7, 8)]  # row 7 twice (the same key twice in a bill)
+    written, taken = view.put_fees(iter(rows))
+    assert written == 249  # 250 keys, one of them taken; the second row 7 refused
+    assert taken == {booked_before["pk"]: 99, row(7, 8)["pk"]: 8}
+    stored = fee_entries(h.ddb, table, mchid)
+    assert stored[booked_before["pk"]]["amount_cent"] == 99  # never overwritten
+    assert len(stored) == 250 and all(f["bill_shard"] for f in stored.values())
+    assert store_recon.FEE_BATCH == 100  # TransactWriteItems' limit
+    assert view.put_fees(iter(rows))[0] == 0  # a second pass writes nothing
