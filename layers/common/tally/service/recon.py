@@ -527,8 +527,9 @@ class ReconService:
         from the index the one parse built (its `fees`), no second pass. `booked` is what the ledger holds
         already (one Query: the day's entries in memory, the partition's shard on the partitioned path), so a
         re-run writes nothing; a fee that differs from the booked one is a FEE AMOUNT_DIFFERS (never an
-        overwrite). Zero fees are not booked. New entries go out as conditional puts from a small thread pool
-        (`LedgerView.put_fees`); only the rows that differ are re-read in full (`item_at`), for their diff."""
+        overwrite). Zero fees are not booked. New entries go out as batches of conditional Puts from a small
+        bounded pool (`LedgerView.put_fees`); only the rows that differ are re-read in full (`item_at`), for
+        their diff."""
         mchid = run["mchid"]
         book = FeeBook(mchid, booked)
         written, taken = self.ledger.put_fees(fee_entry_rows(run, index, book, iso_now(self.clock())))
