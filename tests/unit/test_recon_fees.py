@@ -114,3 +114,24 @@ def test_r43_a_key_twice_in_the_bill_is_compared_when_its_second_put_is_refused(
     ]
     book.refused(index, {"fee#wechatpay#M1#a1": 6})  # the first row's put won
     assert book.differs == [(1, 6)]
+
+
+def test_r43_the_partition_files_carry_each_rows_fee_and_a_partition_books_its_own_shard(tmp_path):
+    """The partitioned path's index files (service/recon_partition.py) carry the fees: the FEE entries planned
+    partition by partition are exactly the in-memory plan, and every entry of partition p sits in ledger shard p
+    (what `LedgerView.fee_shard(…, p)` reads back on a re-run)."""
+    from tally.service.recon_partition import partition_bill
+    from tally.store.recon import ledger_shard
+
+    from tests.integration.recon_bills import day_of_differences
+
+    bill, _ = day_of_differences("1900000109", rows=300)
+    _, index = OpenedBill("wechatpay", bill).index()
+    whole = sorted((pk, cents) for pk, cents, _ in FeeBook("1900000109", {}).new(index))
+    parts = partition_bill(OpenedBill("wechatpay", bill), tmp_path, chunk_lines=50)
+    parted = []
+    for p in range(parts.partitions):
+        planned = [(pk, cents) for pk, cents, _ in FeeBook("1900000109", {}).new(parts.index(p))]
+        assert all(ledger_shard(pk) == p for pk, _ in planned)
+        parted += planned
+    assert sorted(parted) == whole and len(whole) > 300  # the duplicate row's key twice in both
