@@ -34,9 +34,6 @@ SPELLINGS = {
 # path (from layers/common/tally or the repo) -> why it still names a channel. Shrink it; never grow it
 # without saying why here.
 STILL_NAMES_A_CHANNEL = {
-    "service/merchants.py": "the per-channel credential schemas of the merchant directory (storeio moves its I/O)",
-    "service/heartbeat.py": "a WeChat Pay v3-only feature: the synthetic v3 callback",
-    "service/keys.py": "a WeChat Pay v3-only feature: platform-certificate download",
     "tally_cli/verify.py": "one subcommand per channel, with that channel's flags (`tally verify wechatpay-v2`)",
     "tally_cli/merchant.py": "one subcommand per channel, with that channel's credential flags",
     "domain/settlement.py": "domain is pure (it may not import the registry): the channels' words as data (R43)",
