@@ -17,8 +17,8 @@ from typing import Any
 
 from tally import bootstrap
 from tally.channels import registry as channel_registry
+from tally.domain.clock import CHINA
 from tally.domain.money import format_cents
-from tally.domain.recon import CHINA
 
 BUCKETS = ("< 1 h", "1–24 h", "1–7 d", "> 7 d")
 # attribute names never shown (secrets live in Secrets Manager; this is the second fence)

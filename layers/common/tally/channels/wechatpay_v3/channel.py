@@ -113,7 +113,7 @@ class WeChatPayV3(ChannelNames):
         """Native prepay → code_url; a sub-merchant's order is placed with its provider's credentials (R11)."""
         from datetime import datetime
 
-        from tally.domain.recon import CHINA  # the channels' clock: Beijing time
+        from tally.domain.clock import CHINA  # the channels' clock: Beijing time
 
         client = merchants.client(merchant)
         terms = {
@@ -149,7 +149,7 @@ class WeChatPayV3(ChannelNames):
         from datetime import datetime
 
         from tally.channels.wechatpay_v3 import combine
-        from tally.domain.recon import CHINA
+        from tally.domain.clock import CHINA
 
         code_url = combine.native_prepay(
             merchants.client(merchant),
