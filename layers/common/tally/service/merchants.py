@@ -291,7 +291,7 @@ def live_check(
 
     found = channel_registry.by_route(channel) or channel_registry.by_merchant_kind(channel)
     if found is None:
-        raise ValueError(f"unknown channel {channel!r}: wechatpay, alipay or wechatpay-v2")
+        raise ValueError(f"unknown channel {channel!r}: {_cli_words()}")
     try:
         findings = found.live_check(directory, merchant_id, download=download)
     except UnknownMerchant:
