@@ -192,6 +192,11 @@ class Channel(Protocol):
         """The channel's synthetic payment for the heartbeat (service/heartbeat.py), None if it has none."""
         ...
 
+    def redact_body(self, text: str, hide: Callable[[str], str]) -> str:
+        """A stored callback body that is not JSON, with what this channel encrypts for the merchant replaced
+        by `hide(ciphertext)` (the console never shows it); unchanged if the channel encrypts nothing there."""
+        ...
+
     def paid_by_transaction(
         self, merchants: Any, mchid: str, transaction_id: str
     ) -> tuple[PaymentNotice, bytes]:
@@ -270,6 +275,9 @@ class ChannelNames:
 
     def synthetic(self) -> Synthetic | None:
         return None
+
+    def redact_body(self, text: str, hide: Callable[[str], str]) -> str:
+        return text
 
     def live_check(self, merchants: Any, merchant_id: str, *, download: bool = True) -> list[Finding]:
         """The channel package's doctor (channels/<name>/doctor.py, imported on first use)."""

@@ -100,6 +100,17 @@ class WeChatPayV2(ChannelNames):
     def merchant(self, merchants: Any, merchant_id: str) -> Any:
         return merchants.wechatpay_v2(merchant_id)
 
+    def redact_body(self, text: str, hide: Callable[[str], str]) -> str:
+        """`<req_info>`: a refund report encrypted with md5(API key) (channel-spec §4)."""
+        import re
+
+        return re.sub(
+            r"(<req_info>)(.*?)(</req_info>)",
+            lambda m: m.group(1) + hide(m.group(2)) + m.group(3),
+            text,
+            flags=re.S,
+        )
+
     def order_refusal(self, merchant: Any, prepay: bool) -> str | None:
         """`/pay/unifiedorder` needs the appid: a merchant configured without one takes no prepay order."""
         if prepay and not merchant.appid:
