@@ -105,6 +105,7 @@ class MerchantDirectory:
         return row
 
     def unknown(self, message: str) -> UnknownMerchant:
+        """The error a desk raises for a merchant it cannot serve (channels/ may not import service/)."""
         return UnknownMerchant(message)
 
     def now_iso(self) -> str:
