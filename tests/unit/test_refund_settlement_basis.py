@@ -206,3 +206,11 @@ def test_r43_the_refund_parsers_put_the_figures_and_the_basis_on_the_notice():
         sp_mchid=None,
     )
     assert ali.notice.settlement["settlement_refund_cent"] == 800
+
+
+def test_r43_a_basis_keeps_only_what_can_be_stored_and_built():
+    """Hostile or odd values in a signed report never reach the raw row's basis (a float would fail the put)."""
+    basis = v3_refund_basis({"refund": 100, "payer_refund": 1.5, "total": True, "settlement_refund": "100"})
+    assert basis["amount"] == {"refund": 100}
+    basis = v2_refund_basis({"refund_fee": "100", "settlement_refund_fee": 7, "total_fee": "9" * 50})
+    assert basis["fields"] == {"refund_fee": "100", "total_fee": "9" * 20}

@@ -485,13 +485,22 @@ V2_REFUND_FIELDS = (
 
 
 def v3_refund_basis(amount: Mapping[str, Any]) -> dict[str, Any]:
-    """A v3 refund resource's `amount` (notification or query answer), bounded to the builder's fields."""
-    return {"builder": WECHATPAY, "amount": {k: amount[k] for k in V3_REFUND_FIELDS if k in amount}}
+    """A v3 refund resource's `amount` (notification or query answer), bounded to the builder's fields, integer
+    fen only (it is stored on the raw row: a float or a string there would be refused by the builder anyway)."""
+    kept = {k: amount.get(k) for k in V3_REFUND_FIELDS}
+    return {
+        "builder": WECHATPAY,
+        "amount": {k: v for k, v in kept.items() if isinstance(v, int) and not isinstance(v, bool)},
+    }
 
 
 def v2_refund_basis(fields: Mapping[str, str]) -> dict[str, Any]:
     """A v2 refund's fields (req_info, or one `_$n` entry of a refund query with its suffix dropped)."""
-    return {"builder": WECHATPAY_V2, "fields": {k: fields[k] for k in V2_REFUND_FIELDS if fields.get(k)}}
+    kept = {k: fields.get(k) for k in V2_REFUND_FIELDS}
+    return {
+        "builder": WECHATPAY_V2,
+        "fields": {k: v[:20] for k, v in kept.items() if isinstance(v, str) and v},
+    }
 
 
 def alipay_refund_basis(
