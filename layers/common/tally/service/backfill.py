@@ -26,6 +26,7 @@ import datetime as dt
 import time
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
@@ -38,6 +39,7 @@ from tally.domain.settlement import refund_fields, settlement_of_entry
 from tally.store.backfill import SettlementBackfillStore
 from tally.store.tables import iso_now
 
+CHUNK = 100  # entries handed to the pool at once (bounded memory; progress lines at least this often)
 MAX_DAYS = 400  # a range is bounded: one run reads at most this many bill dates
 LISTED = 500  # legacy entries listed one by one; the rest are counted by reason
 DONE, ALREADY, LEGACY = "done", "already", "legacy"
@@ -69,7 +71,9 @@ class SettlementBackfill:
         *,
         clock: Callable[[], float] = time.time,
         window_s: int = 300,
+        workers: int = 8,
     ):
+        self.workers = workers
         self.store = store
         self.merchants = merchants  # the directory the channels' notify steps verify kept bodies with
         self.clock = clock
@@ -94,36 +98,43 @@ class SettlementBackfill:
         legacy: list[dict[str, Any]] = []
         by_kind: Counter[str] = Counter()
         seen = 0
-        for day in days:
-            for entry in self.store.entries(stored, day, merchant):
-                seen += 1
-                result, reason, fields = self.one(entry)
-                if (
-                    result == DONE
-                    and not dry_run
-                    and not self.store.write(entry["pk"], fields or {}, self._now())
+
+        def settle(entry: dict[str, Any]) -> tuple[dict[str, Any], str, str]:
+            result, reason, fields = self.one(entry)
+            if (
+                result == DONE
+                and not dry_run
+                and not self.store.write(entry["pk"], fields or {}, self._now())
+            ):
+                result = ALREADY  # figures booked (or backfilled) meanwhile: never overwritten
+            return entry, result, reason
+
+        with ThreadPoolExecutor(self.workers) as pool:  # reads and conditional writes, several at a time
+            for day in days:
+                for entry, result, reason in self._settled(
+                    pool, settle, self.store.entries(stored, day, merchant)
                 ):
-                    result = ALREADY  # figures booked (or backfilled) meanwhile: never overwritten
-                counts[result] += 1
-                by_kind[f"{entry.get('kind')}:{result}"] += 1
-                if result == LEGACY:
-                    reasons[_reason_class(reason)] += 1
-                    if len(legacy) < LISTED:
-                        legacy.append(
-                            {
-                                "pk": entry["pk"],
-                                "kind": entry.get("kind"),
-                                "mchid": entry.get("mchid"),
-                                "bill_date": entry.get("bill_date"),
-                                "amount_cent": entry.get("amount_cent"),
-                                "amount": format_cents(int(entry.get("amount_cent") or 0)),
-                                "reason": reason,
-                            }
+                    seen += 1
+                    counts[result] += 1
+                    by_kind[f"{entry.get('kind')}:{result}"] += 1
+                    if result == LEGACY:
+                        reasons[_reason_class(reason)] += 1
+                        if len(legacy) < LISTED:
+                            legacy.append(
+                                {
+                                    "pk": entry["pk"],
+                                    "kind": entry.get("kind"),
+                                    "mchid": entry.get("mchid"),
+                                    "bill_date": entry.get("bill_date"),
+                                    "amount_cent": entry.get("amount_cent"),
+                                    "amount": format_cents(int(entry.get("amount_cent") or 0)),
+                                    "reason": reason,
+                                }
+                            )
+                    if progress is not None and seen % every == 0:
+                        progress(
+                            {"day": day, "examined": seen, **{k: counts[k] for k in (DONE, ALREADY, LEGACY)}}
                         )
-                if progress is not None and seen % every == 0:
-                    progress(
-                        {"day": day, "examined": seen, **{k: counts[k] for k in (DONE, ALREADY, LEGACY)}}
-                    )
         return {
             "channel": stored,
             "from": days[0],
@@ -249,6 +260,18 @@ class SettlementBackfill:
             if plain["settlement"] is not None:
                 return DONE, "the refund's amount and the payment's settlement", plain["settlement"]
         return LEGACY, str(built["settlement_error"] or "the report states another amount"), None
+
+    @staticmethod
+    def _settled(pool: ThreadPoolExecutor, settle: Callable[..., Any], entries: Any) -> Any:
+        """`settle` over the entries, CHUNK at a time on the pool, results in the entries' order."""
+        chunk: list[dict[str, Any]] = []
+        for entry in entries:
+            chunk.append(entry)
+            if len(chunk) >= CHUNK:
+                yield from pool.map(settle, chunk)
+                chunk = []
+        if chunk:
+            yield from pool.map(settle, chunk)
 
     def _now(self) -> str:
         return iso_now(self.clock())
