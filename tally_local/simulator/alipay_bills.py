@@ -108,10 +108,13 @@ class AlipayBillBook:
             or order.get("status") not in ("TRADE_SUCCESS", "TRADE_FINISHED")
         ):
             raise ValueError(f"no paid Alipay trade {owner}/{out_trade_no}")
+        discount = order["total"] - order["receipt"]  # the merchant's own discount (MDISCOUNT), never settled
+        split = k.coupon_refund_split(order["total"], discount, discount, int(refund_cent))
         refund = {
             "owner": str(owner),
             "order": order,
             "refund": int(refund_cent),
+            "settle": split["settlement_refund"],  # 商家实收 of the refund row (R43)
             "out_request_no": out_request_no,
             "at": refunded_at or k.cst_text(),
         }
@@ -201,7 +204,7 @@ class AlipayBillBook:
                     "",
                     "tal***@sim.com",
                     k.yuan(o["total"]),
-                    k.yuan(-r["refund"]),
+                    k.yuan(-int(r.get("settle", r["refund"]))),
                     "0.00",
                     "0.00",
                     "0.00",
@@ -211,7 +214,7 @@ class AlipayBillBook:
                     "0.00",
                     "0.00",
                     r["out_request_no"] + "\t",
-                    k.yuan(_fee(r["refund"])),
+                    k.yuan(_fee(int(r.get("settle", r["refund"])))),
                     "0.00",
                     "",
                 ]

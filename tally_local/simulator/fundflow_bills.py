@@ -74,17 +74,18 @@ class FundFlowBook:
                 and k.china_day(r["success_time"]) == day
             ]
         for r in refunds:
-            fee = _cents(k.wechat_fee(r["refund"]))
-            memo = f"退款总金额{k.yuan(r['refund'])}元;含手续费{k.yuan(fee)}元"
+            settle = int(r.get("settle", r["refund"]))  # what leaves the account: the settlement refund (R43)
+            fee = _cents(k.wechat_fee(settle))
+            memo = f"退款总金额{k.yuan(settle)}元;含手续费{k.yuan(fee)}元"
             out.append(
                 (
                     "退款",
                     "支出",
                     r["refund_id"],
                     r["out_refund_no"],
-                    r["refund"] - fee,
+                    settle - fee,
                     fee,
-                    r["refund"],
+                    settle,
                     memo,
                 )
             )

@@ -19,9 +19,10 @@ from typing import Any
 
 from . import kernel as k
 from .bills import FAULTS as V3_FAULTS
-from .bills import BillBook, _fee
+from .bills import BillBook, _fee, refund_row
 from .faults import FaultQueue
 from .wechatpay_v2 import xml_of
+from .wechatpay_v2_refunds import unsettled_fee
 
 FAULTS = tuple(f for f in V3_FAULTS if f != "wrong_hash")
 HTML = b"<!DOCTYPE html>\r\n<html><head><title>500 Internal Server Error</title></head></html>\r\n"
@@ -54,6 +55,8 @@ class V2BillBook(BillBook):
             if when.date() != day:
                 continue
             total = o["total_fee"]
+            coupons = total - int(o.get("cash_fee", total))
+            settle = total - unsettled_fee(o)  # 应结订单金额 = 订单金额 − 非充值代金券金额 (R43)
             rows.append(
                 [
                     when.strftime("%Y-%m-%d %H:%M:%S"),
@@ -68,8 +71,8 @@ class V2BillBook(BillBook):
                     "SUCCESS",
                     "OTHERS",
                     "CNY",
-                    k.yuan(total),
-                    "0.00",
+                    k.yuan(settle),
+                    k.yuan(coupons),
                     "0",
                     "0",
                     "0.00",
@@ -78,13 +81,39 @@ class V2BillBook(BillBook):
                     "",
                     "模拟商品",
                     "",
-                    f"{_fee(total):.5f}",
+                    f"{_fee(settle):.5f}",
                     "0.60%",
                     k.yuan(total),
                     "0.00",
                     "",
                 ]
             )
+        rows += self._refund_rows(mchid, day)
+        return rows
+
+    def _refund_rows(self, mchid: str, day: dt.date) -> list[list[str]]:
+        """The v2 desk's successful refunds decided on `day`: 退款金额 = settlement_refund_fee (R43)."""
+        desk = self.v2.refund_desk
+        with self.v2._lock:
+            done = [
+                dict(r)
+                for r in desk.refunds.values()
+                if r["owner"] == str(mchid)
+                and r["status"] == "SUCCESS"
+                and str(r.get("success_time") or "")[:10] == day.isoformat()
+            ]
+        rows = []
+        for r in sorted(done, key=lambda r: r["success_time"]):
+            split = r["split"]
+            row = {
+                **r,
+                "refund": r["refund_fee"],
+                "settle": split["settlement_refund"],
+                "cash_coupon": split["cash_coupon_refund"],
+                "refund_status": "SUCCESS",
+            }
+            appid = self.v2.merchant(r["mch_id"]).appid
+            rows.append(refund_row(r["success_time"], appid, r["mch_id"], "0", row))
         return rows
 
     def downloadbill(self, owner: str, req: dict[str, str]) -> tuple[int, dict[str, str], bytes]:

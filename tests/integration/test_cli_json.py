@@ -170,6 +170,15 @@ def test_every_json_verb_prints_exactly_one_json_document_and_logs_only_on_stder
         "diff list": ["diff", "list"],
         "bill parse": ["bill", "parse", "wechatpay", str(BILLS / "wechat_all_bom_crlf.csv")],
         "ledger day": ["ledger", "day", D],
+        "ledger backfill-settlement": [
+            "ledger",
+            "backfill-settlement",
+            "--channel",
+            "wechatpay",
+            "--from",
+            D,
+            "--dry-run",
+        ],
         # in-process moto has no console pool (create_from_template leaves it out): the refusal is one document
         "console add-user": ["console", "add-user", "dana", "--group", "viewers"],
     }

@@ -11,6 +11,7 @@ from tally.settings import Settings
 
 if TYPE_CHECKING:  # the real return types; the imports themselves stay lazy (cold start, R10)
     from tally.service.apply import ApplyService
+    from tally.service.backfill import SettlementBackfill
     from tally.service.heartbeat import Heartbeat
     from tally.service.ingest import IngestService
     from tally.service.keys import KeyRotationService
@@ -502,6 +503,20 @@ def ledger_day_service() -> LedgerDayService:
         LedgerView(_client("dynamodb"), s.ledger_table),
         ReconStore(_client("dynamodb"), s.recon_runs_table, s.recon_diff_table),
         MerchantStore(tables()).configured,
+    )
+
+
+def settlement_backfill() -> SettlementBackfill:
+    """`tally ledger backfill-settlement` (service/backfill.py, R43): kept raw rows → settlement figures."""
+    from tally.service.backfill import SettlementBackfill
+    from tally.store.backfill import SettlementBackfillStore
+
+    s = settings()
+    return SettlementBackfill(
+        SettlementBackfillStore(tables(), s.refund_raw_table),
+        merchants(),
+        clock=_clock,
+        window_s=s.timestamp_window_s,
     )
 
 

@@ -458,6 +458,151 @@ def alipay_refund(
     return Refund(ALIPAY, refund, settlement, payer, discount, total)
 
 
+# ---------------------------------------------------------------- refunds rebuilt with their payment (R43)
+# A refund report does not always carry its settlement refund (a v3 notification: total, refund, payer_total,
+# payer_refund only; an Alipay notification: the trade's cumulative refund_fee only). The report's figures are
+# kept as a *basis* (the builder's inputs, channel words as data) on the raw row, so the apply step can build
+# the refund again with the booked payment's Settlement, and `tally ledger backfill-settlement` can later.
+
+V3_REFUND_FIELDS = (
+    "total",
+    "refund",
+    "payer_total",
+    "payer_refund",
+    "settlement_refund",
+    "settlement_total",
+    "discount_refund",
+    "refund_fee",
+)
+V2_REFUND_FIELDS = (
+    "refund_fee",
+    "settlement_refund_fee",
+    "total_fee",
+    "settlement_total_fee",
+    "cash_refund_fee",
+    "coupon_refund_fee",
+)
+
+
+def v3_refund_basis(amount: Mapping[str, Any]) -> dict[str, Any]:
+    """A v3 refund resource's `amount` (notification or query answer), bounded to the builder's fields, integer
+    fen only (it is stored on the raw row: a float or a string there would be refused by the builder anyway)."""
+    kept = {k: amount.get(k) for k in V3_REFUND_FIELDS}
+    return {
+        "builder": WECHATPAY,
+        "amount": {k: v for k, v in kept.items() if isinstance(v, int) and not isinstance(v, bool)},
+    }
+
+
+def v2_refund_basis(fields: Mapping[str, str]) -> dict[str, Any]:
+    """A v2 refund's fields (req_info, or one `_$n` entry of a refund query with its suffix dropped)."""
+    kept = {k: fields.get(k) for k in V2_REFUND_FIELDS}
+    return {
+        "builder": WECHATPAY_V2,
+        "fields": {k: v[:20] for k, v in kept.items() if isinstance(v, str) and v},
+    }
+
+
+def alipay_refund_basis(
+    refund_amount: str, send_back_fee: str | None = None, refund_detail_item_list: Any = None
+) -> dict[str, Any]:
+    """An Alipay refund query answer (`refund_amount`, `send_back_fee`, `refund_detail_item_list`): the list is
+    kept as `[{fund_channel, amount}]` strings only (it is stored on the raw row; hostile extras cost nothing)."""
+    items: Any = refund_detail_item_list or None
+    if isinstance(items, str) and len(items) <= 65_536:
+        try:
+            items = json.loads(items)
+        except ValueError:
+            pass
+    if isinstance(items, list):
+        items = [
+            {
+                "fund_channel": str(_first(i, "fund_channel", "fundChannel") or ""),
+                "amount": i["amount"] if isinstance(i.get("amount"), str) else "",
+            }
+            for i in items[:101]
+            if isinstance(i, Mapping)
+        ]
+    elif items is not None:
+        items = str(items)[:1000]  # not a list: kept so the builder says why
+    return {
+        "builder": ALIPAY,
+        "refund_amount": str(refund_amount),
+        "send_back_fee": send_back_fee if isinstance(send_back_fee, str) and send_back_fee else None,
+        "refund_detail_item_list": items or None,
+    }
+
+
+def build_refund(
+    basis: Mapping[str, Any] | None, payment: Settlement | None = None, refund_cent: int | None = None
+) -> Refund:
+    """The refund's figures from its report's basis and (when known) the payment's Settlement. Without a basis
+    (a report that states no figures of its own, a refund a person recorded, an entry booked before R43) only
+    `refund_cent` is known: its settlement refund is the refund when the payment had no NOCASH / merchant
+    discount (settlement = total), else unknown (SettlementError)."""
+    builder = (basis or {}).get("builder")
+    if basis is not None and builder == WECHATPAY:
+        return wechat_v3_refund(basis["amount"], payment)
+    if basis is not None and builder == WECHATPAY_V2:
+        return wechat_v2_refund(basis["fields"], payment)
+    if basis is not None and builder == ALIPAY:
+        return alipay_refund(
+            basis["refund_amount"],
+            send_back_fee=basis.get("send_back_fee"),
+            refund_detail_item_list=basis.get("refund_detail_item_list"),
+            payment=payment,
+        )
+    if basis is not None:
+        raise SettlementError(f"unknown refund basis {builder!r}")
+    if refund_cent is None:
+        raise SettlementError("the report states no refund figures of its own")
+    _bounded(refund_cent, "refund_cent")
+    settlement = _refund_without_settlement_figure(refund_cent, None, None, payment)
+    plain = payment is not None and payment.discount_cent == 0
+    channel = payment.channel if payment is not None else ""
+    total = payment.total_cent if payment is not None else None
+    return Refund(
+        channel, refund_cent, settlement, refund_cent if plain else None, 0 if plain else None, total
+    )
+
+
+def refund_fields(
+    basis: Mapping[str, Any] | None, payment: Settlement | None = None, refund_cent: int | None = None
+) -> dict[str, Any]:
+    """`notice_fields` for a refund: {"settlement": Refund.entry_fields() | None, "settlement_error": …}."""
+    return notice_fields(build_refund, basis, payment, refund_cent)
+
+
+def settlement_of_entry(entry: Mapping[str, Any] | None) -> Settlement | None:
+    """A booked PAYMENT entry's figures as a Settlement again (what a refund of it needs: total, payer,
+    settlement, the CASH / NOCASH split, points). An entry booked before R43 without a discount (amount_cent ==
+    order_total_cent: the payer paid the whole order) settles in full; any other legacy or UNKNOWN entry: None."""
+    if not entry:
+        return None
+    channel = str(entry.get("channel") or "")
+    try:
+        if entry.get("settlement_cent") is not None:
+            promotions = tuple(
+                Promotion(f"entry:{kind}", kind, int(entry.get(name) or 0))
+                for kind, name in ((CASH, "cash_promotion_cent"), (NOCASH, "nocash_promotion_cent"))
+                if int(entry.get(name) or 0)
+            )
+            return Settlement(
+                channel,
+                int(entry["total_cent"]),
+                int(entry["payer_cent"]),
+                int(entry["settlement_cent"]),
+                promotions,
+                int(entry.get("point_cent") or 0),
+            )
+        if entry.get("settlement_state") == "UNKNOWN" or entry.get("order_total_cent") is None:
+            return None
+        total, paid = int(entry["order_total_cent"]), int(entry["amount_cent"])
+        return Settlement(channel, total, total, total) if total == paid else None
+    except (SettlementError, KeyError, TypeError, ValueError):
+        return None
+
+
 # ---------------------------------------------------------------- helpers
 
 
