@@ -141,3 +141,9 @@ def run_alipay() -> list[tuple[str, ...]]:
 
 def run() -> list[tuple[str, ...]]:
     return run_wechat() + run_alipay()
+
+
+if __name__ == "__main__":
+    from bench.common import print_section
+
+    print_section(run)

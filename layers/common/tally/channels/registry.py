@@ -324,6 +324,7 @@ def register(channel: Channel) -> Channel:
             raise ValueError(f"channel {channel.name} spells {sorted(clash)} like {other.name}")
     _CHANNELS[channel.name] = channel
     _METRIC_OF.clear()
+    _BY_STORED.clear()
     return channel
 
 
@@ -383,8 +384,16 @@ def by_merchant_kind(kind: str) -> Channel | None:
 
 def by_stored(stored: str) -> Channel | None:
     """A row's `channel` → the channel that owns the stored value's tables (for "wechatpay": v3, whose
-    state and refund tables v2's words are translated into)."""
-    return find(lambda c: c.stored == stored)
+    state and refund tables v2's words are translated into). Remembered: every callback asks (issue #20)."""
+    owner = _BY_STORED.get(stored)
+    if owner is None:
+        owner = find(lambda c: c.stored == stored)
+        if owner is not None:  # only the registered values: whatever else is asked never grows this
+            _BY_STORED[stored] = owner
+    return owner
+
+
+_BY_STORED: dict[str, Channel] = {}  # stored value -> owner, emptied when a channel registers
 
 
 def for_order(order: dict[str, Any]) -> Channel | None:

@@ -86,8 +86,10 @@ class Settlement:
     invoice_cent: int | None = None  # Alipay invoice_amount (可开票金额), kept as reported
 
     def __post_init__(self) -> None:
-        for name in ("total_cent", "payer_cent", "settlement_cent", "point_cent"):
-            _bounded(getattr(self, name), name)
+        _bounded(self.total_cent, "total_cent")
+        _bounded(self.payer_cent, "payer_cent")
+        _bounded(self.settlement_cent, "settlement_cent")
+        _bounded(self.point_cent, "point_cent")
         if self.invoice_cent is not None:
             _bounded(self.invoice_cent, "invoice_cent")
             _not_above(self.invoice_cent, self.total_cent, "invoice amount", "the order amount")
@@ -96,7 +98,7 @@ class Settlement:
         _not_above(
             self.payer_cent + self.point_cent, self.total_cent, "payer amount + points", "the order amount"
         )
-        promoted = sum(p.amount_cent for p in self.promotions)
+        promoted = sum(p.amount_cent for p in self.promotions) if self.promotions else 0
         _not_above(promoted, self.discount_cent, "promotions", "the discount (order − payer − points)")
 
     # the split, derived (so it is never stored inconsistently)
@@ -133,17 +135,32 @@ class Settlement:
         )
 
     def entry_fields(self) -> dict[str, int]:
-        """The figures a ledger entry keeps (R43), flat integer cents (docs/settlement.md, wiring plan)."""
+        """The figures a ledger entry keeps (R43), flat integer cents (docs/settlement.md, wiring plan): the
+        properties' values, summed in one pass over the promotions (this runs on every callback, issue #20)."""
+        cash = nocash = merchant = channel = other = 0
+        for p in self.promotions:
+            if p.type == CASH:
+                cash += p.amount_cent
+            elif p.type == NOCASH:
+                nocash += p.amount_cent
+            merchant += p.merchant_cent
+            channel += p.channel_cent
+            other += p.other_cent
         fields = {
             "total_cent": self.total_cent,
             "payer_cent": self.payer_cent,
             "settlement_cent": self.settlement_cent,
-            "cash_promotion_cent": self.cash_promotion_cent,
-            "nocash_promotion_cent": self.nocash_promotion_cent,
-            "merchant_funded_cent": self.merchant_funded_cent,
-            "channel_funded_cent": self.channel_funded_cent,
-            "other_funded_cent": self.other_funded_cent,
-            "unattributed_cent": self.unattributed_cent,
+            "cash_promotion_cent": cash,
+            "nocash_promotion_cent": nocash,
+            "merchant_funded_cent": merchant,
+            "channel_funded_cent": channel,
+            "other_funded_cent": other,
+            "unattributed_cent": self.total_cent
+            - self.payer_cent
+            - self.point_cent
+            - merchant
+            - channel
+            - other,
             "point_cent": self.point_cent,
         }
         if self.invoice_cent is not None:
@@ -220,8 +237,8 @@ def wechat_v3_payment(
     other_contribute}`. 用户实付 = 订单金额 − Σ 代金券, 应结订单金额 = 订单金额 − Σ NOCASH."""
     total = _fen(amount, "total")
     payer = _fen(amount, "payer_total")
-    promotions = tuple(_v3_promotion(p) for p in promotion_detail or ())
-    coupons = sum(p.amount_cent for p in promotions)
+    promotions = tuple(_v3_promotion(p) for p in promotion_detail) if promotion_detail else ()
+    coupons = sum(p.amount_cent for p in promotions) if promotions else 0
     if not promotions and payer != total:
         raise SettlementError(
             f"payer_total {format_cents(payer)} != total {format_cents(total)} but no promotion_detail: "
@@ -231,7 +248,7 @@ def wechat_v3_payment(
         raise SettlementError(
             f"promotions {format_cents(coupons)} != total {format_cents(total)} − payer_total {format_cents(payer)}"
         )
-    nocash = sum(p.amount_cent for p in promotions if p.type == NOCASH)
+    nocash = sum(p.amount_cent for p in promotions if p.type == NOCASH) if promotions else 0
     return Settlement(WECHATPAY, total, payer, total - nocash, promotions)
 
 
