@@ -196,3 +196,44 @@ def test_r45_a_record_written_by_hand_with_a_bad_lag_blocks_the_fund_flow_loudly
     assert (
         run["status"] == "BLOCKED" and run["block_code"] == "BAD_MERCHANT_CONFIG" and "0..30" in run["reason"]
     )
+
+
+def test_r45_tally_merchant_add_update_show_carry_the_fund_flow_figures(
+    h, sim, monkeypatch, capsys, tmp_path
+):
+    import json
+
+    from tally_cli import merchant as cli_merchant
+    from tally_cli import merchant_settlement as cli_settlement
+    from tally_cli.main import main
+
+    for module in (cli_merchant, cli_settlement):
+        monkeypatch.setattr(module, "connect", lambda args: {"env": h.env, "api_url": "http://127.0.0.1:9"})
+    m = sim.wechatpay_v2.register_test_merchant()
+    key = tmp_path / "apikey.txt"
+    key.write_text(m["api_key"])
+    add = ["merchant", "add", "wechatpay-v2", "--mchid", m["mch_id"], "--api-key", f"@{key}", "--no-check"]
+    assert main([*add, "--settlement-lag", '{"settlement_days": 7}', "--local"]) == 0
+    assert "credit T+7" in capsys.readouterr().out
+    assert (
+        main(["merchant", "update", "wechatpay-v2", m["mch_id"], "--fund-accounts", "basic,fees", "--local"])
+        == 0
+    )
+    capsys.readouterr()
+    assert main(["merchant", "show", "wechatpay-v2", m["mch_id"], "--json", "--local"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["fund_flow"]["accounts"] == ["BASIC", "FEES"] and shown["fund_flow"]["settlement_days"] == 7
+    assert main([*add, "--local"]) == 0  # a re-add (new key, say) keeps the figures
+    assert main(["merchant", "show", "wechatpay-v2", m["mch_id"], "--local"]) == 0
+    assert "accounts BASIC, FEES; credit T+7" in capsys.readouterr().out
+    bad = [
+        "merchant",
+        "update",
+        "wechatpay-v2",
+        m["mch_id"],
+        "--settlement-lag",
+        "{settlement_days: 1}",
+        "--local",
+    ]
+    assert main(bad) != 0
+    assert "--settlement-lag is JSON" in capsys.readouterr().err
