@@ -505,7 +505,9 @@ class ReconService:
             *self.ledger.fee_rows(channel, mchid, bill_date),
         ]
         key = f"reports/{channel}/{mchid}/{bill_date}/statement.csv"
-        text = statement_text(channel, mchid, bill_date, entries)
+        runs = [run, *(r for r in self.store.run_rows(run["pk"]) if r.get("sk") != run.get("sk"))]
+        runs.sort(key=lambda r: str(r.get("sk")), reverse=True)  # newest first, this run included
+        text = statement_text(channel, mchid, bill_date, entries, runs)
         self.archive.put_report(key, text.encode("utf-8"), "text/csv; charset=utf-8")
         return key
 
@@ -799,6 +801,8 @@ class ReconService:
         """A fund-flow run's end: its own recon_runs row; only a BLOCKED one touches the day's work-queue marker
         (a fund flow that agrees must not clear a trade run's block)."""
         run.update(status=status, reason=reason, finished_at=iso_now(self.clock()))
+        if any(r.get("leg") != "fundflow" for r in self.store.run_rows(run["pk"])):
+            run["statement_key"] = self._statement(run)  # the day's statement now carries this verdict (R45)
         if status == BLOCKED:
             count(M.RECON_BLOCKED, channel=run["channel"], merchant=run["mchid"])
             run.update(block_code=code, guard=code)
