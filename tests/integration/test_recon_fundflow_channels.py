@@ -237,3 +237,33 @@ def test_r45_tally_merchant_add_update_show_carry_the_fund_flow_figures(
     ]
     assert main(bad) != 0
     assert "--settlement-lag is JSON" in capsys.readouterr().err
+
+
+def test_r45_v2_downloadfundflow_presents_the_api_client_certificate(h, sim, monkeypatch, tmp_path):
+    """The endpoint needs the merchant's API certificate (mutual TLS, like /secapi/): without it the channel's
+    refusal is a loud DownloadFailed naming the fix; with it the signed (HMAC-SHA256) request is answered."""
+    from tally.channels.bill_source import NO_STATEMENT, DownloadFailed
+    from tally.channels.wechatpay_v2.fundflow_source import WeChatV2FundFlowSource
+
+    url = sim.start_tls()
+    ca = tmp_path / "wechat-ca.pem"
+    ca.write_text(sim.tls_ca.pem)
+    monkeypatch.setenv("WECHATPAY_API_BASE", url)
+    bootstrap.reset()
+    m = new_v2(h, sim)
+    cert, key = sim.wechatpay_v2.issue_client_cert(m["mch_id"])
+    source = WeChatV2FundFlowSource(bootstrap.merchants(), ca_file=str(ca))
+    with pytest.raises(DownloadFailed, match="--client-cert"):
+        source.fetch(m["mch_id"], D1)  # no certificate in the secret: refused, and the message says the fix
+    bootstrap.merchants().add_wechatpay_v2(
+        mchid=m["mch_id"],
+        api_key=m["api_key"],
+        appid=m["appid"],
+        notify_url=f"http://127.0.0.1:9/notify/wechatpay-v2/{m['mch_id']}",
+        client_cert_pem=cert,
+        client_key_pem=key,
+    )
+    bootstrap.reset()
+    source = WeChatV2FundFlowSource(bootstrap.merchants(), ca_file=str(ca))
+    assert source.fetch(m["mch_id"], D1).status == NO_STATEMENT  # verified, answered: no movement that day
+    assert sim.wechatpay_v2.bills.fundflow.requests[-1]["account_type"] == "Basic"
