@@ -93,7 +93,7 @@ def run_alipay() -> list[tuple[str, ...]]:
 
     from alipay import AliPay
     from tally.channels.alipay import wire as ali
-    from tally.service.merchants import alipay_credentials
+    from tally.channels.alipay.merchant import alipay_credentials
 
     sim = ChannelSimulator(fixed_keys=True)
     m = sim.alipay.register_test_merchant("public_key")

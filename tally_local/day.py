@@ -206,11 +206,12 @@ def work_refund_tasks() -> None:
 
 def reconcile(day: Day) -> dict[str, str]:
     """The day's reconciliation for every merchant, as the 10:30 schedule would run it for yesterday."""
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime
 
     from tally import bootstrap
+    from tally.domain.clock import CHINA
 
-    bill_date = datetime.now(timezone(timedelta(hours=8))).strftime("%Y-%m-%d")
+    bill_date = datetime.now(CHINA).strftime("%Y-%m-%d")
     done = {}
     for channel, mchid in (("wechatpay", day.wechat), ("wechatpay", day.wechat_cert), ("alipay", day.alipay)):
         try:

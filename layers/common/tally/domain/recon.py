@@ -14,12 +14,11 @@ from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta, timezone
+from datetime import date, datetime, timedelta
 from typing import Any
 
+from tally.domain.clock import CHINA
 from tally.domain.money import yuan_text
-
-CHINA = timezone(timedelta(hours=8))  # the channels' day cut (R34); China has no DST
 
 PAYMENT = "PAYMENT"
 REFUND = "REFUND"

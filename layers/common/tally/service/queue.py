@@ -823,7 +823,7 @@ def _aggregate_pk(row: dict[str, Any]) -> str:
 
 def _china_day(iso: Any) -> str:
     """The Asia/Shanghai date of an ISO UTC time ('' when there is none)."""
-    from tally.domain.recon import CHINA
+    from tally.domain.clock import CHINA
 
     if not isinstance(iso, str) or not iso:
         return ""
@@ -937,7 +937,7 @@ def parse_bound(text: str, *, end: bool = False) -> datetime:
     since <= item.since < until."""
     from datetime import UTC, timedelta
 
-    from tally.domain.recon import CHINA
+    from tally.domain.clock import CHINA
 
     try:
         if re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):

@@ -123,4 +123,11 @@ CHANNEL = Alipay(
     merchant_param="app_id",
     currencies=("CNY",),
     reconciled=True,
+    merchant_accessors=(  # channels/alipay/merchant.py Desk, as MerchantDirectory methods
+        "alipay",
+        "alipay_client",
+        "add_alipay",
+        "add_alipay_certificate",
+        "add_alipay_sub",
+    ),
 )

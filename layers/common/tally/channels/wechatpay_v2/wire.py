@@ -14,7 +14,7 @@ import hmac
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping
-from datetime import datetime, timedelta, timezone
+from datetime import datetime
 from typing import Any
 
 from cryptography.hazmat.primitives import padding as sym_padding
@@ -24,6 +24,7 @@ from defusedxml import ElementTree as SafeET
 
 from tally import errors
 from tally.channels.wechatpay_v2.channel import CHANNEL as SPEC
+from tally.domain.clock import CHINA
 from tally.domain.notifications import PaymentNotice
 from tally.domain.poll import Answer
 from tally.domain.refunds import RefundNotice
@@ -31,7 +32,6 @@ from tally.domain.settlement import notice_fields, wechat_v2_payment
 
 CHANNEL = SPEC.stored  # "wechatpay": same transaction id space as v3 (see the module docstring)
 API = str(SPEC.api)  # "wechatpay_v2": the order row's `api`, the merchants table's channel
-CHINA = timezone(timedelta(hours=8))
 ACK_CONTENT_TYPE = "text/xml"
 _FORBIDDEN = re.compile(rb"<!\s*(DOCTYPE|ENTITY)", re.IGNORECASE)
 _DIGITS = re.compile(r"^\d{1,15}$", re.ASCII)
