@@ -21,7 +21,7 @@ import csv
 import io
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import date, datetime, timedelta
 from pathlib import Path
@@ -55,19 +55,21 @@ from tally.domain.recon import (
     LOCAL_ONLY,
     OPEN,
     PAYMENT,
+    REFUND,
     RESOLVED,
     REVERSAL,
     VOLUME_DROP,
     BillIndex,
+    BillItem,
     BillParseError,
     Diff,
+    FeeBook,
     LocalEntry,
     Matcher,
     MatchStats,
     check_guards,
     china_date,
     fee_differs,
-    fee_entry_cent,
     fee_entry_pk,
     fold_ledger,
     previous_day,
@@ -406,7 +408,8 @@ class ReconService:
         diffs = list(matcher.match_index(index, opened.item_at))  # the diffs only (few)
         if self.progress is not None:
             self.progress(len(index))
-        fees = self._book_fees(run, opened)  # the guards passed: the bill's fees become ledger entries
+        # the guards passed: the bill's fees become ledger entries (the day's booked ones: one Query)
+        fees = self._book_fees(run, index, opened.item_at, self.ledger.fees(channel, mchid, bill_date))
         diffs += fees.pop("diffs")
         seen, new = self._write_diffs(run, diffs)
         return self._conclude(run, [{**_stats_of(matcher.stats, new), **legacy, **fees}], seen)
@@ -435,13 +438,24 @@ class ReconService:
         try:
             matcher = Matcher(local, self.ledger.entry)
             diffs = list(matcher.match_index(index, reader.item_at))
+            # this partition's FEE entries, as the in-memory path books the day's: its rows are one ledger shard,
+            # so what it booked already is one Query of that shard (R43)
+            booked = self.ledger.fee_shard(run["channel"], run["mchid"], run["bill_date"], p)
+            fees = self._book_fees(run, index, reader.item_at, booked)
         finally:
             reader.close()
         if self.progress is not None:
             self.progress(len(index))
+        diffs += fees.pop("diffs")
         _, new = self._write_diffs(run, diffs)
         legacy = getattr(local, "counts", {})
-        return {"partition": p, "rows": len(index), **_stats_of(matcher.stats, new, entries), **legacy}
+        return {
+            "partition": p,
+            "rows": len(index),
+            **_stats_of(matcher.stats, new, entries),
+            **legacy,
+            **fees,
+        }
 
     def conclude_partitions(self, run: dict[str, Any], results: list[dict[str, Any]]) -> dict[str, Any]:
         """Every partition matched: the run's verdict from all of them (diffs seen this run = last_seen_run)."""
@@ -511,45 +525,29 @@ class ReconService:
         self.archive.put_report(key, text.encode("utf-8"), "text/csv; charset=utf-8")
         return key
 
-    def _book_fees(self, run: dict[str, Any], opened: OpenedBill) -> dict[str, Any]:
+    def _book_fees(
+        self,
+        run: dict[str, Any],
+        index: BillIndex,
+        item_at: Callable[[int], BillItem],
+        booked: dict[str, int],
+    ) -> dict[str, Any]:
         """Each bill row's fee as a FEE ledger entry (docs/settlement.md §6.5), keyed by the row, written once:
-        a re-run books nothing new, and a re-run whose fee differs from the booked one is a FEE AMOUNT_DIFFERS
-        (never an overwrite). Zero fees are not booked. One Query reads what the day booked already.
-        In-memory path only so far: the partitioned path books no FEE entries yet (docs/settlement.md §8)."""
-        channel, mchid, bill_date = run["channel"], run["mchid"], run["bill_date"]
-        booked = self.ledger.fees(channel, mchid, bill_date)
-        now = iso_now(self.clock())
-        new, diffs = 0, []
-        for item in opened.parser().items():
-            cent = fee_entry_cent(item)
-            if cent == 0:
-                continue
-            pk = fee_entry_pk(item)
-            already = booked.get(pk)
-            if already is None:
-                already = self.ledger.put_fee(
-                    {
-                        "pk": pk,
-                        "kind": FEE,
-                        "channel": channel,
-                        "mchid": mchid,
-                        "bill_date": bill_date,
-                        "amount_cent": cent,
-                        "of": item.kind,  # PAYMENT | REFUND: the row the fee was charged on
-                        "transaction_id": item.transaction_id,
-                        "out_trade_no": item.out_trade_no,
-                        "refund_no": item.refund_no or None,
-                        "fee_e5": item.fee_e5,
-                        "source_run": run["run_id"],
-                        "booked_at": now,
-                    }
-                )
-                if already is None:
-                    new += 1
-                    continue
-            if already != cent:
-                diffs.append(fee_differs(item, already))
-        return {"fees_booked": new, "fee_diffs": len(diffs), "diffs": diffs}
+        from the index the one parse built (its `fees`), no second pass. `booked` is what the ledger holds
+        already (one Query: the day's entries in memory, the partition's shard on the partitioned path), so a
+        re-run writes nothing; a fee that differs from the booked one is a FEE AMOUNT_DIFFERS (never an
+        overwrite). Zero fees are not booked. New entries go out as batches of conditional Puts from a small
+        bounded pool (`LedgerView.put_fees`); only the rows that differ are re-read in full (`item_at`), for
+        their diff."""
+        mchid = run["mchid"]
+        book = FeeBook(mchid, booked)
+        written, taken = self.ledger.put_fees(fee_entry_rows(run, index, book, iso_now(self.clock())))
+        book.refused(index, taken)
+        diffs = []
+        for i, already in book.differs:
+            item = item_at(index.where[i])
+            diffs.append(fee_differs(item, fee_entry_pk(item.key, mchid), already))
+        return {"fees_booked": written, "fee_diffs": len(diffs), "diffs": diffs}
 
     def _recover(self, channel: str, mchid: str, diff: Diff) -> str | None:
         if diff.cls != CHANNEL_ONLY or diff.item != PAYMENT or self.recover is None:
@@ -1007,6 +1005,36 @@ class ReconService:
         key = f"reports/{run['channel']}/{run['mchid']}/{run['bill_date']}/{run['run_id'].replace('#', '_')}.csv"
         self.archive.put_report(key, ("\ufeff" + out.getvalue()).encode("utf-8"), "text/csv; charset=utf-8")
         return key
+
+
+def fee_entry_rows(
+    run: dict[str, Any], index: BillIndex, book: FeeBook, now: str
+) -> Iterator[dict[str, Any]]:
+    """The FEE ledger entries `book` plans for `index`'s rows, as `LedgerView.put_fees` writes them, streamed
+    (bench/recon_1m.py times this: every figure a run books, without the DynamoDB writes)."""
+    same = {
+        "kind": FEE,
+        "channel": run["channel"],
+        "mchid": run["mchid"],
+        "bill_date": run["bill_date"],
+        "source_run": run["run_id"],
+        "booked_at": now,
+    }
+    keys, flags, fees, refund = index.keys, index.flags, index.fees, BillIndex.REFUND
+    for pk, cents, i in book.new(index):
+        row = same.copy()  # a million rows: a copy and five stores beat a 12-key literal by half
+        row["pk"] = pk
+        row["amount_cent"] = cents
+        # the row the fee was charged on, by its own id (its key): 微信订单号 / 支付宝交易号 of a payment, the
+        # refund number of a refund
+        if flags[i] & refund:
+            row["of"] = REFUND
+            row["refund_no"] = keys[i].partition("#")[2]
+        else:
+            row["of"] = PAYMENT
+            row["transaction_id"] = keys[i].partition("#")[2]
+        row["fee_e5"] = fees[i]
+        yield row
 
 
 def _figures(f: DayFigures) -> dict[str, int]:
