@@ -78,6 +78,11 @@ def render_day(view: dict[str, Any], csv_path: pathlib.Path | None = None) -> st
             f"{r['refunds']:>3} x {r['refund_yuan']:>8} {r['reversal_yuan']:>10} {r['fee_yuan']:>14} "
             f"{r['net_yuan']:>12}  {verdict}"
         )
+    for r in view["rows"]:  # ledger = trade bill = fund flow (R45)
+        v = r.get("verdict") or {}
+        if v:
+            legs = f" ({', '.join(v['differs'])})" if v.get("differs") else ""
+            lines.append(f"  three-way {r['channel']}/{r['mchid']}: {v['code']}{legs}: {v['reason']}")
     if any(r["fee_cent"] is None for r in view["rows"]):
         lines.append("  fees 'not booked yet': no recon run has read that bill; net leaves them out")
     lines.append("  amounts in yuan; net = payments - refunds + reversals - fees")

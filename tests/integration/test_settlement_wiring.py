@@ -249,7 +249,7 @@ def test_r43_the_daily_statement_is_written_next_to_the_report_and_tally_ledger_
         row["settlement_yuan"] == "25.00"
     )  # 10.00 (CASH: settled in full) + 15.00 (NOCASH: less the coupon)
     assert row["fees_yuan"] == "0.15" and row["net_yuan"] == "24.85"  # 0.06 + 0.09, from the FEE entries
-    assert row["verdict"] == "NOT_CHECKED"
+    assert row["verdict"] == "PENDING" and row["differs"] == ""  # the fund-flow check runs on T+2 (R45)
 
     monkeypatch.setattr(cli_ledger, "connect", lambda args: {"env": h.env})
     capsys.readouterr()

@@ -414,6 +414,7 @@ def recon_service() -> ReconService:
     from tally.service.recon import ReconService
     from tally.service.recon_pull import QueryAndApply
     from tally.service.recon_sources import bill_sources
+    from tally.service.settlement_config import MerchantSettlement
     from tally.store.recon import BillArchive, LedgerView, ReconStore
     from tally.store.tables import ApplyQueue, MerchantStore, RawStore
 
@@ -440,6 +441,7 @@ def recon_service() -> ReconService:
         map_bytes=s.recon_map_bytes,
         distributed=_distributed_recon(s),
         fund_sources=_fund_sources(),
+        fund_config=MerchantSettlement(MerchantStore(tables())).config,  # settlement_lag, fund_accounts (R45)
     )
 
 
@@ -457,7 +459,8 @@ def _distributed_recon(s: Settings) -> Any:
 
 
 def _fund_sources() -> dict[str, Any]:
-    """stored channel -> its fund-flow download (R45; WeChat v3 only so far: Channel.fund_flow_source)."""
+    """stored channel -> its fund-flow download (R45, Channel.fund_flow_source: WeChat v3 or v2 as the records
+    say, Alipay signcustomer)."""
     from tally.channels import registry as channel_registry
 
     sources: dict[str, Any] = {}

@@ -254,7 +254,7 @@ class ChannelNames:
         return self.route
 
     def fund_flow_source(self, merchants: Any) -> Any | None:
-        return None  # R45 is wired for WeChat v3 only so far (docs/settlement.md)
+        return None  # a channel whose fund flow is another's to give (WeChat v3's: v2's choice, R45)
 
     def open_fund_flow(self, data: bytes, account: str) -> Any | None:
         return None

@@ -31,6 +31,9 @@ class UnknownMerchant(errors.NotFound, LookupError):
 EXPIRY_WARNING_S = 7 * 86400  # a certificate expiring sooner raises PlatformCertExpiring
 
 
+KEPT_ON_UPDATE = ("settlement_lag", "fund_accounts")  # R45: a re-add keeps the fund-flow figures
+
+
 class MerchantDirectory:
     """Credentials parsed once per container (loading a PEM key costs ~30 ms), cached for `ttl_s`.
 
@@ -160,7 +163,7 @@ class MerchantDirectory:
     def _keep_readiness(self, kind: str, merchant_id: str, row: dict[str, Any]) -> None:
         """R47: new credentials do not make a not-ready merchant ready: only a passing live check does."""
         before = self.store.get(kind, merchant_id) or {}
-        for name in ("ready", "ready_reason", "checked_at"):
+        for name in ("ready", "ready_reason", "checked_at", *KEPT_ON_UPDATE):
             if name in before:
                 row.setdefault(name, before[name])
 

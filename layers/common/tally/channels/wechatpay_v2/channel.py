@@ -97,6 +97,16 @@ class WeChatPayV2(ChannelNames):
     def open_bill(self, data: bytes) -> Bill | None:
         return None
 
+    def fund_flow_source(self, merchants: Any) -> Any:
+        """The stored "wechatpay" fund flow (R45): v3's `/v3/bill/fundflowbill` or v2's `/pay/downloadfundflow`,
+        picked by the same records as the trade bill (channels/wechatpay_v2/fundflow_source.py)."""
+        from tally.channels.wechatpay_v2.fundflow_source import WeChatFundFlowChoice, WeChatV2FundFlowSource
+        from tally.channels.wechatpay_v3.fundflow_source import WeChatFundFlowSource
+
+        return WeChatFundFlowChoice(
+            merchants, WeChatFundFlowSource(merchants), WeChatV2FundFlowSource(merchants)
+        )
+
     def merchant(self, merchants: Any, merchant_id: str) -> Any:
         return merchants.wechatpay_v2(merchant_id)
 

@@ -77,9 +77,10 @@ class WeChatPayV3(ChannelNames):
         return None
 
     def fund_flow_source(self, merchants: Any) -> Any:
-        from tally.channels.wechatpay_v3.fundflow_source import WeChatFundFlowSource
-
-        return WeChatFundFlowSource(merchants)
+        """None: like the trade bill, the stored "wechatpay" fund flow is v2's channel's to give
+        (channels/wechatpay_v2/fundflow_source.py: v3's `/v3/bill/fundflowbill` or v2's `/pay/downloadfundflow`, as
+        the merchant's records say)."""
+        return None
 
     def open_fund_flow(self, data: bytes, account: str) -> Any:
         from tally.channels.bill_source import gunzip, lines_of
