@@ -234,14 +234,14 @@ def settlement_days(day: Day) -> dict[str, Any]:
     """Did the money land (R45)? Two past days of coupon payments on the demo merchant, each reconciled three
     ways as the schedule would on T+2: the first with zero differences (ledger = trade bill = fund flow), the
     second with a settlement credit the channel's fund flow never shows (planted: `drop_credit`), found."""
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
     from tally import bootstrap
+    from tally.domain.clock import CHINA
     from tally.domain.statement import day_verdict
 
     sim, mchid = day.stack.simulator, day.wechat
-    cst = timezone(timedelta(hours=8))
-    first = (datetime.now(cst) - timedelta(days=20)).date()
+    first = (datetime.now(CHINA) - timedelta(days=20)).date()
     days = [first.isoformat(), (first + timedelta(days=1)).isoformat()]
     for d, when in enumerate(days):
         for n, (total, payer, coupon) in enumerate(COUPON_DAY):
