@@ -117,6 +117,9 @@ class BillBook:
         self._faults = FaultQueue()
         self._files: dict[str, bytes] = {}  # download token → gzip bytes
         self.fundflow = FundFlowBook(self)  # GET /v3/bill/fundflowbill (fundflow_bills.py, R45)
+        self.refund_desk: Any = (
+            None  # the v3 refund desk (its successful refunds are in the bill); set by the simulator
+        )
 
     # ------------------------------------------------------------------ inputs
     def add_refund(
@@ -221,9 +224,14 @@ class BillBook:
                 ]
             )
         with self._lock:
-            refunds = [
-                r for r in self._refunds if r["mchid"] == str(mchid) and _day_of(r["success_time"]) == day
-            ]
+            told = [r for r in self._refunds if r["mchid"] == str(mchid)]
+        known = {r["out_refund_no"] for r in told}
+        made = self.refund_desk.settled(str(mchid)) if self.refund_desk is not None else []
+        refunds = [
+            r
+            for r in told + [r for r in made if r["out_refund_no"] not in known]
+            if _day_of(r["success_time"]) == day
+        ]
         for r in refunds:
             rows.append(refund_row(_clock(r["success_time"]), r["appid"], r["mchid"], "0", r))
         return rows

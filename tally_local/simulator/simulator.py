@@ -142,6 +142,7 @@ class ChannelSimulator:
         self.v3_refunds = RefundDesk(self.v3)
         self.combine = CombineDesk(self.v3)
         self.bills = BillBook(self.v3)  # trade bills: GET /v3/bill/tradebill (bills.py)
+        self.bills.refund_desk = self.v3_refunds
         self._desks_lock = threading.Lock()
         self._alipay: AlipayDesk | None = None
         self._wechatpay_v2: WeChatPayV2Desk | None = None

@@ -295,6 +295,33 @@ class RefundDesk:
             mchid, resource, event_type=f"REFUND.{status}", associated_data="refund", **build
         )
 
+    def settled(self, mchid: str) -> list[dict[str, Any]]:
+        """The merchant's successful refunds as its trade bill lists them (bills.refund_row's fields): the bill
+        of a refund's success day has it, whoever asked for the refund (R36: a refund the channel made is in
+        its bill)."""
+        with self._lock:
+            done = [
+                r for r in self._refunds.values() if r["_mchid"] == str(mchid) and r["status"] == "SUCCESS"
+            ]
+            return [
+                {
+                    "mchid": r["_mchid"],
+                    "out_trade_no": r["out_trade_no"],
+                    "transaction_id": r["transaction_id"],
+                    "out_refund_no": r["out_refund_no"],
+                    "refund_id": r["refund_id"],
+                    "refund": r["amount"]["refund"],
+                    "settle": r["amount"]["settlement_refund"],
+                    "cash_coupon": r["amount"]["refund"]
+                    - r["amount"]["payer_refund"]
+                    - (r["amount"]["refund"] - r["amount"]["settlement_refund"]),
+                    "appid": self.v3.get_order(r["_mchid"], r["out_trade_no"])["appid"],
+                    "refund_status": "SUCCESS",
+                    "success_time": r["success_time"],
+                }
+                for r in done
+            ]
+
     def refunds(self) -> list[dict[str, Any]]:
         with self._lock:
             return [self._public_refund(r) for r in self._refunds.values()]
