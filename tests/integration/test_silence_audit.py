@@ -146,3 +146,38 @@ def test_r38_a_refund_whose_poll_raises_every_time_goes_to_a_person(h, sim, monk
     finally:
         bootstrap.set_clock(time.time)
         kit.reset()
+
+
+def test_r38_a_refund_whose_merchant_credentials_are_gone_is_loud_then_with_a_person(h, sim):
+    """L4 (docs/silence.md): a due refund whose merchant has no credentials any more was rescheduled with no
+    metric until its expiry (days). Now each poll counts RefundNoChannel (alarmed) and five in a row make it
+    MANUAL, a "refund" work-queue item that says why."""
+    from tally.observability import metrics
+    from tally.service.refunds import POLL_MAX_ERRORS
+
+    from tests.integration.refund_helpers import WeChatV3Kit, new_no, refund
+
+    kit = WeChatV3Kit(h)
+    kit.hold()
+    try:
+        otn, _ = kit.paid_order(100)
+        status, body = refund(h, kit.mid, otn, 100, refund_no=new_no())
+        assert status == 201 and body["status"] == "ACCEPTED", body
+        h.ddb.delete_item(
+            TableName=h.env["MERCHANTS_TABLE"], Key=to_item({"pk": f"wechatpay#{kit.mid}"})
+        )  # removed
+        outcomes: list[str] = []
+        for n in range(1, POLL_MAX_ERRORS + 2):
+            bootstrap.set_clock(lambda n=n: time.time() + n * 7200)
+            done = bootstrap.refund_service().poll_due(50)
+            outcomes += [k for k, c in done.items() if not k.startswith("HOLD_") for _ in range(c)]
+        assert outcomes == ["NO_CHANNEL"] * (POLL_MAX_ERRORS - 1) + ["PERSON"], outcomes
+        assert bootstrap.refund_service().show(body["refund_no"], kit.mid)["status"] == "MANUAL"
+        metrics.flush_metrics()
+        h._collect_metrics()
+        assert h.metric("RefundNoChannel") == POLL_MAX_ERRORS and h.metric("RefundManual") == 1
+        items = [i for i in bootstrap.work_queue().list({}) if i["kind"] == "refund"]
+        assert any("no channel client" in i["reason"] for i in items), items
+    finally:
+        bootstrap.set_clock(time.time)
+        kit.reset()

@@ -706,15 +706,15 @@ class RefundService:
             except Exception as exc:  # noqa: BLE001 - one refund must not stop the others (L3); counted, alarmed
                 count(M.REFUND_POLL_FAILED, channel=row.get("channel"), merchant=row.get("mchid"))
                 logger.exception("polling a refund failed", extra={"refund_no": row["refund_no"]})
-                done[self._failed_safely(row, exc)] += 1
+                done[self._failed_safely(row, f"polling raised {type(exc).__name__}: {str(exc)[:200]}")] += 1
         return dict(done)
 
-    def _failed_safely(self, row: RefundRow, exc: Exception) -> str:
-        """A refund whose poll raises (an answer the client chokes on, a bug) is rescheduled like a failed
-        call; POLL_MAX_ERRORS in a row and it goes to a person (MANUAL, R38), as F1 does for orders, instead
-        of being polled, alarmed and left without an item until its expiry."""
+    def _failed_safely(self, row: RefundRow, note: str, label: str = "FAILED") -> str:
+        """A refund whose poll raises (an answer the client chokes on, a bug, L3) or that has no channel client
+        (the merchant's credentials gone, L4) is rescheduled like a failed call; POLL_MAX_ERRORS in a row and
+        it goes to a person (MANUAL, R38), as F1 does for orders, instead of being polled and left without an
+        item until its expiry. Returns PERSON or `label`."""
         errors = int(row.get("poll_errors") or 0) + 1
-        note = f"polling raised {type(exc).__name__}: {str(exc)[:200]}"
         try:
             if errors >= POLL_MAX_ERRORS:
                 self._event(row["pk"], RefundEvent.UNKNOWN, reason=f"{note} ({errors} times in a row)")
@@ -722,7 +722,7 @@ class RefundService:
             self._reschedule(row, note, poll_errors=errors)
         except Exception:  # noqa: BLE001 - the store failed too: still due, RefundPollFailed already counted
             logger.exception("counting a failed refund poll failed", extra={"refund_no": row["refund_no"]})
-        return "FAILED"
+        return label
 
     def _poll_one(self, row: RefundRow, now_s: float) -> str:
         if iso_now(now_s) >= row["expire_at"]:
@@ -731,9 +731,12 @@ class RefundService:
             return "EXPIRED"
         try:
             channel = self._channel(row["channel"], row["mchid"])
-        except (NotFound, RefundConflict) as exc:
-            self._reschedule(row, str(exc))
-            return "NO_CHANNEL"
+        except (NotFound, RefundConflict) as exc:  # the merchant's credentials gone: loud, then a person (L4)
+            count(M.REFUND_NO_CHANNEL, channel=row.get("channel"), merchant=row.get("mchid"))
+            logger.warning(
+                "refund poll: no channel client", extra={"refund_no": row["refund_no"], "why": str(exc)}
+            )
+            return self._failed_safely(row, f"no channel client: {str(exc)[:200]}", "NO_CHANNEL")
         if row["status"] == RefundStatus.PENDING.value:
             return self._after_create(row, channel.create(dict(row)))[0]
         answer = channel.query(dict(row))
