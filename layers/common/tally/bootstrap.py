@@ -414,7 +414,7 @@ def recon_service() -> ReconService:
     from tally.service.recon_pull import QueryAndApply
     from tally.service.recon_sources import bill_sources
     from tally.store.recon import BillArchive, LedgerView, ReconStore
-    from tally.store.tables import ApplyQueue, MerchantStore, RawStore
+    from tally.store.tables import ApplyQueue, EventStore, MerchantStore, RawStore
 
     s = settings()
     ddb = _client("dynamodb")
@@ -439,6 +439,7 @@ def recon_service() -> ReconService:
         map_bytes=s.recon_map_bytes,
         distributed=_distributed_recon(s),
         fund_sources=_fund_sources(),
+        events=EventStore(tables()),
     )
 
 
