@@ -181,3 +181,67 @@ def test_r38_a_refund_whose_merchant_credentials_are_gone_is_loud_then_with_a_pe
     finally:
         bootstrap.set_clock(time.time)
         kit.reset()
+
+
+def _lost_refund_report(h, kit):
+    """A refund the channel settled and reported, whose worker message was lost (or died in the ApplyDLQ)."""
+    from tests.integration.refund_helpers import new_no, refund
+
+    otn, _ = kit.paid_order(100)
+    status, body = refund(h, kit.mid, otn, 100, refund_no=new_no())
+    assert status == 201 and body["status"] == "ACCEPTED", body
+    kit.settle(body["refund_no"], "success")
+    kit.deliver(body["refund_no"], drained=False)
+    h.sqs.purge_queue(QueueUrl=h.env["APPLY_QUEUE_URL"])  # the message is gone: only the raw row is left
+    return body["refund_no"]
+
+
+def test_r25_a_refund_report_whose_message_was_lost_is_requeued_by_the_sweeper(h, sim):
+    """Audit L2 (docs/silence.md): refund_raw had no pending index and no sweeper, so a report whose message
+    ended in the ApplyDLQ stayed at handled=0 with no item. Now the sweeper re-queues it like a payment."""
+    from tests.integration.refund_helpers import WeChatV3Kit
+
+    kit = WeChatV3Kit(h)
+    kit.hold()
+    try:
+        refund_no = _lost_refund_report(h, kit)
+        assert bootstrap.refund_service().show(refund_no, kit.mid)["status"] == "ACCEPTED"
+        bootstrap.set_clock(lambda: time.time() + 6 * 60)  # older than the sweeper's 5 minutes
+        assert bootstrap.sweep_service().run().requeued == 1
+        assert h.drain() == []
+        assert bootstrap.refund_service().show(refund_no, kit.mid)["status"] == "SUCCESS"
+        assert bootstrap.sweep_service().run().requeued == 0  # applied: out of the index
+    finally:
+        bootstrap.set_clock(time.time)
+        kit.reset()
+
+
+def test_r41_a_refund_report_that_is_never_applied_goes_to_a_person_after_three_requeues(h, sim):
+    """L2, the other half: re-queued max_sweeps (3) times and still at handled=0, the report is parked at
+    handled=2: a work-queue item `refund-report` (RefundReportManual, SweepGaveUp)."""
+    from tally.observability import metrics
+
+    from tests.integration.refund_helpers import WeChatV3Kit
+
+    kit = WeChatV3Kit(h)
+    kit.hold()
+    try:
+        refund_no = _lost_refund_report(h, kit)
+        bootstrap.set_clock(lambda: time.time() + 6 * 60)
+        sweeper = bootstrap.sweep_service()
+        sweeper.every_s = 0  # re-queue every run (in production at most once per 5 minutes)
+        runs = []
+        for _ in range(4):
+            report = sweeper.run()
+            runs.append((report.requeued, report.to_person))
+            h.sqs.purge_queue(QueueUrl=h.env["APPLY_QUEUE_URL"])  # every re-queued message dies too
+        assert runs == [(1, 0), (1, 0), (1, 0), (0, 1)], runs
+        items = [i for i in bootstrap.work_queue().list({}) if i["kind"] == "refund-report"]
+        assert len(items) == 1 and "re-queues" in items[0]["reason"] and items[0]["amount_cent"] == 100, items
+        assert bootstrap.refund_service().show(refund_no, kit.mid)["status"] == "ACCEPTED"  # nothing decided
+        metrics.flush_metrics()
+        h._collect_metrics()
+        assert h.metric("RefundReportManual") == 1 and h.metric("SweepGaveUp") == 1
+    finally:
+        bootstrap.set_clock(time.time)
+        kit.reset()

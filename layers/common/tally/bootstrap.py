@@ -230,6 +230,7 @@ def poll_service() -> PollService:
 def sweep_service() -> SweepService:
     from tally.service.sweep import SweepService
     from tally.store.polling import PendingStore
+    from tally.store.refunds import RefundQueue, RefundRawStore
     from tally.store.tables import ApplyQueue, RawStore
 
     return SweepService(
@@ -238,6 +239,8 @@ def sweep_service() -> SweepService:
         ApplyQueue(_client("sqs"), settings().apply_queue_url),
         clock=_clock,
         work=work_queue,
+        refund_raw=RefundRawStore(refund_tables()),
+        refund_queue=RefundQueue(_client("sqs"), settings().apply_queue_url),
     )
 
 
