@@ -2,6 +2,7 @@
 
 from tally import bootstrap
 from tally.observability import M, count, logger, metrics
+from tally.service.outbox import PublishFailed
 
 
 @logger.inject_lambda_context(clear_state=True)
@@ -12,8 +13,9 @@ def handler(event, context):
     for record in event.get("Records", []):
         try:
             service.publish_record(record)
-        except Exception:  # noqa: BLE001 - reported as a failure (retried), counted, never swallowed
-            count(M.OUTBOX_FAILED)
+        except Exception as exc:  # noqa: BLE001 - reported as a failure (retried), counted once, never swallowed
+            if not isinstance(exc, PublishFailed):  # the bus refused it: the service counted it already (L6)
+                count(M.OUTBOX_FAILED)
             logger.exception(
                 "outbox record not published; retried by the stream",
                 extra={"sequence": record.get("dynamodb", {}).get("SequenceNumber")},

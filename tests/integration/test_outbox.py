@@ -64,7 +64,27 @@ def test_R20_a_failed_publish_is_reported_for_retry_not_swallowed(h, monkeypatch
     )
     result = h.invoke("OutboxFunction", {"Records": records})
     assert result == {"batchItemFailures": [{"itemIdentifier": paid_record["dynamodb"]["SequenceNumber"]}]}
-    assert h.metric("OutboxFailed") >= 1
+    assert h.metric("OutboxFailed") == 1  # one failed record, counted once (audit L6: it was counted twice)
+
+
+def test_R20_a_publish_that_raises_is_counted_once_and_retried(h, monkeypatch):
+    """L6 (docs/silence.md): the bus call itself failing (throttled, network) is counted once, by the handler."""
+    from tally import bootstrap
+
+    m = h.add_merchant()
+    h.create_order(m["mchid"], "OUTBOX-ORDER-3")
+    headers, body, _ = h.notification(m["mchid"], "OUTBOX-ORDER-3", 100)
+    h.notify(m["mchid"], headers, body)
+    h.drain()
+    service = bootstrap.outbox_service()
+
+    def throttled(**kw):
+        raise ConnectionError("bus unreachable")
+
+    monkeypatch.setattr(service.bus.client, "put_events", throttled)
+    result = h.invoke("OutboxFunction", {"Records": stream_records(h.env)})
+    assert len(result["batchItemFailures"]) == 1
+    assert h.metric("OutboxFailed") == 1
 
 
 def test_R20_refund_outcome_reaches_the_bus_from_the_refunds_stream(h):

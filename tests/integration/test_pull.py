@@ -460,10 +460,11 @@ def test_R21_poller_over_10k_orders_with_100_due_reads_a_few_hundred_items_never
     assert result["outcomes"] == {"NOT_CREATED": 100}  # the simulator never heard of them: kept, not closed
     assert "Scan" not in meter.calls
     assert meter.items_read <= 300, (meter.items_read, meter.calls)
-    # poll shards (+ top-ups) + stale rows + the stale count + the refunds' poll shards and open tasks
+    # poll shards (+ top-ups) + stale rows + the refund reports' pending shards (4, audit L2) + the stale count
+    # + the refunds' poll shards and open tasks
     # + the work queue's sparse indexes (4 + 6 kinds + 1 + 4 + 1 + 1 + 1 + 4 = 22, R41; merchant_not_ready R47,
-    # settlement_unknown R43)
-    assert meter.calls["Query"] <= 8 + 4 + 8 + 8 + 22
+    # settlement_unknown R43; + 1 kind bill_upload, audit L5)
+    assert meter.calls["Query"] <= 8 + 4 + 4 + 8 + 8 + 23
     meter.reset()
     assert run_poller(h)["orders_read"] == 0 and meter.items_read == 0  # advanced: nothing due any more
 

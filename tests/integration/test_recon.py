@@ -363,6 +363,24 @@ def test_a_bill_dropped_by_hand_into_s3_is_reconciled_and_our_own_downloads_are_
     assert invoke(h, event) == {"runs": []}
 
 
+def test_a_bill_dropped_by_hand_under_a_bad_date_folder_is_a_work_queue_item_naming_the_file_R41(h, m):
+    """Audit L5 (docs/silence.md): the bill was dropped with ReconParseFailed and a log line only; the person
+    who uploaded it had nothing to look at. Now it is also a work-queue item `bill-upload` naming the key."""
+    bucket = bootstrap.settings().bills_bucket
+    key = f"bills/wechatpay/{m['mchid']}/2026-13-45/by-hand.csv"
+    boto3.client("s3").put_object(Bucket=bucket, Key=key, Body=h.sim.bills.bill(m["mchid"], D))
+    event = {
+        "source": "aws.s3",
+        "detail-type": "Object Created",
+        "detail": {"bucket": {"name": bucket}, "object": {"key": key}},
+    }
+    assert invoke(h, event) == {"runs": []}
+    assert invoke(h, event) == {"runs": []}  # the same upload notified again: still one item
+    assert h.metric("ReconParseFailed") == 2
+    items = [i for i in bootstrap.work_queue().list({}) if i["kind"] == "bill-upload"]
+    assert len(items) == 1 and key in items[0]["reason"] and items[0]["merchant"] == m["mchid"], items
+
+
 def test_the_schedule_runs_t1_and_the_two_days_before_for_each_merchant_R34(h, m):
     event = json.loads(
         (h.handlers["ReconFunction"][1].code_dir.parents[1] / "events/recon_schedule.json").read_text()

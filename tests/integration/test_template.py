@@ -60,7 +60,11 @@ TABLES = {
             "by_refund_no": ["refund_no"],  # the operator's lookup: refund numbers are per merchant (R39)
         },
     ),
-    "RefundRawTable": ("REFUND_RAW_TABLE", ["pk", "sk"], {"by_manual": ["manual_pk", "notified_at"]}),
+    "RefundRawTable": (
+        "REFUND_RAW_TABLE",
+        ["pk", "sk"],
+        {"by_manual": ["manual_pk", "notified_at"], "by_pending": ["pending_pk", "notified_at"]},
+    ),
     "ReconRunsTable": ("RECON_RUNS_TABLE", ["pk", "sk"], {"by_blocked": ["blocked_pk", "pk"]}),
     "ReconDiffTable": ("RECON_DIFF_TABLE", ["pk", "sk"], {"by_open": ["open_pk", "opened_at"]}),
 }

@@ -101,6 +101,7 @@ def test_R21_poller_may_query_only_the_sparse_indexes(template):
         {"Fn::Sub": "${RefundRawTable.Arn}/index/by_manual"},
         {"Fn::Sub": "${ReconDiffTable.Arn}/index/by_open"},
         {"Fn::Sub": "${ReconRunsTable.Arn}/index/by_blocked"},
+        {"Fn::Sub": "${RefundRawTable.Arn}/index/by_pending"},  # refund reports the sweeper re-queues (L2)
     ]
 
 

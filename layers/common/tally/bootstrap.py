@@ -231,6 +231,7 @@ def poll_service() -> PollService:
 def sweep_service() -> SweepService:
     from tally.service.sweep import SweepService
     from tally.store.polling import PendingStore
+    from tally.store.refunds import RefundQueue, RefundRawStore
     from tally.store.tables import ApplyQueue, RawStore
 
     return SweepService(
@@ -239,6 +240,8 @@ def sweep_service() -> SweepService:
         ApplyQueue(_client("sqs"), settings().apply_queue_url),
         clock=_clock,
         work=work_queue,
+        refund_raw=RefundRawStore(refund_tables()),
+        refund_queue=RefundQueue(_client("sqs"), settings().apply_queue_url),
     )
 
 
@@ -416,7 +419,7 @@ def recon_service() -> ReconService:
     from tally.service.recon_sources import bill_sources
     from tally.service.settlement_config import MerchantSettlement
     from tally.store.recon import BillArchive, LedgerView, ReconStore
-    from tally.store.tables import ApplyQueue, MerchantStore, RawStore
+    from tally.store.tables import ApplyQueue, EventStore, MerchantStore, RawStore
 
     s = settings()
     ddb = _client("dynamodb")
@@ -442,6 +445,7 @@ def recon_service() -> ReconService:
         distributed=_distributed_recon(s),
         fund_sources=_fund_sources(),
         fund_config=MerchantSettlement(MerchantStore(tables())).config,  # settlement_lag, fund_accounts (R45)
+        events=EventStore(tables()),
     )
 
 

@@ -123,6 +123,8 @@ class M:
     REFUND_NOTIFY_DUPLICATE = "RefundNotifyDuplicate"
     REFUND_TASK_MANUAL = "RefundTaskManual"  # a refund task (ILLEGAL payment) handed to a person
     REFUND_REPORT_MANUAL = "RefundReportManual"  # a refund report parked at refund_raw handled=2 (R41)
+    REFUND_POLL_FAILED = "RefundPollFailed"  # polling one refund raised: rescheduled, 5 in a row → a person
+    REFUND_NO_CHANNEL = "RefundNoChannel"  # a due refund's merchant has no credentials: 5 in a row → a person
     # pull: poller, return page, sweeper (docs/pull.md)
     POLL_ORDERS_READ = "PollOrdersRead"  # items the poller read from the poll index this run
     POLL_QUERIED = "PollQueried"
@@ -213,6 +215,7 @@ ALARMED = ALARMED | {M.HEARTBEAT_AGE}  # the money path end to end, every minute
 ALARMED = ALARMED | {M.MERCHANT_NOT_READY}  # the live credential doctor (R47)
 ALARMED = ALARMED | {M.RECON_NO_BILL_SOURCE, M.RECON_MERCHANTS_BLOCKED}  # every merchant reconciled (R44)
 ALARMED = ALARMED | {M.RECON_FUND_FLOW_LATE}  # the fund-flow leg (R45)
+ALARMED = ALARMED | {M.REFUND_POLL_FAILED, M.REFUND_NO_CHANNEL}  # the except-clause audit (docs/silence.md)
 
 
 @dataclass(frozen=True)
@@ -277,6 +280,8 @@ EMISSION: dict[str, Emission] = {
     M.RECON_NO_BILL_SOURCE: Emission(PER_OCCURRENCE, "one run of a merchant without a bill download"),
     M.RECON_MERCHANTS_BLOCKED: Emission(3600, "gauge: every hourly recon tick, zero included"),
     M.RECON_FUND_FLOW_LATE: Emission(PER_OCCURRENCE, "one fund-flow run past its due day"),
+    M.REFUND_POLL_FAILED: Emission(PER_OCCURRENCE, "one refund poll that raised"),
+    M.REFUND_NO_CHANNEL: Emission(PER_OCCURRENCE, "one poll of a refund whose merchant has no credentials"),
 }
 
 

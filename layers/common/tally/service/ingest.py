@@ -19,7 +19,7 @@ from tally.domain.notifications import Outcome, PaymentNotice
 from tally.observability import M, count, logger
 from tally.service.merchants import MerchantDirectory, UnknownMerchant
 from tally.service.refund_inbox import body_evidence, park_forgery
-from tally.store.tables import ApplyQueue, EventStore, RawStore, iso_now, order_key, pending_pk
+from tally.store.tables import ApplyQueue, EventStore, RawStore, event_key, iso_now, order_key, pending_pk
 
 MAX_BODY_BYTES = 256 * 1024  # a WeChat notification is ~1-2 KB
 REJECTED_TTL_DAYS = 7  # signature-rejected bodies are kept this long for a replay after a key fix
@@ -195,7 +195,12 @@ class IngestService:
             extra={"combine_out_trade_no": combine_no, "sub_orders": len(notices), "outcomes": outcomes},
         )
         best = next(
-            (o for o in ("accepted", "duplicate", "in_between", "forged") if o in outcomes), "accepted"
+            (
+                o
+                for o in ("no_transaction_id", "accepted", "duplicate", "in_between", "forged")
+                if o in outcomes
+            ),
+            "accepted",
         )
         return acks.success(best)
 
@@ -241,7 +246,12 @@ class IngestService:
         if outcome is Outcome.PAID and not notice.transaction_id:
             # money reported without the id that keys it (R7): no raw row can hold it; a person (R9, R41)
             self.events.put(
-                event_id or f"{notice.out_trade_no}#{notice.trade_state}#no-txn",
+                event_key(
+                    "no_transaction_id",
+                    notice.channel,
+                    notice.mchid,
+                    event_id or f"{notice.out_trade_no}#{notice.trade_state}",
+                ),
                 "no_transaction_id",
                 self.clock(),
                 manual_kind="no_transaction_id",
@@ -254,11 +264,16 @@ class IngestService:
                 body=request.body.decode("utf-8", "replace")[:20000],
             )
             count(M.NOTIFY_NO_TRANSACTION_ID, channel=acks.channel, merchant=notice.mchid)
-            return acks.success("in_between")
+            return acks.success("no_transaction_id")  # its own outcome: a replay must not take it for done
         if outcome is Outcome.IN_BETWEEN or not notice.transaction_id:
             # R8: no transaction id, no raw payment row; keep it as an event.
             self.events.put(
-                event_id or f"{notice.out_trade_no}#{notice.trade_state}",
+                event_key(
+                    "in_between",
+                    notice.channel,
+                    notice.mchid,
+                    event_id or f"{notice.out_trade_no}#{notice.trade_state}",
+                ),
                 "in_between",
                 self.clock(),
                 channel=notice.channel,
@@ -384,7 +399,7 @@ class IngestService:
         self, request: HttpRequest, mchid: str, reason: str, envelope_id: str, acks: Acks
     ) -> HttpResponse:
         """R5: signed by the channel but unusable: keep it for a person, alarm, answer success."""
-        event_id = envelope_id or f"quarantine#{acks.channel}#{mchid}#{int(self.clock() * 1000)}"
+        event_id = event_key("quarantined", acks.channel, mchid, envelope_id or str(int(self.clock() * 1000)))
         self.events.put(
             event_id,
             "quarantined",

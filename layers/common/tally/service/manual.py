@@ -99,6 +99,11 @@ class ManualQueue:
         if not row.get("manual_kind"):
             raise ManualError(f"{item_id} is not in the manual queue (resolved or replayed already)")
         response = self._ingest_again(row)
+        if response.outcome == "no_transaction_id":  # read now, but nothing booked: this item stays (L1)
+            raise ManualError(
+                f"replay of {item_id} now reads as a paid report without a transaction id: nothing was booked "
+                "and it is kept as a no-transaction-id item; resolve this one with a reason once that one is done"
+            )
         if response.outcome not in ("accepted", "duplicate", "in_between"):
             raise ManualError(
                 f"replay of {item_id} was {response.outcome} again: fix the cause first "

@@ -50,6 +50,7 @@ KEPT_KINDS = (
     "certificate",
     "settlement_unknown",  # R43: store/payments.py and store/refunds.py write it in the booking transaction
     "merchant_not_ready",  # R47: the live credential doctor
+    "bill_upload",  # an uploaded bill in a folder recon cannot file (service/recon.py, L5)
 )
 REPLAYABLE = ("quarantined", "rejected")  # kept with the body and headers the ingest path needs again
 
@@ -70,6 +71,7 @@ KINDS: dict[str, tuple[str, int]] = {
     "certificate": ("a channel certificate about to expire with no successor", 0),
     "settlement-unknown": ("a booked payment or refund whose settlement amount is unknown (R43)", DAY_S),
     "merchant-not-ready": ("a merchant whose credentials fail the live check: its orders are refused", 0),
+    "bill-upload": ("an uploaded bill under a folder that names no day: not reconciled", DAY_S),
 }
 PREFIXES = ("pay-", "evt-", "rejected-", "report-", "refund-", "task-", "diff-", "recon-", "order-", "cert-")
 ACTIONS = ("ack", "resolve", "ignore", "replay", "refund-outcome", "abnormal-refund", "close-task")

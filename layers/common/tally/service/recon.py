@@ -80,7 +80,7 @@ from tally.service.ledger_day import statement_text
 from tally.service.recon_partition import Partitioned, file_lines, partition_bill, tmp_dir
 from tally.service.recon_sources import NO_STATEMENT, NOT_READY, DownloadFailed, OpenedBill
 from tally.store.recon import BillArchive, LedgerView, ReconStore, recon_pk
-from tally.store.tables import iso_now
+from tally.store.tables import EventStore, event_key, iso_now
 
 MATCHED, DIFFS, QUIET, RETRY, BLOCKED = "MATCHED", "DIFFS", "QUIET", "RETRY", "BLOCKED"
 NO_BILL_SOURCE = "NO_BILL_SOURCE"  # the block code of a merchant without a bill download (R44)
@@ -114,6 +114,7 @@ class ReconService:
         distributed: Any = None,
         map_stale_s: float = 4 * 3600,
         fund_config: Callable[[str, str], dict[str, Any]] | None = None,
+        events: EventStore | None = None,
     ):
         self.store = store
         self.ledger = ledger
@@ -135,6 +136,7 @@ class ReconService:
         self.map_stale_s = map_stale_s  # a Map run without a result after this is BLOCKED (MAP_STALE)
         # (stored channel, merchant) -> {"settlement_lag": …, "fund_accounts": …} from the merchant records (R45)
         self.fund_config = fund_config
+        self.events = events  # notify_event: the work-queue item of an uploaded bill nobody can file (L5)
 
     # ------------------------------------------------------------ entry points
 
@@ -312,6 +314,18 @@ class ReconService:
         except ValueError:
             count(M.RECON_PARSE_FAILED, channel=channel, merchant=mchid)
             logger.error("recon: dropped bill with a bad date folder", extra={"key": key})
+            if self.events is not None:  # a person dropped it there: a work-queue item names the file (L5)
+                self.events.put(
+                    event_key("bill_upload", channel[:32], mchid[:32], key[:512]),
+                    "bill_upload",
+                    self.clock(),
+                    manual_kind="bill_upload",
+                    channel=channel[:32],
+                    mchid=mchid[:32],
+                    s3_key=key[:1024],
+                    reason=f"uploaded bill {key[:300]} is not under a bills/{{channel}}/{{mchid}}/YYYY-MM-DD/ "
+                    "folder: nothing was reconciled from it; upload it again under its day's folder",
+                )
             return None
         return self.run(channel, mchid, bill_date, pass_="s3", s3_key=key)
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from tally.domain.refunds import RefundNotice
 from tally.observability import M, count, logger
-from tally.store.refunds import RefundQueue, RefundRawStore
+from tally.store.refunds import RefundQueue, RefundRawStore, refund_pending_pk
 from tally.store.tables import iso_now
 
 
@@ -51,6 +51,7 @@ def raw_row(
         "handled": 0,
         "attempts": 0,
         "notified_at": now,
+        "pending_pk": refund_pending_pk(notice.raw_key),  # the sweeper's index until applied (L2)
     }
 
 

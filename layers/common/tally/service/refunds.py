@@ -67,6 +67,7 @@ REFUND_NO = re.compile(r"^[0-9A-Za-z_\-|*@]{6,64}$")  # WeChat out_refund_no cha
 OUT_TRADE_NO = re.compile(r"^[0-9A-Za-z_\-*]{6,32}$")
 BACKOFF_S = (60, 60, 120, 300, 900, 1800, 3600)  # between polls of one refund; then hourly until expiry
 CAS_ROUNDS = 4
+POLL_MAX_ERRORS = 5  # polls of one refund that raised in a row before a person looks (L3, like F1's orders)
 # a hold older than this is abandoned (its create call crashed or timed out): well above the refunds
 # function's 15 s timeout, so a live create call always lands its answer first
 HOLD_ABANDONED_S = 120
@@ -771,7 +772,26 @@ class RefundService:
             except RetryLater as exc:
                 done["RETRY_LATER"] += 1
                 logger.info("refund poll deferred", extra={"refund_no": row["refund_no"], "reason": str(exc)})
+            except Exception as exc:  # noqa: BLE001 - one refund must not stop the others (L3); counted, alarmed
+                count(M.REFUND_POLL_FAILED, channel=row.get("channel"), merchant=row.get("mchid"))
+                logger.exception("polling a refund failed", extra={"refund_no": row["refund_no"]})
+                done[self._failed_safely(row, f"polling raised {type(exc).__name__}: {str(exc)[:200]}")] += 1
         return dict(done)
+
+    def _failed_safely(self, row: RefundRow, note: str, label: str = "FAILED") -> str:
+        """A refund whose poll raises (an answer the client chokes on, a bug, L3) or that has no channel client
+        (the merchant's credentials gone, L4) is rescheduled like a failed call; POLL_MAX_ERRORS in a row and
+        it goes to a person (MANUAL, R38), as F1 does for orders, instead of being polled and left without an
+        item until its expiry. Returns PERSON or `label`."""
+        errors = int(row.get("poll_errors") or 0) + 1
+        try:
+            if errors >= POLL_MAX_ERRORS:
+                self._event(row["pk"], RefundEvent.UNKNOWN, reason=f"{note} ({errors} times in a row)")
+                return "PERSON"
+            self._reschedule(row, note, poll_errors=errors)
+        except Exception:  # noqa: BLE001 - the store failed too: still due, RefundPollFailed already counted
+            logger.exception("counting a failed refund poll failed", extra={"refund_no": row["refund_no"]})
+        return label
 
     def _poll_one(self, row: RefundRow, now_s: float) -> str:
         if iso_now(now_s) >= row["expire_at"]:
@@ -780,9 +800,12 @@ class RefundService:
             return "EXPIRED"
         try:
             channel = self._channel(row["channel"], row["mchid"])
-        except (NotFound, RefundConflict) as exc:
-            self._reschedule(row, str(exc))
-            return "NO_CHANNEL"
+        except (NotFound, RefundConflict) as exc:  # the merchant's credentials gone: loud, then a person (L4)
+            count(M.REFUND_NO_CHANNEL, channel=row.get("channel"), merchant=row.get("mchid"))
+            logger.warning(
+                "refund poll: no channel client", extra={"refund_no": row["refund_no"], "why": str(exc)}
+            )
+            return self._failed_safely(row, f"no channel client: {str(exc)[:200]}", "NO_CHANNEL")
         if row["status"] == RefundStatus.PENDING.value:
             return self._after_create(row, channel.create(dict(row)))[0]
         answer = channel.query(dict(row))
@@ -800,20 +823,25 @@ class RefundService:
         self._reschedule(row, f"query {answer.kind.value} {answer.code} {answer.message}".strip())
         return "PROCESSING" if answer.kind is AnswerKind.OUTCOME else answer.kind.value
 
-    def _reschedule(self, row: RefundRow, note: str) -> RefundRow:
-        """The next poll, backed off; returns the row as it now stands (no read)."""
+    def _reschedule(self, row: RefundRow, note: str, poll_errors: int = 0) -> RefundRow:
+        """The next poll, backed off; returns the row as it now stands (no read). `poll_errors`: polls that
+        raised in a row (any answer resets it, L3)."""
         attempts = int(row.get("poll_attempts") or 0) + 1
         delay = BACKOFF_S[min(attempts, len(BACKOFF_S) - 1)]
         after = row.copy()
         after["poll_attempts"] = attempts
         after["poll_due"] = iso_now(self.clock() + delay)
         after["last_poll_note"] = note[:300]
+        errors = {"poll_errors": poll_errors} if poll_errors or row.get("poll_errors") else {}
+        if errors:
+            after["poll_errors"] = poll_errors
         self.store.set_fields(
             row["pk"],
             row["status"],
             poll_attempts=attempts,
             poll_due=after["poll_due"],
             last_poll_note=after["last_poll_note"],
+            **errors,
         )
         return after
 

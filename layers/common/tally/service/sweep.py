@@ -2,7 +2,8 @@
 
 - `SweepService.run()`: raw rows still at handled=0 five minutes after they arrived are re-queued
   (at most once per `every_s`); a row re-queued `max_sweeps` times and still not applied goes to
-  handled=2 (a person) with a metric. Then the two counts are published as metrics every run:
+  handled=2 (a person) with a metric. Refund reports (refund_raw, index `by_pending`) get the same
+  treatment: their handled=2 is a work-queue item `report-…` (audit L2). Then the two counts are published as metrics every run:
   handled=0 older than 10 minutes, handled=2 older than 24 hours.
 - `PendingReport.report()`: the same counts, the oldest age and one line per stuck row, for
   `tally pending`.
@@ -18,6 +19,7 @@ from typing import Any
 
 from tally.observability import M, count, logger
 from tally.store.polling import PendingStore, PollStore
+from tally.store.refunds import RefundQueue, RefundRawStore
 from tally.store.tables import ApplyQueue, RawStore, iso_now
 
 REQUEUE_AFTER_S = 5 * 60
@@ -46,8 +48,12 @@ class SweepService:
         max_sweeps: int = 3,
         every_s: int = REQUEUE_AFTER_S,
         work: Callable[[], Any] | None = None,
+        refund_raw: RefundRawStore | None = None,
+        refund_queue: RefundQueue | None = None,
     ):
         self.work = work  # the work queue (R41): the second number is its items past their threshold
+        self.refund_raw = refund_raw  # refund reports at handled=0 (L2)
+        self.refund_queue = refund_queue
         self.pending = pending
         self.raw = raw
         self.queue = queue
@@ -84,6 +90,8 @@ class SweepService:
             count(M.SWEEP_REQUEUED)
             report.requeued += 1
             report.keys.append(row["pk"])
+        if self.refund_raw is not None and self.refund_queue is not None:
+            self._sweep_refund_reports(now, report, self.refund_raw, self.refund_queue)
         report.stale, _ = self.pending.count_older_than(0, iso_now(now - STALE_AFTER_S))
         count(M.PENDING_STALE, report.stale)  # published every run, zero included: the alarm sees a value
         if self.work is not None:
@@ -92,6 +100,34 @@ class SweepService:
             report.aged, _ = self.pending.count_older_than(2, iso_now(now - AGED_AFTER_S))
             count(M.MANUAL_AGED, report.aged)
         return report
+
+    def _sweep_refund_reports(
+        self, now: float, report: SweepReport, raw: RefundRawStore, queue: RefundQueue
+    ) -> None:
+        """A refund report whose worker message died (ApplyDLQ) or whose query-path apply raised stayed at
+        handled=0 with no item (L2): re-queued like a payment's raw row, then with a person."""
+        rows = raw.older_than(
+            iso_now(now - REQUEUE_AFTER_S), max(1, self.batch // 4), iso_now(now - self.every_s)
+        )
+        for row in rows[: self.batch]:
+            sweeps = raw.mark_swept(row["pk"], row["sk"], iso_now(now))
+            if sweeps is None:
+                continue  # applied meanwhile
+            if sweeps > self.max_sweeps:
+                reason = f"refund report not applied after {sweeps - 1} re-queues (attempts {row.get('attempts', 0)})"
+                if raw.mark(row["pk"], row["sk"], 2, reason, iso_now(now)):
+                    count(M.SWEEP_GAVE_UP)
+                    count(M.REFUND_REPORT_MANUAL, channel=row.get("channel"), merchant=row.get("mchid"))
+                    logger.error(
+                        "refund report handed to a person by the sweeper",
+                        extra={"refund_raw_key": row["pk"], "status": row["sk"], "reason": reason},
+                    )
+                    report.to_person += 1
+                continue
+            queue.send(row["pk"], row["sk"])
+            count(M.SWEEP_REQUEUED)
+            report.requeued += 1
+            report.keys.append(f"{row['pk']}|{row['sk']}")
 
 
 class PendingReport:

@@ -108,6 +108,7 @@ class RefundRow(TypedDict, total=False):
     poll_due: str
     poll_attempts: int
     last_poll_note: str
+    poll_errors: int  # polls that raised in a row (service/refunds.py, L3)
     manual_reason: str
     expire_at: str  # no outcome by then: EXPIRED (the poll)
     abnormal_route: str  # an ABNORMAL refund sent through apply-abnormal-refund (to the bank card or balance)

@@ -25,7 +25,7 @@ from tally.store.codec import from_item, names_values, to_item
 from tally.store.payments import SETTLEMENT_UNKNOWN_KIND
 from tally.store.recon import with_bill_shard
 from tally.store.records import RefundRow, as_refund
-from tally.store.tables import Tables, shard_of
+from tally.store.tables import PENDING_SHARDS, Tables, shard_of
 from tally.store.tables import TransactionFailed as TransactionFailed  # the one (store/tables.py)
 
 POLL_SHARDS = 4
@@ -563,7 +563,8 @@ class RefundRawStore:
                 "TableName": self.t.refund_raw,
                 "Key": to_item({"pk": key, "sk": status}),
                 "UpdateExpression": "SET handled = :h, outcome = :o, handled_at = :now"
-                + (", manual_pk = :mpk" if manual else ""),
+                + (", manual_pk = :mpk" if manual else "")
+                + " REMOVE pending_pk",  # out of the sweeper's index (L2)
                 "ConditionExpression": "handled = :zero",
                 "ExpressionAttributeValues": names_values(
                     h=handled, o=outcome[:500], zero=0, now=now, **manual
@@ -587,6 +588,45 @@ class RefundRawStore:
             ReturnValues="UPDATED_NEW",
         )
         return int(answer["Attributes"]["attempts"]["N"])
+
+    # --- the sweeper's sparse index `by_pending` (L2): rows at handled=0 carry pending_pk
+    def older_than(self, before_iso: str, limit: int, swept_before_iso: str) -> list[dict[str, Any]]:
+        """Reports still at handled=0 that arrived before `before_iso` and were not re-queued since
+        `swept_before_iso`, oldest first: one bounded Query per shard, never a Scan."""
+        found: list[dict[str, Any]] = []
+        for shard in range(PENDING_SHARDS):
+            answer = self.t.ddb.query(
+                TableName=self.t.refund_raw,
+                IndexName="by_pending",
+                KeyConditionExpression="pending_pk = :p AND notified_at < :before",
+                FilterExpression="attribute_not_exists(swept_at) OR swept_at < :swept",
+                ExpressionAttributeValues=names_values(
+                    p=f"pending#{shard}", before=before_iso, swept=swept_before_iso
+                ),
+                Limit=limit,
+            )
+            found += [from_item(i) for i in answer.get("Items", [])]
+        return sorted(found, key=lambda r: r["notified_at"])
+
+    def mark_swept(self, key: str, status: str, now: str) -> int | None:
+        """Count one re-queue; None when the report was applied meanwhile."""
+        try:
+            answer = self.t.ddb.update_item(
+                TableName=self.t.refund_raw,
+                Key=to_item({"pk": key, "sk": status}),
+                UpdateExpression="ADD sweeps :one SET swept_at = :now",
+                ConditionExpression="handled = :zero",
+                ExpressionAttributeValues=names_values(one=1, zero=0, now=now),
+                ReturnValues="UPDATED_NEW",
+            )
+        except self.t.ddb.exceptions.ConditionalCheckFailedException:
+            return None
+        return int(answer["Attributes"]["sweeps"]["N"])
+
+
+def refund_pending_pk(raw_key: str) -> str:
+    """The sweeper's partition of a new refund report (write-sharded, like notify_raw's)."""
+    return f"pending#{shard_of(raw_key, PENDING_SHARDS)}"
 
 
 class RefundQueue:

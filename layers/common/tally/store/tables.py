@@ -40,6 +40,19 @@ def order_key(mchid: str, out_trade_no: str) -> str:
     return f"{mchid}#{out_trade_no}"
 
 
+def event_key(kind: str, channel: str, mchid: str, rest: str) -> str:
+    """A notify_event row's key, scoped by kind, channel and merchant (L1, R39): one tenant's report can never
+    take the key of another tenant's item, nor a quarantined row the key of the same envelope's later reading.
+    Rows written before keep their old keys: every reader finds them by an index (docs/contracts.md)."""
+    return f"{kind}#{channel}#{mchid}#{rest}"
+
+
+# what makes two kept rows the same event (a redelivery), rather than two items that met on one key; the
+# signature headers are not in it: a channel's retry of one notification signs it again
+_SAME_EVENT: tuple[str, ...] = ("kind", "channel", "mchid", "out_trade_no", "trade_state", "refund_no")
+_SAME_EVENT += ("amount_cent", "body", "body_sha256", "reason")
+
+
 class TransactionFailed(Exception):
     """THE exception for a cancelled DynamoDB transaction (TransactionCanceledException), raised by every store
     method that writes one: `failed` lists the items whose condition failed (ConditionalCheckFailed), in the
@@ -183,7 +196,10 @@ class EventStore:
 
     def put(
         self, event_id: str, kind: str, now_s: float, *, ttl_days: int | None = None, **fields: Any
-    ) -> None:
+    ) -> str | None:
+        """Conditional put; returns the key written, or None when the same event is already kept. A row for a
+        person (`manual_kind`) that meets a different row on its key is kept under a key of its own
+        (`{event_id}#{content digest}`, `collided_with`): a person's item is never dropped (L1)."""
         days = self.ttl_days if ttl_days is None else ttl_days
         row = {
             "pk": event_id,
@@ -195,14 +211,30 @@ class EventStore:
         if kind == "in_between" and fields.get("mchid") and fields.get("out_trade_no"):
             # the sparse by_order index (the order story): only verified events that name their order
             row.setdefault("order_pk", order_key(str(fields["mchid"]), str(fields["out_trade_no"])))
+        kept = self._put_new(row)
+        if kept is None:
+            return event_id
+        if not fields.get("manual_kind"):
+            return None  # an in-between event again: the first row already tells the story
+        if all(kept.get(k) == row.get(k) for k in _SAME_EVENT):
+            return None  # the same event delivered again
+        content = json.dumps({k: row.get(k) for k in _SAME_EVENT}, sort_keys=True, default=str)
+        row["pk"] = f"{event_id}#{hashlib.sha256(content.encode()).hexdigest()[:16]}"
+        row["collided_with"] = event_id
+        return row["pk"] if self._put_new(row) is None else None  # None: this very item was kept before
+
+    def _put_new(self, row: dict[str, Any]) -> dict[str, Any] | None:
+        """None when written; else the row already under that key."""
         try:
             self.t.ddb.put_item(
                 TableName=self.t.notify_event,
                 Item=to_item(row),
                 ConditionExpression="attribute_not_exists(pk)",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
-        except self.t.ddb.exceptions.ConditionalCheckFailedException:
-            return  # the same event delivered again: the first row already tells the story
+            return None
+        except self.t.ddb.exceptions.ConditionalCheckFailedException as exc:
+            return from_item(exc.response.get("Item")) or self.t.get(self.t.notify_event, row["pk"]) or {}
 
     def for_order(self, order_pk: str) -> list[dict[str, Any]]:
         """The in-between events (R8) of one order, oldest first (GSI by_order; sparse)."""
