@@ -1,7 +1,7 @@
 """#21 item 4's simulation: N payments waiting for a person are replayed by TWO bulk replay runs at once,
 while a worker applies what they re-queue, on moto's server mode (real threads, real HTTP, one request applied
-at a time as DynamoDB does). Each payment is booked exactly once, both runs together replayed each item
-exactly once, and the ledger holds exactly the yuan the dry run announced.
+at a time as DynamoDB does: `server_aws` of tests/integration/conftest.py). Each payment is booked exactly once,
+both runs together replayed each item exactly once, and the ledger holds exactly the yuan the dry run announced.
 
 N = 200 here; `make soak` runs N = 10,000 (TALLY_REPLAY_SOAK=1)."""
 
@@ -21,45 +21,6 @@ from tally import bootstrap
 from tally.domain.notifications import PaymentNotice
 from tally.service.ingest import raw_row
 from tally.store.tables import RawStore, iso_now
-
-from tally_local.resources import create_from_template
-from tests.conftest import ROOT
-from tests.integration.test_refunds_concurrency import AtomicMotoServer
-
-
-@pytest.fixture(scope="module")
-def moto_server():
-    import logging
-
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    server = AtomicMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
-    server._server.server_close()
-
-
-@pytest.fixture
-def server_aws(moto_server, sim, monkeypatch):
-    for var, value in {
-        "AWS_ENDPOINT_URL": moto_server,
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-    }.items():
-        monkeypatch.setenv(var, value)
-    env = create_from_template(
-        ROOT / "template.yaml",
-        boto3.Session(region_name="us-east-1"),
-        prefix=f"t{uuid.uuid4().hex[:6]}",
-        parameter_overrides={"WechatPayApiBase": sim.url},
-    )
-    for var, value in env.items():
-        monkeypatch.setenv(var, value)
-    bootstrap.reset()
-    yield env
-    bootstrap.reset()
 
 
 def merchant(sim) -> str:
