@@ -15,7 +15,7 @@ from tally.store.codec import from_item, to_item
 from tally.store.recon import with_bill_shard
 
 from tests.integration.channel_kit import Alipay
-from tests.integration.test_recon import D_BEFORE, D, metric
+from tests.integration.recon_helpers import D_BEFORE, D, metric
 
 
 @pytest.fixture

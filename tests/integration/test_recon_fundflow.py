@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from tests.integration.test_recon import metric, pay, s3_keys
+from tests.integration.recon_helpers import metric, pay, s3_keys
 
 D = "2024-05-01"
 D1 = "2024-05-02"
@@ -115,7 +115,7 @@ def test_r45_a_broken_fund_flow_is_refused_by_the_guards_R31_R32(h, sim, svc, m,
 def test_r45_the_schedule_checks_the_fund_flow_of_t2_and_t3_and_a_v2_only_merchant_is_blocked(h, sim, svc, m):
     from tally.service.recon import ReconService
 
-    from tests.integration.test_recon_v2 import new_v2
+    from tests.integration.recon_helpers import new_v2
 
     a_day(h, svc, m["mchid"])
     v2 = new_v2(h, sim)

@@ -12,7 +12,7 @@ from tally.store.codec import to_item
 from tally.store.recon import LEDGER_SHARDS, LedgerView, ledger_shard
 
 from tests.integration.recon_bills import DAY, comparable, day_of_differences, diffs_of_run, put_ledger
-from tests.integration.test_recon import metric
+from tests.integration.recon_helpers import metric
 
 
 @pytest.fixture

@@ -10,28 +10,15 @@ import json
 import random
 
 import pytest
-from tally import bootstrap
 from tally.service.recon import ReconService
 from tally.store.codec import from_item, to_item
 
 from tally_cli import recon as cli_recon
 from tally_cli.main import main
-from tests.integration.test_recon import metric, pay, s3_keys
+from tests.integration.recon_helpers import metric, new_v2, pay, s3_keys
 
 D = "2024-05-01"
 CST = dt.timezone(dt.timedelta(hours=8))
-
-
-def new_v2(h, sim, mchid=None, **record):
-    m = sim.wechatpay_v2.register_test_merchant(mchid or str(random.randrange(10**9, 10**10)))
-    bootstrap.merchants().add_wechatpay_v2(
-        mchid=m["mch_id"],
-        api_key=m["api_key"],
-        appid=m["appid"],
-        notify_url=f"http://127.0.0.1:9/notify/wechatpay-v2/{m['mch_id']}",
-        **record,
-    )
-    return m
 
 
 def pay_v2(h, sim, m, cents, time_end):
