@@ -135,3 +135,28 @@ def test_r21_the_simulator_refuses_a_single_close_of_a_combine_sub_order(h, sim)
         sim.close_order(m["mchid"], sub["out_trade_no"])
     assert refused.value.code == "INVALID_REQUEST"
     assert sim.get_order(m["mchid"], sub["out_trade_no"])["trade_state"] == "NOTPAY"
+
+
+def test_r11_a_combine_answer_about_another_combine_order_closes_nothing(h, sim, monkeypatch):
+    """The combine query answers about another combine order (a signed answer, but not about this one): the
+    close names nothing from it; the sub-order goes to a person with the poller's metrics, and neither combine
+    order is touched at the channel or here."""
+    from tally.channels.wechatpay_v3 import combine
+
+    m = h.add_merchant()
+    mine, other = (combine_order(h, m["mchid"], subs_of(100)) for _ in range(2))
+    real_query = combine.query
+    monkeypatch.setattr(
+        combine, "query", lambda client, no: real_query(client, other["combine_out_trade_no"])
+    )
+    (sub,) = mine["sub_orders"]
+    expire_now(h, sub)
+    assert run_poller(h)["outcomes"] == {"PERSON": 1}
+    assert closes(sim, mine) == [] and closes(sim, other) == []
+    row = stored(h, sub)
+    assert row["status"] == "WAIT_PAY" and row["poll_pk"].startswith("manual#")
+    assert "OTHER_COMBINE" in row["manual_reason"]
+    assert h.metric("PollCloseFailed") == 1 and h.metric("PollManual") == 1
+    for combo in (mine, other):
+        (s,) = combo["sub_orders"]
+        assert sim.get_order(m["mchid"], s["out_trade_no"])["trade_state"] == "NOTPAY"
