@@ -169,3 +169,9 @@ def run() -> list[tuple[str, ...]]:
 
 def _detail(calls) -> str:
     return ", ".join(f"{name} ×{n}" for name, n in sorted(calls.items()))
+
+
+if __name__ == "__main__":
+    from bench.common import print_section
+
+    print_section(run)

@@ -96,3 +96,9 @@ def run() -> list[tuple[str, ...]]:
         )
     )
     return rows
+
+
+if __name__ == "__main__":
+    from bench.common import print_section
+
+    print_section(run)

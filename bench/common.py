@@ -32,3 +32,19 @@ def table(title: str, rows: list[tuple[str, ...]], header: tuple[str, ...]) -> s
     out = [title, line, "  ".join(str(h).ljust(w) for h, w in zip(header, widths, strict=True)), line]
     out += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
     return "\n".join(out + [line, ""])
+
+
+def print_section(run: Callable[[], list[tuple[str, ...]]]) -> None:
+    """`python -m bench.<section>`: one section's rows as a table, the product's log and EMF lines held back
+    (as `make bench` does)."""
+    import contextlib
+    import io
+    import logging
+
+    logging.disable(logging.INFO)
+    with contextlib.redirect_stdout(io.StringIO()):
+        rows = run()
+    width = max(len(r) for r in rows)
+    header = ("measure", "value", "reference", "note", *[""] * width)[:width]
+    rows = [tuple(r) + ("",) * (width - len(r)) for r in rows]
+    print(table(time.strftime("%Y-%m-%d %H:%M:%S"), rows, header))

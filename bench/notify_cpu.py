@@ -93,7 +93,7 @@ def run_alipay() -> list[tuple[str, ...]]:
 
     from alipay import AliPay
     from tally.channels.alipay import wire as ali
-    from tally.service.merchants import alipay_credentials
+    from tally.channels.alipay.merchant import alipay_credentials
 
     sim = ChannelSimulator(fixed_keys=True)
     m = sim.alipay.register_test_merchant("public_key")
@@ -141,3 +141,9 @@ def run_alipay() -> list[tuple[str, ...]]:
 
 def run() -> list[tuple[str, ...]]:
     return run_wechat() + run_alipay()
+
+
+if __name__ == "__main__":
+    from bench.common import print_section
+
+    print_section(run)

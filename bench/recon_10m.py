@@ -1,7 +1,8 @@
 """Reconciliation in bounded memory (`make bench-big`): a generated 10,000,000-row WeChat ALL bill through the
 partitioned path (service/recon_partition.py: the bill streamed into 16 partition files, matched partition by
 partition against the ledger's shards), next to the same run's 1,000,000-row bill through today's in-memory
-path, the partitioned path at 1M (their diffs must be identical) and pandas.read_csv of the 1M file.
+path, the partitioned path at 1M (their diffs and FEE entries must be identical) and pandas.read_csv of the 1M
+file. Both paths include the FEE entries' figures (bench/recon_1m.py: coupons and fees in, the writes not timed).
 
     python -m bench.recon_10m [--rows 10000000] [--small 1000000]
 
@@ -66,8 +67,25 @@ def _diffs(diffs) -> list:
     return sorted([d.cls, d.sk, d.channel_amount_cent, d.local_amount_cent, d.detail] for d in diffs)
 
 
+RUN = {"channel": "wechatpay", "mchid": "1900000109", "bill_date": "2024-05-01", "run_id": "run#bench"}
+
+
+def fee_figures(index) -> tuple[int, int]:
+    """The FEE entries a first run books from one index (service/recon.py `_book_fees` up to the writes):
+    (entries, cents)."""
+    from tally.domain.recon import FeeBook
+    from tally.service.recon import fee_entry_rows
+
+    entries = cents = 0
+    for row in fee_entry_rows(RUN, index, FeeBook(RUN["mchid"], {}), "2024-05-02T02:30:00.000Z"):
+        entries += 1
+        cents += row["amount_cent"]
+    return entries, cents
+
+
 def run_memory(path: str, rows: int) -> dict:
-    """Today's path (service/recon.py `_match`): the whole bill in memory, one index, one ledger dictionary."""
+    """Today's path (service/recon.py `_match`): the whole bill in memory, one index, one ledger dictionary,
+    then the day's FEE entries (without the writes)."""
     from tally.domain.recon import LocalEntry, Matcher, check_guards
     from tally.service.recon_sources import OpenedBill
 
@@ -82,11 +100,13 @@ def run_memory(path: str, rows: int) -> dict:
     assert not verdict.blocked, verdict
     matcher = Matcher(local)
     diffs = list(matcher.match_index(index, opened.item_at))
+    fees = fee_figures(index)
     total = time.perf_counter() - t0
     return {
         "rows": totals.rows,
         "diffs": _diffs(diffs),
         "matched": matcher.stats.matched,
+        "fees": fees,
         "ledger_build_s": round(t_ledger, 2),
         "total_s": round(total, 2),
         "cpu_s": cpu_s(),  # incl. building the ledger dictionary
@@ -110,6 +130,7 @@ def run_partitioned(path: str, rows: int, shards: str, work: str) -> dict:
     t_parse = time.perf_counter() - t0
     diffs = []
     matched = 0
+    fees = [0, 0]
     t_ledger = 0.0
     per_partition = []
     for p in range(parts.partitions):
@@ -122,18 +143,23 @@ def run_partitioned(path: str, rows: int, shards: str, work: str) -> dict:
         t2 = time.perf_counter()
         reader = parts.reader(p)
         matcher = Matcher(local)
-        diffs += matcher.match_index(parts.index(p), reader.item_at)
+        index = parts.index(p)
+        diffs += matcher.match_index(index, reader.item_at)
         reader.close()
         matched += matcher.stats.matched
+        entries, cents = fee_figures(index)  # the partition's FEE entries (match_partition, up to the writes)
+        fees[0] += entries
+        fees[1] += cents
         t3 = time.perf_counter()
         t_ledger += t2 - t1
         per_partition.append(round(t3 - t1, 2))
-        del local, matcher
+        del local, matcher, index
     total = time.perf_counter() - t0 - t_ledger
     return {
         "rows": parts.totals.rows,
         "diffs": _diffs(diffs),
         "matched": matched,
+        "fees": fees,
         "parse_and_partition_s": round(t_parse, 2),
         "ledger_load_s": round(t_ledger, 2),
         "partition_s": per_partition,  # per partition: its ledger shard loaded + matched
@@ -200,7 +226,7 @@ def main() -> None:
             )
             bill.unlink()
         p, m, s, b = results["pandas"], results["memory"], results["small"], results["big"]
-        same = m["diffs"] == s["diffs"]
+        same = m["diffs"] == s["diffs"] and list(m["fees"]) == list(s["fees"])  # diffs and FEE entries
         ratio = b["total_s"] / m["total_s"]
         print(
             f"pandas.read_csv {args.small:,} rows:           {p['read_csv_s']:7.2f}s  peak RSS {p['peak_rss_mb']} MB",
@@ -229,7 +255,7 @@ def main() -> None:
         print(
             f"load average at the end: {os.getloadavg()[0]:.1f} (wall times assume an idle machine)", file=out
         )
-        assert same, (m["diffs"], s["diffs"])
+        assert same, (m["diffs"], s["diffs"], m["fees"], s["fees"])
         assert b["matched"] == args.rows - 2 and len(b["diffs"]) == 3, (b["matched"], b["diffs"])
         if args.table_rows:
             print(

@@ -1,9 +1,17 @@
 """Reconciliation at scale: a generated 1,000,000-row WeChat ALL bill, parse + guards + match against
-1,000,000 ledger entries; seconds and peak RSS, side by side with pandas.read_csv of the same file.
+1,000,000 ledger entries + the day's FEE entries planned; seconds and peak RSS, side by side with
+pandas.read_csv of the same file.
 
-    python bench/recon_1m.py [--rows 1000000]
+    python -m bench.recon_1m [--rows 1000000]
 
-Each measurement runs in its own process so peak RSS (ru_maxrss) is its own. Targets (issue 6): at most 2x
+The bill carries settlement amounts and fees (issue #18): one row in ten has a NOCASH coupon (免充值券: 应结订单金额 =
+订单金额 − the coupon, so the two columns differ) and one in ten a CASH coupon (充值券: 代金券金额 > 0, 应结订单金额 =
+订单金额); every row has its 0.60 % fee. The ledger books settlement amounts (R43), so every row matches but one.
+"fee figures" is the run's FEE booking up to the DynamoDB writes: every row's entry (key, cents rounded half up,
+the row it was charged on) from the one parse's index (`FeeBook` + `fee_entry_rows`, what `_book_fees` hands to
+`LedgerView.put_fees`); the conditional PutItems themselves are not timed (docs/cost.md counts them).
+
+Each measurement runs in its own process so peak RSS (ru_maxrss) is its own. Targets (issue 6, #18): at most 2x
 pandas' read time, peak RSS under 1 GB.
 """
 
@@ -31,7 +39,20 @@ SUMMARY = "总交易单数,应结订单总金额,退款总金额,充值券退款
 
 
 def amount(i: int) -> int:
+    """Row i's settlement amount (应结订单金额): what the ledger books and recon matches (R43)."""
     return 100 + (i * 7919) % 99_900  # 1.00 .. 999.99 yuan
+
+
+def coupon(i: int) -> tuple[str, int]:
+    """Row i's coupon: ("NOCASH" | "CASH" | "", cents). One row in ten of each kind, 0.50 .. 5.49 yuan."""
+    kind = {3: "NOCASH", 7: "CASH"}.get(i % 10, "")
+    return kind, (50 + i % 500 if kind else 0)
+
+
+def order_total(i: int) -> int:
+    """订单金额: the settlement amount plus a NOCASH coupon (the merchant gives it up); a CASH coupon is settled."""
+    kind, cents = coupon(i)
+    return amount(i) + (cents if kind == "NOCASH" else 0)
 
 
 def fee_fen(cents: int) -> int:
@@ -42,26 +63,37 @@ def tx(i: int) -> str:
     return f"4200000001202405{i:012d}"
 
 
+def _yuan(cents: int) -> str:
+    return f"{cents // 100}.{cents % 100:02d}"
+
+
 def generate(path: pathlib.Path, rows: int) -> None:
-    total = fees = 0
+    settled = ordered = fees = 0
     with open(path, "wb") as out:
         out.write(b"\xef\xbb\xbf" + HEADER.encode() + b"\r\n")
         for i in range(rows):
-            c = amount(i)
-            total += c
-            fees += fee_fen(c)
-            yuan = f"{c // 100}.{c % 100:02d}"
+            c, o, (_, k) = amount(i), order_total(i), coupon(i)
+            settled += c
+            ordered += o
+            fees += fee_fen(
+                c
+            )  # the fee is charged on the settlement amount (the parser's rate check says so)
             out.write(
                 (
                     f"`2024-05-01 {i % 24:02d}:{i % 60:02d}:{(i // 60) % 60:02d},`wx2421b1c4370ec43b,`1900000109,`0,`,"
-                    f"`{tx(i)},`T{i:020d},`oUpF8uMuAJO_M2pxb1Q9zNjWeS6o,`NATIVE,`SUCCESS,`OTHERS,`CNY,`{yuan},`0.00,"
-                    f"`0,`0,`0.00,`0.00,`,`,`商品,`,`{fee_fen(c) // 100}.{fee_fen(c) % 100:02d}000,`0.60%,`{yuan},"
+                    f"`{tx(i)},`T{i:020d},`oUpF8uMuAJO_M2pxb1Q9zNjWeS6o,`NATIVE,`SUCCESS,`OTHERS,`CNY,`{_yuan(c)},"
+                    f"`{_yuan(k)},`0,`0,`0.00,`0.00,`,`,`商品,`,`{_yuan(fee_fen(c))}000,`0.60%,`{_yuan(o)},"
                     f"`0.00,`\r\n"
                 ).encode()
             )
-        t = f"{total // 100}.{total % 100:02d}"
         out.write(SUMMARY.encode() + b"\r\n")
-        out.write(f"`{rows},`{t},`0.00,`0.00,`{fees // 100}.{fees % 100:02d},`{t},`0.00\r\n".encode())
+        out.write(
+            f"`{rows},`{_yuan(settled)},`0.00,`0.00,`{_yuan(fees)},`{_yuan(ordered)},`0.00\r\n".encode()
+        )
+
+
+def fee_total(rows: int) -> int:
+    return sum(fee_fen(amount(i)) for i in range(rows))
 
 
 def peak_mb() -> float:
@@ -69,7 +101,8 @@ def peak_mb() -> float:
 
 
 def run_ours(path: str, rows: int) -> dict:
-    from tally.domain.recon import LocalEntry, Matcher, check_guards
+    from tally.domain.recon import FeeBook, LocalEntry, Matcher, check_guards
+    from tally.service.recon import fee_entry_rows
     from tally.service.recon_sources import OpenedBill
 
     # the day's ledger as reconciliation holds it (what LedgerView.day + fold_ledger build from DynamoDB);
@@ -93,15 +126,27 @@ def run_ours(path: str, rows: int) -> dict:
     matcher = Matcher(local)
     diffs = list(matcher.match_index(index, opened.item_at))  # only after the guards passed
     t_match = time.perf_counter() - t0
+    # the FEE entries a first run of the day books (nothing booked yet), up to the writes
+    run = {"channel": "wechatpay", "mchid": "1900000109", "bill_date": "2024-05-01", "run_id": "run#bench"}
+    t0 = time.perf_counter()
+    entries = fee_cent = 0
+    for row in fee_entry_rows(run, index, FeeBook("1900000109", {}), "2024-05-02T02:30:00.000Z"):
+        entries += 1
+        fee_cent += row["amount_cent"]
+    t_fees = time.perf_counter() - t0
+    assert fee_cent == fee_total(rows), (fee_cent, fee_total(rows))  # the bill's 手续费总金额, to the fen
     return {
         "rows": totals.rows,
         "guard": verdict.code,
         "diffs": len(diffs),
         "matched": matcher.stats.matched,
+        "fee_entries": entries,
+        "fee_cent": fee_cent,
         "ledger_build_s": round(t_ledger, 2),
         "parse_and_guards_s": round(t_guard, 2),
         "match_s": round(t_match, 2),
-        "total_s": round(t_guard + t_match, 2),
+        "fees_s": round(t_fees, 2),
+        "total_s": round(t_guard + t_match + t_fees, 2),
         "peak_rss_mb": round(peak_mb()),
     }
 
@@ -161,6 +206,11 @@ def main() -> None:
             file=out,
         )
         print(
+            f"tally fee figures (FEE entries):     {o['fees_s']:6.2f}s   "
+            f"({o['fee_entries']:,} entries, {o['fee_cent'] / 100:,.2f} yuan; the DynamoDB writes not timed)",
+            file=out,
+        )
+        print(
             f"tally total:                         {o['total_s']:6.2f}s   peak RSS {o['peak_rss_mb']} MB "
             f"(incl. {args.rows:,} ledger entries built in {o['ledger_build_s']}s)",
             file=out,
@@ -176,7 +226,7 @@ def main() -> None:
                 json.dumps(
                     [
                         [
-                            f"{args.rows:,}-row bill: parse + guards + match",
+                            f"{args.rows:,}-row bill (coupons, fees): parse + guards + match + fee figures",
                             f"{o['total_s']:.1f} s, {o['peak_rss_mb']} MB",
                             f"pandas.read_csv {p['read_csv_s']:.1f} s, {p['peak_rss_mb']} MB",
                             f"ratio {ratio:.2f}× (target ≤ 2×, < 1 GB)",

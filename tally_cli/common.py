@@ -16,15 +16,15 @@ import re
 import sys
 import time
 from collections.abc import Callable
-from datetime import date, datetime, timedelta, timezone
+from datetime import date, datetime, timedelta
 from typing import Any
 
 from tally import errors
+from tally.domain.clock import CHINA  # the channels' day (R34)
 from tally.domain.money import format_cents
 
 from tally_cli.env import use_deployed, use_local
 
-CHINA = timezone(timedelta(hours=8))  # the channels' day (R34); China has no DST
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$", re.ASCII)
 
 

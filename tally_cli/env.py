@@ -66,7 +66,10 @@ def describe_stack(stack_name: str) -> dict:
     try:
         return boto3.client("cloudformation").describe_stacks(StackName=stack_name)["Stacks"][0]
     except Exception as exc:  # noqa: BLE001 - any failure here is reported to the person, verbatim
-        raise StackNotFound(f"cannot read stack {stack_name!r}: {exc}") from None
+        hint = ""
+        if state_file().exists():  # a local stack is running: the person most likely forgot --local
+            hint = "; the embedded stack is running here: add --local"
+        raise StackNotFound(f"cannot read stack {stack_name!r}: {exc}{hint}") from None
 
 
 def use_deployed(stack_name: str) -> dict:

@@ -31,6 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     day.add_argument("--json", action="store_true")
     add_target(day)
     day.set_defaults(run=ledger_day)
+    register_backfill(ledger)
 
 
 def ledger_day(args: argparse.Namespace) -> int:
@@ -77,9 +78,79 @@ def render_day(view: dict[str, Any], csv_path: pathlib.Path | None = None) -> st
             f"{r['refunds']:>3} x {r['refund_yuan']:>8} {r['reversal_yuan']:>10} {r['fee_yuan']:>14} "
             f"{r['net_yuan']:>12}  {verdict}"
         )
+    for r in view["rows"]:  # ledger = trade bill = fund flow (R45)
+        v = r.get("verdict") or {}
+        if v:
+            legs = f" ({', '.join(v['differs'])})" if v.get("differs") else ""
+            lines.append(f"  three-way {r['channel']}/{r['mchid']}: {v['code']}{legs}: {v['reason']}")
     if any(r["fee_cent"] is None for r in view["rows"]):
         lines.append("  fees 'not booked yet': no recon run has read that bill; net leaves them out")
     lines.append("  amounts in yuan; net = payments - refunds + reversals - fees")
     if csv_path:
         lines.append(f"  CSV written to {csv_path}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- backfill-settlement (R43, docs/settlement.md §8)
+
+
+def register_backfill(ledger: argparse._SubParsersAction) -> None:
+    fill = ledger.add_parser(
+        "backfill-settlement",
+        help="settlement figures for PAYMENT / REFUND entries booked before R43, from the kept raw rows",
+    )
+    fill.add_argument("--channel", required=True, help="wechatpay, wechatpay-v2 or alipay")
+    fill.add_argument(
+        "--from", dest="day_from", required=True, metavar="DATE", help="first bill date YYYY-MM-DD"
+    )
+    fill.add_argument("--to", dest="day_to", metavar="DATE", help="last bill date (default: --from)")
+    fill.add_argument("--merchant", help="only this merchant (mchid or Alipay app_id)")
+    fill.add_argument("--dry-run", action="store_true", help="count and list, write nothing")
+    fill.add_argument("--json", action="store_true")
+    add_target(fill)
+    fill.set_defaults(run=backfill_settlement)
+
+
+def backfill_settlement(args: argparse.Namespace) -> int:
+    import sys
+
+    connect(args)
+    from tally import bootstrap
+
+    def progress(state: dict[str, Any]) -> None:  # long runs: a line on stderr, stdout stays one document
+        print(
+            f"  {state['day']}: {state['examined']} examined, {state['done']} done, {state['already']} already, "
+            f"{state['legacy']} stay legacy",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    result = bootstrap.settlement_backfill().run(
+        args.channel,
+        args.day_from,
+        args.day_to,
+        dry_run=args.dry_run,
+        merchant=args.merchant,
+        progress=progress,
+    )
+    emit(result, lambda: render_backfill(result), args)
+    return 0
+
+
+def render_backfill(result: dict[str, Any]) -> str:
+    verb = "would write" if result["dry_run"] else "written"
+    lines = [
+        f"backfill-settlement {result['channel']} {result['from']}..{result['to']}"
+        + ("  (dry run: nothing written)" if result["dry_run"] else ""),
+        f"  {result['examined']} entries examined: {result['done']} {verb}, {result['already']} had their "
+        f"figures already, {result['legacy']} stay legacy (recon matches them on amount_cent, counted)",
+    ]
+    for reason, n in result["legacy_reasons"].items():
+        lines.append(f"    {n} x {reason}")
+    for e in result["legacy_entries"]:
+        lines.append(
+            f"  legacy {e['kind']:<7} {e['pk']}  {e['amount']} yuan  {e['bill_date']}: {e['reason']}"
+        )
+    if result["legacy_unlisted"]:
+        lines.append(f"  … and {result['legacy_unlisted']} more (--json lists the first 500)")
     return "\n".join(lines)

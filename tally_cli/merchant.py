@@ -10,6 +10,7 @@ from typing import Any
 from tally.channels import registry as channel_registry
 from tally.service.merchants import list_merchants
 
+from tally_cli import merchant_settlement
 from tally_cli.common import add_target, connect, emit, secret_arg
 
 
@@ -44,6 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     wx.add_argument("--tenant", help="tenant id (default: the mchid)")
     add_target(wx)
     _no_check(wx)
+    merchant_settlement.flags(wx)  # R45
     wx.set_defaults(run=merchant_add)
 
     ali = add.add_parser(
@@ -65,6 +67,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     ali.add_argument("--tenant")
     add_target(ali)
     _no_check(ali)
+    merchant_settlement.flags(ali)  # R45
     ali.set_defaults(run=merchant_add_alipay)
 
     v2 = add.add_parser("wechatpay-v2", help="WeChat Pay API v2 (legacy XML callbacks)")
@@ -84,6 +87,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_target(v2)
     _no_check(v2)
+    merchant_settlement.flags(v2)  # R45
     v2.set_defaults(run=merchant_add_v2)
 
     cert = merchant.add_parser("add-cert", help="rotation: add Alipay's new certificate next to the old ones")
@@ -112,6 +116,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_target(check)
     check.set_defaults(run=merchant_check)
+    merchant_settlement.register(merchant)  # update, show (R45)
 
 
 def _no_check(parser: argparse.ArgumentParser) -> None:
@@ -194,6 +199,7 @@ def merchant_add(args: argparse.Namespace) -> int:
     )
     print(f"merchant wechatpay/{args.mchid} saved (credentials in Secrets Manager as {row['secret_name']})")
     print(f"notify_url: {notify_url}")
+    merchant_settlement.after_add(args, "wechatpay", args.mchid)
     _check_after_add(args, "wechatpay", args.mchid)
     return 0
 
@@ -258,6 +264,7 @@ def merchant_add_alipay(args: argparse.Namespace) -> int:
         f"{row['secret_name']})"
     )
     print(f"notify_url: {notify_url}")
+    merchant_settlement.after_add(args, "alipay", args.app_id)
     _check_after_add(args, "alipay", args.app_id)
     return 0
 
@@ -281,6 +288,7 @@ def merchant_add_v2(args: argparse.Namespace) -> int:
         f"merchant wechatpay-v2/{args.mchid} saved (credentials in Secrets Manager as {row['secret_name']})"
     )
     print(f"notify_url: {notify_url}")
+    merchant_settlement.after_add(args, "wechatpay-v2", args.mchid)
     _check_after_add(args, "wechatpay-v2", args.mchid)
     return 0
 

@@ -5,6 +5,8 @@ simulator with the faults a real day brings: duplicate and lost callbacks, a pla
 rotation mid-day, coupons, an amount mismatch, a payment after close, refunds. Then the poller runs
 (the pull path recovers what the push path lost) and the report checks the one promise: every
 payment the channel took is booked, or with a person, or has a refund task. Exit 1 otherwise.
+Then two past coupon days are reconciled three ways (ledger = trade bill = fund flow, R45): one agrees
+with zero differences, the other has a settlement credit the fund flow never shows, and it is found.
 """
 
 from __future__ import annotations
@@ -73,8 +75,10 @@ def play(stack: EmbeddedStack, orders: int, emitted: io.StringIO) -> dict[str, A
     settle(day)
     work_refund_tasks()
     recon = reconcile(day)
+    settlement = settlement_days(day)
     report = morning_report(day, emitted.getvalue())
     report["recon"] = recon
+    report["settlement"] = settlement
     report["rotation"] = rotation(day, old_serial)
     return report
 
@@ -202,11 +206,12 @@ def work_refund_tasks() -> None:
 
 def reconcile(day: Day) -> dict[str, str]:
     """The day's reconciliation for every merchant, as the 10:30 schedule would run it for yesterday."""
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime
 
     from tally import bootstrap
+    from tally.domain.clock import CHINA
 
-    bill_date = datetime.now(timezone(timedelta(hours=8))).strftime("%Y-%m-%d")
+    bill_date = datetime.now(CHINA).strftime("%Y-%m-%d")
     done = {}
     for channel, mchid in (("wechatpay", day.wechat), ("wechatpay", day.wechat_cert), ("alipay", day.alipay)):
         try:
@@ -216,6 +221,68 @@ def reconcile(day: Day) -> dict[str, str]:
             done[f"{channel}/{mchid} {bill_date}"] = f"failed: {type(exc).__name__}: {exc}"[:160]
     day.stack.drain(30)
     return done
+
+
+COUPON_DAY = (  # (order total, payer total, coupon type): what the coupon day's buyers paid (R43)
+    (1500, 1400, "CASH"),  # a CASH coupon (充值型): the merchant is settled the whole 15.00
+    (2000, 1700, "NOCASH"),  # a NOCASH coupon (免充值): settled 17.00, the merchant gave up 3.00
+    (999, 999, "CASH"),  # no coupon
+)
+
+
+def settlement_days(day: Day) -> dict[str, Any]:
+    """Did the money land (R45)? Two past days of coupon payments on the demo merchant, each reconciled three
+    ways as the schedule would on T+2: the first with zero differences (ledger = trade bill = fund flow), the
+    second with a settlement credit the channel's fund flow never shows (planted: `drop_credit`), found."""
+    from datetime import datetime, timedelta
+
+    from tally import bootstrap
+    from tally.domain.clock import CHINA
+    from tally.domain.statement import day_verdict
+
+    sim, mchid = day.stack.simulator, day.wechat
+    first = (datetime.now(CHINA) - timedelta(days=20)).date()
+    days = [first.isoformat(), (first + timedelta(days=1)).isoformat()]
+    for d, when in enumerate(days):
+        for n, (total, payer, coupon) in enumerate(COUPON_DAY):
+            no = f"SETTLE{d}{n}{first:%m%d}"
+            create(day, mchid, no, total)
+            sim.pay(mchid, no, payer_total=payer, coupon_type=coupon, success_time=f"{when}T1{n}:00:00+08:00")
+            wait_paid(day, mchid, no)
+    day.stack.drain(30)
+    recon, out = bootstrap.recon_service(), {}
+    for d, when in enumerate(days):
+        trade = recon.run("wechatpay", mchid, when)
+        if d == 1:  # planted: the first credit of the fund-flow day missing (both days asked: L, L+1)
+            sim.bills.fundflow.fault("drop_credit", count=2)
+        fund = recon.fund_flow("wechatpay", mchid, when)
+        sim.bills.fundflow.faults.clear()
+        diffs = [
+            x
+            for x in recon.show("wechatpay", mchid, when)["diffs"]
+            if x.get("handle_status") == "OPEN" and x.get("cls") == "SETTLEMENT_DIFFERS"
+        ]
+        verdict = day_verdict(recon.store.run_rows(trade["pk"]))
+        figures = fund.get("figures") or {}
+        out[when] = {
+            "trade": trade.get("status"),
+            "fund": fund.get("fund_verdict") or fund.get("status"),
+            "verdict": verdict.code,
+            "differs": ", ".join(verdict.legs),
+            "settlement_cent": (figures.get("ledger") or {}).get("settlement_cent"),
+            "diffs": [
+                f"{x['item']} channel {_yuan(x.get('channel_amount_cent'))} vs ledger {_yuan(x.get('local_amount_cent'))}"
+                for x in diffs
+            ],
+            "planted": d == 1,
+        }
+    return out
+
+
+def _yuan(cents: Any) -> str:
+    from tally.domain.money import format_cents
+
+    return "-" if cents is None else "¥" + format_cents(int(cents))
 
 
 def rotation(day: Day, old_serial: str) -> str:
@@ -280,8 +347,17 @@ def render(report: dict[str, Any]) -> str:
         f"  certificate rotation: {report.get('rotation', '-')}",
         "  reconciliation: "
         + ("; ".join(f"{k} {v}" for k, v in report.get("recon", {}).items()) or "not run"),
-        f"  work queue ({len(report['manual'])} items; `tally manual list`):",
     ]
+    for when, leg in (report.get("settlement") or {}).items():  # did the money land? (R45)
+        head = "planted shortfall" if leg["planted"] else "coupon day"
+        lines.append(
+            f"  three-way {head} {when}: settlement {_yuan(leg['settlement_cent'])} (CASH + NOCASH coupons), "
+            f"trade bill {leg['trade']}, fund flow {leg['fund']} -> {leg['verdict']}"
+            + (f" ({leg['differs']})" if leg["differs"] else "")
+            + f", {len(leg['diffs'])} difference(s)"
+            + (": " + "; ".join(leg["diffs"]) if leg["diffs"] else "")
+        )
+    lines.append(f"  work queue ({len(report['manual'])} items; `tally manual list`):")
     lines += [
         f"    {item['id']}  {item['kind']}  order {item['order'] or '-'}  "
         f"{'¥' + item['amount'] if item['amount'] is not None else '-'}  why: {item['reason']}"

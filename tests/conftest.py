@@ -82,6 +82,11 @@ class MotoAccount:
         return self.clients[service]
 
     def start(self) -> dict[str, str]:
+        from tally_local import moto_fixes
+
+        # each DynamoDB request atomic, as on AWS (moto_fixes 1, 2): the store writes from thread pools
+        # (FEE entries: store/recon.py put_fees). Idempotent; an e2e test in this process installs it anyway.
+        moto_fixes.install()
         self.mock.start(reset=False)
         if self.env is None or not self._intact():
             self._create()

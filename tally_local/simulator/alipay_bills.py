@@ -86,6 +86,7 @@ class AlipayBillBook:
         self._refunds: list[dict[str, Any]] = []
         self._faults = FaultQueue()
         self._files: dict[str, bytes] = {}  # download token → the zip (or the fault's page)
+        self.fundflow = AlipayFundFlowBook(self)  # bill_type=signcustomer (账务明细, R45)
 
     def gateway_methods(self) -> dict[str, GatewayMethod]:
         return {"alipay.data.dataservice.bill.downloadurl.query": self.downloadurl_query}
@@ -108,10 +109,13 @@ class AlipayBillBook:
             or order.get("status") not in ("TRADE_SUCCESS", "TRADE_FINISHED")
         ):
             raise ValueError(f"no paid Alipay trade {owner}/{out_trade_no}")
+        discount = order["total"] - order["receipt"]  # the merchant's own discount (MDISCOUNT), never settled
+        split = k.coupon_refund_split(order["total"], discount, discount, int(refund_cent))
         refund = {
             "owner": str(owner),
             "order": order,
             "refund": int(refund_cent),
+            "settle": split["settlement_refund"],  # 商家实收 of the refund row (R43)
             "out_request_no": out_request_no,
             "at": refunded_at or k.cst_text(),
         }
@@ -201,7 +205,7 @@ class AlipayBillBook:
                     "",
                     "tal***@sim.com",
                     k.yuan(o["total"]),
-                    k.yuan(-r["refund"]),
+                    k.yuan(-int(r.get("settle", r["refund"]))),
                     "0.00",
                     "0.00",
                     "0.00",
@@ -211,7 +215,7 @@ class AlipayBillBook:
                     "0.00",
                     "0.00",
                     r["out_request_no"] + "\t",
-                    k.yuan(_fee(r["refund"])),
+                    k.yuan(_fee(int(r.get("settle", r["refund"])))),
                     "0.00",
                     "",
                 ]
@@ -296,6 +300,8 @@ class AlipayBillBook:
     def downloadurl_query(self, owner: str, biz: dict[str, Any]) -> dict[str, Any]:
         """The business object of the gateway's answer (signed by the gateway like every answer)."""
         bill_type, bill_date = str(biz.get("bill_type") or ""), str(biz.get("bill_date") or "")
+        if bill_type == "signcustomer":
+            return self.fundflow.downloadurl_query(owner, bill_date)
         if bill_type != "trade":
             raise AlipayError(
                 "40004", "Business Failed", "isp.bill_type_not_support", "simulator serves trade only"
@@ -331,3 +337,142 @@ class AlipayBillBook:
         """The file behind a download URL, once (the real URL is valid for 30 s); None when unknown or used."""
         with self._lock:
             return self._files.pop(query.get("token", ""), None)
+
+
+# ---------------------------------------------------------------------- the fund flow (账务明细, signcustomer)
+FUNDFLOW_FAULTS = (
+    "drop_credit",
+    "fee_off_by_one",
+    "late_day",
+    "html_error",
+    "wrong_summary",
+    "empty_nonzero_summary",
+)
+FUNDFLOW_HEADER = "账务流水号,业务流水号,商户订单号,商品名称,发生时间,对方账号,收入金额（+元）,支出金额（-元）,账户余额（元）,交易渠道,业务类型,备注"
+
+
+class AlipayFundFlowBook:
+    """The merchant's Alipay balance as it moved (``sim.alipay.bills.fundflow``), from the trade bill's own trades:
+    each payment's 商家实收 credited at payment (在线支付, 收入) and its 0.60 % service fee debited with it (收费,
+    支出); each refund debited the day it is made (交易退款, 支出) and the fee on it given back (收费, 收入). Alipay
+    settles into the balance at once: the lag is T for everything. A day without movements answers
+    isp.bill_not_exist.
+
+    Faults (``fault(kind)``): ``drop_credit`` (the first credit left out, trailers consistent), ``fee_off_by_one``
+    (the first fee one fen more), ``late_day`` (isp.bill_not_exist although the day has movements: not out yet),
+    ``html_error``, ``wrong_summary`` (one fen more in the income trailer), ``empty_nonzero_summary`` (no rows,
+    the real trailers)."""
+
+    def __init__(self, bills: AlipayBillBook):
+        self.bills = bills
+        self.faults = FaultQueue()
+
+    def fault(self, kind: str, count: int = 1) -> None:
+        if kind not in FUNDFLOW_FAULTS:
+            raise ValueError(f"unknown Alipay fund-flow fault {kind!r}; one of {FUNDFLOW_FAULTS}")
+        self.faults.arm({"kind": kind}, count)
+
+    def movements(self, owner: str, bill_date: str) -> list[tuple[str, str, str, str, str, int, str]]:
+        """(time, trade_no, out_trade_no, subject, 业务类型, signed cents, memo) of the day, in time order."""
+        out = []
+        for row in self.bills.rows(owner, bill_date):
+            trade_no, otn, kind, subject = row[0].strip(), row[1].strip(), row[2], row[3]
+            received, fee = int(Decimal(row[12]) * 100), int(Decimal(row[22]) * 100)
+            when = row[5]
+            if kind == "交易":
+                out.append((when, trade_no, otn, subject, "在线支付", received, ""))
+                if fee:
+                    out.append((when, trade_no, otn, subject, "收费", -abs(fee), f"服务费[{trade_no}]"))
+            else:
+                out.append((when, trade_no, otn, subject, "交易退款", received, row[21].strip()))
+                if fee:
+                    out.append((when, trade_no, otn, subject, "收费", abs(fee), f"服务费退回[{trade_no}]"))
+        return sorted(out, key=lambda m: m[0])
+
+    def detail(self, owner: str, bill_date: str, fault: str | None) -> bytes:
+        moves = self.movements(owner, bill_date)
+        if fault == "drop_credit":
+            first = next((i for i, m in enumerate(moves) if m[4] == "在线支付"), None)
+            if first is not None:
+                moves.pop(first)
+        elif fault == "fee_off_by_one":
+            first = next((i for i, m in enumerate(moves) if m[4] == "收费" and m[5] < 0), None)
+            if first is not None:
+                moves[first] = (*moves[first][:5], moves[first][5] - 1, moves[first][6])
+        pid = "2088" + str(owner)[-12:].rjust(12, "0")
+        start = dt.date.fromisoformat(bill_date)
+        end = start + dt.timedelta(days=1)
+        balance, rows = 10_000_00, []
+        for i, (when, trade_no, otn, subject, kind, cents, memo) in enumerate(moves):
+            balance += cents
+            rows.append(
+                [
+                    f"{start:%Y%m%d}{i + 1:06d}\t",
+                    trade_no + "\t",
+                    otn + "\t",
+                    subject + "\t",
+                    when,
+                    ("tal***@sim.com" if kind != "收费" else "") + "\t",
+                    k.yuan(cents) if cents > 0 else "0.00",
+                    k.yuan(cents) if cents < 0 else "0.00",
+                    k.yuan(balance),
+                    "支付宝",
+                    kind,
+                    memo,
+                ]
+            )
+        income = [m[5] for m in moves if m[5] > 0]
+        expense = [m[5] for m in moves if m[5] < 0]
+        income_cent = sum(income) + (1 if fault == "wrong_summary" else 0)
+        lines = [
+            "#支付宝账务明细查询",
+            f"#账号：[{pid}0156]",
+            f"#起始日期：[{start:%Y年%m月%d日} 00:00:00]   终止日期：[{end:%Y年%m月%d日} 00:00:00]",
+            f"#{RULE}账务明细列表{RULE}",
+            FUNDFLOW_HEADER,
+            *([] if fault == "empty_nonzero_summary" else [",".join(_csv(v) for v in r) for r in rows]),
+            f"#{RULE}账务明细列表结束{RULE}",
+            f"#支出合计：{len(expense)}笔，共{k.yuan(sum(expense))}元",
+            f"#收入合计：{len(income)}笔，共{k.yuan(income_cent)}元",
+            f"#导出时间：[{end:%Y年%m月%d日} 05:46:49]",  # fixed: the same day's file is the same bytes
+        ]
+        return "".join(line + "\r\n" for line in lines).encode("gbk")
+
+    def zip(self, owner: str, bill_date: str, fault: str | None = None) -> bytes:
+        pid = "2088" + str(owner)[-12:].rjust(12, "0")
+        day = bill_date.replace("-", "")
+        out = io.BytesIO()
+        with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+            when = k.now_cst().timetuple()[:6]
+            z.writestr(
+                _GbkName(f"{pid}0156_{day}_账务明细.csv", date_time=when),
+                self.detail(owner, bill_date, fault),
+            )
+        return out.getvalue()
+
+    def downloadurl_query(self, owner: str, bill_date: str) -> dict[str, Any]:
+        try:
+            day = dt.date.fromisoformat(bill_date)
+        except ValueError:
+            raise AlipayError(
+                "40002", "Invalid Arguments", "isv.invalid-arguments", "bill_date格式错误"
+            ) from None
+        taken = self.faults.take()
+        fault = taken["kind"] if taken else None
+        if fault == "late_day" or day >= k.now_cst().date():
+            raise AlipayError("40004", "Business Failed", "isp.bill_not_exist", "账单不存在")
+        if not self.movements(owner, bill_date) and fault is None:
+            raise AlipayError("40004", "Business Failed", "isp.bill_not_exist", "账单不存在")
+        if fault == "html_error":
+            data = b"<!DOCTYPE html>\r\n<html><head><title>502 Bad Gateway</title></head><body>Tengine</body></html>\r\n"
+        else:
+            data = self.zip(owner, bill_date, fault)
+        token = secrets.token_hex(16)
+        with self.bills._lock:
+            self.bills._files[token] = data
+        name = f"{owner}_{bill_date.replace('-', '')}.csv.zip"
+        url = (
+            f"{self.bills.alipay.kernel.url}{DOWNLOAD_PATH}?bizType=signcustomer&userId={owner}&fileType=csv.zip"
+            f"&bizDates={bill_date.replace('-', '')}&downloadFileName={name}&token={token}"
+        )
+        return {"code": "10000", "msg": "Success", "bill_download_url": url}

@@ -38,6 +38,16 @@ def _check(options: dict[str, Any]) -> None:
         raise ValueError(f"outcome must be one of {OUTCOMES}")
 
 
+def _detail_items(refund: dict[str, Any]) -> list[dict[str, str]]:
+    """refund_detail_item_list (§6.3, §6.4: returned when query_options asks for it): the refund's fund channels,
+    the payer's money and the merchant's discount (MDISCOUNT) apart; Σ amount = refund_amount."""
+    split = refund["split"]
+    items = [{"fund_channel": "ALIPAYACCOUNT", "amount": k.yuan(split["payer_refund"])}]
+    if split["discount_refund"]:
+        items.append({"fund_channel": "MDISCOUNT", "amount": k.yuan(split["discount_refund"])})
+    return [{**i, "real_amount": i["amount"]} for i in items]
+
+
 class AlipayRefundDesk:
     """Alipay refunds; the trades are the Alipay desk's, under its lock."""
 
@@ -104,6 +114,13 @@ class AlipayRefundDesk:
                 )
             refund = {
                 "owner": owner,
+                # R43: the merchant's discount (MDISCOUNT) comes back in proportion, never from the payer
+                "split": k.coupon_refund_split(
+                    order["total"],
+                    order["total"] - order["receipt"],
+                    order["total"] - order["receipt"],
+                    amount,
+                ),
                 "out_request_no": no,
                 "trade_no": order["trade_no"],
                 "out_trade_no": order["out_trade_no"],
@@ -143,7 +160,9 @@ class AlipayRefundDesk:
             "buyer_logon_id": "tal***@sim.com",
             "fund_change": "Y" if refund["status"] == "SUCCESS" else "N",
             "refund_fee": k.yuan(self._refunded(order["trade_no"])),
-            "send_back_fee": "0.00",
+            "send_back_fee": k.yuan(refund["split"]["payer_refund"])
+            if refund["status"] == "SUCCESS"
+            else "0.00",
             **({"gmt_refund_pay": refund["gmt_refund_pay"]} if refund["gmt_refund_pay"] else {}),
         }
 
@@ -174,7 +193,13 @@ class AlipayRefundDesk:
                 "refund_amount": k.yuan(refund["amount"]),
             }
             if refund["status"] == "SUCCESS":
-                answer.update(refund_status="REFUND_SUCCESS", gmt_refund_pay=refund["gmt_refund_pay"])
+                answer.update(
+                    refund_status="REFUND_SUCCESS",
+                    gmt_refund_pay=refund["gmt_refund_pay"],
+                    send_back_fee=k.yuan(refund["split"]["payer_refund"]),
+                )
+                if "refund_detail_item_list" in (biz.get("query_options") or ()):
+                    answer["refund_detail_item_list"] = _detail_items(refund)
             return answer
 
     # ------------------------------------------------------------------ outcomes and notifications

@@ -32,7 +32,7 @@ from . import kernel as k
 from .faults import FaultQueue
 from .fundflow_bills import FundFlowBook
 from .kernel import CST, SimulatorError
-from .wechatpay_v3 import WeChatPayV3Desk
+from .wechatpay_v3 import WeChatPayV3Desk, refund_split
 
 FEE_RATE = k.WECHAT_FEE_RATE
 FAULTS = (
@@ -71,6 +71,42 @@ def _clock(rfc3339: str) -> str:
     return dt.datetime.fromisoformat(rfc3339).astimezone(CST).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def refund_row(when: str, appid: str, mchid: str, sub_mchid: str, r: dict[str, Any]) -> list[str]:
+    """One REFUND row of the ALL layout (v3 and v2 bills): 退款金额 is the settlement refund (申请退款金额 −
+    非充值代金券退款金额), 充值券退款金额 the CASH coupons' share, 申请退款金额 the refund; the fee given back
+    follows the settlement refund as the payment's fee follows 应结订单金额."""
+    settle = int(r.get("settle", r["refund"]))
+    return [
+        when,
+        appid,
+        mchid,
+        sub_mchid,
+        "",
+        r["transaction_id"],
+        r["out_trade_no"],
+        "",
+        "NATIVE",
+        "REFUND",
+        "OTHERS",
+        "CNY",
+        "0.00",
+        "0.00",
+        r["refund_id"],
+        r["out_refund_no"],
+        k.yuan(settle),
+        k.yuan(int(r.get("cash_coupon", 0))),
+        "ORIGINAL",
+        r["refund_status"],
+        "模拟商品",
+        "",
+        f"{-_fee(settle):.5f}",
+        "0.60%",
+        "0.00",
+        k.yuan(r["refund"]),
+        "",
+    ]
+
+
 class BillBook:
     """The v3 desk's trade bills (``sim.bills``)."""
 
@@ -97,6 +133,7 @@ class BillBook:
         tx = (order.get("transaction") or {}).get("transaction_id")
         if not tx:
             raise SimulatorError(400, "ORDER_NOT_PAID", "订单未支付")
+        split = refund_split(order["transaction"], int(refund_cent))  # as the refund desk answers (R43)
         refund = {
             "mchid": str(mchid),
             "out_trade_no": out_trade_no,
@@ -104,6 +141,8 @@ class BillBook:
             "out_refund_no": out_refund_no,
             "refund_id": "5030" + secrets.token_hex(12)[:25],
             "refund": int(refund_cent),
+            "settle": split["settlement_refund"],  # 退款金额 = 申请退款金额 − 非充值代金券退款金额
+            "cash_coupon": split["cash_coupon_refund"],  # 充值券退款金额
             "total": order["amount"]["total"],
             "appid": order["appid"],
             "refund_status": refund_status,
@@ -186,37 +225,7 @@ class BillBook:
                 r for r in self._refunds if r["mchid"] == str(mchid) and _day_of(r["success_time"]) == day
             ]
         for r in refunds:
-            rows.append(
-                [
-                    _clock(r["success_time"]),
-                    r["appid"],
-                    r["mchid"],
-                    "0",
-                    "",
-                    r["transaction_id"],
-                    r["out_trade_no"],
-                    "",
-                    "NATIVE",
-                    "REFUND",
-                    "OTHERS",
-                    "CNY",
-                    "0.00",
-                    "0.00",
-                    r["refund_id"],
-                    r["out_refund_no"],
-                    k.yuan(r["refund"]),
-                    "0.00",
-                    "ORIGINAL",
-                    r["refund_status"],
-                    "模拟商品",
-                    "",
-                    f"{-_fee(r['refund']):.5f}",
-                    "0.60%",
-                    "0.00",
-                    k.yuan(r["refund"]),
-                    "",
-                ]
-            )
+            rows.append(refund_row(_clock(r["success_time"]), r["appid"], r["mchid"], "0", r))
         return rows
 
     def bill(self, mchid: str, bill_date: str, fault: str | None = None) -> bytes:

@@ -46,7 +46,7 @@ class FundFlowBook:
             raise ValueError(f"unknown fund-flow fault {kind!r}; one of {FAULTS}")
         self.faults.arm({"kind": kind}, count)
 
-    def movements(self, mchid: str, day: dt.date) -> list[tuple[str, str, str, str, str, int, int, str, str]]:
+    def movements(self, mchid: str, day: dt.date) -> list[tuple[Any, ...]]:
         """(time, business no, type, direction, …): credits of day−1's payments, debits of day's refunds."""
         v3 = self.bills.v3
         with v3._lock:
@@ -59,7 +59,10 @@ class FundFlowBook:
         for t in sorted(paid, key=lambda t: t["success_time"]):
             if k.china_day(t["success_time"]) != day - dt.timedelta(days=1):
                 continue
-            total = t["amount"]["total"]
+            nocash = sum(int(p["amount"]) for p in t.get("promotion_detail") or () if p["type"] == "NOCASH")
+            total = (
+                t["amount"]["total"] - nocash
+            )  # 应结订单金额: what is settled (R43), as the trade bill writes it
             fee = _cents(k.wechat_fee(total))
             memo = f"总金额{k.yuan(total)}元;含手续费{k.yuan(fee)}元"
             out.append(
@@ -74,17 +77,18 @@ class FundFlowBook:
                 and k.china_day(r["success_time"]) == day
             ]
         for r in refunds:
-            fee = _cents(k.wechat_fee(r["refund"]))
-            memo = f"退款总金额{k.yuan(r['refund'])}元;含手续费{k.yuan(fee)}元"
+            settle = int(r.get("settle", r["refund"]))  # what leaves the account: the settlement refund (R43)
+            fee = _cents(k.wechat_fee(settle))
+            memo = f"退款总金额{k.yuan(settle)}元;含手续费{k.yuan(fee)}元"
             out.append(
                 (
                     "退款",
                     "支出",
                     r["refund_id"],
                     r["out_refund_no"],
-                    r["refund"] - fee,
+                    settle - fee,
                     fee,
-                    r["refund"],
+                    settle,
                     memo,
                 )
             )
@@ -144,8 +148,11 @@ class FundFlowBook:
             day = dt.date.fromisoformat(query.get("bill_date", ""))
         except ValueError:
             raise SimulatorError(400, "PARAM_ERROR", "bill_date格式错误") from None
-        if query.get("account_type", "BASIC") != "BASIC":
-            raise SimulatorError(400, "PARAM_ERROR", "simulator serves account_type=BASIC only")
+        account = query.get("account_type", "BASIC")
+        if account not in ("BASIC", "OPERATION", "FEES"):
+            raise SimulatorError(400, "PARAM_ERROR", "account_type must be BASIC, OPERATION or FEES")
+        if account != "BASIC":  # the simulated merchant nets its fees in BASIC: nothing moves elsewhere
+            raise SimulatorError(400, "NO_STATEMENT_EXIST", "请求的账单文件不存在")
         taken = self.faults.take()
         fault = taken["kind"] if taken else None
         if fault == "late_day" or day >= k.now_cst().date():

@@ -42,6 +42,22 @@ def wechat_fee(cents: int) -> Decimal:
     return (Decimal(cents) / 100 * WECHAT_FEE_RATE).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
 
 
+def coupon_refund_split(total: int, coupons: int, unsettled: int, refund: int) -> dict[str, int]:
+    """How the channel splits a refund of a discounted payment (R43): the coupons are refunded in proportion
+    (rounded down to the fen). `coupons` = every discount on the order, `unsettled` = the part never settled to
+    the merchant (WeChat NOCASH / 免充值, Alipay MDISCOUNT). Returns the refund's discount share, the unsettled
+    share, what goes back to the payer and the settlement refund (退款金额 = 申请退款金额 − 非充值代金券退款金额)."""
+    discount = refund * coupons // total if total else 0
+    nocash = refund * unsettled // total if total else 0
+    return {
+        "discount_refund": discount,
+        "nocash_refund": nocash,
+        "cash_coupon_refund": discount - nocash,
+        "payer_refund": refund - discount,
+        "settlement_refund": refund - nocash,
+    }
+
+
 def china_day(rfc3339: str) -> dt.date:
     """The China (Asia/Shanghai) day of an RFC 3339 time: the bills' day."""
     return dt.datetime.fromisoformat(rfc3339).astimezone(CST).date()

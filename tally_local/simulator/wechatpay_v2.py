@@ -167,7 +167,9 @@ class WeChatPayV2Desk:
                 xml_of({"return_code": "FAIL", "return_msg": "商户号不存在"}),
             )
         refusal = (
-            self._client_cert_refusal(merchant.mch_id, client_cert) if path.startswith("/secapi/") else None
+            self._client_cert_refusal(merchant.mch_id, client_cert)
+            if path.startswith("/secapi/") or path == "/pay/downloadfundflow"  # both need the API certificate
+            else None
         )
         if refusal is not None:
             return 200, {"Content-Type": "text/xml"}, xml_of({"return_code": "FAIL", "return_msg": refusal})
@@ -181,6 +183,8 @@ class WeChatPayV2Desk:
         owner = req.get("sub_mch_id") or merchant.mch_id
         if path == "/pay/downloadbill" and self.bills is not None:  # the file itself, not a signed XML
             return self.bills.downloadbill(owner, req)
+        if path == "/pay/downloadfundflow" and self.bills is not None:  # likewise (R45)
+            return self.bills.fundflow.downloadfundflow(owner, req)
         hang = 0.0
         fault = self._take_fault(path)
         if fault is not None and fault["kind"] == "error":

@@ -130,9 +130,13 @@ class V2RefundDesk:
             )
             if taken + int(fee) > order.get("cash_fee", order["total_fee"]):
                 return _fail("ERROR", "退款金额超过订单可退金额"), 0.0
+            split = v2_refund_split(order, int(fee))  # the coupon comes back in proportion (R43)
             refund = {
                 "owner": owner,
                 "mch_id": req["mch_id"],
+                "cash_fee": int(order.get("cash_fee", order["total_fee"])),
+                "settlement_total_fee": order["total_fee"] - unsettled_fee(order),
+                "split": split,
                 "out_refund_no": no,
                 "refund_id": "50000" + self.v2.kernel.digits(24),
                 "transaction_id": order["transaction_id"],
@@ -166,6 +170,7 @@ class V2RefundDesk:
 
     @staticmethod
     def _refund_fields(refund: dict[str, Any]) -> dict[str, str]:
+        split = refund["split"]
         return {
             "result_code": "SUCCESS",
             "transaction_id": refund["transaction_id"],
@@ -173,8 +178,12 @@ class V2RefundDesk:
             "out_refund_no": refund["out_refund_no"],
             "refund_id": refund["refund_id"],
             "refund_fee": str(refund["refund_fee"]),
+            "settlement_refund_fee": str(split["settlement_refund"]),
             "total_fee": str(refund["total_fee"]),
-            "cash_fee": str(refund["total_fee"]),
+            **_settlement_total(refund),
+            "cash_fee": str(refund["cash_fee"]),
+            "cash_refund_fee": str(split["payer_refund"]),
+            **({"coupon_refund_fee": str(split["discount_refund"])} if split["discount_refund"] else {}),
         }
 
     # ------------------------------------------------------------------ /pay/refundquery
@@ -191,14 +200,19 @@ class V2RefundDesk:
                 "transaction_id": refund["transaction_id"],
                 "out_trade_no": refund["out_trade_no"],
                 "total_fee": str(refund["total_fee"]),
-                "cash_fee": str(refund["total_fee"]),
+                **_settlement_total(refund),
+                "cash_fee": str(refund["cash_fee"]),
                 "refund_count": "1",
                 "out_refund_no_0": refund["out_refund_no"],
                 "refund_id_0": refund["refund_id"],
                 "refund_fee_0": str(refund["refund_fee"]),
+                "settlement_refund_fee_0": str(refund["split"]["settlement_refund"]),
                 "refund_status_0": refund["status"],
                 "refund_channel_0": "ORIGINAL",
             }
+            if refund["split"]["discount_refund"]:
+                out["coupon_refund_fee_0"] = str(refund["split"]["discount_refund"])
+                out["coupon_refund_count_0"] = "1"
             if refund["success_time"]:
                 out["refund_success_time_0"] = refund["success_time"]
             return out
@@ -235,9 +249,9 @@ class V2RefundDesk:
                 "refund_id": r["refund_id"],
                 "out_refund_no": r["out_refund_no"],
                 "total_fee": str(r["total_fee"]),
-                "settlement_total_fee": str(r["total_fee"]),
+                "settlement_total_fee": str(r["settlement_total_fee"]),
                 "refund_fee": str(r["refund_fee"]),
-                "settlement_refund_fee": str(r["refund_fee"]),
+                "settlement_refund_fee": str(r["split"]["settlement_refund"]),
                 "refund_status": r["status"],
                 "refund_recv_accout": "支付用户零钱",
                 "refund_account": "REFUND_SOURCE_RECHARGE_FUNDS",
@@ -262,6 +276,25 @@ class V2RefundDesk:
     def refund_list(self) -> list[dict[str, Any]]:
         with self._lock:
             return [{k: v for k, v in r.items() if k != "plan"} for r in self.refunds.values()]
+
+
+def unsettled_fee(order: dict[str, Any]) -> int:
+    """The order's NO_CASH (免充值) coupon: never settled to the merchant."""
+    coupon = int(order["total_fee"]) - int(order.get("cash_fee", order["total_fee"]))
+    return coupon if order.get("coupon_type") == "NO_CASH" else 0
+
+
+def v2_refund_split(order: dict[str, Any], refund_fee: int) -> dict[str, int]:
+    total = int(order["total_fee"])
+    coupons = total - int(order.get("cash_fee", total))
+    return k.coupon_refund_split(total, coupons, unsettled_fee(order), refund_fee)
+
+
+def _settlement_total(refund: dict[str, Any]) -> dict[str, str]:
+    """settlement_total_fee is sent only when a 免充值 coupon was used (channel-spec §4)."""
+    if refund["settlement_total_fee"] == refund["total_fee"]:
+        return {}
+    return {"settlement_total_fee": str(refund["settlement_total_fee"])}
 
 
 def _fail(code: str, text: str) -> dict[str, str]:

@@ -607,8 +607,11 @@ class WeChatPayV3Desk:
         refund_id: str | None = None,
         success_time: str | None = None,
         user_received_account: str = "支付用户零钱",
+        payer_total: int | None = None,
+        payer_refund: int | None = None,
     ) -> dict[str, Any]:
-        """A decrypted refund resource (§1.8); pair with event_type REFUND.<refund_status>."""
+        """A decrypted refund resource (§1.8); pair with event_type REFUND.<refund_status>. It states total,
+        refund, payer_total, payer_refund only (no settlement_refund: that is the query's, §2.3)."""
         resource: dict[str, Any] = {
             "mchid": str(mchid),
             "out_trade_no": out_trade_no,
@@ -617,7 +620,12 @@ class WeChatPayV3Desk:
             "refund_id": refund_id or ("5030" + self.kernel.digits(25)),
             "refund_status": refund_status,
             "user_received_account": user_received_account,
-            "amount": {"total": total, "refund": refund, "payer_total": total, "payer_refund": refund},
+            "amount": {
+                "total": total,
+                "refund": refund,
+                "payer_total": total if payer_total is None else payer_total,
+                "payer_refund": refund if payer_refund is None else payer_refund,
+            },
         }
         if refund_status == "SUCCESS":
             resource["success_time"] = success_time or k.now_rfc3339()
@@ -889,3 +897,14 @@ class WeChatPayV3Desk:
 
 
 _AUTH_PARAM_RE = re.compile(r'(\w+)="([^"]*)"')
+
+
+def nocash_of(tx: dict[str, Any]) -> int:
+    return sum(int(p["amount"]) for p in tx.get("promotion_detail") or () if p.get("type") == "NOCASH")
+
+
+def refund_split(tx: dict[str, Any], refund: int) -> dict[str, int]:
+    """A refund of this transaction split like WeChat does (kernel.coupon_refund_split): the bill and the
+    refund answer/notification say the same (退款金额 = settlement_refund, 充值券退款金额 = the CASH share)."""
+    coupons = sum(int(p["amount"]) for p in tx.get("promotion_detail") or ())
+    return k.coupon_refund_split(int(tx["amount"]["total"]), coupons, nocash_of(tx), refund)

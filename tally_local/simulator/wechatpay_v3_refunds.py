@@ -32,7 +32,7 @@ from . import _crypto as c
 from . import kernel as k
 from .faults import Behaviour
 from .kernel import SimulatorError
-from .wechatpay_v3 import Merchant, WeChatPayV3Desk
+from .wechatpay_v3 import Merchant, WeChatPayV3Desk, nocash_of, refund_split
 
 _REFUND = re.compile(r"^/v3/refund/domestic/refunds/([^/]+)$")
 _ABNORMAL = re.compile(r"^/v3/refund/domestic/refunds/([^/]+)/apply-abnormal-refund$")
@@ -134,6 +134,7 @@ class RefundDesk:
             if taken + amount["refund"] > tx["amount"]["payer_total"]:
                 raise SimulatorError(400, "INVALID_REQUEST", "申请退款金额超过订单可退金额")
             plan = self.behaviour.next()
+            split = refund_split(tx, amount["refund"])  # the coupons come back in proportion (R43)
             refund = {
                 "refund_id": "5030" + self.v3.kernel.digits(25),
                 "out_refund_no": no,
@@ -148,10 +149,10 @@ class RefundDesk:
                     "total": tx["amount"]["total"],
                     "refund": amount["refund"],
                     "payer_total": tx["amount"]["payer_total"],
-                    "payer_refund": amount["refund"],
-                    "settlement_refund": amount["refund"],
-                    "settlement_total": tx["amount"]["total"],
-                    "discount_refund": 0,
+                    "payer_refund": split["payer_refund"],
+                    "settlement_refund": split["settlement_refund"],
+                    "settlement_total": tx["amount"]["total"] - nocash_of(tx),
+                    "discount_refund": split["discount_refund"],
                     "currency": "CNY",
                     "refund_fee": 0,
                     "from": [],
@@ -302,6 +303,8 @@ class RefundDesk:
             refund_status=refund["status"],
             refund_id=refund["refund_id"],
             success_time=refund.get("success_time"),
+            payer_total=refund["amount"]["payer_total"],
+            payer_refund=refund["amount"]["payer_refund"],
         )
         if refund["_sub_mchid"]:  # partner shape (§1.8): sp_mchid + sub_mchid instead of mchid
             resource["sp_mchid"] = resource.pop("mchid")

@@ -336,9 +336,16 @@ def test_every_page_answers_its_question_for_a_viewer(stack, new_page):
     ]
     assert row["payment_cent"] >= 1234
     assert row["payment_yuan"] in page.inner_text("#ledger") and row["net_yuan"] in page.inner_text("#ledger")
+    # the three-way verdict (R45): its code and its reason on the row, never a blank cell
+    assert (
+        row["verdict"]["code"] in ("AGREES", "DIFFERS", "PENDING", "NOT_CHECKED") and row["verdict"]["reason"]
+    )
+    cells = page.locator("#ledger td.verdict").all_inner_texts()
+    assert any(row["verdict"]["code"] in c and row["verdict"]["reason"][:40] in c for c in cells), cells
     with page.expect_download() as download:
         page.click("#csv")
-    assert row["payment_yuan"] in Path(download.value.path()).read_text(encoding="utf-8-sig")
+    downloaded = Path(download.value.path()).read_text(encoding="utf-8-sig")
+    assert row["payment_yuan"] in downloaded and row["verdict"]["code"] in downloaded
     shot(page, "ledger-day")
 
     page.click('nav a:has-text("Merchants")')

@@ -143,6 +143,47 @@ def diffs_of_run(store: Any, pk: str, run_id: str) -> dict[str, tuple[Any, ...]]
 
 
 def comparable(stats: dict[str, Any]) -> dict[str, Any]:
-    # FEE entries (R43, docs/settlement.md §8) are booked by the in-memory path only so far: not compared
-    skipped = ("new_diffs", "auto_resolved", "fees_booked", "fee_diffs")
+    # fees_booked / fee_diffs are compared: every path books FEE entries (R43); the tests drop the first
+    # path's entries before the second path runs (fee_entries / drop_fee_entries)
+    skipped = ("new_diffs", "auto_resolved")
     return {k: v for k, v in stats.items() if k not in skipped}
+
+
+FEE_FIELDS = ("kind", "channel", "mchid", "bill_date", "amount_cent", "of", "transaction_id", "refund_no")
+
+
+def fee_entries(ddb: Any, table: str, mchid: str) -> dict[str, dict[str, Any]]:
+    """The merchant's FEE ledger entries, {pk: what they book} (not which run booked them, nor when)."""
+    from tally.store.codec import from_item
+
+    found: dict[str, dict[str, Any]] = {}
+    kwargs: dict[str, Any] = {"TableName": table}
+    while True:
+        answer = ddb.scan(**kwargs)
+        for item in answer.get("Items", []):
+            row = from_item(item)
+            if row.get("kind") == "FEE" and row.get("mchid") == mchid:
+                found[row["pk"]] = {k: row.get(k) for k in (*FEE_FIELDS, "fee_e5", "bill_shard")}
+        if "LastEvaluatedKey" not in answer:
+            return found
+        kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
+
+
+def drop_fee_entries(ddb: Any, table: str, pks: Any) -> None:
+    for pk in pks:
+        ddb.delete_item(TableName=table, Key=to_item({"pk": pk}))
+
+
+def expected_fees(mchid: str, rows: int = 600) -> dict[str, int]:
+    """The FEE entries `day_of_differences(mchid, rows)` books, {pk: cents}: every row's fee once (the duplicate
+    row's key once), the planted fee error at the bill's figure, the refund rows' fees given back (negative)."""
+    fees = {}
+    rnd = random.Random(7)
+    for i in range(rows):
+        cents = rnd.randrange(100, 100_000)
+        fee = _fee(cents) + (7 if i == 12 else 0)
+        if fee:
+            fees[f"fee#wechatpay#{mchid}#{tx(i)}"] = fee
+    for n, refund in ((rows + 1, 700), (rows + 2, 300)):
+        fees[f"fee#wechatpay#{mchid}#RF{n:08d}"] = -_fee(refund)
+    return fees

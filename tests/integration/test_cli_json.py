@@ -55,7 +55,18 @@ def fresh_logger():
 @pytest.fixture
 def world(h, monkeypatch, tmp_path, fresh_logger):
     """A stack with something in every table a verb reads, and the files the offline verbs need."""
-    for module in (cli_merchant, cli_order, cli_refund, cli_pending, cli_manual, cli_recon, cli_ledger):
+    from tally_cli import merchant_settlement as cli_settlement
+
+    for module in (
+        cli_merchant,
+        cli_order,
+        cli_refund,
+        cli_pending,
+        cli_manual,
+        cli_recon,
+        cli_ledger,
+        cli_settlement,
+    ):
         monkeypatch.setattr(module, "connect", lambda args: {"env": h.env, "api_url": "http://127.0.0.1:9"})
     m = h.add_merchant(mchid=str(random.randrange(10**9, 10**10)))
     otn, _ = paid_order(h, m["mchid"], amount=500)
@@ -106,6 +117,15 @@ def test_every_json_verb_prints_exactly_one_json_document_and_logs_only_on_stder
         "manual abnormal-refund": ["manual", "abnormal-refund", *bulk, "--to", "merchant-bank-card"],
         "merchant list": ["merchant", "list"],
         "merchant check": ["merchant", "check", "wechatpay", m],
+        "merchant show": ["merchant", "show", "wechatpay", m],
+        "merchant update": [
+            "merchant",
+            "update",
+            "wechatpay",
+            m,
+            "--settlement-lag",
+            '{"settlement_days": 1}',
+        ],
         "order show": ["order", "show", m, otn],
         "order story": ["order", "story", m, otn, "--raw"],
         "verify wechatpay": [
@@ -170,6 +190,15 @@ def test_every_json_verb_prints_exactly_one_json_document_and_logs_only_on_stder
         "diff list": ["diff", "list"],
         "bill parse": ["bill", "parse", "wechatpay", str(BILLS / "wechat_all_bom_crlf.csv")],
         "ledger day": ["ledger", "day", D],
+        "ledger backfill-settlement": [
+            "ledger",
+            "backfill-settlement",
+            "--channel",
+            "wechatpay",
+            "--from",
+            D,
+            "--dry-run",
+        ],
         # in-process moto has no console pool (create_from_template leaves it out): the refusal is one document
         "console add-user": ["console", "add-user", "dana", "--group", "viewers"],
     }

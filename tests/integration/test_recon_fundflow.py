@@ -112,7 +112,9 @@ def test_r45_a_broken_fund_flow_is_refused_by_the_guards_R31_R32(h, sim, svc, m,
     assert run["status"] == "BLOCKED" and run["block_code"] == code, run["reason"]
 
 
-def test_r45_the_schedule_checks_the_fund_flow_of_t2_and_t3_and_a_v2_only_merchant_is_blocked(h, sim, svc, m):
+def test_r45_the_schedule_checks_the_fund_flow_of_t2_and_t3_a_v2_only_merchant_through_downloadfundflow(
+    h, sim, svc, m
+):
     from tally.service.recon import ReconService
 
     from tests.integration.recon_helpers import new_v2
@@ -138,5 +140,6 @@ def test_r45_the_schedule_checks_the_fund_flow_of_t2_and_t3_and_a_v2_only_mercha
         (v2["mch_id"], "2024-04-30"),
     }
     assert fund[(m["mchid"], D)]["fund_verdict"] == "AGREED"
-    assert fund[(v2["mch_id"], D)]["block_code"] == "NO_BILL_SOURCE"  # loud, not a crash of the tick
+    v2_day = fund[(v2["mch_id"], D)]  # a v2-only merchant: /pay/downloadfundflow (no movement: agreed, quiet)
+    assert v2_day["fund_verdict"] == "AGREED" and v2_day["fund_source"] == "v2", v2_day["reason"]
     assert not [r for r in service.scheduled() if r.get("leg") == "fundflow"]  # finished: not re-run

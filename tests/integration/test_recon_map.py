@@ -17,7 +17,16 @@ from tally.service.recon_sources import sha1_hex
 from tally.store.recon import LEDGER_SHARDS, BillArchive, LedgerView, ReconMachine, ReconStore
 
 from tally_local.stack import EmbeddedStack
-from tests.integration.recon_bills import DAY, comparable, day_of_differences, diffs_of_run, put_ledger
+from tests.integration.recon_bills import (
+    DAY,
+    comparable,
+    day_of_differences,
+    diffs_of_run,
+    drop_fee_entries,
+    expected_fees,
+    fee_entries,
+    put_ledger,
+)
 
 pytestmark = pytest.mark.e2e  # the embedded stack: make test runs it, make check's fast lane does not
 
@@ -75,6 +84,10 @@ def test_one_bill_in_one_function_and_on_the_distributed_map_gives_identical_dif
     local = service(stack, map_bytes=1 << 40).run("wechatpay", mchid, DAY, pass_="one-function", s3_key=key)
     assert local["path"] == "partitioned" and local["status"] == "DIFFS", local["reason"]
     expected = diffs_of_run(service(stack).store, local["pk"], local["run_id"])
+    ddb, table = boto3.client("dynamodb"), bootstrap.settings().ledger_table
+    fees = fee_entries(ddb, table, mchid)  # R43: each Map child books its partition's FEE entries
+    assert {pk: f["amount_cent"] for pk, f in fees.items()} == expected_fees(mchid, rows=300)
+    drop_fee_entries(ddb, table, fees)
     svc = service(stack, map_bytes=0)
     started = svc.run("wechatpay", mchid, DAY, pass_="map", s3_key=key)
     assert started["status"] == "RUNNING" and started["path"] == "distributed", started["reason"]
@@ -82,7 +95,10 @@ def test_one_bill_in_one_function_and_on_the_distributed_map_gives_identical_dif
     assert done["status"] == "DIFFS", done["reason"]
     assert done["partitions"] == LEDGER_SHARDS and done["report_key"]
     assert diffs_of_run(svc.store, done["pk"], done["run_id"]) == expected and len(expected) == 7
-    assert comparable(done["stats"]) == comparable(local["stats"])
+    assert comparable(done["stats"]) == comparable(local["stats"])  # fees_booked included
+    assert (
+        fee_entries(ddb, table, mchid) == fees
+    )  # the same FEE entries as the partitioned run in one function
     assert done["ledger_entries"] == local["ledger_entries"] and done["totals"] == local["totals"]
     prefix = started["partition_prefix"]
     left = boto3.client("s3").list_objects_v2(Bucket=bootstrap.settings().bills_bucket, Prefix=prefix)

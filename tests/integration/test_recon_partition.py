@@ -11,7 +11,16 @@ from tally import bootstrap
 from tally.store.codec import to_item
 from tally.store.recon import LEDGER_SHARDS, LedgerView, ledger_shard
 
-from tests.integration.recon_bills import DAY, comparable, day_of_differences, diffs_of_run, put_ledger
+from tests.integration.recon_bills import (
+    DAY,
+    comparable,
+    day_of_differences,
+    diffs_of_run,
+    drop_fee_entries,
+    expected_fees,
+    fee_entries,
+    put_ledger,
+)
 from tests.integration.recon_helpers import metric
 
 
@@ -55,8 +64,13 @@ def test_partitioned_path_gives_the_same_diffs_and_stats_as_the_in_memory_path(h
     memory = svc.run("wechatpay", mchid, DAY, pass_="memory", s3_key=key)
     assert memory.get("path") is None and memory["status"] == "DIFFS", memory["reason"]
     expected = diffs_of_run(svc.store, memory["pk"], memory["run_id"])
+    table = h.env["LEDGER_TABLE"]
+    fees = fee_entries(h.ddb, table, mchid)  # R43: the same FEE entries both ways (each path books them anew)
+    drop_fee_entries(h.ddb, table, fees)
     svc.partition_bytes = 0  # every bill partitioned
     parted = svc.run("wechatpay", mchid, DAY, pass_="partitioned", s3_key=key)
+    assert fee_entries(h.ddb, table, mchid) == fees
+    assert {pk: f["amount_cent"] for pk, f in fees.items()} == expected_fees(mchid)
     assert parted["path"] == "partitioned" and parted["partitions"] == LEDGER_SHARDS
     assert parted["status"] == "DIFFS"
     assert len(expected) == 7  # the duplicate's second row is channel-only, as in every path
@@ -142,3 +156,98 @@ def test_a_map_run_that_never_comes_back_is_blocked_not_silent(h, svc):
         "Item"
     ]
     assert marker["block_code"] == {"S": "MAP_STALE"}
+
+
+def test_r43_the_partitioned_path_books_each_rows_fee_once_and_a_changed_fee_is_a_diff(
+    h, svc, mchid, monkeypatch
+):
+    """Each partition books its rows' fees as FEE entries (docs/settlement.md §6.5) from the index the one parse
+    built: one entry per row key (the duplicate row's once), a refund's fee given back negative, each entry in
+    its row's ledger shard. A re-run reads what is booked (one Query per shard) and writes nothing; a fee the
+    bill now states differently is a FEE AMOUNT_DIFFERS and the booked entry is never overwritten (R43)."""
+    from tally.store.recon import bill_shard
+
+    bill, ledger = day_of_differences(mchid, rows=200)
+    put_ledger(h.ddb, h.env["LEDGER_TABLE"], ledger)
+    key = keep(bill, mchid)
+    svc.recover = None
+    svc.partition_bytes = 0
+    first = svc.run("wechatpay", mchid, DAY, pass_="partitioned", s3_key=key)
+    assert first["path"] == "partitioned" and first["partitions"] == LEDGER_SHARDS
+    table = h.env["LEDGER_TABLE"]
+    booked = fee_entries(h.ddb, table, mchid)
+    want = expected_fees(mchid, rows=200)
+    assert {pk: f["amount_cent"] for pk, f in booked.items()} == want
+    assert first["stats"]["fees_booked"] == len(want) and first["stats"]["fee_diffs"] == 0
+    refund = booked[f"fee#wechatpay#{mchid}#RF{201:08d}"]
+    assert (refund["of"], refund["refund_no"], refund["amount_cent"]) == ("REFUND", f"RF{201:08d}", -4)
+    assert all(f["bill_shard"] == bill_shard(DAY, ledger_shard(pk)) for pk, f in booked.items())
+    assert {ledger_shard(pk) for pk in booked} == set(range(LEDGER_SHARDS))  # every partition booked some
+
+    writes = Writes(svc.ledger.ddb)
+    monkeypatch.setattr(svc.ledger, "ddb", writes)
+    again = svc.run("wechatpay", mchid, DAY, pass_="partitioned-again", s3_key=key)
+    assert again["stats"]["fees_booked"] == 0 and again["stats"]["fee_diffs"] == 0
+    assert writes.calls == []  # a re-run: the booked entries are read (a Query per shard), nothing is written
+    assert fee_entries(h.ddb, table, mchid) == booked
+
+    changed = next(pk for pk, f in booked.items() if f["of"] == "PAYMENT")
+    h.ddb.update_item(  # as if an earlier bill had stated another fee: the channel changed it since
+        TableName=table,
+        Key=to_item({"pk": changed}),
+        UpdateExpression="SET amount_cent = :a",
+        ExpressionAttributeValues={":a": {"N": str(booked[changed]["amount_cent"] + 3)}},
+    )
+    third = svc.run("wechatpay", mchid, DAY, pass_="partitioned-third", s3_key=key)
+    assert third["stats"]["fee_diffs"] == 1 and writes.calls == []
+    diff = svc.store.diff(third["pk"], f"FEE#{changed}")
+    assert diff is not None and diff["cls"] == "AMOUNT_DIFFERS" and diff["handle_status"] == "OPEN"
+    assert (diff["channel_amount_cent"], diff["local_amount_cent"]) == (
+        booked[changed]["amount_cent"],
+        booked[changed]["amount_cent"] + 3,
+    )
+    assert diff["transaction_id"] and diff["out_trade_no"]  # the row re-read in full for the person
+    assert fee_entries(h.ddb, table, mchid)[changed]["amount_cent"] == booked[changed]["amount_cent"] + 3
+
+
+class Writes:
+    """A DynamoDB client that notes every write call (and passes everything through)."""
+
+    def __init__(self, ddb):
+        self._ddb = ddb
+        self.calls: list[str] = []
+
+    def __getattr__(self, name):
+        attr = getattr(self._ddb, name)
+        if name in ("put_item", "transact_write_items", "batch_write_item", "update_item"):
+            self.calls.append(name)
+        return attr
+
+
+def test_r43_fee_entries_go_out_in_conditional_batches_and_a_taken_key_is_read_back_not_overwritten(h, mchid):
+    """LedgerView.put_fees: TransactWriteItems of up to 100 conditional Puts from a small pool; a batch with a key
+    already booked is cancelled, that key's booked amount is read back (for the caller's diff) and the rest of the
+    batch is written; a key twice in one batch is written once and the second compared; nothing is overwritten."""
+    from tally.store import recon as store_recon
+
+    view = LedgerView(h.ddb, h.env["LEDGER_TABLE"])
+    table = h.env["LEDGER_TABLE"]
+
+    def row(n: int, cents: int) -> dict:
+        pk = f"fee#wechatpay#{mchid}#T{n:06d}"
+        return {"pk": pk, "kind": "FEE", "channel": "wechatpay", "mchid": mchid, "bill_date": DAY} | {
+            "amount_cent": cents,
+            "of": "PAYMENT",
+        }
+
+    booked_before = row(150, 99)
+    view.put_fees([booked_before])  # an entry an earlier run booked at 0.99
+    rows = [row(n, n + 1) for n in range(250)] + [row(7, 8)]  # row 7 twice (the same key twice in a bill)
+    written, taken = view.put_fees(iter(rows))
+    assert written == 249  # 250 keys, one of them taken; the second row 7 refused
+    assert taken == {booked_before["pk"]: 99, row(7, 8)["pk"]: 8}
+    stored = fee_entries(h.ddb, table, mchid)
+    assert stored[booked_before["pk"]]["amount_cent"] == 99  # never overwritten
+    assert len(stored) == 250 and all(f["bill_shard"] for f in stored.values())
+    assert store_recon.FEE_BATCH == 100  # TransactWriteItems' limit
+    assert view.put_fees(iter(rows))[0] == 0  # a second pass writes nothing

@@ -178,11 +178,14 @@ def test_r43_fee_entries_are_booked_once_per_bill_row_across_reruns(h, m, svc):
     assert run["status"] == "MATCHED", run["reason"]
     assert run["stats"]["fees_booked"] == 2 and run["stats"]["fee_diffs"] == 0
     fees = fee_rows(h, m["mchid"])
-    assert set(fees) == {f"fee#wechatpay#{t}" for t in tids}
+    scoped = f"fee#wechatpay#{m['mchid']}#"  # merchant-scoped like every entry (issue #15)
+    assert set(fees) == {scoped + t for t in tids}
     assert {pk: r["amount_cent"] for pk, r in fees.items()} == {
-        f"fee#wechatpay#{tids[0]}": 6,  # 10.00 × 0.6 % = 0.06
-        f"fee#wechatpay#{tids[1]}": 15,  # 25.50 × 0.6 % = 0.153 → 0.15
+        scoped + tids[0]: 6,  # 10.00 × 0.6 % = 0.06
+        scoped + tids[1]: 15,  # 25.50 × 0.6 % = 0.153 → 0.15
     }
+    assert {r["of"] for r in fees.values()} == {"PAYMENT"}
+    assert {r["transaction_id"] for r in fees.values()} == set(tids)
     assert all(r["bill_date"] == D and r["source_run"] == run["run_id"] for r in fees.values())
     assert run["totals"]["fee_e5"] == 6000 + 15000  # the simulator writes fees rounded to the fen
 
@@ -190,7 +193,7 @@ def test_r43_fee_entries_are_booked_once_per_bill_row_across_reruns(h, m, svc):
     assert again["status"] == "MATCHED" and again["stats"]["fees_booked"] == 0
     assert fee_rows(h, m["mchid"]) == fees  # idempotent: the first run's entries, untouched
 
-    pk = f"fee#wechatpay#{tids[0]}"
+    pk = scoped + tids[0]
     h.ddb.update_item(  # as if an earlier bill had said 0.07: the channel changed its fee
         TableName=h.env["LEDGER_TABLE"],
         Key=to_item({"pk": pk}),
@@ -246,7 +249,7 @@ def test_r43_the_daily_statement_is_written_next_to_the_report_and_tally_ledger_
         row["settlement_yuan"] == "25.00"
     )  # 10.00 (CASH: settled in full) + 15.00 (NOCASH: less the coupon)
     assert row["fees_yuan"] == "0.15" and row["net_yuan"] == "24.85"  # 0.06 + 0.09, from the FEE entries
-    assert row["verdict"] == "NOT_CHECKED"
+    assert row["verdict"] == "PENDING" and row["differs"] == ""  # the fund-flow check runs on T+2 (R45)
 
     monkeypatch.setattr(cli_ledger, "connect", lambda args: {"env": h.env})
     capsys.readouterr()

@@ -32,11 +32,11 @@ SPELLINGS = {
 }
 
 # path (from layers/common/tally or the repo) -> why it still names a channel. Shrink it; never grow it
-# without saying why here.
+# without saying why here. Issue #19 moved the last service sites (merchants, heartbeat, keys) into the
+# packages; the four left are acceptable for good: the operator's CLI is per channel by nature (each channel's
+# subcommand takes that channel's credentials as flags, and the CLI lives outside the layer), and the pure
+# domain may not import the registry, so where a rule is a table keyed by a channel's words the words are data.
 STILL_NAMES_A_CHANNEL = {
-    "service/merchants.py": "the per-channel credential schemas of the merchant directory (storeio moves its I/O)",
-    "service/heartbeat.py": "a WeChat Pay v3-only feature: the synthetic v3 callback",
-    "service/keys.py": "a WeChat Pay v3-only feature: platform-certificate download",
     "tally_cli/verify.py": "one subcommand per channel, with that channel's flags (`tally verify wechatpay-v2`)",
     "tally_cli/merchant.py": "one subcommand per channel, with that channel's credential flags",
     "domain/settlement.py": "domain is pure (it may not import the registry): the channels' words as data (R43)",

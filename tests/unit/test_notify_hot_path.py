@@ -59,3 +59,75 @@ def test_success_acks_are_shared_and_frozen():
     assert ACKS["alipay"].success().body == "success"
     with pytest.raises(dataclasses.FrozenInstanceError):
         first.status = 500  # type: ignore[misc]
+
+
+JSON_BODIES = [
+    b'{"id":"a","resource":{"x":1}}',
+    '{"summary":"支付成功"}'.encode(),
+    b'{"a":"\xed\xa0\x80"}',  # an encoded lone surrogate: json.loads(bytes) decodes with surrogatepass
+    b'{"a":"\xff"}',  # not UTF-8
+    b"{\x00\x00\x00",
+    '{"a":1}'.encode("utf-16-le"),
+    '{"a":1}'.encode("utf-16"),
+    '{"a":1}'.encode("utf-8-sig"),
+    b"{",
+    b"{}",
+    b"{} x",
+    b"[1]",
+    b"",
+    b'{"a":' * 3000,  # deep: RecursionError or a decode error, as json.loads
+]
+
+
+@pytest.mark.parametrize("data", JSON_BODIES)
+def test_json_without_the_encoding_sniff_answers_as_json_loads(data):
+    """wire._json is json.loads(bytes) for every body: the same object or the same refusal (issue #20)."""
+    import json
+
+    def outcome(parse):
+        try:
+            return ("ok", parse(data))
+        except (ValueError, RecursionError) as exc:
+            return ("refused", type(exc).__name__)
+
+    assert outcome(wx._json) == outcome(json.loads)
+
+
+def test_entry_fields_in_one_pass_are_the_properties():
+    """R43: Settlement.entry_fields sums the promotions once; the values are the properties' own."""
+    from tally.domain.settlement import CASH, NOCASH, Promotion, Settlement
+
+    rng = random.Random(43)
+    for _ in range(500):
+        promotions = []
+        for i in range(rng.randrange(0, 4)):
+            amount = rng.randrange(0, 500)
+            merchant = rng.randrange(0, amount + 1)
+            channel = rng.randrange(0, amount - merchant + 1)
+            other = rng.randrange(0, amount - merchant - channel + 1)
+            kind = rng.choice([CASH, NOCASH, "ALIPAY_FIX_VOUCHER"])
+            promotions.append(Promotion(f"c{i}", kind, amount, merchant, channel, other))
+        discount = sum(p.amount_cent for p in promotions) + rng.randrange(0, 100)
+        total = discount + rng.randrange(1, 10_000)
+        point = rng.randrange(0, total - discount + 1) if rng.random() < 0.3 else 0
+        s = Settlement("x", total, total - discount - point, total, tuple(promotions), point_cent=point)
+        fields = s.entry_fields()
+        for name in (
+            "cash_promotion_cent",
+            "nocash_promotion_cent",
+            "merchant_funded_cent",
+            "channel_funded_cent",
+            "other_funded_cent",
+            "unattributed_cent",
+        ):
+            assert fields[name] == getattr(s, name), name
+
+
+def test_by_stored_remembers_only_registered_channels():
+    from tally.channels import registry
+
+    assert registry.by_stored("wechatpay") is registry.get("wechatpay_v3")  # v2 stores it too: v3 owns
+    assert registry.by_stored("alipay") is registry.get("alipay")
+    for junk in ("nope", "", "WECHATPAY"):
+        assert registry.by_stored(junk) is None
+    assert set(registry._BY_STORED) <= {c.stored for c in registry.all_channels()}

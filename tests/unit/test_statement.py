@@ -64,7 +64,7 @@ def test_r45_statement_row_and_csv_carry_the_verdict_in_yuan():
     )
     assert row["merchant_funded_discount_yuan"] == "5.00" and row["channel_funded_discount_yuan"] == "10.00"
     assert row["unattributed_discount_yuan"] == "2.00" and row["fees_yuan"] == "0.99"
-    assert (row["verdict"], row["fund_flow_net_yuan"]) == (AGREED, "164.01")
+    assert (row["verdict"], row["fund_flow_net_yuan"], row["differs"]) == ("AGREES", "164.01", "")
     unchecked = statement_row("1900000109", "wechatpay", "2026-12-01", summarize([], []), None)
     assert (
         unchecked["verdict"] == NOT_CHECKED and unchecked["reason"] and unchecked["fund_flow_net_yuan"] == ""
@@ -80,3 +80,39 @@ def test_statement_refuses_negative_fee_figures_and_unknown_columns():
         summarize([], [], fee_cent=-1)
     with pytest.raises(ValueError):
         statement_csv([{"merchant": "x", "surprise": "1"}])
+
+
+def _run(sk, status, **more):
+    return {"sk": sk, "status": status, "reason": f"{status.lower()} reason", **more}
+
+
+FUND_FIGURES = {"fund": {"settlement_cent": 1000, "refund_cent": 100, "fee_cent": 6, "fee_returned_cent": 1}}
+
+
+def test_r45_day_verdict_says_which_leg_differs_and_why_it_was_not_checked():
+    from tally.domain.statement import AGREES, DIFFERS, NOT_CHECKED, PENDING, day_verdict
+
+    trade_ok = _run("run#2#T+1", "MATCHED")
+    fund_ok = _run("run#3#fundflow", "MATCHED", leg="fundflow", fund_verdict="AGREED", figures=FUND_FIGURES)
+    agreed = day_verdict([fund_ok, trade_ok])
+    assert (agreed.code, agreed.legs, agreed.fund_net_cent) == (AGREES, (), 895)
+    fund_diff = {**fund_ok, "status": "DIFFS", "fund_verdict": "FUND_DIFFERS"}
+    assert day_verdict([fund_diff, trade_ok]).legs == ("fund flow",)
+    both = day_verdict([fund_diff, _run("run#2#T+1", "DIFFS")])
+    assert both.code == DIFFERS and both.legs == ("trade bill", "fund flow") and "trade bill:" in both.reason
+    sums = day_verdict([{**fund_diff, "fund_verdict": "TRADE_DIFFERS"}, trade_ok])
+    assert sums.legs == ("trade bill",)
+    assert day_verdict([trade_ok]).code == PENDING  # the fund-flow check runs on T+2 / T+3
+    retry = day_verdict(
+        [{**fund_ok, "status": "RETRY", "reason": "fund-flow bill of 2024-05-02 not in yet"}, trade_ok]
+    )
+    assert retry.code == PENDING and "not in yet" in retry.reason
+    late = day_verdict([{**fund_ok, "status": "BLOCKED", "block_code": "FUND_FLOW_LATE"}, trade_ok])
+    assert late.code == NOT_CHECKED and "FUND_FLOW_LATE" in late.reason
+    blocked = day_verdict([fund_ok, _run("run#2#T+1", "BLOCKED", block_code="EMPTY_BILL")])
+    assert blocked.code == NOT_CHECKED and "EMPTY_BILL" in blocked.reason
+    assert (
+        day_verdict([]).code == NOT_CHECKED and day_verdict([_run("run#1#T+1", "RETRY")]).code == NOT_CHECKED
+    )
+    assert day_verdict([_run("run#1#T+1", "QUIET"), fund_ok]).code == AGREES
+    assert day_verdict([trade_ok], fund_flow_source=False).code == NOT_CHECKED

@@ -11,6 +11,7 @@ from tally.settings import Settings
 
 if TYPE_CHECKING:  # the real return types; the imports themselves stay lazy (cold start, R10)
     from tally.service.apply import ApplyService
+    from tally.service.backfill import SettlementBackfill
     from tally.service.heartbeat import Heartbeat
     from tally.service.ingest import IngestService
     from tally.service.keys import KeyRotationService
@@ -413,6 +414,7 @@ def recon_service() -> ReconService:
     from tally.service.recon import ReconService
     from tally.service.recon_pull import QueryAndApply
     from tally.service.recon_sources import bill_sources
+    from tally.service.settlement_config import MerchantSettlement
     from tally.store.recon import BillArchive, LedgerView, ReconStore
     from tally.store.tables import ApplyQueue, MerchantStore, RawStore
 
@@ -439,6 +441,7 @@ def recon_service() -> ReconService:
         map_bytes=s.recon_map_bytes,
         distributed=_distributed_recon(s),
         fund_sources=_fund_sources(),
+        fund_config=MerchantSettlement(MerchantStore(tables())).config,  # settlement_lag, fund_accounts (R45)
     )
 
 
@@ -456,7 +459,8 @@ def _distributed_recon(s: Settings) -> Any:
 
 
 def _fund_sources() -> dict[str, Any]:
-    """stored channel -> its fund-flow download (R45; WeChat v3 only so far: Channel.fund_flow_source)."""
+    """stored channel -> its fund-flow download (R45, Channel.fund_flow_source: WeChat v3 or v2 as the records
+    say, Alipay signcustomer)."""
     from tally.channels import registry as channel_registry
 
     sources: dict[str, Any] = {}
@@ -502,6 +506,20 @@ def ledger_day_service() -> LedgerDayService:
         LedgerView(_client("dynamodb"), s.ledger_table),
         ReconStore(_client("dynamodb"), s.recon_runs_table, s.recon_diff_table),
         MerchantStore(tables()).configured,
+    )
+
+
+def settlement_backfill() -> SettlementBackfill:
+    """`tally ledger backfill-settlement` (service/backfill.py, R43): kept raw rows → settlement figures."""
+    from tally.service.backfill import SettlementBackfill
+    from tally.store.backfill import SettlementBackfillStore
+
+    s = settings()
+    return SettlementBackfill(
+        SettlementBackfillStore(tables(), s.refund_raw_table),
+        merchants(),
+        clock=_clock,
+        window_s=s.timestamp_window_s,
     )
 
 

@@ -238,7 +238,7 @@ EMISSION: dict[str, Emission] = {
     M.ENQUEUE_FAILED: Emission(PER_OCCURRENCE, "one callback not enqueued"),
     M.APPLY_MANUAL: Emission(PER_OCCURRENCE, "one raw row sent to a person"),
     M.APPLY_FAILED: Emission(PER_OCCURRENCE, "one apply that raised"),
-    M.SETTLEMENT_UNKNOWN: Emission(PER_OCCURRENCE, "one payment booked with its settlement amount unknown"),
+    M.SETTLEMENT_UNKNOWN: Emission(PER_OCCURRENCE, "one payment or refund booked, its settlement unknown"),
     M.OUTBOX_FAILED: Emission(PER_OCCURRENCE, "one stream record not published"),
     M.REFUND_FAILED: Emission(PER_OCCURRENCE, "one failed refund"),
     M.REFUND_MANUAL: Emission(PER_OCCURRENCE, "one refund handed to a person"),

@@ -67,6 +67,44 @@ class PullClient(Protocol):
     def close(self, order: dict[str, Any]) -> CloseResult: ...
 
 
+class MerchantDesk(Protocol):
+    """One channel's merchants over a MerchantDirectory (channels/<name>/merchant.py `Desk`): what
+    service/merchants.py asks every channel alike; the channel's own accessors come on top."""
+
+    def expiries(self, merchant_id: str) -> dict[str, float]:
+        """Every certificate's expiry (epoch seconds) by name; {} for an API key or a sub-merchant."""
+        ...
+
+    def check_expiry(self, merchant_id: str) -> list[str]:
+        """The names of the certificates expiring within 7 days, each counted PlatformCertExpiring."""
+        ...
+
+    def local_check(
+        self, merchant_id: str, add: Callable[[str, bool, str], None], expiry: Callable[[str, float], None]
+    ) -> None:
+        """`tally merchant check`: local proofs with the stored keys, each `add(check, ok, detail)`; each
+        certificate's expiry through `expiry(name, when)`."""
+        ...
+
+
+class Synthetic(Protocol):
+    """A channel's synthetic payment (channels/wechatpay_v3/heartbeat.py): the heartbeat's merchant and its
+    signed callback, the way the channel would send it."""
+
+    def configure(
+        self, merchants: Any, merchant_id: str, notify_url: str, keep: Callable[[dict[str, str]], None]
+    ) -> dict[str, str]:
+        """Generate the synthetic merchant's keys, `keep` the channel-side ones (Secrets Manager), configure
+        the merchant in the directory; the kept keys."""
+        ...
+
+    def callback(
+        self, keys: dict[str, str], merchant_id: str, out_trade_no: str, now: float
+    ) -> tuple[dict[str, str], bytes]:
+        """A signed paid callback for the 1-cent order: (headers, body)."""
+        ...
+
+
 class Channel(Protocol):
     """What ingest, orders, pull, recon, merchants, bootstrap, the CLI and the console need from a channel."""
 
@@ -80,6 +118,7 @@ class Channel(Protocol):
     merchant_param: str  # the route's path parameter naming the merchant: mchid or app_id
     currencies: tuple[str, ...] | None  # the currencies an order may have (None: any ISO code)
     reconciled: bool  # the recon function downloads this stored channel's bills
+    merchant_accessors: tuple[str, ...]  # MerchantDirectory's names for its desk's methods (directory.alipay)
     ack_content_type: str
 
     @property
@@ -132,6 +171,32 @@ class Channel(Protocol):
         """The configured merchant (the directory's UnknownMerchant, an errors.NotFound, if none)."""
         ...
 
+    def merchant_desk(self, merchants: Any) -> MerchantDesk:
+        """What a merchant record of this channel holds, over the directory `merchants` (service/merchants.py):
+        channels/<name>/merchant.py's `Desk`, whose `merchant_accessors` the directory forwards."""
+        ...
+
+    def order_refusal(self, merchant: Any, prepay: bool) -> str | None:
+        """Why this configured merchant cannot take an order (POST /orders answers 400), None if it can."""
+        ...
+
+    def refresh_certificates(
+        self, merchants: Any, merchant_ids: list[str], max_age_s: float
+    ) -> dict[str, bool]:
+        """The keys function's download of what the channel serves for rotation (WeChat v3 platform certificates,
+        R3) for merchants whose stored set is older than `max_age_s`: {merchant id: downloaded}; {} when the
+        channel has nothing to download (service/keys.py)."""
+        ...
+
+    def synthetic(self) -> Synthetic | None:
+        """The channel's synthetic payment for the heartbeat (service/heartbeat.py), None if it has none."""
+        ...
+
+    def redact_body(self, text: str, hide: Callable[[str], str]) -> str:
+        """A stored callback body that is not JSON, with what this channel encrypts for the merchant replaced
+        by `hide(ciphertext)` (the console never shows it); unchanged if the channel encrypts nothing there."""
+        ...
+
     def paid_by_transaction(
         self, merchants: Any, mchid: str, transaction_id: str
     ) -> tuple[PaymentNotice, bytes]:
@@ -176,6 +241,7 @@ class ChannelNames:
     merchant_param: str
     currencies: tuple[str, ...] | None
     reconciled: bool
+    merchant_accessors: tuple[str, ...] = ()  # the directory's names for the desk's methods
 
     @property
     def route_key(self) -> str:
@@ -188,10 +254,30 @@ class ChannelNames:
         return self.route
 
     def fund_flow_source(self, merchants: Any) -> Any | None:
-        return None  # R45 is wired for WeChat v3 only so far (docs/settlement.md)
+        return None  # a channel whose fund flow is another's to give (WeChat v3's: v2's choice, R45)
 
     def open_fund_flow(self, data: bytes, account: str) -> Any | None:
         return None
+
+    def merchant_desk(self, merchants: Any) -> MerchantDesk:
+        """The channel package's merchant desk (channels/<name>/merchant.py, imported on first use)."""
+        module = importlib.import_module(f"tally.channels.{self.name}.merchant")
+        desk: MerchantDesk = module.Desk(merchants)
+        return desk
+
+    def order_refusal(self, merchant: Any, prepay: bool) -> str | None:
+        return None
+
+    def refresh_certificates(
+        self, merchants: Any, merchant_ids: list[str], max_age_s: float
+    ) -> dict[str, bool]:
+        return {}  # nothing to download: the keys are configured (public keys, API keys)
+
+    def synthetic(self) -> Synthetic | None:
+        return None
+
+    def redact_body(self, text: str, hide: Callable[[str], str]) -> str:
+        return text
 
     def live_check(self, merchants: Any, merchant_id: str, *, download: bool = True) -> list[Finding]:
         """The channel package's doctor (channels/<name>/doctor.py, imported on first use)."""
@@ -238,6 +324,7 @@ def register(channel: Channel) -> Channel:
             raise ValueError(f"channel {channel.name} spells {sorted(clash)} like {other.name}")
     _CHANNELS[channel.name] = channel
     _METRIC_OF.clear()
+    _BY_STORED.clear()
     return channel
 
 
@@ -297,8 +384,16 @@ def by_merchant_kind(kind: str) -> Channel | None:
 
 def by_stored(stored: str) -> Channel | None:
     """A row's `channel` → the channel that owns the stored value's tables (for "wechatpay": v3, whose
-    state and refund tables v2's words are translated into)."""
-    return find(lambda c: c.stored == stored)
+    state and refund tables v2's words are translated into). Remembered: every callback asks (issue #20)."""
+    owner = _BY_STORED.get(stored)
+    if owner is None:
+        owner = find(lambda c: c.stored == stored)
+        if owner is not None:  # only the registered values: whatever else is asked never grows this
+            _BY_STORED[stored] = owner
+    return owner
+
+
+_BY_STORED: dict[str, Channel] = {}  # stored value -> owner, emptied when a channel registers
 
 
 def for_order(order: dict[str, Any]) -> Channel | None:

@@ -14,6 +14,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from tally import bootstrap
 from tally.apigw import BadRequest
+from tally.channels import registry as channel_registry
 from tally.console import actions, data
 from tally.console.auth import Identity, csrf_ok, csrf_token, identity
 from tally.console.web import Request, Response, link, redirect
@@ -188,6 +189,7 @@ def recon_page(request: Request, who: Identity) -> Response:
         date=day,
         view=view,
         merchants=[(data.recon_channel(c), m) for c, m in data.merchants_configured()],
+        channels=channel_registry.reconciled(),  # the stored channels whose bills recon reads
     )
 
 

@@ -8,7 +8,6 @@ headers are shown as the text they are (escaped by the templates), secrets and c
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -17,8 +16,8 @@ from typing import Any
 
 from tally import bootstrap
 from tally.channels import registry as channel_registry
+from tally.domain.clock import CHINA
 from tally.domain.money import format_cents
-from tally.domain.recon import CHINA
 
 BUCKETS = ("< 1 h", "1–24 h", "1–7 d", "> 7 d")
 # attribute names never shown (secrets live in Secrets Manager; this is the second fence)
@@ -32,7 +31,6 @@ SECRET_WORDS = (
     "auth_token",
     "ciphertext",
 )
-_REQ_INFO = re.compile(r"(<req_info>)(.*?)(</req_info>)", re.S)
 
 
 def yuan(cents: Any) -> str:
@@ -469,12 +467,15 @@ def _scrub(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def redact_body(text: str) -> str:
-    """A callback body as received, minus what is encrypted for the merchant: WeChat v3 `resource.ciphertext`
-    (JSON, any depth) and WeChat v2 `<req_info>` become "‹ciphertext, N characters, not shown›"."""
+    """A callback body as received, minus what is encrypted for the merchant: any JSON `ciphertext` (WeChat v3
+    `resource.ciphertext`, any depth) and what a channel's `redact_body` hides in a body that is not JSON
+    (WeChat v2 `<req_info>`) become "‹ciphertext, N characters, not shown›"."""
     try:
         document = json.loads(text)
     except ValueError:
-        return _REQ_INFO.sub(lambda m: m.group(1) + _hidden(m.group(2)) + m.group(3), text)
+        for channel in channel_registry.all_channels():
+            text = channel.redact_body(text, _hidden)
+        return text
     if not isinstance(document, dict | list):
         return text
     return json.dumps(_redact(document), ensure_ascii=False)

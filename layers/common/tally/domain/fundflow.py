@@ -129,6 +129,31 @@ class FundFlowDay:
         return self
 
 
+@dataclass
+class FlowTally:
+    """What a fund-flow parser counts for its summary checks (R31/R32), whatever the channel's layout: income
+    rows and their sum, expense rows and their sum (positive), and the balance breaks (a row's balance is not
+    the previous row's plus its movement: shown, not blocking, the row order is not documented)."""
+
+    income_n: int = 0
+    income_cent: int = 0
+    expense_n: int = 0
+    expense_cent: int = 0
+    balance_breaks: int = 0
+    _balance: int | None = None
+
+    def add(self, row: FundFlowRow) -> None:
+        if self._balance is not None and self._balance + row.amount_cent != row.balance_cent:
+            self.balance_breaks += 1
+        self._balance = row.balance_cent
+        if row.sign > 0:
+            self.income_n += 1
+            self.income_cent += row.amount_cent
+        else:
+            self.expense_n += 1
+            self.expense_cent -= row.amount_cent
+
+
 # ---------------------------------------------------------------- the ledger's and the trade bill's figures
 
 
@@ -150,20 +175,20 @@ class DayFigures:
 def trade_figures(items: Iterable[BillItem]) -> DayFigures:
     """The trade bill's day in check_day's terms: SUCCESS payments' amounts (WeChat 应结订单金额, Alipay 商家实收),
     SUCCESS refunds, fees charged and fees given back, each row's fee rounded half up to the fen as it is charged.
+    A payment row's fee is charged and a refund row's given back, whichever sign the channel writes it with
+    (WeChat: + on payments, − on refunds; the simulated Alipay 服务费 the other way round, its sign UNCONFIRMED).
     Rows still PROCESSING (or REVOKED) moved no money and are left out."""
     settlement = refund = fee = returned = 0
     for item in items:
         if item.status != "SUCCESS":
             continue
+        cents = abs(round_units(item.fee_e5, 5, 2))
         if item.kind == PAYMENT:
             settlement += item.amount_cent
-        else:
-            refund += item.amount_cent
-        cents = round_units(item.fee_e5, 5, 2)
-        if cents >= 0:
             fee += cents
         else:
-            returned -= cents
+            refund += item.amount_cent
+            returned += cents
     return DayFigures(settlement, refund, fee, returned)
 
 
@@ -205,6 +230,71 @@ DEFAULT_LAGS = {
     "wechatpay-v2": SettlementLag(1, 0, 1, 0, "WeChat Pay settlement cycle T+1 (merchant platform default)"),
     "alipay": SettlementLag(0, 0, 0, 0, "Alipay: funds enter the account balance at payment"),
 }
+
+
+# the accounts a merchant's fund flow is read from, per stored channel, and what a merchant record may name
+DEFAULT_ACCOUNTS = {"wechatpay": ("BASIC",), "alipay": ("ALIPAY",)}
+ACCOUNTS = {"wechatpay": ("BASIC", "OPERATION", "FEES"), "alipay": ("ALIPAY",)}
+LAG_FIELDS = ("settlement_days", "refund_days", "fee_days", "fee_return_days")
+MAX_LAG_DAYS = 30
+
+
+class ConfigError(ValueError):
+    """A merchant's settlement_lag / fund_accounts that cannot be used (the message says what to write)."""
+
+
+def lag_of(channel: str, config: Mapping[str, object] | None) -> SettlementLag:
+    """A merchant's `settlement_lag` (e.g. {"settlement_days": 7}) over the channel's default (R45): any of
+    settlement_days, refund_days, fee_days, fee_return_days, whole days 0..30; `fee_days` follows
+    `settlement_days` unless given (WeChat nets the fee into the credit). Anything else is a ConfigError."""
+    base = DEFAULT_LAGS.get(channel)
+    if base is None:
+        raise ConfigError(f"channel {channel!r} has no settlement lag (one of {', '.join(DEFAULT_LAGS)})")
+    if not config:
+        return base
+    if not isinstance(config, Mapping):
+        raise ConfigError('settlement_lag is an object, e.g. {"settlement_days": 1}')
+    unknown = sorted(str(k) for k in config if k not in LAG_FIELDS)
+    if unknown:
+        raise ConfigError(
+            f"settlement_lag: unknown field(s) {', '.join(unknown)} (allowed: {', '.join(LAG_FIELDS)})"
+        )
+    days: dict[str, int] = {}
+    for name, value in config.items():
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_LAG_DAYS:
+            raise ConfigError(
+                f"settlement_lag.{name} must be a whole number of days 0..{MAX_LAG_DAYS}, not {value!r}"
+            )
+        days[str(name)] = value
+    settlement = days.get("settlement_days", base.settlement_days)
+    lag = SettlementLag(
+        settlement,
+        days.get("refund_days", base.refund_days),
+        days.get("fee_days", settlement if "settlement_days" in days else base.fee_days),
+        days.get("fee_return_days", base.fee_return_days),
+        "merchant settlement_lag " + ", ".join(f"{k}={v}" for k, v in sorted(days.items())),
+    )
+    return lag
+
+
+def accounts_of(channel: str, config: object) -> tuple[str, ...]:
+    """A merchant's `fund_accounts` (e.g. ["BASIC", "FEES"]): the channel's account words, each once, at least
+    one; none configured → the channel's default (WeChat BASIC, Alipay its one ALIPAY balance)."""
+    allowed = ACCOUNTS.get(channel)
+    if allowed is None:
+        raise ConfigError(f"channel {channel!r} has no fund-flow accounts (one of {', '.join(ACCOUNTS)})")
+    if config is None or config == []:
+        return DEFAULT_ACCOUNTS[channel]
+    if isinstance(config, str) or not isinstance(config, (list, tuple)):
+        raise ConfigError(f'fund_accounts is a list, e.g. ["{allowed[0]}"]')
+    out: list[str] = []
+    for word in config:
+        if not isinstance(word, str) or word.upper() not in allowed:
+            raise ConfigError(f"fund_accounts: {str(word)[:16]!r} is not one of {', '.join(allowed)}")
+        if word.upper() in out:
+            raise ConfigError(f"fund_accounts: {word.upper()} named twice")
+        out.append(word.upper())
+    return tuple(out)
 
 
 # ---------------------------------------------------------------- the check (R45)

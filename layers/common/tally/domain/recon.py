@@ -14,12 +14,11 @@ from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta, timezone
+from datetime import date, datetime, timedelta
 from typing import Any
 
+from tally.domain.clock import CHINA
 from tally.domain.money import yuan_text
-
-CHINA = timezone(timedelta(hours=8))  # the channels' day cut (R34); China has no DST
 
 PAYMENT = "PAYMENT"
 REFUND = "REFUND"
@@ -177,10 +176,11 @@ INDEX_WATCHER: ContextVar[Callable[[BillIndex], None] | None] = ContextVar("INDE
 
 class BillIndex:
     """What matching needs of every bill row, compact (one parse pass builds it with the totals; R31–R33
-    guards run on the totals before anything is matched): the ledger key, the amount in cents, a flag byte
-    and where the row starts in the file (byte offset), so the few rows that differ are re-read in full.
+    guards run on the totals before anything is matched): the ledger key, the amount in cents, a flag byte,
+    where the row starts in the file (byte offset), so the few rows that differ are re-read in full, and the
+    row's fee in e-5 yuan as the bill writes it (`fees`: what its FEE entry books, R43, without a second pass).
 
-    About 100 bytes a row (a million rows ≈ 100 MB) instead of a BillItem's ~500.
+    About 110 bytes a row (a million rows ≈ 110 MB) instead of a BillItem's ~500.
     """
 
     REFUND = 1  # the row is a refund (else a payment)
@@ -188,13 +188,14 @@ class BillIndex:
     FEE_OK = 4  # the row's fee equals what its own rate says (or fees are not checked)
     CLEAN = SUCCESS | FEE_OK
 
-    __slots__ = ("keys", "amounts", "flags", "where")
+    __slots__ = ("keys", "amounts", "flags", "where", "fees")
 
     def __init__(self) -> None:
         self.keys: list[str] = []
         self.amounts = array("q")
         self.flags = bytearray()
         self.where = array("q")
+        self.fees = array("q")  # fee_e5, signed (a fee given back on a refund row is negative)
         watcher = INDEX_WATCHER.get()
         if watcher is not None:  # the partitioned path drains a parser's index while it grows
             watcher(self)
@@ -213,6 +214,7 @@ class BillIndex:
             | (self.FEE_OK if fee_ok else 0)
         )
         self.where.append(where)
+        self.fees.append(item.fee_e5)
 
 
 # ---------------------------------------------------------------- guards (R31–R33)
@@ -354,33 +356,100 @@ def local_entry(row: dict, counts: dict[str, int] | None = None) -> LocalEntry:
     )
 
 
-def fee_entry_pk(item: BillItem) -> str:
-    """A FEE ledger entry's key: the bill row's own key (WeChat 微信订单号 / 商户退款单号, Alipay 支付宝交易号 /
-    退款请求号, as `BillItem.key` carries them), so a re-run of the day finds the entry it booked."""
-    return f"fee#{item.key}"
+def fee_entry_pk(key: str, mchid: str) -> str:
+    """A FEE ledger entry's key: the bill row's own key (`BillItem.key`, `channel#id`: WeChat 微信订单号 / 商户退款单号,
+    Alipay 支付宝交易号 / 退款请求号) scoped by merchant as every entry is since issue #15, `fee#{channel}#{mchid}#{id}`:
+    a re-run of the day finds the entry it booked, and two merchants' refund numbers never share one. Entries
+    booked before were `fee#{channel}#{id}` (`legacy_fee_pk`); the day's Query finds those too (FeeBook)."""
+    channel, _, ident = key.partition("#")
+    return f"fee#{channel}#{mchid}#{ident}"
 
 
-def fee_entry_cent(item: BillItem) -> int:
+def legacy_fee_pk(key: str) -> str:
+    return f"fee#{key}"
+
+
+def fee_cent(fee_e5: int) -> int:
     """The fee a bill row charges (positive) or gives back (negative), rounded half up to the fen as charged."""
-    return round_units(item.fee_e5, 5, 2)
+    return round_units(fee_e5, 5, 2)
 
 
-def fee_differs(item: BillItem, booked_cent: int) -> Diff:
-    """A re-run whose bill states another fee than the one booked: a difference for a person, never an
+def fee_differs(item: BillItem, pk: str, booked_cent: int) -> Diff:
+    """A re-run whose bill states another fee than the one booked under `pk`: a difference for a person, never an
     overwrite of the booked entry (docs/settlement.md §6.5)."""
     return Diff(
         AMOUNT_DIFFERS,
         FEE,
-        fee_entry_pk(
-            item
-        ),  # not item.key: that is the row-rate check's FEE diff (Matcher), a different finding
-        fee_entry_cent(item),
+        pk,  # not item.key: that is the row-rate check's FEE diff (Matcher), a different finding
+        fee_cent(item.fee_e5),
         booked_cent,
         transaction_id=item.transaction_id,
         out_trade_no=item.out_trade_no,
         refund_no=item.refund_no,
-        detail=f"the bill's fee {yuan_text(fee_entry_cent(item))} != the booked fee {yuan_text(booked_cent)}",
+        detail=f"the bill's fee {yuan_text(fee_cent(item.fee_e5))} != the booked fee {yuan_text(booked_cent)}",
     )
+
+
+class _FeeCents(dict[int, int]):
+    """fee_e5 → cents, each distinct fee rounded once (fees repeat a lot in a big bill); bounded."""
+
+    def __missing__(self, fee_e5: int) -> int:
+        cents = fee_cent(fee_e5)
+        if len(self) < 100_000:
+            self[fee_e5] = cents
+        return cents
+
+
+class FeeBook:
+    """The FEE entries of one bill, or of one partition of it, from its `BillIndex` (no second parse pass): pure.
+
+    `booked` is what the ledger holds already for these rows, {pk: cents} (one Query: the day's FEE entries, or
+    one shard's). `new(index)` yields (pk, cents, row) for every row with a non-zero fee whose entry is not
+    booked yet; a row whose fee differs from the booked entry goes to `differs` as (row, booked cents): a FEE
+    AMOUNT_DIFFERS for a person, never an overwrite. A key twice in one bill is yielded twice: the conditional
+    put books the first and refuses the second, which the caller then compares (`refused`)."""
+
+    def __init__(self, mchid: str, booked: Mapping[str, int]):
+        self.mchid = mchid
+        self.booked = booked
+        self.differs: list[tuple[int, int]] = []
+
+    def new(self, index: BillIndex) -> Iterator[tuple[str, int, int]]:
+        booked, mchid = self.booked, self.mchid
+        cents_of = _FeeCents()
+        head, prefix, cut = "\0", "", 0  # the channel part of the last key, its FEE prefix, its length
+        for i, (key, fee) in enumerate(zip(index.keys, index.fees, strict=True)):
+            if not fee:
+                continue
+            cents = cents_of[fee]
+            if not cents:  # a fee under half a fen: nothing charged, nothing booked
+                continue
+            if not key.startswith(head):
+                channel = key.partition("#")[0]
+                head, prefix = f"{channel}#", f"fee#{channel}#{mchid}#"
+                cut = len(head)
+            pk = prefix + key[cut:]  # fee_entry_pk(key, mchid), inlined for a million rows
+            if not booked:  # a first run of the day: nothing to compare
+                yield pk, cents, i
+                continue
+            already = booked.get(pk)
+            if already is None:
+                already = booked.get("fee#" + key)  # legacy_fee_pk: booked before merchant scoping
+                if already is None:
+                    yield pk, cents, i
+                    continue
+            if already != cents:
+                self.differs.append((i, already))
+
+    def refused(self, index: BillIndex, refused: Mapping[str, int]) -> None:
+        """Rows whose conditional put found the key taken (a duplicate row, a concurrent run, an entry the
+        index-backed Query did not show yet), {pk: cents booked}: each compared as `new` compares the booked."""
+        if not refused:
+            return
+        for i, (key, fee) in enumerate(zip(index.keys, index.fees, strict=True)):
+            pk = fee_entry_pk(key, self.mchid)
+            if pk in refused and fee_cent(fee) not in (0, refused[pk]):
+                self.differs.append((i, refused[pk]))
 
 
 @dataclass

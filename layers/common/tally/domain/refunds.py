@@ -220,6 +220,12 @@ class RefundNotice:
     # Alipay's refund notification reports `refund_fee` = everything refunded on the trade so far (§5.1):
     # checked against the order's refunds by check_cumulative, never against this refund alone.
     cumulative_cent: int | None = None
+    # R43: the refund's settlement figures (`Refund.entry_fields()`) or why they could not be built from the
+    # report alone (`settlement_error`), and the report's figures as the builder takes them (`settlement_basis`,
+    # domain/settlement.py), so the apply step can build them again with the booked payment's Settlement.
+    settlement: dict[str, int] | None = None
+    settlement_error: str | None = None
+    settlement_basis: dict[str, Any] | None = None
 
     @property
     def raw_key(self) -> str:

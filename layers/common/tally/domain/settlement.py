@@ -86,8 +86,10 @@ class Settlement:
     invoice_cent: int | None = None  # Alipay invoice_amount (可开票金额), kept as reported
 
     def __post_init__(self) -> None:
-        for name in ("total_cent", "payer_cent", "settlement_cent", "point_cent"):
-            _bounded(getattr(self, name), name)
+        _bounded(self.total_cent, "total_cent")
+        _bounded(self.payer_cent, "payer_cent")
+        _bounded(self.settlement_cent, "settlement_cent")
+        _bounded(self.point_cent, "point_cent")
         if self.invoice_cent is not None:
             _bounded(self.invoice_cent, "invoice_cent")
             _not_above(self.invoice_cent, self.total_cent, "invoice amount", "the order amount")
@@ -96,7 +98,7 @@ class Settlement:
         _not_above(
             self.payer_cent + self.point_cent, self.total_cent, "payer amount + points", "the order amount"
         )
-        promoted = sum(p.amount_cent for p in self.promotions)
+        promoted = sum(p.amount_cent for p in self.promotions) if self.promotions else 0
         _not_above(promoted, self.discount_cent, "promotions", "the discount (order − payer − points)")
 
     # the split, derived (so it is never stored inconsistently)
@@ -133,17 +135,32 @@ class Settlement:
         )
 
     def entry_fields(self) -> dict[str, int]:
-        """The figures a ledger entry keeps (R43), flat integer cents (docs/settlement.md, wiring plan)."""
+        """The figures a ledger entry keeps (R43), flat integer cents (docs/settlement.md, wiring plan): the
+        properties' values, summed in one pass over the promotions (this runs on every callback, issue #20)."""
+        cash = nocash = merchant = channel = other = 0
+        for p in self.promotions:
+            if p.type == CASH:
+                cash += p.amount_cent
+            elif p.type == NOCASH:
+                nocash += p.amount_cent
+            merchant += p.merchant_cent
+            channel += p.channel_cent
+            other += p.other_cent
         fields = {
             "total_cent": self.total_cent,
             "payer_cent": self.payer_cent,
             "settlement_cent": self.settlement_cent,
-            "cash_promotion_cent": self.cash_promotion_cent,
-            "nocash_promotion_cent": self.nocash_promotion_cent,
-            "merchant_funded_cent": self.merchant_funded_cent,
-            "channel_funded_cent": self.channel_funded_cent,
-            "other_funded_cent": self.other_funded_cent,
-            "unattributed_cent": self.unattributed_cent,
+            "cash_promotion_cent": cash,
+            "nocash_promotion_cent": nocash,
+            "merchant_funded_cent": merchant,
+            "channel_funded_cent": channel,
+            "other_funded_cent": other,
+            "unattributed_cent": self.total_cent
+            - self.payer_cent
+            - self.point_cent
+            - merchant
+            - channel
+            - other,
             "point_cent": self.point_cent,
         }
         if self.invoice_cent is not None:
@@ -220,8 +237,8 @@ def wechat_v3_payment(
     other_contribute}`. 用户实付 = 订单金额 − Σ 代金券, 应结订单金额 = 订单金额 − Σ NOCASH."""
     total = _fen(amount, "total")
     payer = _fen(amount, "payer_total")
-    promotions = tuple(_v3_promotion(p) for p in promotion_detail or ())
-    coupons = sum(p.amount_cent for p in promotions)
+    promotions = tuple(_v3_promotion(p) for p in promotion_detail) if promotion_detail else ()
+    coupons = sum(p.amount_cent for p in promotions) if promotions else 0
     if not promotions and payer != total:
         raise SettlementError(
             f"payer_total {format_cents(payer)} != total {format_cents(total)} but no promotion_detail: "
@@ -231,7 +248,7 @@ def wechat_v3_payment(
         raise SettlementError(
             f"promotions {format_cents(coupons)} != total {format_cents(total)} − payer_total {format_cents(payer)}"
         )
-    nocash = sum(p.amount_cent for p in promotions if p.type == NOCASH)
+    nocash = sum(p.amount_cent for p in promotions if p.type == NOCASH) if promotions else 0
     return Settlement(WECHATPAY, total, payer, total - nocash, promotions)
 
 
@@ -456,6 +473,151 @@ def alipay_refund(
     discount = refund - payer if payer is not None else None
     total = payment.total_cent if payment is not None else None
     return Refund(ALIPAY, refund, settlement, payer, discount, total)
+
+
+# ---------------------------------------------------------------- refunds rebuilt with their payment (R43)
+# A refund report does not always carry its settlement refund (a v3 notification: total, refund, payer_total,
+# payer_refund only; an Alipay notification: the trade's cumulative refund_fee only). The report's figures are
+# kept as a *basis* (the builder's inputs, channel words as data) on the raw row, so the apply step can build
+# the refund again with the booked payment's Settlement, and `tally ledger backfill-settlement` can later.
+
+V3_REFUND_FIELDS = (
+    "total",
+    "refund",
+    "payer_total",
+    "payer_refund",
+    "settlement_refund",
+    "settlement_total",
+    "discount_refund",
+    "refund_fee",
+)
+V2_REFUND_FIELDS = (
+    "refund_fee",
+    "settlement_refund_fee",
+    "total_fee",
+    "settlement_total_fee",
+    "cash_refund_fee",
+    "coupon_refund_fee",
+)
+
+
+def v3_refund_basis(amount: Mapping[str, Any]) -> dict[str, Any]:
+    """A v3 refund resource's `amount` (notification or query answer), bounded to the builder's fields, integer
+    fen only (it is stored on the raw row: a float or a string there would be refused by the builder anyway)."""
+    kept = {k: amount.get(k) for k in V3_REFUND_FIELDS}
+    return {
+        "builder": WECHATPAY,
+        "amount": {k: v for k, v in kept.items() if isinstance(v, int) and not isinstance(v, bool)},
+    }
+
+
+def v2_refund_basis(fields: Mapping[str, str]) -> dict[str, Any]:
+    """A v2 refund's fields (req_info, or one `_$n` entry of a refund query with its suffix dropped)."""
+    kept = {k: fields.get(k) for k in V2_REFUND_FIELDS}
+    return {
+        "builder": WECHATPAY_V2,
+        "fields": {k: v[:20] for k, v in kept.items() if isinstance(v, str) and v},
+    }
+
+
+def alipay_refund_basis(
+    refund_amount: str, send_back_fee: str | None = None, refund_detail_item_list: Any = None
+) -> dict[str, Any]:
+    """An Alipay refund query answer (`refund_amount`, `send_back_fee`, `refund_detail_item_list`): the list is
+    kept as `[{fund_channel, amount}]` strings only (it is stored on the raw row; hostile extras cost nothing)."""
+    items: Any = refund_detail_item_list or None
+    if isinstance(items, str) and len(items) <= 65_536:
+        try:
+            items = json.loads(items)
+        except ValueError:
+            pass
+    if isinstance(items, list):
+        items = [
+            {
+                "fund_channel": str(_first(i, "fund_channel", "fundChannel") or ""),
+                "amount": i["amount"] if isinstance(i.get("amount"), str) else "",
+            }
+            for i in items[:101]
+            if isinstance(i, Mapping)
+        ]
+    elif items is not None:
+        items = str(items)[:1000]  # not a list: kept so the builder says why
+    return {
+        "builder": ALIPAY,
+        "refund_amount": str(refund_amount),
+        "send_back_fee": send_back_fee if isinstance(send_back_fee, str) and send_back_fee else None,
+        "refund_detail_item_list": items or None,
+    }
+
+
+def build_refund(
+    basis: Mapping[str, Any] | None, payment: Settlement | None = None, refund_cent: int | None = None
+) -> Refund:
+    """The refund's figures from its report's basis and (when known) the payment's Settlement. Without a basis
+    (a report that states no figures of its own, a refund a person recorded, an entry booked before R43) only
+    `refund_cent` is known: its settlement refund is the refund when the payment had no NOCASH / merchant
+    discount (settlement = total), else unknown (SettlementError)."""
+    builder = (basis or {}).get("builder")
+    if basis is not None and builder == WECHATPAY:
+        return wechat_v3_refund(basis["amount"], payment)
+    if basis is not None and builder == WECHATPAY_V2:
+        return wechat_v2_refund(basis["fields"], payment)
+    if basis is not None and builder == ALIPAY:
+        return alipay_refund(
+            basis["refund_amount"],
+            send_back_fee=basis.get("send_back_fee"),
+            refund_detail_item_list=basis.get("refund_detail_item_list"),
+            payment=payment,
+        )
+    if basis is not None:
+        raise SettlementError(f"unknown refund basis {builder!r}")
+    if refund_cent is None:
+        raise SettlementError("the report states no refund figures of its own")
+    _bounded(refund_cent, "refund_cent")
+    settlement = _refund_without_settlement_figure(refund_cent, None, None, payment)
+    plain = payment is not None and payment.discount_cent == 0
+    channel = payment.channel if payment is not None else ""
+    total = payment.total_cent if payment is not None else None
+    return Refund(
+        channel, refund_cent, settlement, refund_cent if plain else None, 0 if plain else None, total
+    )
+
+
+def refund_fields(
+    basis: Mapping[str, Any] | None, payment: Settlement | None = None, refund_cent: int | None = None
+) -> dict[str, Any]:
+    """`notice_fields` for a refund: {"settlement": Refund.entry_fields() | None, "settlement_error": …}."""
+    return notice_fields(build_refund, basis, payment, refund_cent)
+
+
+def settlement_of_entry(entry: Mapping[str, Any] | None) -> Settlement | None:
+    """A booked PAYMENT entry's figures as a Settlement again (what a refund of it needs: total, payer,
+    settlement, the CASH / NOCASH split, points). An entry booked before R43 without a discount (amount_cent ==
+    order_total_cent: the payer paid the whole order) settles in full; any other legacy or UNKNOWN entry: None."""
+    if not entry:
+        return None
+    channel = str(entry.get("channel") or "")
+    try:
+        if entry.get("settlement_cent") is not None:
+            promotions = tuple(
+                Promotion(f"entry:{kind}", kind, int(entry.get(name) or 0))
+                for kind, name in ((CASH, "cash_promotion_cent"), (NOCASH, "nocash_promotion_cent"))
+                if int(entry.get(name) or 0)
+            )
+            return Settlement(
+                channel,
+                int(entry["total_cent"]),
+                int(entry["payer_cent"]),
+                int(entry["settlement_cent"]),
+                promotions,
+                int(entry.get("point_cent") or 0),
+            )
+        if entry.get("settlement_state") == "UNKNOWN" or entry.get("order_total_cent") is None:
+            return None
+        total, paid = int(entry["order_total_cent"]), int(entry["amount_cent"])
+        return Settlement(channel, total, total, total) if total == paid else None
+    except (SettlementError, KeyError, TypeError, ValueError):
+        return None
 
 
 # ---------------------------------------------------------------- helpers

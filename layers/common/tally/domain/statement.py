@@ -2,7 +2,8 @@
 the three-way verdict (R45). Pure: figures in, CSV text out (people read yuan; the figures stay integer cents).
 
     summary = summarize(payments, refunds, fee_cent=…, fee_returned_cent=…)   # Settlement / Refund records
-    verdict = check_day(mchid, channel, day, summary.figures(), trade=…, fund_days=…)
+    verdict = check_day(mchid, channel, day, summary.figures(), trade=…, fund_days=…)   # or, from the runs:
+    verdict = day_verdict(recon_runs_rows_newest_first)                                   # AGREES / DIFFERS / …
     text = statement_csv([statement_row(mchid, channel, day, summary, verdict)])
 """
 
@@ -10,14 +11,22 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from tally.domain.fundflow import DayFigures, DayVerdict
+from tally.domain.fundflow import AGREED, FUND_DIFFERS, TRADE_DIFFERS, DayFigures, DayVerdict
 from tally.domain.money import format_cents
 from tally.domain.settlement import Refund, Settlement
 
-NOT_CHECKED = "NOT_CHECKED"  # no verdict was computed for the row (shown, never left blank)
+NOT_CHECKED = "NOT_CHECKED"  # no verdict was computed for the row (shown, never left blank), with the reason
+# the statement's three-way verdict (ledger = trade bill = fund flow, R45), what finance reads
+AGREES = "AGREES"  # all three agree
+DIFFERS = "DIFFERS"  # a leg differs: `legs` says which (trade bill, fund flow)
+PENDING = "PENDING"  # the fund flow (or the trade bill) is not in yet: not due, or retried until late
+STATEMENT_VERDICTS = (AGREES, DIFFERS, PENDING, NOT_CHECKED)
+TRADE_LEG, FUND_LEG = "trade bill", "fund flow"
+_FINISHED = ("MATCHED", "DIFFS", "QUIET", "BLOCKED")
 
 COLUMNS = (
     "merchant",
@@ -37,6 +46,7 @@ COLUMNS = (
     "net_yuan",
     "fund_flow_net_yuan",
     "verdict",
+    "differs",
     "reason",
 )
 
@@ -98,11 +108,121 @@ def summarize(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class StatementVerdict:
+    """One merchant's day, three ways, as the statement, `tally ledger day` and the console show it."""
+
+    code: str  # one of STATEMENT_VERDICTS
+    reason: str
+    legs: tuple[str, ...] = ()  # DIFFERS: which leg(s) (TRADE_LEG, FUND_LEG)
+    fund_net_cent: int | None = None  # what the fund flow moved for the day (lag applied), when checked
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "code": self.code,
+            "reason": self.reason,
+            "differs": list(self.legs),
+            "fund_net_cent": self.fund_net_cent,
+        }
+
+
+def from_check(verdict: DayVerdict) -> StatementVerdict:
+    """fundflow.check_day's verdict in the statement's words (AGREED → AGREES, *_DIFFERS → DIFFERS + leg)."""
+    legs: tuple[str, ...] = ()
+    if verdict.code in (FUND_DIFFERS, TRADE_DIFFERS):
+        kinds = {d.item.startswith("TRADE_") for d in verdict.diffs}
+        legs = tuple(leg for leg, on in ((TRADE_LEG, True in kinds), (FUND_LEG, False in kinds)) if on) or (
+            (FUND_LEG,) if verdict.code == FUND_DIFFERS else (TRADE_LEG,)
+        )
+    code = {AGREED: AGREES, FUND_DIFFERS: DIFFERS, TRADE_DIFFERS: DIFFERS}.get(verdict.code, PENDING)
+    fund = verdict.fund.net_cent if verdict.fund is not None else None
+    return StatementVerdict(code, verdict.reason, legs, fund)
+
+
+def day_verdict(runs: Iterable[Mapping[str, Any]], *, fund_flow_source: bool = True) -> StatementVerdict:
+    """The three-way verdict of one merchant's day from its recon_runs rows (newest first, as ReconStore.run_rows
+    answers): the latest finished trade run (R31–R36) and the latest fund-flow run (R45). Pure.
+
+    DIFFERS   the trade run found differences (trade bill) and/or the fund-flow run did (fund flow, or its
+              trade-bill sums: trade bill)
+    AGREES    the trade run MATCHED (or QUIET) and the fund-flow run MATCHED (ledger = trade bill = fund flow)
+    PENDING   the fund-flow check has not run yet (the schedule runs it on T+2 and T+3, when the lagged bill can
+              be out) or is retrying because a fund-flow day is not in yet
+    NOT_CHECKED with the reason: no trade run yet, the trade or fund-flow run BLOCKED (guard, late, no source,
+              a bad merchant record), or no fund-flow source for the channel"""
+    trade = fund = None
+    for run in runs:
+        if run.get("leg") == "fundflow":
+            fund = fund or run
+        elif trade is None and run.get("status") in _FINISHED:
+            trade = run
+    fund_net = _fund_net(fund)
+    if trade is None:
+        return StatementVerdict(NOT_CHECKED, "no reconciliation run has finished for this day", (), fund_net)
+    if trade.get("status") == "BLOCKED":
+        return StatementVerdict(
+            NOT_CHECKED,
+            f"trade bill BLOCKED {trade.get('block_code') or ''}: {trade.get('reason', '')}".strip(),
+            (),
+            fund_net,
+        )
+    legs = [TRADE_LEG] if trade.get("status") == "DIFFS" else []
+    reasons = [f"trade bill: {trade.get('reason', '')}"] if legs else []
+    if not fund_flow_source:
+        if legs:
+            return StatementVerdict(DIFFERS, "; ".join(reasons), tuple(legs), None)
+        return StatementVerdict(NOT_CHECKED, "no fund-flow source for this channel", (), None)
+    status = (fund or {}).get("status")
+    if status == "DIFFS":
+        code = (fund or {}).get("fund_verdict")
+        leg = TRADE_LEG if code == TRADE_DIFFERS else FUND_LEG
+        if leg not in legs:
+            legs.append(leg)
+        reasons.append(f"fund-flow check: {(fund or {}).get('reason', '')}")
+    if legs:
+        return StatementVerdict(DIFFERS, "; ".join(reasons), tuple(legs), fund_net)
+    if fund is None:
+        return StatementVerdict(
+            PENDING, "fund flow not checked yet (due once the settlement lag has passed)", (), None
+        )
+    if status == "RETRY":
+        return StatementVerdict(PENDING, str(fund.get("reason", "fund flow not in yet")), (), fund_net)
+    if status == "BLOCKED":
+        return StatementVerdict(
+            NOT_CHECKED,
+            f"fund flow BLOCKED {fund.get('block_code') or ''}: {fund.get('reason', '')}".strip(),
+            (),
+            fund_net,
+        )
+    return StatementVerdict(AGREES, "ledger = trade bill = fund flow", (), fund_net)
+
+
+def _fund_net(fund: Mapping[str, Any] | None) -> int | None:
+    figures = ((fund or {}).get("figures") or {}).get("fund")
+    if not figures:
+        return None
+    return DayFigures(
+        int(figures["settlement_cent"]),
+        int(figures["refund_cent"]),
+        int(figures["fee_cent"]),
+        int(figures["fee_returned_cent"]),
+    ).net_cent
+
+
 def statement_row(
-    merchant: str, channel: str, day: str, summary: DaySummary, verdict: DayVerdict | None
+    merchant: str,
+    channel: str,
+    day: str,
+    summary: DaySummary,
+    verdict: DayVerdict | StatementVerdict | None,
 ) -> dict[str, str]:
-    """One CSV row: yuan for people, the verdict's code and reason (NOT_CHECKED when there is none)."""
-    fund = verdict.fund if verdict is not None else None
+    """One CSV row: yuan for people, the three-way verdict, which leg differs, and why (NOT_CHECKED, with a
+    reason, when there is none)."""
+    if isinstance(verdict, DayVerdict):
+        verdict = from_check(verdict)
+    if verdict is None:
+        verdict = StatementVerdict(NOT_CHECKED, "no three-way check was run for this day")
+    fund_net = verdict.fund_net_cent
     return {
         "merchant": merchant,
         "channel": channel,
@@ -119,9 +239,10 @@ def statement_row(
         "fees_yuan": format_cents(summary.fee_cent),
         "fees_returned_yuan": format_cents(summary.fee_returned_cent),
         "net_yuan": format_cents(summary.net_cent),
-        "fund_flow_net_yuan": format_cents(fund.net_cent) if fund is not None else "",
-        "verdict": verdict.code if verdict is not None else NOT_CHECKED,
-        "reason": verdict.reason if verdict is not None else "no three-way check was run for this day",
+        "fund_flow_net_yuan": format_cents(fund_net) if fund_net is not None else "",
+        "verdict": verdict.code,
+        "differs": ", ".join(verdict.legs),
+        "reason": verdict.reason,
     }
 
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import datetime
 from enum import Enum
 from typing import Any
 
 from tally import errors
 from tally.channels import outcome_of
+from tally.domain.clock import CHINA  # the channels' day cut (R34)
 from tally.domain.notifications import EVENT_OF_OUTCOME, OrderFacts, Outcome, PaymentNotice, mismatches
 from tally.domain.orders import Event, Status, Verdict, transit
 from tally.observability import M, count, logger
@@ -19,7 +20,6 @@ from tally.store.payments import PaymentStore
 from tally.store.records import OrderRow
 from tally.store.tables import OrderStore, RawStore, TransactionFailed, iso_now
 
-CHINA = timezone(timedelta(hours=8))  # the channels' day cut (R34); China has no DST
 CAS_ROUNDS = 3
 
 

@@ -1,6 +1,7 @@
 """Key rotation off the hot path (docs/channels.md "Key rotation"): the keys function's hourly run.
 
-- WeChat Pay cert-mode merchants: platform certificates downloaded when the stored set is older than
+- What a channel serves for rotation (`Channel.refresh_certificates`: WeChat Pay v3 cert-mode merchants'
+  platform certificates, channels/wechatpay_v3/merchant.py) downloaded when the stored set is older than
   `max_age_s` and stored for every container (store/keys.py); several valid at once.
 - Every merchant's certificates (WeChat platform, Alipay, Alipay app certificate): PlatformCertExpiring for
   each one expiring within 7 days, even when no callback loaded the merchant lately.
@@ -17,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from tally.channels.wechatpay_v3 import wire as wx
+from tally.channels import registry as channel_registry
 from tally.observability import M, count, logger
 
 if TYPE_CHECKING:
@@ -51,12 +52,14 @@ class KeyRotationService:
             report["merchants"] += 1
             who = f"{channel}/{merchant_id}"
             try:
-                if channel == wx.CHANNEL:
-                    done = self.directory.refresh_platform_certificates([merchant_id], self.max_age_s)
-                    if done.get(merchant_id) is False:
-                        report["failed"].append(who)  # counted by the directory
-                    elif done:
-                        report["downloaded"].append(who)
+                found = channel_registry.by_merchant_kind(channel)
+                done = (
+                    found.refresh_certificates(self.directory, [merchant_id], self.max_age_s) if found else {}
+                )
+                if done.get(merchant_id) is False:
+                    report["failed"].append(who)  # counted by the directory
+                elif done:
+                    report["downloaded"].append(who)
                 soon = self.directory.check_expiry(channel, merchant_id)
             except Exception as exc:  # noqa: BLE001 - one merchant must not stop the others; counted, alarmed
                 count(M.CERT_REFRESH_FAILED)

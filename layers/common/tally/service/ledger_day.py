@@ -11,7 +11,8 @@ to the fen); before a run has read the bill they are "not booked yet" and the ne
         "rows": [{"channel", "mchid", "payments", "payment_cent", "payment_yuan", "refunds", "refund_cent",
                   "refund_yuan", "reversals", "reversal_cent", "reversal_yuan", "fee_cent" (None: not booked),
                   "fee_yuan" ("not booked yet"), "net_cent", "net_yuan", "net_includes_fee",
-                  "recon": {"status", "reason", "run", "open_diffs", "finished_at"} or None}, ...],
+                  "recon": {"status", "reason", "run", "open_diffs", "finished_at"} or None,
+                  "verdict": {"code" AGREES|DIFFERS|PENDING|NOT_CHECKED, "reason", "differs", "fund_net_cent"}}, ...],
         "totals": {same money fields summed},
     }
 `csv_text(view)` renders it for a spreadsheet (UTF-8 with BOM, yuan with two decimals).
@@ -32,7 +33,14 @@ from typing import Any
 from tally.channels import registry as channel_registry
 from tally.domain.money import format_cents
 from tally.domain.recon import matched_cent, round_units
-from tally.domain.statement import DaySummary, statement_csv, statement_row
+from tally.domain.statement import (
+    NOT_CHECKED,
+    DaySummary,
+    StatementVerdict,
+    day_verdict,
+    statement_csv,
+    statement_row,
+)
 from tally.store.recon import recon_pk
 
 NOT_BOOKED = "not booked yet"
@@ -65,9 +73,10 @@ def day_summary(entries: Any) -> DaySummary:
         elif kind == "REFUND":
             r += 1
             refunded += matched_cent(e)
-        elif kind == "FEE":
+        elif kind == "FEE":  # charged on a payment row, given back on a refund row, whatever the sign (R45)
             cents = int(e["amount_cent"])
-            fee, returned = (fee + cents, returned) if cents > 0 else (fee, returned - cents)
+            charged = e.get("of") == "PAYMENT" if e.get("of") else cents > 0
+            fee, returned = (fee + abs(cents), returned) if charged else (fee, returned + abs(cents))
         else:
             reversals.append(e)
     for e in reversals:  # a person's correction of a recon difference (R36), signed
@@ -80,9 +89,12 @@ def day_summary(entries: Any) -> DaySummary:
     )
 
 
-def statement_text(channel: str, mchid: str, bill_date: str, entries: Any) -> str:
-    """The statement CSV of one merchant's day (no three-way verdict yet: NOT_CHECKED, docs/settlement.md §8)."""
-    return statement_csv([statement_row(mchid, channel, bill_date, day_summary(entries), None)])
+def statement_text(
+    channel: str, mchid: str, bill_date: str, entries: Any, runs: list[dict[str, Any]] | None = None
+) -> str:
+    """The statement CSV of one merchant's day, with its three-way verdict from the day's recon runs (R45)."""
+    verdict = day_verdict(runs) if runs is not None else None
+    return statement_csv([statement_row(mchid, channel, bill_date, day_summary(entries), verdict)])
 
 
 class LedgerDayService:
@@ -117,7 +129,9 @@ class LedgerDayService:
             run = self._latest_run(channel, mchid, bill_date)
             if run is None and not any(cell[k] for k in ("payments", "refunds", "reversals", "fee_entries")):
                 continue  # a configured merchant with nothing booked and no run: nothing to show
-            rows.append(_finish({"channel": channel, "mchid": mchid, **cell}, run))
+            row = _finish({"channel": channel, "mchid": mchid, **cell}, run)
+            row["verdict"] = self._verdict(channel, mchid, bill_date).as_dict()
+            rows.append(row)
         return {"bill_date": bill_date, "merchant": merchant, "rows": rows, "totals": _totals(rows)}
 
     def statement(self, bill_date: str, merchant: str | None = None) -> list[dict[str, str]]:
@@ -126,9 +140,17 @@ class LedgerDayService:
         for entry in self.ledger.all_of_day(bill_date, mchid=merchant):
             cells.setdefault((str(entry.get("channel")), str(entry.get("mchid"))), []).append(entry)
         return [
-            statement_row(mchid, channel, bill_date, day_summary(entries), None)
+            statement_row(
+                mchid, channel, bill_date, day_summary(entries), self._verdict(channel, mchid, bill_date)
+            )
             for (channel, mchid), entries in sorted(cells.items())
         ]
+
+    def _verdict(self, channel: str, mchid: str, bill_date: str) -> StatementVerdict:
+        """ledger = trade bill = fund flow for the day, from its recon runs (domain/statement.day_verdict)."""
+        if channel not in RECONCILED_CHANNELS:
+            return StatementVerdict(NOT_CHECKED, f"channel {channel} is not reconciled")
+        return day_verdict(self.recon.run_rows(recon_pk(channel, mchid, bill_date)))
 
     def _latest_run(self, channel: str, mchid: str, bill_date: str) -> dict[str, Any] | None:
         if channel not in RECONCILED_CHANNELS:
@@ -205,6 +227,9 @@ CSV_COLUMNS = [
     ("recon", "recon_status"),
     ("open_diffs", "open_diffs"),
     ("recon_reason", "recon_reason"),
+    ("verdict", "verdict_code"),  # ledger = trade bill = fund flow (R45)
+    ("differs", "verdict_differs"),
+    ("verdict_reason", "verdict_reason"),
 ]
 
 
@@ -222,6 +247,9 @@ def csv_text(view: dict[str, Any]) -> str:
             or ("" if row.get("channel") == "TOTAL" else "not reconciled"),
             "open_diffs": recon.get("open_diffs", ""),
             "recon_reason": recon.get("reason", ""),
+            "verdict_code": (row.get("verdict") or {}).get("code", ""),
+            "verdict_differs": ", ".join((row.get("verdict") or {}).get("differs", [])),
+            "verdict_reason": (row.get("verdict") or {}).get("reason", ""),
         }
         w.writerow([flat.get(key, "") for _, key in CSV_COLUMNS])
     return "\ufeff" + out.getvalue()

@@ -17,7 +17,6 @@ from tally.service.merchants import (
     MerchantDirectory,
     MerchantNotReady,
     UnknownMerchant,
-    WeChatV2Merchant,
     not_ready_reason,
 )
 from tally.store.polling import poll_pk
@@ -91,10 +90,9 @@ class OrderService:
             )
         if channel.currencies is not None and spec["currency"] not in channel.currencies:
             raise InvalidOrder(f"{channel.label} orders are in {', '.join(channel.currencies)}")
-        if isinstance(merchant, WeChatV2Merchant) and spec["prepay"] and not merchant.appid:
-            raise InvalidOrder(
-                "prepay for a wechatpay_v2 merchant needs its appid (tally merchant add --appid)"
-            )
+        refusal = channel.order_refusal(merchant, spec["prepay"])
+        if refusal:  # e.g. a WeChat v2 prepay needs the merchant's appid
+            raise InvalidOrder(refusal)
         now = self.clock()
         row = {
             "pk": order_key(spec["mchid"], spec["out_trade_no"]),

@@ -130,10 +130,22 @@ class PollService:
     def _poll_safely(self, order: dict[str, Any]) -> str:
         try:
             return self.poll_one(order)
-        except Exception:  # noqa: BLE001 - one order must not stop the others; counted, alarmed, still due
+        except Exception as exc:  # noqa: BLE001 - one order must not stop the others; counted, alarmed, still due
             count(M.POLL_FAILED, channel=order.get("channel"), merchant=order.get("mchid"))
             logger.exception("polling an order failed", extra={"order": order.get("pk")})
+            return self._failed_safely(order, exc)
+
+    def _failed_safely(self, order: dict[str, Any], exc: Exception) -> str:
+        """An order whose poll raises every time is counted like a failed call: `max_errors` in a row and it
+        goes to a person (R38), instead of being polled, and alarmed, forever with no item to work on."""
+        try:
+            what = self._failed_call(
+                order, "EXCEPTION", f"polling raised {type(exc).__name__}: {str(exc)[:200]}", self.clock()
+            )
+        except Exception:  # noqa: BLE001 - the store failed too: still due, PollFailed already counted
+            logger.exception("counting a failed poll failed", extra={"order": order.get("pk")})
             return "FAILED"
+        return "PERSON" if what == "PERSON" else "FAILED"
 
     def poll_one(self, order: dict[str, Any]) -> str:
         now = self.clock()

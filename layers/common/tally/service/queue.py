@@ -48,7 +48,7 @@ KEPT_KINDS = (
     "suspected_forgery",
     "no_transaction_id",
     "certificate",
-    "settlement_unknown",  # R43: store/payments.py writes it in the booking transaction
+    "settlement_unknown",  # R43: store/payments.py and store/refunds.py write it in the booking transaction
     "merchant_not_ready",  # R47: the live credential doctor
 )
 REPLAYABLE = ("quarantined", "rejected")  # kept with the body and headers the ingest path needs again
@@ -68,7 +68,7 @@ KINDS: dict[str, tuple[str, int]] = {
     "volume-drop": ("a day's bill is much smaller than the day before", DAY_S),
     "order": ("an order the poller could not settle", DAY_S),
     "certificate": ("a channel certificate about to expire with no successor", 0),
-    "settlement-unknown": ("a booked payment whose settlement amount is unknown (R43)", DAY_S),
+    "settlement-unknown": ("a booked payment or refund whose settlement amount is unknown (R43)", DAY_S),
     "merchant-not-ready": ("a merchant whose credentials fail the live check: its orders are refused", 0),
 }
 PREFIXES = ("pay-", "evt-", "rejected-", "report-", "refund-", "task-", "diff-", "recon-", "order-", "cert-")
@@ -823,7 +823,7 @@ def _aggregate_pk(row: dict[str, Any]) -> str:
 
 def _china_day(iso: Any) -> str:
     """The Asia/Shanghai date of an ISO UTC time ('' when there is none)."""
-    from tally.domain.recon import CHINA
+    from tally.domain.clock import CHINA
 
     if not isinstance(iso, str) or not iso:
         return ""
@@ -937,7 +937,7 @@ def parse_bound(text: str, *, end: bool = False) -> datetime:
     since <= item.since < until."""
     from datetime import UTC, timedelta
 
-    from tally.domain.recon import CHINA
+    from tally.domain.clock import CHINA
 
     try:
         if re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):

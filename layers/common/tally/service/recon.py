@@ -21,7 +21,7 @@ import csv
 import io
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import date, datetime, timedelta
 from pathlib import Path
@@ -30,13 +30,17 @@ from typing import Any
 from tally import errors
 from tally.channels import registry as channel_registry
 from tally.domain.fundflow import (
+    DEFAULT_ACCOUNTS,
     DEFAULT_LAGS,
     PENDING,
     SETTLEMENT_DIFFERS,
+    ConfigError,
     DayFigures,
     FundFlowDay,
     SettlementLag,
+    accounts_of,
     check_day,
+    lag_of,
     trade_figures,
 )
 from tally.domain.fundflow import ITEMS as FUND_ITEMS
@@ -51,19 +55,21 @@ from tally.domain.recon import (
     LOCAL_ONLY,
     OPEN,
     PAYMENT,
+    REFUND,
     RESOLVED,
     REVERSAL,
     VOLUME_DROP,
     BillIndex,
+    BillItem,
     BillParseError,
     Diff,
+    FeeBook,
     LocalEntry,
     Matcher,
     MatchStats,
     check_guards,
     china_date,
     fee_differs,
-    fee_entry_cent,
     fee_entry_pk,
     fold_ledger,
     previous_day,
@@ -107,6 +113,7 @@ class ReconService:
         map_bytes: int = 1 << 30,
         distributed: Any = None,
         map_stale_s: float = 4 * 3600,
+        fund_config: Callable[[str, str], dict[str, Any]] | None = None,
     ):
         self.store = store
         self.ledger = ledger
@@ -126,6 +133,8 @@ class ReconService:
         )
         self.distributed = distributed  # service.recon_map.DistributedRecon or None
         self.map_stale_s = map_stale_s  # a Map run without a result after this is BLOCKED (MAP_STALE)
+        # (stored channel, merchant) -> {"settlement_lag": …, "fund_accounts": …} from the merchant records (R45)
+        self.fund_config = fund_config
 
     # ------------------------------------------------------------ entry points
 
@@ -399,7 +408,8 @@ class ReconService:
         diffs = list(matcher.match_index(index, opened.item_at))  # the diffs only (few)
         if self.progress is not None:
             self.progress(len(index))
-        fees = self._book_fees(run, opened)  # the guards passed: the bill's fees become ledger entries
+        # the guards passed: the bill's fees become ledger entries (the day's booked ones: one Query)
+        fees = self._book_fees(run, index, opened.item_at, self.ledger.fees(channel, mchid, bill_date))
         diffs += fees.pop("diffs")
         seen, new = self._write_diffs(run, diffs)
         return self._conclude(run, [{**_stats_of(matcher.stats, new), **legacy, **fees}], seen)
@@ -428,13 +438,24 @@ class ReconService:
         try:
             matcher = Matcher(local, self.ledger.entry)
             diffs = list(matcher.match_index(index, reader.item_at))
+            # this partition's FEE entries, as the in-memory path books the day's: its rows are one ledger shard,
+            # so what it booked already is one Query of that shard (R43)
+            booked = self.ledger.fee_shard(run["channel"], run["mchid"], run["bill_date"], p)
+            fees = self._book_fees(run, index, reader.item_at, booked)
         finally:
             reader.close()
         if self.progress is not None:
             self.progress(len(index))
+        diffs += fees.pop("diffs")
         _, new = self._write_diffs(run, diffs)
         legacy = getattr(local, "counts", {})
-        return {"partition": p, "rows": len(index), **_stats_of(matcher.stats, new, entries), **legacy}
+        return {
+            "partition": p,
+            "rows": len(index),
+            **_stats_of(matcher.stats, new, entries),
+            **legacy,
+            **fees,
+        }
 
     def conclude_partitions(self, run: dict[str, Any], results: list[dict[str, Any]]) -> dict[str, Any]:
         """Every partition matched: the run's verdict from all of them (diffs seen this run = last_seen_run)."""
@@ -498,49 +519,35 @@ class ReconService:
             *self.ledger.fee_rows(channel, mchid, bill_date),
         ]
         key = f"reports/{channel}/{mchid}/{bill_date}/statement.csv"
-        text = statement_text(channel, mchid, bill_date, entries)
+        runs = [run, *(r for r in self.store.run_rows(run["pk"]) if r.get("sk") != run.get("sk"))]
+        runs.sort(key=lambda r: str(r.get("sk")), reverse=True)  # newest first, this run included
+        text = statement_text(channel, mchid, bill_date, entries, runs)
         self.archive.put_report(key, text.encode("utf-8"), "text/csv; charset=utf-8")
         return key
 
-    def _book_fees(self, run: dict[str, Any], opened: OpenedBill) -> dict[str, Any]:
+    def _book_fees(
+        self,
+        run: dict[str, Any],
+        index: BillIndex,
+        item_at: Callable[[int], BillItem],
+        booked: dict[str, int],
+    ) -> dict[str, Any]:
         """Each bill row's fee as a FEE ledger entry (docs/settlement.md §6.5), keyed by the row, written once:
-        a re-run books nothing new, and a re-run whose fee differs from the booked one is a FEE AMOUNT_DIFFERS
-        (never an overwrite). Zero fees are not booked. One Query reads what the day booked already.
-        In-memory path only so far: the partitioned path books no FEE entries yet (docs/settlement.md §8)."""
-        channel, mchid, bill_date = run["channel"], run["mchid"], run["bill_date"]
-        booked = self.ledger.fees(channel, mchid, bill_date)
-        now = iso_now(self.clock())
-        new, diffs = 0, []
-        for item in opened.parser().items():
-            cent = fee_entry_cent(item)
-            if cent == 0:
-                continue
-            pk = fee_entry_pk(item)
-            already = booked.get(pk)
-            if already is None:
-                already = self.ledger.put_fee(
-                    {
-                        "pk": pk,
-                        "kind": FEE,
-                        "channel": channel,
-                        "mchid": mchid,
-                        "bill_date": bill_date,
-                        "amount_cent": cent,
-                        "of": item.kind,  # PAYMENT | REFUND: the row the fee was charged on
-                        "transaction_id": item.transaction_id,
-                        "out_trade_no": item.out_trade_no,
-                        "refund_no": item.refund_no or None,
-                        "fee_e5": item.fee_e5,
-                        "source_run": run["run_id"],
-                        "booked_at": now,
-                    }
-                )
-                if already is None:
-                    new += 1
-                    continue
-            if already != cent:
-                diffs.append(fee_differs(item, already))
-        return {"fees_booked": new, "fee_diffs": len(diffs), "diffs": diffs}
+        from the index the one parse built (its `fees`), no second pass. `booked` is what the ledger holds
+        already (one Query: the day's entries in memory, the partition's shard on the partitioned path), so a
+        re-run writes nothing; a fee that differs from the booked one is a FEE AMOUNT_DIFFERS (never an
+        overwrite). Zero fees are not booked. New entries go out as batches of conditional Puts from a small
+        bounded pool (`LedgerView.put_fees`); only the rows that differ are re-read in full (`item_at`), for
+        their diff."""
+        mchid = run["mchid"]
+        book = FeeBook(mchid, booked)
+        written, taken = self.ledger.put_fees(fee_entry_rows(run, index, book, iso_now(self.clock())))
+        book.refused(index, taken)
+        diffs = []
+        for i, already in book.differs:
+            item = item_at(index.where[i])
+            diffs.append(fee_differs(item, fee_entry_pk(item.key, mchid), already))
+        return {"fees_booked": written, "fee_diffs": len(diffs), "diffs": diffs}
 
     def _recover(self, channel: str, mchid: str, diff: Diff) -> str | None:
         if diff.cls != CHANNEL_ONLY or diff.item != PAYMENT or self.recover is None:
@@ -610,7 +617,7 @@ class ReconService:
         mchid: str,
         ledger_day: str,
         *,
-        accounts: tuple[str, ...] = ("BASIC",),
+        accounts: tuple[str, ...] | None = None,
         lag: SettlementLag | None = None,
         pass_: str = "fundflow",
     ) -> dict[str, Any]:
@@ -620,7 +627,16 @@ class ReconService:
         same recon_diff rows (same handle status and history). A fund flow still missing past its due day + 1
         is BLOCKED FUND_FLOW_LATE (alarmed); before that the run is RETRY (PENDING), never agreed."""
         started = self.clock()
+        config_error = None
+        if lag is None or accounts is None:
+            try:
+                config = self.fund_config(channel, mchid) if self.fund_config else {}
+                lag = lag or lag_of(channel, config.get("settlement_lag"))
+                accounts = accounts or accounts_of(channel, config.get("fund_accounts"))
+            except ConfigError as exc:  # a record someone wrote by hand: loud, never a default in its place
+                config_error = f"merchant {mchid}: {exc}"
         lag = lag or DEFAULT_LAGS[channel]
+        accounts = accounts or DEFAULT_ACCOUNTS.get(channel, ("BASIC",))
         run: dict[str, Any] = {
             "pk": recon_pk(channel, mchid, ledger_day),
             "sk": f"run#{iso_now(started)}#{pass_}",
@@ -631,20 +647,27 @@ class ReconService:
             "leg": "fundflow",
             "started_at": iso_now(started),
             "lag": lag.source,
+            "accounts": list(accounts),
         }
         run["run_id"] = run["sk"]
         source = self.fund_sources.get(channel)
+        if config_error is not None:
+            return self._fund_end(run, BLOCKED, config_error, "BAD_MERCHANT_CONFIG")
         if source is None:
             count(M.RECON_NO_BILL_SOURCE, channel=channel, merchant=mchid)
             return self._fund_end(
                 run, BLOCKED, f"no fund-flow download for channel {channel}", NO_BILL_SOURCE
             )
+        trade = self._trade_figures(channel, mchid, ledger_day)
+        ledger = self._ledger_figures(channel, mchid, ledger_day, trade)
         fund_days: dict[str, FundFlowDay] = {}
         run["fund_bills"] = []
         late: list[str] = []
+        needs = _needs(ledger, lag, ledger_day)
         for day in sorted({lag.day_of(item, ledger_day) for item in FUND_ITEMS}):
             flow = FundFlowDay(day)
             complete = True
+            empty = 0
             for account in accounts:
                 try:
                     fetched = source.fetch(mchid, day, account)
@@ -652,11 +675,15 @@ class ReconService:
                     failed = M.RECON_NO_BILL_SOURCE if exc.code == NO_BILL_SOURCE else M.RECON_DOWNLOAD_FAILED
                     count(failed, channel=channel, merchant=mchid)
                     return self._fund_end(run, BLOCKED, f"fund flow {day} {account}: {exc}", exc.code)
+                for name in ("fund_source", "fund_source_why"):  # which download the records chose (R45)
+                    if fetched.extra.get(name):
+                        run[name] = fetched.extra[name]
                 if fetched.status == NOT_READY:
                     complete = False
                     continue
                 if fetched.status == NO_STATEMENT:  # no movement on that account that day
                     run["fund_bills"].append({"day": day, "account": account, "status": "NO_STATEMENT"})
+                    empty += 1
                     continue
                 key = self.archive.keep(
                     f"fundflow/{channel}",
@@ -695,22 +722,15 @@ class ReconService:
                     return self._fund_end(
                         run, BLOCKED, f"fund flow {day} {account}: {verdict.reason}", verdict.code
                     )
+            if complete and empty == len(accounts) and needs.get(day):
+                # "no bill" for a day the ledger says money moved on: not "nothing moved" (Alipay answers both
+                # the same way; WeChat's day not out): not in yet, FUND_FLOW_LATE once overdue (R45)
+                run["fund_bills"].append({"day": day, "status": "NO_STATEMENT_BUT_LEDGER"})
+                complete = False
             if complete:
                 fund_days[day] = flow
             else:
                 late.append(day)
-        trade = self._trade_figures(channel, mchid, ledger_day)
-        local = fold_ledger(self.ledger.day(channel, mchid, ledger_day))
-        booked_fees = list(self.ledger.fees(channel, mchid, ledger_day).values())
-        ledger = DayFigures(
-            sum(e.amount_cent for e in local.values() if e.kind == PAYMENT),
-            sum(e.amount_cent for e in local.values() if e.kind != PAYMENT),
-            # the day's FEE entries (docs/settlement.md §6.5); a day without any: the trade bill's fees stand in
-            sum(f for f in booked_fees if f > 0) if booked_fees else (trade.fee_cent if trade else 0),
-            -sum(f for f in booked_fees if f < 0)
-            if booked_fees
-            else (trade.fee_returned_cent if trade else 0),
-        )
         result = check_day(mchid, channel, ledger_day, ledger, trade=trade, fund_days=fund_days, lag=lag)
         run["fund_verdict"] = result.code
         run["figures"] = {
@@ -746,6 +766,22 @@ class ReconService:
         count(M.RECON_MATCHED, channel=channel, merchant=mchid)
         return self._fund_end(run, MATCHED, result.reason)
 
+    def _ledger_figures(self, channel: str, mchid: str, day: str, trade: DayFigures | None) -> DayFigures:
+        """The ledger's day for check_day: settlement amounts folded with reversals (R43), settlement refunds,
+        and the day's FEE entries (docs/settlement.md §6.5) by the row they were charged on (a payment's fee is
+        charged, a refund's given back, whichever sign the channel writes); a day without any FEE entry: the
+        trade bill's fees stand in."""
+        local = fold_ledger(self.ledger.day(channel, mchid, day))
+        fees = list(self.ledger.fee_rows(channel, mchid, day))
+        charged = sum(abs(int(f["amount_cent"])) for f in fees if _fee_charged(f))
+        returned = sum(abs(int(f["amount_cent"])) for f in fees if not _fee_charged(f))
+        return DayFigures(
+            sum(e.amount_cent for e in local.values() if e.kind == PAYMENT),
+            sum(e.amount_cent for e in local.values() if e.kind != PAYMENT),
+            charged if fees else (trade.fee_cent if trade else 0),
+            returned if fees else (trade.fee_returned_cent if trade else 0),
+        )
+
     def _trade_figures(self, channel: str, mchid: str, day: str) -> DayFigures | None:
         """The kept trade bill's sums for `day` (the latest run's bill); zero for a QUIET day (no bill, no
         ledger entries); None while there is neither."""
@@ -763,6 +799,8 @@ class ReconService:
         """A fund-flow run's end: its own recon_runs row; only a BLOCKED one touches the day's work-queue marker
         (a fund flow that agrees must not clear a trade run's block)."""
         run.update(status=status, reason=reason, finished_at=iso_now(self.clock()))
+        if any(r.get("leg") != "fundflow" for r in self.store.run_rows(run["pk"])):
+            run["statement_key"] = self._statement(run)  # the day's statement now carries this verdict (R45)
         if status == BLOCKED:
             count(M.RECON_BLOCKED, channel=run["channel"], merchant=run["mchid"])
             run.update(block_code=code, guard=code)
@@ -969,6 +1007,36 @@ class ReconService:
         return key
 
 
+def fee_entry_rows(
+    run: dict[str, Any], index: BillIndex, book: FeeBook, now: str
+) -> Iterator[dict[str, Any]]:
+    """The FEE ledger entries `book` plans for `index`'s rows, as `LedgerView.put_fees` writes them, streamed
+    (bench/recon_1m.py times this: every figure a run books, without the DynamoDB writes)."""
+    same = {
+        "kind": FEE,
+        "channel": run["channel"],
+        "mchid": run["mchid"],
+        "bill_date": run["bill_date"],
+        "source_run": run["run_id"],
+        "booked_at": now,
+    }
+    keys, flags, fees, refund = index.keys, index.flags, index.fees, BillIndex.REFUND
+    for pk, cents, i in book.new(index):
+        row = same.copy()  # a million rows: a copy and five stores beat a 12-key literal by half
+        row["pk"] = pk
+        row["amount_cent"] = cents
+        # the row the fee was charged on, by its own id (its key): 微信订单号 / 支付宝交易号 of a payment, the
+        # refund number of a refund
+        if flags[i] & refund:
+            row["of"] = REFUND
+            row["refund_no"] = keys[i].partition("#")[2]
+        else:
+            row["of"] = PAYMENT
+            row["transaction_id"] = keys[i].partition("#")[2]
+        row["fee_e5"] = fees[i]
+        yield row
+
+
 def _figures(f: DayFigures) -> dict[str, int]:
     return {
         "settlement_cent": f.settlement_cent,
@@ -976,6 +1044,28 @@ def _figures(f: DayFigures) -> dict[str, int]:
         "fee_cent": f.fee_cent,
         "fee_returned_cent": f.fee_returned_cent,
     }
+
+
+def _fee_charged(entry: dict[str, Any]) -> bool:
+    """A FEE entry charged (on a payment row) rather than given back (on a refund row); an entry without
+    `of` by its sign (positive = charged)."""
+    of = entry.get("of")
+    return of == PAYMENT if of else int(entry["amount_cent"]) > 0
+
+
+def _needs(ledger: DayFigures, lag: SettlementLag, ledger_day: str) -> dict[str, bool]:
+    """Fund-flow day -> whether the ledger says some of this day's money moves on it."""
+    figures = {
+        "SETTLEMENT": ledger.settlement_cent,
+        "REFUND": ledger.refund_cent,
+        "FEE": ledger.fee_cent,
+        "FEE_RETURN": ledger.fee_returned_cent,
+    }
+    needs: dict[str, bool] = {}
+    for item in FUND_ITEMS:
+        day = lag.day_of(item, ledger_day)
+        needs[day] = needs.get(day, False) or bool(figures[item])
+    return needs
 
 
 def fund_flow_parser(channel: str, data: bytes, account: str) -> Any:

@@ -6,6 +6,7 @@ The one parse of a run (the channel's own parser, through `OpenedBill.parser`) s
 the bill is exactly one shard of the ledger's `by_bill_shard` index. Per partition two files:
 
     pNN.idx   blocks of (rows, key bytes) + keys (\\n-joined UTF-8) + amounts (int64) + flags (uint8) + where (int64)
+              + fees (int64, e-5 yuan: what the partition's FEE entries book, R43)
     pNN.rows  the rows' raw lines, as in the bill; `where` is a row's offset in this file
 
 plus `head` (the bill's lines before its first row: what a parser needs to read any one row again). Matching a
@@ -173,7 +174,7 @@ class _Writer:
         self.rows = [0] * partitions
 
     def spill(self, index: BillIndex, lines: dict[int, bytes]) -> None:
-        keys, amounts, flags, where = index.keys, index.amounts, index.flags, index.where
+        keys, amounts, flags, where, fees = index.keys, index.amounts, index.flags, index.where, index.fees
         groups: list[list[int]] = [[] for _ in range(self.partitions)]
         n = self.partitions
         # store.tables.shard_of(k, n) (the ledger's shard when n == LEDGER_SHARDS: ledger_shard), inlined for a
@@ -197,11 +198,13 @@ class _Writer:
             self.idx[p].write(array("q", [amounts[i] for i in rows]).tobytes())
             self.idx[p].write(bytes([flags[i] for i in rows]))
             self.idx[p].write(at.tobytes())
+            self.idx[p].write(array("q", [fees[i] for i in rows]).tobytes())
             self.rows[p] += len(rows)
         del keys[:]
         del amounts[:]
         del flags[:]
         del where[:]
+        del fees[:]
 
     def close(self) -> None:
         for f in self.idx + self.raw:
@@ -222,6 +225,8 @@ def read_index(data: bytes) -> BillIndex:
         index.flags += data[pos : pos + n]
         pos += n
         index.where.frombytes(data[pos : pos + 8 * n])
+        pos += 8 * n
+        index.fees.frombytes(data[pos : pos + 8 * n])
         pos += 8 * n
     return index
 

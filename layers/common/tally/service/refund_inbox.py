@@ -42,6 +42,9 @@ def raw_row(
         "success_time": notice.success_time,
         "cumulative_cent": notice.cumulative_cent,
         "source": notice.source,
+        "settlement": notice.settlement,  # R43: the refund's settlement figures, or why not (+ the basis)
+        "settlement_error": notice.settlement_error,
+        "settlement_basis": notice.settlement_basis,
         "envelope_id": envelope_id or None,
         "body": body,
         "headers": headers or None,
@@ -67,6 +70,9 @@ def notice_from_raw(row: dict[str, Any], event_of: Callable[[str, str], Any]) ->
         success_time=row.get("success_time"),
         source=row.get("source", "notify"),
         cumulative_cent=_int_or_none(row.get("cumulative_cent")),
+        settlement={k: int(v) for k, v in row["settlement"].items()} if row.get("settlement") else None,
+        settlement_error=row.get("settlement_error"),
+        settlement_basis=row.get("settlement_basis") or None,
     )
 
 

@@ -43,6 +43,7 @@ from tally.domain.refunds import (
     tenant_mismatch,
     transit,
 )
+from tally.domain.settlement import refund_fields, settlement_of_entry
 from tally.observability import M, count, logger
 from tally.service.apply import RetryLater, bill_date
 from tally.service.refund_inbox import RefundInbox, notice_from_raw, park_forgery
@@ -537,7 +538,54 @@ class RefundService:
             success_time=notice.success_time,
             source=notice.source,
             reason=f"channel says {notice.status}",
+            notice=notice,
         )
+
+    # ------------------------------------------------------------------ the settlement refund (R43)
+
+    def settlement_of(
+        self, refund: RefundRow, notice: RefundNotice | None
+    ) -> tuple[dict[str, int] | None, str | None]:
+        """The REFUND entry's settlement figures, or (None, why): the report's own (a query answer, a v2
+        notification); else the report's basis rebuilt with the booked payment's Settlement (a v3 notification
+        of a payment without NOCASH coupons); else, once, the channel's refund query (it states
+        settlement_refund / refund_detail_item_list). Unknown after that: booked UNKNOWN with a queue item."""
+        if notice is not None and notice.settlement is not None:
+            return notice.settlement, None
+        payment = settlement_of_entry(self.store.payment_entry(refund))
+        basis = notice.settlement_basis if notice is not None else None
+        built = refund_fields(basis, payment, int(refund["amount_cent"]))
+        if built["settlement"] is not None:
+            return built["settlement"], None
+        reason = str(built["settlement_error"])
+        if notice is None or notice.source != "query":
+            asked, why = self._ask_settlement(refund, payment)
+            if asked is not None:
+                return asked, None
+            reason = f"{reason}; the refund query: {why}"
+        return None, reason[:300]
+
+    def _ask_settlement(self, refund: RefundRow, payment: Any) -> tuple[dict[str, int] | None, str]:
+        """One refund query for the figures a report lacked; any failure leaves the refund UNKNOWN (the money
+        is booked either way: the figure is for reconciliation, never a reason to hold the booking)."""
+        try:
+            answer = self._channel(refund["channel"], refund["mchid"]).query(dict(refund))
+        except Exception as exc:  # noqa: BLE001 - a missing figure must not stop the booking
+            return None, f"{type(exc).__name__}: {str(exc)[:160]}"
+        found = answer.notice
+        if answer.kind is not AnswerKind.OUTCOME or answer.event is not RefundEvent.SUCCEED or found is None:
+            return None, f"answered {answer.kind.value} {answer.code or ''} {answer.message or ''}".strip()[
+                :200
+            ]
+        if found.refund_cent is not None and found.refund_cent != int(refund["amount_cent"]):
+            return (
+                None,
+                f"it states {yuan_text(found.refund_cent)}, the refund is {yuan_text(int(refund['amount_cent']))}",
+            )
+        if found.settlement is not None:
+            return found.settlement, ""
+        built = refund_fields(found.settlement_basis, payment, int(refund["amount_cent"]))
+        return built["settlement"], str(built["settlement_error"] or "")
 
     def _refund_sp(self, refund: RefundRow) -> str | None:
         """The refund's service provider / ISV app: on the row since issue #15, else on its order."""
@@ -604,11 +652,14 @@ class RefundService:
         source: str = "api",
         known: RefundRow | None = None,
         extra: dict[str, Any] | None = None,
+        notice: RefundNotice | None = None,
     ) -> tuple[RefundApplied, RefundRow]:
         """Read → decide (pure transit) → one transaction; a lost status CAS re-reads and decides again.
         `known` (the row just written by this call) stands in for the first read: the CAS still guards it.
         `key` is the refund row's key (`refund_key`, or a legacy row's refund_no).
-        Returns the outcome and the refund as it stands afterwards."""
+        Returns the outcome and the refund as it stands afterwards. `notice`: the report that booked it (R43:
+        its settlement figures, `settlement_of`)."""
+        settled: dict[str, tuple[dict[str, int] | None, str | None]] = {}  # worked out once per call
         for round_no in range(CAS_ROUNDS):
             refund = known if (round_no == 0 and known is not None) else self.store.get(key)
             if refund is None:
@@ -639,13 +690,25 @@ class RefundService:
             assert to is not None
             how = {**landing(to, event, reason, refund_id, success_time, now_s), **(extra or {})}
             items = [self.store.move(key, status.value, to.value, now, **how)]
+            figures: dict[str, int] | None = None
             if decision.effect is Effect.BOOK:
+                if refund["pk"] not in settled:
+                    settled[refund["pk"]] = self.settlement_of(refund, notice)
+                figures, unknown_why = settled[refund["pk"]]
                 items.append(
                     self.store.ledger_entry(
-                        refund, refund_id, bill_date(success_time, now_s), success_time, source, now
+                        refund,
+                        refund_id,
+                        bill_date(success_time, now_s),
+                        success_time,
+                        source,
+                        now,
+                        settlement=figures,
                     )
                 )
                 items.append(self.store.book_on_hold(refund, now))
+                if figures is None:  # booked UNKNOWN with its queue item, in the same transaction (R43)
+                    items.append(self.store.settlement_unknown(refund, unknown_why or "", now))
             elif decision.effect is Effect.RELEASE:
                 items.append(self.store.release_on_hold(refund, now, reason or event.value))
             if raw:
@@ -662,6 +725,12 @@ class RefundService:
                     f"failed ({exc.failed}); left for the retry and the DLQ alarm"
                 ) from None
             self._count_transition(refund, to, decision.effect, reason)
+            if decision.effect is Effect.BOOK and figures is None:
+                count(M.SETTLEMENT_UNKNOWN, channel=refund.get("channel"), merchant=refund.get("mchid"))
+                logger.error(
+                    "refund booked with its settlement refund unknown: queue item created",
+                    extra={"refund_no": refund_no, "reason": settled[refund["pk"]][1]},
+                )
             if raw and raw_handled == 2:
                 count(M.REFUND_REPORT_MANUAL, channel=refund.get("channel"), merchant=refund.get("mchid"))
             after = self.store.landed(refund, to.value, now, **how)  # what store.move wrote

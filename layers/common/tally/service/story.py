@@ -20,17 +20,16 @@ not stored (repeated deliveries of a stored row, every poll answer but the last)
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from tally import errors
+from tally.domain.clock import CHINA
 from tally.domain.events import events_for_change
 from tally.domain.money import format_cents
 from tally.domain.refunds import refund_raw_key
 from tally.store.refunds import open_holds
 from tally.store.tables import order_key
-
-CHINA = timezone(timedelta(hours=8))
 
 KINDS = (
     "order",  # created, prepay, expiry

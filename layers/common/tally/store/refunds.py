@@ -22,12 +22,16 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from tally.store.codec import from_item, names_values, to_item
+from tally.store.payments import SETTLEMENT_UNKNOWN_KIND
 from tally.store.recon import with_bill_shard
 from tally.store.records import RefundRow, as_refund
 from tally.store.tables import Tables, shard_of
 from tally.store.tables import TransactionFailed as TransactionFailed  # the one (store/tables.py)
 
 POLL_SHARDS = 4
+SETTLEMENT_UNKNOWN = (
+    "UNKNOWN"  # a REFUND entry's settlement_state when its settlement refund is unknown (R43)
+)
 HOLD_PREFIX = "hold#"  # an order attribute per refund reserved but not yet stored as a refund row
 HOLD_ORDER = "order"  # reserved on orders.refundable_cent (a booked payment)
 HOLD_TASK = "task"  # reserved on a refund task (an ILLEGAL payment that was never booked, R17)
@@ -425,6 +429,7 @@ class RefundStore:
         success_time: str | None,
         source: str,
         now: str,
+        settlement: Mapping[str, int] | None = None,
     ) -> dict[str, Any]:
         row = {
             "pk": refund_ledger_key(refund),
@@ -443,6 +448,9 @@ class RefundStore:
             "booked_at": now,
             "source": source,
             "hold": refund["hold"],
+            # R43: the settlement figures next to amount_cent (which stays the refund's amount, R12 unchanged)
+            **(settlement or {}),
+            "settlement_state": "KNOWN" if settlement is not None else SETTLEMENT_UNKNOWN,
         }
         return {
             "Put": {
@@ -451,6 +459,44 @@ class RefundStore:
                 "ConditionExpression": "attribute_not_exists(pk)",
             }
         }
+
+    def settlement_unknown(self, refund: Mapping[str, Any], reason: str, now: str) -> dict[str, Any]:
+        """R43, as store/payments.py does for a payment: the refund is booked (the money went back) but what
+        the channel settles for it is unknown: one notify_event row of manual_kind `settlement_unknown` (the
+        work queue lists it) in the booking transaction, so a booked UNKNOWN entry always has its item."""
+        ledger_pk = refund_ledger_key(refund)
+        row = {
+            "pk": f"settlement#{ledger_pk}",
+            "kind": SETTLEMENT_UNKNOWN_KIND,
+            "manual_kind": SETTLEMENT_UNKNOWN_KIND,
+            "created_at": now,
+            "channel": refund["channel"],
+            "mchid": refund["mchid"],
+            "out_trade_no": refund["out_trade_no"],
+            "transaction_id": refund.get("transaction_id"),
+            "refund_no": refund["refund_no"],
+            "ledger_pk": ledger_pk,
+            "order": refund["order_pk"],  # not order_pk: that would put it in notify_event's by_order index
+            "amount_cent": refund["amount_cent"],
+            "reason": f"settlement refund unknown: {reason or 'no settlement figures'} "
+            "(booked on the refund amount; query the refund)"[:500],
+        }
+        return {
+            "Put": {
+                "TableName": self.t.base.notify_event,
+                "Item": to_item(row),
+                "ConditionExpression": "attribute_not_exists(pk)",
+            }
+        }
+
+    def payment_entry(self, refund: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The PAYMENT ledger entry the refund gives money back from (`channel#mchid#transaction_id`, the
+        payment's raw key), for its settlement figures (R43); None when there is none (a refund task's payment
+        was never booked) or the refund names no transaction."""
+        if not refund.get("transaction_id"):
+            return None
+        pk = f"{refund['channel']}#{refund['mchid']}#{refund['transaction_id']}"
+        return self.t.base.get(self.t.base.ledger, pk)
 
     def transact(self, items: list[dict[str, Any]]) -> None:
         self.t.base.transact(items)  # raises TransactionFailed

@@ -257,8 +257,11 @@ class BillFiles:
     names: list[str]
 
 
-def open_zip(data: bytes) -> BillFiles:
-    """Pick the two CSVs by suffix (entry order is not guaranteed; names are GBK in the zip header)."""
+def open_zip(
+    data: bytes, detail_suffix: str = DETAIL_SUFFIX, summary_suffix: str = SUMMARY_SUFFIX
+) -> BillFiles:
+    """Pick the two CSVs by suffix (entry order is not guaranteed; names are GBK in the zip header). The fund
+    flow (signcustomer) passes its own suffixes (`…_账务明细.csv`, `…_账务明细(汇总).csv`)."""
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
     except zipfile.BadZipFile:
@@ -274,12 +277,12 @@ def open_zip(data: bytes) -> BillFiles:
             except (UnicodeEncodeError, UnicodeDecodeError):
                 pass  # keep zipfile's reading; the suffix test below decides
         names.append(name)
-        if name.endswith(SUMMARY_SUFFIX):
+        if name.endswith(summary_suffix):
             summary = archive.read(info)
-        elif name.endswith(DETAIL_SUFFIX):
+        elif name.endswith(detail_suffix):
             detail = archive.read(info)
     if detail is None:
-        raise BillParseError(f"no *{DETAIL_SUFFIX} in the zip (entries: {names})")
+        raise BillParseError(f"no *{detail_suffix} in the zip (entries: {names})")
     return BillFiles(detail, summary, names)
 
 

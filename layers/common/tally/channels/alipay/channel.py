@@ -74,6 +74,22 @@ class Alipay(ChannelNames):
 
         return AlipayBillSource(merchants)
 
+    def fund_flow_source(self, merchants: Any) -> Any:
+        """账务明细 (`bill_type=signcustomer`, R45): channels/alipay/fundflow_source.py."""
+        from tally.channels.alipay.fundflow_source import AlipayFundFlowSource
+
+        return AlipayFundFlowSource(merchants)
+
+    def open_fund_flow(self, data: bytes, account: str) -> Any:
+        """A kept 账务明细 file (the zip's member as served; a whole zip dropped by hand is opened too)."""
+        from tally.channels.alipay.bills import open_zip
+        from tally.channels.alipay.fundflow import DETAIL_SUFFIX, SUMMARY_SUFFIX, AlipayFundFlowParser
+        from tally.channels.bill_source import lines_of
+
+        if data[:2] == b"PK":
+            data = open_zip(data, DETAIL_SUFFIX, SUMMARY_SUFFIX).detail
+        return AlipayFundFlowParser(lines_of(data))
+
     def open_bill(self, data: bytes) -> Bill | None:
         from tally.channels.alipay.bills import AlipayBill
 
@@ -107,4 +123,11 @@ CHANNEL = Alipay(
     merchant_param="app_id",
     currencies=("CNY",),
     reconciled=True,
+    merchant_accessors=(  # channels/alipay/merchant.py Desk, as MerchantDirectory methods
+        "alipay",
+        "alipay_client",
+        "add_alipay",
+        "add_alipay_certificate",
+        "add_alipay_sub",
+    ),
 )

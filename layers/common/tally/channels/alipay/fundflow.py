@@ -26,7 +26,7 @@ import csv
 import re
 from collections.abc import Iterable, Iterator
 
-from tally.domain.fundflow import FEE, OTHER, REFUND, SETTLEMENT, UNCLASSIFIED, FundFlowRow
+from tally.domain.fundflow import FEE, OTHER, REFUND, SETTLEMENT, UNCLASSIFIED, FlowTally, FundFlowRow
 from tally.domain.recon import BillParseError, BillTotals, SummaryCheck, to_units
 
 CHANNEL = "alipay"
@@ -61,14 +61,17 @@ class AlipayFundFlowParser:
     def __init__(self, lines: Iterable[bytes]):
         self._lines = lines
         self.totals = BillTotals(CHANNEL, "FUNDFLOW_SIGNCUSTOMER")
-        self.balance_breaks = 0
+        self.tally = FlowTally()
+
+    @property
+    def balance_breaks(self) -> int:
+        return self.tally.balance_breaks
 
     def rows(self) -> Iterator[FundFlowRow]:
         header_seen = False
         income_total: tuple[int, int] | None = None
         expense_total: tuple[int, int] | None = None
-        income_n = expense_n = income = expense = 0
-        previous_balance: int | None = None
+        tally = self.tally = FlowTally()
         for number, raw in enumerate(self._lines, 1):
             try:
                 line = raw.decode(ENCODING)
@@ -103,15 +106,7 @@ class AlipayFundFlowParser:
                 row = _row([v.strip() for v in values])
             except ValueError as exc:
                 raise BillParseError(str(exc), number) from None
-            if previous_balance is not None and previous_balance + row.amount_cent != row.balance_cent:
-                self.balance_breaks += 1
-            previous_balance = row.balance_cent
-            if row.sign > 0:
-                income_n += 1
-                income += row.amount_cent
-            else:
-                expense_n += 1
-                expense -= row.amount_cent
+            tally.add(row)
             self.totals.rows += 1
             yield row
         if not header_seen:
@@ -119,13 +114,13 @@ class AlipayFundFlowParser:
         checks = []
         if income_total is not None:
             checks += [
-                SummaryCheck("收入合计笔数", income_total[0], income_n, "rows"),
-                SummaryCheck("收入合计金额", income_total[1], income),
+                SummaryCheck("收入合计笔数", income_total[0], tally.income_n, "rows"),
+                SummaryCheck("收入合计金额", income_total[1], tally.income_cent),
             ]
         if expense_total is not None:
             checks += [
-                SummaryCheck("支出合计笔数", expense_total[0], expense_n, "rows"),
-                SummaryCheck("支出合计金额", expense_total[1], expense),
+                SummaryCheck("支出合计笔数", expense_total[0], tally.expense_n, "rows"),
+                SummaryCheck("支出合计金额", expense_total[1], tally.expense_cent),
             ]
         if income_total is not None and expense_total is not None:
             self.totals.stated_rows = income_total[0] + expense_total[0]

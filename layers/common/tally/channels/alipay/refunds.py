@@ -31,6 +31,7 @@ from typing import Any
 from tally.channels.alipay import wire as ali
 from tally.domain.money import MoneyError
 from tally.domain.refunds import AnswerKind, ChannelAnswer, RefundEvent, RefundNotice
+from tally.domain.settlement import alipay_refund_basis, refund_fields
 
 REFUND = "alipay.trade.refund"
 REFUND_QUERY = "alipay.trade.fastpay.refund.query"
@@ -104,6 +105,9 @@ def refund_notice(params: dict[str, str]) -> RefundNotice:
         success_time=_refund_time(params.get("gmt_refund")),
         source="notify",
         cumulative_cent=ali.amount_cents(params, "refund_fee"),
+        # R43: the notification names no amount of this refund: the apply step settles it from the refund's
+        # own amount and the payment, or asks the refund query (refund_detail_item_list)
+        **refund_fields(None),
     )
 
 
@@ -144,7 +148,11 @@ class AlipayRefunds:
         )
 
     def query(self, refund: dict[str, Any]) -> ChannelAnswer:
-        biz = {"out_request_no": refund["refund_no"], **_trade_ref(refund)}
+        biz = {
+            "out_request_no": refund["refund_no"],
+            **_trade_ref(refund),
+            "query_options": ["refund_detail_item_list"],  # R43: the fund channels of the refund (§6.4)
+        }
         try:
             answer = self.client.call(REFUND_QUERY, biz)
         except ali.ChannelError as exc:
@@ -179,6 +187,9 @@ def query_answer(
         return ChannelAnswer(AnswerKind.UNKNOWN, code=status, message=f"unmapped refund_status {status!r}")
     try:
         amount = ali.amount_cents(answer, "refund_amount")
+        basis = alipay_refund_basis(
+            str(answer["refund_amount"]), answer.get("send_back_fee"), answer.get("refund_detail_item_list")
+        )
         total = (
             ali.amount_cents(answer, "total_amount")
             if answer.get("total_amount")
@@ -198,6 +209,8 @@ def query_answer(
             total_cent=total,
             success_time=_refund_time(answer.get("gmt_refund_pay")),
             source="query",
+            **refund_fields(basis),
+            settlement_basis=basis,
         )
     except (ali.ParseError, MoneyError, ValueError) as exc:
         return ChannelAnswer(AnswerKind.UNKNOWN, code=status, message=f"refund query answer unusable: {exc}")

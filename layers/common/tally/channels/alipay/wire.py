@@ -16,7 +16,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from cryptography import x509
@@ -26,12 +26,12 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 from tally import errors
 from tally.channels.alipay.channel import CHANNEL as SPEC
+from tally.domain.clock import CHINA
 from tally.domain.money import MoneyError, yuan_to_cents
 from tally.domain.notifications import Outcome, PaymentNotice
 from tally.domain.settlement import alipay_payment, notice_fields
 
 CHANNEL = SPEC.stored
-CHINA = timezone(timedelta(hours=8))
 CHARSETS = {"utf-8": "utf-8", "utf8": "utf-8", "gbk": "gbk", "gb2312": "gb2312", "gb18030": "gb18030"}
 
 # trade_status → outcome (§5.3, R16). Anything not here is unknown: it goes to a person.

@@ -97,8 +97,35 @@ class WeChatPayV2(ChannelNames):
     def open_bill(self, data: bytes) -> Bill | None:
         return None
 
+    def fund_flow_source(self, merchants: Any) -> Any:
+        """The stored "wechatpay" fund flow (R45): v3's `/v3/bill/fundflowbill` or v2's `/pay/downloadfundflow`,
+        picked by the same records as the trade bill (channels/wechatpay_v2/fundflow_source.py)."""
+        from tally.channels.wechatpay_v2.fundflow_source import WeChatFundFlowChoice, WeChatV2FundFlowSource
+        from tally.channels.wechatpay_v3.fundflow_source import WeChatFundFlowSource
+
+        return WeChatFundFlowChoice(
+            merchants, WeChatFundFlowSource(merchants), WeChatV2FundFlowSource(merchants)
+        )
+
     def merchant(self, merchants: Any, merchant_id: str) -> Any:
         return merchants.wechatpay_v2(merchant_id)
+
+    def redact_body(self, text: str, hide: Callable[[str], str]) -> str:
+        """`<req_info>`: a refund report encrypted with md5(API key) (channel-spec §4)."""
+        import re
+
+        return re.sub(
+            r"(<req_info>)(.*?)(</req_info>)",
+            lambda m: m.group(1) + hide(m.group(2)) + m.group(3),
+            text,
+            flags=re.S,
+        )
+
+    def order_refusal(self, merchant: Any, prepay: bool) -> str | None:
+        """`/pay/unifiedorder` needs the appid: a merchant configured without one takes no prepay order."""
+        if prepay and not merchant.appid:
+            return "prepay for a wechatpay_v2 merchant needs its appid (tally merchant add --appid)"
+        return None
 
     def prepay(
         self, merchants: Any, merchant: Any, order: dict[str, Any], *, expire_minutes: int, expire_s: float
@@ -125,4 +152,5 @@ CHANNEL = WeChatPayV2(
     merchant_param="mchid",
     currencies=("CNY",),
     reconciled=True,  # its payments are in the merchant's WeChat bill (stored "wechatpay")
+    merchant_accessors=("wechatpay_v2", "wechatpay_v2_client", "add_wechatpay_v2"),  # merchant.py Desk
 )

@@ -278,6 +278,10 @@ def query_answer(answer: dict[str, str], refund: dict[str, Any], mchid: str) -> 
                 "transaction_id": answer.get("transaction_id") or "",
                 "refund_fee": answer.get(f"refund_fee_{index}", ""),
                 "total_fee": answer.get("total_fee", ""),
+                # R43: 退款金额 = 申请退款金额 − 非充值代金券退款金额, and the coupons' share of this refund
+                "settlement_refund_fee": answer.get(f"settlement_refund_fee_{index}", ""),
+                "settlement_total_fee": answer.get("settlement_total_fee", ""),
+                "coupon_refund_fee": answer.get(f"coupon_refund_fee_{index}", ""),
                 "success_time": answer.get(f"refund_success_time_{index}") or "",
             },
             mchid,

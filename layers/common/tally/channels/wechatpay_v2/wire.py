@@ -14,7 +14,7 @@ import hmac
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping
-from datetime import datetime, timedelta, timezone
+from datetime import datetime
 from typing import Any
 
 from cryptography.hazmat.primitives import padding as sym_padding
@@ -24,14 +24,14 @@ from defusedxml import ElementTree as SafeET
 
 from tally import errors
 from tally.channels.wechatpay_v2.channel import CHANNEL as SPEC
+from tally.domain.clock import CHINA
 from tally.domain.notifications import PaymentNotice
 from tally.domain.poll import Answer
 from tally.domain.refunds import RefundNotice
-from tally.domain.settlement import notice_fields, wechat_v2_payment
+from tally.domain.settlement import notice_fields, refund_fields, v2_refund_basis, wechat_v2_payment
 
 CHANNEL = SPEC.stored  # "wechatpay": same transaction id space as v3 (see the module docstring)
 API = str(SPEC.api)  # "wechatpay_v2": the order row's `api`, the merchants table's channel
-CHINA = timezone(timedelta(hours=8))
 ACK_CONTENT_TYPE = "text/xml"
 _FORBIDDEN = re.compile(rb"<!\s*(DOCTYPE|ENTITY)", re.IGNORECASE)
 _DIGITS = re.compile(r"^\d{1,15}$", re.ASCII)
@@ -242,6 +242,7 @@ def to_refund_notice(refund: dict[str, str], mchid: str) -> RefundNotice:
 
     word = str(refund.get("refund_status") or "")
     v3_word = REFUND_STATUS_V2.get(word)
+    basis = v2_refund_basis(refund)  # R43: settlement_refund_fee (+ coupon_refund_fee from the query)
     try:
         return RefundNotice(
             channel=CHANNEL,
@@ -257,6 +258,8 @@ def to_refund_notice(refund: dict[str, str], mchid: str) -> RefundNotice:
             total_cent=_fen(refund, "total_fee"),
             success_time=_beijing(refund.get("success_time")),
             source="notify",
+            **refund_fields(basis),
+            settlement_basis=basis,
         )
     except (KeyError, ValueError) as exc:
         raise ParseError(f"req_info lacks or mistypes {exc}") from None

@@ -255,7 +255,13 @@ class WeChatBillParser:
         has_refunds = refund_only = False
         check_fees = self.check_fees
         if index is not None:
-            keys, amounts, flags, where = index.keys, index.amounts, index.flags, index.where
+            keys, amounts, flags, where, fees = (
+                index.keys,
+                index.amounts,
+                index.flags,
+                index.where,
+                index.fees,
+            )
         for number, raw in enumerate(self._lines, 1):
             start = pos
             pos += len(raw)
@@ -311,6 +317,7 @@ class WeChatBillParser:
                 if index is not None:
                     amounts.append(amount)
                     where.append(start)
+                    fees.append(fee)  # the FEE entry's figure (R43): no second pass to book fees
                     continue
                 yield self._item(
                     lay,

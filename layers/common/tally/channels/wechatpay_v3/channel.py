@@ -10,7 +10,7 @@ from tally.channels.registry import ChannelNames
 
 if TYPE_CHECKING:
     from tally.channels.bill_source import Bill, BillSource
-    from tally.channels.registry import PullClient, RefundClient
+    from tally.channels.registry import PullClient, RefundClient, Synthetic
     from tally.domain.notifications import Outcome, PaymentNotice
     from tally.domain.refunds import RefundEvent
 
@@ -77,9 +77,10 @@ class WeChatPayV3(ChannelNames):
         return None
 
     def fund_flow_source(self, merchants: Any) -> Any:
-        from tally.channels.wechatpay_v3.fundflow_source import WeChatFundFlowSource
-
-        return WeChatFundFlowSource(merchants)
+        """None: like the trade bill, the stored "wechatpay" fund flow is v2's channel's to give
+        (channels/wechatpay_v2/fundflow_source.py: v3's `/v3/bill/fundflowbill` or v2's `/pay/downloadfundflow`, as
+        the merchant's records say)."""
+        return None
 
     def open_fund_flow(self, data: bytes, account: str) -> Any:
         from tally.channels.bill_source import gunzip, lines_of
@@ -95,13 +96,25 @@ class WeChatPayV3(ChannelNames):
     def merchant(self, merchants: Any, merchant_id: str) -> Any:
         return merchants.wechatpay(merchant_id)
 
+    def refresh_certificates(
+        self, merchants: Any, merchant_ids: list[str], max_age_s: float
+    ) -> dict[str, bool]:
+        """GET /v3/certificates for cert-mode merchants (merchant.py Desk.refresh_platform_certificates)."""
+        return dict(merchants.refresh_platform_certificates(merchant_ids, max_age_s))
+
+    def synthetic(self) -> Synthetic | None:
+        """A v3 callback signed and encrypted the way WeChat does it (channels/wechatpay_v3/heartbeat.py)."""
+        from tally.channels.wechatpay_v3 import heartbeat
+
+        return heartbeat.SYNTHETIC
+
     def prepay(
         self, merchants: Any, merchant: Any, order: dict[str, Any], *, expire_minutes: int, expire_s: float
     ) -> dict[str, str]:
         """Native prepay → code_url; a sub-merchant's order is placed with its provider's credentials (R11)."""
         from datetime import datetime
 
-        from tally.domain.recon import CHINA  # the channels' clock: Beijing time
+        from tally.domain.clock import CHINA  # the channels' clock: Beijing time
 
         client = merchants.client(merchant)
         terms = {
@@ -137,7 +150,7 @@ class WeChatPayV3(ChannelNames):
         from datetime import datetime
 
         from tally.channels.wechatpay_v3 import combine
-        from tally.domain.recon import CHINA
+        from tally.domain.clock import CHINA
 
         code_url = combine.native_prepay(
             merchants.client(merchant),
@@ -161,4 +174,12 @@ CHANNEL = WeChatPayV3(
     merchant_param="mchid",
     currencies=None,
     reconciled=True,
+    merchant_accessors=(  # channels/wechatpay_v3/merchant.py Desk, as MerchantDirectory methods
+        "wechatpay",
+        "client",
+        "add_wechatpay",
+        "add_wechatpay_partner",
+        "refresh_platform_certificates",
+        "refresh_platform_keys",
+    ),
 )

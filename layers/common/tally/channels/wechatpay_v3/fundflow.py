@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator
 
-from tally.domain.fundflow import FEE, OTHER, REFUND, SETTLEMENT, UNCLASSIFIED, FundFlowRow
+from tally.domain.fundflow import FEE, OTHER, REFUND, SETTLEMENT, UNCLASSIFIED, FlowTally, FundFlowRow
 from tally.domain.recon import BillParseError, BillTotals, SummaryCheck, to_units
 
 CHANNEL = "wechatpay"
@@ -62,15 +62,18 @@ class WeChatFundFlowParser:
         self._lines = lines
         self.account = account
         self.totals = BillTotals(CHANNEL, f"FUNDFLOW_{account}")
-        self.balance_breaks = 0
+        self.tally = FlowTally()
         self.memo_mismatches = 0
+
+    @property
+    def balance_breaks(self) -> int:
+        return self.tally.balance_breaks
 
     def rows(self) -> Iterator[FundFlowRow]:
         header_seen = False
         summary_header = False
         summary_done = False
-        income_n = expense_n = income = expense = 0
-        previous_balance: int | None = None
+        tally = self.tally = FlowTally()
         for number, raw in enumerate(self._lines, 1):
             try:
                 line = raw.decode("utf-8")
@@ -90,7 +93,7 @@ class WeChatFundFlowParser:
             if summary_header:
                 if not line.startswith("`"):
                     raise BillParseError(f"summary values must start with a backtick: {line[:60]!r}", number)
-                self._summary(line[1:].split(",`"), number, (income_n, income, expense_n, expense))
+                self._summary(line[1:].split(",`"), number, tally)
                 summary_done = True
                 continue
             if line.strip() == SUMMARY_HEADER:
@@ -107,15 +110,7 @@ class WeChatFundFlowParser:
                 row = self._row(v)
             except ValueError as exc:
                 raise BillParseError(str(exc), number) from None
-            if previous_balance is not None and previous_balance + row.amount_cent != row.balance_cent:
-                self.balance_breaks += 1
-            previous_balance = row.balance_cent
-            if row.sign > 0:
-                income_n += 1
-                income += row.amount_cent
-            else:
-                expense_n += 1
-                expense -= row.amount_cent
+            tally.add(row)
             self.totals.rows += 1
             yield row
         if not header_seen:
@@ -172,7 +167,7 @@ class WeChatFundFlowParser:
             sign,
         )
 
-    def _summary(self, values: list[str], number: int, parsed: tuple[int, int, int, int]) -> None:
+    def _summary(self, values: list[str], number: int, parsed: FlowTally) -> None:
         names = SUMMARY_HEADER.split(",")
         if len(values) != len(names):
             raise BillParseError(f"summary has {len(values)} values for {len(names)} columns", number)
@@ -186,7 +181,8 @@ class WeChatFundFlowParser:
             )
         except ValueError as exc:
             raise BillParseError(f"summary: {exc}", number) from None
-        p_income_n, p_income, p_expense_n, p_expense = parsed
+        p_income_n, p_income = parsed.income_n, parsed.income_cent
+        p_expense_n, p_expense = parsed.expense_n, parsed.expense_cent
         self.totals.stated_rows = total_n
         self.totals.checks = [
             SummaryCheck("资金流水总笔数", total_n, self.totals.rows, "rows"),

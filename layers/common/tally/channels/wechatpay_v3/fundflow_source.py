@@ -13,6 +13,7 @@ from tally.channels.wechatpay_v3.fundflow import ACCOUNTS
 
 class WeChatFundFlowSource:
     channel = wx.CHANNEL
+    accounts = ("BASIC",)
 
     def __init__(self, merchants: Any):
         self.merchants = merchants
@@ -28,8 +29,7 @@ class WeChatFundFlowSource:
             merchant = self.merchants.wechatpay(mchid)
         except errors.NotFound:
             raise DownloadFailed(
-                f"merchant {mchid}: no WeChat Pay v3 credentials for /v3/bill/fundflowbill "
-                "(v2's /pay/downloadfundflow is not wired)",
+                f"merchant {mchid}: no WeChat Pay v3 credentials for /v3/bill/fundflowbill",
                 code="NO_BILL_SOURCE",
             ) from None
         client = self.merchants.client(merchant)

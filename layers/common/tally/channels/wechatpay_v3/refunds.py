@@ -12,6 +12,7 @@ from tally import errors
 from tally.channels.wechatpay_v3 import wire as wx
 from tally.domain.money import MoneyError, cents, received_cents
 from tally.domain.refunds import AnswerKind, ChannelAnswer, RefundEvent, RefundNotice
+from tally.domain.settlement import refund_fields, v3_refund_basis
 
 CREATE_PATH = "/v3/refund/domestic/refunds"
 
@@ -74,6 +75,10 @@ def to_refund_notice(resource: dict[str, Any], source: str = "notify") -> Refund
         partner = "sp_mchid" in resource
         amount = resource.get("amount") or {}
         status = _text(resource.get("refund_status") or resource.get("status"))
+        # R43: the notification states total/refund/payer_total/payer_refund only, the query answer also
+        # settlement_refund, discount_refund …; what the report alone cannot settle the apply step retries
+        # with the payment (its basis is kept)
+        basis = v3_refund_basis(amount) if isinstance(amount, dict) else None
         return RefundNotice(
             channel=wx.CHANNEL,
             refund_no=_text(resource["out_refund_no"]),
@@ -88,6 +93,8 @@ def to_refund_notice(resource: dict[str, Any], source: str = "notify") -> Refund
             total_cent=received_cents(amount["total"]),
             success_time=resource.get("success_time") or None,
             source=source,
+            **refund_fields(basis),
+            settlement_basis=basis,
         )
     except (KeyError, TypeError, MoneyError) as exc:
         raise wx.DecryptError(f"refund resource lacks or mistypes {exc}") from None
