@@ -4,10 +4,13 @@ WeChat Pay v2 merchant."""
 
 from __future__ import annotations
 
+import json
 import random
 
 import boto3
 from tally import bootstrap
+
+from tests.integration.channel_kit import Alipay
 
 D = "2024-05-01"
 D_BEFORE = "2024-04-30"
@@ -50,3 +53,51 @@ def new_v2(h, sim, mchid=None, **record):
         **record,
     )
     return m
+
+
+def pay_v2(h, sim, m, cents, time_end):
+    """A v2 order created through our API, paid in the simulator on `time_end`, its notification booked."""
+    response = h.create_order(m["mch_id"], amount_cent=cents, prepay=True, channel="wechatpay_v2")
+    assert response["statusCode"] == 201, response
+    otn = json.loads(response["body"])["out_trade_no"]
+    tid = sim.wechatpay_v2.pay(m["mch_id"], otn, drop=True, time_end=time_end)
+    order = sim.wechatpay_v2.orders[(m["mch_id"], otn)]
+    fields = sim.wechatpay_v2.payment_params(
+        m["mch_id"], otn, order["total_fee"], transaction_id=tid, time_end=time_end
+    )
+    body = sim.wechatpay_v2.build_notification(fields)
+    answer = h.call(
+        "NotifyFunction",
+        "POST",
+        f"/notify/wechatpay-v2/{m['mch_id']}",
+        body,
+        {"content-type": "text/xml"},
+        {"mchid": m["mch_id"]},
+    )
+    assert answer["statusCode"] == 200, answer
+    assert h.drain() == []
+    return otn, tid
+
+
+def alipay_pay(h, app_id, cents, paid_at, *, deliver=True, created_at=None, receipt=None):
+    """An Alipay order paid at `paid_at` (Beijing); `deliver` sends the signed notification through our handler."""
+    response = h.create_order(app_id, amount_cent=cents, prepay=True, channel="alipay")
+    assert response["statusCode"] == 201, response
+    otn = json.loads(response["body"])["out_trade_no"]
+    trade_no = h.sim.alipay.pay(
+        app_id, otn, drop=True, paid_at=paid_at, created_at=created_at, receipt_amount=receipt
+    )
+    if deliver:
+        order = h.sim.alipay.orders[(app_id, otn)]
+        params = h.sim.alipay.notification_params(
+            app_id,
+            otn,
+            cents,
+            trade_no=trade_no,
+            receipt_amount=order["receipt"],
+            gmt_payment=paid_at,
+            gmt_create=created_at or paid_at,
+        )
+        assert Alipay(h).notify(app_id, h.sim.alipay.build_notification(params), {})["statusCode"] == 200
+        assert h.drain() == []
+    return otn, trade_no

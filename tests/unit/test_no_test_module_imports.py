@@ -13,11 +13,6 @@ TESTS = Path(__file__).resolve().parents[1]
 # tests/integration/recon_helpers.py): shrink this, never grow it.
 KNOWN: dict[str, list[str]] = {
     "integration/test_backfill_settlement.py": ["tests.integration.test_refund_settlement"],
-    "integration/test_recon_fundflow_channels.py": [
-        "tests.integration.test_recon_alipay",
-        "tests.integration.test_recon_v2",
-    ],
-    "integration/test_recon_week.py": ["tests.integration.test_recon_alipay"],
 }
 
 
