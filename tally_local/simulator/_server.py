@@ -199,6 +199,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._json(body) if method == "POST" else {},
                 merchant,
                 serial=self.headers.get("Wechatpay-Serial"),
+                query=query,
             )
         if method == "POST" and path == "/v3/pay/transactions/native":
             return 200, sim.create_native_order(merchant.mchid, self._json(body))

@@ -101,6 +101,14 @@ class _Job:
     started: float = field(default_factory=time.monotonic)
 
 
+def refuse_combine_sub_order(order: dict[str, Any]) -> None:
+    """A combine order's sub-order is closed only with the combine close ("合单支付订单只能使用此合单关单api完成关单");
+    the single close refuses it. The code is the simulator's choice (no official code retrieved): 400
+    INVALID_REQUEST, which Tally hands to a person like any refused close."""
+    if order.get("combine_out_trade_no"):
+        raise SimulatorError(400, "INVALID_REQUEST", "合单支付订单只能使用合单关单接口关单")
+
+
 def test_merchant() -> dict[str, str]:
     """The committed TEST-ONLY merchant from ``testkeys/`` (mchid, appid, apiv3_key, merchant_serial,
     merchant_private_key_pem, merchant_public_key_pem, merchant_cert_pem)."""
@@ -408,6 +416,7 @@ class WeChatPayV3Desk:
     def close_order(self, mchid: str, out_trade_no: str) -> None:
         with self._lock:
             order = self._visible_order(mchid, out_trade_no)
+            refuse_combine_sub_order(order)
             if order["trade_state"] == "SUCCESS":
                 raise SimulatorError(400, "ORDER_PAID", "订单已支付")
             if order["trade_state"] == "CLOSED":

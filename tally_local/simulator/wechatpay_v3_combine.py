@@ -6,6 +6,11 @@
   ``sub_orders[].mchid`` too (partner mode: the provider, the order's merchant is ``sub_mchid``).
 * ``GET /v3/combine-transactions/out-trade-no/{combine_out_trade_no}`` → the combine order in the notification
   resource's shape (sub_orders[] with trade_state, and transaction_id + amount.payer_amount once paid).
+* ``POST /v3/combine-transactions/out-trade-no/{combine_out_trade_no}/close`` ``{combine_appid, sub_orders[{mchid,
+  out_trade_no, sub_mchid?}]}`` → 204: every named sub-order that is NOTPAY becomes CLOSED, all or none. A named
+  sub-order already paid → 400 ``ORDER_PAID`` (nothing closed); all named ones closed already → 400
+  ``ORDER_CLOSED``; a sub-order not of this combine (or its sub_mchid wrong) → 400 ``PARAM_ERROR``. The
+  single-order close refuses a combine's sub-order (wechatpay_v3.py): a combine order is closed only so.
 * ``pay_combine(combine_mchid, combine_out_trade_no, drop=, duplicates=, forge_sub=)`` pays every sub-order
   (each its own transaction_id, each an ordinary paid order on the v3 books: queries, refunds and bills see it)
   and delivers ONE TRANSACTION.SUCCESS notification carrying all sub-orders.
@@ -25,6 +30,7 @@ from .kernel import SimulatorError
 from .wechatpay_v3 import OUT_TRADE_NO_RE, WeChatPayV3Desk
 
 _QUERY = re.compile(r"^/v3/combine-transactions/out-trade-no/([^/]+)$")
+_CLOSE = re.compile(r"^/v3/combine-transactions/out-trade-no/([^/]+)/close$")
 _REQUIRED = ("combine_appid", "combine_mchid", "combine_out_trade_no", "sub_orders", "notify_url")
 _SUB_REQUIRED = ("mchid", "attach", "amount", "out_trade_no", "description")
 
@@ -39,6 +45,9 @@ class CombineDesk:
             return 200, self.create_combine_native_order(mchid, body)
         if method == "GET" and (m := _QUERY.match(path)):
             return 200, self.combine_view(mchid, unquote(m.group(1)))
+        if method == "POST" and (m := _CLOSE.match(path)):
+            self.close_combine(mchid, unquote(m.group(1)), body)
+            return 204, None
         raise SimulatorError(404, "NOT_FOUND", f"simulator does not implement {method} {path}")
 
     def create_combine_native_order(self, mchid: str, body: dict[str, Any]) -> dict[str, str]:
@@ -115,6 +124,47 @@ class CombineDesk:
                 "sub_orders": kept,
             }
         return {"code_url": code_url}
+
+    def close_combine(self, mchid: str, combine_out_trade_no: str, body: dict[str, Any]) -> None:
+        """The combine close (all named sub-orders or none), signed by the combine initiator ``mchid``."""
+        merchant = self.v3.merchant(mchid)
+        for name in ("combine_appid", "sub_orders"):
+            if body.get(name) in (None, "", []):
+                raise SimulatorError(
+                    400, "PARAM_ERROR", f"输入源“/body/{name}”必填性规则校验失败，此字段为必填项"
+                )
+        if body["combine_appid"] != merchant.appid:
+            raise SimulatorError(400, "APPID_MCHID_NOT_MATCH", "combine_appid和combine_mchid不匹配")
+        named = body["sub_orders"]
+        if not isinstance(named, list) or not 1 <= len(named) <= 50:
+            raise SimulatorError(400, "PARAM_ERROR", "sub_orders须为1-50个子单")
+        with self.v3._lock:
+            combine = self._combines.get((merchant.mchid, combine_out_trade_no))
+            if combine is None:
+                raise SimulatorError(404, "ORDER_NOT_EXIST", "订单不存在")
+            mine = {
+                (str(sub["out_trade_no"]), str(sub.get("sub_mchid") or "")): sub
+                for sub in combine["sub_orders"]
+            }
+            orders = []
+            for item in named:
+                if not isinstance(item, dict) or not item.get("mchid") or not item.get("out_trade_no"):
+                    raise SimulatorError(400, "PARAM_ERROR", "子单须有 mchid, out_trade_no")
+                if str(item["mchid"]) != merchant.mchid:
+                    raise SimulatorError(400, "PARAM_ERROR", "子单mchid须为合单发起方商户号")
+                sub = mine.get((str(item["out_trade_no"]), str(item.get("sub_mchid") or "")))
+                if sub is None:
+                    raise SimulatorError(400, "PARAM_ERROR", f"子单{item['out_trade_no']}不属于该合单")
+                orders.append(self.v3._orders[(sub["_owner"], str(sub["out_trade_no"]))])
+            states = {order["trade_state"] for order in orders}
+            if "SUCCESS" in states:
+                raise SimulatorError(400, "ORDER_PAID", "订单已支付")
+            if states == {"CLOSED"}:
+                raise SimulatorError(400, "ORDER_CLOSED", "订单已关闭")
+            for order in orders:
+                if order["trade_state"] == "NOTPAY":
+                    order["trade_state"] = "CLOSED"
+            combine.setdefault("closes", []).append(copy.deepcopy(named))
 
     def combine_view(self, mchid: str, combine_out_trade_no: str) -> dict[str, Any]:
         with self.v3._lock:
@@ -223,11 +273,31 @@ class CombineDesk:
         }
 
     def combine_notification(
-        self, combine_mchid: str, combine_out_trade_no: str, *, forge_sub: dict[str, Any] | None = None
+        self,
+        combine_mchid: str,
+        combine_out_trade_no: str,
+        *,
+        forge_sub: dict[str, Any] | None = None,
+        paid_anyway: bool = False,
     ) -> tuple[dict[str, str], bytes]:
         """The signed TRANSACTION.SUCCESS notification of a combine order as it stands, for tests to deliver
-        (``forge_sub``: with an extra sub-order, as in ``pay_combine``)."""
+        (``forge_sub``: with an extra sub-order, as in ``pay_combine``). ``paid_anyway``: the buyer paid as the
+        order was closed (a race at the channel, like the demo day's payment after close): every sub-order not
+        paid is reported SUCCESS with a new transaction_id; the desk's books are not changed."""
         resource = self.combine_view(combine_mchid, combine_out_trade_no)
+        if paid_anyway:
+            for sub in resource["sub_orders"]:
+                if sub.get("transaction_id"):
+                    continue
+                total = sub["amount"]["total_amount"]
+                sub.update(
+                    trade_state="SUCCESS",
+                    trade_type="NATIVE",
+                    bank_type="OTHERS",
+                    success_time=k.now_rfc3339(),
+                    transaction_id=self.v3._new_transaction_id(),
+                )
+                sub["amount"].update(payer_amount=total, payer_currency="CNY")
         if forge_sub:
             resource["sub_orders"].append(self._forged_sub(forge_sub))
         return self.v3.build_notification(combine_mchid, resource)

@@ -21,7 +21,7 @@ from typing import Any
 
 from . import kernel as k
 from .kernel import SimulatorError
-from .wechatpay_v3 import WeChatPayV3Desk
+from .wechatpay_v3 import WeChatPayV3Desk, refuse_combine_sub_order
 
 _REQUIRED = ("sp_appid", "sp_mchid", "sub_mchid", "description", "out_trade_no", "notify_url", "amount")
 
@@ -107,6 +107,7 @@ class PartnerDesk:
     def close_partner_order(self, sp_mchid: str, sub_mchid: str, out_trade_no: str) -> None:
         with self.v3._lock:
             order = self._partner_order(sp_mchid, sub_mchid, out_trade_no)
+            refuse_combine_sub_order(order)
             if order["trade_state"] == "SUCCESS":
                 raise SimulatorError(400, "ORDER_PAID", "订单已支付")
             if order["trade_state"] == "CLOSED":

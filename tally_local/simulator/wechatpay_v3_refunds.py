@@ -13,8 +13,11 @@ Behaviour per refund (``set_refund_behaviour`` / ``POST /_sim/refund-behaviour``
 Rules: the same out_refund_no with the same terms answers the same refund (refunded once, §2.3); other
 terms → 400 INVALID_REQUEST; refunds (not CLOSED) never exceed what the payer paid → 400 INVALID_REQUEST
 "申请退款金额超过订单可退金额"; unknown / unpaid order → 404 RESOURCE_NOT_EXISTS. A paid order that was
-refunded shows trade_state REFUND in queries (§2.1). Composed into ``ChannelSimulator`` (``sim.v3_refunds``),
-on the v3 desk's books.
+refunded shows trade_state REFUND in queries (§2.1). Partner mode: the provider signs, the body names
+``sub_mchid`` (create, apply-abnormal-refund; the query asks ``?sub_mchid=``) and the order must be that
+sub-merchant's order through this provider; the notifications carry ``sp_mchid`` + ``sub_mchid`` (§1.8). Another
+provider, or the wrong sub_mchid, finds no such order / refund (404 RESOURCE_NOT_EXISTS). Composed into
+``ChannelSimulator`` (``sim.v3_refunds``), on the v3 desk's books.
 """
 
 from __future__ import annotations
@@ -70,10 +73,16 @@ class RefundDesk:
 
     # ------------------------------------------------------------------ API
     def refund_route(
-        self, method: str, path: str, body: dict[str, Any], merchant: Merchant, serial: str | None = None
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any],
+        merchant: Merchant,
+        serial: str | None = None,
+        query: dict[str, str] | None = None,
     ) -> tuple[int, Any]:
         """`serial`: the request's Wechatpay-Serial (the platform key its sensitive fields were encrypted
-        with)."""
+        with); `query`: the GET's query string (partner: sub_mchid)."""
         if method == "POST" and (m := _ABNORMAL.match(path)):
             return 200, self.apply_abnormal_refund(merchant.mchid, unquote(m.group(1)), body, serial)
         if method == "POST" and path == "/v3/refund/domestic/refunds":
@@ -82,7 +91,8 @@ class RefundDesk:
                 time.sleep(float(plan["hang_s"]))  # accepted; the caller gives up before the answer
             return 200, view
         if method == "GET" and (m := _REFUND.match(path)):
-            return 200, self.refund_view(merchant.mchid, unquote(m.group(1)))
+            sub = (query or {}).get("sub_mchid") or None
+            return 200, self.refund_view(merchant.mchid, unquote(m.group(1)), sub_mchid=sub)
         raise SimulatorError(404, "NOT_FOUND", f"simulator does not implement {method} {path}")
 
     def create_refund(self, mchid: str, body: dict[str, Any]) -> tuple[dict[str, Any], Any]:
@@ -103,11 +113,12 @@ class RefundDesk:
             tx = order["transaction"]
             existing = self._refunds.get(no)
             if existing is not None:
-                same = (existing["_mchid"], existing["transaction_id"], existing["amount"]["refund"]) == (
-                    mchid,
-                    tx["transaction_id"],
-                    amount["refund"],
-                )
+                same = (
+                    existing["_mchid"],
+                    existing["_sub_mchid"],
+                    existing["transaction_id"],
+                    existing["amount"]["refund"],
+                ) == (mchid, body.get("sub_mchid") or None, tx["transaction_id"], amount["refund"])
                 if not same:
                     raise SimulatorError(
                         400, "INVALID_REQUEST", "out_refund_no重复，且请求参数与原请求不一致"
@@ -148,6 +159,7 @@ class RefundDesk:
                 },
                 "promotion_detail": [],
                 "_mchid": mchid,
+                "_sub_mchid": body.get("sub_mchid") or None,  # partner: the order's merchant
                 "_notify_url": body.get("notify_url") or order["notify_url"],
                 "_plan": plan,
                 "_reason": body.get("reason", ""),
@@ -163,14 +175,22 @@ class RefundDesk:
         return self._public_refund(refund), plan
 
     def _refundable_order(self, mchid: str, body: dict[str, Any]) -> dict[str, Any]:
+        """The paid order the refund names: the signer's own, or (``sub_mchid``) its sub-merchant's order placed
+        through this provider; any other merchant's order does not exist for the signer."""
+        sub = str(body.get("sub_mchid") or "") or None
+        owner = sub or mchid
         key = None
         if body.get("transaction_id"):
             key = self.v3._by_transaction_id.get(str(body["transaction_id"]))
         elif body.get("out_trade_no"):
-            key = (mchid, str(body["out_trade_no"]))
+            key = (owner, str(body["out_trade_no"]))
         else:
             raise SimulatorError(400, "PARAM_ERROR", "transaction_id和out_trade_no必须二选一")
-        order = self.v3._orders.get(key) if key and key[0] == mchid else None
+        order = self.v3._orders.get(key) if key and key[0] == owner else None
+        if order is not None and (order.get("sp_mchid") if order.get("partner") else None) != (
+            mchid if sub else None
+        ):
+            order = None  # a partner order through another provider, or a direct one named as partner
         if order is None or order.get("transaction") is None:
             raise SimulatorError(404, "RESOURCE_NOT_EXISTS", "订单不存在或未支付")
         return order
@@ -209,7 +229,11 @@ class RefundDesk:
                 (r for r in self._refunds.values() if r["refund_id"] == refund_id and r["_mchid"] == mchid),
                 None,
             )
-            if refund is None or refund["out_refund_no"] != body.get("out_refund_no"):
+            if (
+                refund is None
+                or refund["out_refund_no"] != body.get("out_refund_no")
+                or refund["_sub_mchid"] != (body.get("sub_mchid") or None)  # partner: the sub's refund only
+            ):
                 raise SimulatorError(404, "RESOURCE_NOT_EXISTS", "退款单不存在")
             if refund["status"] != "ABNORMAL":
                 raise SimulatorError(400, "INVALID_REQUEST", "退款单状态不是退款异常，无需发起异常退款")
@@ -232,10 +256,10 @@ class RefundDesk:
         with self._lock:
             return copy.deepcopy(self._refunds[out_refund_no].get("_abnormal"))
 
-    def refund_view(self, mchid: str, out_refund_no: str) -> dict[str, Any]:
+    def refund_view(self, mchid: str, out_refund_no: str, *, sub_mchid: str | None = None) -> dict[str, Any]:
         with self._lock:
             refund = self._refunds.get(out_refund_no)
-            if refund is None or refund["_mchid"] != mchid:
+            if refund is None or refund["_mchid"] != mchid or refund["_sub_mchid"] != sub_mchid:
                 raise SimulatorError(404, "RESOURCE_NOT_EXISTS", "退款单不存在")
             return self._public_refund(refund)
 
@@ -269,7 +293,7 @@ class RefundDesk:
         return status
 
     def _refund_resource_of(self, refund: dict[str, Any]) -> dict[str, Any]:
-        return self.v3.refund_resource(
+        resource = self.v3.refund_resource(
             refund["_mchid"],
             refund["out_trade_no"],
             refund["transaction_id"],
@@ -282,6 +306,10 @@ class RefundDesk:
             payer_total=refund["amount"]["payer_total"],
             payer_refund=refund["amount"]["payer_refund"],
         )
+        if refund["_sub_mchid"]:  # partner shape (§1.8): sp_mchid + sub_mchid instead of mchid
+            resource["sp_mchid"] = resource.pop("mchid")
+            resource["sub_mchid"] = refund["_sub_mchid"]
+        return resource
 
     def refund_notification(self, out_refund_no: str, **build: Any) -> tuple[dict[str, str], bytes]:
         """The signed REFUND.<status> notification of a settled refund, for tests to deliver by hand."""

@@ -365,8 +365,8 @@ def test_every_aws_call_the_console_made_is_granted_by_its_policy(console_calls)
     """The calls recorded while the tests above clicked (pages, actions, bulk, downloads) against
     ConsoleFunction's policy in the transformed template: a missing grant is a 500 on AWS, never locally."""
     from tally_local.resources import load_template
-    from tests.integration.test_template import TEMPLATE, sam_transform
-    from tests.security.test_security import _resource_name
+    from tests.integration.template_helpers import TEMPLATE, sam_transform
+    from tests.integration.template_helpers import resource_name as _resource_name
 
     transformed = sam_transform(load_template(TEMPLATE), "us-east-1")["Resources"]
     role = transformed[transformed["ConsoleFunction"]["Properties"]["Role"]["Fn::GetAtt"][0]]["Properties"]

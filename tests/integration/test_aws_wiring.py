@@ -7,6 +7,9 @@ import json
 import pytest
 from tally import bootstrap
 
+from tests.integration.stack_helpers import cli as _cli
+from tests.integration.stack_helpers import deploy_stack as _deploy_stack
+
 
 def test_r46_a_recon_tick_with_nothing_to_reconcile_still_beats_the_heartbeat(h):
     """No merchant configured: the scheduled tick finishes, reconciles nothing, and counts ReconRunCompleted,
@@ -18,21 +21,6 @@ def test_r46_a_recon_tick_with_nothing_to_reconcile_still_beats_the_heartbeat(h)
     assert result == {"runs": []}
     assert h.metric("ReconRunCompleted") == 1
     assert h.series("ReconRunCompleted") == 1  # the service-only series the alarm watches
-
-
-def _deploy_stack(name, env):
-    """A CloudFormation stack (on moto) whose outputs are what template.yaml outputs for `name`."""
-    import boto3
-
-    from tally_cli.env import OUTPUT_ENV
-
-    outputs = {key: env[var] for key, var in OUTPUT_ENV.items() if var in env}
-    outputs["MerchantSecretPrefix"] = f"tally/{name}/merchants/"
-    body = {
-        "Resources": {"Marker": {"Type": "AWS::SQS::Queue"}},
-        "Outputs": {key: {"Value": value} for key, value in outputs.items()},
-    }
-    boto3.client("cloudformation").create_stack(StackName=name, TemplateBody=json.dumps(body))
 
 
 def test_two_stacks_never_share_a_merchant_secret(h, monkeypatch):
@@ -188,19 +176,13 @@ def _paid_order(h, otn):
     return m["mchid"], resource
 
 
-def _cli(*argv):
-    from tally_cli.main import main
-
-    return main(list(argv))
-
-
 def test_r20_republish_rebuilds_a_lost_event_with_the_stream_s_own_id(h, capsys):
     """The stream gave up (OutboxDLQ holds pointers into a 24 h stream): `tally outbox republish` rebuilds
     OrderPaid from the order row, with the id the stream would have given it, through the deployed stack."""
     from tally.domain.events import events_for_change
     from tally.store.codec import from_item
 
-    from tests.integration.test_outbox import stream_records, subscribe
+    from tests.integration.outbox_helpers import stream_records, subscribe
 
     mchid, resource = _paid_order(h, "REPUB-ORDER-1")
     consumed = subscribe(h.env)  # the outbox never ran: the consumer has nothing
@@ -255,7 +237,7 @@ def test_r20_republish_since_covers_orders_and_refunds_and_skips_what_has_no_eve
 
 
 def subscribe_all(h):
-    from tests.integration.test_outbox import subscribe
+    from tests.integration.outbox_helpers import subscribe
 
     return subscribe(h.env)
 
@@ -268,7 +250,7 @@ def test_r20_the_bus_is_archived_and_a_window_replays_through_the_bus(h, capsys)
 
     import boto3
 
-    from tests.integration.test_outbox import stream_records
+    from tests.integration.outbox_helpers import stream_records
 
     events = boto3.client("events")
     archive = events.describe_archive(ArchiveName=h.env["EVENT_ARCHIVE_ARN"].rsplit("/", 1)[1])

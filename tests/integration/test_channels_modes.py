@@ -43,7 +43,7 @@ def test_R11_R22_partner_prepay_and_poll_with_colliding_out_trade_no(h, sim):
     """Service-provider prepay (`/v3/pay/partner/transactions/native`, signed by sp_mchid) for two sub-merchants
     that use the same out_trade_no; a one-cent partner callback for one touches neither; the poller queries
     each with `?sp_mchid=&sub_mchid=` and books only the one that is paid (R11, R12, R22, R23)."""
-    from tests.integration.test_pull import run_poller, set_fields
+    from tests.integration.pull_helpers import run_poller, set_fields
 
     sp = h.add_merchant(mchid="1900009011")["mchid"]
     a, b = "1900009111", "1900009112"

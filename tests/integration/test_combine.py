@@ -12,7 +12,7 @@ import uuid
 import pytest
 from tally import bootstrap
 
-from tests.integration.test_pull import due_now, ledger, run_poller
+from tests.integration.pull_helpers import due_now, ledger, run_poller
 
 
 @pytest.fixture(autouse=True)

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tally_local.resources import load_template
-from tests.integration.test_template import TEMPLATE, sam_transform
+from tests.integration.template_helpers import TEMPLATE, sam_transform
 
 OPEN = {("get", "/console/login"), ("post", "/console/login"), ("get", "/console/static/{file}")}
 

@@ -12,11 +12,9 @@ from tally import bootstrap
 from tally.domain.poll import Answer
 from tally.service.ingest import raw_row
 from tally.service.pull import QueryResult
-from tally.store.codec import names_values, to_item
-from tally.store.tables import iso_now, order_key
+from tally.store.tables import iso_now
 
-from tally_local.resources import LambdaContext
-from tally_local.ticker import Schedule, scheduled_event
+from tests.integration.pull_helpers import due_now, expire_now, ledger, run_poller, set_fields, stored
 
 
 @pytest.fixture
@@ -34,51 +32,6 @@ def new_order(h, m, amount=100, prepay=True, **extra):
     response = h.create_order(m["mchid"], amount_cent=amount, prepay=prepay, **extra)
     assert response["statusCode"] == 201, response
     return json.loads(response["body"])
-
-
-def set_fields(h, mchid, out_trade_no, **fields):
-    sets = ", ".join(f"{k} = :{k}" for k in fields)
-    h.ddb.update_item(
-        TableName=h.env["ORDERS_TABLE"],
-        Key=to_item({"pk": order_key(mchid, out_trade_no)}),
-        UpdateExpression=f"SET {sets}",
-        ExpressionAttributeValues=names_values(**fields),
-    )
-
-
-def due_now(h, order):
-    set_fields(h, order["mchid"], order["out_trade_no"], poll_due=iso_now(time.time() - 1))
-
-
-def expire_now(h, order):
-    set_fields(
-        h,
-        order["mchid"],
-        order["out_trade_no"],
-        poll_due=iso_now(time.time() - 1),
-        expire_at=iso_now(time.time() - 1),
-    )
-
-
-def stored(h, order):
-    item = h.ddb.get_item(
-        TableName=h.env["ORDERS_TABLE"], Key=to_item({"pk": order_key(order["mchid"], order["out_trade_no"])})
-    )
-    from tally.store.codec import from_item
-
-    return from_item(item["Item"])
-
-
-def run_poller(h):
-    handler, spec = h.handlers["PollerFunction"]
-    schedule = Schedule("PollerFunction", "EveryMinute", "rate(1 minute)", 60, spec.timeout_s, spec.memory_mb)
-    result = handler(scheduled_event(schedule), LambdaContext("PollerFunction", spec.timeout_s))
-    h._collect_metrics()
-    return result
-
-
-def ledger(h):
-    return h.scan("LEDGER_TABLE")
 
 
 # ------------------------------------------------------------------------------------ lost callbacks

@@ -3,7 +3,7 @@
 import json
 
 from tests.integration.channel_kit import Alipay
-from tests.integration.test_pull import due_now, expire_now, ledger, run_poller, stored
+from tests.integration.pull_helpers import due_now, expire_now, ledger, run_poller, stored
 
 
 def alipay_order(h, sim, amount=100):

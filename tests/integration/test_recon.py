@@ -13,36 +13,13 @@ from tally import bootstrap
 from tally.store.codec import from_item, to_item
 
 from tally_local.resources import LambdaContext
-
-D = "2024-05-01"
-D_BEFORE = "2024-04-30"
+from tests.integration.recon_helpers import D_BEFORE, D, metric, pay, s3_keys
 
 
 @pytest.fixture
 def m(h):
     """A merchant of its own (the session's simulator keeps every test's orders)."""
     return h.add_merchant(mchid=str(random.randrange(10**9, 10**10)))
-
-
-def pay(h, mchid, cents, success_time, *, deliver=True, otn=None):
-    otn = otn or f"R{random.randrange(10**15, 10**16)}"
-    assert h.create_order(mchid, otn, amount_cent=cents, prepay=True)["statusCode"] == 201
-    tid = h.sim.pay(mchid, otn, drop=True, success_time=success_time)
-    if deliver:
-        resource = h.sim.get_order(mchid, otn)["transaction"]
-        headers, body = h.sim.build_notification(mchid, resource)
-        assert h.notify(mchid, headers, body)["statusCode"] == 204
-        assert h.drain() == []
-    return otn, tid
-
-
-def metric(h, name):
-    """Metrics the service counted (direct calls are not wrapped by the handler's log_metrics)."""
-    from tally.observability import metrics
-
-    metrics.flush_metrics()
-    h._collect_metrics()
-    return h.metric(name)
 
 
 def ledger(h, pk):
@@ -57,12 +34,6 @@ def put_ledger(h, **row):
 
 def diffs(svc, mchid, day=D):
     return {d["sk"]: d for d in svc.show("wechatpay", mchid, day)["diffs"]}
-
-
-def s3_keys(prefix):
-    s3 = boto3.client("s3")
-    bucket = bootstrap.settings().bills_bucket
-    return [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", [])]
 
 
 # ------------------------------------------------------------------------------------------ happy path

@@ -5,7 +5,6 @@ ledger, parse → guards → match (R31–R36), and a payment it has and we lack
 from __future__ import annotations
 
 import io
-import json
 import zipfile
 
 import boto3
@@ -15,36 +14,13 @@ from tally.store.codec import from_item, to_item
 from tally.store.recon import with_bill_shard
 
 from tests.integration.channel_kit import Alipay
-from tests.integration.test_recon import D_BEFORE, D, metric
+from tests.integration.recon_helpers import D_BEFORE, D, metric
+from tests.integration.recon_helpers import alipay_pay as pay
 
 
 @pytest.fixture
 def app(h):
     return Alipay(h).setup()
-
-
-def pay(h, app_id, cents, paid_at, *, deliver=True, created_at=None, receipt=None):
-    """An Alipay order paid at `paid_at` (Beijing); `deliver` sends the signed notification through our handler."""
-    response = h.create_order(app_id, amount_cent=cents, prepay=True, channel="alipay")
-    assert response["statusCode"] == 201, response
-    otn = json.loads(response["body"])["out_trade_no"]
-    trade_no = h.sim.alipay.pay(
-        app_id, otn, drop=True, paid_at=paid_at, created_at=created_at, receipt_amount=receipt
-    )
-    if deliver:
-        order = h.sim.alipay.orders[(app_id, otn)]
-        params = h.sim.alipay.notification_params(
-            app_id,
-            otn,
-            cents,
-            trade_no=trade_no,
-            receipt_amount=order["receipt"],
-            gmt_payment=paid_at,
-            gmt_create=created_at or paid_at,
-        )
-        assert Alipay(h).notify(app_id, h.sim.alipay.build_notification(params), {})["statusCode"] == 200
-        assert h.drain() == []
-    return otn, trade_no
 
 
 def ledger(h, pk):

@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from tests.integration.test_recon import metric, pay, s3_keys
+from tests.integration.recon_helpers import metric, pay, s3_keys
 
 D = "2024-05-01"
 D1 = "2024-05-02"
@@ -117,7 +117,7 @@ def test_r45_the_schedule_checks_the_fund_flow_of_t2_and_t3_a_v2_only_merchant_t
 ):
     from tally.service.recon import ReconService
 
-    from tests.integration.test_recon_v2 import new_v2
+    from tests.integration.recon_helpers import new_v2
 
     a_day(h, svc, m["mchid"])
     v2 = new_v2(h, sim)

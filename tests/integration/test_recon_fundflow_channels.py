@@ -9,9 +9,7 @@ import datetime as dt
 import pytest
 from tally import bootstrap, errors
 
-from tests.integration.test_recon import metric, s3_keys
-from tests.integration.test_recon_alipay import pay as alipay_pay
-from tests.integration.test_recon_v2 import new_v2, pay_v2
+from tests.integration.recon_helpers import alipay_pay, metric, new_v2, pay_v2, s3_keys
 
 D = "2024-05-01"
 D1 = "2024-05-02"

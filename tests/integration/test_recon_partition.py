@@ -21,7 +21,7 @@ from tests.integration.recon_bills import (
     fee_entries,
     put_ledger,
 )
-from tests.integration.test_recon import metric
+from tests.integration.recon_helpers import metric
 
 
 @pytest.fixture

@@ -10,52 +10,15 @@ import json
 import random
 
 import pytest
-from tally import bootstrap
 from tally.service.recon import ReconService
 from tally.store.codec import from_item, to_item
 
 from tally_cli import recon as cli_recon
 from tally_cli.main import main
-from tests.integration.test_recon import metric, pay, s3_keys
+from tests.integration.recon_helpers import metric, new_v2, pay, pay_v2, s3_keys
 
 D = "2024-05-01"
 CST = dt.timezone(dt.timedelta(hours=8))
-
-
-def new_v2(h, sim, mchid=None, **record):
-    m = sim.wechatpay_v2.register_test_merchant(mchid or str(random.randrange(10**9, 10**10)))
-    bootstrap.merchants().add_wechatpay_v2(
-        mchid=m["mch_id"],
-        api_key=m["api_key"],
-        appid=m["appid"],
-        notify_url=f"http://127.0.0.1:9/notify/wechatpay-v2/{m['mch_id']}",
-        **record,
-    )
-    return m
-
-
-def pay_v2(h, sim, m, cents, time_end):
-    """A v2 order created through our API, paid in the simulator on `time_end`, its notification booked."""
-    response = h.create_order(m["mch_id"], amount_cent=cents, prepay=True, channel="wechatpay_v2")
-    assert response["statusCode"] == 201, response
-    otn = json.loads(response["body"])["out_trade_no"]
-    tid = sim.wechatpay_v2.pay(m["mch_id"], otn, drop=True, time_end=time_end)
-    order = sim.wechatpay_v2.orders[(m["mch_id"], otn)]
-    fields = sim.wechatpay_v2.payment_params(
-        m["mch_id"], otn, order["total_fee"], transaction_id=tid, time_end=time_end
-    )
-    body = sim.wechatpay_v2.build_notification(fields)
-    answer = h.call(
-        "NotifyFunction",
-        "POST",
-        f"/notify/wechatpay-v2/{m['mch_id']}",
-        body,
-        {"content-type": "text/xml"},
-        {"mchid": m["mch_id"]},
-    )
-    assert answer["statusCode"] == 200, answer
-    assert h.drain() == []
-    return otn, tid
 
 
 @pytest.fixture(autouse=True)

@@ -13,8 +13,7 @@ from datetime import date, timedelta
 import pytest
 from tally import bootstrap
 
-from tests.integration.test_recon_alipay import pay as alipay_pay
-from tests.integration.test_recon_v2 import new_v2
+from tests.integration.recon_helpers import alipay_pay, new_v2
 
 START = date(2024, 6, 3)
 DAYS = [(START + timedelta(days=n)).isoformat() for n in range(7)]

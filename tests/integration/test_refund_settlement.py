@@ -19,8 +19,8 @@ from tally import bootstrap
 from tally.store.codec import from_item, to_item
 
 from tests.integration.channel_kit import Alipay
+from tests.integration.recon_helpers import new_v2
 from tests.integration.refund_helpers import deliver, refund
-from tests.integration.test_recon_v2 import new_v2
 
 D = "2024-05-01"
 

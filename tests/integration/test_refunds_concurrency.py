@@ -3,86 +3,31 @@
 In-process mock_aws is not thread-safe; here every client talks to a moto server through
 AWS_ENDPOINT_URL, and the channel is the simulator over HTTP.
 
-Measured: moto 5.2.1's threaded server does not apply a request atomically either. Two concurrent
-TransactWriteItems both passed `refundable_cent >= :x` (1010 of 1000 cents reserved) and the
-server raised "dictionary changed size during iteration". DynamoDB applies each request atomically
-(transactions are serializable), so AtomicMotoServer serves requests on threads as before but applies
-one request at a time: the callers still race between their requests, which is the race under test.
+The server is tests/integration/conftest.py's AtomicMotoServer (`moto_server`, `server_aws`): moto's threaded
+server applying one request at a time, as DynamoDB applies each request atomically (measured there).
 """
 
 from __future__ import annotations
 
-import logging
 import random
 import threading
 import uuid
 
-import boto3
 import pytest
-from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
-from moto.server import ThreadedMotoServer
 from tally import bootstrap
 from tally.apigw import HttpRequest
 from tally.channels import registry
 from tally.domain.refunds import ExceedsRefundable
 from tally.service.refunds import RefundConflict
-from werkzeug.serving import make_server
-
-from tally_local.resources import create_from_template
-from tests.conftest import ROOT
 
 
-class AtomicMotoServer(ThreadedMotoServer):
-    """ThreadedMotoServer whose backend applies one request at a time (DynamoDB's per-request atomicity)."""
-
-    def _server_entry(self) -> None:
-        app = DomainDispatcherApplication(create_backend_app)
-        lock = threading.Lock()
-
-        def atomic(environ, start_response):
-            with lock:
-                return list(app(environ, start_response))
-
-        self._server = make_server(self._ip_address, self._port, atomic, True)
-        self._server_ready_event.set()
-        self._server.serve_forever()
-
-
-@pytest.fixture(scope="module")
-def moto_server():
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    server = AtomicMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
-    server._server.server_close()  # moto's stop() leaves the socket open
-
-
-@pytest.fixture
-def server_aws(moto_server, sim, monkeypatch):
-    for var, value in {
-        "AWS_ENDPOINT_URL": moto_server,
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-    }.items():
-        monkeypatch.setenv(var, value)
-    prefix = f"t{uuid.uuid4().hex[:6]}"
-    env = create_from_template(
-        ROOT / "template.yaml",
-        boto3.Session(region_name="us-east-1"),
-        prefix=prefix,
-        parameter_overrides={"WechatPayApiBase": sim.url},
-    )
-    for var, value in env.items():
-        monkeypatch.setenv(var, value)
+@pytest.fixture(autouse=True)
+def _refunds_held(server_aws, sim):
+    """The simulator accepts refunds and holds them (no notification): the races are about the reservation."""
     previous = sim.set_refund_behaviour()
     sim.set_refund_behaviour(outcome="hold", drop=True, after_accept=None)
-    bootstrap.reset()
-    yield env
+    yield
     sim.set_refund_behaviour(**{k: previous[k] for k in ("outcome", "drop", "after_accept")})
-    bootstrap.reset()
 
 
 def paid(sim, amount):

@@ -224,7 +224,7 @@ def test_story_of_a_paid_order_on_every_channel(h, driver):
 
 
 def test_story_shows_the_poller_s_answers_for_an_order_whose_callbacks_were_lost(h, m):
-    from tests.integration.test_pull import due_now, run_poller
+    from tests.integration.pull_helpers import due_now, run_poller
 
     otn = f"T{uuid.uuid4().hex[:20]}"
     assert h.create_order(m["mchid"], otn, amount_cent=880, prepay=True)["statusCode"] == 201

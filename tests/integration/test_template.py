@@ -9,19 +9,13 @@ from __future__ import annotations
 import copy
 import json
 import re
-from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 from samtranslator.model.exceptions import InvalidDocumentException
-from samtranslator.parser.parser import Parser
-from samtranslator.translator.translator import Translator
 
 from tally_local.resources import load_template
-
-ROOT = Path(__file__).resolve().parents[2]
-TEMPLATE = ROOT / "template.yaml"
+from tests.integration.template_helpers import ROOT, TEMPLATE, sam_transform
 
 TABLES = {
     "NotifyRawTable": (
@@ -104,18 +98,6 @@ def resources(template: dict[str, Any]) -> dict[str, Any]:
 
 def of_type(resources: dict[str, Any], type_name: str) -> dict[str, Any]:
     return {lid: res for lid, res in resources.items() if res["Type"] == type_name}
-
-
-def sam_transform(template: dict[str, Any], region: str) -> dict[str, Any]:
-    """What CloudFormation does with the template after `sam package` (local paths → S3 URIs)."""
-    packaged = copy.deepcopy(template)
-    for resource in packaged["Resources"].values():
-        props = resource.get("Properties", {})
-        for key in ("CodeUri", "ContentUri"):
-            if isinstance(props.get(key), str):
-                props[key] = f"s3://tally-artifacts/{props[key].strip('/')}.zip"
-    translator = Translator(None, Parser(), boto_session=boto3.session.Session(region_name=region))
-    return translator.translate(packaged, parameter_values={}, get_managed_policy_map=dict)
 
 
 # ------------------------------------------------------------------------------------ validators

@@ -79,7 +79,8 @@ def test_tally_merchant_add_wechatpay_v2_takes_the_client_certificate(h, sim, tm
 
     import boto3
 
-    from tests.integration.test_aws_wiring import _cli, _deploy_stack
+    from tests.integration.stack_helpers import cli as _cli
+    from tests.integration.stack_helpers import deploy_stack as _deploy_stack
 
     sim.start_tls()
     m = sim.wechatpay_v2.register_test_merchant(None, "MD5")

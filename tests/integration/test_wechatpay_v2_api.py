@@ -16,8 +16,8 @@ from tally.channels.wechatpay_v2 import wire as wx2
 from tally.channels.wechatpay_v3.wire import TRADE_STATE
 from tally.domain.poll import Answer
 
-from tests.integration.test_pull import due_now as _due_now
-from tests.integration.test_pull import expire_now, ledger, run_poller, stored
+from tests.integration.pull_helpers import due_now as _due_now
+from tests.integration.pull_helpers import expire_now, ledger, run_poller, stored
 
 
 @pytest.fixture

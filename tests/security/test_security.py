@@ -18,7 +18,8 @@ from tally.observability import logger as tally_logger
 from tally.service.ingest import MAX_BODY_BYTES
 
 from tally_local.resources import load_template
-from tests.integration.test_template import sam_transform
+from tests.integration.template_helpers import resource_name as _resource_name
+from tests.integration.template_helpers import sam_transform
 
 ALL_TABLES = [
     "NOTIFY_RAW_TABLE",
@@ -189,20 +190,9 @@ LEAST_PRIVILEGE = {
 MANAGED = {fn: set(names) for fn, names in _PINNED["managed"].items()}
 
 
-def _resource_name(resource):
-    if isinstance(resource, dict) and "Fn::GetAtt" in resource:
-        return resource["Fn::GetAtt"][0]
-    if isinstance(resource, dict) and "Fn::Sub" in resource:
-        text = resource["Fn::Sub"] if isinstance(resource["Fn::Sub"], str) else resource["Fn::Sub"][0]
-        if text.startswith("${") and ".Arn}" in text:
-            return text.split(".Arn}")[0][2:] + text.split(".Arn}")[1]
-        return "secret:" + text.split(":secret:", 1)[1] if ":secret:" in text else text
-    return json.dumps(resource)
-
-
 @pytest.fixture(scope="module")
 def granted():
-    from tests.integration.test_template import TEMPLATE
+    from tests.integration.template_helpers import TEMPLATE
 
     transformed = sam_transform(load_template(TEMPLATE), "us-east-1")
     grants = {}

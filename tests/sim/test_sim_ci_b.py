@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tests.sim import day as d
+from tests.sim.ci import failures_in
 from tests.sim.scenario import World
-from tests.sim.test_sim_ci import failures_in
 
 CI_SEEDS = range(100, 130)
 MICRO_SEEDS = range(120, 240)

@@ -254,7 +254,7 @@ def test_R46_the_arithmetic_refuses_alarms_that_can_never_fire():
 
 
 def _transformed():
-    from tests.integration.test_template import sam_transform
+    from tests.integration.template_helpers import sam_transform
 
     return sam_transform(load_template(ROOT / "template.yaml"), "us-east-1")["Resources"]
 

@@ -931,7 +931,8 @@ class RefundService:
         apply = getattr(channel, "apply_abnormal", None)
         if apply is None:
             raise RefundConflict(f"{type(channel).__name__} has no abnormal-refund API: settle it by hand")
-        answer = apply(row, route, card)
+        # the record it would change names its provider: the channel refuses credentials other than those (R39)
+        answer = apply({**row, "sp_mchid": self._refund_sp(row) or ""}, route, card)
         if answer.kind is not AnswerKind.ACCEPTED:
             raise RefundConflict(
                 f"the channel did not take refund {row['refund_no']} to {route} ({answer.kind.value} {answer.code}): "

@@ -6,6 +6,9 @@
     notify   TRANSACTION.SUCCESS with a resource carrying combine_out_trade_no and sub_orders[], each with its own
              transaction_id, trade_state, amount{total_amount, payer_amount, currency}
     query    GET /v3/combine-transactions/out-trade-no/{combine_out_trade_no}: the same shape as the resource
+    close    POST /v3/combine-transactions/out-trade-no/{combine_out_trade_no}/close  combine_appid,
+             sub_orders[{mchid, out_trade_no, (sub_mchid)}] → 204. A combine order's sub-orders can only be closed
+             so (never with the single-order close); the poller closes each expired sub-order through it (R21)
 
 Partner mode: combine_mchid and every sub_orders[].mchid are the service provider's number; the order's
 merchant is sub_orders[].sub_mchid (R11). Each sub-order becomes one ordinary PaymentNotice keyed by its own
@@ -24,6 +27,10 @@ from tally.domain.notifications import PaymentNotice
 PREPAY_PATH = "/v3/combine-transactions/native"
 QUERY_PATH = "/v3/combine-transactions/out-trade-no/"
 MAX_SUB_ORDERS = 50  # the channel's own limit per combine order; a body naming more is not WeChat's
+
+
+def close_path(combine_out_trade_no: str) -> str:
+    return QUERY_PATH + quote(combine_out_trade_no, safe="") + "/close"
 
 
 def is_combine(resource: dict[str, Any]) -> bool:
@@ -115,3 +122,35 @@ def native_prepay(
 
 def query(client: wx.WeChatPayClient, combine_out_trade_no: str) -> wx.Response:
     return client.exchange("GET", QUERY_PATH + quote(combine_out_trade_no, safe=""), None)
+
+
+def close_list(resource: dict[str, Any]) -> list[dict[str, str]]:
+    """The sub-orders a combine close names, read from the combine query answer (signed by WeChat):
+    [{mchid, out_trade_no, (sub_mchid)}]. DecryptError if the answer lacks or mistypes them."""
+    try:
+        subs = resource["sub_orders"]
+        if not isinstance(subs, list) or not 1 <= len(subs) <= MAX_SUB_ORDERS:
+            raise TypeError(f"sub_orders must be a list of 1..{MAX_SUB_ORDERS} sub-orders")
+        return [
+            {
+                "mchid": _text(sub["mchid"]),
+                "out_trade_no": _text(sub["out_trade_no"]),
+                **({"sub_mchid": _text(sub["sub_mchid"])} if "sub_mchid" in sub else {}),
+            }
+            for sub in subs
+        ]
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise wx.DecryptError(f"combine answer lacks or mistypes {exc}") from None
+
+
+def close(
+    client: wx.WeChatPayClient,
+    combine_out_trade_no: str,
+    *,
+    combine_appid: str,
+    sub_orders: list[dict[str, str]],
+) -> wx.Response:
+    """Close a combine order's sub-orders at the channel: 204 = closed now; errors (ORDER_PAID, ORDER_CLOSED,
+    …) raise ChannelError, mapped by wire.CLOSE_ANSWER like a single close's."""
+    body = {"combine_appid": combine_appid, "sub_orders": sub_orders}
+    return client.exchange("POST", close_path(combine_out_trade_no), body)

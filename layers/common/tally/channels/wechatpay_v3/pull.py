@@ -109,6 +109,8 @@ class WeChatPayV3Pull:
         )
 
     def close(self, order: dict[str, Any]) -> CloseResult:
+        if order.get("combine_out_trade_no"):
+            return self._close_combine(order)
         try:
             client, sub = self._client(order)
             response = with_retries(
@@ -121,15 +123,67 @@ class WeChatPayV3Pull:
         except wx.ChannelError as exc:
             answer, mapped = lookup(wx.CLOSE_ANSWER, exc.word)
             return CloseResult(answer, exc.word, detail=str(exc)[:300], mapped=mapped)
-        if response.status == 204:
-            return CloseResult(Answer.CLOSED, "CLOSED_NOW")
-        word = (
-            str(response.data.get("code") or f"HTTP_{response.status}")
-            if isinstance(response.data, dict)
-            else f"HTTP_{response.status}"
-        )
-        answer, mapped = lookup(wx.CLOSE_ANSWER, word)
-        return CloseResult(answer, word, detail=f"close answered {response.status}", mapped=mapped)
+        return _close_answer(response)
+
+    def _close_combine(self, order: dict[str, Any]) -> CloseResult:
+        """A sub-order of a combine order can only be closed with the combine close (POST
+        /v3/combine-transactions/out-trade-no/{combine_out_trade_no}/close), signed by the combine merchant. The
+        sub-orders it names come from the combine query's signed answer, which must name this order (R11): the
+        first expired sub-order closes them all at the channel, each sibling's own close then answers
+        ORDER_CLOSED, and each is closed locally only on what its own query then says (R22, R24)."""
+        combine_no = str(order["combine_out_trade_no"])
+        try:
+            merchant = self.merchants.wechatpay(order.get("combine_mchid") or order["mchid"])
+            client = self.merchants.client(merchant)
+            asked = with_retries(
+                lambda: combine.query(client, combine_no), attempts=self.attempts, sleep=self.sleep
+            )
+            data = asked.data if isinstance(asked.data, dict) else {}
+            subs = combine.close_list(data)
+        except errors.NotFound as exc:
+            return CloseResult(Answer.PERSON, "UNKNOWN_MERCHANT", detail=str(exc))
+        except wx.DecryptError as exc:
+            return CloseResult(Answer.PERSON, "COMBINE_UNUSABLE", detail=str(exc)[:300])
+        except wx.ChannelError as exc:
+            answer, mapped = lookup(wx.CLOSE_ANSWER, exc.word)
+            return CloseResult(answer, exc.word, detail=f"combine query: {str(exc)[:280]}", mapped=mapped)
+        me = client.creds.mchid
+        if data.get("combine_out_trade_no") != combine_no or data.get("combine_mchid") != me:
+            return CloseResult(
+                Answer.PERSON, "OTHER_COMBINE", detail="the combine answer is about another order"
+            )
+        if any(sub["mchid"] != me for sub in subs):
+            return CloseResult(Answer.PERSON, "OTHER_COMBINE", detail="a sub-order names another initiator")
+        mine = [
+            s
+            for s in subs
+            if s["out_trade_no"] == order["out_trade_no"] and s.get("sub_mchid", me) == order["mchid"]
+        ]
+        if len(mine) != 1:
+            return CloseResult(Answer.PERSON, "NO_SUB_ORDER", detail=f"{len(mine)} sub-orders are this order")
+        try:
+            response = with_retries(
+                lambda: combine.close(client, combine_no, combine_appid=merchant.appid, sub_orders=subs),
+                attempts=self.attempts,
+                sleep=self.sleep,
+            )
+        except wx.ChannelError as exc:
+            answer, mapped = lookup(wx.CLOSE_ANSWER, exc.word)
+            return CloseResult(answer, exc.word, detail=str(exc)[:300], mapped=mapped)
+        return _close_answer(response)
+
+
+def _close_answer(response: wx.Response) -> CloseResult:
+    """A close call's 2xx answer: 204 = closed now; another (202 USER_PAYING) by its code (CLOSE_ANSWER)."""
+    if response.status == 204:
+        return CloseResult(Answer.CLOSED, "CLOSED_NOW")
+    word = (
+        str(response.data.get("code") or f"HTTP_{response.status}")
+        if isinstance(response.data, dict)
+        else f"HTTP_{response.status}"
+    )
+    answer, mapped = lookup(wx.CLOSE_ANSWER, word)
+    return CloseResult(answer, word, detail=f"close answered {response.status}", mapped=mapped)
 
 
 def _not_this_order(data: dict[str, Any], order: dict[str, Any]) -> str:

@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import Any
 from urllib.parse import quote
 
+from tally import errors
 from tally.channels.wechatpay_v3 import wire as wx
 from tally.domain.money import MoneyError, cents, received_cents
 from tally.domain.refunds import AnswerKind, ChannelAnswer, RefundEvent, RefundNotice
@@ -52,6 +53,11 @@ ABNORMAL_ERRORS: dict[str, AnswerKind] = {
     "RESOURCE_NOT_EXISTS": AnswerKind.REJECTED,
     "NO_AUTH": AnswerKind.REJECTED,
 }
+
+
+class ProviderMismatch(errors.Conflict, ValueError):
+    """409: a reroute signed by credentials other than those the refund was made with (R39): nothing is sent."""
+
 
 EVENT_TYPES = ("REFUND.SUCCESS", "REFUND.ABNORMAL", "REFUND.CLOSED")
 
@@ -124,6 +130,8 @@ class WeChatRefunds:
             body["transaction_id"] = refund["transaction_id"]
         else:
             body["out_trade_no"] = refund["out_trade_no"]
+        if refund.get("sp_mchid"):
+            body["sub_mchid"] = refund["mchid"]  # partner (§2.3): the provider signs, the refund is the sub's
         body = {k: v for k, v in body.items() if v is not None}
         try:
             answer = self.client.request("POST", CREATE_PATH, body)
@@ -141,9 +149,19 @@ class WeChatRefunds:
             raise ValueError(f"route must be one of {', '.join(ABNORMAL_ROUTES)}, not {route!r}")
         if not refund.get("refund_id"):
             raise ValueError(f"refund {refund['refund_no']} has no channel refund_id yet")
+        provider = refund.get("sp_mchid") or None
+        signer = self.client.creds.mchid
+        if signer != (provider or refund["mchid"]):
+            # The credentials that would sign are not those the refund was made with: the sub-merchant now
+            # belongs to another provider (or changed mode). That provider cannot reroute it (R39, R11).
+            raise ProviderMismatch(
+                f"refund {refund['refund_no']} of merchant {refund['mchid']} was made through "
+                f"{'provider ' + provider if provider else 'its own credentials'}; merchant {signer}'s "
+                "credentials cannot send it to another account"
+            )
         body: dict[str, Any] = {"out_refund_no": refund["refund_no"], "type": kind}
-        if refund.get("mchid") and refund["mchid"] != self.client.creds.mchid:
-            body["sub_mchid"] = refund["mchid"]  # a provider's credentials, the sub-merchant's refund (R11)
+        if provider:
+            body["sub_mchid"] = refund["mchid"]  # partner: the provider signs, the refund is the sub's (R11)
         serial = None
         if kind == "USER_BANK_CARD":
             missing = [f for f in USER_CARD_FIELDS if not (card or {}).get(f)]
@@ -162,8 +180,11 @@ class WeChatRefunds:
         return _refund_answer(answer, AnswerKind.ACCEPTED)
 
     def query(self, refund: dict[str, Any]) -> ChannelAnswer:
+        path = f"{CREATE_PATH}/{quote(refund['refund_no'], safe='')}"
+        if refund.get("sp_mchid"):
+            path += f"?sub_mchid={quote(str(refund['mchid']), safe='')}"  # partner (§2.4)
         try:
-            answer = self.client.request("GET", f"{CREATE_PATH}/{quote(refund['refund_no'], safe='')}", None)
+            answer = self.client.request("GET", path, None)
         except wx.ChannelError as exc:
             if exc.status == 404 and exc.code == "RESOURCE_NOT_EXISTS":
                 return ChannelAnswer(AnswerKind.NOT_FOUND, code=exc.code, message=str(exc))
@@ -172,8 +193,14 @@ class WeChatRefunds:
         if found.kind is not AnswerKind.OUTCOME or found.event is None:
             return found
         try:
-            # the query's Refund object carries no mchid: it is the merchant whose credentials asked
-            notice = to_refund_notice({"mchid": self.client.creds.mchid, **answer}, source="query")
+            # the query's Refund object carries no mchid: it is the merchant whose credentials asked (partner:
+            # the provider asked about its sub-merchant's refund)
+            asked: dict[str, Any] = (
+                {"sp_mchid": self.client.creds.mchid, "sub_mchid": refund["mchid"]}
+                if refund.get("sp_mchid")
+                else {"mchid": self.client.creds.mchid}
+            )
+            notice = to_refund_notice({**asked, **answer}, source="query")
         except wx.DecryptError as exc:
             return ChannelAnswer(AnswerKind.UNKNOWN, refund_id=found.refund_id, message=str(exc))
         return replace(found, notice=notice)
