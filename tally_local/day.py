@@ -14,11 +14,15 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import logging
+import pathlib
 import sys
 import time
 import urllib.error
 import urllib.request
+import warnings
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,16 +53,41 @@ def main(orders: int = 200, out=sys.stdout, keep: bool = False) -> int:
         os.environ["TALLY_DEMO"] = str(orders)
         return stack_module.main()
     metrics_out = io.StringIO()
+    state_dir = pathlib.Path("/tmp/tally-demo-state")
     with (
         contextlib.redirect_stdout(metrics_out),
-        EmbeddedStack(
-            api_port=0, state_dir="/tmp/tally-demo-state", simulator_options={"fixed_keys": True}
-        ) as stack,
+        product_log_to(state_dir / "product.log"),
+        EmbeddedStack(api_port=0, state_dir=str(state_dir), simulator_options={"fixed_keys": True}) as stack,
     ):
         report = play(stack, orders, metrics_out)
     print(file=sys.stderr)
     out.write(render(report))
+    out.write(f"  the product's log lines of the day: {state_dir / 'product.log'}\n")
     return 0 if not report["unaccounted"] else 1
+
+
+@contextlib.contextmanager
+def product_log_to(path: pathlib.Path) -> Iterator[None]:
+    """The product's log lines (JSON, one per line) go to a file while the day plays: the terminal belongs to
+    the progress bar and the report. What the handlers wrote to stdout or stderr, they write to `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    loggers = [logging.getLogger(), logging.getLogger("tally")]
+    handlers = [
+        h
+        for lg in loggers
+        for h in lg.handlers
+        if isinstance(h, logging.StreamHandler)
+        and getattr(h, "stream", None) in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__)
+    ]
+    with open(path, "w", encoding="utf-8") as f:
+        before = [h.setStream(f) for h in handlers]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # Powertools' "no application metrics to publish"
+            try:
+                yield
+            finally:
+                for h, stream in zip(handlers, before, strict=True):
+                    h.setStream(stream)
 
 
 def play(stack: EmbeddedStack, orders: int, emitted: io.StringIO) -> dict[str, Any]:
@@ -211,11 +240,16 @@ def reconcile(day: Day) -> dict[str, str]:
     from tally import bootstrap
     from tally.domain.clock import CHINA
 
+    from tally_local.simulator import kernel
+
     bill_date = datetime.now(CHINA).strftime("%Y-%m-%d")
     done = {}
     for channel, mchid in (("wechatpay", day.wechat), ("wechatpay", day.wechat_cert), ("alipay", day.alipay)):
         try:
-            run = bootstrap.recon_service().run(channel, mchid, bill_date)
+            with (
+                kernel.next_morning()
+            ):  # the channels serve a day's bill from T+1 (Alipay: isp.bill_not_exist before)
+                run = bootstrap.recon_service().run(channel, mchid, bill_date)
             done[f"{channel}/{mchid} {bill_date}"] = f"{run.get('status')}: {run.get('reason', '')}"[:160]
         except Exception as exc:  # noqa: BLE001 - the demo reports what happened; the queue shows the rest
             done[f"{channel}/{mchid} {bill_date}"] = f"failed: {type(exc).__name__}: {exc}"[:160]

@@ -5,7 +5,8 @@
 * ``log``, the simulator's logger;
 * HTTP: ``post`` (one notification attempt), ``compact`` (the channels' compact JSON), ``is_loopback``;
 * money: ``yuan`` (int cents → ``"12.34"``), ``cents`` (``"12.34"`` → int cents, or None);
-* the clock: ``now`` / ``now_cst`` / ``now_utc`` / ``now_rfc3339``: the only places the simulator reads the time
+* the clock: ``now`` / ``now_cst`` / ``now_utc`` / ``now_rfc3339``: the only places the simulator reads the time;
+  ``next_morning()`` moves the calendar a day ahead (bills that exist from T+1)
   (the day simulation points ``time`` and ``dt`` of this module at its own clock: tests/sim/channels.py);
 * ``Kernel``: the run-time every desk of one simulator shares (stop signal, time scale, notification timeout,
   random source, base URL).
@@ -15,6 +16,7 @@ It imports nothing of the simulator but ``_crypto`` (constants), so every other 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import http.client
 import ipaddress
@@ -24,7 +26,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
@@ -160,12 +162,29 @@ def now() -> float:
     return time.time()
 
 
+_AHEAD = [
+    dt.timedelta(0)
+]  # next_morning(): the channel's calendar a day ahead (the epoch clock `now` is not)
+
+
 def now_cst() -> dt.datetime:
-    return dt.datetime.now(CST)
+    return dt.datetime.now(CST) + _AHEAD[0]
 
 
 def now_utc() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
+    return dt.datetime.now(dt.UTC) + _AHEAD[0]
+
+
+@contextlib.contextmanager
+def next_morning() -> Iterator[None]:
+    """Inside, the channels' calendar reads one day later: a day's bills (Alipay's and the fund flows exist
+    from T+1 only) as the 10:30 schedule fetches them the morning after. The demo plays a day, then
+    reconciles it this way; the delivery timers (`now`) are not moved."""
+    _AHEAD[0] = dt.timedelta(days=1)
+    try:
+        yield
+    finally:
+        _AHEAD[0] = dt.timedelta(0)
 
 
 def now_rfc3339() -> str:

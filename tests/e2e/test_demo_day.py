@@ -24,3 +24,27 @@ def test_demo_day_accounts_for_every_payment_and_reports_the_manual_queue():
     assert "-> DIFFERS (fund flow)" in planted and "SETTLEMENT channel ¥26.99 vs ledger ¥41.99" in planted, (
         planted
     )
+    # the day's reconciliation: every merchant's bill is fetched the morning after (Alipay serves it from T+1),
+    # and the refunds the channel made are in its bill, so only planted faults are differences (R36, R43)
+    recon = next(line for line in report.splitlines() if line.strip().startswith("reconciliation:"))
+    assert "BLOCKED" not in recon and "bill_not_exist" not in recon, recon
+    assert "LOCAL_ONLY" not in report, "a refund the channel made is missing from its own bill"
+    assert "product's log lines" in report
+
+
+def test_the_product_log_goes_to_a_file_while_the_demo_plays(tmp_path):
+    import logging
+    import sys
+
+    from tally_local.day import product_log_to
+
+    handler = logging.StreamHandler(sys.stderr)
+    logger = logging.getLogger("tally")
+    logger.addHandler(handler)
+    try:
+        with product_log_to(tmp_path / "product.log"):
+            logger.error("money arrived on an order that cannot take it")
+        assert handler.stream is sys.stderr  # given back afterwards
+    finally:
+        logger.removeHandler(handler)
+    assert "cannot take it" in (tmp_path / "product.log").read_text()

@@ -9,6 +9,7 @@ configuration, never by traffic (docs/metrics.md).
 from __future__ import annotations
 
 import threading
+import warnings
 from dataclasses import dataclass
 
 from aws_lambda_powertools import Logger, Metrics
@@ -55,8 +56,14 @@ class _DimensionedProvider(AmazonCloudWatchEMFProvider):
         for cell in cells.values():
             if cell.metric_set:
                 cell.flush_metrics()
-        if self.metric_set or not cells:
+        if self.metric_set:
             super().flush_metrics(raise_on_empty_metrics=raise_on_empty_metrics)
+        elif not cells:
+            with (
+                warnings.catch_warnings()
+            ):  # an invocation that counted nothing (a quiet tick) is not a warning
+                warnings.filterwarnings("ignore", "No application metrics to publish")
+                super().flush_metrics(raise_on_empty_metrics=raise_on_empty_metrics)
 
     def clear_metrics(self) -> None:
         _pending.clear()
