@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -94,3 +95,18 @@ def server_aws(moto_server, sim, monkeypatch):
     bootstrap.reset()
     yield env
     bootstrap.reset()
+
+
+@pytest.fixture
+def refunds_held(h, sim):
+    """Every refund waits for the test to settle it and deliver its notification (or to poll it)."""
+    sim.set_refund_behaviour(outcome="hold", drop=True, after_accept=None)
+    sim.wechatpay_v2.set_refund_behaviour(outcome="hold", drop=True, after_accept=None)
+    sim.alipay.set_refund_behaviour(outcome="hold", drop=True, after_accept=None)
+    yield
+    sim.set_refund_behaviour(outcome="success", drop=False, after_accept=None)
+    sim._refund_plans.clear()
+    sim.wechatpay_v2.reset_refund_behaviour()
+    sim.alipay.reset_refund_behaviour()
+    sim.clear_faults()
+    bootstrap.set_clock(time.time)

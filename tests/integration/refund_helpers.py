@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import uuid
 
 from tally import bootstrap
@@ -211,3 +212,26 @@ class WeChatV2Kit(RefundKit):
 
 
 KITS = {k.name: k for k in (WeChatV3Kit, AlipayKit, WeChatV2Kit)}
+
+
+D = "2024-05-01"  # the bill day of the refund-settlement tests
+
+
+def pay_v3(h, mchid, total, payer, coupon_type="CASH"):
+    otn = f"S{random.randrange(10**15, 10**16)}"
+    assert h.create_order(mchid, otn, amount_cent=total, prepay=True)["statusCode"] == 201
+    extra = {"payer_total": payer, "coupon_type": coupon_type} if payer != total else {}
+    h.sim.pay(mchid, otn, drop=True, success_time=f"{D}T10:00:00+08:00", **extra)
+    headers, body = h.sim.build_notification(mchid, h.sim.get_order(mchid, otn)["transaction"])
+    assert h.notify(mchid, headers, body)["statusCode"] == 204
+    assert h.drain() == []
+    return otn
+
+
+def settle_v3_on_d(h, mchid, otn, no, amount):
+    """The channel refunds it on D (the bill day), and the day's bill lists it."""
+    h.sim.settle_refund(no, "success")
+    when = f"{D}T15:00:00+08:00"
+    with h.sim._lock:
+        h.sim._refunds[no]["success_time"] = when
+    h.sim.bills.add_refund(mchid, otn, no, amount, success_time=when)

@@ -13,8 +13,9 @@ import pytest
 from tally import bootstrap
 from tally.store.codec import from_item, to_item
 
-from tests.integration.refund_helpers import deliver, refund
-from tests.integration.test_refund_settlement import D, _refunds_wait, pay_v3, settle_v3_on_d  # noqa: F401
+from tests.integration.refund_helpers import D, deliver, pay_v3, refund, settle_v3_on_d
+
+pytestmark = pytest.mark.usefixtures("refunds_held")
 
 R43_FIELDS = {
     "total_cent",

@@ -20,29 +20,14 @@ from tally.store.codec import from_item, to_item
 
 from tests.integration.channel_kit import Alipay
 from tests.integration.recon_helpers import new_v2
-from tests.integration.refund_helpers import deliver, refund
+from tests.integration.refund_helpers import D, deliver, pay_v3, refund, settle_v3_on_d
 
-D = "2024-05-01"
+pytestmark = pytest.mark.usefixtures("refunds_held")
 
 
 @pytest.fixture
 def m(h):
     return h.add_merchant(mchid=str(random.randrange(10**9, 10**10)))
-
-
-@pytest.fixture(autouse=True)
-def _refunds_wait(h, sim):
-    """Every refund waits for the test to settle it and deliver its notification (or to poll it)."""
-    sim.set_refund_behaviour(outcome="hold", drop=True, after_accept=None)
-    sim.wechatpay_v2.set_refund_behaviour(outcome="hold", drop=True, after_accept=None)
-    sim.alipay.set_refund_behaviour(outcome="hold", drop=True, after_accept=None)
-    yield
-    sim.set_refund_behaviour(outcome="success", drop=False, after_accept=None)
-    sim._refund_plans.clear()
-    sim.wechatpay_v2.reset_refund_behaviour()
-    sim.alipay.reset_refund_behaviour()
-    sim.clear_faults()
-    bootstrap.set_clock(time.time)
 
 
 def ledger(h, pk):
@@ -63,26 +48,6 @@ def unknown_items(mchid):
         for i in bootstrap.work_queue().list()
         if i["kind"] == "settlement-unknown" and i["merchant"] == mchid
     ]
-
-
-def pay_v3(h, mchid, total, payer, coupon_type="CASH"):
-    otn = f"S{random.randrange(10**15, 10**16)}"
-    assert h.create_order(mchid, otn, amount_cent=total, prepay=True)["statusCode"] == 201
-    extra = {"payer_total": payer, "coupon_type": coupon_type} if payer != total else {}
-    h.sim.pay(mchid, otn, drop=True, success_time=f"{D}T10:00:00+08:00", **extra)
-    headers, body = h.sim.build_notification(mchid, h.sim.get_order(mchid, otn)["transaction"])
-    assert h.notify(mchid, headers, body)["statusCode"] == 204
-    assert h.drain() == []
-    return otn
-
-
-def settle_v3_on_d(h, mchid, otn, no, amount):
-    """The channel refunds it on D (the bill day), and the day's bill lists it."""
-    h.sim.settle_refund(no, "success")
-    when = f"{D}T15:00:00+08:00"
-    with h.sim._lock:
-        h.sim._refunds[no]["success_time"] = when
-    h.sim.bills.add_refund(mchid, otn, no, amount, success_time=when)
 
 
 def test_r43_v3_refunds_of_a_cash_and_a_nocash_coupon_payment_book_their_settlement_refunds_and_reconcile(
