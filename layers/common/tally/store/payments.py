@@ -17,8 +17,8 @@ from typing import Any
 from tally.domain.notifications import PaymentNotice
 from tally.domain.orders import Event, Status
 from tally.store.codec import names_values, to_item
-from tally.store.recon import with_bill_shard
 from tally.store.records import OrderRow
+from tally.store.shards import with_bill_shard
 from tally.store.tables import RawStore, Tables, pending_pk
 
 ORDER, TRANSITION, RAW, LEDGER = 0, 1, 2, 3  # positions in `book`'s transaction (+ SETTLEMENT_ITEM)

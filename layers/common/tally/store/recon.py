@@ -12,16 +12,14 @@ from typing import Any
 
 from tally.domain.recon import OPEN, PAYMENT, REFUND, LocalEntry, ledger_pks, local_entry
 from tally.store.codec import encode, from_item, names_values, to_item
-from tally.store.tables import shard_of
+from tally.store.shards import LEDGER_SHARDS as LEDGER_SHARDS  # re-exported: recon reads shard by shard
+from tally.store.shards import bill_shard as bill_shard
+from tally.store.shards import ledger_shard as ledger_shard
+from tally.store.shards import with_bill_shard as with_bill_shard
 
 CONFIRM_SK = "confirm"
 BLOCKED_SK = "blocked"  # the day's work-queue marker while its latest run is BLOCKED
 
-# The ledger's bill-date index is write-sharded: GSI by_bill_shard, partition key `bill_shard` =
-# `<bill_date>#<shard>` (two digits), sort key pk. The shard is a hash of the entry's key (a REVERSAL takes
-# the shard of the entry it reverses), so one shard of a day is one partition of reconciliation's match.
-# Changing the count re-shards every entry: see docs/recon.md "Migration" and docs/cost.md for the number.
-LEDGER_SHARDS = 16
 SHARD_INDEX = "by_bill_shard"
 READ_THREADS = 4  # shards read at once by the readers that need a whole day
 # FEE entries are written with attribute_not_exists(pk) (a re-run never overwrites; BatchWriteItem cannot carry
@@ -30,33 +28,6 @@ READ_THREADS = 4  # shards read at once by the readers that need a whole day
 FEE_BATCH = 100
 FEE_THREADS = 4
 FEE_RETRIES = 5  # a batch cancelled for another reason than a taken key (a transaction conflict) is retried
-
-
-def ledger_shard(pk: str) -> int:
-    """The ledger shard of an entry key, by the one key hash (store.tables.shard_of) of the key its bill row
-    names, `channel#id`: an entry's pk is merchant-scoped (`channel#mchid#id`, issue #15; pre-#15 entries are
-    `channel#id` already), the bill's key is not, and bill partition p must hold ledger shard p's keys
-    (service/recon_partition.py). Channel ids never contain `#` (digits; refund numbers are [0-9A-Za-z_-|*@])."""
-    if pk.startswith("fee#"):  # a FEE entry sits in the shard of the bill row it was charged on
-        pk = pk[4:]
-    channel, _, rest = pk.partition("#")
-    _, scoped, ident = rest.partition("#")
-    return shard_of(f"{channel}#{ident}" if scoped else pk, LEDGER_SHARDS)
-
-
-def bill_shard(bill_date: str, shard: int) -> str:
-    return f"{bill_date}#{shard:02d}"
-
-
-def with_bill_shard(row: dict[str, Any]) -> dict[str, Any]:
-    """A ledger row with its `bill_shard` attribute: every ledger write goes through this (booking, refunds,
-    reversals), so every entry is in the by_bill_shard index. A REVERSAL is sharded by the key it reverses."""
-    if not row.get("bill_date"):
-        return row
-    return {
-        **row,
-        "bill_shard": bill_shard(row["bill_date"], ledger_shard(str(row.get("reverses") or row["pk"]))),
-    }
 
 
 def recon_pk(channel: str, mchid: str, bill_date: str) -> str:

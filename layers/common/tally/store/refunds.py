@@ -23,8 +23,8 @@ from typing import Any, cast
 
 from tally.store.codec import from_item, names_values, to_item
 from tally.store.payments import SETTLEMENT_UNKNOWN_KIND
-from tally.store.recon import with_bill_shard
 from tally.store.records import RefundRow, as_refund
+from tally.store.shards import with_bill_shard
 from tally.store.tables import PENDING_SHARDS, Tables, shard_of
 from tally.store.tables import TransactionFailed as TransactionFailed  # the one (store/tables.py)
 
