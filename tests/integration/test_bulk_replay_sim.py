@@ -175,7 +175,9 @@ def settle(applied: Counter, n: int, mchid: str) -> None:
 @pytest.mark.parametrize(
     "n",
     [
-        200,
+        pytest.param(
+            200, marks=pytest.mark.slow
+        ),  # a long simulation (~40 s): make test runs it, make check not
         pytest.param(
             10_000,
             marks=[

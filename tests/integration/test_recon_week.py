@@ -63,6 +63,7 @@ def v2_pay(h, sim, m, total, cash, coupon_type, time_end, *, deliver=True):
     return tid
 
 
+@pytest.mark.slow  # a simulated week (~30 s): make test runs it, make check does not
 def test_r45_a_simulated_week_with_coupons_reconciles_with_zero_diffs(h, sim, svc):
     from tests.integration.channel_kit import Alipay
 
