@@ -391,7 +391,9 @@ def render(report: dict[str, Any]) -> str:
             + f", {len(leg['diffs'])} difference(s)"
             + (": " + "; ".join(leg["diffs"]) if leg["diffs"] else "")
         )
-    lines.append(f"  work queue ({len(report['manual'])} items; `tally manual list`):")
+    lines.append(
+        f"  work queue ({len(report['manual'])} items; to work them: `tally demo --keep`, then `tally manual list --local`):"
+    )
     lines += [
         f"    {item['id']}  {item['kind']}  order {item['order'] or '-'}  "
         f"{'¥' + item['amount'] if item['amount'] is not None else '-'}  why: {item['reason']}"
