@@ -215,9 +215,10 @@ def ledger_page(request: Request, who: Identity) -> Response:
     day = request.field("date") or data.yesterday_cst()
     merchant = request.field("merchant")
     try:
-        view = data.ledger_day(data.date.fromisoformat(day).isoformat(), merchant)
-    except ValueError:
+        bill_date = data.date.fromisoformat(day).isoformat()
+    except ValueError:  # only the date the person typed: an error reading the day is not theirs
         return render("error.html", who, 400, message="Dates look like 2026-11-30.")
+    view = data.ledger_day(bill_date, merchant)
     if request.field("format") == "csv":
         return Response(
             200,
