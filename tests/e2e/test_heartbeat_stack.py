@@ -30,7 +30,9 @@ def test_the_heartbeat_is_booked_on_the_embedded_stack_and_shown_by_tally_pendin
                 break
             time.sleep(0.1)
         assert order["status"] == "PAID" and order["paid_cent"] == 1
-        assert bootstrap.heartbeat_age_s() < 60
+        # the age counts from the start of the beat's minute (its id is per minute), so a beat fired at :59 and
+        # booked a moment later is 60 s old: fresh means under two minutes (the alarm is at 3)
+        assert bootstrap.heartbeat_age_s() < 120
         env = {**os.environ, "TALLY_STATE_DIR": str(state_dir)}
         shown = subprocess.run(
             [TALLY, "pending", "--local"], capture_output=True, text=True, env=env, timeout=60
