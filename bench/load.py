@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 import urllib.error
@@ -80,6 +81,8 @@ def run(
                 status = RESET  # refused or reset before any answer: the backlog, not the product
             return status, (time.perf_counter() - start) * 1000
 
+        if stack.moto_pid is not None and os.environ.get("TALLY_MOTO_PROFILE"):
+            os.kill(stack.moto_pid, signal.SIGUSR1)  # the moto profile counts from here (moto_process.py)
         cpu_before, started = _cpu_s(stack.moto_pid), time.perf_counter()
         with ThreadPoolExecutor(senders) as pool:
             results = list(pool.map(send, amounts.items()))

@@ -77,6 +77,8 @@ def install() -> None:
         local_lambda_invoke()
         state_machine_copy_without_executions()
         map_run_tolerated_failures()
+        cached_alias_keys()
+        cached_action_names()
         _installed = True
 
 
@@ -335,3 +337,117 @@ def _restore(saved: list[tuple[Any, ...]]) -> None:
                     del table.items[hash_value]
         else:
             table.items[hash_value][range_value] = item
+
+
+_ALIAS_KEYS_LIMIT = 20_000  # botocore's shapes are cached per service: the set is small and fixed
+
+
+def cached_alias_keys() -> None:
+    """moto serialises every response by walking the botocore output shape and, for each member of each
+    structure, asking its attribute picker which names the member may have in the Python value (the
+    name itself, its snake_case form, a Meta alias, the shape name, the parent's or class's prefix cut
+    off, the wire name): six alias-provider objects built and asked per member, whether the value has
+    it or not. A DynamoDB AttributeValue has ten members (S, N, B, ..., BOOL), so an item of 30
+    attributes is ~300 such lookups per image; it was the largest single cost of moto under
+    bench.load (GetRecords with two images per record, Query, GetItem).
+
+    For a value that is a plain `dict` the candidate names depend only on the picker, the member's
+    shape (and its parent) and the key, never on the dict's contents: ExplicitAlias needs a `Meta`
+    (a dict has none), ClassPrefixAlias the class name ("dict"), the others the shape. So the
+    candidates are computed once per (picker kind, shape, parent, key), and the value is still looked
+    up in this dict, in the same order, first present wins, as moto does; a structure member whose
+    names are all absent is skipped, as moto skips a member whose value is None. Pickers with response
+    transformers (they look at the key path), serializers that serialise members their own way (XML)
+    and values that are not plain dicts go moto's way."""
+    from moto.core import serialize
+    from moto.core.utils import MISSING, get_value
+
+    base = serialize.ResponseSerializer
+    original_get_value, original_structure = base.get_value, base._serialize_type_structure
+    pickers = (serialize.AttributePicker, serialize.XFormedAttributePicker)
+    names_by: dict[tuple[Any, ...], tuple[str, ...]] = {}
+    members_by: dict[tuple[Any, ...], tuple[tuple[str, Any, tuple[str, ...]], ...]] = {}
+
+    def plain(self: Any, value: Any) -> bool:
+        picker = self._value_picker
+        return (
+            type(value) is dict
+            and type(picker) in pickers
+            and picker.alias_providers is serialize.DEFAULT_ALIAS_PROVIDERS
+            and not picker.response_transformers
+        )
+
+    def names_for(self: Any, value: Any, key: str, shape: Any) -> tuple[str, ...]:
+        ident = (type(self._value_picker), shape, getattr(shape, "parent", None), key)
+        names = names_by.get(ident)
+        if names is None:
+            context = serialize.AttributePickerContext(
+                obj=value,
+                key=key,
+                shape=shape,
+                operation_model=self.operation_model,
+                service_model=self.operation_model.service_model,
+                key_path=".".join(self.path),
+            )
+            names = tuple(self._value_picker.get_possible_keys(context))
+            if len(names_by) >= _ALIAS_KEYS_LIMIT:
+                names_by.clear()
+            names_by[ident] = names
+        return names
+
+    def pick(value: dict[str, Any], names: tuple[str, ...]) -> Any:
+        for name in names:
+            # moto's get_value on a dict: value[name], a dotted name walks the path
+            found = value.get(name, MISSING) if "." not in name else get_value(value, name, MISSING)
+            if found is not MISSING:
+                return found
+        return None
+
+    def cached_get_value(self: Any, value: Any, key: str, shape: Any) -> Any:
+        if not plain(self, value):
+            return original_get_value(self, value, key, shape)
+        return pick(value, names_for(self, value, key, shape))
+
+    def cached_structure(self: Any, serialized: Any, value: Any, shape: Any, key: str) -> None:
+        if (
+            value is None
+            or not plain(self, value)
+            or type(self)._serialize_structure_member is not base._serialize_structure_member
+        ):
+            return original_structure(self, serialized, value, shape, key)
+        ident = (type(self._value_picker), shape)
+        members = members_by.get(ident)
+        if members is None:
+            listed = []
+            for member_key, member_shape in shape.members.items():
+                member_shape.parent = shape
+                listed.append((member_key, member_shape, names_for(self, value, member_key, member_shape)))
+            members = members_by[ident] = tuple(listed)
+            if len(members_by) >= _ALIAS_KEYS_LIMIT:
+                members_by.clear()
+        wrapper = self.MAP_TYPE() if key else serialized
+        for member_key, member_shape, names in members:
+            member_shape.parent = shape  # as moto sets it, for whatever reads it below
+            member_value = pick(value, names)
+            if member_value is not None:
+                self._serialize(wrapper, member_value, member_shape, member_key)
+        if key:
+            self._default_serialize(serialized, wrapper, shape, key)
+        return None
+
+    cached_get_value.__wrapped__ = original_get_value  # type: ignore[attr-defined]  # moto's, for the tests
+    cached_structure.__wrapped__ = original_structure  # type: ignore[attr-defined]
+    base.get_value = cached_get_value
+    base._serialize_type_structure = cached_structure
+
+
+def cached_action_names() -> None:
+    """To dispatch an action moto lists every function of the handler class (`inspect.getmembers`,
+    ~300 names for DynamoDB, sorted) on every request, to see whether the action is one of them. A
+    class's functions do not change while the server runs (our patches are installed before it
+    serves), so the list is computed once per class."""
+    import functools
+
+    from moto.core import responses
+
+    responses.method_names_from_class = functools.lru_cache(maxsize=256)(responses.method_names_from_class)

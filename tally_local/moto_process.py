@@ -17,10 +17,12 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 
 class MotoProcess:
@@ -81,7 +83,12 @@ def serve(host: str, port: int) -> None:
 
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per AWS call otherwise
     moto_fixes.install()
-    server = make_server(host, port, DomainDispatcherApplication(create_backend_app), threaded=True)
+    app: Any = DomainDispatcherApplication(create_backend_app)
+    profile_path = os.environ.get(PROFILE_VARIABLE)
+    if profile_path:
+        app = _Profiled(app, profile_path)
+        signal.signal(signal.SIGUSR1, lambda *_: app.reset())  # bench.load: from the first send on
+    server = make_server(host, port, app, threaded=True)
     os.environ["MOTO_PORT"] = str(
         server.server_port
     )  # moto's Step Functions interpreter calls its own server
@@ -90,6 +97,66 @@ def serve(host: str, port: int) -> None:
     sys.stdin.read()  # until the parent closes the pipe (or dies)
     server.shutdown()
     server.server_close()
+    if isinstance(app, _Profiled):
+        app.dump()
+
+
+PROFILE_VARIABLE = "TALLY_MOTO_PROFILE"
+
+
+class _Profiled:
+    """Measurement only (`TALLY_MOTO_PROFILE=/tmp/moto.pstats`): each request runs under cProfile in the
+    werkzeug thread that serves it (cProfile sees one thread); the stats are summed and written, with a
+    count of AWS calls and their CPU by operation (`<path>.calls.json`), when the server stops. SIGUSR1 starts them
+    afresh (bench.load sends it before its first callback, so the set-up is not counted)."""
+
+    def __init__(self, app: Any, path: str):
+        self.app, self.path = app, path
+        self.lock = threading.Lock()
+        self.stats: Any = None
+        self.calls: dict[str, list[float]] = {}  # operation → [calls, CPU ms in the app (profiled)]
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        import cProfile
+        import pstats
+        import time
+
+        profiler = cProfile.Profile(time.thread_time)  # CPU, not the wall time spent waiting for a lock
+        cpu = time.thread_time()
+        body = profiler.runcall(lambda: list(self.app(environ, start_response)))
+        cpu = time.thread_time() - cpu
+        with self.lock:
+            operation = self.calls.setdefault(_operation(environ), [0, 0.0])
+            operation[0] += 1
+            operation[1] += cpu * 1000
+            if self.stats is None:
+                self.stats = pstats.Stats(profiler)
+            else:
+                self.stats.add(profiler)
+        return body
+
+    def reset(self) -> None:
+        with self.lock:
+            self.stats = None
+            self.calls.clear()
+
+    def dump(self) -> None:
+        import json
+
+        with self.lock:
+            if self.stats is not None:
+                self.stats.dump_stats(self.path)
+            with open(self.path + ".calls.json", "w", encoding="utf-8") as out:
+                ranked = sorted(self.calls.items(), key=lambda item: -item[1][1])
+                json.dump({name: [int(n), round(ms)] for name, (n, ms) in ranked}, out, indent=1)
+
+
+def _operation(environ: dict[str, Any]) -> str:
+    """`DynamoDB_20120810.PutItem`, `AmazonSQS.SendMessage`, or the method and path for the rest."""
+    target = environ.get("HTTP_X_AMZ_TARGET")
+    if target:
+        return str(target)
+    return f"{environ.get('REQUEST_METHOD')} {environ.get('PATH_INFO', '').split('/')[1][:30]}"
 
 
 if __name__ == "__main__":

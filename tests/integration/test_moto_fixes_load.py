@@ -1,0 +1,209 @@
+"""tally_local.moto_fixes, the patches that cut moto's CPU per request under bench.load (issue #20 item 6):
+each answers exactly what moto's own code answers. Serialisation is compared with moto's own functions
+(kept as `__wrapped__`) on the same value; the live server round-trips every DynamoDB type."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+from moto.core import serialize
+from moto.core.utils import get_service_model
+from moto.server import ThreadedMotoServer
+
+from tally_local import moto_fixes
+
+EVERY_TYPE = {
+    "pk": {"S": "order#1"},
+    "amount_cent": {"N": "1999"},
+    "blob": {"B": "AAEC"},
+    "tags": {"SS": ["a", "b"]},
+    "counts": {"NS": ["1", "2"]},
+    "blobs": {"BS": ["AAEC", "AwQ="]},
+    "nested": {"M": {"x": {"L": [{"S": "y"}, {"NULL": True}, {"BOOL": False}, {"N": "0"}]}}},
+    "empty_map": {"M": {}},
+    "flag": {"BOOL": True},
+    "nothing": {"NULL": True},
+}
+
+
+@contextlib.contextmanager
+def _moto_own_serialiser():
+    """moto's own get_value and structure walk, for the length of the block."""
+    base = serialize.ResponseSerializer
+    patched = base.get_value, base._serialize_type_structure
+    base.get_value = patched[0].__wrapped__
+    base._serialize_type_structure = patched[1].__wrapped__
+    try:
+        yield
+    finally:
+        base.get_value, base._serialize_type_structure = patched
+
+
+def _serialise(service: str, operation: str, result) -> str:
+    model = get_service_model(service)
+    serializer_class = serialize.get_serializer_class(service, model.protocol)
+    serializer = serializer_class(
+        operation_model=model.operation_model(operation), value_picker=serialize.XFormedAttributePicker()
+    )
+    return serializer.serialize(result)["body"]
+
+
+def _both(service: str, operation: str, result) -> tuple[str, str]:
+    moto_fixes.install()
+    ours = _serialise(service, operation, result)
+    with _moto_own_serialiser():
+        theirs = _serialise(service, operation, result)
+    return ours, theirs
+
+
+@pytest.mark.parametrize(
+    ("service", "operation", "result"),
+    [
+        ("dynamodb", "GetItem", {"Item": EVERY_TYPE}),
+        ("dynamodb", "GetItem", {}),  # no item
+        ("dynamodb", "Query", {"Items": [EVERY_TYPE, {"pk": {"S": "b"}}], "Count": 2, "ScannedCount": 2}),
+        (
+            "dynamodb",
+            "Query",
+            {"Items": [], "Count": 0, "ScannedCount": 0, "LastEvaluatedKey": {"pk": {"S": "z"}}},
+        ),
+        (
+            "dynamodb",
+            "PutItem",
+            {"Attributes": EVERY_TYPE, "ConsumedCapacity": {"TableName": "t", "CapacityUnits": 1.0}},
+        ),
+        ("dynamodb", "TransactWriteItems", {}),
+        (
+            "dynamodbstreams",
+            "GetRecords",
+            {
+                "NextShardIterator": "it",
+                "Records": [
+                    {
+                        "eventID": "1",
+                        "eventName": "MODIFY",
+                        "eventVersion": "1.0",
+                        "eventSource": "aws:dynamodb",
+                        "awsRegion": "us-east-1",
+                        "dynamodb": {
+                            "StreamViewType": "NEW_AND_OLD_IMAGES",
+                            "ApproximateCreationDateTime": 1764614400,
+                            "SequenceNumber": "1100000000017454423009",
+                            "SizeBytes": 120,
+                            "Keys": {"pk": {"S": "order#1"}},
+                            "NewImage": EVERY_TYPE,
+                            "OldImage": {"pk": {"S": "order#1"}, "amount_cent": {"N": "1"}},
+                        },
+                    }
+                ],
+            },
+        ),
+        # snake_case keys are found through moto's xform alias, a missing member is left out
+        (
+            "dynamodb",
+            "DescribeTable",
+            {"Table": {"table_name": "t", "item_count": 3, "TableStatus": "ACTIVE"}},
+        ),
+    ],
+)
+def test_a_response_serialises_as_moto_serialises_it(service, operation, result):
+    ours, theirs = _both(service, operation, result)
+    assert ours == theirs
+    assert bool(json.loads(ours)) == bool(result)  # a real answer, not two equal empties
+
+
+def test_the_same_shape_with_different_values_gives_different_answers():
+    """The cache holds names per shape, never values: two items through the same shape keep their own."""
+    first, _ = _both("dynamodb", "GetItem", {"Item": {"pk": {"S": "a"}, "v": {"N": "1"}}})
+    second, _ = _both("dynamodb", "GetItem", {"Item": {"pk": {"S": "b"}, "v": {"BOOL": True}}})
+    assert json.loads(first) == {"Item": {"pk": {"S": "a"}, "v": {"N": "1"}}}
+    assert json.loads(second) == {"Item": {"pk": {"S": "b"}, "v": {"BOOL": True}}}
+
+
+def test_an_object_value_still_goes_moto_s_way():
+    """Values that are not plain dicts (moto's models) are picked by moto's own picker, aliases and all."""
+
+    class Table:
+        table_name = "from-attribute"
+        item_count = 7
+
+    ours, theirs = _both("dynamodb", "DescribeTable", {"Table": Table()})
+    assert ours == theirs
+    assert json.loads(ours)["Table"] == {"TableName": "from-attribute", "ItemCount": 7}
+
+
+@pytest.fixture(scope="module")
+def server():
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    moto_fixes.install()
+    running = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    running.start()
+    host, port = running.get_host_and_port()
+    yield f"http://{host}:{port}"
+    running.stop()
+    running._server.server_close()  # moto's stop() leaves the socket open
+
+
+def _client(service: str, endpoint: str):
+    return boto3.client(
+        service,
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+
+
+def test_every_dynamodb_type_round_trips_through_the_server_and_its_stream(server):
+    ddb, streams = _client("dynamodb", server), _client("dynamodbstreams", server)
+    ddb.create_table(
+        TableName="types",
+        BillingMode="PAY_PER_REQUEST",
+        StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+    )
+    item = {**EVERY_TYPE, "blob": {"B": b"\x00\x01\x02"}, "blobs": {"BS": [b"\x00\x01\x02", b"\x03\x04"]}}
+    ddb.put_item(TableName="types", Item=item)
+    changed = ddb.update_item(
+        TableName="types",
+        Key={"pk": {"S": "order#1"}},
+        UpdateExpression="SET amount_cent = :a",
+        ExpressionAttributeValues={":a": {"N": "2000"}},
+        ReturnValues="ALL_OLD",
+    )
+    assert changed["Attributes"] == item
+    assert ddb.get_item(TableName="types", Key={"pk": {"S": "order#1"}})["Item"] == {
+        **item,
+        "amount_cent": {"N": "2000"},
+    }
+    assert ddb.query(
+        TableName="types",
+        KeyConditionExpression="pk = :p",
+        ExpressionAttributeValues={":p": {"S": "order#1"}},
+    )["Items"] == [{**item, "amount_cent": {"N": "2000"}}]
+    arn = ddb.describe_table(TableName="types")["Table"]["LatestStreamArn"]
+    shard = streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"][0]["ShardId"]
+    iterator = streams.get_shard_iterator(StreamArn=arn, ShardId=shard, ShardIteratorType="TRIM_HORIZON")
+    records = streams.get_records(ShardIterator=iterator["ShardIterator"])["Records"]
+    assert [r["eventName"] for r in records] == ["INSERT", "MODIFY"]
+    assert records[1]["dynamodb"]["OldImage"] == item
+    assert records[1]["dynamodb"]["NewImage"]["amount_cent"] == {"N": "2000"}
+
+
+def test_actions_dispatch_once_their_names_are_cached(server):
+    """cached_action_names: a known action is answered, an unknown one is still refused."""
+    ddb = _client("dynamodb", server)
+    assert "TableNames" in ddb.list_tables()
+    assert "TableNames" in ddb.list_tables()  # from the cache
+    with pytest.raises(ClientError):
+        ddb.describe_table(TableName="no-such-table")
+    sqs = _client("sqs", server)
+    url = sqs.create_queue(QueueName="names")["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="x")
+    assert [m["Body"] for m in sqs.receive_message(QueueUrl=url).get("Messages", [])] == ["x"]
