@@ -79,6 +79,9 @@ def install() -> None:
         map_run_tolerated_failures()
         cached_alias_keys()
         cached_action_names()
+        cached_processing_maps()
+        structural_checks_once()
+        item_size_checked_once()
         _installed = True
 
 
@@ -451,3 +454,108 @@ def cached_action_names() -> None:
     from moto.core import responses
 
     responses.method_names_from_class = functools.lru_cache(maxsize=256)(responses.method_names_from_class)
+
+
+def cached_processing_maps() -> None:
+    """moto validates an UpdateExpression with ten tree walkers (DepthFirstTraverser), each asking, at every
+    node of the tree, for its `_processing_map()`: a new dict of bound methods, built twice per node (once
+    to list the node types, once to find the function). Every `_processing_map` of moto returns a literal
+    dict of the walker's own methods, the same for the walker's whole life, so each walker builds it once."""
+    from moto.dynamodb.parsing.ast_nodes import DepthFirstTraverser
+
+    def processing_map(self: Any) -> dict[type, Any]:
+        found = self.__dict__.get("_tally_processing_map")
+        if found is None:
+            found = self.__dict__["_tally_processing_map"] = self._processing_map()
+        return found
+
+    def nodes_to_be_processed(self: Any) -> tuple[type, ...]:
+        found = self.__dict__.get("_tally_node_types")
+        if found is None:
+            found = self.__dict__["_tally_node_types"] = tuple(processing_map(self))
+        return found
+
+    def process(self: Any, node: Any) -> Any:
+        for class_key, processor in processing_map(self).items():
+            if isinstance(node, class_key):
+                return processor(node)
+        return None
+
+    DepthFirstTraverser.nodes_to_be_processed = nodes_to_be_processed
+    DepthFirstTraverser.process = process
+
+
+_STRUCTURAL_LIMIT = 4096
+
+
+def structural_checks_once() -> None:
+    """Two of moto's UpdateExpression checks look only at the expression's shape: ActionCountValidator
+    (at most one SET / ADD / REMOVE clause) and OverlappingPathsValidator (no path set twice or inside
+    another, given the attribute names). They run at every node of the tree and each run walks the
+    node's subtree again (O(nodes²)): with the worker's order update they were ~20 % of a transaction.
+    Neither changes the tree nor reads the item or the values, so for the same parsed expression (the
+    object `cached_update_parser` hands out per text; held here so its id stays its own) and the same
+    ExpressionAttributeNames the outcome is the same: a check that passed once is not run again. A
+    check that fails is not remembered: it runs, and raises, every time."""
+    from moto.dynamodb.parsing import validators
+
+    kinds = (validators.ActionCountValidator, validators.OverlappingPathsValidator)
+    original_init, original_validate = (
+        validators.Validator.__init__,
+        validators.UpdateExpressionValidator.validate,
+    )
+    passed: dict[int, tuple[Any, set[tuple[Any, ...]]]] = {}
+
+    def __init__(self: Any, expression: Any, *args: Any, **kwargs: Any) -> None:
+        original_init(self, expression, *args, **kwargs)
+        self._tally_source = expression
+
+    def validate(self: Any) -> Any:
+        source = getattr(self, "_tally_source", None)
+        if source is None:
+            return original_validate(self)
+        entry = passed.get(id(source))
+        if entry is None or entry[0] is not source:
+            if len(passed) >= _STRUCTURAL_LIMIT:
+                passed.clear()
+            entry = passed[id(source)] = (source, set())
+        names = tuple(sorted((self.expression_attribute_names or {}).items()))
+        node = self.node_to_validate
+        for processor in self.processors:
+            ident = (type(processor), names)
+            if type(processor) in kinds and ident in entry[1]:
+                continue  # it would walk the tree, find it as before, and hand back the same node
+            node = processor.traverse(node)
+            if type(processor) in kinds:
+                entry[1].add(ident)
+        return node
+
+    validators.Validator.__init__ = __init__
+    validators.UpdateExpressionValidator.validate = validate
+
+
+def item_size_checked_once() -> None:
+    """moto builds an Item attribute by attribute into a LimitedSizeDict, whose every insert sums the size
+    of all attributes already in it to enforce DynamoDB's 400 KB item limit: O(attributes²) per item, for
+    every item written, read into a transaction or copied. The same check, with a running total: each
+    attribute's size (key and value, as LimitedSizeDict measures them) is computed once; an item over
+    the limit raises ItemSizeTooLarge at the same attribute as before. Later updates of an item go
+    through LimitedSizeDict as before."""
+    from moto.dynamodb.exceptions import ItemSizeTooLarge
+    from moto.dynamodb.models import dynamo_type
+    from moto.dynamodb.models.utilities import bytesize
+
+    def __init__(self: Any, hash_key: Any, range_key: Any, attrs: dict[str, Any]) -> None:
+        self.hash_key = hash_key
+        self.range_key = range_key
+        self.attrs = dynamo_type.LimitedSizeDict()
+        total = 0
+        for key, value in attrs.items():
+            typed = dynamo_type.DynamoType(value)  # keys come from a dict: each is new
+            size = bytesize(str(key)) + typed.size()
+            if total + size > 405000:
+                raise ItemSizeTooLarge
+            dict.__setitem__(self.attrs, key, typed)
+            total += size
+
+    dynamo_type.Item.__init__ = __init__

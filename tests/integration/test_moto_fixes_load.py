@@ -207,3 +207,79 @@ def test_actions_dispatch_once_their_names_are_cached(server):
     url = sqs.create_queue(QueueName="names")["QueueUrl"]
     sqs.send_message(QueueUrl=url, MessageBody="x")
     assert [m["Body"] for m in sqs.receive_message(QueueUrl=url).get("Messages", [])] == ["x"]
+
+
+@pytest.fixture(scope="module")
+def table(server):
+    ddb = _client("dynamodb", server)
+    ddb.create_table(
+        TableName="updates",
+        BillingMode="PAY_PER_REQUEST",
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+    )
+    return ddb
+
+
+def _update(ddb, expression: str, names: dict[str, str] | None = None, **values: str):
+    kwargs = {"ExpressionAttributeNames": names} if names else {}
+    return ddb.update_item(
+        TableName="updates",
+        Key={"pk": {"S": "o1"}},
+        UpdateExpression=expression,
+        ExpressionAttributeValues={f":{k}": {"S": v} for k, v in values.items()},
+        ReturnValues="ALL_NEW",
+        **kwargs,
+    )["Attributes"]
+
+
+def test_the_same_update_text_with_other_names_is_checked_again(table):
+    """structural_checks_once remembers a pass per expression *and* attribute names: the text that was
+    fine with two names is refused when both placeholders name the same attribute, every time."""
+    expression = "SET #a = :x, #b = :y"
+    assert _update(table, expression, {"#a": "p", "#b": "q"}, x="1", y="2") == {
+        "pk": {"S": "o1"},
+        "p": {"S": "1"},
+        "q": {"S": "2"},
+    }
+    assert _update(table, expression, {"#a": "p", "#b": "q"}, x="3", y="4")["q"] == {"S": "4"}
+    for _ in range(2):
+        with pytest.raises(ClientError, match="Two document paths overlap"):
+            _update(table, expression, {"#a": "p", "#b": "p"}, x="5", y="6")
+    assert _update(table, expression, {"#a": "p", "#b": "q"}, x="7", y="8")["p"] == {"S": "7"}
+
+
+@pytest.mark.parametrize(
+    ("expression", "message"),
+    [("SET a = :x SET b = :y", 'The "SET" section can only be used once'), ("SET a = :x, a = :y", "overlap")],
+)
+def test_a_refused_update_is_refused_every_time(table, expression, message):
+    for _ in range(3):
+        with pytest.raises(ClientError, match=message):
+            _update(table, expression, x="1", y="2")
+
+
+def test_an_update_of_many_actions_applies_each_one(table):
+    """cached_processing_maps: every walker still sees every node (SET, REMOVE, if_not_exists, +)."""
+    table.put_item(TableName="updates", Item={"pk": {"S": "o1"}, "gone": {"S": "x"}, "n": {"N": "1"}})
+    got = table.update_item(
+        TableName="updates",
+        Key={"pk": {"S": "o1"}},
+        UpdateExpression="SET a = :a, b = if_not_exists(b, :b), n = n + :one REMOVE gone",
+        ExpressionAttributeValues={":a": {"S": "A"}, ":b": {"S": "B"}, ":one": {"N": "1"}},
+        ReturnValues="ALL_NEW",
+    )["Attributes"]
+    assert got == {"pk": {"S": "o1"}, "a": {"S": "A"}, "b": {"S": "B"}, "n": {"N": "2"}}
+
+
+def test_the_item_size_limit_holds_at_the_same_attribute(table):
+    """item_size_checked_once: DynamoDB's item limit (moto: 405,000 bytes of names and values)."""
+    table.put_item(
+        TableName="updates", Item={"pk": {"S": "big"}, "a": {"S": "x" * 200_000}, "b": {"S": "y" * 200_000}}
+    )
+    with pytest.raises(ClientError, match="Item size has exceeded the maximum allowed size"):
+        table.put_item(
+            TableName="updates",
+            Item={"pk": {"S": "big"}, "a": {"S": "x" * 200_000}, "b": {"S": "y" * 205_000}},
+        )
+    assert len(table.get_item(TableName="updates", Key={"pk": {"S": "big"}})["Item"]["b"]["S"]) == 200_000
