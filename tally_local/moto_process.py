@@ -105,13 +105,15 @@ PROFILE_VARIABLE = "TALLY_MOTO_PROFILE"
 
 
 class _Profiled:
-    """Measurement only (`TALLY_MOTO_PROFILE=/tmp/moto.pstats`): each request runs under cProfile in the
-    werkzeug thread that serves it (cProfile sees one thread); the stats are summed and written, with a
-    count of AWS calls and their CPU by operation (`<path>.calls.json`), when the server stops. SIGUSR1 starts them
-    afresh (bench.load sends it before its first callback, so the set-up is not counted)."""
+    """Measurement only (`TALLY_MOTO_PROFILE=/tmp/moto.pstats`, or `cpu:/tmp/moto` for the counts alone):
+    each request runs under cProfile in the werkzeug thread that serves it (cProfile sees one thread);
+    the stats are summed and written, with a count of AWS calls and their CPU by operation
+    (`<path>.calls.json`), when the server stops. SIGUSR1 starts them afresh (bench.load sends it
+    before its first callback, so the set-up is not counted)."""
 
     def __init__(self, app: Any, path: str):
-        self.app, self.path = app, path
+        self.cpu_only = path.startswith("cpu:")  # the CPU per operation only, without cProfile's overhead
+        self.app, self.path = app, path.removeprefix("cpu:")
         self.lock = threading.Lock()
         self.stats: Any = None
         self.calls: dict[str, list[float]] = {}  # operation → [calls, CPU ms in the app (profiled)]
@@ -121,15 +123,20 @@ class _Profiled:
         import pstats
         import time
 
-        profiler = cProfile.Profile(time.thread_time)  # CPU, not the wall time spent waiting for a lock
         cpu = time.thread_time()
-        body = profiler.runcall(lambda: list(self.app(environ, start_response)))
+        if self.cpu_only:
+            body, profiler = list(self.app(environ, start_response)), None
+        else:
+            profiler = cProfile.Profile(time.thread_time)  # CPU, not the wall time spent waiting for a lock
+            body = profiler.runcall(lambda: list(self.app(environ, start_response)))
         cpu = time.thread_time() - cpu
         with self.lock:
             operation = self.calls.setdefault(_operation(environ), [0, 0.0])
             operation[0] += 1
             operation[1] += cpu * 1000
-            if self.stats is None:
+            if profiler is None:
+                pass
+            elif self.stats is None:
                 self.stats = pstats.Stats(profiler)
             else:
                 self.stats.add(profiler)

@@ -283,3 +283,41 @@ def test_the_item_size_limit_holds_at_the_same_attribute(table):
             Item={"pk": {"S": "big"}, "a": {"S": "x" * 200_000}, "b": {"S": "y" * 205_000}},
         )
     assert len(table.get_item(TableName="updates", Key={"pk": {"S": "big"}})["Item"]["b"]["S"]) == 200_000
+
+
+def _shape(node, seen=None):
+    """A node tree as nested tuples: class, attributes, and each parent as its position in the walk."""
+    from moto.dynamodb.parsing.ast_nodes import Node
+
+    seen = {} if seen is None else seen
+    if isinstance(node, list):
+        return [_shape(entry, seen) for entry in node]
+    if not isinstance(node, Node):
+        return node
+    seen[id(node)] = len(seen)
+    attributes = {
+        name: ("parent", seen.get(id(value))) if name == "parent" else _shape(value, seen)
+        for name, value in vars(node).items()
+    }
+    return type(node).__name__, attributes
+
+
+def test_the_update_tree_copy_is_deepcopy_s_copy():
+    """plain_ast_copy: the same classes, attributes and parent links as copy.deepcopy, sharing nothing
+    mutable with the parsed tree (which cached_update_parser hands to the next update)."""
+    import copy
+
+    from moto.dynamodb.parsing import validators
+    from moto.dynamodb.parsing.expressions import UpdateExpressionParser
+
+    moto_fixes.install()
+    tree = UpdateExpressionParser.make(
+        "SET #st = :to, a.b[2] = list_append(if_not_exists(c, :e), :f), n = n + :one "
+        "REMOVE poll_pk, poll_due ADD s :set DELETE t :t"
+    )
+    ours, theirs = validators.deepcopy(tree), copy.deepcopy(tree)
+    assert validators.deepcopy is not copy.deepcopy
+    assert _shape(ours) == _shape(theirs) == _shape(tree)
+    ours.children[0].children.clear()
+    assert _shape(tree) == _shape(theirs)  # the original is untouched
+    assert ours.children[1].parent is ours  # the copy's links point into the copy
