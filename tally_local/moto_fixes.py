@@ -48,6 +48,18 @@
    States.ExceedToleratedFailureThreshold, which the Map's Catch handles. moto counts a failed child and goes
    on with `null` as its result. `map_run_tolerated_failures` raises AWS's error once the run is over.
 
+Under bench.load's 16 senders (issue #20 item 6; measured in docs/embedded-stack.md), each the same answer
+for less CPU, each with a test in tests/integration/test_moto_fixes_load.py:
+
+10. **A response is not a name search per member.** `cached_alias_keys`: the names a structure member may
+    have in a plain dict are found once per shape, not by six alias providers per member per response.
+11. **An action is found without listing the class.** `cached_action_names`: inspect.getmembers once per
+    handler class, not per request.
+12. **An update is validated in O(nodes).** `cached_processing_maps` (each walker's node map built once),
+    `structural_checks_once` (clause counts and overlapping paths checked once per parsed expression and
+    names, not at every node), `plain_ast_copy` (the tree copied node by node, not through deepcopy).
+13. **An item's size is summed once.** `item_size_checked_once`: the 400 KB check with a running total.
+
 `install()` is idempotent and process-wide (moto's backends are per process anyway).
 """
 
