@@ -40,5 +40,5 @@ def test_the_notify_cold_start_imports_no_reconciliation():
         env={**os.environ, **ENV, "PYTHONPATH": f"{ROOT / 'layers/common'}:{ROOT}"},
     )
     loaded = set(json.loads(done.stdout.strip().splitlines()[-1]))
-    assert "tally.store.shards" in loaded  # the probe saw the ledger-writing code
+    assert "tally.service.ingest" in loaded and "tally.store.tables" in loaded  # the probe saw the service
     assert not loaded & {"tally.store.recon", "tally.domain.recon", "tally.service.recon"}, sorted(loaded)
