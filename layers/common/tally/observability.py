@@ -14,8 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from tally.channels import registry as channel_registry
 from tally.logs import StructuredLogger
@@ -263,8 +262,7 @@ ALARMED = ALARMED | {M.RECON_FUND_FLOW_LATE}  # the fund-flow leg (R45)
 ALARMED = ALARMED | {M.REFUND_POLL_FAILED, M.REFUND_NO_CHANNEL}  # the except-clause audit (docs/silence.md)
 
 
-@dataclass(frozen=True)
-class Emission:
+class Emission(NamedTuple):  # not a frozen dataclass: one less class compiled at every cold start
     """How an alarmed metric reaches CloudWatch, for R46's arithmetic (tests/unit/test_alarm_wiring.py): an
     alarm's period, threshold and datapoints must be reachable by the smallest source of its failure.
 
