@@ -1,6 +1,9 @@
 """Cold start (issue #20 item 4): the notify function's first callback pays for nothing it does not use.
 Importing the handler and building its service must not import reconciliation (store/recon.py and the
-recon domain: ~20 ms of a ~600 ms cold start); every ledger write's shard helper lives in store/shards.py."""
+recon domain: ~20 ms of a ~600 ms cold start); every ledger write's shard helper lives in store/shards.py.
+Nor the refund code before a refund notification (the refund inbox is built on the first one), nor Powertools
+(logs and EMF come from the stdlib: tally/logs.py, tally/observability.py); the worker builds its partial batch
+response itself (Powertools' BatchProcessor imported asyncio and every event data class). docs/cost.md."""
 
 from __future__ import annotations
 
@@ -11,13 +14,15 @@ import sys
 
 from tests.conftest import ROOT
 
-PROBE = f"""
+PROBE = """
 import importlib.util, json, sys
-spec = importlib.util.spec_from_file_location('app', r'{ROOT / "functions/notify/app.py"}')
+spec = importlib.util.spec_from_file_location('app', r'{app}')
 mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
-from tally import bootstrap; bootstrap.ingest_service()
-print(json.dumps(sorted(m for m in sys.modules if m.startswith('tally'))))
+from tally import bootstrap; bootstrap.{build}()
+built = [name for name in ("refund_inbox", "refund_service", "refund_tables") if getattr(bootstrap, name).cache_info().currsize]
+print(json.dumps({{"modules": sorted(sys.modules), "built": built}}))
 """
+REFUND_CODE = {"tally.domain.refunds", "tally.store.refunds", "tally.service.refunds"}
 
 ENV = {
     **{k: "t" for k in ("NOTIFY_RAW_TABLE", "NOTIFY_EVENT_TABLE", "ORDERS_TABLE", "TRANSITIONS_TABLE")},
@@ -31,14 +36,44 @@ ENV = {
 }
 
 
-def test_the_notify_cold_start_imports_no_reconciliation():
+def cold_start(function: str, build: str) -> tuple[set[str], list[str]]:
+    """The modules a fresh process holds after importing the handler and building its service, and which
+    refund services that build made."""
     done = subprocess.run(
-        [sys.executable, "-c", PROBE],
+        [sys.executable, "-c", PROBE.format(app=ROOT / "functions" / function / "app.py", build=build)],
         capture_output=True,
         text=True,
         check=True,
         env={**os.environ, **ENV, "PYTHONPATH": f"{ROOT / 'layers/common'}:{ROOT}"},
     )
-    loaded = set(json.loads(done.stdout.strip().splitlines()[-1]))
-    assert "tally.store.shards" in loaded  # the probe saw the ledger-writing code
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    return set(seen["modules"]), seen["built"]
+
+
+def test_the_notify_cold_start_imports_no_reconciliation():
+    loaded, _ = cold_start("notify", "ingest_service")
+    assert "tally.service.ingest" in loaded and "tally.store.tables" in loaded  # the probe saw the service
     assert not loaded & {"tally.store.recon", "tally.domain.recon", "tally.service.recon"}, sorted(loaded)
+
+
+def test_the_notify_cold_start_builds_no_refund_inbox_and_imports_no_refund_code():
+    loaded, built = cold_start("notify", "ingest_service")
+    assert "tally.service.ingest" in loaded
+    assert (
+        built == []
+    )  # the refund inbox is built on the first refund notification (bootstrap.ingest_service)
+    assert not loaded & REFUND_CODE, sorted(loaded & REFUND_CODE)
+
+
+def test_no_cold_start_imports_powertools():
+    for function, build in (("notify", "ingest_service"), ("worker", "apply_service")):
+        loaded, _ = cold_start(function, build)
+        assert "tally.logs" in loaded and "tally.observability" in loaded
+        assert not {m for m in loaded if m.startswith("aws_lambda_powertools")}, function
+
+
+def test_the_worker_cold_start_imports_no_asyncio_and_no_refund_code():
+    loaded, built = cold_start("worker", "apply_service")
+    assert "tally.service.apply" in loaded
+    assert "asyncio" not in loaded  # BatchProcessor's; boto3 does not need it
+    assert built == [] and not loaded & REFUND_CODE, sorted(loaded & REFUND_CODE)

@@ -164,7 +164,7 @@ def ingest_service() -> IngestService:
         ApplyQueue(_client("sqs"), s.apply_queue_url),
         clock=_clock,
         window_s=s.timestamp_window_s,
-        refund_inbox=refund_inbox(),
+        refund_inbox=refund_inbox,  # built on the first refund notification (cold start, docs/cost.md)
     )
 
 

@@ -114,8 +114,10 @@ class IngestService:
         *,
         clock: Callable[[], float] = time.time,
         window_s: int = 300,
-        refund_inbox: Any = None,
+        refund_inbox: Callable[[], Any] | None = None,
     ):
+        """`refund_inbox` builds the RefundInbox (bootstrap.refund_inbox, cached): called on the first refund
+        notification, so a container that only ever sees payments never imports the refund code (cold start)."""
         self.merchants = merchants
         self.refund_inbox = refund_inbox
         self.raw = raw
@@ -337,7 +339,7 @@ class IngestService:
         refund = read.refund
         if (parked := self._unauthorised(channel.merchant_kind, mchid, refund, request, acks)) is not None:
             return parked
-        ok = self.refund_inbox.accept(
+        ok = self.refund_inbox().accept(
             refund,
             body=stored_body(request.body)["body"],
             headers=_verify_headers(request.headers) if read.refund_headers else {},

@@ -9,12 +9,14 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tally.domain.refunds import RefundNotice
 from tally.observability import M, count, logger
-from tally.store.refunds import RefundQueue, RefundRawStore, refund_pending_pk
 from tally.store.tables import iso_now
+
+if TYPE_CHECKING:  # imported where a refund report is handled: ingest imports this module for
+    from tally.domain.refunds import RefundNotice  # body_evidence / park_forgery, and a payment
+    from tally.store.refunds import RefundQueue, RefundRawStore  # callback's cold start needs no refund code
 
 
 def raw_row(
@@ -25,6 +27,8 @@ def raw_row(
     headers: dict[str, str] | None = None,
     envelope_id: str = "",
 ) -> dict[str, Any]:
+    from tally.store.refunds import refund_pending_pk
+
     now = iso_now(now_s)
     return {
         "pk": notice.raw_key,
@@ -56,6 +60,8 @@ def raw_row(
 
 
 def notice_from_raw(row: dict[str, Any], event_of: Callable[[str, str], Any]) -> RefundNotice:
+    from tally.domain.refunds import RefundNotice
+
     return RefundNotice(
         channel=row["channel"],
         refund_no=row["refund_no"],
