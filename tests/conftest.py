@@ -138,11 +138,9 @@ class MotoAccount:
         after creating the resources, the account holds nothing to empty there; otherwise empty() goes
         through the API as before. Each API call costs ~4 ms of CPU and emptying an untouched account made
         ~25 of them per test (start and stop), more than many tests cost themselves."""
-        from moto.cloudformation.models import cloudformation_backends
         from moto.core import DEFAULT_ACCOUNT_ID
         from moto.events.models import events_backends
         from moto.s3.models import s3_backends
-        from moto.secretsmanager.models import secretsmanager_backends
         from moto.sqs.models import sqs_backends
 
         region = "us-east-1"
@@ -157,8 +155,21 @@ class MotoAccount:
             name: sorted(bus.rules)
             for name, bus in events_backends[DEFAULT_ACCOUNT_ID][region].event_buses.items()
         }
-        secrets = len(secretsmanager_backends[DEFAULT_ACCOUNT_ID][region].secrets)
-        stacks = len(cloudformation_backends[DEFAULT_ACCOUNT_ID][region].stacks)
+        # moto loads a service's models on its first request: not loaded, nothing of it exists (importing
+        # moto.cloudformation.models loads every service moto has, seconds of CPU per worker)
+        secrets = stacks = 0
+        if "moto.secretsmanager.models" in sys.modules:
+            secrets = len(
+                sys.modules["moto.secretsmanager.models"]
+                .secretsmanager_backends[DEFAULT_ACCOUNT_ID][region]
+                .secrets
+            )
+        if "moto.cloudformation.models" in sys.modules:
+            stacks = len(
+                sys.modules["moto.cloudformation.models"]
+                .cloudformation_backends[DEFAULT_ACCOUNT_ID][region]
+                .stacks
+            )
         return queues, buckets, buses, secrets, stacks
 
     def empty(self) -> None:
@@ -180,9 +191,10 @@ class MotoAccount:
         self._empty_archives()
         if self._leftovers() == self.baseline:
             return  # nothing outside DynamoDB to undo: the API calls below would each find nothing
-        cloudformation = self.client("cloudformation")  # stacks a test "deployed" (tally --stack NAME)
-        for stack in cloudformation.describe_stacks()["Stacks"]:
-            cloudformation.delete_stack(StackName=stack["StackName"])
+        if self._leftovers()[4]:  # stacks a test "deployed" (tally --stack NAME)
+            cloudformation = self.client("cloudformation")
+            for stack in cloudformation.describe_stacks()["Stacks"]:
+                cloudformation.delete_stack(StackName=stack["StackName"])
         sqs = self.client("sqs")
         for url in sqs.list_queues().get("QueueUrls", []):
             if url in self.queues:

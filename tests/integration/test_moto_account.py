@@ -5,6 +5,7 @@ when the next test starts, exactly as if every table had been created afresh."""
 from __future__ import annotations
 
 import json
+import sys
 
 import boto3
 import pytest
@@ -127,6 +128,9 @@ LEFT_ALONE = {
         boto3.client("s3").delete_object(Bucket=env["BILLS_BUCKET"], Key="bills/b"),
     ),
     "a secret": lambda env: boto3.client("secretsmanager").create_secret(Name="left", SecretString="{}"),
+    "a stack": lambda env: boto3.client("cloudformation").create_stack(
+        StackName="left", TemplateBody=json.dumps({"Resources": {"Q": {"Type": "AWS::SQS::Queue"}}})
+    ),
     "a rule": lambda env: boto3.client("events").put_rule(
         Name="all", EventBusName=env["EVENT_BUS_NAME"], EventPattern='{"source": ["tally"]}'
     ),
@@ -143,6 +147,8 @@ def test_one_thing_left_alone_outside_dynamodb_is_noticed_and_emptied(aws, moto_
     env = moto_account.start()
     assert_as_new(env)
     assert moto_account._leftovers() == moto_account.baseline
+    if "moto.cloudformation.models" in sys.modules:
+        assert boto3.client("cloudformation").describe_stacks()["Stacks"] == []
 
 
 def test_an_untouched_account_is_emptied_without_an_api_call(aws, moto_account, monkeypatch):
