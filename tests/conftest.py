@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import pathlib
 import sys
+import threading
 import time
 import uuid
 from typing import Any
@@ -28,7 +29,7 @@ from tally_local.resources import (  # noqa: E402
     load_handler,
     load_template,
 )
-from tally_local.simulator import ChannelSimulator  # noqa: E402
+from tally_local.simulator import ChannelSimulator, _crypto  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -36,6 +37,38 @@ def sim():
     simulator = ChannelSimulator(fixed_keys=True, time_scale=0.001).start()
     yield simulator
     simulator.stop()
+
+
+class KeyPool:
+    """RSA-2048 keys made once per worker and handed out again in every test: the k-th key a test asks the
+    simulator for (`_crypto.new_rsa_key`: an Alipay merchant's app key, a rotated certificate, a simulator
+    the test starts) is the k-th of the pool, so the keys of one test are all different, as generated ones
+    are. Generating one costs ~60 ms of CPU, and hundreds of tests register an Alipay merchant."""
+
+    def __init__(self, generate):
+        self.generate = generate
+        self.keys: list[Any] = []
+        self.used = 0
+        self.lock = threading.Lock()
+
+    def __call__(self):
+        with self.lock:
+            if self.used == len(self.keys):
+                self.keys.append(self.generate())
+            self.used += 1
+            return self.keys[self.used - 1]
+
+
+_KEY_POOL = KeyPool(_crypto.new_rsa_key)
+
+
+@pytest.fixture(autouse=True)
+def rsa_keys(monkeypatch):
+    """Per test: the simulator's new keys come from the worker's pool, from its first key on. The session's
+    simulator (`sim`, set up before any test's fixtures) made its own keys, so none of them is in the pool."""
+    _KEY_POOL.used = 0
+    monkeypatch.setattr(_crypto, "new_rsa_key", _KEY_POOL)
+    return _KEY_POOL
 
 
 @pytest.fixture(scope="session")
