@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import pathlib
 import sys
+import threading
 import time
 import uuid
 from typing import Any
@@ -28,7 +29,7 @@ from tally_local.resources import (  # noqa: E402
     load_handler,
     load_template,
 )
-from tally_local.simulator import ChannelSimulator  # noqa: E402
+from tally_local.simulator import ChannelSimulator, _crypto  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -36,6 +37,38 @@ def sim():
     simulator = ChannelSimulator(fixed_keys=True, time_scale=0.001).start()
     yield simulator
     simulator.stop()
+
+
+class KeyPool:
+    """RSA-2048 keys made once per worker and handed out again in every test: the k-th key a test asks the
+    simulator for (`_crypto.new_rsa_key`: an Alipay merchant's app key, a rotated certificate, a simulator
+    the test starts) is the k-th of the pool, so the keys of one test are all different, as generated ones
+    are. Generating one costs ~60 ms of CPU, and hundreds of tests register an Alipay merchant."""
+
+    def __init__(self, generate):
+        self.generate = generate
+        self.keys: list[Any] = []
+        self.used = 0
+        self.lock = threading.Lock()
+
+    def __call__(self):
+        with self.lock:
+            if self.used == len(self.keys):
+                self.keys.append(self.generate())
+            self.used += 1
+            return self.keys[self.used - 1]
+
+
+_KEY_POOL = KeyPool(_crypto.new_rsa_key)
+
+
+@pytest.fixture(autouse=True)
+def rsa_keys(monkeypatch):
+    """Per test: the simulator's new keys come from the worker's pool, from its first key on. The session's
+    simulator (`sim`, set up before any test's fixtures) made its own keys, so none of them is in the pool."""
+    _KEY_POOL.used = 0
+    monkeypatch.setattr(_crypto, "new_rsa_key", _KEY_POOL)
+    return _KEY_POOL
 
 
 @pytest.fixture(scope="session")
@@ -117,18 +150,63 @@ class MotoAccount:
         self.queues = set(self.client("sqs").list_queues().get("QueueUrls", []))
         self.buckets = {b["Name"] for b in self.client("s3").list_buckets()["Buckets"]}
         self.buses = {b["Name"] for b in self.client("events").list_event_buses()["EventBuses"]}
+        self.baseline = self._leftovers()
         self.created += 1
 
     def _intact(self) -> bool:
+        """The template's tables, queues and buckets still there (moto's backends read directly, as in
+        _leftovers: three list calls through the API cost ~10 ms of CPU per test)."""
+        queues, buckets = self._leftovers()[:2]
         return (
-            set(self.client("dynamodb").list_tables()["TableNames"]) == set(self.tables)
-            and self.queues <= set(self.client("sqs").list_queues().get("QueueUrls", []))
-            and self.buckets <= {b["Name"] for b in self.client("s3").list_buckets()["Buckets"]}
+            set(self._ddb_tables()) == set(self.tables)
+            and {url.rsplit("/", 1)[1] for url in self.queues} <= set(queues)
+            and self.buckets <= set(buckets)
         )
+
+    @staticmethod
+    def _leftovers() -> tuple[Any, ...]:
+        """What a test can leave outside DynamoDB, read from moto's backends without an API call (internals
+        of moto==5.2.1, as in _ddb_tables): queues and their messages (visible, in flight and delayed), buckets
+        and their object versions, secrets, stacks, buses and their rules. Equal to the baseline taken right
+        after creating the resources, the account holds nothing to empty there; otherwise empty() goes
+        through the API as before. Each API call costs ~4 ms of CPU and emptying an untouched account made
+        ~25 of them per test (start and stop), more than many tests cost themselves."""
+        from moto.core import DEFAULT_ACCOUNT_ID
+        from moto.events.models import events_backends
+        from moto.s3.models import s3_backends
+        from moto.sqs.models import sqs_backends
+
+        region = "us-east-1"
+        queues = {
+            name: len(q._messages) for name, q in sqs_backends[DEFAULT_ACCOUNT_ID][region].queues.items()
+        }
+        buckets = {
+            name: sum(len(bucket.keys.getlist(key)) for key in bucket.keys)
+            for name, bucket in s3_backends[DEFAULT_ACCOUNT_ID]["aws"].buckets.items()
+        }
+        buses = {
+            name: sorted(bus.rules)
+            for name, bus in events_backends[DEFAULT_ACCOUNT_ID][region].event_buses.items()
+        }
+        # moto loads a service's models on its first request: not loaded, nothing of it exists (importing
+        # moto.cloudformation.models loads every service moto has, seconds of CPU per worker)
+        secrets = stacks = 0
+        if "moto.secretsmanager.models" in sys.modules:
+            secrets = len(
+                sys.modules["moto.secretsmanager.models"]
+                .secretsmanager_backends[DEFAULT_ACCOUNT_ID][region]
+                .secrets
+            )
+        if "moto.cloudformation.models" in sys.modules:
+            stacks = len(
+                sys.modules["moto.cloudformation.models"]
+                .cloudformation_backends[DEFAULT_ACCOUNT_ID][region]
+                .stacks
+            )
+        return queues, buckets, buses, secrets, stacks
 
     def empty(self) -> None:
         """Every item, message, object, secret and rule a test left, gone; streams start again."""
-        ddb = self.client("dynamodb")
         tables = self._ddb_tables()
         counts = {
             name: len(tables[name]) for name in self.tables if name in tables
@@ -139,14 +217,17 @@ class MotoAccount:
         left = {name: self._keys(name, self.tables[name]) for name, n in counts.items() if n}
         for name, keys in left.items():
             for i in range(0, len(keys), 25):
-                ddb.batch_write_item(
+                self.client("dynamodb").batch_write_item(
                     RequestItems={name: [{"DeleteRequest": {"Key": k}} for k in keys[i : i + 25]]}
                 )
         self._restart_streams()
         self._empty_archives()
-        cloudformation = self.client("cloudformation")  # stacks a test "deployed" (tally --stack NAME)
-        for stack in cloudformation.describe_stacks()["Stacks"]:
-            cloudformation.delete_stack(StackName=stack["StackName"])
+        if self._leftovers() == self.baseline:
+            return  # nothing outside DynamoDB to undo: the API calls below would each find nothing
+        if self._leftovers()[4]:  # stacks a test "deployed" (tally --stack NAME)
+            cloudformation = self.client("cloudformation")
+            for stack in cloudformation.describe_stacks()["Stacks"]:
+                cloudformation.delete_stack(StackName=stack["StackName"])
         sqs = self.client("sqs")
         for url in sqs.list_queues().get("QueueUrls", []):
             if url in self.queues:
