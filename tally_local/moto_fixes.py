@@ -60,6 +60,27 @@ for less CPU, each with a test in tests/integration/test_moto_fixes_load.py:
     names, not at every node), `plain_ast_copy` (the tree copied node by node, not through deepcopy).
 13. **An item's size is summed once.** `item_size_checked_once`: the 400 KB check with a running total.
 
+14. **A Query reads its key's items, not the table.** moto answers every Query (a table's hash key or a global
+   secondary index's) by sorting *all* the table's items and filtering them, then sorting the matches, then
+   walking from the first match to the page's ExclusiveStartKey: each page is O(table). With 10,000 unbooked
+   payments in notify_raw, listing them took 34.5 s in-process and one page up to 8 s (the product's read timeout
+   is 5 s); DynamoDB reads a key's partition. `query_by_hash_key` keeps, per table, which items each GSI hash key
+   value holds (built at the table's first Query, kept on every write moto makes: put, delete, update, batch,
+   transaction and its cancellation) and hands moto's own Query only those items (a table Query: the items under
+   its hash key). Everything after the candidate list is moto's code unchanged (sort, ScanIndexForward, range
+   condition, ExclusiveStartKey, Limit, the 1 MB page, filter, projection), so a result differs from moto's only
+   if the candidates missed a matching item: each candidate is checked against the live item, and
+   tests/integration/test_moto_query_index.py compares the two on the same data.
+
+15. **A page of items is JSON, not a walk of botocore's shapes.** moto 5.2 serializes every response through a
+   generic serializer that walks the operation's output shape for each value (each AttributeValue a structure of
+   ten members, each looked up under its aliases): with the Query itself fixed (14), a 1,000-item listing still
+   spent 77 of its 94 s (cProfile, in-process, this loaded machine) there, ~2,400 items a page held moto's lock
+   for tens of seconds. `items_as_json` lets moto's serializer write a Query's or Scan's answer without its
+   Items (status, headers, counts, LastEvaluatedKey as before), then puts the Items in as the wire JSON they are
+   already (moto's DynamoResult holds them as {type: value}; binary values are base64, as the serializer
+   writes them). tests/integration/test_moto_query_index.py compares the two bodies for every attribute type.
+
 `install()` is idempotent and process-wide (moto's backends are per process anyway).
 """
 
@@ -95,6 +116,8 @@ def install() -> None:
         structural_checks_once()
         item_size_checked_once()
         plain_ast_copy()
+        query_by_hash_key()
+        items_as_json()
         _installed = True
 
 
@@ -628,3 +651,234 @@ def plain_ast_copy() -> None:
         return copy.deepcopy(value, memo)
 
     validators.deepcopy = ast_deepcopy
+
+
+_query_scope = threading.local()  # id(table) -> the candidate items moto's Query sees as the table's items
+
+
+def query_by_hash_key() -> None:
+    from moto.dynamodb.models import DynamoDBBackend
+    from moto.dynamodb.models.table import Table
+
+    original_query = Table.query
+    original_all_items = Table.all_items
+    original_put = Table.put_item
+    original_delete = Table.delete_item
+    original_update = DynamoDBBackend.update_item
+    original_transact = DynamoDBBackend.transact_write_items
+
+    def all_items(self: Any) -> Any:
+        candidates = getattr(_query_scope, "tables", {}).get(id(self))
+        return original_all_items(self) if candidates is None else candidates
+
+    def query(self: Any, *args: Any, **kwargs: Any) -> Any:
+        candidates = _query_candidates(self, *args, **kwargs)
+        if candidates is None:
+            return original_query(self, *args, **kwargs)
+        scope = _query_scope.__dict__.setdefault("tables", {})
+        scope[id(self)] = candidates
+        try:
+            return original_query(self, *args, **kwargs)
+        finally:
+            scope.pop(id(self), None)
+
+    def put_item(self: Any, item_attrs: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        try:
+            return original_put(self, item_attrs, *args, **kwargs)
+        finally:
+            _reindex_attrs(self, item_attrs)
+
+    def delete_item(self: Any, hash_key: Any, range_key: Any) -> Any:
+        try:
+            return original_delete(self, hash_key, range_key)
+        finally:
+            _reindex(self, hash_key, range_key)
+
+    def update_item(self: Any, table_name: str, key: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        try:
+            return original_update(self, table_name, key, *args, **kwargs)
+        finally:
+            if table_name in self.tables:
+                _reindex_attrs(self.tables[table_name], key)
+
+    def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
+        try:
+            return original_transact(self, transact_items)
+        except BaseException:  # a cancelled transaction put its items back behind the writes' backs
+            for entry in transact_items:
+                try:
+                    op_type, op = next(iter(entry.items()))
+                    table = self.tables.get(op["TableName"])
+                    if table is not None:
+                        _reindex_attrs(table, op["Item"] if op_type == "Put" else op["Key"])
+                except Exception:  # noqa: BLE001 - an operation moto refused names nothing to re-index
+                    continue
+            raise
+
+    Table.all_items = all_items
+    Table.query = query
+    Table.put_item = put_item
+    Table.delete_item = delete_item
+    DynamoDBBackend.update_item = update_item
+    DynamoDBBackend.transact_write_items = transact_write_items
+
+
+_QUERY_PARAMETERS = (
+    "hash_key",
+    "range_comparison",
+    "range_objs",
+    "limit",
+    "exclusive_start_key",
+    "scan_index_forward",
+    "projection_expressions",
+    "index_name",
+    "consistent_read",
+    "filter_expression",
+)
+
+
+def _query_candidates(table: Any, *args: Any, **kwargs: Any) -> list[Any] | None:
+    """The items moto's Query would keep from all_items() (a superset is fine: moto filters them again), in
+    all_items()'s order; None: let moto look at every item (a Query this index cannot narrow)."""
+    named = dict(zip(_QUERY_PARAMETERS, args, strict=False)) | kwargs
+    index_name = named.get("index_name")
+    if not index_name:
+        hash_key = named.get("hash_key")
+        if hash_key is None or hash_key not in table.items:  # (items is a defaultdict: no lookup by [])
+            return None if hash_key is None else []
+        found = table.items[hash_key]
+        items = list(found.values()) if table.range_key_attr else [found]
+        return sorted(items, key=lambda x: x.range_key) if table.range_key_attr else items
+    hash_attrs = _gsi_hash_attrs(table, index_name)
+    conditions = dict(named.get("hash_key_conditions") or [])
+    if hash_attrs is None or set(conditions) != set(hash_attrs):
+        return None
+    index = _hash_index(table)
+    value = tuple(conditions[a] for a in hash_attrs)
+    items = []
+    for hash_key, range_key in index.buckets.get(index_name, {}).get(value, {}):
+        item = table.get_item(hash_key, range_key) if hash_key in table.items else None
+        if item is not None and all(
+            a in item.attrs and item.attrs[a] == v for a, v in zip(hash_attrs, value, strict=True)
+        ):
+            items.append(item)
+    return sorted(items, key=lambda x: (x.hash_key, x.range_key) if x.range_key else x.hash_key)
+
+
+class _HashIndex:
+    """Per GSI: hash-key value (a tuple of the index's HASH attributes) -> the table keys of its items, and the
+    reverse (table key -> its value), so a write moves one key between two buckets."""
+
+    def __init__(self, table: Any):
+        self.attrs = {
+            g.name: [k["AttributeName"] for k in g.schema if k["KeyType"] == "HASH"]
+            for g in (table.global_indexes or [])
+        }
+        self.buckets: dict[str, dict[tuple[Any, ...], dict[tuple[Any, Any], None]]] = {
+            name: {} for name in self.attrs
+        }
+        self.where: dict[str, dict[tuple[Any, Any], tuple[Any, ...]]] = {name: {} for name in self.attrs}
+        for item in original_items(table):
+            self.put((item.hash_key, item.range_key), item)
+
+    def put(self, key: tuple[Any, Any], item: Any) -> None:
+        for name, attrs in self.attrs.items():
+            old = self.where[name].pop(key, None)
+            if old is not None:
+                bucket = self.buckets[name].get(old)
+                if bucket is not None:
+                    bucket.pop(key, None)
+                    if not bucket:
+                        del self.buckets[name][old]
+            if item is None or not all(a in item.attrs for a in attrs):
+                continue
+            value = tuple(item.attrs[a] for a in attrs)
+            self.buckets[name].setdefault(value, {})[key] = None
+            self.where[name][key] = value
+
+
+def original_items(table: Any) -> list[Any]:
+    """Every item of the table (as moto's all_items, without its sort)."""
+    if table.range_key_attr:
+        return [item for bucket in table.items.values() for item in bucket.values()]
+    return list(table.items.values())
+
+
+def _gsi_hash_attrs(table: Any, index_name: str) -> list[str] | None:
+    for index in table.global_indexes or []:
+        if index.name == index_name:
+            attrs = [k["AttributeName"] for k in index.schema if k["KeyType"] == "HASH"]
+            return attrs or None
+    return None  # a local index (or none by that name: moto says so)
+
+
+def _hash_index(table: Any) -> _HashIndex:
+    index = table.__dict__.get("_tally_hash_index")
+    if index is None or set(index.attrs) != {g.name for g in (table.global_indexes or [])}:
+        index = _HashIndex(table)  # first Query, or the table's indexes changed (UpdateTable)
+        table.__dict__["_tally_hash_index"] = index
+    return index
+
+
+def _reindex(table: Any, hash_key: Any, range_key: Any) -> None:
+    index = table.__dict__.get("_tally_hash_index")
+    if index is None:  # not queried by an index yet: built from the items at its first Query
+        return
+    try:
+        item = table.get_item(hash_key, range_key) if hash_key in table.items else None
+    except Exception:  # noqa: BLE001 - a key moto refuses has no item
+        item = None
+    index.put((hash_key, range_key), item)
+
+
+def _reindex_attrs(table: Any, attrs: dict[str, Any]) -> None:
+    from moto.dynamodb.models.dynamo_type import DynamoType
+
+    if table.__dict__.get("_tally_hash_index") is None:
+        return
+    try:
+        hash_key = DynamoType(attrs[table.hash_key_attr])
+        range_key = DynamoType(attrs[table.range_key_attr]) if table.range_key_attr else None
+    except Exception:  # noqa: BLE001 - without its key the write wrote nothing
+        return
+    _reindex(table, hash_key, range_key)
+
+
+_ITEM_PAGES = frozenset({"Query", "Scan"})
+
+
+def items_as_json() -> None:
+    import json
+
+    from moto.dynamodb.responses import DynamoResult
+
+    original = DynamoResult.execute_result
+
+    def execute_result(self: Any, context: Any) -> Any:
+        result = self.result
+        items = result.get("Items") if isinstance(result, dict) else None
+        if context.operation_model.name not in _ITEM_PAGES or not isinstance(items, list) or not items:
+            return original(self, context)
+        self._result = {**result, "Items": []}
+        try:
+            status, headers, body = original(self, context)
+        finally:
+            self._result = result
+        answer = json.loads(body)
+        answer["Items"] = [_wire(item) for item in items]
+        return status, headers, json.dumps(answer)
+
+    DynamoResult.execute_result = execute_result
+
+
+def _wire(value: Any) -> Any:
+    """An item as moto's DynamoResult holds it ({name: {type: value}}, binary values as bytes) -> its wire JSON."""
+    import base64
+
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, dict):
+        return {k: _wire(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_wire(v) for v in value]
+    return value

@@ -160,3 +160,41 @@ def test_r41_the_console_s_bulk_replay_previews_what_the_cli_dry_run_says_and_ru
     h.drain()
     assert all(h.order(m["mchid"], no)["status"] == "PAID" for no in numbers)
     assert bootstrap.bulk_replay().show(run["run_id"])["by"] == alice.who  # audited with the token's user
+
+
+class _AnswerLost:
+    """A DynamoDB client whose UpdateItem lands and then is sent again, as botocore resends a request whose
+    answer timed out: the caller sees the second answer."""
+
+    def __init__(self, ddb):
+        self._ddb = ddb
+        self.exceptions = ddb.exceptions
+
+    def update_item(self, **request):
+        self._ddb.update_item(**request)
+        return self._ddb.update_item(**request)
+
+    def __getattr__(self, name):
+        return getattr(self._ddb, name)
+
+
+def test_r41_a_run_s_progress_resent_after_a_lost_answer_is_counted_once(h):
+    """Seen in the 200-item simulation on a loaded machine (2026-12-01): one run counted a batch of 25 twice
+    (202 + 23 done of 200 items), because its ADD was resent after a read timeout. Each batch is added once."""
+    store = ReplayStore(bootstrap.tables().ddb, bootstrap.settings().notify_event_table)
+    store.create(
+        {"run_id": "r-lost", "status": "RUNNING", "done_items": 0, "failed_items": 0, "done_cent": 0}, 0
+    )
+    store.ddb = _AnswerLost(store.ddb)
+    first = store.progress(
+        "r-lost", done=25, failed=1, cents=2_500, status="RUNNING", at="2026-12-01T19:00:00Z"
+    )
+    assert (first["done_items"], first["failed_items"], first["done_cent"]) == (25, 1, 2_500)
+    second = store.progress("r-lost", done=3, cents=300, status="DONE", at="2026-12-01T19:00:01Z")
+    assert (second["done_items"], second["failed_items"], second["done_cent"], second["status"]) == (
+        28,
+        1,
+        2_800,
+        "DONE",
+    )
+    assert store.get("r-lost")["done_items"] == 28

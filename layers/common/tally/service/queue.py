@@ -225,14 +225,17 @@ class WorkQueue:
         dry_run: bool = True,
         claim: Callable[[dict[str, Any]], str] | None = None,
         after: Callable[[dict[str, Any], dict[str, Any] | None, str], None] | None = None,
+        items: List[dict[str, Any]] | None = None,
         **fields: Any,
     ) -> dict[str, Any]:
         """The same action on every live item the filter selects; `dry_run` says what would change (counts and
         amounts in yuan) and changes nothing. Items whose kind does not offer the action are left alone.
 
         A bulk replay run (service/replay.py) passes `claim(item)` -> "act" | "skip" (done already, or taken by
-        another process) | "stop" (paused: the rest is for the next call), and `after(item, result, error)`."""
-        items = self.list(filter)
+        another process) | "stop" (paused: the rest is for the next call), and `after(item, result, error)`.
+        `items`: what `list(filter)` answered already (a run's first call acts on the listing its plan counted:
+        one listing, not two, and the plan is exactly the set the call walks)."""
+        items = self.list(filter) if items is None else items
         fit = [i for i in items if action in i["actions"]]
         total = sum(i["amount_cent"] or 0 for i in fit)
         report: dict[str, Any] = {
