@@ -40,8 +40,13 @@ def state_file() -> pathlib.Path:
     if "TALLY_STATE_DIR" in os.environ:
         return pathlib.Path(os.environ["TALLY_STATE_DIR"]) / "local.json"
     here = pathlib.Path(".tally") / "local.json"
-    checkout = pathlib.Path(__file__).resolve().parents[4] / ".tally" / "local.json"  # tally_cli
+    checkout = checkout_state_file()
     return here if here.exists() or not checkout.exists() else checkout
+
+
+def checkout_state_file() -> pathlib.Path:
+    """The project folder's `.tally/local.json` (this file is `<project>/tally_cli/env.py`)."""
+    return pathlib.Path(__file__).resolve().parents[1] / ".tally" / "local.json"
 
 
 def use_local() -> dict:
