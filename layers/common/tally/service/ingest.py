@@ -33,11 +33,11 @@ STORED_BODY_BYTES = 64 * 1024  # a verified body is stored whole up to this: dec
 def rejection_cause(reason: str) -> str:
     """A machine-readable cause for a rejection reason (the queue groups rejected rows by it, R40)."""
     text = reason.lower()
-    for needle, cause in (
+    for needle, cause in (  # "missing" first: a missing header's reason names the Timestamp header too
+        ("missing", "missing_signature"),
         ("timestamp", "stale_timestamp"),
         ("unknown serial", "unknown_serial"),
         ("unknown alipay_cert_sn", "unknown_serial"),
-        ("missing", "missing_signature"),
         ("sign_type", "unsupported_sign_type"),
         ("signature type", "unsupported_sign_type"),
         ("does not decrypt", "undecryptable"),
