@@ -61,6 +61,45 @@ class AtomicMotoServer(ThreadedMotoServer):
         self._server.serve_forever()
 
 
+class PatchedMoto:
+    """A moto server in this process with `tally_local.moto_fixes` installed: what the moto_fixes tests compare
+    with moto's own answers."""
+
+    def __init__(self, endpoint: str):
+        self.endpoint = endpoint
+
+    def client(self, service: str):
+        return boto3.client(
+            service,
+            endpoint_url=self.endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
+
+
+@pytest.fixture(scope="module")
+def patched_moto():
+    """One PatchedMoto per test module (real threads, real HTTP); the tables the module made are deleted and the
+    server stopped with its socket closed."""
+    from tally_local import moto_fixes
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    moto_fixes.install()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    moto = PatchedMoto(f"http://{host}:{port}")
+    ddb = moto.client("dynamodb")
+    before = set(ddb.list_tables()["TableNames"])
+    yield moto
+    # moto's backends are the process's: a table left here would exist for the next module on this worker
+    for name in set(ddb.list_tables()["TableNames"]) - before:
+        ddb.delete_table(TableName=name)
+    server.stop()
+    server._server.server_close()  # moto's stop() leaves the socket open
+
+
 @pytest.fixture(scope="module")
 def moto_server():
     """moto's SERVER mode (real threads, real HTTP), one per test module: AWS_ENDPOINT_URL for `server_aws`."""

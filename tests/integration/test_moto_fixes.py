@@ -3,30 +3,16 @@ nothing) while copying only the items a transaction names, and routes requests w
 
 from __future__ import annotations
 
-import logging
-
 import boto3
 import pytest
 from botocore.exceptions import ClientError
-from moto.server import ThreadedMotoServer
 
 from tally_local import moto_fixes
 
 
 @pytest.fixture(scope="module")
-def ddb():
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    moto_fixes.install()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    client = boto3.client(
-        "dynamodb",
-        endpoint_url=f"http://{host}:{port}",
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
+def ddb(patched_moto):
+    client = patched_moto.client("dynamodb")
     stream = {"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"}
     client.create_table(
         TableName="single",
@@ -45,16 +31,7 @@ def ddb():
             {"AttributeName": "sk", "AttributeType": "S"},
         ],
     )
-    streams = boto3.client(
-        "dynamodbstreams",
-        endpoint_url=f"http://{host}:{port}",
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
-    yield client, streams
-    server.stop()
-    server._server.server_close()  # moto's stop() leaves the socket open
+    yield client, patched_moto.client("dynamodbstreams")
 
 
 def _stream_records(client, streams, table: str) -> list[dict]:

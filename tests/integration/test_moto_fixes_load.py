@@ -6,14 +6,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 
-import boto3
 import pytest
 from botocore.exceptions import ClientError
 from moto.core import serialize
 from moto.core.utils import get_service_model
-from moto.server import ThreadedMotoServer
 
 from tally_local import moto_fixes
 
@@ -137,30 +134,8 @@ def test_an_object_value_still_goes_moto_s_way():
     assert json.loads(ours)["Table"] == {"TableName": "from-attribute", "ItemCount": 7}
 
 
-@pytest.fixture(scope="module")
-def server():
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    moto_fixes.install()
-    running = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    running.start()
-    host, port = running.get_host_and_port()
-    yield f"http://{host}:{port}"
-    running.stop()
-    running._server.server_close()  # moto's stop() leaves the socket open
-
-
-def _client(service: str, endpoint: str):
-    return boto3.client(
-        service,
-        endpoint_url=endpoint,
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
-
-
-def test_every_dynamodb_type_round_trips_through_the_server_and_its_stream(server):
-    ddb, streams = _client("dynamodb", server), _client("dynamodbstreams", server)
+def test_every_dynamodb_type_round_trips_through_the_server_and_its_stream(patched_moto):
+    ddb, streams = patched_moto.client("dynamodb"), patched_moto.client("dynamodbstreams")
     ddb.create_table(
         TableName="types",
         BillingMode="PAY_PER_REQUEST",
@@ -196,22 +171,22 @@ def test_every_dynamodb_type_round_trips_through_the_server_and_its_stream(serve
     assert records[1]["dynamodb"]["NewImage"]["amount_cent"] == {"N": "2000"}
 
 
-def test_actions_dispatch_once_their_names_are_cached(server):
+def test_actions_dispatch_once_their_names_are_cached(patched_moto):
     """cached_action_names: a known action is answered, an unknown one is still refused."""
-    ddb = _client("dynamodb", server)
+    ddb = patched_moto.client("dynamodb")
     assert "TableNames" in ddb.list_tables()
     assert "TableNames" in ddb.list_tables()  # from the cache
     with pytest.raises(ClientError):
         ddb.describe_table(TableName="no-such-table")
-    sqs = _client("sqs", server)
+    sqs = patched_moto.client("sqs")
     url = sqs.create_queue(QueueName="names")["QueueUrl"]
     sqs.send_message(QueueUrl=url, MessageBody="x")
     assert [m["Body"] for m in sqs.receive_message(QueueUrl=url).get("Messages", [])] == ["x"]
 
 
 @pytest.fixture(scope="module")
-def table(server):
-    ddb = _client("dynamodb", server)
+def table(patched_moto):
+    ddb = patched_moto.client("dynamodb")
     ddb.create_table(
         TableName="updates",
         BillingMode="PAY_PER_REQUEST",

@@ -7,13 +7,10 @@ off (moto's path: every item of the table)."""
 
 from __future__ import annotations
 
-import logging
 import random
 
-import boto3
 import pytest
 from botocore.exceptions import ClientError
-from moto.server import ThreadedMotoServer
 
 from tally_local import moto_fixes
 
@@ -21,19 +18,8 @@ S = {"AttributeType": "S"}
 
 
 @pytest.fixture(scope="module")
-def ddb():
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    moto_fixes.install()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    client = boto3.client(
-        "dynamodb",
-        endpoint_url=f"http://{host}:{port}",
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
+def ddb(patched_moto):
+    client = patched_moto.client("dynamodb")
     gsis = [
         {
             "IndexName": "by_k",
@@ -64,8 +50,6 @@ def ddb():
         GlobalSecondaryIndexes=gsis,
     )
     yield client
-    server.stop()
-    server._server.server_close()  # moto's stop() leaves the socket open
 
 
 def key(table: str, i: int) -> dict:
