@@ -49,6 +49,7 @@ def handler(event, context):
     for record in event["Records"]:
         try:
             apply_record(record)
-        except Exception:  # noqa: BLE001 - reported for redelivery; apply_record counted and logged what it must
+        except Exception:  # noqa: BLE001 - redelivered; a failed apply is counted and logged above, a body that
+            # does not parse ends in ApplyDLQ (ApplyDLQAlarm)
             failures.append({"itemIdentifier": record["messageId"]})
     return {"batchItemFailures": failures}
