@@ -131,3 +131,17 @@ def test_by_stored_remembers_only_registered_channels():
     for junk in ("nope", "", "WECHATPAY"):
         assert registry.by_stored(junk) is None
     assert set(registry._BY_STORED) <= {c.stored for c in registry.all_channels()}
+
+
+def test_r16_v3_outcome_of_remembered_table_is_the_wire_table():
+    """`WeChatPayV3.outcome_of` keeps the wire's TRADE_STATE after its first call (no import per callback): every
+    known state maps as the table says, an unknown one stays None (a person, R16), asked twice the same."""
+    from tally.channels import registry
+    from tally.channels.wechatpay_v3.wire import TRADE_STATE
+
+    channel = registry.get("wechatpay_v3")
+    for _ in range(2):
+        for state, outcome in TRADE_STATE.items():
+            assert channel.outcome_of(state) is outcome
+        assert channel.outcome_of("NOT_A_STATE") is None
+        assert channel.outcome_of("success") is None  # the channel's word, verbatim: no case folding

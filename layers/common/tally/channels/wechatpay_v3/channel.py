@@ -15,14 +15,21 @@ if TYPE_CHECKING:
     from tally.domain.refunds import RefundEvent
 
 
+# the wire module's trade_state table, remembered on first use (wire is not imported at cold start)
+_TRADE_STATE: dict[str, dict[str, Outcome]] = {}
+
+
 @dataclass(frozen=True)
 class WeChatPayV3(ChannelNames):
     ack_content_type: str = "application/json"
 
     def outcome_of(self, state: str) -> Outcome | None:
-        from tally.channels.wechatpay_v3.wire import TRADE_STATE
+        table = _TRADE_STATE.get("table")  # asked on every callback: the import statement once, not per call
+        if table is None:
+            from tally.channels.wechatpay_v3.wire import TRADE_STATE
 
-        return TRADE_STATE.get(state)
+            table = _TRADE_STATE["table"] = TRADE_STATE
+        return table.get(state)
 
     def refund_event_of(self, status: str) -> RefundEvent | None:
         from tally.channels.wechatpay_v3.refunds import REFUND_STATUS
