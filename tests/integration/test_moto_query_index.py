@@ -290,9 +290,15 @@ def test_a_query_costs_its_keys_items_not_the_table(ddb, monkeypatch):
             }
         ],
     )
-    for i in range(1500):
-        item = {"pk": {"S": f"p{i:05d}"}, "k": {"S": "rare" if i % 500 == 7 else f"common{i % 3}"}}
-        ddb.put_item(TableName=table, Item=item)
+    items = [
+        {"pk": {"S": f"p{i:05d}"}, "k": {"S": "rare" if i % 500 == 7 else f"common{i % 3}"}}
+        for i in range(1500)
+    ]
+    for start in range(
+        0, 1500, 25
+    ):  # the table's size is the point, not how it was written: 60 requests, not 1,500
+        batch = [{"PutRequest": {"Item": item}} for item in items[start : start + 25]]
+        assert not ddb.batch_write_item(RequestItems={table: batch}).get("UnprocessedItems")
     query = {
         "IndexName": "by_k",
         "KeyConditionExpression": "k = :v",
