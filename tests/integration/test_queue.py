@@ -82,10 +82,9 @@ def doors(h, cli) -> dict[str, set[str]]:
     """The ids each door shows, a day from now (so every open item is past its threshold)."""
     bootstrap.set_clock(lambda: time.time() + LATER)
     try:
-        listed = {
-            i["id"] for i in cli("manual", "list", "--json", expect=3 if queue().list() else 0)["items"]
-        }
-        report = cli("pending", "--json", expect=3 if queue().list() else 0)
+        expect = 3 if queue().list() else 0  # the exit code a script reads: 3 while anything is open
+        listed = {i["id"] for i in cli("manual", "list", "--json", expect=expect)["items"]}
+        report = cli("pending", "--json", expect=expect)
         pending = {r["key"] for r in report["rows"] if r["kind"] != "stuck-notification"}
         over = report["manual_over_24h"]
     finally:
