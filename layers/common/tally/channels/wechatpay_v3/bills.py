@@ -254,7 +254,7 @@ class WeChatBillParser:
         k_refund: int | None = None
         has_refunds = refund_only = False
         check_fees = self.check_fees
-        # a million rows: the flag bits and the appends as locals, the amount lookups through map (C, no frame)
+        # a million rows: the flag bits as locals, the amount lookups through map (C, no frame per row)
         c2_of = c2.__getitem__
         f_refund, f_success, f_fee_ok = BillIndex.REFUND, BillIndex.SUCCESS, BillIndex.FEE_OK
         if index is not None:
