@@ -12,13 +12,9 @@ from __future__ import annotations
 from decimal import ROUND_HALF_UP, Decimal
 
 from tally.channels.wechatpay_v3.bills import HEADERS, SUMMARY_HEADERS
+from tally.domain.money import format_cents as _yuan
 from tally.domain.recon import BillIndex
 from tally.service.recon_sources import OpenedBill
-
-
-def _yuan(cents: int) -> str:
-    sign = "-" if cents < 0 else ""
-    return f"{sign}{abs(cents) // 100}.{abs(cents) % 100:02d}"
 
 
 def _fee_e5(cents: int, rate: str) -> int:
