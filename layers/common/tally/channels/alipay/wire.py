@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import json
 import time
@@ -126,7 +127,9 @@ def load_public_key(pem: str | bytes) -> rsa.RSAPublicKey:
     return _rsa_public(serialization.load_pem_public_key(data))
 
 
+@functools.lru_cache(maxsize=64)  # parsing validates the RSA key (~57 ms of CPU): once per key and container
 def load_private_key(pem: str | bytes) -> rsa.RSAPrivateKey:
+    """The merchant's own RSA key (a key object is immutable: one parse serves every client built with it)."""
     data = pem.encode() if isinstance(pem, str) else pem
     if b"-----BEGIN" not in data:
         data = b"-----BEGIN PRIVATE KEY-----\n" + data.strip() + b"\n-----END PRIVATE KEY-----\n"
