@@ -7,6 +7,7 @@ every log line goes to stderr, and only warnings unless `-v`.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import sys
@@ -47,6 +48,7 @@ COMMAND_MODULES = [
 ]
 
 
+@functools.cache  # ~30 ms of CPU to build: once per process, however often main() runs in it
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tally", description="Operate Tally, the payment-callback service.")
     parser.add_argument(

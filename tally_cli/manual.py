@@ -67,7 +67,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         action.add_argument("item_id", nargs="?", help="the item; or use --filter for many")
         action.add_argument("--filter", default=None, help="bulk: every open item this selects")
         action.add_argument("--dry-run", action="store_true", help="print what would change; change nothing")
-        action.add_argument("--by", default=os.environ.get("USER", ""), help="who (default: $USER)")
+        action.add_argument("--by", default=None, help="who (default: $USER)")
         action.add_argument("--why", default="", help="why: recorded on the item")
         if name == "ack":
             action.add_argument("--owner", default=None, help="assign to this person (default: --by)")
@@ -163,6 +163,8 @@ def manual_show(args: argparse.Namespace) -> int:
 
 def manual_act(args: argparse.Namespace) -> int:
     connect(args)
+    if args.by is None:  # read when the command runs: the parser is built once per process (main.py)
+        args.by = os.environ.get("USER", "")
     verb = args.verb
     fields: dict[str, Any] = {}
     if getattr(args, "owner", None):
