@@ -145,3 +145,154 @@ def test_r16_v3_outcome_of_remembered_table_is_the_wire_table():
             assert channel.outcome_of(state) is outcome
         assert channel.outcome_of("NOT_A_STATE") is None
         assert channel.outcome_of("success") is None  # the channel's word, verbatim: no case folding
+
+
+# ---- session 9 (branch lean20d): one read of the amount, the R43 fast path, a cheaper PaymentNotice init
+
+
+def _old_to_payment_notice(resource, source="notify"):
+    """wire.to_payment_notice as it was before session 9 (main 7770193), kept as the oracle the new one must
+    answer like: the same notice, or the same DecryptError message."""
+    from tally.domain.money import MoneyError, received_cents
+    from tally.domain.notifications import Outcome, PaymentNotice
+    from tally.domain.settlement import notice_fields, wechat_v3_payment
+
+    try:
+        amount = resource.get("amount") or {}
+        partner = "sp_mchid" in resource
+        total = received_cents(amount["total"])
+        transaction_id = resource.get("transaction_id") or ""
+        success_time = resource.get("success_time")
+        if not isinstance(transaction_id, str) or not isinstance(success_time, (str, type(None))):
+            raise TypeError("transaction_id and success_time must be strings")
+        trade_state = wx._text(resource["trade_state"])
+        settled = (
+            notice_fields(wechat_v3_payment, amount, resource.get("promotion_detail"))
+            if wx.TRADE_STATE.get(trade_state) is Outcome.PAID
+            else {}
+        )
+        return PaymentNotice(
+            channel=wx.CHANNEL,
+            transaction_id=transaction_id,
+            out_trade_no=wx._text(resource["out_trade_no"]),
+            mchid=wx._text(resource["sub_mchid"] if partner else resource["mchid"]),
+            sp_mchid=wx._text(resource["sp_mchid"]) if partner else None,
+            trade_state=trade_state,
+            order_total_cent=total,
+            paid_cent=received_cents(amount.get("payer_total", total)),
+            currency=wx._text(amount.get("currency") or "CNY"),
+            success_time=success_time,
+            source=source,
+            **settled,
+        )
+    except (KeyError, TypeError, AttributeError, MoneyError) as exc:
+        raise wx.DecryptError(f"transaction resource lacks or mistypes {exc}") from None
+
+
+def _answer(parse, resource):
+    try:
+        return ("notice", parse(resource))
+    except wx.DecryptError as exc:
+        return ("refused", str(exc))
+
+
+ODD_VALUES = [None, "", "x", 0, 1, -1, 100, 10**11, 10**11 + 1, True, False, 1.0, [], {}, [1], {"a": 1}]
+
+
+def _resources():
+    """A real transaction resource, then each field replaced by each odd value or removed, amounts and
+    promotions varied: every refusal and every settlement error the old parser gave."""
+    good = {
+        "mchid": "1900000109",
+        "out_trade_no": "O-1",
+        "transaction_id": "4200000001",
+        "trade_state": "SUCCESS",
+        "success_time": "2026-12-02T09:00:00+08:00",
+        "amount": {"total": 100, "payer_total": 100, "currency": "CNY"},
+    }
+    yield good
+    partner = {**good, "sp_mchid": "1900000100", "sub_mchid": "1900000109"}
+    del partner["mchid"]
+    yield partner
+    for base in (good, partner):
+        for name in list(base) + ["sp_mchid", "sub_mchid", "promotion_detail"]:
+            yield {k: v for k, v in base.items() if k != name}
+            for odd in ODD_VALUES:
+                yield {**base, name: odd}
+        for name in ("total", "payer_total", "currency"):
+            yield {**base, "amount": {k: v for k, v in base["amount"].items() if k != name}}
+            for odd in ODD_VALUES:
+                yield {**base, "amount": {**base["amount"], name: odd}}
+    for state in [*wx.TRADE_STATE, "NOPE"]:
+        yield {**good, "trade_state": state, "amount": {"total": 100, "payer_total": 90}}
+    coupon = {"coupon_id": "C1", "type": "CASH", "amount": 10, "merchant_contribute": 10}
+    for promotions in (
+        [coupon],
+        [{**coupon, "type": "NOCASH"}],
+        [{**coupon, "amount": 11}],
+        [1],
+        "x",
+        [],
+        {},
+    ):
+        for payer in (90, 100, 89):
+            yield {**good, "amount": {"total": 100, "payer_total": payer}, "promotion_detail": promotions}
+
+
+def test_r43_to_payment_notice_answers_every_resource_as_before():
+    """Every field checked once, in the old order (the refusal names the same field), and the R43 settlement
+    or its error identical, on the fast path (no promotion, payer_total == total) and off it."""
+    seen = set()
+    for resource in _resources():
+        new, old = _answer(wx.to_payment_notice, resource), _answer(_old_to_payment_notice, resource)
+        assert new == old, resource
+        seen.add(new[0] if new[0] == "refused" else ("error" if new[1].settlement_error else "booked"))
+    assert seen == {"refused", "error", "booked"}
+
+
+def test_r43_v3_fast_path_is_the_settlement_it_skips():
+    """`wechat_v3_notice_fields` is `notice_fields(wechat_v3_payment, …)` for every amount, and its shortcut
+    `plain_payment_fields` is the Settlement's own entry fields."""
+    from tally.domain.settlement import (
+        MAX_CENT,
+        Settlement,
+        notice_fields,
+        plain_payment_fields,
+        wechat_v3_notice_fields,
+        wechat_v3_payment,
+    )
+
+    rng = random.Random(9)
+    for total in [0, 1, 100, MAX_CENT, *(rng.randrange(0, MAX_CENT) for _ in range(200))]:
+        assert plain_payment_fields(total) == Settlement("wechatpay", total, total, total).entry_fields()
+        assert list(plain_payment_fields(total)) == list(Settlement("wechatpay", 1, 1, 1).entry_fields())
+    amounts = [{"total": t, "payer_total": p} for t in ODD_VALUES for p in ODD_VALUES]
+    amounts += [{"total": 5}, {"payer_total": 5}, {}, {"total": 5, "payer_total": 4}, [], "x"]
+    for amount in amounts:
+        for promotions in (None, [], [{"coupon_id": "C", "type": "CASH", "amount": 1}]):
+            assert wechat_v3_notice_fields(amount, promotions) == notice_fields(
+                wechat_v3_payment, amount, promotions
+            ), (amount, promotions)
+
+
+def test_payment_notice_init_is_the_dataclass_one():
+    """PaymentNotice's own __init__ (one dict update) takes the dataclass fields in order, with their defaults;
+    the notice stays frozen, comparable, replaceable and convertible like any dataclass."""
+    import inspect
+
+    from tally.domain.notifications import PaymentNotice
+
+    fields = dataclasses.fields(PaymentNotice)
+    params = list(inspect.signature(PaymentNotice.__init__).parameters.values())[1:]
+    assert [p.name for p in params] == [f.name for f in fields]
+    assert [p.default for p in params] == [
+        inspect.Parameter.empty if f.default is dataclasses.MISSING else f.default for f in fields
+    ]
+    args = ("wechatpay", "42", "O-1", "19", None, "SUCCESS", 100, 90, "CNY", None)
+    notice = PaymentNotice(*args)
+    assert vars(notice) == dict(zip([f.name for f in fields], [*args, "notify", None, None], strict=True))
+    assert notice == PaymentNotice(*args) and notice != PaymentNotice(*args, source="query")
+    assert dataclasses.replace(notice, source="query").source == "query"
+    assert dataclasses.asdict(notice) == notice.as_message()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        notice.paid_cent = 100  # type: ignore[misc]

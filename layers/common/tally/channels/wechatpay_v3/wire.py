@@ -30,7 +30,7 @@ from tally.channels.wechatpay_v3.channel import CHANNEL as SPEC
 from tally.domain.money import MoneyError, cents, received_cents
 from tally.domain.notifications import Outcome, PaymentNotice
 from tally.domain.poll import Answer
-from tally.domain.settlement import notice_fields, wechat_v3_payment
+from tally.domain.settlement import wechat_v3_notice_fields
 
 CHANNEL = SPEC.stored  # "wechatpay" (channels/registry.py: v2 stores it too)
 SIGNATURE_TYPE = "WECHATPAY2-SHA256-RSA2048"
@@ -339,37 +339,44 @@ def open_resource(envelope: dict[str, Any], apiv3_key: bytes) -> dict[str, Any]:
 
 
 def to_payment_notice(resource: dict[str, Any], source: str = "notify") -> PaymentNotice:
-    """A transaction resource (notification or query answer, direct or partner shape)."""
+    """A transaction resource (notification or query answer, direct or partner shape). The checks run in the
+    order the fields are named here: the first field that lacks or mistypes is the one the refusal names."""
     try:
         amount = resource.get("amount") or {}
         partner = "sp_mchid" in resource
         total = received_cents(amount["total"])
         transaction_id = resource.get("transaction_id") or ""
         success_time = resource.get("success_time")
-        if not isinstance(transaction_id, str) or not isinstance(success_time, (str, type(None))):
+        if not isinstance(transaction_id, str) or not (success_time is None or isinstance(success_time, str)):
             raise TypeError("transaction_id and success_time must be strings")
         trade_state = _text(resource["trade_state"])
-        settled = (
-            notice_fields(wechat_v3_payment, amount, resource.get("promotion_detail"))
-            if TRADE_STATE.get(trade_state) is Outcome.PAID
-            else {}
-        )  # R43: the settlement amount next to what the payer paid
-        return PaymentNotice(
-            channel=CHANNEL,
-            transaction_id=transaction_id,
-            out_trade_no=_text(resource["out_trade_no"]),
-            mchid=_text(resource["sub_mchid"] if partner else resource["mchid"]),
-            sp_mchid=_text(resource["sp_mchid"]) if partner else None,
-            trade_state=trade_state,
-            order_total_cent=total,
-            paid_cent=received_cents(amount.get("payer_total", total)),
-            currency=_text(amount.get("currency") or "CNY"),
-            success_time=success_time,
-            source=source,
-            **settled,
-        )
+        out_trade_no = _text(resource["out_trade_no"])
+        mchid = _text(resource["sub_mchid"] if partner else resource["mchid"])
+        sp_mchid = _text(resource["sp_mchid"]) if partner else None
+        paid = received_cents(amount.get("payer_total", total))
+        currency = _text(amount.get("currency") or "CNY")
     except (KeyError, TypeError, AttributeError, MoneyError) as exc:  # AttributeError: amount not an object
         raise DecryptError(f"transaction resource lacks or mistypes {exc}") from None
+    if TRADE_STATE.get(trade_state) is Outcome.PAID:  # R43: the settlement amount next to what the payer paid
+        settled = wechat_v3_notice_fields(amount, resource.get("promotion_detail"))
+        settlement, settlement_error = settled["settlement"], settled["settlement_error"]
+    else:
+        settlement = settlement_error = None
+    return PaymentNotice(
+        CHANNEL,
+        transaction_id,
+        out_trade_no,
+        mchid,
+        sp_mchid,
+        trade_state,
+        total,
+        paid,
+        currency,
+        success_time,
+        source,
+        settlement,
+        settlement_error,
+    )
 
 
 def _text(value: Any) -> str:
