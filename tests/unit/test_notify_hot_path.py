@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import hashlib
+import json
 import os
 import random
 import time
@@ -76,6 +77,18 @@ JSON_BODIES = [
     b"[1]",
     b"",
     b'{"a":' * 3000,  # deep: RecursionError or a decode error, as json.loads
+    b'{"a":1} ',  # trailing whitespace: the scanner stops before it, json.loads accepts it
+    b'{"a":1}\n\t',
+    b'{"a":1}{"b":2}',  # extra data
+    b'{"a":1} x',
+    b' {"a":1}',
+    b'{"a":[1,2,{"b":null}],"c":"\\u00e9\\ud800"}',  # escapes, a lone escaped surrogate
+    b'{"a":1,}',
+    b'{"a":NaN,"b":-Infinity}',
+    b'{"a":1e999}',
+    b'{"a":"\x01"}',  # a control character inside a string: refused
+    b'{"a":1,"a":2}',  # duplicate keys: the last one wins
+    '{"a":"\ufeff"}'.encode(),
 ]
 
 
@@ -91,6 +104,32 @@ def test_json_without_the_encoding_sniff_answers_as_json_loads(data):
             return ("refused", type(exc).__name__)
 
     assert outcome(wx._json) == outcome(json.loads)
+
+
+@pytest.mark.parametrize("data", JSON_BODIES)
+def test_envelope_parsed_from_the_decoded_text_answers_as_from_the_bytes(data):
+    """The notify path decodes the body once (wire.body_text) and parses the envelope from that text: the same
+    envelope or the same DecryptError as from the bytes, and the text is what the raw row stores."""
+    from tally.service.ingest import stored_body
+
+    def outcome(*args):
+        try:
+            return ("ok", wx.parse_envelope(*args))
+        except wx.DecryptError as exc:
+            return ("refused", str(exc))
+
+    text = wx.body_text(data)
+    assert outcome(data, text) == outcome(data)
+    assert stored_body(data, text=text) == stored_body(data)
+    decoded = data.decode("utf-8", "replace")  # wire._json_text is json.loads on any text: value or message
+    assert _text_outcome(wx._json_text, decoded) == _text_outcome(json.loads, decoded)
+
+
+def _text_outcome(parse, text):
+    try:
+        return ("ok", parse(text))
+    except (ValueError, RecursionError) as exc:
+        return ("refused", type(exc).__name__, str(exc))
 
 
 def test_entry_fields_in_one_pass_are_the_properties():
