@@ -335,3 +335,62 @@ def test_payment_notice_init_is_the_dataclass_one():
     assert dataclasses.asdict(notice) == notice.as_message()
     with pytest.raises(dataclasses.FrozenInstanceError):
         notice.paid_cent = 100  # type: ignore[misc]
+
+
+def test_signed_message_is_the_lines_wechat_signs():
+    """§1.3: timestamp, nonce and body, each followed by a newline (built in one join, the same bytes)."""
+    for body in (b"", b"{}", '{"summary":"支付成功"}'.encode(), bytes(range(256)) * 8):
+        assert wx.signed_message("1700000000", "n0nce", body) == b"1700000000\nn0nce\n" + body + b"\n"
+
+
+def test_as_message_is_a_copy_of_the_fields():
+    from tally.domain.notifications import PaymentNotice
+
+    notice = PaymentNotice("wechatpay", "42", "O-1", "19", None, "SUCCESS", 100, 100, "CNY", None)
+    message = notice.as_message()
+    assert message == dataclasses.asdict(notice)
+    message["paid_cent"] = 1
+    assert notice.paid_cent == 100  # the message is the queue's own dict
+
+
+def test_iso_now_milliseconds_at_the_edges_of_a_second():
+    """The looked-up milliseconds are the formatted ones, at whole seconds and just below the next."""
+    import math
+
+    for second in (0.0, 1.0, 1_796_000_000.0, 2e9):
+        for t in (second, math.nextafter(second + 1, 0), second + 0.0005, second + 0.9995, second + 0.999):
+            want = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int((t % 1) * 1000):03d}Z"
+            assert iso_now(t) == want, t
+
+
+def test_verify_headers_keeps_what_the_comprehension_kept():
+    from tally.service.ingest import _verify_headers
+
+    names = ["wechatpay-signature", "wechatpay-timestamp", "wechatpay-nonce", "wechatpay-serial"]
+    names += ["wechatpay-signature-type", "request-id", "content-type", "x-other", "Wechatpay-Nonce"]
+    rng = random.Random(6)
+    for _ in range(300):
+        headers = {n: "v" * rng.choice([0, 1, 511, 512, 513, 5000]) for n in names if rng.random() < 0.6}
+        keep = [n for n in names[:6] if n in headers]
+        assert _verify_headers(headers) == {k: headers[k][:512] for k in keep}
+        assert list(_verify_headers(headers)) == keep
+
+
+@pytest.mark.parametrize("value", [0, 1, 10**11, 10**20, -1, True, False, 1.0, "1", None, [], 2**63])
+def test_received_cents_fast_path_answers_as_cents(value):
+    """R14: a reported amount is integer cents and never negative; the plain-int shortcut answers the same."""
+    from tally.domain.money import MoneyError, cents, received_cents
+
+    def old(v):
+        amount = cents(v)
+        if amount < 0:
+            raise MoneyError(f"a reported amount is never negative: {v!r}")
+        return amount
+
+    def answer(fn):
+        try:
+            return ("ok", fn(value))
+        except MoneyError as exc:
+            return ("refused", str(exc))
+
+    assert answer(received_cents) == answer(old)
