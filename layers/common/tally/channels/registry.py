@@ -49,6 +49,9 @@ class ReadNotification:
     group: str | None = None  # several sub-orders in one notification: the combine out_trade_no
     refund: Any = None  # a refund report (domain RefundNotice) for the refund inbox
     refund_headers: bool = False  # keep the verify headers with the refund row
+    body_text: str | None = (
+        None  # the body strictly UTF-8-decoded, when the channel decoded it (the raw row's)
+    )
 
 
 class RefundClient(Protocol):

@@ -27,6 +27,8 @@ MAX_CENT = 10**11
 
 def received_cents(value: object) -> int:
     """An amount a channel reports (JSON integer cents): never negative (R14, issue #15.4)."""
+    if type(value) is int and value >= 0:  # the common case answered without the call (a bool is no int here)
+        return value
     amount = cents(value)
     if amount < 0:
         raise MoneyError(f"a reported amount is never negative: {value!r}")

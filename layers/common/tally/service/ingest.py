@@ -49,10 +49,13 @@ def rejection_cause(reason: str) -> str:
     return "bad_signature"
 
 
-def stored_body(body: bytes, limit: int = STORED_BODY_BYTES) -> dict[str, Any]:
+def stored_body(body: bytes, limit: int = STORED_BODY_BYTES, text: str | None = None) -> dict[str, Any]:
     """`body` as text when it is UTF-8 and at most `limit` bytes (replayable as it came); otherwise the
-    bounded evidence only (R40): a decoded non-UTF-8 body can triple and pass DynamoDB's 400 KB item limit."""
+    bounded evidence only (R40): a decoded non-UTF-8 body can triple and pass DynamoDB's 400 KB item limit.
+    `text`: `body.decode("utf-8")` when the channel already decoded it (ReadNotification.body_text)."""
     if len(body) <= limit:
+        if text is not None:
+            return {"body": text}
         try:
             return {"body": body.decode("utf-8")}
         except UnicodeDecodeError:
@@ -168,7 +171,9 @@ class IngestService:
             parked := self._unauthorised(channel.merchant_kind, merchant_id, notice, request, acks)
         ) is not None:
             return parked
-        return self._store_payment(notice, request, read.event_id, acks, api=channel.api)
+        return self._store_payment(
+            notice, request, read.event_id, acks, api=channel.api, body_text=read.body_text
+        )
 
     def _store_combine(
         self, read: ReadNotification, request: HttpRequest, mchid: str, channel: Channel, acks: Acks
@@ -188,7 +193,9 @@ class IngestService:
                 continue
             # per sub-order: an event row (in-between or no id) of one sub-order must not take another's key
             own = f"{read.event_id or combine_no}#{notice.out_trade_no}"
-            answer = self._store_payment(notice, request, own, acks, api=channel.api)
+            answer = self._store_payment(
+                notice, request, own, acks, api=channel.api, body_text=read.body_text
+            )
             if answer.status >= 500:
                 return answer
             outcomes.append(answer.outcome)
@@ -243,6 +250,7 @@ class IngestService:
         event_id: str,
         acks: Acks,
         api: str | None = None,
+        body_text: str | None = None,
     ) -> HttpResponse:
         outcome = outcome_of(notice.channel, notice.trade_state)
         if outcome is Outcome.PAID and not notice.transaction_id:
@@ -291,6 +299,7 @@ class IngestService:
             body=request.body,
             headers=request.headers,
             envelope_id=event_id,
+            body_text=body_text,
         )
         if api:
             row["notify_api"] = api
@@ -427,8 +436,10 @@ def raw_row(
     body: bytes | None,
     headers: dict[str, str] | None,
     envelope_id: str = "",
+    body_text: str | None = None,
 ) -> dict[str, Any]:
-    """The raw payment row (R7, R13, R14): both amounts, the original body, handled = 0."""
+    """The raw payment row (R7, R13, R14): both amounts, the original body, handled = 0. `body_text`: the body
+    as the channel decoded it (`stored_body`'s `text`), so it is not decoded twice."""
     now = iso_now(now_s)
     key = notice.raw_key
     return {
@@ -448,7 +459,7 @@ def raw_row(
         "settlement": notice.settlement,  # R43: what the apply step books next to paid_cent
         "settlement_error": notice.settlement_error,
         "envelope_id": envelope_id or None,
-        **(stored_body(body) if body is not None else {"body": None}),
+        **(stored_body(body, text=body_text) if body is not None else {"body": None}),
         "headers": _verify_headers(headers) if headers else None,
         "handled": 0,
         "attempts": 0,
@@ -488,16 +499,25 @@ def _digest(body: bytes) -> str:
     return hashlib.sha256(body).hexdigest()[:32]
 
 
+_VERIFY_HEADERS = (
+    "wechatpay-signature",
+    "wechatpay-timestamp",
+    "wechatpay-nonce",
+    "wechatpay-serial",
+    "wechatpay-signature-type",
+    "request-id",
+)
+
+
 def _verify_headers(headers: dict[str, str]) -> dict[str, str]:
-    keep = (
-        "wechatpay-signature",
-        "wechatpay-timestamp",
-        "wechatpay-nonce",
-        "wechatpay-serial",
-        "wechatpay-signature-type",
-        "request-id",
-    )
-    return {k: headers[k][:512] for k in keep if k in headers}
+    """The headers a replay verifies with, each at most 512 characters (a loop: a comprehension is a frame of
+    its own on every callback)."""
+    kept = {}
+    for name in _VERIFY_HEADERS:
+        value = headers.get(name)
+        if value is not None:
+            kept[name] = value[:512]
+    return kept
 
 
 def _order_hint(body: bytes) -> str:

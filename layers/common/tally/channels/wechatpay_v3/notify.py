@@ -32,8 +32,9 @@ def read_notification(
             return ReadNotification(probe=True)
         return ReadNotification(reject=(401, exc.reason, None))
     # Verified: from here on it is WeChat talking. Failures are certain, not retryable (R5).
+    text = wx.body_text(request.body)  # decoded once: the envelope parse and the raw row's stored body
     try:
-        envelope = wx.parse_envelope(request.body)
+        envelope = wx.parse_envelope(request.body, text)
         resource = wx.open_resource(envelope, merchant.creds.apiv3_key)
         envelope_id = str(envelope.get("id") or "")
         if wxr.is_refund_event(envelope):  # REFUND.SUCCESS / ABNORMAL / CLOSED share this URL (§1.5)
@@ -50,7 +51,9 @@ def read_notification(
                     quarantine=f"combine merchant {combine_mchid} != URL merchant {mchid}",
                     event_id=envelope_id,
                 )
-            return ReadNotification(payments=tuple(notices), group=combine_no, event_id=envelope_id)
+            return ReadNotification(
+                payments=tuple(notices), group=combine_no, event_id=envelope_id, body_text=text
+            )
         notice = wx.to_payment_notice(resource)
     except wx.DecryptError as exc:
         return ReadNotification(quarantine=f"undecryptable: {exc}", event_id=_envelope_id(request.body))
@@ -60,7 +63,7 @@ def read_notification(
             event_id=envelope_id,
             payments=(notice,),
         )
-    return ReadNotification(payments=(notice,), event_id=envelope_id)
+    return ReadNotification(payments=(notice,), event_id=envelope_id, body_text=text)
 
 
 def _verify(merchants: Any, merchant: Any, request: Any, now: float, window_s: int) -> None:
