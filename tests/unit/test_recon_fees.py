@@ -135,3 +135,44 @@ def test_r43_the_partition_files_carry_each_rows_fee_and_a_partition_books_its_o
         assert all(ledger_shard(pk) == p for pk, _ in planned)
         parted += planned
     assert sorted(parted) == whole and len(whole) > 300  # the duplicate row's key twice in both
+
+
+def test_r43_each_fee_entry_row_names_the_row_it_was_charged_on_exactly_as_the_second_pass_would():
+    """`service.recon.fee_entry_rows` (what `put_fees` writes) for payments and refunds: every field of every row
+    equals the entry built the plain way from the row's own BillItem (a payment by transaction_id, a refund by
+    refund_no, never both), whatever shortcut builds the dictionaries."""
+    from tally.service.recon import fee_entry_rows
+
+    run = {"channel": "wechatpay", "mchid": "1900000109", "bill_date": "2024-05-01", "run_id": "run#t"}
+    kinds = set()
+    for channel, path in CASES[:2]:
+        run["channel"] = channel
+        data = path.read_bytes()
+        opened = OpenedBill(channel, data)
+        _, index = opened.index()
+        items = list(OpenedBill(channel, data).parser().items())
+        got = list(fee_entry_rows(run, index, FeeBook(run["mchid"], {}), "2024-05-02T02:30:00.000Z"))
+        want = []
+        for item in items:
+            cents = round_units(item.fee_e5, 5, 2)
+            if not cents:
+                continue
+            row = {
+                "kind": "FEE",
+                "channel": channel,
+                "mchid": run["mchid"],
+                "bill_date": run["bill_date"],
+                "source_run": run["run_id"],
+                "booked_at": "2024-05-02T02:30:00.000Z",
+                "pk": fee_entry_pk(item.key, run["mchid"]),
+                "amount_cent": cents,
+                "fee_e5": item.fee_e5,
+            }
+            if item.kind == REFUND:
+                row.update(of="REFUND", refund_no=item.refund_no)
+            else:
+                row.update(of="PAYMENT", transaction_id=item.transaction_id)
+            kinds.add(row["of"])
+            want.append(row)
+        assert got == want
+    assert kinds == {"PAYMENT", "REFUND"}

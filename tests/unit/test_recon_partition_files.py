@@ -57,7 +57,7 @@ def _expected(bill: bytes) -> dict[int, tuple[bytes, list]]:
     return out
 
 
-@pytest.mark.parametrize("chunk_lines", [1, 7, 64, 100_000])
+@pytest.mark.parametrize("chunk_lines", [1, 7, 64, 10_000, 100_000])
 @pytest.mark.parametrize("form", ["crlf", "lf", "bom"])
 def test_every_partition_holds_its_shards_rows_raw_and_in_bill_order(tmp_path, chunk_lines, form):
     bill, _ = day_of_differences("1900000109", rows=400)
