@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from tally_local.containers import ContainerCrashed, ContainerPool, ContainerSpec
 from tally_local.resources import LambdaContext, function_specs, load_handler
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,9 @@ class Target:
     """A function behind a route: its handler plus what its LambdaContext reports.
 
     `lock` serialises invocations: one warm container per function, as module-level caches in a
-    handler expect (Lambda scales out with more containers, never with threads in one).
+    handler expect (Lambda scales out with more containers, never with threads in one). With a `pool`
+    (tally_local/containers.py) the function scales out as on Lambda: up to the pool's limit of
+    containers, each a process of its own serving one invocation at a time.
     """
 
     handler: Handler
@@ -50,11 +53,19 @@ class Target:
     timeout_s: int = 30
     memory_mb: int = 128
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    pool: ContainerPool | None = field(default=None, repr=False)
 
     def invoke(self, event: dict[str, Any]) -> Any:
+        if self.pool is not None:
+            return self.pool.invoke(event)
         with self.lock:
             context = LambdaContext(self.function_name, self.timeout_s, self.memory_mb)
             return self.handler(event, context)
+
+    def stop(self) -> None:
+        """Stop the function's containers (a no-op for the in-thread handler)."""
+        if self.pool is not None:
+            self.pool.stop()
 
 
 @dataclass(frozen=True)
@@ -95,15 +106,45 @@ def _path_pattern(path: str) -> tuple[re.Pattern[str], tuple[str, ...]]:
     return re.compile("".join(parts)), tuple(names)
 
 
-def routes_from_template(template: Mapping[str, Any], root: str | Path) -> dict[str, Target]:
-    """{routeKey: Target} for every HttpApi event in the template, handlers imported from their code."""
+def routes_from_template(
+    template: Mapping[str, Any],
+    root: str | Path,
+    *,
+    containers: int = 0,
+    resolve: Callable[[Any], Any] = lambda value: value,
+) -> dict[str, Target]:
+    """{routeKey: Target} for every HttpApi event in the template, handlers imported from their code.
+
+    `containers` 0: each function's handler imported here, one invocation at a time (one warm container in
+    this process: tests). N > 0: each function gets a ContainerPool of up to N processes (or its
+    ReservedConcurrentExecutions, resolved by `resolve`, if smaller), started on demand."""
     routes = {}
+    reserved = reserved_concurrency(template, resolve)
     for spec in function_specs(template, root).values():
         if not spec.http_routes:
             continue
-        target = Target(load_handler(spec), spec.logical_id, spec.timeout_s, spec.memory_mb)
+        if containers > 0:
+            limit = min(containers, reserved.get(spec.logical_id, containers))
+            pool = ContainerPool(ContainerSpec.of(spec), limit)
+            target = Target(pool.handler, spec.logical_id, spec.timeout_s, spec.memory_mb, pool=pool)
+        else:
+            target = Target(load_handler(spec), spec.logical_id, spec.timeout_s, spec.memory_mb)
         routes.update(dict.fromkeys(spec.http_routes, target))
     return routes
+
+
+def reserved_concurrency(template: Mapping[str, Any], resolve: Callable[[Any], Any]) -> dict[str, int]:
+    """{logical id: n} for the functions whose ReservedConcurrentExecutions resolves to a number: Lambda never
+    runs more containers of them at once (template.yaml: NotifyReservedConcurrency, 0 = none)."""
+    reserved = {}
+    for lid, resource in template.get("Resources", {}).items():
+        value = (resource.get("Properties") or {}).get("ReservedConcurrentExecutions")
+        if value is None or resource.get("Type") != "AWS::Serverless::Function":
+            continue
+        resolved = resolve({"value": value}).get("value")  # AWS::NoValue: the key is gone
+        if isinstance(resolved, int | str) and str(resolved).isdigit() and int(resolved) > 0:
+            reserved[lid] = int(resolved)
+    return reserved
 
 
 # ---------------------------------------------------------------------------------------------
@@ -353,6 +394,13 @@ class FrontDoor:
         if self._thread is not None:
             self._thread.join()
         self._server = self._thread = None
+        for target in {id(route.target): route.target for route in self.routes}.values():
+            target.stop()  # no container outlives the front door
+
+    def container_pids(self) -> list[int]:
+        """The process ids of the functions' warm containers (none when the handlers run in this process)."""
+        targets = {id(route.target): route.target for route in self.routes}.values()
+        return sorted(pid for target in targets if target.pool is not None for pid in target.pool.pids)
 
     def dispatch(self, request: _Request) -> Reply:
         found = self._find(request.method, request.path)
@@ -365,6 +413,11 @@ class FrontDoor:
             return denied
         try:
             return reply_from_result(route.target.invoke(event))
+        except (
+            ContainerCrashed
+        ) as crash:  # the function's process died: API Gateway's 502, a new one next time
+            log.error("%s: container crashed: %s", route.target.function_name, crash)
+            return json_reply(502, "Bad Gateway")
         except Exception:  # noqa: BLE001 - a handler failure or a malformed result is a 500, as on API Gateway
             log.error("%s raised:\n%s", route.target.function_name, traceback.format_exc())
             return json_reply(500, "Internal Server Error")

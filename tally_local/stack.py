@@ -33,6 +33,7 @@ import boto3
 from moto.server import ThreadedMotoServer
 
 from tally_local import moto_fixes, statemachines
+from tally_local.containers import CONTAINERS_VARIABLE, containers_setting
 from tally_local.demo import seed_demo
 from tally_local.frontdoor import FrontDoor, Target, authorizers_from_template, routes_from_template
 from tally_local.lambda_io import INVOKE_ROUTE, invoke_route
@@ -78,6 +79,7 @@ class EmbeddedStack:
         simulator_options: Mapping[str, Any] | None = None,
         schedule_scale: float = 1.0,
         moto_process: bool = False,
+        containers: int = 0,
     ):
         self.api_port, self.moto_port, self.sim_port = api_port, moto_port, sim_port
         self.time_scale = time_scale
@@ -90,6 +92,9 @@ class EmbeddedStack:
         # True: moto's server in a child process (its CPU off the functions' GIL; `make run`, bench.load);
         # False: in a thread of this one (starts faster: tests)
         self.moto_process = moto_process
+        # 0: each HTTP function's handler in this process, one invocation at a time (tests); N: up to N warm
+        # containers per HTTP function, each a process (`make run`, bench.load; tally_local/containers.py)
+        self.containers = containers
         self.ticker: Any = None
         self.seed_demo: Callable[[EmbeddedStack], Any] | None = None  # called once everything runs
         self.seeded: Any = None  # what seed_demo returned
@@ -286,7 +291,9 @@ class EmbeddedStack:
         authorizers = authorizers_from_template(
             template, self._started(self._resolver).resolve, self.endpoint_url
         )
-        routes = routes_from_template(template, self.root)
+        routes = routes_from_template(
+            template, self.root, containers=self.containers, resolve=self._started(self._resolver).resolve
+        )
         routes[INVOKE_ROUTE] = self._invoke_target(template)  # Lambda Invoke for the state machines' tasks
         self.front_door = FrontDoor(routes, HOST, self.api_port, authorizers=authorizers)
         try:
@@ -384,6 +391,10 @@ class EmbeddedStack:
         template = load_template(self.template_path)
         specs = function_specs(template, self.root)
         rows = [("HTTP API (front door)", self.api_url)]
+        if self.containers > 0:
+            rows += [
+                ("  containers", f"up to {self.containers} processes per function ({CONTAINERS_VARIABLE})")
+            ]
         rows += [(f"  {key}", f"→ {spec.logical_id}") for spec in specs.values() for key in spec.http_routes]
         rows += [("AWS (moto server)", f"{self.endpoint_url}   AWS_ENDPOINT_URL, region {self.region}")]
         rows += [
@@ -466,6 +477,7 @@ def main() -> int:
         api_port=int(os.environ.get("TALLY_API_PORT", "3000")),
         schedule_scale=float(os.environ.get("TALLY_SCHEDULE_SCALE", "1")),
         moto_process=True,
+        containers=containers_setting(),
         simulator_options={"fixed_keys": True} if demo else None,
     )
     stack.seed_demo = seed_demo
