@@ -73,6 +73,8 @@ def run(
                 )
             )
         url = f"{stack.api_url}/notify/wechatpay/{mchid}"
+        trace: list[tuple[float, float]] | None = [] if os.environ.get("TALLY_LOAD_TRACE") else None
+        started = time.perf_counter()
 
         def send(item: tuple[str, int]) -> tuple[int, float]:
             # signed when sent, as the channel does: the 300 s window holds however slow the stack is
@@ -86,6 +88,8 @@ def run(
                 status = exc.code
             except (ConnectionError, urllib.error.URLError):
                 status = RESET  # refused or reset before any answer: the backlog, not the product
+            if trace is not None:
+                trace.append((start - started, (time.perf_counter() - start) * 1000))
             return status, (time.perf_counter() - start) * 1000
 
         if stack.moto_pid is not None and os.environ.get("TALLY_MOTO_PROFILE"):
@@ -99,6 +103,9 @@ def run(
         container_ms = sum(_proc_cpu_s(pid) for pid in container_pids) / callbacks * 1000
         drained = stack.drain(DRAIN_S)
         booked_after = time.perf_counter() - started
+        if trace is not None:  # measurement only: (seconds after the first send, ACK ms) per callback
+            with open(os.environ["TALLY_LOAD_TRACE"], "w", encoding="utf-8") as out:
+                out.writelines(f"{at:.3f} {ms:.0f}\n" for at, ms in sorted(trace))
         ddb = boto3.client("dynamodb", endpoint_url=stack.endpoint_url, region_name="us-east-1")
         booked = Counter(  # this run's orders only: the stack's heartbeat books a synthetic payment a minute
             (row["out_trade_no"]["S"], int(row["amount_cent"]["N"]))

@@ -67,6 +67,11 @@ class Target:
         if self.pool is not None:
             self.pool.stop()
 
+    def warm(self) -> None:
+        """Start one container ahead of the first invocation (a no-op for the in-thread handler)."""
+        if self.pool is not None:
+            self.pool.warm()
+
 
 @dataclass(frozen=True)
 class Route:
@@ -394,13 +399,27 @@ class FrontDoor:
         if self._thread is not None:
             self._thread.join()
         self._server = self._thread = None
-        for target in {id(route.target): route.target for route in self.routes}.values():
+        for target in self._targets():
             target.stop()  # no container outlives the front door
 
-    def container_pids(self) -> list[int]:
-        """The process ids of the functions' warm containers (none when the handlers run in this process)."""
-        targets = {id(route.target): route.target for route in self.routes}.values()
-        return sorted(pid for target in targets if target.pool is not None for pid in target.pool.pids)
+    def container_pids(self, function_name: str | None = None) -> list[int]:
+        """The process ids of the functions' (or one function's) warm containers; none when the handlers
+        run in this process."""
+        return sorted(
+            pid
+            for target in self._targets()
+            if target.pool is not None and function_name in (None, target.function_name)
+            for pid in target.pool.pids
+        )
+
+    def warm(self) -> None:
+        """One container per function started in the background (the stack calls it once its environment is
+        complete: a container gets the environment of the moment it starts)."""
+        for target in self._targets():
+            target.warm()
+
+    def _targets(self) -> list[Target]:
+        return list({id(route.target): route.target for route in self.routes}.values())
 
     def dispatch(self, request: _Request) -> Reply:
         found = self._find(request.method, request.path)

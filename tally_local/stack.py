@@ -327,6 +327,7 @@ class EmbeddedStack:
         if self.schedule_scale > 0:
             self.ticker.start()
             self._undo.append(self.ticker.stop)
+        self.front_door.warm()  # one container per HTTP function, now that the environment is complete
 
     def _invoke_target(self, template: dict[str, Any]) -> Target:
         specs = function_specs(template, self.root)

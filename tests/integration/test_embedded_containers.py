@@ -111,7 +111,7 @@ def alive(pid: int) -> bool:
 
 def test_two_concurrent_requests_are_served_by_two_containers_each_with_its_own_module_state(door, capsys):
     post(door, "sleep 0")  # one warm container
-    first, second = concurrently(door, ["sleep 1.5", "sleep 1.5"])
+    first, second = concurrently(door, ["sleep 2", "sleep 2"])
     assert first[0] == second[0] == 200
     assert first[1]["pid"] != second[1]["pid"]
     assert first[1]["pid"] != os.getpid() and second[1]["pid"] != os.getpid()
@@ -157,7 +157,7 @@ def test_a_handler_error_is_a_500_and_the_container_lives_on(door, capsys):
 
 def test_stopping_the_front_door_leaves_no_child(toy):
     door = FrontDoor(routes_from_template(template(), toy, containers=3)).start()
-    concurrently(door, ["sleep 0.5"] * 3)
+    concurrently(door, ["sleep 1.5"] * 3)
     pids = door.container_pids()
     assert len(pids) == 3 and all(alive(pid) for pid in pids)
     door.stop()
@@ -255,6 +255,34 @@ def test_the_embedded_stack_serves_http_functions_from_containers_and_stops_them
         assert stack.drain(10)
         with urllib.request.urlopen(stack.api_url + "/orders/19/C3", timeout=60) as answer:
             assert json.loads(answer.read())["by"] == {"S": "WorkerFunction"}  # the worker booked it
+        notify_pids = stack.front_door.container_pids("NotifyFunction")
+        assert 1 <= len(notify_pids) <= 2 and os.getpid() not in notify_pids  # at most `containers`
         pids = stack.front_door.container_pids()
-        assert 2 <= len(pids) <= 2 + 1 and os.getpid() not in pids  # notify's (at most 2) + orders' one
+        assert set(notify_pids) < set(pids)  # every HTTP function got a warm container at start
     assert not any(alive(pid) for pid in pids)
+
+
+def test_a_container_that_cannot_start_answers_502_and_does_not_hang(toy):
+    (toy / "functions" / "toy" / "app.py").write_text("raise ImportError('broken deployment')\n")
+    door = FrontDoor(routes_from_template(template(), toy, containers=2)).start()
+    try:
+        started = time.monotonic()
+        assert post(door, "sleep 0") == (502, {"message": "Bad Gateway"})
+        assert post(door, "sleep 0")[0] == 502  # tried afresh, refused again
+        assert time.monotonic() - started < 30 and door.container_pids() == []
+    finally:
+        door.stop()
+
+
+def test_warm_starts_one_container_per_function_before_the_first_request(toy):
+    door = FrontDoor(routes_from_template(template(), toy, containers=2)).start()
+    try:
+        door.warm()
+        deadline = time.monotonic() + 30
+        while not door.container_pids() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (pid,) = door.container_pids("ToyFunction")
+        answer = post(door, "sleep 0")[1]
+        assert answer["pid"] == pid and answer["invocations"] == 1  # imported ahead, invoked now
+    finally:
+        door.stop()
