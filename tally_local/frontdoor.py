@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from tally_local.ackfirst import AckFirst
 from tally_local.containers import ContainerCrashed, ContainerPool, ContainerSpec
 from tally_local.resources import LambdaContext, function_specs, load_handler
 
@@ -285,8 +286,9 @@ class _RequestHandler(BaseHTTPRequestHandler):
             self.close_connection = True
             self._send(json_reply(400, "Bad Request"))
             return
-        reply = self.server.front_door.dispatch(request)
-        self._send(reply)
+        with self.server.front_door.ack_first.request():
+            reply = self.server.front_door.dispatch(request)
+            self._send(reply)
         log.info(
             "%s %s → %d (%.0f ms)",
             request.method,
@@ -371,8 +373,11 @@ class FrontDoor:
         port: int = 0,
         *,
         authorizers: Mapping[str, JwtAuthorizer] | None = None,
+        ack_first: AckFirst | None = None,
     ):
         self.routes = [Route.parse(key, _as_target(key, value)) for key, value in routes.items()]
+        # counts the requests in flight; pumps that share it give way to them (tally_local/ackfirst.py)
+        self.ack_first = ack_first if ack_first is not None else AckFirst()
         self.authorizers = dict(authorizers or {})
         self._host, self._port = host, port
         self._server: _Server | None = None

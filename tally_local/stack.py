@@ -33,6 +33,7 @@ import boto3
 from moto.server import ThreadedMotoServer
 
 from tally_local import moto_fixes, statemachines
+from tally_local.ackfirst import AckFirst
 from tally_local.containers import CONTAINERS_VARIABLE, containers_setting
 from tally_local.demo import seed_demo
 from tally_local.frontdoor import FrontDoor, Target, authorizers_from_template, routes_from_template
@@ -80,6 +81,7 @@ class EmbeddedStack:
         schedule_scale: float = 1.0,
         moto_process: bool = False,
         containers: int = 0,
+        ack_first: bool = False,
     ):
         self.api_port, self.moto_port, self.sim_port = api_port, moto_port, sim_port
         self.time_scale = time_scale
@@ -95,6 +97,9 @@ class EmbeddedStack:
         # 0: each HTTP function's handler in this process, one invocation at a time (tests); N: up to N warm
         # containers per HTTP function, each a process (`make run`, bench.load; tally_local/containers.py)
         self.containers = containers
+        # True: the SQS and stream pumps give way to the HTTP requests in flight (tally_local/ackfirst.py):
+        # `make run`, bench.load; False: they poll at their own pace (tests)
+        self.ack_first: AckFirst | None = AckFirst() if ack_first else None
         self.ticker: Any = None
         self.seed_demo: Callable[[EmbeddedStack], Any] | None = None  # called once everything runs
         self.seeded: Any = None  # what seed_demo returned
@@ -295,7 +300,9 @@ class EmbeddedStack:
             template, self.root, containers=self.containers, resolve=self._started(self._resolver).resolve
         )
         routes[INVOKE_ROUTE] = self._invoke_target(template)  # Lambda Invoke for the state machines' tasks
-        self.front_door = FrontDoor(routes, HOST, self.api_port, authorizers=authorizers)
+        self.front_door = FrontDoor(
+            routes, HOST, self.api_port, authorizers=authorizers, ack_first=self.ack_first
+        )
         try:
             self.front_door.start()
         except OSError as error:
@@ -317,6 +324,7 @@ class EmbeddedStack:
                 boto3.client("sqs", region_name=self.region),
                 self.env["EVENT_BUS_NAME"],
                 out=self.print_event,
+                gate=self.ack_first,
             ).start()
             self._undo.append(self.downstream.stop)
         from tally_local.ticker import ScheduleTicker
@@ -345,6 +353,7 @@ class EmbeddedStack:
             load_handler(spec),
             function_name=spec.logical_id,
             timeout_s=spec.timeout_s,
+            gate=self.ack_first,
         )
         self.stream_pumps[table_id] = pump.start()
         self._undo.append(lambda: self.stream_pumps.pop(table_id).stop())
@@ -365,6 +374,7 @@ class EmbeddedStack:
             timeout_s=spec.timeout_s,
             memory_mb=spec.memory_mb,
             retry_visibility_s=self.retry_visibility_s,
+            gate=self.ack_first,
         )
         self.pumps[queue_id] = pump.start()
         self._undo.append(lambda: self.pumps.pop(queue_id).stop())
@@ -479,6 +489,7 @@ def main() -> int:
         schedule_scale=float(os.environ.get("TALLY_SCHEDULE_SCALE", "1")),
         moto_process=True,
         containers=containers_setting(),
+        ack_first=True,
         simulator_options={"fixed_keys": True} if demo else None,
     )
     stack.seed_demo = seed_demo

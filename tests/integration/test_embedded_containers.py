@@ -286,3 +286,32 @@ def test_warm_starts_one_container_per_function_before_the_first_request(toy):
         assert answer["pid"] == pid and answer["invocations"] == 1  # imported ahead, invoked now
     finally:
         door.stop()
+
+
+def test_ack_first_a_pump_gives_way_to_requests_in_flight_but_never_for_more_than_its_max():
+    from tally_local.ackfirst import AckFirst
+
+    gate = AckFirst(max_wait_s=0.6)
+    assert gate.wait_turn() < 0.05  # nothing in flight: no wait
+    with gate.request():
+        started = time.monotonic()
+        assert 0.55 <= gate.wait_turn() and time.monotonic() - started < 2  # a long burst: its turn anyway
+    release = threading.Event()
+
+    def one_request() -> None:
+        with gate.request():
+            release.wait(5)
+
+    thread = threading.Thread(target=one_request)
+    thread.start()
+    while not gate.in_flight:
+        time.sleep(0.01)
+    threading.Timer(0.2, release.set).start()
+    waited = gate.wait_turn()
+    thread.join()
+    assert 0.15 <= waited < 0.55  # the request ended: the pump goes at once
+    stopping = threading.Event()
+    stopping.set()
+    with gate.request():
+        assert gate.wait_turn(stopping) < 0.05  # a stopping pump never waits
+    assert gate.in_flight == 0 and gate.waited_s >= 0.7
