@@ -3,11 +3,14 @@ throughput, p50/p99 ACK latency, and proof that every payment was booked exactly
 
     python -m bench.load [--callbacks 2000] [--senders 16]
 
-Everything (front door, notify, worker, outbox, moto server, the senders) shares one process and
-one GIL, so the figures are CPU-bound: the table also gives the process CPU per callback and the
-machine's load average, without which a throughput figure from a shared machine means little.
-With 16 senders always in flight the ACK latency is ~16 / throughput (Little's law): the one warm
-notify container queues them, as a single Lambda container would (AWS would start 16).
+The stack runs as `make run` does: moto in a process of its own, each HTTP function in up to
+`--containers` (TALLY_LOCAL_CONTAINERS, default 4) container processes, the pumps giving way to the
+requests in flight (tally_local/ackfirst.py); `--containers 0 --no-ack-first --warmup 0` is the stack of
+sessions 2-8 (one in-thread notify handler). The senders share the stack's process. `--warmup` callbacks
+(64) go first, in a row of their own: that is where new containers cold-start. The table gives the CPU
+per callback of every process and the machine's load average, without which a throughput figure from a
+shared machine means little, and how long after the last ACK the last booking landed. With 16 senders
+always in flight the ACK latency is ~16 / throughput (Little's law).
 """
 
 from __future__ import annotations
@@ -142,13 +145,15 @@ def run(
     warm_latencies = sorted(ms for _, ms in warm_results) or [0.0]
     twice = sum(1 for n in booked.values() if n > 1)
     missing = sum(1 for item in [*amounts.items(), *warm.items()] if item not in booked)
-    return [
+    warm_rows = [
         (
             f"load: warm-up, {warmup} callbacks first (not in the rows below)",
             f"{warm_s:.1f} s",
             f"ACK p50 {_pct(warm_latencies, 50):.0f} ms, max {warm_latencies[-1]:.0f} ms",
             f"{warm_ok} success ACKs; new containers start here",
         ),
+    ]
+    return warm_rows[: 1 if warmup else 0] + [
         (
             f"load: {callbacks} callbacks, {senders} senders over HTTP",
             f"{callbacks / elapsed:.0f} /s",
