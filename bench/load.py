@@ -4,8 +4,8 @@ throughput, p50/p99 ACK latency, and proof that every payment was booked exactly
     python -m bench.load [--callbacks 2000] [--senders 16]
 
 The stack runs as `make run` does: moto in a process of its own, each HTTP function in up to
-`--containers` (TALLY_LOCAL_CONTAINERS, default 4) container processes, the pumps giving way to the
-requests in flight (tally_local/ackfirst.py); `--containers 0 --no-ack-first --warmup 0` is the stack of
+`--containers` (TALLY_LOCAL_CONTAINERS, default 4) container processes (`--ack-first`: the pumps give
+way to the requests in flight, tally_local/ackfirst.py); `--containers 0 --warmup 0` is the stack of
 sessions 2-8 (one in-thread notify handler). The senders share the stack's process. `--warmup` callbacks
 (64) go first, in a row of their own: that is where new containers cold-start. The table gives the CPU
 per callback of every process and the machine's load average, without which a throughput figure from a
@@ -39,7 +39,7 @@ def run(
     senders: int = SENDERS,
     moto_process: bool = True,
     containers: int | None = None,
-    ack_first: bool = True,
+    ack_first: bool = False,
     warmup: int = WARMUP,
 ) -> list[tuple[str, ...]]:
     import boto3
@@ -245,9 +245,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--warmup", type=int, default=WARMUP, help="callbacks sent before the measured ones")
     parser.add_argument(
-        "--no-ack-first",
+        "--ack-first",
         action="store_true",
-        help="the pumps poll at their own pace instead of giving way to the requests in flight",
+        help="the pumps give way to the requests in flight (tally_local/ackfirst.py; measured: no help)",
     )
     args = parser.parse_args(argv)
     logging.disable(logging.INFO)  # the product's log lines would drown the table
@@ -257,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
             args.senders,
             moto_process=not args.moto_in_process,
             containers=args.containers,
-            ack_first=not args.no_ack_first,
+            ack_first=args.ack_first,
             warmup=args.warmup,
         )
     print(table("Tally load check (embedded stack)", rows, ("measure", "value", "reference", "note")))

@@ -97,8 +97,9 @@ class EmbeddedStack:
         # 0: each HTTP function's handler in this process, one invocation at a time (tests); N: up to N warm
         # containers per HTTP function, each a process (`make run`, bench.load; tally_local/containers.py)
         self.containers = containers
-        # True: the SQS and stream pumps give way to the HTTP requests in flight (tally_local/ackfirst.py):
-        # `make run`, bench.load; False: they poll at their own pace (tests)
+        # True: the SQS and stream pumps give way to the HTTP requests in flight (tally_local/ackfirst.py,
+        # `bench.load --ack-first`); False (the default, `make run`): they poll at their own pace. Measured
+        # (docs/embedded-stack.md, session 9): it did not help, the backlog it builds slows moto's SQS
         self.ack_first: AckFirst | None = AckFirst() if ack_first else None
         self.ticker: Any = None
         self.seed_demo: Callable[[EmbeddedStack], Any] | None = None  # called once everything runs
@@ -489,7 +490,6 @@ def main() -> int:
         schedule_scale=float(os.environ.get("TALLY_SCHEDULE_SCALE", "1")),
         moto_process=True,
         containers=containers_setting(),
-        ack_first=True,
         simulator_options={"fixed_keys": True} if demo else None,
     )
     stack.seed_demo = seed_demo
