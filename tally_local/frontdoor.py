@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from tally_local.ackfirst import AckFirst
+from tally_local.containers import ContainerCrashed, ContainerPool, ContainerSpec
 from tally_local.resources import LambdaContext, function_specs, load_handler
 
 log = logging.getLogger(__name__)
@@ -42,7 +44,9 @@ class Target:
     """A function behind a route: its handler plus what its LambdaContext reports.
 
     `lock` serialises invocations: one warm container per function, as module-level caches in a
-    handler expect (Lambda scales out with more containers, never with threads in one).
+    handler expect (Lambda scales out with more containers, never with threads in one). With a `pool`
+    (tally_local/containers.py) the function scales out as on Lambda: up to the pool's limit of
+    containers, each a process of its own serving one invocation at a time.
     """
 
     handler: Handler
@@ -50,11 +54,24 @@ class Target:
     timeout_s: int = 30
     memory_mb: int = 128
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    pool: ContainerPool | None = field(default=None, repr=False)
 
     def invoke(self, event: dict[str, Any]) -> Any:
+        if self.pool is not None:
+            return self.pool.invoke(event)
         with self.lock:
             context = LambdaContext(self.function_name, self.timeout_s, self.memory_mb)
             return self.handler(event, context)
+
+    def stop(self) -> None:
+        """Stop the function's containers (a no-op for the in-thread handler)."""
+        if self.pool is not None:
+            self.pool.stop()
+
+    def warm(self) -> None:
+        """Start one container ahead of the first invocation (a no-op for the in-thread handler)."""
+        if self.pool is not None:
+            self.pool.warm()
 
 
 @dataclass(frozen=True)
@@ -95,15 +112,45 @@ def _path_pattern(path: str) -> tuple[re.Pattern[str], tuple[str, ...]]:
     return re.compile("".join(parts)), tuple(names)
 
 
-def routes_from_template(template: Mapping[str, Any], root: str | Path) -> dict[str, Target]:
-    """{routeKey: Target} for every HttpApi event in the template, handlers imported from their code."""
+def routes_from_template(
+    template: Mapping[str, Any],
+    root: str | Path,
+    *,
+    containers: int = 0,
+    resolve: Callable[[Any], Any] = lambda value: value,
+) -> dict[str, Target]:
+    """{routeKey: Target} for every HttpApi event in the template, handlers imported from their code.
+
+    `containers` 0: each function's handler imported here, one invocation at a time (one warm container in
+    this process: tests). N > 0: each function gets a ContainerPool of up to N processes (or its
+    ReservedConcurrentExecutions, resolved by `resolve`, if smaller), started on demand."""
     routes = {}
+    reserved = reserved_concurrency(template, resolve)
     for spec in function_specs(template, root).values():
         if not spec.http_routes:
             continue
-        target = Target(load_handler(spec), spec.logical_id, spec.timeout_s, spec.memory_mb)
+        if containers > 0:
+            limit = min(containers, reserved.get(spec.logical_id, containers))
+            pool = ContainerPool(ContainerSpec.of(spec), limit)
+            target = Target(pool.handler, spec.logical_id, spec.timeout_s, spec.memory_mb, pool=pool)
+        else:
+            target = Target(load_handler(spec), spec.logical_id, spec.timeout_s, spec.memory_mb)
         routes.update(dict.fromkeys(spec.http_routes, target))
     return routes
+
+
+def reserved_concurrency(template: Mapping[str, Any], resolve: Callable[[Any], Any]) -> dict[str, int]:
+    """{logical id: n} for the functions whose ReservedConcurrentExecutions resolves to a number: Lambda never
+    runs more containers of them at once (template.yaml: NotifyReservedConcurrency, 0 = none)."""
+    reserved = {}
+    for lid, resource in template.get("Resources", {}).items():
+        value = (resource.get("Properties") or {}).get("ReservedConcurrentExecutions")
+        if value is None or resource.get("Type") != "AWS::Serverless::Function":
+            continue
+        resolved = resolve({"value": value}).get("value")  # AWS::NoValue: the key is gone
+        if isinstance(resolved, int | str) and str(resolved).isdigit() and int(resolved) > 0:
+            reserved[lid] = int(resolved)
+    return reserved
 
 
 # ---------------------------------------------------------------------------------------------
@@ -239,8 +286,9 @@ class _RequestHandler(BaseHTTPRequestHandler):
             self.close_connection = True
             self._send(json_reply(400, "Bad Request"))
             return
-        reply = self.server.front_door.dispatch(request)
-        self._send(reply)
+        with self.server.front_door.ack_first.request():
+            reply = self.server.front_door.dispatch(request)
+            self._send(reply)
         log.info(
             "%s %s → %d (%.0f ms)",
             request.method,
@@ -325,8 +373,11 @@ class FrontDoor:
         port: int = 0,
         *,
         authorizers: Mapping[str, JwtAuthorizer] | None = None,
+        ack_first: AckFirst | None = None,
     ):
         self.routes = [Route.parse(key, _as_target(key, value)) for key, value in routes.items()]
+        # counts the requests in flight; pumps that share it give way to them (tally_local/ackfirst.py)
+        self.ack_first = ack_first if ack_first is not None else AckFirst()
         self.authorizers = dict(authorizers or {})
         self._host, self._port = host, port
         self._server: _Server | None = None
@@ -353,6 +404,27 @@ class FrontDoor:
         if self._thread is not None:
             self._thread.join()
         self._server = self._thread = None
+        for target in self._targets():
+            target.stop()  # no container outlives the front door
+
+    def container_pids(self, function_name: str | None = None) -> list[int]:
+        """The process ids of the functions' (or one function's) warm containers; none when the handlers
+        run in this process."""
+        return sorted(
+            pid
+            for target in self._targets()
+            if target.pool is not None and function_name in (None, target.function_name)
+            for pid in target.pool.pids
+        )
+
+    def warm(self) -> None:
+        """One container per function started in the background (the stack calls it once its environment is
+        complete: a container gets the environment of the moment it starts)."""
+        for target in self._targets():
+            target.warm()
+
+    def _targets(self) -> list[Target]:
+        return list({id(route.target): route.target for route in self.routes}.values())
 
     def dispatch(self, request: _Request) -> Reply:
         found = self._find(request.method, request.path)
@@ -365,6 +437,11 @@ class FrontDoor:
             return denied
         try:
             return reply_from_result(route.target.invoke(event))
+        except (
+            ContainerCrashed
+        ) as crash:  # the function's process died: API Gateway's 502, a new one next time
+            log.error("%s: container crashed: %s", route.target.function_name, crash)
+            return json_reply(502, "Bad Gateway")
         except Exception:  # noqa: BLE001 - a handler failure or a malformed result is a 500, as on API Gateway
             log.error("%s raised:\n%s", route.target.function_name, traceback.format_exc())
             return json_reply(500, "Internal Server Error")

@@ -40,8 +40,10 @@ class SqsPump:
         batch_size: int = 10,
         wait_time_s: int = 1,
         retry_visibility_s: int = 2,
+        gate: Any = None,
     ):
         self.sqs = sqs
+        self.gate = gate  # an AckFirst: wait while the front door has requests in flight (ackfirst.py)
         self.queue_url = queue_url
         self.handler = handler
         self.function_name = function_name
@@ -107,6 +109,8 @@ class SqsPump:
 
     def _run(self) -> None:
         while not self._stopping.is_set():
+            if self.gate is not None:
+                self.gate.wait_turn(self._stopping)
             try:
                 messages = self._receive()
             except (BotoCoreError, ClientError) as error:

@@ -33,6 +33,8 @@ import boto3
 from moto.server import ThreadedMotoServer
 
 from tally_local import moto_fixes, statemachines
+from tally_local.ackfirst import AckFirst
+from tally_local.containers import CONTAINERS_VARIABLE, containers_setting
 from tally_local.demo import seed_demo
 from tally_local.frontdoor import FrontDoor, Target, authorizers_from_template, routes_from_template
 from tally_local.lambda_io import INVOKE_ROUTE, invoke_route
@@ -78,6 +80,8 @@ class EmbeddedStack:
         simulator_options: Mapping[str, Any] | None = None,
         schedule_scale: float = 1.0,
         moto_process: bool = False,
+        containers: int = 0,
+        ack_first: bool = False,
     ):
         self.api_port, self.moto_port, self.sim_port = api_port, moto_port, sim_port
         self.time_scale = time_scale
@@ -90,6 +94,13 @@ class EmbeddedStack:
         # True: moto's server in a child process (its CPU off the functions' GIL; `make run`, bench.load);
         # False: in a thread of this one (starts faster: tests)
         self.moto_process = moto_process
+        # 0: each HTTP function's handler in this process, one invocation at a time (tests); N: up to N warm
+        # containers per HTTP function, each a process (`make run`, bench.load; tally_local/containers.py)
+        self.containers = containers
+        # True: the SQS and stream pumps give way to the HTTP requests in flight (tally_local/ackfirst.py,
+        # `bench.load --ack-first`); False (the default, `make run`): they poll at their own pace. Measured
+        # (docs/embedded-stack.md, session 9): it did not help, the backlog it builds slows moto's SQS
+        self.ack_first: AckFirst | None = AckFirst() if ack_first else None
         self.ticker: Any = None
         self.seed_demo: Callable[[EmbeddedStack], Any] | None = None  # called once everything runs
         self.seeded: Any = None  # what seed_demo returned
@@ -286,9 +297,13 @@ class EmbeddedStack:
         authorizers = authorizers_from_template(
             template, self._started(self._resolver).resolve, self.endpoint_url
         )
-        routes = routes_from_template(template, self.root)
+        routes = routes_from_template(
+            template, self.root, containers=self.containers, resolve=self._started(self._resolver).resolve
+        )
         routes[INVOKE_ROUTE] = self._invoke_target(template)  # Lambda Invoke for the state machines' tasks
-        self.front_door = FrontDoor(routes, HOST, self.api_port, authorizers=authorizers)
+        self.front_door = FrontDoor(
+            routes, HOST, self.api_port, authorizers=authorizers, ack_first=self.ack_first
+        )
         try:
             self.front_door.start()
         except OSError as error:
@@ -310,6 +325,7 @@ class EmbeddedStack:
                 boto3.client("sqs", region_name=self.region),
                 self.env["EVENT_BUS_NAME"],
                 out=self.print_event,
+                gate=self.ack_first,
             ).start()
             self._undo.append(self.downstream.stop)
         from tally_local.ticker import ScheduleTicker
@@ -320,6 +336,7 @@ class EmbeddedStack:
         if self.schedule_scale > 0:
             self.ticker.start()
             self._undo.append(self.ticker.stop)
+        self.front_door.warm()  # one container per HTTP function, now that the environment is complete
 
     def _invoke_target(self, template: dict[str, Any]) -> Target:
         specs = function_specs(template, self.root)
@@ -337,6 +354,7 @@ class EmbeddedStack:
             load_handler(spec),
             function_name=spec.logical_id,
             timeout_s=spec.timeout_s,
+            gate=self.ack_first,
         )
         self.stream_pumps[table_id] = pump.start()
         self._undo.append(lambda: self.stream_pumps.pop(table_id).stop())
@@ -357,6 +375,7 @@ class EmbeddedStack:
             timeout_s=spec.timeout_s,
             memory_mb=spec.memory_mb,
             retry_visibility_s=self.retry_visibility_s,
+            gate=self.ack_first,
         )
         self.pumps[queue_id] = pump.start()
         self._undo.append(lambda: self.pumps.pop(queue_id).stop())
@@ -384,6 +403,10 @@ class EmbeddedStack:
         template = load_template(self.template_path)
         specs = function_specs(template, self.root)
         rows = [("HTTP API (front door)", self.api_url)]
+        if self.containers > 0:
+            rows += [
+                ("  containers", f"up to {self.containers} processes per function ({CONTAINERS_VARIABLE})")
+            ]
         rows += [(f"  {key}", f"→ {spec.logical_id}") for spec in specs.values() for key in spec.http_routes]
         rows += [("AWS (moto server)", f"{self.endpoint_url}   AWS_ENDPOINT_URL, region {self.region}")]
         rows += [
@@ -466,6 +489,7 @@ def main() -> int:
         api_port=int(os.environ.get("TALLY_API_PORT", "3000")),
         schedule_scale=float(os.environ.get("TALLY_SCHEDULE_SCALE", "1")),
         moto_process=True,
+        containers=containers_setting(),
         simulator_options={"fixed_keys": True} if demo else None,
     )
     stack.seed_demo = seed_demo

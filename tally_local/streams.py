@@ -34,8 +34,10 @@ class StreamPump:
         poll_s: float = 0.2,
         batch_size: int = 50,
         shards_every_s: float = 5.0,
+        gate: Any = None,
     ):
         self.streams = streams
+        self.gate = gate  # an AckFirst: wait while the front door has requests in flight (ackfirst.py)
         self.handler = handler
         self.function_name, self.timeout_s = function_name, timeout_s
         self.poll_s, self.batch_size = poll_s, batch_size
@@ -61,6 +63,8 @@ class StreamPump:
 
     def _run(self) -> None:
         while not self._stopping.wait(self.poll_s):
+            if self.gate is not None:
+                self.gate.wait_turn(self._stopping)
             try:
                 self.poll_once()
             except (BotoCoreError, ClientError):
@@ -123,8 +127,9 @@ class StreamPump:
 class DownstreamPrinter:
     """A stand-in downstream consumer: bus → (rule) → SQS queue → printed, deduplicated by event_id."""
 
-    def __init__(self, events: Any, sqs: Any, bus_name: str, *, out=print):
+    def __init__(self, events: Any, sqs: Any, bus_name: str, *, out=print, gate: Any = None):
         self.sqs = sqs
+        self.gate = gate  # an AckFirst (ackfirst.py)
         self.out = out
         self.seen: set[str] = set()
         self.received: list[dict[str, Any]] = []
@@ -153,6 +158,8 @@ class DownstreamPrinter:
 
     def _run(self) -> None:
         while not self._stopping.is_set():
+            if self.gate is not None:
+                self.gate.wait_turn(self._stopping)
             try:
                 self.poll_once(wait_s=1)
             except (BotoCoreError, ClientError):
