@@ -296,3 +296,59 @@ def test_the_update_tree_copy_is_deepcopy_s_copy():
     ours.children[0].children.clear()
     assert _shape(tree) == _shape(theirs)  # the original is untouched
     assert ours.children[1].parent is ours  # the copy's links point into the copy
+
+
+def _moto_own_visible(queue) -> list:
+    """moto's Queue.messages as moto writes it (each message's own clock reads); its two counts checked too."""
+    assert queue.approximate_number_of_messages_delayed == len([m for m in queue._messages if m.delayed])
+    assert queue.approximate_number_of_messages_not_visible == len(
+        [m for m in queue._messages if not m.visible]
+    )
+    return [m for m in queue._messages if m.visible and not m.delayed]
+
+
+def test_a_queue_backlog_is_received_and_deleted_as_moto_does(patched_moto):
+    """moto_fixes 16: one clock read per receive and per count, one pass per delete; the same messages."""
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.sqs.models import sqs_backends
+
+    sqs = patched_moto.client("sqs")
+    url = sqs.create_queue(QueueName="backlog")["QueueUrl"]
+    try:
+        for n in range(30):
+            sqs.send_message(QueueUrl=url, MessageBody=f"m{n}", DelaySeconds=600 if n % 10 == 9 else 0)
+        queue = sqs_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].queues["backlog"]
+        assert [m.body for m in queue.messages] == [m.body for m in _moto_own_visible(queue)]
+        assert len(queue.messages) == 27  # three delayed
+
+        first = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=600)["Messages"]
+        assert [m["Body"] for m in first] == [f"m{n}" for n in range(11) if n != 9]
+        assert [m.body for m in queue.messages] == [
+            m.body for m in _moto_own_visible(queue)
+        ]  # in flight: out
+        assert len(queue.messages) == 17
+        assert (
+            queue.approximate_number_of_messages_delayed,
+            queue.approximate_number_of_messages_not_visible,
+        ) == (3, 10)
+
+        again = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=1, VisibilityTimeout=0)["Messages"][0]
+        renewed = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=1, VisibilityTimeout=600)["Messages"][
+            0
+        ]
+        assert again["Body"] == renewed["Body"] and again["ReceiptHandle"] != renewed["ReceiptHandle"]
+
+        done = sqs.delete_message_batch(
+            QueueUrl=url,
+            Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(first)],
+        )
+        assert len(done["Successful"]) == 10 and not done.get("Failed")
+        sqs.delete_message(QueueUrl=url, ReceiptHandle=again["ReceiptHandle"])  # a message's older handle
+        sqs.delete_message(QueueUrl=url, ReceiptHandle=first[0]["ReceiptHandle"])  # deleted already: success
+        with pytest.raises(ClientError, match="ReceiptHandleIsInvalid"):
+            sqs.delete_message(QueueUrl=url, ReceiptHandle="not-a-handle")
+        left = sorted(m.body for m in queue._messages)
+        assert len(left) == 19 and again["Body"] not in left and not {m["Body"] for m in first} & set(left)
+        assert queue.pending_messages == set()
+    finally:
+        sqs.delete_queue(QueueUrl=url)
