@@ -77,7 +77,7 @@ def run() -> list[tuple[str, ...]]:
     rows = [("cold start: bare import boto3 + 2 clients", f"{boto:.0f} ms", "baseline", "")]
     for name, build in FUNCTIONS.items():
         ms = measure(_handler_body(name, build))
-        target = "target ≤ 1.5×" if name == "notify" else ""
+        target = {"notify": "target ≤ 1.3× (issue 20)", "worker": "target ≤ 1.4× (issue 20)"}.get(name, "")
         rows.append(
             (
                 f"cold start: {name} (import handler + build services)",
