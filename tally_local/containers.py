@@ -39,6 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from tally_local.moto_process import stop_child
+
 CONTAINERS_VARIABLE = "TALLY_LOCAL_CONTAINERS"
 DEFAULT_CONTAINERS = 4
 START_TIMEOUT_S = 60.0
@@ -142,18 +144,7 @@ class ProcessContainer:
         child, self._child = self._child, None
         if child is None:
             return
-        try:
-            if child.stdin is not None:
-                child.stdin.close()  # the child's signal to stop
-        except OSError:
-            pass  # already gone: its end of the pipe is closed
-        try:
-            child.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
-        if child.stdout is not None:
-            child.stdout.close()
+        stop_child(child, timeout_s=5)
         if self._stderr_relay is not None:
             self._stderr_relay.join(timeout=5)
 

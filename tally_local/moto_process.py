@@ -62,17 +62,25 @@ class MotoProcess:
 
     def stop(self) -> None:
         child, self._child = self._child, None
-        if child is None:
-            return
+        if child is not None:
+            stop_child(child, timeout_s=10)
+
+
+def stop_child(child: subprocess.Popen[Any], timeout_s: float) -> None:
+    """A child that serves until its stdin closes: closed, waited for (killed after `timeout_s`), its stdout
+    closed. The moto process and the front door's containers (tally_local/containers.py) stop this way."""
+    try:
         if child.stdin is not None:
             child.stdin.close()  # the child's signal to stop
-        try:
-            child.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
-        if child.stdout is not None:
-            child.stdout.close()
+    except OSError:
+        pass  # already gone: its end of the pipe is closed
+    try:
+        child.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
+    if child.stdout is not None:
+        child.stdout.close()
 
 
 def serve(host: str, port: int) -> None:
