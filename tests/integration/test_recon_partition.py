@@ -56,11 +56,12 @@ def scoped(ledger: list[dict], mchid: str) -> list[dict]:
     ]
 
 
-@pytest.mark.parametrize("keys", ["pre-#15", "scoped"])
-def test_partitioned_path_gives_the_same_diffs_and_stats_as_the_in_memory_path(h, svc, mchid, keys):
+@pytest.mark.parametrize(("keys", "pieces"), [("pre-#15", 1), ("scoped", 2)])
+def test_partitioned_path_gives_the_same_diffs_and_stats_as_the_in_memory_path(h, svc, mchid, keys, pieces):
     """Also with merchant-scoped entry keys: ledger shard p must hold the keys of bill partition p. ROWS rows
     hold every kind of difference and reach all 16 shards (asserted); the bigger bills are the Distributed Map
-    test's and bench/'s (600 rows here cost ~3x the CPU and proved nothing more)."""
+    test's and bench/'s (600 rows here cost ~3x the CPU and proved nothing more). With `pieces` 2 the bill,
+    downloaded to disk, is parsed by two processes at once (test_recon_split.py: what a big bill gets)."""
     bill, ledger = day_of_differences(mchid, rows=ROWS)
     assert len({ledger_shard(r["pk"]) for r in ledger}) == LEDGER_SHARDS  # every partition has rows
     ledger = scoped(ledger, mchid) if keys == "scoped" else ledger
@@ -74,7 +75,9 @@ def test_partitioned_path_gives_the_same_diffs_and_stats_as_the_in_memory_path(h
     fees = fee_entries(h.ddb, table, mchid)  # R43: the same FEE entries both ways (each path books them anew)
     drop_fee_entries(h.ddb, table, fees)
     svc.partition_bytes = 0  # every bill partitioned
+    svc.split_bytes, svc.workers = (0, pieces) if pieces > 1 else (svc.split_bytes, 1)
     parted = svc.run("wechatpay", mchid, DAY, pass_="partitioned", s3_key=key)
+    assert parted["pieces"] == pieces
     assert fee_entries(h.ddb, table, mchid) == fees
     assert {pk: f["amount_cent"] for pk, f in fees.items()} == expected_fees(mchid, rows=ROWS)
     assert parted["path"] == "partitioned" and parted["partitions"] == LEDGER_SHARDS

@@ -442,6 +442,8 @@ def recon_service() -> ReconService:
         min_previous_rows=s.recon_min_previous_rows,
         partition_bytes=s.recon_partition_bytes,
         map_bytes=s.recon_map_bytes,
+        split_bytes=s.recon_split_bytes,
+        workers=s.recon_workers,
         distributed=_distributed_recon(s),
         fund_sources=_fund_sources(),
         fund_config=MerchantSettlement(MerchantStore(tables())).config,  # settlement_lag, fund_accounts (R45)

@@ -39,6 +39,8 @@ class Settings(NamedTuple):
     recon_min_previous_rows: int = 10
     recon_partition_bytes: int = 64 << 20  # a bill this big is matched partition by partition (docs/recon.md)
     recon_map_bytes: int = 1 << 30  # … and this big on the Distributed Map, when the state machine is set
+    recon_split_bytes: int = 64 << 20  # a bill on disk this big is parsed in pieces, one process a core
+    recon_workers: int = 0  # processes for those pieces; 0: one per CPU this function may run on
     recon_state_machine_arn: str = ""
     # AWS clients (bootstrap.aws_config): botocore's defaults are 60 s connect + 60 s read, far past WeChat's
     # 5 s. Worst case of one call: max_attempts x (connect + read) plus standard-mode backoff (< 1 s first).
@@ -90,6 +92,8 @@ class Settings(NamedTuple):
                 recon_min_previous_rows=int(env.get("RECON_MIN_PREVIOUS_ROWS", "10")),
                 recon_partition_bytes=int(env.get("RECON_PARTITION_BYTES", str(64 << 20))),
                 recon_map_bytes=int(env.get("RECON_MAP_BYTES", str(1 << 30))),
+                recon_split_bytes=int(env.get("RECON_SPLIT_BYTES", str(64 << 20))),
+                recon_workers=int(env.get("RECON_WORKERS", "0")),
                 recon_state_machine_arn=env.get("RECON_STATE_MACHINE_ARN", ""),
                 aws_connect_timeout_s=float(env.get("TALLY_AWS_CONNECT_TIMEOUT_S", "1")),
                 aws_read_timeout_s=float(env.get("TALLY_AWS_READ_TIMEOUT_S", "5")),

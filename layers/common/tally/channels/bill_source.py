@@ -12,7 +12,7 @@ import io
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from tally import errors
 from tally.domain.recon import BillIndex, BillItem, BillTotals
@@ -74,6 +74,14 @@ class BillParser(Protocol):
     def index(self) -> BillIndex: ...
 
     def item_at(self, raw: bytes) -> BillItem: ...
+
+
+@runtime_checkable
+class SplittableParser(BillParser, Protocol):
+    """A parser that can read a big bill in line-aligned pieces at once, each piece after the bill's head
+    (service/recon_partition.py `partition_file`): `join` folds the next piece's parser into this one."""
+
+    def join(self, later: Any) -> bool: ...
 
 
 class Bill(Protocol):

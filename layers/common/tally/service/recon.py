@@ -77,7 +77,13 @@ from tally.domain.recon import (
 )
 from tally.observability import M, count, logger
 from tally.service.ledger_day import statement_text
-from tally.service.recon_partition import Partitioned, file_lines, partition_bill, tmp_dir
+from tally.service.recon_partition import (
+    SPLIT_BYTES,
+    Partitioned,
+    partition_bill,
+    partition_file,
+    tmp_dir,
+)
 from tally.service.recon_sources import NO_STATEMENT, NOT_READY, DownloadFailed, OpenedBill
 from tally.store.recon import BillArchive, LedgerView, ReconStore, recon_pk
 from tally.store.tables import EventStore, event_key, iso_now
@@ -111,6 +117,8 @@ class ReconService:
         fund_sources: dict[str, Any] | None = None,
         partition_bytes: int = 64 << 20,
         map_bytes: int = 1 << 30,
+        split_bytes: int = SPLIT_BYTES,
+        workers: int = 0,
         distributed: Any = None,
         map_stale_s: float = 4 * 3600,
         fund_config: Callable[[str, str], dict[str, Any]] | None = None,
@@ -132,6 +140,10 @@ class ReconService:
         self.map_bytes = (
             map_bytes  # … and at least this big on the Distributed Map (when `distributed` is set)
         )
+        self.split_bytes = (
+            split_bytes  # a bill on disk at least this big is parsed in pieces on several cores
+        )
+        self.workers = workers  # … by this many processes (0: one per CPU, recon_partition.cores)
         self.distributed = distributed  # service.recon_map.DistributedRecon or None
         self.map_stale_s = map_stale_s  # a Map run without a result after this is BLOCKED (MAP_STALE)
         # (stored channel, merchant) -> {"settlement_lag": …, "fund_accounts": …} from the merchant records (R45)
@@ -256,9 +268,14 @@ class ReconService:
             if isinstance(data, Path) or size >= self.partition_bytes:  # bounded memory (recon_partition.py)
                 run["path"] = "partitioned"
                 opened = OpenedBill(channel, b"" if isinstance(data, Path) else data, name)
-                lines = file_lines(data) if isinstance(data, Path) else None
-                parts = partition_bill(opened, work, lines=lines)
+                if isinstance(data, Path):  # a big plain one on several cores at once
+                    parts = partition_file(
+                        opened, work, data, workers=self.workers, split_bytes=self.split_bytes
+                    )
+                else:
+                    parts = partition_bill(opened, work)
                 assert parts.totals is not None
+                run["pieces"] = parts.pieces
                 totals = parts.totals
                 index = BillIndex()
             else:

@@ -14,6 +14,10 @@ partition reads its index, the ledger shard, and re-reads in full only the rows 
 (`RowReader`), exactly as the in-memory path does with the whole bill. Peak memory is one chunk while parsing
 and one partition while matching, not the day. The guards run on the parse's totals, unchanged.
 
+A big plain bill on disk is parsed in line-aligned pieces, one process per CPU (`partition_file`): the later
+pieces' files are appended to the first's and their parsers joined into its totals, the same files and totals as
+one pass.
+
 The same files are what a Step Functions Distributed Map child gets from S3 (docs/recon.md "Distributed Map").
 """
 
@@ -22,8 +26,13 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import pickle
+import shutil
 import struct
+import subprocess
+import sys
 from array import array
+from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from hashlib import sha256
@@ -32,7 +41,8 @@ from operator import itemgetter
 from pathlib import Path
 from typing import IO, Any
 
-from tally.domain.recon import INDEX_WATCHER, BillIndex, BillItem, BillTotals
+from tally.channels.bill_source import SplittableParser
+from tally.domain.recon import INDEX_WATCHER, BillIndex, BillItem, BillParseError, BillTotals
 from tally.service.recon_sources import OpenedBill
 from tally.store.recon import LEDGER_SHARDS
 
@@ -54,6 +64,7 @@ class Partitioned:
     rows: list[int]  # rows per partition
     head: bytes = b""
     totals: BillTotals | None = field(default=None, repr=False)
+    pieces: int = 1  # the processes that parsed it (partition_file): 1, or one per core for a big bill
 
     def index_path(self, p: int) -> Path:
         return self.directory / f"p{p:02d}.idx"
@@ -119,6 +130,15 @@ def partition_bill(
 ) -> Partitioned:
     """Parse once (totals for the guards, in `.totals`) and leave the rows in partition files. `lines` streams
     the bill from elsewhere (a file); without it, the opened bill's own lines."""
+    return _partition(opened, directory, opened.lines() if lines is None else lines, partitions, chunk_lines)[
+        0
+    ]
+
+
+def _partition(
+    opened: OpenedBill, directory: Path, lines: Iterable[bytes], partitions: int, chunk_lines: int
+) -> tuple[Partitioned, Any]:
+    """partition_bill, and the parser that read the lines (its totals, and what `join` needs of it)."""
     directory.mkdir(parents=True, exist_ok=True)
     writer = _Writer(directory, partitions)
     built: list[BillIndex] = []
@@ -149,7 +169,7 @@ def partition_bill(
             spill()
 
     # chain.from_iterable hands the parser a block's lines at C speed; blocks() runs once per block
-    parser = opened.parser(lines=chain.from_iterable(blocks(opened.lines() if lines is None else lines)))
+    parser = opened.parser(lines=chain.from_iterable(blocks(lines)))
     token = INDEX_WATCHER.set(built.append)
     try:
         parser.index()
@@ -160,7 +180,205 @@ def partition_bill(
             close()  # a file streamed by file_lines
     spill()  # the last block (the parser read to the end of the file without asking again)
     writer.close()
-    return Partitioned(opened.channel, directory, partitions, writer.rows, state.head, parser.totals)
+    return Partitioned(opened.channel, directory, partitions, writer.rows, state.head, parser.totals), parser
+
+
+# ---------------------------------------------------------------- a big bill on several cores
+
+# a plain bill on disk at least this big is parsed in pieces, one process per core (below it, one process is
+# done before a second has started: spawning one costs ~0.2 s)
+SPLIT_BYTES = 64 << 20
+_PROBE_BYTES = 1 << 20  # the head is found in the bill's first MiB, or the bill is read in one pass
+
+
+def cores() -> int:
+    """The CPUs this process may run on: how many processes parse a big bill unless RECON_WORKERS says."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def partition_file(
+    opened: OpenedBill,
+    directory: Path,
+    path: Path,
+    *,
+    partitions: int = LEDGER_SHARDS,
+    chunk_lines: int = CHUNK_LINES,
+    workers: int = 0,
+    split_bytes: int = SPLIT_BYTES,
+) -> Partitioned:
+    """partition_bill over a bill on disk. A big plain one whose parser can join pieces (`SplittableParser`) is
+    cut at line boundaries into one piece per worker: the first piece is parsed here, every other one in a
+    process of its own after the bill's head, into partition files of its own that are then appended to the
+    first piece's (offsets moved). The same files, totals and summary checks as one pass (a test compares);
+    whatever a piece cannot answer (a broken row, a summary before the cut) is read again in one pass, so an
+    error names the same line as one pass does."""
+    n = workers or cores()
+    plan = _plan(opened, path, n) if n > 1 and path.stat().st_size >= split_bytes else None
+    if plan is None:
+        return partition_bill(
+            opened, directory, lines=file_lines(path), partitions=partitions, chunk_lines=chunk_lines
+        )
+    head, cuts = plan
+    pieces = [directory / f"piece{k}" for k in range(1, len(cuts))]
+    children = [
+        _start_piece(opened.channel, head, path, start, end, piece, partitions, chunk_lines)
+        for start, end, piece in zip(cuts[1:], [*cuts[2:], None], pieces, strict=True)
+    ]
+    try:
+        first, parser = _partition(opened, directory, _range_lines(path, 0, cuts[1]), partitions, chunk_lines)
+        joined = all(_joined(parser, child, piece) for child, piece in zip(children, pieces, strict=True))
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+            child.wait()
+    if not joined:
+        for piece in pieces:
+            shutil.rmtree(piece, ignore_errors=True)
+        return partition_bill(
+            opened, directory, lines=file_lines(path), partitions=partitions, chunk_lines=chunk_lines
+        )
+    for piece in pieces:
+        _append_piece(first, Partitioned.load(piece))
+        shutil.rmtree(piece)
+    first.totals, first.pieces = parser.totals, len(cuts)
+    return first
+
+
+def _plan(opened: OpenedBill, path: Path, n: int) -> tuple[bytes, list[int]] | None:
+    """(the bill's head, the n piece starts: 0 then line boundaries past the head), or None: one pass (a gzip
+    file, a parser that cannot join pieces, no row in the first MiB)."""
+    with open(path, "rb") as f:
+        probe = f.read(_PROBE_BYTES)
+        if probe[:2] == b"\x1f\x8b":
+            return None
+        lines = probe.splitlines(keepends=True)
+        if lines and not lines[-1].endswith(b"\n"):
+            lines.pop()  # cut mid-line by the probe's size
+        parser = opened.parser(lines=iter(lines))
+        if not isinstance(parser, SplittableParser):
+            return None
+        try:
+            index = parser.index()
+        except BillParseError:
+            return None  # the one pass says what is wrong with it
+        if not len(index):
+            return None
+        head_end = index.where[0]
+        size = path.stat().st_size
+        cuts = [0]
+        for k in range(1, n):
+            f.seek(max(head_end, size * k // n))
+            f.readline()  # to the end of the line the cut fell in
+            cuts.append(f.tell())
+    if any(b <= a for a, b in zip(cuts, cuts[1:], strict=False)) or cuts[-1] >= size:
+        return None
+    return probe[:head_end], cuts
+
+
+def _range_lines(path: Path, start: int, end: int | None) -> Iterator[bytes]:
+    """The lines of bytes [start, end) of a file (both line boundaries; end None: to the end of the file)."""
+    with open(path, "rb") as f:
+        f.seek(start)
+        if end is None:
+            yield from f
+            return
+        left = end - start
+        while left > 0:
+            chunk = f.readlines(1 << 20)
+            if not chunk:
+                return
+            size = sum(map(len, chunk))
+            if size > left:  # the chunk ran past `end`, a line boundary: cut it there
+                chunk = chunk[: bisect_left(list(accumulate(map(len, chunk))), left) + 1]
+                size = left
+            left -= size
+            yield from chunk
+
+
+def _start_piece(
+    channel: str,
+    head: bytes,
+    path: Path,
+    start: int,
+    end: int | None,
+    directory: Path,
+    partitions: int,
+    chunk_lines: int,
+) -> subprocess.Popen[bytes]:
+    """A process that partitions bytes [start, end) of the bill, after its head, into `directory` (piece_main).
+    A subprocess rather than multiprocessing: nothing of the parent (its __main__, its clients) is imported again,
+    and Lambda has no /dev/shm for multiprocessing's locks."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "head").write_bytes(head)
+    job = {
+        "channel": channel,
+        "path": str(path),
+        "start": start,
+        "end": end,
+        "directory": str(directory),
+        "partitions": partitions,
+        "chunk_lines": chunk_lines,
+    }
+    code = "import sys; from tally.service.recon_partition import piece_main; piece_main(sys.argv[1])"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # the layer, as it is here
+    return subprocess.Popen([sys.executable, "-c", code, json.dumps(job)], env=env, stdin=subprocess.DEVNULL)
+
+
+def piece_main(job_json: str) -> None:
+    """In a piece's process: partition it, write the manifest and the parser (`parser.pickle`: what `join`
+    needs); exit 3 when the piece cannot be read (the parent reads the bill in one pass and says why)."""
+    job = json.loads(job_json)
+    directory = Path(job["directory"])
+    head = (directory / "head").read_bytes()
+    lines = chain(head.splitlines(keepends=True), _range_lines(Path(job["path"]), job["start"], job["end"]))
+    try:
+        parts, parser = _partition(
+            OpenedBill(job["channel"], b""), directory, lines, job["partitions"], job["chunk_lines"]
+        )
+    except BillParseError:
+        sys.exit(3)
+    parts.write_manifest()
+    (directory / "parser.pickle").write_bytes(pickle.dumps(parser))
+
+
+def _joined(parser: Any, child: subprocess.Popen[bytes], piece: Path) -> bool:
+    """The piece's process done and its parser folded into `parser` (False: the piece could not be read)."""
+    if child.wait() != 0:
+        return False
+    later = pickle.loads((piece / "parser.pickle").read_bytes())  # noqa: S301 - written by our own child
+    return bool(parser.join(later))
+
+
+def _append_piece(into: Partitioned, piece: Partitioned) -> None:
+    """A later piece's partition files appended to the first piece's: its rows after theirs, its index blocks
+    with `where` moved by the length of the rows already there. Each piece file goes once appended: /tmp holds
+    at most one partition twice."""
+    for p in range(into.partitions):
+        base = into.rows_path(p).stat().st_size
+        with open(into.rows_path(p), "ab") as out, open(piece.rows_path(p), "rb") as src:
+            shutil.copyfileobj(src, out, 1 << 20)
+        with open(into.index_path(p), "ab") as out:
+            out.write(_moved(piece.index_path(p).read_bytes(), base))
+        into.rows[p] += piece.rows[p]
+        piece.rows_path(p).unlink()
+        piece.index_path(p).unlink()
+
+
+def _moved(data: bytes, base: int) -> bytes:
+    """An index file's blocks with every `where` offset moved by `base`."""
+    out = []
+    pos = 0
+    while pos < len(data):
+        n, k = _BLOCK.unpack_from(data, pos)
+        at = pos + _BLOCK.size + k + 9 * n  # header, keys, amounts (8n), flags (n): then `where` (8n)
+        where = array("q")
+        where.frombytes(data[at : at + 8 * n])
+        out += [data[pos:at], array("q", map(base.__add__, where)).tobytes()]
+        pos = at + 8 * n
+        out.append(data[pos : pos + 8 * n])  # fees
+        pos += 8 * n
+    return b"".join(out)
 
 
 @dataclass

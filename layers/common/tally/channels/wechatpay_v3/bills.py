@@ -193,7 +193,13 @@ class WeChatBillParser:
         self.totals = BillTotals(CHANNEL, "")
         self._sums: dict[str, int] = {}
         self._sum_columns: list[str] = []
+        self._summary_line: tuple[list[str], list[str], int] | None = None  # (header, values, line number)
+        self._rows_open_at_end = False  # the last line read was a row or the header: the next piece may go on
         self._done = False
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What a piece's parser sends back from its process (service/recon_partition.py): all but the lines."""
+        return {**self.__dict__, "_lines": ()}
 
     def items(self) -> Iterator[BillItem]:
         """Stream the rows as BillItems (what `tally bill parse` prints)."""
@@ -377,13 +383,39 @@ class WeChatBillParser:
             totals.payment_cent, totals.refund_cent, totals.fee_e5 = payment_cent, refund_cent, fee_e5
             self._sums = dict(zip(self._sum_columns, sums, strict=True))
             self._sums[FEE_COLUMN] = fee_e5
-            self._summary(summary_header, line[1:].split(",`"), number)
+            self._summary_line = (summary_header, line[1:].split(",`"), number)
+            self._summary(*self._summary_line)
             summary_seen = True
         if layout is None:
             raise BillParseError("empty file: no header line")
         totals.rows, totals.payments, totals.refunds = rows, payments, refunds
         totals.payment_cent, totals.refund_cent, totals.fee_e5 = payment_cent, refund_cent, fee_e5
+        if not summary_seen:
+            self._sums = dict(zip(self._sum_columns, sums, strict=True))
+            self._sums[FEE_COLUMN] = fee_e5
+        self._rows_open_at_end = rows_open
         self._done = True
+
+    def join(self, later: WeChatBillParser) -> bool:
+        """Fold in `later`, which read the rest of this bill (after the same head) while this parser read up to a
+        line boundary: service/recon_partition.py parses a big bill in pieces on several cores. The counts add
+        up and the summary, read by the last piece, is checked against the whole bill, as one pass checks it.
+        False (nothing changed) when the bill does not split there, the summary having begun before the cut:
+        then the bill is read in one pass."""
+        if not self._rows_open_at_end or self.layout != later.layout:
+            return False
+        mine, theirs = self.totals, later.totals
+        mine.rows += theirs.rows
+        mine.payments += theirs.payments
+        mine.refunds += theirs.refunds
+        mine.payment_cent += theirs.payment_cent
+        mine.refund_cent += theirs.refund_cent
+        mine.fee_e5 += theirs.fee_e5
+        self._sums = {column: total + later._sums[column] for column, total in self._sums.items()}
+        self._summary_line, self._rows_open_at_end = later._summary_line, later._rows_open_at_end
+        if self._summary_line is not None:
+            self._summary(*self._summary_line)
+        return True
 
     def _item(
         self, lay: _Layout, v: list[str], settle: int, refund: int, fee: int, bp: int | None
