@@ -3,6 +3,7 @@ and a harness that drives the real handlers."""
 
 from __future__ import annotations
 
+import gc
 import json
 import pathlib
 import sys
@@ -30,6 +31,29 @@ from tally_local.resources import (  # noqa: E402
     load_template,
 )
 from tally_local.simulator import ChannelSimulator, _crypto  # noqa: E402
+
+
+def pytest_collection_finish(session):
+    """The garbage collector walks what outlives every test once: what the test modules imported at collection
+    and, after each test, what the worker keeps (`_freeze_what_outlives_the_test`)."""
+    gc.collect()
+    gc.freeze()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    yield
+    _freeze_what_outlives_the_test()
+
+
+def _freeze_what_outlives_the_test() -> None:
+    """What is still alive after a test's teardown lives for the worker's run (modules, service models, moto's
+    backends, session fixtures, caches) and is frozen out of the collector (`gc.freeze`): its full collections
+    otherwise walked those ~600,000 objects again and again, ~8 s of CPU per worker. The test's garbage is
+    collected first (only the objects made since the last freeze are walked), so nothing a test dropped is kept;
+    a frozen object is still freed when its last reference goes."""
+    gc.collect()
+    gc.freeze()
 
 
 @pytest.fixture(scope="session")
