@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import pathlib
 import sys
 import threading
@@ -322,6 +323,79 @@ class MotoAccount:
                 table.stream_shard = StreamShard(table.account_id, table)
 
 
+class WorkerClients:
+    """bootstrap's boto3 clients (`bootstrap._client`) kept by the worker across `aws` tests: bootstrap builds
+    ~3.5 per test (each `reset()` forgets them) at ~2-6 ms of CPU each, where Lambda builds them once per
+    container. A client is handed out again only for the same service, Config (`bootstrap.aws_config()`),
+    default boto3 session and AWS_* / BOTO* environment, and only as it was built: a client whose events a
+    test registered on or unregistered from (`meta.events`), or on which it set or replaced an attribute, is
+    forgotten after the test. Tests that replace `boto3.client` (spies) or point AWS_ENDPOINT_URL* elsewhere
+    (a moto server, a silent socket) get bootstrap's own per-test clients, built as in production."""
+
+    _LAZY = frozenset({"_exceptions"})  # botocore fills client.exceptions on first use
+
+    def __init__(self, built):
+        self.built = built  # bootstrap's own `_client` (functools.cache, cleared by reset())
+        self.clients: dict[tuple[Any, ...], tuple[Any, dict[str, Any], list[str]]] = {}
+        self.lock = threading.Lock()
+
+    def __call__(self, service: str) -> Any:
+        session = boto3.DEFAULT_SESSION
+        if (
+            boto3.client is not _BOTO3_CLIENT
+            or session is None
+            or any(name.startswith("AWS_ENDPOINT_URL") for name in os.environ)
+        ):
+            return self.built(service)
+        config = bootstrap.aws_config()
+        key = (
+            service,
+            session,
+            repr(sorted(vars(config).items())),
+            tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(("AWS_", "BOTO")))),
+        )
+        with self.lock:
+            if key not in self.clients:
+                client = boto3.client(service, config=config)
+                self.clients[key] = (client, dict(vars(client)), _watch_events(client))
+            return self.clients[key][0]
+
+    def cache_clear(self) -> None:  # bootstrap.reset()
+        self.built.cache_clear()
+
+    def forget_changed(self) -> None:
+        """After each test: the clients the test changed are dropped (the next test builds its own)."""
+        for key, (client, built, touched) in list(self.clients.items()):
+            now = vars(client)
+            if (
+                touched
+                or now.keys() != built.keys()
+                or any(now[name] is not value for name, value in built.items() if name not in self._LAZY)
+            ):
+                del self.clients[key]
+
+
+def _watch_events(client: Any) -> list[str]:
+    """Notes every register/unregister on the client's event emitter (what a test hooks into a client)."""
+    touched: list[str] = []
+    events = client.meta.events
+    for name in ("register", "register_first", "register_last", "unregister"):
+        setattr(events, name, _noting(touched, name, getattr(events, name)))
+    return touched
+
+
+def _noting(touched: list[str], name: str, method: Any) -> Any:
+    def watched(*args, **kwargs):
+        touched.append(name)
+        return method(*args, **kwargs)
+
+    return watched
+
+
+_BOTO3_CLIENT = boto3.client
+_WORKER_CLIENTS = WorkerClients(bootstrap._client)
+
+
 @pytest.fixture(scope="session")
 def moto_account(sim):
     account = MotoAccount(sim)
@@ -337,12 +411,14 @@ def aws(monkeypatch, moto_account):
     for var, value in AWS_TEST_ENV.items():
         monkeypatch.setenv(var, value)
     env = moto_account.start()
+    monkeypatch.setattr(bootstrap, "_client", _WORKER_CLIENTS)
     try:
         for var, value in env.items():
             monkeypatch.setenv(var, value)
         bootstrap.reset()
         yield env
     finally:
+        _WORKER_CLIENTS.forget_changed()
         moto_account.stop()
         bootstrap.set_clock(time.time)
 
