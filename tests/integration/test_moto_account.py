@@ -235,3 +235,26 @@ def test_bootstraps_clients_are_handed_to_the_next_test_only_as_they_were_built(
     bootstrap.reset()
     assert clients("sqs").meta.endpoint_url == "http://127.0.0.1:9"
     assert not any(dict(key[3]).get("AWS_ENDPOINT_URL") for key in clients.clients)  # never kept
+
+
+def test_moto_answers_requests_after_every_start_and_its_registry_does_not_grow(aws, moto_account):
+    """moto's requests mock (the `responses` registry) keeps its URL patterns across tests: a start adds them
+    only when the registry is empty, where moto's own start added 1,253 more every time."""
+    import requests
+    from moto.core.models import responses_mock
+
+    registered = len(responses_mock.registered())
+    for _ in range(3):
+        moto_account.stop()
+        moto_account.start()
+    assert len(responses_mock.registered()) == registered
+    answer = requests.post(
+        "https://dynamodb.us-east-1.amazonaws.com/",
+        data="{}",
+        headers={
+            "X-Amz-Target": "DynamoDB_20120810.ListTables",
+            "Content-Type": "application/x-amz-json-1.0",
+        },
+        timeout=5,
+    )
+    assert aws["ORDERS_TABLE"] in answer.json()["TableNames"]
