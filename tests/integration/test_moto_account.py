@@ -189,3 +189,72 @@ def test_an_untouched_account_is_emptied_without_an_api_call(aws, moto_account, 
     moto_account.stop()
     moto_account.start()
     assert calls == []
+
+
+def test_bootstraps_clients_are_handed_to_the_next_test_only_as_they_were_built(aws, monkeypatch):
+    """tests/conftest.py `WorkerClients`: bootstrap's boto3 clients are kept across tests, but a client a test
+    hooked into (events, attributes) is built again for the next, and a changed Config or environment, a spy
+    on boto3.client or an AWS_ENDPOINT_URL gets bootstrap's own client, built as in production."""
+    from tally import bootstrap
+
+    kept = bootstrap._client  # the worker's cache (the aws fixture puts it in bootstrap's place)
+    clients = type(kept)(kept.built)  # a cache of this test's own, empty
+    sqs = clients("sqs")
+    assert clients("sqs") is sqs and clients("dynamodb") is not sqs
+    sqs.exceptions.QueueDoesNotExist  # noqa: B018 - botocore fills client.exceptions on first use
+    clients.forget_changed()  # what the fixture does after each test
+    assert clients("sqs") is sqs
+
+    sqs.meta.events.register("before-call.sqs", lambda **_: None)
+    clients.forget_changed()
+    again = clients("sqs")
+    assert again is not sqs
+    again.meta.events.unregister("before-call.sqs.*")  # an unregister counts too, even of nothing
+    clients.forget_changed()
+    assert clients("sqs") is not again
+    monkeypatch.setattr(clients("sqs"), "send_message", lambda **_: None)
+    touched = clients("sqs")
+    clients.forget_changed()
+    assert clients("sqs") is not touched
+
+    plain = clients("sqs")
+    monkeypatch.setenv("TALLY_AWS_READ_TIMEOUT_S", "1.5")
+    bootstrap.reset()
+    slow = clients("sqs")
+    assert slow is not plain and slow.meta.config.read_timeout == 1.5
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
+    assert clients("sqs").meta.region_name == "eu-west-1"
+
+    built = []
+    original = boto3.client
+    monkeypatch.setattr(boto3, "client", lambda *a, **kw: built.append(a) or original(*a, **kw))
+    spied = clients("sqs")
+    assert built == [("sqs",)] and clients("sqs") is spied  # bootstrap's own cache, until its reset
+    monkeypatch.setattr(boto3, "client", original)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    bootstrap.reset()
+    assert clients("sqs").meta.endpoint_url == "http://127.0.0.1:9"
+    assert not any(dict(key[3]).get("AWS_ENDPOINT_URL") for key in clients.clients)  # never kept
+
+
+def test_moto_answers_requests_after_every_start_and_its_registry_does_not_grow(aws, moto_account):
+    """moto's requests mock (the `responses` registry) keeps its URL patterns across tests: a start adds them
+    only when the registry is empty, where moto's own start added 1,253 more every time."""
+    import requests
+    from moto.core.models import responses_mock
+
+    registered = len(responses_mock.registered())
+    for _ in range(3):
+        moto_account.stop()
+        moto_account.start()
+    assert len(responses_mock.registered()) == registered
+    answer = requests.post(
+        "https://dynamodb.us-east-1.amazonaws.com/",
+        data="{}",
+        headers={
+            "X-Amz-Target": "DynamoDB_20120810.ListTables",
+            "Content-Type": "application/x-amz-json-1.0",
+        },
+        timeout=5,
+    )
+    assert aws["ORDERS_TABLE"] in answer.json()["TableNames"]
