@@ -212,12 +212,16 @@ def partition_file(
     first piece's (offsets moved). The same files, totals and summary checks as one pass (a test compares);
     whatever a piece cannot answer (a broken row, a summary before the cut) is read again in one pass, so an
     error names the same line as one pass does."""
-    n = workers or cores()
-    plan = _plan(opened, path, n) if n > 1 and path.stat().st_size >= split_bytes else None
-    if plan is None:
+
+    def one_pass() -> Partitioned:
         return partition_bill(
             opened, directory, lines=file_lines(path), partitions=partitions, chunk_lines=chunk_lines
         )
+
+    n = workers or cores()
+    plan = _plan(opened, path, n) if n > 1 and path.stat().st_size >= split_bytes else None
+    if plan is None:
+        return one_pass()
     head, cuts = plan
     pieces = [directory / f"piece{k}" for k in range(1, len(cuts))]
     children = [
@@ -235,9 +239,7 @@ def partition_file(
     if not joined:
         for piece in pieces:
             shutil.rmtree(piece, ignore_errors=True)
-        return partition_bill(
-            opened, directory, lines=file_lines(path), partitions=partitions, chunk_lines=chunk_lines
-        )
+        return one_pass()
     for piece in pieces:
         _append_piece(first, Partitioned.load(piece))
         shutil.rmtree(piece)
