@@ -390,16 +390,27 @@ class FrontDoor:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}"
 
-    def start(self) -> FrontDoor:
-        """Bind (OSError if the port is taken) and serve in a background thread."""
+    def start(self, *, serve: bool = True) -> FrontDoor:
+        """Bind (OSError if the port is taken) and, unless `serve` is False, serve in a background thread. Bound
+        and not yet serving, the port takes connections into its backlog and answers them once `serve()` runs:
+        a client that polls the port while the stack is still being set up waits instead of being answered by a
+        stack without its merchants."""
         self._server = _Server((self._host, self._port), self)
-        self._thread = threading.Thread(target=self._server.serve_forever, name="frontdoor", daemon=True)
-        self._thread.start()
+        if serve:
+            self.serve()
         return self
+
+    def serve(self) -> None:
+        if self._server is None:
+            raise RuntimeError("FrontDoor is not started")
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._server.serve_forever, name="frontdoor", daemon=True)
+            self._thread.start()
 
     def stop(self) -> None:
         if self._server is not None:
-            self._server.shutdown()
+            if self._thread is not None:  # shutdown() waits for a serve_forever that never ran otherwise
+                self._server.shutdown()
             self._server.server_close()
         if self._thread is not None:
             self._thread.join()

@@ -156,6 +156,7 @@ class EmbeddedStack:
             self._start_functions()
             if self.seed_demo is not None:
                 self.seeded = self.seed_demo(self)
+            self._started(self.front_door).serve()  # ready: what reached the port meanwhile is answered now
         except BaseException:
             self.stop()
             raise
@@ -305,7 +306,7 @@ class EmbeddedStack:
             routes, HOST, self.api_port, authorizers=authorizers, ack_first=self.ack_first
         )
         try:
-            self.front_door.start()
+            self.front_door.start(serve=False)  # bound now, answering once start() is done
         except OSError as error:
             raise _port_error(error, self.api_port, "TALLY_API_PORT") from error
         self._undo.append(self._stop_front_door)

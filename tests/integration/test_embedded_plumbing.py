@@ -544,10 +544,24 @@ def test_embedded_stack_end_to_end_on_toy_functions(toy_root, tmp_path, monkeypa
     monkeypatch.setenv("AWS_PROFILE", "must-not-be-used")
     before = dict(os.environ)
     seeded = []
+    early: list = []  # a request sent while the stack is being seeded: answered once it is ready, not before
+    asking = threading.Thread(
+        target=lambda: early.append(request(stack.front_door, "POST", "/orders", b"{}")), daemon=True
+    )
+
+    def seed(started):
+        asking.start()
+        asking.join(0.5)
+        assert not early, "the front door answered before the stack was ready"
+        seeded.append(started)
+        return {"mchid": "19"}
+
     stack = EmbeddedStack(api_port=0, root=toy_root, state_dir=tmp_path / "state", retry_visibility_s=1)
-    stack.seed_demo = lambda started: seeded.append(started) or {"mchid": "19"}
+    stack.seed_demo = seed
     with stack:
         assert seeded == [stack] and stack.seeded == {"mchid": "19"}
+        asking.join(10)
+        assert early and early[0][0].status == 200 and json.loads(early[0][1]) == {"api": stack.simulator.url}
         assert "mchid=19" in stack.describe()
         assert os.environ["AWS_ENDPOINT_URL"] == stack.endpoint_url
         assert "AWS_PROFILE" not in os.environ
