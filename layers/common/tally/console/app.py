@@ -218,6 +218,13 @@ def ledger_page(request: Request, who: Identity) -> Response:
         bill_date = data.date.fromisoformat(day).isoformat()
     except ValueError:  # only the date the person typed: an error reading the day is not theirs
         return render("error.html", who, 400, message="Dates look like 2026-11-30.")
+    if request.field("format") == "statement":  # the daily statement, the same figures (R49)
+        return Response(
+            200,
+            data.statement_csv(bill_date, merchant),
+            "text/csv; charset=utf-8",
+            {"content-disposition": f'attachment; filename="statement-{bill_date}.csv"'},
+        )
     view = data.ledger_day(bill_date, merchant)
     if request.field("format") == "csv":
         return Response(

@@ -245,10 +245,17 @@ def recon_store() -> Any:
     return bootstrap.recon_service().store
 
 
-def merchants_configured() -> list[tuple[str, str]]:
+def synthetic() -> tuple[str, ...]:
+    """The synthetic merchants (the heartbeat's): left out of finance totals, recon lists and merchant pages
+    by default (R54); shown only where their health is the point."""
+    return (bootstrap.settings().heartbeat_mchid,)
+
+
+def merchants_configured(with_synthetic: bool = False) -> list[tuple[str, str]]:
     from tally.store.tables import MerchantStore
 
-    return MerchantStore(bootstrap.tables()).configured()
+    rows = MerchantStore(bootstrap.tables()).configured()
+    return rows if with_synthetic else [(c, m) for c, m in rows if m not in synthetic()]
 
 
 def recon_channel(channel: str) -> str:
@@ -259,23 +266,41 @@ def recon_channel(channel: str) -> str:
 
 
 def recon_yesterday(now: float) -> list[dict[str, Any]]:
+    """Yesterday per configured merchant (synthetic ones left out, R54): the day's state as its differences
+    stand now (R49: all worked reads DONE), open and worked counted apart, and where its money is."""
     day = (today_cst(now) - timedelta(days=1)).isoformat()
+    found = {(d.channel, d.mchid): (d, run, diffs) for d, run, _, diffs in day_figures(day)}
     rows = []
-    for channel, mchid in merchants_configured():
-        channel = recon_channel(channel)
-        runs = recon_store().run_rows(_recon_pk(channel, mchid, day))
-        latest = runs[0] if runs else None
-        rows.append(
-            {
-                "channel": channel,
-                "mchid": mchid,
-                "date": day,
-                "status": (latest or {}).get("status") or "no run yet",
-                "reason": (latest or {}).get("reason") or "",
-                "open_diffs": (latest or {}).get("open_diffs", 0),
-            }
-        )
+    for channel, mchid in dict.fromkeys((recon_channel(c), m) for c, m in merchants_configured()):
+        figures, run, diffs = found.get((channel, mchid), (None, None, []))
+        rows.append(_day_row(channel, mchid, day, figures, run, diffs))
     return rows
+
+
+def day_figures(day: str, mchid: str = "") -> list[Any]:
+    """The merchant-days of `day` (domain/merchant_day through service/ledger_day, R49)."""
+    return bootstrap.ledger_day_service().merchant_days(day, mchid or None)
+
+
+def _day_row(
+    channel: str, mchid: str, day: str, figures: Any, run: dict[str, Any] | None, diffs: list[dict[str, Any]]
+) -> dict[str, Any]:
+    from tally.domain.merchant_day import count_diffs, day_state
+
+    counted = count_diffs(diffs)
+    state, words = day_state((run or {}).get("status"), counted)
+    return {
+        "channel": channel,
+        "mchid": mchid,
+        "date": day,
+        "status": state,
+        "words": words or state,
+        "reason": (run or {}).get("reason") or "",
+        "open_diffs": counted.open,
+        "worked_diffs": counted.worked,
+        "money": figures.landing_words() if figures is not None else "nothing booked",
+        "landing": figures.landing if figures is not None else "",
+    }
 
 
 def _recon_pk(channel: str, mchid: str, day: str) -> str:
@@ -318,7 +343,11 @@ def recon_day(channel: str, mchid: str, day: str) -> dict[str, Any]:
         }
         for d in view["diffs"]
     ]
-    return {"runs": runs, "diffs": diffs, "confirmation": view.get("confirmation")}
+    figures = next((f for f, _, _, _ in day_figures(day, mchid) if f.channel == channel), None)
+    trade = next((r for r in view["runs"] if r.get("leg") != "fundflow"), None)
+    summary = _day_row(channel, mchid, day, figures, trade, view["diffs"])
+    summary["figures"] = figures.as_dict() if figures is not None else None
+    return {"runs": runs, "diffs": diffs, "confirmation": view.get("confirmation"), "day": summary}
 
 
 def recon_report(channel: str, mchid: str, day: str) -> tuple[str, bytes] | None:
@@ -345,6 +374,13 @@ def ledger_csv(view: dict[str, Any]) -> bytes:
 
     text = csv_text(view)
     return (text if text.startswith("\ufeff") else "\ufeff" + text).encode("utf-8")
+
+
+def statement_csv(day: str, mchid: str = "") -> bytes:
+    """The daily statement of `day` (the rows `tally ledger day --statement` prints), UTF-8 with BOM."""
+    from tally.domain.statement import statement_csv as render
+
+    return render(bootstrap.ledger_day_service().statement(day, mchid or None)).encode("utf-8")
 
 
 def fourteen_days(now: float, items: list[Item]) -> list[dict[str, Any]]:
@@ -394,7 +430,7 @@ def merchants(now: float | None = None) -> list[dict[str, Any]]:
         if at > refused.get(mchid, ""):
             refused[mchid] = at
     seen: dict[str, dict[str, Any] | None] = {}
-    rows = list_merchants(bootstrap.merchants())
+    rows = [m for m in list_merchants(bootstrap.merchants()) if str(m["id"]) not in synthetic()]  # R54
     for m in rows:
         mchid = str(m["id"])
         if mchid not in seen:

@@ -44,6 +44,7 @@ from tally.domain.fundflow import (
     trade_figures,
 )
 from tally.domain.fundflow import ITEMS as FUND_ITEMS
+from tally.domain.merchant_day import fee_charged
 from tally.domain.money import format_cents
 from tally.domain.recon import (
     AMOUNT_DIFFERS,
@@ -76,7 +77,7 @@ from tally.domain.recon import (
     scheduled_days,
 )
 from tally.observability import M, count, logger
-from tally.service.ledger_day import statement_text
+from tally.service.ledger_day import merchant_lag, statement_text
 from tally.service.recon_partition import (
     SPLIT_BYTES,
     Partitioned,
@@ -552,7 +553,9 @@ class ReconService:
         key = f"reports/{channel}/{mchid}/{bill_date}/statement.csv"
         runs = [run, *(r for r in self.store.run_rows(run["pk"]) if r.get("sk") != run.get("sk"))]
         runs.sort(key=lambda r: str(r.get("sk")), reverse=True)  # newest first, this run included
-        text = statement_text(channel, mchid, bill_date, entries, runs)
+        lag = merchant_lag(channel, self.fund_config(channel, mchid) if self.fund_config else None)
+        today = china_date(self.clock()).isoformat()
+        text = statement_text(channel, mchid, bill_date, entries, runs, lag=lag, today=today)
         self.archive.put_report(key, text.encode("utf-8"), "text/csv; charset=utf-8")
         return key
 
@@ -804,8 +807,8 @@ class ReconService:
         trade bill's fees stand in."""
         local = fold_ledger(self.ledger.day(channel, mchid, day))
         fees = list(self.ledger.fee_rows(channel, mchid, day))
-        charged = sum(abs(int(f["amount_cent"])) for f in fees if _fee_charged(f))
-        returned = sum(abs(int(f["amount_cent"])) for f in fees if not _fee_charged(f))
+        charged = sum(abs(int(f["amount_cent"])) for f in fees if fee_charged(f))
+        returned = sum(abs(int(f["amount_cent"])) for f in fees if not fee_charged(f))
         return DayFigures(
             sum(e.amount_cent for e in local.values() if e.kind == PAYMENT),
             sum(e.amount_cent for e in local.values() if e.kind != PAYMENT),
@@ -1080,13 +1083,6 @@ def _figures(f: DayFigures) -> dict[str, int]:
         "fee_cent": f.fee_cent,
         "fee_returned_cent": f.fee_returned_cent,
     }
-
-
-def _fee_charged(entry: dict[str, Any]) -> bool:
-    """A FEE entry charged (on a payment row) rather than given back (on a refund row); an entry without
-    `of` by its sign (positive = charged)."""
-    of = entry.get("of")
-    return of == PAYMENT if of else int(entry["amount_cent"]) > 0
 
 
 def _needs(ledger: DayFigures, lag: SettlementLag, ledger_day: str) -> dict[str, bool]:

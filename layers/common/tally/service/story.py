@@ -26,6 +26,7 @@ from typing import Any
 from tally import errors
 from tally.domain.clock import CHINA
 from tally.domain.events import events_for_change
+from tally.domain.merchant_day import count_diffs, day_state
 from tally.domain.money import format_cents
 from tally.domain.refunds import refund_raw_key
 from tally.store.refunds import open_holds
@@ -522,34 +523,31 @@ class StoryService:
         tids = {r.get("transaction_id") for r in raw_rows if r.get("transaction_id")}
         tids.add(order.get("transaction_id"))
         refund_nos = {f.get("refund_no") or f.get("pk") for f in refunds}
+        booked = {
+            (r.get("channel") or order.get("channel"), r["bill_date"])
+            for r in ledger_rows
+            if r.get("bill_date")
+        }
         out = []
         for channel, mchid, day in sorted(days):
             pk = recon_pk(str(channel), str(mchid), day)
             runs = self.recon.run_rows(pk)
-            if runs:
-                latest = runs[0]
+            diffs = self.recon.diffs_of(pk)
+            about = [d for d in diffs if _about(d, mine, tids, refund_nos, order)]
+            if runs and ((channel, day) in booked or about):  # only a day this order's money is on (#30)
+                latest = next((r for r in runs if r.get("leg") != "fundflow"), runs[0])
+                state, words = day_state(latest.get("status"), count_diffs(diffs))
                 out.append(
                     _entry(
                         latest.get("finished_at") or latest.get("started_at"),
                         "recon",
-                        f"recon {day} ({channel} {mchid}): {latest.get('status')} - {latest.get('reason', '')}",
+                        f"recon {day} ({channel} {mchid}): {words or state} - {latest.get('reason', '')}",
                         pk,
-                        state=latest.get("status"),
+                        state=state,
                         detail={k: latest.get(k) for k in ("sk", "pass", "status", "guard", "open_diffs")},
                     )
                 )
-            for d in self.recon.diffs_of(pk):
-                if not (
-                    d.get("key") in mine
-                    or (
-                        d.get("transaction_id")
-                        and d.get("transaction_id") in tids
-                        and d.get("item") != "REFUND"
-                    )
-                    or (d.get("refund_no") and d.get("refund_no") in refund_nos)
-                    or d.get("out_trade_no") == order.get("out_trade_no")
-                ):
-                    continue
+            for d in about:
                 is_open = d.get("handle_status") == "OPEN"
                 out.append(
                     _entry(
@@ -669,3 +667,16 @@ def _public_order(order: dict[str, Any]) -> dict[str, Any]:
         if view.get(k):
             view[k] = china_time(view[k])
     return view
+
+
+def _about(
+    d: dict[str, Any], mine: set[str], tids: set[Any], refund_nos: set[Any], order: dict[str, Any]
+) -> bool:
+    """A recon difference about this order: its ledger key, its transaction (not a refund's), one of its
+    refunds, or its out_trade_no."""
+    return bool(
+        d.get("key") in mine
+        or (d.get("transaction_id") and d.get("transaction_id") in tids and d.get("item") != "REFUND")
+        or (d.get("refund_no") and d.get("refund_no") in refund_nos)
+        or d.get("out_trade_no") == order.get("out_trade_no")
+    )
