@@ -341,3 +341,53 @@ def day_state(status: str | None, diffs: DiffCount) -> tuple[str, str]:
     if status == "DIFFS":
         return DONE, words
     return status, words
+
+
+# ---------------------------------------------------------------- a settlement difference a person can act on
+
+FUND_ITEMS = ("SETTLEMENT", "REFUND", "FEE", "FEE_RETURN")  # the fund-flow figures a difference can be in
+# what closes a settlement gap: the money came after all, the channel adjusted it, the channel confirmed the
+# shortfall (finance books the loss), our ledger was wrong (a reversal follows), or a note says what
+SETTLEMENT_CODES = ("landed-late", "channel-adjusted", "channel-confirmed-short", "ledger-corrected", "other")
+
+
+def next_day(day: str) -> str:
+    return (date.fromisoformat(day) + timedelta(days=1)).isoformat()
+
+
+def settlement_gap(
+    item: str, local_cent: int, channel_cent: int, ledger_day: str, fund_day: str, today: str
+) -> dict[str, Any]:
+    """The fields a settlement difference (fund flow ≠ ledger, R45) carries for the person who works it: the
+    gap (ledger − fund flow: positive = short, money not landed), both days, whether it is still EXPECTED
+    (money on the day boundary lands on the next fund-flow day, whose bill is out the morning after: until
+    then it is in transit, not a person's) or missing (OPEN), the next step and the codes that close it."""
+    gap = local_cent - channel_cent
+    then = next_day(fund_day)
+    expected = today <= published(fund_day)
+    words = "short by" if gap > 0 else "over by"
+    detail = (
+        f"{item.lower()}: ledger of {ledger_day} {format_cents(local_cent)}, fund flow of {fund_day} "
+        f"{format_cents(channel_cent)}: {words} {format_cents(abs(gap))}"
+    )
+    if expected:
+        step = (
+            f"wait for the fund flow of {then} (read on {published(then)}): money on the day boundary lands "
+            "the next day; this opens for a person then if it still differs"
+        )
+    else:
+        step = (
+            f"ask the channel about {format_cents(abs(gap))} yuan {'missing from' if gap > 0 else 'extra in'} "
+            f"the fund flow of {fund_day} (ledger day {ledger_day}); check the fund flow of {then} first "
+            "(money on the day boundary shows there as the opposite difference)"
+        )
+    return {
+        "gap_cent": gap,
+        "ledger_day": ledger_day,
+        "fund_day": fund_day,
+        "due_next": then,
+        "handle_status": EXPECTED if expected else OPEN,
+        "next_step": step,
+        "detail": f"{detail}. Next: {step}",
+        "codes": list(SETTLEMENT_CODES),
+    }

@@ -669,6 +669,7 @@ class WorkQueue:
     def _diff_item(self, row: dict[str, Any]) -> dict[str, Any]:
         amount = row.get("channel_amount_cent")
         amount = row.get("local_amount_cent") if amount is None else amount
+        amount = row.get("gap_cent", amount)  # a settlement difference: the gap, not the channel's figure
         return _item(
             row,
             f"diff-{row['pk']}/{row['sk']}",
