@@ -192,3 +192,39 @@ def test_r49_a_day_whose_differences_are_all_worked_reads_done_in_every_view(h, 
         "recon", channel="wechatpay", mchid=m["mchid"], date=day
     )
     assert "verdict done" in _page("ledger", date=day, merchant=m["mchid"])
+
+
+def test_r54_the_heartbeat_merchant_and_its_payments_stay_out_of_the_books_by_default(
+    h, svc, connected, capsys
+):
+    """R54: the synthetic merchant (0000000000) is in no finance total, statement, Morning recon row, Merchants
+    or Recon page list; asked for by name, its day is still there (its health is the point)."""
+    beat = bootstrap.settings().heartbeat_mchid
+    h.add_merchant(mchid=beat)
+    real = h.add_merchant(mchid=str(random.randrange(10**9, 10**10)))
+    day = data.yesterday_cst()
+    for mchid, cents in ((beat, 1), (beat, 1), (real["mchid"], 4200)):
+        otn = f"W{random.randrange(10**15, 10**16)}"
+        assert h.create_order(mchid, otn, amount_cent=cents, prepay=True)["statusCode"] == 201
+        h.sim.pay(mchid, otn, drop=True, success_time=f"{day}T10:00:00+08:00")
+        headers, body = h.sim.build_notification(mchid, h.sim.get_order(mchid, otn)["transaction"])
+        assert h.notify(mchid, headers, body)["statusCode"] == 204
+    assert h.drain() == []
+
+    view = bootstrap.ledger_day_service().day(day)
+    assert beat not in {r["mchid"] for r in view["rows"]} and real["mchid"] in {
+        r["mchid"] for r in view["rows"]
+    }
+    assert view["totals"]["payment_cent"] == sum(r["payment_cent"] for r in view["rows"])
+    assert beat not in {r["merchant"] for r in bootstrap.ledger_day_service().statement(day)}
+    assert beat not in {r["mchid"] for r in data.recon_yesterday(__import__("time").time())}
+    assert beat not in {str(m["id"]) for m in data.merchants()}
+    assert beat not in {m for _, m in data.merchants_configured()}
+    assert beat not in _page("ledger", date=day) and beat not in _page("merchants")
+    assert beat not in _page("recon") and beat not in _page("morning")
+    capsys.readouterr()
+    assert main(["ledger", "day", day, "--json", "--local"]) == 0
+    assert beat not in capsys.readouterr().out
+    # asked for by name: its own day, for whoever watches the heartbeat
+    (own,) = bootstrap.ledger_day_service().day(day, merchant=beat)["rows"]
+    assert own["payments"] == 2 and own["payment_cent"] == 2
