@@ -99,3 +99,10 @@ def parse_date(text: str | None, clock: Callable[[], float] | None = None) -> st
     if day > today:
         raise UsageError(f"date {text} is in the future (today in Asia/Shanghai is {today.isoformat()})")
     return day.isoformat()
+
+
+def china_text(stored: Any) -> str:
+    """A stored time (ISO UTC) as people read it: Asia/Shanghai, "2026-12-01 17:05:09.123"."""
+    from tally.service.story import china_time
+
+    return (china_time(stored) or str(stored or "-"))[:23].replace("T", " ")

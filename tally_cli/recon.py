@@ -16,7 +16,7 @@ from typing import Any
 from tally.channels import registry as channel_registry
 from tally.domain.money import format_cents
 
-from tally_cli.common import add_target, connect, emit, parse_date, yuan
+from tally_cli.common import add_target, china_text, connect, emit, parse_date, yuan
 
 CHANNELS = list(channel_registry.reconciled())  # the stored channels with bills: wechatpay, alipay
 
@@ -277,7 +277,7 @@ def bill_parse(args: argparse.Namespace) -> int:
 def render_run(run: dict[str, Any]) -> str:
     totals = run.get("totals") or {}
     lines = [
-        f"{run['pk']}  {run['status']}  ({run.get('pass')}, {run.get('started_at')})",
+        f"{run['pk']}  {run['status']}  ({run.get('pass')}, {china_text(run.get('started_at'))} Asia/Shanghai)",
         f"  {run.get('reason', '')}",
     ]
     if totals:

@@ -228,3 +228,40 @@ def test_r54_the_heartbeat_merchant_and_its_payments_stay_out_of_the_books_by_de
     # asked for by name: its own day, for whoever watches the heartbeat
     (own,) = bootstrap.ledger_day_service().day(day, merchant=beat)["rows"]
     assert own["payments"] == 2 and own["payment_cent"] == 2
+
+
+def test_the_small_ones_statement_csv_written_or_refused_and_the_story_in_asia_shanghai(
+    h, connected, capsys, tmp_path
+):
+    """#30 item 10: `--statement --csv FILE` writes the file (exit 0) or is refused (exit 2, no file, why);
+    the console's order story reads its times in Asia/Shanghai, as its footer says."""
+    from datetime import datetime
+
+    from tally.domain.clock import CHINA
+
+    m = h.add_merchant(mchid=str(random.randrange(10**9, 10**10)))
+    otn = f"W{random.randrange(10**15, 10**16)}"
+    assert h.create_order(m["mchid"], otn, amount_cent=1200, prepay=True)["statusCode"] == 201
+    day = data.yesterday_cst()
+    h.sim.pay(m["mchid"], otn, drop=True, success_time=f"{day}T10:00:00+08:00")
+    headers, body = h.sim.build_notification(m["mchid"], h.sim.get_order(m["mchid"], otn)["transaction"])
+    assert h.notify(m["mchid"], headers, body)["statusCode"] == 204
+    assert h.drain() == []
+
+    good = tmp_path / "statement.csv"
+    assert (
+        main(["ledger", "day", day, "--merchant", m["mchid"], "--statement", "--csv", str(good), "--local"])
+        == 0
+    )
+    assert good.read_text(encoding="utf-8").startswith("\ufeffmerchant,")
+    bad = tmp_path / "no-such-dir" / "statement.csv"
+    with pytest.raises(SystemExit) as refused:
+        main(["ledger", "day", day, "--merchant", m["mchid"], "--statement", "--csv", str(bad), "--local"])
+    assert "cannot write" in str(refused.value.code) and not bad.exists()
+
+    raw = bootstrap.story_service().story(m["mchid"], otn)
+    shown = data.order_story(m["mchid"], otn)
+    stored = next(e["at"] for e in raw["entries"] if e.get("at"))
+    moment = datetime.fromisoformat(stored.replace("Z", "+00:00"))
+    first = next(e["at"] for e in shown["entries"] if e.get("at"))
+    assert first == moment.astimezone(CHINA).strftime("%Y-%m-%d %H:%M:%S")

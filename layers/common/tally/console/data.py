@@ -446,6 +446,9 @@ def merchants(now: float | None = None) -> list[dict[str, Any]]:
             if last
             else None
         )
+        for cert in m.get("certificates") or []:
+            if isinstance(cert, dict) and cert.get("not_after"):
+                cert["not_after"] = cst(cert["not_after"]) or cert["not_after"]
         m["last_refused"] = (
             {"at": cst(refused[mchid]), "age": age_words(age_seconds(refused[mchid], now))}
             if mchid in refused
@@ -495,8 +498,11 @@ def item_detail(item_id: str) -> tuple[Item | None, dict[str, Any], list[dict[st
 
 
 def _scrub(row: dict[str, Any]) -> dict[str, Any]:
-    """No secret-named attribute; a body with its ciphertext replaced by its length (R: never shown)."""
-    out = {k: v for k, v in row.items() if not _secretish(k)}
+    """No secret-named attribute; a body with its ciphertext replaced by its length (R: never shown); stored
+    times in Asia/Shanghai."""
+    out = {  # a stored time (…_at, UTC) as the page's footer says: Asia/Shanghai
+        k: (cst(v) or v) if k.endswith("_at") else v for k, v in row.items() if not _secretish(k)
+    }
     if isinstance(out.get("body"), str):
         out["body"] = redact_body(out["body"])
     return out
@@ -539,4 +545,5 @@ def order_story(mchid: str, out_trade_no: str) -> dict[str, Any] | None:
         return None
     for entry in story.get("entries", []):
         entry["detail"] = _scrub(entry.get("detail") or {})
+        entry["at"] = cst(entry.get("at")) or entry.get("at")  # the page is footed "Times are Asia/Shanghai"
     return story
