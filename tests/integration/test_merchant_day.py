@@ -265,3 +265,27 @@ def test_the_small_ones_statement_csv_written_or_refused_and_the_story_in_asia_s
     moment = datetime.fromisoformat(stored.replace("Z", "+00:00"))
     first = next(e["at"] for e in shown["entries"] if e.get("at"))
     assert first == moment.astimezone(CHINA).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def test_a_story_shows_only_the_recon_rows_about_its_order(h, svc):
+    """#30 item 10: the day's recon run is on the story of an order whose money is on that day, not on the
+    story of an order created that day that never paid (before, its story started with that run)."""
+    m = h.add_merchant(mchid=str(random.randrange(10**9, 10**10)))
+    day = data.yesterday_cst()
+    paid, unpaid = (f"W{random.randrange(10**15, 10**16)}" for _ in range(2))
+    for otn in (paid, unpaid):
+        assert h.create_order(m["mchid"], otn, amount_cent=800, prepay=True)["statusCode"] == 201
+    h.sim.pay(m["mchid"], paid, drop=True, success_time=f"{day}T10:00:00+08:00")
+    headers, body = h.sim.build_notification(m["mchid"], h.sim.get_order(m["mchid"], paid)["transaction"])
+    assert h.notify(m["mchid"], headers, body)["statusCode"] == 204
+    assert h.drain() == []
+    svc.run("wechatpay", m["mchid"], day)
+    today = data.today_cst(__import__("time").time()).isoformat()
+    svc.run("wechatpay", m["mchid"], today)  # the day the orders were created (the bound the story looks at)
+
+    def recon_rows(otn):
+        story = bootstrap.story_service().story(m["mchid"], otn)
+        return [e for e in story["entries"] if e["kind"] == "recon"]
+
+    assert [e["title"][:16] for e in recon_rows(paid)] == [f"recon {day}"]
+    assert recon_rows(unpaid) == []
