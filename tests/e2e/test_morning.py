@@ -50,12 +50,14 @@ def test_r41_the_demo_morning_is_worked_to_zero_with_the_cli_only(tmp_path):
         assert play_into(stack, len(SCENARIOS) * 2, out=out) == 0
         report = out.getvalue()
         assert (
-            "work queue (" in report and "certificate rotation: " in report and "reconciliation: " in report
+            "work queue: " in report and "certificate rotation: " in report and "reconciliation: " in report
         )
         assert "the new one included" in report
 
         listed = tally(tmp_path, "manual", "list", "--local", "--json")
-        assert listed.returncode == 0, listed.stderr  # fresh items: none past its threshold yet
+        # the day is yesterday: its items are about a day old, some past their 24 h threshold (exit 3), as on
+        # a real morning
+        assert listed.returncode in (0, 3), listed.stderr
         start = json.loads(listed.stdout)
         kinds = sorted({i["kind"] for i in start["items"]})
         assert start["open"] >= 4 and "unbooked-payment" in kinds and "refund-task" in kinds, kinds

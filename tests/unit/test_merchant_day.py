@@ -102,3 +102,20 @@ def test_r49_a_day_whose_differences_are_all_worked_is_done_and_counts_apart():
     assert done.code == STATEMENT_DONE and "25 resolved, 0 open" in done.reason
     still = day_verdict(runs, diffs=[{**d, "cls": "CHANNEL_ONLY"} for d in one_open])
     assert still.code == "DIFFERS" and still.legs == ("trade bill",)
+
+
+def test_a_settlement_gap_is_the_money_short_with_both_days_the_next_step_and_its_codes():
+    """#30 item 4: the gap, not the channel's figure; debits (a fee charged, a refund) count the other way."""
+    from tally.domain.merchant_day import SETTLEMENT_CODES, settlement_gap
+
+    credit = settlement_gap("SETTLEMENT", 4199, 2699, "2026-11-16", "2026-11-17", "2026-12-05")
+    assert (credit["gap_cent"], credit["handle_status"]) == (1500, "OPEN")
+    assert "short by 15.00" in credit["detail"] and "ask the channel" in credit["next_step"]
+    assert "2026-11-16" in credit["detail"] and "2026-11-17" in credit["detail"]
+    assert credit["codes"] == list(SETTLEMENT_CODES) and "refunded-by-hand" not in SETTLEMENT_CODES
+    fee = settlement_gap("FEE", 25, 16, "2026-11-16", "2026-11-17", "2026-12-05")
+    assert fee["gap_cent"] == -9 and "over by 0.09" in fee["detail"]  # charged less than booked: more landed
+    fresh = settlement_gap("SETTLEMENT", 4199, 2699, "2026-12-03", "2026-12-04", "2026-12-05")
+    assert (
+        fresh["handle_status"] == "EXPECTED" and "wait for the fund flow of 2026-12-05" in fresh["next_step"]
+    )

@@ -515,7 +515,7 @@ def ledger_day_service() -> LedgerDayService:
         ReconStore(_client("dynamodb"), s.recon_runs_table, s.recon_diff_table),
         MerchantStore(tables()).configured,
         lag_config=MerchantSettlement(MerchantStore(tables())).config,  # settlement_lag (R45)
-        today=lambda: china_date(time.time()).isoformat(),
+        today=lambda: china_date(_clock()).isoformat(),
         hidden=(s.heartbeat_mchid,),  # synthetic traffic out of the books (R54)
     )
 

@@ -359,10 +359,12 @@ def settlement_gap(
     item: str, local_cent: int, channel_cent: int, ledger_day: str, fund_day: str, today: str
 ) -> dict[str, Any]:
     """The fields a settlement difference (fund flow ≠ ledger, R45) carries for the person who works it: the
-    gap (ledger − fund flow: positive = short, money not landed), both days, whether it is still EXPECTED
+    gap (the money short: positive = less landed than booked, negative = more), both days, whether it is still EXPECTED
     (money on the day boundary lands on the next fund-flow day, whose bill is out the morning after: until
     then it is in transit, not a person's) or missing (OPEN), the next step and the codes that close it."""
-    gap = local_cent - channel_cent
+    # money short: a credit (settlement, fees given back) that landed less than booked, or a debit (refund,
+    # fee charged) that took more than booked
+    gap = (channel_cent - local_cent) if item in ("REFUND", "FEE") else (local_cent - channel_cent)
     then = next_day(fund_day)
     expected = today <= published(fund_day)
     words = "short by" if gap > 0 else "over by"
