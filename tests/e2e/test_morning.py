@@ -53,6 +53,7 @@ def test_r41_the_demo_morning_is_worked_to_zero_with_the_cli_only(tmp_path):
             "work queue: " in report and "certificate rotation: " in report and "reconciliation: " in report
         )
         assert "the new one included" in report
+        assert_demo_views_agree(report)
 
         listed = tally(tmp_path, "manual", "list", "--local", "--json")
         # the day is yesterday: its items are about a day old, some past their 24 h threshold (exit 3), as on
@@ -101,3 +102,21 @@ def test_r41_the_demo_morning_is_worked_to_zero_with_the_cli_only(tmp_path):
             final = tally(tmp_path, *args)
             assert final.returncode == 0, final.stdout
         assert "nothing waits for a person" in final.stdout
+
+
+def assert_demo_views_agree(report: str) -> None:
+    """R49 on the demo's days: the day played (yesterday) and the two coupon days, every merchant, the same
+    payments, fees and net in the ledger day, its CSV, the statement and the console's Recon page."""
+    import re
+
+    from tally import bootstrap
+
+    from tests.integration.test_merchant_day import assert_views_agree
+
+    days = set(re.findall(r"three-way [a-z ]+ (\d{4}-\d{2}-\d{2})", report))
+    days |= set(re.findall(r"Tally demo day (\d{4}-\d{2}-\d{2})", report))
+    assert len(days) == 3, days
+    for day in sorted(days):
+        rows = bootstrap.ledger_day_service().day(day)["rows"]
+        assert rows, day
+        assert_views_agree(day, [(r["channel"], r["mchid"]) for r in rows])
