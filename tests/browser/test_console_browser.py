@@ -315,6 +315,7 @@ def test_every_page_answers_its_question_for_a_viewer(stack, new_page):
     page.click("form.filters button[type=submit]")
     page.wait_for_selector("text=Runs")
     assert run["status"] in page.inner_text("main")
+    assert "expected" in page.inner_text("#money")  # R49: "expected X, landed Y, short by Z" (or in transit)
     with page.expect_download() as download:
         page.click("#report")
     assert download.value.suggested_filename.endswith(".csv")
@@ -338,7 +339,8 @@ def test_every_page_answers_its_question_for_a_viewer(stack, new_page):
     assert row["payment_yuan"] in page.inner_text("#ledger") and row["net_yuan"] in page.inner_text("#ledger")
     # the three-way verdict (R45): its code and its reason on the row, never a blank cell
     assert (
-        row["verdict"]["code"] in ("AGREES", "DIFFERS", "PENDING", "NOT_CHECKED") and row["verdict"]["reason"]
+        row["verdict"]["code"] in ("AGREES", "DIFFERS", "DONE", "PENDING", "NOT_CHECKED")
+        and row["verdict"]["reason"]
     )
     cells = page.locator("#ledger td.verdict").all_inner_texts()
     assert any(row["verdict"]["code"] in c and row["verdict"]["reason"][:40] in c for c in cells), cells
@@ -346,6 +348,11 @@ def test_every_page_answers_its_question_for_a_viewer(stack, new_page):
         page.click("#csv")
     downloaded = Path(download.value.path()).read_text(encoding="utf-8-sig")
     assert row["payment_yuan"] in downloaded and row["verdict"]["code"] in downloaded
+    assert row["landing_words"] in page.inner_text("#ledger")  # R49: where the money is, per merchant and day
+    with page.expect_download() as download:  # the statement, the same figures (R49)
+        page.click("#statement")
+    statement = Path(download.value.path()).read_text(encoding="utf-8-sig")
+    assert statement.startswith("merchant,") and row["net_yuan"] in statement
     shot(page, "ledger-day")
 
     page.click('nav a:has-text("Merchants")')
