@@ -395,7 +395,7 @@ def fourteen_days(now: float, items: list[Item]) -> list[dict[str, Any]]:
     counted = bootstrap.work_queue().store.day_counts(dates)
     days = []
     for day in dates:
-        totals = ledger_day(day)["totals"]
+        totals = bootstrap.ledger_day_service().day(day, recon=False)["totals"]  # booked figures only
         days.append(
             {
                 "date": day,

@@ -48,6 +48,7 @@ from tally.domain.statement import (
 )
 from tally.store.recon import recon_pk
 
+UNREAD = StatementVerdict(NOT_CHECKED, "not read for this view")
 RECONCILED_CHANNELS = (
     channel_registry.reconciled()
 )  # the stored channels whose bills the recon function reads
@@ -108,11 +109,12 @@ class LedgerDayService:
         self.hidden = hidden  # synthetic merchants (the heartbeat's): never in finance totals (R54)
 
     def merchant_days(
-        self, bill_date: str, merchant: str | None = None
+        self, bill_date: str, merchant: str | None = None, *, recon: bool = True
     ) -> list[tuple[MerchantDay, dict[str, Any] | None, StatementVerdict, list[dict[str, Any]]]]:
         """Every merchant-day of `bill_date` (R49): (the figures, the latest run, the verdict as the day's
         differences stand now, those differences). A merchant with nothing booked and no run is left out; the
-        synthetic merchants are left out (R54)."""
+        synthetic merchants are left out (R54). `recon` False: the booked figures only (no run, difference or
+        settlement-lag read: the Morning page's 14-day chart)."""
         cells: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for entry in self.ledger.all_of_day(bill_date, mchid=merchant):
             cells.setdefault((str(entry.get("channel")), str(entry.get("mchid"))), []).append(entry)
@@ -125,6 +127,10 @@ class LedgerDayService:
             if mchid in self.hidden and merchant != mchid:
                 continue
             reconciled = channel in RECONCILED_CHANNELS
+            if not recon:
+                if entries:
+                    out.append((merchant_day(channel, mchid, bill_date, entries), None, UNREAD, []))
+                continue
             runs = self.recon.run_rows(recon_pk(channel, mchid, bill_date)) if reconciled else []
             run = _latest(runs)
             if run is None and not entries:
@@ -150,9 +156,9 @@ class LedgerDayService:
             out.append((day, run, verdict, diffs))
         return out
 
-    def day(self, bill_date: str, merchant: str | None = None) -> dict[str, Any]:
+    def day(self, bill_date: str, merchant: str | None = None, *, recon: bool = True) -> dict[str, Any]:
         rows = []
-        for figures, run, verdict, diffs in self.merchant_days(bill_date, merchant):
+        for figures, run, verdict, diffs in self.merchant_days(bill_date, merchant, recon=recon):
             row = figures.as_dict()
             row["recon"] = _recon(run, diffs)
             row["verdict"] = verdict.as_dict()
