@@ -48,6 +48,8 @@ from tally.domain.statement import (
 )
 from tally.store.recon import recon_pk
 
+# a merchant-day as read: the figures, the latest trade run, the verdict, the day's differences
+DayRead = tuple[MerchantDay, dict[str, Any] | None, StatementVerdict, list[dict[str, Any]]]
 UNREAD = StatementVerdict(NOT_CHECKED, "not read for this view")
 RECONCILED_CHANNELS = (
     channel_registry.reconciled()
@@ -110,7 +112,7 @@ class LedgerDayService:
 
     def merchant_days(
         self, bill_date: str, merchant: str | None = None, *, recon: bool = True
-    ) -> list[tuple[MerchantDay, dict[str, Any] | None, StatementVerdict, list[dict[str, Any]]]]:
+    ) -> list[DayRead]:
         """Every merchant-day of `bill_date` (R49): (the figures, the latest run, the verdict as the day's
         differences stand now, those differences). A merchant with nothing booked and no run is left out; the
         synthetic merchants are left out (R54). `recon` False: the booked figures only (no run, difference or
@@ -121,7 +123,7 @@ class LedgerDayService:
         for channel, mchid in self.merchants() if self.merchants else []:
             if channel in RECONCILED_CHANNELS and (merchant is None or mchid == merchant):
                 cells.setdefault((channel, mchid), [])
-        out = []
+        out: list[DayRead] = []
         today = self.today() if self.today else None
         for (channel, mchid), entries in sorted(cells.items()):
             if mchid in self.hidden and merchant != mchid:
