@@ -166,6 +166,7 @@ def test_r49_a_settlement_gap_inside_the_lag_is_expected_then_opens_by_itself_wi
     assert not any(i["kind"] == "recon-diff" for i in queue)  # in transit: not a person's yet
     (row,) = bootstrap.ledger_day_service().day(D, merchant=m["mchid"])["rows"]
     assert row["recon"]["open_diffs"] == 0 and row["recon"]["expected_diffs"] >= 1
+    assert row["recon"]["state"] == "EXPECTED" and row["verdict"]["code"] == "PENDING"  # in transit, not done
 
     monkeypatch.setattr(svc, "clock", lambda: dt.datetime(2024, 5, 4, 10, 30, tzinfo=CST).timestamp())
     sim.bills.fundflow.fault("drop_credit", count=2)

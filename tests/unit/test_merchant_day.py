@@ -92,6 +92,11 @@ def test_r49_a_day_whose_differences_are_all_worked_is_done_and_counts_apart():
     assert day_state("DIFFS", count_diffs(one_open)) == ("DIFFS", "DIFFS: 24 resolved, 1 open")
     assert day_state("MATCHED", count_diffs([])) == ("MATCHED", "")
     assert day_state(None, count_diffs([])) == ("no run yet", "")
+    in_transit = [*worked, {"handle_status": "EXPECTED"}]
+    assert day_state("DIFFS", count_diffs(in_transit)) == (
+        "EXPECTED",
+        "DIFFS: 25 resolved, 0 open, 1 expected",
+    )
 
     runs = [
         {"sk": "run#2#fundflow", "leg": "fundflow", "status": "MATCHED"},
@@ -100,6 +105,8 @@ def test_r49_a_day_whose_differences_are_all_worked_is_done_and_counts_apart():
     assert day_verdict(runs).code == "DIFFERS"
     done = day_verdict(runs, diffs=[{**d, "cls": "CHANNEL_ONLY"} for d in worked])
     assert done.code == STATEMENT_DONE and "25 resolved, 0 open" in done.reason
+    waiting = day_verdict(runs, diffs=[{**d, "cls": "SETTLEMENT_DIFFERS"} for d in in_transit])
+    assert waiting.code == "PENDING" and "1 expected" in waiting.reason  # in transit: neither done nor open
     still = day_verdict(runs, diffs=[{**d, "cls": "CHANNEL_ONLY"} for d in one_open])
     assert still.code == "DIFFERS" and still.legs == ("trade bill",)
 

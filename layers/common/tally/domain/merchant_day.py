@@ -338,6 +338,8 @@ def day_state(status: str | None, diffs: DiffCount) -> tuple[str, str]:
     words = f"DIFFS: {diffs.words()}" if diffs.total or status == "DIFFS" else ""
     if diffs.open:
         return "DIFFS", words
+    if diffs.expected:
+        return EXPECTED, words  # money in transit: nobody's work yet, not done either
     if status == "DIFFS":
         return DONE, words
     return status, words

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tally.domain.fundflow import AGREED, FUND_DIFFERS, TRADE_DIFFERS, DayFigures, DayVerdict
-from tally.domain.merchant_day import OPEN, MerchantDay
+from tally.domain.merchant_day import EXPECTED, OPEN, MerchantDay
 from tally.domain.money import format_cents
 from tally.domain.recon import SETTLEMENT_DIFFERS
 from tally.domain.settlement import Refund, Settlement
@@ -227,8 +227,16 @@ def _worked(verdict: StatementVerdict, diffs: list[Mapping[str, Any]]) -> Statem
         if d.get("handle_status") == OPEN
     }
     n_open = sum(1 for d in diffs if d.get("handle_status") == OPEN)
-    counts = f"DIFFS: {len(diffs) - n_open} resolved, {n_open} open"
+    n_expected = sum(1 for d in diffs if d.get("handle_status") == EXPECTED)
+    counts = f"DIFFS: {len(diffs) - n_open - n_expected} resolved, {n_open} open"
     legs = tuple(leg for leg in verdict.legs if leg in open_legs)
+    if not legs and n_expected:
+        return StatementVerdict(
+            PENDING,
+            f"{counts}, {n_expected} expected (in transit, inside the lag)",
+            (),
+            verdict.fund_net_cent,
+        )
     if not legs:
         return StatementVerdict(DONE, f"{counts}: every difference worked", (), verdict.fund_net_cent)
     return StatementVerdict(DIFFERS, f"{counts}; {verdict.reason}", legs, verdict.fund_net_cent)
