@@ -111,7 +111,7 @@ def assert_demo_views_agree(report: str) -> None:
 
     from tally import bootstrap
 
-    from tests.integration.test_merchant_day import assert_views_agree
+    from tests.integration.money_helpers import assert_views_agree
 
     days = set(re.findall(r"three-way [a-z ]+ (\d{4}-\d{2}-\d{2})", report))
     days |= set(re.findall(r"Tally demo day (\d{4}-\d{2}-\d{2})", report))

@@ -22,6 +22,7 @@ from tally_cli import ledger as cli_ledger
 from tally_cli import recon as cli_recon
 from tally_cli.main import main
 from tests.integration.channel_kit import Alipay
+from tests.integration.money_helpers import assert_views_agree
 from tests.integration.recon_helpers import alipay_pay
 
 D = "2024-06-07"
@@ -83,39 +84,6 @@ def views_of(h, capsys, tmp_path, channel: str, mchid: str, day: str) -> dict[st
     out["console recon"] = (recon["payment_yuan"], recon["fee_yuan"], recon["net_yuan"])
     assert recon["net_yuan"] in _page("recon", channel=channel, mchid=mchid, date=day)
     return out
-
-
-def assert_views_agree(day: str, merchants: list[tuple[str, str]]) -> None:
-    """R49 for a whole day: the ledger day's rows, its CSV, the statement and the console's Recon page carry
-    the same payments, fees and net per merchant, and no fee is negative."""
-    from tally.service.ledger_day import csv_text
-
-    service = bootstrap.ledger_day_service()
-    view = service.day(day)
-    table = {
-        (r["channel"], r["merchant"]): r
-        for r in csv.DictReader(io.StringIO(csv_text(view).lstrip("\ufeff")))
-        if r["channel"] != "TOTAL"
-    }
-    statement = {(r["channel"], r["merchant"]): r for r in service.statement(day)}
-    rows = {(r["channel"], r["mchid"]): r for r in view["rows"]}
-    for key in merchants:
-        row = rows[key]
-        figures = data.recon_day(key[0], key[1], day)["day"]["figures"]
-        seen = {
-            "ledger": (row["payment_yuan"], row["fee_yuan"], row["net_yuan"]),
-            "csv": (table[key]["payments_yuan"], table[key]["fees_yuan"], table[key]["net_yuan"]),
-            "statement": (
-                statement[key]["settlement_yuan"],
-                statement[key]["fees_yuan"],
-                statement[key]["net_yuan"],
-            )
-            if row["reversals"] == 0
-            else (row["payment_yuan"], statement[key]["fees_yuan"], statement[key]["net_yuan"]),
-            "console recon": (figures["payment_yuan"], figures["fee_yuan"], figures["net_yuan"]),
-        }
-        assert len(set(seen.values())) == 1, (day, key, seen)
-        assert not row["fee_yuan"].startswith("-"), (day, key, row["fee_yuan"])
 
 
 def test_r49_every_view_of_an_alipay_day_agrees_to_the_cent_fees_positive(

@@ -161,7 +161,7 @@ def test_r45_a_simulated_week_with_coupons_reconciles_with_zero_diffs(h, sim, sv
     assert len(words) == 21
 
     # R49: every view of every day of the week shows the same payments, fees and net, fees positive
-    from tests.integration.test_merchant_day import assert_views_agree
+    from tests.integration.money_helpers import assert_views_agree
 
     for day in DAYS:
         assert_views_agree(day, merchants)
