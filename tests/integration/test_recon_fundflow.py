@@ -179,3 +179,11 @@ def test_r49_a_settlement_gap_inside_the_lag_is_expected_then_opens_by_itself_wi
     assert item["amount_cent"] == 100  # the gap, not the channel's 35.49
     assert "short by 1.00" in item["reason"] and D1 in item["reason"] and D in item["reason"]
     assert "ask the channel" in item["reason"] and "wait for" not in item["reason"]
+    from tally.console import app
+    from tally.console.auth import Identity
+    from tally.console.web import Request
+
+    who = Identity("sub-1", "ops", frozenset({"operators"}), "jti-1")
+    page = app.item_page(Request("GET", "item", {"id": item["id"]}, {}, {}, "/console/item"), who)
+    html = page.body.decode() if isinstance(page.body, bytes) else page.body
+    assert "landed-late" in html and "channel-confirmed-short" in html and "refunded-by-hand" not in html

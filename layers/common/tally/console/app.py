@@ -164,7 +164,7 @@ def item_page(request: Request, who: Identity, message: str = "", status: int = 
         state=(item.state if item else detail.get("q_state") or "closed"),
         history=history,
         message=message or request.field("done"),
-        codes=actions.RESOLVE_CODES,
+        codes=tuple(detail.get("codes") or ()) or actions.RESOLVE_CODES,  # a settlement gap: its own codes
     )
 
 
