@@ -183,6 +183,11 @@ def manual_act(args: argparse.Namespace) -> int:
     if verb == "refund-outcome" and not args.outcome:
         raise ValueError("refund-outcome needs --outcome SUCCESS or --outcome FAIL")
     why = args.why or (f"code {args.code}" if getattr(args, "code", None) else "")
+    if verb == "replay" and getattr(args, "run_id", None) and args.dry_run:  # R52: a dry run never acts
+        with one_document():
+            plan = bootstrap_replay().plan(args.run_id)
+        print(json.dumps(plan, ensure_ascii=False, indent=2) if args.json else _render_plan(plan))
+        return 0
     if verb == "replay" and (getattr(args, "run_id", None) or (args.filter is not None and not args.dry_run)):
         return _replay_run(args, why)
     if verb == "replay" and args.filter is not None and args.dry_run:
@@ -260,6 +265,16 @@ def _render_run(run: dict[str, Any]) -> str:
     if run["status"] == "PAUSED":
         lines.append(f"  continue: tally manual replay --run {run['run_id']}")
     return "\n".join(lines)
+
+
+def _render_plan(plan: dict[str, Any]) -> str:
+    left = plan["would_replay"]
+    return (
+        f"replay run {plan['run_id']}: {plan['status']} — {plan['done_items']} of {plan['planned_items']} planned "
+        f"item(s) replayed so far (¥{plan['done_amount']} of ¥{plan['planned_amount']})\n"
+        + _render_bulk(left)
+        + f"\n  (dry run: nothing changed; continue with: tally manual replay --run {plan['run_id']})"
+    )
 
 
 def _render_bulk(report: dict[str, Any]) -> str:

@@ -330,12 +330,20 @@ def test_r41_every_kind_from_open_to_resolved_through_the_cli_and_every_door_agr
     cert_m = inject_expiring_certificate(h)  # run twice: still one item
 
     listed = queue().list()
-    by_kind = {kind: [i for i in listed if i["kind"] == kind] for kind in {i["kind"] for i in listed}}
+    kinds = {k for i in listed for k in i.get("kinds") or [i["kind"]]}
+    by_kind = {kind: [i for i in listed if kind in (i.get("kinds") or [i["kind"]])] for kind in kinds}
     # volume-drop and bill-upload (tests/integration/test_recon.py) are walked elsewhere
     assert set(by_kind) == set(KINDS) - {"volume-drop", "bill-upload"}, set(KINDS) ^ set(by_kind)
     items = {kind: group[0] for kind, group in by_kind.items()}
-    # the second payment behind the refund task is an unbooked payment too (R17): two of that kind
-    assert len(by_kind["unbooked-payment"]) == 2 and len(listed) == len(by_kind) + 1
+    # R48: the second payment behind the refund task is an unbooked payment too (R17), and the two are one
+    # case: one item with both parts, so the listing has one item per kind
+    assert len(by_kind["unbooked-payment"]) == 2 and len(listed) == len(by_kind)
+    task_case = items["refund-task"]
+    assert task_case["kind"] == "unbooked-payment" and task_case["kinds"] == [
+        "refund-task",
+        "unbooked-payment",
+    ]
+    assert task_case["codes"]["close-task"] == ["refunded-at-channel", "booked-after-all"]
     # what a person reads: plain words, yuan, one readable id per item
     pay = next(i for i in by_kind["unbooked-payment"] if i["order"] == otn_mismatch)
     assert pay["id"].startswith("pay-wechatpay-") and pay["order"] == otn_mismatch and pay["amount"] == "0.05"
@@ -395,6 +403,8 @@ def test_r41_every_kind_from_open_to_resolved_through_the_cli_and_every_door_agr
     remaining = set(seen["list"])
     for kind, (verb, *rest) in actions.items():
         for item in by_kind[kind]:
+            if item["id"] not in remaining or (kind == "unbooked-payment" and item is task_case):
+                continue  # a case is closed once, through the door of its refund task (R48)
             done = cli("manual", verb, item["id"], "--by", "alice", *rest, "--json")
             assert done["state"] in ("RESOLVED", "IGNORED") and done["id"] == item["id"], done
             remaining.discard(item["id"])

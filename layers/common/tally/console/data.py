@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
@@ -105,6 +105,10 @@ class Item:
     what: str = ""
     count: int = 1
     age_s: int = 0
+    codes: dict[str, list[str]] = field(default_factory=dict)  # what each closing action accepts
+    parts: list[dict[str, Any]] = field(default_factory=list)  # a case's parts (R48), each with its state
+    cls: str = ""
+    bill_date: str = ""
 
     @property
     def amount(self) -> str:
@@ -121,6 +125,11 @@ class Item:
     @property
     def since_cst(self) -> str:
         return cst(self.since)
+
+    @property
+    def kinds(self) -> list[str]:
+        """The item's kind, and a case's every part's (R48)."""
+        return [self.kind, *(str(p.get("kind")) for p in self.parts)]
 
     @property
     def kind_label(self) -> str:
@@ -143,6 +152,13 @@ def _from_queue(row: dict[str, Any]) -> Item:
         what=str(row.get("what") or ""),
         count=int(row.get("count") or 1),
         age_s=int(row.get("age_s") or 0),
+        codes={k: list(v) for k, v in (row.get("codes") or {}).items()},
+        parts=[
+            {k: p.get(k) for k in ("id", "kind", "state", "amount", "reason", "actions", "linked")}
+            for p in row.get("parts") or []
+        ],
+        cls=str(row.get("cls") or ""),
+        bill_date=str(row.get("bill_date") or ""),
     )
 
 
@@ -187,7 +203,9 @@ AGE_FILTERS = {  # the page's age buckets as the queue's filter (seconds)
 def queue_filter(**wanted: str) -> dict[str, Any]:
     """The page's filter fields as the queue service's filter (kind, merchant, age bucket, state, owner)."""
     out: dict[str, Any] = {
-        k: v for k, v in wanted.items() if v and k in ("kind", "merchant", "state", "owner")
+        k: v
+        for k, v in wanted.items()
+        if v and k in ("kind", "merchant", "state", "owner", "cls", "bill_date")
     }
     out.update(AGE_FILTERS.get(wanted.get("age") or "", {}))
     return out
@@ -201,7 +219,7 @@ def filter_items(items: list[Item], **wanted: str) -> list[Item]:
     """The same filter on items already read (the morning page's links)."""
     out = items
     if wanted.get("kind"):
-        out = [i for i in out if i.kind == wanted["kind"] or i.kind.startswith(wanted["kind"])]
+        out = [i for i in out if any(k.startswith(wanted["kind"]) for k in i.kinds)]
     if wanted.get("merchant"):
         out = [i for i in out if i.mchid == wanted["merchant"]]
     if wanted.get("age"):
@@ -210,6 +228,10 @@ def filter_items(items: list[Item], **wanted: str) -> list[Item]:
         out = [i for i in out if i.state == wanted["state"].upper()]
     if wanted.get("owner"):
         out = [i for i in out if i.owner == wanted["owner"]]
+    if wanted.get("cls"):
+        out = [i for i in out if i.cls == wanted["cls"]]
+    if wanted.get("bill_date"):
+        out = [i for i in out if i.bill_date == wanted["bill_date"]]
     return out
 
 

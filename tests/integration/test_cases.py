@@ -1,0 +1,295 @@
+"""Cases, not fragments (R48), and bulk actions that do exactly what their preview showed (R52), on moto through
+the real handlers: the console's pages and forms are driven in-process through its own router (app.handle)
+with an operator's verified claims, the CLI as a person types it."""
+
+from __future__ import annotations
+
+import html
+import json
+import random
+import re
+import time
+import urllib.parse
+
+import pytest
+from tally import bootstrap
+from tally.console import app
+from tally.console.auth import csrf_token, identity
+from tally.store.codec import to_item
+
+from tests.integration.refund_helpers import paid_order
+from tests.integration.test_bulk_replay import orphan_payments
+from tests.integration.test_queue import inject_refund_task
+
+CLAIMS = {
+    "sub": "sub-ops",
+    "cognito:username": "alice",
+    "cognito:groups": "[operators]",
+    "jti": "jti-ops",
+    "token_use": "id",
+}
+D = "2024-05-01"
+
+
+@pytest.fixture
+def cli(tally_cli):
+    return tally_cli
+
+
+def console(method: str, page: str, form: dict | list | None = None, **query: str) -> tuple[int, str, dict]:
+    """One request to the console's router, as API Gateway hands it over after the JWT check."""
+    event = {
+        "version": "2.0",
+        "routeKey": f"{method} /console/{{page}}",
+        "rawPath": f"/console/{page}",
+        "headers": {"content-type": "application/x-www-form-urlencoded", "host": "console.test"},
+        "queryStringParameters": query or None,
+        "pathParameters": {"page": page},
+        "requestContext": {"http": {"method": method}, "authorizer": {"jwt": {"claims": CLAIMS}}},
+        "body": urllib.parse.urlencode(form or {}),
+        "isBase64Encoded": False,
+    }
+    answer = app.handle(event)
+    return answer["statusCode"], answer.get("body") or "", answer.get("headers") or {}
+
+
+def csrf() -> str:
+    who = identity({"requestContext": {"authorizer": {"jwt": {"claims": CLAIMS}}}})
+    assert who is not None
+    return csrf_token(who)
+
+
+def form_fields(page: str, form_id: str) -> list[tuple[str, str]]:
+    """The named inputs of one form of a page, as the browser would post them."""
+    found = re.search(rf'<form[^>]*id="{form_id}".*?</form>', page, re.S) or re.search(
+        r'<form method="post"(?:(?!</form>).)*name="confirm" value="yes".*?</form>', page, re.S
+    )
+    assert found, f"no form {form_id}"
+    return [
+        (html.unescape(n), html.unescape(v))
+        for n, v in re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', found.group(0))
+    ]
+
+
+def open_ids() -> set[str]:
+    return {i["id"] for i in bootstrap.work_queue().list()}
+
+
+# ---------------------------------------------------------------------------------------- R48: cases
+
+
+def test_r48_a_payment_after_close_and_its_refund_task_are_one_case_closed_once_through_either_door(
+    h, sim, cli
+):
+    m = h.add_merchant(mchid=str(random.randrange(10**9, 10**10)))
+    inject_refund_task(h, m, sim)
+    (case,) = bootstrap.work_queue().list()
+    assert case["kind"] == "unbooked-payment" and [p["kind"] for p in case["parts"]] == [
+        "unbooked-payment",
+        "refund-task",
+    ]
+    task_id = next(p["id"] for p in case["parts"] if p["kind"] == "refund-task")
+    assert case["codes"] == {
+        "resolve": ["refunded-by-hand", "settled-outside-tally", "confirmed-junk", "other"],
+        "close-task": ["refunded-at-channel", "booked-after-all"],
+    }
+    # the page lists every part with its state, and offers the task's codes under close-task
+    status, page, _ = console("GET", "item", id=task_id)
+    assert status == 200 and 'id="parts"' in page and case["id"] in page and task_id in page
+    assert '<optgroup label="close-task"><option value="refunded-at-channel"' in page
+
+    # closed through the task's door: the payment part closes with it, so nobody refunds it a second time
+    done = cli(
+        "manual",
+        "close-task",
+        task_id,
+        "--code",
+        "refunded-at-channel",
+        "--why",
+        "refunded in portal",
+        "--json",
+    )
+    assert done["state"] == "RESOLVED" and open_ids() == set()
+    again = cli("manual", "resolve", case["id"], "--code", "refunded-by-hand", "--why", "me too", expect=1)
+    assert "is not open" in again
+    raw = h.ddb.get_item(TableName=h.env["NOTIFY_RAW_TABLE"], Key=to_item({"pk": case["source_key"]}))["Item"]
+    assert raw["q_state"]["S"] == "RESOLVED" and "R48" in raw["resolution"]["M"]["why"]["S"]
+    shown = cli("manual", "show", case["id"], "--json")
+    assert shown["state"] == "RESOLVED"
+
+
+def test_r48_the_poller_opens_no_item_for_an_order_whose_payment_is_a_case(h, sim):
+    m = h.add_merchant(mchid=str(random.randrange(10**9, 10**10)))
+    order = json.loads(h.create_order(m["mchid"], amount_cent=506, prepay=True)["body"])
+    sim.pay(m["mchid"], order["out_trade_no"], drop=True, amount_total=5)  # the channel took another amount
+    h.ddb.update_item(
+        TableName=h.env["ORDERS_TABLE"],
+        Key=to_item({"pk": f"{m['mchid']}#{order['out_trade_no']}"}),
+        UpdateExpression="SET poll_due = :p",
+        ExpressionAttributeValues={":p": {"S": "2000-01-01T00:00:00.000Z"}},
+    )
+    bootstrap.poll_service().run(out_of_time=lambda: False)  # finds it paid: the payment goes to a person
+    h.drain()
+    h.ddb.update_item(
+        TableName=h.env["ORDERS_TABLE"],
+        Key=to_item({"pk": f"{m['mchid']}#{order['out_trade_no']}"}),
+        UpdateExpression="SET poll_due = :p",
+        ExpressionAttributeValues={":p": {"S": "2000-01-01T00:00:00.000Z"}},
+    )
+    bootstrap.poll_service().run(out_of_time=lambda: False)  # asks again: "paid", the payment's case decides
+    items = bootstrap.work_queue().list(f"merchant={m['mchid']}")
+    assert [(i["kind"], i["order"]) for i in items] == [("unbooked-payment", order["out_trade_no"])]
+    assert "parts" not in items[0]  # no order item attached: none was opened
+
+
+def test_r48_a_script_working_cases_sees_each_money_once_and_takes_the_queue_to_zero(h, sim, cli):
+    """Two problems about two orders (a payment after close with its refund task; an unbooked payment with an
+    ABNORMAL refund of the same order is not mixed in): the script lists, works the first case, lists again;
+    no order comes back after its case was worked."""
+    m = h.add_merchant(mchid=str(random.randrange(10**9, 10**10)))
+    inject_refund_task(h, m, sim)
+    otn, _ = paid_order(h, m["mchid"], 300)
+    headers, body = sim.build_notification(m["mchid"], sim.transaction_resource(m["mchid"], otn, 300))
+    h.notify(m["mchid"], headers, body)  # a second payment of that order too
+    h.drain()
+    assert bootstrap.refund_service().work_tasks() == {"MANUAL": 1}
+    problems = 2
+    seen: list[tuple[str, str]] = []
+    for _ in range(10):
+        listed = cli("manual", "list", "--json")["items"]
+        assert len(listed) <= problems
+        if not listed:
+            break
+        case = listed[0]
+        money = (case["merchant"], case["order"])
+        assert money not in seen, f"the same money twice: {money}"
+        seen.append(money)
+        cli("manual", "close-task", case["id"], "--code", "refunded-at-channel", "--why", "portal", "--json")
+    assert len(seen) == problems and open_ids() == set()
+
+
+# ---------------------------------------------------------------------------------------- codes
+
+
+def test_r48_codes_the_console_would_not_offer_are_refused_by_the_cli_and_the_form_keeps_the_reason(
+    h, sim, cli
+):
+    m = h.add_merchant(mchid=str(random.randrange(10**9, 10**10)))
+    inject_refund_task(h, m, sim)
+    (case,) = bootstrap.work_queue().list()
+    out = cli("manual", "resolve", case["id"], "--code", "foo", "--why", "x", expect=1)
+    assert "resolve takes --code refunded-by-hand" in out and "'foo'" in out
+    out = cli("manual", "close-task", case["id"], "--code", "refunded-by-hand", "--why", "x", expect=1)
+    assert "close-task needs --code refunded-at-channel or --code booked-after-all" in out
+    dry = cli(
+        "manual", "resolve", "--filter", f"merchant={m['mchid']}", "--code", "foo", "--dry-run", expect=1
+    )
+    assert "FAILED" in dry and "'foo'" in dry
+    assert open_ids() == {case["id"]}
+
+    # the console: a refusal says why and keeps the chosen action, code and typed reason
+    form = {"csrf": csrf(), "id": case["id"], "action": "close-task", "code": "", "reason": "typed with care"}
+    status, page, _ = console("POST", "act", form)
+    assert status == 409 and "Not done: close-task needs --code refunded-at-channel" in page
+    assert 'value="typed with care"' in page and '<option value="close-task" selected' in page
+    # done from the item page: it lands on a page that exists, never a 404
+    form |= {"code": "refunded-at-channel"}
+    status, _, headers = console("POST", "act", form)
+    assert status == 303
+    location = urllib.parse.urlparse(headers["location"])
+    status, page, headers = console("GET", "item", **dict(urllib.parse.parse_qsl(location.query)))
+    assert status in (200, 303) and "No such item" not in page
+    assert open_ids() == set()
+
+
+# ---------------------------------------------------------------------------------------- R52: bulk
+
+
+def test_r52_a_bulk_confirm_acts_on_exactly_the_previewed_set_or_shows_the_new_preview(h):
+    m = h.add_merchant(mchid=str(random.randrange(10**9, 10**10)))
+    orphan_payments(h, m["mchid"], 2, "PRE")  # 1.00 + 1.01
+    filters = {"kind": "unbooked-payment", "merchant": m["mchid"]}
+    status, page, _ = console(
+        "POST", "bulk", {"csrf": csrf(), "action": "ignore", **filters, "reason": "noise"}
+    )
+    assert status == 200 and "Preview: ignore 2 item(s), 2.01 yuan" in page
+    confirm = form_fields(page, "confirm-form")
+    before = open_ids()
+
+    orphan_payments(h, m["mchid"], 1, "LATE")  # a 1.00 payment arrives between preview and confirm
+    status, page, _ = console("POST", "bulk", [*confirm, ("reason", "noise")])
+    assert status == 409 and "the items changed since the preview" in page
+    assert "Preview: ignore 3 item(s), 3.01 yuan" in page  # the new preview, to confirm again
+    assert len(open_ids()) == len(before) + 1  # nothing was done
+
+    confirm = form_fields(page, "confirm-form")
+    status, page, _ = console("POST", "bulk", [*confirm, ("reason", "noise")])
+    assert status == 200 and "Done: ignore 3 item(s), 3.01 yuan" in page and open_ids() == set()
+
+
+def test_r52_ticked_rows_only_and_each_item_not_done_is_listed_with_why(h, sim):
+    m = h.add_merchant(mchid=str(random.randrange(10**9, 10**10)))
+    orphan_payments(h, m["mchid"], 3, "TICK")
+    items = sorted(bootstrap.work_queue().list(f"merchant={m['mchid']}"), key=lambda i: i["order"])
+    picked = [("pick", items[0]["id"]), ("pick", items[2]["id"])]
+    base = [("csrf", csrf()), ("action", "resolve"), ("merchant", m["mchid"]), ("code", "foo")]
+    status, page, _ = console("POST", "bulk", [*base, *picked, ("reason", "x")])
+    assert (
+        status == 200
+        and "Would not be done (2)" in page
+        and "not &#39;foo&#39;" in page.replace("'", "&#39;")
+    )
+    base[-1] = ("code", "confirmed-junk")
+    status, page, _ = console("POST", "bulk", [*base, *picked, ("reason", "x")])
+    assert "Preview: resolve 2 item(s), 2.02 yuan" in page
+    status, page, _ = console("POST", "bulk", [*form_fields(page, "confirm-form"), ("reason", "x")])
+    assert "Done: resolve 2 item(s), 2.02 yuan" in page and open_ids() == {items[1]["id"]}
+
+
+def test_r52_a_bulk_replay_confirm_replays_only_the_previewed_items(h):
+    m = h.add_merchant(mchid=str(random.randrange(10**9, 10**10)))
+    orphan_payments(h, m["mchid"], 2, "RPL")
+    filters = {"kind": "unbooked-payment", "merchant": m["mchid"]}
+    status, page, _ = console(
+        "POST", "bulk", {"csrf": csrf(), "action": "replay", **filters, "reason": "fixed"}
+    )
+    assert "Preview: replay 2 item(s)" in page
+    confirm = form_fields(page, "confirm-form")
+    time.sleep(0.01)
+    orphan_payments(h, m["mchid"], 1, "LATER")
+    status, page, headers = console("POST", "bulk", [*confirm, ("reason", "fixed")])
+    assert status == 303 and "2 of 2 item(s) replayed" in urllib.parse.unquote_plus(headers["location"])
+    h.drain()
+    (late,) = bootstrap.work_queue().list(f"merchant={m['mchid']}")
+    assert late["order"] == "LATER0000"  # arrived after the preview: not replayed
+
+    # a previewed item closed meanwhile: the set changed, nothing starts, the new preview is shown
+    orphan_payments(h, m["mchid"], 2, "AGAIN")
+    status, page, _ = console(
+        "POST", "bulk", {"csrf": csrf(), "action": "replay", **filters, "reason": "fixed"}
+    )
+    assert "Preview: replay 3 item(s)" in page
+    confirm = form_fields(page, "confirm-form")
+    bootstrap.work_queue().act(late["id"], "ignore", by="bob", reason="not ours")
+    status, page, _ = console("POST", "bulk", [*confirm, ("reason", "fixed")])
+    assert status == 409 and "Preview: replay 2 item(s)" in page
+    assert len(bootstrap.work_queue().list(f"merchant={m['mchid']}")) == 2  # nothing replayed
+
+
+def test_r52_manual_replay_run_dry_run_never_acts(h, cli):
+    m = h.add_merchant(mchid=str(random.randrange(10**9, 10**10)))
+    orphan_payments(h, m["mchid"], 3, "DRY")
+    selector = f"kind=unbooked,merchant={m['mchid']}"
+    run = cli(
+        "manual", "replay", "--filter", selector, "--by", "ops", "--why", "fixed", "--limit", "1", "--json"
+    )
+    assert run["status"] == "PAUSED" and run["done_items"] == 1
+    h.drain()
+    left = open_ids()
+    plan = cli("manual", "replay", "--run", run["run_id"], "--dry-run", "--json")
+    assert plan["dry_run"] and plan["would_replay"]["would_change"] == 2 and plan["done_items"] == 1
+    text = cli("manual", "replay", "--run", run["run_id"], "--dry-run")
+    assert "dry run: nothing changed" in text
+    h.drain()
+    assert open_ids() == left and len(left) == 2  # nothing replayed
+    assert bootstrap.bulk_replay().show(run["run_id"])["done_items"] == 1
