@@ -56,8 +56,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_target(listing)
     listing.set_defaults(run=manual_list)
 
-    show = manual.add_parser("show", help="one item in full, with its history and source row")
+    show = manual.add_parser("show", help="one item: facts, reason, next step and history")
     show.add_argument("item_id", help="the id `list` prints (old raw:/event: ids work too)")
+    show.add_argument("--raw", action="store_true", help="also the stored row (never its ciphertext)")
     show.add_argument("--json", action="store_true")
     add_target(show)
     show.set_defaults(run=manual_show)
@@ -154,10 +155,60 @@ def manual_list(args: argparse.Namespace) -> int:
 
 
 def manual_show(args: argparse.Namespace) -> int:
+    from tally.service.shown import scrub
+
     connect(args)
     with one_document():
         item = _queue().get(args.item_id)
-    print(json.dumps(item, ensure_ascii=False, indent=2, default=str))
+    source = item.pop("source", None)
+    if args.raw:  # the stored row(s), secrets and ciphertext never shown
+        rows = source if isinstance(source, list) else [source]
+        item["raw"] = [scrub(r) for r in rows if r]
+    if args.json:
+        return emit(json.dumps(item, ensure_ascii=False, indent=2, default=str))
+    return emit(render_item(item))
+
+
+def render_item(item: dict[str, Any]) -> str:
+    """Facts, reason, next step, the case's parts and the history, in words."""
+    lines = [f"{item['id']}: {item.get('kind') or 'closed item'} — {item.get('state')}"]
+    if item.get("what"):
+        lines.append(f"  what:     {item['what']}")
+    facts = [
+        ("merchant", f"{item.get('channel') or ''} {item.get('merchant') or ''}".strip()),
+        ("order", item.get("order")),
+        ("amount", f"¥{item['amount']}" if item.get("amount") is not None else ""),
+        ("waiting", f"{item['age']} (since {item.get('since')})" if item.get("age") else ""),
+        ("owner", item.get("owner")),
+        ("reason", item.get("reason")),
+    ]
+    lines += [f"  {name + ':':<9} {value}" for name, value in facts if value]
+    for part in item.get("parts") or []:
+        amount = f" ¥{part['amount']}" if part.get("amount") else ""
+        lines.append(
+            f"  part:     {part['id']} ({part['kind']}, {part['state']}){amount}: {part.get('reason')}"
+        )
+    codes = item.get("codes") or {}
+    for action in item.get("actions") or []:
+        code = f" --code {'|'.join(codes[action])}" if codes.get(action) else ""
+        lines.append(f"  next:     tally manual {action} {item['id']}{code} --why …")
+    for h in item.get("history") or []:
+        extra = "".join(f" · {k} {h[k]}" for k in ("code", "outcome", "owner") if h.get(k))
+        lines.append(f"  history:  {h.get('at')} {h.get('action')} by {h.get('by')}: {h.get('why')}{extra}")
+    for row in item.get("raw") or []:
+        lines.append("  raw row:")
+        lines += [f"    {k}: {v}" for k, v in sorted(row.items()) if k != "history"]
+    return "\n".join(lines)
+
+
+def emit(text: str) -> int:
+    """Print; a reader that closed the pipe (`| head`) ends the command quietly, exit 0."""
+    try:
+        print(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the interpreter's last flush must not fail either
     return 0
 
 

@@ -31,7 +31,7 @@ MORNING = {
     "refund": ["refund-outcome", "--outcome", "SUCCESS", "--why", "the platform shows it refunded"],
     "recon-diff": ["resolve", "--why", "explained by the day's faults"],
 }
-OTHERWISE = ["resolve", "--code", "checked", "--why", "rehearsal"]
+OTHERWISE = ["resolve", "--code", "other", "--why", "rehearsal"]
 
 
 def tally(state_dir, *args):
@@ -57,11 +57,14 @@ def test_r41_the_demo_morning_is_worked_to_zero_with_the_cli_only(tmp_path):
         listed = tally(tmp_path, "manual", "list", "--local", "--json")
         assert listed.returncode == 0, listed.stderr  # fresh items: none past its threshold yet
         start = json.loads(listed.stdout)
-        kinds = sorted({i["kind"] for i in start["items"]})
+        kinds = sorted({k for i in start["items"] for k in i.get("kinds") or [i["kind"]]})
         assert start["open"] >= 4 and "unbooked-payment" in kinds and "refund-task" in kinds, kinds
+        # R48: one case per money: no two open items name the same merchant and order
+        orders = [(i["merchant"], i["order"]) for i in start["items"] if i.get("order")]
+        assert len(orders) == len(set(orders)), orders
         assert tally(tmp_path, "pending", "--local", "--over", "0").returncode == 3  # cron sees the open work
         one = start["items"][0]
-        shown = tally(tmp_path, "manual", "show", one["id"], "--local")
+        shown = tally(tmp_path, "manual", "show", one["id"], "--local", "--json")
         assert shown.returncode == 0 and json.loads(shown.stdout)["id"] == one["id"]
 
         # a dry run first: what would change, in yuan, and nothing changes
@@ -72,7 +75,7 @@ def test_r41_the_demo_morning_is_worked_to_zero_with_the_cli_only(tmp_path):
             "--filter",
             "kind=unbooked-payment",
             "--code",
-            "x",
+            "refunded-by-hand",
             "--why",
             "y",
             "--dry-run",
@@ -89,6 +92,9 @@ def test_r41_the_demo_morning_is_worked_to_zero_with_the_cli_only(tmp_path):
 
         for kind in kinds:
             verb, *options = MORNING.get(kind, OTHERWISE)
+            listed = json.loads(tally(tmp_path, "manual", "list", "--local", "--json").stdout)["items"]
+            if not any(kind in (i.get("kinds") or [i["kind"]]) for i in listed):
+                continue  # its cases were closed with another part's decision (R48)
             done = tally(tmp_path, "manual", verb, "--filter", f"kind={kind}", *options, "--local", "--json")
             assert done.returncode == 0, (kind, done.stdout[-1500:], done.stderr[-1500:])
             assert json.loads(done.stdout)["changed"] >= 1

@@ -293,3 +293,38 @@ def test_r52_manual_replay_run_dry_run_never_acts(h, cli):
     h.drain()
     assert open_ids() == left and len(left) == 2  # nothing replayed
     assert bootstrap.bulk_replay().show(run["run_id"])["done_items"] == 1
+
+
+# ---------------------------------------------------------------------------------------- manual show
+
+
+def test_manual_show_prints_facts_reason_next_step_and_history_raw_only_asked_ciphertext_never(h, sim, cli):
+    m = h.add_merchant(mchid=str(random.randrange(10**9, 10**10)))
+    inject_refund_task(h, m, sim)
+    (case,) = bootstrap.work_queue().list()
+    cli("manual", "ack", case["id"], "--why", "looking")
+    text = cli("manual", "show", case["id"])
+    assert f"{case['id']}: unbooked-payment" in text and "amount:   ¥1.00" in text
+    assert "reason:" in text and "part:     task-" in text
+    assert (
+        f"next:     tally manual close-task {case['id']} --code refunded-at-channel|booked-after-all" in text
+    )
+    assert "history:" in text and "ack by alice: looking" in text
+    assert "raw row" not in text and "ciphertext" not in text.lower()
+    raw = cli("manual", "show", case["id"], "--raw")
+    assert "raw row:" in raw and "handled: 2" in raw
+    assert "characters, not shown" in raw  # the body's ciphertext replaced by its length
+
+
+def test_manual_show_into_a_closed_pipe_ends_quietly():
+    """`tally manual show … | head`: the reader is gone; the command ends with exit 0 and no traceback."""
+    import os
+    import subprocess
+    import sys
+
+    read, write = os.pipe()
+    os.close(read)  # the reader (`| head`) is gone before anything is written
+    code = "import sys\nfrom tally_cli import manual\nsys.exit(manual.emit('x' * 200_000))\n"
+    done = subprocess.run([sys.executable, "-c", code], stdout=write, stderr=subprocess.PIPE, timeout=60)
+    os.close(write)
+    assert done.returncode == 0 and b"Broken pipe" not in done.stderr and b"Traceback" not in done.stderr

@@ -7,7 +7,6 @@ headers are shown as the text they are (escaped by the templates), secrets and c
 
 from __future__ import annotations
 
-import json
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -18,19 +17,9 @@ from tally import bootstrap
 from tally.channels import registry as channel_registry
 from tally.domain.clock import CHINA
 from tally.domain.money import format_cents
+from tally.service.shown import scrub as _scrub
 
 BUCKETS = ("< 1 h", "1–24 h", "1–7 d", "> 7 d")
-# attribute names never shown (secrets live in Secrets Manager; this is the second fence)
-SECRET_WORDS = (
-    "secret",
-    "private",
-    "password",
-    "apiv3",
-    "api_key",
-    "merchant_key",
-    "auth_token",
-    "ciphertext",
-)
 
 
 def yuan(cents: Any) -> str:
@@ -440,10 +429,6 @@ def merchants(now: float | None = None) -> list[dict[str, Any]]:
     return rows
 
 
-def _secretish(name: str) -> bool:
-    return any(word in name.lower() for word in SECRET_WORDS)
-
-
 # ------------------------------------------------------------------------------------------- refunds
 
 
@@ -478,41 +463,6 @@ def item_detail(item_id: str) -> tuple[Item | None, dict[str, Any], list[dict[st
     source = got.get("source")
     rows = source if isinstance(source, list) else [source]
     return item, _scrub(rows[0] or {}) if rows else {}, list(got.get("history") or [])
-
-
-def _scrub(row: dict[str, Any]) -> dict[str, Any]:
-    """No secret-named attribute; a body with its ciphertext replaced by its length (R: never shown)."""
-    out = {k: v for k, v in row.items() if not _secretish(k)}
-    if isinstance(out.get("body"), str):
-        out["body"] = redact_body(out["body"])
-    return out
-
-
-def redact_body(text: str) -> str:
-    """A callback body as received, minus what is encrypted for the merchant: any JSON `ciphertext` (WeChat v3
-    `resource.ciphertext`, any depth) and what a channel's `redact_body` hides in a body that is not JSON
-    (WeChat v2 `<req_info>`) become "‹ciphertext, N characters, not shown›"."""
-    try:
-        document = json.loads(text)
-    except ValueError:
-        for channel in channel_registry.all_channels():
-            text = channel.redact_body(text, _hidden)
-        return text
-    if not isinstance(document, dict | list):
-        return text
-    return json.dumps(_redact(document), ensure_ascii=False)
-
-
-def _redact(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _hidden(str(v)) if k.lower() == "ciphertext" else _redact(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_redact(v) for v in value]
-    return value
-
-
-def _hidden(text: str) -> str:
-    return f"‹ciphertext, {len(text)} characters, not shown›"
 
 
 def order_story(mchid: str, out_trade_no: str) -> dict[str, Any] | None:
