@@ -19,6 +19,7 @@ from tally_cli import (
     console,
     demo,
     envvars,
+    find,
     ledger,
     manual,
     merchant,
@@ -45,6 +46,7 @@ COMMAND_MODULES = [
     outbox,
     envvars,
     console,
+    find,
 ]
 
 

@@ -30,7 +30,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from tally_cli.common import add_target, connect
+from tally_cli.common import add_target, connect, emit
 
 OVERDUE_EXIT = 3  # cron-able: something is open past its threshold
 
@@ -164,9 +164,8 @@ def manual_show(args: argparse.Namespace) -> int:
     if args.raw:  # the stored row(s), secrets and ciphertext never shown
         rows = source if isinstance(source, list) else [source]
         item["raw"] = [scrub(r) for r in rows if r]
-    if args.json:
-        return emit(json.dumps(item, ensure_ascii=False, indent=2, default=str))
-    return emit(render_item(item))
+    emit(item, lambda: render_item(item), args)
+    return 0
 
 
 def render_item(item: dict[str, Any]) -> str:
@@ -199,17 +198,6 @@ def render_item(item: dict[str, Any]) -> str:
         lines.append("  raw row:")
         lines += [f"    {k}: {v}" for k, v in sorted(row.items()) if k != "history"]
     return "\n".join(lines)
-
-
-def emit(text: str) -> int:
-    """Print; a reader that closed the pipe (`| head`) ends the command quietly, exit 0."""
-    try:
-        print(text)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())  # the interpreter's last flush must not fail either
-    return 0
 
 
 def manual_act(args: argparse.Namespace) -> int:

@@ -324,7 +324,53 @@ def test_manual_show_into_a_closed_pipe_ends_quietly():
 
     read, write = os.pipe()
     os.close(read)  # the reader (`| head`) is gone before anything is written
-    code = "import sys\nfrom tally_cli import manual\nsys.exit(manual.emit('x' * 200_000))\n"
+    code = "from argparse import Namespace\nfrom tally_cli.common import emit\nemit({}, 'x' * 200_000, Namespace())\n"
     done = subprocess.run([sys.executable, "-c", code], stdout=write, stderr=subprocess.PIPE, timeout=60)
     os.close(write)
     assert done.returncode == 0 and b"Broken pipe" not in done.stderr and b"Traceback" not in done.stderr
+
+
+# ---------------------------------------------------------------------------------------- search
+
+
+def test_find_opens_the_order_story_from_a_transaction_id_a_refund_number_a_refund_id_or_out_trade_no(
+    h, sim, cli
+):
+    from tests.integration.refund_helpers import deliver, refund
+
+    m = h.add_merchant(mchid=str(random.randrange(10**9, 10**10)))
+    otn, txn = paid_order(h, m["mchid"], 500)
+    status, body = refund(h, m["mchid"], otn, 120)
+    assert status in (200, 201, 202), body
+    refund_no = body["refund_no"]
+    sim.settle_refund(refund_no, "success")
+    deliver(h, m["mchid"], refund_no)
+    refund_id = bootstrap.refund_service().show(refund_no)["refund_id"]
+    assert refund_id and refund_id != refund_no
+
+    for number, found_as in (
+        (txn, "transaction id"),
+        (refund_no, "refund number"),
+        (refund_id, "refund id"),
+        (otn, "out_trade_no"),
+    ):
+        found = cli("find", number, "--json")
+        assert [(x["mchid"], x["out_trade_no"], x["found_as"]) for x in found["matches"]] == [
+            (m["mchid"], otn, found_as)
+        ], number
+        assert found["story"]["order"]["out_trade_no"] == otn
+        status, _, headers = console("GET", "find", q=number)  # the console's search box
+        assert status == 303 and headers["location"] == f"/console/story?mchid={m['mchid']}&order={otn}"
+    assert f"is the transaction id of order {otn}" in cli("find", txn)
+    assert "nothing found" in cli("find", "4200000000000000000000000000", expect=1)
+    status, page, _ = console("GET", "find", q="no-such-number")
+    assert status == 200 and 'id="not-found"' in page
+
+    # the Refunds page lists it on its day, by merchant and state
+    from tally.console.data import today_cst
+
+    today = today_cst(time.time()).isoformat()
+    status, page, _ = console("GET", "refunds", date=today, merchant=m["mchid"])
+    assert status == 200 and refund_no in page.split('id="refunds-booked"')[1]
+    status, page, _ = console("GET", "refunds", date=today, merchant=m["mchid"], state="MANUAL")
+    assert refund_no not in page

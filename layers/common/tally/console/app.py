@@ -181,6 +181,18 @@ def story_page(request: Request, who: Identity) -> Response:
     )
 
 
+def find_page(request: Request, who: Identity) -> Response:
+    """The search box: a transaction id, refund number, refund id or out_trade_no → its order's story (one
+    match), or the matches to choose from, across every configured merchant."""
+    q = request.field("q")[:64]
+    matches = bootstrap.story_service().find(q, data.merchants_configured()) if q else []
+    if len(matches) == 1:
+        return redirect(link("story", mchid=matches[0]["mchid"], order=matches[0]["out_trade_no"]))
+    return render(
+        "story.html", who, page="story", mchid="", order="", story=None, asked=False, q=q, matches=matches
+    )
+
+
 def recon_page(request: Request, who: Identity) -> Response:
     channel, mchid = request.field("channel"), request.field("mchid")
     day = request.field("date") or data.yesterday_cst()
@@ -209,7 +221,13 @@ def report_download(request: Request, who: Identity) -> Response:
 
 
 def refunds_page(request: Request, who: Identity) -> Response:
-    return render("refunds.html", who, page="refunds", refunds=data.refunds())
+    filters = {k: request.field(k) for k in ("state", "merchant", "date")}
+    try:
+        day = data.date.fromisoformat(filters["date"]).isoformat() if filters["date"] else ""
+    except ValueError:
+        return render("error.html", who, 400, message="Dates look like 2026-11-30.")
+    found = data.refunds(filters["state"].upper(), filters["merchant"], day)
+    return render("refunds.html", who, page="refunds", refunds=found, filters=filters)
 
 
 def merchants_page(request: Request, who: Identity) -> Response:
@@ -240,6 +258,7 @@ PAGES: dict[str, Callable[[Request, Identity], Response]] = {
     "queue": queue_page,
     "item": item_page,
     "story": story_page,
+    "find": find_page,
     "recon": recon_page,
     "report": report_download,
     "refunds": refunds_page,

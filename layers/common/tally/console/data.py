@@ -432,12 +432,33 @@ def merchants(now: float | None = None) -> list[dict[str, Any]]:
 # ------------------------------------------------------------------------------------------- refunds
 
 
-def refunds() -> dict[str, list[dict[str, Any]]]:
+def refunds(state: str = "", merchant: str = "", day: str = "") -> dict[str, Any]:
+    """The Refunds page: those with a person and those waiting for the channel (now), and those booked on
+    `day` (the ledger's REFUND entries of that bill date, per merchant: index Queries, never a Scan), each
+    list narrowed to a state and a merchant when asked."""
     service = bootstrap.refund_service()
-    return {
+    day = day or yesterday_cst()
+    ledger = bootstrap.story_service().ledger
+    booked = [
+        {**_refund(e), "status": "SUCCESS", "created": cst(e.get("booked_at"))}
+        for channel, mchid in merchants_configured()
+        if not merchant or mchid == merchant
+        for e in ledger.day(recon_channel(channel), mchid, day)
+        if e.get("kind") == "REFUND"
+    ]
+    lists = {
         "manual": [_refund(r) for r in service.manual(200)],
         "due": [_refund(r) for r in service.due(200)],
+        "booked": booked,
     }
+    return {
+        name: [
+            r
+            for r in rows
+            if (not state or r["status"] == state) and (not merchant or r["mchid"] == merchant)
+        ]
+        for name, rows in lists.items()
+    } | {"day": day, "merchants": sorted({m for _, m in merchants_configured()})}
 
 
 def _refund(row: dict[str, Any]) -> dict[str, Any]:
