@@ -128,6 +128,7 @@ def test_every_json_verb_prints_exactly_one_json_document_and_logs_only_on_stder
         ],
         "order show": ["order", "show", m, otn],
         "order story": ["order", "story", m, otn, "--raw"],
+        "find": ["find", otn],
         "verify wechatpay": [
             "verify",
             "wechatpay",
