@@ -10,6 +10,8 @@
     abnormal-refund ID --to merchant-bank-card|user-bank-card [--bank-type … --bank-account … --real-name …]
                                                               an ABNORMAL WeChat refund, sent elsewhere and tracked
     close-task ID --code refunded-at-channel|booked-after-all --why …
+    refund-now ID --why …                                     the payment back through the one refund path
+    accept-amount ID --why …                                  amount mismatch: book what the channel was paid
 Every acting verb takes `--filter …` instead of an ID (bulk) and `--dry-run` (print what would change,
 counts and amounts in yuan, change nothing). `--json` prints exactly one JSON document to stdout.
 
@@ -42,6 +44,8 @@ VERBS = {
     "refund-outcome": "record a refund's outcome found on the merchant platform (books or releases it, once)",
     "abnormal-refund": "send a refund WeChat reported ABNORMAL to the merchant's or the user's bank card",
     "close-task": "close a refund task: refunded at the channel, or booked after all",
+    "refund-now": "refund an unwanted payment (or a refund task's) now, through the channel's refund",
+    "accept-amount": "amount mismatch: book what the channel says was paid (the order takes that amount)",
 }
 
 

@@ -374,3 +374,69 @@ def test_find_opens_the_order_story_from_a_transaction_id_a_refund_number_a_refu
     assert status == 200 and refund_no in page.split('id="refunds-booked"')[1]
     status, page, _ = console("GET", "refunds", date=today, merchant=m["mchid"], state="MANUAL")
     assert refund_no not in page
+
+
+# ---------------------------------------------------------------------------------------- money actions
+
+
+def mismatched_payment(h, sim, mchid: str) -> str:
+    """An order of 5.06 the channel took 0.05 for (R12: not booked, with a person)."""
+    order = json.loads(h.create_order(mchid, amount_cent=506, prepay=True)["body"])
+    sim.pay(mchid, order["out_trade_no"], drop=True, amount_total=5)
+    headers, body = sim.build_notification(mchid, sim.get_order(mchid, order["out_trade_no"])["transaction"])
+    assert h.notify(mchid, headers, body)["statusCode"] == 204
+    h.drain()
+    return order["out_trade_no"]
+
+
+def test_r48_accept_the_amount_paid_books_what_the_channel_took_audited_with_the_difference(h, sim, cli):
+    m = h.add_merchant(mchid=str(random.randrange(10**9, 10**10)))
+    otn = mismatched_payment(h, sim, m["mchid"])
+    (case,) = bootstrap.work_queue().list()
+    assert "accept-amount" in case["actions"] and "booked-by-hand" not in case["codes"]["resolve"]
+    done = cli("manual", "accept-amount", case["id"], "--why", "the customer's price was 0.05", "--json")
+    assert "5.06 → 0.05 yuan (difference -5.01)" in done["outcome"]
+    h.drain()
+    order = bootstrap.order_service().show(m["mchid"], otn)
+    assert order["status"] == "PAID" and order["amount_cent"] == 5
+    entries = [e for e in h.scan("LEDGER_TABLE") if e.get("out_trade_no") == otn and e["kind"] == "PAYMENT"]
+    assert [e["amount_cent"] for e in entries] == [5]
+    row = h.ddb.get_item(TableName=h.env["ORDERS_TABLE"], Key=to_item({"pk": f"{m['mchid']}#{otn}"}))["Item"]
+    assert row["amount_before_cent"]["N"] == "506" and row["amount_accepted"]["M"]["by"]["S"] == "alice"
+    assert open_ids() == set()
+
+
+def test_r48_refund_now_on_an_unwanted_payment_refunds_once_through_the_refund_path_then_every_door_is_shut(
+    h, sim, cli
+):
+    m = h.add_merchant(mchid=str(random.randrange(10**9, 10**10)))
+    otn = mismatched_payment(h, sim, m["mchid"])
+    (case,) = bootstrap.work_queue().list()
+    done = cli("manual", "refund-now", case["id"], "--why", "not this price: money back", "--json")
+    assert "sent to the channel" in done["outcome"] and open_ids() == set()
+    (refund,) = bootstrap.refund_service().for_order(m["mchid"], otn)
+    assert refund["amount_cent"] == 5 and refund["refund_no"].startswith("RT")  # the task's own number (R26)
+    assert refund["status"] in ("ACCEPTED", "PENDING", "SUCCESS")
+    task_pk = refund["hold_pk"]
+    assert bootstrap.refund_service().store.task(task_pk)["status"] in ("REFUNDING", "DONE")
+    assert bootstrap.order_service().show(m["mchid"], otn)["status"] == "WAIT_PAY"  # nothing booked
+    # every other door is shut: the same money is not paid out again
+    for argv in (("refund-now", case["id"]), ("resolve", case["id"], "--code", "refunded-by-hand")):
+        assert "is not open" in cli("manual", *argv, "--why", "again", expect=1)
+    with pytest.raises(Exception, match="REFUNDING|DONE"):
+        bootstrap.refund_service().refund_task_now(task_pk)
+    assert len([r for r in sim.refunds() if r["out_refund_no"] == refund["refund_no"]]) == 1
+
+
+def test_r48_refund_now_the_channel_refuses_says_why_and_the_case_stays_open(h, sim, cli):
+    m = h.add_merchant(mchid=str(random.randrange(10**9, 10**10)))
+    inject_refund_task(h, m, sim)  # a second payment the simulator's refund desk does not know
+    (case,) = bootstrap.work_queue().list()
+    assert "refund-now" in case["actions"]
+    out = cli("manual", "refund-now", case["id"], "--why", "customer paid twice", expect=1)
+    assert "the channel refused refund RT" in out and "RESOURCE_NOT_EXISTS" in out
+    (still,) = bootstrap.work_queue().list()
+    assert still["id"] == case["id"] and sorted(p["kind"] for p in still["parts"]) == [
+        "refund-task",
+        "unbooked-payment",
+    ]

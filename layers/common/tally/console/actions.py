@@ -20,6 +20,8 @@ ACTIONS = {
     "replay": "Replay through the product path (after a fix)",
     "refund-outcome": "Record the refund's outcome (from the merchant platform)",
     "close-task": "Close the refund task",
+    "refund-now": "Refund this payment now (through the channel)",
+    "accept-amount": "Accept the amount paid (book what the channel says)",
 }
 FIELDS = ("owner", "outcome", "code", "reverse")  # what a form may pass on to the queue's action
 FILTERS = ("kind", "merchant", "age", "state", "owner", "cls", "bill_date")  # the queue page's filter fields

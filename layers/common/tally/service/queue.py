@@ -74,7 +74,18 @@ KINDS: dict[str, tuple[str, int]] = {
     "bill-upload": ("an uploaded bill under a folder that names no day: not reconciled", DAY_S),
 }
 PREFIXES = ("pay-", "evt-", "rejected-", "report-", "refund-", "task-", "diff-", "recon-", "order-", "cert-")
-ACTIONS = ("ack", "resolve", "ignore", "replay", "refund-outcome", "abnormal-refund", "close-task")
+ACTIONS = (
+    "ack",
+    "resolve",
+    "ignore",
+    "replay",
+    "refund-outcome",
+    "abnormal-refund",
+    "close-task",
+    "refund-now",  # R48: the payment back through the one refund path (its refund task's refund)
+    "accept-amount",  # R48: book what the channel says was paid on an amount mismatch
+)
+CLOSING = ("resolve", "ignore", "close-task", "refund-now", "accept-amount")  # one decision for a whole case
 # R48: the kinds that concern one order's money: every live item of these kinds naming the same merchant and
 # order is one case (the oldest part leads; the others attach to it and close with it)
 CASE_KINDS = frozenset(
@@ -389,7 +400,7 @@ class WorkQueue:
         the case stays open for a second person to pay out again. A refund still waiting for its outcome is
         a part with its own decision: the case is not closed over it."""
         live = [p for p in case["parts"] if not p.get("linked")]
-        if action in ("ack", "replay", "refund-outcome", "abnormal-refund"):
+        if action not in CLOSING:
             targets = [p for p in live if action in p["actions"]]
             return "; ".join(
                 f"{p['id']}: {getattr(self, '_' + p['source_kind'])(p, action, entry, fields)}"
@@ -407,8 +418,8 @@ class WorkQueue:
         ]
         settle = {**entry, "why": f"{entry['why']} (one case with {first['id']}, R48)"}
         for part in live:
-            if part is first:
-                continue
+            if part is first or (action == "refund-now" and part["kind"] == "refund-task"):
+                continue  # a refund task's refund has its own outcome: shown on the case, not closed here
             verb = "ignore" if action == "ignore" else "resolve"
             try:
                 done = getattr(self, "_" + part["source_kind"])(
@@ -424,11 +435,16 @@ class WorkQueue:
     def _payment(
         self, item: dict[str, Any], action: str, entry: dict[str, Any], fields: dict[str, Any]
     ) -> str:
-        key = {"pk": item["source_key"]}
+        key, outcome = {"pk": item["source_key"]}, ""
         if action == "replay":
             return self._manual().replay("raw:" + item["source_key"], by=entry["by"], why=entry["why"])[
                 "outcome"
             ]
+        if action == "accept-amount":
+            return self._accept_amount(item, entry)
+        if action == "refund-now":
+            outcome = self._refund_now(self._payment_task(item))
+            action = "resolve"  # the payment's item closes: its money goes back through the refund
         if action == "ack":
             self.store.record(
                 self.store.t.notify_raw,
@@ -448,7 +464,7 @@ class WorkQueue:
             sets={"resolution": entry},
             remove=("pending_pk", "pending_at"),
         )
-        return _closed_state(action).lower()
+        return outcome or _closed_state(action).lower()
 
     def _kept(self, item: dict[str, Any], action: str, entry: dict[str, Any], fields: dict[str, Any]) -> str:
         outcomes = []
@@ -533,7 +549,74 @@ class WorkQueue:
         self.store.append_history(self.store.t.refunds, key, entry, RESOLVED)
         return f"{outcome} recorded ({'booked' if outcome == 'SUCCESS' else 'released'})"
 
+    def _refund_now(self, task_pk: str) -> str:
+        if self.refunds is None:
+            raise QueueError("no refund service wired")
+        try:
+            _, refund_no = _built(self.refunds).refund_task_now(task_pk)
+        except (LookupError, ValueError) as exc:
+            raise QueueError(str(exc)) from None
+        return f"refund {refund_no} sent to the channel: tracked to its outcome like any refund"
+
+    def _payment_task(self, item: dict[str, Any]) -> str:
+        """The refund task of an unbooked payment: the one it has (R17), or one opened now (same key rule)."""
+        row = self.store.get(self.store.t.notify_raw, {"pk": item["source_key"]}) or {}
+        if row.get("refund_task"):
+            return str(row["refund_task"])
+        if not row.get("out_trade_no") or not row.get("transaction_id"):
+            raise QueueError(f"{item['id']}: no order or transaction id to refund against")
+        order = self.store.get(self.store.t.orders, {"pk": f"{row['mchid']}#{row['out_trade_no']}"})
+        if order is None:
+            raise QueueError(
+                f"{item['id']}: order {row['out_trade_no']} does not exist here: refund it by hand"
+            )
+        tenant = order.get("tenant") or row["mchid"]
+        task = {
+            "pk": f"{tenant}#{order['pk']}#{row['transaction_id']}",
+            "tenant": tenant,
+            "order_pk": order["pk"],
+            "channel": row.get("channel"),
+            "transaction_id": row["transaction_id"],
+            "mchid": row["mchid"],
+            "out_trade_no": row["out_trade_no"],
+            "amount_cent": int(row["paid_cent"]),
+            "total_cent": int(
+                row.get("order_total_cent") or row["paid_cent"]
+            ),  # what the channel's refund names
+            "reason": f"refund-now by a person: {row.get('manual_reason') or 'not booked'}"[:200],
+            "status": "OPEN",
+            "created_at": iso_now(self.clock()),
+        }
+        self.store.open_task(item["source_key"], task)  # False: it exists already, and is the one refunded
+        return str(task["pk"])
+
+    def _accept_amount(self, item: dict[str, Any], entry: dict[str, Any]) -> str:
+        """Book what the channel says was paid (an amount mismatch, R12): the order takes the channel's order
+        amount (audited, the old one kept), then the payment goes through the product path again."""
+        row = self.store.get(self.store.t.notify_raw, {"pk": item["source_key"]}) or {}
+        order = self.store.get(self.store.t.orders, {"pk": f"{row.get('mchid')}#{row.get('out_trade_no')}"})
+        if order is None or row.get("order_total_cent") is None:
+            raise QueueError(f"{item['id']}: no order amount to accept (only an amount mismatch has one)")
+        old, new = int(order["amount_cent"]), int(row["order_total_cent"])
+        if old == new:
+            raise QueueError(f"{item['id']}: the amounts agree ({format_cents(old)}): replay it instead")
+        audit = {**entry, "from_cent": old, "to_cent": new}
+        if not self.store.accept_amount(order["pk"], old, new, audit):
+            raise QueueError(
+                f"order {order.get('out_trade_no')} is {order.get('status')} or changed meanwhile: "
+                "its amount is not changed"
+            )
+        self._manual().replay("raw:" + item["source_key"], by=entry["by"], why=entry["why"])
+        return (
+            f"order amount {format_cents(old)} → {format_cents(new)} yuan (difference {format_cents(new - old)}); "
+            f"the payment of {format_cents(int(row.get('paid_cent') or 0))} yuan is booked through the product path"
+        )
+
     def _task(self, item: dict[str, Any], action: str, entry: dict[str, Any], fields: dict[str, Any]) -> str:
+        if action == "refund-now":
+            outcome = self._refund_now(item["source_key"])
+            self.store.append_history(self.store.t.refund_tasks, {"pk": item["source_key"]}, entry, RESOLVED)
+            return outcome
         ack = action == "ack"
         if action == "close-task":
             code = str(fields.get("code") or "")
@@ -710,7 +793,8 @@ class WorkQueue:
             amount_cent=row.get("paid_cent"),
             since=row.get("pending_at") or row.get("handled_at"),
             reason=plain(row.get("manual_reason") or "not booked"),
-            actions=("ack", "resolve", "ignore", "replay"),
+            actions=("ack", "resolve", "ignore", "replay", "refund-now")
+            + (("accept-amount",) if _amount_mismatch(row) else ()),
             row_refs={"refund_task": row["refund_task"]} if row.get("refund_task") else {},
         )
 
@@ -827,7 +911,7 @@ class WorkQueue:
             reason=plain(
                 f"{row.get('reason') or 'could not be booked'}; {row.get('manual_reason') or ''}".strip("; ")
             ),
-            actions=("ack", "close-task", "resolve", "ignore"),
+            actions=("ack", "close-task", "refund-now", "resolve", "ignore"),
         )
 
     def _diff_item(self, row: dict[str, Any]) -> dict[str, Any]:
@@ -981,6 +1065,12 @@ def _item(
         "source_key": source_key,
         **({"source_keys": keys} if keys else {}),
     }
+
+
+def _amount_mismatch(row: dict[str, Any]) -> bool:
+    """An unbooked payment whose only problem is the amount (R12): the channel's order amount differs from ours."""
+    reason = str(row.get("manual_reason") or "")
+    return reason.startswith("amount ") and ";" not in reason and row.get("order_total_cent") is not None
 
 
 def _part_ids(item: dict[str, Any]) -> set[str]:

@@ -371,10 +371,11 @@ class RefundStore:
                 "TableName": self.t.base.refund_tasks,
                 "Key": to_item({"pk": task_pk}),
                 "UpdateExpression": "SET #st = :refunding, refund_no = :rn, updated_at = :now",
-                "ConditionExpression": "#st = :open",
+                # OPEN (the task worker), or MANUAL when a person says "refund it now" (R48)
+                "ConditionExpression": "#st IN (:open, :manual)",
                 "ExpressionAttributeNames": {"#st": "status"},
                 "ExpressionAttributeValues": names_values(
-                    refunding="REFUNDING", open="OPEN", rn=refund_no, now=now
+                    refunding="REFUNDING", open="OPEN", manual="MANUAL", rn=refund_no, now=now
                 ),
                 "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
             }
