@@ -59,6 +59,15 @@ def rejected_callback(stack, body: str, nonce: str) -> None:
     assert status == 401
 
 
+def fill_action(page, form: str, action: str, reason: str, code: str = "") -> None:
+    """Choose the action (and its code), type the reason and submit the form (#act or #bulk)."""
+    page.select_option(f"{form} select[name=action]", action)
+    if code:
+        page.select_option(f"{form} select[name=code]", code)
+    page.fill(f"{form} input[name=reason]", reason)
+    page.click(f"{form} button[type=submit]")
+
+
 def test_stuck_payment_found_in_two_clicks_story_opened_acted_on_and_the_morning_number_falls(
     stack, new_page
 ):
@@ -85,10 +94,7 @@ def test_stuck_payment_found_in_two_clicks_story_opened_acted_on_and_the_morning
     shot(page, "story")
     page.go_back()
 
-    page.select_option("#act select[name=action]", "resolve")
-    page.select_option("#act select[name=code]", "refunded-by-hand")
-    page.fill("#act input[name=reason]", "refunded 0.05 by hand on the merchant platform")
-    page.click("#act button[type=submit]")
+    fill_action(page, "#act", "resolve", "refunded 0.05 by hand on the merchant platform", "refunded-by-hand")
     page.wait_for_selector(".notice")
     assert "resolved" in page.inner_text(".notice")
     assert "operator" in page.inner_text("ol.history")  # the audit history names the token's user
@@ -342,9 +348,7 @@ def test_r48_r52_every_item_action_completes_or_says_why_and_keeps_the_form(stac
     ):
         item_id = unbooked_payment(stack, no)
         page.goto(stack.api_url + "/console/item?" + urllib.parse.urlencode({"id": item_id}))
-        page.select_option("#act select[name=action]", action)
-        page.fill("#act input[name=reason]", f"{action} from the console")
-        page.click("#act button[type=submit]")
+        fill_action(page, "#act", action, f"{action} from the console")
         page.wait_for_selector(".notice")
         assert said in page.inner_text(".notice") and "No such" not in page.inner_text("main"), no
 
@@ -352,10 +356,7 @@ def test_r48_r52_every_item_action_completes_or_says_why_and_keeps_the_form(stac
     ids = [unbooked_payment(stack, no) for no in ("CONSOLE0811", "CONSOLE0812")]
     page.goto(stack.api_url + "/console/queue?" + urllib.parse.urlencode({"merchant": MCHID}))
     page.check(f'#queue input[name=pick][value="{ids[0]}"]')
-    page.select_option("#bulk select[name=action]", "resolve")
-    page.select_option("#bulk select[name=code]", "confirmed-junk")
-    page.fill("#bulk input[name=reason]", "test payments")
-    page.click("#bulk button[type=submit]")
+    fill_action(page, "#bulk", "resolve", "test payments", "confirmed-junk")
     page.wait_for_selector("#preview")
     assert "Preview: resolve 1 item(s), 0.05 yuan" in page.inner_text("h1")
     page.click("#confirm")
