@@ -17,9 +17,8 @@ from tally.console import app
 from tally.console.auth import csrf_token, identity
 from tally.store.codec import to_item
 
+from tests.integration.queue_helpers import inject_refund_task, orphan_payments
 from tests.integration.refund_helpers import paid_order
-from tests.integration.test_bulk_replay import orphan_payments
-from tests.integration.test_queue import inject_refund_task
 
 CLAIMS = {
     "sub": "sub-ops",

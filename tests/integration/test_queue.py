@@ -20,6 +20,7 @@ from tally.store.recon import with_bill_shard
 from tally.store.tables import EventStore, iso_now
 
 from tally_local.simulator import _crypto as c
+from tests.integration.queue_helpers import inject_refund_task
 from tests.integration.refund_helpers import deliver, paid_order, refund
 
 D = "2024-05-01"
@@ -209,14 +210,6 @@ def inject_abnormal_refund(h, m, sim):
     sim.settle_refund(no, "abnormal")
     deliver(h, m["mchid"], no)
     return otn, no
-
-
-def inject_refund_task(h, m, sim):
-    otn, _ = paid_order(h, m["mchid"], 100)
-    headers, body = sim.build_notification(m["mchid"], sim.transaction_resource(m["mchid"], otn, 100))
-    h.notify(m["mchid"], headers, body)  # a second payment of a paid order: ILLEGAL → refund task (R17)
-    h.drain()
-    assert bootstrap.refund_service().work_tasks() == {"MANUAL": 1}
 
 
 def pay_on(h, mchid, cents, success_time):

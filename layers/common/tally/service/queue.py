@@ -277,8 +277,10 @@ class WorkQueue:
                 "owner": fields.get("owner") or by,
                 "history": [*item["history"], entry],
             }
-        elif action == "replay" and item["source_kind"] == "day":  # the re-run may block the day again
-            after = next((i for i in self.list({"id": item_id}) if i["id"] == item_id), None)
+        elif (action == "replay" and item["source_kind"] == "day") or (
+            len(item.get("parts") or []) > 1 and action not in CLOSING
+        ):  # the re-run may block the day again; a case keeps its other parts open
+            after = next(iter(self.list({"id": item_id})), None)
         else:
             after = None  # closed: it left its row's index, so no list shows it any more
         closed = {**item, "state": _closed_state(action), "history": [*item["history"], entry]}
