@@ -20,6 +20,7 @@ from tally_cli import (
     console,
     demo,
     envvars,
+    find,
     ledger,
     manual,
     merchant,
@@ -46,6 +47,7 @@ COMMAND_MODULES = [
     outbox,
     envvars,
     console,
+    find,
 ]
 
 

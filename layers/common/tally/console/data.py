@@ -7,10 +7,9 @@ headers are shown as the text they are (escaped by the templates), secrets and c
 
 from __future__ import annotations
 
-import json
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
@@ -18,19 +17,9 @@ from tally import bootstrap
 from tally.channels import registry as channel_registry
 from tally.domain.clock import CHINA
 from tally.domain.money import format_cents
+from tally.service.shown import scrub as shown_scrub
 
 BUCKETS = ("< 1 h", "1–24 h", "1–7 d", "> 7 d")
-# attribute names never shown (secrets live in Secrets Manager; this is the second fence)
-SECRET_WORDS = (
-    "secret",
-    "private",
-    "password",
-    "apiv3",
-    "api_key",
-    "merchant_key",
-    "auth_token",
-    "ciphertext",
-)
 
 
 def yuan(cents: Any) -> str:
@@ -105,6 +94,10 @@ class Item:
     what: str = ""
     count: int = 1
     age_s: int = 0
+    codes: dict[str, list[str]] = field(default_factory=dict)  # what each closing action accepts
+    parts: list[dict[str, Any]] = field(default_factory=list)  # a case's parts (R48), each with its state
+    cls: str = ""
+    bill_date: str = ""
 
     @property
     def amount(self) -> str:
@@ -121,6 +114,11 @@ class Item:
     @property
     def since_cst(self) -> str:
         return cst(self.since)
+
+    @property
+    def kinds(self) -> list[str]:
+        """The item's kind, and a case's every part's (R48)."""
+        return [self.kind, *(str(p.get("kind")) for p in self.parts)]
 
     @property
     def kind_label(self) -> str:
@@ -143,6 +141,13 @@ def _from_queue(row: dict[str, Any]) -> Item:
         what=str(row.get("what") or ""),
         count=int(row.get("count") or 1),
         age_s=int(row.get("age_s") or 0),
+        codes={k: list(v) for k, v in (row.get("codes") or {}).items()},
+        parts=[
+            {k: p.get(k) for k in ("id", "kind", "state", "amount", "reason", "actions", "linked")}
+            for p in row.get("parts") or []
+        ],
+        cls=str(row.get("cls") or ""),
+        bill_date=str(row.get("bill_date") or ""),
     )
 
 
@@ -187,7 +192,9 @@ AGE_FILTERS = {  # the page's age buckets as the queue's filter (seconds)
 def queue_filter(**wanted: str) -> dict[str, Any]:
     """The page's filter fields as the queue service's filter (kind, merchant, age bucket, state, owner)."""
     out: dict[str, Any] = {
-        k: v for k, v in wanted.items() if v and k in ("kind", "merchant", "state", "owner")
+        k: v
+        for k, v in wanted.items()
+        if v and k in ("kind", "merchant", "state", "owner", "cls", "bill_date")
     }
     out.update(AGE_FILTERS.get(wanted.get("age") or "", {}))
     return out
@@ -201,7 +208,7 @@ def filter_items(items: list[Item], **wanted: str) -> list[Item]:
     """The same filter on items already read (the morning page's links)."""
     out = items
     if wanted.get("kind"):
-        out = [i for i in out if i.kind == wanted["kind"] or i.kind.startswith(wanted["kind"])]
+        out = [i for i in out if any(k.startswith(wanted["kind"]) for k in i.kinds)]
     if wanted.get("merchant"):
         out = [i for i in out if i.mchid == wanted["merchant"]]
     if wanted.get("age"):
@@ -210,6 +217,10 @@ def filter_items(items: list[Item], **wanted: str) -> list[Item]:
         out = [i for i in out if i.state == wanted["state"].upper()]
     if wanted.get("owner"):
         out = [i for i in out if i.owner == wanted["owner"]]
+    if wanted.get("cls"):
+        out = [i for i in out if i.cls == wanted["cls"]]
+    if wanted.get("bill_date"):
+        out = [i for i in out if i.bill_date == wanted["bill_date"]]
     return out
 
 
@@ -457,19 +468,36 @@ def merchants(now: float | None = None) -> list[dict[str, Any]]:
     return rows
 
 
-def _secretish(name: str) -> bool:
-    return any(word in name.lower() for word in SECRET_WORDS)
-
-
 # ------------------------------------------------------------------------------------------- refunds
 
 
-def refunds() -> dict[str, list[dict[str, Any]]]:
+def refunds(state: str = "", merchant: str = "", day: str = "") -> dict[str, Any]:
+    """The Refunds page: those with a person and those waiting for the channel (now), and those booked on
+    `day` (the ledger's REFUND entries of that bill date, per merchant: index Queries, never a Scan), each
+    list narrowed to a state and a merchant when asked."""
     service = bootstrap.refund_service()
-    return {
+    day = day or yesterday_cst()
+    ledger = bootstrap.story_service().ledger
+    booked = [
+        {**_refund(e), "status": "SUCCESS", "created": cst(e.get("booked_at"))}
+        for channel, mchid in merchants_configured()
+        if not merchant or mchid == merchant
+        for e in ledger.day(recon_channel(channel), mchid, day)
+        if e.get("kind") == "REFUND"
+    ]
+    lists = {
         "manual": [_refund(r) for r in service.manual(200)],
         "due": [_refund(r) for r in service.due(200)],
+        "booked": booked,
     }
+    return {
+        name: [
+            r
+            for r in rows
+            if (not state or r["status"] == state) and (not merchant or r["mchid"] == merchant)
+        ]
+        for name, rows in lists.items()
+    } | {"day": day, "merchants": sorted({m for _, m in merchants_configured()})}
 
 
 def _refund(row: dict[str, Any]) -> dict[str, Any]:
@@ -498,41 +526,9 @@ def item_detail(item_id: str) -> tuple[Item | None, dict[str, Any], list[dict[st
 
 
 def _scrub(row: dict[str, Any]) -> dict[str, Any]:
-    """No secret-named attribute; a body with its ciphertext replaced by its length (R: never shown); stored
-    times in Asia/Shanghai."""
-    out = {  # a stored time (…_at, UTC) as the page's footer says: Asia/Shanghai
-        k: (cst(v) or v) if k.endswith("_at") else v for k, v in row.items() if not _secretish(k)
-    }
-    if isinstance(out.get("body"), str):
-        out["body"] = redact_body(out["body"])
-    return out
-
-
-def redact_body(text: str) -> str:
-    """A callback body as received, minus what is encrypted for the merchant: any JSON `ciphertext` (WeChat v3
-    `resource.ciphertext`, any depth) and what a channel's `redact_body` hides in a body that is not JSON
-    (WeChat v2 `<req_info>`) become "‹ciphertext, N characters, not shown›"."""
-    try:
-        document = json.loads(text)
-    except ValueError:
-        for channel in channel_registry.all_channels():
-            text = channel.redact_body(text, _hidden)
-        return text
-    if not isinstance(document, dict | list):
-        return text
-    return json.dumps(_redact(document), ensure_ascii=False)
-
-
-def _redact(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _hidden(str(v)) if k.lower() == "ciphertext" else _redact(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_redact(v) for v in value]
-    return value
-
-
-def _hidden(text: str) -> str:
-    return f"‹ciphertext, {len(text)} characters, not shown›"
+    """What a person may see of a stored row (service/shown.py), its stored times (…_at, UTC) in Asia/Shanghai
+    as the page's footer says."""
+    return {k: (cst(v) or v) if k.endswith("_at") else v for k, v in shown_scrub(row).items()}
 
 
 def order_story(mchid: str, out_trade_no: str) -> dict[str, Any] | None:
