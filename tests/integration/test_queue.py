@@ -22,6 +22,8 @@ from tally.store.tables import EventStore, iso_now
 from tally_local.simulator import _crypto as c
 from tests.integration.refund_helpers import deliver, paid_order, refund
 
+pytestmark = pytest.mark.usefixtures("days_of_2024")
+
 D = "2024-05-01"
 LATER = 25 * 3600  # the checks look at the queue a day later, so every item is past its threshold
 

@@ -140,6 +140,9 @@ class M:
     APPLY_ORDER_NOT_FOUND = "ApplyOrderNotFound"
     APPLY_ILLEGAL = "ApplyIllegal"
     APPLY_RETRY = "ApplyRetry"
+    APPLY_OUT_OF_WINDOW = (
+        "ApplyDayOutOfWindow"  # a payment's day is finished, future or before its order (R50)
+    )
     SETTLEMENT_UNKNOWN = "SettlementUnknown"  # booked, but the settlement amount is unknown: a person (R43)
     APPLY_FAILED = "ApplyFailed"  # unexpected exception in the worker: the message is retried
     REFUND_TASK_CREATED = "RefundTaskCreated"
@@ -158,6 +161,7 @@ class M:
     REFUND_FAILED = "RefundFailed"  # CLOSED / rejected: reservation released (R38: repeats need a person)
     REFUND_MANUAL = "RefundManual"  # ABNORMAL, expired, mismatch, unknown answer, contradiction: a person
     REFUND_EXPIRED = "RefundExpired"
+    REFUND_DAY_OUT_OF_WINDOW = "RefundDayOutOfWindow"  # a success on a finished or future day: a person (R50)
     REFUND_HOLD_RECOVERED = "RefundHoldRecovered"  # a create call died after reserving: re-sent by the poll
     REFUND_EXCEEDS = "RefundExceedsRefundable"  # refused by the guard (R27): a caller error, not alarmed
     REFUND_CHANNEL_RETRY = "RefundChannelRetry"  # sent, outcome unknown: retried with the same refund_no

@@ -10,6 +10,7 @@ from typing import Any
 
 from tally import errors
 from tally.channels import outcome_of
+from tally.domain.booking_day import booking_day_refusal
 from tally.domain.clock import CHINA  # the channels' day cut (R34)
 from tally.domain.notifications import EVENT_OF_OUTCOME, OrderFacts, Outcome, PaymentNotice, mismatches
 from tally.domain.orders import Event, Status, Verdict, transit
@@ -95,6 +96,10 @@ class ApplyService:
                 return self._illegal_money_in(notice, order, decision.reason)
             return self._to_person(notice, f"illegal transition: {decision.reason}", M.APPLY_ILLEGAL)
         assert decision.new_status is not None
+        if event is Event.PAY and notice.source != "recon":  # recon's own finding is on the day it looks at
+            refusal = booking_day_refusal(notice.success_time, self.clock())
+            if refusal is not None:  # R50: never booked where no reconciliation will look
+                return self._to_person(notice, f"not booked: {refusal}", M.APPLY_OUT_OF_WINDOW)
         return self._commit(notice, order, event, decision.new_status)
 
     # ---------------------------------------------------------------- the one transaction (R18)

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 from tally import errors
 from tally.channels.refunds import refund_event_of
+from tally.domain.booking_day import booking_day_refusal
 from tally.domain.money import MAX_CENT, yuan_text
 from tally.domain.refunds import (
     IN_FLIGHT,
@@ -670,6 +671,26 @@ class RefundService:
             decision = transit(status, event)
             now_s = self.clock()
             now = iso_now(now_s)
+            if decision.effect is Effect.BOOK and not source.startswith("person:"):
+                refusal = booking_day_refusal(success_time, now_s)
+                if refusal is not None:  # R50: a person, never booked where no reconciliation will look
+                    count(
+                        M.REFUND_DAY_OUT_OF_WINDOW,
+                        channel=refund.get("channel"),
+                        merchant=refund.get("mchid"),
+                    )
+                    event, raw_handled, reason = RefundEvent.MISMATCH, 2, f"not booked: {refusal}"
+                    decision = transit(status, event)
+                    if (
+                        decision.verdict is Verdict.DUPLICATE and raw
+                    ):  # already with a person: this report too
+                        self.raw.mark(*raw, 2, reason[:200], now)
+                        count(
+                            M.REFUND_REPORT_MANUAL,
+                            channel=refund.get("channel"),
+                            merchant=refund.get("mchid"),
+                        )
+                        return RefundApplied.MANUAL, refund
             if decision.verdict is Verdict.DUPLICATE:
                 if refund_id and not refund.get("refund_id"):
                     self.store.set_fields(key, status.value, refund_id=refund_id)
