@@ -818,12 +818,15 @@ def _item(
 
 
 def _aggregate_pk(row: dict[str, Any]) -> str:
-    """The hour's aggregate row a kept rejected row was counted on (service/ingest.py `aggregate`): its own
-    `aggregate_pk` when the index projects it, else rebuilt from the projected channel, merchant, cause, hour."""
+    """The aggregate row a kept rejected row was counted on (service/ingest.py `aggregate`): its own
+    `aggregate_pk` when the index projects it, else rebuilt from the projected channel, merchant, cause (and
+    the hour, for a row kept when every hour had its own counter: such a row has a lifetime)."""
     if row.get("aggregate_pk"):
         return str(row["aggregate_pk"])
-    hour = str(row.get("created_at") or "")[:13]
-    return f"rejected-count#{row.get('channel')}#{row.get('mchid')}#{row.get('cause')}#{hour}"
+    group = f"rejected-count#{row.get('channel')}#{row.get('mchid')}#{row.get('cause')}"
+    if "expires_at" not in row:  # kept since groups are counted whole (no lifetime while open, R51)
+        return group
+    return f"{group}#{str(row.get('created_at') or '')[:13]}"  # kept when each hour had its own counter
 
 
 def _china_day(iso: Any) -> str:
