@@ -391,12 +391,17 @@ class WorkQueue:
             route = str(fields.get("to") or "")
             card = {k: str(fields[k]) for k in ("bank_type", "bank_account", "real_name") if fields.get(k)}
             try:
-                _built(self.refunds).apply_abnormal(
+                _applied, after = _built(self.refunds).apply_abnormal(
                     refund_no, route, card or None, by=entry["by"], reason=entry["why"]
                 )
             except (LookupError, ValueError) as exc:
                 raise QueueError(str(exc)) from None
             self.store.append_history(self.store.t.refunds, key, entry, RESOLVED)
+            if after.get("abnormal_answer") == "unknown":
+                return (
+                    f"sent to the {route.replace('-', ' ')}, the channel's answer unknown (no answer in time): "
+                    "tracked, the amount stays reserved; the refund query tells whether it took"
+                )
             return f"sent to the {route.replace('-', ' ')}: tracked to its outcome like any refund"
         outcome = str(fields.get("outcome") or "").upper()
         if outcome not in ("SUCCESS", "FAIL"):
