@@ -159,3 +159,29 @@ def test_R39_R40_forgeries_are_filed_under_the_reporting_merchant_and_bounded(h,
     assert counter["rejections"] == 60 and counter["mchid"] == reporter["mchid"]
     queue = bootstrap.work_queue()
     assert [i for i in queue.list() if i.get("merchant") == victim] == []
+
+
+def test_R39_a_reported_merchant_id_that_is_no_merchant_id_is_quarantined_at_the_edge(h, sim):
+    """Finding 4: a partner-form report naming sub-merchant `1,merchant=1900000109` was filed under that id,
+    and a replay filter for it then selected the demo merchant's items. A merchant id is 1-32 digits: anything
+    else is quarantined under the merchant that signed it (R5), nothing is filed under the made-up id."""
+    reporter = h.add_merchant(mchid="1900000321")
+    headers, body = partner_report(h, sim, reporter["mchid"], "1,merchant=1900000109", "EDGE-0001")
+    assert h.notify(reporter["mchid"], headers, body)["statusCode"] == 204
+    rows = kept(h)
+    assert [(r["kind"], r["mchid"]) for r in rows] == [("quarantined", reporter["mchid"])]
+    assert "not a merchant id" in rows[0]["reason"]
+    assert all("1,merchant" not in str(r.get("mchid")) for r in h.scan("NOTIFY_EVENT_TABLE"))
+
+
+def test_a_filter_value_cannot_rewrite_the_filter():
+    """Finding 4: the console joined filter values with "," unescaped and the replay split them again, so a
+    merchant value `1,merchant=1900000109` became a filter for 1900000109. Values are escaped, and a filter
+    that names a field twice is refused."""
+    from tally.console.actions import filter_text
+    from tally.service.queue import QueueError, parse_filter
+
+    text = filter_text({"kind": "unbooked-payment", "merchant": "1,merchant=1900000109"})
+    assert parse_filter(text) == {"kind": "unbooked-payment", "merchant": "1,merchant=1900000109"}
+    with pytest.raises(QueueError, match="twice"):
+        parse_filter("merchant=1,merchant=1900000109")

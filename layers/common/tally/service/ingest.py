@@ -15,7 +15,7 @@ from tally.apigw import HttpRequest, HttpResponse
 from tally.channels import outcome_of
 from tally.channels import registry as channel_registry
 from tally.channels.registry import Channel, ReadNotification
-from tally.domain.notifications import Outcome, PaymentNotice
+from tally.domain.notifications import Outcome, PaymentNotice, is_merchant_id
 from tally.observability import M, count, logger
 from tally.service.merchants import MerchantDirectory, UnknownMerchant
 from tally.service.refund_inbox import body_evidence, park_forgery
@@ -159,6 +159,11 @@ class IngestService:
         if read.reject is not None:
             status, reason, cause = read.reject
             return self._reject(status, reason, merchant_id, request, acks, keep=True, cause=cause)
+        if read.quarantine is None and (named := _not_merchant_ids(read)):
+            # signed, but it names a merchant no channel could have: never a key, a filter or an item's owner
+            read = ReadNotification(
+                quarantine=f"names {named[:40]!r}, which is not a merchant id", event_id=read.event_id
+            )
         if read.quarantine is not None:
             # no logger.append_keys on the accepted path: it logs nothing, and the lines that do name their keys
             for notice in read.payments:
@@ -497,6 +502,15 @@ def notice_from_raw(row: Mapping[str, Any]) -> PaymentNotice:
         settlement={k: int(v) for k, v in row["settlement"].items()} if row.get("settlement") else None,
         settlement_error=row.get("settlement_error"),
     )
+
+
+def _not_merchant_ids(read: ReadNotification) -> str:
+    """The first merchant id a verified report names that is not one (1-32 digits, `is_merchant_id`), or ''."""
+    for notice in (*read.payments, *((read.refund,) if read.refund is not None else ())):
+        for value in (notice.mchid, notice.sp_mchid):
+            if value and not is_merchant_id(value):
+                return str(value)
+    return ""
 
 
 def _claimed_amount(notice: Any) -> int | None:

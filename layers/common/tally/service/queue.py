@@ -924,7 +924,7 @@ def parse_filter(text: str | None) -> dict[str, Any]:
     """`kind=refund,merchant=1900000109,age>2h,state=open,owner=alice,channel=alipay` → a filter dict.
     `kind` matches the kind or its prefix (kind=recon matches recon-diff and recon-blocked)."""
     wanted: dict[str, Any] = {}
-    for part in (p.strip() for p in (text or "").split(",") if p.strip()):
+    for part in (p.strip() for p in _filter_parts(text or "") if p.strip()):
         age = _AGE.match(part.replace(" ", ""))
         if age:
             op, n, unit = age.groups()
@@ -937,11 +937,33 @@ def parse_filter(text: str | None) -> dict[str, Any]:
                 f"filter {part!r}: use kind=…, merchant=…, channel=…, state=…, owner=…, order=…, id=…, "
                 "since=…, until=…, age>…, age<…"
             )
+        if name.strip() in wanted:  # a value that smuggled a second "merchant=…" in must not win silently
+            raise QueueError(f"filter names {name.strip()} twice: say it once")
         if name.strip() in ("since", "until"):
             wanted[name.strip()] = parse_bound(value.strip(), end=name.strip() == "until")
             continue
         wanted[name.strip()] = value.strip()
     return wanted
+
+
+def filter_value(value: str) -> str:
+    """`value` as filter text: "\\" and "," escaped, so a value holding "," or "=" stays one value."""
+    return value.replace("\\", "\\\\").replace(",", "\\,")
+
+
+def _filter_parts(text: str) -> list[str]:
+    """The filter's comma-separated parts; "\\," is a comma inside a value, "\\\\" a backslash."""
+    parts, current, chars = [], [], iter(text)
+    for ch in chars:
+        if ch == "\\":
+            current.append(next(chars, "\\"))
+        elif ch == ",":
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+    parts.append("".join(current))
+    return parts
 
 
 def parse_bound(text: str, *, end: bool = False) -> datetime:

@@ -27,6 +27,7 @@ from tally import errors
 from tally.channels.refunds import refund_event_of
 from tally.domain.booking_day import booking_day_refusal
 from tally.domain.money import MAX_CENT, yuan_text
+from tally.domain.notifications import is_merchant_id
 from tally.domain.refunds import (
     IN_FLIGHT,
     AnswerKind,
@@ -1106,7 +1107,7 @@ def validate_refund_request(body: Any) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise InvalidRefund("body must be a JSON object")
     mchid = body.get("mchid")
-    if not isinstance(mchid, str) or not mchid.isdigit() or len(mchid) > 32:
+    if not is_merchant_id(mchid):
         raise InvalidRefund("mchid must be the merchant number (digits)")
     out_trade_no = body.get("out_trade_no")
     if not isinstance(out_trade_no, str) or not OUT_TRADE_NO.match(out_trade_no):
