@@ -215,6 +215,7 @@ class M:
     HEARTBEAT_AGE = (
         "HeartbeatAge"  # gauge, every minute: seconds since the newest synthetic payment was booked
     )
+    HEARTBEAT_DISCARDED = "HeartbeatDiscarded"  # a heartbeat payment that would have gone to a person (R54)
     # the operations console (docs/console.md)
     CONSOLE_ACTION = "ConsoleAction"  # an operator acted on an item: expected traffic
     CONSOLE_ACTION_REFUSED = (
