@@ -861,10 +861,11 @@ def check(run: Scenario) -> None:
             v.append(f"I3b refund task {t['pk']} asks {t['amount_cent']}, channel took {p and p.payer_total}")
         elif raw.get(p.raw_key, {}).get("handled") != 2:
             v.append(f"I3b refund task {t['pk']} but its raw row is not with a person")
-    # R39 every report a hostile tenant forged is parked as a suspected forgery under the tenant it claims
-    # (that the victim's refund did not change is the R29 checks below: ours agrees with the channel's).
+    # R39 every report a hostile tenant forged is parked as a suspected forgery naming the tenant it claims
+    # (`claimed_mchid`; filed under the tenant that signed it); that the victim's refund did not change is
+    # the R29 checks below: ours agrees with the channel's.
     parked = Counter(
-        (r.get("mchid"), r.get("refund_no"))
+        (r.get("claimed_mchid") or r.get("mchid"), r.get("refund_no"))
         for r in env.scan("NOTIFY_EVENT_TABLE")
         if r.get("manual_kind") == "suspected_forgery"
     )
@@ -882,7 +883,7 @@ def check(run: Scenario) -> None:
             and r.get("out_trade_no") == victim.out_trade_no
             and not r.get("refund_no")  # a payment parked, not a forged refund report on the same order
             for r in env.scan("NOTIFY_EVENT_TABLE")
-            if r.get("mchid") == victim.mchid
+            if (r.get("claimed_mchid") or r.get("mchid")) == victim.mchid
         ):
             v.append(f"R39 {victim.key}'s genuine payment {tx} was parked after the hostile claim")
     # I4 every raw row ends at handled 1 or 2; nothing is left in the queue.
