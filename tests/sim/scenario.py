@@ -20,7 +20,11 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import date, datetime
 from typing import Any, Protocol
+
+from tally.domain.booking_day import RECON_PASSES
+from tally.domain.clock import CHINA
 
 from tally_local.simulator import RETRY_SCHEDULE_S, ChannelSimulator
 from tests.sim import day as d
@@ -803,6 +807,15 @@ def check(run: Scenario) -> None:
     orders = {o["pk"]: o for o in env.scan("ORDERS_TABLE")}
     tasks = env.scan("REFUND_TASKS_TABLE")
     payments_booked = [e for e in ledger if e["kind"] == "PAYMENT"]
+    # R50 nothing is booked onto a future day or one whose last recon pass (T+3) is due: such reports wait for
+    # a person (recon's own finding books onto the day it is looking at)
+    for e in ledger:
+        if e["kind"] not in ("PAYMENT", "REFUND") or not e.get("booked_at") or e.get("source") == "recon":
+            continue
+        day = datetime.fromisoformat(str(e["booked_at"]).replace("Z", "+00:00")).astimezone(CHINA).date()
+        age = (day - date.fromisoformat(str(e["bill_date"]))).days
+        if age < 0 or age >= RECON_PASSES:
+            v.append(f"R50 {e['pk']} booked on {day} onto bill day {e['bill_date']}")
     booked = Counter(e["transaction_id"] for e in payments_booked)
     per_order = Counter(e["order_pk"] for e in payments_booked)
     channel = run.payments
