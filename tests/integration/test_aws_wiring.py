@@ -496,3 +496,24 @@ def test_R54_two_beats_in_one_minute_are_one_payment_and_synthetic_money_opens_n
         assert bootstrap.work_queue().list() == [] and h.metric("HeartbeatDiscarded") == 1
     finally:
         bootstrap.set_clock(__import__("time").time)
+
+
+def test_R54_wechats_security_echo_callback_is_verified_acknowledged_and_stores_nothing(h):
+    """WeChat Pay's POST /v3/security/echo (docs/channels.md) makes the channel send a signed, encrypted
+    SECURITY_ECHO.SUCCESS callback to the notify_url it is given: a connectivity check, no money. Before, such a
+    callback was read as a payment and quarantined for a person; now it is verified and decrypted (keys and route
+    work), acknowledged and counted (NotifyEcho), and nothing is stored."""
+    m = h.add_merchant()
+    headers, body = h.sim.build_notification(
+        m["mchid"],
+        json.dumps({"echo_message": "hello"}).encode(),
+        event_type="SECURITY_ECHO.SUCCESS",
+        associated_data="",
+    )
+    assert h.notify(m["mchid"], headers, body)["statusCode"] == 204
+    assert h.scan("NOTIFY_EVENT_TABLE") == [] and h.scan("NOTIFY_RAW_TABLE") == []
+    assert h.metric("NotifyEcho") == 1 and bootstrap.work_queue().list() == []
+    headers["Wechatpay-Signature"] = headers["Wechatpay-Signature"][
+        ::-1
+    ]  # not the channel's: refused as ever
+    assert h.notify(m["mchid"], headers, body)["statusCode"] == 401

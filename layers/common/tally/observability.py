@@ -118,6 +118,7 @@ class M:
     NOTIFY_DUPLICATE = "NotifyDuplicate"
     NOTIFY_REJECTED = "NotifyRejected"  # signature / timestamp / unknown merchant / bad request (R4)
     NOTIFY_PROBE = "NotifyProbeRejected"  # WECHATPAY/SIGNTEST/ probes: expected, not alarmed
+    NOTIFY_ECHO = "NotifyEcho"  # a verified WeChat v3 SECURITY_ECHO callback: acknowledged, nothing stored
     NOTIFY_QUARANTINED = "NotifyQuarantined"  # valid signature, undecryptable or unparseable (R5)
     NOTIFY_IN_BETWEEN = "NotifyInBetween"  # NOTPAY / USERPAYING kept as events (R8)
     NOTIFY_NO_TRANSACTION_ID = "NotifyNoTransactionId"  # a paid state without a transaction id: a person

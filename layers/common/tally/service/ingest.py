@@ -156,6 +156,11 @@ class IngestService:
         if read.probe:
             count(M.NOTIFY_PROBE, channel=acks.channel, merchant=merchant_id)
             return acks.failure(401, "signature probe rejected", "probe")
+        if (
+            read.echo
+        ):  # the channel checking the route (v3 SECURITY_ECHO): verified and decrypted, nothing kept
+            count(M.NOTIFY_ECHO, channel=acks.channel, merchant=merchant_id)
+            return acks.success("echo")
         if read.reject is not None:
             status, reason, cause = read.reject
             return self._reject(status, reason, merchant_id, request, acks, keep=True, cause=cause)
