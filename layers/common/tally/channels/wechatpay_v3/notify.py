@@ -13,7 +13,6 @@ from tally.channels.wechatpay_v3 import combine as wxc
 from tally.channels.wechatpay_v3 import refunds as wxr
 from tally.channels.wechatpay_v3 import wire as wx
 
-
 SECURITY_ECHO = "SECURITY_ECHO."  # event_type SECURITY_ECHO.SUCCESS: no money, nothing to store
 
 
