@@ -329,8 +329,12 @@ def settlement_days(day: Day) -> dict[str, Any]:
     from tally.domain.clock import CHINA
     from tally.domain.statement import day_verdict
 
+    from tally_local.simulator import kernel
+
     sim, mchid = day.stack.simulator, day.wechat
-    first = (datetime.now(CHINA) - timedelta(days=20)).date()
+    # the two days before today: days reconciliation still looks at, so the channel's reports of them are
+    # booked (R50: a report dated on a day whose recon is finished waits for a person instead)
+    first = (datetime.now(CHINA) - timedelta(days=2)).date()
     days = [first.isoformat(), (first + timedelta(days=1)).isoformat()]
     for d, when in enumerate(days):
         for n, (total, payer, coupon) in enumerate(COUPON_DAY):
@@ -344,7 +348,8 @@ def settlement_days(day: Day) -> dict[str, Any]:
         trade = recon.run("wechatpay", mchid, when)
         if d == 1:  # planted: the first credit of the fund-flow day missing (both days asked: L, L+1)
             sim.bills.fundflow.fault("drop_credit", count=2)
-        fund = recon.fund_flow("wechatpay", mchid, when)
+        with kernel.next_morning():  # the second day's T+1 credit lands today: its fund flow is out tomorrow
+            fund = recon.fund_flow("wechatpay", mchid, when)
         sim.bills.fundflow.faults.clear()
         diffs = [
             x

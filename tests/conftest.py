@@ -470,7 +470,9 @@ class Harness:
         metrics.clear_metrics()
 
     # ---- set-up
-    def add_merchant(self, verify_mode="public_key", mchid=None):
+    def add_merchant(self, verify_mode="public_key", mchid=None, public_key=None):
+        """A merchant the simulator knows, stored with the channel's keys; `public_key`: another WeChat Pay
+        public key stored under the channel's key id (a stale key: the channel's callbacks fail to verify)."""
         m = self.sim.register_test_merchant(verify_mode=verify_mode)
         if mchid is not None and mchid != m["mchid"]:
             self.sim.register_merchant(
@@ -490,7 +492,7 @@ class Harness:
             appid=m["appid"],
             notify_url=f"http://127.0.0.1:9/notify/wechatpay/{mchid}",
             platform_certs=[self.sim.platform_cert_pem],
-            public_key=self.sim.public_key_pem,
+            public_key=public_key or self.sim.public_key_pem,
             public_key_id=self.sim.public_key_id,
         )
         return {**m, "mchid": mchid}

@@ -118,6 +118,7 @@ class ChannelSimulator:
     refund_admin = Forward("v3_refunds")
     apply_abnormal_refund = Forward("v3_refunds")
     abnormal_applied = Forward("v3_refunds")
+    abnormal_while_answering = Forward("v3_refunds")
     _refunds = Forward("v3_refunds")
     _refund_plans = Forward("v3_refunds")
     _refund_resource_of = Forward("v3_refunds")

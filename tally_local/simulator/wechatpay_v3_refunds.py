@@ -25,6 +25,7 @@ from __future__ import annotations
 import copy
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote
 
@@ -66,6 +67,9 @@ class RefundDesk:
             _check,
         )
         self._refund_plans = self.behaviour.queue  # the next N refunds' own behaviours
+        # once: called with the refund number after apply-abnormal-refund took a reroute, before the answer
+        # goes out (another operator acting meanwhile, or a sleep past the caller's timeout)
+        self.abnormal_while_answering: Callable[[str], None] | None = None
 
     # ------------------------------------------------------------------ behaviour
     def set_refund_behaviour(self, count: int | None = None, **options: Any) -> dict[str, Any]:
@@ -249,6 +253,9 @@ class RefundDesk:
             self.v3.kernel.after(
                 float(plan["delay_s"]), self.settle_refund, no, "success", name=f"abn-{no[:8]}"
             )
+        while_answering, self.abnormal_while_answering = self.abnormal_while_answering, None
+        if while_answering is not None:  # taken; what happens before the caller hears it (a test's race)
+            while_answering(no)
         return self._public_refund(refund)
 
     def abnormal_applied(self, out_refund_no: str) -> dict[str, str] | None:

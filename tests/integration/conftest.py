@@ -173,3 +173,12 @@ def tally_cli(h, tmp_path, monkeypatch, capsys):
         return json.loads(out.out) if "--json" in argv and out.out.strip() else out.out + out.err
 
     return run
+
+
+@pytest.fixture
+def days_of_2024(monkeypatch):
+    """For tests that book and reconcile fixed days of 2024 (their bills and figures are written for those
+    days) under today's clock: R50 parks money reported on such a finished day, which is not what they test,
+    so its window is opened for them. R50 itself: tests/integration/test_booking_day.py."""
+    monkeypatch.setattr("tally.service.apply.booking_day_refusal", lambda *a, **k: None)
+    monkeypatch.setattr("tally.service.refunds.booking_day_refusal", lambda *a, **k: None)

@@ -129,3 +129,59 @@ def test_abnormal_refund_is_offered_only_for_abnormal_and_a_channel_refusal_chan
     sim.clear_faults()
     assert svc().store.find(m["mchid"], no)["status"] == "MANUAL"
     assert f"refund-{m['mchid']}#{no}" in {i["id"] for i in queue().list()}
+
+
+def test_r29_a_reroute_that_lost_a_race_is_not_reported_as_sent_and_the_money_stays_reserved(h, m, sim):
+    """Issue #38 finding 5: while apply-abnormal-refund waited for the channel, another operator recorded the
+    refund FAIL (60.00 released); the channel took the reroute and the command said "sent … tracked". Now the
+    refund is claimed while the call is out: the other operator's outcome is refused and says why, the reroute
+    is tracked, the 60.00 stays reserved until the channel's outcome."""
+    otn, no = abnormal(h, m, sim, amount=60)
+    item_id = f"refund-{m['mchid']}#{no}"
+    meanwhile = {}
+
+    def another_operator(_refund_no):
+        try:
+            queue().act(item_id, "refund-outcome", by="bob", reason="looked failed", outcome="FAIL")
+            meanwhile["outcome"] = "recorded"
+        except ValueError as exc:
+            meanwhile["outcome"] = str(exc)
+
+    sim.abnormal_while_answering = another_operator
+    done = queue().act(item_id, "abnormal-refund", by="alice", reason="card frozen", to="merchant-bank-card")
+    assert "being sent to another account by alice" in meanwhile["outcome"]
+    assert "tracked to its outcome" in done["outcome"]
+    row = svc().store.find(m["mchid"], no)
+    assert row["status"] == "ACCEPTED" and "reroute_since" not in row
+    assert (
+        order_row(h, m["mchid"], otn)["refundable_cent"] == 40
+    )  # 60.00 still reserved: not refundable again
+    sim.settle_refund(no, "success")
+    deliver(h, m["mchid"], no)
+    assert svc().show(no)["status"] == "SUCCESS" and sum(e["amount_cent"] for e in ledger_refunds(h)) == 60
+
+
+def test_r29_a_timed_out_reroute_is_unknown_and_tracked_not_did_not_take(h, m, sim, monkeypatch):
+    """Issue #38 finding 5: a reroute whose call timed out was reported "did not take" although the channel
+    may have taken it (and a person would then pay the money out by hand again). Now: "answer unknown",
+    tracked like any refund (the amount reserved); the refund query tells, and books it once."""
+    otn, no = abnormal(h, m, sim, amount=60)
+    monkeypatch.setenv("TALLY_HTTP_TIMEOUT_S", "0.2")
+    bootstrap.reset()
+    sim.abnormal_while_answering = lambda _no: time.sleep(0.8)  # taken; the answer comes too late
+    done = queue().act(
+        f"refund-{m['mchid']}#{no}",
+        "abnormal-refund",
+        by="alice",
+        reason="card frozen",
+        to="merchant-bank-card",
+    )
+    assert "answer unknown" in done["outcome"] and "reserved" in done["outcome"]
+    row = svc().store.find(m["mchid"], no)
+    assert row["status"] == "ACCEPTED" and row["abnormal_answer"] == "unknown"
+    assert order_row(h, m["mchid"], otn)["refundable_cent"] == 40
+    monkeypatch.setenv("TALLY_HTTP_TIMEOUT_S", "10")
+    bootstrap.reset()
+    sim.settle_refund(no, "success")
+    deliver(h, m["mchid"], no)
+    assert svc().show(no)["status"] == "SUCCESS" and sum(e["amount_cent"] for e in ledger_refunds(h)) == 60

@@ -463,3 +463,57 @@ def test_the_signed_caller_example_signs_sigv4_for_execute_api(monkeypatch):
         "/cn-north-1/execute-api/aws4_request" in auth and "SignedHeaders=" in auth and "Signature=" in auth
     )
     assert "x-amz-date" in seen["headers"] and json.loads(seen["body"]) == body
+
+
+def test_R54_two_beats_in_one_minute_are_one_payment_and_synthetic_money_opens_no_item(h, monkeypatch):
+    """Issue #38 finding 10 (R54): two beats in one minute (a duplicate EventBridge delivery, a re-run) gave
+    the minute's order several payments: ILLEGAL, refund tasks, queue items. The beat's transaction id is now a
+    function of the beat, so the second is a duplicate; and a synthetic payment that would still go to a
+    person (another transaction id for a paid beat) is closed as synthetic: no item, no refund task."""
+    monkeypatch.setenv("HEARTBEAT_API_URL", "https://api.example/")
+    now = [1_796_000_000.0 - 1_796_000_000 % 60 + 5]
+    bootstrap.set_clock(lambda: now[0])
+    beat = bootstrap.heartbeat()
+
+    def through_the_api(url, headers, body):
+        return h.call(
+            "NotifyFunction", "POST", url.split("example", 1)[1], body, headers, {"mchid": "0000000000"}
+        )["statusCode"]
+
+    beat.post = through_the_api
+    try:
+        first = beat.beat()
+        now[0] += 20
+        second = beat.beat()  # the same minute again
+        assert first["order"] == second["order"] and h.drain() == []
+        assert h.order("0000000000", first["order"])["status"] == "PAID"
+        assert len(h.scan("LEDGER_TABLE")) == 1 and h.scan("REFUND_TASKS_TABLE") == []
+        keys = bootstrap.heartbeat().keys.get()  # a beat whose order is gone: it would go to a person
+        headers, body = beat.synthetic.callback(keys, "0000000000", "HB209901010000", now[0])
+        assert through_the_api(beat.notify_url, headers, body) == 204
+        h.drain()
+        assert len(h.scan("LEDGER_TABLE")) == 1 and h.scan("REFUND_TASKS_TABLE") == []
+        assert bootstrap.work_queue().list() == [] and h.metric("HeartbeatDiscarded") == 1
+    finally:
+        bootstrap.set_clock(__import__("time").time)
+
+
+def test_R54_wechats_security_echo_callback_is_verified_acknowledged_and_stores_nothing(h):
+    """WeChat Pay's POST /v3/security/echo (docs/channels.md) makes the channel send a signed, encrypted
+    SECURITY_ECHO.SUCCESS callback to the notify_url it is given: a connectivity check, no money. Before, such a
+    callback was read as a payment and quarantined for a person; now it is verified and decrypted (keys and route
+    work), acknowledged and counted (NotifyEcho), and nothing is stored."""
+    m = h.add_merchant()
+    headers, body = h.sim.build_notification(
+        m["mchid"],
+        json.dumps({"echo_message": "hello"}).encode(),
+        event_type="SECURITY_ECHO.SUCCESS",
+        associated_data="",
+    )
+    assert h.notify(m["mchid"], headers, body)["statusCode"] == 204
+    assert h.scan("NOTIFY_EVENT_TABLE") == [] and h.scan("NOTIFY_RAW_TABLE") == []
+    assert h.metric("NotifyEcho") == 1 and bootstrap.work_queue().list() == []
+    headers["Wechatpay-Signature"] = headers["Wechatpay-Signature"][
+        ::-1
+    ]  # not the channel's: refused as ever
+    assert h.notify(m["mchid"], headers, body)["statusCode"] == 401

@@ -15,7 +15,7 @@ from tally.store.codec import from_item, to_item
 
 from tests.integration.refund_helpers import D, deliver, pay_v3, refund, settle_v3_on_d
 
-pytestmark = pytest.mark.usefixtures("refunds_held")
+pytestmark = pytest.mark.usefixtures("refunds_held", "days_of_2024")
 
 R43_FIELDS = {
     "total_cent",

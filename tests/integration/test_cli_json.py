@@ -25,6 +25,8 @@ from tally_cli import refund as cli_refund
 from tally_cli.main import build_parser, main
 from tests.integration.refund_helpers import paid_order
 
+pytestmark = pytest.mark.usefixtures("days_of_2024")
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BILLS = ROOT / "tests" / "fixtures" / "bills"
 D = "2024-05-01"

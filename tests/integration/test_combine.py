@@ -14,6 +14,8 @@ from tally import bootstrap
 
 from tests.integration.pull_helpers import due_now, ledger, run_poller
 
+pytestmark = pytest.mark.usefixtures("days_of_2024")
+
 
 @pytest.fixture(autouse=True)
 def _no_faults_left(sim):

@@ -177,3 +177,35 @@ def test_tally_console_add_user_creates_an_operator_who_can_sign_in(stack):
     token = body.split(b'data-token="')[1].split(b'"')[0].decode()
     assert _claims(token)["cognito:groups"] == ["operators"]
     assert _get(stack, "/console", token)[0] == 200
+
+
+def test_a_cross_site_sign_in_is_refused_login_csrf(stack):
+    """Issue #38 finding 11 (login CSRF): a form on another site posting the attacker's own credentials to
+    /console/login signed the victim's browser in as the attacker. Sign-in checks Origin like every action."""
+    password = stack.console_logins["operator"]
+    form = {"username": "operator", "password": password}
+    status, _, body = _post(stack, "/console/login", form, origin="https://evil.example")
+    assert status == 403 and b"another site" in body and b"data-token" not in body
+    status, _, body = _post(stack, "/console/login", form, **{"sec-fetch-site": "cross-site"})
+    assert status == 403
+    assert _post(stack, "/console/login", form)[0] == 200  # from the console itself: signed in
+
+
+def test_a_demoted_operator_cannot_act_and_a_disabled_user_opens_nothing_with_its_old_token(stack):
+    """Issue #38 finding 12: the groups in a token were trusted for its whole hour. An action now reads the
+    user's groups from the pool: an operator moved to viewers is refused at once with the token it had; a
+    disabled user's token opens no page."""
+    from tally import bootstrap
+
+    users = bootstrap.console_users()
+    password = users.add("carol", "operators")
+    token = users.sign_in("carol", password).id_token
+    who = identity({"requestContext": {"authorizer": {"jwt": {"claims": _claims(token)}}}})
+    form = {"id": "raw:wechatpay#none", "action": "resolve", "reason": "r", "csrf": csrf_token(who)}
+    assert _post(stack, "/console/act", form, token)[0] == 409  # an operator: the request is taken
+    users.add("carol", "viewers", password=password)  # demoted
+    status, _, body = _post(stack, "/console/act", form, token)
+    assert status == 403 and b"Viewers cannot act" in body
+    users.cognito.admin_disable_user(UserPoolId=users.pool, Username="carol")
+    status, _, _ = _post(stack, "/console/act", form, token)
+    assert status == 401

@@ -17,6 +17,8 @@ from tally_cli import ledger as cli_ledger
 from tally_cli import recon as cli_recon
 from tally_cli.main import main
 
+pytestmark = pytest.mark.usefixtures("days_of_2024")
+
 D = "2024-05-01"
 
 

@@ -15,6 +15,8 @@ from tally.store.codec import from_item, to_item
 from tally_local.resources import LambdaContext
 from tests.integration.recon_helpers import D_BEFORE, D, metric, pay, s3_keys
 
+pytestmark = pytest.mark.usefixtures("days_of_2024")
+
 
 @pytest.fixture
 def m(h):

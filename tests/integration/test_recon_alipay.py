@@ -17,6 +17,8 @@ from tests.integration.channel_kit import Alipay
 from tests.integration.recon_helpers import D_BEFORE, D, metric
 from tests.integration.recon_helpers import alipay_pay as pay
 
+pytestmark = pytest.mark.usefixtures("days_of_2024")
+
 
 @pytest.fixture
 def app(h):

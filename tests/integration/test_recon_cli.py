@@ -9,6 +9,8 @@ import pytest
 from tally_cli import recon as cli_recon
 from tally_cli.main import main
 
+pytestmark = pytest.mark.usefixtures("days_of_2024")
+
 BILLS = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "bills"
 D = "2024-05-01"
 

@@ -11,6 +11,8 @@ import pytest
 
 from tests.integration.recon_helpers import metric, pay, s3_keys
 
+pytestmark = pytest.mark.usefixtures("days_of_2024")
+
 D = "2024-05-01"
 D1 = "2024-05-02"
 CST = dt.timezone(dt.timedelta(hours=8))

@@ -11,6 +11,8 @@ from tally import bootstrap, errors
 
 from tests.integration.recon_helpers import alipay_pay, metric, new_v2, pay_v2, s3_keys
 
+pytestmark = pytest.mark.usefixtures("days_of_2024")
+
 D = "2024-05-01"
 D1 = "2024-05-02"
 CST = dt.timezone(dt.timedelta(hours=8))

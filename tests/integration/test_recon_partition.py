@@ -23,6 +23,8 @@ from tests.integration.recon_bills import (
 )
 from tests.integration.recon_helpers import metric
 
+pytestmark = pytest.mark.usefixtures("days_of_2024")
+
 ROWS = 200  # the comparison's bill: with 200 rows every one of the 16 shards holds some (a shard empty of
 # random merchant-scoped keys has a chance of ~4e-5; 120 rows would leave one empty in ~0.7 % of runs)
 

@@ -17,6 +17,8 @@ from tally_cli import recon as cli_recon
 from tally_cli.main import main
 from tests.integration.recon_helpers import metric, new_v2, pay, pay_v2, s3_keys
 
+pytestmark = pytest.mark.usefixtures("days_of_2024")
+
 D = "2024-05-01"
 CST = dt.timezone(dt.timedelta(hours=8))
 

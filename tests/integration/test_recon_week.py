@@ -15,6 +15,8 @@ from tally import bootstrap
 
 from tests.integration.recon_helpers import alipay_pay, new_v2
 
+pytestmark = pytest.mark.usefixtures("days_of_2024")
+
 START = date(2024, 6, 3)
 DAYS = [(START + timedelta(days=n)).isoformat() for n in range(7)]
 FEE_DAY, CREDIT_DAY, V2_DAY = DAYS[2], DAYS[4], DAYS[5]

@@ -22,7 +22,7 @@ from tests.integration.channel_kit import Alipay
 from tests.integration.recon_helpers import new_v2
 from tests.integration.refund_helpers import D, deliver, pay_v3, refund, settle_v3_on_d
 
-pytestmark = pytest.mark.usefixtures("refunds_held")
+pytestmark = pytest.mark.usefixtures("refunds_held", "days_of_2024")
 
 
 @pytest.fixture

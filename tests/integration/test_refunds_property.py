@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import time
 import uuid
+from datetime import datetime
 
 from botocore.exceptions import EndpointConnectionError
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from tally import bootstrap
+from tally.domain.clock import CHINA
 from tally.domain.refunds import AnswerKind, ChannelAnswer, ExceedsRefundable, RefundNotice
 from tally.service.refunds import HOLD_ABANDONED_S, RefundConflict
 from tally.store.refunds import open_holds
@@ -153,7 +155,9 @@ def report(service, mchid, otn, no, amount, status):
         transaction_id="",
         refund_cent=amount,
         total_cent=amount,
-        success_time="2026-11-30T10:00:00+08:00",
+        success_time=datetime.now(CHINA).isoformat(
+            timespec="seconds"
+        ),  # today: a day recon still looks at (R50)
     )
     service.inbox.record(notice)
     service.apply_notification(notice.raw_key, status)

@@ -13,6 +13,8 @@ import pytest
 from tally import bootstrap
 from tally.store.codec import from_item, to_item
 
+pytestmark = pytest.mark.usefixtures("days_of_2024")
+
 D = "2024-05-01"
 
 

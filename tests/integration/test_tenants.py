@@ -72,7 +72,8 @@ def test_r39_provider_refund_closed_for_a_direct_merchants_refund_is_parked(h, s
     assert h.drain() == []
     assert tenant_state(h, v3.mid, otn, no) == before
     (parked,) = forgeries(h)
-    assert (parked["channel"], parked["mchid"], parked["refund_no"]) == ("wechatpay", v3.mid, no)
+    assert (parked["channel"], parked["claimed_mchid"], parked["refund_no"]) == ("wechatpay", v3.mid, no)
+    assert parked["mchid"] == provider  # filed under the merchant whose keys signed it (issue #38 finding 6)
     assert parked["cause"] == "provider_not_authorised" and parked["amount_cent"] == 1000
     assert h.metric(M.REPORT_FORGED) == 1
     # the genuine report, arriving later, finds its key free and books
@@ -100,7 +101,8 @@ def test_r39_alipay_isv_app_not_authorised_by_the_merchant_cannot_book_its_refun
         assert h.drain() == []
         assert tenant_state(h, kit.mid, otn, no) == before
         (parked,) = forgeries(h)
-        assert (parked["mchid"], parked["cause"]) == (kit.mid, "provider_not_authorised")
+        assert (parked["claimed_mchid"], parked["cause"]) == (kit.mid, "provider_not_authorised")
+        assert parked["mchid"] == isv
         kit.deliver(no)  # the genuine one, on Y's own URL, books
         assert svc().show(no, mchid=kit.mid)["status"] == "SUCCESS"
     finally:
@@ -121,7 +123,8 @@ def test_r39_alipay_isv_payment_for_an_unauthorising_merchant_leaves_the_key_fre
     h.drain()
     assert h.scan("NOTIFY_RAW_TABLE") == []
     (parked,) = forgeries(h)
-    assert (parked["mchid"], parked["out_trade_no"], parked["cause"]) == (
+    assert parked["mchid"] == isv
+    assert (parked["claimed_mchid"], parked["out_trade_no"], parked["cause"]) == (
         y,
         "ISV-FORGE-01",
         "provider_not_authorised",

@@ -31,14 +31,14 @@ def item_bytes(row) -> int:
 
 def test_r40_junk_to_a_configured_merchant_costs_bounded_rows(h, merchant):
     """Issue #15.2: 200 junk requests made 200 full-body rows and 200 queue items. Now at most
-    REJECTED_KEPT_PER_HOUR rows per merchant+cause+hour, the rest counted on one aggregate row."""
+    REJECTED_KEPT open rows per merchant+cause, the rest counted on one aggregate row."""
     headers, body, _ = h.notification(merchant["mchid"], "JUNK000001", 100)
-    n = ingest.REJECTED_KEPT_PER_HOUR + 15
+    n = ingest.REJECTED_KEPT + 15
     for i in range(n):
         junk = body[:-1] + f',"pad":"{i:06d}{"x" * 6000}"}}'.encode()  # 6 KB, signature no longer holds
         assert h.notify(merchant["mchid"], headers, junk)["statusCode"] == 401
     kept, (aggregate,) = rejected(h)
-    assert len(kept) == ingest.REJECTED_KEPT_PER_HOUR
+    assert len(kept) == ingest.REJECTED_KEPT
     assert aggregate["rejections"] == n and aggregate["cause"] == "bad_signature"
     for row in kept:
         assert row["cause"] == "bad_signature" and row["manual_kind"] == "rejected"

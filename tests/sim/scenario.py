@@ -20,7 +20,11 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import date, datetime
 from typing import Any, Protocol
+
+from tally.domain.booking_day import RECON_PASSES
+from tally.domain.clock import CHINA
 
 from tally_local.simulator import RETRY_SCHEDULE_S, ChannelSimulator
 from tests.sim import day as d
@@ -803,6 +807,15 @@ def check(run: Scenario) -> None:
     orders = {o["pk"]: o for o in env.scan("ORDERS_TABLE")}
     tasks = env.scan("REFUND_TASKS_TABLE")
     payments_booked = [e for e in ledger if e["kind"] == "PAYMENT"]
+    # R50 nothing is booked onto a future day or one whose last recon pass (T+3) is due: such reports wait for
+    # a person (recon's own finding books onto the day it is looking at)
+    for e in ledger:
+        if e["kind"] not in ("PAYMENT", "REFUND") or not e.get("booked_at") or e.get("source") == "recon":
+            continue
+        day = datetime.fromisoformat(str(e["booked_at"]).replace("Z", "+00:00")).astimezone(CHINA).date()
+        age = (day - date.fromisoformat(str(e["bill_date"]))).days
+        if age < 0 or age >= RECON_PASSES:
+            v.append(f"R50 {e['pk']} booked on {day} onto bill day {e['bill_date']}")
     booked = Counter(e["transaction_id"] for e in payments_booked)
     per_order = Counter(e["order_pk"] for e in payments_booked)
     channel = run.payments
@@ -861,10 +874,11 @@ def check(run: Scenario) -> None:
             v.append(f"I3b refund task {t['pk']} asks {t['amount_cent']}, channel took {p and p.payer_total}")
         elif raw.get(p.raw_key, {}).get("handled") != 2:
             v.append(f"I3b refund task {t['pk']} but its raw row is not with a person")
-    # R39 every report a hostile tenant forged is parked as a suspected forgery under the tenant it claims
-    # (that the victim's refund did not change is the R29 checks below: ours agrees with the channel's).
+    # R39 every report a hostile tenant forged is parked as a suspected forgery naming the tenant it claims
+    # (`claimed_mchid`; filed under the tenant that signed it); that the victim's refund did not change is
+    # the R29 checks below: ours agrees with the channel's.
     parked = Counter(
-        (r.get("mchid"), r.get("refund_no"))
+        (r.get("claimed_mchid") or r.get("mchid"), r.get("refund_no"))
         for r in env.scan("NOTIFY_EVENT_TABLE")
         if r.get("manual_kind") == "suspected_forgery"
     )
@@ -882,7 +896,7 @@ def check(run: Scenario) -> None:
             and r.get("out_trade_no") == victim.out_trade_no
             and not r.get("refund_no")  # a payment parked, not a forged refund report on the same order
             for r in env.scan("NOTIFY_EVENT_TABLE")
-            if r.get("mchid") == victim.mchid
+            if (r.get("claimed_mchid") or r.get("mchid")) == victim.mchid
         ):
             v.append(f"R39 {victim.key}'s genuine payment {tx} was parked after the hostile claim")
     # I4 every raw row ends at handled 1 or 2; nothing is left in the queue.

@@ -180,6 +180,7 @@ def apply_service() -> ApplyService:
         OrderStore(tables()),
         clock=_clock,
         max_not_found_attempts=settings().order_not_found_max_attempts,
+        synthetic_mchid=settings().heartbeat_mchid,
     )
 
 

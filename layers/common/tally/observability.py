@@ -118,6 +118,7 @@ class M:
     NOTIFY_DUPLICATE = "NotifyDuplicate"
     NOTIFY_REJECTED = "NotifyRejected"  # signature / timestamp / unknown merchant / bad request (R4)
     NOTIFY_PROBE = "NotifyProbeRejected"  # WECHATPAY/SIGNTEST/ probes: expected, not alarmed
+    NOTIFY_ECHO = "NotifyEcho"  # a verified WeChat v3 SECURITY_ECHO callback: acknowledged, nothing stored
     NOTIFY_QUARANTINED = "NotifyQuarantined"  # valid signature, undecryptable or unparseable (R5)
     NOTIFY_IN_BETWEEN = "NotifyInBetween"  # NOTPAY / USERPAYING kept as events (R8)
     NOTIFY_NO_TRANSACTION_ID = "NotifyNoTransactionId"  # a paid state without a transaction id: a person
@@ -140,6 +141,9 @@ class M:
     APPLY_ORDER_NOT_FOUND = "ApplyOrderNotFound"
     APPLY_ILLEGAL = "ApplyIllegal"
     APPLY_RETRY = "ApplyRetry"
+    APPLY_OUT_OF_WINDOW = (
+        "ApplyDayOutOfWindow"  # a payment's day is finished, future or before its order (R50)
+    )
     SETTLEMENT_UNKNOWN = "SettlementUnknown"  # booked, but the settlement amount is unknown: a person (R43)
     APPLY_FAILED = "ApplyFailed"  # unexpected exception in the worker: the message is retried
     REFUND_TASK_CREATED = "RefundTaskCreated"
@@ -158,6 +162,7 @@ class M:
     REFUND_FAILED = "RefundFailed"  # CLOSED / rejected: reservation released (R38: repeats need a person)
     REFUND_MANUAL = "RefundManual"  # ABNORMAL, expired, mismatch, unknown answer, contradiction: a person
     REFUND_EXPIRED = "RefundExpired"
+    REFUND_DAY_OUT_OF_WINDOW = "RefundDayOutOfWindow"  # a success on a finished or future day: a person (R50)
     REFUND_HOLD_RECOVERED = "RefundHoldRecovered"  # a create call died after reserving: re-sent by the poll
     REFUND_EXCEEDS = "RefundExceedsRefundable"  # refused by the guard (R27): a caller error, not alarmed
     REFUND_CHANNEL_RETRY = "RefundChannelRetry"  # sent, outcome unknown: retried with the same refund_no
@@ -211,6 +216,7 @@ class M:
     HEARTBEAT_AGE = (
         "HeartbeatAge"  # gauge, every minute: seconds since the newest synthetic payment was booked
     )
+    HEARTBEAT_DISCARDED = "HeartbeatDiscarded"  # a heartbeat payment that would have gone to a person (R54)
     # the operations console (docs/console.md)
     CONSOLE_ACTION = "ConsoleAction"  # an operator acted on an item: expected traffic
     CONSOLE_ACTION_REFUSED = (

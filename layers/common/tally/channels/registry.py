@@ -43,6 +43,9 @@ class ReadNotification:
 
     reject: tuple[int, str, str | None] | None = None  # (status, reason, cause): kept for a replay (R4, R40)
     probe: bool = False  # a signature probe: answered 401 and counted, not kept
+    echo: bool = (
+        False  # the channel's own connectivity check (v3 SECURITY_ECHO): verified, acknowledged, no row
+    )
     quarantine: str | None = None  # signed by the channel but unusable: the reason a person reads (R5)
     event_id: str = ""  # the notification's own id (event rows' key), "" when the channel sends none
     payments: tuple[PaymentNotice, ...] = ()  # with `quarantine`: the payment it was (log keys only)

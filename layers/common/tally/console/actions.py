@@ -68,8 +68,9 @@ def filter_text(filters: dict[str, str]) -> str:
     """The page's filter as `tally manual … --filter` text (what a bulk replay run stores, and the command
     the preview prints: the CLI's dry run of it shows the same numbers)."""
     from tally.console.data import AGE_FILTERS
+    from tally.service.queue import filter_value
 
-    parts = [f"{k}={v}" for k, v in filters.items() if v and k in FILTERS and k != "age"]
+    parts = [f"{k}={filter_value(v)}" for k, v in filters.items() if v and k in FILTERS and k != "age"]
     for name, seconds in AGE_FILTERS.get(filters.get("age") or "", {}).items():
         parts.append(f"age{'>' if name == 'age_gt' else '<'}{seconds}s")
     return ",".join(parts)

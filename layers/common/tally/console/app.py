@@ -16,7 +16,7 @@ from tally import bootstrap
 from tally.apigw import BadRequest
 from tally.channels import registry as channel_registry
 from tally.console import actions, data
-from tally.console.auth import Identity, csrf_ok, csrf_token, identity
+from tally.console.auth import Identity, as_now, csrf_ok, csrf_token, identity
 from tally.console.web import Request, Response, link, redirect
 from tally.observability import M, count, logger
 
@@ -49,6 +49,9 @@ def handle(event: dict[str, Any]) -> dict[str, Any]:
     who = identity(event)
     if who is None:  # API Gateway answers 401 before us; this is the same answer if it ever did not
         return Response(401, "sign in first", "text/plain; charset=utf-8").to_event()
+    who = as_now(who, bootstrap.console_users().current, fresh=request.method == "POST")
+    if who is None:  # disabled or deleted since the token was issued: the token opens nothing
+        return Response(401, "sign in again", "text/plain; charset=utf-8").to_event()
     if not who.can_view:
         return render(
             "error.html", who, 403, message="You are in no console group (viewers or operators)."
@@ -89,6 +92,14 @@ def login_page(request: Request, message: str = "", status: int = 200) -> Respon
 def login_post(request: Request) -> Response:
     from tally.store.users import SignInFailed
 
+    if not request.same_origin():  # login CSRF: another site must not sign this browser in as someone else
+        count(M.CONSOLE_ACTION_REFUSED)
+        logger.warning(
+            "console sign-in from another site refused", extra={"origin": request.headers.get("origin")}
+        )
+        return login_page(
+            request, "This sign-in came from another site: open the console and sign in there.", 403
+        )
     username, password = request.form.get("username", "").strip(), request.form.get("password", "")
     if not username or not password:
         return login_page(request, "Enter your user name and password.", 400)

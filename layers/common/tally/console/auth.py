@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Mapping
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 VIEWERS, OPERATORS = "viewers", "operators"
 GROUPS = (VIEWERS, OPERATORS)
+PAGE_RECHECK_S = 60  # a page view trusts a user's groups read this long ago; an action reads them again
+_now_groups: dict[
+    str, tuple[float, frozenset[str] | None]
+] = {}  # per container: username -> (read at, groups)
 
 
 @dataclass(frozen=True)
@@ -88,3 +93,21 @@ def csrf_token(who: Identity) -> str:
 def csrf_ok(who: Identity, presented: str | None) -> bool:
     expected = csrf_token(who)
     return bool(expected) and bool(presented) and hmac.compare_digest(expected, str(presented))
+
+
+def as_now(
+    who: Identity,
+    groups_now: Callable[[str], frozenset[str] | None],
+    *,
+    fresh: bool,
+    clock: Callable[[], float] = time.time,
+) -> Identity | None:
+    """`who` with the groups the user has now, not those its token was issued with: a demoted operator cannot
+    act for the rest of its token's hour, and a disabled (or deleted) user's token opens nothing (None). An
+    action (`fresh`) reads them from the pool every time; a page view at most PAGE_RECHECK_S old."""
+    seen = _now_groups.get(who.username)
+    if fresh or seen is None or clock() - seen[0] > PAGE_RECHECK_S:
+        seen = (clock(), groups_now(who.username))
+        _now_groups[who.username] = seen
+    groups = seen[1]
+    return None if groups is None else replace(who, groups=groups)

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from enum import Enum
 
 from tally.domain.money import yuan_text
 from tally.domain.orders import Event, Status
+
+_MERCHANT_ID = re.compile(r"[0-9]{1,32}")  # WeChat's mchid / sub_mchid, Alipay's app_id: ASCII digits
+
+
+def is_merchant_id(value: object) -> bool:
+    """A merchant id as every channel spells one: 1-32 ASCII digits. Anything else (a comma, an "=", a
+    full-width digit) is refused where it comes in, so it never becomes a key, a queue filter or a file name."""
+    return isinstance(value, str) and _MERCHANT_ID.fullmatch(value) is not None
 
 
 @dataclass(frozen=True, init=False)

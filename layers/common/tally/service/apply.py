@@ -10,6 +10,7 @@ from typing import Any
 
 from tally import errors
 from tally.channels import outcome_of
+from tally.domain.booking_day import booking_day_refusal
 from tally.domain.clock import CHINA  # the channels' day cut (R34)
 from tally.domain.notifications import EVENT_OF_OUTCOME, OrderFacts, Outcome, PaymentNotice, mismatches
 from tally.domain.orders import Event, Status, Verdict, transit
@@ -43,12 +44,16 @@ class ApplyService:
         *,
         clock: Callable[[], float] = time.time,
         max_not_found_attempts: int = 4,
+        synthetic_mchid: str | None = None,
     ):
+        """`synthetic_mchid`: the heartbeat's merchant (service/heartbeat.py): its money is booked like any, but
+        what would go to a person (a second payment, a mismatch) is closed as synthetic instead (R54)."""
         self.book = book
         self.raw = raw
         self.orders = orders
         self.clock = clock
         self.max_not_found_attempts = max_not_found_attempts
+        self.synthetic_mchid = synthetic_mchid
 
     def apply(self, raw_key: str, carried: dict[str, Any] | None = None) -> PaymentApplied:
         """Apply the raw row `raw_key`. `carried` is the notice the message carries (what the raw row
@@ -95,6 +100,10 @@ class ApplyService:
                 return self._illegal_money_in(notice, order, decision.reason)
             return self._to_person(notice, f"illegal transition: {decision.reason}", M.APPLY_ILLEGAL)
         assert decision.new_status is not None
+        if event is Event.PAY and notice.source != "recon":  # recon's own finding is on the day it looks at
+            refusal = booking_day_refusal(notice.success_time, self.clock())
+            if refusal is not None:  # R50: never booked where no reconciliation will look
+                return self._to_person(notice, f"not booked: {refusal}", M.APPLY_OUT_OF_WINDOW)
         return self._commit(notice, order, event, decision.new_status)
 
     # ---------------------------------------------------------------- the one transaction (R18)
@@ -153,8 +162,18 @@ class ApplyService:
         count(M.APPLY_RETRY, channel=notice.channel, merchant=notice.mchid)
         raise RetryLater(f"order {notice.mchid}#{notice.out_trade_no} not found (attempt {attempts})")
 
+    def _synthetic(self, notice: PaymentNotice, reason: str) -> PaymentApplied:
+        """R54: the heartbeat's own money never opens an item or a refund task: the raw row is closed with the
+        reason, counted (HeartbeatDiscarded); the heartbeat's age alarm watches whether beats are booked."""
+        self.raw.mark_handled(notice.raw_key, f"SYNTHETIC {reason}"[:200], iso_now(self.clock()))
+        count(M.HEARTBEAT_DISCARDED)
+        logger.warning("heartbeat payment not booked", extra={"raw_key": notice.raw_key, "reason": reason})
+        return PaymentApplied.DUPLICATE
+
     def _illegal_money_in(self, notice: PaymentNotice, order: OrderRow, reason: str) -> PaymentApplied:
         """R17: money arrived that must not be booked: handled=2 plus a refund task, inserted once."""
+        if notice.mchid == self.synthetic_mchid:
+            return self._synthetic(notice, f"ILLEGAL {reason}")
         now = iso_now(self.clock())
         try:
             self.book.park_illegal(notice, order, reason, now)
@@ -172,6 +191,8 @@ class ApplyService:
         return PaymentApplied.MANUAL
 
     def _to_person(self, notice: PaymentNotice, reason: str, metric: str) -> PaymentApplied:
+        if notice.mchid == self.synthetic_mchid:
+            return self._synthetic(notice, reason)
         if not self.raw.send_to_person(notice.raw_key, reason, iso_now(self.clock())):
             return PaymentApplied.ALREADY_HANDLED
         count(metric, channel=notice.channel, merchant=notice.mchid)

@@ -9,7 +9,11 @@ callback channels/wechatpay_v3/heartbeat.py builds; this module is the channel-b
   configured on the first beat in public-key mode with keys generated here; the channel-side key it signs
   with is kept in Secrets Manager (store/heartbeat.py). Recon skips it (bootstrap.recon_service); the keys
   function has nothing to download for a public-key merchant.
-- Each beat is a 1-cent order `HB{yyyymmddHHMM}` (UTC minute) created through OrderService and its callback.
+- Each beat is a 1-cent order `HB{yyyymmddHHMM}` (UTC minute) created through OrderService and its callback,
+  whose transaction id is a function of the beat (`beat_transaction_id`): two beats in one minute (a duplicate
+  EventBridge delivery, a re-run) are one order and one payment, the second a duplicate (R54). What would send
+  a synthetic payment to a person (another payment on a paid beat, a beat whose order is gone) is closed as
+  synthetic by the worker instead (`ApplyService.synthetic_mchid`, HeartbeatDiscarded): no item, no refund task.
 - The age (`age_s`): seconds since the newest booked beat was sent; while none of the last 10 minutes' beats is
   booked, since the oldest of them that exists (a new stack starts at 0, not in alarm). Published every run as
   the HeartbeatAge gauge and shown by `tally pending`.

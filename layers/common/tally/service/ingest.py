@@ -15,15 +15,17 @@ from tally.apigw import HttpRequest, HttpResponse
 from tally.channels import outcome_of
 from tally.channels import registry as channel_registry
 from tally.channels.registry import Channel, ReadNotification
-from tally.domain.notifications import Outcome, PaymentNotice
+from tally.domain.notifications import Outcome, PaymentNotice, is_merchant_id
 from tally.observability import M, count, logger
 from tally.service.merchants import MerchantDirectory, UnknownMerchant
 from tally.service.refund_inbox import body_evidence, park_forgery
 from tally.store.tables import ApplyQueue, EventStore, RawStore, event_key, iso_now, order_key, pending_pk
 
 MAX_BODY_BYTES = 256 * 1024  # a WeChat notification is ~1-2 KB
-REJECTED_TTL_DAYS = 7  # signature-rejected bodies are kept this long for a replay after a key fix
-REJECTED_KEPT_PER_HOUR = 20  # kept rows per (channel, merchant, cause) and hour; the rest only counted (R40)
+REJECTED_KEPT = 20  # open kept rows per (channel, merchant, cause); the rest only counted (R40)
+REJECTED_KEPT_GENUINE = 100  # apart from those, bodies that look like the channel's own (`looks_genuine`)
+# causes a v3 callback reaches only with a fresh timestamp (and, but for unknown_serial, a key id we know)
+LOOKS_GENUINE = frozenset({"bad_signature", "unknown_serial", "undecryptable"})
 KEPT_BODY_BYTES = (
     4096  # a rejected body is kept whole (replayable) up to this; beyond, prefix + length + hash
 )
@@ -154,9 +156,19 @@ class IngestService:
         if read.probe:
             count(M.NOTIFY_PROBE, channel=acks.channel, merchant=merchant_id)
             return acks.failure(401, "signature probe rejected", "probe")
+        if (
+            read.echo
+        ):  # the channel checking the route (v3 SECURITY_ECHO): verified and decrypted, nothing kept
+            count(M.NOTIFY_ECHO, channel=acks.channel, merchant=merchant_id)
+            return acks.success("echo")
         if read.reject is not None:
             status, reason, cause = read.reject
             return self._reject(status, reason, merchant_id, request, acks, keep=True, cause=cause)
+        if read.quarantine is None and (named := _not_merchant_ids(read)):
+            # signed, but it names a merchant no channel could have: never a key, a filter or an item's owner
+            read = ReadNotification(
+                quarantine=f"names {named[:40]!r}, which is not a merchant id", event_id=read.event_id
+            )
         if read.quarantine is not None:
             # no logger.append_keys on the accepted path: it logs nothing, and the lines that do name their keys
             for notice in read.payments:
@@ -372,8 +384,11 @@ class IngestService:
         person can replay it after fixing a key (`tally manual replay`); it is never applied unverified.
 
         R40, bounded: the kept row holds the body whole only up to 4 KB (a real channel body is 1-3 KB),
-        else its first 4 KB, length and SHA-256; each row has a `cause`; per (channel, merchant, cause) and
-        hour at most REJECTED_KEPT_PER_HOUR rows are kept, every rejection is counted on one aggregate row."""
+        else its first 4 KB, length and SHA-256; each row has a `cause`; per (channel, merchant, cause) every
+        rejection is counted on one aggregate row, and at most REJECTED_KEPT rows are open at a time, plus
+        REJECTED_KEPT_GENUINE for bodies that look like the channel's own (a fresh timestamp and a key id it
+        uses), so junk cannot take the slots the channel's genuine rejected callback needs. A kept row has
+        no lifetime until a person closes it (R51); closing it frees its slot."""
         cause = cause or rejection_cause(reason)
         count(M.NOTIFY_REJECTED, channel=acks.channel, merchant=mchid)
         logger.warning(
@@ -388,22 +403,29 @@ class IngestService:
         )
         if keep:
             now = self.clock()
-            group = {"channel": acks.channel, "mchid": mchid[:32], "cause": cause}
-            aggregate = f"rejected-count#{acks.channel}#{mchid[:32]}#{cause}#{iso_now(now)[:13]}"
-            seen = self.events.count_rejection(aggregate, now, ttl_days=REJECTED_TTL_DAYS, **group)
-            if seen <= REJECTED_KEPT_PER_HOUR:
-                self.events.put(
+            group: dict[str, Any] = {"channel": acks.channel, "mchid": mchid[:32], "cause": cause}
+            aggregate = f"rejected-count#{acks.channel}#{mchid[:32]}#{cause}"
+            pool, cap = (
+                ("genuine", REJECTED_KEPT_GENUINE)
+                if looks_genuine(cause, request)
+                else ("other", REJECTED_KEPT)
+            )
+            _seen, slot = self.events.count_rejection(aggregate, now, pool=pool, cap=cap, **group)
+            if slot:
+                row: dict[str, Any] = {"aggregate_pk": aggregate, "slot_pool": pool}
+                written = self.events.put(
                     f"rejected#{acks.channel}#{mchid[:32]}#{_digest(request.body)}",
                     "rejected",
                     now,
-                    ttl_days=REJECTED_TTL_DAYS,
                     manual_kind="rejected",
                     reason=reason[:200],
-                    aggregate_pk=aggregate,
                     headers=_verify_headers(request.headers),
+                    **row,
                     **group,
                     **{**body_evidence(request.body), **stored_body(request.body, KEPT_BODY_BYTES)},
                 )
+                if written is None:  # the same body is kept already: the slot goes back
+                    self.events.release_slot(row)
         return acks.failure(status, "rejected")
 
     def _quarantine(
@@ -487,12 +509,36 @@ def notice_from_raw(row: Mapping[str, Any]) -> PaymentNotice:
     )
 
 
+def _not_merchant_ids(read: ReadNotification) -> str:
+    """The first merchant id a verified report names that is not one (1-32 digits, `is_merchant_id`), or ''."""
+    for notice in (*read.payments, *((read.refund,) if read.refund is not None else ())):
+        for value in (notice.mchid, notice.sp_mchid):
+            if value and not is_merchant_id(value):
+                return str(value)
+    return ""
+
+
 def _claimed_amount(notice: Any) -> int | None:
     for name in ("refund_cent", "cumulative_cent", "order_total_cent"):
         value = getattr(notice, name, None)
         if value is not None:
             return int(value)
     return None
+
+
+def looks_genuine(cause: str, request: HttpRequest) -> bool:
+    """A rejected v3 callback that looks like the channel's own: it passed the timestamp window (and the key id
+    lookup, but for a rotated serial) and its body is the channel's envelope (event_type, an encrypted
+    resource). Its kept rows have slots of their own, so junk cannot crowd out the channel's callback that a
+    key fix would book (R40). Only someone who sees the merchant's callbacks can make junk look like this."""
+    if cause not in LOOKS_GENUINE or "wechatpay-timestamp" not in request.headers:
+        return False
+    try:
+        envelope = json.loads(request.body[:KEPT_BODY_BYTES])
+    except (ValueError, RecursionError):
+        return False
+    resource = envelope.get("resource") if isinstance(envelope, dict) else None
+    return isinstance(resource, dict) and "ciphertext" in resource and "event_type" in envelope
 
 
 def _digest(body: bytes) -> str:

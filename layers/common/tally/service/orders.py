@@ -10,6 +10,7 @@ from typing import Any
 from tally import errors
 from tally.channels import registry as channel_registry
 from tally.domain.money import MAX_CENT
+from tally.domain.notifications import is_merchant_id
 from tally.domain.orders import Status
 from tally.domain.poll import FIRST_QUERY_AFTER_S
 from tally.observability import M, count, logger
@@ -298,7 +299,7 @@ def validate_order_request(body: Any) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise InvalidOrder("body must be a JSON object")
     mchid = body.get("mchid")
-    if not isinstance(mchid, str) or not mchid.isdigit() or len(mchid) > 32:
+    if not is_merchant_id(mchid):
         raise InvalidOrder("mchid must be the merchant number (digits)")
     out_trade_no = body.get("out_trade_no")
     if not isinstance(out_trade_no, str) or not OUT_TRADE_NO.match(out_trade_no):

@@ -528,12 +528,17 @@ class WorkQueue:
             route = str(fields.get("to") or "")
             card = {k: str(fields[k]) for k in ("bank_type", "bank_account", "real_name") if fields.get(k)}
             try:
-                _built(self.refunds).apply_abnormal(
+                _applied, after = _built(self.refunds).apply_abnormal(
                     refund_no, route, card or None, by=entry["by"], reason=entry["why"]
                 )
             except (LookupError, ValueError) as exc:
                 raise QueueError(str(exc)) from None
             self.store.append_history(self.store.t.refunds, key, entry, RESOLVED)
+            if after.get("abnormal_answer") == "unknown":
+                return (
+                    f"sent to the {route.replace('-', ' ')}, the channel's answer unknown (no answer in time): "
+                    "tracked, the amount stays reserved; the refund query tells whether it took"
+                )
             return f"sent to the {route.replace('-', ' ')}: tracked to its outcome like any refund"
         outcome = str(fields.get("outcome") or "").upper()
         if outcome not in ("SUCCESS", "FAIL"):
@@ -1134,12 +1139,15 @@ def _check_code(item: dict[str, Any], action: str, fields: dict[str, Any]) -> No
 
 
 def _aggregate_pk(row: dict[str, Any]) -> str:
-    """The hour's aggregate row a kept rejected row was counted on (service/ingest.py `aggregate`): its own
-    `aggregate_pk` when the index projects it, else rebuilt from the projected channel, merchant, cause, hour."""
+    """The aggregate row a kept rejected row was counted on (service/ingest.py `aggregate`): its own
+    `aggregate_pk` when the index projects it, else rebuilt from the projected channel, merchant, cause (and
+    the hour, for a row kept when every hour had its own counter: such a row has a lifetime)."""
     if row.get("aggregate_pk"):
         return str(row["aggregate_pk"])
-    hour = str(row.get("created_at") or "")[:13]
-    return f"rejected-count#{row.get('channel')}#{row.get('mchid')}#{row.get('cause')}#{hour}"
+    group = f"rejected-count#{row.get('channel')}#{row.get('mchid')}#{row.get('cause')}"
+    if "expires_at" not in row:  # kept since groups are counted whole (no lifetime while open, R51)
+        return group
+    return f"{group}#{str(row.get('created_at') or '')[:13]}"  # kept when each hour had its own counter
 
 
 def _china_day(iso: Any) -> str:
@@ -1232,7 +1240,7 @@ def parse_filter(text: str | None) -> dict[str, Any]:
     """`kind=refund,merchant=1900000109,age>2h,state=open,owner=alice,channel=alipay` → a filter dict.
     `kind` matches the kind or its prefix (kind=recon matches recon-diff and recon-blocked)."""
     wanted: dict[str, Any] = {}
-    for part in (p.strip() for p in (text or "").split(",") if p.strip()):
+    for part in (p.strip() for p in _filter_parts(text or "") if p.strip()):
         age = _AGE.match(part.replace(" ", ""))
         if age:
             op, n, unit = age.groups()
@@ -1257,11 +1265,33 @@ def parse_filter(text: str | None) -> dict[str, Any]:
                 f"filter {part!r}: use kind=…, merchant=…, channel=…, state=…, owner=…, order=…, id=…, "
                 "cls=…, bill_date=…, since=…, until=…, age>…, age<…"
             )
+        if name.strip() in wanted:  # a value that smuggled a second "merchant=…" in must not win silently
+            raise QueueError(f"filter names {name.strip()} twice: say it once")
         if name.strip() in ("since", "until"):
             wanted[name.strip()] = parse_bound(value.strip(), end=name.strip() == "until")
             continue
         wanted[name.strip()] = value.strip()
     return wanted
+
+
+def filter_value(value: str) -> str:
+    """`value` as filter text: "\\" and "," escaped, so a value holding "," or "=" stays one value."""
+    return value.replace("\\", "\\\\").replace(",", "\\,")
+
+
+def _filter_parts(text: str) -> list[str]:
+    """The filter's comma-separated parts; "\\," is a comma inside a value, "\\\\" a backslash."""
+    parts, current, chars = [], [], iter(text)
+    for ch in chars:
+        if ch == "\\":
+            current.append(next(chars, "\\"))
+        elif ch == ",":
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+    parts.append("".join(current))
+    return parts
 
 
 def parse_bound(text: str, *, end: bool = False) -> datetime:

@@ -89,6 +89,7 @@ def _int_or_none(value: Any) -> int | None:
 
 BODY_PREFIX_BYTES = 4096  # what is kept of an unauthenticated or forged body (R40): enough to recognise it
 FORGERY = "suspected_forgery"
+FORGERIES_KEPT = 20  # open suspected-forgery rows per (channel, reporting merchant, cause); the rest counted
 
 
 def body_evidence(body: bytes | str | None) -> dict[str, Any]:
@@ -118,27 +119,49 @@ def park_forgery(
 ) -> str:
     """R39: a signed report that does not belong to the tenant it names. It becomes a queue item
     (`manual_kind=suspected_forgery`, its own key in notify_event: never the raw key the genuine report
-    needs), counts ReportForged (alarmed), and changes nothing else. The same report twice is one row."""
+    needs), counts ReportForged (alarmed), and changes nothing else. The same report twice is one row.
+
+    It is filed under the merchant that reported it (the one whose keys verified it: `url_merchant`, else
+    `mchid`), never under the merchant it names (`claimed_mchid`), and bounded like rejections (R40): per
+    reporting merchant and cause one counter row, at most FORGERIES_KEPT open rows; the rest are counted."""
     evidence = body_evidence(body)
+    reporter = (url_merchant or mchid)[:32]
     digest = hashlib.sha256(f"{key}|{evidence['body_sha256']}".encode()).hexdigest()[:32]
-    event_id = f"forgery#{channel}#{mchid[:32]}#{digest}"
+    event_id = f"forgery#{channel}#{reporter}#{digest}"
     if events is not None:
-        events.put(
-            event_id,
-            FORGERY,
+        group = f"forgery-count#{channel}#{reporter}#{cause}"
+        _seen, slot = events.count_rejection(
+            group,
             now_s,
-            manual_kind=FORGERY,
+            pool="other",
+            cap=FORGERIES_KEPT,
+            kind="forgery_count",
             channel=channel,
-            mchid=mchid[:32],
-            url_merchant=(url_merchant or "")[:32] or None,
-            refund_no=(refund_no or "")[:64] or None,
-            out_trade_no=(out_trade_no or "")[:64] or None,
-            amount_cent=amount_cent,
+            mchid=reporter,
             cause=cause,
-            reason=reason[:300],
-            **evidence,
         )
-    count(M.REPORT_FORGED, channel=channel, merchant=mchid)
+        if slot:
+            kept = {"aggregate_pk": group, "slot_pool": "other"}
+            written = events.put(
+                event_id,
+                FORGERY,
+                now_s,
+                manual_kind=FORGERY,
+                channel=channel,
+                mchid=reporter,
+                claimed_mchid=mchid[:32],
+                url_merchant=(url_merchant or "")[:32] or None,
+                refund_no=(refund_no or "")[:64] or None,
+                out_trade_no=(out_trade_no or "")[:64] or None,
+                amount_cent=amount_cent,
+                cause=cause,
+                reason=reason[:300],
+                **kept,
+                **evidence,
+            )
+            if written is None:  # the same report is kept already: the slot goes back
+                events.release_slot(kept)
+    count(M.REPORT_FORGED, channel=channel, merchant=reporter)
     logger.error(
         "suspected forgery parked: nothing of the tenant it names changed",
         extra={"event_id": event_id, "cause": cause, "mchid": mchid[:32], "refund_no": refund_no},

@@ -25,7 +25,9 @@ from typing import Any, Protocol
 
 from tally import errors
 from tally.channels.refunds import refund_event_of
+from tally.domain.booking_day import booking_day_refusal
 from tally.domain.money import MAX_CENT, yuan_text
+from tally.domain.notifications import is_merchant_id
 from tally.domain.refunds import (
     IN_FLIGHT,
     AnswerKind,
@@ -81,6 +83,9 @@ class RefundChannel(Protocol):
 
 class InvalidRefund(errors.InvalidRequest, ValueError):
     """The request is wrong (HTTP 400)."""
+
+
+REROUTE_CLAIM_S = 300  # an apply-abnormal-refund call holds the refund this long at most (then it died)
 
 
 class RefundConflict(errors.Conflict, ValueError):
@@ -670,6 +675,34 @@ class RefundService:
             decision = transit(status, event)
             now_s = self.clock()
             now = iso_now(now_s)
+            claim_live: int | None = None
+            if source.startswith("person:") and event is not RefundEvent.REROUTE:
+                claim_live = int(now_s) - REROUTE_CLAIM_S
+                if int(refund.get("reroute_since") or 0) >= claim_live:
+                    raise RefundConflict(
+                        f"refund {refund_no} is being sent to another account by {refund.get('reroute_by')} "
+                        "right now: the channel's answer decides; look again in a minute"
+                    )
+            if decision.effect is Effect.BOOK and not source.startswith("person:"):
+                refusal = booking_day_refusal(success_time, now_s)
+                if refusal is not None:  # R50: a person, never booked where no reconciliation will look
+                    count(
+                        M.REFUND_DAY_OUT_OF_WINDOW,
+                        channel=refund.get("channel"),
+                        merchant=refund.get("mchid"),
+                    )
+                    event, raw_handled, reason = RefundEvent.MISMATCH, 2, f"not booked: {refusal}"
+                    decision = transit(status, event)
+                    if (
+                        decision.verdict is Verdict.DUPLICATE and raw
+                    ):  # already with a person: this report too
+                        self.raw.mark(*raw, 2, reason[:200], now)
+                        count(
+                            M.REFUND_REPORT_MANUAL,
+                            channel=refund.get("channel"),
+                            merchant=refund.get("mchid"),
+                        )
+                        return RefundApplied.MANUAL, refund
             if decision.verdict is Verdict.DUPLICATE:
                 if refund_id and not refund.get("refund_id"):
                     self.store.set_fields(key, status.value, refund_id=refund_id)
@@ -690,7 +723,7 @@ class RefundService:
             to = decision.new_status
             assert to is not None
             how = {**landing(to, event, reason, refund_id, success_time, now_s), **(extra or {})}
-            items = [self.store.move(key, status.value, to.value, now, **how)]
+            items = [self.store.move(key, status.value, to.value, now, unclaimed_since=claim_live, **how)]
             figures: dict[str, int] | None = None
             if decision.effect is Effect.BOOK:
                 if refund["pk"] not in settled:
@@ -942,7 +975,12 @@ class RefundService:
         A person sends an ABNORMAL refund to another account (WeChat v3 apply-abnormal-refund): once the
         channel takes it, the refund is ACCEPTED again (MANUAL --REROUTE-->), back in the poll index with a
         fresh expiry, and the same state machine books it when the notification or the query says SUCCESS.
-        The reservation stays held throughout. A refusal changes nothing and says why (the item stays open)."""
+        The reservation stays held throughout. A refusal changes nothing and says why (the item stays open).
+
+        While the call waits for the channel the refund is claimed (`reroute_since`): another person's recorded
+        outcome is refused until the answer is in, so a reroute the channel takes is never reported as sent for a
+        refund that was released meanwhile. No answer (a timeout) is not "did not take": the refund is tracked
+        as if taken (`abnormal_answer` "unknown"), still reserved, and the query says whether it took."""
         row = self.store.get(key)
         if row is None:
             raise NotFound(f"no refund {key}")
@@ -957,23 +995,52 @@ class RefundService:
         apply = getattr(channel, "apply_abnormal", None)
         if apply is None:
             raise RefundConflict(f"{type(channel).__name__} has no abnormal-refund API: settle it by hand")
-        # the record it would change names its provider: the channel refuses credentials other than those (R39)
-        answer = apply({**row, "sp_mchid": self._refund_sp(row) or ""}, route, card)
-        if answer.kind is not AnswerKind.ACCEPTED:
+        now_s = self.clock()
+        if not self.store.claim_reroute(key, by, int(now_s), int(now_s) - REROUTE_CLAIM_S):
+            raise RefundConflict(
+                f"refund {row['refund_no']} changed or is being sent elsewhere by another person: look at it again"
+            )
+        try:
+            # the record it would change names its provider: the channel refuses credentials other than those (R39)
+            answer = apply({**row, "sp_mchid": self._refund_sp(row) or ""}, route, card)
+        except BaseException:  # refused before sending (route, card, provider): nobody is rerouting it
+            self.store.release_reroute(key)
+            raise
+        if answer.kind not in (AnswerKind.ACCEPTED, AnswerKind.RETRY):
+            self.store.release_reroute(key)
             raise RefundConflict(
                 f"the channel did not take refund {row['refund_no']} to {route} ({answer.kind.value} {answer.code}): "
                 f"{answer.message}; it stays with a person"
             )
-        now_s = self.clock()
-        return self._transition(
+        # taken, or no answer (a timeout: it may have been taken): tracked like any refund from here on, the
+        # amount still reserved; the refund query tells whether it took (ABNORMAL again: back to a person)
+        unknown = answer.kind is AnswerKind.RETRY
+        applied, after = self._transition(
             key,
             RefundEvent.REROUTE,
             refund_id=answer.refund_id,
-            reason=f"apply-abnormal-refund {route} by {by}: {reason}",
+            reason=f"apply-abnormal-refund {route} by {by}"
+            + (f", answer unknown ({answer.message}): tracked" if unknown else "")
+            + f": {reason}",
             source=f"person:{by}",
-            known=row,
-            extra={"expire_at": iso_now(now_s + self.expiry_s), "poll_attempts": 0, "abnormal_route": route},
+            extra={
+                "expire_at": iso_now(now_s + self.expiry_s),
+                "poll_attempts": 0,
+                "abnormal_route": route,
+                "abnormal_answer": "unknown" if unknown else "taken",
+            },
         )
+        if applied is not RefundApplied.APPLIED:  # moved under a claim that had gone stale: a person
+            count(M.REFUND_MANUAL, channel=row.get("channel"), merchant=row.get("mchid"))
+            logger.error(
+                "abnormal refund rerouted at the channel but the refund had moved meanwhile",
+                extra={"refund_no": row["refund_no"], "status": after.get("status"), "route": route},
+            )
+            raise RefundConflict(
+                f"the channel {'may have taken' if unknown else 'took'} refund {row['refund_no']} to {route}, but "
+                f"it was recorded {after.get('status')} meanwhile: its money may go out twice; settle it by hand"
+            )
+        return applied, after
 
     # ================================================================== views
 
@@ -1066,7 +1133,7 @@ def validate_refund_request(body: Any) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise InvalidRefund("body must be a JSON object")
     mchid = body.get("mchid")
-    if not isinstance(mchid, str) or not mchid.isdigit() or len(mchid) > 32:
+    if not is_merchant_id(mchid):
         raise InvalidRefund("mchid must be the merchant number (digits)")
     out_trade_no = body.get("out_trade_no")
     if not isinstance(out_trade_no, str) or not OUT_TRADE_NO.match(out_trade_no):

@@ -12,7 +12,7 @@ from typing import Any
 
 from tally.store.codec import from_item, names_values, to_item
 from tally.store.records import RawRow, as_raw
-from tally.store.tables import PENDING_SHARDS, Tables, pending_pk
+from tally.store.tables import PENDING_SHARDS, Tables, closed_expiry, pending_pk, release_slot
 
 
 class NotWaiting(Exception):
@@ -75,16 +75,18 @@ class ManualStore:
     def resolve_event(self, key: str, entry: dict[str, Any], recorded: dict[str, Any] | None = None) -> None:
         """A kept notification leaves the manual index; `recorded` (default: entry) becomes its resolution,
         `entry` is appended to its history."""
-        self._update(
+        row = self._update(
             self.t.notify_event,
             key,
-            "SET resolution = :entry, history = list_append("
+            "SET resolution = :entry, expires_at = :exp, history = list_append("
             "if_not_exists(history, :empty), :one) REMOVE manual_kind",
             "attribute_exists(manual_kind)",
             entry=entry if recorded is None else recorded,
+            exp=closed_expiry(entry["at"]),  # R51: its lifetime starts when it is closed
             empty=[],
             one=[entry],
         )
+        release_slot(self.t.ddb, self.t.notify_event, row)
 
     # ------------------------------------------------------------ helpers
 

@@ -22,7 +22,7 @@ from enum import Enum
 from typing import Any
 
 from tally.store.codec import encode, from_item, names_values, to_item
-from tally.store.tables import PENDING_SHARDS
+from tally.store.tables import PENDING_SHARDS, closed_expiry, release_slot
 
 SHARDS = 4  # the orders' and refunds' poll index shards (store/polling.py, store/refunds.py)
 REFUND_REPORT_MANUAL = "manual"  # refund_raw manual_pk while a report waits for a person
@@ -199,6 +199,9 @@ class QueueStore:
         what takes the item out of every list at once). Raises StaleItem when the row is not in the state
         `expect` names. `sets` are plain attribute names; a reserved word (status) gets its placeholder here."""
         assigns = {"q_state": state, "q_at": entry["at"], **(sets or {})}
+        closing = table == self.t.notify_event and "manual_kind" in remove
+        if closing:  # R51: a kept item's lifetime starts when it is closed
+            assigns["expires_at"] = closed_expiry(entry["at"])
         if owner is not None:
             assigns["q_owner"] = owner
         names = expect.names
@@ -231,7 +234,10 @@ class QueueStore:
             answer = self.ddb.update_item(**request)
         except self.ddb.exceptions.ConditionalCheckFailedException:
             raise StaleItem(str(key)) from None
-        return from_item(answer["Attributes"]) or {}
+        row = from_item(answer["Attributes"]) or {}
+        if closing:
+            release_slot(self.ddb, table, row)
+        return row
 
     def open_task(self, raw_pk: str, task: dict[str, Any]) -> bool:
         """A refund task for an unbooked payment a person wants refunded (R17's table, its key unique on

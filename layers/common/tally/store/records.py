@@ -112,6 +112,9 @@ class RefundRow(TypedDict, total=False):
     manual_reason: str
     expire_at: str  # no outcome by then: EXPIRED (the poll)
     abnormal_route: str  # an ABNORMAL refund sent through apply-abnormal-refund (to the bank card or balance)
+    abnormal_answer: str  # "taken", or "unknown": the call timed out, tracked as if taken (the query decides)
+    reroute_since: int  # epoch s: an apply-abnormal-refund call is out (a claim; a person's outcome waits)
+    reroute_by: str
 
 
 def as_order(row: dict[str, Any] | None) -> OrderRow | None:

@@ -124,6 +124,11 @@ def status_fields(
         sets.update(poll_pk=manual_pk(refund_no), poll_due=now, manual_reason=manual_reason[:500])
     else:
         removes += ["poll_pk", "poll_due"]
+    if to_status != "MANUAL":
+        removes += [
+            "reroute_since",
+            "reroute_by",
+        ]  # a reroute claim lives only while the refund is a person's
     sets.update({k: v for k, v in fields.items() if v is not None})
     return sets, removes
 
@@ -131,6 +136,34 @@ def status_fields(
 class RefundStore:
     def __init__(self, t: RefundTables):
         self.t = t
+
+    # ------------------------------------------------------------------ a reroute in flight
+    def claim_reroute(self, key: str, by: str, now_s: int, stale_before: int) -> bool:
+        """Take the refund for one apply-abnormal-refund call: only a MANUAL refund nobody is rerouting (a claim
+        older than `stale_before` is a call that died). While the claim lives, a person's outcome is refused."""
+        try:
+            self.t.ddb.update_item(
+                TableName=self.t.refunds,
+                Key=to_item({"pk": key}),
+                UpdateExpression="SET reroute_since = :now, reroute_by = :by",
+                ConditionExpression="#st = :manual AND "
+                "(attribute_not_exists(reroute_since) OR reroute_since < :stale)",
+                ExpressionAttributeNames={"#st": "status"},
+                ExpressionAttributeValues=names_values(
+                    now=now_s, by=by[:64], manual="MANUAL", stale=stale_before
+                ),
+            )
+        except self.t.ddb.exceptions.ConditionalCheckFailedException:
+            return False
+        return True
+
+    def release_reroute(self, key: str) -> None:
+        """The channel refused the reroute: the refund is a person's again, nobody is rerouting it."""
+        self.t.ddb.update_item(
+            TableName=self.t.refunds,
+            Key=to_item({"pk": key}),
+            UpdateExpression="REMOVE reroute_since, reroute_by",
+        )
 
     # ------------------------------------------------------------------ reads
     def get(self, key: str) -> RefundRow | None:
@@ -209,13 +242,19 @@ class RefundStore:
         *,
         poll_due: str | None = None,
         manual_reason: str | None = None,
+        unclaimed_since: int | None = None,
         **fields: Any,
     ) -> dict[str, Any]:
-        """Status CAS: the guard that makes every effect riding in the same transaction happen once."""
+        """Status CAS: the guard that makes every effect riding in the same transaction happen once.
+        `unclaimed_since`: also only if no reroute claim taken since then is live (a person's own move)."""
         sets, removes = status_fields(
             key, to_status, now, poll_due=poll_due, manual_reason=manual_reason, **fields
         )
         values = {"from": from_status, **{f"v_{k}": v for k, v in sets.items()}}
+        condition = "#st = :from"
+        if unclaimed_since is not None:
+            condition += " AND (attribute_not_exists(reroute_since) OR reroute_since < :claim_live)"
+            values["claim_live"] = unclaimed_since
         assignments = ", ".join(("#st" if k == "status" else k) + f" = :v_{k}" for k in sets)
         expression = "SET " + assignments + (" REMOVE " + ", ".join(removes) if removes else "")
         return {
@@ -223,7 +262,7 @@ class RefundStore:
                 "TableName": self.t.refunds,
                 "Key": to_item({"pk": key}),
                 "UpdateExpression": expression,
-                "ConditionExpression": "#st = :from",
+                "ConditionExpression": condition,
                 "ExpressionAttributeNames": {"#st": "status"},
                 "ExpressionAttributeValues": names_values(**values),
             }

@@ -6,6 +6,7 @@ import hashlib
 import json
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from tally.store.codec import from_item, names_values, to_item
@@ -205,13 +206,9 @@ class EventStore:
         person (`manual_kind`) that meets a different row on its key is kept under a key of its own
         (`{event_id}#{content digest}`, `collided_with`): a person's item is never dropped (L1)."""
         days = self.ttl_days if ttl_days is None else ttl_days
-        row = {
-            "pk": event_id,
-            "kind": kind,
-            "created_at": iso_now(now_s),
-            "expires_at": int(now_s) + days * 86400,
-            **fields,
-        }
+        row = {"pk": event_id, "kind": kind, "created_at": iso_now(now_s), **fields}
+        if not fields.get("manual_kind"):  # R51: a person's item has no lifetime until it is closed
+            row["expires_at"] = int(now_s) + days * 86400
         if kind == "in_between" and fields.get("mchid") and fields.get("out_trade_no"):
             # the sparse by_order index (the order story): only verified events that name their order
             row.setdefault("order_pk", order_key(str(fields["mchid"]), str(fields["out_trade_no"])))
@@ -250,22 +247,72 @@ class EventStore:
         )
         return [from_item(item) for item in answer.get("Items", [])]
 
-    def count_rejection(self, pk: str, now_s: float, *, ttl_days: int, **fields: Any) -> int:
-        """One small ADD on an aggregate row (one per channel, merchant, cause and hour, R40): what an
-        unauthenticated request costs once the hour's kept rows are used up. Returns the count so far."""
-        sets = {"kind": "rejected_count", "last_at": iso_now(now_s), **fields}
+    def count_rejection(
+        self, pk: str, now_s: float, *, pool: str, cap: int, kind: str = "rejected_count", **fields: Any
+    ) -> tuple[int, bool]:
+        """One rejection of a (channel, merchant, cause) group counted on the group's one aggregate row (R40),
+        and, while fewer than `cap` of its `pool`'s kept rows are open, a slot taken for keeping the body.
+        Returns (rejections so far, slot taken). Two small updates at most: what an unauthenticated request
+        costs. The row has no lifetime while rows it counts are open (R51); slots come back as they close."""
+        sets = {"kind": kind, "last_at": iso_now(now_s), **fields}
         answer = self.t.ddb.update_item(
             TableName=self.t.notify_event,
             Key=to_item({"pk": pk}),
             UpdateExpression="ADD rejections :one SET first_at = if_not_exists(first_at, :first), "
-            "expires_at = if_not_exists(expires_at, :exp), " + ", ".join(f"#{k} = :{k}" for k in sets),
+            + ", ".join(f"#{k} = :{k}" for k in sets)
+            + " REMOVE expires_at",
             ExpressionAttributeNames={f"#{k}": k for k in sets},
-            ExpressionAttributeValues=names_values(
-                one=1, first=iso_now(now_s), exp=int(now_s) + ttl_days * 86400, **sets
-            ),
+            ExpressionAttributeValues=names_values(one=1, first=iso_now(now_s), **sets),
             ReturnValues="UPDATED_NEW",
         )
-        return int(answer["Attributes"]["rejections"]["N"])
+        seen = int(answer["Attributes"]["rejections"]["N"])
+        try:
+            self.t.ddb.update_item(
+                TableName=self.t.notify_event,
+                Key=to_item({"pk": pk}),
+                UpdateExpression="ADD #slot :one",
+                ConditionExpression="attribute_not_exists(#slot) OR #slot < :cap",
+                ExpressionAttributeNames={"#slot": slot_name(pool)},
+                ExpressionAttributeValues=names_values(one=1, cap=cap),
+            )
+        except self.t.ddb.exceptions.ConditionalCheckFailedException:
+            return seen, False
+        return seen, True
+
+    def release_slot(self, row: dict[str, Any]) -> None:
+        """A kept rejected row closed (or never written): its pool's slot on the group row is free again."""
+        release_slot(self.t.ddb, self.t.notify_event, row)
+
+
+def slot_name(pool: str) -> str:
+    return f"kept_{pool}"
+
+
+def release_slot(ddb: Any, table: str, row: dict[str, Any]) -> None:
+    """Give back the slot a kept rejected row took on its group row (`aggregate_pk`, `slot_pool`); rows kept
+    before slots existed took none."""
+    if not row.get("slot_pool") or not row.get("aggregate_pk"):
+        return
+    try:
+        ddb.update_item(
+            TableName=table,
+            Key=to_item({"pk": row["aggregate_pk"]}),
+            UpdateExpression="ADD #slot :minus",
+            ConditionExpression="#slot > :zero",
+            ExpressionAttributeNames={"#slot": slot_name(str(row["slot_pool"]))},
+            ExpressionAttributeValues=names_values(minus=-1, zero=0),
+        )
+    except ddb.exceptions.ConditionalCheckFailedException:
+        pass  # already given back
+
+
+CLOSED_KEPT_DAYS = 30  # a closed item's row is kept this long after it was closed (R51), then TTL removes it
+
+
+def closed_expiry(closed_at: str) -> int:
+    """`expires_at` of an item closed at `closed_at` (UTC ISO 8601): its lifetime starts now (R51)."""
+    when = datetime.fromisoformat(closed_at.replace("Z", "+00:00"))
+    return int(when.timestamp()) + CLOSED_KEPT_DAYS * 86400
 
 
 class OrderStore:

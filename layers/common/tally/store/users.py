@@ -88,3 +88,15 @@ class ConsoleUsers:
         if not result:  # a challenge (NEW_PASSWORD_REQUIRED …): `tally console add-user` sets a permanent one
             raise SignInFailed
         return Tokens(result["IdToken"], int(result.get("ExpiresIn", 3600)), result.get("RefreshToken", ""))
+
+    def current(self, username: str) -> frozenset[str] | None:
+        """The user's groups now (not when its token was issued), or None when it no longer exists or is
+        disabled: two Cognito admin reads (AdminGetUser, AdminListGroupsForUser)."""
+        try:
+            user = self.cognito.admin_get_user(UserPoolId=self.pool, Username=username)
+        except self.cognito.exceptions.UserNotFoundException:
+            return None
+        if not user.get("Enabled", True):
+            return None
+        answer = self.cognito.admin_list_groups_for_user(UserPoolId=self.pool, Username=username, Limit=10)
+        return frozenset(g["GroupName"] for g in answer.get("Groups", []) if g.get("GroupName") in GROUPS)

@@ -5,6 +5,7 @@ WeChat does it (channel-spec §1.2-§1.3). The channel-side key it signs with is
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import secrets
 from collections.abc import Callable
@@ -23,6 +24,13 @@ def _pem(key: Any, public: bool = False) -> str:
     if public:
         return key.public_key().public_bytes(s.Encoding.PEM, s.PublicFormat.SubjectPublicKeyInfo).decode()
     return key.private_bytes(s.Encoding.PEM, s.PrivateFormat.PKCS8, s.NoEncryption()).decode()
+
+
+def beat_transaction_id(merchant_id: str, out_trade_no: str) -> str:
+    """The beat's transaction id (28 characters like WeChat's): a function of the synthetic merchant and the
+    beat's order, so the same beat sent twice (a duplicate EventBridge delivery, a re-run) is one payment."""
+    digest = hashlib.sha256(f"{merchant_id}#{out_trade_no}".encode()).hexdigest()
+    return ("HB" + digest)[:28]
 
 
 class WeChatPayV3Synthetic:
@@ -60,7 +68,8 @@ class WeChatPayV3Synthetic:
             "mchid": merchant_id,
             "appid": APPID,
             "out_trade_no": out_trade_no,
-            "transaction_id": "HB" + secrets.token_hex(13),
+            # one per beat (R54): a second delivery of the same minute's beat is the same payment, a duplicate
+            "transaction_id": beat_transaction_id(merchant_id, out_trade_no),
             "trade_type": "NATIVE",
             "trade_state": "SUCCESS",
             "trade_state_desc": "支付成功",

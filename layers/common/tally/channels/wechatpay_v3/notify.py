@@ -13,6 +13,8 @@ from tally.channels.wechatpay_v3 import combine as wxc
 from tally.channels.wechatpay_v3 import refunds as wxr
 from tally.channels.wechatpay_v3 import wire as wx
 
+SECURITY_ECHO = "SECURITY_ECHO."  # event_type SECURITY_ECHO.SUCCESS: no money, nothing to store
+
 
 def read_notification(
     request: Any,
@@ -37,6 +39,9 @@ def read_notification(
         envelope = wx.parse_envelope(request.body, text)
         resource = wx.open_resource(envelope, merchant.creds.apiv3_key)
         envelope_id = str(envelope.get("id") or "")
+        if str(envelope.get("event_type") or "").startswith(SECURITY_ECHO):
+            # POST /v3/security/echo's callback (docs/channels.md): signed and decrypted, so keys and route work
+            return ReadNotification(echo=True, event_id=envelope_id)
         if wxr.is_refund_event(envelope):  # REFUND.SUCCESS / ABNORMAL / CLOSED share this URL (§1.5)
             refund = wxr.to_refund_notice(resource)
             if refund.mchid != mchid and refund.sp_mchid != mchid:
