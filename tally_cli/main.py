@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from typing import cast
 
 from tally_cli import (
+    bill,
     console,
     demo,
     envvars,
@@ -40,6 +41,7 @@ COMMAND_MODULES = [
     pending,
     manual,
     recon,
+    bill,
     ledger,
     demo,
     outbox,

@@ -70,7 +70,19 @@ class ReconStore:
     def mark_day(self, run: dict[str, Any]) -> None:
         """The day's work-queue marker (sk `blocked`, sparse index by_blocked, R41): a BLOCKED run sets it (and
         reopens it), a later run that finished otherwise clears it. Updates, so the item's history stays."""
-        fields = {k: run.get(k) for k in ("channel", "mchid", "bill_date", "block_code", "guard", "reason")}
+        fields = {
+            k: run.get(k)
+            for k in (
+                "channel",
+                "mchid",
+                "bill_date",
+                "block_code",
+                "guard",
+                "reason",
+                "bill_key",
+                "layout_fingerprint",
+            )
+        }
         fields = {
             "run_sk": run["sk"],
             "blocked_at": run.get("finished_at"),
@@ -82,7 +94,10 @@ class ReconStore:
             self.ddb.update_item(
                 TableName=self.runs,
                 Key=key,
-                UpdateExpression=f"SET {sets}, blocked_pk = :b, q_state = :open REMOVE q_owner",
+                UpdateExpression=f"SET {sets}, blocked_pk = :b, q_state = :open REMOVE q_owner"
+                + (
+                    "" if "layout_fingerprint" in fields else ", layout_fingerprint"
+                ),  # the day's latest block
                 ExpressionAttributeValues=names_values(b="blocked", open="OPEN", **fields),
             )
             return
@@ -96,6 +111,38 @@ class ReconStore:
             )
         except self.ddb.exceptions.ConditionalCheckFailedException:
             return  # the day was never blocked: no marker
+
+    # ------------------------------------------------------------ bill layouts (service/recon_layout.py)
+    def put_layout(self, channel: str, mapping: dict[str, Any]) -> bool:
+        """A person's mapping of a new bill layout (`tally bill layout add`), once per fingerprint: False if
+        that fingerprint is mapped already (a mapping is never overwritten; a wrong one is fixed in the repo)."""
+        item = {
+            "pk": f"layout#{channel}#{mapping['fingerprint']}",
+            "sk": "mapping",
+            "mapping": json.dumps(mapping),
+        }
+        try:
+            self.ddb.put_item(
+                TableName=self.runs, Item=to_item(item), ConditionExpression="attribute_not_exists(pk)"
+            )
+        except self.ddb.exceptions.ConditionalCheckFailedException:
+            return False
+        return True
+
+    def layout(self, channel: str, fingerprint: str) -> dict[str, Any] | None:
+        row = self.run(f"layout#{channel}#{fingerprint}", "mapping")
+        return json.loads(row["mapping"]) if row else None
+
+    def quarantined(self, channel: str, fingerprint: str) -> list[dict[str, Any]]:
+        """The blocked days' markers whose bill has this layout (index by_blocked, bounded by the open days)."""
+        request: dict[str, Any] = {
+            "TableName": self.runs,
+            "IndexName": "by_blocked",
+            "KeyConditionExpression": "blocked_pk = :b AND begins_with(pk, :c)",
+            "FilterExpression": "layout_fingerprint = :f",
+            "ExpressionAttributeValues": names_values(b="blocked", c=f"{channel}#", f=fingerprint),
+        }
+        return self._pages(request)
 
     def latest_parsed_rows(self, pk: str) -> int | None:
         for row in self.run_rows(pk):
@@ -192,14 +239,19 @@ class ReconStore:
             return False
 
     def _query(self, table: str, pk: str, newest_first: bool = False) -> list[dict[str, Any]]:
+        return self._pages(
+            {
+                "TableName": table,
+                "KeyConditionExpression": "pk = :pk",
+                "ExpressionAttributeValues": names_values(pk=pk),
+                "ScanIndexForward": not newest_first,
+                "ConsistentRead": True,
+            }
+        )
+
+    def _pages(self, kwargs: dict[str, Any]) -> list[dict[str, Any]]:
+        """Every page of one Query."""
         rows: list[dict[str, Any]] = []
-        kwargs: dict[str, Any] = {
-            "TableName": table,
-            "KeyConditionExpression": "pk = :pk",
-            "ExpressionAttributeValues": names_values(pk=pk),
-            "ScanIndexForward": not newest_first,
-            "ConsistentRead": True,
-        }
         while True:
             answer = self.ddb.query(**kwargs)
             rows += [from_item(i) for i in answer.get("Items", [])]
