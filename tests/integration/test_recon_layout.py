@@ -1,0 +1,107 @@
+"""The layout canary, end to end on moto + S3 with the simulator (docs/recon.md "Bill layouts"): the channel
+changes its bill's layout; the day is quarantined with the difference (the run, `tally recon show`, the work
+queue), a person maps the new layout (a dry run first, which writes nothing), every quarantined day with it is
+re-run from its kept bill and matched, and the next bill of that layout is read through the mapping at once."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from tally import bootstrap
+from tally.service.recon_layout import read_offline
+
+from tally_cli.recon import render_run
+from tests.integration import test_queue
+from tests.integration.recon_helpers import D_BEFORE, D, metric, pay
+
+cli = test_queue.cli  # the fixture: `tally …` as a person types it, against this test's moto
+
+
+@pytest.mark.parametrize(
+    "fault, what",
+    [
+        ("changed_header", ("renamed", [["应结订单金额", "结算金额"]])),
+        ("column_added", ("added", ["优惠标签"])),
+        ("column_moved", ("moved", [["微信订单号", 5, 6], ["商户订单号", 6, 5]])),
+        ("summary_line_added", ("summary_added", [["营销总金额"]])),
+    ],
+)
+def test_r38_r41_a_drifted_bill_is_quarantined_mapped_once_and_every_day_re_run_to_matched(
+    h, svc, cli, tmp_path, fault, what
+):
+    """R38/R41: quarantine -> case -> mapping (dry run, then stored) -> re-process -> MATCHED."""
+    mchid = str(random.randrange(10**9, 10**10))
+    h.add_merchant(mchid=mchid)
+    for day in (D_BEFORE, D):
+        for i in range(2):
+            pay(h, mchid, 100 + i, f"{day}T1{i}:00:00+08:00")
+    runs = {}
+    for day in (D_BEFORE, D):
+        h.sim.bills.fault(fault)
+        try:
+            runs[day] = svc.run("wechatpay", mchid, day)
+        finally:
+            h.sim.clear_faults()
+    run = runs[D]
+    # quarantined, not failed: BLOCKED with the structural difference and a sample row, the bill kept
+    assert (run["status"], run["block_code"]) == ("BLOCKED", "LAYOUT_QUARANTINED"), run["reason"]
+    assert run["layout_diff"][what[0]] == what[1] and run["layout_diff"]["nearest"]["kind"] == "trade ALL"
+    assert run["layout_sample"]["交易类型"] == "NATIVE" and run["bill_key"]
+    assert "stats" not in run and metric(h, "ReconBlocked") == 2 and metric(h, "ReconParseFailed") == 0
+    shown = render_run(svc.show("wechatpay", mchid, D)["runs"][0])
+    assert "layout: new, quarantined" in shown and "sample row:" in shown
+    assert run["layout_diff"]["lines"][1].strip() in shown
+    # the case a person works: one item per day, of its own kind
+    items = [i for i in bootstrap.work_queue().list("kind=bill-layout") if mchid in i["id"]]
+    assert len(items) == 2 and "layout" in items[0]["what"]
+
+    # the person drafts a mapping from the kept bill and reviews it
+    kept, _ = svc.archive.read(run["bill_key"])
+    draft = read_offline("wechatpay", kept, "ALL.csv")["draft_mapping"]
+    mapping = tmp_path / "mapping.json"
+    mapping.write_text(json.dumps({**draft, "note": "canary"}, ensure_ascii=False))
+
+    # a dry run shows what each re-run would match, and writes nothing (R52)
+    before = {day: len(svc.show("wechatpay", mchid, day)["runs"]) for day in (D_BEFORE, D)}
+    dry = cli("bill", "layout", "add", str(mapping), "--by", "alice", "--dry-run", "--json")
+    assert sorted(
+        (d["pk"].rsplit("#", 1)[1], d["verdict"], d["matched"], d["diffs"]) for d in dry["days"]
+    ) == [
+        (D_BEFORE, "PASSED", 2, 0),
+        (D, "PASSED", 2, 0),
+    ]
+    assert {day: len(svc.show("wechatpay", mchid, day)["runs"]) for day in (D_BEFORE, D)} == before
+    assert svc.store.layout("wechatpay", dry["fingerprint"]) is None
+
+    # stored: every quarantined day with that layout is re-run from its kept bill
+    done = cli("bill", "layout", "add", str(mapping), "--by", "alice", "--json")
+    assert done["stored"] and sorted((d["status"], d["matched"]) for d in done["days"]) == [
+        ("MATCHED", 2),
+        ("MATCHED", 2),
+    ]
+    latest = svc.show("wechatpay", mchid, D)["runs"][0]
+    assert latest["pass"] == "layout" and latest["layout_mapped_onto"] == "trade ALL"
+    assert latest["bill_key"] == run["bill_key"]  # the kept bill, not a new download
+    assert [i for i in bootstrap.work_queue().list("kind=bill-layout") if mchid in i["id"]] == []
+    assert svc.store.quarantined("wechatpay", dry["fingerprint"]) == []
+    # the next bill of that layout is read through the mapping at once
+    h.sim.bills.fault(fault)
+    try:
+        again = svc.run("wechatpay", mchid, D, pass_="T+3")
+    finally:
+        h.sim.clear_faults()
+    assert again["status"] == "MATCHED" and again["layout_mapped_onto"] == "trade ALL"
+
+
+def test_every_run_records_its_bill_layout(h, svc):
+    mchid = str(random.randrange(10**9, 10**10))
+    h.add_merchant(mchid=mchid)
+    pay(h, mchid, 100, f"{D}T10:00:00+08:00")
+    run = svc.run("wechatpay", mchid, D)
+    assert (
+        run["status"] == "MATCHED"
+        and run["layout_kind"] == "trade ALL"
+        and len(run["layout_fingerprint"]) == 16
+    )
