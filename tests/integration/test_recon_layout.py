@@ -63,7 +63,7 @@ def test_r38_r41_a_drifted_bill_is_quarantined_mapped_once_and_every_day_re_run_
     mapping = tmp_path / "mapping.json"
     mapping.write_text(json.dumps({**draft, "note": "canary"}, ensure_ascii=False))
 
-    # a dry run shows what each re-run would match, and writes nothing (R52)
+    # a dry run shows what each re-run would match, and writes nothing
     before = {day: len(svc.show("wechatpay", mchid, day)["runs"]) for day in (D_BEFORE, D)}
     dry = cli("bill", "layout", "add", str(mapping), "--by", "alice", "--dry-run", "--json")
     assert sorted(

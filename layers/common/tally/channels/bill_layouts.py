@@ -19,9 +19,11 @@ from typing import Any
 
 from tally.channels.alipay import bills as alipay_bills
 from tally.channels.alipay import fundflow as alipay_fundflow
+from tally.channels.bill_source import gunzip
 from tally.channels.wechatpay_v3 import bills as wechat_bills
 from tally.channels.wechatpay_v3 import fundflow as wechat_fundflow
 from tally.domain.bill_layout import KnownLayout, LayoutError, Mapping, Shape, sniff, text_lines
+from tally.domain.recon import BillParseError
 
 HEAD_BYTES = 16 * 1024
 TAIL_BYTES = 8 * 1024
@@ -123,3 +125,24 @@ def repo_mappings(channel: str) -> dict[str, Mapping]:
             raise LayoutError(f"{path.name}: {exc}") from None
         found[mapping.fingerprint] = mapping
     return found
+
+
+def detail_any(channel: str, data: bytes) -> bytes:
+    """The detail CSV of any bill file a person holds: a trade zip's 业务明细, a signcustomer zip's 账务明细, a gzip
+    answer decompressed, a plain CSV as it is."""
+    if data[:2] == b"PK" and channel == alipay_bills.CHANNEL:
+        try:
+            return alipay_bills.open_zip(data).detail
+        except BillParseError:
+            return alipay_bills.open_zip(
+                data, alipay_fundflow.DETAIL_SUFFIX, alipay_fundflow.SUMMARY_SUFFIX
+            ).detail
+    return gunzip(data)
+
+
+def fund_account(channel: str, name: str) -> str:
+    """A fund-flow file's account: the file does not say it; its name may (recon keeps `{account}.{sha1}.csv`)."""
+    if channel == alipay_bills.CHANNEL:
+        return alipay_fundflow.ACCOUNT
+    upper = name.upper()
+    return next((a for a in wechat_fundflow.ACCOUNTS if a in upper), "BASIC")

@@ -18,10 +18,7 @@ from typing import Any
 
 from tally.channels import bill_layouts as layouts
 from tally.channels import registry as channel_registry
-from tally.channels.alipay.bills import open_zip
-from tally.channels.alipay.fundflow import DETAIL_SUFFIX as ALIPAY_FLOW_DETAIL
-from tally.channels.alipay.fundflow import SUMMARY_SUFFIX as ALIPAY_FLOW_SUMMARY
-from tally.channels.bill_source import gunzip, lines_of
+from tally.channels.bill_source import lines_of
 from tally.domain.bill_layout import KnownLayout, LayoutDiff, LayoutError, Mapping, Shape
 from tally.domain.recon import BillParseError, Matcher, check_guards, fold_ledger, previous_day
 from tally.service.recon_sources import OpenedBill
@@ -29,7 +26,6 @@ from tally.store.recon import ReconStore, recon_pk
 from tally.store.tables import iso_now
 
 LAYOUT_QUARANTINED = "LAYOUT_QUARANTINED"
-FUND_ACCOUNTS = ("BASIC", "OPERATION", "FEES")
 
 
 @dataclass
@@ -168,7 +164,7 @@ class Layouts:
 
     def preview(self, recon: Any, mapping: Mapping, day: dict[str, Any]) -> dict[str, Any]:
         """What re-running one quarantined day with `mapping` would find: guards, matched, differences. Reads
-        the kept bill and the ledger only (a dry run never acts, R52)."""
+        the kept bill and the ledger only (a dry run never acts)."""
         channel, mchid, bill_date = mapping.base.channel, day["mchid"], day["bill_date"]
         out: dict[str, Any] = {"pk": recon_pk(channel, mchid, bill_date), "bill_key": day.get("bill_key")}
         try:
@@ -245,7 +241,7 @@ def _read(
 ) -> dict[str, Any]:
     from tally.service.recon import fund_flow_parser
 
-    detail = _detail_any(channel, data)
+    detail = layouts.detail_any(channel, data)
     shape, sample = layouts.shape_of(detail)
     given = layouts.mapping_from(mapping_data) if mapping_data else None
 
@@ -274,7 +270,7 @@ def _read(
     parser: Any
     listed: Iterator[dict[str, Any]]
     if layout is not None and layouts.family(layout) == layouts.FUNDFLOW:
-        out["account"] = account or _account_of(channel, name)
+        out["account"] = account or layouts.fund_account(channel, name)
         parser = fund_flow_parser(channel, detail, out["account"])
         listed = (
             {
@@ -316,22 +312,3 @@ def _read(
         "totals": totals.as_dict(),
         "rows": shown,
     }
-
-
-def _detail_any(channel: str, data: bytes) -> bytes:
-    """The detail CSV: a trade zip's 业务明细, a signcustomer zip's 账务明细, a gzip answer decompressed, a plain
-    CSV as it is."""
-    if data[:2] == b"PK" and channel == "alipay":
-        try:
-            return open_zip(data).detail
-        except BillParseError:
-            return open_zip(data, ALIPAY_FLOW_DETAIL, ALIPAY_FLOW_SUMMARY).detail
-    return gunzip(data)
-
-
-def _account_of(channel: str, name: str) -> str:
-    """The fund-flow account: the file does not say it; its name may (recon keeps `{account}.{sha1}.csv`)."""
-    if channel == "alipay":
-        return "ALIPAY"
-    upper = name.upper()
-    return next((a for a in FUND_ACCOUNTS if a in upper), "BASIC")
