@@ -752,7 +752,19 @@ class ReconService:
                         "HASH_MISMATCH",
                     )
                 try:
-                    parser = fund_flow_parser(channel, fetched.data, account)
+                    gate = self.layouts.fund_gate(
+                        channel, fetched.data
+                    )  # its layout first, as a trade bill's
+                    run["fund_bills"][-1]["layout_fingerprint"] = gate.shape.fingerprint
+                    if gate.diff is not None:
+                        run.update(gate.record())
+                        return self._fund_end(
+                            run,
+                            BLOCKED,
+                            f"fund flow {day} {account}: {gate.reason(channel)}",
+                            LAYOUT_QUARANTINED,
+                        )
+                    parser = fund_flow_parser(channel, gate.read_as_known(fetched.data, Path()), account)
                     flow.extend(parser.rows())
                 except BillParseError as exc:
                     count(M.RECON_PARSE_FAILED, channel=channel, merchant=mchid)

@@ -37,6 +37,7 @@ class Gate:
     mapping: Mapping | None = None
     diff: LayoutDiff | None = None
     sample: dict[str, str] = field(default_factory=dict)
+    detail: bytes | None = None  # the detail CSV the shape was read from (a bill in memory: decompressed)
 
     def record(self) -> dict[str, Any]:
         """What the run row keeps: every bill's fingerprint and kind; a quarantined one's difference and sample."""
@@ -75,7 +76,7 @@ class Gate:
             with _open_lines(data) as lines, out.open("wb") as f:
                 f.writelines(self.mapping.translate(lines))
             return out
-        return b"".join(self.mapping.translate(lines_of(data)))
+        return b"".join(self.mapping.translate(lines_of(data if self.detail is None else self.detail)))
 
 
 class _open_lines:
@@ -120,12 +121,22 @@ class Layouts:
     def gate(self, channel: str, data: bytes | Path) -> Gate:
         """The bill's shape against the known layouts (reads its first and last lines only; the stored
         mappings only for a shape no parser knows)."""
-        shape, sample = (
-            layouts.shape_of_file(data)
-            if isinstance(data, Path)
-            else layouts.shape_of(detail_of(channel, data))
-        )
-        return judge(channel, shape, sample, lambda: self.mapping(channel, shape.fingerprint), layouts.TRADE)
+        if isinstance(data, Path):
+            shape, sample = layouts.shape_of_file(data)
+            return judge(
+                channel, shape, sample, lambda: self.mapping(channel, shape.fingerprint), layouts.TRADE
+            )
+        return self._judged(channel, detail_of(channel, data), layouts.TRADE)
+
+    def fund_gate(self, channel: str, data: bytes) -> Gate:
+        """The same for a fund-flow file (the leg of R45): known, mapped or quarantined."""
+        return self._judged(channel, layouts.detail_any(channel, data), layouts.FUNDFLOW)
+
+    def _judged(self, channel: str, detail: bytes, family: str) -> Gate:
+        shape, sample = layouts.shape_of(detail)
+        gate = judge(channel, shape, sample, lambda: self.mapping(channel, shape.fingerprint), family)
+        gate.detail = detail
+        return gate
 
     # ------------------------------------------------------------ map once, re-process
 
