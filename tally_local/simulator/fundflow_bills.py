@@ -25,6 +25,7 @@ from . import kernel as k
 from .faults import FaultQueue
 from .kernel import SimulatorError
 
+# column_added: layout drift, a column the real layout does not have (the recon layout canary)
 FAULTS = (
     "drop_credit",
     "fee_off_by_one",
@@ -32,8 +33,7 @@ FAULTS = (
     "html_error",
     "wrong_summary",
     "empty_nonzero_summary",
-    "column_added",  # layout drift: a column the real layout does not have (the recon layout canary)
-)
+) + ("column_added",)
 HEADER = "记账时间,微信支付业务单号,资金流水单号,业务名称,业务类型,收支类型,收支金额(元),账户结余(元),资金变更提交申请人,备注,业务凭证号"
 SUMMARY = "资金流水总笔数,收入笔数,收入金额,支出笔数,支出金额"
 
