@@ -105,3 +105,27 @@ def test_every_run_records_its_bill_layout(h, svc):
         and run["layout_kind"] == "trade ALL"
         and len(run["layout_fingerprint"]) == 16
     )
+
+
+def test_a_big_drifted_bill_is_read_through_its_mapping_on_the_partitioned_path(h, svc):
+    """A bill kept in S3 above RECON_PARTITION_BYTES is streamed to disk: its shape is read from the file's head
+    and tail, the mapping translates the file, and the partitioned path matches it (R32 on the translated bill)."""
+    mchid = str(random.randrange(10**9, 10**10))
+    h.add_merchant(mchid=mchid)
+    for i in range(3):
+        pay(h, mchid, 200 + i, f"{D}T1{i}:00:00+08:00")
+    h.sim.bills.fault("column_moved")
+    try:
+        run = svc.run("wechatpay", mchid, D)
+    finally:
+        h.sim.clear_faults()
+    assert run["block_code"] == "LAYOUT_QUARANTINED", run["reason"]
+    kept, _ = svc.archive.read(run["bill_key"])
+    draft = read_offline("wechatpay", kept, "ALL.csv")["draft_mapping"]
+    svc.partition_bytes = 1  # every kept bill is "big": streamed to /tmp, partitioned
+    done = svc.layouts.add(svc, draft, by="alice", dry_run=False)
+    (day,) = done["days"]
+    assert (day["status"], day["matched"]) == ("MATCHED", 3), day["reason"]
+    latest = svc.show("wechatpay", mchid, D)["runs"][0]
+    assert latest["path"] == "partitioned" and latest["layout_mapped_onto"] == "trade ALL"
+    assert latest["totals"]["rows"] == 3 and all(c["ok"] for c in latest["totals"]["checks"])

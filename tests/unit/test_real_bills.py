@@ -172,3 +172,23 @@ def test_the_repo_mapping_files_are_valid():
         for fingerprint, mapping in bill_layouts.repo_mappings(channel).items():
             assert mapping.fingerprint == fingerprint
             json.dumps(mapping.as_dict())
+
+
+def test_a_big_bill_s_shape_is_read_from_its_first_and_last_lines_only(tmp_path):
+    """A bill of any size: its head and tail give the same shape (and fingerprint) as the whole file, on disk
+    too, plain or gzip; a cut multi-byte character at the window's edge changes nothing."""
+    import gzip
+
+    from tally.domain.bill_layout import sniff, text_lines
+
+    text = drifted((REAL / "wechat_v3_all_gunsluo.csv").read_text())
+    lines = text.splitlines(keepends=True)
+    big = "".join([lines[0], *(lines[1:4] * 200), *lines[4:]]).encode()  # ~150 KB, 商品名称 etc. multi-byte
+    assert len(big) > bill_layouts.HEAD_BYTES + bill_layouts.TAIL_BYTES
+    whole = sniff(text_lines(big), text_lines(big), whole=True)
+    assert bill_layouts.shape_of(big) == whole
+    plain, zipped = tmp_path / "b.csv", tmp_path / "b.csv.gz"
+    plain.write_bytes(big)
+    zipped.write_bytes(gzip.compress(big))
+    assert bill_layouts.shape_of_file(plain) == whole == bill_layouts.shape_of_file(zipped)
+    assert whole[0].summary == (tuple(bill_layouts.known("wechatpay")[0].shape.summary[0]), ("营销总金额",))
