@@ -5,6 +5,7 @@ re-run from its kept bill and matched, and the next bill of that layout is read 
 
 from __future__ import annotations
 
+import html
 import json
 import random
 
@@ -16,7 +17,16 @@ from tally_cli.recon import render_run
 from tests.integration import test_queue
 from tests.integration.recon_helpers import D_BEFORE, D, metric, pay
 
-cli = test_queue.cli  # the fixture: `tally …` as a person types it, against this test's moto
+cli = test_queue.cli
+
+
+def console_page(mchid: str) -> str:
+    from tally.console import app, data
+
+    view = data.recon_day("wechatpay", mchid, D)
+    return app.render(
+        "recon.html", None, view=view, channel="wechatpay", mchid=mchid, date=D, merchants=[], channels=[]
+    ).body  # the fixture: `tally …` as a person types it, against this test's moto
 
 
 @pytest.mark.parametrize(
@@ -53,6 +63,8 @@ def test_r38_r41_a_drifted_bill_is_quarantined_mapped_once_and_every_day_re_run_
     shown = render_run(svc.show("wechatpay", mchid, D)["runs"][0])
     assert "layout: new, quarantined" in shown and "sample row:" in shown
     assert run["layout_diff"]["lines"][1].strip() in shown
+    page = console_page(mchid)  # the console's recon day shows the same difference and sample
+    assert "New bill layout (quarantined)" in page and html.escape(run["layout_diff"]["lines"][1]) in page
     # the case a person works: one item per day, of its own kind
     items = [i for i in bootstrap.work_queue().list("kind=bill-layout") if mchid in i["id"]]
     assert len(items) == 2 and "layout" in items[0]["what"]

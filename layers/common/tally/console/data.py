@@ -318,7 +318,14 @@ def recon_day(channel: str, mchid: str, day: str) -> dict[str, Any]:
         }
         for d in view["diffs"]
     ]
-    return {"runs": runs, "diffs": diffs, "confirmation": view.get("confirmation")}
+    latest = view["runs"][0] if view["runs"] else {}
+    layout = None
+    if latest.get("layout_diff"):  # a quarantined bill: what changed, and one row of it (docs/recon.md)
+        layout = {
+            "lines": latest["layout_diff"].get("lines", []),
+            "sample": [f"{k}={v}" for k, v in (latest.get("layout_sample") or {}).items()],
+        }
+    return {"runs": runs, "diffs": diffs, "confirmation": view.get("confirmation"), "layout": layout}
 
 
 def recon_report(channel: str, mchid: str, day: str) -> tuple[str, bytes] | None:
