@@ -10,6 +10,9 @@ Sources of tests/fixtures/bills/real/ (the bills verbatim, as the repositories k
   seven-column summary.
 - wechat_v2_success_wxjava.csv: binarywang/WxJava, WxPayBillResultTest (PAY_BILL_RESULT_SUCCESS_CONTENT): an
   excerpt whose summary counts 31 rows it does not hold, which R32 must block.
+- alipay_detail_20190916_recorded.csv: a payment-channel module's Java test (`alipayBill()`, next to its
+  QdsOrderDTO order fixture) that kept a sandbox account's (20880211096256330156) 业务明细 of 2019-09-16 verbatim:
+  `#` lines, TAB after ids, negative refunds, both 合计 trailers; written here in GBK as the zip member ships.
 - fundflow/*_sample.*: see tests/fixtures/bills/fundflow/make_fixtures.py (WeChat's own 资金账单 example, a Go
   client's recorded v3 answer, an open-source settlement parser's Alipay 账务明细).
 """
@@ -71,6 +74,15 @@ def test_r32_fund_flow_bills_are_recognised_offline(channel, path, kind, account
     `tally bill parse` is read as one, its summary checked (the published excerpts are blocked)."""
     r = read_offline(channel, path.read_bytes(), path.name)
     assert (r["kind"], r.get("account"), r["verdict"]) == (kind, account, verdict)
+
+
+def test_r32_a_recorded_alipay_business_detail_bill_passes_its_trailers():
+    """R32: the recorded 业务明细 (6 trades, 4 refunds): counts and 商家实收 equal both 合计 trailers."""
+    path = REAL / "alipay_detail_20190916_recorded.csv"
+    r = read_offline("alipay", path.read_bytes(), path.name)
+    assert (r["kind"], r["verdict"]) == ("trade 业务明细", "PASSED")
+    t = r["totals"]
+    assert (t["payments"], t["refunds"], t["payment_cent"], t["refund_cent"]) == (6, 4, 6, 4)
 
 
 def test_r32_alipay_trade_zip_and_the_cli_say_which_kind_they_read(capsys):
