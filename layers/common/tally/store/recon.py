@@ -134,13 +134,16 @@ class ReconStore:
         return json.loads(row["mapping"]) if row else None
 
     def quarantined(self, channel: str, fingerprint: str) -> list[dict[str, Any]]:
-        """The blocked days' markers whose bill has this layout (index by_blocked, bounded by the open days)."""
+        """The days quarantined for this bill layout: their markers (index by_blocked, bounded by the blocked
+        days), blocked LAYOUT_QUARANTINED with that fingerprint."""
         request: dict[str, Any] = {
             "TableName": self.runs,
             "IndexName": "by_blocked",
             "KeyConditionExpression": "blocked_pk = :b AND begins_with(pk, :c)",
-            "FilterExpression": "layout_fingerprint = :f",
-            "ExpressionAttributeValues": names_values(b="blocked", c=f"{channel}#", f=fingerprint),
+            "FilterExpression": "layout_fingerprint = :f AND block_code = :q",
+            "ExpressionAttributeValues": names_values(
+                b="blocked", c=f"{channel}#", f=fingerprint, q="LAYOUT_QUARANTINED"
+            ),
         }
         return self._pages(request)
 
