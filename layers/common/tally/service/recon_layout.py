@@ -11,7 +11,9 @@ difference against the nearest known layout and a sample row, and the kept bill 
 
 from __future__ import annotations
 
+import gzip
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,21 +81,13 @@ class Gate:
         return b"".join(self.mapping.translate(lines_of(data if self.detail is None else self.detail)))
 
 
-class _open_lines:
+@contextmanager
+def _open_lines(path: Path) -> Iterator[Iterator[bytes]]:
     """A plain or gzip bill on disk, as lines."""
-
-    def __init__(self, path: Path):
-        import gzip
-
-        with path.open("rb") as f:
-            gz = f.read(2) == b"\x1f\x8b"
-        self._f = gzip.open(path, "rb") if gz else path.open("rb")
-
-    def __enter__(self) -> Iterator[bytes]:
-        return iter(self._f)
-
-    def __exit__(self, *exc: object) -> None:
-        self._f.close()
+    with path.open("rb") as f:
+        gz = f.read(2) == b"\x1f\x8b"
+    with gzip.open(path, "rb") if gz else path.open("rb") as lines:
+        yield iter(lines)
 
 
 def detail_of(channel: str, data: bytes) -> bytes:
@@ -116,7 +110,14 @@ class Layouts:
         if found is not None:
             return found
         stored = self.store.layout(channel, fingerprint)
-        return layouts.mapping_from(stored) if stored else None
+        if not stored:
+            return None
+        try:
+            return layouts.mapping_from(stored)
+        except LayoutError as exc:  # stored once, then a release changed the layout it maps onto: loud
+            raise BillParseError(
+                f"the stored mapping of layout {fingerprint} no longer reads it: {exc}"
+            ) from None
 
     def gate(self, channel: str, data: bytes | Path) -> Gate:
         """The bill's shape against the known layouts (reads its first and last lines only; the stored
