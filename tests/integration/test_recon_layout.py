@@ -141,3 +141,30 @@ def test_a_big_drifted_bill_is_read_through_its_mapping_on_the_partitioned_path(
     latest = svc.show("wechatpay", mchid, D)["runs"][0]
     assert latest["path"] == "partitioned" and latest["layout_mapped_onto"] == "trade ALL"
     assert latest["totals"]["rows"] == 3 and all(c["ok"] for c in latest["totals"]["checks"])
+
+
+def test_r45_a_drifted_fund_flow_is_quarantined_mapped_and_its_leg_re_run(h, sim, svc):
+    """R45: the fund-flow leg quarantines a new layout like a trade bill; its mapping re-runs the leg, which
+    downloads the day's files again and reads them through the mapping."""
+    from tests.integration.test_recon_fundflow import a_day
+
+    mchid = str(random.randrange(10**9, 10**10))
+    h.add_merchant(mchid=mchid)
+    a_day(h, svc, mchid, amounts=(300,))
+    try:
+        sim.bills.fundflow.fault("column_added", count=2)  # D (refunds) and D+1 (the credit)
+        run = svc.fund_flow("wechatpay", mchid, D)
+        assert (run["status"], run["block_code"]) == ("BLOCKED", "LAYOUT_QUARANTINED"), run["reason"]
+        kept = next(b["bill_key"] for b in run["fund_bills"] if b.get("bill_key"))
+        data, _ = svc.archive.read(kept)
+        draft = read_offline("wechatpay", data, kept)["draft_mapping"]
+        assert draft["base"] == "fundflow"
+        dry = svc.layouts.add(svc, draft, by="alice", dry_run=True)
+        assert [d["verdict"] for d in dry["days"]] == ["FUND_FLOW"]
+        sim.bills.fundflow.fault("column_added", count=2)  # the channel keeps sending the new layout
+        done = svc.layouts.add(svc, draft, by="alice", dry_run=False)
+    finally:
+        sim.bills.fundflow.faults.clear()
+    assert [d["status"] for d in done["days"]] == ["MATCHED"], done
+    latest = svc.show("wechatpay", mchid, D)["runs"][0]
+    assert latest["leg"] == "fundflow" and latest["fund_verdict"] == "AGREED"

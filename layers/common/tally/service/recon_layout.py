@@ -163,7 +163,14 @@ class Layouts:
         )
         result["days"] = []
         for day in days:
-            run = recon.run(channel, day["mchid"], day["bill_date"], pass_="layout", s3_key=day["bill_key"])
+            if (
+                day.get("leg") == "fundflow"
+            ):  # the fund-flow leg downloads its files again, read with the mapping
+                run = recon.fund_flow(channel, day["mchid"], day["bill_date"], pass_="layout")
+            else:
+                run = recon.run(
+                    channel, day["mchid"], day["bill_date"], pass_="layout", s3_key=day["bill_key"]
+                )
             result["days"].append(
                 {
                     "pk": run["pk"],
@@ -179,6 +186,8 @@ class Layouts:
         the kept bill and the ledger only (a dry run never acts)."""
         channel, mchid, bill_date = mapping.base.channel, day["mchid"], day["bill_date"]
         out: dict[str, Any] = {"pk": recon_pk(channel, mchid, bill_date), "bill_key": day.get("bill_key")}
+        if day.get("leg") == "fundflow":
+            return {**out, "verdict": "FUND_FLOW", "reason": "the fund-flow leg is re-run from the channel"}
         try:
             data, _ = recon.archive.read(day["bill_key"])
             opened = OpenedBill(channel, b"".join(mapping.translate(lines_of(detail_of(channel, data)))))

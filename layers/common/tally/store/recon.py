@@ -19,6 +19,9 @@ from tally.store.shards import with_bill_shard as with_bill_shard
 
 CONFIRM_SK = "confirm"
 BLOCKED_SK = "blocked"  # the day's work-queue marker while its latest run is BLOCKED
+# what the marker also keeps of the blocking run when it has it: the kept bill, its layout (a quarantined day is
+# re-run from it once the layout is mapped: service/recon_layout.py) and which leg (trade or fundflow) blocked
+DAY_OF_RUN = ("bill_key", "layout_fingerprint", "leg")
 
 SHARD_INDEX = "by_bill_shard"
 READ_THREADS = 4  # shards read at once by the readers that need a whole day
@@ -79,8 +82,7 @@ class ReconStore:
                 "block_code",
                 "guard",
                 "reason",
-                "bill_key",
-                "layout_fingerprint",
+                *DAY_OF_RUN,
             )
         }
         fields = {
@@ -94,10 +96,9 @@ class ReconStore:
             self.ddb.update_item(
                 TableName=self.runs,
                 Key=key,
-                UpdateExpression=f"SET {sets}, blocked_pk = :b, q_state = :open REMOVE q_owner"
-                + (
-                    "" if "layout_fingerprint" in fields else ", layout_fingerprint"
-                ),  # the day's latest block
+                # what an earlier block of the day left and this one does not say is removed: the latest block
+                UpdateExpression=f"SET {sets}, blocked_pk = :b, q_state = :open REMOVE "
+                + ", ".join(["q_owner", *(k for k in DAY_OF_RUN if k not in fields)]),
                 ExpressionAttributeValues=names_values(b="blocked", open="OPEN", **fields),
             )
             return
