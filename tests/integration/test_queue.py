@@ -27,26 +27,6 @@ LATER = 25 * 3600  # the checks look at the queue a day later, so every item is 
 
 
 @pytest.fixture
-def cli(h, tmp_path, monkeypatch, capsys):
-    """`tally …` as a person types it, against this test's moto (through .tally/local.json)."""
-    from tally_cli.main import main
-
-    state = {"endpoint_url": "", "region": "us-east-1", "api_url": "http://127.0.0.1:3000", "env": h.env}
-    (tmp_path / "local.json").write_text(json.dumps(state))
-    monkeypatch.setenv("TALLY_STATE_DIR", str(tmp_path))
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-
-    def run(*argv, expect=0):
-        capsys.readouterr()
-        code = main([*argv, "--local"])
-        out = capsys.readouterr()
-        assert code == expect, (argv, code, out.out[-2000:], out.err[-2000:])
-        return json.loads(out.out) if "--json" in argv else out.out
-
-    return run
-
-
-@pytest.fixture
 def refunds_held(sim):
     previous = sim.set_refund_behaviour()
     sim.set_refund_behaviour(outcome="hold", drop=True, after_accept=None)

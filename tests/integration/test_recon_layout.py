@@ -14,10 +14,7 @@ from tally import bootstrap
 from tally.service.recon_layout import read_offline
 
 from tally_cli.recon import render_run
-from tests.integration import test_queue
 from tests.integration.recon_helpers import D_BEFORE, D, metric, pay
-
-cli = test_queue.cli
 
 
 def console_page(mchid: str) -> str:
@@ -26,7 +23,7 @@ def console_page(mchid: str) -> str:
     view = data.recon_day("wechatpay", mchid, D)
     return app.render(
         "recon.html", None, view=view, channel="wechatpay", mchid=mchid, date=D, merchants=[], channels=[]
-    ).body  # the fixture: `tally …` as a person types it, against this test's moto
+    ).body
 
 
 @pytest.mark.parametrize(
@@ -146,11 +143,10 @@ def test_a_big_drifted_bill_is_read_through_its_mapping_on_the_partitioned_path(
 def test_r45_a_drifted_fund_flow_is_quarantined_mapped_and_its_leg_re_run(h, sim, svc):
     """R45: the fund-flow leg quarantines a new layout like a trade bill; its mapping re-runs the leg, which
     downloads the day's files again and reads them through the mapping."""
-    from tests.integration.test_recon_fundflow import a_day
-
     mchid = str(random.randrange(10**9, 10**10))
     h.add_merchant(mchid=mchid)
-    a_day(h, svc, mchid, amounts=(300,))
+    pay(h, mchid, 300, f"{D}T10:00:00+08:00")
+    assert svc.run("wechatpay", mchid, D)["status"] == "MATCHED"  # the trade bill the leg checks against
     try:
         sim.bills.fundflow.fault("column_added", count=2)  # D (refunds) and D+1 (the credit)
         run = svc.fund_flow("wechatpay", mchid, D)
