@@ -164,3 +164,31 @@ def test_r45_a_drifted_fund_flow_is_quarantined_mapped_and_its_leg_re_run(h, sim
     assert [d["status"] for d in done["days"]] == ["MATCHED"], done
     latest = svc.show("wechatpay", mchid, D)["runs"][0]
     assert latest["leg"] == "fundflow" and latest["fund_verdict"] == "AGREED"
+
+
+def test_r32_an_alipay_layout_change_is_quarantined_mapped_and_matched(h, svc):
+    """R32: the Alipay 业务明细 with a column renamed (the zip as downloaded) is quarantined; its mapping reads the
+    kept zip's detail as the known layout (GBK), both 合计 trailers still checked, and the day matches."""
+    from tests.integration.channel_kit import Alipay
+    from tests.integration.recon_helpers import alipay_pay
+
+    app = Alipay(h).setup()
+    for i in range(2):
+        alipay_pay(h, app, 100 + i, f"{D} 1{i}:00:00")
+    h.sim.alipay.bills.fault("changed_header")
+    try:
+        run = svc.run("alipay", app, D)
+    finally:
+        h.sim.clear_faults()
+    assert run["block_code"] == "LAYOUT_QUARANTINED", run["reason"]
+    assert run["layout_diff"]["renamed"] == [["商家实收(元)", "实收金额(元)"]]
+    kept, _ = svc.archive.read(run["bill_key"])
+    draft = read_offline("alipay", kept, "bill.zip")["draft_mapping"]
+    (day,) = svc.layouts.add(svc, draft, by="alice", dry_run=True)["days"]
+    assert (day["verdict"], day["matched"], day["diffs"]) == ("PASSED", 2, 0)
+    (day,) = svc.layouts.add(svc, draft, by="alice", dry_run=False)["days"]
+    assert (day["status"], day["matched"]) == ("MATCHED", 2), day["reason"]
+    latest = svc.show("alipay", app, D)["runs"][0]
+    assert latest["layout_mapped_onto"] == "trade 业务明细" and all(
+        c["ok"] for c in latest["totals"]["checks"]
+    )

@@ -162,10 +162,18 @@ def test_a_mapping_that_cannot_read_the_bill_is_refused():
     with pytest.raises(LayoutError, match="already known"):
         shape = known[0].shape
         Mapping.from_dict({**draft, "header": shape.header, "summary": shape.summary, "columns": {}}, known)
-    with pytest.raises(LayoutError, match="not supported"):
-        Mapping.from_dict(
-            {**draft, "channel": "alipay", "base": "trade 业务明细"}, bill_layouts.known("alipay")
-        )
+
+
+def test_r32_an_alipay_layout_change_is_mapped_and_read_with_its_trailers_checked():
+    """R32: the recorded 业务明细 with 商家实收（元） renamed: quarantined, then read through the drafted mapping
+    (GBK, TAB-suffixed ids kept) to the same totals, both 合计 trailers still checked."""
+    path = REAL / "alipay_detail_20190916_recorded.csv"
+    drifted_bill = path.read_bytes().decode("gbk").replace("商家实收（元）", "实收金额（元）").encode("gbk")
+    r = read_offline("alipay", drifted_bill, path.name)
+    assert r["verdict"] == LAYOUT_QUARANTINED and r["diff"]["renamed"] == [["商家实收(元)", "实收金额(元)"]]
+    mapped = read_offline("alipay", drifted_bill, path.name, mapping=r["draft_mapping"])
+    assert (mapped["kind"], mapped["verdict"]) == ("trade 业务明细", "PASSED")
+    assert mapped["totals"] == read_offline("alipay", path.read_bytes(), path.name)["totals"]
 
 
 def test_every_known_layout_is_its_own_nearest_and_has_a_distinct_fingerprint():

@@ -51,8 +51,22 @@ def known(channel: str) -> tuple[KnownLayout, ...]:
         return (*trade, flow)
     if channel == alipay_bills.CHANNEL:
         return (
-            KnownLayout(channel, f"{TRADE} 业务明细", Shape.of(alipay_bills.DETAIL_HEADER), ""),
-            KnownLayout(channel, f"{FUNDFLOW} 账务明细", Shape.of(alipay_fundflow.HEADER), ""),
+            KnownLayout(
+                channel,
+                f"{TRADE} 业务明细",
+                Shape.of(alipay_bills.DETAIL_HEADER),
+                "",
+                alipay_bills.DETAIL_HEADER,
+                "gbk",
+            ),
+            KnownLayout(
+                channel,
+                f"{FUNDFLOW} 账务明细",
+                Shape.of(alipay_fundflow.HEADER),
+                "",
+                alipay_fundflow.HEADER,
+                "gbk",
+            ),
         )
     return ()
 

@@ -14,7 +14,9 @@ difference and a sample row, never read by guesswork, until a person maps the ne
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import io
 import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -66,6 +68,12 @@ class KnownLayout:
     kind: str
     shape: Shape
     marker: str = "`"  # every value of a row starts with it (WeChat); "" = plain CSV rows (Alipay)
+    header_text: str = ""  # the header line as its parser wants it (default: the shape's columns joined)
+    encoding: str = "utf-8"  # what its parser decodes (Alipay: GBK)
+
+    @property
+    def header_line(self) -> str:
+        return self.header_text or ",".join(self.shape.header)
 
 
 def _decoded(raw: bytes) -> str:
@@ -107,8 +115,6 @@ def sniff(head: Sequence[str], tail: Sequence[str], *, whole: bool = False) -> t
 
 
 def _csv_rows(lines: Iterable[str]) -> Iterator[list[str]]:
-    import csv
-
     return csv.reader(lines)
 
 
@@ -261,10 +267,6 @@ class Mapping:
         base = next((k for k in known if k.channel == channel and k.kind == base_kind), None)
         if base is None:
             raise LayoutError(f"no known {channel} layout {base_kind!r} to map onto")
-        if not base.marker:
-            raise LayoutError(
-                f"mapping a {channel} {base_kind} layout is not supported (WeChat's backtick bills only)"
-            )
         if any(k.shape == shape for k in known):
             raise LayoutError("this layout is already known: nothing to map")
         mapping = cls(
@@ -320,9 +322,11 @@ class Mapping:
         )
 
     def translate(self, lines: Iterable[bytes]) -> Iterator[bytes]:
-        """The bill's lines (bytes) read as the known layout (UTF-8 bytes, LF): header, rows, summary."""
+        """The bill's lines (bytes) read as the known layout (in its parser's encoding, LF): header, rows,
+        summary."""
         if not self.base.marker:
-            raise LayoutError(f"mapping a {self.base.channel} {self.base.kind} bill is not supported")
+            yield from self._translate_csv(lines)
+            return
         picks, s_line, s_picks = self.plan()
         width = len(self.shape.header)
         header_done = False
@@ -334,7 +338,7 @@ class Mapping:
                 continue
             if not header_done:
                 header_done = True
-                yield (",".join(self.base.shape.header) + "\n").encode("utf-8")
+                yield (self.base.header_line + "\n").encode("utf-8")
                 continue
             if text.startswith("`"):
                 values = text[1:].split(",`")
@@ -352,3 +356,28 @@ class Mapping:
             keep_values = label_no == s_line
             if keep_values:
                 yield (",".join(self.base.shape.summary[0]) + "\n").encode("utf-8")
+
+    def _translate_csv(self, lines: Iterable[bytes]) -> Iterator[bytes]:
+        """Plain CSV (Alipay): `#` lines (the 合计 trailers the parser checks) as they are, the header and each
+        row read as the known layout, in the parser's encoding."""
+        picks, _, _ = self.plan()
+        width, encoding = len(self.shape.header), self.base.encoding
+        header_done = False
+        for raw in lines:
+            text = _decoded(raw).rstrip("\r\n").lstrip(BOM)
+            if not text.strip() or text.startswith("#"):
+                yield raw
+                continue
+            if not header_done:
+                header_done = True
+                yield (self.base.header_line + "\n").encode(encoding)
+                continue
+            (values,) = list(csv.reader([text]))
+            if len(values) != width:
+                yield raw  # the parser refuses it with its line number
+                continue
+            out = io.StringIO()
+            csv.writer(out, lineterminator="\n").writerow(
+                [values[p] if isinstance(p, int) else p for p in picks]
+            )
+            yield out.getvalue().encode(encoding)

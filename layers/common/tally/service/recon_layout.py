@@ -56,11 +56,6 @@ class Gate:
     def reason(self, channel: str) -> str:
         assert self.diff is not None
         what = "; ".join(x.strip() for x in self.diff.lines())
-        if not self.diff.nearest.marker:  # a plain-CSV layout (Alipay): its parser learns it in a release
-            return (
-                what
-                + ". The bill is kept; a release that reads this layout re-runs the day (tally recon run)"
-            )
         return (
             what
             + f". The bill is kept; map the layout (draft: tally bill parse {channel} FILE --draft-mapping), "
