@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from typing import cast
 
 from tally_cli import (
+    bill,
     console,
     demo,
     envvars,
@@ -42,6 +43,7 @@ COMMAND_MODULES = [
     pending,
     manual,
     recon,
+    bill,
     ledger,
     demo,
     outbox,

@@ -1,14 +1,11 @@
-"""`tally recon run|show|diffs|resolve|confirm`, `tally diff list|resolve`, `tally bill parse`.
+"""`tally recon run|show|diffs|resolve|confirm`, `tally diff list|resolve` (`tally bill …`: tally_cli/bill.py).
 
-`bill parse` is offline (no stack): the same parser and guards as the recon function, on a file a person
-holds — the tool for a suspicious bill. Everything else talks to the stack (`--local` or `--stack`).
+Everything here talks to the stack (`--local` or `--stack`).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import pathlib
 import sys
 import time
 from typing import Any
@@ -83,17 +80,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     dres = diff.add_parser("resolve", help="same as `tally recon resolve`")
     day(dres)
     _resolve_args(dres)
-
-    bill = sub.add_parser("bill", help="bill files, offline").add_subparsers(metavar="ACTION")
-    parse = bill.add_parser(
-        "parse", help="parse + guards on a file; prints rows, summary, totals and the verdict"
-    )
-    parse.add_argument("channel", choices=CHANNELS)
-    parse.add_argument("file", type=pathlib.Path, help="WeChat .csv/.csv.gz, Alipay .zip or 业务明细.csv")
-    parse.add_argument("--previous-rows", type=int, help="the previous day's row count (volume guard, R33)")
-    parse.add_argument("--rows", type=int, default=20, help="detail rows to print (default 20)")
-    parse.add_argument("--json", action="store_true")
-    parse.set_defaults(run=bill_parse)
 
 
 def _resolve_args(p: argparse.ArgumentParser) -> None:
@@ -203,74 +189,6 @@ def diff_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def bill_parse(args: argparse.Namespace) -> int:
-    """Offline: exit 0 when the guards pass, 1 when they block or the file is not a bill."""
-    from tally.domain.recon import BillParseError, check_guards, round_units
-    from tally.service.recon_sources import OpenedBill
-
-    bar = _progress_bar()
-    shown: list[dict[str, Any]] = []
-    try:
-        parser = OpenedBill(args.channel, args.file.read_bytes(), args.file.name).parser()
-        for n, item in enumerate(parser.items(), 1):
-            if len(shown) < args.rows:
-                shown.append(
-                    {
-                        "key": item.key,
-                        "kind": item.kind,
-                        "amount_cent": item.amount_cent,
-                        "status": item.status,
-                        "time": item.time,
-                        "out_trade_no": item.out_trade_no,
-                        "fee_e5": item.fee_e5,
-                    }
-                )
-            if bar and n % 50_000 == 0:
-                bar(n)
-        totals = parser.totals
-    except BillParseError as exc:
-        print(
-            json.dumps({"ok": False, "verdict": "PARSE_FAILED", "reason": str(exc)}, ensure_ascii=False)
-            if args.json
-            else f"PARSE FAILED: {exc}"
-        )
-        return 1
-    verdict = check_guards(totals, previous_rows=args.previous_rows)
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "ok": not verdict.blocked,
-                    "verdict": verdict.code,
-                    "reason": verdict.reason,
-                    "totals": totals.as_dict(),
-                    "rows": shown,
-                },
-                ensure_ascii=False,
-                indent=2,
-            )
-        )
-    else:
-        print(
-            f"{args.channel} bill, layout {totals.layout}: {totals.rows} rows "
-            f"({totals.payments} payments {format_cents(totals.payment_cent)}, "
-            f"{totals.refunds} refunds {format_cents(totals.refund_cent)}, "
-            f"fees {format_cents(round_units(totals.fee_e5, 5, 2))})"
-        )
-        for row in shown:
-            print(
-                f"  {row['time']}  {row['kind']:<7} {format_cents(row['amount_cent']):>12}  {row['status']:<10}"
-                f" {row['key']}"
-            )
-        if totals.rows > len(shown):
-            print(f"  … {totals.rows - len(shown)} more")
-        print("  summary:")
-        for c in totals.checks:
-            print(f"    {'ok ' if c.ok else 'BAD'} {c.name}: stated {c.stated}, parsed {c.parsed} ({c.unit})")
-        print(f"verdict: {verdict.code}: {verdict.reason}")
-    return 1 if verdict.blocked else 0
-
-
 # ------------------------------------------------------------------ rendering
 
 
@@ -290,6 +208,15 @@ def render_run(run: dict[str, Any]) -> str:
         lines.append(f"  bill source: {run['bill_source']} ({run.get('bill_source_why', '')})")
     if run.get("bill_key"):
         lines.append(f"  kept: s3://…/{run['bill_key']}")
+    if run.get("layout_fingerprint"):
+        kind = run.get("layout_kind") or "new, quarantined"
+        mapped = f", mapped onto {run['layout_mapped_onto']}" if run.get("layout_mapped_onto") else ""
+        lines.append(f"  layout: {kind} ({run['layout_fingerprint']}{mapped})")
+    if run.get("layout_diff"):
+        lines += [f"    {x}" for x in run["layout_diff"].get("lines", [])]
+        sample = run.get("layout_sample") or {}
+        if sample:
+            lines.append("    sample row: " + ", ".join(f"{k}={v}" for k, v in sample.items()))
     if run.get("stats"):
         s = run["stats"]
         lines.append(

@@ -10,6 +10,7 @@ product's parser is checked against a second reading of the format.
     sim.bills.fault("empty_nonzero_summary")       # the next bill served misbehaves (count=1)
 
 Faults: ``empty_nonzero_summary`` (no rows, the real summary) · ``changed_header`` (a column renamed) ·
+``column_added`` / ``column_moved`` / ``summary_line_added`` (layout drift: the recon canary) ·
 ``html_error`` (an HTML error page served as the file, its hash announced) · ``wrong_summary`` (one fen
 more in 应结订单总金额) · ``volume_drop`` (only every 20th row, a consistent summary) · ``wrong_hash``
 (hash_value of other bytes) · ``statement_creating`` (400 STATEMENT_CREATING) · ``no_statement``
@@ -45,7 +46,13 @@ FAULTS = (
     "statement_creating",
     "no_statement",
     "mixed_encoding",
+    # layout drift (the canary, docs/recon.md "Bill layouts"): the bill stays consistent, its shape changes
+    "column_added",
+    "column_moved",
+    "summary_line_added",
 )
+DRIFT_COLUMN = "优惠标签"  # column_added: a column the real layouts do not have, at the end
+DRIFT_SUMMARY = ("营销总金额", "`0.00")  # summary_line_added: a second summary line after the known one
 
 HEADER = (
     "交易时间,公众账号ID,商户号,特约商户号,设备号,微信订单号,商户订单号,用户标识,交易类型,交易状态,付款银行,货币种类,"
@@ -246,10 +253,20 @@ class BillBook:
         if fault == "empty_nonzero_summary":
             rows = []
         header = HEADER.replace("应结订单金额", "结算金额") if fault == "changed_header" else HEADER
-        lines = [header.encode()] + [",".join("`" + v for v in r).encode() for r in rows]
+        cols = header.split(",")
+        if fault == "column_added":
+            cols, rows = [*cols, DRIFT_COLUMN], [[*r, ""] for r in rows]
+        if fault == "column_moved":  # 商户订单号 before 微信订单号
+            i, j = cols.index("微信订单号"), cols.index("商户订单号")
+            order = list(range(len(cols)))
+            order[i], order[j] = j, i
+            cols, rows = [cols[x] for x in order], [[r[x] for x in order] for r in rows]
+        lines = [",".join(cols).encode()] + [",".join("`" + v for v in r).encode() for r in rows]
         if fault == "mixed_encoding" and len(lines) > 1:
             lines[1] = lines[1].decode().encode("gbk")
         lines += [SUMMARY.encode(), ",".join("`" + v for v in summary).encode()]
+        if fault == "summary_line_added":
+            lines += [x.encode() for x in DRIFT_SUMMARY]
         return b"\xef\xbb\xbf" + b"\r\n".join(lines) + b"\r\n"
 
     @staticmethod

@@ -25,7 +25,15 @@ from . import kernel as k
 from .faults import FaultQueue
 from .kernel import SimulatorError
 
-FAULTS = ("drop_credit", "fee_off_by_one", "late_day", "html_error", "wrong_summary", "empty_nonzero_summary")
+# column_added: layout drift, a column the real layout does not have (the recon layout canary)
+FAULTS = (
+    "drop_credit",
+    "fee_off_by_one",
+    "late_day",
+    "html_error",
+    "wrong_summary",
+    "empty_nonzero_summary",
+) + ("column_added",)
 HEADER = "记账时间,微信支付业务单号,资金流水单号,业务名称,业务类型,收支类型,收支金额(元),账户结余(元),资金变更提交申请人,备注,业务凭证号"
 SUMMARY = "资金流水总笔数,收入笔数,收入金额,支出笔数,支出金额"
 
@@ -134,8 +142,11 @@ class FundFlowBook:
         ]
         if fault == "empty_nonzero_summary":
             rows = []
+        header = HEADER
+        if fault == "column_added":
+            header, rows = header + ",渠道", [[*r, "API"] for r in rows]
         lines = (
-            [HEADER]
+            [header]
             + [",".join("`" + v for v in r) for r in rows]
             + [SUMMARY, ",".join("`" + v for v in summary)]
         )

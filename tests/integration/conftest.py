@@ -3,6 +3,7 @@ tests/conftest.py)."""
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -18,6 +19,7 @@ from werkzeug.serving import make_server
 
 from tally_local.resources import create_from_template
 from tests.conftest import ROOT
+from tests.integration.cli_helpers import local_cli_state
 from tests.integration.toy_functions import make_toy_root
 
 
@@ -25,6 +27,23 @@ from tests.integration.toy_functions import make_toy_root
 def toy_root(tmp_path: Path) -> Path:
     """template.yaml and toy handlers in a functions tree of their own (the embedded stack's plumbing)."""
     return make_toy_root(tmp_path)
+
+
+@pytest.fixture
+def cli(h, tmp_path, monkeypatch, capsys):
+    """`tally …` as a person types it, against this test's moto (through .tally/local.json)."""
+    from tally_cli.main import main
+
+    local_cli_state(h, tmp_path, monkeypatch)
+
+    def run(*argv, expect=0):
+        capsys.readouterr()
+        code = main([*argv, "--local"])
+        out = capsys.readouterr()
+        assert code == expect, (argv, code, out.out[-2000:], out.err[-2000:])
+        return json.loads(out.out) if "--json" in argv else out.out
+
+    return run
 
 
 @pytest.fixture

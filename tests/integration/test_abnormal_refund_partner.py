@@ -16,6 +16,7 @@ from tally.channels.wechatpay_v3.refunds import WeChatRefunds
 from tally.domain.refunds import AnswerKind
 from tally.observability import metrics
 
+from tests.integration.cli_helpers import local_cli_state
 from tests.integration.refund_helpers import deliver, order_row, refund
 
 
@@ -39,10 +40,7 @@ def partner(h, sim):
 def cli(h, tmp_path, monkeypatch, capsys):
     from tally_cli.main import main
 
-    state = {"endpoint_url": "", "region": "us-east-1", "api_url": "http://127.0.0.1:3000", "env": h.env}
-    (tmp_path / "local.json").write_text(json.dumps(state))
-    monkeypatch.setenv("TALLY_STATE_DIR", str(tmp_path))
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    local_cli_state(h, tmp_path, monkeypatch)
 
     def run(*argv):
         capsys.readouterr()

@@ -204,6 +204,7 @@ def test_r20_republish_rebuilds_a_lost_event_with_the_stream_s_own_id(h, capsys)
 
 def test_r20_republish_since_covers_orders_and_refunds_and_skips_what_has_no_event(h, capsys):
     import boto3
+    from tally.store.shards import updated_shard
 
     mchid, _ = _paid_order(h, "REPUB-ORDER-2")
     h.create_order(mchid, "REPUB-UNPAID-1")  # WAIT_PAY: no event to rebuild
@@ -218,6 +219,7 @@ def test_r20_republish_since_covers_orders_and_refunds_and_skips_what_has_no_eve
             "mchid": {"S": mchid},
             "out_trade_no": {"S": "REPUB-ORDER-2"},
             "updated_at": {"S": "2999-01-01T00:00:00Z"},
+            "upd_shard": {"S": updated_shard("R-REPUB-1")},  # as every refund write sets it (GSI by_updated)
         },
     )
     consumed = subscribe_all(h)

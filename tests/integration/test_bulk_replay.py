@@ -4,7 +4,6 @@ rate is kept; nothing is booked twice. The concurrent 200- and 10,000-item simul
 
 from __future__ import annotations
 
-import json
 import random
 from collections import Counter
 
@@ -15,25 +14,6 @@ from tally.service.replay import BulkReplay
 from tally.store.replay import ReplayStore
 
 from tests.integration.queue_helpers import orphan_payments
-
-
-@pytest.fixture
-def cli(h, tmp_path, monkeypatch, capsys):
-    from tally_cli.main import main
-
-    state = {"endpoint_url": "", "region": "us-east-1", "api_url": "http://127.0.0.1:3000", "env": h.env}
-    (tmp_path / "local.json").write_text(json.dumps(state))
-    monkeypatch.setenv("TALLY_STATE_DIR", str(tmp_path))
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-
-    def run(*argv, expect=0):
-        capsys.readouterr()
-        code = main([*argv, "--local"])
-        out = capsys.readouterr()
-        assert code == expect, (argv, code, out.out[-2000:], out.err[-2000:])
-        return json.loads(out.out) if "--json" in argv else out.out
-
-    return run
 
 
 def ledger_by_order(h) -> Counter:

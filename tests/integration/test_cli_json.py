@@ -194,6 +194,7 @@ def test_every_json_verb_prints_exactly_one_json_document_and_logs_only_on_stder
         ],
         "diff list": ["diff", "list"],
         "bill parse": ["bill", "parse", "wechatpay", str(BILLS / "wechat_all_bom_crlf.csv")],
+        "bill layout add": ["bill", "layout", "add", _mapping_file(tmp), "--by", "j", "--dry-run"],
         "ledger day": ["ledger", "day", D],
         "ledger backfill-settlement": [
             "ledger",
@@ -224,6 +225,22 @@ def test_every_json_verb_prints_exactly_one_json_document_and_logs_only_on_stder
                 assert '"level":"INFO"' in err  # -v: info lines, on stderr only
             if not verbose:
                 assert '"level":"INFO"' not in err  # WARNING and up unless -v
+
+
+def _mapping_file(tmp) -> str:
+    """A reviewed mapping of the ALL layout with one column added (tally bill layout add)."""
+    from tally.channels.bill_layouts import known
+
+    base = known("wechatpay")[0]
+    path = tmp / "mapping.json"
+    mapping = {
+        "channel": "wechatpay",
+        "base": base.kind,
+        "header": [*base.shape.header, "新列"],
+        "summary": [list(s) for s in base.shape.summary],
+    }
+    path.write_text(json.dumps(mapping, ensure_ascii=False))
+    return str(path)
 
 
 def test_human_output_has_no_log_lines_and_prints_yuan(world, capsys):

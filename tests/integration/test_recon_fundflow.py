@@ -104,6 +104,7 @@ def test_r45_a_late_fund_flow_is_blocked_not_agreed(h, sim, svc, m, monkeypatch)
         ("html_error", "PARSE_FAILED"),
         ("wrong_summary", "SUMMARY_MISMATCH"),
         ("empty_nonzero_summary", "EMPTY_BILL"),
+        ("column_added", "LAYOUT_QUARANTINED"),  # a new layout: quarantined with its diff (docs/recon.md)
     ],
 )
 def test_r45_a_broken_fund_flow_is_refused_by_the_guards_R31_R32(h, sim, svc, m, fault, code):
@@ -112,6 +113,9 @@ def test_r45_a_broken_fund_flow_is_refused_by_the_guards_R31_R32(h, sim, svc, m,
     sim.bills.fundflow.fault(fault, count=2)
     run = svc.fund_flow("wechatpay", m["mchid"], D)
     assert run["status"] == "BLOCKED" and run["block_code"] == code, run["reason"]
+    if code == "LAYOUT_QUARANTINED":
+        assert run["layout_diff"]["added"] == ["渠道"] and run["layout_diff"]["nearest"]["kind"] == "fundflow"
+    assert all(len(b.get("layout_fingerprint", "x" * 16)) == 16 for b in run["fund_bills"])
 
 
 def test_r45_the_schedule_checks_the_fund_flow_of_t2_and_t3_a_v2_only_merchant_through_downloadfundflow(

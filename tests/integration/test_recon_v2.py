@@ -66,7 +66,7 @@ def test_r44_a_v2_payment_the_channel_has_and_we_lack_is_a_diff(h, sim, svc):
         ("html_error", "BLOCKED", "PARSE_FAILED"),
         ("wrong_summary", "BLOCKED", "SUMMARY_MISMATCH"),
         ("empty_nonzero_summary", "BLOCKED", "EMPTY_BILL"),
-        ("changed_header", "BLOCKED", "PARSE_FAILED"),
+        ("changed_header", "BLOCKED", "LAYOUT_QUARANTINED"),
         ("no_statement", "BLOCKED", "NO_STATEMENT_BUT_LEDGER"),
         ("statement_creating", "NOT_READY", None),
     ],

@@ -35,13 +35,17 @@ TABLES = {
     "OrdersTable": (
         "ORDERS_TABLE",
         ["pk"],
-        {"by_poll": ["poll_pk", "poll_due"], "by_hold": ["hold_pk", "hold_due"]},
+        {
+            "by_poll": ["poll_pk", "poll_due"],
+            "by_hold": ["hold_pk", "hold_due"],
+            "by_updated": ["upd_shard", "updated_at"],  # --since (store/changes.py), never a Scan (R21)
+        },
     ),
     "TransitionsTable": ("TRANSITIONS_TABLE", ["pk", "sk"], {}),
     "LedgerTable": (
         "LEDGER_TABLE",
         ["pk"],
-        {"by_bill_date": ["bill_date", "pk"], "by_bill_shard": ["bill_shard", "pk"]},
+        {"by_bill_shard": ["bill_shard", "pk"]},
     ),
     "RefundTasksTable": ("REFUND_TASKS_TABLE", ["pk"], {"by_status": ["status", "created_at"]}),
     "MerchantsTable": ("MERCHANTS_TABLE", ["pk"], {}),
@@ -53,6 +57,7 @@ TABLES = {
             "refunds_of_order": ["order_pk", "created_at"],
             "by_refund_no": ["refund_no"],  # the operator's lookup: refund numbers are per merchant (R39)
             "by_refund_id": ["refund_id"],  # support's search by the channel's refund id (tally find)
+            "by_updated": ["upd_shard", "updated_at"],  # --since (store/changes.py), never a Scan (R21)
         },
     ),
     "RefundRawTable": (
@@ -68,7 +73,7 @@ NARROW_PROJECTIONS = {
     "manual",
     "by_merchant",
 }  # history / queue / console views: INCLUDE; every other index projects ALL
-KEYS_ONLY = {"by_refund_no", "by_refund_id"}  # lookups that read the row after
+KEYS_ONLY = {"by_refund_no", "by_refund_id", "by_updated"}  # lookups that read the row after
 CUSTOM_METRIC_ALARMS = [
     "NotifyRejected",
     "NotifyQuarantined",

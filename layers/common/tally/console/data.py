@@ -358,7 +358,20 @@ def recon_day(channel: str, mchid: str, day: str) -> dict[str, Any]:
     trade = next((r for r in view["runs"] if r.get("leg") != "fundflow"), None)
     summary = _day_row(channel, mchid, day, figures, trade, view["diffs"])
     summary["figures"] = figures.as_dict() if figures is not None else None
-    return {"runs": runs, "diffs": diffs, "confirmation": view.get("confirmation"), "day": summary}
+    latest = view["runs"][0] if view["runs"] else {}
+    layout = None
+    if latest.get("layout_diff"):  # a quarantined bill: what changed, and one row of it (docs/recon.md)
+        layout = {
+            "lines": latest["layout_diff"].get("lines", []),
+            "sample": [f"{k}={v}" for k, v in (latest.get("layout_sample") or {}).items()],
+        }
+    return {
+        "runs": runs,
+        "diffs": diffs,
+        "confirmation": view.get("confirmation"),
+        "day": summary,
+        "layout": layout,
+    }
 
 
 def recon_report(channel: str, mchid: str, day: str) -> tuple[str, bytes] | None:

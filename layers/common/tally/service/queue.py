@@ -67,6 +67,7 @@ KINDS: dict[str, tuple[str, int]] = {
     "recon-diff": ("a difference between the channel's bill and our ledger", DAY_S),
     "recon-blocked": ("a day's bill was refused, so the day is not reconciled", DAY_S),
     "volume-drop": ("a day's bill is much smaller than the day before", DAY_S),
+    "bill-layout": ("a day's bill has a layout no parser knows: quarantined until it is mapped", DAY_S),
     "order": ("an order the poller could not settle", DAY_S),
     "certificate": ("a channel certificate about to expire with no successor", 0),
     "settlement-unknown": ("a booked payment or refund whose settlement amount is unknown (R43)", DAY_S),
@@ -947,10 +948,11 @@ class WorkQueue:
 
     def _day_item(self, row: dict[str, Any]) -> dict[str, Any]:
         volume = (row.get("block_code") or row.get("guard")) == "VOLUME_DROP"
+        layout = row.get("block_code") == "LAYOUT_QUARANTINED"  # service/recon_layout.py: mapped, then re-run
         return _item(
             row,
             f"recon-{row['pk']}",
-            "volume-drop" if volume else "recon-blocked",
+            "volume-drop" if volume else "bill-layout" if layout else "recon-blocked",
             "day",
             (row["pk"], row["sk"]),
             channel=row.get("channel"),

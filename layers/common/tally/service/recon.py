@@ -18,6 +18,7 @@ for 30 hours is an alarm (ReconNotRunAlarm), so "recon never ran" is never silen
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import shutil
 import time
@@ -79,6 +80,7 @@ from tally.domain.recon import (
 )
 from tally.observability import M, count, logger
 from tally.service.ledger_day import merchant_lag, statement_text
+from tally.service.recon_layout import LAYOUT_QUARANTINED, Layouts
 from tally.service.recon_partition import (
     SPLIT_BYTES,
     Partitioned,
@@ -153,6 +155,11 @@ class ReconService:
         self.events = events  # notify_event: the work-queue item of an uploaded bill nobody can file (L5)
 
     # ------------------------------------------------------------ entry points
+
+    @functools.cached_property
+    def layouts(self) -> Layouts:
+        """The bill layouts a run reads (the parsers', the repo's mappings, the stored ones)."""
+        return Layouts(self.store)
 
     def scheduled(self) -> list[dict[str, Any]]:
         """The daily tick (10:30 Asia/Shanghai, hourly retries until 16:30): T+1, then T+2 and T+3 re-runs
@@ -266,6 +273,13 @@ class ReconService:
                 data = (
                     data.read_bytes()
                 )  # a zip (Alipay's) is opened in memory (its rows are still partitioned)
+            # the layout first (its first and last lines): a new shape is quarantined, a mapped one read as known
+            gate = self.layouts.gate(channel, data)
+            run.update(gate.record())
+            if gate.diff is not None:
+                _clean(work, downloaded)
+                return self._blocked(run, LAYOUT_QUARANTINED, gate.reason(channel))
+            data = gate.read_as_known(data, work)
             size = data.stat().st_size if isinstance(data, Path) else len(data)
             if isinstance(data, Path) or size >= self.partition_bytes:  # bounded memory (recon_partition.py)
                 run["path"] = "partitioned"
@@ -768,7 +782,19 @@ class ReconService:
                         "HASH_MISMATCH",
                     )
                 try:
-                    parser = fund_flow_parser(channel, fetched.data, account)
+                    gate = self.layouts.fund_gate(
+                        channel, fetched.data
+                    )  # its layout first, as a trade bill's
+                    run["fund_bills"][-1]["layout_fingerprint"] = gate.shape.fingerprint
+                    if gate.diff is not None:
+                        run.update(gate.record())
+                        return self._fund_end(
+                            run,
+                            BLOCKED,
+                            f"fund flow {day} {account}: {gate.reason(channel)}",
+                            LAYOUT_QUARANTINED,
+                        )
+                    parser = fund_flow_parser(channel, gate.read_as_known(fetched.data, Path()), account)
                     flow.extend(parser.rows())
                 except BillParseError as exc:
                     count(M.RECON_PARSE_FAILED, channel=channel, merchant=mchid)

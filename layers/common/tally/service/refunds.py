@@ -63,6 +63,7 @@ from tally.store.refunds import (
     refund_key,
     refund_no_held,
 )
+from tally.store.shards import updated_shard
 from tally.store.tables import OrderStore, iso_now, order_key
 
 REFUND_NO = re.compile(r"^[0-9A-Za-z_\-|*@]{6,64}$")  # WeChat out_refund_no charset (§2.3)
@@ -415,6 +416,7 @@ class RefundService:
             "source": source,
             "created_at": now,
             "updated_at": now,
+            "upd_shard": updated_shard(refund_key(order["mchid"], refund_no)),  # GSI by_updated (--since)
             "expire_at": iso_now(now_s + self.expiry_s),
             # a crash before the channel call leaves PENDING: poll_due retries it, same refund_no (R26)
             "poll_pk": poll_pk(refund_key(order["mchid"], refund_no)),

@@ -18,7 +18,7 @@ from tally.domain.notifications import PaymentNotice
 from tally.domain.orders import Event, Status
 from tally.store.codec import names_values, to_item
 from tally.store.records import OrderRow
-from tally.store.shards import with_bill_shard
+from tally.store.shards import updated_shard, with_bill_shard
 from tally.store.tables import RawStore, Tables, pending_pk
 
 ORDER, TRANSITION, RAW, LEDGER = 0, 1, 2, 3  # positions in `book`'s transaction (+ SETTLEMENT_ITEM)
@@ -111,13 +111,14 @@ class PaymentStore:
     def _order_cas(
         self, order: OrderRow, to: Status, notice: PaymentNotice, now: str, money_in: bool
     ) -> dict[str, Any]:
-        sets = ["#st = :to", "version = :next", "updated_at = :now"]
+        sets = ["#st = :to", "version = :next", "updated_at = :now", "upd_shard = :us"]
         values: dict[str, Any] = {
             "to": to.value,
             "from": order["status"],
             "v": order.get("version", 0),
             "next": order.get("version", 0) + 1,
             "now": now,
+            "us": updated_shard(order["pk"]),  # GSI by_updated (`--since`, store/changes.py)
         }
         if money_in:
             sets += ["transaction_id = :tx", "paid_cent = :paid", "refundable_cent = :paid", "paid_at = :now"]

@@ -16,6 +16,7 @@ from typing import Any
 
 from tally.domain.orders import Status
 from tally.store.codec import from_item, names_values, to_item
+from tally.store.shards import updated_shard
 from tally.store.tables import PENDING_SHARDS, Tables, TransactionFailed, shard_of
 
 POLL_SHARDS = 4
@@ -211,14 +212,15 @@ class PollStore:
         cas = {
             "TableName": self.t.orders,
             "Key": to_item({"pk": order["pk"]}),
-            "UpdateExpression": "SET #st = :to, version = :next, updated_at = :now, closed_at = :now, "
-            "poll_last = :w REMOVE poll_pk, poll_due",
+            "UpdateExpression": "SET #st = :to, version = :next, updated_at = :now, upd_shard = :us, "
+            "closed_at = :now, poll_last = :w REMOVE poll_pk, poll_due",
             "ConditionExpression": "#st = :from AND version = :v",
             "ExpressionAttributeNames": {"#st": "status"},
             "ExpressionAttributeValues": names_values(
                 to=to,
                 next=order.get("version", 0) + 1,
                 now=now_iso,
+                us=updated_shard(order["pk"]),  # GSI by_updated (`--since`, store/changes.py)
                 w=word,
                 v=order.get("version", 0),
                 **{"from": order["status"]},

@@ -19,6 +19,9 @@ from tally.store.shards import with_bill_shard as with_bill_shard
 
 CONFIRM_SK = "confirm"
 BLOCKED_SK = "blocked"  # the day's work-queue marker while its latest run is BLOCKED
+# what the marker also keeps of the blocking run when it has it: the kept bill, its layout (a quarantined day is
+# re-run from it once the layout is mapped: service/recon_layout.py) and which leg (trade or fundflow) blocked
+DAY_OF_RUN = ("bill_key", "layout_fingerprint", "leg")
 
 SHARD_INDEX = "by_bill_shard"
 READ_THREADS = 4  # shards read at once by the readers that need a whole day
@@ -70,7 +73,18 @@ class ReconStore:
     def mark_day(self, run: dict[str, Any]) -> None:
         """The day's work-queue marker (sk `blocked`, sparse index by_blocked, R41): a BLOCKED run sets it (and
         reopens it), a later run that finished otherwise clears it. Updates, so the item's history stays."""
-        fields = {k: run.get(k) for k in ("channel", "mchid", "bill_date", "block_code", "guard", "reason")}
+        fields = {
+            k: run.get(k)
+            for k in (
+                "channel",
+                "mchid",
+                "bill_date",
+                "block_code",
+                "guard",
+                "reason",
+                *DAY_OF_RUN,
+            )
+        }
         fields = {
             "run_sk": run["sk"],
             "blocked_at": run.get("finished_at"),
@@ -82,7 +96,9 @@ class ReconStore:
             self.ddb.update_item(
                 TableName=self.runs,
                 Key=key,
-                UpdateExpression=f"SET {sets}, blocked_pk = :b, q_state = :open REMOVE q_owner",
+                # what an earlier block of the day left and this one does not say is removed: the latest block
+                UpdateExpression=f"SET {sets}, blocked_pk = :b, q_state = :open REMOVE "
+                + ", ".join(["q_owner", *(k for k in DAY_OF_RUN if k not in fields)]),
                 ExpressionAttributeValues=names_values(b="blocked", open="OPEN", **fields),
             )
             return
@@ -96,6 +112,41 @@ class ReconStore:
             )
         except self.ddb.exceptions.ConditionalCheckFailedException:
             return  # the day was never blocked: no marker
+
+    # ------------------------------------------------------------ bill layouts (service/recon_layout.py)
+    def put_layout(self, channel: str, mapping: dict[str, Any]) -> bool:
+        """A person's mapping of a new bill layout (`tally bill layout add`), once per fingerprint: False if
+        that fingerprint is mapped already (a mapping is never overwritten; a wrong one is fixed in the repo)."""
+        item = {
+            "pk": f"layout#{channel}#{mapping['fingerprint']}",
+            "sk": "mapping",
+            "mapping": json.dumps(mapping),
+        }
+        try:
+            self.ddb.put_item(
+                TableName=self.runs, Item=to_item(item), ConditionExpression="attribute_not_exists(pk)"
+            )
+        except self.ddb.exceptions.ConditionalCheckFailedException:
+            return False
+        return True
+
+    def layout(self, channel: str, fingerprint: str) -> dict[str, Any] | None:
+        row = self.run(f"layout#{channel}#{fingerprint}", "mapping")
+        return json.loads(row["mapping"]) if row else None
+
+    def quarantined(self, channel: str, fingerprint: str) -> list[dict[str, Any]]:
+        """The days quarantined for this bill layout: their markers (index by_blocked, bounded by the blocked
+        days), blocked LAYOUT_QUARANTINED with that fingerprint."""
+        request: dict[str, Any] = {
+            "TableName": self.runs,
+            "IndexName": "by_blocked",
+            "KeyConditionExpression": "blocked_pk = :b AND begins_with(pk, :c)",
+            "FilterExpression": "layout_fingerprint = :f AND block_code = :q",
+            "ExpressionAttributeValues": names_values(
+                b="blocked", c=f"{channel}#", f=fingerprint, q="LAYOUT_QUARANTINED"
+            ),
+        }
+        return self._pages(request)
 
     def latest_parsed_rows(self, pk: str) -> int | None:
         for row in self.run_rows(pk):
@@ -214,14 +265,19 @@ class ReconStore:
             return False
 
     def _query(self, table: str, pk: str, newest_first: bool = False) -> list[dict[str, Any]]:
+        return self._pages(
+            {
+                "TableName": table,
+                "KeyConditionExpression": "pk = :pk",
+                "ExpressionAttributeValues": names_values(pk=pk),
+                "ScanIndexForward": not newest_first,
+                "ConsistentRead": True,
+            }
+        )
+
+    def _pages(self, kwargs: dict[str, Any]) -> list[dict[str, Any]]:
+        """Every page of one Query."""
         rows: list[dict[str, Any]] = []
-        kwargs: dict[str, Any] = {
-            "TableName": table,
-            "KeyConditionExpression": "pk = :pk",
-            "ExpressionAttributeValues": names_values(pk=pk),
-            "ScanIndexForward": not newest_first,
-            "ConsistentRead": True,
-        }
         while True:
             answer = self.ddb.query(**kwargs)
             rows += [from_item(i) for i in answer.get("Items", [])]

@@ -32,6 +32,7 @@ class OrderRow(TypedDict, total=False):
     paid_at: str
     created_at: str
     updated_at: str
+    upd_shard: str  # GSI by_updated, set with every updated_at (store/shards.py updated_shard)
     closed_at: str
     expire_at: str
     expire_minutes: int
@@ -104,6 +105,7 @@ class RefundRow(TypedDict, total=False):
     refund_id: str
     created_at: str
     updated_at: str
+    upd_shard: str  # GSI by_updated, set with every updated_at (store/shards.py updated_shard)
     poll_pk: str
     poll_due: str
     poll_attempts: int

@@ -24,7 +24,7 @@ from typing import Any, cast
 from tally.store.codec import from_item, names_values, to_item
 from tally.store.payments import SETTLEMENT_UNKNOWN_KIND
 from tally.store.records import RefundRow, as_refund
-from tally.store.shards import with_bill_shard
+from tally.store.shards import updated_shard, with_bill_shard
 from tally.store.tables import PENDING_SHARDS, Tables, shard_of
 from tally.store.tables import TransactionFailed as TransactionFailed  # the one (store/tables.py)
 
@@ -116,7 +116,11 @@ def status_fields(
 ) -> tuple[dict[str, Any], list[str]]:
     """What a refund entering `to_status` sets and removes: the poll index entry goes with it (due for the
     poll, in the manual partition for a person, or off the index for an end state)."""
-    sets: dict[str, Any] = {"status": to_status, "updated_at": now}
+    sets: dict[str, Any] = {
+        "status": to_status,
+        "updated_at": now,
+        "upd_shard": updated_shard(refund_no),  # GSI by_updated (`--since`, store/changes.py)
+    }
     removes: list[str] = []
     if poll_due is not None:
         sets.update(poll_pk=poll_pk(refund_no), poll_due=poll_due)

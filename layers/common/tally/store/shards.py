@@ -26,6 +26,18 @@ def ledger_shard(pk: str) -> int:
     return shard_of(f"{channel}#{ident}" if scoped else pk, LEDGER_SHARDS)
 
 
+# Orders and refunds are found by when they changed through GSI by_updated (`--since`, store/changes.py): partition
+# key `upd_shard` = a hash of the row's key into 16 shards, sort key `updated_at`; a window is one Query per shard
+# whatever its length. Every write that sets `updated_at` on an order or a refund sets `upd_shard` with it, so the
+# writes of a busy hour spread over 16 partitions instead of one.
+UPDATED_SHARDS = 16
+
+
+def updated_shard(key: str) -> str:
+    """The by_updated partition of the order or refund row `key`."""
+    return f"{shard_of(key, UPDATED_SHARDS):02d}"
+
+
 def bill_shard(bill_date: str, shard: int) -> str:
     return f"{bill_date}#{shard:02d}"
 

@@ -74,6 +74,10 @@ SUMMARY_HEADERS = {
     "LEGACY_SUCCESS": "总交易单数,总交易额,总退款金额,总企业红包退款金额,手续费总金额",
     "LEGACY_SUCCESS_COUPON": "总交易单数,总交易额,总退款金额,总代金券或立减优惠退款金额,手续费总金额",
 }
+# Summary headers a layout is also really sent with. SUCCESS: the channel documents four columns but sends the
+# seven of ALL (WxJava's and gunsluo/wechatpay-go's recorded SUCCESS bills; tests/unit/test_real_bills.py); the
+# refund totals of a SUCCESS bill total columns it does not carry, so they are not compared (no column to sum).
+SUMMARY_ALTERNATIVES = {"SUCCESS": (SUMMARY_HEADERS["ALL"],)}
 _LAYOUT_OF_HEADER = {header: layout for layout, header in HEADERS.items()}
 
 # summary column → the detail column it totals (None: the row count)
@@ -369,7 +373,9 @@ class WeChatBillParser:
             if summary_seen:
                 raise BillParseError("text after the summary line", number)
             if summary_header is None:
-                if line != SUMMARY_HEADERS[layout.name]:
+                if line != SUMMARY_HEADERS[layout.name] and line not in SUMMARY_ALTERNATIVES.get(
+                    layout.name, ()
+                ):
                     raise BillParseError(
                         f"unexpected line (not a row, not the {layout.name} summary header): {line[:60]!r}",
                         number,
