@@ -311,6 +311,7 @@ class EmbeddedStack:
             raise _port_error(error, self.api_port, "TALLY_API_PORT") from error
         self._undo.append(self._stop_front_door)
         self._set_environ({"HEARTBEAT_API_URL": self.api_url})  # the heartbeat posts to the front door
+        self._set_environ({"TALLY_API_URL": self.api_url})  # the webhooks' link to the full object
         session = boto3.session.Session(region_name=self.region)
         self.state_machines = statemachines.create(
             template, self._resolver, session, self.prefix, self.api_url
@@ -375,7 +376,8 @@ class EmbeddedStack:
             function_name=spec.logical_id,
             timeout_s=spec.timeout_s,
             memory_mb=spec.memory_mb,
-            retry_visibility_s=self.retry_visibility_s,
+            # a FIFO queue's handler sets each kept message's visibility itself (the webhooks' backoff)
+            retry_visibility_s=None if queue_url.endswith(".fifo") else self.retry_visibility_s,
             gate=self.ack_first,
         )
         self.pumps[queue_id] = pump.start()

@@ -1,0 +1,277 @@
+"""Webhooks to the merchant's systems (docs/webhooks.md): the real handlers on moto, the simulator's receiver
+over real HTTP on localhost, the Standard Webhooks reference library from PyPI as the signature's oracle."""
+
+import json
+import time
+
+import pytest
+from standardwebhooks.webhooks import Webhook
+from tally import bootstrap
+from tally.store.codec import from_item
+
+from tally_local.resources import LambdaContext
+from tests.integration.outbox_helpers import stream_records
+
+
+@pytest.fixture
+def hooks(h, monkeypatch):
+    monkeypatch.setenv("TALLY_WEBHOOK_RETRY_S", "0")  # every retry at once: the window below bounds them
+    monkeypatch.setenv("TALLY_EVENTS_SETTLE_S", "0")
+    bootstrap.reset()
+    h.sim.receiver.reset()
+    yield h
+    h.sim.receiver.reset()
+    bootstrap.reset()
+
+
+def paid(h, mchid, out_trade_no, amount=1999):
+    h.create_order(mchid, out_trade_no, amount_cent=amount)
+    headers, body, resource = h.notification(mchid, out_trade_no, amount)
+    h.notify(mchid, headers, body)
+    h.drain()
+    return resource
+
+
+def outbox(h):
+    """The orders stream's records (every change so far) through the outbox function, as Lambda would."""
+    assert h.invoke("OutboxFunction", {"Records": stream_records(h.env)}) == {"batchItemFailures": []}
+
+
+def deliver(h, rounds=50):
+    """The webhooks function on the FIFO queue until it is empty (kept messages come back at once here)."""
+    url = h.env["WEBHOOK_QUEUE_URL"]
+    for _ in range(rounds):
+        messages = h.sqs.receive_message(
+            QueueUrl=url, MaxNumberOfMessages=10, AttributeNames=["All"], WaitTimeSeconds=0
+        ).get("Messages", [])
+        if not messages:
+            attrs = h.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+            if int(attrs["ApproximateNumberOfMessagesNotVisible"]) == 0:
+                return
+            time.sleep(0.2)
+            continue
+        result = h.invoke("WebhooksFunction", {"Records": [h._record(m) for m in messages]})
+        kept = {f["itemIdentifier"] for f in result["batchItemFailures"]}
+        for m in messages:
+            if m["MessageId"] not in kept:
+                h.sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+    raise AssertionError("the webhook queue did not drain")
+
+
+def endpoint(h, mchid, events=None):
+    return bootstrap.webhook_endpoints().add(mchid, f"{h.sim.url}/merchant/hooks/{mchid}", events)
+
+
+def received(h):
+    return [(d["headers"], d["body"]) for d in h.sim.receiver.accepted()]
+
+
+def test_R20_a_paid_order_reaches_the_endpoint_signed_and_the_reference_library_verifies_it(hooks):
+    h = hooks
+    m = h.add_merchant()
+    ep = endpoint(h, m["mchid"])
+    assert ep["secret"].startswith("whsec_") and ep["status"] == "ACTIVE"
+    resource = paid(h, m["mchid"], "HOOK-PAID-1")
+    outbox(h)
+    deliver(h)
+    [(headers, body)] = received(h)
+    payload = Webhook(ep["secret"]).verify(body, headers)  # the Standard Webhooks reference implementation
+    assert payload["type"] == "OrderPaid"
+    data = payload["data"]
+    assert (
+        headers["webhook-id"]
+        == data["event_id"]
+        == f"OrderPaid:{m['mchid']}#HOOK-PAID-1:{resource['transaction_id']}"
+    )
+    assert (data["amount_cent"], data["amount_yuan"], data["paid_cent"], data["paid_yuan"]) == (
+        1999,
+        "19.99",
+        1999,
+        "19.99",
+    )
+    assert data["link"].endswith(f"/orders/{m['mchid']}/HOOK-PAID-1")
+    tampered = body.replace(b"1999", b"9999")
+    with pytest.raises(Exception, match="signature"):
+        Webhook(ep["secret"]).verify(tampered, headers)
+    log = bootstrap.webhook_log().order(m["mchid"], "HOOK-PAID-1")
+    assert [e["type"] for e in log] == ["OrderPaid"]
+    [attempt] = log[0]["deliveries"][0]["attempts"]
+    assert attempt["http_status"] == 200 and attempt["latency_ms"] >= 0 and '"ok"' in attempt["snippet"]
+
+
+def test_R20_a_refund_is_never_delivered_before_the_payment_it_refunds(hooks):
+    """The refunds stream may reach the outbox before the orders stream: the payment's event is queued first."""
+    from tally.domain.events import DownstreamEvent
+
+    h = hooks
+    m = h.add_merchant()
+    endpoint(h, m["mchid"])
+    paid(h, m["mchid"], "HOOK-REFUND-1", 500)
+    refund_id = f"RefundSucceeded:{m['mchid']}#R-HOOK-1"
+    refund = DownstreamEvent(
+        refund_id,
+        "RefundSucceeded",
+        {
+            "event_id": refund_id,
+            "refund_no": "R-HOOK-1",
+            "mchid": m["mchid"],
+            "out_trade_no": "HOOK-REFUND-1",
+            "amount_cent": 200,
+            "status": "SUCCESS",
+            "channel": "wechatpay",
+        },
+    )
+    bootstrap.outbox_service().webhooks.publish([refund])  # the refund's stream first …
+    outbox(h)  # … then the order's: its OrderPaid is already queued, not sent twice
+    deliver(h)
+    types = [json.loads(body)["type"] for _, body in received(h)]
+    assert types == ["OrderPaid", "RefundSucceeded"]
+
+
+def test_R38_a_receiver_down_past_the_window_is_a_case_and_a_paused_endpoint_and_resend_delivers_once(
+    hooks, monkeypatch
+):
+    h = hooks
+    monkeypatch.setenv("TALLY_WEBHOOK_WINDOW_S", "1")
+    bootstrap.reset()
+    m = h.add_merchant()
+    ep = endpoint(h, m["mchid"])
+    h.sim.receiver.configure(down=True)
+    started = time.time()
+    paid(h, m["mchid"], "HOOK-DOWN-1")
+    outbox(h)
+    deliver(h, rounds=400)
+    assert time.time() - started >= 1  # retried until the window was over
+    endpoints = {e["endpoint_id"]: e for e in bootstrap.webhook_endpoints().list(m["mchid"])}
+    assert endpoints[ep["endpoint_id"]]["status"] == "PAUSED"
+    assert h.metric("WebhookGaveUp") == 1
+    cases = bootstrap.work_queue().list("kind=webhook-failing")
+    assert len(cases) == 1 and ep["endpoint_id"] in cases[0]["reason"]
+    failed = [a for a in bootstrap.webhook_log().endpoint(ep["endpoint_id"]) if a["http_status"] == 503]
+    assert len(failed) >= 2  # every failed attempt is in the log
+    paid(h, m["mchid"], "HOOK-DOWN-2")  # while paused: held, not sent, not dropped
+    outbox(h)
+    deliver(h)
+    [held] = bootstrap.webhook_log().order(m["mchid"], "HOOK-DOWN-2")
+    assert held["deliveries"][0]["status"] == "HELD" and held["deliveries"][0]["attempts"] == []
+    assert h.metric("WebhookHeld") >= 1
+
+    h.sim.receiver.configure(down=False)
+    bootstrap.webhook_endpoints().resume(ep["endpoint_id"])
+    resender = bootstrap.webhook_resender()
+    preview = resender.range(ep["endpoint_id"], "2000-01-01", "2100-01-01")
+    assert preview["dry_run"] and preview["count"] == 2
+    assert h.sim.receiver.accepted() == []  # a dry run never acts (R52)
+    done = resender.range(
+        ep["endpoint_id"], "2000-01-01", "2100-01-01", dry_run=False, expect=preview["digest"]
+    )
+    assert done["queued"] == 2
+    deliver(h)
+    ids = [hdrs["webhook-id"] for hdrs, _ in received(h)]
+    assert sorted(ids) == sorted(set(ids)) and len(ids) == 2
+    again = resender.range(ep["endpoint_id"], "2000-01-01", "2100-01-01")
+    assert again["count"] == 0  # everything delivered: nothing left to resend
+    work = bootstrap.work_queue()
+    work.act(cases[0]["id"], "resolve", by="ops", reason="receiver fixed, resent")
+    assert work.list("kind=webhook-failing") == []  # R41: resolved once, gone everywhere
+
+
+def test_R52_a_range_resend_refuses_a_set_that_changed_since_its_preview(hooks):
+    from tally.service.webhooks import WebhookError
+
+    h = hooks
+    m = h.add_merchant()
+    ep = endpoint(h, m["mchid"])
+    h.sim.receiver.configure(down=True)
+    bootstrap.webhook_endpoints().pause(ep["endpoint_id"], "maintenance")
+    paid(h, m["mchid"], "HOOK-R52-1")
+    outbox(h)
+    preview = bootstrap.webhook_resender().range(ep["endpoint_id"], "2000-01-01", "2100-01-01")
+    paid(h, m["mchid"], "HOOK-R52-2")
+    outbox(h)
+    with pytest.raises(WebhookError, match="changed since its preview"):
+        bootstrap.webhook_resender().range(
+            ep["endpoint_id"], "2000-01-01", "2100-01-01", dry_run=False, expect=preview["digest"]
+        )
+
+
+def test_R53_pull_path_keeps_the_callers_cursor_and_shows_only_the_merchant_asked_for(hooks):
+    h = hooks
+    a, b = h.add_merchant(mchid="1900000201"), h.add_merchant(mchid="1900000202")
+    paid(h, a["mchid"], "HOOK-PULL-A")
+    paid(h, b["mchid"], "HOOK-PULL-B")
+    outbox(h)
+
+    def get(mchid, principal="arn:aws:iam::1:user/backend-a", **query):
+        event = {
+            "version": "2.0",
+            "routeKey": "GET /events",
+            "rawPath": "/events",
+            "headers": {},
+            "queryStringParameters": {"mchid": mchid, **query},
+            "requestContext": {"http": {"method": "GET"}, "authorizer": {"iam": {"userArn": principal}}},
+            "isBase64Encoded": False,
+        }
+        response = h.invoke("EventsFunction", event)
+        return response["statusCode"], json.loads(response["body"])
+
+    status, first = get(a["mchid"])
+    assert status == 200
+    assert [e["data"]["out_trade_no"] for e in first["events"]] == ["HOOK-PULL-A"]
+    assert first["events"][0]["data"]["amount_yuan"] == "19.99"
+    assert get(a["mchid"])[1]["events"] == []  # the cursor is kept by Tally: nothing new
+    assert (
+        get(a["mchid"], principal="arn:aws:iam::1:user/other")[1]["events"][0]["event_id"]
+        == first["events"][0]["event_id"]
+    )
+    assert get(a["mchid"], after="")[1]["events"] == first["events"]  # an explicit cursor reads again
+    assert get("")[0] == 400
+    assert get(a["mchid"], limit="many")[0] == 400
+
+
+def test_R20_a_change_whose_event_cannot_be_built_becomes_an_event_and_a_case(hooks):
+    h = hooks
+    m = h.add_merchant()
+    endpoint(h, m["mchid"], ["EventGenerationFailed"])
+    broken = {
+        "pk": f"{m['mchid']}#HOOK-BROKEN",
+        "mchid": m["mchid"],
+        "out_trade_no": "HOOK-BROKEN",
+        "status": "PAID",
+    }
+    record = {
+        "eventName": "MODIFY",
+        "dynamodb": {
+            "SequenceNumber": "4711",
+            "OldImage": {"pk": {"S": broken["pk"]}, "status": {"S": "WAIT_PAY"}},
+            "NewImage": {k: {"S": v} for k, v in broken.items()},  # PAID without a transaction id
+        },
+    }
+    assert h.invoke("OutboxFunction", {"Records": [record]}) == {"batchItemFailures": []}
+    assert h.metric("EventGenerationFailed") == 1
+    deliver(h)
+    [(_, body)] = received(h)
+    payload = json.loads(body)
+    assert payload["type"] == "EventGenerationFailed" and "transaction_id" in payload["data"]["error"]
+    assert len(bootstrap.work_queue().list("kind=event-generation-failed")) == 1
+
+
+def test_webhook_endpoints_are_listed_and_removed_and_refuse_unknown_event_types(hooks):
+    from tally.service.webhooks import WebhookError
+
+    h = hooks
+    ep = endpoint(h, "1900000109", ["OrderPaid"])
+    assert [e["endpoint_id"] for e in bootstrap.webhook_endpoints().list("1900000109")] == [ep["endpoint_id"]]
+    assert "secret" not in bootstrap.webhook_endpoints().list("1900000109")[0]
+    with pytest.raises(WebhookError):
+        endpoint(h, "1900000109", ["OrderPaidd"])
+    bootstrap.webhook_endpoints().remove(ep["endpoint_id"])
+    assert bootstrap.webhook_endpoints().list("1900000109") == []
+    row = from_item(
+        h.ddb.get_item(
+            TableName=h.env["WEBHOOKS_TABLE"],
+            Key={"pk": {"S": f"endpoint#{ep['endpoint_id']}"}, "sk": {"S": "endpoint"}},
+        ).get("Item")
+    )
+    assert row is None
+    assert LambdaContext  # the handlers run with Lambda's context object
