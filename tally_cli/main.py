@@ -28,6 +28,7 @@ from tally_cli import (
     recon,
     refund,
     verify,
+    webhooks,
 )
 from tally_cli.common import UsageError
 from tally_cli.env import StackNotFound
@@ -45,6 +46,7 @@ COMMAND_MODULES = [
     outbox,
     envvars,
     console,
+    webhooks,
 ]
 
 

@@ -368,7 +368,7 @@ class EmbeddedStack:
 
     def _start_pump(self, spec: FunctionSpec, queue_id: str) -> None:
         sqs = boto3.client("sqs", region_name=self.region)
-        queue_url = sqs.get_queue_url(QueueName=f"{self.prefix}-{queue_id}")["QueueUrl"]
+        queue_url = self._started(self._resolver).resolve({"Ref": queue_id})  # a FIFO queue: name ends .fifo
         pump = SqsPump(
             sqs,
             queue_url,

@@ -54,6 +54,10 @@ class WebhookError(errors.InvalidRequest, ValueError):
     """A request about endpoints or deliveries that cannot be done as asked (says why)."""
 
 
+class WebhookNotFound(errors.NotFound, LookupError):
+    """No such endpoint or event (for this merchant)."""
+
+
 # ---------------------------------------------------------------- Standard Webhooks signatures
 
 
@@ -94,16 +98,21 @@ class Endpoints:
         self.clock = clock
         self._secrets: dict[str, str] = {}
 
-    def add(self, mchid: str, url: str, events: list[str] | None = None) -> dict[str, Any]:
-        """Register an endpoint; the answer carries its secret (shown once: `show-secret` reads it again)."""
+    def add(
+        self, mchid: str, url: str, events: list[str] | None = None, secret: str | None = None
+    ) -> dict[str, Any]:
+        """Register an endpoint; the answer carries its secret (`tally webhooks secret` reads it again). A
+        `secret` given (`whsec_` + base64 of 24 to 64 bytes) is used instead of a new one."""
         if not mchid or not url.startswith(("https://", "http://")):
             raise WebhookError("an endpoint needs a merchant id and an http(s) URL")
+        if secret is not None and not _valid_secret(secret):
+            raise WebhookError("a secret is whsec_ followed by the base64 of 24 to 64 random bytes")
         wanted = sorted(set(events or ["*"]))
         unknown = [e for e in wanted if e != "*" and e not in EVENT_TYPES]
         if unknown:
             raise WebhookError(f"unknown event types {unknown}: choose from {list(EVENT_TYPES)} or *")
         endpoint_id = "ep_" + secrets.token_hex(8)
-        secret = new_secret()
+        secret = secret or new_secret()
         name = f"{self.secret_prefix}{endpoint_id}"
         self.secret_store.put(name, {"secret": secret})
         row = {
@@ -126,7 +135,7 @@ class Endpoints:
     def get(self, endpoint_id: str) -> dict[str, Any]:
         row = self.store.endpoint(endpoint_id)
         if row is None:
-            raise errors.NotFound(f"no webhook endpoint {endpoint_id}")
+            raise WebhookNotFound(f"no webhook endpoint {endpoint_id}")
         return row
 
     def remove(self, endpoint_id: str) -> dict[str, Any]:
@@ -147,6 +156,14 @@ class Endpoints:
             name = secret_name or self.get(endpoint_id)["secret_name"]
             self._secrets[endpoint_id] = str(self.secret_store.get(name)["secret"])
         return self._secrets[endpoint_id]
+
+
+def _valid_secret(secret: str) -> bool:
+    try:
+        key = base64.b64decode(secret.removeprefix(SECRET_PREFIX), validate=True)
+    except ValueError:
+        return False
+    return secret.startswith(SECRET_PREFIX) and 24 <= len(key) <= 64
 
 
 def _public(row: dict[str, Any]) -> dict[str, Any]:
@@ -450,7 +467,7 @@ class Resender:
         endpoint = self._endpoint(endpoint_id)
         row = self.store.event(event_id)
         if row is None or row.get("mchid") != endpoint["mchid"]:
-            raise errors.NotFound(f"no event {event_id} for the merchant of {endpoint_id}")
+            raise WebhookNotFound(f"no event {event_id} for the merchant of {endpoint_id}")
         self.fanout.enqueue(endpoint, row, self.clock(), again=f"resend#{self.clock()}")
         return {"endpoint_id": endpoint_id, "queued": [event_id]}
 
@@ -506,7 +523,7 @@ class Resender:
     def _endpoint(self, endpoint_id: str) -> dict[str, Any]:
         row = self.store.endpoint(endpoint_id)
         if row is None:
-            raise errors.NotFound(f"no webhook endpoint {endpoint_id}")
+            raise WebhookNotFound(f"no webhook endpoint {endpoint_id}")
         return row
 
 
