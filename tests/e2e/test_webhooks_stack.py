@@ -83,13 +83,14 @@ def storm(stack, tag, orders, refunds):
     return endpoint, numbers
 
 
-def check(stack, endpoint, numbers, refunds):
+def check(stack, endpoint, numbers, refunds, tag):
     from tally import bootstrap
 
-    sim = stack.simulator
+    path = f"/merchant/hooks/{tag}"
     hook = Webhook(endpoint["secret"])
     firsts, seen = defaultdict(list), set()
-    for d in sim.receiver.accepted():  # in the order the receiver answered them
+    mine = [d for d in stack.simulator.receiver.deliveries if d["path"] == path]
+    for d in [d for d in mine if d["status"] == 200]:  # in the order the receiver answered them
         payload = hook.verify(d["body"], d["headers"])  # R20: every copy is signed (Standard Webhooks)
         if d["headers"]["webhook-id"] in seen:
             continue  # a receiver deduplicates by the stable id
@@ -97,19 +98,20 @@ def check(stack, endpoint, numbers, refunds):
         firsts[payload["data"]["out_trade_no"]].append(payload["type"])
     for i, no in enumerate(numbers):  # each order's events in the order they happened, each once
         assert firsts[no] == (["OrderPaid", "RefundSucceeded"] if i < refunds else ["OrderPaid"]), no
-    failed_at_receiver = Counter(d["status"] for d in sim.receiver.deliveries if d["status"] != 200)
+    # a stalled answer is a timeout to the sender (logged as no answer), whatever the receiver later said
+    failed_at_receiver = Counter(d["status"] for d in mine if d["status"] != 200 and not d["stalled_s"])
     attempts = bootstrap.webhook_log().endpoint(endpoint["endpoint_id"], limit=100000)
     logged = Counter(a["http_status"] for a in attempts if a["http_status"] != 200)
     assert (
         failed_at_receiver[500] > 0 and logged[500] == failed_at_receiver[500]
     )  # every failed attempt logged
-    stalled = sum(1 for d in sim.receiver.deliveries if d["stalled_s"] > 0)
+    stalled = sum(1 for d in mine if d["stalled_s"] > 0)
     assert logged[0] == stalled  # a stall past the timeout is a failed attempt too (and retried)
 
 
 def test_R20_every_event_delivered_in_order_per_order_despite_a_failing_stalling_receiver(stack):
     endpoint, numbers = storm(stack, "fast", orders=40, refunds=10)
-    check(stack, endpoint, numbers, refunds=10)
+    check(stack, endpoint, numbers, refunds=10, tag="fast")
     shown = cli(stack, "webhooks", "log", "--order", stack.merchant["mchid"], numbers[0], "--local")
     assert shown.returncode == 0, shown.stderr
     assert [e["type"] for e in json.loads(shown.stdout)] == ["OrderPaid", "RefundSucceeded"]
@@ -119,7 +121,7 @@ def test_R20_every_event_delivered_in_order_per_order_despite_a_failing_stalling
 @pytest.mark.slow
 def test_R20_the_issues_full_storm_500_paid_100_refunded(stack):
     endpoint, numbers = storm(stack, "full", orders=500, refunds=100)
-    check(stack, endpoint, numbers, refunds=100)
+    check(stack, endpoint, numbers, refunds=100, tag="full")
     assert cli(stack, "webhooks", "remove", endpoint["endpoint_id"], "--local").returncode == 0
 
 
@@ -177,7 +179,7 @@ def test_R38_a_receiver_down_past_the_window_is_a_case_and_resend_after_it_is_ba
             "--local",
         )
         assert sent.returncode == 0, sent.stderr
-        wait_for(lambda: len(sim.receiver.accepted()) >= 3, 30)
+        wait_for(lambda: len([d for d in sim.receiver.accepted() if d["path"].endswith("/down")]) >= 3, 30)
         time.sleep(1.5)  # anything that would come twice would come now
         ids = [d["headers"]["webhook-id"] for d in sim.receiver.accepted() if d["path"].endswith("/down")]
         assert len(ids) == 3 == len(set(ids))  # everything once

@@ -97,6 +97,9 @@ def test_R20_a_paid_order_reaches_the_endpoint_signed_and_the_reference_library_
     assert [e["type"] for e in log] == ["OrderPaid"]
     [attempt] = log[0]["deliveries"][0]["attempts"]
     assert attempt["http_status"] == 200 and attempt["latency_ms"] >= 0 and '"ok"' in attempt["snippet"]
+    story = bootstrap.story_service().story(m["mchid"], "HOOK-PAID-1")
+    [shown] = [e for e in story["entries"] if e["kind"] == "webhook"]  # the order story shows the delivery
+    assert "attempt 1: HTTP 200" in shown["title"] and not shown["needs_person"]
 
 
 def test_R20_a_refund_is_never_delivered_before_the_payment_it_refunds(hooks):
@@ -154,6 +157,8 @@ def test_R38_a_receiver_down_past_the_window_is_a_case_and_a_paused_endpoint_and
     deliver(h)
     [held] = bootstrap.webhook_log().order(m["mchid"], "HOOK-DOWN-2")
     assert held["deliveries"][0]["status"] == "HELD" and held["deliveries"][0]["attempts"] == []
+    story = bootstrap.story_service().story(m["mchid"], "HOOK-DOWN-2")
+    assert [e["needs_person"] for e in story["entries"] if e["kind"] == "webhook"] == [True]
     assert h.metric("WebhookHeld") >= 1
 
     h.sim.receiver.configure(down=False)
@@ -275,3 +280,22 @@ def test_webhook_endpoints_are_listed_and_removed_and_refuse_unknown_event_types
     )
     assert row is None
     assert LambdaContext  # the handlers run with Lambda's context object
+
+
+def test_the_console_webhooks_page_shows_each_endpoint_its_state_and_its_attempts(hooks):
+    from tally.console import app, data
+    from tally.console.auth import Identity
+
+    h = hooks
+    m = h.add_merchant()
+    ep = endpoint(h, m["mchid"])
+    h.sim.receiver.configure(fail_rate=1.0)
+    deliverer = bootstrap.webhook_deliverer()
+    deliverer.window_s = 0  # the first failure is past the window: paused at once
+    paid(h, m["mchid"], "HOOK-CONSOLE-1")
+    outbox(h)
+    deliver(h)
+    who = Identity("sub", "viewer", frozenset({"viewers"}), "jti")
+    html = app.render("webhooks.html", who, page="webhooks", mchid="", endpoints=data.webhooks()).body
+    assert ep["endpoint_id"] in html and "PAUSED" in html and "HOOK-CONSOLE-1" in html and ">500<" in html
+    assert ep["secret"] not in html

@@ -506,6 +506,7 @@ def story_service() -> StoryService:
         RefundRawStore(refund_tables()),
         LedgerView(_client("dynamodb"), s.ledger_table),
         ReconStore(_client("dynamodb"), s.recon_runs_table, s.recon_diff_table),
+        webhook_log() if webhook_settings().table else None,
     )
 
 

@@ -229,6 +229,11 @@ def ledger_page(request: Request, who: Identity) -> Response:
     return render("ledger.html", who, page="ledger", date=day, merchant=merchant, view=view)
 
 
+def webhooks_page(request: Request, who: Identity) -> Response:
+    mchid = request.field("mchid")
+    return render("webhooks.html", who, page="webhooks", mchid=mchid, endpoints=data.webhooks(mchid))
+
+
 PAGES: dict[str, Callable[[Request, Identity], Response]] = {
     "": morning_page,
     "morning": morning_page,
@@ -240,6 +245,7 @@ PAGES: dict[str, Callable[[Request, Identity], Response]] = {
     "refunds": refunds_page,
     "merchants": merchants_page,
     "ledger": ledger_page,
+    "webhooks": webhooks_page,
 }
 
 
