@@ -166,7 +166,7 @@ def test_R38_a_receiver_down_past_the_window_is_a_case_and_a_paused_endpoint_and
     resender = bootstrap.webhook_resender()
     preview = resender.range(ep["endpoint_id"], "2000-01-01", "2100-01-01")
     assert preview["dry_run"] and preview["count"] == 2
-    assert h.sim.receiver.accepted() == []  # a dry run never acts (R52)
+    assert h.sim.receiver.accepted() == []  # a dry run never acts
     done = resender.range(
         ep["endpoint_id"], "2000-01-01", "2100-01-01", dry_run=False, expect=preview["digest"]
     )
@@ -181,7 +181,7 @@ def test_R38_a_receiver_down_past_the_window_is_a_case_and_a_paused_endpoint_and
     assert work.list("kind=webhook-failing") == []  # R41: resolved once, gone everywhere
 
 
-def test_R52_a_range_resend_refuses_a_set_that_changed_since_its_preview(hooks):
+def test_a_range_resend_refuses_a_set_that_changed_since_its_preview(hooks):
     from tally.service.webhooks import WebhookError
 
     h = hooks
@@ -189,10 +189,10 @@ def test_R52_a_range_resend_refuses_a_set_that_changed_since_its_preview(hooks):
     ep = endpoint(h, m["mchid"])
     h.sim.receiver.configure(down=True)
     bootstrap.webhook_endpoints().pause(ep["endpoint_id"], "maintenance")
-    paid(h, m["mchid"], "HOOK-R52-1")
+    paid(h, m["mchid"], "HOOK-PREVIEW-1")
     outbox(h)
     preview = bootstrap.webhook_resender().range(ep["endpoint_id"], "2000-01-01", "2100-01-01")
-    paid(h, m["mchid"], "HOOK-R52-2")
+    paid(h, m["mchid"], "HOOK-PREVIEW-2")
     outbox(h)
     with pytest.raises(WebhookError, match="changed since its preview"):
         bootstrap.webhook_resender().range(
@@ -200,7 +200,7 @@ def test_R52_a_range_resend_refuses_a_set_that_changed_since_its_preview(hooks):
         )
 
 
-def test_R53_pull_path_keeps_the_callers_cursor_and_shows_only_the_merchant_asked_for(hooks):
+def test_R20_pull_path_keeps_the_callers_cursor_and_shows_only_the_merchant_asked_for(hooks):
     h = hooks
     a, b = h.add_merchant(mchid="1900000201"), h.add_merchant(mchid="1900000202")
     paid(h, a["mchid"], "HOOK-PULL-A")
@@ -299,3 +299,17 @@ def test_the_console_webhooks_page_shows_each_endpoint_its_state_and_its_attempt
     html = app.render("webhooks.html", who, page="webhooks", mchid="", endpoints=data.webhooks()).body
     assert ep["endpoint_id"] in html and "PAUSED" in html and "HOOK-CONSOLE-1" in html and ">500<" in html
     assert ep["secret"] not in html
+
+
+def test_R20_the_feed_and_the_endpoints_get_the_event_while_the_bus_refuses_it(hooks, monkeypatch):
+    """The bus down: the stream record is retried for the bus (OutboxFailed), the merchant is told anyway."""
+    h = hooks
+    m = h.add_merchant()
+    endpoint(h, m["mchid"])
+    paid(h, m["mchid"], "HOOK-NOBUS-1")
+    bus = bootstrap.outbox_service().bus
+    monkeypatch.setattr(bus.client, "put_events", lambda **kw: {"FailedEntryCount": 1, "Entries": []})
+    assert h.invoke("OutboxFunction", {"Records": stream_records(h.env)})["batchItemFailures"]
+    assert h.metric("OutboxFailed") == 1
+    deliver(h)
+    assert [json.loads(body)["data"]["out_trade_no"] for _, body in received(h)] == ["HOOK-NOBUS-1"]

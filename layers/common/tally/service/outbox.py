@@ -68,6 +68,8 @@ class OutboxService:
     def _publish(self, found: list[DownstreamEvent]) -> list[DownstreamEvent]:
         if not found:
             return []
+        if self.webhooks is not None:  # first: the feed and the endpoints do not depend on the bus being up
+            self.webhooks.publish(found)  # raises: the record is retried (every id is stable)
         failed = self.bus.put(found)
         if failed:
             count(M.OUTBOX_FAILED)
@@ -75,10 +77,6 @@ class OutboxService:
         for event in found:
             count(M.OUTBOX_PUBLISHED)
             logger.info("downstream event published", extra={"event_id": event.event_id})
-        if self.webhooks is not None:
-            self.webhooks.publish(
-                found
-            )  # raises: the record is retried (the bus dedupes nothing, ids are stable)
         return found
 
 

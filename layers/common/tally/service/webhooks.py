@@ -1,4 +1,4 @@
-"""Webhooks to the merchant's systems (docs/webhooks.md, R20, R38, R52).
+"""Webhooks to the merchant's systems (docs/webhooks.md, R20, R38).
 
 Four parts, all behind the outbox, so an event is sent only for a committed change:
 - `Endpoints`: register, list, pause/resume, remove an endpoint; each has its own `whsec_` secret in Secrets
@@ -13,7 +13,7 @@ Four parts, all behind the outbox, so an event is sent only for a committed chan
   order's events) invisible for the backoff; past the 3-day window the delivery is FAILED, the endpoint
   PAUSED, a work-queue case is opened and `WebhookGaveUp` counted (alarm).
 - `DeliveryLog` / `Resender` / `EventFeed`: the log per endpoint and per order, resend one or a time range
-  (dry run first: R52), and the pull path GET /events with the cursor kept here.
+  (a dry run first; the action does exactly what it showed), and the pull path GET /events with the cursor kept here.
 """
 
 from __future__ import annotations
@@ -456,7 +456,7 @@ def _attempt(row: dict[str, Any]) -> dict[str, Any]:
 
 class Resender:
     """Resend one event, or every event of a time range, to one endpoint. A range resend shows its count
-    first (dry run) and acts only on the same set (R52): what it would send is identified by a digest."""
+    first (dry run) and acts only on the same set: what it would send is identified by a digest."""
 
     def __init__(self, store: WebhookStore, fanout: WebhookFanout, clock: Callable[[], float]):
         self.store = store
