@@ -231,6 +231,8 @@ def test_R20_pull_path_keeps_the_callers_cursor_and_shows_only_the_merchant_aske
     )
     assert get(a["mchid"], after="")[1]["events"] == first["events"]  # an explicit cursor reads again
     assert get("")[0] == 400
+    assert get(a["mchid"], after="~" * 40) == (200, {"events": [], "cursor": "~" * 40, "has_more": False})
+    assert get(a["mchid"], after="x" * 300)[0] == 400  # hostile input: refused, nothing read or moved
     assert get(a["mchid"], limit="many")[0] == 400
 
 

@@ -39,7 +39,7 @@ def message_group(endpoint_id: str, event: DownstreamEvent) -> str:
     return f"{endpoint_id}#{mchid}#{out_trade_no}"[:128]
 
 
-def thin(event: DownstreamEvent, api_url: str = "") -> dict[str, Any]:
+def thin(event: DownstreamEvent, api_url: str = "", at: str = "") -> dict[str, Any]:
     """The body a receiver gets (Standard Webhooks' `type`/`timestamp`/`data` envelope): ids, type, amounts
     in integer cents and in yuan, and the link to the full object (a signed GET /orders/{mchid}/{no})."""
     detail = dict(event.detail)
@@ -51,7 +51,9 @@ def thin(event: DownstreamEvent, api_url: str = "") -> dict[str, Any]:
     if mchid and out_trade_no:
         path = f"/orders/{mchid}/{out_trade_no}"  # both are [A-Za-z0-9_|*-] at the channels: no escaping
         data["link"] = api_url.rstrip("/") + path if api_url else path
-    when = detail.get("paid_at") or detail.get("closed_at") or detail.get("occurred_at") or ""
+    when = (
+        detail.get("paid_at") or detail.get("closed_at") or detail.get("occurred_at") or at
+    )  # at: published
     return {"type": event.detail_type, "timestamp": when, "data": data}
 
 

@@ -214,8 +214,8 @@ class WebhookFanout:
     def _one(self, event: DownstreamEvent) -> None:
         now = self.clock()
         mchid, out_trade_no = order_of(event)
-        body = json.dumps(thin(event, self.api_url), ensure_ascii=False, separators=(",", ":"))
         published_at = iso_now(now)
+        body = json.dumps(thin(event, self.api_url, published_at), ensure_ascii=False, separators=(",", ":"))
         row = self.store.put_event(
             event.event_id,
             {
@@ -546,9 +546,11 @@ class EventFeed:
             limit = max(1, min(int(limit or 100), 500))
         except ValueError:
             raise WebhookError("limit must be a number from 1 to 500") from None
+        if after is not None and len(after) > 256:
+            raise WebhookError("after is a cursor this API returned")
         start = self.store.cursor(principal, mchid) if after is None else after
         before = iso_now(self.clock() - self.settle_s)
-        rows = self.store.feed(mchid, start, before, limit)
+        rows = self.store.feed(mchid, start, before, limit) if start < before else []
         cursor = rows[-1]["seq"] if rows else start
         if rows:
             self.store.set_cursor(principal, mchid, cursor, iso_now(self.clock()))
