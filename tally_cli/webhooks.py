@@ -1,4 +1,5 @@
 """`tally webhooks`: the merchants' webhook endpoints, their delivery log, and resending (docs/webhooks.md).
+Every verb prints one JSON document (no --json needed).
 
 tally webhooks add MCHID URL [--events OrderPaid RefundSucceeded ...]   (prints the whsec_ secret once)
 tally webhooks list [MCHID] | remove EP | resume EP | secret EP
@@ -25,27 +26,27 @@ def register(sub: argparse._SubParsersAction) -> None:
     add.add_argument("mchid")
     add.add_argument("url")
     add.add_argument("--events", nargs="+", default=["*"], help="event types (default: all)")
-    _target(add)
+    add_target(add)
     add.set_defaults(run=lambda a: _out(_svc(a).add(a.mchid, a.url, a.events)))
     listing = hooks.add_parser("list", help="endpoints (of one merchant)")
     listing.add_argument("mchid", nargs="?")
-    _target(listing)
+    add_target(listing)
     listing.set_defaults(run=lambda a: _out(_svc(a).list(a.mchid)))
     for name, doc in (("remove", "forget an endpoint"), ("resume", "deliver to a paused endpoint again")):
         action = hooks.add_parser(name, help=doc)
         action.add_argument("endpoint")
-        _target(action)
+        add_target(action)
         action.set_defaults(run=lambda a, name=name: _out(getattr(_svc(a), name)(a.endpoint)))
     secret = hooks.add_parser("secret", help="print an endpoint's signing secret")
     secret.add_argument("endpoint")
-    _target(secret)
+    add_target(secret)
     secret.set_defaults(run=lambda a: _out({"endpoint_id": a.endpoint, "secret": _svc(a).secret(a.endpoint)}))
     log = hooks.add_parser("log", help="delivery attempts of an endpoint, or every event of an order")
     which = log.add_mutually_exclusive_group(required=True)
     which.add_argument("--endpoint")
     which.add_argument("--order", nargs=2, metavar=("MCHID", "OUT_TRADE_NO"))
     log.add_argument("--limit", type=int, default=100)
-    _target(log)
+    add_target(log)
     log.set_defaults(run=show_log)
     resend = hooks.add_parser("resend", help="send one event, or a time range, to an endpoint again")
     resend.add_argument("endpoint")
@@ -56,13 +57,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     resend.add_argument("--all", action="store_true", help="also events already delivered")
     resend.add_argument("--yes", action="store_true", help="send (without it: a dry run that counts)")
     resend.add_argument("--expect", default="", help="the dry run's digest: refuse if the set changed")
-    _target(resend)
+    add_target(resend)
     resend.set_defaults(run=resend_events)
-
-
-def _target(p: argparse.ArgumentParser) -> None:
-    add_target(p)
-    p.add_argument("--json", action="store_true", help="(the output is always one JSON document)")
 
 
 def _svc(args: argparse.Namespace) -> Any:
