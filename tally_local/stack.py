@@ -418,6 +418,9 @@ class EmbeddedStack:
             for queue in spec.sqs_queues
         ]
         rows += [("Channel simulator", f"{self.simulator_url}   WECHATPAY_API_BASE")]
+        rows += [
+            ("  merchant webhook receiver", f"{self.simulator_url}/merchant/_deliveries   (docs/webhooks.md)")
+        ]
         rows += [("State file", str(self.state_dir / "local.json"))]
         if self.console_logins:
             rows += [("Console", f"{self.api_url}/console/login")]
