@@ -17,6 +17,9 @@ from tests.integration.outbox_helpers import stream_records
 def hooks(h, monkeypatch):
     monkeypatch.setenv("TALLY_WEBHOOK_RETRY_S", "0")  # every retry at once: the window below bounds them
     monkeypatch.setenv("TALLY_EVENTS_SETTLE_S", "0")
+    monkeypatch.setenv(
+        "TALLY_WEBHOOK_CONCURRENCY", "1"
+    )  # in-process moto is not thread-safe (docs/design.md §6)
     bootstrap.reset()
     h.sim.receiver.reset()
     yield h

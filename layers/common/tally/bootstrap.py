@@ -601,6 +601,7 @@ def webhook_deliverer() -> WebhookDeliverer:
         timeout_s=w.timeout_s,
         schedule=w.retry_s or RETRY_SCHEDULE_S,
         window_s=w.window_s or RETRY_WINDOW_S,
+        concurrency=w.concurrency,
     )
 
 

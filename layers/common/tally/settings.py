@@ -157,6 +157,7 @@ class WebhookSettings(NamedTuple):
     retry_s: tuple[int, ...] = ()  # empty: domain/webhooks.RETRY_SCHEDULE_S
     window_s: int = 0  # 0: domain/webhooks.RETRY_WINDOW_S (3 days)
     settle_s: float = 5.0  # GET /events leaves out events younger than this
+    concurrency: int = 8  # message groups (orders) of one batch delivered at once
 
 
 def webhook_settings(env: dict[str, str] | None = None) -> WebhookSettings:
@@ -170,4 +171,5 @@ def webhook_settings(env: dict[str, str] | None = None) -> WebhookSettings:
         retry_s=tuple(int(x) for x in retry.split(",") if x.strip()),
         window_s=int(source.get("TALLY_WEBHOOK_WINDOW_S", "0")),
         settle_s=float(source.get("TALLY_EVENTS_SETTLE_S", "5")),
+        concurrency=int(source.get("TALLY_WEBHOOK_CONCURRENCY", "8")),
     )

@@ -27,6 +27,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from tally import errors
@@ -274,6 +275,7 @@ class Deliverer:
         schedule: tuple[int, ...] = RETRY_SCHEDULE_S,
         window_s: int = RETRY_WINDOW_S,
         post: Callable[[str, bytes, dict[str, str], float], tuple[int, str]] | None = None,
+        concurrency: int = 8,
     ):
         self.store = store
         self.queue = queue
@@ -284,29 +286,38 @@ class Deliverer:
         self.schedule = schedule
         self.window_s = window_s
         self.post = post or http_post
+        self.concurrency = concurrency  # message groups (orders) of one batch delivered at once
 
     def handle_batch(self, records: list[dict[str, Any]]) -> list[str]:
-        """SQS FIFO batch → the message ids to keep. After a failure in a group, that group's later messages
-        are not tried (they are kept, visible again at once, and wait behind the failed one): order per order."""
-        failed: list[str] = []
-        blocked: set[str] = set()
+        """SQS FIFO batch → the message ids to keep. The batch's message groups (orders) are delivered side by
+        side, each group's messages one after the other; after a failure, the group's later messages are not
+        tried (kept, visible again at once, they wait behind the failed one): order per order."""
+        groups: dict[str, list[dict[str, Any]]] = {}
         for record in records:
-            group = str(record.get("attributes", {}).get("MessageGroupId") or "")
-            if group in blocked:
-                self.queue.retry_after(record["receiptHandle"], 0)
-                failed.append(record["messageId"])
-                continue
+            groups.setdefault(str(record.get("attributes", {}).get("MessageGroupId") or ""), []).append(
+                record
+            )
+        if self.concurrency <= 1 or len(groups) <= 1:
+            return [kept for group in groups.values() for kept in self._group(group)]
+        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(groups))) as pool:
+            return [kept for found in pool.map(self._group, groups.values()) for kept in found]
+
+    def _group(self, records: list[dict[str, Any]]) -> list[str]:
+        for i, record in enumerate(records):
             try:
                 delay = self.deliver(json.loads(record["body"]))
             except Exception:  # noqa: BLE001 - kept for a retry, counted, never swallowed
                 count(M.WEBHOOK_FAILED)
-                logger.exception("webhook delivery raised; kept for a retry", extra={"group": group})
+                logger.exception(
+                    "webhook delivery raised; kept for a retry", extra={"message": record["messageId"]}
+                )
                 delay = self.schedule[0] if self.schedule else 0
             if delay is not None:
                 self.queue.retry_after(record["receiptHandle"], delay)
-                failed.append(record["messageId"])
-                blocked.add(group)
-        return failed
+                for later in records[i + 1 :]:
+                    self.queue.retry_after(later["receiptHandle"], 0)
+                return [r["messageId"] for r in records[i:]]
+        return []
 
     def deliver(self, message: dict[str, Any]) -> int | None:
         """One attempt; None when the message is done with (delivered, held, given up), else the seconds to
