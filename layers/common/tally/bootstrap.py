@@ -498,7 +498,7 @@ def story_service() -> StoryService:
     from tally.store.tables import EventStore, OrderStore, RawStore
 
     s = settings()
-    return StoryService(
+    story = StoryService(
         OrderStore(tables()),
         RawStore(tables()),
         EventStore(tables()),
@@ -506,8 +506,9 @@ def story_service() -> StoryService:
         RefundRawStore(refund_tables()),
         LedgerView(_client("dynamodb"), s.ledger_table),
         ReconStore(_client("dynamodb"), s.recon_runs_table, s.recon_diff_table),
-        webhook_log() if webhook_settings().table else None,
     )
+    story.webhooks = webhook_log() if webhook_settings().table else None
+    return story
 
 
 @cache

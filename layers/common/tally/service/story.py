@@ -95,18 +95,11 @@ def with_yuan(row: dict[str, Any]) -> dict[str, Any]:
 
 
 class StoryService:
+    webhooks: Any = None  # service.webhooks.DeliveryLog, set by bootstrap: the order's webhook deliveries
+
     def __init__(
-        self,
-        orders: Any,
-        raw: Any,
-        events: Any,
-        refunds: Any,
-        refund_raw: Any,
-        ledger: Any,
-        recon: Any,
-        webhooks: Any = None,  # service.webhooks.DeliveryLog: the order's webhook deliveries
+        self, orders: Any, raw: Any, events: Any, refunds: Any, refund_raw: Any, ledger: Any, recon: Any
     ):
-        self.webhooks = webhooks
         self.orders = orders  # store.tables.OrderStore
         self.raw = raw  # store.tables.RawStore
         self.events = events  # store.tables.EventStore
