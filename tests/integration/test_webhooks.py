@@ -318,3 +318,17 @@ def test_R20_the_feed_and_the_endpoints_get_the_event_while_the_bus_refuses_it(h
     assert h.metric("OutboxFailed") == 1
     deliver(h)
     assert [json.loads(body)["data"]["out_trade_no"] for _, body in received(h)] == ["HOOK-NOBUS-1"]
+
+
+def test_R20_republish_after_a_parked_stream_record_reaches_the_endpoints_once(hooks):
+    """`tally outbox republish` (the OutboxDLQ runbook) goes through the same path: the endpoint gets the event,
+    and a second republish sends nothing it already has."""
+    h = hooks
+    m = h.add_merchant()
+    endpoint(h, m["mchid"])
+    paid(h, m["mchid"], "HOOK-REPUB-1")  # the stream record is never handed to the outbox here
+    bootstrap.republisher().order(m["mchid"], "HOOK-REPUB-1")
+    deliver(h)
+    bootstrap.republisher().order(m["mchid"], "HOOK-REPUB-1")
+    deliver(h)
+    assert [json.loads(body)["data"]["out_trade_no"] for _, body in received(h)] == ["HOOK-REPUB-1"]
