@@ -332,3 +332,21 @@ def test_R20_republish_after_a_parked_stream_record_reaches_the_endpoints_once(h
     bootstrap.republisher().order(m["mchid"], "HOOK-REPUB-1")
     deliver(h)
     assert [json.loads(body)["data"]["out_trade_no"] for _, body in received(h)] == ["HOOK-REPUB-1"]
+
+
+def test_R38_events_still_on_their_way_to_a_removed_endpoint_are_one_case_not_lost_silently(hooks):
+    h = hooks
+    m = h.add_merchant()
+    ep = endpoint(h, m["mchid"])
+    paid(h, m["mchid"], "HOOK-GONE-1")
+    paid(h, m["mchid"], "HOOK-GONE-2")
+    outbox(h)
+    bootstrap.webhook_endpoints().remove(ep["endpoint_id"])
+    deliver(h)
+    assert h.sim.receiver.deliveries == []
+    [case] = bootstrap.work_queue().list("kind=webhook-failing")
+    assert "removed" in case["reason"] and h.metric("WebhookGaveUp") == 2
+    statuses = [
+        e["deliveries"][0]["status"] for e in bootstrap.webhook_log().order(m["mchid"], "HOOK-GONE-1")
+    ]
+    assert statuses == ["FAILED"]

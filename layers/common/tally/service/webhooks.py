@@ -376,10 +376,11 @@ class Deliverer:
         return None
 
     def _case(self, endpoint_id: str, endpoint: dict[str, Any] | None, event_id: str, reason: str) -> None:
-        """One work-queue item per endpoint and pause (R38, R41): what failed, and how to get the rest out."""
+        """One work-queue item per endpoint and pause (R38, R41): what failed, and how to get the rest out. A
+        removed endpoint has one item, however many events were still on their way to it."""
         mchid = str((endpoint or {}).get("mchid") or "")
         self.cases.put(
-            f"{CASE_KIND}#{endpoint_id}#{iso_now(self.clock())}",
+            f"{CASE_KIND}#{endpoint_id}#{iso_now(self.clock()) if endpoint else 'removed'}",
             CASE_KIND,
             self.clock(),
             manual_kind=CASE_KIND,
