@@ -87,9 +87,15 @@ def check(stack, endpoint, numbers, refunds, tag):
     from tally import bootstrap
 
     path = f"/merchant/hooks/{tag}"
+
+    def settled():  # a stalled answer is still being held: wait until every logged attempt reached the receiver
+        attempts = bootstrap.webhook_log().endpoint(endpoint["endpoint_id"], limit=100000)
+        mine = [d for d in stack.simulator.receiver.deliveries if d["path"] == path]
+        return (attempts, mine) if len(attempts) == len(mine) else None
+
+    attempts, mine = wait_for(settled, 30)  # one attempt logged for each request the receiver got
     hook = Webhook(endpoint["secret"])
     firsts, seen = defaultdict(list), set()
-    mine = [d for d in stack.simulator.receiver.deliveries if d["path"] == path]
     for d in [d for d in mine if d["status"] == 200]:  # in the order the receiver answered them
         payload = hook.verify(d["body"], d["headers"])  # R20: every copy is signed (Standard Webhooks)
         if d["headers"]["webhook-id"] in seen:
@@ -98,15 +104,14 @@ def check(stack, endpoint, numbers, refunds, tag):
         firsts[payload["data"]["out_trade_no"]].append(payload["type"])
     for i, no in enumerate(numbers):  # each order's events in the order they happened, each once
         assert firsts[no] == (["OrderPaid", "RefundSucceeded"] if i < refunds else ["OrderPaid"]), no
-    # a stalled answer is a timeout to the sender (logged as no answer), whatever the receiver later said
-    failed_at_receiver = Counter(d["status"] for d in mine if d["status"] != 200 and not d["stalled_s"])
-    attempts = bootstrap.webhook_log().endpoint(endpoint["endpoint_id"], limit=100000)
-    logged = Counter(a["http_status"] for a in attempts if a["http_status"] != 200)
-    assert (
-        failed_at_receiver[500] > 0 and logged[500] == failed_at_receiver[500]
-    )  # every failed attempt logged
-    stalled = sum(1 for d in mine if d["stalled_s"] > 0)
-    assert logged[0] == stalled  # a stall past the timeout is a failed attempt too (and retried)
+    at_receiver = Counter(d["status"] for d in mine)
+    logged = Counter(a["http_status"] for a in attempts)
+    # every attempt the receiver failed is a failed attempt in the log (an answer too late for the sender's
+    # timeout, stalled or slowed by load, is a failed attempt as well), and the log invents no 500
+    assert sum(n for s, n in at_receiver.items() if s != 200) > 0
+    assert sum(n for s, n in logged.items() if s != 200) >= sum(n for s, n in at_receiver.items() if s != 200)
+    assert logged[500] <= at_receiver[500] and logged[200] <= at_receiver[200]
+    assert logged[0] >= sum(1 for d in mine if d["stalled_s"] > 0)  # a stall past the timeout: no answer
 
 
 def test_R20_every_event_delivered_in_order_per_order_despite_a_failing_stalling_receiver(stack):
