@@ -5,8 +5,8 @@ Four parts, all behind the outbox, so an event is sent only for a committed chan
   Manager (Standard Webhooks' secret format: base64 of 32 random bytes behind the prefix).
 - `WebhookFanout` (the outbox calls it): keeps every event once in the feed and opens one delivery per
   subscribed endpoint on the FIFO queue, grouped per endpoint and order. A refund's event never goes ahead
-  of its order's payment: when the payment's event is not in the feed yet, it is built from the order row
-  and queued first (same stable id: the orders stream's copy then finds it delivered).
+  of its order's payment: the payment's event is rebuilt from the order row and queued first (same stable
+  id and delivery row: a copy the orders stream queues too is deduplicated, a delivered one skipped).
 - `Deliverer` (the webhooks function): one POST per message, signed with the Standard Webhooks headers
   (`webhook-id` = the stable event id, `webhook-timestamp`, `webhook-signature` = `v1,` + base64 HMAC-SHA256
   of `id.timestamp.body`); every attempt is logged; a failure keeps the message (and so the rest of that
@@ -199,17 +199,13 @@ class WebhookFanout:
             self._one(event)
 
     def _payment_first(self, refund: DownstreamEvent) -> None:
+        """The order's OrderPaid, rebuilt from the order row, goes ahead of its refund every time: the orders
+        stream may not have reached the outbox yet, or may be between keeping the event and queueing it. It is
+        idempotent: the same id and delivery row, the same FIFO deduplication id, and a delivered one is skipped."""
         mchid, out_trade_no = order_of(refund)
-        if not (mchid and out_trade_no):
-            return
-        if any(
-            r.get("type") == "OrderPaid" for r in self.store.events_of_order(order_key(mchid, out_trade_no))
-        ):
-            return
-        row = self.orders.order(mchid, out_trade_no)
+        row = self.orders.order(mchid, out_trade_no) if mchid and out_trade_no else None
         for event in events_for_change(None, row) if row else []:
             if event.detail_type == "OrderPaid":
-                logger.info("payment event queued ahead of its refund", extra={"event_id": event.event_id})
                 self._one(event)
 
     def _one(self, event: DownstreamEvent) -> None:
