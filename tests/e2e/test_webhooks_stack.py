@@ -237,3 +237,24 @@ def test_R20_the_example_receivers_verify_tallys_signature_on_the_stack(stack, r
         proc.wait(5)
         for e in bootstrap.webhook_endpoints().list(mchid):
             bootstrap.webhook_endpoints().remove(e["endpoint_id"])
+
+
+def test_R20_get_events_over_http_pages_with_the_cursor_tally_keeps(stack):
+    """The pull path through the front door: the merchant's events oldest first, then nothing new."""
+    from tally import bootstrap
+
+    mchid = stack.merchant["mchid"]
+    for i in range(6):
+        no = f"WHPULL{i:03d}{int(time.time() * 1000) % 10**6}"
+        body = {"mchid": mchid, "out_trade_no": no, "amount_cent": 100, "description": "webhooks"}
+        assert http("POST", f"{stack.api_url}/orders", body)[0] == 201
+        stack.simulator.pay(mchid, no)
+    feed = bootstrap.webhook_endpoints().store
+    wait_for(lambda: len(feed.feed(mchid, "", "9999", 100)) >= 6, 30)
+    status, first = http("GET", f"{stack.api_url}/events?mchid={mchid}&limit=5")
+    assert status == 200 and len(first["events"]) == 5 and first["has_more"]
+    status, second = http("GET", f"{stack.api_url}/events?mchid={mchid}&limit=5")
+    assert status == 200 and second["events"][0]["event_id"] != first["events"][0]["event_id"]
+    seqs = [first["cursor"], second["cursor"]]
+    assert seqs == sorted(seqs) and seqs[0] != seqs[1]
+    assert http("GET", f"{stack.api_url}/events")[0] == 400  # no merchant: refused
