@@ -23,6 +23,7 @@ from tally.store.codec import from_item, names_values, to_item
 EVENT_SK = "event"
 PENDING, DELIVERED, FAILED, HELD = "PENDING", "DELIVERED", "FAILED", "HELD"
 ACTIVE, PAUSED = "ACTIVE", "PAUSED"
+MAX_HIDE_S = 43200 - 300  # SQS's 12-hour visibility maximum, counted from the receive, less a margin
 
 
 class WebhookStore:
@@ -242,11 +243,12 @@ class WebhookQueue:
         )
 
     def retry_after(self, receipt_handle: str, seconds: int) -> None:
-        """Keep the message (and so its group: the order's later events wait behind it) for `seconds`."""
+        """Keep the message (and so its group: the order's later events wait behind it) for `seconds`. SQS counts
+        its 12-hour maximum from the receive, so the longest step stays 5 minutes under it."""
         self.sqs.change_message_visibility(
             QueueUrl=self.url,
             ReceiptHandle=receipt_handle,
-            VisibilityTimeout=max(0, min(int(seconds), 43200)),
+            VisibilityTimeout=max(0, min(int(seconds), MAX_HIDE_S)),
         )
 
 
