@@ -350,3 +350,20 @@ def test_R38_events_still_on_their_way_to_a_removed_endpoint_are_one_case_not_lo
         e["deliveries"][0]["status"] for e in bootstrap.webhook_log().order(m["mchid"], "HOOK-GONE-1")
     ]
     assert statuses == ["FAILED"]
+
+
+def test_an_endpoint_with_a_bad_url_or_secret_is_refused_and_nothing_is_stored(hooks):
+    from tally.service.webhooks import WebhookError
+
+    h = hooks
+    endpoints = bootstrap.webhook_endpoints()
+    for url, secret in (
+        ("ftp://shop.example/hooks", None),
+        ("", None),
+        ("https://shop.example", "whsec_!!"),
+        ("https://shop.example", "whsec_" + "QUFB" * 2),
+    ):  # 6 bytes: too short
+        with pytest.raises(WebhookError):
+            endpoints.add("1900000109", url, secret=secret)
+    assert endpoints.list() == []
+    assert h.ddb.scan(TableName=h.env["WEBHOOKS_TABLE"])["Items"] == []
