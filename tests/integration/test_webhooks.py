@@ -367,3 +367,63 @@ def test_an_endpoint_with_a_bad_url_or_secret_is_refused_and_nothing_is_stored(h
             endpoints.add("1900000109", url, secret=secret)
     assert endpoints.list() == []
     assert h.ddb.scan(TableName=h.env["WEBHOOKS_TABLE"])["Items"] == []
+
+
+def _console(h, method, who_groups, form=None, query=None):
+    """A console request as API Gateway hands it over after the Cognito authorizer (claims of a signed-in person)."""
+    import urllib.parse
+
+    from tally.console.auth import csrf_token, identity
+
+    claims = {
+        "sub": "u-1",
+        "cognito:username": "ops",
+        "cognito:groups": who_groups,
+        "jti": "j-1",
+        "token_use": "id",
+    }
+    context = {"http": {"method": method}, "authorizer": {"jwt": {"claims": claims}}}
+    who = identity({"requestContext": context})
+    body = urllib.parse.urlencode({**(form or {}), "csrf": csrf_token(who)}) if form is not None else ""
+    event = {
+        "version": "2.0",
+        "routeKey": f"{method} /console/{{page}}",
+        "rawPath": "/console/webhooks",
+        "pathParameters": {"page": "webhooks"},
+        "queryStringParameters": query or {},
+        "headers": {"content-type": "application/x-www-form-urlencoded", "host": "console.example"},
+        "requestContext": context,
+        "body": body,
+        "isBase64Encoded": False,
+    }
+    answer = h.invoke("ConsoleFunction", event)
+    return answer["statusCode"], answer["body"]
+
+
+def test_an_operator_adds_an_endpoint_and_resends_from_the_console_a_count_first_a_viewer_cannot(hooks):
+    h = hooks
+    m = h.add_merchant()
+    url = f"{h.sim.url}/merchant/hooks/console"
+    status, page = _console(h, "POST", "[operators]", {"action": "add", "mchid": m["mchid"], "url": url})
+    assert status == 200 and "whsec_" in page  # the secret, shown once on this answer
+    [ep] = bootstrap.webhook_endpoints().list(m["mchid"])
+    assert "whsec_" not in _console(h, "GET", "[viewers]")[1]  # never on the page itself
+    h.sim.receiver.configure(down=True)
+    bootstrap.webhook_endpoints().pause(ep["endpoint_id"], "receiver down")
+    paid(h, m["mchid"], "HOOK-CONSOLE-2")
+    outbox(h)
+    h.sim.receiver.configure(down=False)
+    resend = {"action": "resend", "endpoint": ep["endpoint_id"], "since": "2000-01-01T00:00:00Z"}
+    assert _console(h, "POST", "[viewers]", resend)[0] == 403  # a viewer acts on nothing
+    assert _console(h, "POST", "[operators]", {"action": "resume", "endpoint": ep["endpoint_id"]})[0] == 200
+    status, page = _console(h, "POST", "[operators]", resend)
+    assert status == 200 and "1 event(s)" in page and "would be resent" in page
+    deliver(h)
+    assert received(h) == []  # the count came first: nothing sent yet
+    digest = bootstrap.webhook_resender().range(
+        ep["endpoint_id"], "2000-01-01T00:00:00Z", "9999-12-31T23:59:59Z"
+    )
+    status, page = _console(h, "POST", "[operators]", {**resend, "digest": digest["digest"]})
+    assert status == 200 and "queued" in page
+    deliver(h)
+    assert [json.loads(body)["data"]["out_trade_no"] for _, body in received(h)] == ["HOOK-CONSOLE-2"]
