@@ -558,11 +558,16 @@ def console_users() -> ConsoleUsers:
 def webhook_endpoints() -> WebhookEndpoints:
     from tally.service.webhooks import Endpoints
     from tally.store.secrets import SecretStore
+    from tally.store.tables import MerchantStore
     from tally.store.webhooks import WebhookStore
 
     prefix = settings().merchant_secret_prefix + "webhooks/"  # tally/<stack>/merchants/webhooks/<endpoint>
     store = WebhookStore(_client("dynamodb"), webhook_settings().table)
-    return Endpoints(store, SecretStore(_client("secretsmanager")), prefix, _clock)
+
+    def merchant_ids() -> list[str]:
+        return sorted({mchid for _, mchid in MerchantStore(tables()).configured()})
+
+    return Endpoints(store, SecretStore(_client("secretsmanager")), prefix, _clock, merchant_ids)
 
 
 @cache

@@ -91,12 +91,20 @@ def body_of(event_row: dict[str, Any]) -> bytes:
 
 class Endpoints:
     def __init__(
-        self, store: WebhookStore, secret_store: Any, secret_prefix: str, clock: Callable[[], float]
+        self,
+        store: WebhookStore,
+        secret_store: Any,
+        secret_prefix: str,
+        clock: Callable[[], float],
+        merchant_ids: Callable[[], list[str]] = list,
     ):
         self.store = store
         self.secret_store = secret_store  # store/secrets.SecretStore
-        self.secret_prefix = secret_prefix  # tally/<stack>/webhooks/
+        self.secret_prefix = secret_prefix  # tally/<stack>/merchants/webhooks/
         self.clock = clock
+        self.merchant_ids = (
+            merchant_ids  # every configured merchant: "all endpoints" is a Query per merchant (R21)
+        )
         self._secrets: dict[str, str] = {}
 
     def add(
@@ -130,7 +138,8 @@ class Endpoints:
         return {**row, "secret": secret}
 
     def list(self, mchid: str | None = None) -> list[dict[str, Any]]:
-        rows = self.store.endpoints_of(mchid) if mchid else self.store.all_endpoints()
+        merchants = [mchid] if mchid else self.merchant_ids()
+        rows = [row for m in merchants for row in self.store.endpoints_of(m)]
         return sorted((_public(r) for r in rows), key=lambda r: (r["mchid"], r["created_at"]))
 
     def get(self, endpoint_id: str) -> dict[str, Any]:

@@ -50,10 +50,6 @@ class WebhookStore:
     def endpoints_of(self, mchid: str) -> list[dict[str, Any]]:
         return self._query("endpoints_of_merchant", "endpoint_mchid", mchid)
 
-    def all_endpoints(self) -> list[dict[str, Any]]:
-        """Every endpoint: a Scan of the sparse index only endpoint rows are in (never the feed or the log)."""
-        return self._all(self.ddb.scan, {"TableName": self.table, "IndexName": "endpoints_of_merchant"})
-
     def delete_endpoint(self, endpoint_id: str) -> None:
         self.ddb.delete_item(
             TableName=self.table, Key=to_item({"pk": f"endpoint#{endpoint_id}", "sk": "endpoint"})
