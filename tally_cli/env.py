@@ -27,6 +27,8 @@ OUTPUT_ENV = {
     "ReconStateMachineArn": "RECON_STATE_MACHINE_ARN",
     "ConsoleUserPoolId": "CONSOLE_USER_POOL_ID",  # the console's sign-in (docs/console.md; absent in China)
     "ConsoleUserPoolClientId": "CONSOLE_CLIENT_ID",
+    "WebhooksTableName": "WEBHOOKS_TABLE",  # docs/webhooks.md
+    "WebhookQueueUrl": "WEBHOOK_QUEUE_URL",
 }
 
 

@@ -31,6 +31,7 @@ from tally_cli import (
     recon,
     refund,
     verify,
+    webhooks,
 )
 from tally_cli.common import UsageError
 from tally_cli.env import StackNotFound
@@ -50,6 +51,7 @@ COMMAND_MODULES = [
     envvars,
     console,
     find,
+    webhooks,
 ]
 
 

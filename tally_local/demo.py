@@ -23,4 +23,6 @@ def seed_demo(stack: Any) -> dict[str, str]:
         public_key=sim.public_key_pem,
         public_key_id=sim.public_key_id,
     )
-    return {"mchid": merchant["mchid"], "appid": merchant["appid"]}
+    # every event of the demo merchant is delivered, signed, to the simulator's merchant receiver (docs/webhooks.md)
+    hook = bootstrap.webhook_endpoints().add(merchant["mchid"], f"{sim.url}/merchant/hooks/demo")
+    return {"mchid": merchant["mchid"], "appid": merchant["appid"], "webhook": hook["endpoint_id"]}

@@ -39,7 +39,7 @@ class SqsPump:
         memory_mb: int = 128,
         batch_size: int = 10,
         wait_time_s: int = 1,
-        retry_visibility_s: int = 2,
+        retry_visibility_s: int | None = 2,  # None: leave a kept message as the handler set it
         gate: Any = None,
     ):
         self.sqs = sqs
@@ -171,7 +171,7 @@ class SqsPump:
                 QueueUrl=self.queue_url,
                 Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(batch)],
             )
-        for batch in _chunks(retry, 10):
+        for batch in _chunks(retry if self.retry_visibility_s is not None else [], 10):
             self.sqs.change_message_visibility_batch(
                 QueueUrl=self.queue_url,
                 Entries=[

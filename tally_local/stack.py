@@ -311,6 +311,7 @@ class EmbeddedStack:
             raise _port_error(error, self.api_port, "TALLY_API_PORT") from error
         self._undo.append(self._stop_front_door)
         self._set_environ({"HEARTBEAT_API_URL": self.api_url})  # the heartbeat posts to the front door
+        self._set_environ({"TALLY_API_URL": self.api_url})  # the webhooks' link to the full object
         session = boto3.session.Session(region_name=self.region)
         self.state_machines = statemachines.create(
             template, self._resolver, session, self.prefix, self.api_url
@@ -367,7 +368,7 @@ class EmbeddedStack:
 
     def _start_pump(self, spec: FunctionSpec, queue_id: str) -> None:
         sqs = boto3.client("sqs", region_name=self.region)
-        queue_url = sqs.get_queue_url(QueueName=f"{self.prefix}-{queue_id}")["QueueUrl"]
+        queue_url = self._started(self._resolver).resolve({"Ref": queue_id})  # a FIFO queue: name ends .fifo
         pump = SqsPump(
             sqs,
             queue_url,
@@ -375,7 +376,8 @@ class EmbeddedStack:
             function_name=spec.logical_id,
             timeout_s=spec.timeout_s,
             memory_mb=spec.memory_mb,
-            retry_visibility_s=self.retry_visibility_s,
+            # a FIFO queue's handler sets each kept message's visibility itself (the webhooks' backoff)
+            retry_visibility_s=None if queue_url.endswith(".fifo") else self.retry_visibility_s,
             gate=self.ack_first,
         )
         self.pumps[queue_id] = pump.start()
@@ -416,6 +418,9 @@ class EmbeddedStack:
             for queue in spec.sqs_queues
         ]
         rows += [("Channel simulator", f"{self.simulator_url}   WECHATPAY_API_BASE")]
+        rows += [
+            ("  merchant webhook receiver", f"{self.simulator_url}/merchant/_deliveries   (docs/webhooks.md)")
+        ]
         rows += [("State file", str(self.state_dir / "local.json"))]
         if self.console_logins:
             rows += [("Console", f"{self.api_url}/console/login")]

@@ -81,6 +81,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._api(method, path, query, body)
         elif path.startswith("/_sim/"):
             self._admin(method, path, query, body)
+        elif path.startswith("/merchant/"):  # the merchant's webhook receiver (receiver.py)
+            status, out = self.server.sim.receiver.handle(method, path, dict(self.headers.items()), body)
+            self._send(status, out, {"Content-Type": "application/json"})
         elif path == "/gateway.do" and method == "POST":  # Alipay (simulator/alipay.py)
             status, headers, out = self.server.sim.alipay.handle_gateway(
                 parts.query, body, self.headers.get("Content-Type", "")

@@ -31,6 +31,7 @@ from .bills import BillBook
 from .delivery import DeliveryEngine
 from .kernel import Forward, Kernel, log
 from .kernel import now_rfc3339 as _now_rfc3339
+from .receiver import MerchantReceiver
 from .wechatpay_v2 import WeChatPayV2Desk
 from .wechatpay_v2_bills import V2BillBook
 from .wechatpay_v2_refunds import V2RefundDesk
@@ -143,6 +144,9 @@ class ChannelSimulator:
         self.v3_refunds = RefundDesk(self.v3)
         self.combine = CombineDesk(self.v3)
         self.bills = BillBook(self.v3)  # trade bills: GET /v3/bill/tradebill (bills.py)
+        self.receiver = (
+            MerchantReceiver()
+        )  # a merchant's webhook receiver: /merchant/hooks/<name> (receiver.py)
         self.bills.refund_desk = self.v3_refunds
         self._desks_lock = threading.Lock()
         self._alipay: AlipayDesk | None = None

@@ -1,17 +1,15 @@
 """End to end over real HTTP on localhost: the embedded stack, the CLI, the simulator paying (Spine)."""
 
 import json
-import os
 import pathlib
-import subprocess
 import sys
 import time
-import urllib.request
 
 import boto3
 import pytest
 
 from tally_local.stack import EmbeddedStack
+from tests.e2e.stack_helpers import cli, http, wait_for
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TALLY = str(pathlib.Path(sys.executable).with_name("tally"))
@@ -58,33 +56,6 @@ def merchant(stack, tmp_path_factory):
     assert result.returncode == 0, result.stderr
     assert m["apiv3_key"] not in result.stdout + result.stderr
     return m
-
-
-def cli(stack, *args):
-    env = {**os.environ, "TALLY_STATE_DIR": str(stack.state_dir)}
-    for var in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-        env.pop(var, None)  # the CLI must find the stack from the state file alone
-    return subprocess.run([TALLY, *args], capture_output=True, text=True, env=env, timeout=60, cwd=ROOT)
-
-
-def http(method, url, body=None):
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method, headers={"content-type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            return resp.status, json.loads(resp.read() or b"null")
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read() or b"null")
-
-
-def wait_for(predicate, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError("condition not reached in time")
 
 
 def ledger_entries(stack, transaction_id):

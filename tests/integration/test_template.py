@@ -65,6 +65,16 @@ TABLES = {
         ["pk", "sk"],
         {"by_manual": ["manual_pk", "notified_at"], "by_pending": ["pending_pk", "notified_at"]},
     ),
+    "WebhooksTable": (  # docs/webhooks.md
+        "WEBHOOKS_TABLE",
+        ["pk", "sk"],
+        {
+            "endpoints_of_merchant": ["endpoint_mchid", "created_at"],
+            "by_feed": ["feed_pk", "seq"],
+            "events_of_order": ["order_pk", "seq"],
+            "by_endpoint": ["log_endpoint", "at"],
+        },
+    ),
     "ReconRunsTable": ("RECON_RUNS_TABLE", ["pk", "sk"], {"by_blocked": ["blocked_pk", "pk"]}),
     "ReconDiffTable": ("RECON_DIFF_TABLE", ["pk", "sk"], {"by_open": ["open_pk", "opened_at"]}),
 }

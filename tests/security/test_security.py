@@ -18,6 +18,7 @@ from tally.observability import logger as tally_logger
 from tally.service.ingest import MAX_BODY_BYTES
 
 from tally_local.resources import load_template
+from tests.integration.outbox_helpers import stream_records
 from tests.integration.template_helpers import resource_name as _resource_name
 from tests.integration.template_helpers import sam_transform
 
@@ -254,6 +255,7 @@ def test_what_the_code_calls_is_what_the_policy_grants(h, merchant, granted):
         "MERCHANTS_TABLE": "MerchantsTable",
         "REFUNDS_TABLE": "RefundsTable",
         "REFUND_RAW_TABLE": "RefundRawTable",
+        "WEBHOOKS_TABLE": "WebhooksTable",
     }
     current = {"fn": None}
     calls: dict[str, set[tuple[str, str]]] = {}
@@ -274,7 +276,9 @@ def test_what_the_code_calls_is_what_the_policy_grants(h, merchant, granted):
                 resource = f"{table}/index/*" if op.get("IndexName") else table
                 calls.setdefault(current["fn"], set()).add((f"dynamodb:{action}", resource))
         elif service == "sqs":
-            calls.setdefault(current["fn"], set()).add((f"sqs:{model.name}", "ApplyQueue"))
+            url = str(json.loads(params.get("body") or b"{}").get("QueueUrl", ""))
+            queue = "WebhookQueue" if url.endswith(".fifo") else "ApplyQueue"
+            calls.setdefault(current["fn"], set()).add((f"sqs:{model.name}", queue))
         else:  # secretsmanager: the secret's own name, matched against the granted patterns below
             name = params.get("body") and json.loads(params["body"])
             secret = (name or {}).get("SecretId") or (name or {}).get("Name")
@@ -320,12 +324,31 @@ def test_what_the_code_calls_is_what_the_policy_grants(h, merchant, granted):
     # the heartbeat's first run configures its synthetic merchant (secrets, merchants table) and books a beat
     bootstrap.heartbeat().api_url = "http://127.0.0.1:9"  # unreachable: the post fails, the rest runs
     h.invoke("HeartbeatFunction", {"detail-type": "Scheduled Event", "source": "aws.events", "detail": {}})
+    # webhooks (docs/webhooks.md): the outbox on the orders stream, one delivery, the pull path
+    h.sim.receiver.reset()
+    bootstrap.webhook_endpoints().add(merchant["mchid"], f"{h.sim.url}/merchant/hooks/policy")
+    h.invoke("OutboxFunction", {"Records": stream_records(h.env)})
+    queued = h.sqs.receive_message(
+        QueueUrl=h.env["WEBHOOK_QUEUE_URL"], MaxNumberOfMessages=10, AttributeNames=["All"]
+    )["Messages"]
+    h.invoke("WebhooksFunction", {"Records": [h._record(m) for m in queued]})
+    for message in queued:  # settled as the event source mapping would
+        h.sqs.delete_message(QueueUrl=h.env["WEBHOOK_QUEUE_URL"], ReceiptHandle=message["ReceiptHandle"])
+    assert h.sim.receiver.accepted()
+    pull = {
+        "requestContext": {"http": {"method": "GET"}},
+        "queryStringParameters": {"mchid": merchant["mchid"]},
+    }
+    h.invoke("EventsFunction", {"version": "2.0", "rawPath": "/events", "headers": {}, **pull})
     assert set(calls) >= {
         "NotifyFunction",
         "WorkerFunction",
         "OrdersFunction",
         "KeysFunction",
         "HeartbeatFunction",
+        "OutboxFunction",
+        "WebhooksFunction",
+        "EventsFunction",
     }
     stack = h.env["MERCHANT_SECRET_PREFIX"].split("/")[1]
     for function, used in calls.items():

@@ -162,6 +162,8 @@ AWS_EMISSION = {
     ("AWS/ApiGateway", "5xx"): ("per occurrence", 0, 1),
     # a gauge, every minute while the queue is active (SQS stops publishing 6 h after the last access)
     ("AWS/SQS", "ApproximateNumberOfMessagesVisible"): ("gauge", 60, 1),
+    # the outbox's oldest pending change, ms (a gauge per batch; a stuck stream reads > 300000 after 5 min)
+    ("AWS/Lambda", "IteratorAge"): ("gauge", 60, 300001),
 }
 FIRING = {"GreaterThanOrEqualToThreshold": 0, "GreaterThanThreshold": 1}  # integer counts: T or T+1 needed
 HEARTBEAT = {"LessThanThreshold", "LessThanOrEqualToThreshold"}

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from tally.settings import Settings
+from tally.settings import Settings, webhook_settings
 
 if TYPE_CHECKING:  # the real return types; the imports themselves stay lazy (cold start, R10)
     from tally.service.apply import ApplyService
@@ -28,6 +28,9 @@ if TYPE_CHECKING:  # the real return types; the imports themselves stay lazy (co
     from tally.service.refunds import RefundChannel, RefundService
     from tally.service.story import StoryService
     from tally.service.sweep import PendingReport, SweepService
+    from tally.service.webhooks import Deliverer as WebhookDeliverer
+    from tally.service.webhooks import DeliveryLog, EventFeed, Resender, WebhookFanout
+    from tally.service.webhooks import Endpoints as WebhookEndpoints
     from tally.store.refunds import RefundTables
     from tally.store.tables import Tables
     from tally.store.users import ConsoleUsers
@@ -68,6 +71,9 @@ def reset() -> None:
         console_users,
         story_service,
         ledger_day_service,
+        webhook_fanout,
+        webhook_endpoints,
+        webhook_deliverer,
     ):
         built.cache_clear()
 
@@ -258,8 +264,11 @@ def pending_report() -> PendingReport:
 def outbox_service() -> OutboxService:
     from tally.service.outbox import OutboxService
     from tally.store.events import EventBus
+    from tally.store.tables import EventStore
 
-    return OutboxService(EventBus(_client("events"), settings().event_bus_name))
+    return OutboxService(
+        EventBus(_client("events"), settings().event_bus_name), webhook_fanout(), EventStore(tables())
+    )
 
 
 @cache
@@ -490,7 +499,7 @@ def story_service() -> StoryService:
     from tally.store.tables import EventStore, OrderStore, RawStore
 
     s = settings()
-    return StoryService(
+    story = StoryService(
         OrderStore(tables()),
         RawStore(tables()),
         EventStore(tables()),
@@ -499,6 +508,8 @@ def story_service() -> StoryService:
         LedgerView(_client("dynamodb"), s.ledger_table),
         ReconStore(_client("dynamodb"), s.recon_runs_table, s.recon_diff_table),
     )
+    story.webhooks = webhook_log() if webhook_settings().table else None
+    return story
 
 
 @cache
@@ -544,3 +555,89 @@ def console_users() -> ConsoleUsers:
 
     s = settings()
     return ConsoleUsers(_client("cognito-idp"), s.console_user_pool_id, s.console_client_id)
+
+
+# ---------------------------------------------------------------- webhooks (docs/webhooks.md)
+
+
+@cache
+def webhook_endpoints() -> WebhookEndpoints:
+    from tally.service.webhooks import Endpoints
+    from tally.store.secrets import SecretStore
+    from tally.store.tables import MerchantStore
+    from tally.store.webhooks import WebhookStore
+
+    prefix = settings().merchant_secret_prefix + "webhooks/"  # tally/<stack>/merchants/webhooks/<endpoint>
+    store = WebhookStore(_client("dynamodb"), webhook_settings().table)
+
+    def merchant_ids() -> list[str]:
+        return sorted({mchid for _, mchid in MerchantStore(tables()).configured()})
+
+    return Endpoints(store, SecretStore(_client("secretsmanager")), prefix, _clock, merchant_ids)
+
+
+@cache
+def webhook_fanout() -> WebhookFanout | None:
+    """None where the stack has no webhooks table (the outbox then only publishes to the bus)."""
+    from tally.service.webhooks import WebhookFanout
+    from tally.store.changes import ChangedRows
+    from tally.store.webhooks import WebhookQueue
+
+    w = webhook_settings()
+    if not (w.table and w.queue_url):
+        return None
+    return WebhookFanout(
+        webhook_endpoints().store,
+        WebhookQueue(_client("sqs"), w.queue_url),
+        ChangedRows(tables(), settings().refunds_table),
+        _clock,
+        w.api_url,
+    )
+
+
+@cache
+def webhook_deliverer() -> WebhookDeliverer:
+    from tally.domain.webhooks import RETRY_SCHEDULE_S, RETRY_WINDOW_S
+    from tally.service.webhooks import Deliverer
+    from tally.store.tables import EventStore
+    from tally.store.webhooks import WebhookQueue
+
+    w = webhook_settings()
+    endpoints = webhook_endpoints()
+    return Deliverer(
+        endpoints.store,
+        WebhookQueue(_client("sqs"), w.queue_url),
+        endpoints,
+        EventStore(tables()),
+        _clock,
+        timeout_s=w.timeout_s,
+        schedule=w.retry_s or RETRY_SCHEDULE_S,
+        window_s=w.window_s or RETRY_WINDOW_S,
+        concurrency=w.concurrency,
+    )
+
+
+def webhook_log() -> DeliveryLog:
+    from tally.service.webhooks import DeliveryLog
+
+    return DeliveryLog(webhook_endpoints().store)
+
+
+def webhook_resender() -> Resender:
+    from tally.service.webhooks import Resender, WebhookFanout
+    from tally.store.changes import ChangedRows
+    from tally.store.webhooks import WebhookQueue
+
+    fanout = webhook_fanout() or WebhookFanout(
+        webhook_endpoints().store,
+        WebhookQueue(_client("sqs"), webhook_settings().queue_url),
+        ChangedRows(tables(), settings().refunds_table),
+        _clock,
+    )
+    return Resender(webhook_endpoints().store, fanout, _clock)
+
+
+def event_feed() -> EventFeed:
+    from tally.service.webhooks import EventFeed
+
+    return EventFeed(webhook_endpoints().store, _clock, webhook_settings().settle_s)

@@ -223,6 +223,15 @@ class M:
         "ConsoleActionRefused"  # a viewer's POST, a bad CSRF token, another origin (alarmed)
     )
     CONSOLE_LOGIN_FAILED = "ConsoleLoginFailed"  # a mistyped password: expected traffic (Cognito locks out)
+    # webhooks to the merchant's systems (docs/webhooks.md)
+    WEBHOOK_DELIVERED = "WebhookDelivered"
+    WEBHOOK_ATTEMPT_FAILED = (
+        "WebhookAttemptFailed"  # one failed attempt: retried with backoff, expected traffic
+    )
+    WEBHOOK_GAVE_UP = "WebhookGaveUp"  # past the retry window: FAILED, endpoint paused, a case (alarmed)
+    WEBHOOK_HELD = "WebhookHeld"  # an event for a paused endpoint, kept for `tally webhooks resend` (alarmed)
+    WEBHOOK_FAILED = "WebhookFailed"  # the delivery code raised: kept for a retry (alarmed)
+    EVENT_GENERATION_FAILED = "EventGenerationFailed"  # a change whose event could not be built (alarmed)
 
 
 # Metrics an alarm must watch: a failure nobody watches is a silent path.
@@ -266,6 +275,12 @@ ALARMED = ALARMED | {M.MERCHANT_NOT_READY}  # the live credential doctor (R47)
 ALARMED = ALARMED | {M.RECON_NO_BILL_SOURCE, M.RECON_MERCHANTS_BLOCKED}  # every merchant reconciled (R44)
 ALARMED = ALARMED | {M.RECON_FUND_FLOW_LATE}  # the fund-flow leg (R45)
 ALARMED = ALARMED | {M.REFUND_POLL_FAILED, M.REFUND_NO_CHANNEL}  # the except-clause audit (docs/silence.md)
+ALARMED = ALARMED | {
+    M.WEBHOOK_GAVE_UP,
+    M.WEBHOOK_HELD,
+    M.WEBHOOK_FAILED,
+    M.EVENT_GENERATION_FAILED,
+}  # webhooks
 
 
 class Emission(NamedTuple):  # not a frozen dataclass: one less class compiled at every cold start
@@ -331,6 +346,10 @@ EMISSION: dict[str, Emission] = {
     M.RECON_FUND_FLOW_LATE: Emission(PER_OCCURRENCE, "one fund-flow run past its due day"),
     M.REFUND_POLL_FAILED: Emission(PER_OCCURRENCE, "one refund poll that raised"),
     M.REFUND_NO_CHANNEL: Emission(PER_OCCURRENCE, "one poll of a refund whose merchant has no credentials"),
+    M.WEBHOOK_GAVE_UP: Emission(PER_OCCURRENCE, "one delivery failed past its retry window"),
+    M.WEBHOOK_HELD: Emission(PER_OCCURRENCE, "one event held for a paused endpoint"),
+    M.WEBHOOK_FAILED: Emission(PER_OCCURRENCE, "one delivery attempt that raised"),
+    M.EVENT_GENERATION_FAILED: Emission(PER_OCCURRENCE, "one change whose event could not be built"),
 }
 
 

@@ -145,3 +145,31 @@ def log_level(env: dict[str, str] | None = None) -> str:
 def xray_trace_header() -> str | None:
     """_X_AMZN_TRACE_ID: set by Lambda for each invocation (its Root= part is a log line's xray_trace_id)."""
     return os.environ.get("_X_AMZN_TRACE_ID")
+
+
+class WebhookSettings(NamedTuple):
+    """The webhooks' environment (docs/webhooks.md); empty names: the stack has no webhooks."""
+
+    table: str = ""
+    queue_url: str = ""
+    api_url: str = ""  # the public API, for the link in each event (the full object one signed GET away)
+    timeout_s: float = 10.0
+    retry_s: tuple[int, ...] = ()  # empty: domain/webhooks.RETRY_SCHEDULE_S
+    window_s: int = 0  # 0: domain/webhooks.RETRY_WINDOW_S (3 days)
+    settle_s: float = 5.0  # GET /events leaves out events younger than this
+    concurrency: int = 8  # message groups (orders) of one batch delivered at once
+
+
+def webhook_settings(env: dict[str, str] | None = None) -> WebhookSettings:
+    source = os.environ if env is None else env
+    retry = source.get("TALLY_WEBHOOK_RETRY_S", "")
+    return WebhookSettings(
+        table=source.get("WEBHOOKS_TABLE", ""),
+        queue_url=source.get("WEBHOOK_QUEUE_URL", ""),
+        api_url=source.get("TALLY_API_URL", ""),
+        timeout_s=float(source.get("TALLY_WEBHOOK_TIMEOUT_S", "10")),
+        retry_s=tuple(int(x) for x in retry.split(",") if x.strip()),
+        window_s=int(source.get("TALLY_WEBHOOK_WINDOW_S", "0")),
+        settle_s=float(source.get("TALLY_EVENTS_SETTLE_S", "5")),
+        concurrency=int(source.get("TALLY_WEBHOOK_CONCURRENCY", "8")),
+    )

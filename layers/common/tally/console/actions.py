@@ -215,3 +215,41 @@ __all__ = [
     "replay_run",
     "yuan",
 ]
+
+
+def webhook_action(form: dict[str, str], who: Identity) -> dict[str, Any]:
+    """One webhooks action from the console (docs/webhooks.md); what the page shows after it. The secret of a new
+    endpoint is shown once, on this answer only (never in a link or a log)."""
+    from tally.service.webhooks import WebhookError, WebhookNotFound
+
+    if not who.can_act:
+        raise PermissionError("only members of operators may act")
+    action, endpoint = form.get("action", ""), form.get("endpoint", "")
+    try:
+        if action == "add":
+            events = [e for e in form.get("events", "").replace(",", " ").split() if e] or None
+            added = bootstrap.webhook_endpoints().add(form.get("mchid", ""), form.get("url", ""), events)
+            shown: dict[str, Any] = {"message": f"endpoint {added['endpoint_id']} added", "secret": added}
+        elif action == "resume":
+            bootstrap.webhook_endpoints().resume(endpoint)
+            shown = {"message": f"{endpoint} resumed: resend what it missed"}
+        elif action == "remove":
+            bootstrap.webhook_endpoints().remove(endpoint)
+            shown = {"message": f"{endpoint} removed"}
+        elif action == "resend":
+            until = form.get("until") or "9999-12-31T23:59:59Z"
+            digest = form.get("digest", "")
+            done = bootstrap.webhook_resender().range(
+                endpoint, form.get("since", ""), until, dry_run=not digest, expect=digest
+            )
+            word = "would be resent" if done["dry_run"] else "queued"
+            shown = {"message": f"{done['count']} event(s) of {endpoint} {word}", "preview": done}
+        else:
+            raise ActionRefused(f"unknown action {action!r}")
+    except (WebhookError, WebhookNotFound) as exc:
+        raise ActionRefused(str(exc)) from None
+    count(M.CONSOLE_ACTION)
+    logger.info(
+        "console action", extra={"page": "webhooks", "action": action, "endpoint": endpoint, "by": who.who}
+    )
+    return shown

@@ -270,6 +270,25 @@ def ledger_page(request: Request, who: Identity) -> Response:
     return render("ledger.html", who, page="ledger", date=day, merchant=merchant, view=view)
 
 
+def webhooks_page(request: Request, who: Identity, **shown: Any) -> Response:
+    mchid = request.field("mchid")
+    return render("webhooks.html", who, page="webhooks", mchid=mchid, endpoints=data.webhooks(mchid), **shown)
+
+
+def webhooks_post(request: Request, who: Identity) -> Response:
+    """The CLI's `tally webhooks add|resume|remove|resend` for an operator; a range resend shows its count and
+    digest first and sends only that set (the same Resender)."""
+    form = {
+        k: request.form.get(k, "").strip()
+        for k in ("action", "mchid", "url", "events", "endpoint", "since", "until", "digest")
+    }
+    try:
+        shown = actions.webhook_action(form, who)
+    except actions.ActionRefused as exc:
+        return webhooks_page(request, who, message=f"Not done: {exc}")
+    return webhooks_page(request, who, **shown)
+
+
 PAGES: dict[str, Callable[[Request, Identity], Response]] = {
     "": morning_page,
     "morning": morning_page,
@@ -282,6 +301,7 @@ PAGES: dict[str, Callable[[Request, Identity], Response]] = {
     "refunds": refunds_page,
     "merchants": merchants_page,
     "ledger": ledger_page,
+    "webhooks": webhooks_page,
 }
 
 
@@ -299,6 +319,8 @@ def post(request: Request, who: Identity) -> Response:
             "This form is stale or came from another site: reload the page and try again.",
             "csrf",
         )
+    if request.page == "webhooks":  # register, resume, remove an endpoint; resend with a preview first
+        return webhooks_post(request, who)
     fields = {k: request.form.get(k, "") for k in actions.FIELDS}
     if request.page == "act":
         item_id = request.form.get("id", "")

@@ -556,3 +556,18 @@ def order_story(mchid: str, out_trade_no: str) -> dict[str, Any] | None:
         entry["detail"] = _scrub(entry.get("detail") or {})
         entry["at"] = cst(entry.get("at")) or entry.get("at")  # the page is footed "Times are Asia/Shanghai"
     return story
+
+
+def webhooks(mchid: str = "") -> list[dict[str, Any]]:
+    """The merchants' webhook endpoints, each with its latest attempts (docs/webhooks.md); read-only (R42)."""
+    endpoints = bootstrap.webhook_endpoints()
+    log = bootstrap.webhook_log()
+    return [
+        {
+            **e,
+            "created": cst(e.get("created_at")),
+            "status_at": cst(e.get("status_at")),
+            "attempts": [{**a, "at": cst(a.get("at"))} for a in log.endpoint(str(e["endpoint_id"]), 20)],
+        }
+        for e in endpoints.list(mchid or None)
+    ]

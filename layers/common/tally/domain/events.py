@@ -15,7 +15,7 @@ SOURCE = "tally"
 @dataclass(frozen=True)
 class DownstreamEvent:
     event_id: str
-    detail_type: str  # OrderPaid | OrderClosed | RefundSucceeded | RefundFailed
+    detail_type: str  # OrderPaid | OrderClosed | RefundSucceeded | RefundFailed | EventGenerationFailed
     detail: dict[str, Any]
 
 
@@ -62,3 +62,15 @@ def _refund_events(refund: dict[str, Any]) -> list[DownstreamEvent]:
     event_id = f"{kind}:{refund.get('pk') or refund['refund_no']}"
     keep = ("refund_no", "refund_id", "channel", "mchid", "out_trade_no", "amount_cent", "status")
     return [DownstreamEvent(event_id, kind, {"event_id": event_id, **{k: refund.get(k) for k in keep}})]
+
+
+def generation_failed(
+    old: dict[str, Any] | None, new: dict[str, Any] | None, sequence: str, error: str, at: str
+) -> DownstreamEvent:
+    """The event that says a change's event could not be built (docs/webhooks.md): the row's ids, never its
+    money fields (they may be what is broken); stable per stream record, so a retry repeats the same id."""
+    row = new or old or {}
+    keep = ("mchid", "out_trade_no", "refund_no", "status")
+    event_id = f"EventGenerationFailed:{row.get('pk', '?')}:{sequence}"
+    detail = {"event_id": event_id, **{k: row.get(k) for k in keep}, "error": error[:300], "occurred_at": at}
+    return DownstreamEvent(event_id, "EventGenerationFailed", detail)

@@ -6,14 +6,18 @@ loses nothing: the stream holds the change until the publish succeeds.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
-from tally.domain.events import DownstreamEvent, events_for_change
+from tally.domain.events import DownstreamEvent, events_for_change, generation_failed
 from tally.observability import M, count, logger
 from tally.store.events import EventBus, stream_images
+from tally.store.tables import iso_now
 
 if TYPE_CHECKING:
+    from tally.service.webhooks import WebhookFanout
     from tally.store.changes import ChangedRows
+    from tally.store.tables import EventStore
 
 
 class PublishFailed(Exception):
@@ -21,12 +25,40 @@ class PublishFailed(Exception):
 
 
 class OutboxService:
-    def __init__(self, bus: EventBus):
+    def __init__(self, bus: EventBus, webhooks: WebhookFanout | None = None, cases: EventStore | None = None):
         self.bus = bus
+        self.webhooks = webhooks  # the feed and the merchants' endpoints (docs/webhooks.md)
+        self.cases = cases  # the work queue: a change whose event could not be built
 
     def publish_record(self, record: dict[str, Any]) -> list[DownstreamEvent]:
-        """One stream record → its events on the bus. Raises PublishFailed so the record is retried."""
-        return self._publish(events_for_change(*stream_images(record)))
+        """One stream record → its events on the bus. Raises PublishFailed so the record is retried. A change
+        whose event cannot be built becomes an EventGenerationFailed event and a case, never a silent gap."""
+        old, new = stream_images(record)
+        try:
+            found = events_for_change(old, new)
+        except Exception as exc:  # noqa: BLE001 - becomes an event, a case and an alarmed metric
+            found = [self._generation_failed(old, new, record, exc)]
+        return self._publish(found)
+
+    def _generation_failed(
+        self, old: dict[str, Any] | None, new: dict[str, Any] | None, record: dict[str, Any], exc: Exception
+    ) -> DownstreamEvent:
+        sequence = str(record.get("dynamodb", {}).get("SequenceNumber", ""))
+        event = generation_failed(old, new, sequence, f"{type(exc).__name__}: {exc}", iso_now())
+        count(M.EVENT_GENERATION_FAILED)
+        logger.error("event generation failed", extra={"event_id": event.event_id, "error": str(exc)[:300]})
+        if self.cases is not None:
+            self.cases.put(
+                event.event_id,
+                "event_generation_failed",
+                time.time(),
+                manual_kind="event_generation_failed",
+                mchid=event.detail.get("mchid"),
+                out_trade_no=event.detail.get("out_trade_no"),
+                reason=f"a committed change produced no event ({event.detail['error']}): fix the row or the "
+                "builder, then `tally outbox republish` it",
+            )
+        return event
 
     def publish_current(self, row: dict[str, Any]) -> list[DownstreamEvent]:
         """A row's events rebuilt from its current state by the stream's own builder, as if it had just been
@@ -36,6 +68,8 @@ class OutboxService:
     def _publish(self, found: list[DownstreamEvent]) -> list[DownstreamEvent]:
         if not found:
             return []
+        if self.webhooks is not None:  # first: the feed and the endpoints do not depend on the bus being up
+            self.webhooks.publish(found)  # raises: the record is retried (every id is stable)
         failed = self.bus.put(found)
         if failed:
             count(M.OUTBOX_FAILED)

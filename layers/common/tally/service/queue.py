@@ -51,6 +51,8 @@ KEPT_KINDS = (
     "settlement_unknown",  # R43: store/payments.py and store/refunds.py write it in the booking transaction
     "merchant_not_ready",  # R47: the live credential doctor
     "bill_upload",  # an uploaded bill in a folder recon cannot file (service/recon.py, L5)
+    "webhook_failing",  # an endpoint that failed a delivery's whole retry window (service/webhooks.py)
+    "event_generation_failed",  # a committed change whose event could not be built (service/outbox.py)
 )
 REPLAYABLE = ("quarantined", "rejected")  # kept with the body and headers the ingest path needs again
 
@@ -73,6 +75,8 @@ KINDS: dict[str, tuple[str, int]] = {
     "settlement-unknown": ("a booked payment or refund whose settlement amount is unknown (R43)", DAY_S),
     "merchant-not-ready": ("a merchant whose credentials fail the live check: its orders are refused", 0),
     "bill-upload": ("an uploaded bill under a folder that names no day: not reconciled", DAY_S),
+    "webhook-failing": ("a merchant's webhook endpoint that kept failing: paused, its events held", 0),
+    "event-generation-failed": ("a committed change whose event could not be built", 0),
 }
 PREFIXES = ("pay-", "evt-", "rejected-", "report-", "refund-", "task-", "diff-", "recon-", "order-", "cert-")
 ACTIONS = (

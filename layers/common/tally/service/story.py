@@ -43,6 +43,7 @@ KINDS = (
     "outbox",  # downstream events the outbox publishes for this order (derived: stable ids, R20)
     "recon",  # reconciliation: the day's verdict and this order's differences
     "queue",  # a person's queue: items opened, actions and resolutions (history / resolution attributes)
+    "webhook",  # each attempt to deliver the order's events to a merchant endpoint (docs/webhooks.md)
 )
 
 HANDLED = {0: "waiting to be applied", 1: "applied", 2: "with a person"}
@@ -95,6 +96,8 @@ def with_yuan(row: dict[str, Any]) -> dict[str, Any]:
 
 
 class StoryService:
+    webhooks: Any = None  # service.webhooks.DeliveryLog, set by bootstrap: the order's webhook deliveries
+
     def __init__(
         self, orders: Any, raw: Any, events: Any, refunds: Any, refund_raw: Any, ledger: Any, recon: Any
     ):
@@ -169,6 +172,7 @@ class StoryService:
         ledger_rows = self._ledger_rows(order, raw_rows, refunds)
         entries += [self._ledger_entry(r) for r in ledger_rows]
         entries += self._outbox(order, refunds)
+        entries += self._webhook_attempts(mchid, out_trade_no)
         entries += self._recon(order, ledger_rows, raw_rows, refunds)
         entries.sort(key=_sort_key)
         for e in entries:
@@ -540,6 +544,45 @@ class StoryService:
                         detail={"derived": True, "detail_type": event.detail_type},
                     )
                 )
+        return out
+
+    def _webhook_attempts(self, mchid: str, out_trade_no: str) -> list[dict[str, Any]]:
+        out = []
+        for event in self.webhooks.order(mchid, out_trade_no) if self.webhooks is not None else []:
+            for d in event["deliveries"]:
+                stuck = d["status"] in (
+                    "FAILED",
+                    "HELD",
+                )  # a paused endpoint: a person resends (a case is open)
+                if not d["attempts"]:
+                    title = f"webhook {event['type']} to {d['endpoint_id']}: {d['status']}"
+                    out.append(
+                        _entry(
+                            event["published_at"],
+                            "webhook",
+                            title,
+                            event["event_id"],
+                            state=d["status"],
+                            needs_person=stuck,
+                            detail={"endpoint_id": d["endpoint_id"]},
+                        )
+                    )
+                for a in d["attempts"]:
+                    title = (
+                        f"webhook {event['type']} to {d['endpoint_id']}, attempt {a['attempt']}: "
+                        f"HTTP {a['http_status'] or 'no answer'} in {a['latency_ms']} ms"
+                    )
+                    out.append(
+                        _entry(
+                            a["at"],
+                            "webhook",
+                            title,
+                            event["event_id"],
+                            state=a["outcome"],
+                            needs_person=stuck and a is d["attempts"][-1],
+                            detail={"endpoint_id": d["endpoint_id"], "snippet": a["snippet"]},
+                        )
+                    )
         return out
 
     def _recon(

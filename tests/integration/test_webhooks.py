@@ -1,0 +1,429 @@
+"""Webhooks to the merchant's systems (docs/webhooks.md): the real handlers on moto, the simulator's receiver
+over real HTTP on localhost, the Standard Webhooks reference library from PyPI as the signature's oracle."""
+
+import json
+import time
+
+import pytest
+from standardwebhooks.webhooks import Webhook
+from tally import bootstrap
+from tally.store.codec import from_item
+
+from tally_local.resources import LambdaContext
+from tests.integration.outbox_helpers import stream_records
+
+
+@pytest.fixture
+def hooks(h, monkeypatch):
+    monkeypatch.setenv("TALLY_WEBHOOK_RETRY_S", "0")  # every retry at once: the window below bounds them
+    monkeypatch.setenv("TALLY_EVENTS_SETTLE_S", "0")
+    monkeypatch.setenv(
+        "TALLY_WEBHOOK_CONCURRENCY", "1"
+    )  # in-process moto is not thread-safe (docs/design.md §6)
+    bootstrap.reset()
+    h.sim.receiver.reset()
+    yield h
+    h.sim.receiver.reset()
+    bootstrap.reset()
+
+
+def paid(h, mchid, out_trade_no, amount=1999):
+    h.create_order(mchid, out_trade_no, amount_cent=amount)
+    headers, body, resource = h.notification(mchid, out_trade_no, amount)
+    h.notify(mchid, headers, body)
+    h.drain()
+    return resource
+
+
+def outbox(h):
+    """The orders stream's records (every change so far) through the outbox function, as Lambda would."""
+    assert h.invoke("OutboxFunction", {"Records": stream_records(h.env)}) == {"batchItemFailures": []}
+
+
+def deliver(h, rounds=50):
+    """The webhooks function on the FIFO queue until it is empty (kept messages come back at once here)."""
+    url = h.env["WEBHOOK_QUEUE_URL"]
+    for _ in range(rounds):
+        messages = h.sqs.receive_message(
+            QueueUrl=url, MaxNumberOfMessages=10, AttributeNames=["All"], WaitTimeSeconds=0
+        ).get("Messages", [])
+        if not messages:
+            attrs = h.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+            if int(attrs["ApproximateNumberOfMessagesNotVisible"]) == 0:
+                return
+            time.sleep(0.2)
+            continue
+        result = h.invoke("WebhooksFunction", {"Records": [h._record(m) for m in messages]})
+        kept = {f["itemIdentifier"] for f in result["batchItemFailures"]}
+        for m in messages:
+            if m["MessageId"] not in kept:
+                h.sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+    raise AssertionError("the webhook queue did not drain")
+
+
+def endpoint(h, mchid, events=None):
+    return bootstrap.webhook_endpoints().add(mchid, f"{h.sim.url}/merchant/hooks/{mchid}", events)
+
+
+def received(h):
+    return [(d["headers"], d["body"]) for d in h.sim.receiver.accepted()]
+
+
+def test_R20_a_paid_order_reaches_the_endpoint_signed_and_the_reference_library_verifies_it(hooks):
+    h = hooks
+    m = h.add_merchant()
+    ep = endpoint(h, m["mchid"])
+    assert ep["secret"].startswith("whsec_") and ep["status"] == "ACTIVE"
+    resource = paid(h, m["mchid"], "HOOK-PAID-1")
+    outbox(h)
+    deliver(h)
+    [(headers, body)] = received(h)
+    payload = Webhook(ep["secret"]).verify(body, headers)  # the Standard Webhooks reference implementation
+    assert payload["type"] == "OrderPaid"
+    data = payload["data"]
+    assert (
+        headers["webhook-id"]
+        == data["event_id"]
+        == f"OrderPaid:{m['mchid']}#HOOK-PAID-1:{resource['transaction_id']}"
+    )
+    assert (data["amount_cent"], data["amount_yuan"], data["paid_cent"], data["paid_yuan"]) == (
+        1999,
+        "19.99",
+        1999,
+        "19.99",
+    )
+    assert data["link"].endswith(f"/orders/{m['mchid']}/HOOK-PAID-1")
+    tampered = body.replace(b"1999", b"9999")
+    with pytest.raises(Exception, match="signature"):
+        Webhook(ep["secret"]).verify(tampered, headers)
+    log = bootstrap.webhook_log().order(m["mchid"], "HOOK-PAID-1")
+    assert [e["type"] for e in log] == ["OrderPaid"]
+    [attempt] = log[0]["deliveries"][0]["attempts"]
+    assert attempt["http_status"] == 200 and attempt["latency_ms"] >= 0 and '"ok"' in attempt["snippet"]
+    story = bootstrap.story_service().story(m["mchid"], "HOOK-PAID-1")
+    [shown] = [e for e in story["entries"] if e["kind"] == "webhook"]  # the order story shows the delivery
+    assert "attempt 1: HTTP 200" in shown["title"] and not shown["needs_person"]
+
+
+def test_R20_a_refund_is_never_delivered_before_the_payment_it_refunds(hooks):
+    """The refunds stream may reach the outbox before the orders stream: the payment's event is queued first."""
+    from tally.domain.events import DownstreamEvent
+
+    h = hooks
+    m = h.add_merchant()
+    endpoint(h, m["mchid"])
+    paid(h, m["mchid"], "HOOK-REFUND-1", 500)
+    refund_id = f"RefundSucceeded:{m['mchid']}#R-HOOK-1"
+    refund = DownstreamEvent(
+        refund_id,
+        "RefundSucceeded",
+        {
+            "event_id": refund_id,
+            "refund_no": "R-HOOK-1",
+            "mchid": m["mchid"],
+            "out_trade_no": "HOOK-REFUND-1",
+            "amount_cent": 200,
+            "status": "SUCCESS",
+            "channel": "wechatpay",
+        },
+    )
+    bootstrap.outbox_service().webhooks.publish([refund])  # the refund's stream first …
+    outbox(h)  # … then the order's: its OrderPaid is already queued, not sent twice
+    deliver(h)
+    types = [json.loads(body)["type"] for _, body in received(h)]
+    assert types == ["OrderPaid", "RefundSucceeded"]
+
+
+def test_R38_a_receiver_down_past_the_window_is_a_case_and_a_paused_endpoint_and_resend_delivers_once(
+    hooks, monkeypatch
+):
+    h = hooks
+    monkeypatch.setenv("TALLY_WEBHOOK_WINDOW_S", "1")
+    bootstrap.reset()
+    m = h.add_merchant()
+    ep = endpoint(h, m["mchid"])
+    h.sim.receiver.configure(down=True)
+    started = time.time()
+    paid(h, m["mchid"], "HOOK-DOWN-1")
+    outbox(h)
+    deliver(h, rounds=400)
+    assert time.time() - started >= 1  # retried until the window was over
+    endpoints = {e["endpoint_id"]: e for e in bootstrap.webhook_endpoints().list(m["mchid"])}
+    assert endpoints[ep["endpoint_id"]]["status"] == "PAUSED"
+    assert h.metric("WebhookGaveUp") == 1
+    cases = bootstrap.work_queue().list("kind=webhook-failing")
+    assert len(cases) == 1 and ep["endpoint_id"] in cases[0]["reason"]
+    failed = [a for a in bootstrap.webhook_log().endpoint(ep["endpoint_id"]) if a["http_status"] == 503]
+    assert len(failed) >= 2  # every failed attempt is in the log
+    paid(h, m["mchid"], "HOOK-DOWN-2")  # while paused: held, not sent, not dropped
+    outbox(h)
+    deliver(h)
+    [held] = bootstrap.webhook_log().order(m["mchid"], "HOOK-DOWN-2")
+    assert held["deliveries"][0]["status"] == "HELD" and held["deliveries"][0]["attempts"] == []
+    story = bootstrap.story_service().story(m["mchid"], "HOOK-DOWN-2")
+    assert [e["needs_person"] for e in story["entries"] if e["kind"] == "webhook"] == [True]
+    assert h.metric("WebhookHeld") >= 1
+
+    h.sim.receiver.configure(down=False)
+    bootstrap.webhook_endpoints().resume(ep["endpoint_id"])
+    resender = bootstrap.webhook_resender()
+    preview = resender.range(ep["endpoint_id"], "2000-01-01", "2100-01-01")
+    assert preview["dry_run"] and preview["count"] == 2
+    assert h.sim.receiver.accepted() == []  # a dry run never acts
+    done = resender.range(
+        ep["endpoint_id"], "2000-01-01", "2100-01-01", dry_run=False, expect=preview["digest"]
+    )
+    assert done["queued"] == 2
+    deliver(h)
+    ids = [hdrs["webhook-id"] for hdrs, _ in received(h)]
+    assert sorted(ids) == sorted(set(ids)) and len(ids) == 2
+    again = resender.range(ep["endpoint_id"], "2000-01-01", "2100-01-01")
+    assert again["count"] == 0  # everything delivered: nothing left to resend
+    work = bootstrap.work_queue()
+    work.act(cases[0]["id"], "resolve", by="ops", reason="receiver fixed, resent")
+    assert work.list("kind=webhook-failing") == []  # R41: resolved once, gone everywhere
+
+
+def test_a_range_resend_refuses_a_set_that_changed_since_its_preview(hooks):
+    from tally.service.webhooks import WebhookError
+
+    h = hooks
+    m = h.add_merchant()
+    ep = endpoint(h, m["mchid"])
+    h.sim.receiver.configure(down=True)
+    bootstrap.webhook_endpoints().pause(ep["endpoint_id"], "maintenance")
+    paid(h, m["mchid"], "HOOK-PREVIEW-1")
+    outbox(h)
+    preview = bootstrap.webhook_resender().range(ep["endpoint_id"], "2000-01-01", "2100-01-01")
+    paid(h, m["mchid"], "HOOK-PREVIEW-2")
+    outbox(h)
+    with pytest.raises(WebhookError, match="changed since its preview"):
+        bootstrap.webhook_resender().range(
+            ep["endpoint_id"], "2000-01-01", "2100-01-01", dry_run=False, expect=preview["digest"]
+        )
+
+
+def test_R20_pull_path_keeps_the_callers_cursor_and_shows_only_the_merchant_asked_for(hooks):
+    h = hooks
+    a, b = h.add_merchant(mchid="1900000201"), h.add_merchant(mchid="1900000202")
+    paid(h, a["mchid"], "HOOK-PULL-A")
+    paid(h, b["mchid"], "HOOK-PULL-B")
+    outbox(h)
+
+    def get(mchid, principal="arn:aws:iam::1:user/backend-a", **query):
+        event = {
+            "version": "2.0",
+            "routeKey": "GET /events",
+            "rawPath": "/events",
+            "headers": {},
+            "queryStringParameters": {"mchid": mchid, **query},
+            "requestContext": {"http": {"method": "GET"}, "authorizer": {"iam": {"userArn": principal}}},
+            "isBase64Encoded": False,
+        }
+        response = h.invoke("EventsFunction", event)
+        return response["statusCode"], json.loads(response["body"])
+
+    status, first = get(a["mchid"])
+    assert status == 200
+    assert [e["data"]["out_trade_no"] for e in first["events"]] == ["HOOK-PULL-A"]
+    assert first["events"][0]["data"]["amount_yuan"] == "19.99"
+    assert get(a["mchid"])[1]["events"] == []  # the cursor is kept by Tally: nothing new
+    assert (
+        get(a["mchid"], principal="arn:aws:iam::1:user/other")[1]["events"][0]["event_id"]
+        == first["events"][0]["event_id"]
+    )
+    assert get(a["mchid"], after="")[1]["events"] == first["events"]  # an explicit cursor reads again
+    assert get("")[0] == 400
+    assert get(a["mchid"], after="~" * 40) == (200, {"events": [], "cursor": "~" * 40, "has_more": False})
+    assert get(a["mchid"], after="x" * 300)[0] == 400  # hostile input: refused, nothing read or moved
+    assert get(a["mchid"], limit="many")[0] == 400
+
+
+def test_R20_a_change_whose_event_cannot_be_built_becomes_an_event_and_a_case(hooks):
+    h = hooks
+    m = h.add_merchant()
+    endpoint(h, m["mchid"], ["EventGenerationFailed"])
+    broken = {
+        "pk": f"{m['mchid']}#HOOK-BROKEN",
+        "mchid": m["mchid"],
+        "out_trade_no": "HOOK-BROKEN",
+        "status": "PAID",
+    }
+    record = {
+        "eventName": "MODIFY",
+        "dynamodb": {
+            "SequenceNumber": "4711",
+            "OldImage": {"pk": {"S": broken["pk"]}, "status": {"S": "WAIT_PAY"}},
+            "NewImage": {k: {"S": v} for k, v in broken.items()},  # PAID without a transaction id
+        },
+    }
+    assert h.invoke("OutboxFunction", {"Records": [record]}) == {"batchItemFailures": []}
+    assert h.metric("EventGenerationFailed") == 1
+    deliver(h)
+    [(_, body)] = received(h)
+    payload = json.loads(body)
+    assert payload["type"] == "EventGenerationFailed" and "transaction_id" in payload["data"]["error"]
+    assert len(bootstrap.work_queue().list("kind=event-generation-failed")) == 1
+
+
+def test_webhook_endpoints_are_listed_and_removed_and_refuse_unknown_event_types(hooks):
+    from tally.service.webhooks import WebhookError
+
+    h = hooks
+    ep = endpoint(h, "1900000109", ["OrderPaid"])
+    assert [e["endpoint_id"] for e in bootstrap.webhook_endpoints().list("1900000109")] == [ep["endpoint_id"]]
+    assert "secret" not in bootstrap.webhook_endpoints().list("1900000109")[0]
+    with pytest.raises(WebhookError):
+        endpoint(h, "1900000109", ["OrderPaidd"])
+    bootstrap.webhook_endpoints().remove(ep["endpoint_id"])
+    assert bootstrap.webhook_endpoints().list("1900000109") == []
+    row = from_item(
+        h.ddb.get_item(
+            TableName=h.env["WEBHOOKS_TABLE"],
+            Key={"pk": {"S": f"endpoint#{ep['endpoint_id']}"}, "sk": {"S": "endpoint"}},
+        ).get("Item")
+    )
+    assert row is None
+    assert LambdaContext  # the handlers run with Lambda's context object
+
+
+def test_the_console_webhooks_page_shows_each_endpoint_its_state_and_its_attempts(hooks):
+    from tally.console import app, data
+    from tally.console.auth import Identity
+
+    h = hooks
+    m = h.add_merchant()
+    ep = endpoint(h, m["mchid"])
+    h.sim.receiver.configure(fail_rate=1.0)
+    deliverer = bootstrap.webhook_deliverer()
+    deliverer.window_s = 0  # the first failure is past the window: paused at once
+    paid(h, m["mchid"], "HOOK-CONSOLE-1")
+    outbox(h)
+    deliver(h)
+    who = Identity("sub", "viewer", frozenset({"viewers"}), "jti")
+    html = app.render("webhooks.html", who, page="webhooks", mchid="", endpoints=data.webhooks()).body
+    assert ep["endpoint_id"] in html and "PAUSED" in html and "HOOK-CONSOLE-1" in html and ">500<" in html
+    assert ep["secret"] not in html
+
+
+def test_R20_the_feed_and_the_endpoints_get_the_event_while_the_bus_refuses_it(hooks, monkeypatch):
+    """The bus down: the stream record is retried for the bus (OutboxFailed), the merchant is told anyway."""
+    h = hooks
+    m = h.add_merchant()
+    endpoint(h, m["mchid"])
+    paid(h, m["mchid"], "HOOK-NOBUS-1")
+    bus = bootstrap.outbox_service().bus
+    monkeypatch.setattr(bus.client, "put_events", lambda **kw: {"FailedEntryCount": 1, "Entries": []})
+    assert h.invoke("OutboxFunction", {"Records": stream_records(h.env)})["batchItemFailures"]
+    assert h.metric("OutboxFailed") == 1
+    deliver(h)
+    assert [json.loads(body)["data"]["out_trade_no"] for _, body in received(h)] == ["HOOK-NOBUS-1"]
+
+
+def test_R20_republish_after_a_parked_stream_record_reaches_the_endpoints_once(hooks):
+    """`tally outbox republish` (the OutboxDLQ runbook) goes through the same path: the endpoint gets the event,
+    and a second republish sends nothing it already has."""
+    h = hooks
+    m = h.add_merchant()
+    endpoint(h, m["mchid"])
+    paid(h, m["mchid"], "HOOK-REPUB-1")  # the stream record is never handed to the outbox here
+    bootstrap.republisher().order(m["mchid"], "HOOK-REPUB-1")
+    deliver(h)
+    bootstrap.republisher().order(m["mchid"], "HOOK-REPUB-1")
+    deliver(h)
+    assert [json.loads(body)["data"]["out_trade_no"] for _, body in received(h)] == ["HOOK-REPUB-1"]
+
+
+def test_R38_events_still_on_their_way_to_a_removed_endpoint_are_one_case_not_lost_silently(hooks):
+    h = hooks
+    m = h.add_merchant()
+    ep = endpoint(h, m["mchid"])
+    paid(h, m["mchid"], "HOOK-GONE-1")
+    paid(h, m["mchid"], "HOOK-GONE-2")
+    outbox(h)
+    bootstrap.webhook_endpoints().remove(ep["endpoint_id"])
+    deliver(h)
+    assert h.sim.receiver.deliveries == []
+    [case] = bootstrap.work_queue().list("kind=webhook-failing")
+    assert "removed" in case["reason"] and h.metric("WebhookGaveUp") == 2
+    statuses = [
+        e["deliveries"][0]["status"] for e in bootstrap.webhook_log().order(m["mchid"], "HOOK-GONE-1")
+    ]
+    assert statuses == ["FAILED"]
+
+
+def test_an_endpoint_with_a_bad_url_or_secret_is_refused_and_nothing_is_stored(hooks):
+    from tally.service.webhooks import WebhookError
+
+    h = hooks
+    endpoints = bootstrap.webhook_endpoints()
+    for url, secret in (
+        ("ftp://shop.example/hooks", None),
+        ("", None),
+        ("https://shop.example", "whsec_!!"),
+        ("https://shop.example", "whsec_" + "QUFB" * 2),
+    ):  # 6 bytes: too short
+        with pytest.raises(WebhookError):
+            endpoints.add("1900000109", url, secret=secret)
+    assert endpoints.list() == []
+    assert h.ddb.scan(TableName=h.env["WEBHOOKS_TABLE"])["Items"] == []
+
+
+def _console(h, method, who_groups, form=None, query=None):
+    """A console request as API Gateway hands it over after the Cognito authorizer (claims of a signed-in person)."""
+    import urllib.parse
+
+    from tally.console.auth import csrf_token, identity
+
+    claims = {
+        "sub": "u-1",
+        "cognito:username": "ops",
+        "cognito:groups": who_groups,
+        "jti": "j-1",
+        "token_use": "id",
+    }
+    context = {"http": {"method": method}, "authorizer": {"jwt": {"claims": claims}}}
+    who = identity({"requestContext": context})
+    body = urllib.parse.urlencode({**(form or {}), "csrf": csrf_token(who)}) if form is not None else ""
+    event = {
+        "version": "2.0",
+        "routeKey": f"{method} /console/{{page}}",
+        "rawPath": "/console/webhooks",
+        "pathParameters": {"page": "webhooks"},
+        "queryStringParameters": query or {},
+        "headers": {"content-type": "application/x-www-form-urlencoded", "host": "console.example"},
+        "requestContext": context,
+        "body": body,
+        "isBase64Encoded": False,
+    }
+    answer = h.invoke("ConsoleFunction", event)
+    return answer["statusCode"], answer["body"]
+
+
+def test_an_operator_adds_an_endpoint_and_resends_from_the_console_a_count_first_a_viewer_cannot(hooks):
+    h = hooks
+    m = h.add_merchant()
+    url = f"{h.sim.url}/merchant/hooks/console"
+    status, page = _console(h, "POST", "[operators]", {"action": "add", "mchid": m["mchid"], "url": url})
+    assert status == 200 and "whsec_" in page  # the secret, shown once on this answer
+    [ep] = bootstrap.webhook_endpoints().list(m["mchid"])
+    assert "whsec_" not in _console(h, "GET", "[viewers]")[1]  # never on the page itself
+    h.sim.receiver.configure(down=True)
+    bootstrap.webhook_endpoints().pause(ep["endpoint_id"], "receiver down")
+    paid(h, m["mchid"], "HOOK-CONSOLE-2")
+    outbox(h)
+    h.sim.receiver.configure(down=False)
+    resend = {"action": "resend", "endpoint": ep["endpoint_id"], "since": "2000-01-01T00:00:00Z"}
+    assert _console(h, "POST", "[viewers]", resend)[0] == 403  # a viewer acts on nothing
+    assert _console(h, "POST", "[operators]", {"action": "resume", "endpoint": ep["endpoint_id"]})[0] == 200
+    status, page = _console(h, "POST", "[operators]", resend)
+    assert status == 200 and "1 event(s)" in page and "would be resent" in page
+    deliver(h)
+    assert received(h) == []  # the count came first: nothing sent yet
+    digest = bootstrap.webhook_resender().range(
+        ep["endpoint_id"], "2000-01-01T00:00:00Z", "9999-12-31T23:59:59Z"
+    )
+    status, page = _console(h, "POST", "[operators]", {**resend, "digest": digest["digest"]})
+    assert status == 200 and "queued" in page
+    deliver(h)
+    assert [json.loads(body)["data"]["out_trade_no"] for _, body in received(h)] == ["HOOK-CONSOLE-2"]
