@@ -27,6 +27,7 @@ OUTPUT_ENV = {
     "ReconStateMachineArn": "RECON_STATE_MACHINE_ARN",
     "ConsoleUserPoolId": "CONSOLE_USER_POOL_ID",  # the console's sign-in (docs/console.md; absent in China)
     "ConsoleUserPoolClientId": "CONSOLE_CLIENT_ID",
+    "AlertsTableName": "ALERTS_TABLE",  # incidents and the alert log (docs/alerts.md)
 }
 
 

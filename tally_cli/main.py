@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from typing import cast
 
 from tally_cli import (
+    alerts,
     console,
     demo,
     envvars,
@@ -45,6 +46,7 @@ COMMAND_MODULES = [
     outbox,
     envvars,
     console,
+    alerts,
 ]
 
 

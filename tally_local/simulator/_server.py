@@ -81,6 +81,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._api(method, path, query, body)
         elif path.startswith("/_sim/"):
             self._admin(method, path, query, body)
+        elif path.startswith("/chat/"):  # the chat sink's group robots (chat.py)
+            status, out, content_type = self.server.sim.chat.handle(method, path, query, body)
+            self._send(status, out, {"Content-Type": content_type})
         elif path == "/gateway.do" and method == "POST":  # Alipay (simulator/alipay.py)
             status, headers, out = self.server.sim.alipay.handle_gateway(
                 parts.query, body, self.headers.get("Content-Type", "")

@@ -254,6 +254,9 @@ def test_what_the_code_calls_is_what_the_policy_grants(h, merchant, granted):
         "MERCHANTS_TABLE": "MerchantsTable",
         "REFUNDS_TABLE": "RefundsTable",
         "REFUND_RAW_TABLE": "RefundRawTable",
+        "RECON_RUNS_TABLE": "ReconRunsTable",
+        "RECON_DIFF_TABLE": "ReconDiffTable",
+        "ALERTS_TABLE": "AlertsTable",
     }
     current = {"fn": None}
     calls: dict[str, set[tuple[str, str]]] = {}
@@ -320,7 +323,10 @@ def test_what_the_code_calls_is_what_the_policy_grants(h, merchant, granted):
     # the heartbeat's first run configures its synthetic merchant (secrets, merchants table) and books a beat
     bootstrap.heartbeat().api_url = "http://127.0.0.1:9"  # unreachable: the post fails, the rest runs
     h.invoke("HeartbeatFunction", {"detail-type": "Scheduled Event", "source": "aws.events", "detail": {}})
+    # the notifier: the work queue's indexes, the incidents, the destinations' secret (docs/alerts.md)
+    h.invoke("NotifierFunction", {"detail-type": "Scheduled Event", "source": "aws.events", "detail": {}})
     assert set(calls) >= {
+        "NotifierFunction",
         "NotifyFunction",
         "WorkerFunction",
         "OrdersFunction",

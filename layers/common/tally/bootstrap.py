@@ -10,9 +10,11 @@ from typing import TYPE_CHECKING, Any
 from tally.settings import Settings
 
 if TYPE_CHECKING:  # the real return types; the imports themselves stay lazy (cold start, R10)
+    from tally.service.alerts import Notifier
     from tally.service.apply import ApplyService
     from tally.service.backfill import SettlementBackfill
     from tally.service.heartbeat import Heartbeat
+    from tally.service.incidents import IncidentService
     from tally.service.ingest import IngestService
     from tally.service.keys import KeyRotationService
     from tally.service.ledger_day import LedgerDayService
@@ -68,6 +70,8 @@ def reset() -> None:
         console_users,
         story_service,
         ledger_day_service,
+        incidents,
+        notifier,
     ):
         built.cache_clear()
 
@@ -538,3 +542,59 @@ def console_users() -> ConsoleUsers:
 
     s = settings()
     return ConsoleUsers(_client("cognito-idp"), s.console_user_pool_id, s.console_client_id)
+
+
+# ---------------------------------------------------------------- incidents and chat cards (docs/alerts.md)
+
+
+@cache
+def incidents() -> IncidentService:
+    from tally.service.incidents import IncidentService
+    from tally.store.alerts import IncidentStore
+
+    s = settings()
+    return IncidentService(
+        IncidentStore(_client("dynamodb"), s.alerts_table),
+        work_queue,
+        clock=_clock,
+        escalate_per_h=s.incident_escalate_per_h,
+        quiet_s=s.incident_quiet_s,
+    )
+
+
+def alert_log() -> Any:
+    from tally.store.alerts import AlertLog
+
+    return AlertLog(_client("dynamodb"), settings().alerts_table)
+
+
+def alert_destinations() -> Any:
+    from tally.store.alerts import Destinations, secret_name
+    from tally.store.secrets import SecretStore
+
+    return Destinations(
+        SecretStore(_client("secretsmanager")), secret_name(settings().merchant_secret_prefix)
+    )
+
+
+@cache
+def notifier() -> Notifier:
+    from tally.service.alerts import Notifier
+    from tally.store.tables import EventStore
+
+    s = settings()
+    return Notifier(
+        alert_destinations(),
+        alert_log(),
+        EventStore(tables()),
+        console_url=s.console_url,
+        clock=_clock,
+        hour_cap=s.alert_hour_cap,
+    )
+
+
+def destination_book() -> Any:
+    """`tally alerts add/list/remove/snooze` (service/alerts.py DestinationBook)."""
+    from tally.service.alerts import DestinationBook
+
+    return DestinationBook(alert_destinations(), clock=_clock)

@@ -217,6 +217,13 @@ class M:
         "ConsoleActionRefused"  # a viewer's POST, a bad CSRF token, another origin (alarmed)
     )
     CONSOLE_LOGIN_FAILED = "ConsoleLoginFailed"  # a mistyped password: expected traffic (Cognito locks out)
+    # incidents and chat cards (docs/alerts.md)
+    INCIDENT_OPENED = "IncidentOpened"
+    INCIDENT_ESCALATED = "IncidentEscalated"
+    INCIDENT_RESOLVED = "IncidentResolved"
+    ALERT_SENT = "AlertSent"
+    ALERT_SUPPRESSED = "AlertSuppressed"  # snoozed or over the hourly cap: recorded in the alert log
+    ALERT_FAILED = "AlertDeliveryFailed"  # a card not delivered after its retries: a case (alarmed)
 
 
 # Metrics an alarm must watch: a failure nobody watches is a silent path.
@@ -260,6 +267,7 @@ ALARMED = ALARMED | {M.MERCHANT_NOT_READY}  # the live credential doctor (R47)
 ALARMED = ALARMED | {M.RECON_NO_BILL_SOURCE, M.RECON_MERCHANTS_BLOCKED}  # every merchant reconciled (R44)
 ALARMED = ALARMED | {M.RECON_FUND_FLOW_LATE}  # the fund-flow leg (R45)
 ALARMED = ALARMED | {M.REFUND_POLL_FAILED, M.REFUND_NO_CHANNEL}  # the except-clause audit (docs/silence.md)
+ALARMED = ALARMED | {M.ALERT_FAILED}  # a silent pager (docs/alerts.md)
 
 
 class Emission(NamedTuple):  # not a frozen dataclass: one less class compiled at every cold start
@@ -325,6 +333,7 @@ EMISSION: dict[str, Emission] = {
     M.RECON_FUND_FLOW_LATE: Emission(PER_OCCURRENCE, "one fund-flow run past its due day"),
     M.REFUND_POLL_FAILED: Emission(PER_OCCURRENCE, "one refund poll that raised"),
     M.REFUND_NO_CHANNEL: Emission(PER_OCCURRENCE, "one poll of a refund whose merchant has no credentials"),
+    M.ALERT_FAILED: Emission(PER_OCCURRENCE, "one chat card not delivered after its retries"),
 }
 
 

@@ -51,6 +51,7 @@ KEPT_KINDS = (
     "settlement_unknown",  # R43: store/payments.py and store/refunds.py write it in the booking transaction
     "merchant_not_ready",  # R47: the live credential doctor
     "bill_upload",  # an uploaded bill in a folder recon cannot file (service/recon.py, L5)
+    "alert_delivery",  # a chat card not delivered after its retries (service/alerts.py)
 )
 REPLAYABLE = ("quarantined", "rejected")  # kept with the body and headers the ingest path needs again
 
@@ -72,6 +73,7 @@ KINDS: dict[str, tuple[str, int]] = {
     "settlement-unknown": ("a booked payment or refund whose settlement amount is unknown (R43)", DAY_S),
     "merchant-not-ready": ("a merchant whose credentials fail the live check: its orders are refused", 0),
     "bill-upload": ("an uploaded bill under a folder that names no day: not reconciled", DAY_S),
+    "alert-delivery": ("a chat card that did not reach its destination: the pager is silent", 0),
 }
 PREFIXES = ("pay-", "evt-", "rejected-", "report-", "refund-", "task-", "diff-", "recon-", "order-", "cert-")
 ACTIONS = ("ack", "resolve", "ignore", "replay", "refund-outcome", "abnormal-refund", "close-task")
