@@ -319,11 +319,10 @@ class Notifier:
             "alert_delivery",
             now,
             manual_kind="alert_delivery",
-            channel=None,
-            mchid=incident.get("merchant"),
-            reason=f"the {change} card of incident {incident['id']} did not reach {destination['name']} "
-            f"({destination['kind']}) after {self.attempts} attempts: {error[:200]}; fix the destination "
-            f"(`tally alerts test {destination['name']}`), then read the incident in the console",
+            reason=f"cards to {destination['name']} ({destination['kind']}) are not delivered: the {change} card "
+            f"of incident {incident['id']} (merchant {incident.get('merchant') or '-'}) failed {self.attempts} "
+            f"times: {error[:200]}; fix the robot, `tally alerts test {destination['name']}`, then read the "
+            "incident in the console",
         )
         return self.log.record(
             {**entry, "outcome": "failed", "attempts": self.attempts, "reason": error[:300]}, now

@@ -241,6 +241,8 @@ def fingerprint(item: dict[str, Any]) -> tuple[str, str, str, str]:
     reason = str(item.get("reason") or item.get("kind") or "")
     if item.get("kind") == "rejected":
         reason = reason.split(": ", 1)[-1]  # "23 notification(s) refused (20 kept): <cause>"
+    if item.get("kind") == "alert-delivery":
+        reason = reason.split(" are not delivered")[0]  # one incident per destination, whatever the card
     cause = re.sub(r"\s+", " ", re.sub(r"[0-9][0-9.,:]*", "N", reason)).strip()[:80]
     return (str(item.get("kind")), str(item.get("channel") or "-"), str(item.get("merchant") or "-"), cause)
 
