@@ -225,3 +225,34 @@ def test_r38_an_incident_quiet_for_an_hour_resolves_and_stays_resolved_until_it_
     assert cli("incidents", "show", incident["id"], "--json")["state"] == "open"
     text = cli("pending", expect=0)
     assert text.startswith("incidents (1 live") and incident["id"] in text
+
+
+def console(h, page, **query):
+    from tally_local.lambda_io import http_event
+
+    event = http_event("GET", f"/console/{page}", b"", {}, {"page": page}, base64_body=False)
+    event["rawQueryString"] = "&".join(f"{k}={v}" for k, v in query.items())
+    event["queryStringParameters"] = query
+    claims = {
+        "sub": "s-viewer",
+        "cognito:username": "viewer",
+        "cognito:groups": "[viewers]",
+        "token_use": "id",
+    }
+    event["requestContext"]["authorizer"] = {"jwt": {"claims": claims}}
+    response = h.invoke("ConsoleFunction", event)
+    assert response["statusCode"] == 200, response
+    return response["body"]
+
+
+def test_r41_the_console_lists_incidents_and_the_morning_page_shows_them_above_the_cases(h, sim):
+    m = wrong_key_merchant(h, sim)
+    refused(h, m, 0, 3)
+    sweep(h)
+    (incident,) = bootstrap.incidents().list()
+    listing = console(h, "incidents")
+    assert incident["id"] in listing and m["mchid"] in listing and 'data-state="open"' in listing
+    shown = console(h, "incidents", id=incident["id"])
+    assert "rejected-wechatpay-" + m["mchid"] in shown  # its case, linked to the queue's item page
+    morning = console(h, "morning")
+    assert morning.index('id="incidents-now"') < morning.index("The queue by kind and age")

@@ -29,6 +29,9 @@ _env = Environment(
     lstrip_blocks=True,
 )
 _env.globals.update(link=link, yuan=data.yuan, cst=data.cst, BUCKETS=data.BUCKETS, ACTIONS=actions.ACTIONS)
+_env.globals["live_incidents"] = lambda: incident_rows(
+    live_only=True
+)  # the Morning page's block (docs/alerts.md)
 
 
 def render(template: str, who: Identity | None, status: int = 200, **context: Any) -> Response:
@@ -229,6 +232,18 @@ def ledger_page(request: Request, who: Identity) -> Response:
     return render("ledger.html", who, page="ledger", date=day, merchant=merchant, view=view)
 
 
+def incidents_page(request: Request, who: Identity) -> Response:
+    """Failures grouped by cause (docs/alerts.md): live first; `?id=` shows one with its cases and history."""
+    wanted = request.field("id")
+    rows = incident_rows(live_only=False)
+    shown = next((r for r in rows if r["id"] == wanted), None) if wanted else None
+    return render("incidents.html", who, page="incidents", incidents=rows, shown=shown, wanted=wanted)
+
+
+def incident_rows(*, live_only: bool) -> list[dict[str, Any]]:
+    return bootstrap.incidents().list(live_only=live_only) if bootstrap.settings().alerts_table else []
+
+
 PAGES: dict[str, Callable[[Request, Identity], Response]] = {
     "": morning_page,
     "morning": morning_page,
@@ -240,6 +255,7 @@ PAGES: dict[str, Callable[[Request, Identity], Response]] = {
     "refunds": refunds_page,
     "merchants": merchants_page,
     "ledger": ledger_page,
+    "incidents": incidents_page,
 }
 
 

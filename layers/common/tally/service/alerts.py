@@ -104,7 +104,7 @@ def card(change: str, incident: dict[str, Any], lang: str, console_url: str) -> 
         )
     else:
         sentence = f"{words[change]}: {n} × {cause} for merchant {merchant}, {amount} at stake, {rate} in the last hour."
-    link = f"{console_url.rstrip('/')}/incidents/{incident['id']}" if console_url else ""
+    link = f"{console_url.rstrip('/')}/incidents?id={incident['id']}" if console_url else ""
     origin = ORIGIN["zh-CN" if zh else "en"].get(str(incident.get("origin")), str(incident.get("origin")))
     labels = (
         ("商户", "次数", "金额", "速率", "归属", "事件", "查看")
