@@ -156,6 +156,24 @@ def test_r38_r41_a_destination_that_refuses_is_retried_then_becomes_a_case_in_th
     assert [
         i["count"] for i in cli("incidents", "list", "--json")["incidents"] if i["kind"] == "alert-delivery"
     ] == [2]
+    # the robot fixed, a person closes the cases through the queue: the incident of ours resolves
+    sim.chat.set_refusing(robots["dingtalk"]["name"], False)
+    for item in bootstrap.work_queue().list("kind=alert-delivery"):
+        done = cli(
+            "manual",
+            "resolve",
+            item["id"],
+            "--by",
+            "ops",
+            "--code",
+            "robot-fixed",
+            "--why",
+            "re-added",
+            "--json",
+        )
+        assert done["state"] == "RESOLVED"
+    assert sweep(h)["changes"] == 1
+    assert [i for i in cli("incidents", "list", "--json")["incidents"] if i["kind"] == "alert-delivery"] == []
 
 
 def test_r38_snooze_and_the_hourly_cap_suppress_and_every_card_is_logged(h, sim, cli, robots):
