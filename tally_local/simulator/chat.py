@@ -14,6 +14,7 @@ Paths (the platform's own, under /chat/<kind>):
     POST /chat/feishu/open-apis/bot/v2/hook/H                  {["timestamp", "sign",] "msg_type", …}
     POST /chat/slack/services/T/B/X                            {"text" | "blocks"}
     GET  /chat/received                                        every message accepted or refused (JSON)
+    POST /chat/robots  {"kind", ["secret", "refuse", "name"]}  a new robot (its webhook URL), for `make run`
 Signatures: DingTalk `sign` = base64(HMAC-SHA256(key=secret, "timestamp\\nsecret")), timestamp in ms within an
 hour; Feishu `sign` = base64(HMAC-SHA256(key="timestamp\\nsecret", b"")), timestamp in s within an hour.
 """
@@ -86,6 +87,24 @@ class ChatSink:
         if method == "GET" and path == "/chat/received":
             with self._lock:
                 return 200, json.dumps(self.received, ensure_ascii=False).encode(), "application/json"
+        if (
+            method == "POST" and path == "/chat/robots"
+        ):  # a robot for `make run`: curl -d '{"kind": "dingtalk"}'
+            try:
+                asked = json.loads(body.decode("utf-8") or "{}")
+                robot = self.robot(
+                    str(asked["kind"]),
+                    secret=str(asked.get("secret") or ""),
+                    refuse=bool(asked.get("refuse")),
+                    name=str(asked.get("name") or ""),
+                )
+            except (ValueError, KeyError, TypeError) as error:
+                return (
+                    400,
+                    json.dumps({"error": f"kind: wecom, dingtalk, feishu or slack ({error})"}).encode(),
+                    "application/json",
+                )
+            return 200, json.dumps(robot).encode(), "application/json"
         kind, token = _route(path, query)
         with self._lock:
             robot = self._robots.get(token) if kind else None

@@ -141,3 +141,16 @@ def test_r38_an_unknown_webhook_and_a_malformed_card_are_refused(sim):
     slack = sim.chat.robot("slack")
     with pytest.raises(DeliveryError):
         accepted("slack", *post(slack["url"], {"blocks": []}))
+
+
+def test_r38_a_robot_is_made_over_http_for_make_run_and_the_sink_lists_what_it_got(sim):
+    status, answer = post(
+        f"{sim.url}/chat/robots", {"kind": "feishu", "secret": SECRET, "name": "made-over-http"}
+    )
+    robot = json.loads(answer)
+    assert status == 200 and robot["url"].startswith(f"{sim.url}/chat/feishu/open-apis/bot/v2/hook/")
+    accepted("feishu", *post(robot["url"], documented_feishu_body(DOCUMENTED["feishu"], SECRET)))
+    with urllib.request.urlopen(f"{sim.url}/chat/received", timeout=5) as listing:  # noqa: S310 - loopback
+        got = [m for m in json.loads(listing.read()) if m["robot"] == "made-over-http"]
+    assert [m["accepted"] for m in got] == [True]
+    assert post(f"{sim.url}/chat/robots", {"kind": "telegram"})[0] == 400
