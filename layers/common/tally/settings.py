@@ -65,6 +65,7 @@ class Settings(NamedTuple):
     incident_escalate_per_h: int = 100
     incident_quiet_s: int = 3600
     alert_hour_cap: int = 20
+    console_operator_mfa: bool = False  # operators must sign in with TOTP (docs/alerts.md "Hardening")
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -116,6 +117,7 @@ class Settings(NamedTuple):
                 incident_escalate_per_h=int(env.get("TALLY_INCIDENT_ESCALATE_PER_H", "100")),
                 incident_quiet_s=int(env.get("TALLY_INCIDENT_QUIET_S", "3600")),
                 alert_hour_cap=int(env.get("TALLY_ALERT_HOUR_CAP", "20")),
+                console_operator_mfa=env.get("CONSOLE_OPERATOR_MFA", "") == "required",
             )
         except KeyError as missing:
             raise RuntimeError(f"missing environment variable {missing}: see docs/contracts.md") from None
