@@ -241,6 +241,10 @@ def test_r38_an_incident_quiet_for_an_hour_resolves_and_stays_resolved_until_it_
     refused(h, m, 2, 1)
     assert sweep(h)["changes"] == 1
     assert cli("incidents", "show", incident["id"], "--json")["state"] == "open"
+    log = cli("alerts", "log", "--json")["entries"]  # no destination: the e-mail only, and the log says so
+    assert {e["reason"] for e in log if e["incident"] == incident["id"]} == {
+        "no chat destination configured (`tally alerts add`)"
+    }
     text = cli("pending", expect=0)
     assert text.startswith("incidents (1 live") and incident["id"] in text
 
@@ -274,3 +278,23 @@ def test_r41_the_console_lists_incidents_and_the_morning_page_shows_them_above_t
     assert "rejected-wechatpay-" + m["mchid"] in shown  # its case, linked to the queue's item page
     morning = console(h, "morning")
     assert morning.index('id="incidents-now"') < morning.index("The queue by kind and age")
+
+
+def test_r38_an_alarm_is_decided_again_when_another_run_wrote_its_incident_meanwhile(h, monkeypatch):
+    """No reserved concurrency: a sweep and an alarm may run at once. The incident's revision makes the later
+    writer read again; an alarm's change is never dropped."""
+    message = {"AlarmName": "tally-ApplyFailedAlarm-X1", "NewStateValue": "ALARM", "AlarmDescription": "d"}
+    service, other = bootstrap.incidents(), bootstrap.incidents().__class__(bootstrap.incidents().store, None)
+    assert [c["change"] for c in service.alarm(message)] == ["opened"]
+    real_get = service.store.get
+    raced = []
+
+    def get_then_someone_writes(incident_id):
+        row = real_get(incident_id)
+        if not raced:  # another invocation writes the same incident right after this one read it
+            raced.append(other.store.save({**row, "reason": "written by the other run"}))
+        return row
+
+    monkeypatch.setattr(service.store, "get", get_then_someone_writes)
+    assert service.alarm({**message, "NewStateValue": "OK"})[0]["change"] == "resolved"
+    assert raced and service.get("inc-alarm-applyfailedalarm")["state"] == "resolved"

@@ -27,6 +27,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -250,12 +251,31 @@ class Notifier:
         self.pause_s = pause_s
         self.post = post
         self.sleep = sleep
+        self._sent: dict[str, int] = {}
 
     def deliver(self, changes: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """One card per change and destination; returns the log entries written."""
         if not changes:
             return []
         destinations = self.destinations.all()
+        if not destinations:  # nobody to tell but the e-mail: said in the log, so it is not a silent path
+            now = self.clock()
+            return [
+                self.log.record(
+                    {
+                        "at": iso_now(now),
+                        "destination": "-",
+                        "kind": "-",
+                        "incident": c["incident"]["id"],
+                        "change": c["change"],
+                        "outcome": "suppressed",
+                        "reason": "no chat destination configured (`tally alerts add`)",
+                    },
+                    now,
+                )
+                for c in changes
+            ]
+        self._sent = self._sent_last_hour()  # one read of the log per run, counted on as cards go out
         entries = []
         for change in changes:
             for destination in destinations:
@@ -303,6 +323,7 @@ class Notifier:
                 status, answer = self.post(url, body)
                 accepted(destination["kind"], status, answer)
                 count(M.ALERT_SENT)
+                self._sent[destination["name"]] = self._sent.get(destination["name"], 0) + 1
                 return self.log.record(
                     {**entry, "outcome": "sent", "attempts": attempt, "title": the_card["title"]}, now
                 )
@@ -332,15 +353,19 @@ class Notifier:
         until = str(destination.get("snoozed_until") or "")
         if until and until > iso_now(now):
             return f"snoozed until {until}"
+        sent = self._sent.get(destination["name"], 0)
+        cap = int(destination.get("hour_cap") or self.hour_cap)
+        return f"hourly cap reached ({sent} of {cap} sent in the last hour)" if sent >= cap else ""
+
+    def _sent_last_hour(self) -> dict[str, int]:
+        """Cards sent per destination in the last hour, from the alert log (today's and, near midnight UTC,
+        yesterday's partition)."""
+        now = self.clock()
         hour_ago = iso_now(now - 3600)
         entries = self.log.day(iso_now(now)[:10], since=hour_ago)
         if hour_ago[:10] != iso_now(now)[:10]:
             entries += self.log.day(hour_ago[:10], since=hour_ago)
-        sent = sum(
-            1 for e in entries if e.get("destination") == destination["name"] and e.get("outcome") == "sent"
-        )
-        cap = int(destination.get("hour_cap") or self.hour_cap)
-        return f"hourly cap reached ({sent} of {cap} sent in the last hour)" if sent >= cap else ""
+        return dict(Counter(str(e.get("destination")) for e in entries if e.get("outcome") == "sent"))
 
 
 # ==================================================================== the destinations (`tally alerts add/list/remove/snooze`)

@@ -161,7 +161,16 @@ class IncidentService:
 
     def alarm(self, message: dict[str, Any]) -> List[dict[str, Any]]:
         """One alarm state change (the SNS message CloudWatch publishes): ALARM / INSUFFICIENT_DATA opens the
-        alarm's incident (a repeat counts), OK resolves it."""
+        alarm's incident (a repeat counts), OK resolves it. Decided again when a sweep wrote the row meanwhile:
+        an alarm's change is never dropped (a sweep's is decided again a minute later)."""
+        for _ in range(3):
+            try:
+                return self._alarm(message)
+            except StaleIncident:
+                continue
+        raise StaleIncident(str(message.get("AlarmName")))  # the invocation fails: SNS delivers it again
+
+    def _alarm(self, message: dict[str, Any]) -> List[dict[str, Any]]:
         now = self.clock()
         name = str(message.get("AlarmName") or "unknown alarm")
         state = str(message.get("NewStateValue") or "ALARM")
@@ -169,7 +178,9 @@ class IncidentService:
         row = self.store.get(iid)
         live = row is not None and row.get("state") in LIVE
         if state == "OK":
-            return self._save_changes(_resolve(row, now, "ok"), [RESOLVED]) if live and row else []
+            return (
+                self._save_changes(_resolve(row, now, "ok"), [RESOLVED], strict=True) if live and row else []
+            )
         updated = {
             **(row or {}),
             "id": iid,
@@ -195,7 +206,7 @@ class IncidentService:
             )[:300],
         }
         if live:
-            return self._save_changes(updated, [])
+            return self._save_changes(updated, [], strict=True)
         updated.update(
             state="open",
             first_seen=iso_now(now),
@@ -205,11 +216,13 @@ class IncidentService:
             resolved_why=None,
             expires_at=None,
         )
-        return self._save_changes(updated, [OPENED])
+        return self._save_changes(updated, [OPENED], strict=True)
 
     # ================================================================ writing
 
-    def _save_changes(self, row: dict[str, Any], happened: List[str]) -> List[dict[str, Any]]:
+    def _save_changes(
+        self, row: dict[str, Any], happened: List[str], *, strict: bool = False
+    ) -> List[dict[str, Any]]:
         at = iso_now(self.clock())
         history = list(row.get("history") or []) + [
             {"at": at, "change": c, "count": row.get("count")} for c in happened
@@ -218,6 +231,8 @@ class IncidentService:
         try:
             saved = self.store.save(row)
         except StaleIncident:
+            if strict:
+                raise
             logger.warning(
                 "incident changed meanwhile: decided again on the next run", extra={"id": row["id"]}
             )
