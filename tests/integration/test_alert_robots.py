@@ -154,3 +154,11 @@ def test_r38_a_robot_is_made_over_http_for_make_run_and_the_sink_lists_what_it_g
         got = [m for m in json.loads(listing.read()) if m["robot"] == "made-over-http"]
     assert [m["accepted"] for m in got] == [True]
     assert post(f"{sim.url}/chat/robots", {"kind": "telegram"})[0] == 400
+
+
+def test_r38_a_long_chinese_card_fits_wecoms_4096_bytes_and_is_accepted(sim):
+    robot = sim.chat.robot("wecom")
+    long = {**INCIDENT, "cause": "签名验证失败" * 30, "context": "事件" * 400}
+    url, body = request_for(robot, card("opened", long, "zh-CN", ""), time.time())
+    assert len(json.loads(body)["markdown"]["content"].encode()) <= 4096
+    accepted("wecom", *http_post(url, body))

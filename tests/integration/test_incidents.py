@@ -200,6 +200,13 @@ def test_r38_snooze_and_the_hourly_cap_suppress_and_every_card_is_logged(h, sim,
     assert why[(name, "suppressed")].startswith("snoozed until")
     assert why[(robots["feishu"]["name"], "suppressed")].startswith("hourly cap reached (1 of 1")
     assert sim.chat.cards(name) == []
+    for url in (
+        "http://example.com/cgi-bin/webhook/send?key=k",
+        "ftp://127.0.0.1/x",
+    ):  # https, or this machine
+        cli("alerts", "add", "plain-http", "--kind", "wecom", "--url", url, expect=1)
+    with pytest.raises(SystemExit):  # argparse refuses a kind it does not know (exit 2), nothing stored
+        cli("alerts", "add", "bad-kind", "--kind", "telegram", "--url", "https://t.example/x")
     listed = cli("alerts", "list", "--json")["destinations"]
     assert all(SECRET not in json.dumps(d) and "key=" not in json.dumps(d) for d in listed)
     cli("alerts", "snooze", name, "--minutes", "0")

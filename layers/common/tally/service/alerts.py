@@ -40,7 +40,8 @@ KINDS = ("wecom", "dingtalk", "feishu", "slack")
 LANGS = ("zh-CN", "en")
 HOUR_CAP = 20
 ATTEMPTS = 3
-MAX_BODY = 4000  # characters of card text (WeCom markdown takes 4096 bytes; the others more)
+MAX_BODY = 4000  # characters of card text
+WECOM_BYTES = 4096  # WeCom's markdown content limit, in UTF-8 bytes (a Chinese character is three)
 
 CHANGE = {
     "en": {
@@ -152,10 +153,10 @@ def request_for(destination: dict[str, Any], the_card: dict[str, str], now: floa
     kind, url, secret = destination["kind"], str(destination["url"]), str(destination.get("secret") or "")
     body: dict[str, Any]
     if kind == "wecom":
-        body = {
-            "msgtype": "markdown",
-            "markdown": {"content": f"**{the_card['title']}**\n{the_card['text']}"},
-        }
+        content = f"**{the_card['title']}**\n{the_card['text']}".encode()[:WECOM_BYTES].decode(
+            "utf-8", "ignore"
+        )
+        body = {"msgtype": "markdown", "markdown": {"content": content}}
     elif kind == "dingtalk":
         body = {"msgtype": "markdown", "markdown": {"title": the_card["title"], "text": the_card["text"]}}
         if secret:
