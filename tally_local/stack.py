@@ -311,7 +311,8 @@ class EmbeddedStack:
             raise _port_error(error, self.api_port, "TALLY_API_PORT") from error
         self._undo.append(self._stop_front_door)
         self._set_environ({"HEARTBEAT_API_URL": self.api_url})  # the heartbeat posts to the front door
-        self._set_environ({"CONSOLE_URL": self.api_url + "/console"})  # a chat card's link (docs/alerts.md)
+        self.env["CONSOLE_URL"] = self.api_url + "/console"  # a chat card's link (docs/alerts.md), CLI too
+        self._set_environ({"CONSOLE_URL": self.env["CONSOLE_URL"]})
         session = boto3.session.Session(region_name=self.region)
         self.state_machines = statemachines.create(
             template, self._resolver, session, self.prefix, self.api_url

@@ -212,6 +212,9 @@ def test_r38_snooze_and_the_hourly_cap_suppress_and_every_card_is_logged(h, sim,
     cli("alerts", "snooze", name, "--minutes", "0")
     text = cli("alerts", "test", name)
     assert "sent" in text and len(sim.chat.cards(name)) == 1
+    assert "测试消息:Tally 可以向这个群发送告警" in json.dumps(
+        sim.chat.cards(name)[0]["message"], ensure_ascii=False
+    )
 
 
 def test_r38_an_alarm_opens_its_incident_with_the_live_ones_and_ok_resolves_it(h, sim, cli, robots):

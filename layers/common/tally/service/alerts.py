@@ -93,7 +93,13 @@ def card(change: str, incident: dict[str, Any], lang: str, console_url: str) -> 
     )
     cause = str(incident.get("cause") or incident.get("kind") or "")
     n, rate = int(incident.get("count") or 0), int(incident.get("rate_per_h") or 0)
-    if incident.get("kind") == "alarm":
+    if change == "test":
+        sentence = (
+            "测试消息:Tally 可以向这个群发送告警。"
+            if zh
+            else "Test card: Tally can post its alerts to this group."
+        )
+    elif incident.get("kind") == "alarm":
         state = incident.get("alarm_state") or ("OK" if change == "resolved" else "ALARM")
         sentence = (
             f"{words[change]}:告警 {cause} 状态 {state}。{incident.get('what') or ''}"
