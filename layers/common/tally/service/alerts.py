@@ -73,6 +73,13 @@ ORIGIN = {
 }
 
 
+RESOLVED_WHY = {  # (zh-CN, en) after "resolved"
+    "cleared": ("(待办已处理)", " (its cases were cleared)"),
+    "quiet": ("(一小时内无新失败)", " (no new failure for an hour)"),
+    "ok": ("(告警已恢复)", " (the alarm is OK again)"),
+}
+
+
 class DeliveryError(Exception):
     """The robot did not take the card: why (status and the platform's answer)."""
 
@@ -85,13 +92,16 @@ def card(change: str, incident: dict[str, Any], lang: str, console_url: str) -> 
     count, the yuan at stake, and a link to the incident in the console."""
     zh = lang == "zh-CN"
     words = CHANGE["zh-CN" if zh else "en"]
-    merchant = incident.get("merchant") or ("-" if zh else "-")
+    merchant = incident.get("merchant") or "-"
     amount = (
         format_cents(int(incident.get("amount_cent") or 0)) + (" 元" if zh else " yuan")
         if incident.get("amount_known")
         else ("金额未知" if zh else "amount unknown")
     )
     cause = str(incident.get("cause") or incident.get("kind") or "")
+    headline = words[change]
+    if change == "resolved" and incident.get("resolved_why") in RESOLVED_WHY:
+        headline += RESOLVED_WHY[str(incident["resolved_why"])][0 if zh else 1]
     n, rate = int(incident.get("count") or 0), int(incident.get("rate_per_h") or 0)
     if change == "test":
         sentence = (
@@ -102,16 +112,16 @@ def card(change: str, incident: dict[str, Any], lang: str, console_url: str) -> 
     elif incident.get("kind") == "alarm":
         state = incident.get("alarm_state") or ("OK" if change == "resolved" else "ALARM")
         sentence = (
-            f"{words[change]}:告警 {cause} 状态 {state}。{incident.get('what') or ''}"
+            f"{headline}:告警 {cause} 状态 {state}。{incident.get('what') or ''}"
             if zh
-            else f"{words[change]}: alarm {cause} is {state}. {incident.get('what') or ''}"
+            else f"{headline}: alarm {cause} is {state}. {incident.get('what') or ''}"
         ).strip()
     elif zh:
-        sentence = (
-            f"{words[change]}:商户 {merchant} 的「{cause}」共 {n} 次,涉及 {amount},最近一小时 {rate} 次。"
-        )
+        sentence = f"{headline}:商户 {merchant} 的「{cause}」共 {n} 次,涉及 {amount},最近一小时 {rate} 次。"
     else:
-        sentence = f"{words[change]}: {n} × {cause} for merchant {merchant}, {amount} at stake, {rate} in the last hour."
+        sentence = (
+            f"{headline}: {n} × {cause} for merchant {merchant}, {amount} at stake, {rate} in the last hour."
+        )
     link = f"{console_url.rstrip('/')}/incidents?id={incident['id']}" if console_url else ""
     origin = ORIGIN["zh-CN" if zh else "en"].get(str(incident.get("origin")), str(incident.get("origin")))
     labels = (
