@@ -109,6 +109,9 @@ def test_r38_r40_one_wrong_key_is_one_incident_opened_escalated_resolved_one_car
         "tenant",
     )
     assert all(len(c) == 1 for c in cards(sim, robots, "opened").values())
+    assert (
+        "5 notification(s) refused (5 kept)" in cards(sim, robots, "opened")["slack"][0]
+    )  # a case's own words
     refused(h, m, 5, 2)
     assert sweep(h)["changes"] == 0  # more of the same: the incident counts them, nobody is paged again
     assert cli("incidents", "show", incident["id"], "--json")["count"] == 7

@@ -140,6 +140,8 @@ def card(change: str, incident: dict[str, Any], lang: str, console_url: str) -> 
         f"- {labels[4]}: {origin}",
         f"- {labels[5]}: {incident['id']}",
     ]
+    if incident.get("example") and incident.get("example") != cause:
+        lines.append(("- 例如: " if zh else "- e.g.: ") + str(incident["example"]))
     context = incident.get("context")
     if context:
         lines.append(("- 相关事件: " if zh else "- live incidents: ") + str(context))

@@ -121,6 +121,7 @@ class IncidentService:
             "cause": cause,
             "origin": origin_of(kind, cause),
             "what": first.get("what") or kind,
+            "example": str(first.get("reason") or "")[:200],  # one case's own words, numbers and all
             "state": base.get("state") or "open",
             "first_seen": base.get("first_seen") or since,
             "last_seen": iso_now(now) if grew or not base.get("last_seen") else base["last_seen"],
