@@ -3,7 +3,7 @@ who must act, and the rate that escalates it. R38: repeats land with a person as
 
 from __future__ import annotations
 
-from tally.service.incidents import fingerprint, incident_id, origin_of, rate_per_h
+from tally.service.incidents import fingerprint, incident_id, origin_of, rate_per_h, window
 
 
 def item(**fields):
@@ -57,5 +57,8 @@ def test_r38_ours_a_tenants_or_money():
 def test_r38_the_rate_is_what_arrived_in_the_last_hour_over_at_least_an_hour():
     now = 10_000_000
     assert rate_per_h([[now - 30, 0], [now, 200]], now) == 200  # 200 in half a minute: 200 in the hour
-    assert rate_per_h([[now - 7200, 0], [now - 1800, 50], [now, 80]], now) == 30  # only the last hour counts
+    assert rate_per_h([[now - 7200, 0], [now - 5400, 50], [now, 80]], now) == 30  # only the last hour counts
     assert rate_per_h([[now - 2 * 3600, 10], [now, 10]], now) == 0  # quiet
+    # samples are written when the count changes: days steady, then 5 in the last hour is 5 an hour
+    assert rate_per_h([[now - 5 * 86400, 10], [now, 15]], now) == 5
+    assert window([[now - 9000, 1], [now - 5400, 2], [now - 60, 3]], now) == [[now - 5400, 2], [now - 60, 3]]

@@ -131,7 +131,7 @@ class IncidentService:
             "cases": [str(i["id"]) for i in items][:CASES_KEPT],
             "case_count": len(items),
         }
-        samples = [s for s in base.get("samples") or [] if now - int(s[0]) <= HOUR_S]
+        samples = window(list(base.get("samples") or []), now)
         if fresh:
             # new (or back after resolving): what counts towards the rate is what arrived since it first showed
             offset = int(row.get("resolved_count") or 0) if row else 0
@@ -156,6 +156,8 @@ class IncidentService:
         elif not fresh and not grew and _age(updated["last_seen"], now) >= self.quiet_s:
             updated = _resolve(updated, now, "quiet")
             happened.append(RESOLVED)
+        if not happened and _same(base, updated):
+            return []  # nothing a person would see changed: no write (a steady incident costs a read a minute)
         return self._save_changes(updated, happened)
 
     # ================================================================ CloudWatch alarms (SNS)
@@ -278,14 +280,27 @@ def origin_of(kind: str, cause: str) -> str:
     return "money"
 
 
-def rate_per_h(samples: list[list[int]], now: float) -> int:
-    """Failures in the last hour, from (time, count) samples: the count now minus the count at the oldest sample
-    within the hour, over at least an hour (an incident ten minutes old with 200 failures: 200 an hour)."""
-    within = [s for s in samples if now - int(s[0]) <= HOUR_S] or samples[-1:]
-    oldest, newest = within[0], within[-1]
-    grown = max(0, int(newest[1]) - int(oldest[1]))
-    span = max(float(now) - int(oldest[0]), float(HOUR_S))
-    return int(grown * HOUR_S // span)
+def rate_per_h(samples: List[List[int]], now: float) -> int:
+    """Failures in the last hour, from (time, count) samples (one is written whenever the count changes): the
+    count now minus the count at the hour's start (the last sample before it), or, for an incident younger than
+    an hour, minus its first sample, over at least an hour (ten minutes old with 200 failures: 200 an hour)."""
+    if not samples:
+        return 0
+    before = [s for s in samples if now - int(s[0]) > HOUR_S]
+    base = before[-1] if before else samples[0]
+    span = float(HOUR_S) if before else max(float(now) - int(base[0]), float(HOUR_S))
+    return int(max(0, int(samples[-1][1]) - int(base[1])) * HOUR_S // span)
+
+
+def window(samples: List[List[int]], now: float) -> List[List[int]]:
+    """The samples the rate needs: those of the last hour and the last one before it."""
+    before = [s for s in samples if now - int(s[0]) > HOUR_S]
+    return before[-1:] + [s for s in samples if now - int(s[0]) <= HOUR_S]
+
+
+def _same(before: dict[str, Any], after: dict[str, Any]) -> bool:
+    shown = ("count", "amount_cent", "rate_per_h", "cases", "case_count", "state", "example")
+    return all(before.get(k) == after.get(k) for k in shown)
 
 
 def _resolve(row: dict[str, Any], now: float, why: str) -> dict[str, Any]:
