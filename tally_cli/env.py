@@ -29,6 +29,7 @@ OUTPUT_ENV = {
     "ConsoleUserPoolClientId": "CONSOLE_CLIENT_ID",
     "WebhooksTableName": "WEBHOOKS_TABLE",  # docs/webhooks.md
     "WebhookQueueUrl": "WEBHOOK_QUEUE_URL",
+    "AlertsTableName": "ALERTS_TABLE",  # incidents and the alert log (docs/alerts.md)
 }
 
 

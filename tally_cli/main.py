@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from typing import cast
 
 from tally_cli import (
+    alerts,
     bill,
     console,
     demo,
@@ -52,6 +53,7 @@ COMMAND_MODULES = [
     console,
     find,
     webhooks,
+    alerts,
 ]
 
 

@@ -8,6 +8,7 @@ import argparse
 import json
 from typing import Any
 
+from tally_cli import alerts
 from tally_cli.common import add_target, connect
 
 OVERDUE_EXIT = 3
@@ -33,12 +34,14 @@ def pending(args: argparse.Namespace) -> int:
         report["heartbeat_age_s"] = (
             bootstrap.heartbeat_age_s()
         )  # the synthetic payment (service/heartbeat.py)
+        report["incidents"] = alerts.live_incidents()  # above the cases (docs/alerts.md)
     print(json.dumps(report, ensure_ascii=False, indent=2) if args.json else render(report))
     return OVERDUE_EXIT if report["pending_over_10m"] or report["manual_over_24h"] else 0
 
 
 def render(report: dict[str, Any]) -> str:
-    lines = [
+    lines = alerts.incident_lines(report.get("incidents") or [])
+    lines += [
         f"stuck: notifications not applied for 10 min: {report['pending_over_10m']}",
         f"open items waiting for a person:            {report.get('open_items', report['manual_over_24h'])}",
         f"  of which past their threshold:            {report['manual_over_24h']}",

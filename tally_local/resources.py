@@ -446,6 +446,12 @@ def _create_user_pool(
         pool = client.describe_user_pool(UserPoolId=found["Id"])["UserPool"]
     else:
         pool = client.create_user_pool(**request)["UserPool"]
+    if props.get("MfaConfiguration", "OFF") != "OFF":  # TOTP for the console's sign-in (docs/alerts.md)
+        client.set_user_pool_mfa_config(
+            UserPoolId=pool["Id"],
+            MfaConfiguration=props["MfaConfiguration"],
+            SoftwareTokenMfaConfiguration={"Enabled": "SOFTWARE_TOKEN_MFA" in props.get("EnabledMfas", [])},
+        )
     resolver.refs[logical_id] = pool["Id"]
     resolver.attrs.update(
         {

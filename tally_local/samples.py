@@ -130,7 +130,8 @@ def build() -> dict[str, dict]:
         "worker_sqs.json": worker,
         "refunds_create.json": refunds,
         "outbox_stream.json": _stream_event(mchid),
-        **{f"{name}_schedule.json": _scheduled(name) for name in ("poller", "keys", "heartbeat")},
+        **{f"{name}_schedule.json": _scheduled(name) for name in ("poller", "keys", "heartbeat", "notifier")},
+        "notifier_alarm.json": _alarm_message(),
         # the console's open sign-in page (every other console route needs the JWT authorizer's claims)
         "console_login_page.json": http_event(
             "GET", "/console/login", "/console/login", b"", {}, {}, base64_body=False
@@ -150,6 +151,35 @@ def _scheduled(function: str) -> dict:
         "region": "us-east-1",
         "resources": [f"arn:aws:events:us-east-1:123456789012:rule/tally-{function}"],
         "detail": {},
+    }
+
+
+def _alarm_message() -> dict:
+    """What SNS hands the notifier when a CloudWatch alarm changes state (docs/alerts.md)."""
+    message = {
+        "AlarmName": "tally-EnqueueFailedAlarm-1A2B3C4D5E6F",
+        "AlarmDescription": "A verified callback could not be enqueued (runbook EnqueueFailedAlarm).",
+        "NewStateValue": "ALARM",
+        "NewStateReason": "Threshold Crossed: 1 datapoint [2.0 (29/11/26 09:30:00)] was >= the threshold (1.0).",
+        "StateChangeTime": "2026-11-29T09:33:00.000+0000",
+        "OldStateValue": "OK",
+    }
+    return {
+        "Records": [
+            {
+                "EventSource": "aws:sns",
+                "EventVersion": "1.0",
+                "EventSubscriptionArn": "arn:aws:sns:us-east-1:123456789012:tally-AlarmTopic:sample",
+                "Sns": {
+                    "Type": "Notification",
+                    "MessageId": "sample-alarm-0001",
+                    "TopicArn": "arn:aws:sns:us-east-1:123456789012:tally-AlarmTopic",
+                    "Subject": 'ALARM: "tally-EnqueueFailedAlarm-1A2B3C4D5E6F" in US East (N. Virginia)',
+                    "Message": json.dumps(message),
+                    "Timestamp": "2026-11-29T09:33:00.000Z",
+                },
+            }
+        ]
     }
 
 

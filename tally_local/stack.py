@@ -312,6 +312,8 @@ class EmbeddedStack:
         self._undo.append(self._stop_front_door)
         self._set_environ({"HEARTBEAT_API_URL": self.api_url})  # the heartbeat posts to the front door
         self._set_environ({"TALLY_API_URL": self.api_url})  # the webhooks' link to the full object
+        self.env["CONSOLE_URL"] = self.api_url + "/console"  # a chat card's link (docs/alerts.md), CLI too
+        self._set_environ({"CONSOLE_URL": self.env["CONSOLE_URL"]})
         session = boto3.session.Session(region_name=self.region)
         self.state_machines = statemachines.create(
             template, self._resolver, session, self.prefix, self.api_url

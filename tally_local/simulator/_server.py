@@ -84,6 +84,9 @@ class _Handler(BaseHTTPRequestHandler):
         elif path.startswith("/merchant/"):  # the merchant's webhook receiver (receiver.py)
             status, out = self.server.sim.receiver.handle(method, path, dict(self.headers.items()), body)
             self._send(status, out, {"Content-Type": "application/json"})
+        elif path.startswith("/chat/"):  # the chat sink's group robots (chat.py)
+            status, out, content_type = self.server.sim.chat.handle(method, path, query, body)
+            self._send(status, out, {"Content-Type": content_type})
         elif path == "/gateway.do" and method == "POST":  # Alipay (simulator/alipay.py)
             status, headers, out = self.server.sim.alipay.handle_gateway(
                 parts.query, body, self.headers.get("Content-Type", "")

@@ -28,6 +28,7 @@ from .alipay import AlipayDesk
 from .alipay_bills import AlipayBillBook
 from .alipay_refunds import AlipayRefundDesk
 from .bills import BillBook
+from .chat import ChatSink
 from .delivery import DeliveryEngine
 from .kernel import Forward, Kernel, log
 from .kernel import now_rfc3339 as _now_rfc3339
@@ -148,6 +149,7 @@ class ChannelSimulator:
             MerchantReceiver()
         )  # a merchant's webhook receiver: /merchant/hooks/<name> (receiver.py)
         self.bills.refund_desk = self.v3_refunds
+        self.chat = ChatSink(url_of=lambda: self.url)  # group robots for the alert cards (chat.py)
         self._desks_lock = threading.Lock()
         self._alipay: AlipayDesk | None = None
         self._wechatpay_v2: WeChatPayV2Desk | None = None

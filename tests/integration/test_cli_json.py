@@ -207,6 +207,23 @@ def test_every_json_verb_prints_exactly_one_json_document_and_logs_only_on_stder
         ],
         # in-process moto has no console pool (create_from_template leaves it out): the refusal is one document
         "console add-user": ["console", "add-user", "dana", "--group", "viewers"],
+        # docs/alerts.md: a destination on a closed port (test: a failed card, still one document)
+        "alerts add": [
+            "alerts",
+            "add",
+            "json-ops",
+            "--kind",
+            "slack",
+            "--url",
+            "http://127.0.0.1:9/services/T/B/X",
+        ],
+        "alerts list": ["alerts", "list"],
+        "alerts snooze": ["alerts", "snooze", "json-ops", "--minutes", "0"],
+        "alerts test": ["alerts", "test", "json-ops"],
+        "alerts log": ["alerts", "log"],
+        "alerts remove": ["alerts", "remove", "json-ops"],
+        "incidents list": ["incidents", "list"],
+        "incidents show": ["incidents", "show", "inc-none"],
     }
     assert set(runs) == set(json_verbs(build_parser())), "a verb with --json is missing from this test"
     offline = {"verify wechatpay", "verify alipay", "verify wechatpay-v2", "bill parse"}

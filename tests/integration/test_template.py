@@ -77,6 +77,7 @@ TABLES = {
     ),
     "ReconRunsTable": ("RECON_RUNS_TABLE", ["pk", "sk"], {"by_blocked": ["blocked_pk", "pk"]}),
     "ReconDiffTable": ("RECON_DIFF_TABLE", ["pk", "sk"], {"by_open": ["open_pk", "opened_at"]}),
+    "AlertsTable": ("ALERTS_TABLE", ["pk", "sk"], {}),  # incidents and the alert log (docs/alerts.md)
 }
 NARROW_PROJECTIONS = {
     "by_order",
@@ -324,7 +325,8 @@ def test_stack_secrets_are_per_stack(template, resources):
     from tally_cli.env import OUTPUT_ENV
 
     grants = [s for s in strings(resources) if ":secret:" in s]
-    assert grants and all(":secret:tally/${AWS::StackName}/merchants/" in s for s in grants)
+    per_stack = (":secret:tally/${AWS::StackName}/merchants/", ":secret:tally/${AWS::StackName}/alerts/")
+    assert grants and all(any(prefix in s for prefix in per_stack) for s in grants)
     assert template["Outputs"]["MerchantSecretPrefix"]["Value"] == {
         "Fn::Sub": "tally/${AWS::StackName}/merchants/"
     }

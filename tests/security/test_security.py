@@ -256,6 +256,9 @@ def test_what_the_code_calls_is_what_the_policy_grants(h, merchant, granted):
         "REFUNDS_TABLE": "RefundsTable",
         "REFUND_RAW_TABLE": "RefundRawTable",
         "WEBHOOKS_TABLE": "WebhooksTable",
+        "RECON_RUNS_TABLE": "ReconRunsTable",
+        "RECON_DIFF_TABLE": "ReconDiffTable",
+        "ALERTS_TABLE": "AlertsTable",
     }
     current = {"fn": None}
     calls: dict[str, set[tuple[str, str]]] = {}
@@ -340,7 +343,10 @@ def test_what_the_code_calls_is_what_the_policy_grants(h, merchant, granted):
         "queryStringParameters": {"mchid": merchant["mchid"]},
     }
     h.invoke("EventsFunction", {"version": "2.0", "rawPath": "/events", "headers": {}, **pull})
+    # the notifier: the work queue's indexes, the incidents, the destinations' secret (docs/alerts.md)
+    h.invoke("NotifierFunction", {"detail-type": "Scheduled Event", "source": "aws.events", "detail": {}})
     assert set(calls) >= {
+        "NotifierFunction",
         "NotifyFunction",
         "WorkerFunction",
         "OrdersFunction",

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = ("Morning", "Queue", "Order story", "Recon day", "Refunds", "Merchants", "Ledger day")
+PAGES = ("Morning", "Queue", "Order story", "Recon day", "Refunds", "Merchants", "Ledger day", "Incidents")
 
 
 def _table() -> list[tuple[set[str], str]]:

@@ -10,9 +10,11 @@ from typing import TYPE_CHECKING, Any
 from tally.settings import Settings, webhook_settings
 
 if TYPE_CHECKING:  # the real return types; the imports themselves stay lazy (cold start, R10)
+    from tally.service.alerts import Notifier
     from tally.service.apply import ApplyService
     from tally.service.backfill import SettlementBackfill
     from tally.service.heartbeat import Heartbeat
+    from tally.service.incidents import IncidentService
     from tally.service.ingest import IngestService
     from tally.service.keys import KeyRotationService
     from tally.service.ledger_day import LedgerDayService
@@ -74,6 +76,8 @@ def reset() -> None:
         webhook_fanout,
         webhook_endpoints,
         webhook_deliverer,
+        incidents,
+        notifier,
     ):
         built.cache_clear()
 
@@ -592,6 +596,36 @@ def webhook_fanout() -> WebhookFanout | None:
         ChangedRows(tables(), settings().refunds_table),
         _clock,
         w.api_url,
+# ---------------------------------------------------------------- incidents and chat cards (docs/alerts.md)
+
+
+@cache
+def incidents() -> IncidentService:
+    from tally.service.incidents import IncidentService
+    from tally.store.alerts import IncidentStore
+
+    s = settings()
+    return IncidentService(
+        IncidentStore(_client("dynamodb"), s.alerts_table),
+        work_queue,
+        clock=_clock,
+        escalate_per_h=s.incident_escalate_per_h,
+        quiet_s=s.incident_quiet_s,
+    )
+
+
+def alert_log() -> Any:
+    from tally.store.alerts import AlertLog
+
+    return AlertLog(_client("dynamodb"), settings().alerts_table)
+
+
+def alert_destinations() -> Any:
+    from tally.store.alerts import Destinations, secret_name
+    from tally.store.secrets import SecretStore
+
+    return Destinations(
+        SecretStore(_client("secretsmanager")), secret_name(settings().merchant_secret_prefix)
     )
 
 
@@ -641,3 +675,23 @@ def event_feed() -> EventFeed:
     from tally.service.webhooks import EventFeed
 
     return EventFeed(webhook_endpoints().store, _clock, webhook_settings().settle_s)
+def notifier() -> Notifier:
+    from tally.service.alerts import Notifier
+    from tally.store.tables import EventStore
+
+    s = settings()
+    return Notifier(
+        alert_destinations(),
+        alert_log(),
+        EventStore(tables()),
+        console_url=s.console_url,
+        clock=_clock,
+        hour_cap=s.alert_hour_cap,
+    )
+
+
+def destination_book() -> Any:
+    """`tally alerts add/list/remove/snooze` (service/alerts.py DestinationBook)."""
+    from tally.service.alerts import DestinationBook
+
+    return DestinationBook(alert_destinations(), clock=_clock)

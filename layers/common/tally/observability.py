@@ -232,6 +232,13 @@ class M:
     WEBHOOK_HELD = "WebhookHeld"  # an event for a paused endpoint, kept for `tally webhooks resend` (alarmed)
     WEBHOOK_FAILED = "WebhookFailed"  # the delivery code raised: kept for a retry (alarmed)
     EVENT_GENERATION_FAILED = "EventGenerationFailed"  # a change whose event could not be built (alarmed)
+    # incidents and chat cards (docs/alerts.md)
+    INCIDENT_OPENED = "IncidentOpened"
+    INCIDENT_ESCALATED = "IncidentEscalated"
+    INCIDENT_RESOLVED = "IncidentResolved"
+    ALERT_SENT = "AlertSent"
+    ALERT_SUPPRESSED = "AlertSuppressed"  # snoozed or over the hourly cap: recorded in the alert log
+    ALERT_FAILED = "AlertDeliveryFailed"  # a card not delivered after its retries: a case (alarmed)
 
 
 # Metrics an alarm must watch: a failure nobody watches is a silent path.
@@ -281,6 +288,7 @@ ALARMED = ALARMED | {
     M.WEBHOOK_FAILED,
     M.EVENT_GENERATION_FAILED,
 }  # webhooks
+ALARMED = ALARMED | {M.ALERT_FAILED}  # a silent pager (docs/alerts.md)
 
 
 class Emission(NamedTuple):  # not a frozen dataclass: one less class compiled at every cold start
@@ -350,6 +358,7 @@ EMISSION: dict[str, Emission] = {
     M.WEBHOOK_HELD: Emission(PER_OCCURRENCE, "one event held for a paused endpoint"),
     M.WEBHOOK_FAILED: Emission(PER_OCCURRENCE, "one delivery attempt that raised"),
     M.EVENT_GENERATION_FAILED: Emission(PER_OCCURRENCE, "one change whose event could not be built"),
+    M.ALERT_FAILED: Emission(PER_OCCURRENCE, "one chat card not delivered after its retries"),
 }
 
 

@@ -59,6 +59,13 @@ class Settings(NamedTuple):
     # the poller at volume (docs/pull.md): channel calls per merchant and second, and orders polled at once
     poll_merchant_qps: int = 10
     poll_concurrency: int = 8
+    # incidents and chat cards (docs/alerts.md)
+    alerts_table: str = ""
+    console_url: str = ""  # the console's base URL, for the link on a card
+    incident_escalate_per_h: int = 100
+    incident_quiet_s: int = 3600
+    alert_hour_cap: int = 20
+    console_operator_mfa: bool = False  # operators must sign in with TOTP (docs/alerts.md "Hardening")
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -105,6 +112,12 @@ class Settings(NamedTuple):
                 console_client_id=env.get("CONSOLE_CLIENT_ID", ""),
                 poll_merchant_qps=int(env.get("TALLY_POLL_MERCHANT_QPS", "10")),
                 poll_concurrency=int(env.get("TALLY_POLL_CONCURRENCY", "8")),
+                alerts_table=env.get("ALERTS_TABLE", ""),
+                console_url=env.get("CONSOLE_URL", ""),
+                incident_escalate_per_h=int(env.get("TALLY_INCIDENT_ESCALATE_PER_H", "100")),
+                incident_quiet_s=int(env.get("TALLY_INCIDENT_QUIET_S", "3600")),
+                alert_hour_cap=int(env.get("TALLY_ALERT_HOUR_CAP", "20")),
+                console_operator_mfa=env.get("CONSOLE_OPERATOR_MFA", "") == "required",
             )
         except KeyError as missing:
             raise RuntimeError(f"missing environment variable {missing}: see docs/contracts.md") from None

@@ -6,6 +6,9 @@ CSRF token of the page the form came from. The sign-in page and static files are
 
 from __future__ import annotations
 
+import base64
+import json
+import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,6 +32,9 @@ _env = Environment(
     lstrip_blocks=True,
 )
 _env.globals.update(link=link, yuan=data.yuan, cst=data.cst, BUCKETS=data.BUCKETS, ACTIONS=actions.ACTIONS)
+_env.globals["live_incidents"] = lambda: incident_rows(
+    live_only=True
+)  # the Morning page's block (docs/alerts.md)
 
 
 def render(template: str, who: Identity | None, status: int = 200, **context: Any) -> Response:
@@ -77,7 +83,7 @@ def static(name: str) -> Response:
     return Response(200, path.read_text(encoding="utf-8"), STATIC_TYPES[path.suffix], headers)
 
 
-def login_page(request: Request, message: str = "", status: int = 200) -> Response:
+def login_page(request: Request, message: str = "", status: int = 200, **step: Any) -> Response:
     return render(
         "login.html",
         None,
@@ -86,11 +92,12 @@ def login_page(request: Request, message: str = "", status: int = 200) -> Respon
         next=_safe_next(request.field("next")),
         bye=bool(request.field("bye")),
         expired=request.field("expired") if request.field("expired") in ("expired", "not-done") else "",
+        **step,
     )
 
 
 def login_post(request: Request) -> Response:
-    from tally.store.users import SignInFailed
+    from tally.store.users import MfaRequired, SignInFailed
 
     if not request.same_origin():  # login CSRF: another site must not sign this browser in as someone else
         count(M.CONSOLE_ACTION_REFUSED)
@@ -100,18 +107,68 @@ def login_post(request: Request) -> Response:
         return login_page(
             request, "This sign-in came from another site: open the console and sign in there.", 403
         )
+    if request.form.get("mfa_session") or request.form.get("enrol_token"):
+        return totp_post(request)
     username, password = request.form.get("username", "").strip(), request.form.get("password", "")
     if not username or not password:
         return login_page(request, "Enter your user name and password.", 400)
+    users = bootstrap.console_users()
     try:
-        tokens = bootstrap.console_users().sign_in(username[:128], password[:256])
+        tokens = users.sign_in(username[:128], password[:256])
+    except MfaRequired as challenge:
+        return login_page(request, "", step="code", session=challenge.session, username=username[:128])
     except SignInFailed:
         count(M.CONSOLE_LOGIN_FAILED)
         logger.warning("console sign-in failed", extra={"username": username[:128]})
         return login_page(request, "Wrong user name or password.", 401)
+    if bootstrap.settings().console_operator_mfa and "operators" in _groups(tokens.id_token):
+        # an operator without TOTP: enrol now, then sign in again with a code (docs/alerts.md "Hardening")
+        secret = users.start_totp(tokens.access_token)
+        uri = f"otpauth://totp/Tally:{urllib.parse.quote(username[:128])}?secret={secret}&issuer=Tally"
+        return login_page(
+            request, "", step="enrol", secret=secret, otpauth=uri, enrol_token=tokens.access_token
+        )
     return render(
         "signed_in.html", None, token=tokens.id_token, next=_safe_next(request.form.get("next", ""))
     )
+
+
+def totp_post(request: Request) -> Response:
+    """The sign-in's TOTP steps: the code for a challenge, or the first code of an enrolment."""
+    from tally.store.users import SignInFailed
+
+    users = bootstrap.console_users()
+    code = request.form.get("code", "").strip()[:16]
+    try:
+        if request.form.get("enrol_token"):
+            users.confirm_totp(request.form["enrol_token"][:4096], code)
+            return login_page(
+                request, "Your authenticator app is set up: sign in with your password and a code."
+            )
+        username = request.form.get("username", "").strip()[:128]
+        tokens = users.answer_mfa(username, request.form["mfa_session"][:4096], code)
+    except SignInFailed:
+        count(M.CONSOLE_LOGIN_FAILED)
+        logger.warning(
+            "console sign-in failed: TOTP code", extra={"username": request.form.get("username", "")[:128]}
+        )
+        return login_page(request, "Wrong or expired code: sign in again.", 401)
+    return render(
+        "signed_in.html", None, token=tokens.id_token, next=_safe_next(request.form.get("next", ""))
+    )
+
+
+def _groups(id_token: str) -> frozenset[str]:
+    """The groups in an ID token Cognito has just handed us over TLS (its signature is API Gateway's to check on
+    every page; here it only decides whether the sign-in needs TOTP first)."""
+    from tally.console.auth import parse_groups
+
+    try:
+        part = id_token.split(".")[1]
+        claims = json.loads(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)))
+    except (IndexError, ValueError):
+        return frozenset()
+    return parse_groups(claims.get("cognito:groups"))
 
 
 def _safe_next(value: str) -> str:
@@ -289,6 +346,18 @@ def webhooks_post(request: Request, who: Identity) -> Response:
     return webhooks_page(request, who, **shown)
 
 
+def incidents_page(request: Request, who: Identity) -> Response:
+    """Failures grouped by cause (docs/alerts.md): live first; `?id=` shows one with its cases and history."""
+    wanted = request.field("id")
+    rows = incident_rows(live_only=False)
+    shown = next((r for r in rows if r["id"] == wanted), None) if wanted else None
+    return render("incidents.html", who, page="incidents", incidents=rows, shown=shown, wanted=wanted)
+
+
+def incident_rows(*, live_only: bool) -> list[dict[str, Any]]:
+    return bootstrap.incidents().list(live_only=live_only) if bootstrap.settings().alerts_table else []
+
+
 PAGES: dict[str, Callable[[Request, Identity], Response]] = {
     "": morning_page,
     "morning": morning_page,
@@ -302,6 +371,7 @@ PAGES: dict[str, Callable[[Request, Identity], Response]] = {
     "merchants": merchants_page,
     "ledger": ledger_page,
     "webhooks": webhooks_page,
+    "incidents": incidents_page,
 }
 
 

@@ -53,6 +53,7 @@ KEPT_KINDS = (
     "bill_upload",  # an uploaded bill in a folder recon cannot file (service/recon.py, L5)
     "webhook_failing",  # an endpoint that failed a delivery's whole retry window (service/webhooks.py)
     "event_generation_failed",  # a committed change whose event could not be built (service/outbox.py)
+    "alert_delivery",  # a chat card not delivered after its retries (service/alerts.py)
 )
 REPLAYABLE = ("quarantined", "rejected")  # kept with the body and headers the ingest path needs again
 
@@ -77,6 +78,7 @@ KINDS: dict[str, tuple[str, int]] = {
     "bill-upload": ("an uploaded bill under a folder that names no day: not reconciled", DAY_S),
     "webhook-failing": ("a merchant's webhook endpoint that kept failing: paused, its events held", 0),
     "event-generation-failed": ("a committed change whose event could not be built", 0),
+    "alert-delivery": ("a chat card that did not reach its destination: the pager is silent", 0),
 }
 PREFIXES = ("pay-", "evt-", "rejected-", "report-", "refund-", "task-", "diff-", "recon-", "order-", "cert-")
 ACTIONS = (

@@ -11,6 +11,8 @@ import string
 from dataclasses import dataclass
 from typing import Any
 
+from botocore.exceptions import ParamValidationError
+
 GROUPS = ("viewers", "operators")
 
 
@@ -18,11 +20,20 @@ class SignInFailed(Exception):
     """Wrong user name or password, or a user who must first set a password: never says which."""
 
 
+class MfaRequired(Exception):
+    """The password was right and the user has TOTP: the code comes next (`session` carries the sign-in)."""
+
+    def __init__(self, session: str):
+        super().__init__("a TOTP code is required")
+        self.session = session
+
+
 @dataclass(frozen=True)
 class Tokens:
     id_token: str
     expires_in: int
     refresh_token: str = ""
+    access_token: str = ""  # the user's own Cognito calls (TOTP enrolment), never stored
 
 
 def new_password(length: int = 20) -> str:
@@ -84,10 +95,53 @@ class ConsoleUsers:
             self.cognito.exceptions.PasswordResetRequiredException,
         ):
             raise SignInFailed from None
-        result = answer.get("AuthenticationResult")
-        if not result:  # a challenge (NEW_PASSWORD_REQUIRED …): `tally console add-user` sets a permanent one
+        if answer.get("ChallengeName") == "SOFTWARE_TOKEN_MFA":
+            raise MfaRequired(str(answer["Session"]))
+        return _tokens(answer)
+
+    # ------------------------------------------------------------ TOTP (docs/alerts.md "Hardening")
+
+    def answer_mfa(self, username: str, session: str, code: str) -> Tokens:
+        """The second step of a sign-in: the authenticator app's code for the session sign_in started."""
+        try:  # the session and the code come from a form: anything Cognito's client refuses is a failed sign-in
+            answer = self.cognito.respond_to_auth_challenge(
+                ClientId=self.client,
+                ChallengeName="SOFTWARE_TOKEN_MFA",
+                Session=session,
+                ChallengeResponses={"USERNAME": username, "SOFTWARE_TOKEN_MFA_CODE": code},
+            )
+        except (
+            self.cognito.exceptions.NotAuthorizedException,
+            self.cognito.exceptions.CodeMismatchException,
+            self.cognito.exceptions.ExpiredCodeException,
+            self.cognito.exceptions.ResourceNotFoundException,
+            ParamValidationError,
+        ):
+            raise SignInFailed from None
+        return _tokens(answer)
+
+    def start_totp(self, access_token: str) -> str:
+        """Enrolment, first step: the secret the person adds to an authenticator app."""
+        return str(self.cognito.associate_software_token(AccessToken=access_token)["SecretCode"])
+
+    def confirm_totp(self, access_token: str, code: str) -> None:
+        """Enrolment, second step: the app's first code; TOTP becomes the user's sign-in second factor."""
+        try:
+            answer = self.cognito.verify_software_token(
+                AccessToken=access_token, UserCode=code, FriendlyDeviceName="console"
+            )
+        except (
+            self.cognito.exceptions.CodeMismatchException,
+            self.cognito.exceptions.EnableSoftwareTokenMFAException,
+            self.cognito.exceptions.NotAuthorizedException,
+            ParamValidationError,
+        ):
+            raise SignInFailed from None
+        if answer.get("Status") != "SUCCESS":
             raise SignInFailed
-        return Tokens(result["IdToken"], int(result.get("ExpiresIn", 3600)), result.get("RefreshToken", ""))
+        self.cognito.set_user_mfa_preference(
+            AccessToken=access_token, SoftwareTokenMfaSettings={"Enabled": True, "PreferredMfa": True}
+        )
 
     def current(self, username: str) -> frozenset[str] | None:
         """The user's groups now (not when its token was issued), or None when it no longer exists or is
@@ -100,3 +154,15 @@ class ConsoleUsers:
             return None
         answer = self.cognito.admin_list_groups_for_user(UserPoolId=self.pool, Username=username, Limit=10)
         return frozenset(g["GroupName"] for g in answer.get("Groups", []) if g.get("GroupName") in GROUPS)
+
+
+def _tokens(answer: dict[str, Any]) -> Tokens:
+    result = answer.get("AuthenticationResult")
+    if not result:  # a challenge (NEW_PASSWORD_REQUIRED …): `tally console add-user` sets a permanent one
+        raise SignInFailed
+    return Tokens(
+        result["IdToken"],
+        int(result.get("ExpiresIn", 3600)),
+        result.get("RefreshToken", ""),
+        result.get("AccessToken", ""),
+    )
