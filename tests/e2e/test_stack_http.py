@@ -11,6 +11,7 @@ import urllib.request
 import boto3
 import pytest
 
+from tally_local.sigv4 import signed_headers
 from tally_local.stack import EmbeddedStack
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -69,7 +70,9 @@ def cli(stack, *args):
 
 def http(method, url, body=None):
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method, headers={"content-type": "application/json"})
+    # signed as a merchant backend signs (SigV4, the stack's fake credentials): the AWS_IAM routes refuse anything else
+    headers = signed_headers(method, url, data, {"content-type": "application/json"})
+    req = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=10) as resp:
             return resp.status, json.loads(resp.read() or b"null")

@@ -12,6 +12,7 @@ from tally.settings import Settings
 if TYPE_CHECKING:  # the real return types; the imports themselves stay lazy (cold start, R10)
     from tally.service.apply import ApplyService
     from tally.service.backfill import SettlementBackfill
+    from tally.service.callers import CallerDirectory
     from tally.service.heartbeat import Heartbeat
     from tally.service.ingest import IngestService
     from tally.service.keys import KeyRotationService
@@ -50,6 +51,7 @@ def reset() -> None:
         ingest_service,
         apply_service,
         order_service,
+        callers,
         outbox_service,
         manual_queue,
         work_queue,
@@ -181,6 +183,15 @@ def apply_service() -> ApplyService:
         clock=_clock,
         max_not_found_attempts=settings().order_not_found_max_attempts,
     )
+
+
+@cache
+def callers() -> CallerDirectory:
+    """R53: which signed callers may act for which merchants (service/callers.py)."""
+    from tally.service.callers import CallerDirectory
+    from tally.store.tables import MerchantStore
+
+    return CallerDirectory(MerchantStore(tables()), clock=_clock)
 
 
 @cache
