@@ -24,10 +24,16 @@ from botocore.awsrequest import AWSRequest
 def signed_request(method: str, url: str, body: dict | None = None, *, session=None, region=None):
     """(url, headers, data) of a SigV4-signed request to the HTTP API."""
     session = session or boto3.Session()
+    credentials = session.get_credentials()
+    if credentials is None:
+        raise SystemExit(
+            "no AWS credentials: give the backend's role (or AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY; "
+            "testing / testing for `make run`)"
+        )
     region = region or session.region_name or urlsplit(url).hostname.split(".")[2]
     data = json.dumps(body, separators=(",", ":")).encode() if body is not None else None
     request = AWSRequest(method=method, url=url, data=data, headers={"content-type": "application/json"})
-    SigV4Auth(session.get_credentials(), "execute-api", region).add_auth(request)
+    SigV4Auth(credentials, "execute-api", region).add_auth(request)
     return request.url, dict(request.headers), data
 
 

@@ -1,4 +1,4 @@
-"""`tally merchant add|check|list`: channel credentials into Secrets Manager, the merchant row into DynamoDB;
+"""`tally merchant add|check|list` (and allow|disallow|principals: tally_cli/principals.py): channel credentials into Secrets Manager, the merchant row into DynamoDB;
 the configured merchants with their mode and certificate expiry (never a secret)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 from tally.channels import registry as channel_registry
 from tally.service.merchants import list_merchants
 
-from tally_cli import merchant_settlement
+from tally_cli import merchant_settlement, principals
 from tally_cli.common import add_target, connect, emit, secret_arg
 
 
@@ -117,6 +117,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_target(check)
     check.set_defaults(run=merchant_check)
     merchant_settlement.register(merchant)  # update, show (R45)
+    principals.register(merchant)  # allow, disallow, principals (R53)
 
 
 def _no_check(parser: argparse.ArgumentParser) -> None:

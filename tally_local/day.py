@@ -535,8 +535,11 @@ def wait_paid(day: Day, mchid: str, no: str, timeout: float = 20) -> None:
 
 
 def call(method: str, url: str, body: Any = None) -> tuple[int, Any]:
+    """The merchant backend's signed call (SigV4 with the stack's fake credentials: tally_local/sigv4.py)."""
+    from tally_local.sigv4 import signed_headers
+
     data = json.dumps(body).encode() if body is not None else None
-    return post(url, data, {"content-type": "application/json"}, method)
+    return post(url, data, signed_headers(method, url, data, {"content-type": "application/json"}), method)
 
 
 def post(url: str, data: bytes | None, headers: dict[str, str], method: str = "POST") -> tuple[int, Any]:

@@ -4,7 +4,8 @@
 the HttpApi events in template.yaml. Like API Gateway: unknown route → 404, handler exception → 500
 (traceback to stderr, never to the client), body over 10 MB → 413. JWT authorizers (the console's
 Cognito tokens) are checked as API Gateway checks them (`JwtAuthorizer`, `authorizers_from_template`).
-Not emulated: IAM (SigV4) authorisation, the 30 s integration timeout, custom domains and stages other
+IAM authorisation (SigV4) is checked with the keys the stack knows (`IamAuthorizer`, tally_local/sigv4.py).
+Not emulated: the 30 s integration timeout, custom domains and stages other
 than `$default`.
 """
 
@@ -29,6 +30,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from tally_local.ackfirst import AckFirst
 from tally_local.containers import ContainerCrashed, ContainerPool, ContainerSpec
 from tally_local.resources import LambdaContext, function_specs, load_handler
+from tally_local.sigv4 import IamAuthorizer
 
 log = logging.getLogger(__name__)
 
@@ -372,7 +374,7 @@ class FrontDoor:
         host: str = "127.0.0.1",
         port: int = 0,
         *,
-        authorizers: Mapping[str, JwtAuthorizer] | None = None,
+        authorizers: Mapping[str, JwtAuthorizer | IamAuthorizer] | None = None,
         ack_first: AckFirst | None = None,
     ):
         self.routes = [Route.parse(key, _as_target(key, value)) for key, value in routes.items()]
@@ -574,8 +576,20 @@ def gateway_claims(claims: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-def _authorize(authorizer: JwtAuthorizer | None, request: _Request, event: dict[str, Any]) -> Reply | None:
+def _authorize(
+    authorizer: JwtAuthorizer | IamAuthorizer | None, request: _Request, event: dict[str, Any]
+) -> Reply | None:
     if authorizer is None:
+        return None
+    if isinstance(
+        authorizer, IamAuthorizer
+    ):  # AWS_IAM: SigV4 by a known key, else 403 (tally_local/sigv4.py)
+        verified = authorizer.authorize(
+            request.method, request.path, request.query, request.headers, request.body
+        )
+        if verified is None:
+            return json_reply(403, "Forbidden")
+        event["requestContext"]["authorizer"] = verified
         return None
     claims = authorizer.claims(request.headers)
     if claims is None:
@@ -585,12 +599,18 @@ def _authorize(authorizer: JwtAuthorizer | None, request: _Request, event: dict[
 
 
 def authorizers_from_template(
-    template: Mapping[str, Any], resolve: Callable[[Any], Any], endpoint_url: str
-) -> dict[str, JwtAuthorizer]:
-    """{routeKey: JwtAuthorizer} for every HttpApi route whose Auth.Authorizer names a JWT authorizer of
-    HttpApi (resolved against what the embedded stack created: the pool id, the client id)."""
+    template: Mapping[str, Any],
+    resolve: Callable[[Any], Any],
+    endpoint_url: str,
+    iam: IamAuthorizer | None = None,
+) -> dict[str, JwtAuthorizer | IamAuthorizer]:
+    """{routeKey: authorizer} for every HttpApi route whose Auth.Authorizer names a JWT authorizer of
+    HttpApi (resolved against what the embedded stack created: the pool id, the client id), and, given `iam`,
+    every route whose Authorizer is AWS_IAM (SigV4, checked by `iam`)."""
     resources = template.get("Resources", {})
-    configured: dict[str, JwtAuthorizer] = {}
+    configured: dict[str, JwtAuthorizer | IamAuthorizer] = {}
+    if iam is not None:
+        configured["AWS_IAM"] = iam
     for resource in resources.values():
         if resource.get("Type") != "AWS::Serverless::HttpApi":
             continue
@@ -610,6 +630,14 @@ def authorizers_from_template(
                 .removeprefix("$request.header.")
                 .lower(),
             )
+    default = next(
+        (
+            ((r.get("Properties") or {}).get("Auth") or {}).get("DefaultAuthorizer")
+            for r in resources.values()
+            if r.get("Type") == "AWS::Serverless::HttpApi"
+        ),
+        None,
+    )
     routes = {}
     for resource in resources.values():
         if resource.get("Type") != "AWS::Serverless::Function":
@@ -618,7 +646,7 @@ def authorizers_from_template(
             if event.get("Type") != "HttpApi":
                 continue
             props = event.get("Properties") or {}
-            chosen = (props.get("Auth") or {}).get("Authorizer")
+            chosen = (props.get("Auth") or {}).get("Authorizer", default)
             if chosen in configured:
                 routes[f"{str(props.get('Method', 'ANY')).upper()} {props.get('Path')}"] = configured[chosen]
     return routes
@@ -633,6 +661,7 @@ def _as_target(key: str, value: Handler | Target) -> Target:
 __all__ = [
     "MAX_BODY_BYTES",
     "FrontDoor",
+    "IamAuthorizer",
     "JwtAuthorizer",
     "authorizers_from_template",
     "Target",

@@ -27,9 +27,11 @@ def http_event(
     request_id: str | None = None,
     time_ms: int | None = None,
     source_ip: str = "127.0.0.1",
+    caller: str | None = None,
 ) -> dict[str, Any]:
     """An HTTP API payload-2.0 event, as API Gateway hands it to a function. Without `route` the routeKey is
-    the path with each path parameter's value put back as `{name}` (what API Gateway matched)."""
+    the path with each path parameter's value put back as `{name}` (what API Gateway matched). `caller`: the
+    IAM principal (ARN) API Gateway's IAM authorizer verified, as `requestContext.authorizer.iam`."""
     route_key = f"{method} {route or route_of(path, path_params)}"
     context: dict[str, Any] = {
         "http": {
@@ -45,6 +47,8 @@ def http_event(
     }
     if time_ms is not None:
         context["timeEpoch"] = time_ms
+    if caller is not None:
+        context["authorizer"] = {"iam": iam_context(caller)}
     return {
         "version": "2.0",
         "routeKey": route_key,
@@ -55,6 +59,21 @@ def http_event(
         "pathParameters": path_params,
         "body": base64.b64encode(body).decode() if base64_body else body.decode(),
         "isBase64Encoded": base64_body,
+    }
+
+
+def iam_context(user_arn: str, access_key: str = "ASIALOCALCALLER00000") -> dict[str, Any]:
+    """`requestContext.authorizer.iam` as API Gateway's IAM authorizer fills it for a verified SigV4 caller."""
+    account = user_arn.split(":")[4] if user_arn.count(":") >= 5 else ""
+    user_id = "AIDA" + account + user_arn.rsplit("/", 1)[-1].upper()[:8]
+    return {
+        "accessKey": access_key,
+        "accountId": account,
+        "callerId": user_id,
+        "cognitoIdentity": None,
+        "principalOrgId": None,
+        "userArn": user_arn,
+        "userId": user_id,
     }
 
 

@@ -19,6 +19,8 @@ EVENTS = ROOT / "events"
 SAMPLE_TIMESTAMP = 1796000000  # 2026-11-29T... UTC; fixed so the file is reproducible
 SAMPLE_ORDER = "SAMPLE-ORDER-0001"
 SAMPLE_TRANSACTION = "4200000000202611290000000001"
+# the merchant backend's role as API Gateway's IAM authorizer reports it (R53: `tally merchant allow` it first)
+SAMPLE_CALLER = "arn:aws:sts::123456789012:assumed-role/shop-backend/sample-session"
 
 
 def http_event(
@@ -30,8 +32,10 @@ def http_event(
     path_params: dict[str, str],
     *,
     base64_body: bool,
+    caller: str | None = None,
 ) -> dict:
-    """A sample event: reproducible request id, time and a WeChat source address."""
+    """A sample event: reproducible request id, time and a WeChat source address; `caller`: the IAM principal
+    of a signed route (R53)."""
     return lambda_io.http_event(
         method,
         path,
@@ -43,6 +47,7 @@ def http_event(
         request_id="sample-request-0001",
         time_ms=SAMPLE_TIMESTAMP * 1000,
         source_ip="101.226.103.0",
+        caller=caller,
     )
 
 
@@ -93,6 +98,7 @@ def build() -> dict[str, dict]:
         {"content-type": "application/json"},
         {},
         base64_body=False,
+        caller=SAMPLE_CALLER,
     )
     worker = {
         "Records": [
@@ -123,6 +129,7 @@ def build() -> dict[str, dict]:
         {"content-type": "application/json"},
         {},
         base64_body=False,
+        caller=SAMPLE_CALLER,
     )
     return {
         "notify_wechatpay.json": notify,

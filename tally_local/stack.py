@@ -31,6 +31,7 @@ from typing import Any
 
 import boto3
 from moto.server import ThreadedMotoServer
+from tally.domain.callers import EVERY_MERCHANT
 
 from tally_local import moto_fixes, statemachines
 from tally_local.ackfirst import AckFirst
@@ -48,6 +49,7 @@ from tally_local.resources import (
     load_handler,
     load_template,
 )
+from tally_local.sigv4 import LOCAL_ACCESS_KEY, LOCAL_BACKEND_ARN, LOCAL_SECRET_KEY, local_authorizer
 from tally_local.simulator import ChannelSimulator
 from tally_local.streams import DownstreamPrinter, StreamPump
 
@@ -107,6 +109,8 @@ class EmbeddedStack:
         self.env: dict[str, str] = {}
         self.simulator: Any = None
         self.front_door: FrontDoor | None = None
+        # API Gateway's IAM authorizer for the AWS_IAM routes: the fake credentials, and whatever a test adds
+        self.iam = local_authorizer(region)
         self.state_machines: dict[str, str] = {}  # logical id → ARN (tally_local/statemachines.py)
         self.pumps: dict[str, SqsPump] = {}
         self.stream_pumps: dict[str, StreamPump] = {}
@@ -154,6 +158,7 @@ class EmbeddedStack:
             self._create_resources()
             self._create_console_logins()
             self._start_functions()
+            self._allow_local_backend()
             if self.seed_demo is not None:
                 self.seeded = self.seed_demo(self)
             self._started(self.front_door).serve()  # ready: what reached the port meanwhile is answered now
@@ -290,13 +295,21 @@ class EmbeddedStack:
             "viewer": users.add("viewer", "viewers"),
         }
 
+    def _allow_local_backend(self) -> None:
+        """R53 on the local stack: the fake credentials' principal acts for every merchant (one backend, as a
+        single-merchant deployment registers its own); tests add principals of their own through `self.iam`."""
+        from tally import bootstrap
+
+        bootstrap.reset()
+        bootstrap.callers().allow(LOCAL_BACKEND_ARN, [EVERY_MERCHANT], by="tally_local")
+
     def _start_functions(self) -> None:
         """Import the handlers only now: a module may read its settings at import time."""
         _cold_start()
         self._undo.append(_cold_start)
         template = load_template(self.template_path)
         authorizers = authorizers_from_template(
-            template, self._started(self._resolver).resolve, self.endpoint_url
+            template, self._started(self._resolver).resolve, self.endpoint_url, iam=self.iam
         )
         routes = routes_from_template(
             template, self.root, containers=self.containers, resolve=self._started(self._resolver).resolve
@@ -424,6 +437,13 @@ class EmbeddedStack:
             ("  merchant webhook receiver", f"{self.simulator_url}/merchant/_deliveries   (docs/webhooks.md)")
         ]
         rows += [("State file", str(self.state_dir / "local.json"))]
+        rows += [
+            (
+                "Signed API (SigV4, execute-api)",
+                f"key {LOCAL_ACCESS_KEY} / secret {LOCAL_SECRET_KEY}, region {self.region}",
+            ),
+            ("  as", f"{LOCAL_BACKEND_ARN} (every merchant)"),
+        ]
         if self.console_logins:
             rows += [("Console", f"{self.api_url}/console/login")]
             rows += [(f"  sign in as {name}", password) for name, password in self.console_logins.items()]

@@ -21,6 +21,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tally import bootstrap  # noqa: E402
+from tally.domain.callers import EVERY_MERCHANT  # noqa: E402
 from tally.observability import metrics  # noqa: E402
 
 from tally_local.lambda_io import emf_metrics, emf_series, http_event  # noqa: E402
@@ -31,6 +32,7 @@ from tally_local.resources import (  # noqa: E402
     load_handler,
     load_template,
 )
+from tally_local.sigv4 import LOCAL_BACKEND_ARN  # noqa: E402
 from tally_local.simulator import ChannelSimulator, _crypto  # noqa: E402
 
 
@@ -464,6 +466,7 @@ class Harness:
         )  # the worker's clients: building two per test cost ~12 ms of CPU
         self.sqs = account.client("sqs")
         self.metric_log: list[dict] = []
+        self._backend_allowed = False
         self.series_log: list[tuple] = []  # (name, value, dimensions): what CloudWatch would store
         # counts an earlier test left by calling services directly (no handler flushed them) would
         # otherwise ride out with this test's first handler call and be read as this test's
@@ -543,9 +546,23 @@ class Harness:
             base64_body=base64_body,
         )
 
-    def call(self, function, method, path, body: bytes, headers, path_params, base64_body=True):
+    def call(
+        self,
+        function,
+        method,
+        path,
+        body: bytes,
+        headers,
+        path_params,
+        base64_body=True,
+        caller=LOCAL_BACKEND_ARN,
+    ):
+        """`caller`: the IAM principal API Gateway verified (R53); the tests' backend acts for every merchant."""
         handler, _ = self.handlers[function]
-        event = http_event(method, path, body, headers, path_params, base64_body=base64_body)
+        if caller == LOCAL_BACKEND_ARN and not self._backend_allowed:
+            bootstrap.callers().allow(LOCAL_BACKEND_ARN, [EVERY_MERCHANT], by="tests")
+            self._backend_allowed = True
+        event = http_event(method, path, body, headers, path_params, base64_body=base64_body, caller=caller)
         response = handler(event, LambdaContext(function))
         self._collect_metrics()
         return response

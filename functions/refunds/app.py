@@ -6,6 +6,7 @@
 from tally import bootstrap
 from tally.apigw import HttpRequest, answer, json_response
 from tally.observability import metrics
+from tally.service.callers import caller_of, merchants_named
 
 
 @metrics.log_metrics
@@ -17,14 +18,22 @@ def handler(event, context):
 
 
 def _handle(event):
+    caller = caller_of(event)  # R53: the signed caller acts only for its own merchants, reads included
+    callers = bootstrap.callers()
     service = bootstrap.refund_service()
     request = HttpRequest.from_event(event)
     if request.method == "POST":
-        refund, created = service.create(request.json())
+        body = request.json()
+        callers.require(caller, merchants_named(body))
+        refund, created = service.create(body)
         return json_response(201 if created else 200, refund)
     # `?mchid=` (the caller's merchant): another tenant's refund number is then simply not found (R39)
-    refund_no = request.path_params["refund_no"]
-    return json_response(200, service.show(refund_no, request.query.get("mchid")))
+    refund_no, mchid = request.path_params["refund_no"], request.query.get("mchid")
+    if mchid is not None:
+        callers.require(caller, [mchid])
+    refund = service.show(refund_no, mchid)
+    callers.require(caller, [refund["mchid"]])
+    return json_response(200, refund)
 
 
 @metrics.log_metrics

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from tally.console.auth import csrf_token, identity
 
+from tally_local.sigv4 import signed_headers
 from tests.browser.conftest import http, morning_total, shot, sign_in, sim_post, token_for
 
 MCHID = "1900000109"  # the demo merchant seed_demo configures
@@ -22,9 +23,8 @@ pytestmark = pytest.mark.e2e
 
 def _create_order(stack, no: str, amount_cent: int = 506) -> None:
     body = json.dumps({"mchid": MCHID, "out_trade_no": no, "amount_cent": amount_cent, "description": "t"})
-    status, _, answer = http(
-        "POST", stack.api_url + "/orders", body.encode(), {"content-type": "application/json"}
-    )
+    url = stack.api_url + "/orders"  # signed as the merchant backend signs (R53, tally_local/sigv4.py)
+    status, _, answer = http("POST", url, body.encode(), signed_headers("POST", url, body.encode(), {}))
     assert status == 201, answer
 
 

@@ -10,6 +10,8 @@ import time
 import urllib.error
 import urllib.request
 
+from tally_local.sigv4 import signed_headers
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TALLY = str(pathlib.Path(sys.executable).with_name("tally"))
 
@@ -23,7 +25,9 @@ def cli(stack, *args):
 
 def http(method, url, body=None):
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method, headers={"content-type": "application/json"})
+    # signed as a merchant backend signs (SigV4, the stack's fake credentials): the AWS_IAM routes refuse anything else
+    headers = signed_headers(method, url, data, {"content-type": "application/json"})
+    req = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=10) as resp:
             return resp.status, json.loads(resp.read() or b"null")

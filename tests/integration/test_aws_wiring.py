@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 
 import pytest
@@ -417,54 +418,60 @@ def test_every_function_has_a_sample_event_that_its_handler_takes(h):
     assert h.metric("OutboxPublished") == 1  # the stream sample is a WAIT_PAY -> PAID change
 
 
-def test_the_signed_caller_example_signs_sigv4_for_execute_api(monkeypatch):
-    """examples/signed_call.py (README, docs/deploy.md): a SigV4 request for execute-api over real HTTP."""
+def _signed_call_example():
     import importlib.util
     import pathlib
-    import threading
-    from http.server import BaseHTTPRequestHandler, HTTPServer
 
-    seen = {}
-
-    class Api(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802 - http.server's name
-            seen["headers"] = {k.lower(): v for k, v in self.headers.items()}
-            seen["body"] = self.rfile.read(int(self.headers["content-length"]))
-            self.send_response(201)
-            self.send_header("content-type", "application/json")
-            self.end_headers()
-            self.wfile.write(b'{"status":"WAIT_PAY"}')
-
-        def log_message(self, *args):
-            pass
-
-    server = HTTPServer(("127.0.0.1", 0), Api)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
     path = pathlib.Path(__file__).parents[2] / "examples/signed_call.py"
     spec = importlib.util.spec_from_file_location("signed_call", path)
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
-    try:
-        body = {
-            "mchid": "1900000109",
-            "out_trade_no": "SIGNED1",
-            "amount_cent": 1999,
-            "description": "coffee",
+    return example
+
+
+def test_the_signed_caller_example_signs_sigv4_for_execute_api(monkeypatch):
+    """examples/signed_call.py (README, docs/deploy.md): its SigV4 request passes the front door's IAM check
+    (tally_local/sigv4.py, API Gateway's rules) over real HTTP, and the function sees the verified caller."""
+    from tally_local.frontdoor import FrontDoor
+    from tally_local.sigv4 import IamAuthorizer
+
+    seen = {}
+
+    def orders(event, context):
+        seen["event"] = event
+        return {
+            "statusCode": 201,
+            "headers": {"content-type": "application/json"},
+            "body": '{"status":"WAIT_PAY"}',
         }
-        status, answer = example.call(
-            "POST", f"http://127.0.0.1:{server.server_address[1]}/orders", body, region="cn-north-1"
-        )
+
+    iam = IamAuthorizer("cn-north-1")
+    iam.add("AKIDEXAMPLE", "secret", "arn:aws-cn:iam::123456789012:role/shop-backend")
+    door = FrontDoor({"POST /orders": orders}, authorizers={"POST /orders": iam}).start()
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    body = {"mchid": "1900000109", "out_trade_no": "SIGNED1", "amount_cent": 1999, "description": "coffee"}
+    try:
+        status, answer = _signed_call_example().call("POST", f"{door.url}/orders", body, region="cn-north-1")
     finally:
-        server.shutdown()
+        door.stop()
     assert (status, answer) == (201, {"status": "WAIT_PAY"})
-    auth = seen["headers"]["authorization"]
-    assert auth.startswith("AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/")
+    event = seen["event"]
     assert (
-        "/cn-north-1/execute-api/aws4_request" in auth and "SignedHeaders=" in auth and "Signature=" in auth
+        event["requestContext"]["authorizer"]["iam"]["userArn"]
+        == "arn:aws-cn:iam::123456789012:role/shop-backend"
     )
-    assert "x-amz-date" in seen["headers"] and json.loads(seen["body"]) == body
+    assert json.loads(base64.b64decode(event["body"]) if event["isBase64Encoded"] else event["body"]) == body
+
+
+def test_the_signed_caller_example_without_credentials_says_so(monkeypatch, tmp_path):
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    with pytest.raises(SystemExit, match="no AWS credentials"):
+        _signed_call_example().signed_request("POST", "http://127.0.0.1:9/orders", {}, region="us-east-1")
 
 
 def test_R54_two_beats_in_one_minute_are_one_payment_and_synthetic_money_opens_no_item(h, monkeypatch):

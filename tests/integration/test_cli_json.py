@@ -120,6 +120,9 @@ def test_every_json_verb_prints_exactly_one_json_document_and_logs_only_on_stder
         "manual accept-amount": ["manual", "accept-amount", *bulk],
         "manual abnormal-refund": ["manual", "abnormal-refund", *bulk, "--to", "merchant-bank-card"],
         "merchant list": ["merchant", "list"],
+        "merchant allow": ["merchant", "allow", "arn:aws:iam::123456789012:role/shop", m],
+        "merchant principals": ["merchant", "principals"],
+        "merchant disallow": ["merchant", "disallow", "arn:aws:iam::123456789012:role/shop"],
         "merchant check": ["merchant", "check", "wechatpay", m],
         "merchant show": ["merchant", "show", "wechatpay", m],
         "merchant update": [

@@ -20,6 +20,7 @@ import pytest
 
 from tally_local.containers import ContainerPool, ContainerSpec, FunctionError, containers_setting
 from tally_local.frontdoor import FrontDoor, routes_from_template
+from tally_local.sigv4 import signed_headers
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -253,7 +254,9 @@ def test_the_embedded_stack_serves_http_functions_from_containers_and_stops_them
             thread.join(60)
         assert statuses == [204] * 4
         assert stack.drain(10)
-        with urllib.request.urlopen(stack.api_url + "/orders/19/C3", timeout=60) as answer:
+        url = stack.api_url + "/orders/19/C3"
+        signed = urllib.request.Request(url, headers=signed_headers("GET", url, None, {}))  # an AWS_IAM route
+        with urllib.request.urlopen(signed, timeout=60) as answer:
             assert json.loads(answer.read())["by"] == {"S": "WorkerFunction"}  # the worker booked it
         notify_pids = stack.front_door.container_pids("NotifyFunction")
         assert 1 <= len(notify_pids) <= 2 and os.getpid() not in notify_pids  # at most `containers`

@@ -30,6 +30,7 @@ from tally_local.resources import (
     load_handler,
     load_template,
 )
+from tally_local.sigv4 import signed_headers
 from tally_local.stack import EmbeddedStack, PortInUse
 from tests.integration.toy_functions import write_function
 
@@ -232,7 +233,10 @@ def front_door():
     door.stop()
 
 
-def request(door: FrontDoor, method: str, path: str, body: bytes | None = None, headers=()):
+def request(door: FrontDoor, method: str, path: str, body: bytes | None = None, headers=(), signed=False):
+    """`signed`: SigV4 with the stack's fake credentials, as a merchant backend signs for an AWS_IAM route."""
+    if signed:
+        headers = [*headers, *signed_headers(method, door.url + path, body, dict(headers)).items()]
     host, port = door.url.removeprefix("http://").split(":")
     connection = http.client.HTTPConnection(host, int(port), timeout=10)
     connection.putrequest(method, path)
@@ -546,7 +550,8 @@ def test_embedded_stack_end_to_end_on_toy_functions(toy_root, tmp_path, monkeypa
     seeded = []
     early: list = []  # a request sent while the stack is being seeded: answered once it is ready, not before
     asking = threading.Thread(
-        target=lambda: early.append(request(stack.front_door, "POST", "/orders", b"{}")), daemon=True
+        target=lambda: early.append(request(stack.front_door, "POST", "/orders", b"{}", signed=True)),
+        daemon=True,
     )
 
     def seed(started):
@@ -576,10 +581,10 @@ def test_embedded_stack_end_to_end_on_toy_functions(toy_root, tmp_path, monkeypa
         )
         assert response.status == 204
         assert stack.drain(10)
-        response, data = request(stack.front_door, "GET", "/orders/19/T1")
+        response, data = request(stack.front_door, "GET", "/orders/19/T1", signed=True)
         assert response.status == 200, data
         assert json.loads(data)["by"] == {"S": "WorkerFunction"}
-        response, data = request(stack.front_door, "POST", "/orders", b"{}")
+        response, data = request(stack.front_door, "POST", "/orders", b"{}", signed=True)
         assert json.loads(data) == {"api": stack.simulator.url}
         state_file = stack.write_state()
         state = json.loads(state_file.read_text())

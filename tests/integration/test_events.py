@@ -4,9 +4,10 @@ import json
 import pathlib
 
 from tally import bootstrap
+from tally.domain.callers import principal_of
 
 from tally_local.resources import LambdaContext
-from tally_local.samples import SAMPLE_ORDER, SAMPLE_TIMESTAMP, SAMPLE_TRANSACTION
+from tally_local.samples import SAMPLE_CALLER, SAMPLE_ORDER, SAMPLE_TIMESTAMP, SAMPLE_TRANSACTION
 
 EVENTS = pathlib.Path(__file__).resolve().parents[2] / "events"
 
@@ -30,6 +31,9 @@ def test_every_function_has_a_sample_event(handlers):
 
 def test_sample_events_book_a_payment_R7_R18(h):
     m = h.add_merchant()
+    bootstrap.callers().allow(
+        principal_of(SAMPLE_CALLER), [m["mchid"]], by="test"
+    )  # the sample's backend (R53)
     bootstrap.set_clock(lambda: SAMPLE_TIMESTAMP + 1)  # judge the window by the sample's own time
     assert invoke(h, "OrdersFunction", "orders_create.json")["statusCode"] == 201
     assert invoke(h, "NotifyFunction", "notify_wechatpay.json")["statusCode"] == 204

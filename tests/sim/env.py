@@ -16,6 +16,7 @@ from typing import Any
 import boto3
 from moto import mock_aws
 from tally import bootstrap
+from tally.domain.callers import EVERY_MERCHANT
 from tally.observability import logger as tally_logger
 from tally.store.codec import from_item
 
@@ -28,6 +29,7 @@ from tally_local.resources import (
     load_handler,
     load_template,
 )
+from tally_local.sigv4 import LOCAL_BACKEND_ARN
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BUSINESS_ENV = ("NOTIFY_RAW_TABLE", "ORDERS_TABLE", "LEDGER_TABLE", "TRANSITIONS_TABLE", "REFUND_TASKS_TABLE")
@@ -119,6 +121,7 @@ class SimEnv:
         # The checker's own clients: no fault hook is ever registered on them.
         self.ddb = boto3.client("dynamodb")
         self.sqs = boto3.client("sqs")
+        bootstrap.callers().allow(LOCAL_BACKEND_ARN, [EVERY_MERCHANT], by="simulation")
         return self
 
     def stop(self) -> None:
@@ -155,7 +158,10 @@ class SimEnv:
         path_params: dict[str, str],
         base64_body: bool = True,
     ) -> dict[str, Any]:
-        return http_event(method, path, body, headers, path_params, base64_body=base64_body)
+        # the merchant backend's principal, registered for every merchant at start (R53)
+        return http_event(
+            method, path, body, headers, path_params, base64_body=base64_body, caller=LOCAL_BACKEND_ARN
+        )
 
     def invoke(self, function: str, event: dict[str, Any]) -> dict[str, Any]:
         with self.observer.watching():

@@ -13,6 +13,7 @@ if TYPE_CHECKING:  # the real return types; the imports themselves stay lazy (co
     from tally.service.alerts import Notifier
     from tally.service.apply import ApplyService
     from tally.service.backfill import SettlementBackfill
+    from tally.service.callers import CallerDirectory
     from tally.service.heartbeat import Heartbeat
     from tally.service.incidents import IncidentService
     from tally.service.ingest import IngestService
@@ -78,6 +79,7 @@ def reset() -> None:
         webhook_deliverer,
         incidents,
         notifier,
+        callers,
     ):
         built.cache_clear()
 
@@ -192,6 +194,15 @@ def apply_service() -> ApplyService:
         max_not_found_attempts=settings().order_not_found_max_attempts,
         synthetic_mchid=settings().heartbeat_mchid,
     )
+
+
+@cache
+def callers() -> CallerDirectory:
+    """R53: which signed callers may act for which merchants (service/callers.py)."""
+    from tally.service.callers import CallerDirectory
+    from tally.store.tables import MerchantStore
+
+    return CallerDirectory(MerchantStore(tables()), clock=_clock)
 
 
 @cache
@@ -596,36 +607,6 @@ def webhook_fanout() -> WebhookFanout | None:
         ChangedRows(tables(), settings().refunds_table),
         _clock,
         w.api_url,
-# ---------------------------------------------------------------- incidents and chat cards (docs/alerts.md)
-
-
-@cache
-def incidents() -> IncidentService:
-    from tally.service.incidents import IncidentService
-    from tally.store.alerts import IncidentStore
-
-    s = settings()
-    return IncidentService(
-        IncidentStore(_client("dynamodb"), s.alerts_table),
-        work_queue,
-        clock=_clock,
-        escalate_per_h=s.incident_escalate_per_h,
-        quiet_s=s.incident_quiet_s,
-    )
-
-
-def alert_log() -> Any:
-    from tally.store.alerts import AlertLog
-
-    return AlertLog(_client("dynamodb"), settings().alerts_table)
-
-
-def alert_destinations() -> Any:
-    from tally.store.alerts import Destinations, secret_name
-    from tally.store.secrets import SecretStore
-
-    return Destinations(
-        SecretStore(_client("secretsmanager")), secret_name(settings().merchant_secret_prefix)
     )
 
 
@@ -675,6 +656,42 @@ def event_feed() -> EventFeed:
     from tally.service.webhooks import EventFeed
 
     return EventFeed(webhook_endpoints().store, _clock, webhook_settings().settle_s)
+
+
+# ---------------------------------------------------------------- incidents and chat cards (docs/alerts.md)
+
+
+@cache
+def incidents() -> IncidentService:
+    from tally.service.incidents import IncidentService
+    from tally.store.alerts import IncidentStore
+
+    s = settings()
+    return IncidentService(
+        IncidentStore(_client("dynamodb"), s.alerts_table),
+        work_queue,
+        clock=_clock,
+        escalate_per_h=s.incident_escalate_per_h,
+        quiet_s=s.incident_quiet_s,
+    )
+
+
+def alert_log() -> Any:
+    from tally.store.alerts import AlertLog
+
+    return AlertLog(_client("dynamodb"), settings().alerts_table)
+
+
+def alert_destinations() -> Any:
+    from tally.store.alerts import Destinations, secret_name
+    from tally.store.secrets import SecretStore
+
+    return Destinations(
+        SecretStore(_client("secretsmanager")), secret_name(settings().merchant_secret_prefix)
+    )
+
+
+@cache
 def notifier() -> Notifier:
     from tally.service.alerts import Notifier
     from tally.store.tables import EventStore

@@ -8,6 +8,7 @@ into HTTP; handlers never map exceptions themselves (tests/unit/test_errors.py).
 
     TallyError
     ├── InvalidRequest   400  the request is wrong (bad JSON, a field out of range)
+    ├── Forbidden        403  the signed caller may not act for that merchant (R53)
     ├── NotFound         404  no such order / refund / merchant
     ├── Conflict         409  exists with other terms, or cannot be done as asked
     ├── Busy             503  contention did not settle: retry the same request (retryable)
@@ -45,6 +46,11 @@ class TallyError(Exception):
 class InvalidRequest(TallyError):
     code = "invalid_request"
     http_status = 400
+
+
+class Forbidden(TallyError):
+    code = "forbidden"
+    http_status = 403
 
 
 class NotFound(TallyError):

@@ -125,6 +125,9 @@ class M:
     REPORT_FORGED = "ReportForged"  # a signed report naming another tenant's money: parked (R39, alarmed)
     NOTIFY_FAILED = "NotifyFailed"  # an unexpected exception at the notify edge: failure ACK (R40, alarmed)
     API_FAILED = "ApiFailed"  # an unexpected exception at the /orders or /refunds edge: 500 (R40, alarmed)
+    API_FORBIDDEN = (
+        "ApiForbidden"  # a signed caller acting for a merchant it is not registered with: 403 (R53)
+    )
     ENQUEUE_FAILED = "EnqueueFailed"
     CERT_REFRESHED = "PlatformCertRefreshed"
     CERT_EXPIRING = "PlatformCertExpiring"  # a channel/app certificate expires within 7 days (alarmed)
@@ -273,6 +276,7 @@ ALARMED = ALARMED | {
     M.REPORT_FORGED,
     M.NOTIFY_FAILED,
     M.API_FAILED,
+    M.API_FORBIDDEN,
 }  # hostile tenants, the open route (R39, R40)
 ALARMED = ALARMED | {M.RECON_RUN_COMPLETED}  # its absence is the alarm: recon did not run
 ALARMED = ALARMED | {M.CONSOLE_ACTION_REFUSED}  # the console
@@ -339,6 +343,9 @@ EMISSION: dict[str, Emission] = {
     M.REPORT_FORGED: Emission(PER_OCCURRENCE, "one report naming another tenant's money"),
     M.NOTIFY_FAILED: Emission(PER_OCCURRENCE, "one notify request that raised"),
     M.API_FAILED: Emission(PER_OCCURRENCE, "one /orders or /refunds request that raised"),
+    M.API_FORBIDDEN: Emission(
+        PER_OCCURRENCE, "one signed request for a merchant its caller is not registered with"
+    ),
     M.REFUND_REPORT_MANUAL: Emission(PER_OCCURRENCE, "one refund report parked for a person"),
     M.NOTIFY_NO_TRANSACTION_ID: Emission(PER_OCCURRENCE, "one paid notification without a transaction id"),
     M.MERCHANT_NOT_READY: Emission(

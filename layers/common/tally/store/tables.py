@@ -12,6 +12,7 @@ from typing import Any
 from tally.store.codec import from_item, names_values, to_item
 from tally.store.records import OrderRow, RawRow, as_order, as_raw
 
+PRINCIPAL_PREFIX = "principal#"  # merchants-table rows that register a caller (R53), beside the merchant rows
 PENDING_SHARDS = 4  # write-sharded sparse GSI: no hot partition under a burst of callbacks
 
 
@@ -373,6 +374,32 @@ class MerchantStore:
         )
         before = from_item(answer.get("Attributes") or {}).get("ready")
         return None if before is None else bool(before)
+
+    # R53: the IAM principals allowed to act for merchants, one row each in the same small table
+    def principal(self, arn: str) -> dict[str, Any] | None:
+        return self.t.get(self.t.merchants, PRINCIPAL_PREFIX + arn)
+
+    def put_principal(self, arn: str, merchants: list[str], *, by: str, at: str) -> None:
+        row = {"pk": PRINCIPAL_PREFIX + arn, "principal": arn, "merchants": merchants, "by": by, "at": at}
+        self.t.ddb.put_item(TableName=self.t.merchants, Item=to_item(row))
+
+    def delete_principal(self, arn: str) -> None:
+        self.t.ddb.delete_item(TableName=self.t.merchants, Key=to_item({"pk": PRINCIPAL_PREFIX + arn}))
+
+    def principals(self) -> list[dict[str, Any]]:
+        """Every registered principal (small configuration: one paged scan, like `configured`)."""
+        found: list[dict[str, Any]] = []
+        kwargs: dict[str, Any] = {
+            "TableName": self.t.merchants,
+            "FilterExpression": "begins_with(pk, :p)",
+            "ExpressionAttributeValues": to_item({":p": PRINCIPAL_PREFIX}),
+        }
+        while True:
+            answer = self.t.ddb.scan(**kwargs)
+            found += [from_item(item) for item in answer.get("Items", [])]
+            if "LastEvaluatedKey" not in answer:
+                return sorted(found, key=lambda row: row["principal"])
+            kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
 
     def configured(self) -> list[tuple[str, str]]:
         """Every (channel, merchant id): the merchants table is small configuration, so one paged scan."""
