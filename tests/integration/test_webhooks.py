@@ -209,6 +209,8 @@ def test_R20_pull_path_keeps_the_callers_cursor_and_shows_only_the_merchant_aske
     paid(h, a["mchid"], "HOOK-PULL-A")
     paid(h, b["mchid"], "HOOK-PULL-B")
     outbox(h)
+    for principal in ("arn:aws:iam::1:user/backend-a", "arn:aws:iam::1:user/other"):  # R53: a's backends
+        bootstrap.callers().allow(principal, [a["mchid"]], by="test")
 
     def get(mchid, principal="arn:aws:iam::1:user/backend-a", **query):
         event = {
@@ -234,6 +236,7 @@ def test_R20_pull_path_keeps_the_callers_cursor_and_shows_only_the_merchant_aske
     )
     assert get(a["mchid"], after="")[1]["events"] == first["events"]  # an explicit cursor reads again
     assert get("")[0] == 400
+    assert get(b["mchid"])[0] == 403  # R53: another merchant's events, refused
     assert get(a["mchid"], after="~" * 40) == (200, {"events": [], "cursor": "~" * 40, "has_more": False})
     assert get(a["mchid"], after="x" * 300)[0] == 400  # hostile input: refused, nothing read or moved
     assert get(a["mchid"], limit="many")[0] == 400

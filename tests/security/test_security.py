@@ -18,6 +18,7 @@ from tally.observability import logger as tally_logger
 from tally.service.ingest import MAX_BODY_BYTES
 
 from tally_local.resources import load_template
+from tally_local.sigv4 import LOCAL_BACKEND_ARN
 from tests.integration.outbox_helpers import stream_records
 from tests.integration.template_helpers import resource_name as _resource_name
 from tests.integration.template_helpers import sam_transform
@@ -338,8 +339,9 @@ def test_what_the_code_calls_is_what_the_policy_grants(h, merchant, granted):
     for message in queued:  # settled as the event source mapping would
         h.sqs.delete_message(QueueUrl=h.env["WEBHOOK_QUEUE_URL"], ReceiptHandle=message["ReceiptHandle"])
     assert h.sim.receiver.accepted()
+    bootstrap.callers().allow(LOCAL_BACKEND_ARN, ["*"], by="test")  # R53: the backend may read its events
     pull = {
-        "requestContext": {"http": {"method": "GET"}},
+        "requestContext": {"http": {"method": "GET"}, "authorizer": {"iam": {"userArn": LOCAL_BACKEND_ARN}}},
         "queryStringParameters": {"mchid": merchant["mchid"]},
     }
     h.invoke("EventsFunction", {"version": "2.0", "rawPath": "/events", "headers": {}, **pull})
