@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pathlib
 import re
 import sys
@@ -51,12 +52,18 @@ def secret_arg(value: str) -> str:
 
 def emit(document: Any, human_text: str | Callable[[], str], args: argparse.Namespace) -> None:
     """The one way a command prints its result: one JSON document with --json, the human text otherwise.
-    `human_text` may be a callable, so the rendering is skipped for --json."""
-    if getattr(args, "json", False):
-        sys.stdout.write(json.dumps(document, ensure_ascii=False, indent=2, default=str) + "\n")
-    else:
-        text = human_text() if callable(human_text) else human_text
-        sys.stdout.write(text + ("\n" if not text.endswith("\n") else ""))
+    `human_text` may be a callable, so the rendering is skipped for --json. A reader that closed the pipe
+    (`| head`) ends the command quietly."""
+    try:
+        if getattr(args, "json", False):
+            sys.stdout.write(json.dumps(document, ensure_ascii=False, indent=2, default=str) + "\n")
+        else:
+            text = human_text() if callable(human_text) else human_text
+            sys.stdout.write(text + ("\n" if not text.endswith("\n") else ""))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the interpreter's last flush must not fail either
 
 
 def yuan(cents: Any, unit: str = "") -> str:
@@ -99,3 +106,10 @@ def parse_date(text: str | None, clock: Callable[[], float] | None = None) -> st
     if day > today:
         raise UsageError(f"date {text} is in the future (today in Asia/Shanghai is {today.isoformat()})")
     return day.isoformat()
+
+
+def china_text(stored: Any) -> str:
+    """A stored time (ISO UTC) as people read it: Asia/Shanghai, "2026-12-01 17:05:09.123"."""
+    from tally.service.story import china_time
+
+    return (china_time(stored) or str(stored or "-"))[:23].replace("T", " ")

@@ -43,16 +43,28 @@ def ledger_day(args: argparse.Namespace) -> int:
 
     if args.statement:
         rows = bootstrap.ledger_day_service().statement(bill_date, merchant=args.merchant)
+        if args.csv:  # the statement itself, as recon writes it (UTF-8 with BOM)
+            _write(args.csv, statement_csv(rows))
         if args.json:
             emit({"bill_date": bill_date, "merchant": args.merchant, "statement": rows}, lambda: "", args)
+        elif args.csv:
+            print(f"statement of {bill_date}: {len(rows)} row(s) written to {args.csv}")
         else:  # the CSV text recon writes next to its report, without the BOM a terminal would show
             print(statement_csv(rows).removeprefix("\ufeff"), end="")
         return 0
     view = bootstrap.ledger_day_service().day(bill_date, merchant=args.merchant)
     if args.csv:
-        args.csv.write_text(csv_text(view), encoding="utf-8")
+        _write(args.csv, csv_text(view))
     emit(view, lambda: render_day(view, args.csv), args)
     return 0
+
+
+def _write(path: pathlib.Path, text: str) -> None:
+    """The CSV file, or a refusal that says why (exit 2): never exit 0 without the file."""
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise SystemExit(f"tally ledger day: cannot write {path}: {exc.strerror or exc}") from None
 
 
 def render_day(view: dict[str, Any], csv_path: pathlib.Path | None = None) -> str:
@@ -68,16 +80,17 @@ def render_day(view: dict[str, Any], csv_path: pathlib.Path | None = None) -> st
     ]
     for r in [*view["rows"], {**view["totals"], "channel": "TOTAL", "mchid": "", "recon": None}]:
         recon = r.get("recon")
-        verdict = (
-            f"{recon['status']} ({recon['open_diffs']} open)" if recon and recon.get("open_diffs") else None
-        ) or (recon or {}).get("status")
+        verdict = day_words(recon)
         if verdict is None:
             verdict = "" if r["channel"] == "TOTAL" else "not reconciled yet"
+        fees = r["fee_yuan"] if r["fee_cent"] is not None else "not booked yet"
         lines.append(
             f"  {r['channel']:<10} {r['mchid']:<12} {r['payments']:>4} x {r['payment_yuan']:>10} "
-            f"{r['refunds']:>3} x {r['refund_yuan']:>8} {r['reversal_yuan']:>10} {r['fee_yuan']:>14} "
+            f"{r['refunds']:>3} x {r['refund_yuan']:>8} {r['reversal_yuan']:>10} {fees:>14} "
             f"{r['net_yuan']:>12}  {verdict}"
         )
+    for r in view["rows"]:  # where the money is: expected, landed, short by (R49)
+        lines.append(f"  money {r['channel']}/{r['mchid']}: {r['landing_words']}")
     for r in view["rows"]:  # ledger = trade bill = fund flow (R45)
         v = r.get("verdict") or {}
         if v:
@@ -85,10 +98,24 @@ def render_day(view: dict[str, Any], csv_path: pathlib.Path | None = None) -> st
             lines.append(f"  three-way {r['channel']}/{r['mchid']}: {v['code']}{legs}: {v['reason']}")
     if any(r["fee_cent"] is None for r in view["rows"]):
         lines.append("  fees 'not booked yet': no recon run has read that bill; net leaves them out")
-    lines.append("  amounts in yuan; net = payments - refunds + reversals - fees")
+    lines.append(
+        "  amounts in yuan; fees are a cost (positive); net = payments - refunds + reversals - fees"
+        " + fees given back (docs/finance.md)"
+    )
     if csv_path:
         lines.append(f"  CSV written to {csv_path}")
     return "\n".join(lines)
+
+
+def day_words(recon: dict[str, Any] | None) -> str | None:
+    """A day's recon state as people read it: "DIFFS: 2 resolved, 3 open", "DONE (DIFFS: 25 resolved, 0
+    open)", "MATCHED" (R49)."""
+    if not recon:
+        return None
+    state, words = recon.get("state") or recon.get("status"), recon.get("words")
+    if not words:
+        return str(state)
+    return str(words) if state == "DIFFS" else f"{state} ({words})"
 
 
 # ---------------------------------------------------------------- backfill-settlement (R43, docs/settlement.md §8)

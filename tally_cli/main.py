@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import io
 import json
 import logging
 import sys
@@ -19,6 +20,7 @@ from tally_cli import (
     console,
     demo,
     envvars,
+    find,
     ledger,
     manual,
     merchant,
@@ -45,6 +47,7 @@ COMMAND_MODULES = [
     outbox,
     envvars,
     console,
+    find,
 ]
 
 
@@ -54,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "-v", "--verbose", action="count", default=0, help="log lines on stderr (-v info, -vv debug)"
     )
+    parser.add_argument("--version", action="version", version=f"tally {version()}")
     sub = parser.add_subparsers(metavar="COMMAND")
     for module in COMMAND_MODULES:
         module.register(sub)
@@ -93,11 +97,37 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     with cli_logging(args.verbose):
         try:
-            return int(args.run(args) or 0)
+            code = int(args.run(args) or 0)
+            sys.stdout.flush()  # a reader that went away is found here, not in the interpreter's last flush
+            return code
+        except BrokenPipeError:  # `tally … | head`: the reader has what it wanted; end quietly
+            _quiet_stdout()
+            return 0
         except UsageError as exc:
             return _failed(args, exc, 2)
         except (StackNotFound, ValueError, LookupError, OSError) as exc:
             return _failed(args, exc, 1)
+
+
+def version() -> str:
+    """The installed package's version (pyproject.toml), "unknown" when run from a tree not installed."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("tally")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _quiet_stdout() -> None:
+    """stdout pointed at /dev/null, so the interpreter's own last flush of what is left has nowhere to fail."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        pass  # a stdout without a file descriptor (a test's capture): nothing left to flush there
 
 
 def _failed(args: argparse.Namespace, exc: Exception, code: int) -> int:

@@ -10,6 +10,8 @@
     abnormal-refund ID --to merchant-bank-card|user-bank-card [--bank-type … --bank-account … --real-name …]
                                                               an ABNORMAL WeChat refund, sent elsewhere and tracked
     close-task ID --code refunded-at-channel|booked-after-all --why …
+    refund-now ID --why …                                     the payment back through the one refund path
+    accept-amount ID --why …                                  amount mismatch: book what the channel was paid
 Every acting verb takes `--filter …` instead of an ID (bulk) and `--dry-run` (print what would change,
 counts and amounts in yuan, change nothing). `--json` prints exactly one JSON document to stdout.
 
@@ -30,7 +32,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from tally_cli.common import add_target, connect
+from tally_cli.common import add_target, connect, emit
 
 OVERDUE_EXIT = 3  # cron-able: something is open past its threshold
 
@@ -42,6 +44,8 @@ VERBS = {
     "refund-outcome": "record a refund's outcome found on the merchant platform (books or releases it, once)",
     "abnormal-refund": "send a refund WeChat reported ABNORMAL to the merchant's or the user's bank card",
     "close-task": "close a refund task: refunded at the channel, or booked after all",
+    "refund-now": "refund an unwanted payment (or a refund task's) now, through the channel's refund",
+    "accept-amount": "amount mismatch: book what the channel says was paid (the order takes that amount)",
 }
 
 
@@ -56,8 +60,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_target(listing)
     listing.set_defaults(run=manual_list)
 
-    show = manual.add_parser("show", help="one item in full, with its history and source row")
+    show = manual.add_parser("show", help="one item: facts, reason, next step and history")
     show.add_argument("item_id", help="the id `list` prints (old raw:/event: ids work too)")
+    show.add_argument("--raw", action="store_true", help="also the stored row (never its ciphertext)")
     show.add_argument("--json", action="store_true")
     add_target(show)
     show.set_defaults(run=manual_show)
@@ -154,11 +159,49 @@ def manual_list(args: argparse.Namespace) -> int:
 
 
 def manual_show(args: argparse.Namespace) -> int:
+    from tally.service.shown import scrub
+
     connect(args)
     with one_document():
         item = _queue().get(args.item_id)
-    print(json.dumps(item, ensure_ascii=False, indent=2, default=str))
+    source = item.pop("source", None)
+    if args.raw:  # the stored row(s), secrets and ciphertext never shown
+        rows = source if isinstance(source, list) else [source]
+        item["raw"] = [scrub(r) for r in rows if r]
+    emit(item, lambda: render_item(item), args)
     return 0
+
+
+def render_item(item: dict[str, Any]) -> str:
+    """Facts, reason, next step, the case's parts and the history, in words."""
+    lines = [f"{item['id']}: {item.get('kind') or 'closed item'} — {item.get('state')}"]
+    if item.get("what"):
+        lines.append(f"  what:     {item['what']}")
+    facts = [
+        ("merchant", f"{item.get('channel') or ''} {item.get('merchant') or ''}".strip()),
+        ("order", item.get("order")),
+        ("amount", f"¥{item['amount']}" if item.get("amount") is not None else ""),
+        ("waiting", f"{item['age']} (since {item.get('since')})" if item.get("age") else ""),
+        ("owner", item.get("owner")),
+        ("reason", item.get("reason")),
+    ]
+    lines += [f"  {name + ':':<9} {value}" for name, value in facts if value]
+    for part in item.get("parts") or []:
+        amount = f" ¥{part['amount']}" if part.get("amount") else ""
+        lines.append(
+            f"  part:     {part['id']} ({part['kind']}, {part['state']}){amount}: {part.get('reason')}"
+        )
+    codes = item.get("codes") or {}
+    for action in item.get("actions") or []:
+        code = f" --code {'|'.join(codes[action])}" if codes.get(action) else ""
+        lines.append(f"  next:     tally manual {action} {item['id']}{code} --why …")
+    for h in item.get("history") or []:
+        extra = "".join(f" · {k} {h[k]}" for k in ("code", "outcome", "owner") if h.get(k))
+        lines.append(f"  history:  {h.get('at')} {h.get('action')} by {h.get('by')}: {h.get('why')}{extra}")
+    for row in item.get("raw") or []:
+        lines.append("  raw row:")
+        lines += [f"    {k}: {v}" for k, v in sorted(row.items()) if k != "history"]
+    return "\n".join(lines)
 
 
 def manual_act(args: argparse.Namespace) -> int:
@@ -183,6 +226,11 @@ def manual_act(args: argparse.Namespace) -> int:
     if verb == "refund-outcome" and not args.outcome:
         raise ValueError("refund-outcome needs --outcome SUCCESS or --outcome FAIL")
     why = args.why or (f"code {args.code}" if getattr(args, "code", None) else "")
+    if verb == "replay" and getattr(args, "run_id", None) and args.dry_run:  # R52: a dry run never acts
+        with one_document():
+            plan = bootstrap_replay().plan(args.run_id)
+        print(json.dumps(plan, ensure_ascii=False, indent=2) if args.json else _render_plan(plan))
+        return 0
     if verb == "replay" and (getattr(args, "run_id", None) or (args.filter is not None and not args.dry_run)):
         return _replay_run(args, why)
     if verb == "replay" and args.filter is not None and args.dry_run:
@@ -260,6 +308,16 @@ def _render_run(run: dict[str, Any]) -> str:
     if run["status"] == "PAUSED":
         lines.append(f"  continue: tally manual replay --run {run['run_id']}")
     return "\n".join(lines)
+
+
+def _render_plan(plan: dict[str, Any]) -> str:
+    left = plan["would_replay"]
+    return (
+        f"replay run {plan['run_id']}: {plan['status']} — {plan['done_items']} of {plan['planned_items']} planned "
+        f"item(s) replayed so far (¥{plan['done_amount']} of ¥{plan['planned_amount']})\n"
+        + _render_bulk(left)
+        + f"\n  (dry run: nothing changed; continue with: tally manual replay --run {plan['run_id']})"
+    )
 
 
 def _render_bulk(report: dict[str, Any]) -> str:

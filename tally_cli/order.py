@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from tally_cli.common import add_target, connect, emit, yuan
+from tally_cli.common import add_target, china_text, connect, emit, yuan
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -62,15 +62,15 @@ def render_order(view: dict[str, Any]) -> str:
         f"order {view['mchid']}/{view['out_trade_no']}  {view['status']}",
         f"  amount   {yuan(view['amount_cent'])} {view['currency']}   paid {yuan(view.get('paid_cent', 0))}"
         f"   refundable {yuan(view.get('refundable_cent', 0))}",
-        f"  transaction_id {view.get('transaction_id') or '-'}   created {_cst(view.get('created_at'))}   "
-        f"expires {_cst(view.get('expire_at'))}",
+        f"  transaction_id {view.get('transaction_id') or '-'}   created {china_text(view.get('created_at'))}   "
+        f"expires {china_text(view.get('expire_at'))}",
         "  transitions:",
     ]
     if view.get("refund_holds"):  # reserved, create answer not stored yet: the poller stores it if abandoned
         holds = ", ".join(f"{no} {yuan(cents)}" for no, cents in sorted(view["refund_holds"].items()))
         lines.insert(3, f"  refunds reserved, answer not stored yet: {holds}")
     lines += [
-        f"    {_cst(t['at'])}  {t['from_status']} --{t['event']}--> {t['to_status']}  ({t['source']})"
+        f"    {china_text(t['at'])}  {t['from_status']} --{t['event']}--> {t['to_status']}  ({t['source']})"
         for t in view["transitions"]
     ] or ["    (none)"]
     lines.append("  raw notifications (handled: 0 pending, 1 booked, 2 with a person):")
@@ -83,12 +83,6 @@ def render_order(view: dict[str, Any]) -> str:
         f"  times Asia/Shanghai; the whole story: tally order story {view['mchid']} {view['out_trade_no']}"
     )
     return "\n".join(lines)
-
-
-def _cst(stored: Any) -> str:
-    from tally.service.story import china_time
-
-    return (china_time(stored) or str(stored or "-"))[:23].replace("T", " ")
 
 
 def render_story(story: dict[str, Any], raw: bool = False) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 from tally.channels import registry as channel_registry
 from tally.domain.money import format_cents
 
-from tally_cli.common import add_target, connect, emit, parse_date, yuan
+from tally_cli.common import add_target, china_text, connect, emit, parse_date, yuan
 
 CHANNELS = list(channel_registry.reconciled())  # the stored channels with bills: wechatpay, alipay
 
@@ -138,7 +138,7 @@ def recon_show(args: argparse.Namespace) -> int:
     if not view["runs"]:
         print(f"{view['pk']}: no runs yet")
         return 0
-    print(render_run(view["runs"][0]))
+    print(render_run(as_it_stands(view["runs"][0], view["diffs"])))
     if len(view["runs"]) > 1:
         print("  earlier runs:")
         for r in view["runs"][1:]:
@@ -183,6 +183,18 @@ def recon_confirm(args: argparse.Namespace) -> int:
     run = _service(args).confirm(args.channel, args.mchid, args.date, args.by, args.note)
     print(render_run(run))
     return 0 if run["status"] in ("MATCHED", "QUIET") else 1
+
+
+def as_it_stands(run: dict[str, Any], diffs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The latest run as the day stands now (R49): its differences counted worked and open apart, a run that
+    ended DIFFS whose differences are all worked shown DONE; what the run itself said stays in `tally recon
+    show --json`."""
+    from tally.domain.merchant_day import count_diffs, day_state
+
+    state, words = day_state(run.get("status"), count_diffs(diffs))
+    if not words:
+        return run
+    return {**run, "status": state, "reason": words, "open_diffs": count_diffs(diffs).open}
 
 
 def diff_list(args: argparse.Namespace) -> int:
@@ -265,7 +277,7 @@ def bill_parse(args: argparse.Namespace) -> int:
 def render_run(run: dict[str, Any]) -> str:
     totals = run.get("totals") or {}
     lines = [
-        f"{run['pk']}  {run['status']}  ({run.get('pass')}, {run.get('started_at')})",
+        f"{run['pk']}  {run['status']}  ({run.get('pass')}, {china_text(run.get('started_at'))} Asia/Shanghai)",
         f"  {run.get('reason', '')}",
     ]
     if totals:

@@ -1,5 +1,10 @@
 """`tally demo`: a scripted day through the embedded stack, then the morning report.
 
+The day is *yesterday* (Asia/Shanghai): the product's clock and the simulated channels' clock are moved back
+one day while it plays, then put right, and the day is reconciled the morning after, as the 10:30 schedule
+does; so every page and command that defaults to yesterday (the Morning page, `tally recon show`, `tally
+ledger day`) has the day in it.
+
 Orders on WeChat Pay v3 (public-key and certificate mode) and Alipay, paid over real HTTP by the
 simulator with the faults a real day brings: duplicate and lost callbacks, a platform-certificate
 rotation mid-day, coupons, an amount mismatch, a payment after close, refunds. Then the poller runs
@@ -7,6 +12,7 @@ rotation mid-day, coupons, an amount mismatch, a payment after close, refunds. T
 payment the channel took is booked, or with a person, or has a refund task. Exit 1 otherwise.
 Then two past coupon days are reconciled three ways (ledger = trade bill = fund flow, R45): one agrees
 with zero differences, the other has a settlement credit the fund flow never shows, and it is found.
+The report is taken once the queue has settled: counts per kind, the first few items of each.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from tally_local.lambda_io import emf_metrics
 from tally_local.stack import EmbeddedStack
 
 SCENARIOS = ("paid", "duplicates", "lost", "coupon", "alipay", "refund", "mismatch", "paid_after_close")
+FIRST_FEW = 3  # items of each kind the report lists (the rest: `tally manual list --local`)
 
 
 @dataclass
@@ -40,6 +47,7 @@ class Day:
     alipay: str = ""
     taken: dict[str, tuple[str, str, str]] = field(default_factory=dict)  # order → (merchant, channel, txn)
     scenarios: Counter[str] = field(default_factory=Counter)
+    bill_date: str = ""  # the day played: yesterday, Asia/Shanghai
 
 
 def main(orders: int = 200, out=sys.stdout, keep: bool = False) -> int:
@@ -91,40 +99,89 @@ def product_log_to(path: pathlib.Path) -> Iterator[None]:
 
 
 def play(stack: EmbeddedStack, orders: int, emitted: io.StringIO) -> dict[str, Any]:
-    """The scripted day on a running stack: merchants, payments with their faults, a platform-certificate
-    rotation half way, the poller, the day's reconciliation; then the morning report."""
+    """The scripted day on a running stack, played as yesterday: merchants, payments with their faults, a
+    platform-certificate rotation half way, the poller; then, this morning, the day's reconciliation and the
+    morning report once the queue has settled."""
     day = Day(stack)
     set_up_merchants(day)
     old_serial = stack.simulator.platform_serial
-    for i in range(orders):
-        if i == orders // 2:
-            stack.simulator.rotate_platform_certificate()  # R3: callbacks switch to a new serial
-        run_scenario(day, i, SCENARIOS[i % len(SCENARIOS)])
-        progress(i + 1, orders)
-    settle(day)
-    work_refund_tasks()
+    with yesterday() as bill_date:
+        day.bill_date = bill_date
+        for i in range(orders):
+            if i == orders // 2:
+                stack.simulator.rotate_platform_certificate()  # R3: callbacks switch to a new serial
+            run_scenario(day, i, SCENARIOS[i % len(SCENARIOS)])
+            progress(i + 1, orders)
+        settle(day)
+        work_refund_tasks()
     recon = reconcile(day)
     settlement = settlement_days(day)
+    settled_queue(day)
     report = morning_report(day, emitted.getvalue())
     report["recon"] = recon
     report["settlement"] = settlement
     report["rotation"] = rotation(day, old_serial)
+    report["bill_date"] = day.bill_date
     return report
 
 
+@contextlib.contextmanager
+def yesterday() -> Iterator[str]:
+    """Inside, the product's clock and the simulated channels' clock read one day earlier: what is played
+    happens yesterday (Asia/Shanghai), which is what the block yields."""
+    from datetime import datetime, timedelta
+
+    from tally import bootstrap
+    from tally.domain.clock import CHINA
+
+    from tally_local.simulator import kernel
+
+    bootstrap.set_clock(lambda: time.time() - 86400)
+    try:
+        with kernel.days_behind(1):
+            yield (datetime.now(CHINA) - timedelta(days=1)).date().isoformat()
+    finally:
+        bootstrap.set_clock(time.time)
+
+
+def settled_queue(day: Day, quiet_s: float = 2.0, limit_s: float = 30.0) -> None:
+    """Wait until the work queue has stopped changing (refund tasks, the poller's findings arrive after the
+    day's last callback): the report counts what a person will find, not what was there a moment before."""
+    from tally import bootstrap
+
+    deadline = time.monotonic() + limit_s
+    last, since = None, time.monotonic()
+    while time.monotonic() < deadline:
+        day.stack.drain(5)
+        now = sorted(item["id"] for item in bootstrap.work_queue().list())
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet_s:
+            return
+        time.sleep(0.25)
+
+
 def play_into(stack: EmbeddedStack, orders: int, out=sys.stdout) -> int:
-    """`TALLY_DEMO=N make run` / `tally demo --keep`: the day into this running stack, the report printed."""
+    """`TALLY_DEMO=N make run` / `tally demo --keep`: the day into this running stack, the report printed; the
+    product's log lines go to the stack's product log file while it plays, not under the progress bar."""
     emitted = io.StringIO()
-    with contextlib.redirect_stdout(emitted):
+    log = pathlib.Path(getattr(stack, "state_dir", "/tmp/tally-demo-state")) / "product.log"
+    with product_log_to(log), contextlib.redirect_stdout(emitted):
         report = play(stack, orders, emitted)
     print(file=sys.stderr)
     out.write(render(report))
+    out.write(f"  the product's log lines of the day: {log}\n")
     out.write(
-        "\nThe stack keeps running with this day in it: work the queue with\n"
+        "\nThe stack keeps running with this day in it (yesterday, reconciled this morning): work the queue with\n"
         "  tally manual list --local        (every item, oldest first; `tally manual show ID --local`)\n"
         "  tally pending --local            (the morning number; exit 3 while something is overdue)\n"
+        "  tally recon show / tally ledger day --local   (default: yesterday, the demo's day)\n"
         "docs/morning.md says what each kind means and what to do.\n"
     )
+    logins = getattr(stack, "console_logins", None) or {}
+    if logins:
+        out.write(f"\nConsole: {stack.api_url}/console/login\n")
+        out.writelines(f"  sign in as {name}: {password}\n" for name, password in logins.items())
     out.flush()
     return 0 if not report["unaccounted"] else 1
 
@@ -234,23 +291,21 @@ def work_refund_tasks() -> None:
 
 
 def reconcile(day: Day) -> dict[str, str]:
-    """The day's reconciliation for every merchant, as the 10:30 schedule would run it for yesterday."""
-    from datetime import datetime
-
+    """The day's reconciliation for every merchant, the morning after, as the 10:30 schedule runs it for
+    yesterday: the trade bill, then the fund flow (WeChat's T+1 credit is due today: in transit until its
+    bill is out tomorrow)."""
     from tally import bootstrap
-    from tally.domain.clock import CHINA
 
-    from tally_local.simulator import kernel
-
-    bill_date = datetime.now(CHINA).strftime("%Y-%m-%d")
+    bill_date = day.bill_date
     done = {}
     for channel, mchid in (("wechatpay", day.wechat), ("wechatpay", day.wechat_cert), ("alipay", day.alipay)):
         try:
-            with (
-                kernel.next_morning()
-            ):  # the channels serve a day's bill from T+1 (Alipay: isp.bill_not_exist before)
-                run = bootstrap.recon_service().run(channel, mchid, bill_date)
+            run = bootstrap.recon_service().run(channel, mchid, bill_date)
             done[f"{channel}/{mchid} {bill_date}"] = f"{run.get('status')}: {run.get('reason', '')}"[:160]
+            fund = bootstrap.recon_service().fund_flow(channel, mchid, bill_date)
+            done[f"{channel}/{mchid} {bill_date} fund flow"] = (
+                f"{fund.get('status')}: {fund.get('reason', '')}"[:160]
+            )
         except Exception as exc:  # noqa: BLE001 - the demo reports what happened; the queue shows the rest
             done[f"{channel}/{mchid} {bill_date}"] = f"failed: {type(exc).__name__}: {exc}"[:160]
     day.stack.drain(30)
@@ -310,7 +365,11 @@ def settlement_days(day: Day) -> dict[str, Any]:
             "differs": ", ".join(verdict.legs),
             "settlement_cent": (figures.get("ledger") or {}).get("settlement_cent"),
             "diffs": [
-                f"{x['item']} channel {_yuan(x.get('channel_amount_cent'))} vs ledger {_yuan(x.get('local_amount_cent'))}"
+                f"{x['item']} short by {_yuan(x['gap_cent'])} (ledger {_yuan(x.get('local_amount_cent'))}, "
+                f"fund flow of {x.get('fund_day')} {_yuan(x.get('channel_amount_cent'))})"
+                if x.get("gap_cent", 0) > 0
+                else f"{x['item']} channel {_yuan(x.get('channel_amount_cent'))} vs ledger "
+                f"{_yuan(x.get('local_amount_cent'))}"
                 for x in diffs
             ],
             "planted": d == 1,
@@ -369,13 +428,21 @@ def morning_report(day: Day, emitted: str) -> dict[str, Any]:
         "pending": bootstrap.pending_report().report(),
         "alarms": {name: n for name, n in sorted(metrics.items()) if name in ALARMED and n},
         "unaccounted": unaccounted,
+        "money": [  # yesterday's money per merchant, the one merchant-day arithmetic (R49)
+            f"{r['channel']}/{r['mchid']}: booked {r['payment_yuan']}, fees {r['fee_yuan'] or 'not booked yet'}, "
+            f"net {r['net_yuan']}; {r['landing_words']}"
+            for r in bootstrap.ledger_day_service().day(day.bill_date)["rows"]
+        ]
+        if day.bill_date
+        else [],
     }
 
 
 def render(report: dict[str, Any]) -> str:
     lines = [
         "",
-        f"Tally demo day: {report['orders']} payments taken by the channels",
+        f"Tally demo day {report.get('bill_date', '')} (yesterday, Asia/Shanghai; reconciled this morning): "
+        f"{report['orders']} payments taken by the channels",
         "  scenarios: " + ", ".join(f"{k} {v}" for k, v in report["scenarios"].items()),
         "  orders:    " + ", ".join(f"{k} {v}" for k, v in sorted(report["statuses"].items())),
         "  ledger:    " + ", ".join(f"{k} {v}" for k, v in sorted(report["ledger"].items())),
@@ -387,6 +454,7 @@ def render(report: dict[str, Any]) -> str:
         "  reconciliation: "
         + ("; ".join(f"{k} {v}" for k, v in report.get("recon", {}).items()) or "not run"),
     ]
+    lines += [f"  money of {report.get('bill_date', 'the day')}: {line}" for line in report.get("money", [])]
     for when, leg in (report.get("settlement") or {}).items():  # did the money land? (R45)
         head = "planted shortfall" if leg["planted"] else "coupon day"
         lines.append(
@@ -396,14 +464,7 @@ def render(report: dict[str, Any]) -> str:
             + f", {len(leg['diffs'])} difference(s)"
             + (": " + "; ".join(leg["diffs"]) if leg["diffs"] else "")
         )
-    lines.append(
-        f"  work queue ({len(report['manual'])} items; to work them: `tally demo --keep`, then `tally manual list --local`):"
-    )
-    lines += [
-        f"    {item['id']}  {item['kind']}  order {item['order'] or '-'}  "
-        f"{'¥' + item['amount'] if item['amount'] is not None else '-'}  why: {item['reason']}"
-        for item in report["manual"]
-    ] or ["    (empty)"]
+    lines += work_lines(report["manual"])
     lines.append(
         "  alarms that would fire: "
         + (", ".join(f"{k} ({v})" for k, v in report["alarms"].items()) or "none")
@@ -414,6 +475,29 @@ def render(report: dict[str, Any]) -> str:
     else:
         lines.append("  every payment is booked, with a person, or has a refund task: nothing silent")
     return "\n".join(lines) + "\n"
+
+
+def work_lines(items: list[dict[str, Any]]) -> list[str]:
+    """The work queue as counts per kind, each with its first few items (oldest first)."""
+    kinds: dict[str, list[dict[str, Any]]] = {}
+    for item in items:
+        kinds.setdefault(str(item["kind"]), []).append(item)
+    lines = [
+        f"  work queue: {len(items)} item(s) for a person"
+        + (": " + ", ".join(f"{kind} {len(group)}" for kind, group in sorted(kinds.items())) if items else "")
+    ]
+    for kind, group in sorted(kinds.items()):
+        lines.append(f"    {kind} ({len(group)}):")
+        lines += [
+            f"      {item['id']}  order {item['order'] or '-'}  "
+            f"{'¥' + item['amount'] if item.get('amount') is not None else '-'}  why: {item['reason']}"
+            for item in group[:FIRST_FEW]
+        ]
+        if len(group) > FIRST_FEW:
+            lines.append(
+                f"      … and {len(group) - FIRST_FEW} more (tally manual list --local --filter kind={kind})"
+            )
+    return lines
 
 
 # ------------------------------------------------------------------ helpers

@@ -158,8 +158,11 @@ def cents(text: Any) -> int | None:
 
 # --------------------------------------------------------------------------- the clock
 def now() -> float:
-    """Wall-clock seconds since the epoch."""
-    return time.time()
+    """Wall-clock seconds since the epoch (moved back inside `days_behind`)."""
+    return time.time() + _SHIFT_S[0]
+
+
+_SHIFT_S = [0.0]  # days_behind(): the whole clock, epoch and calendar, this many seconds back
 
 
 _AHEAD = [
@@ -168,11 +171,23 @@ _AHEAD = [
 
 
 def now_cst() -> dt.datetime:
-    return dt.datetime.now(CST) + _AHEAD[0]
+    return dt.datetime.now(CST) + _AHEAD[0] + dt.timedelta(seconds=_SHIFT_S[0])
 
 
 def now_utc() -> dt.datetime:
-    return dt.datetime.now(dt.UTC) + _AHEAD[0]
+    return dt.datetime.now(dt.UTC) + _AHEAD[0] + dt.timedelta(seconds=_SHIFT_S[0])
+
+
+@contextlib.contextmanager
+def days_behind(days: int) -> Iterator[None]:
+    """Inside, the channels live `days` days ago, epoch clock and calendar alike (signatures, success times,
+    bills): the demo plays *yesterday* this way, with the product's clock moved back the same, and then
+    reconciles it the morning after, today."""
+    _SHIFT_S[0] = -86400.0 * days
+    try:
+        yield
+    finally:
+        _SHIFT_S[0] = 0.0
 
 
 @contextlib.contextmanager

@@ -21,15 +21,37 @@ def test_demo_day_accounts_for_every_payment_and_reports_the_manual_queue():
     coupon = next(line for line in report.splitlines() if "three-way coupon day" in line)
     assert "settlement ¥41.99" in coupon and "-> AGREES" in coupon and "0 difference(s)" in coupon, coupon
     planted = next(line for line in report.splitlines() if "three-way planted shortfall" in line)
-    assert "-> DIFFERS (fund flow)" in planted and "SETTLEMENT channel ¥26.99 vs ledger ¥41.99" in planted, (
-        planted
-    )
+    assert "-> DIFFERS (fund flow)" in planted, planted  # the gap, both figures and the fund-flow day (#30)
+    assert "SETTLEMENT short by ¥15.00 (ledger ¥41.99, fund flow of" in planted, planted
     # the day's reconciliation: every merchant's bill is fetched the morning after (Alipay serves it from T+1),
     # and the refunds the channel made are in its bill, so only planted faults are differences (R36, R43)
     recon = next(line for line in report.splitlines() if line.strip().startswith("reconciliation:"))
     assert "BLOCKED" not in recon and "bill_not_exist" not in recon, recon
     assert "LOCAL_ONLY" not in report, "a refund the channel made is missing from its own bill"
     assert "product's log lines" in report
+
+
+def test_the_rehearsal_is_yesterday_reconciled_this_morning_and_reports_counts_per_kind():
+    """#30 item 9: the demo's day is yesterday (Asia/Shanghai), reconciled the morning after, so the views that
+    default to yesterday have it; the report counts per kind, each kind's first few items, taken once the queue
+    has settled (every refund task counted is listed)."""
+    import time
+
+    from tally.console.data import yesterday_cst
+
+    out = io.StringIO()
+    assert main(len(SCENARIOS) * 2, out=out) == 0
+    report = out.getvalue()
+    yesterday = yesterday_cst(time.time())
+    assert f"Tally demo day {yesterday} (yesterday" in report
+    recon = next(line for line in report.splitlines() if line.strip().startswith("reconciliation:"))
+    assert f"{yesterday} MATCHED" in recon or f"{yesterday} DIFFS" in recon, recon
+    money = [line for line in report.splitlines() if line.strip().startswith(f"money of {yesterday}")]
+    assert len(money) == 3 and all("expected" in line for line in money), money  # the one arithmetic (R49)
+    head = next(line for line in report.splitlines() if line.strip().startswith("work queue:"))
+    tasks = int(next(line for line in report.splitlines() if "refund tasks:" in line).split(":")[1])
+    assert f"refund-task {tasks}" in head, head  # counted after the day settled: the same number
+    assert "    refund-task (" in report and "      task-" in report
 
 
 def test_the_product_log_goes_to_a_file_while_the_demo_plays(tmp_path):

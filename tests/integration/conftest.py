@@ -158,3 +158,27 @@ def days_of_2024(monkeypatch):
     so its window is opened for them. R50 itself: tests/integration/test_booking_day.py."""
     monkeypatch.setattr("tally.service.apply.booking_day_refusal", lambda *a, **k: None)
     monkeypatch.setattr("tally.service.refunds.booking_day_refusal", lambda *a, **k: None)
+
+
+@pytest.fixture
+def tally_cli(h, tmp_path, monkeypatch, capsys):
+    """`tally …` as a person types it (as $USER alice), against this test's moto (through .tally/local.json):
+    run(*argv, expect=0) -> the JSON document with --json, else stdout and stderr."""
+    import json
+
+    from tally_cli.main import main
+
+    state = {"endpoint_url": "", "region": "us-east-1", "api_url": "http://127.0.0.1:3000", "env": h.env}
+    (tmp_path / "local.json").write_text(json.dumps(state))
+    monkeypatch.setenv("TALLY_STATE_DIR", str(tmp_path))
+    monkeypatch.setenv("USER", "alice")
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+
+    def run(*argv: str, expect: int = 0) -> object:
+        capsys.readouterr()
+        code = main([*argv, "--local"])
+        out = capsys.readouterr()
+        assert code == expect, (argv, code, out.out[-2000:], out.err[-2000:])
+        return json.loads(out.out) if "--json" in argv and out.out.strip() else out.out + out.err
+
+    return run

@@ -14,6 +14,8 @@ from tally.service.queue import QueueError, parse_filter
 from tally.service.replay import BulkReplay
 from tally.store.replay import ReplayStore
 
+from tests.integration.queue_helpers import orphan_payments
+
 
 @pytest.fixture
 def cli(h, tmp_path, monkeypatch, capsys):
@@ -32,19 +34,6 @@ def cli(h, tmp_path, monkeypatch, capsys):
         return json.loads(out.out) if "--json" in argv else out.out
 
     return run
-
-
-def orphan_payments(h, mchid: str, n: int, prefix: str) -> list[str]:
-    """Payments whose order did not exist yet (R15: with a person after 4 attempts); then support creates the
-    orders, so a replay books them. Returns the order numbers."""
-    numbers = [f"{prefix}{i:04d}" for i in range(n)]
-    for i, no in enumerate(numbers):
-        headers, body, _ = h.notification(mchid, no, 100 + i)
-        h.notify(mchid, headers, body)
-    h.drain()
-    for i, no in enumerate(numbers):
-        h.create_order(mchid, no, amount_cent=100 + i)
-    return numbers
 
 
 def ledger_by_order(h) -> Counter:

@@ -116,6 +116,8 @@ def test_every_json_verb_prints_exactly_one_json_document_and_logs_only_on_stder
         "manual replay": ["manual", "replay", *bulk],
         "manual refund-outcome": ["manual", "refund-outcome", *bulk, "--outcome", "SUCCESS"],
         "manual close-task": ["manual", "close-task", *bulk, "--code", "refunded-at-channel"],
+        "manual refund-now": ["manual", "refund-now", *bulk],
+        "manual accept-amount": ["manual", "accept-amount", *bulk],
         "manual abnormal-refund": ["manual", "abnormal-refund", *bulk, "--to", "merchant-bank-card"],
         "merchant list": ["merchant", "list"],
         "merchant check": ["merchant", "check", "wechatpay", m],
@@ -130,6 +132,7 @@ def test_every_json_verb_prints_exactly_one_json_document_and_logs_only_on_stder
         ],
         "order show": ["order", "show", m, otn],
         "order story": ["order", "story", m, otn, "--raw"],
+        "find": ["find", otn],
         "verify wechatpay": [
             "verify",
             "wechatpay",

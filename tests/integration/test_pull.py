@@ -422,16 +422,21 @@ def test_R21_poller_over_10k_orders_with_100_due_reads_a_few_hundred_items_never
     assert run_poller(h)["orders_read"] == 0 and meter.items_read == 0  # advanced: nothing due any more
 
 
-def test_R25_R37_paid_order_whose_payment_went_to_a_person_leaves_the_poll(h, m, sim):
+def test_R25_R37_R48_paid_order_whose_payment_went_to_a_person_leaves_the_poll_into_its_case(h, m, sim):
     """The channel reports another amount: the payment goes to the manual queue and the order stays open.
-    The next query can only say "paid" again; the order must go to a person, not be asked every minute."""
+    The next query can only say "paid" again; the order leaves the poll, not asked every minute, and opens
+    no item of its own: the payment's case is the one a person works (R48)."""
+    from tally import bootstrap
+
     order = new_order(h, m, amount=100)
     sim.pay(m["mchid"], order["out_trade_no"], drop=True, amount_total=99)
     due_now(h, order)
     assert run_poller(h)["outcomes"] == {"MANUAL": 1}  # mismatch (R12): handled=2, order WAIT_PAY
     due_now(h, order)
-    assert run_poller(h)["outcomes"] == {"PERSON": 1}
+    assert run_poller(h)["outcomes"] == {"CASE": 1}
     row = stored(h, order)
-    assert row["status"] == "WAIT_PAY" and row["poll_pk"].startswith("manual#")
-    assert "handled=2" in row["manual_reason"] and h.metric("PollManual") == 1
+    assert row["status"] == "WAIT_PAY" and "poll_pk" not in row and row["case_of"].startswith("wechatpay#")
+    assert h.metric("PollManual") == 1
     assert run_poller(h)["orders_read"] == 0 and ledger(h) == []  # nothing is queried forever
+    (case,) = bootstrap.work_queue().list(f"order={order['out_trade_no']}")
+    assert case["kind"] == "unbooked-payment" and "parts" not in case  # one item: the payment's

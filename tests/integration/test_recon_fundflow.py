@@ -145,3 +145,47 @@ def test_r45_the_schedule_checks_the_fund_flow_of_t2_and_t3_a_v2_only_merchant_t
     v2_day = fund[(v2["mch_id"], D)]  # a v2-only merchant: /pay/downloadfundflow (no movement: agreed, quiet)
     assert v2_day["fund_verdict"] == "AGREED" and v2_day["fund_source"] == "v2", v2_day["reason"]
     assert not [r for r in service.scheduled() if r.get("leg") == "fundflow"]  # finished: not re-run
+
+
+def test_r49_a_settlement_gap_inside_the_lag_is_expected_then_opens_by_itself_with_the_gap_and_next_step(
+    h, sim, svc, m, monkeypatch
+):
+    """#30 items 3 and 4: found on T+2 (the fund flow of D+1 just out) the missing credit is EXPECTED: in
+    transit, out of the queue, "wait for the fund flow of D+2"; the T+3 run still sees it: it opens for a person
+    by itself, saying the gap (not the channel's figure), both days, "ask the channel" and the codes that fit."""
+    from tally import bootstrap
+
+    a_day(h, svc, m["mchid"])
+    sk = f"SETTLEMENT#{m['mchid']}#{D}"
+    monkeypatch.setattr(svc, "clock", lambda: dt.datetime(2024, 5, 3, 10, 30, tzinfo=CST).timestamp())
+    sim.bills.fundflow.fault("drop_credit", count=2)
+    svc.fund_flow("wechatpay", m["mchid"], D)
+    expected = fund_diffs(svc, m["mchid"])[sk]
+    assert expected["handle_status"] == "EXPECTED" and "open_pk" not in expected
+    assert (expected["gap_cent"], expected["ledger_day"], expected["fund_day"]) == (100, D, D1)
+    assert "wait for the fund flow of 2024-05-03" in expected["next_step"]
+    queue = [i for i in bootstrap.work_queue().list() if i.get("merchant") == m["mchid"]]
+    assert not any(i["kind"] == "recon-diff" for i in queue)  # in transit: not a person's yet
+    (row,) = bootstrap.ledger_day_service().day(D, merchant=m["mchid"])["rows"]
+    assert row["recon"]["open_diffs"] == 0 and row["recon"]["expected_diffs"] >= 1
+    assert row["recon"]["state"] == "EXPECTED" and row["verdict"]["code"] == "PENDING"  # in transit, not done
+
+    monkeypatch.setattr(svc, "clock", lambda: dt.datetime(2024, 5, 4, 10, 30, tzinfo=CST).timestamp())
+    sim.bills.fundflow.fault("drop_credit", count=2)
+    svc.fund_flow("wechatpay", m["mchid"], D)
+    missing = fund_diffs(svc, m["mchid"])[sk]
+    assert missing["handle_status"] == "OPEN" and missing["history"][-1]["action"] == "OPENED"
+    assert "ask the channel" in missing["history"][-1]["note"]
+    assert "landed-late" in missing["codes"] and "refunded-by-hand" not in missing["codes"]
+    (item,) = [i for i in bootstrap.work_queue().list() if i["id"].endswith(sk)]
+    assert item["amount_cent"] == 100  # the gap, not the channel's 35.49
+    assert "short by 1.00" in item["reason"] and D1 in item["reason"] and D in item["reason"]
+    assert "ask the channel" in item["reason"] and "wait for" not in item["reason"]
+    from tally.console import app
+    from tally.console.auth import Identity
+    from tally.console.web import Request
+
+    who = Identity("sub-1", "ops", frozenset({"operators"}), "jti-1")
+    page = app.item_page(Request("GET", "item", {"id": item["id"]}, {}, {}, "/console/item"), who)
+    html = page.body.decode() if isinstance(page.body, bytes) else page.body
+    assert "landed-late" in html and "channel-confirmed-short" in html and "refunded-by-hand" not in html

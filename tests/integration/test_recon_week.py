@@ -161,3 +161,9 @@ def test_r45_a_simulated_week_with_coupons_reconciles_with_zero_diffs(h, sim, sv
         (v2["mch_id"], V2_DAY): ("DIFFERS", "trade bill, fund flow"),
     }
     assert len(words) == 21
+
+    # R49: every view of every day of the week shows the same payments, fees and net, fees positive
+    from tests.integration.money_helpers import assert_views_agree
+
+    for day in DAYS:
+        assert_views_agree(day, merchants)

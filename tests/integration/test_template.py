@@ -52,6 +52,7 @@ TABLES = {
             "by_poll": ["poll_pk", "poll_due"],
             "refunds_of_order": ["order_pk", "created_at"],
             "by_refund_no": ["refund_no"],  # the operator's lookup: refund numbers are per merchant (R39)
+            "by_refund_id": ["refund_id"],  # support's search by the channel's refund id (tally find)
         },
     ),
     "RefundRawTable": (
@@ -67,7 +68,7 @@ NARROW_PROJECTIONS = {
     "manual",
     "by_merchant",
 }  # history / queue / console views: INCLUDE; every other index projects ALL
-KEYS_ONLY = {"by_refund_no"}  # a lookup that reads the row after
+KEYS_ONLY = {"by_refund_no", "by_refund_id"}  # lookups that read the row after
 CUSTOM_METRIC_ALARMS = [
     "NotifyRejected",
     "NotifyQuarantined",

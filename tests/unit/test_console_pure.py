@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from tally.console.auth import csrf_ok, csrf_token, identity, parse_groups
-from tally.console.data import redact_body
+from tally.service.shown import redact_body
 
 
 def _event(**claims):

@@ -504,7 +504,9 @@ def story_service() -> StoryService:
 @cache
 def ledger_day_service() -> LedgerDayService:
     """The finance view of one bill_date (service/ledger_day.py)."""
+    from tally.domain.recon import china_date
     from tally.service.ledger_day import LedgerDayService
+    from tally.service.settlement_config import MerchantSettlement
     from tally.store.recon import LedgerView, ReconStore
     from tally.store.tables import MerchantStore
 
@@ -513,6 +515,9 @@ def ledger_day_service() -> LedgerDayService:
         LedgerView(_client("dynamodb"), s.ledger_table),
         ReconStore(_client("dynamodb"), s.recon_runs_table, s.recon_diff_table),
         MerchantStore(tables()).configured,
+        lag_config=MerchantSettlement(MerchantStore(tables())).config,  # settlement_lag (R45)
+        today=lambda: china_date(_clock()).isoformat(),
+        hidden=(s.heartbeat_mchid,),  # synthetic traffic out of the books (R54)
     )
 
 

@@ -20,9 +20,12 @@ ACTIONS = {
     "replay": "Replay through the product path (after a fix)",
     "refund-outcome": "Record the refund's outcome (from the merchant platform)",
     "close-task": "Close the refund task",
+    "refund-now": "Refund this payment now (through the channel)",
+    "accept-amount": "Accept the amount paid (book what the channel says)",
 }
-RESOLVE_CODES = ("refunded-by-hand", "booked-by-hand", "confirmed-junk", "channel-fixed", "other")
 FIELDS = ("owner", "outcome", "code", "reverse")  # what a form may pass on to the queue's action
+FILTERS = ("kind", "merchant", "age", "state", "owner", "cls", "bill_date")  # the queue page's filter fields
+IDS_CARRIED = 500  # a preview carries its item ids up to this many; beyond, its count and amount (R52)
 
 
 class ActionRefused(errors.Conflict, ValueError):
@@ -67,32 +70,75 @@ def filter_text(filters: dict[str, str]) -> str:
     from tally.console.data import AGE_FILTERS
     from tally.service.queue import filter_value
 
-    parts = [
-        f"{k}={filter_value(v)}"
-        for k, v in filters.items()
-        if v and k in ("kind", "merchant", "state", "owner")
-    ]
+    parts = [f"{k}={filter_value(v)}" for k, v in filters.items() if v and k in FILTERS and k != "age"]
     for name, seconds in AGE_FILTERS.get(filters.get("age") or "", {}).items():
         parts.append(f"age{'>' if name == 'age_gt' else '<'}{seconds}s")
     return ",".join(parts)
 
 
-def bulk_preview(filters: dict[str, str], action: str) -> dict[str, Any]:
-    """The queue's dry run: what would change, counts and amount in yuan. Changes nothing. A replay is
-    previewed by the bulk replay run's own preview (service/replay.py), as `tally manual replay --dry-run`."""
-    if action == "replay":
+def selection(filters: dict[str, str], picked: list[str] | None = None) -> dict[str, Any]:
+    """The page's filter as the queue's, narrowed to the rows a person ticked (if any)."""
+    wanted = queue_filter(**filters)
+    if picked:
+        wanted["ids"] = list(picked)
+    return wanted
+
+
+def bulk_preview(
+    filters: dict[str, str], action: str, picked: list[str] | None = None, **fields: str
+) -> dict[str, Any]:
+    """The queue's dry run: what would change, counts and amount in yuan, each item not done with why.
+    Changes nothing. A replay is previewed by the bulk replay run's own preview (service/replay.py), as
+    `tally manual replay --dry-run`. The confirm form carries what it shows (R52: `expect`)."""
+    extra: dict[str, Any] = {k: v for k, v in fields.items() if k in FIELDS and v}
+    if action == "replay" and not picked:
         text = filter_text(filters)
         report = bootstrap.bulk_replay().preview(text)
         report["cli"] = f"tally manual replay --filter '{text}' --dry-run"
     else:
-        report = bootstrap.work_queue().bulk(queue_filter(**filters), action, by="preview", dry_run=True)
-    return {**report, "count": report.get("would_change", 0)}
+        report = bootstrap.work_queue().bulk(
+            selection(filters, picked), action, by="preview", dry_run=True, **extra
+        )
+    count_now = report.get("would_change", 0)
+    ids = report.get("ids") or []
+    return {
+        **report,
+        "count": count_now,
+        "expect": {
+            "ids": ",".join(ids) if len(ids) <= IDS_CARRIED else "",
+            "count": str(count_now),
+            "amount_cent": str(report.get("amount_cent") or 0),
+            "as_of": str(report.get("as_of") or ""),
+        },
+    }
 
 
-def replay_run(filters: dict[str, str], who: Identity, reason: str, run_id: str = "") -> dict[str, Any]:
-    """A bulk replay run from the queue page: started (or continued, with its id), at most
-    CONSOLE_REPLAY_LIMIT items per request; rate-limited, resumable and audited like the CLI's."""
-    from tally.service.queue import QueueError
+def expected(form: dict[str, str]) -> dict[str, Any]:
+    """What the confirmed preview showed, from its form (R52)."""
+    out: dict[str, Any] = {}
+    if form.get("expect_ids"):
+        out["ids"] = [i for i in form["expect_ids"].split(",") if i]
+    for name in ("count", "amount_cent"):
+        if str(form.get(f"expect_{name}") or "").isdigit():
+            out[name] = int(form[f"expect_{name}"])
+    if form.get("expect_as_of"):
+        out["as_of"] = form["expect_as_of"]
+    if not out:
+        raise ActionRefused("this confirmation does not say what its preview showed: preview again")
+    return out
+
+
+def replay_run(
+    filters: dict[str, str],
+    who: Identity,
+    reason: str,
+    run_id: str = "",
+    expect: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A bulk replay run from the queue page: started from a confirmed preview (exactly its set, R52) or
+    continued with its id, at most CONSOLE_REPLAY_LIMIT items per request; rate-limited, resumable and
+    audited like the CLI's. A changed set raises SetChanged (nothing started)."""
+    from tally.service.queue import QueueError, SetChanged
 
     if not who.can_act:
         raise PermissionError("only members of operators may act")
@@ -102,9 +148,15 @@ def replay_run(filters: dict[str, str], who: Identity, reason: str, run_id: str 
             result = runs.resume(run_id, limit=CONSOLE_REPLAY_LIMIT)
         else:
             result = runs.start(
-                filter_text(filters), by=who.who, why=reason.strip(), limit=CONSOLE_REPLAY_LIMIT
+                filter_text(filters),
+                by=who.who,
+                why=reason.strip(),
+                limit=CONSOLE_REPLAY_LIMIT,
+                expect=expect,
             )
     except (QueueError, LookupError, ValueError) as exc:
+        if isinstance(exc, SetChanged):
+            raise
         raise ActionRefused(str(exc)) from None
     count(M.CONSOLE_ACTION, int(result["this_call"]["changed"] or 0))
     logger.info(
@@ -113,17 +165,35 @@ def replay_run(filters: dict[str, str], who: Identity, reason: str, run_id: str 
     return result
 
 
-def bulk(filters: dict[str, str], action: str, who: Identity, reason: str, **fields: str) -> dict[str, Any]:
-    from tally.service.queue import QueueError
+def bulk(
+    filters: dict[str, str],
+    action: str,
+    who: Identity,
+    reason: str,
+    *,
+    expect: dict[str, Any],
+    picked: list[str] | None = None,
+    **fields: str,
+) -> dict[str, Any]:
+    """The confirmed bulk action: on exactly the set its preview showed (`expect`, R52), or SetChanged."""
+    from tally.service.queue import QueueError, SetChanged
 
     if not who.can_act:
         raise PermissionError("only members of operators may act")
     extra: dict[str, Any] = {k: v for k, v in fields.items() if k in FIELDS and v}
     try:
         report = bootstrap.work_queue().bulk(
-            queue_filter(**filters), action, by=who.who, reason=reason.strip(), dry_run=False, **extra
+            selection(filters, picked),
+            action,
+            by=who.who,
+            reason=reason.strip(),
+            dry_run=False,
+            expect=expect,
+            **extra,
         )
     except (QueueError, LookupError, ValueError) as exc:
+        if isinstance(exc, SetChanged):
+            raise
         raise ActionRefused(str(exc)) from None
     count(M.CONSOLE_ACTION, int(report.get("changed") or 0))
     logger.info(
@@ -134,7 +204,7 @@ def bulk(filters: dict[str, str], action: str, who: Identity, reason: str, **fie
 
 __all__ = [
     "ACTIONS",
-    "RESOLVE_CODES",
+    "FILTERS",
     "ActionRefused",
     "Item",
     "Outcome",

@@ -134,7 +134,7 @@ def morning_page(request: Request, who: Identity) -> Response:
 
 
 def queue_page(request: Request, who: Identity) -> Response:
-    filters = {k: request.field(k) for k in ("kind", "merchant", "age", "state", "owner")}
+    filters = {k: request.field(k) for k in actions.FILTERS}
     items = data.queue_items()
     shown = data.filter_items(items, **filters)
     return render(
@@ -143,9 +143,12 @@ def queue_page(request: Request, who: Identity) -> Response:
         page="queue",
         items=shown,
         filters=filters,
-        kinds=sorted({i.kind for i in items}),
+        kinds=sorted({k for i in items for k in i.kinds}),
         merchants=sorted({i.mchid for i in items if i.mchid}),
         owners=sorted({i.owner for i in items if i.owner}),
+        classes=sorted({i.cls for i in items if i.cls}),
+        bill_dates=sorted({i.bill_date for i in items if i.bill_date}),
+        codes=sorted({c for i in shown for cs in i.codes.values() for c in cs}),
         message=request.field("done"),
         run=request.field("run"),
     )
@@ -158,6 +161,8 @@ def item_page(request: Request, who: Identity, message: str = "", status: int = 
     try:
         item, detail, history = data.item_detail(item_id)
     except (QueueError, LookupError):
+        if request.field("done"):  # closed by the action just done, and its row no longer readable by id
+            return redirect(link("queue", done=request.field("done")))
         return render(
             "error.html",
             who,
@@ -175,7 +180,7 @@ def item_page(request: Request, who: Identity, message: str = "", status: int = 
         state=(item.state if item else detail.get("q_state") or "closed"),
         history=history,
         message=message or request.field("done"),
-        codes=actions.RESOLVE_CODES,
+        form=request.form if message else {},  # a refusal keeps what the person chose and typed
     )
 
 
@@ -184,6 +189,18 @@ def story_page(request: Request, who: Identity) -> Response:
     story = data.order_story(mchid, order) if mchid and order else None
     return render(
         "story.html", who, page="story", mchid=mchid, order=order, story=story, asked=bool(mchid and order)
+    )
+
+
+def find_page(request: Request, who: Identity) -> Response:
+    """The search box: a transaction id, refund number, refund id or out_trade_no → its order's story (one
+    match), or the matches to choose from, across every configured merchant."""
+    q = request.field("q")[:64]
+    matches = bootstrap.story_service().find(q, data.merchants_configured()) if q else []
+    if len(matches) == 1:
+        return redirect(link("story", mchid=matches[0]["mchid"], order=matches[0]["out_trade_no"]))
+    return render(
+        "story.html", who, page="story", mchid="", order="", story=None, asked=False, q=q, matches=matches
     )
 
 
@@ -215,7 +232,13 @@ def report_download(request: Request, who: Identity) -> Response:
 
 
 def refunds_page(request: Request, who: Identity) -> Response:
-    return render("refunds.html", who, page="refunds", refunds=data.refunds())
+    filters = {k: request.field(k) for k in ("state", "merchant", "date")}
+    try:
+        day = data.date.fromisoformat(filters["date"]).isoformat() if filters["date"] else ""
+    except ValueError:
+        return render("error.html", who, 400, message="Dates look like 2026-11-30.")
+    found = data.refunds(filters["state"].upper(), filters["merchant"], day)
+    return render("refunds.html", who, page="refunds", refunds=found, filters=filters)
 
 
 def merchants_page(request: Request, who: Identity) -> Response:
@@ -229,6 +252,13 @@ def ledger_page(request: Request, who: Identity) -> Response:
         bill_date = data.date.fromisoformat(day).isoformat()
     except ValueError:  # only the date the person typed: an error reading the day is not theirs
         return render("error.html", who, 400, message="Dates look like 2026-11-30.")
+    if request.field("format") == "statement":  # the daily statement, the same figures (R49)
+        return Response(
+            200,
+            data.statement_csv(bill_date, merchant),
+            "text/csv; charset=utf-8",
+            {"content-disposition": f'attachment; filename="statement-{bill_date}.csv"'},
+        )
     view = data.ledger_day(bill_date, merchant)
     if request.field("format") == "csv":
         return Response(
@@ -246,6 +276,7 @@ PAGES: dict[str, Callable[[Request, Identity], Response]] = {
     "queue": queue_page,
     "item": item_page,
     "story": story_page,
+    "find": find_page,
     "recon": recon_page,
     "report": report_download,
     "refunds": refunds_page,
@@ -279,33 +310,57 @@ def post(request: Request, who: Identity) -> Response:
             return item_page(request, who, f"Not done: {exc}", 409)
         return redirect(link("item", id=item_id, done=outcome.message))
     if request.page == "bulk":
-        filters = {k: request.form.get(k, "") for k in ("kind", "merchant", "age", "state", "owner")}
-        action = request.form.get("action", "")
-        if action not in actions.ACTIONS:
-            return render("error.html", who, 400, message="Choose an action.")
-        reason = request.form.get("reason", "")
-        if action == "replay" and (request.form.get("confirm") == "yes" or request.form.get("run")):
-            return replay_post(request, who, filters, reason)
-        if request.form.get("confirm") != "yes":
-            preview = actions.bulk_preview(filters, action)
-            return render(
-                "bulk.html", who, page="queue", preview=preview, filters=filters, reason=reason, fields=fields
-            )
-        try:
-            report = actions.bulk(filters, action, who, reason, **fields)
-        except actions.ActionRefused as exc:
-            return render("error.html", who, 409, message=f"Not done: {exc}")
-        message = f"{report.get('changed', 0)} item(s): {action} ({report.get('amount')} yuan)" + (
-            f", {len(report['errors'])} not done" if report.get("errors") else ""
-        )
-        return redirect(link("queue", done=message))
+        return bulk_post(request, who, fields)
     return render("error.html", who, 404, message="No such action.")
 
 
-def replay_post(request: Request, who: Identity, filters: dict[str, str], reason: str) -> Response:
-    """A bulk replay run: started from the preview's confirm, or continued with its id."""
+def bulk_post(request: Request, who: Identity, fields: dict[str, str]) -> Response:
+    """Preview (changes nothing), then confirm: the confirm acts on exactly the previewed set or shows the new
+    preview (R52). The result lists each item not done with its reason."""
+    from tally.service.queue import SetChanged
+
+    filters = {k: request.form.get(k, "") for k in actions.FILTERS}
+    picked = [i for i in request.form.get("pick", "").split(",") if i]
+    action = request.form.get("action", "")
+    reason = request.form.get("reason", "")
+    if action not in actions.ACTIONS:
+        return render("error.html", who, 400, message="Choose an action.")
+
+    def bulk_page(status: int = 200, **context: Any) -> Response:
+        return render(
+            "bulk.html", who, status, page="queue", filters=filters, picked=picked, fields=fields, **context
+        )
+
+    def preview_page(message: str = "", status: int = 200) -> Response:
+        preview = actions.bulk_preview(filters, action, picked, **fields)
+        return bulk_page(status, preview=preview, reason=reason, message=message)
+
+    if request.form.get("run"):
+        return replay_post(request, who, filters, reason)
+    if request.form.get("confirm") != "yes":
+        return preview_page()
     try:
-        run = actions.replay_run(filters, who, reason, request.form.get("run", "").strip())
+        expect = actions.expected(request.form)
+        if action == "replay" and not picked:
+            return replay_post(request, who, filters, reason, expect)
+        report = actions.bulk(filters, action, who, reason, expect=expect, picked=picked, **fields)
+    except SetChanged:
+        return preview_page("Not done: the items changed since the preview. This is the new preview.", 409)
+    except actions.ActionRefused as exc:
+        return preview_page(f"Not done: {exc}", 409)
+    return bulk_page(preview=None, report=report)
+
+
+def replay_post(
+    request: Request,
+    who: Identity,
+    filters: dict[str, str],
+    reason: str,
+    expect: dict[str, Any] | None = None,
+) -> Response:
+    """A bulk replay run: started from the preview's confirm (exactly its set, R52), or continued with its id."""
+    try:
+        run = actions.replay_run(filters, who, reason, request.form.get("run", "").strip(), expect)
     except actions.ActionRefused as exc:
         return render("error.html", who, 409, message=f"Not done: {exc}")
     call = run["this_call"]

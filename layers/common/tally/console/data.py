@@ -7,10 +7,9 @@ headers are shown as the text they are (escaped by the templates), secrets and c
 
 from __future__ import annotations
 
-import json
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
@@ -18,19 +17,9 @@ from tally import bootstrap
 from tally.channels import registry as channel_registry
 from tally.domain.clock import CHINA
 from tally.domain.money import format_cents
+from tally.service.shown import scrub as shown_scrub
 
 BUCKETS = ("< 1 h", "1–24 h", "1–7 d", "> 7 d")
-# attribute names never shown (secrets live in Secrets Manager; this is the second fence)
-SECRET_WORDS = (
-    "secret",
-    "private",
-    "password",
-    "apiv3",
-    "api_key",
-    "merchant_key",
-    "auth_token",
-    "ciphertext",
-)
 
 
 def yuan(cents: Any) -> str:
@@ -105,6 +94,10 @@ class Item:
     what: str = ""
     count: int = 1
     age_s: int = 0
+    codes: dict[str, list[str]] = field(default_factory=dict)  # what each closing action accepts
+    parts: list[dict[str, Any]] = field(default_factory=list)  # a case's parts (R48), each with its state
+    cls: str = ""
+    bill_date: str = ""
 
     @property
     def amount(self) -> str:
@@ -121,6 +114,11 @@ class Item:
     @property
     def since_cst(self) -> str:
         return cst(self.since)
+
+    @property
+    def kinds(self) -> list[str]:
+        """The item's kind, and a case's every part's (R48)."""
+        return [self.kind, *(str(p.get("kind")) for p in self.parts)]
 
     @property
     def kind_label(self) -> str:
@@ -143,6 +141,13 @@ def _from_queue(row: dict[str, Any]) -> Item:
         what=str(row.get("what") or ""),
         count=int(row.get("count") or 1),
         age_s=int(row.get("age_s") or 0),
+        codes={k: list(v) for k, v in (row.get("codes") or {}).items()},
+        parts=[
+            {k: p.get(k) for k in ("id", "kind", "state", "amount", "reason", "actions", "linked")}
+            for p in row.get("parts") or []
+        ],
+        cls=str(row.get("cls") or ""),
+        bill_date=str(row.get("bill_date") or ""),
     )
 
 
@@ -187,7 +192,9 @@ AGE_FILTERS = {  # the page's age buckets as the queue's filter (seconds)
 def queue_filter(**wanted: str) -> dict[str, Any]:
     """The page's filter fields as the queue service's filter (kind, merchant, age bucket, state, owner)."""
     out: dict[str, Any] = {
-        k: v for k, v in wanted.items() if v and k in ("kind", "merchant", "state", "owner")
+        k: v
+        for k, v in wanted.items()
+        if v and k in ("kind", "merchant", "state", "owner", "cls", "bill_date")
     }
     out.update(AGE_FILTERS.get(wanted.get("age") or "", {}))
     return out
@@ -201,7 +208,7 @@ def filter_items(items: list[Item], **wanted: str) -> list[Item]:
     """The same filter on items already read (the morning page's links)."""
     out = items
     if wanted.get("kind"):
-        out = [i for i in out if i.kind == wanted["kind"] or i.kind.startswith(wanted["kind"])]
+        out = [i for i in out if any(k.startswith(wanted["kind"]) for k in i.kinds)]
     if wanted.get("merchant"):
         out = [i for i in out if i.mchid == wanted["merchant"]]
     if wanted.get("age"):
@@ -210,6 +217,10 @@ def filter_items(items: list[Item], **wanted: str) -> list[Item]:
         out = [i for i in out if i.state == wanted["state"].upper()]
     if wanted.get("owner"):
         out = [i for i in out if i.owner == wanted["owner"]]
+    if wanted.get("cls"):
+        out = [i for i in out if i.cls == wanted["cls"]]
+    if wanted.get("bill_date"):
+        out = [i for i in out if i.bill_date == wanted["bill_date"]]
     return out
 
 
@@ -245,10 +256,17 @@ def recon_store() -> Any:
     return bootstrap.recon_service().store
 
 
-def merchants_configured() -> list[tuple[str, str]]:
+def synthetic() -> tuple[str, ...]:
+    """The synthetic merchants (the heartbeat's): left out of finance totals, recon lists and merchant pages
+    by default (R54); shown only where their health is the point."""
+    return (bootstrap.settings().heartbeat_mchid,)
+
+
+def merchants_configured(with_synthetic: bool = False) -> list[tuple[str, str]]:
     from tally.store.tables import MerchantStore
 
-    return MerchantStore(bootstrap.tables()).configured()
+    rows = MerchantStore(bootstrap.tables()).configured()
+    return rows if with_synthetic else [(c, m) for c, m in rows if m not in synthetic()]
 
 
 def recon_channel(channel: str) -> str:
@@ -259,23 +277,41 @@ def recon_channel(channel: str) -> str:
 
 
 def recon_yesterday(now: float) -> list[dict[str, Any]]:
+    """Yesterday per configured merchant (synthetic ones left out, R54): the day's state as its differences
+    stand now (R49: all worked reads DONE), open and worked counted apart, and where its money is."""
     day = (today_cst(now) - timedelta(days=1)).isoformat()
+    found = {(d.channel, d.mchid): (d, run, diffs) for d, run, _, diffs in day_figures(day)}
     rows = []
-    for channel, mchid in merchants_configured():
-        channel = recon_channel(channel)
-        runs = recon_store().run_rows(_recon_pk(channel, mchid, day))
-        latest = runs[0] if runs else None
-        rows.append(
-            {
-                "channel": channel,
-                "mchid": mchid,
-                "date": day,
-                "status": (latest or {}).get("status") or "no run yet",
-                "reason": (latest or {}).get("reason") or "",
-                "open_diffs": (latest or {}).get("open_diffs", 0),
-            }
-        )
+    for channel, mchid in dict.fromkeys((recon_channel(c), m) for c, m in merchants_configured()):
+        figures, run, diffs = found.get((channel, mchid), (None, None, []))
+        rows.append(_day_row(channel, mchid, day, figures, run, diffs))
     return rows
+
+
+def day_figures(day: str, mchid: str = "") -> list[Any]:
+    """The merchant-days of `day` (domain/merchant_day through service/ledger_day, R49)."""
+    return bootstrap.ledger_day_service().merchant_days(day, mchid or None)
+
+
+def _day_row(
+    channel: str, mchid: str, day: str, figures: Any, run: dict[str, Any] | None, diffs: list[dict[str, Any]]
+) -> dict[str, Any]:
+    from tally.domain.merchant_day import count_diffs, day_state
+
+    counted = count_diffs(diffs)
+    state, words = day_state((run or {}).get("status"), counted)
+    return {
+        "channel": channel,
+        "mchid": mchid,
+        "date": day,
+        "status": state,
+        "words": words or state,
+        "reason": (run or {}).get("reason") or "",
+        "open_diffs": counted.open,
+        "worked_diffs": counted.worked,
+        "money": figures.landing_words() if figures is not None else "nothing booked",
+        "landing": figures.landing if figures is not None else "",
+    }
 
 
 def _recon_pk(channel: str, mchid: str, day: str) -> str:
@@ -318,7 +354,11 @@ def recon_day(channel: str, mchid: str, day: str) -> dict[str, Any]:
         }
         for d in view["diffs"]
     ]
-    return {"runs": runs, "diffs": diffs, "confirmation": view.get("confirmation")}
+    figures = next((f for f, _, _, _ in day_figures(day, mchid) if f.channel == channel), None)
+    trade = next((r for r in view["runs"] if r.get("leg") != "fundflow"), None)
+    summary = _day_row(channel, mchid, day, figures, trade, view["diffs"])
+    summary["figures"] = figures.as_dict() if figures is not None else None
+    return {"runs": runs, "diffs": diffs, "confirmation": view.get("confirmation"), "day": summary}
 
 
 def recon_report(channel: str, mchid: str, day: str) -> tuple[str, bytes] | None:
@@ -347,6 +387,13 @@ def ledger_csv(view: dict[str, Any]) -> bytes:
     return (text if text.startswith("\ufeff") else "\ufeff" + text).encode("utf-8")
 
 
+def statement_csv(day: str, mchid: str = "") -> bytes:
+    """The daily statement of `day` (the rows `tally ledger day --statement` prints), UTF-8 with BOM."""
+    from tally.domain.statement import statement_csv as render
+
+    return render(bootstrap.ledger_day_service().statement(day, mchid or None)).encode("utf-8")
+
+
 def fourteen_days(now: float, items: list[Item]) -> list[dict[str, Any]]:
     """Payments and refunds booked (count, yuan) per day, and queue items opened and cleared per day, oldest
     first. Opened = the open items that arrived that day + the closed ones that had (the queue's day counter
@@ -359,7 +406,7 @@ def fourteen_days(now: float, items: list[Item]) -> list[dict[str, Any]]:
     counted = bootstrap.work_queue().store.day_counts(dates)
     days = []
     for day in dates:
-        totals = ledger_day(day)["totals"]
+        totals = bootstrap.ledger_day_service().day(day, recon=False)["totals"]  # booked figures only
         days.append(
             {
                 "date": day,
@@ -394,7 +441,7 @@ def merchants(now: float | None = None) -> list[dict[str, Any]]:
         if at > refused.get(mchid, ""):
             refused[mchid] = at
     seen: dict[str, dict[str, Any] | None] = {}
-    rows = list_merchants(bootstrap.merchants())
+    rows = [m for m in list_merchants(bootstrap.merchants()) if str(m["id"]) not in synthetic()]  # R54
     for m in rows:
         mchid = str(m["id"])
         if mchid not in seen:
@@ -410,6 +457,9 @@ def merchants(now: float | None = None) -> list[dict[str, Any]]:
             if last
             else None
         )
+        for cert in m.get("certificates") or []:
+            if isinstance(cert, dict) and cert.get("not_after"):
+                cert["not_after"] = cst(cert["not_after"]) or cert["not_after"]
         m["last_refused"] = (
             {"at": cst(refused[mchid]), "age": age_words(age_seconds(refused[mchid], now))}
             if mchid in refused
@@ -418,19 +468,36 @@ def merchants(now: float | None = None) -> list[dict[str, Any]]:
     return rows
 
 
-def _secretish(name: str) -> bool:
-    return any(word in name.lower() for word in SECRET_WORDS)
-
-
 # ------------------------------------------------------------------------------------------- refunds
 
 
-def refunds() -> dict[str, list[dict[str, Any]]]:
+def refunds(state: str = "", merchant: str = "", day: str = "") -> dict[str, Any]:
+    """The Refunds page: those with a person and those waiting for the channel (now), and those booked on
+    `day` (the ledger's REFUND entries of that bill date, per merchant: index Queries, never a Scan), each
+    list narrowed to a state and a merchant when asked."""
     service = bootstrap.refund_service()
-    return {
+    day = day or yesterday_cst()
+    ledger = bootstrap.story_service().ledger
+    booked = [
+        {**_refund(e), "status": "SUCCESS", "created": cst(e.get("booked_at"))}
+        for channel, mchid in merchants_configured()
+        if not merchant or mchid == merchant
+        for e in ledger.day(recon_channel(channel), mchid, day)
+        if e.get("kind") == "REFUND"
+    ]
+    lists = {
         "manual": [_refund(r) for r in service.manual(200)],
         "due": [_refund(r) for r in service.due(200)],
+        "booked": booked,
     }
+    return {
+        name: [
+            r
+            for r in rows
+            if (not state or r["status"] == state) and (not merchant or r["mchid"] == merchant)
+        ]
+        for name, rows in lists.items()
+    } | {"day": day, "merchants": sorted({m for _, m in merchants_configured()})}
 
 
 def _refund(row: dict[str, Any]) -> dict[str, Any]:
@@ -459,38 +526,9 @@ def item_detail(item_id: str) -> tuple[Item | None, dict[str, Any], list[dict[st
 
 
 def _scrub(row: dict[str, Any]) -> dict[str, Any]:
-    """No secret-named attribute; a body with its ciphertext replaced by its length (R: never shown)."""
-    out = {k: v for k, v in row.items() if not _secretish(k)}
-    if isinstance(out.get("body"), str):
-        out["body"] = redact_body(out["body"])
-    return out
-
-
-def redact_body(text: str) -> str:
-    """A callback body as received, minus what is encrypted for the merchant: any JSON `ciphertext` (WeChat v3
-    `resource.ciphertext`, any depth) and what a channel's `redact_body` hides in a body that is not JSON
-    (WeChat v2 `<req_info>`) become "‹ciphertext, N characters, not shown›"."""
-    try:
-        document = json.loads(text)
-    except ValueError:
-        for channel in channel_registry.all_channels():
-            text = channel.redact_body(text, _hidden)
-        return text
-    if not isinstance(document, dict | list):
-        return text
-    return json.dumps(_redact(document), ensure_ascii=False)
-
-
-def _redact(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _hidden(str(v)) if k.lower() == "ciphertext" else _redact(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_redact(v) for v in value]
-    return value
-
-
-def _hidden(text: str) -> str:
-    return f"‹ciphertext, {len(text)} characters, not shown›"
+    """What a person may see of a stored row (service/shown.py), its stored times (…_at, UTC) in Asia/Shanghai
+    as the page's footer says."""
+    return {k: (cst(v) or v) if k.endswith("_at") else v for k, v in shown_scrub(row).items()}
 
 
 def order_story(mchid: str, out_trade_no: str) -> dict[str, Any] | None:
@@ -503,4 +541,5 @@ def order_story(mchid: str, out_trade_no: str) -> dict[str, Any] | None:
         return None
     for entry in story.get("entries", []):
         entry["detail"] = _scrub(entry.get("detail") or {})
+        entry["at"] = cst(entry.get("at")) or entry.get("at")  # the page is footed "Times are Asia/Shanghai"
     return story

@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from tally.domain.fundflow import AGREED, FUND_DIFFERS, TRADE_DIFFERS, DayFigures, DayVerdict
+from tally.domain.merchant_day import EXPECTED, OPEN, MerchantDay
 from tally.domain.money import format_cents
+from tally.domain.recon import SETTLEMENT_DIFFERS
 from tally.domain.settlement import Refund, Settlement
 
 NOT_CHECKED = "NOT_CHECKED"  # no verdict was computed for the row (shown, never left blank), with the reason
@@ -24,7 +26,8 @@ NOT_CHECKED = "NOT_CHECKED"  # no verdict was computed for the row (shown, never
 AGREES = "AGREES"  # all three agree
 DIFFERS = "DIFFERS"  # a leg differs: `legs` says which (trade bill, fund flow)
 PENDING = "PENDING"  # the fund flow (or the trade bill) is not in yet: not due, or retried until late
-STATEMENT_VERDICTS = (AGREES, DIFFERS, PENDING, NOT_CHECKED)
+DONE = "DONE"  # a run found differences and a person has worked every one of them: done (R49)
+STATEMENT_VERDICTS = (AGREES, DIFFERS, PENDING, NOT_CHECKED, DONE)
 TRADE_LEG, FUND_LEG = "trade bill", "fund flow"
 _FINISHED = ("MATCHED", "DIFFS", "QUIET", "BLOCKED")
 
@@ -48,6 +51,10 @@ COLUMNS = (
     "verdict",
     "differs",
     "reason",
+    "fees_status",  # "booked" or "not booked yet" (then fees_yuan is empty and the net leaves them out)
+    "due",  # the fund-flow day the day's money is due on (the settlement lag)
+    "landing",  # LANDED / SHORT / IN_TRANSIT / MISSING / NOT_CHECKED (domain/merchant_day)
+    "short_by_yuan",  # net - fund flow net, once the fund flow is read
 )
 
 
@@ -139,7 +146,12 @@ def from_check(verdict: DayVerdict) -> StatementVerdict:
     return StatementVerdict(code, verdict.reason, legs, fund)
 
 
-def day_verdict(runs: Iterable[Mapping[str, Any]], *, fund_flow_source: bool = True) -> StatementVerdict:
+def day_verdict(
+    runs: Iterable[Mapping[str, Any]],
+    *,
+    fund_flow_source: bool = True,
+    diffs: Iterable[Mapping[str, Any]] | None = None,
+) -> StatementVerdict:
     """The three-way verdict of one merchant's day from its recon_runs rows (newest first, as ReconStore.run_rows
     answers): the latest finished trade run (R31–R36) and the latest fund-flow run (R45). Pure.
 
@@ -149,7 +161,12 @@ def day_verdict(runs: Iterable[Mapping[str, Any]], *, fund_flow_source: bool = T
     PENDING   the fund-flow check has not run yet (the schedule runs it on T+2 and T+3, when the lagged bill can
               be out) or is retrying because a fund-flow day is not in yet
     NOT_CHECKED with the reason: no trade run yet, the trade or fund-flow run BLOCKED (guard, late, no source,
-              a bad merchant record), or no fund-flow source for the channel"""
+              a bad merchant record), or no fund-flow source for the channel
+    DONE      `diffs` given (the day's recon_diff rows as they are now, R49): a leg whose run ended DIFFS
+              differs only while one of its differences is open; when a person has worked them all the day
+              is DONE, the differences counted worked and open apart"""
+    if diffs is not None:
+        return _worked(day_verdict(runs, fund_flow_source=fund_flow_source), list(diffs))
     trade = fund = None
     for run in runs:
         if run.get("leg") == "fundflow":
@@ -197,6 +214,34 @@ def day_verdict(runs: Iterable[Mapping[str, Any]], *, fund_flow_source: bool = T
     return StatementVerdict(AGREES, "ledger = trade bill = fund flow", (), fund_net)
 
 
+def _worked(verdict: StatementVerdict, diffs: list[Mapping[str, Any]]) -> StatementVerdict:
+    """A DIFFERS verdict read against the differences as they are now: the legs with an open difference still
+    differ; none open: DONE, with the worked and open counts."""
+    if verdict.code != DIFFERS:
+        return verdict
+    open_legs = {
+        FUND_LEG
+        if d.get("cls") == SETTLEMENT_DIFFERS and not str(d.get("item", "")).startswith("TRADE_")
+        else TRADE_LEG
+        for d in diffs
+        if d.get("handle_status") == OPEN
+    }
+    n_open = sum(1 for d in diffs if d.get("handle_status") == OPEN)
+    n_expected = sum(1 for d in diffs if d.get("handle_status") == EXPECTED)
+    counts = f"DIFFS: {len(diffs) - n_open - n_expected} resolved, {n_open} open"
+    legs = tuple(leg for leg in verdict.legs if leg in open_legs)
+    if not legs and n_expected:
+        return StatementVerdict(
+            PENDING,
+            f"{counts}, {n_expected} expected (in transit, inside the lag)",
+            (),
+            verdict.fund_net_cent,
+        )
+    if not legs:
+        return StatementVerdict(DONE, f"{counts}: every difference worked", (), verdict.fund_net_cent)
+    return StatementVerdict(DIFFERS, f"{counts}; {verdict.reason}", legs, verdict.fund_net_cent)
+
+
 def _fund_net(fund: Mapping[str, Any] | None) -> int | None:
     figures = ((fund or {}).get("figures") or {}).get("fund")
     if not figures:
@@ -209,20 +254,44 @@ def _fund_net(fund: Mapping[str, Any] | None) -> int | None:
     ).net_cent
 
 
+def summary_of(day: MerchantDay) -> DaySummary:
+    """The statement's figures of a merchant-day (domain/merchant_day, R49): reversals folded into the
+    settlement or refund they correct, fees not booked yet as zero (the row says so in `fees_status`)."""
+    return DaySummary(
+        day.payments,
+        day.gross_cent,
+        day.merchant_funded_cent,
+        day.channel_funded_cent,
+        day.unattributed_cent,
+        day.payer_cent,
+        day.settlement_cent,
+        day.refunds,
+        day.refunded_cent,
+        day.fee_cent or 0,
+        day.fee_returned_cent,
+    )
+
+
 def statement_row(
     merchant: str,
     channel: str,
     day: str,
-    summary: DaySummary,
+    summary: DaySummary | MerchantDay,
     verdict: DayVerdict | StatementVerdict | None,
 ) -> dict[str, str]:
     """One CSV row: yuan for people, the three-way verdict, which leg differs, and why (NOT_CHECKED, with a
-    reason, when there is none)."""
+    reason, when there is none). Given the merchant-day (R49), its fee status, due day, landing and shortfall
+    too; a figure not known is an empty cell, its status in the column beside it."""
     if isinstance(verdict, DayVerdict):
         verdict = from_check(verdict)
     if verdict is None:
         verdict = StatementVerdict(NOT_CHECKED, "no three-way check was run for this day")
+    the_day = summary if isinstance(summary, MerchantDay) else None
+    if isinstance(summary, MerchantDay):
+        summary = summary_of(summary)
     fund_net = verdict.fund_net_cent
+    fees_known = the_day is None or the_day.fees_known
+    short = the_day.short_cent if the_day is not None else None
     return {
         "merchant": merchant,
         "channel": channel,
@@ -236,13 +305,17 @@ def statement_row(
         "settlement_yuan": format_cents(summary.settlement_cent),
         "refunds": str(summary.refunds),
         "refunded_yuan": format_cents(summary.refund_cent),
-        "fees_yuan": format_cents(summary.fee_cent),
+        "fees_yuan": format_cents(summary.fee_cent) if fees_known else "",
         "fees_returned_yuan": format_cents(summary.fee_returned_cent),
         "net_yuan": format_cents(summary.net_cent),
         "fund_flow_net_yuan": format_cents(fund_net) if fund_net is not None else "",
         "verdict": verdict.code,
         "differs": ", ".join(verdict.legs),
         "reason": verdict.reason,
+        "fees_status": "booked" if fees_known else "not booked yet",
+        "due": (the_day.due or "") if the_day is not None else "",
+        "landing": the_day.landing if the_day is not None else "",
+        "short_by_yuan": format_cents(short) if short is not None else "",
     }
 
 

@@ -241,7 +241,19 @@ class PollService:
         assert result.notice is not None
         row = raw_row(result.notice, now, body=result.body, headers=result.headers)
         existing = self.raw.put_new(row)
-        if existing is not None and existing.get("handled") in (1, 2):
+        if existing is not None and existing.get("handled") == 2:
+            # R48: the payment is with a person already (an open case, or one a person closed): the poller
+            # stops asking and opens nothing of its own; the order names the payment's case.
+            if not self.polls.to_case(
+                order["pk"],
+                f"paid at the channel as {row['pk']}: the payment's case decides",
+                str(existing["pk"]),
+                iso_now(now),
+            ):
+                return "DUPLICATE"
+            count(M.POLL_MANUAL, channel=order.get("channel"), merchant=order.get("mchid"))
+            return "CASE"
+        if existing is not None and existing.get("handled") == 1:
             # The callback (or an earlier query) got there first. If it booked, the order is PAID and this is a
             # duplicate. If the order is still open behind a handled payment (it went to the manual queue), the
             # order leaves the poll for a person: asking again could only ever say "paid" (R25, R37).

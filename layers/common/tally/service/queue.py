@@ -74,13 +74,80 @@ KINDS: dict[str, tuple[str, int]] = {
     "bill-upload": ("an uploaded bill under a folder that names no day: not reconciled", DAY_S),
 }
 PREFIXES = ("pay-", "evt-", "rejected-", "report-", "refund-", "task-", "diff-", "recon-", "order-", "cert-")
-ACTIONS = ("ack", "resolve", "ignore", "replay", "refund-outcome", "abnormal-refund", "close-task")
+ACTIONS = (
+    "ack",
+    "resolve",
+    "ignore",
+    "replay",
+    "refund-outcome",
+    "abnormal-refund",
+    "close-task",
+    "refund-now",  # R48: the payment back through the one refund path (its refund task's refund)
+    "accept-amount",  # R48: book what the channel says was paid on an amount mismatch
+)
+CLOSING = ("resolve", "ignore", "close-task", "refund-now", "accept-amount")  # one decision for a whole case
+# R48: the kinds that concern one order's money: every live item of these kinds naming the same merchant and
+# order is one case (the oldest part leads; the others attach to it and close with it)
+CASE_KINDS = frozenset(
+    {
+        "unbooked-payment",
+        "order",
+        "refund-task",
+        "recon-diff",
+        "refund",
+        "refund-report",
+        "settlement-unknown",
+        "no-transaction-id",
+    }
+)
+# What each closing action accepts as --code, per kind (the console offers exactly these; anything else is
+# refused with this list). `resolve` without a code stays allowed: the reason says what was done.
+TASK_CODES = ("refunded-at-channel", "booked-after-all")
+RESOLVE_CODES: dict[str, tuple[str, ...]] = {
+    "unbooked-payment": ("refunded-by-hand", "settled-outside-tally", "confirmed-junk", "other"),
+    "order": ("closed-by-hand", "settled-outside-tally", "confirmed-junk", "other"),
+    "refund-task": ("refunded-by-hand", "settled-outside-tally", "other"),
+    "recon-diff": ("explained", "corrected", "channel-fixed", "other"),
+    "refund": ("settled-outside-tally", "other"),
+    "refund-report": ("refunded-by-hand", "confirmed-junk", "other"),
+    "settlement-unknown": ("queried", "other"),
+    "no-transaction-id": ("booked-by-query", "confirmed-junk", "other"),
+    "quarantined": ("key-fixed", "confirmed-junk", "other"),
+    "rejected": ("key-fixed", "confirmed-junk", "other"),
+    "suspected-forgery": ("reported", "confirmed-junk", "other"),
+    "certificate": ("added", "other"),
+    "merchant-not-ready": ("key-fixed", "other"),
+    "recon-blocked": ("bill-fixed", "other"),
+    "volume-drop": ("confirmed", "other"),
+    "bill-upload": ("filed", "other"),
+}
 # given to an action but never written to an item's history (the user's bank card for abnormal-refund)
 SECRET_FIELDS = frozenset({"bank_account", "real_name"})
 
 
 class QueueError(errors.InvalidRequest, ValueError):
     """The action does not fit the item (unknown id, closed already, not offered for this kind): says why."""
+
+
+class SetChanged(QueueError):
+    """R52: the items a bulk confirm would act on are not the ones its preview showed; `preview` is the new one."""
+
+    def __init__(self, preview: dict[str, Any]):
+        self.preview = preview
+        super().__init__(
+            f"the selection changed since the preview: now {preview.get('would_change', preview.get('changed'))} "
+            f"item(s), {preview['amount']} yuan; nothing was done: look at the new preview and confirm again"
+        )
+
+
+def same_set(report: dict[str, Any], expect: dict[str, Any]) -> bool:
+    """R52: is this the set a preview showed? Its ids when the preview carried them, and its count and amount."""
+    if expect.get("ids") is not None and sorted(expect["ids"]) != sorted(report["ids"]):
+        return False
+    count_now = report.get("would_change", report.get("changed"))
+    if expect.get("count") is not None and int(expect["count"]) != count_now:
+        return False
+    return expect.get("amount_cent") is None or int(expect["amount_cent"]) == report["amount_cent"]
 
 
 class WorkQueue:
@@ -112,7 +179,7 @@ class WorkQueue:
         `over_s` replaces every kind's threshold (0: anything open counts as overdue). `counted=False` skips
         reading the rejected groups' aggregate counts (the poller's gauge counts items, not refusals)."""
         now = self.clock()
-        items = [self._finish(i, now, over_s) for i in self._collect(now, counted)]
+        items = self._cases([self._finish(i, now, over_s) for i in self._collect(now, counted)])
         wanted = parse_filter(filter) if isinstance(filter, str) or filter is None else filter
         items = [i for i in items if _matches(i, wanted)]
         return sorted(items, key=lambda i: (str(i["since"] or ""), i["id"]))  # oldest first, stable
@@ -120,9 +187,13 @@ class WorkQueue:
     def get(self, item_id: str) -> dict[str, Any]:
         item_id = _legacy(item_id)
         for item in self.list():
-            if item["id"] == item_id:
+            if item["id"] == item_id or item_id in _part_ids(item):
                 source = self._source(item)
                 rows = source if isinstance(source, list) else [source]
+                for part in item.get("parts") or []:  # a case's history is every part's (R48)
+                    if part["id"] != item["id"] and part.get("source_kind"):
+                        more = self._source(part)
+                        rows += more if isinstance(more, list) else [more]
                 history = sorted((h for r in rows if r for h in _history(r)), key=lambda h: h.get("at", ""))
                 return {**item, "history": history or item["history"], "source": source}
         closed = self._closed(item_id)
@@ -165,7 +236,7 @@ class WorkQueue:
                 f"manual item ids look like {', '.join(p + '…' for p in PREFIXES)} "
                 f"(as `tally manual list` prints them), not {item_id!r}"
             )
-        item = next((i for i in self.list({"id": item_id}) if i["id"] == item_id), None)
+        item = next(iter(self.list({"id": item_id})), None)  # the case, also when a part's id is named
         result = self._act(item_id, item, action, by, reason, fields)
         self.count_cleared([result])
         return result
@@ -185,12 +256,16 @@ class WorkQueue:
             raise QueueError(
                 f"{item_id} is a {item['kind']}: its actions are {', '.join(item['actions'])}, not {action}"
             )
+        _check_code(item, action, fields)
         entry = {"at": iso_now(self.clock()), "by": by, "action": action, "why": reason}
         entry.update(
             {k: str(v) for k, v in fields.items() if v not in (None, "", False) and k not in SECRET_FIELDS}
         )
         try:
-            outcome = getattr(self, "_" + item["source_kind"])(item, action, entry, fields)
+            if len(item.get("parts") or []) > 1:
+                outcome = self._case(item, action, entry, fields)
+            else:
+                outcome = getattr(self, "_" + item["source_kind"])(item, action, entry, fields)
         except StaleItem:
             raise QueueError(f"{item_id} changed meanwhile (someone else acted on it): list again") from None
         count(M.MANUAL_REPLAYED if action == "replay" else M.MANUAL_RESOLVED)
@@ -202,8 +277,10 @@ class WorkQueue:
                 "owner": fields.get("owner") or by,
                 "history": [*item["history"], entry],
             }
-        elif action == "replay" and item["source_kind"] == "day":  # the re-run may block the day again
-            after = next((i for i in self.list({"id": item_id}) if i["id"] == item_id), None)
+        elif (action == "replay" and item["source_kind"] == "day") or (
+            len(item.get("parts") or []) > 1 and action not in CLOSING
+        ):  # the re-run may block the day again; a case keeps its other parts open
+            after = next(iter(self.list({"id": item_id})), None)
         else:
             after = None  # closed: it left its row's index, so no list shows it any more
         closed = {**item, "state": _closed_state(action), "history": [*item["history"], entry]}
@@ -226,6 +303,7 @@ class WorkQueue:
         claim: Callable[[dict[str, Any]], str] | None = None,
         after: Callable[[dict[str, Any], dict[str, Any] | None, str], None] | None = None,
         items: List[dict[str, Any]] | None = None,
+        expect: dict[str, Any] | None = None,
         **fields: Any,
     ) -> dict[str, Any]:
         """The same action on every live item the filter selects; `dry_run` says what would change (counts and
@@ -234,9 +312,19 @@ class WorkQueue:
         A bulk replay run (service/replay.py) passes `claim(item)` -> "act" | "skip" (done already, or taken by
         another process) | "stop" (paused: the rest is for the next call), and `after(item, result, error)`.
         `items`: what `list(filter)` answered already (a run's first call acts on the listing its plan counted:
-        one listing, not two, and the plan is exactly the set the call walks)."""
+        one listing, not two, and the plan is exactly the set the call walks).
+
+        `expect` (R52): what the preview showed, `{"ids": [...]}` and/or `{"count": n, "amount_cent": c}`;
+        when the set the filter selects now differs, nothing is done and SetChanged carries the new preview."""
         items = self.list(filter) if items is None else items
-        fit = [i for i in items if action in i["actions"]]
+        refused: dict[str, str] = {}
+        for i in items:
+            if action in i["actions"]:
+                try:
+                    _check_code(i, action, fields)
+                except QueueError as exc:
+                    refused[i["id"]] = str(exc)
+        fit = [i for i in items if action in i["actions"] and i["id"] not in refused]
         total = sum(i["amount_cent"] or 0 for i in fit)
         report: dict[str, Any] = {
             "action": action,
@@ -251,8 +339,11 @@ class WorkQueue:
             "items": [
                 {k: i[k] for k in ("id", "kind", "merchant", "order", "amount", "reason")} for i in fit
             ],
-            "errors": {},
+            "ids": [i["id"] for i in fit],
+            "errors": dict(refused),  # each item not done, with why
         }
+        if expect is not None and not same_set(report, expect):
+            raise SetChanged(report)
         if action == "abnormal-refund" and fields.get("to") == "user-bank-card" and len(fit) > 1:
             raise QueueError("one user's bank card is for one refund: name the item, not a --filter")
         if dry_run:
@@ -300,16 +391,62 @@ class WorkQueue:
             except Exception as exc:  # noqa: BLE001 - the action is done; a chart counter must not undo it
                 logger.warning("queue day counter not written", extra={"day": day, "error": str(exc)[:200]})
 
+    # ---------------------------------------------------------------- a case: one decision for its parts
+
+    def _case(self, case: dict[str, Any], action: str, entry: dict[str, Any], fields: dict[str, Any]) -> str:
+        """R48: one action on a case of several parts (items about the same merchant and order).
+
+        ack owns every part; replay, refund-outcome and abnormal-refund go to the parts that offer them; a
+        closing action (resolve, ignore, close-task) is one decision: the part it fits is closed first (a
+        close-task on the refund task), then every other part is settled with the same entry, so nothing of
+        the case stays open for a second person to pay out again. A refund still waiting for its outcome is
+        a part with its own decision: the case is not closed over it."""
+        live = [p for p in case["parts"] if not p.get("linked")]
+        if action not in CLOSING:
+            targets = [p for p in live if action in p["actions"]]
+            return "; ".join(
+                f"{p['id']}: {getattr(self, '_' + p['source_kind'])(p, action, entry, fields)}"
+                for p in targets
+            )
+        waiting = [p for p in live if p["kind"] == "refund"]
+        if waiting:
+            raise QueueError(
+                f"{waiting[0]['id']} is a refund waiting for its outcome: record it first (refund-outcome), "
+                "then close the case"
+            )
+        first = next(p for p in live if action in p["actions"])
+        outcomes = [
+            f"{first['id']}: {getattr(self, '_' + first['source_kind'])(first, action, entry, fields)}"
+        ]
+        settle = {**entry, "why": f"{entry['why']} (one case with {first['id']}, R48)"}
+        for part in live:
+            if part is first or (action == "refund-now" and part["kind"] == "refund-task"):
+                continue  # a refund task's refund has its own outcome: shown on the case, not closed here
+            verb = "ignore" if action == "ignore" else "resolve"
+            try:
+                done = getattr(self, "_" + part["source_kind"])(
+                    part, verb, settle, {"code": fields.get("code")}
+                )
+            except (StaleItem, QueueError, LookupError, ValueError) as exc:
+                done = f"left as it was ({exc})"  # closed meanwhile through another door
+            outcomes.append(f"{part['id']}: {done}")
+        return "; ".join(outcomes)
+
     # ---------------------------------------------------------------- per source: the action's one write
 
     def _payment(
         self, item: dict[str, Any], action: str, entry: dict[str, Any], fields: dict[str, Any]
     ) -> str:
-        key = {"pk": item["source_key"]}
+        key, outcome = {"pk": item["source_key"]}, ""
         if action == "replay":
             return self._manual().replay("raw:" + item["source_key"], by=entry["by"], why=entry["why"])[
                 "outcome"
             ]
+        if action == "accept-amount":
+            return self._accept_amount(item, entry)
+        if action == "refund-now":
+            outcome = self._refund_now(self._payment_task(item))
+            action = "resolve"  # the payment's item closes: its money goes back through the refund
         if action == "ack":
             self.store.record(
                 self.store.t.notify_raw,
@@ -329,7 +466,7 @@ class WorkQueue:
             sets={"resolution": entry},
             remove=("pending_pk", "pending_at"),
         )
-        return _closed_state(action).lower()
+        return outcome or _closed_state(action).lower()
 
     def _kept(self, item: dict[str, Any], action: str, entry: dict[str, Any], fields: dict[str, Any]) -> str:
         outcomes = []
@@ -419,7 +556,74 @@ class WorkQueue:
         self.store.append_history(self.store.t.refunds, key, entry, RESOLVED)
         return f"{outcome} recorded ({'booked' if outcome == 'SUCCESS' else 'released'})"
 
+    def _refund_now(self, task_pk: str) -> str:
+        if self.refunds is None:
+            raise QueueError("no refund service wired")
+        try:
+            _, refund_no = _built(self.refunds).refund_task_now(task_pk)
+        except (LookupError, ValueError) as exc:
+            raise QueueError(str(exc)) from None
+        return f"refund {refund_no} sent to the channel: tracked to its outcome like any refund"
+
+    def _payment_task(self, item: dict[str, Any]) -> str:
+        """The refund task of an unbooked payment: the one it has (R17), or one opened now (same key rule)."""
+        row = self.store.get(self.store.t.notify_raw, {"pk": item["source_key"]}) or {}
+        if row.get("refund_task"):
+            return str(row["refund_task"])
+        if not row.get("out_trade_no") or not row.get("transaction_id"):
+            raise QueueError(f"{item['id']}: no order or transaction id to refund against")
+        order = self.store.get(self.store.t.orders, {"pk": f"{row['mchid']}#{row['out_trade_no']}"})
+        if order is None:
+            raise QueueError(
+                f"{item['id']}: order {row['out_trade_no']} does not exist here: refund it by hand"
+            )
+        tenant = order.get("tenant") or row["mchid"]
+        task = {
+            "pk": f"{tenant}#{order['pk']}#{row['transaction_id']}",
+            "tenant": tenant,
+            "order_pk": order["pk"],
+            "channel": row.get("channel"),
+            "transaction_id": row["transaction_id"],
+            "mchid": row["mchid"],
+            "out_trade_no": row["out_trade_no"],
+            "amount_cent": int(row["paid_cent"]),
+            "total_cent": int(
+                row.get("order_total_cent") or row["paid_cent"]
+            ),  # what the channel's refund names
+            "reason": f"refund-now by a person: {row.get('manual_reason') or 'not booked'}"[:200],
+            "status": "OPEN",
+            "created_at": iso_now(self.clock()),
+        }
+        self.store.open_task(item["source_key"], task)  # False: it exists already, and is the one refunded
+        return str(task["pk"])
+
+    def _accept_amount(self, item: dict[str, Any], entry: dict[str, Any]) -> str:
+        """Book what the channel says was paid (an amount mismatch, R12): the order takes the channel's order
+        amount (audited, the old one kept), then the payment goes through the product path again."""
+        row = self.store.get(self.store.t.notify_raw, {"pk": item["source_key"]}) or {}
+        order = self.store.get(self.store.t.orders, {"pk": f"{row.get('mchid')}#{row.get('out_trade_no')}"})
+        if order is None or row.get("order_total_cent") is None:
+            raise QueueError(f"{item['id']}: no order amount to accept (only an amount mismatch has one)")
+        old, new = int(order["amount_cent"]), int(row["order_total_cent"])
+        if old == new:
+            raise QueueError(f"{item['id']}: the amounts agree ({format_cents(old)}): replay it instead")
+        audit = {**entry, "from_cent": old, "to_cent": new}
+        if not self.store.accept_amount(order["pk"], old, new, audit):
+            raise QueueError(
+                f"order {order.get('out_trade_no')} is {order.get('status')} or changed meanwhile: "
+                "its amount is not changed"
+            )
+        self._manual().replay("raw:" + item["source_key"], by=entry["by"], why=entry["why"])
+        return (
+            f"order amount {format_cents(old)} → {format_cents(new)} yuan (difference {format_cents(new - old)}); "
+            f"the payment of {format_cents(int(row.get('paid_cent') or 0))} yuan is booked through the product path"
+        )
+
     def _task(self, item: dict[str, Any], action: str, entry: dict[str, Any], fields: dict[str, Any]) -> str:
+        if action == "refund-now":
+            outcome = self._refund_now(item["source_key"])
+            self.store.append_history(self.store.t.refund_tasks, {"pk": item["source_key"]}, entry, RESOLVED)
+            return outcome
         ack = action == "ack"
         if action == "close-task":
             code = str(fields.get("code") or "")
@@ -521,6 +725,50 @@ class WorkQueue:
 
     # ================================================================ building items
 
+    def _cases(self, items: List[dict[str, Any]]) -> List[dict[str, Any]]:
+        """R48: the live items about one merchant's order become one case (see CASE_KINDS); every item gets the
+        codes its closing actions accept."""
+        groups: dict[tuple[str, str], List[dict[str, Any]]] = defaultdict(list)
+        out = []
+        for item in items:
+            if item["kind"] in CASE_KINDS and item.get("order") and item.get("merchant"):
+                groups[(str(item["merchant"]), str(item["order"]))].append(item)
+            else:
+                out.append(_with_codes(item, [item]))
+        for parts in groups.values():
+            parts.sort(key=lambda i: (str(i["since"] or ""), i["id"]))
+            parts += self._linked_tasks(parts)
+            out.append(_as_case(parts))
+        return out
+
+    def _linked_tasks(self, parts: List[dict[str, Any]]) -> List[dict[str, Any]]:
+        """A refund task behind an unbooked payment that is not with a person (the product refunds it, or did):
+        shown on the case with its state, and it takes `refunded-by-hand` off the case (R48: one payout)."""
+        listed = {p["id"] for p in parts}
+        linked: List[dict[str, Any]] = []
+        for part in parts:
+            task_pk = (part.get("row_refs") or {}).get("refund_task")
+            if not task_pk or f"task-{task_pk}" in listed:
+                continue
+            row = self.store.get(self.store.t.refund_tasks, {"pk": task_pk}) or {}
+            linked.append(
+                {
+                    "id": f"task-{task_pk}",
+                    "kind": "refund-task",
+                    "state": str(row.get("status") or "unknown"),
+                    "linked": True,
+                    "amount_cent": row.get("amount_cent"),
+                    "amount": None
+                    if row.get("amount_cent") is None
+                    else format_cents(int(row["amount_cent"])),
+                    "reason": "the product refunds this payment itself (refund task "
+                    f"{row.get('status') or '?'}{', refund ' + str(row['refund_no']) if row.get('refund_no') else ''})",
+                    "actions": [],
+                    "since": row.get("created_at"),
+                }
+            )
+        return linked
+
     def _collect(self, now: float, counted: bool = True) -> List[dict[str, Any]]:
         items = [self._payment_item(r) for r in self.store.unbooked_payments()]
         for kind in KEPT_KINDS:
@@ -552,7 +800,9 @@ class WorkQueue:
             amount_cent=row.get("paid_cent"),
             since=row.get("pending_at") or row.get("handled_at"),
             reason=plain(row.get("manual_reason") or "not booked"),
-            actions=("ack", "resolve", "ignore", "replay"),
+            actions=("ack", "resolve", "ignore", "replay", "refund-now")
+            + (("accept-amount",) if _amount_mismatch(row) else ()),
+            row_refs={"refund_task": row["refund_task"]} if row.get("refund_task") else {},
         )
 
     def _kept_item(self, row: dict[str, Any]) -> dict[str, Any]:
@@ -668,12 +918,13 @@ class WorkQueue:
             reason=plain(
                 f"{row.get('reason') or 'could not be booked'}; {row.get('manual_reason') or ''}".strip("; ")
             ),
-            actions=("ack", "close-task", "resolve", "ignore"),
+            actions=("ack", "close-task", "refund-now", "resolve", "ignore"),
         )
 
     def _diff_item(self, row: dict[str, Any]) -> dict[str, Any]:
         amount = row.get("channel_amount_cent")
         amount = row.get("local_amount_cent") if amount is None else amount
+        amount = row.get("gap_cent", amount)  # a settlement difference: the gap, not the channel's figure
         return _item(
             row,
             f"diff-{row['pk']}/{row['sk']}",
@@ -688,7 +939,10 @@ class WorkQueue:
             reason=plain(
                 f"{row.get('cls') or row.get('item')} on {row.get('bill_date')}: {row.get('detail') or ''}"
             ),
+            cls=row.get("cls") or row.get("item"),
+            bill_date=row.get("bill_date"),
             actions=("ack", "resolve", "ignore"),
+            resolve_codes=row.get("codes"),  # a settlement gap names its own (domain/merchant_day.py)
         )
 
     def _day_item(self, row: dict[str, Any]) -> dict[str, Any]:
@@ -822,6 +1076,68 @@ def _item(
     }
 
 
+def _amount_mismatch(row: dict[str, Any]) -> bool:
+    """An unbooked payment whose only problem is the amount (R12): the channel's order amount differs from ours."""
+    reason = str(row.get("manual_reason") or "")
+    return reason.startswith("amount ") and ";" not in reason and row.get("order_total_cent") is not None
+
+
+def _part_ids(item: dict[str, Any]) -> set[str]:
+    return {p["id"] for p in item.get("parts") or []}
+
+
+def _with_codes(item: dict[str, Any], parts: List[dict[str, Any]]) -> dict[str, Any]:
+    """The codes each closing action of the item accepts (the console offers exactly these)."""
+    codes: dict[str, List[str]] = {}
+    if "resolve" in item["actions"]:
+        resolve = [
+            c
+            for p in parts
+            if not p.get("linked")
+            for c in p.get("resolve_codes") or RESOLVE_CODES.get(p["kind"], ("other",))
+        ]
+        if any(p.get("linked") and p["state"] != "CLOSED" for p in parts):
+            resolve = [c for c in resolve if c != "refunded-by-hand"]  # the product refunds it (R48)
+        codes["resolve"] = list(dict.fromkeys(resolve))
+    if "close-task" in item["actions"]:
+        codes["close-task"] = list(TASK_CODES)
+    item["codes"] = codes
+    return item
+
+
+def _as_case(parts: List[dict[str, Any]]) -> dict[str, Any]:
+    """One case from its parts (oldest first): the oldest leads (its id is the case's), the actions are every
+    live part's, the amount is the lead's (the same money, counted once)."""
+    lead, live = parts[0], [p for p in parts if not p.get("linked")]
+    if len(parts) == 1:
+        return _with_codes(lead, parts)
+    case = dict(lead)
+    case["parts"] = parts
+    case["kinds"] = sorted({p["kind"] for p in parts})
+    case["actions"] = [a for a in ACTIONS if any(a in p["actions"] for p in live)]
+    case["state"] = OPEN if any(p["state"] == OPEN for p in live) else ACKNOWLEDGED
+    case["owner"] = ", ".join(sorted({str(p["owner"]) for p in live if p.get("owner")})) or None
+    case["overdue"] = any(p.get("overdue") for p in live)
+    case["history"] = sorted((h for p in live for h in p["history"]), key=lambda h: h.get("at", ""))
+    others = "; ".join(f"{p['kind'].replace('-', ' ')}: {p['reason']}" for p in parts[1:])
+    case["reason"] = f"{lead['reason']} (also {others})"
+    for name in ("cls", "bill_date"):  # a case with a recon difference is found by its class and bill date
+        case[name] = next((p[name] for p in parts if p.get(name)), None)
+    return _with_codes(case, parts)
+
+
+def _check_code(item: dict[str, Any], action: str, fields: dict[str, Any]) -> None:
+    """A code the item's action does not accept is refused with the ones it does (the console's choices)."""
+    code = str(fields.get("code") or "")
+    accepted = (item.get("codes") or {}).get(action)
+    if action == "close-task" and code not in TASK_CODES:
+        raise QueueError(f"close-task needs --code {' or --code '.join(TASK_CODES)}")
+    if code and accepted is not None and code not in accepted:
+        raise QueueError(f"{item['id']}: {action} takes --code {', '.join(accepted)}; not {code!r}")
+    if code and accepted is None and action not in ("resolve", "close-task"):
+        raise QueueError(f"{action} takes no --code")
+
+
 def _aggregate_pk(row: dict[str, Any]) -> str:
     """The aggregate row a kept rejected row was counted on (service/ingest.py `aggregate`): its own
     `aggregate_pk` when the index projects it, else rebuilt from the projected channel, merchant, cause (and
@@ -931,11 +1247,23 @@ def parse_filter(text: str | None) -> dict[str, Any]:
             wanted["age_gt" if op == ">" else "age_lt"] = int(n) * _UNITS[unit]
             continue
         name, eq, value = part.partition("=")
-        names = ("kind", "merchant", "channel", "state", "owner", "id", "order", "since", "until")
+        names = (
+            "kind",
+            "merchant",
+            "channel",
+            "state",
+            "owner",
+            "id",
+            "order",
+            "since",
+            "until",
+            "cls",
+            "bill_date",
+        )
         if not eq or name.strip() not in names:
             raise QueueError(
                 f"filter {part!r}: use kind=…, merchant=…, channel=…, state=…, owner=…, order=…, id=…, "
-                "since=…, until=…, age>…, age<…"
+                "cls=…, bill_date=…, since=…, until=…, age>…, age<…"
             )
         if name.strip() in wanted:  # a value that smuggled a second "merchant=…" in must not win silently
             raise QueueError(f"filter names {name.strip()} twice: say it once")
@@ -1004,16 +1332,23 @@ def _matches(item: dict[str, Any], wanted: dict[str, Any]) -> bool:
             return False
         if name == "age_lt" and not item["age_s"] < value:
             return False
-        if name == "kind" and not (item["kind"] == value or item["kind"].startswith(value)):
+        if name == "kind" and not any(
+            k == value or k.startswith(value) for k in item.get("kinds") or [item["kind"]]
+        ):
             return False
         if name == "state" and item["state"] != str(value).upper():
             return False
-        if name == "id" and item["id"] != _legacy(str(value)):
+        if name == "id" and _legacy(str(value)) not in {item["id"], *_part_ids(item)}:
             return False
         if name in ("since", "until"):
             when = _parse_utc(item.get("since"))
             if when is None or (when < value if name == "since" else when >= value):
                 return False
-        if name in ("merchant", "channel", "owner", "order") and str(item.get(name)) != value:
+        if (
+            name in ("merchant", "channel", "owner", "order", "cls", "bill_date")
+            and str(item.get(name)) != value
+        ):
+            return False
+        if name == "ids" and not ({item["id"], *_part_ids(item)} & set(value)):  # rows a person ticked
             return False
     return True

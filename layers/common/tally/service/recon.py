@@ -44,6 +44,8 @@ from tally.domain.fundflow import (
     trade_figures,
 )
 from tally.domain.fundflow import ITEMS as FUND_ITEMS
+from tally.domain.merchant_day import EXPECTED, fee_charged, settlement_gap
+from tally.domain.merchant_day import FUND_ITEMS as FUND_GAP_ITEMS
 from tally.domain.money import format_cents
 from tally.domain.recon import (
     AMOUNT_DIFFERS,
@@ -76,7 +78,7 @@ from tally.domain.recon import (
     scheduled_days,
 )
 from tally.observability import M, count, logger
-from tally.service.ledger_day import statement_text
+from tally.service.ledger_day import merchant_lag, statement_text
 from tally.service.recon_partition import (
     SPLIT_BYTES,
     Partitioned,
@@ -552,7 +554,9 @@ class ReconService:
         key = f"reports/{channel}/{mchid}/{bill_date}/statement.csv"
         runs = [run, *(r for r in self.store.run_rows(run["pk"]) if r.get("sk") != run.get("sk"))]
         runs.sort(key=lambda r: str(r.get("sk")), reverse=True)  # newest first, this run included
-        text = statement_text(channel, mchid, bill_date, entries, runs)
+        lag = merchant_lag(channel, self.fund_config(channel, mchid) if self.fund_config else None)
+        today = china_date(self.clock()).isoformat()
+        text = statement_text(channel, mchid, bill_date, entries, runs, lag=lag, today=today)
         self.archive.put_report(key, text.encode("utf-8"), "text/csv; charset=utf-8")
         return key
 
@@ -620,6 +624,29 @@ class ReconService:
             "seen_count": 1,
         }
 
+    def _settlement_row(
+        self, run: dict[str, Any], diff: Diff, lag: SettlementLag, ledger_day: str, today: str
+    ) -> dict[str, Any]:
+        """A fund-flow difference as a person works it (#30): the gap rather than the channel's figure, the
+        ledger day and the fund-flow day, the next step and its codes; inside the lag it is EXPECTED (in transit,
+        out of the open index), past it OPEN."""
+        row = self._diff_row(run, diff, None)
+        if diff.item not in FUND_GAP_ITEMS or diff.local_amount_cent is None:
+            return row
+        gap = settlement_gap(
+            diff.item,
+            int(diff.local_amount_cent),
+            int(diff.channel_amount_cent or 0),
+            ledger_day,
+            lag.day_of(diff.item, ledger_day),
+            today,
+        )
+        row.update(gap)
+        row["history"] = [{**row["history"][0], "note": gap["detail"]}]
+        if row["handle_status"] != OPEN:
+            row.pop("open_pk", None)
+        return row
+
     def _close_healed(self, run: dict[str, Any], seen: set[str], *, fund: bool) -> int:
         """OPEN diffs of this day that the bill and ledger no longer show (e.g. booked by the pull path). A
         trade run heals only trade diffs, a fund-flow run only SETTLEMENT_DIFFERS (R45): neither sees the other's."""
@@ -627,6 +654,9 @@ class ReconService:
         for row in self.store.diffs_of(run["pk"]):
             if (row.get("cls") == SETTLEMENT_DIFFERS) != fund:
                 continue
+            if row.get("handle_status") == EXPECTED and row["sk"] not in seen:  # it landed: closed as healed
+                if self.store.open_expected(row["pk"], row["sk"], iso_now(self.clock()), "no longer differs"):
+                    row["handle_status"] = OPEN
             if row.get("handle_status") == OPEN and row["sk"] not in seen:
                 if self.store.close_diff(
                     run["pk"],
@@ -770,12 +800,26 @@ class ReconService:
             "fund": _figures(result.fund) if result.fund else None,
         }
         seen, new = set(), 0
+        today = china_date(self.clock()).isoformat()
         for diff in result.diffs:
             seen.add(diff.sk)
-            if self.store.put_new_diff(self._diff_row(run, diff, None)):
-                new += 1
+            row = self._settlement_row(run, diff, lag, ledger_day, today)
+            if self.store.put_new_diff(row):
+                new += row["handle_status"] == OPEN
             else:
                 self.store.seen_again(run["pk"], diff.sk, run["run_id"], None)
+                if (
+                    row["handle_status"] == OPEN
+                    and "next_step" in row
+                    and self.store.open_expected(
+                        run["pk"],
+                        diff.sk,
+                        iso_now(self.clock()),
+                        f"still differs past the lag: {row['next_step']}",
+                        {"detail": row["detail"], "next_step": row["next_step"]},
+                    )
+                ):  # an expected difference turns missing by itself, and opens then (#30)
+                    new += 1
         if new:
             count(M.RECON_DIFF_OPENED, new, channel=channel, merchant=mchid)
         if result.code == PENDING:
@@ -804,8 +848,8 @@ class ReconService:
         trade bill's fees stand in."""
         local = fold_ledger(self.ledger.day(channel, mchid, day))
         fees = list(self.ledger.fee_rows(channel, mchid, day))
-        charged = sum(abs(int(f["amount_cent"])) for f in fees if _fee_charged(f))
-        returned = sum(abs(int(f["amount_cent"])) for f in fees if not _fee_charged(f))
+        charged = sum(abs(int(f["amount_cent"])) for f in fees if fee_charged(f))
+        returned = sum(abs(int(f["amount_cent"])) for f in fees if not fee_charged(f))
         return DayFigures(
             sum(e.amount_cent for e in local.values() if e.kind == PAYMENT),
             sum(e.amount_cent for e in local.values() if e.kind != PAYMENT),
@@ -1080,13 +1124,6 @@ def _figures(f: DayFigures) -> dict[str, int]:
         "fee_cent": f.fee_cent,
         "fee_returned_cent": f.fee_returned_cent,
     }
-
-
-def _fee_charged(entry: dict[str, Any]) -> bool:
-    """A FEE entry charged (on a payment row) rather than given back (on a refund row); an entry without
-    `of` by its sign (positive = charged)."""
-    of = entry.get("of")
-    return of == PAYMENT if of else int(entry["amount_cent"]) > 0
 
 
 def _needs(ledger: DayFigures, lag: SettlementLag, ledger_day: str) -> dict[str, bool]:

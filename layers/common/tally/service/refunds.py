@@ -894,6 +894,28 @@ class RefundService:
             done[self._refund_task(task)] += 1
         return dict(done)
 
+    def refund_task_now(self, task_pk: str) -> tuple[str, str]:
+        """A person's "refund this payment now" on a refund task (OPEN or with a person): the same refund the
+        task worker starts (the task's own refund number, reserved on the task once, R26-R30), now.
+        Returns (outcome, refund_no); a task that has left OPEN/MANUAL (refunding, closed) is refused."""
+        task = self.store.task(task_pk)
+        if task is None:
+            raise NotFound(f"no refund task {task_pk}")
+        if task.get("status") not in ("OPEN", "MANUAL"):
+            raise RefundConflict(
+                f"refund task {task_pk} is {task.get('status')}"
+                + (f" (refund {task['refund_no']})" if task.get("refund_no") else "")
+                + ": its money is not refunded a second time"
+            )
+        outcome = self._refund_task(task)
+        if outcome not in ("REFUNDING",):
+            raise RefundConflict(f"refund task {task_pk}: {outcome.lower().replace('_', ' ')}, nothing sent")
+        refund_no = task_refund_no(task_pk)
+        after = self.store.find(task["mchid"], refund_no) or {}
+        if after.get("status") == RefundStatus.FAIL.value:  # refused at once: the task is with a person again
+            raise RefundConflict(f"the channel refused refund {refund_no}: {after.get('fail_reason') or '-'}")
+        return outcome, refund_no
+
     def _refund_task(self, task: dict[str, Any]) -> str:
         """The ILLEGAL payment was never booked, so it is not in the order's refundable_cent: this refund
         reserves on the task itself (OPEN → REFUNDING, the whole task amount, once) instead."""
@@ -920,6 +942,10 @@ class RefundService:
             "task",
             transaction_id=task["transaction_id"],
         )
+        if (
+            task.get("total_cent") is not None
+        ):  # the channel's order amount of that payment (an amount mismatch)
+            row["total_cent"] = int(task["total_cent"])
         try:
             self.store.transact(
                 [self.store.reserve_on_task(task["pk"], refund_no, now), self.store.put_new(row)]

@@ -63,9 +63,20 @@ class BulkReplay:
         self.sleep = sleep
 
     def preview(self, filter: str | dict[str, Any] | None, *, until: Any = None) -> dict[str, Any]:
-        """What a run with this filter would replay now: counts and yuan, nothing changed."""
-        wanted = self._capped(filter, until)
-        return self.queue.bulk(wanted, "replay", by="preview", dry_run=True)
+        """What a run with this filter would replay now: counts and yuan (and `as_of`, the time the set was
+        taken: a run confirmed from this preview takes nothing that arrived later), nothing changed."""
+        as_of = iso_now(self.clock())
+        wanted = self._capped(filter, until or as_of)
+        return {**self.queue.bulk(wanted, "replay", by="preview", dry_run=True), "as_of": as_of}
+
+    def plan(self, run_id: str) -> dict[str, Any]:
+        """A run's dry run (`--run ID --dry-run`): its totals so far and what continuing it would replay now,
+        nothing changed (R52)."""
+        run = self.show(run_id)
+        left = self.queue.bulk(
+            self._capped(run["filter"], run["until_cap"]), "replay", by="preview", dry_run=True
+        )
+        return {**run, "dry_run": True, "would_replay": left}
 
     def start(
         self,
@@ -76,15 +87,24 @@ class BulkReplay:
         rate: float | None = None,
         limit: int | None = None,
         run_id: str | None = None,
+        expect: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """A new run over what `preview(filter)` shows at this moment, then `resume` it."""
+        """A new run over what `preview(filter)` shows at this moment, then `resume` it.
+
+        `expect` (R52): what the confirmed preview showed (`ids` and/or `count`, `amount_cent`, and its `as_of`):
+        the run's set is capped at `as_of` and must be exactly that set, or nothing starts and SetChanged
+        carries the new preview."""
         if not (by or "").strip() or not (why or "").strip():
             raise ReplayError("say who you are (--by) and why (--why): every item keeps both")
         now = self.clock()
         parse_filter(filter)  # a bad filter is refused before anything is stored
         cap = iso_now(now)
+        if expect and expect.get("as_of"):
+            cap = min(cap, str(expect["as_of"]))
         listed = self.queue.list(self._capped(filter, cap))  # the plan's items, and the first call's
-        plan = self.queue.bulk(self._capped(filter, cap), "replay", by="preview", dry_run=True, items=listed)
+        plan = self.queue.bulk(
+            self._capped(filter, cap), "replay", by="preview", dry_run=True, items=listed, expect=expect
+        )
         run_id = run_id or f"r{time.strftime('%Y%m%d-%H%M%S', time.gmtime(now))}-{secrets.token_hex(3)}"
         try:
             self.store.create(

@@ -26,6 +26,7 @@ from typing import Any
 from tally import errors
 from tally.domain.clock import CHINA
 from tally.domain.events import events_for_change
+from tally.domain.merchant_day import count_diffs, day_state
 from tally.domain.money import format_cents
 from tally.domain.refunds import refund_raw_key
 from tally.store.refunds import open_holds
@@ -104,6 +105,53 @@ class StoryService:
         self.refund_raw = refund_raw  # store.refunds.RefundRawStore
         self.ledger = ledger  # store.recon.LedgerView
         self.recon = recon  # store.recon.ReconStore
+
+    def find(self, text: str, merchants: list[tuple[str, str]]) -> list[dict[str, Any]]:
+        """The orders a number names, across `merchants` (the (channel, mchid) pairs the person may see): a
+        channel transaction id, a refund number, the channel's refund id or an out_trade_no. GetItem and
+        Query only (R21, R42): per merchant its order and its raw payment row, then the refunds' two indexes.
+        Each match: {found_as, channel, mchid, out_trade_no, refund_no?}, one per order."""
+        text = text.strip()
+        if not text or len(text) > 64 or any(c in text for c in "#/ "):
+            return []
+        visible = {m for _, m in merchants}
+        found: dict[tuple[str, str], dict[str, Any]] = {}
+
+        def add(found_as: str, channel: Any, mchid: Any, out_trade_no: Any, **more: Any) -> None:
+            if mchid in visible and out_trade_no:
+                key = (str(mchid), str(out_trade_no))
+                found.setdefault(
+                    key,
+                    {
+                        "found_as": found_as,
+                        "channel": channel,
+                        "mchid": key[0],
+                        "out_trade_no": key[1],
+                        **more,
+                    },
+                )
+
+        for channel, mchid in merchants:
+            order = self.orders.get(mchid, text)
+            if order is not None:
+                add("out_trade_no", order.get("channel") or channel, mchid, text)
+            for name in dict.fromkeys((channel, channel.split("_")[0])):  # wechatpay_v2 payments: wechatpay#…
+                row = self.raw.get(f"{name}#{mchid}#{text}")
+                if row is not None:
+                    add("transaction id", name, row.get("mchid"), row.get("out_trade_no"))
+        for row in self.refunds.by_number(text):
+            add(
+                "refund number", row.get("channel"), row.get("mchid"), row.get("out_trade_no"), refund_no=text
+            )
+        for row in self.refunds.by_channel_id(text):
+            add(
+                "refund id",
+                row.get("channel"),
+                row.get("mchid"),
+                row.get("out_trade_no"),
+                refund_no=row.get("refund_no"),
+            )
+        return list(found.values())
 
     def story(self, mchid: str, out_trade_no: str, *, raw: bool = False) -> dict[str, Any]:
         order = self.orders.get(mchid, out_trade_no)
@@ -522,34 +570,31 @@ class StoryService:
         tids = {r.get("transaction_id") for r in raw_rows if r.get("transaction_id")}
         tids.add(order.get("transaction_id"))
         refund_nos = {f.get("refund_no") or f.get("pk") for f in refunds}
+        booked = {
+            (r.get("channel") or order.get("channel"), r["bill_date"])
+            for r in ledger_rows
+            if r.get("bill_date")
+        }
         out = []
         for channel, mchid, day in sorted(days):
             pk = recon_pk(str(channel), str(mchid), day)
             runs = self.recon.run_rows(pk)
-            if runs:
-                latest = runs[0]
+            diffs = self.recon.diffs_of(pk)
+            about = [d for d in diffs if _about(d, mine, tids, refund_nos, order)]
+            if runs and ((channel, day) in booked or about):  # only a day this order's money is on (#30)
+                latest = next((r for r in runs if r.get("leg") != "fundflow"), runs[0])
+                state, words = day_state(latest.get("status"), count_diffs(diffs))
                 out.append(
                     _entry(
                         latest.get("finished_at") or latest.get("started_at"),
                         "recon",
-                        f"recon {day} ({channel} {mchid}): {latest.get('status')} - {latest.get('reason', '')}",
+                        f"recon {day} ({channel} {mchid}): {words or state} - {latest.get('reason', '')}",
                         pk,
-                        state=latest.get("status"),
+                        state=state,
                         detail={k: latest.get(k) for k in ("sk", "pass", "status", "guard", "open_diffs")},
                     )
                 )
-            for d in self.recon.diffs_of(pk):
-                if not (
-                    d.get("key") in mine
-                    or (
-                        d.get("transaction_id")
-                        and d.get("transaction_id") in tids
-                        and d.get("item") != "REFUND"
-                    )
-                    or (d.get("refund_no") and d.get("refund_no") in refund_nos)
-                    or d.get("out_trade_no") == order.get("out_trade_no")
-                ):
-                    continue
+            for d in about:
                 is_open = d.get("handle_status") == "OPEN"
                 out.append(
                     _entry(
@@ -669,3 +714,16 @@ def _public_order(order: dict[str, Any]) -> dict[str, Any]:
         if view.get(k):
             view[k] = china_time(view[k])
     return view
+
+
+def _about(
+    d: dict[str, Any], mine: set[str], tids: set[Any], refund_nos: set[Any], order: dict[str, Any]
+) -> bool:
+    """A recon difference about this order: its ledger key, its transaction (not a refund's), one of its
+    refunds, or its out_trade_no."""
+    return bool(
+        d.get("key") in mine
+        or (d.get("transaction_id") and d.get("transaction_id") in tids and d.get("item") != "REFUND")
+        or (d.get("refund_no") and d.get("refund_no") in refund_nos)
+        or d.get("out_trade_no") == order.get("out_trade_no")
+    )

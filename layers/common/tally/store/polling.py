@@ -161,16 +161,35 @@ class PollStore:
 
     def to_person(self, pk: str, reason: str, now_iso: str) -> bool:
         """Out of the poll partitions into the manual ones: the poller stops asking, a person looks."""
+        return self._while_waiting(
+            pk,
+            "SET poll_pk = :mpk, poll_due = :now, manual_reason = :r, manual_at = :now",
+            mpk=manual_pk(pk),
+            now=now_iso,
+            r=reason[:500],
+        )
+
+    def to_case(self, pk: str, reason: str, case_of: str, now_iso: str) -> bool:
+        """Out of the poll index without an item of its own: the order's money is an open case already (its
+        payment with a person, R48); the order row names that case (`case_of`, the raw payment's key)."""
+        return self._while_waiting(
+            pk,
+            "SET case_of = :c, case_reason = :r, case_at = :now REMOVE poll_pk, poll_due",
+            c=case_of,
+            r=reason[:500],
+            now=now_iso,
+        )
+
+    def _while_waiting(self, pk: str, update: str, **values: Any) -> bool:
+        """One update of an order still WAIT_PAY; False when it is paid or closed meanwhile."""
         try:
             self.t.ddb.update_item(
                 TableName=self.t.orders,
                 Key=to_item({"pk": pk}),
-                UpdateExpression="SET poll_pk = :mpk, poll_due = :now, manual_reason = :r, manual_at = :now",
+                UpdateExpression=update,
                 ConditionExpression="#st = :wait",
                 ExpressionAttributeNames={"#st": "status"},
-                ExpressionAttributeValues=names_values(
-                    mpk=manual_pk(pk), now=now_iso, r=reason[:500], wait=WAIT_PAY
-                ),
+                ExpressionAttributeValues=names_values(wait=WAIT_PAY, **values),
             )
             return True
         except self.t.ddb.exceptions.ConditionalCheckFailedException:

@@ -239,6 +239,58 @@ class QueueStore:
             release_slot(self.ddb, table, row)
         return row
 
+    def open_task(self, raw_pk: str, task: dict[str, Any]) -> bool:
+        """A refund task for an unbooked payment a person wants refunded (R17's table, its key unique on
+        tenant, order and transaction): put once, and named on the payment's row, in one transaction while the
+        payment waits for a person. False when the task exists already (it is then the one to refund)."""
+        try:
+            self.ddb.transact_write_items(
+                TransactItems=[
+                    {
+                        "Put": {
+                            "TableName": self.t.refund_tasks,
+                            "Item": to_item(task),
+                            "ConditionExpression": "attribute_not_exists(pk)",
+                        }
+                    },
+                    {
+                        "Update": {
+                            "TableName": self.t.notify_raw,
+                            "Key": to_item({"pk": raw_pk}),
+                            "UpdateExpression": "SET refund_task = :t",
+                            "ConditionExpression": "handled = :two",
+                            "ExpressionAttributeValues": names_values(t=task["pk"], two=2),
+                        }
+                    },
+                ]
+            )
+            return True
+        except self.ddb.exceptions.TransactionCanceledException:
+            return False
+
+    def accept_amount(self, order_pk: str, old_cent: int, new_cent: int, entry: dict[str, Any]) -> bool:
+        """A person accepts the amount the channel says was paid: the order's amount becomes it (the old one kept
+        as `amount_before_cent`, the entry in its history), only while the order waits for payment at the
+        amount the person saw. False otherwise (paid, closed or changed meanwhile)."""
+        try:
+            self.ddb.update_item(
+                TableName=self.t.orders,
+                Key=to_item({"pk": order_pk}),
+                UpdateExpression="SET amount_cent = :new, amount_before_cent = :old, amount_accepted = :e, "
+                "history = list_append(if_not_exists(history, :empty), :entries)",
+                ConditionExpression="#st = :wait AND amount_cent = :old",
+                ExpressionAttributeNames={"#st": "status"},
+                ExpressionAttributeValues={
+                    **names_values(new=new_cent, old=old_cent, wait="WAIT_PAY"),
+                    ":e": encode(entry),
+                    ":empty": encode([]),
+                    ":entries": encode([entry]),
+                },
+            )
+            return True
+        except self.ddb.exceptions.ConditionalCheckFailedException:
+            return False
+
     def append_history(self, table: str, key: dict[str, Any], entry: dict[str, Any], state: str) -> None:
         """Audit after an action another service performed (its own write already moved the money)."""
         self.ddb.update_item(

@@ -184,6 +184,28 @@ class ReconStore:
             "ExpressionAttributeValues": values,
         }
 
+    def open_expected(
+        self, pk: str, sk: str, at: str, note: str, words: dict[str, str] | None = None
+    ) -> bool:
+        """An EXPECTED diff (in transit, inside the lag) opens for a person: into the open index, once, with its
+        `words` (detail, next_step) as they read now."""
+        values = names_values(o=OPEN, x="EXPECTED", at=at, **(words or {}))
+        values[":h"] = encode([{"at": at, "by": "recon", "action": "OPENED", "note": note}])
+        values[":empty"] = encode([])
+        sets = "".join(f", {name} = :{name}" for name in words or {})
+        try:
+            self.ddb.update_item(
+                TableName=self.diffs,
+                Key=to_item({"pk": pk, "sk": sk}),
+                UpdateExpression="SET handle_status = :o, open_pk = :o, opened_at = :at, "
+                "history = list_append(if_not_exists(history, :empty), :h)" + sets,
+                ConditionExpression="handle_status = :x",
+                ExpressionAttributeValues=values,
+            )
+            return True
+        except self.ddb.exceptions.ConditionalCheckFailedException:
+            return False
+
     def close_diff(self, pk: str, sk: str, status: str, by: str, note: str, at: str) -> bool:
         try:
             self.ddb.update_item(**self.close_diff_update(pk, sk, status, by, note, at))

@@ -186,6 +186,12 @@ class RefundStore:
         rows = [self.get(k["pk"]) for k in keys[:20]]
         return [r for r in rows if r is not None]
 
+    def by_channel_id(self, refund_id: str) -> list[RefundRow]:
+        """The refunds the channel knows by this refund id (support quotes it; GSI `by_refund_id`, KEYS_ONLY)."""
+        keys = self._query("by_refund_id", "refund_id = :k", k=refund_id)
+        rows = [self.get(k["pk"]) for k in keys[:20]]
+        return [r for r in rows if r is not None]
+
     def for_order(self, order_pk: str) -> list[dict[str, Any]]:
         return self._query("refunds_of_order", "order_pk = :k", k=order_pk)
 
@@ -404,10 +410,11 @@ class RefundStore:
                 "TableName": self.t.base.refund_tasks,
                 "Key": to_item({"pk": task_pk}),
                 "UpdateExpression": "SET #st = :refunding, refund_no = :rn, updated_at = :now",
-                "ConditionExpression": "#st = :open",
+                # OPEN (the task worker), or MANUAL when a person says "refund it now" (R48)
+                "ConditionExpression": "#st IN (:open, :manual)",
                 "ExpressionAttributeNames": {"#st": "status"},
                 "ExpressionAttributeValues": names_values(
-                    refunding="REFUNDING", open="OPEN", rn=refund_no, now=now
+                    refunding="REFUNDING", open="OPEN", manual="MANUAL", rn=refund_no, now=now
                 ),
                 "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
             }

@@ -7,6 +7,23 @@
   var ready = navigator.serviceWorker.register("/console/static/sw.js", { scope: "/console" })
     .then(function () { return navigator.serviceWorker.ready; });
 
+  // An item's form offers only the codes the chosen action accepts (the server refuses any other anyway).
+  function offerCodesOfAction(form) {
+    if (!form || !form.elements.code) { return; }
+    var action = form.elements.action, code = form.elements.code;
+    function show() {
+      Array.prototype.forEach.call(code.querySelectorAll("optgroup"), function (group) {
+        var fits = group.getAttribute("label") === action.value;
+        group.hidden = !fits;
+        group.disabled = !fits;
+      });
+      var chosen = code.options[code.selectedIndex];
+      if (chosen && chosen.parentNode.disabled) { code.value = ""; }
+    }
+    action.addEventListener("change", show);
+    show();
+  }
+
   function storeToken(token) {
     return caches.open(CACHE).then(function (cache) {
       return cache.put(TOKEN, new Response(token, { headers: { "content-type": "text/plain" } }));
@@ -23,5 +40,6 @@
       });
     }
     if (document.getElementById("bye")) { forgetToken(); }
+    offerCodesOfAction(document.getElementById("act"));
   });
 })();

@@ -1,0 +1,57 @@
+"""`tally find ID [--json]`: the order a number names, and its story.
+
+Support is quoted a number from a receipt or a merchant's ticket: the channel's transaction id, a refund
+number, the channel's refund id, or the merchant's out_trade_no. `find` looks it up across every configured
+merchant (GetItem and index Queries only, R21, R42) and prints the order's story when one order matches,
+or the matches to choose from (`tally order story MCHID OUT_TRADE_NO`).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from tally_cli.common import add_target, connect, emit
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    find = sub.add_parser(
+        "find",
+        help="the order a transaction id, refund number, refund id or out_trade_no names, with its story",
+    )
+    find.add_argument("number", help="a channel transaction id, refund number, refund id or out_trade_no")
+    find.add_argument("--json", action="store_true")
+    add_target(find)
+    find.set_defaults(run=run_find)
+
+
+def run_find(args: argparse.Namespace) -> int:
+    connect(args)
+    from tally import bootstrap
+    from tally.store.tables import MerchantStore
+
+    stories = bootstrap.story_service()
+    matches = stories.find(args.number, MerchantStore(bootstrap.tables()).configured())
+    story = stories.story(matches[0]["mchid"], matches[0]["out_trade_no"]) if len(matches) == 1 else None
+    document: dict[str, Any] = {"number": args.number, "matches": matches, "story": story}
+    emit(document, lambda: render(document), args)
+    return 0 if matches else 1
+
+
+def render(document: dict[str, Any]) -> str:
+    from tally_cli.order import render_story
+
+    matches = document["matches"]
+    if not matches:
+        return (
+            f"nothing found for {document['number']!r}: not a transaction id, refund number, refund id or "
+            "out_trade_no of any configured merchant"
+        )
+    lines = [
+        f"{document['number']} is the {m['found_as']} of order {m['out_trade_no']} at {m['channel']} {m['mchid']}"
+        for m in matches
+    ]
+    if document["story"] is not None:
+        return "\n".join([*lines, "", render_story(document["story"])])
+    lines += [f"  its story: tally order story {m['mchid']} {m['out_trade_no']}" for m in matches]
+    return "\n".join(lines)
