@@ -25,6 +25,8 @@ from tests.integration.channel_kit import Alipay
 from tests.integration.money_helpers import assert_views_agree
 from tests.integration.recon_helpers import alipay_pay
 
+pytestmark = pytest.mark.usefixtures("days_of_2024")
+
 D = "2024-06-07"
 
 
