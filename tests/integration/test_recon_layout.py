@@ -16,6 +16,9 @@ from tally.service.recon_layout import read_offline
 from tally_cli.recon import render_run
 from tests.integration.recon_helpers import D_BEFORE, D, metric, pay
 
+# R50 parks money reported on a finished day; these tests reconcile fixed days of 2024 (days_of_2024)
+pytestmark = pytest.mark.usefixtures("days_of_2024")
+
 
 def console_page(mchid: str) -> str:
     from tally.console import app, data

@@ -187,7 +187,7 @@ def test_story_reads_are_bounded_by_the_order_not_the_tables(h, m, calls):
     elapsed = time.perf_counter() - started
     assert "Scan" not in calls and not set(calls) & WRITES, calls
     print(f"story of a paid order: {len(calls)} AWS calls {dict(Counter(calls))}, {elapsed * 1000:.0f} ms")
-    assert len(calls) <= 12, calls
+    assert len(calls) <= 13, calls  # 12, and the order's webhook deliveries (docs/webhooks.md)
     assert story["summary"]["ledger_net_cent"] == 900
 
 

@@ -209,10 +209,10 @@ def test_R20_pull_path_keeps_the_callers_cursor_and_shows_only_the_merchant_aske
     paid(h, a["mchid"], "HOOK-PULL-A")
     paid(h, b["mchid"], "HOOK-PULL-B")
     outbox(h)
-    for principal in ("arn:aws:iam::1:user/backend-a", "arn:aws:iam::1:user/other"):  # R53: a's backends
+    for principal in ("arn:aws:iam::123456789012:user/backend-a", "arn:aws:iam::123456789012:user/other"):  # R53: a's backends
         bootstrap.callers().allow(principal, [a["mchid"]], by="test")
 
-    def get(mchid, principal="arn:aws:iam::1:user/backend-a", **query):
+    def get(mchid, principal="arn:aws:iam::123456789012:user/backend-a", **query):
         event = {
             "version": "2.0",
             "routeKey": "GET /events",
@@ -231,7 +231,7 @@ def test_R20_pull_path_keeps_the_callers_cursor_and_shows_only_the_merchant_aske
     assert first["events"][0]["data"]["amount_yuan"] == "19.99"
     assert get(a["mchid"])[1]["events"] == []  # the cursor is kept by Tally: nothing new
     assert (
-        get(a["mchid"], principal="arn:aws:iam::1:user/other")[1]["events"][0]["event_id"]
+        get(a["mchid"], principal="arn:aws:iam::123456789012:user/other")[1]["events"][0]["event_id"]
         == first["events"][0]["event_id"]
     )
     assert get(a["mchid"], after="")[1]["events"] == first["events"]  # an explicit cursor reads again

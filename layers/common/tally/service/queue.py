@@ -127,6 +127,10 @@ RESOLVE_CODES: dict[str, tuple[str, ...]] = {
     "recon-blocked": ("bill-fixed", "other"),
     "volume-drop": ("confirmed", "other"),
     "bill-upload": ("filed", "other"),
+    "bill-layout": ("mapped", "other"),
+    "webhook-failing": ("receiver-fixed", "endpoint-removed", "other"),
+    "event-generation-failed": ("republished", "other"),
+    "alert-delivery": ("robot-fixed", "other"),
 }
 # given to an action but never written to an item's history (the user's bank card for abnormal-refund)
 SECRET_FIELDS = frozenset({"bank_account", "real_name"})
