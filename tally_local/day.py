@@ -126,9 +126,9 @@ def play(stack: EmbeddedStack, orders: int, emitted: io.StringIO) -> dict[str, A
 
 
 @contextlib.contextmanager
-def yesterday() -> Iterator[str]:
-    """Inside, the product's clock and the simulated channels' clock read one day earlier: what is played
-    happens yesterday (Asia/Shanghai), which is what the block yields."""
+def yesterday(days: int = 1) -> Iterator[str]:
+    """Inside, the product's clock and the simulated channels' clock read `days` days earlier: what is played
+    happens then (Asia/Shanghai; one day: yesterday), which is the date the block yields."""
     from datetime import datetime, timedelta
 
     from tally import bootstrap
@@ -136,10 +136,10 @@ def yesterday() -> Iterator[str]:
 
     from tally_local.simulator import kernel
 
-    bootstrap.set_clock(lambda: time.time() - 86400)
+    bootstrap.set_clock(lambda: time.time() - days * 86400)
     try:
-        with kernel.days_behind(1):
-            yield (datetime.now(CHINA) - timedelta(days=1)).date().isoformat()
+        with kernel.days_behind(days):
+            yield (datetime.now(CHINA) - timedelta(days=days)).date().isoformat()
     finally:
         bootstrap.set_clock(time.time)
 
@@ -332,17 +332,20 @@ def settlement_days(day: Day) -> dict[str, Any]:
     from tally_local.simulator import kernel
 
     sim, mchid = day.stack.simulator, day.wechat
-    # the two days before today: days reconciliation still looks at, so the channel's reports of them are
-    # booked (R50: a report dated on a day whose recon is finished waits for a person instead)
-    first = (datetime.now(CHINA) - timedelta(days=2)).date()
+    # two past days, each paid on its own day (the clocks moved back to it: R50 parks a report dated on a day
+    # reconciliation has finished with), reconciled this morning
+    first = (datetime.now(CHINA) - timedelta(days=20)).date()
     days = [first.isoformat(), (first + timedelta(days=1)).isoformat()]
     for d, when in enumerate(days):
-        for n, (total, payer, coupon) in enumerate(COUPON_DAY):
-            no = f"SETTLE{d}{n}{first:%m%d}"
-            create(day, mchid, no, total)
-            sim.pay(mchid, no, payer_total=payer, coupon_type=coupon, success_time=f"{when}T1{n}:00:00+08:00")
-            wait_paid(day, mchid, no)
-    day.stack.drain(30)
+        with yesterday(20 - d):
+            for n, (total, payer, coupon) in enumerate(COUPON_DAY):
+                no = f"SETTLE{d}{n}{first:%m%d}"
+                create(day, mchid, no, total)
+                sim.pay(
+                    mchid, no, payer_total=payer, coupon_type=coupon, success_time=f"{when}T1{n}:00:00+08:00"
+                )
+                wait_paid(day, mchid, no)
+            day.stack.drain(30)
     recon, out = bootstrap.recon_service(), {}
     for d, when in enumerate(days):
         trade = recon.run("wechatpay", mchid, when)
