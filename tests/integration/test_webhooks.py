@@ -209,7 +209,10 @@ def test_R20_pull_path_keeps_the_callers_cursor_and_shows_only_the_merchant_aske
     paid(h, a["mchid"], "HOOK-PULL-A")
     paid(h, b["mchid"], "HOOK-PULL-B")
     outbox(h)
-    for principal in ("arn:aws:iam::123456789012:user/backend-a", "arn:aws:iam::123456789012:user/other"):  # R53: a's backends
+    for principal in (
+        "arn:aws:iam::123456789012:user/backend-a",
+        "arn:aws:iam::123456789012:user/other",
+    ):  # R53: a's backends
         bootstrap.callers().allow(principal, [a["mchid"]], by="test")
 
     def get(mchid, principal="arn:aws:iam::123456789012:user/backend-a", **query):

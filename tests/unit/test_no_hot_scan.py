@@ -13,7 +13,10 @@ ALLOWED = {
     ("layers/common/tally/store/recon.py", "backfill_shards"): "one-off migration: the ledger's bill_shard",
     ("layers/common/tally/store/changes.py", "backfill_updated_shards"): "one-off migration: upd_shard",
     ("layers/common/tally/store/tables.py", "configured"): "the merchants table: small configuration",
-    ("layers/common/tally/store/tables.py", "principals"): "the merchants table's R53 grants: small configuration",
+    (
+        "layers/common/tally/store/tables.py",
+        "principals",
+    ): "the merchants table's R53 grants: small configuration",
 }
 
 
