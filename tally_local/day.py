@@ -114,21 +114,36 @@ def play(stack: EmbeddedStack, orders: int, emitted: io.StringIO) -> dict[str, A
             progress(i + 1, orders)
         settle(day)
         work_refund_tasks()
+        # read before the clock moves on: set_clock rebuilds the services (a new container), which forgets the
+        # serial a callback downloaded (R3, in memory only; the keys function stores certificates)
+        rotated = rotation(day, old_serial)
     recon = reconcile(day)
     settlement = settlement_days(day)
     settled_queue(day)
     report = morning_report(day, emitted.getvalue())
     report["recon"] = recon
     report["settlement"] = settlement
-    report["rotation"] = rotation(day, old_serial)
+    report["rotation"] = rotated
     report["bill_date"] = day.bill_date
     return report
 
 
+def back_to(day: str, hour: int) -> float:
+    """How many days (with a fraction) ago `day` at `hour` o'clock Asia/Shanghai was: for `yesterday`."""
+    from datetime import datetime
+    from datetime import time as clock_time
+
+    from tally.domain.clock import CHINA
+
+    then = datetime.combine(datetime.fromisoformat(day).date(), clock_time(hour), tzinfo=CHINA)
+    return (time.time() - then.timestamp()) / 86400
+
+
 @contextlib.contextmanager
-def yesterday(days: int = 1) -> Iterator[str]:
+def yesterday(days: float = 1) -> Iterator[str]:
     """Inside, the product's clock and the simulated channels' clock read `days` days earlier: what is played
-    happens then (Asia/Shanghai; one day: yesterday), which is the date the block yields."""
+    happens then (Asia/Shanghai; one day: yesterday), which is the date the block yields. A fraction of a day
+    sets the hour as well (`back_to`)."""
     from datetime import datetime, timedelta
 
     from tally import bootstrap
@@ -337,7 +352,8 @@ def settlement_days(day: Day) -> dict[str, Any]:
     first = (datetime.now(CHINA) - timedelta(days=20)).date()
     days = [first.isoformat(), (first + timedelta(days=1)).isoformat()]
     for d, when in enumerate(days):
-        with yesterday(20 - d):
+        # the clocks read 22:00 of that day: its payments (10:00 to 12:00) are in its past, whatever the hour now
+        with yesterday(back_to(when, hour=22)):
             for n, (total, payer, coupon) in enumerate(COUPON_DAY):
                 no = f"SETTLE{d}{n}{first:%m%d}"
                 create(day, mchid, no, total)
@@ -485,9 +501,11 @@ def work_lines(items: list[dict[str, Any]]) -> list[str]:
     kinds: dict[str, list[dict[str, Any]]] = {}
     for item in items:
         kinds.setdefault(str(item["kind"]), []).append(item)
+    parts = Counter(str(p["kind"]) for item in items for p in (item.get("parts") or [])[1:])
     lines = [
-        f"  work queue: {len(items)} item(s) for a person"
+        f"  work queue: {len(items)} case(s) for a person"
         + (": " + ", ".join(f"{kind} {len(group)}" for kind, group in sorted(kinds.items())) if items else "")
+        + ("; also in them: " + ", ".join(f"{k} {n}" for k, n in sorted(parts.items())) if parts else "")
     ]
     for kind, group in sorted(kinds.items()):
         lines.append(f"    {kind} ({len(group)}):")

@@ -179,7 +179,7 @@ def now_utc() -> dt.datetime:
 
 
 @contextlib.contextmanager
-def days_behind(days: int) -> Iterator[None]:
+def days_behind(days: float) -> Iterator[None]:
     """Inside, the channels live `days` days ago, epoch clock and calendar alike (signatures, success times,
     bills): the demo plays *yesterday* this way, with the product's clock moved back the same, and then
     reconciles it the morning after, today."""
