@@ -35,8 +35,11 @@ check: lint
 # (default 55: the days stop at 3/4 of it, the fuzz at the end; the table says what ran; MINUTES=0: no bound).
 # make soak SEED=123 replays one day; SEEDS=, SHAPE=tiny|small, FUZZ=, MINUTES= size it.
 # Then 10,000 work-queue items replayed by two bulk replay runs at once, the ledger checked (docs/morning.md).
+# Then the upgrade-under-fault days: DEPLOYS seeds (default 250), each as an upgrade (previous release → current)
+# and a rollback, both releases serving mid-day (tests/sim/upgrade.py; needs the previous release's commit).
 soak: $(STAMP)
 	$(BIN)/python -m tests.sim.run $(if $(SEED),--seed $(SEED),--seeds $(or $(SEEDS),10000) --fuzz $(or $(FUZZ),100000) --max-minutes $(or $(MINUTES),55)) $(if $(SHAPE),--shape $(SHAPE))
+	$(BIN)/python -m tests.sim.run --deploys $(or $(DEPLOYS),250)
 	TALLY_REPLAY_SOAK=1 $(BIN)/python -m pytest -q -s -n 0 -p no:randomly -k 10000 tests/integration/test_bulk_replay_sim.py
 
 bench: $(STAMP)

@@ -49,6 +49,80 @@ def _run_seed(args: tuple[int, str]) -> dict[str, Any]:
     }
 
 
+def _init_deploy() -> None:
+    global _world
+    warnings.filterwarnings("ignore")
+    from tests.sim.upgrade import UpgradeWorld
+
+    _world = UpgradeWorld()
+
+
+def _run_deploy(args: tuple[int, str, str]) -> dict[str, Any]:
+    from tests.sim import day as d
+
+    seed, direction, shape = args
+    result = _world.run_deploy(seed, direction, getattr(d, shape.upper()))
+    return {"seed": seed, "direction": direction, "ok": result.ok, "faults": dict(result.faults)} | {
+        "problems": result.violations + result.unhandled
+    }
+
+
+def deploy_replay_command(seed: int, direction: str, shape: str = "tiny") -> str:
+    extra = "" if shape == "tiny" else f" --shape {shape}"
+    return f"python -m tests.sim.run --seed {seed} --deploy {direction}{extra}"
+
+
+def replay_deploy(seed: int, direction: str, shape: str) -> int:
+    from tests.sim import day as d
+    from tests.sim.upgrade import UpgradeWorld
+
+    warnings.filterwarnings("ignore")
+    world = UpgradeWorld()
+    try:
+        result = world.run_deploy(seed, direction, getattr(d, shape.upper()))
+    finally:
+        world.close()
+    return _print_day(result, deploy_replay_command(seed, direction, shape))
+
+
+def _print_day(result: Any, command: str) -> int:
+    """A replayed day's timeline, faults and violations; its exit status."""
+    print("\n".join(result.timeline))
+    print("faults:", dict(result.faults))
+    for line in result.violations + result.unhandled:
+        print("VIOLATION" if line in result.violations else "UNHANDLED", line)
+    print("OK" if result.ok else f"FAILED: replay with {command}")
+    return 0 if result.ok else 1
+
+
+def soak_deploys(seeds: range, shape: str, workers: int) -> int:
+    """The upgrade-under-fault days (tests/sim/upgrade.py): each seed's day once as an upgrade (previous →
+    current release) and once as a rollback (current → previous), every invariant checked; one table."""
+    from tests.sim.upgrade import ROLLBACK, UPGRADE
+
+    t0 = time.monotonic()
+    faults: Counter = Counter()
+    failed: list[dict[str, Any]] = []
+    jobs = [(s, direction, shape) for s in seeds for direction in (UPGRADE, ROLLBACK)]
+    with multiprocessing.get_context("spawn").Pool(workers, initializer=_init_deploy) as pool:
+        for r in pool.imap_unordered(_run_deploy, jobs, chunksize=2):
+            faults.update(r["faults"])
+            if not r["ok"]:
+                failed.append(r)
+                command = deploy_replay_command(r["seed"], r["direction"], shape)
+                _failed(f"{r['seed']} {r['direction']}", r["problems"][0], command)
+    rows = [(f"deploy days run (seeds {seeds.start}..{seeds.stop - 1}, {shape}, both directions)", len(jobs))]
+    rows += [(kind, n) for kind, n in sorted(faults.items())]
+    rows += [("failed deploy days", len(failed)), ("wall time (s)", round(time.monotonic() - t0))]
+    width = max(len(k) for k, _ in rows)
+    print("\n" + "\n".join(f"{k:<{width}}  {n:>9}" for k, n in rows))
+    return 1 if failed else 0
+
+
+def _failed(seed: str, problem: str, command: str) -> None:
+    print(f"seed {seed} FAILED: {problem}\n  replay: {command}", flush=True)
+
+
 def replay_command(seed: int, shape: str) -> str:
     extra = "" if shape == "micro" else f" --shape {shape}"
     make = f"make soak SEED={seed}" + ("" if shape == "micro" else f" SHAPE={shape}")
@@ -66,12 +140,7 @@ def replay(seed: int, shape: str) -> int:
     finally:
         world.close()
     print(f"seed {seed}: {result.payments} payments, {result.invocations} invocations")
-    print("\n".join(result.timeline))
-    print("faults:", dict(result.faults))
-    for line in result.violations + result.unhandled:
-        print("VIOLATION" if line in result.violations else "UNHANDLED", line)
-    print("OK" if result.ok else f"FAILED: replay with {replay_command(seed, shape)}")
-    return 0 if result.ok else 1
+    return _print_day(result, replay_command(seed, shape))
 
 
 SIM_SHARE = 0.75  # with a time budget and fuzzing: the days get this share of it, the fuzz the rest
@@ -103,10 +172,8 @@ def soak(seeds: range, shape: str, workers: int, fuzz: int, max_minutes: float =
             unhandled += len(r["unhandled"])
             if not r["ok"]:
                 failed.append(r)
-                print(
-                    f"seed {r['seed']} FAILED: {(r['violations'] + r['unhandled'])[0]}\n"
-                    f"  replay: {replay_command(r['seed'], shape)}",
-                    flush=True,
+                _failed(
+                    str(r["seed"]), (r["violations"] + r["unhandled"])[0], replay_command(r["seed"], shape)
                 )
             if i % 500 == 0:
                 print(
@@ -167,7 +234,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, help="replay this one seed and print its timeline")
     p.add_argument("--seeds", type=int, default=10_000, help="how many seeds (default 10000)")
     p.add_argument("--start", type=int, default=0, help="first seed")
-    p.add_argument("--shape", choices=SHAPES, default="micro", help="day size (default micro: ~1.1 s a day)")
+    p.add_argument(
+        "--shape", choices=SHAPES, help="day size (default micro: ~1.1 s a day; deploy days: tiny, ~1.5 s)"
+    )
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--fuzz", type=int, default=0, help="front-door fuzz inputs to run after the days")
     p.add_argument(
@@ -176,10 +245,22 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="bound the whole soak (days, then fuzz); the table shows what ran (0: no limit)",
     )
+    p.add_argument(
+        "--deploys",
+        type=int,
+        default=0,
+        help="run this many seeds' upgrade and rollback days instead (tests/sim/upgrade.py; default shape tiny)",
+    )
+    p.add_argument("--deploy", choices=("upgrade", "rollback"), help="with --seed: replay that deploy day")
     a = p.parse_args(argv)
+    if a.deploy or a.deploys:
+        shape = a.shape or "tiny"
+        if a.seed is not None:
+            return replay_deploy(a.seed, a.deploy or "upgrade", shape)
+        return soak_deploys(range(a.start, a.start + a.deploys), shape, a.workers)
     if a.seed is not None:
-        return replay(a.seed, a.shape)
-    return soak(range(a.start, a.start + a.seeds), a.shape, a.workers, a.fuzz, a.max_minutes)
+        return replay(a.seed, a.shape or "micro")
+    return soak(range(a.start, a.start + a.seeds), a.shape or "micro", a.workers, a.fuzz, a.max_minutes)
 
 
 if __name__ == "__main__":

@@ -566,24 +566,11 @@ class Scenario:
         """The poller λ's order and refund work (PollService.run, RefundService.poll_due / work_tasks) on the
         injected clock. The sweeper part of the λ runs in the recovery rounds (poller_tick): its morning
         counts cost more than a whole day in moto and it only acts on rows 5 minutes old."""
-        from tally import bootstrap
-        from tally.observability import metrics as product_metrics
-
         fired_before = len(self.injector.fired)
         self.result.invocations += 1
         summary: dict[str, Any] = {}
         try:
-            with self.env.observer.watching():
-                try:
-                    polled = bootstrap.poll_service().run()
-                    refunds = bootstrap.refund_service()
-                    summary = {
-                        "outcomes": polled.outcomes,
-                        "refunds": refunds.poll_due(50),
-                        "refund_tasks": refunds.work_tasks(50),
-                    }
-                finally:
-                    product_metrics.flush_metrics()  # what the λ's log_metrics does at the end of a run
+            summary = self.poll_work()
         except SimulatedCrash as crash:
             summary = {"crashed": str(crash)}
         except Exception as exc:  # noqa: BLE001 - what the Lambda runtime does with it: an error
@@ -596,6 +583,22 @@ class Scenario:
             self.result.unhandled.append("poller: ApplyFailed without an injected fault")
         self.log(f"poller: { ({k: v for k, v in summary.items() if v}) }")
         self._wake_worker()
+
+    def poll_work(self) -> dict[str, Any]:
+        """One run of the poller λ's order and refund work, in this process (the current release)."""
+        from tally import bootstrap
+        from tally.observability import metrics as product_metrics
+
+        with self.env.observer.watching():
+            try:
+                refunds = bootstrap.refund_service()
+                return {
+                    "outcomes": bootstrap.poll_service().run().outcomes,
+                    "refunds": refunds.poll_due(50),
+                    "refund_tasks": refunds.work_tasks(50),
+                }
+            finally:
+                product_metrics.flush_metrics()  # what the λ's log_metrics does at the end of a run
 
     def poller_tick(self, reschedule: bool = True) -> int:
         response, error = self._invoke(
@@ -618,8 +621,6 @@ class Scenario:
     def reconcile(self) -> None:
         """The day's trade bill of each reconciled merchant against the ledger; what recon must find is
         what the day planted: every payment the channel took that is not booked (fates before the run)."""
-        from tally import bootstrap
-
         fates = payment_fates(self)
         bill_date = cst(self.start).date().isoformat()
         for channel, mchid in self.day.merchants:
@@ -633,8 +634,7 @@ class Scenario:
             # R43: a coupon payment's entry keeps its settlement amount (the bill's 应结订单金额), so the
             # simulator's CASH coupons reconcile: no AMOUNT_DIFFERS is expected any more (docs/settlement.md).
             try:
-                with self.env.observer.watching():
-                    run = bootstrap.recon_service().run(kind.raw_prefix, mchid, bill_date)
+                run = self.recon_run(kind.raw_prefix, mchid, bill_date)
             except Exception as exc:  # noqa: BLE001 - reported as an unhandled error of the day
                 self.result.unhandled.append(f"recon {mchid}: {type(exc).__name__}: {exc}")
                 continue
@@ -652,6 +652,13 @@ class Scenario:
                     f"I6 recon of {mchid} found {sorted(found - expected)} not planted, "
                     f"missed {sorted(expected - found)} (run {run.get('status')}: {run.get('reason', '')})"
                 )
+
+    def recon_run(self, channel: str, mchid: str, bill_date: str) -> dict[str, Any]:
+        """One reconciliation run of a merchant's day, in this process (the current release)."""
+        from tally import bootstrap
+
+        with self.env.observer.watching():
+            return bootstrap.recon_service().run(channel, mchid, bill_date)
 
     # ------------------------------------------------------------------ the worker (SQS event source)
 
