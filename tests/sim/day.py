@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+from tests.sim.actors import Attack
 from tests.sim.faults import AwsFault
 
 CHANNELS = (
@@ -147,9 +148,14 @@ class Day:
     aws_faults: list[AwsFault]
     worker_period_s: float
     lost_delete_ticks: set[int]
+    attacks: list[Attack] = field(default_factory=list)  # issue #38's actors (tests/sim/actors.py)
 
     def planted(self) -> list[str]:
-        return [f for o in self.orders for f in o.faults] + [r.kind for o in self.orders for r in o.refunds]
+        return (
+            [f for o in self.orders for f in o.faults]
+            + [r.kind for o in self.orders for r in o.refunds]
+            + [a.kind for a in self.attacks]
+        )
 
 
 def generate(seed: int, shape: DayShape = SMALL) -> Day:
@@ -222,6 +228,8 @@ def generate(seed: int, shape: DayShape = SMALL) -> Day:
         )
     aws = _unique(aws)
     lost_deletes = {rng.randint(1, 6)} if rng.random() < shape.p_sqs_redelivery else set()
+    from tests.sim import actors
+
     return Day(
         seed,
         merchants,
@@ -229,6 +237,7 @@ def generate(seed: int, shape: DayShape = SMALL) -> Day:
         aws,
         worker_period_s=rng.choice((5.0, 10.0, 20.0)),
         lost_delete_ticks=lost_deletes,
+        attacks=actors.draw(seed, merchants, orders),
     )
 
 

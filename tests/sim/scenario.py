@@ -27,6 +27,7 @@ from tally.domain.booking_day import RECON_PASSES
 from tally.domain.clock import CHINA
 
 from tally_local.simulator import RETRY_SCHEDULE_S, ChannelSimulator
+from tests.sim import actors
 from tests.sim import day as d
 from tests.sim.channels import KINDS, ChannelKind, cst, use_clock
 from tests.sim.env import SimEnv
@@ -164,6 +165,9 @@ class Scenario:
         self._settling: set[str] = set()
         self.forged: list[tuple[str, str]] = []  # (victim mchid, refund_no) of each hostile report sent
         self.preempted: list[tuple[str, str]] = []  # (hostile mchid, transaction id) of each claim sent first
+        self.operator_preview: dict[str, Any] | None = (
+            None  # the careless operator's mid-day preview (actors)
+        )
 
     # ------------------------------------------------------------------ the event loop
 
@@ -203,6 +207,7 @@ class Scenario:
                 for plan in order.refunds:
                     self.at((order.pay_s or 0) + plan.after_pay_s, self.request_refund, order, plan, 1)
                 self._horizon = max(self._horizon, order.created_s + order.expire_s + 2 * POLLER_PERIOD_S)
+            actors.schedule(self)
             self._loop()
             self.injector.disarm()
             self._recover()
@@ -213,6 +218,7 @@ class Scenario:
                 self._recover()
                 self.reconcile()
                 self._recover()
+            actors.operate(self)
         finally:
             coverage.stop()
             self.injector.disarm()
@@ -474,15 +480,7 @@ class Scenario:
             transaction_id=payment.transaction_id,
             success_time=cst(payment.paid_s).isoformat(timespec="seconds"),
         )
-        self._seq += 1
-        headers, body = sim.build_notification(
-            hostile,
-            resource,
-            timestamp=int(self.env.clock.now),
-            nonce=f"P{self._seq:031d}",
-            resource_nonce=f"Q{self._seq:011d}",
-            notification_id=f"00000000-0000-4000-8000-{self._seq:012d}",
-        )
+        headers, body = actors.signed(self, hostile, resource, "PQ")
         route = self.kinds["wechatpay_v3"].route(hostile)
         event = self.env.http_event("POST", route.path, body, {**route.headers, **headers}, route.params)
         response, error = self._invoke("NotifyFunction", event)
@@ -925,6 +923,8 @@ def check(run: Scenario) -> None:
         n = sum(int(x) for x in left["Attributes"].values())
         if n:
             v.append(f"I4 {n} message(s) left in the {name}")
+    # issue #38's attacks (tests/sim/actors.py): each ended where it must
+    actors.check(run)
     # I5 (no success ACK before the raw row was durable) is checked at each ACK, in deliver().
     # R-invariants: refunds end booked or released, and agree with the channel and the ledger.
     if run.refunds:

@@ -11,6 +11,8 @@ from collections import Counter
 
 import pytest
 
+from tests.sim import actors
+from tests.sim import day as d
 from tests.sim import upgrade as u
 from tests.sim.run import deploy_replay_command
 
@@ -70,3 +72,25 @@ def test_R7_R9_R12_R27_R29_rollback_days_keep_every_invariant(world):
     """The current release alone, then both, then the previous one: rows and messages the current release
     wrote are read by the previous one, through the night's recovery and its reconciliation."""
     assert _failures(world, ROLLBACK_SEEDS, u.ROLLBACK, Counter()) == []
+
+
+def test_R50_the_previous_release_books_what_the_current_one_parks(world):
+    """Meta-test: the deploy days reach the previous release's own code, and the checker bites on it. Issue #38
+    finding 1 on 84e4399: the hostile tenant's SUCCESS dated 2099 (or 10 days back) is booked by the previous
+    release (a rollback day ends on it) and parked by the current one (an upgrade day ends on it)."""
+    seed = next(
+        s for s in range(1000) if any(a.kind == actors.BACKDATED for a in d.generate(s, d.TINY).attacks)
+    )
+
+    def day_ending_on(direction: str):
+        day = d.generate(seed, d.TINY)
+        day.attacks = [a for a in day.attacks if a.kind == actors.BACKDATED]  # after the night, on the target
+        world.env.clock.now = world.day_start
+        return u.UpgradeScenario(world, day, u.draw_deploy(seed, direction)).run()
+
+    on_previous = day_ending_on(u.ROLLBACK)
+    assert any(v.startswith("R50") and "was booked" in v for v in on_previous.violations), (
+        on_previous.violations
+    )
+    on_current = day_ending_on(u.UPGRADE)
+    assert on_current.ok, on_current.violations + on_current.unhandled

@@ -255,6 +255,7 @@ class UpgradeWorld(World):
     ) -> Result:
         self.env.clock.now = self.day_start
         day = d.generate(seed, shape)
+        day.attacks = []  # issue #38's attacks (tests/sim/actors.py): the previous release predates their fixes
         return UpgradeScenario(self, day, draw_deploy(seed, direction), recoveries=recoveries).run()
 
     def close(self) -> None:
