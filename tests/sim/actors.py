@@ -4,9 +4,9 @@ Like REFUND_FORGED and PAYMENT_PREEMPTED (tests/sim/day.py), each attack is draw
 (so every other draw of a seed stays what it was), played at an instant of the day through the real handlers, and
 checked when the day is over (`check`, called by scenario.check). What each must end as:
 
-    BACKDATED      the hostile tenant registers an order of its own and signs its SUCCESS itself, dated on a day
-                   whose reconciliation has finished (10 days back) or in 2099: parked for a person, "not booked",
-                   no ledger entry, ApplyDayOutOfWindow counted (R50)
+    BACKDATED      after the night, the hostile tenant registers an order of its own and signs its SUCCESS
+                   itself, dated on a day whose reconciliation has finished (10 days back) or in 2099: parked for a
+                   person, "not booked", no ledger entry, ApplyDayOutOfWindow counted (R50)
     FORGERY_BURST  the hostile tenant signs more partner-form payment reports naming another merchant than may be
                    kept: filed under the hostile tenant (claimed_mchid names the victim), at most FORGERIES_KEPT
                    open, every one counted; none in the victim's queue (R39, R40)
@@ -19,12 +19,15 @@ checked when the day is over (`check`, called by scenario.check). What each must
     REPLAY_OPS     the careless operator, after the night: `tally manual replay --run ID --dry-run` on a paused
                    run changes nothing (finding 3), and a bulk confirm whose previewed set changed acts on nothing
                    and answers with the new preview (R52)
+    HEARTBEAT_TWICE the heartbeat's schedule fires twice in one minute: one order, one payment, no refund task,
+                   nothing with a person (R54)
 
 The previous release (tests/sim/upgrade.py) predates these fixes, so the deploy days leave them out.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import random
 from collections import Counter
@@ -42,7 +45,15 @@ FORGERY_BURST = "hostile tenant's partner-form reports naming another merchant, 
 COMMA_MERCHANT = "hostile tenant names sub-merchant '1,merchant=<victim>'; the operator filters on it"
 JUNK_BURST = "junk burst with a genuine callback's headers around it (R40)"
 REPLAY_OPS = "careless operator: --run with --dry-run, a bulk confirm after the set changed (R52)"
-P_ATTACK = {BACKDATED: 0.12, FORGERY_BURST: 0.08, COMMA_MERCHANT: 0.08, JUNK_BURST: 0.08, REPLAY_OPS: 0.1}
+HEARTBEAT_TWICE = "the heartbeat's schedule delivered twice in one minute (R54)"
+P_ATTACK = {
+    BACKDATED: 0.12,
+    FORGERY_BURST: 0.08,
+    COMMA_MERCHANT: 0.08,
+    JUNK_BURST: 0.08,
+    REPLAY_OPS: 0.1,
+    HEARTBEAT_TWICE: 0.08,
+}
 V3 = "wechatpay_v3"
 FAR_FUTURE = "2099-01-01T10:00:00+08:00"
 
@@ -98,6 +109,8 @@ def draw(seed: int, merchants: list[tuple[str, str]], orders: list[OrderPlan]) -
                 )
         elif kind == REPLAY_OPS:
             attacks.append(Attack(kind, at, ""))
+        elif kind == HEARTBEAT_TWICE:  # both beats in the first half of one minute
+            attacks.append(Attack(kind, 60 * (at // 60) + at % 30, ""))
     return attacks
 
 
@@ -111,6 +124,9 @@ def schedule(run: Scenario) -> None:
             continue
         if attack.kind == BACKDATED:
             continue  # after the night (operate): see _backdated_after_the_night
+        if attack.kind == HEARTBEAT_TWICE:
+            run.at(attack.at_s, _beat, run)
+            run.at(attack.at_s + 20.0, _beat, run)  # the same minute: a duplicate EventBridge delivery
         else:
             run.at(attack.at_s + (0.5 if attack.kind == JUNK_BURST else 0.0), PLAYS[attack.kind], run, attack)
 
@@ -228,6 +244,32 @@ def _junk_burst(run: Scenario, attack: Attack) -> None:
     run.log(f"junk burst of {attack.count} on {attack.hostile}'s URL: {dict(answers)}")
 
 
+def _beat(run: Scenario) -> None:
+    """One run of the heartbeat λ's beat, its callback posted to the notify λ (the API it would call)."""
+    from tally import bootstrap
+
+    from tests.sim.faults import SimulatedCrash
+
+    beat = bootstrap.heartbeat()
+    beat.api_url = "https://api.sim"
+
+    def post(url: str, headers: dict[str, str], body: bytes) -> int:
+        return int((_post(run, beat.mchid, headers, body) or {}).get("statusCode") or 0)
+
+    beat.post = post
+    handler = (
+        run.env.observer._handler
+    )  # the beat's own log lines: kept off stdout (the λs' go to the observer)
+    previous = handler.setStream(io.StringIO())
+    try:
+        answer: Any = beat.beat()
+    except (Exception, SimulatedCrash) as exc:  # noqa: BLE001 - an injected fault: the next minute beats again
+        answer = type(exc).__name__
+    finally:
+        handler.setStream(previous)
+    run.log(f"heartbeat beat: {answer}")
+
+
 PLAYS = {FORGERY_BURST: _forgery_burst, COMMA_MERCHANT: _comma_merchant, JUNK_BURST: _junk_burst}
 
 
@@ -325,7 +367,40 @@ def _check_junk_burst(run: Scenario, attack: Attack, events: list[dict[str, Any]
         v.append(f"R40 {attack.count} junk bodies on {attack.hostile}'s URL, {counted} counted")
 
 
+def _check_heartbeat(run: Scenario, attack: Attack, events: list[dict[str, Any]], v: list[str]) -> None:
+    """R54: two beats in one minute are one order and one payment; synthetic money opens no item or task."""
+    from tally import bootstrap
+
+    hb = synthetic_mchid()
+    booked = Counter(
+        e.get("order_pk")
+        for e in run.env.scan("LEDGER_TABLE")
+        if e.get("mchid") == hb and e["kind"] == "PAYMENT"
+    )
+    v += [f"R54 heartbeat order {pk} booked {n} payments" for pk, n in booked.items() if n > 1]
+    v += [
+        f"R54 a refund task for synthetic money: {t['pk']}"
+        for t in run.env.scan("REFUND_TASKS_TABLE")
+        if t.get("mchid") == hb
+    ]
+    v += [
+        f"R54 the synthetic payment {r['pk']} went to a person"
+        for r in run.env.scan("NOTIFY_RAW_TABLE")
+        if r.get("mchid") == hb and r.get("handled") == 2
+    ]
+    if bootstrap.work_queue().list(f"merchant={hb}"):
+        v.append("R54 the synthetic merchant has items in the work queue")
+
+
+def synthetic_mchid() -> str:
+    """The heartbeat's synthetic merchant: its money is the product's own, never the channel's (scenario.check)."""
+    from tally import bootstrap
+
+    return bootstrap.settings().heartbeat_mchid
+
+
 CHECKS = {
+    HEARTBEAT_TWICE: _check_heartbeat,
     BACKDATED: _check_backdated,
     FORGERY_BURST: _check_forgery_burst,
     COMMA_MERCHANT: _check_comma_merchant,
