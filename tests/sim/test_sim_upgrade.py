@@ -74,23 +74,33 @@ def test_R7_R9_R12_R27_R29_rollback_days_keep_every_invariant(world):
     assert _failures(world, ROLLBACK_SEEDS, u.ROLLBACK, Counter()) == []
 
 
-def test_R50_the_previous_release_books_what_the_current_one_parks(world):
-    """Meta-test: the deploy days reach the previous release's own code, and the checker bites on it. Issue #38
-    finding 1 on 84e4399: the hostile tenant's SUCCESS dated 2099 (or 10 days back) is booked by the previous
-    release (a rollback day ends on it) and parked by the current one (an upgrade day ends on it)."""
-    seed = next(
-        s for s in range(1000) if any(a.kind == actors.BACKDATED for a in d.generate(s, d.TINY).attacks)
-    )
+# issue #38's findings the actors replay, and the first words of what the checker says on the previous release
+FIXED_SINCE_THE_PREVIOUS_RELEASE = [
+    (
+        actors.BACKDATED,
+        "R50 the hostile tenant's self-signed SUCCESS",
+    ),  # finding 1: booked on 2099 / a closed day
+    (actors.FORGERY_BURST, "R39 a forgery naming"),  # finding 6: filed under the named merchant, unbounded
+    (actors.COMMA_MERCHANT, "R39 a row was filed under the made-up merchant id"),  # finding 4
+]
 
-    def day_ending_on(direction: str):
-        day = d.generate(seed, d.TINY)
-        day.attacks = [a for a in day.attacks if a.kind == actors.BACKDATED]  # after the night, on the target
+
+@pytest.mark.parametrize(
+    "kind, flagged", FIXED_SINCE_THE_PREVIOUS_RELEASE, ids=["R50", "R39_R40", "R39_filter"]
+)
+def test_R39_R40_R50_the_previous_release_fails_the_attacks_the_current_one_holds(world, kind, flagged):
+    """Meta-test: a deploy day reaches the previous release's own code, and the actors' checks bite on it. The
+    same seeded day with one attack of issue #38, served by 84e4399 alone (a rollback at the first instant), is
+    flagged; served by the current release, it keeps every invariant."""
+    seed = next(s for s in range(1000) if any(a.kind == kind for a in d.generate(s, d.TINY).attacks))
+
+    def day():
+        plan = d.generate(seed, d.TINY)
+        plan.attacks = [a for a in plan.attacks if a.kind == kind]
         world.env.clock.now = world.day_start
-        return u.UpgradeScenario(world, day, u.draw_deploy(seed, direction)).run()
+        return plan
 
-    on_previous = day_ending_on(u.ROLLBACK)
-    assert any(v.startswith("R50") and "was booked" in v for v in on_previous.violations), (
-        on_previous.violations
-    )
-    on_current = day_ending_on(u.UPGRADE)
+    on_previous = u.UpgradeScenario(world, day(), u.Deploy(u.ROLLBACK, 0.0, 0.001)).run()
+    assert any(v.startswith(flagged) for v in on_previous.violations), on_previous.violations
+    on_current = world.run(seed, day=day())
     assert on_current.ok, on_current.violations + on_current.unhandled
