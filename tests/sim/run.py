@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
+import multiprocessing.util
 import sys
 import time
 import warnings
@@ -49,12 +50,16 @@ def _run_seed(args: tuple[int, str]) -> dict[str, Any]:
     }
 
 
-def _init_deploy() -> None:
+def _init_deploy(tree: str) -> None:
     global _world
     warnings.filterwarnings("ignore")
+    from pathlib import Path
+
     from tests.sim.upgrade import UpgradeWorld
 
-    _world = UpgradeWorld()
+    _world = UpgradeWorld(tree=Path(tree))
+    # a recycled worker stops its moto server and the old release's container, and removes its temporary files
+    multiprocessing.util.Finalize(_world, _world.close, exitpriority=10)
 
 
 def _run_deploy(args: tuple[int, str, str]) -> dict[str, Any]:
@@ -98,19 +103,32 @@ def _print_day(result: Any, command: str) -> int:
 def soak_deploys(seeds: range, shape: str, workers: int) -> int:
     """The upgrade-under-fault days (tests/sim/upgrade.py): each seed's day once as an upgrade (previous →
     current release) and once as a rollback (current → previous), every invariant checked; one table."""
-    from tests.sim.upgrade import ROLLBACK, UPGRADE
+    import tempfile
+    from pathlib import Path
+
+    from tests.sim.upgrade import ROLLBACK, UPGRADE, previous_release, release_tree
 
     t0 = time.monotonic()
     faults: Counter = Counter()
     failed: list[dict[str, Any]] = []
     jobs = [(s, direction, shape) for s in seeds for direction in (UPGRADE, ROLLBACK)]
-    with multiprocessing.get_context("spawn").Pool(workers, initializer=_init_deploy) as pool:
+    with (
+        tempfile.TemporaryDirectory(prefix="tally-previous-release-") as tmp,
+        multiprocessing.get_context("spawn").Pool(
+            workers,
+            initializer=_init_deploy,
+            initargs=(str(release_tree(previous_release(), Path(tmp))),),
+            maxtasksperchild=RECYCLE_CHUNKS,  # a fresh UpgradeWorld every 50 days: moto's rows stay bounded
+        ) as pool,
+    ):
         for r in pool.imap_unordered(_run_deploy, jobs, chunksize=2):
             faults.update(r["faults"])
             if not r["ok"]:
                 failed.append(r)
                 command = deploy_replay_command(r["seed"], r["direction"], shape)
                 _failed(f"{r['seed']} {r['direction']}", r["problems"][0], command)
+        pool.close()
+        pool.join()  # the workers exit by themselves: their finalizers stop what each started
     rows = [(f"deploy days run (seeds {seeds.start}..{seeds.stop - 1}, {shape}, both directions)", len(jobs))]
     rows += [(kind, n) for kind, n in sorted(faults.items())]
     rows += [("failed deploy days", len(failed)), ("wall time (s)", round(time.monotonic() - t0))]

@@ -165,9 +165,7 @@ class Scenario:
         self._settling: set[str] = set()
         self.forged: list[tuple[str, str]] = []  # (victim mchid, refund_no) of each hostile report sent
         self.preempted: list[tuple[str, str]] = []  # (hostile mchid, transaction id) of each claim sent first
-        self.operator_preview: dict[str, Any] | None = (
-            None  # the careless operator's mid-day preview (actors)
-        )
+        self.operator_preview: dict[str, Any] | None = None  # the careless operator's, mid-day (actors.py)
 
     # ------------------------------------------------------------------ the event loop
 

@@ -86,6 +86,9 @@ class OldContainer:
             env={**os.environ, "AWS_ENDPOINT_URL": endpoint_url},
             text=True,
         )
+        self.busy = (
+            False  # inside a call: a nested invocation (the channel calling back) needs another container
+        )
         ready = self._read()
         if "ready" not in ready:
             raise RuntimeError(f"the previous release's container did not start: {ready} (log: {log})")
@@ -100,9 +103,13 @@ class OldContainer:
     def call(self, request: dict[str, Any]) -> tuple[Any, str | None, dict[str, int]]:
         """(result, error, metrics) of one request."""
         assert self._child.stdin is not None
-        self._child.stdin.write(json.dumps(request) + "\n")
-        self._child.stdin.flush()
-        answer = self._read()
+        self.busy = True
+        try:
+            self._child.stdin.write(json.dumps(request) + "\n")
+            self._child.stdin.flush()
+            answer = self._read()
+        finally:
+            self.busy = False
         metrics: dict[str, int] = {}
         for name, value in emf_metrics(answer.get("out", "")):
             metrics[name] = metrics.get(name, 0) + int(value)
@@ -151,7 +158,7 @@ class UpgradeScenario(Scenario):
 
     def __init__(self, world: UpgradeWorld, day: d.Day, deploy: Deploy, **options: Any):
         super().__init__(world, day, **options)
-        self.old = world.old
+        self.releases = world  # the World, with the previous release's containers
         self.deploy = deploy
         self.route = random.Random(f"route#{deploy.direction}#{day.seed}")
         self.served: Counter = Counter()  # (release, what): NotifyFunction, WorkerFunction, poll, ...
@@ -173,7 +180,8 @@ class UpgradeScenario(Scenario):
 
     def _old(self, what: str, request: dict[str, Any]) -> tuple[Any, str | None]:
         self.result.invocations += 1
-        result, error, metrics = self.old.call({**request, "now": self.env.clock.now})
+        container = self.releases.old_container()
+        result, error, metrics = container.call({**request, "now": self.env.clock.now})
         self.result.metrics.update(metrics)
         status = result.get("statusCode", 0) if isinstance(result, dict) else 0
         if error or status >= 500:  # no fault is ever injected into the old container
@@ -225,7 +233,9 @@ class UpgradeScenario(Scenario):
 class UpgradeWorld(World):
     """A World whose moto is also served over HTTP, with the previous release's warm container on it."""
 
-    def __init__(self, commit: str | None = None) -> None:
+    def __init__(self, commit: str | None = None, tree: Path | None = None) -> None:
+        """`tree`: the release's files extracted already (a soak extracts them once for its workers; the
+        caller removes them), else the commit (default: PREVIOUS_RELEASE) is extracted here."""
         import logging
 
         from moto.server import ThreadedMotoServer
@@ -236,15 +246,30 @@ class UpgradeWorld(World):
         commit = commit or previous_release()
         self._tmp = Path(tempfile.mkdtemp(prefix="tally-previous-release-"))
         try:
-            tree = self.old_tree = release_tree(commit, self._tmp / "tree")
+            tree = self.old_tree = tree or release_tree(commit, self._tmp / "tree")
             super().__init__()
             self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
             self._server.start()
             host, port = self._server.get_host_and_port()
-            self.old = OldContainer(tree, f"http://{host}:{port}", self._tmp / "old-container.log")
+            self._endpoint = f"http://{host}:{port}"
+            self.old = OldContainer(tree, self._endpoint, self._tmp / "old-container.log")
+            self._spares: list[OldContainer] = []
         except BaseException:
             shutil.rmtree(self._tmp, ignore_errors=True)
             raise
+
+    def old_container(self) -> OldContainer:
+        """A warm container of the previous release that is not inside a call. The channel simulator calls back
+        while a container waits for its answer (a refund settled before the API returns: its notification is
+        delivered from inside the create call); Lambda serves that with another container, so do we."""
+        for container in [self.old, *self._spares]:
+            if not container.busy:
+                return container
+        spare = OldContainer(
+            self.old_tree, self._endpoint, self._tmp / f"old-container-{len(self._spares) + 1}.log"
+        )
+        self._spares.append(spare)
+        return spare
 
     def run_deploy(
         self,
@@ -259,7 +284,8 @@ class UpgradeWorld(World):
         return UpgradeScenario(self, day, draw_deploy(seed, direction), recoveries=recoveries).run()
 
     def close(self) -> None:
-        self.old.stop()
+        for container in [self.old, *self._spares]:
+            container.stop()
         self._server.stop()
         super().close()
         shutil.rmtree(self._tmp, ignore_errors=True)
