@@ -167,6 +167,67 @@ def test_r48_a_script_working_cases_sees_each_money_once_and_takes_the_queue_to_
     assert len(seen) == problems and open_ids() == set()
 
 
+def mismatch_on_a_reconciled_day(h, sim, mchid: str) -> tuple[str, dict]:
+    """An order of 5.06 the channel took 0.05 for on D (not booked, with a person), then D reconciled: the
+    channel's bill has the payment, the ledger not (CHANNEL_ONLY): the payment and the difference are one case."""
+    order = json.loads(h.create_order(mchid, amount_cent=506, prepay=True)["body"])
+    otn = order["out_trade_no"]
+    sim.pay(mchid, otn, drop=True, amount_total=5, success_time=f"{D}T10:00:00+08:00")
+    headers, body = sim.build_notification(mchid, sim.get_order(mchid, otn)["transaction"])
+    assert h.notify(mchid, headers, body)["statusCode"] == 204
+    h.drain()
+    assert bootstrap.recon_service().run("wechatpay", mchid, D)["status"] == "DIFFS"
+    h.drain()  # recon's query of the channel-only payment goes through the worker: still the wrong amount
+    (case,) = bootstrap.work_queue().list(f"merchant={mchid}")
+    assert sorted(p["kind"] for p in case["parts"]) == ["recon-diff", "unbooked-payment"], case
+    return otn, case
+
+
+def diff_state(mchid: str, sk: str) -> str:
+    return bootstrap.recon_service().store.diff(f"wechatpay#{mchid}#{D}", sk)["handle_status"]
+
+
+@pytest.mark.usefixtures("days_of_2024")
+def test_r48_tally_recon_resolve_closes_the_case_its_difference_belongs_to(h, sim, cli):
+    """The recon door: resolving the difference with `tally recon resolve` closes the payment part of its
+    case too (one decision), so nobody works the same money again from the queue."""
+    m = h.add_merchant(mchid=str(random.randrange(10**9, 10**10)))
+    _, case = mismatch_on_a_reconciled_day(h, sim, m["mchid"])
+    diff = next(p for p in case["parts"] if p["kind"] == "recon-diff")
+    payment = next(p for p in case["parts"] if p["kind"] == "unbooked-payment")
+    sk = diff["source_key"][1]
+    done = cli(
+        "recon", "resolve", "--channel", "wechatpay", "--mchid", m["mchid"], "--date", D, sk,
+        "--by", "erin", "--note", "customer paid 0.05 by mistake, refunded in portal", "--json",
+    )  # fmt: skip
+    assert done["handle_status"] == "RESOLVED" and payment["id"] in done["outcome"]
+    assert bootstrap.work_queue().list(f"merchant={m['mchid']}") == []
+    raw = h.ddb.get_item(TableName=h.env["NOTIFY_RAW_TABLE"], Key=to_item({"pk": payment["source_key"]}))
+    assert raw["Item"]["q_state"]["S"] == "RESOLVED" and "R48" in raw["Item"]["resolution"]["M"]["why"]["S"]
+    again = cli("manual", "resolve", payment["id"], "--code", "refunded-by-hand", "--why", "me too", expect=1)
+    assert "is not open" in again
+
+
+@pytest.mark.usefixtures("days_of_2024")
+def test_r48_closing_a_case_through_its_payment_settles_its_recon_difference(h, sim, cli):
+    """The payment door: the case closed on its payment item settles the recon difference part (RESOLVED with
+    the same decision in its history), so the day reads as worked."""
+    m = h.add_merchant(mchid=str(random.randrange(10**9, 10**10)))
+    _, case = mismatch_on_a_reconciled_day(h, sim, m["mchid"])
+    diff = next(p for p in case["parts"] if p["kind"] == "recon-diff")
+    payment = next(p for p in case["parts"] if p["kind"] == "unbooked-payment")
+    cli("manual", "resolve", payment["id"], "--code", "settled-outside-tally", "--why", "cash at the till")
+    sk = diff["source_key"][1]
+    assert diff_state(m["mchid"], sk) == "RESOLVED"
+    row = bootstrap.recon_service().store.diff(f"wechatpay#{m['mchid']}#{D}", sk)
+    assert "cash at the till" in row["history"][-1]["note"] and "R48" in row["history"][-1]["note"]
+    assert bootstrap.work_queue().list(f"merchant={m['mchid']}") == []
+    shown = bootstrap.recon_service().show("wechatpay", m["mchid"], D)
+    from tally.domain.merchant_day import count_diffs, day_state
+
+    assert day_state(shown["runs"][0]["status"], count_diffs(shown["diffs"]))[0] == "DONE"
+
+
 # ---------------------------------------------------------------------------------------- codes
 
 
