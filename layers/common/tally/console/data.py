@@ -309,6 +309,7 @@ def _day_row(
         "reason": (run or {}).get("reason") or "",
         "open_diffs": counted.open,
         "worked_diffs": counted.worked,
+        "expected_diffs": counted.expected,
         "money": figures.landing_words() if figures is not None else "nothing booked",
         "landing": figures.landing if figures is not None else "",
     }
