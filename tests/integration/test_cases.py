@@ -436,6 +436,43 @@ def test_find_opens_the_order_story_from_a_transaction_id_a_refund_number_a_refu
     assert refund_no not in page
 
 
+def test_the_refunds_page_and_refund_list_show_refunds_in_every_state_with_filters(h, sim, cli):
+    """#30 item 7: a refund that succeeded, one the channel closed (FAIL) and one with a person (ABNORMAL) are
+    all listed for the day they changed on, narrowed by state and merchant, on the page and in the CLI."""
+    from tally.console.data import today_cst
+
+    from tests.integration.refund_helpers import deliver, refund
+
+    m = h.add_merchant(mchid=str(random.randrange(10**9, 10**10)))["mchid"]
+    other = h.add_merchant(mchid=str(random.randrange(10**9, 10**10)))["mchid"]
+    numbers = {}
+    for outcome, state in (("success", "SUCCESS"), ("closed", "FAIL"), ("abnormal", "MANUAL")):
+        otn, _ = paid_order(h, m, 500)
+        status, body = refund(h, m, otn, 120)
+        assert status in (200, 201, 202), body
+        sim.settle_refund(body["refund_no"], outcome)
+        deliver(h, m, body["refund_no"])
+        numbers[state] = body["refund_no"]
+    otn, _ = paid_order(h, other, 300)
+    assert refund(h, other, otn, 100)[0] in (200, 201, 202)  # another merchant's: filtered out
+    today = today_cst(time.time()).isoformat()
+
+    listed = cli("refund", "list", "--day", today, "--merchant", m, "--json")
+    assert {r["refund_no"]: r["status"] for r in listed} == {n: s for s, n in numbers.items()}
+    failed = cli("refund", "list", "--day", "today", "--merchant", m, "--state", "fail", "--json")
+    assert [r["refund_no"] for r in failed] == [numbers["FAIL"]]
+    assert "--state takes one of" in cli("refund", "list", "--day", "today", "--state", "CLOSEDX", expect=1)
+
+    status, page, _ = console("GET", "refunds", date=today, merchant=m)
+    changed = page.split('id="refunds-changed"')[1].split("</section>")[0]
+    assert status == 200 and all(n in changed for n in numbers.values()) and "FAIL" in changed
+    status, page, _ = console("GET", "refunds", date=today, merchant=m, state="FAIL")
+    changed = page.split('id="refunds-changed"')[1].split("</section>")[0]
+    assert (
+        numbers["FAIL"] in changed and numbers["SUCCESS"] not in changed and numbers["MANUAL"] not in changed
+    )
+
+
 # ---------------------------------------------------------------------------------------- money actions
 
 
