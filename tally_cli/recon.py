@@ -145,20 +145,22 @@ def recon_diffs(args: argparse.Namespace) -> int:
 
 
 def recon_resolve(args: argparse.Namespace) -> int:
-    row = _service(args).resolve(
-        args.channel,
-        args.mchid,
-        args.date,
-        args.sk,
-        by=args.by,
-        note=args.note,
-        ignore=args.ignore,
-        reverse=args.reverse,
+    """Through the work queue (R48): a difference that is a part of a case closes the case with it."""
+    from tally import bootstrap
+    from tally.store.recon import recon_pk
+
+    service = _service(args)
+    pk = recon_pk(args.channel, args.mchid, args.date)
+    done = bootstrap.work_queue().resolve_diff(
+        pk, args.sk, by=args.by, reason=args.note, ignore=args.ignore, reverse=args.reverse
     )
+    row = {**(service.store.diff(pk, args.sk) or {}), "outcome": done["outcome"]}
     if args.json:
         emit(row, "", args)
     else:
         print(f"{row['sk']}: {row['handle_status']} by {row['handler']}")
+        if ";" in done["outcome"]:
+            print(f"  the case: {done['outcome']}")
         last = row["history"][-1]
         if last.get("reversal"):
             print(f"  reversing ledger entry {last['reversal']}: {yuan(last['amount_cent'], 'yuan')}")

@@ -14,7 +14,14 @@ from typing import Any
 from tally_cli.common import add_target, connect, emit, yuan
 
 AGAIN_WINDOW_S = 10 * 60
-SPENT = ("FAIL", "CLOSED")  # refunds that paid nothing out do not block another try
+SPENT = ("FAIL", "CLOSED")
+STATES = (
+    "PENDING",
+    "ACCEPTED",
+    "SUCCESS",
+    "FAIL",
+    "MANUAL",
+)  # domain/refunds.RefundStatus  # refunds that paid nothing out do not block another try
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -45,6 +52,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     which = listing.add_mutually_exclusive_group()
     which.add_argument("--manual", action="store_true", help="refunds waiting for a person (status MANUAL)")
     which.add_argument("--due", action="store_true", help="refunds the poller will look at now")
+    which.add_argument(
+        "--day",
+        help="every refund that changed on this day (Asia/Shanghai; today, yesterday), in any state",
+    )
+    listing.add_argument("--state", help="with --day: only this state (PENDING ACCEPTED SUCCESS FAIL MANUAL)")
+    listing.add_argument("--merchant", help="with --day: only this merchant")
     listing.set_defaults(run=refund_list)
     for p in (create, show, listing):
         p.add_argument("--json", action="store_true")
@@ -158,10 +171,17 @@ def refund_list(args: argparse.Namespace) -> int:
         rows = service.manual()
     elif args.due:
         rows = service.due()
+    elif args.day or args.state or args.merchant:
+        from tally_cli.common import parse_date
+
+        state = (args.state or "").upper()
+        if state and state not in STATES:
+            raise ValueError(f"--state takes one of {', '.join(STATES)}, not {args.state!r}")
+        rows = service.of_day(parse_date(args.day or "today"), state=state, merchant=args.merchant or "")
     elif args.mchid and args.out_trade_no:
         rows = service.for_order(args.mchid, args.out_trade_no)
     else:
-        raise ValueError("give MCHID OUT_TRADE_NO, or --manual, or --due")
+        raise ValueError("give MCHID OUT_TRADE_NO, or --manual, --due or --day DATE")
     emit(rows, lambda: "\n".join(render_line(r) for r in rows) or "(no refunds)", args)
     return 0
 

@@ -167,6 +167,67 @@ def test_r48_a_script_working_cases_sees_each_money_once_and_takes_the_queue_to_
     assert len(seen) == problems and open_ids() == set()
 
 
+def mismatch_on_a_reconciled_day(h, sim, mchid: str) -> tuple[str, dict]:
+    """An order of 5.06 the channel took 0.05 for on D (not booked, with a person), then D reconciled: the
+    channel's bill has the payment, the ledger not (CHANNEL_ONLY): the payment and the difference are one case."""
+    order = json.loads(h.create_order(mchid, amount_cent=506, prepay=True)["body"])
+    otn = order["out_trade_no"]
+    sim.pay(mchid, otn, drop=True, amount_total=5, success_time=f"{D}T10:00:00+08:00")
+    headers, body = sim.build_notification(mchid, sim.get_order(mchid, otn)["transaction"])
+    assert h.notify(mchid, headers, body)["statusCode"] == 204
+    h.drain()
+    assert bootstrap.recon_service().run("wechatpay", mchid, D)["status"] == "DIFFS"
+    h.drain()  # recon's query of the channel-only payment goes through the worker: still the wrong amount
+    (case,) = bootstrap.work_queue().list(f"merchant={mchid}")
+    assert sorted(p["kind"] for p in case["parts"]) == ["recon-diff", "unbooked-payment"], case
+    return otn, case
+
+
+def diff_state(mchid: str, sk: str) -> str:
+    return bootstrap.recon_service().store.diff(f"wechatpay#{mchid}#{D}", sk)["handle_status"]
+
+
+@pytest.mark.usefixtures("days_of_2024")
+def test_r48_tally_recon_resolve_closes_the_case_its_difference_belongs_to(h, sim, cli):
+    """The recon door: resolving the difference with `tally recon resolve` closes the payment part of its
+    case too (one decision), so nobody works the same money again from the queue."""
+    m = h.add_merchant(mchid=str(random.randrange(10**9, 10**10)))
+    _, case = mismatch_on_a_reconciled_day(h, sim, m["mchid"])
+    diff = next(p for p in case["parts"] if p["kind"] == "recon-diff")
+    payment = next(p for p in case["parts"] if p["kind"] == "unbooked-payment")
+    sk = diff["source_key"][1]
+    done = cli(
+        "recon", "resolve", "--channel", "wechatpay", "--mchid", m["mchid"], "--date", D, sk,
+        "--by", "erin", "--note", "customer paid 0.05 by mistake, refunded in portal", "--json",
+    )  # fmt: skip
+    assert done["handle_status"] == "RESOLVED" and payment["id"] in done["outcome"]
+    assert bootstrap.work_queue().list(f"merchant={m['mchid']}") == []
+    raw = h.ddb.get_item(TableName=h.env["NOTIFY_RAW_TABLE"], Key=to_item({"pk": payment["source_key"]}))
+    assert raw["Item"]["q_state"]["S"] == "RESOLVED" and "R48" in raw["Item"]["resolution"]["M"]["why"]["S"]
+    again = cli("manual", "resolve", payment["id"], "--code", "refunded-by-hand", "--why", "me too", expect=1)
+    assert "is not open" in again
+
+
+@pytest.mark.usefixtures("days_of_2024")
+def test_r48_closing_a_case_through_its_payment_settles_its_recon_difference(h, sim, cli):
+    """The payment door: the case closed on its payment item settles the recon difference part (RESOLVED with
+    the same decision in its history), so the day reads as worked."""
+    m = h.add_merchant(mchid=str(random.randrange(10**9, 10**10)))
+    _, case = mismatch_on_a_reconciled_day(h, sim, m["mchid"])
+    diff = next(p for p in case["parts"] if p["kind"] == "recon-diff")
+    payment = next(p for p in case["parts"] if p["kind"] == "unbooked-payment")
+    cli("manual", "resolve", payment["id"], "--code", "settled-outside-tally", "--why", "cash at the till")
+    sk = diff["source_key"][1]
+    assert diff_state(m["mchid"], sk) == "RESOLVED"
+    row = bootstrap.recon_service().store.diff(f"wechatpay#{m['mchid']}#{D}", sk)
+    assert "cash at the till" in row["history"][-1]["note"] and "R48" in row["history"][-1]["note"]
+    assert bootstrap.work_queue().list(f"merchant={m['mchid']}") == []
+    shown = bootstrap.recon_service().show("wechatpay", m["mchid"], D)
+    from tally.domain.merchant_day import count_diffs, day_state
+
+    assert day_state(shown["runs"][0]["status"], count_diffs(shown["diffs"]))[0] == "DONE"
+
+
 # ---------------------------------------------------------------------------------------- codes
 
 
@@ -373,6 +434,43 @@ def test_find_opens_the_order_story_from_a_transaction_id_a_refund_number_a_refu
     assert status == 200 and refund_no in page.split('id="refunds-booked"')[1]
     status, page, _ = console("GET", "refunds", date=today, merchant=m["mchid"], state="MANUAL")
     assert refund_no not in page
+
+
+def test_the_refunds_page_and_refund_list_show_refunds_in_every_state_with_filters(h, sim, cli):
+    """#30 item 7: a refund that succeeded, one the channel closed (FAIL) and one with a person (ABNORMAL) are
+    all listed for the day they changed on, narrowed by state and merchant, on the page and in the CLI."""
+    from tally.console.data import today_cst
+
+    from tests.integration.refund_helpers import deliver, refund
+
+    m = h.add_merchant(mchid=str(random.randrange(10**9, 10**10)))["mchid"]
+    other = h.add_merchant(mchid=str(random.randrange(10**9, 10**10)))["mchid"]
+    numbers = {}
+    for outcome, state in (("success", "SUCCESS"), ("closed", "FAIL"), ("abnormal", "MANUAL")):
+        otn, _ = paid_order(h, m, 500)
+        status, body = refund(h, m, otn, 120)
+        assert status in (200, 201, 202), body
+        sim.settle_refund(body["refund_no"], outcome)
+        deliver(h, m, body["refund_no"])
+        numbers[state] = body["refund_no"]
+    otn, _ = paid_order(h, other, 300)
+    assert refund(h, other, otn, 100)[0] in (200, 201, 202)  # another merchant's: filtered out
+    today = today_cst(time.time()).isoformat()
+
+    listed = cli("refund", "list", "--day", today, "--merchant", m, "--json")
+    assert {r["refund_no"]: r["status"] for r in listed} == {n: s for s, n in numbers.items()}
+    failed = cli("refund", "list", "--day", "today", "--merchant", m, "--state", "fail", "--json")
+    assert [r["refund_no"] for r in failed] == [numbers["FAIL"]]
+    assert "--state takes one of" in cli("refund", "list", "--day", "today", "--state", "CLOSEDX", expect=1)
+
+    status, page, _ = console("GET", "refunds", date=today, merchant=m)
+    changed = page.split('id="refunds-changed"')[1].split("</section>")[0]
+    assert status == 200 and all(n in changed for n in numbers.values()) and "FAIL" in changed
+    status, page, _ = console("GET", "refunds", date=today, merchant=m, state="FAIL")
+    changed = page.split('id="refunds-changed"')[1].split("</section>")[0]
+    assert (
+        numbers["FAIL"] in changed and numbers["SUCCESS"] not in changed and numbers["MANUAL"] not in changed
+    )
 
 
 # ---------------------------------------------------------------------------------------- money actions

@@ -259,3 +259,32 @@ def test_a_story_shows_only_the_recon_rows_about_its_order(h, svc):
 
     assert [e["title"][:16] for e in recon_rows(paid)] == [f"recon {day}"]
     assert recon_rows(unpaid) == []
+
+
+def test_r49_the_order_story_shows_the_order_money_from_the_one_arithmetic(h):
+    """A payment with a CASH coupon (the payer paid 11.00, the channel settles the whole 14.00) refunded in
+    part: the story's ledger net is the merchant-day arithmetic over the order's own entries (settled
+    amounts, before fees), the same figure `tally ledger day` shows for a day with only this order."""
+    from tests.integration.refund_helpers import deliver, refund
+
+    mchid = h.add_merchant(mchid=str(random.randrange(10**9, 10**10)))["mchid"]
+    otn = f"W{random.randrange(10**15, 10**16)}"
+    assert h.create_order(mchid, otn, amount_cent=1400, prepay=True)["statusCode"] == 201
+    h.sim.pay(mchid, otn, drop=True, success_time=f"{D}T09:00:00+08:00", payer_total=1100, coupon_type="CASH")
+    headers, body = h.sim.build_notification(mchid, h.sim.get_order(mchid, otn)["transaction"])
+    assert h.notify(mchid, headers, body)["statusCode"] == 204
+    assert h.drain() == []
+    story = bootstrap.story_service().story(mchid, otn)
+    (row,) = [r for r in bootstrap.ledger_day_service().day(D, mchid)["rows"] if r["mchid"] == mchid]
+    assert story["summary"]["ledger_net_yuan"] == row["payment_yuan"] == "14.00", (story["summary"], row)
+    assert row["net_yuan"] == "14.00" and row["fees_status"] == "not booked yet"  # no recon run read fees yet
+
+    status, answer = refund(h, mchid, otn, 200)
+    assert status in (200, 201, 202), answer
+    h.sim.settle_refund(answer["refund_no"], "success")
+    deliver(h, mchid, answer["refund_no"])
+    story = bootstrap.story_service().story(mchid, otn)
+    refunded = [e for e in h.scan("LEDGER_TABLE") if e.get("kind") == "REFUND" and e.get("mchid") == mchid]
+    (entry,) = refunded
+    settled_refund = int(entry.get("settlement_refund_cent", entry["amount_cent"]))
+    assert story["summary"]["ledger_net_cent"] == 1400 - settled_refund, (story["summary"], entry)

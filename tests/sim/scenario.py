@@ -648,6 +648,16 @@ class Scenario:
                     f"I6 recon of {mchid} found {sorted(found - expected)} not planted, "
                     f"missed {sorted(expected - found)} (run {run.get('status')}: {run.get('reason', '')})"
                 )
+        # R49: every view of the simulated day (ledger day, its CSV, the statement, the console's Recon page)
+        # shows each reconciled merchant's booked, fees and net to the cent, fees positive
+        reconciled = [(self.kinds[c].raw_prefix, m) for c, m in self.day.merchants if self.kinds[c].recon]
+        if reconciled:
+            from tests.integration.money_helpers import views_disagree
+
+            try:
+                self.result.violations += views_disagree(bill_date, list(dict.fromkeys(reconciled)))
+            except Exception as exc:  # noqa: BLE001 - reported as an unhandled error of the day
+                self.result.unhandled.append(f"R49 views of {bill_date}: {type(exc).__name__}: {exc}")
 
     def recon_run(self, channel: str, mchid: str, bill_date: str) -> dict[str, Any]:
         """One reconciliation run of a merchant's day, in this process (the current release)."""

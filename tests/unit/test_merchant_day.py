@@ -126,3 +126,39 @@ def test_a_settlement_gap_is_the_money_short_with_both_days_the_next_step_and_it
     assert (
         fresh["handle_status"] == "EXPECTED" and "wait for the fund flow of 2026-12-05" in fresh["next_step"]
     )
+
+
+def test_the_bill_lag_a_local_only_just_before_midnight_is_expected_until_the_next_bill_is_read_R34():
+    from tally.domain.merchant_day import bill_lag
+
+    late = bill_lag("LOCAL_ONLY", "PAYMENT", "2024-05-01", "2024-05-01T23:58:00+08:00", due_bill_read=False)
+    assert late is not None and (late["handle_status"], late["due"]) == ("EXPECTED", "2024-05-02")
+    assert "wait for the channel's bill of 2024-05-02 (out on 2024-05-03)" in late["next_step"]
+    utc = bill_lag("LOCAL_ONLY", "REFUND", "2024-05-01", "2024-05-01T15:59:59Z", due_bill_read=False)
+    assert utc is not None and utc["handle_status"] == "EXPECTED"  # 23:59:59 in Asia/Shanghai
+    missing = bill_lag("LOCAL_ONLY", "PAYMENT", "2024-05-01", "2024-05-01T23:58:00+08:00", due_bill_read=True)
+    assert (
+        missing is not None
+        and missing["handle_status"] == "OPEN"
+        and "nor of 2024-05-02" in missing["next_step"]
+    )
+    # not the bill lag: away from midnight, unknown time, the channel has it and we do not, a fee
+    assert (
+        bill_lag("LOCAL_ONLY", "PAYMENT", "2024-05-01", "2024-05-01T23:40:00+08:00", due_bill_read=False)
+        is None
+    )
+    assert bill_lag("LOCAL_ONLY", "PAYMENT", "2024-05-01", "", due_bill_read=False) is None
+    assert (
+        bill_lag("LOCAL_ONLY", "PAYMENT", "2024-05-01", "2024-05-02T00:00:10+08:00", due_bill_read=False)
+        is None
+    )
+    assert (
+        bill_lag("CHANNEL_ONLY", "PAYMENT", "2024-05-01", "2024-05-01T23:58:00+08:00", due_bill_read=False)
+        is None
+    )
+    assert (
+        bill_lag("LOCAL_ONLY", "FEE", "2024-05-01", "2024-05-01T23:58:00+08:00", due_bill_read=False) is None
+    )
+    assert count_diffs([{"handle_status": "EXPECTED", "due": "2024-05-02"}]).words() == (
+        "0 resolved, 0 open, 1 expected (in transit, due 2024-05-02)"
+    )

@@ -309,6 +309,7 @@ def _day_row(
         "reason": (run or {}).get("reason") or "",
         "open_diffs": counted.open,
         "worked_diffs": counted.worked,
+        "expected_diffs": counted.expected,
         "money": figures.landing_words() if figures is not None else "nothing booked",
         "landing": figures.landing if figures is not None else "",
     }
@@ -485,9 +486,10 @@ def merchants(now: float | None = None) -> list[dict[str, Any]]:
 
 
 def refunds(state: str = "", merchant: str = "", day: str = "") -> dict[str, Any]:
-    """The Refunds page: those with a person and those waiting for the channel (now), and those booked on
-    `day` (the ledger's REFUND entries of that bill date, per merchant: index Queries, never a Scan), each
-    list narrowed to a state and a merchant when asked."""
+    """The Refunds page: every refund that changed on `day` in any state (FAIL and closed ones too: GSI
+    by_updated, never a Scan), those with a person and those waiting for the channel (now), and those booked on
+    `day` (the ledger's REFUND entries of that bill date, per merchant: index Queries), each list narrowed to
+    a state and a merchant when asked."""
     service = bootstrap.refund_service()
     day = day or yesterday_cst()
     ledger = bootstrap.story_service().ledger
@@ -499,6 +501,10 @@ def refunds(state: str = "", merchant: str = "", day: str = "") -> dict[str, Any
         if e.get("kind") == "REFUND"
     ]
     lists = {
+        "changed": [
+            {**_refund(r), "created": cst(r.get("updated_at"))}
+            for r in service.of_day(day, merchant=merchant)
+        ],
         "manual": [_refund(r) for r in service.manual(200)],
         "due": [_refund(r) for r in service.due(200)],
         "booked": booked,

@@ -23,6 +23,10 @@ Landing (`landing`): LANDED (short by 0), SHORT (landed, not all of it), IN_TRAN
 lag: an expected amount with the day it is due), MISSING (not landed and the fund flow of its due day should be
 in: past the lag), NOT_CHECKED (no fund flow is read for this channel).
 
+A trade difference inside the channel's bill lag (`bill_lag`: money booked just before midnight that the
+channel puts on its next bill day) is EXPECTED with the day it is due, like a settlement gap inside the
+settlement lag (`settlement_gap`); either turns OPEN (missing) by itself once past its lag.
+
 Verdict (`day_state`): the day's differences counted open and worked apart, so a day whose differences are all
 worked reads as done (DONE), never as DIFFS with a count nobody can lower.
 """
@@ -31,9 +35,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import date, timedelta
+from datetime import date, datetime, time, timedelta
 from typing import Any
 
+from tally.domain.clock import CHINA
 from tally.domain.money import format_cents
 
 PAYMENT, REFUND, FEE, REVERSAL = "PAYMENT", "REFUND", "FEE", "REVERSAL"
@@ -292,11 +297,12 @@ def _replace(day: MerchantDay, **changes: Any) -> MerchantDay:
 @dataclass(frozen=True, slots=True)
 class DiffCount:
     """A day's differences: open (a person must act), worked (resolved / ignored / healed), expected (inside
-    the lag, not a person's yet)."""
+    the lag, not a person's yet; `due`: the last day one of them is due on, when they say)."""
 
     open: int = 0
     worked: int = 0
     expected: int = 0
+    due: str | None = None
 
     @property
     def total(self) -> int:
@@ -305,7 +311,7 @@ class DiffCount:
     def words(self) -> str:
         parts = [f"{self.worked} resolved", f"{self.open} open"]
         if self.expected:
-            parts.append(f"{self.expected} expected")
+            parts.append(f"{self.expected} expected" + (f" (in transit, due {self.due})" if self.due else ""))
         return ", ".join(parts)
 
 
@@ -314,15 +320,18 @@ EXPECTED = "EXPECTED"  # recon_diff.handle_status of a difference inside the lag
 
 def count_diffs(diffs: Iterable[Mapping[str, Any]]) -> DiffCount:
     o = w = x = 0
+    due: list[str] = []
     for d in diffs:
         status = d.get("handle_status")
         if status == OPEN:
             o += 1
         elif status == EXPECTED:
             x += 1
+            if d.get("due") or d.get("due_next"):
+                due.append(str(d.get("due") or d.get("due_next")))
         else:
             w += 1
-    return DiffCount(o, w, x)
+    return DiffCount(o, w, x, max(due) if due else None)
 
 
 # the recon run statuses as a person reads the day
@@ -395,3 +404,59 @@ def settlement_gap(
         "detail": f"{detail}. Next: {step}",
         "codes": list(SETTLEMENT_CODES),
     }
+
+
+# ---------------------------------------------------------------- a trade difference inside the bill lag
+
+BILL_EDGE_S = 600  # money this close to a bill day's midnight may be on the channel's next bill day (R34)
+LOCAL_ONLY = "LOCAL_ONLY"
+
+
+def bill_lag(
+    cls: str, item: str, bill_date: str, at: str | None, *, due_bill_read: bool
+) -> dict[str, Any] | None:
+    """A trade-bill difference the channel's bill lag explains, or None (a difference for a person at once).
+
+    Money we booked in the last BILL_EDGE_S seconds of its day (Asia/Shanghai) that the channel's bill of that
+    day does not list (LOCAL_ONLY) may be on the channel's next bill day: its clock and its day cut are its
+    own. Until that bill has been read (`due_bill_read` False: the next day's reconciliation has not looked, and
+    its bill is not overdue) it is EXPECTED, in transit with the day it is due; the next day's run closes it
+    when its bill lists the money, or it turns missing: OPEN, for a person, with what to do."""
+    if cls != LOCAL_ONLY or item not in (PAYMENT, REFUND):
+        return None
+    when = _china_instant(at)
+    if when is None:
+        return None
+    day = date.fromisoformat(bill_date)
+    midnight = datetime.combine(day + timedelta(days=1), time(), CHINA)
+    if not 0 < (midnight - when).total_seconds() <= BILL_EDGE_S:
+        return None
+    due = next_day(bill_date)
+    clock = when.strftime("%H:%M:%S")
+    if not due_bill_read:
+        step = (
+            f"wait for the channel's bill of {due} (out on {published(due)}): money booked at {clock}, just "
+            "before midnight, may be on the channel's next bill day; this opens for a person then if that "
+            "bill does not list it either"
+        )
+    else:
+        step = (
+            f"not in the channel's bill of {bill_date} nor of {due}: find it on the merchant platform; if the "
+            "channel never took it, resolve with --reverse (the reversing entry), else ask the channel"
+        )
+    return {
+        "handle_status": OPEN if due_bill_read else EXPECTED,
+        "due": due,
+        "local_time": at,
+        "next_step": step,
+    }
+
+
+def _china_instant(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    try:
+        when = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (when if when.tzinfo is not None else when.replace(tzinfo=CHINA)).astimezone(CHINA)

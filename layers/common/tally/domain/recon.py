@@ -297,6 +297,7 @@ class LocalEntry:
     out_trade_no: str = ""
     refund_no: str = ""
     pk: str = ""
+    at: str = ""  # when the money succeeded (the entry's success_time): the bill lag reads it (merchant_day)
 
 
 SETTLED_FIELD = {PAYMENT: "settlement_cent", REFUND: "settlement_refund_cent"}  # R43, store/payments.py
@@ -353,6 +354,7 @@ def local_entry(row: dict, counts: dict[str, int] | None = None) -> LocalEntry:
         row.get("out_trade_no", ""),
         row.get("refund_no", ""),
         row["pk"],
+        str(row.get("success_time") or ""),
     )
 
 
@@ -465,10 +467,29 @@ class Diff:
     out_trade_no: str = ""
     refund_no: str = ""
     detail: str = ""
+    local_time: str = ""  # a LOCAL_ONLY entry's success time (the bill lag, domain/merchant_day.bill_lag)
 
     @property
     def sk(self) -> str:
         return f"{self.item}#{self.key}"
+
+
+def local_only(entry: LocalEntry) -> Diff:
+    """The LOCAL_ONLY difference of a ledger entry the channel's bill of its day does not list."""
+    return Diff(
+        LOCAL_ONLY,
+        entry.kind,
+        entry.key,
+        None,
+        entry.amount_cent,
+        "",
+        "BOOKED",
+        entry.transaction_id,
+        entry.out_trade_no,
+        entry.refund_no,
+        f"booked for {entry.bill_date or 'this day'}, not in the channel's bill",
+        entry.at,
+    )
 
 
 @dataclass
@@ -499,6 +520,7 @@ class Matcher:
         self.check_fees = check_fees
         self.stats = MatchStats()
         self._seen: set[str] = set()
+        self.elsewhere: list[LocalEntry] = []  # entries found booked on another day (cross_day): few
 
     def match(self, items: Iterable[BillItem]) -> Iterator[Diff]:
         for item in items:
@@ -528,21 +550,7 @@ class Matcher:
 
     def _local_only(self) -> Iterator[Diff]:
         for entry in self.local.values():
-            yield self._count(
-                Diff(
-                    LOCAL_ONLY,
-                    entry.kind,
-                    entry.key,
-                    None,
-                    entry.amount_cent,
-                    "",
-                    "BOOKED",
-                    entry.transaction_id,
-                    entry.out_trade_no,
-                    entry.refund_no,
-                    f"booked for {entry.bill_date or 'this day'}, not in the channel's bill",
-                )
-            )
+            yield self._count(local_only(entry))
         self.local = {}
 
     def _one(self, item: BillItem) -> Iterator[Diff]:
@@ -554,6 +562,7 @@ class Matcher:
             entry = self.lookup(key)
             if entry is not None:
                 self.stats.cross_day += 1
+                self.elsewhere.append(entry)
         self._seen.add(key)
         if self.check_fees and item.expected_fee_e5 is not None and item.expected_fee_e5 != item.fee_e5:
             yield self._count(

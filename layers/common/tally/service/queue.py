@@ -252,6 +252,16 @@ class WorkQueue:
         self.count_cleared([result])
         return result
 
+    def resolve_diff(
+        self, pk: str, sk: str, *, by: str, reason: str, ignore: bool = False, reverse: bool = False
+    ) -> dict[str, Any]:
+        """`tally recon resolve`'s door (R48): a recon difference is closed as its queue item, so when it is a
+        part of a case (the payment, the poller's order, the refund task of the same order) the whole case
+        closes with it, the difference itself first (with its reversing entry when `reverse`)."""
+        return self.act(
+            f"diff-{pk}/{sk}", "ignore" if ignore else "resolve", by=by, reason=reason, reverse=reverse
+        )
+
     def _act(
         self,
         item_id: str,
@@ -274,7 +284,7 @@ class WorkQueue:
         )
         try:
             if len(item.get("parts") or []) > 1:
-                outcome = self._case(item, action, entry, fields)
+                outcome = self._case(item, action, entry, fields, named=item_id)
             else:
                 outcome = getattr(self, "_" + item["source_kind"])(item, action, entry, fields)
         except StaleItem:
@@ -404,8 +414,18 @@ class WorkQueue:
 
     # ---------------------------------------------------------------- a case: one decision for its parts
 
-    def _case(self, case: dict[str, Any], action: str, entry: dict[str, Any], fields: dict[str, Any]) -> str:
+    def _case(
+        self,
+        case: dict[str, Any],
+        action: str,
+        entry: dict[str, Any],
+        fields: dict[str, Any],
+        named: str | None = None,
+    ) -> str:
         """R48: one action on a case of several parts (items about the same merchant and order).
+
+        The part the person named (`named`: a recon difference resolved with `--reverse` through `tally recon
+        resolve`) takes the action with all its fields when it offers it; otherwise the first part that does.
 
         ack owns every part; replay, refund-outcome and abnormal-refund go to the parts that offer them; a
         closing action (resolve, ignore, close-task) is one decision: the part it fits is closed first (a
@@ -425,7 +445,10 @@ class WorkQueue:
                 f"{waiting[0]['id']} is a refund waiting for its outcome: record it first (refund-outcome), "
                 "then close the case"
             )
-        first = next(p for p in live if action in p["actions"])
+        first = next(
+            (p for p in live if p["id"] == named and action in p["actions"]),
+            next(p for p in live if action in p["actions"]),
+        )
         outcomes = [
             f"{first['id']}: {getattr(self, '_' + first['source_kind'])(first, action, entry, fields)}"
         ]

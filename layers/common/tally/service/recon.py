@@ -45,7 +45,7 @@ from tally.domain.fundflow import (
     trade_figures,
 )
 from tally.domain.fundflow import ITEMS as FUND_ITEMS
-from tally.domain.merchant_day import EXPECTED, fee_charged, settlement_gap
+from tally.domain.merchant_day import EXPECTED, bill_lag, fee_charged, published, settlement_gap
 from tally.domain.merchant_day import FUND_ITEMS as FUND_GAP_ITEMS
 from tally.domain.money import format_cents
 from tally.domain.recon import (
@@ -75,6 +75,7 @@ from tally.domain.recon import (
     fee_differs,
     fee_entry_pk,
     fold_ledger,
+    local_only,
     previous_day,
     scheduled_days,
 )
@@ -264,6 +265,10 @@ class ReconService:
                 count(M.RECON_DOWNLOAD_FAILED, channel=channel, merchant=mchid)
             return self._blocked(run, exc.code, str(exc))
         if data is None:  # NO_STATEMENT / NOT_READY, decided (and maybe already recorded) in _bill
+            if (
+                run.get("status") == QUIET
+            ):  # the channel's bill of the day lists nothing: nothing arrived on it
+                self._open_missing(run)
             return run if "finished_at" in run else self._finish(run)
         parts: Partitioned | None = None
         work = tmp_dir(f"{run['pk']}/{run['sk']}")
@@ -453,6 +458,7 @@ class ReconService:
         run["ledger_entries"] = len(local)
         matcher = Matcher(local, lambda key: self.ledger.booked_entry(key, mchid))
         diffs = list(matcher.match_index(index, opened.item_at))  # the diffs only (few)
+        self._found_elsewhere(run, matcher.elsewhere)
         if self.progress is not None:
             self.progress(len(index))
         # the guards passed: the bill's fees become ledger entries (the day's booked ones: one Query)
@@ -485,6 +491,7 @@ class ReconService:
         try:
             matcher = Matcher(local, self.ledger.entry)
             diffs = list(matcher.match_index(index, reader.item_at))
+            self._found_elsewhere(run, matcher.elsewhere)
             # this partition's FEE entries, as the in-memory path books the day's: its rows are one ledger shard,
             # so what it booked already is one Query of that shard (R43)
             booked = self.ledger.fee_shard(run["channel"], run["mchid"], run["bill_date"], p)
@@ -528,29 +535,125 @@ class ReconService:
         channel, mchid = run["channel"], run["mchid"]
         seen = set()
         new = 0
+        today = china_date(self.clock()).isoformat()
         for diff in diffs:
             seen.add(diff.sk)
             recovery = self._recover(channel, mchid, diff)
-            if self.store.put_new_diff(self._diff_row(run, diff, recovery)):
-                new += 1
+            row = self._diff_row(run, diff, recovery)
+            lag = self._in_bill_lag(row, diff.local_time, today)
+            if self.store.put_new_diff(row):
+                new += row["handle_status"] == OPEN
             else:
                 self.store.seen_again(run["pk"], diff.sk, run["run_id"], recovery)
+                if lag is not None and lag["handle_status"] == OPEN:
+                    new += self._missing(row, "still not in the channel's bill past its lag")
         if new:
             count(M.RECON_DIFF_OPENED, new, channel=channel, merchant=mchid)
         return seen, new
 
+    def _in_bill_lag(self, row: dict[str, Any], at: str, today: str) -> dict[str, Any] | None:
+        """A LOCAL_ONLY found just before midnight: EXPECTED (in transit to the channel's next bill day, out of
+        the open index) until that bill has been read or is overdue (domain/merchant_day.bill_lag)."""
+        due = next_day(row["bill_date"])
+        lag = bill_lag(row["cls"], row["item"], row["bill_date"], at, due_bill_read=today > published(due))
+        if lag is None:
+            return None
+        row.update(lag)
+        row["detail"] = f"{row['detail']}. Next: {lag['next_step']}"
+        row["history"] = [{**row["history"][0], "note": row["detail"]}]
+        if row["handle_status"] != OPEN:
+            row.pop("open_pk", None)
+        return lag
+
+    def _missing(self, row: dict[str, Any], note: str) -> bool:
+        """An EXPECTED difference past its lag opens for a person, by itself, once (#30); ReconDiffOpened."""
+        return self.store.open_expected(
+            row["pk"],
+            row["sk"],
+            iso_now(self.clock()),
+            f"{note}: {row['next_step']}",
+            {"detail": row["detail"], "next_step": row["next_step"]},
+        )
+
+    def _found_elsewhere(self, run: dict[str, Any], entries: list[LocalEntry]) -> None:
+        """Money this bill lists that the ledger booked on a neighbouring day (the bill day boundary, R34): that
+        day's LOCAL_ONLY difference for it is closed (it landed on the channel's other bill day); a day not
+        reconciled yet gets it closed already, so its run finds nothing to open."""
+        now = iso_now(self.clock())
+        for entry in entries:
+            if not entry.bill_date or entry.bill_date == run["bill_date"]:
+                continue
+            pk = recon_pk(run["channel"], run["mchid"], entry.bill_date)
+            sk = f"{entry.kind}#{entry.key}"
+            note = (
+                f"in the channel's bill of {run['bill_date']} (booked for {entry.bill_date}: the bill day "
+                f"boundary, R34) at {run['run_id']}"
+            )
+            row = self.store.diff(pk, sk)
+            if row is None:
+                closed = {
+                    **self._diff_row(
+                        {**run, "pk": pk, "bill_date": entry.bill_date}, local_only(entry), None
+                    ),
+                    "handle_status": RESOLVED,
+                    "handler": "recon",
+                    "handled_at": now,
+                }
+                closed.pop("open_pk", None)
+                closed["history"] = [{"at": now, "by": "recon", "action": RESOLVED, "note": note}]
+                self.store.put_new_diff(closed)
+            elif row.get("cls") == LOCAL_ONLY and row.get("handle_status") in (OPEN, EXPECTED):
+                if self.store.close_diff(pk, sk, RESOLVED, "recon", note, now, expect=(OPEN, EXPECTED)):
+                    count(M.RECON_DIFF_RESOLVED, channel=run["channel"], merchant=run["mchid"])
+
+    def _open_missing(self, run: dict[str, Any]) -> int:
+        """The day before's EXPECTED differences due on this bill day that this bill did not list either (those
+        it listed were closed by `_found_elsewhere`): missing now, open for a person."""
+        opened = 0
+        pk = recon_pk(run["channel"], run["mchid"], previous_day(run["bill_date"]))
+        for row in self.store.diffs_of(pk):
+            if row.get("handle_status") != EXPECTED or row.get("due") != run["bill_date"]:
+                continue
+            lag = bill_lag(
+                str(row.get("cls")), str(row.get("item")), str(row.get("bill_date")), row.get("local_time"),
+                due_bill_read=True,
+            )  # fmt: skip
+            if lag is None:
+                continue
+            words = {
+                **row,
+                **lag,
+                "detail": f"{str(row.get('detail', '')).split('. Next: ')[0]}. Next: {lag['next_step']}",
+            }
+            opened += self._missing(words, f"not in the channel's bill of {run['bill_date']} either")
+        if opened:
+            count(M.RECON_DIFF_OPENED, opened, channel=run["channel"], merchant=run["mchid"])
+        return opened
+
     def _conclude(self, run: dict[str, Any], results: list[dict[str, Any]], seen: set[str]) -> dict[str, Any]:
         channel, mchid = run["channel"], run["mchid"]
         healed = self._close_healed(run, seen, fund=False)
+        self._open_missing(run)
         by_class: dict[str, int] = {}
         for r in results:
             for cls, n in r.get("by_class", {}).items():
                 by_class[cls] = by_class.get(cls, 0) + int(n)
         total = {k: sum(int(r.get(k, 0)) for r in results) for k in _SUMMED}
         run["stats"] = {**total, "by_class": by_class, "auto_resolved": healed}
-        run["open_diffs"] = sum(1 for d in self.store.diffs_of(run["pk"]) if d.get("handle_status") == OPEN)
+        rows = self.store.diffs_of(run["pk"])
+        run["open_diffs"] = sum(1 for d in rows if d.get("handle_status") == OPEN)
+        expected = [
+            d for d in rows if d.get("handle_status") == EXPECTED and d.get("cls") != SETTLEMENT_DIFFERS
+        ]
         if run["open_diffs"]:
             run.update(status=DIFFS, reason=f"{run['open_diffs']} open difference(s) for a person")
+        elif expected:  # in transit to the channel's next bill day: not a person's yet, not agreed either
+            due = max(str(d.get("due")) for d in expected)
+            run.update(
+                status=DIFFS,
+                reason=f"0 open difference(s) for a person; {len(expected)} expected (in transit, due on the "
+                f"channel's bill of {due})",
+            )
         else:
             count(M.RECON_MATCHED, channel=channel, merchant=mchid)
             run.update(status=MATCHED, reason=f"{total['matched']} entries agree with the bill")

@@ -1089,6 +1089,18 @@ class RefundService:
     def due(self, limit: int = 100) -> list[dict[str, Any]]:
         return [public_refund(r) for r in self.store.due(iso_now(self.clock()), limit)]
 
+    def of_day(self, day: str, *, state: str = "", merchant: str = "") -> list[dict[str, Any]]:
+        """Every refund that changed on `day` (Asia/Shanghai), in every state (PENDING … SUCCESS, FAIL, CLOSED,
+        MANUAL), newest change first, narrowed to a state and a merchant when asked: what the Refunds page and
+        `tally refund list --day` show."""
+        since, until = day_window(day)
+        rows = [
+            public_refund(r)
+            for r in self.store.changed(since, until)
+            if (not state or r.get("status") == state) and (not merchant or r.get("mchid") == merchant)
+        ]
+        return sorted(rows, key=lambda r: str(r.get("updated_at") or ""), reverse=True)
+
 
 def landing(
     to: RefundStatus,
@@ -1173,3 +1185,15 @@ __all__ = [
     "task_refund_no",
     "validate_refund_request",
 ]
+
+
+def day_window(day: str) -> tuple[str, str]:
+    """[start, end) of a day in Asia/Shanghai as the ISO UTC times rows are stamped with (`iso_now`)."""
+    from datetime import UTC, datetime, timedelta
+
+    from tally.domain.clock import CHINA
+
+    start = datetime.fromisoformat(day).replace(tzinfo=CHINA)
+    return tuple(  # type: ignore[return-value]
+        (start + timedelta(days=n)).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z") for n in (0, 1)
+    )

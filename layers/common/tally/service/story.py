@@ -9,7 +9,8 @@ not stored (repeated deliveries of a stored row, every poll answer but the last)
     StoryService(...).story(mchid, out_trade_no, raw=False) -> {
         "order": {... the order's fields, amounts also in yuan ...},
         "summary": {"status", "amount_cent", "amount_yuan", "paid_*", "refunded_*", "refundable_*",
-                    "open_items": int, "deliveries": int, "ledger_net_cent", "ledger_net_yuan"},
+                    "open_items": int, "deliveries": int, "ledger_net_cent", "ledger_net_yuan",
+                    "ledger_net_basis"},
         "entries": [{"at", "at_utc", "kind", "title", "ref", "amount_cent", "amount_yuan", "state",
                      "needs_person": bool, "detail": {...}}, ...],   # oldest first
         "not_stored": [str, ...],                                     # what the story cannot show, and why
@@ -26,7 +27,7 @@ from typing import Any
 from tally import errors
 from tally.domain.clock import CHINA
 from tally.domain.events import events_for_change
-from tally.domain.merchant_day import count_diffs, day_state
+from tally.domain.merchant_day import count_diffs, day_state, merchant_day
 from tally.domain.money import format_cents
 from tally.domain.refunds import refund_raw_key
 from tally.store.refunds import open_holds
@@ -177,14 +178,19 @@ class StoryService:
         entries.sort(key=_sort_key)
         for e in entries:
             e.pop("_order", None)
-        net = sum(_signed(r) for r in ledger_rows)
+        # the order's money through the one merchant-day arithmetic (R49): what the channel settles, reversals
+        # signed as what they correct; fees are a merchant-day's (`tally ledger day`), not shown per order
+        money = merchant_day(
+            str(order.get("channel") or ""), mchid, "", (r for r in ledger_rows if r.get("kind") != "FEE")
+        )
         summary = {
             "status": order.get("status"),
             **_pair("amount", order.get("amount_cent")),
             **_pair("paid", order.get("paid_cent", 0)),
             **_pair("refunded", order.get("refunded_cent", 0)),
             **_pair("refundable", order.get("refundable_cent", 0)),
-            **_pair("ledger_net", net),
+            **_pair("ledger_net", money.net_cent),
+            "ledger_net_basis": "settled amounts less refunds, with reversals; before fees (R49)",
             "currency": order.get("currency", "CNY"),
             "deliveries": sum(1 for e in entries if e["kind"] == "delivery"),
             "open_items": sum(1 for e in entries if e["needs_person"]),

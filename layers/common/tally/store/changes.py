@@ -46,25 +46,8 @@ class ChangedRows:
     def since(self, iso: str, until: str | None = None) -> Iterator[dict[str, Any]]:
         """Orders, then refunds, whose `updated_at` is in [iso, until): GSI by_updated, one paged Query per shard
         with the window as its key condition (the index keeps the keys; each row is then read whole)."""
-        condition = "upd_shard = :p AND " + ("updated_at BETWEEN :s AND :u" if until else "updated_at >= :s")
-        bounds = {"s": iso, **({"u": until} if until else {})}
         for table in (self.t.orders, self.refunds_table):
-            for shard in range(UPDATED_SHARDS):
-                request: dict[str, Any] = {
-                    "TableName": table,
-                    "IndexName": UPDATED_INDEX,
-                    "KeyConditionExpression": condition,
-                    "ExpressionAttributeValues": names_values(p=f"{shard:02d}", **bounds),
-                }
-                while True:
-                    answer = self.t.ddb.query(**request)
-                    for key in answer.get("Items", []):
-                        row = self.t.get(table, from_item(key)["pk"])
-                        if row is not None and (until is None or str(row.get("updated_at")) < until):
-                            yield row  # BETWEEN includes `until`: the window is half-open
-                    if "LastEvaluatedKey" not in answer:
-                        break
-                    request["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
+            yield from changed_rows(self.t, table, iso, until)
 
     def backfill_updated_shards(self) -> int:
         """One-off migration (the release that added by_updated): give every order and refund row that has an
@@ -98,3 +81,26 @@ class ChangedRows:
                     break
                 request["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
         return done
+
+
+def changed_rows(tables: Tables, table: str, iso: str, until: str | None = None) -> Iterator[dict[str, Any]]:
+    """The rows of one table (orders or refunds) whose `updated_at` is in [iso, until): GSI by_updated, one paged
+    Query per shard with the window as its key condition, each row then read whole."""
+    condition = "upd_shard = :p AND " + ("updated_at BETWEEN :s AND :u" if until else "updated_at >= :s")
+    bounds = {"s": iso, **({"u": until} if until else {})}
+    for shard in range(UPDATED_SHARDS):
+        request: dict[str, Any] = {
+            "TableName": table,
+            "IndexName": UPDATED_INDEX,
+            "KeyConditionExpression": condition,
+            "ExpressionAttributeValues": names_values(p=f"{shard:02d}", **bounds),
+        }
+        while True:
+            answer = tables.ddb.query(**request)
+            for key in answer.get("Items", []):
+                row = tables.get(table, from_item(key)["pk"])
+                if row is not None and (until is None or str(row.get("updated_at")) < until):
+                    yield row  # BETWEEN includes `until`: the window is half-open
+            if "LastEvaluatedKey" not in answer:
+                break
+            request["ExclusiveStartKey"] = answer["LastEvaluatedKey"]

@@ -218,11 +218,21 @@ class ReconStore:
         return found[:limit]
 
     def close_diff_update(
-        self, pk: str, sk: str, status: str, by: str, note: str, at: str, extra: dict[str, Any] | None = None
+        self,
+        pk: str,
+        sk: str,
+        status: str,
+        by: str,
+        note: str,
+        at: str,
+        extra: dict[str, Any] | None = None,
+        expect: tuple[str, ...] = (OPEN,),
     ) -> dict[str, Any]:
-        """OPEN → RESOLVED/IGNORED with a history entry, out of the open index (usable in a transaction)."""
+        """OPEN (or one of `expect`: an EXPECTED one recon heals) → RESOLVED/IGNORED with a history entry, out of
+        the open index (usable in a transaction)."""
         entry = {"at": at, "by": by, "action": status, "note": note, **(extra or {})}
-        values = names_values(st=status, by=by, at=at, open=OPEN)
+        states = {f"e{i}": state for i, state in enumerate(expect)}
+        values = names_values(st=status, by=by, at=at, **states)
         values[":h"] = encode([entry])
         values[":empty"] = encode([])
         return {
@@ -230,7 +240,7 @@ class ReconStore:
             "Key": to_item({"pk": pk, "sk": sk}),
             "UpdateExpression": "SET handle_status = :st, #handler = :by, handled_at = :at, "
             "history = list_append(if_not_exists(history, :empty), :h) REMOVE open_pk",
-            "ConditionExpression": "handle_status = :open",
+            "ConditionExpression": f"handle_status IN ({', '.join(':' + k for k in states)})",
             "ExpressionAttributeNames": {"#handler": "handler"},
             "ExpressionAttributeValues": values,
         }
@@ -257,9 +267,11 @@ class ReconStore:
         except self.ddb.exceptions.ConditionalCheckFailedException:
             return False
 
-    def close_diff(self, pk: str, sk: str, status: str, by: str, note: str, at: str) -> bool:
+    def close_diff(
+        self, pk: str, sk: str, status: str, by: str, note: str, at: str, expect: tuple[str, ...] = (OPEN,)
+    ) -> bool:
         try:
-            self.ddb.update_item(**self.close_diff_update(pk, sk, status, by, note, at))
+            self.ddb.update_item(**self.close_diff_update(pk, sk, status, by, note, at, expect=expect))
             return True
         except self.ddb.exceptions.ConditionalCheckFailedException:
             return False

@@ -213,6 +213,13 @@ class RefundStore:
             rows += self._query("by_poll", "poll_pk = :k", limit=limit, k=f"manual#{shard}")
         return cast("list[RefundRow]", sorted(rows, key=lambda r: r["poll_due"])[:limit])
 
+    def changed(self, since: str, until: str) -> list[dict[str, Any]]:
+        """Every refund, in any state, whose last change is in [since, until) (ISO UTC): GSI by_updated, one
+        Query per shard (store/changes.py), never a Scan."""
+        from tally.store.changes import changed_rows
+
+        return list(changed_rows(self.t.base, self.t.refunds, since, until))
+
     def _query(
         self, index: str, condition: str, limit: int | None = None, **values: Any
     ) -> list[dict[str, Any]]:
