@@ -11,6 +11,7 @@ import time
 
 import pytest
 from tally import bootstrap
+from tally.store.tables import closed_expiry
 
 SECRET = "SECtest0000000000000000000000000000000000000000000000000000000b"
 SCHEDULE = {"detail-type": "Scheduled Event", "source": "aws.events", "detail": {}}
@@ -140,6 +141,7 @@ def test_r38_r40_one_wrong_key_is_one_incident_opened_escalated_resolved_one_car
 def test_r38_r41_a_destination_that_refuses_is_retried_then_becomes_a_case_in_the_work_queue(
     h, sim, cli, robots
 ):
+    """R41, R51: a refused card is retried, then a case; the case's row has no TTL until a person closes it."""
     bootstrap.notifier().pause_s = 0.01
     sim.chat.set_refusing(robots["dingtalk"]["name"], True)
     refused(h, wrong_key_merchant(h, sim), 0, 2)
@@ -147,6 +149,9 @@ def test_r38_r41_a_destination_that_refuses_is_retried_then_becomes_a_case_in_th
     assert len(sim.chat.cards(robots["dingtalk"]["name"], accepted=False)) == 3  # the attempts
     (case,) = bootstrap.work_queue().list("kind=alert-delivery")
     assert robots["dingtalk"]["name"] in case["reason"] and "130101" in case["reason"]
+    # R51: an open item has no lifetime: the stored row carries no TTL while nobody closed it
+    (row,) = [r for r in h.scan("NOTIFY_EVENT_TABLE") if str(r["pk"]).startswith("alert-delivery#")]
+    assert "expires_at" not in row and row["manual_kind"] == "alert_delivery"
     (failed,) = [e for e in cli("alerts", "log", "--json")["entries"] if e["outcome"] == "failed"]
     assert (failed["destination"], failed["attempts"]) == (robots["dingtalk"]["name"], 3)
     assert h.metric("AlertDeliveryFailed") == 1
@@ -177,6 +182,9 @@ def test_r38_r41_a_destination_that_refuses_is_retried_then_becomes_a_case_in_th
         assert done["state"] == "RESOLVED"
     assert sweep(h)["changes"] == 1
     assert [i for i in cli("incidents", "list", "--json")["incidents"] if i["kind"] == "alert-delivery"] == []
+    # R51: closing the item starts its lifetime (CLOSED_KEPT_DAYS from the closing), never before
+    (closed,) = [r for r in h.scan("NOTIFY_EVENT_TABLE") if r["pk"] == row["pk"]]
+    assert closed["expires_at"] == closed_expiry(closed["resolution"]["at"]) and "manual_kind" not in closed
 
 
 def test_r38_snooze_and_the_hourly_cap_suppress_and_every_card_is_logged(h, sim, cli, robots):

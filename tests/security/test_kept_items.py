@@ -9,7 +9,7 @@ import time
 
 import pytest
 from tally import bootstrap
-from tally.service import ingest
+from tally.service import ingest, refund_inbox
 from tally.service.refund_inbox import FORGERIES_KEPT
 from tally.store.tables import CLOSED_KEPT_DAYS
 
@@ -144,7 +144,8 @@ def test_R40_a_listing_reads_the_same_rows_after_one_hour_or_thirty_of_junk(h):
 def test_R39_R40_forgeries_are_filed_under_the_reporting_merchant_and_bounded(h, sim, named):
     """Finding 6: 60 signed partner-form reports naming another merchant made 60 suspected-forgery items
     under *that* merchant (or under an unconfigured id). Now they are filed under the merchant whose keys
-    signed them, at most FORGERIES_KEPT open rows per cause, every one counted."""
+    signed them, at most FORGERIES_KEPT open rows per cause, every one counted, and the queue shows them as one
+    case with the count and the claimed ids (issue #38 items 6-8)."""
     reporter = h.add_merchant()
     victim = h.add_merchant(mchid="1900000777")["mchid"] if named.startswith("another") else "1900000999"
     for i in range(60):
@@ -159,6 +160,19 @@ def test_R39_R40_forgeries_are_filed_under_the_reporting_merchant_and_bounded(h,
     assert counter["rejections"] == 60 and counter["mchid"] == reporter["mchid"]
     queue = bootstrap.work_queue()
     assert [i for i in queue.list() if i.get("merchant") == victim] == []
+    # one case for the reporting merchant and cause: the count of every report and the ids they claimed
+    (case,) = queue.list("kind=suspected-forgery")
+    assert (case["count"], case["kept"], case["ids"]) == (60, FORGERIES_KEPT, [victim])
+    assert case["merchant"] == reporter["mchid"] and case["id"].startswith("forgery-")
+    assert "60 report(s)" in case["reason"] and victim in case["reason"]
+    # closing the case closes every kept row, and the slots come back for the next wave
+    queue.act(case["id"], "resolve", by="ops", reason="reported to security", code="reported")
+    assert queue.list("kind=suspected-forgery") == []
+    assert all(
+        "manual_kind" not in r and r["resolution"]["by"] == "ops" for r in kept(h, "suspected_forgery")
+    )
+    (counter,) = [r for r in h.scan("NOTIFY_EVENT_TABLE") if r.get("kind") == "forgery_count"]
+    assert counter["kept_other"] == 0
 
 
 def test_R39_a_reported_merchant_id_that_is_no_merchant_id_is_quarantined_at_the_edge(h, sim):
@@ -185,3 +199,30 @@ def test_a_filter_value_cannot_rewrite_the_filter():
     assert parse_filter(text) == {"kind": "unbooked-payment", "merchant": "1,merchant=1900000109"}
     with pytest.raises(QueueError, match="twice"):
         parse_filter("merchant=1,merchant=1900000109")
+
+
+def test_R40_forgeries_cost_a_listing_the_same_reads_at_thirty_or_ninety(h, sim):
+    """Issue #38 items 6-8: a listing reads a forgery group's kept rows (at most FORGERIES_KEPT) and its one
+    counter row, however many forged reports arrived and however many merchant ids they claimed."""
+    reporter = h.add_merchant()
+
+    def forge(start, n):
+        for i in range(start, start + n):
+            headers, body = partner_report(h, sim, reporter["mchid"], f"19000{i:05d}", f"FORGED-{i:04d}")
+            assert h.notify(reporter["mchid"], headers, body)["statusCode"] == 204
+
+    def listing_cost():
+        seen, stop = _items_read(bootstrap.tables().ddb)
+        try:
+            items = bootstrap.work_queue().list("kind=suspected-forgery")
+        finally:
+            stop()
+        return seen["items"], items
+
+    forge(0, 30)
+    after_thirty, _ = listing_cost()
+    forge(30, 60)
+    after_ninety, items = listing_cost()
+    assert after_ninety == after_thirty, (after_thirty, after_ninety)
+    (case,) = items
+    assert case["count"] == 90 and len(case["ids"]) == refund_inbox.FORGERY_IDS_NAMED

@@ -55,6 +55,7 @@ KEPT_KINDS = (
     "event_generation_failed",  # a committed change whose event could not be built (service/outbox.py)
     "alert_delivery",  # a chat card not delivered after its retries (service/alerts.py)
 )
+FORGERY_KIND = "suspected-forgery"
 REPLAYABLE = ("quarantined", "rejected")  # kept with the body and headers the ingest path needs again
 
 # kind → (what it is in plain words, how long it may stay open before it counts in the morning number)
@@ -80,7 +81,19 @@ KINDS: dict[str, tuple[str, int]] = {
     "event-generation-failed": ("a committed change whose event could not be built", 0),
     "alert-delivery": ("a chat card that did not reach its destination: the pager is silent", 0),
 }
-PREFIXES = ("pay-", "evt-", "rejected-", "report-", "refund-", "task-", "diff-", "recon-", "order-", "cert-")
+PREFIXES = (
+    "pay-",
+    "evt-",
+    "rejected-",
+    "forgery-",
+    "report-",
+    "refund-",
+    "task-",
+    "diff-",
+    "recon-",
+    "order-",
+    "cert-",
+)
 ACTIONS = (
     "ack",
     "resolve",
@@ -807,11 +820,12 @@ class WorkQueue:
         items = [self._payment_item(r) for r in self.store.unbooked_payments()]
         for kind in KEPT_KINDS:
             rows = self.store.kept_notifications(kind)
-            items += (
-                self._rejected_items(rows, counted)
-                if kind == "rejected"
-                else [self._kept_item(r) for r in rows]
-            )
+            if kind == "rejected":
+                items += self._rejected_items(rows, counted)
+            elif kind == "suspected_forgery":
+                items += self._forgery_items(rows, counted)
+            else:
+                items += [self._kept_item(r) for r in rows]
         items += [self._report_item(r) for r in self.store.refund_reports()]
         items += [self._refund_item(r) for r in self.store.refunds_with_person()]
         items += [self._task_item(r) for r in self.store.refund_tasks("MANUAL")]
@@ -872,31 +886,53 @@ class WorkQueue:
         items = []
         for (channel, mchid, cause), group in groups.items():
             group.sort(key=lambda r: str(r.get("created_at")))
-            first = group[0]
             refused = max(len(group), sum(refusals.get(pk, 0) for pk in aggregates[(channel, mchid, cause)]))
-            states = {r.get("q_state") or OPEN for r in group}
-            owners = {str(r["q_owner"]) for r in group if r.get("q_owner")}
-            item = _item(
-                first,
+            item = _group_item(
+                group,
                 f"rejected-{channel}-{mchid}-{_slug(cause)}",
                 "rejected",
-                "kept",
-                first["pk"],
-                keys=[r["pk"] for r in group],
                 channel=channel,
                 merchant=mchid,
                 order=None,
                 amount_cent=None,
-                since=first.get("created_at"),
                 reason=f"{refused} notification(s) refused ({len(group)} kept): {plain(cause)}",
                 actions=("ack", "resolve", "ignore", "replay"),
             )
-            item["count"] = refused
-            item["kept"] = len(group)
-            item["state"] = OPEN if OPEN in states else ACKNOWLEDGED
-            item["owner"] = ", ".join(sorted(owners)) or None
-            item["history"] = sorted((h for r in group for h in _history(r)), key=lambda h: h.get("at", ""))
-            items.append(item)
+            items.append(_grouped(item, group, refused))
+        return items
+
+    def _forgery_items(self, rows: List[dict[str, Any]], counted: bool = True) -> List[dict[str, Any]]:
+        """Suspected forgeries (R39), one item per (channel, reporting merchant, cause) with the count and the
+        merchant ids the reports claimed, both from the group's one counter row (service/refund_inbox.py
+        park_forgery): a listing reads at most FORGERIES_KEPT rows and one counter per group (R40)."""
+        groups: dict[tuple[str, str, str], List[dict[str, Any]]] = defaultdict(list)
+        for row in rows:
+            groups[(str(row.get("channel")), str(row.get("mchid")), str(row.get("cause") or ""))].append(row)
+        items = []
+        for (channel, mchid, cause), group in groups.items():
+            group.sort(key=lambda r: str(r.get("created_at")))
+            first = group[0]
+            counter_pk = f"forgery-count#{channel}#{mchid}#{cause}"
+            counter = (
+                self.store.get(self.store.t.notify_event, {"pk": counter_pk}) if cause and counted else None
+            ) or {}
+            reports = max(len(group), int(counter.get("rejections") or 0))
+            ids = [str(i) for i in counter.get("claimed_ids") or []]
+            one = len(group) == 1 and reports == 1
+            item = _group_item(
+                group,
+                f"forgery-{channel}-{mchid}-{_slug(cause or FORGERY_KIND)}",
+                FORGERY_KIND,
+                channel=channel,
+                merchant=mchid,
+                order=(first.get("out_trade_no") or first.get("refund_no")) if one else None,
+                amount_cent=first.get("amount_cent") if one else None,
+                reason=f"{reports} report(s) signed by merchant {mchid} for money it does not own ({len(group)} "
+                f"kept): {plain(cause or first.get('reason') or FORGERY_KIND)}"
+                + (f"; claimed merchant ids: {', '.join(ids)}" if ids else ""),
+                actions=("ack", "resolve", "ignore"),
+            )
+            items.append(_grouped(item, group, reports, ids))
         return items
 
     def _report_item(self, row: dict[str, Any]) -> dict[str, Any]:
@@ -1109,6 +1145,31 @@ def _item(
         "source_key": source_key,
         **({"source_keys": keys} if keys else {}),
     }
+
+
+def _group_item(group: List[dict[str, Any]], item_id: str, kind: str, **fields: Any) -> dict[str, Any]:
+    """The item of a group of kept rows, oldest first: it stands on the oldest row and acts on every row."""
+    first = group[0]
+    keys = [r["pk"] for r in group]
+    return _item(
+        first, item_id, kind, "kept", first["pk"], keys=keys, since=first.get("created_at"), **fields
+    )
+
+
+def _grouped(
+    item: dict[str, Any], group: List[dict[str, Any]], seen: int, ids: List[str] | None = None
+) -> dict[str, Any]:
+    """An item that stands for a group of kept rows (rejected, suspected forgeries): the count of what arrived,
+    the rows kept, the group's state, owners and history."""
+    owners = {str(r["q_owner"]) for r in group if r.get("q_owner")}
+    item["count"] = seen
+    item["kept"] = len(group)
+    item["state"] = OPEN if OPEN in {r.get("q_state") or OPEN for r in group} else ACKNOWLEDGED
+    item["owner"] = ", ".join(sorted(owners)) or None
+    item["history"] = sorted((h for r in group for h in _history(r)), key=lambda h: h.get("at", ""))
+    if ids is not None:
+        item["ids"] = ids
+    return item
 
 
 def _amount_mismatch(row: dict[str, Any]) -> bool:

@@ -90,6 +90,7 @@ def _int_or_none(value: Any) -> int | None:
 BODY_PREFIX_BYTES = 4096  # what is kept of an unauthenticated or forged body (R40): enough to recognise it
 FORGERY = "suspected_forgery"
 FORGERIES_KEPT = 20  # open suspected-forgery rows per (channel, reporting merchant, cause); the rest counted
+FORGERY_IDS_NAMED = 50  # distinct claimed merchant ids a forgery group's counter row names; the rest counted
 
 
 def body_evidence(body: bytes | str | None) -> dict[str, Any]:
@@ -123,7 +124,8 @@ def park_forgery(
 
     It is filed under the merchant that reported it (the one whose keys verified it: `url_merchant`, else
     `mchid`), never under the merchant it names (`claimed_mchid`), and bounded like rejections (R40): per
-    reporting merchant and cause one counter row, at most FORGERIES_KEPT open rows; the rest are counted."""
+    reporting merchant and cause one counter row (the count, and the first FORGERY_IDS_NAMED claimed ids), at
+    most FORGERIES_KEPT open rows; the rest are counted. The work queue shows the group as one item (R40)."""
     evidence = body_evidence(body)
     reporter = (url_merchant or mchid)[:32]
     digest = hashlib.sha256(f"{key}|{evidence['body_sha256']}".encode()).hexdigest()[:32]
@@ -140,6 +142,7 @@ def park_forgery(
             mchid=reporter,
             cause=cause,
         )
+        events.note_id(group, mchid[:32], cap=FORGERY_IDS_NAMED)  # the ids the one queue item names
         if slot:
             kept = {"aggregate_pk": group, "slot_pool": "other"}
             written = events.put(

@@ -280,6 +280,22 @@ class EventStore:
             return seen, False
         return seen, True
 
+    def note_id(self, pk: str, value: str, *, cap: int, field: str = "claimed_ids") -> None:
+        """`value` added to the aggregate row's list `field`, at most `cap` distinct values (the rest are only
+        counted): what an aggregated item names without reading the rows it counts. One small update, a no-op
+        once the value is there or the list is full."""
+        try:
+            self.t.ddb.update_item(
+                TableName=self.t.notify_event,
+                Key=to_item({"pk": pk}),
+                UpdateExpression="SET #f = list_append(if_not_exists(#f, :empty), :one)",
+                ConditionExpression="attribute_not_exists(#f) OR (size(#f) < :cap AND NOT contains(#f, :v))",
+                ExpressionAttributeNames={"#f": field},
+                ExpressionAttributeValues=names_values(empty=[], one=[value], cap=cap, v=value),
+            )
+        except self.t.ddb.exceptions.ConditionalCheckFailedException:
+            pass  # named already, or the list is full
+
     def release_slot(self, row: dict[str, Any]) -> None:
         """A kept rejected row closed (or never written): its pool's slot on the group row is free again."""
         release_slot(self.t.ddb, self.t.notify_event, row)
