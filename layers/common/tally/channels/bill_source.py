@@ -10,8 +10,9 @@ import gzip
 import hashlib
 import io
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any, Protocol, runtime_checkable
 
 from tally import errors
@@ -56,6 +57,23 @@ def gunzip(raw: bytes) -> bytes:
 def lines_of(data: bytes) -> Iterator[bytes]:
     """A bill's bytes as lines (bytes, newline kept): what every parser reads."""
     return iter(io.BytesIO(data))
+
+
+class LineBlocks:
+    """A bill's lines handed over a block (a list of lines) at a time, for a reader that must know which lines a
+    parser has read (service/recon_partition.py moves a block's indexed rows out before the next block is read).
+    Iterated, it is the lines one by one; a parser that reads by block (`blocks`) reads each block to its end
+    before it asks for the next."""
+
+    def __init__(self, blocks: Iterable[list[bytes]]):
+        self.blocks = iter(blocks)
+        self._lines = chain.from_iterable(self.blocks)  # one stream: lines and blocks never read twice
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self._lines  # a for loop over the lines runs at C speed, with no Python step per line
+
+    def __next__(self) -> bytes:
+        return next(self._lines)
 
 
 class BillSource(Protocol):

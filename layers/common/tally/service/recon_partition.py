@@ -41,7 +41,7 @@ from operator import itemgetter
 from pathlib import Path
 from typing import IO, Any
 
-from tally.channels.bill_source import SplittableParser
+from tally.channels.bill_source import LineBlocks, SplittableParser
 from tally.domain.recon import INDEX_WATCHER, BillIndex, BillItem, BillParseError, BillTotals
 from tally.service.recon_sources import OpenedBill
 from tally.store.recon import LEDGER_SHARDS
@@ -168,8 +168,9 @@ def _partition(
             # the parser asks for the line after the block only once the block is indexed: move its rows out
             spill()
 
-    # chain.from_iterable hands the parser a block's lines at C speed; blocks() runs once per block
-    parser = opened.parser(lines=chain.from_iterable(blocks(lines)))
+    # a parser that reads by block gets each block whole; one that reads line by line, its lines at C speed
+    # (chain.from_iterable): either way blocks() runs once per block
+    parser = opened.parser(lines=LineBlocks(blocks(lines)))
     token = INDEX_WATCHER.set(built.append)
     try:
         parser.index()

@@ -15,10 +15,13 @@ raises BillParseError: a bill we do not understand is never read as "no rows".
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import re
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from operator import add, itemgetter
-from typing import Any
+from itertools import accumulate, islice, repeat
+from operator import itemgetter, methodcaller
+from typing import Any, NoReturn
 
 from tally.channels.bill_source import (
     NO_STATEMENT,
@@ -158,26 +161,47 @@ class _Units(dict):
         return value
 
 
-class _Rates(dict):
-    """rate text ("0.60%") → {amount_cent: expected fee in e-5 yuan}; an unreadable rate expects nothing."""
+class _Rates(dict[str, int | None]):
+    """rate text ("0.60%") → its units of 1e-6 (6000), each distinct text read once; None: not a plain rate."""
 
-    class _Fees(dict):
-        def __init__(self, rate_e6: int | None):
-            super().__init__()
-            self.rate_e6 = rate_e6
-
-        def __missing__(self, amount: int) -> int | None:
-            value = None if self.rate_e6 is None else _fee(amount, self.rate_e6)
-            if len(self) < 100_000:
-                self[amount] = value
-            return value
-
-    def __missing__(self, rate: str) -> _Rates._Fees:
-        fees = self[rate] = _Rates._Fees(rate_units(rate))
-        return fees
+    def __missing__(self, rate: str) -> int | None:
+        units = self[rate] = rate_units(rate)
+        return units
 
     def units(self, rate: str) -> int | None:
-        return self[rate].rate_e6
+        return self[rate]
+
+
+_NINES = bytes.maketrans(b"0123456789", b"9999999999")
+_TAILS = {places: b"." + b"9" * places + b"\n" for places in (2, 5)}  # a value's end, digits made nines
+_KEY_HEAD = PREFIX.encode()
+_KEY_SEP = b"\n" + _KEY_HEAD  # a run's keys built in one join and one decode
+
+
+def _column_units(column: Sequence[bytes], places: int, one: Any) -> list[int]:
+    """A column's amounts in units of 10^-places, exactly as `to_units` reads each (`one`: its cached form).
+
+    The usual column, every value `-?digits.digits` with exactly `places` decimals (what the channel writes: "12.30",
+    "0.06000"), is read in one go: its shape checked by a few C passes over the column joined (each digit made a 9:
+    one dot per value, followed by exactly `places` digits and the value's end, a digit before it, nothing but
+    digits, dots, minus signs and the separators), then its digits read by int() without the dots. Anything else
+    (fewer decimals, spaces, junk) is read value by value by to_units, which accepts or refuses it."""
+    joined = b"\n".join(column)
+    shape = joined.translate(_NINES) + b"\n"
+    n = len(column)
+    if (
+        shape.count(b".") == n
+        and shape.count(_TAILS[places]) == n
+        and not shape.translate(None, b"9.-\n")
+        and b"\n." not in shape
+        and b"-." not in shape
+        and not shape.startswith(b".")
+    ):
+        try:
+            return list(map(int, joined.replace(b".", b"").split(b"\n")))  # a misplaced "-": ValueError
+        except ValueError:
+            pass
+    return list(map(one, joined.decode("utf-8").split("\n")))
 
 
 def _fee(amount_cent: int, rate_e6: int) -> int:
@@ -241,164 +265,86 @@ class WeChatBillParser:
         except ValueError as exc:
             raise BillParseError(str(exc)) from None
 
+    def _blocks(self) -> Iterator[list[bytes]]:
+        """The lines a block at a time: the blocks a caller hands over (`LineBlocks`: each block is read to its
+        end before the next is asked for), or BLOCK_LINES lines of the stream at a time."""
+        given = getattr(self._lines, "blocks", None)
+        if given is not None:
+            return iter(given)
+        it = iter(self._lines)
+        return iter(lambda: list(islice(it, BLOCK_LINES)), [])
+
     def _rows(self, index: BillIndex | None) -> Iterator[BillItem]:
-        layout: _Layout | None = None
+        """The one pass. Lines are read a block at a time; a run of detail rows (between the header and the
+        summary header, every line starting with a backtick) is parsed column by column (`_run`): each value
+        split once and every column converted by C-level maps, so no Python step per value. Every other line
+        goes through the header / summary rules one at a time."""
         summary_header: list[str] | None = None
         summary_seen = False
         rows_open = False  # between the header and the summary header: backtick lines are detail rows
-        totals = self.totals
-        # the hot loop (a million rows): amount strings repeat a lot, so each distinct one is converted once
-        c2 = _Units(2)
-        c5 = _Units(5)
-        rates = _Rates()
-        pick: Any = None
-        sums: list[int] = []
-        rows = payments = refunds = payment_cent = refund_cent = fee_e5 = 0
-        pos = 0
-        # the layout's column positions as locals, set when the header is read (rows_open is False until then)
-        lay: Any = None
-        n_cols = i_state = i_tx = i_fee = i_rate = i_settle = k_settle = 0
-        i_refund_no: int | None = None
-        i_refund_status: int | None = None
-        i_refund_amount: int | None = None
-        k_refund: int | None = None
-        has_refunds = refund_only = False
-        check_fees = self.check_fees
-        # a million rows: the flag bits as locals, the amount lookups through map (C, no frame per row)
-        c2_of = c2.__getitem__
-        f_refund, f_success, f_fee_ok = BillIndex.REFUND, BillIndex.SUCCESS, BillIndex.FEE_OK
-        if index is not None:
-            keys, amounts, flags, where, fees = (
-                index.keys,
-                index.amounts,
-                index.flags,
-                index.where,
-                index.fees,
+        run = _Run(self, index)
+        number = pos = 0  # lines and bytes before the block
+        for block in self._blocks():
+            starts = array("q", accumulate(map(len, block), initial=pos))
+            pos = starts.pop()
+            firsts = (
+                bytes(map(_first_byte, block))
+                if b"" not in block
+                else b"".join(b[:1] or b"\n" for b in block)
             )
-        for number, raw in enumerate(self._lines, 1):
-            start = pos
-            pos += len(raw)
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise BillParseError(f"not UTF-8: {exc.reason} at byte {exc.start}", number) from None
-            line = line.rstrip("\r\n")
-            if rows_open and line[:1] == "`":
-                v = line[1:].split(",`")
-                if len(v) != n_cols:
-                    raise BillParseError(f"{len(v)} values for {n_cols} columns", number)
+            k, n = 0, len(block)
+            while k < n:
+                if rows_open:
+                    found = _NOT_ROW.search(firsts, k, n)
+                    end = found.start() if found else n
+                    if end > k:
+                        try:
+                            items = run.rows(block[k:end], starts[k:end], number + k + 1)
+                        except BillParseError as exc:
+                            # items() streams the good rows before the bad one first, as a row-by-row reader does
+                            good = exc.line - number - 1
+                            if index is None and good > k:
+                                yield from run.rows(block[k:good], starts[k:good], number + k + 1) or ()
+                            raise
+                        if items:
+                            yield from items
+                        k = end
+                        continue
+                at = number + k + 1
                 try:
-                    nums = list(map(c2_of, pick(v)))
-                    sums = list(map(add, sums, nums))
-                    fee = c5[v[i_fee]]
-                    if refund_only or (has_refunds and v[i_state] == "REFUND"):
-                        assert (
-                            i_refund_no is not None and k_refund is not None and i_refund_status is not None
-                        )
-                        amount = nums[k_refund]
-                        ref = v[i_refund_no]
-                        if not ref or ref == "0":
-                            raise ValueError("refund row without 商户退款单号")
-                        refunds += 1
-                        refund_cent += amount
-                        if index is not None:
-                            keys.append(PREFIX + ref)
-                            exp = rates[v[i_rate]][amount] if check_fees else None
-                            flags.append(
-                                f_refund
-                                | (f_success if (v[i_refund_status] or "SUCCESS") == "SUCCESS" else 0)
-                                | (f_fee_ok if exp is None or -exp == fee else 0)
-                            )
-                    else:
-                        amount = nums[k_settle]
-                        tx = v[i_tx]
-                        if not tx:
-                            raise ValueError("payment row without 微信订单号")
-                        payments += 1
-                        payment_cent += amount
-                        if index is not None:
-                            keys.append(PREFIX + tx)
-                            exp = rates[v[i_rate]][amount] if check_fees else None
-                            flags.append(
-                                (f_success if v[i_state] == "SUCCESS" else 0)
-                                | (f_fee_ok if exp is None or exp == fee else 0)
-                            )
-                except ValueError as exc:
-                    raise BillParseError(str(exc), number) from None
-                rows += 1
-                fee_e5 += fee
-                if index is not None:
-                    amounts.append(amount)
-                    where.append(start)
-                    fees.append(fee)  # the FEE entry's figure (R43): no second pass to book fees
+                    line = block[k].decode("utf-8").rstrip("\r\n")
+                except UnicodeDecodeError as exc:
+                    raise BillParseError(f"not UTF-8: {exc.reason} at byte {exc.start}", at) from None
+                k += 1
+                if at == 1 and line.startswith(BOM):
+                    line = line[1:]
+                if not line.strip():
                     continue
-                yield self._item(
-                    lay,
-                    v,
-                    nums[k_settle],
-                    nums[k_refund] if k_refund is not None else 0,
-                    fee,
-                    rates.units(v[i_rate]),
-                )
-                continue
-            if number == 1 and line.startswith(BOM):
-                line = line[1:]
-            if not line.strip():
-                continue
-            if layout is None:
-                layout = self._header(line, number)
-                self._sum_columns = [c for c in layout.columns if c in _SUMMED.values() and c != FEE_COLUMN]
-                idx = [layout.columns.index(c) for c in self._sum_columns]
-                pick = itemgetter(*idx) if len(idx) > 1 else (lambda row, i=idx[0]: (row[i],))
-                sums = [0] * len(self._sum_columns)
-                lay = layout
-                n_cols = len(layout.columns)
-                i_state, i_tx, i_fee, i_rate, i_settle = (
-                    lay.i_state,
-                    lay.i_tx,
-                    lay.i_fee,
-                    lay.i_rate,
-                    lay.i_settle,
-                )
-                i_refund_no, i_refund_status, i_refund_amount = (
-                    lay.i_refund_no,
-                    lay.i_refund_status,
-                    lay.i_refund_amount,
-                )
-                k_settle = self._sum_columns.index(layout.columns[i_settle])
-                k_refund = self._sum_columns.index("退款金额") if i_refund_amount is not None else None
-                has_refunds, refund_only = i_refund_no is not None, lay.refund_only
-                rows_open = True
-                continue
-            if summary_seen:
-                raise BillParseError("text after the summary line", number)
-            if summary_header is None:
-                if line != SUMMARY_HEADERS[layout.name] and line not in SUMMARY_ALTERNATIVES.get(
-                    layout.name, ()
-                ):
-                    raise BillParseError(
-                        f"unexpected line (not a row, not the {layout.name} summary header): {line[:60]!r}",
-                        number,
-                    )
-                summary_header = line.split(",")
-                rows_open = False
-                continue
-            if line[0] != "`":
-                raise BillParseError(f"summary values must start with a backtick: {line[:60]!r}", number)
-            totals.rows, totals.payments, totals.refunds = rows, payments, refunds
-            totals.payment_cent, totals.refund_cent, totals.fee_e5 = payment_cent, refund_cent, fee_e5
-            self._sums = dict(zip(self._sum_columns, sums, strict=True))
-            self._sums[FEE_COLUMN] = fee_e5
-            self._summary_line = (summary_header, line[1:].split(",`"), number)
-            self._summary(*self._summary_line)
-            summary_seen = True
-        if layout is None:
+                if self.layout is None:
+                    run.open(self._header(line, at))
+                    rows_open = True
+                    continue
+                if summary_seen:
+                    raise BillParseError("text after the summary line", at)
+                if summary_header is None:
+                    name = self.layout.name
+                    if line != SUMMARY_HEADERS[name] and line not in SUMMARY_ALTERNATIVES.get(name, ()):
+                        raise BillParseError(
+                            f"unexpected line (not a row, not the {name} summary header): {line[:60]!r}", at
+                        )
+                    summary_header = line.split(",")
+                    rows_open = False
+                    continue
+                if line[0] != "`":
+                    raise BillParseError(f"summary values must start with a backtick: {line[:60]!r}", at)
+                run.close()
+                self._summary_line = (summary_header, line[1:].split(",`"), at)
+                self._summary(*self._summary_line)
+                summary_seen = True
+            number += len(block)
+        if self.layout is None:
             raise BillParseError("empty file: no header line")
-        totals.rows, totals.payments, totals.refunds = rows, payments, refunds
-        totals.payment_cent, totals.refund_cent, totals.fee_e5 = payment_cent, refund_cent, fee_e5
-        if not summary_seen:
-            self._sums = dict(zip(self._sum_columns, sums, strict=True))
-            self._sums[FEE_COLUMN] = fee_e5
+        run.close()
         self._rows_open_at_end = rows_open
         self._done = True
 
@@ -510,6 +456,234 @@ class WeChatBillParser:
             except ValueError as exc:
                 raise BillParseError(f"summary {name}: {exc}", number) from None
         totals.checks = checks
+
+
+# Lines read per block when the caller streams lines one by one (a caller that hands over blocks, `LineBlocks`,
+# chooses its own): ~2.5 MB of a typical bill, its rows' values parsed column by column (`_Run`)
+BLOCK_LINES = 10_000
+_NOT_ROW = re.compile(rb"[^`]")  # over a block's first bytes: the next line that is not a detail row
+_first_byte = itemgetter(0)
+_separators = methodcaller("count", b",`")  # a detail line's values, less one
+
+
+def _split(raw: list[bytes]) -> list[list[str]]:
+    """Detail lines → their values (the leading backtick and the line end dropped), one list per line."""
+    return [line.decode("utf-8")[1:].rstrip("\r\n").split(",`") for line in raw]
+
+
+def _decoded_until_bad(block: list[bytes]) -> tuple[list[str], UnicodeDecodeError]:
+    """The block's lines decoded up to the first that is not UTF-8, and that line's error."""
+    texts: list[str] = []
+    for raw in block:
+        try:
+            texts.append(raw.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            return texts, exc
+    raise AssertionError("a block that failed to decode decoded line by line")  # pragma: no cover
+
+
+class _Run:
+    """The detail rows of one bill, a run of lines at a time: what `_rows` hands over between the header and the
+    summary header. A run's values are split once per line; then each column is converted at C speed (`map` over
+    the column, each distinct amount string converted once: `_Units`) and the index's arrays are extended a run
+    at a time. The first bad row of a run (a wrong column count, an unreadable amount, a row without its id) is
+    found by `_refuse`, row by row in file order, so the error names the same line and reason as a row-by-row
+    reader would."""
+
+    def __init__(self, parser: WeChatBillParser, index: BillIndex | None):
+        self.parser = parser
+        self.index = index
+        self.c2 = _Units(2)
+        self.c5 = _Units(5)
+        self.rates = _Rates()
+        self.count = [0, 0, 0, 0, 0, 0]  # rows, payments, refunds, payment_cent, refund_cent, fee_e5
+        self.sums: list[int] = []
+        self.summed: list[int] = []  # the column positions of parser._sum_columns
+        self.used: list[int] = []
+
+    def open(self, layout: _Layout) -> None:
+        """The header was read: its layout's summed columns."""
+        parser = self.parser
+        parser._sum_columns = [c for c in layout.columns if c in _SUMMED.values() and c != FEE_COLUMN]
+        self.summed = [layout.columns.index(c) for c in parser._sum_columns]
+        self.sums = [0] * len(self.summed)
+        picked = (
+            layout.i_fee,
+            layout.i_rate,
+            layout.i_state,
+            layout.i_tx,
+            layout.i_refund_no,
+            layout.i_refund_status,
+        )
+        self.used = sorted({*self.summed, *(c for c in picked if c is not None)})  # the columns a run reads
+
+    def close(self) -> None:
+        """The figures so far into the parser's totals and sums (at the summary line, or at the end)."""
+        parser, totals, count = self.parser, self.parser.totals, self.count
+        totals.rows, totals.payments, totals.refunds = count[0], count[1], count[2]
+        totals.payment_cent, totals.refund_cent, totals.fee_e5 = count[3], count[4], count[5]
+        parser._sums = dict(zip(parser._sum_columns, self.sums, strict=True))
+        parser._sums[FEE_COLUMN] = count[5]
+
+    def rows(self, raw: list[bytes], starts: array[int], first: int) -> list[BillItem] | None:
+        """Detail lines `raw` (as in the file, line `first` onwards, starting at bytes `starts` of the bill):
+        counted and summed, into the index (or returned as BillItems when there is none)."""
+        parser = self.parser
+        lay = parser.layout
+        assert lay is not None
+        n_cols = len(lay.columns)
+        n = len(raw)
+        body = b"".join(raw)
+        try:
+            body.decode("utf-8")  # every line is text (the values are read as bytes, the keys decoded below)
+        except UnicodeDecodeError:
+            good, exc = _decoded_until_bad(raw)
+            if good:  # a bad row before it is the first error
+                self.rows(raw[: len(good)], starts, first)
+            raise BillParseError(f"not UTF-8: {exc.reason} at byte {exc.start}", first + len(good)) from None
+        if set(map(_separators, raw)) != {n_cols - 1}:
+            self._refuse(_split(raw), first)
+        body = body.replace(b"\r\n", b"\n")
+        cols: dict[int, Sequence[bytes]]
+        if b"\r" in body:  # a line ending in more than one CR, or a CR inside a row: each line on its own
+            cols = dict(enumerate(zip(*(line[1:].rstrip(b"\r\n").split(b",`") for line in raw), strict=True)))
+        else:  # every value of the run in one list, row after row: column c is every n_cols-th value from c
+            flat = (body[1:-1] if body.endswith(b"\n") else body[1:]).replace(b"\n`", b",`").split(b",`")
+            cols = {c: flat[c::n_cols] for c in self.used}
+        c2_of = self.c2.__getitem__
+        try:
+            settle: list[int] = []
+            refunded: list[int] = []
+            for k, c in enumerate(self.summed):
+                values = _column_units(cols[c], 2, c2_of)
+                self.sums[k] += sum(values)
+                if c == lay.i_settle:
+                    settle = values
+                elif c == lay.i_refund_amount:
+                    refunded = values
+            fees = _column_units(cols[lay.i_fee], 5, self.c5.__getitem__)
+        except ValueError:
+            self._refuse(_split(raw), first)
+        states = cols[lay.i_state]
+        mixed = lay.refund_only or (lay.i_refund_no is not None and b"REFUND" in states)
+        if mixed:
+            assert lay.i_refund_no is not None and lay.i_refund_status is not None
+            refund_status = cols[lay.i_refund_status]
+            is_refund = [True] * n if lay.refund_only else [s == b"REFUND" for s in states]
+            ids: Sequence[bytes] = [
+                r if q else t
+                for t, r, q in zip(cols[lay.i_tx], cols[lay.i_refund_no], is_refund, strict=True)
+            ]
+            if b"" in ids or any(q and r == b"0" for r, q in zip(ids, is_refund, strict=True)):
+                self._refuse(_split(raw), first)
+            amounts = [r if q else s for s, r, q in zip(settle, refunded, is_refund, strict=True)]
+            refunds = sum(is_refund)
+            refund_cent = sum(a for a, q in zip(amounts, is_refund, strict=True) if q)
+        else:
+            ids = cols[lay.i_tx]
+            if b"" in ids:
+                self._refuse(_split(raw), first)
+            amounts, refunds, refund_cent = settle, 0, 0
+        count = self.count
+        total = sum(amounts)
+        count[0] += n
+        count[1] += n - refunds
+        count[2] += refunds
+        count[3] += total - refund_cent
+        count[4] += refund_cent
+        count[5] += sum(fees)
+        rates = cols[lay.i_rate]
+        index = self.index
+        if index is None:
+            units = self.rates.units
+            return [
+                parser._item(lay, v, s, r, f, units(v[lay.i_rate]))
+                for v, s, r, f in zip(
+                    _split(raw),
+                    settle,
+                    refunded if lay.i_refund_amount is not None else repeat(0),
+                    fees,
+                    strict=False,
+                )
+            ]
+        expected = self._expected(rates, amounts) if parser.check_fees else repeat(None, n)
+        if mixed:
+            flags = bytes(
+                [
+                    (
+                        BillIndex.REFUND
+                        | (BillIndex.SUCCESS if (rs or b"SUCCESS") == b"SUCCESS" else 0)
+                        | (BillIndex.FEE_OK if e is None or -e == f else 0)
+                    )
+                    if q
+                    else (
+                        (BillIndex.SUCCESS if s == b"SUCCESS" else 0)
+                        | (BillIndex.FEE_OK if e is None or e == f else 0)
+                    )
+                    for q, s, rs, e, f in zip(is_refund, states, refund_status, expected, fees, strict=True)
+                ]
+            )
+        else:
+            success, fee_ok = BillIndex.SUCCESS, BillIndex.FEE_OK
+            flags = bytes(
+                [
+                    (success if s == b"SUCCESS" else 0) | (fee_ok if e is None or e == f else 0)
+                    for s, e, f in zip(states, expected, fees, strict=True)
+                ]
+            )
+        index.keys += (_KEY_HEAD + _KEY_SEP.join(ids)).decode("utf-8").split("\n")
+        index.amounts.extend(amounts)
+        index.flags += flags
+        index.where.extend(starts)
+        index.fees.extend(fees)  # the FEE entry's figure (R43): no second pass to book fees
+        return None
+
+    def _expected(self, rates: Sequence[bytes], amounts: list[int]) -> list[int | None]:
+        """Each row's fee by its own rate (`_fee`: e-5 yuan, half up to the fen; None: no readable rate). A run at
+        one rate (the usual bill) in one comprehension with `_fee` inlined."""
+        table = self.rates
+
+        def units(rate: bytes) -> int | None:
+            return table.units(rate.decode("utf-8"))
+
+        distinct = set(rates)
+        if len(distinct) > 1:
+            return [
+                None if (r := units(rate)) is None else _fee(a, r)
+                for rate, a in zip(rates, amounts, strict=True)
+            ]
+        rate_e6 = units(distinct.pop())
+        if rate_e6 is None:
+            return [None] * len(amounts)
+        return [
+            (a * rate_e6 + 500_000) // 1_000_000 * 1000
+            if a >= 0
+            else -((-a * rate_e6 + 500_000) // 1_000_000 * 1000)
+            for a in amounts
+        ]
+
+    def _refuse(self, vs: list[list[str]], first: int) -> NoReturn:
+        """Raise for the first bad row of a run, in file order, with the checks in the order a row is read."""
+        lay = self.parser.layout
+        assert lay is not None
+        n_cols = len(lay.columns)
+        c2, c5 = self.c2, self.c5
+        for number, v in enumerate(vs, first):
+            if len(v) != n_cols:
+                raise BillParseError(f"{len(v)} values for {n_cols} columns", number)
+            try:
+                for c in self.summed:
+                    c2[v[c]]
+                c5[v[lay.i_fee]]
+                if lay.refund_only or (lay.i_refund_no is not None and v[lay.i_state] == "REFUND"):
+                    ref = v[lay.i_refund_no]  # type: ignore[index]
+                    if not ref or ref == "0":
+                        raise ValueError("refund row without 商户退款单号")
+                elif not v[lay.i_tx]:
+                    raise ValueError("payment row without 微信订单号")
+            except ValueError as exc:
+                raise BillParseError(str(exc), number) from None
+        raise AssertionError("a run refused without a bad row")  # pragma: no cover
 
 
 # ---------------------------------------------------------------- the download and the opened file
