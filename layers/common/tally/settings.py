@@ -66,6 +66,7 @@ class Settings(NamedTuple):
     incident_quiet_s: int = 3600
     alert_hour_cap: int = 20
     console_operator_mfa: bool = False  # operators must sign in with TOTP (docs/alerts.md "Hardening")
+    console_language: str = "zh-CN"  # the deployment's default page language (template.yaml ConsoleLanguage)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -118,6 +119,7 @@ class Settings(NamedTuple):
                 incident_quiet_s=int(env.get("TALLY_INCIDENT_QUIET_S", "3600")),
                 alert_hour_cap=int(env.get("TALLY_ALERT_HOUR_CAP", "20")),
                 console_operator_mfa=env.get("CONSOLE_OPERATOR_MFA", "") == "required",
+                console_language=env.get("CONSOLE_LANGUAGE", "zh-CN"),
             )
         except KeyError as missing:
             raise RuntimeError(f"missing environment variable {missing}: see docs/contracts.md") from None

@@ -18,9 +18,10 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from tally import bootstrap
 from tally.apigw import BadRequest
 from tally.channels import registry as channel_registry
-from tally.console import actions, data
+from tally.console import actions, data, lang
 from tally.console.auth import Identity, as_now, csrf_ok, csrf_token, identity
 from tally.console.web import Request, Response, link, redirect
+from tally.i18n.words import Words
 from tally.observability import M, count, logger
 
 HERE = Path(__file__).resolve().parent
@@ -30,7 +31,13 @@ _env = Environment(
     autoescape=select_autoescape(default=True, default_for_string=True),
     trim_blocks=True,
     lstrip_blocks=True,
+    extensions=["jinja2.ext.i18n"],  # {% trans %} and _(): the page's language (console/lang.py)
 )
+_env.policies["ext.i18n.trimmed"] = True
+LANGUAGE_NAMES = {
+    "zh-CN": "简体中文",
+    "en": "English",
+}  # each in its own language, as language menus show them
 _env.globals.update(link=link, yuan=data.yuan, cst=data.cst, BUCKETS=data.BUCKETS, ACTIONS=actions.ACTIONS)
 _env.globals["live_incidents"] = lambda: incident_rows(
     live_only=True
@@ -38,7 +45,17 @@ _env.globals["live_incidents"] = lambda: incident_rows(
 
 
 def render(template: str, who: Identity | None, status: int = 200, **context: Any) -> Response:
-    html = _env.get_template(template).render(who=who, csrf=csrf_token(who) if who else "", **context)
+    speaker = lang.current()
+    html = _env.get_template(template).render(
+        who=who,
+        csrf=csrf_token(who) if who else "",
+        gettext=speaker.gettext,
+        ngettext=speaker.ngettext,
+        lang_tag=speaker.tag,
+        w=Words(speaker),
+        LANGUAGE_NAMES=LANGUAGE_NAMES,
+        **context,
+    )
     return Response(status, html)
 
 
@@ -50,6 +67,7 @@ def handle(event: dict[str, Any]) -> dict[str, Any]:
     route_key = str(event.get("routeKey") or "")
     if route_key.endswith("/console/static/{file}") or request.path.startswith("/console/static/"):
         return static(request.page).to_event()
+    lang.choose(request, None)
     if request.page == "login":
         return (login_post(request) if request.method == "POST" else login_page(request)).to_event()
     who = identity(event)
@@ -59,6 +77,7 @@ def handle(event: dict[str, Any]) -> dict[str, Any]:
         who = as_now(who, bootstrap.console_users().current, fresh=request.method == "POST")
     if who is None:  # disabled or deleted since the token was issued: the token opens nothing
         return Response(401, "sign in again", "text/plain; charset=utf-8").to_event()
+    lang.choose(request, who)
     if not who.can_view:
         return render(
             "error.html", who, 403, message="You are in no console group (viewers or operators)."
@@ -373,7 +392,32 @@ PAGES: dict[str, Callable[[Request, Identity], Response]] = {
     "ledger": ledger_page,
     "webhooks": webhooks_page,
     "incidents": incidents_page,
+    "settings": lambda request, who: settings_page(request, who),
 }
+
+
+def settings_page(request: Request, who: Identity, message: str = "", status: int = 200) -> Response:
+    """The person's own settings: the console's language (Cognito `locale`, README "Language")."""
+    return render(
+        "settings.html",
+        who,
+        status,
+        page="settings",
+        chosen=lang.user_locale(who) or "",
+        message=message,
+        saved=request.field("done") == "saved",
+    )
+
+
+def settings_post(request: Request, who: Identity) -> Response:
+    """Anyone signed in sets their own language (a viewer too): CSRF and same-site checked like every POST."""
+    try:
+        lang.set_user_language(who, request.form.get("locale", ""))
+    except ValueError:
+        return settings_page(
+            request, who, lang.current().gettext("Choose one of the languages offered."), 400
+        )
+    return redirect(link("settings", done="saved"))
 
 
 # ------------------------------------------------------------------------------------------- actions
@@ -381,6 +425,8 @@ PAGES: dict[str, Callable[[Request, Identity], Response]] = {
 
 def post(request: Request, who: Identity) -> Response:
     """Every POST: operators only, a CSRF token of this session, from this site. Refusals are counted."""
+    if request.page == "settings" and csrf_ok(who, request.form.get("csrf")) and request.same_origin():
+        return settings_post(request, who)  # one's own language: not an action on money, so viewers too
     if not who.can_act:
         return refuse(who, request, "Viewers cannot act: ask an operator.", "viewer")
     if not csrf_ok(who, request.form.get("csrf")) or not request.same_origin():

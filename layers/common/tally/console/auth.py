@@ -29,6 +29,7 @@ class Identity:
     username: str
     groups: frozenset[str]
     token_id: str  # the token's jti: secret to whoever does not hold the token (keys the CSRF token)
+    locale: str = ""  # the token's Cognito `locale` (the person's language when it was issued)
 
     @property
     def can_view(self) -> bool:
@@ -66,6 +67,7 @@ def identity(event: Mapping[str, Any]) -> Identity | None:
         username=str(claims.get("cognito:username") or claims.get("username") or claims.get("email") or "?"),
         groups=parse_groups(claims.get("cognito:groups")),
         token_id=str(claims.get("jti") or claims.get("origin_jti") or ""),
+        locale=str(claims.get("locale") or ""),
     )
 
 

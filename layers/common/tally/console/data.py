@@ -252,6 +252,11 @@ def morning(now: float | None = None) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------- recon
 
 
+def merchant_name(mchid: Any) -> str:
+    """The merchant as a person knows it: its display name (`tally merchant add/set --name`), else its id."""
+    return str(mchid or "")
+
+
 def recon_store() -> Any:
     return bootstrap.recon_service().store
 
@@ -312,6 +317,7 @@ def _day_row(
         "expected_diffs": counted.expected,
         "money": figures.landing_words() if figures is not None else "nothing booked",
         "landing": figures.landing if figures is not None else "",
+        "figures": figures.as_dict() if figures is not None else None,  # the page words it (i18n/words.py)
     }
 
 
@@ -358,7 +364,6 @@ def recon_day(channel: str, mchid: str, day: str) -> dict[str, Any]:
     figures = next((f for f, _, _, _ in day_figures(day, mchid) if f.channel == channel), None)
     trade = next((r for r in view["runs"] if r.get("leg") != "fundflow"), None)
     summary = _day_row(channel, mchid, day, figures, trade, view["diffs"])
-    summary["figures"] = figures.as_dict() if figures is not None else None
     latest = view["runs"][0] if view["runs"] else {}
     layout = None
     if latest.get("layout_diff"):  # a quarantined bill: what changed, and one row of it (docs/recon.md)

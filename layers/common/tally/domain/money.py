@@ -50,8 +50,9 @@ def yuan_text(amount: int) -> str:
     return f"{format_cents(int(amount))} yuan"
 
 
-def format_cents(amount: int) -> str:
-    """1230 -> "12.30" (for people; never parsed back)."""
+def format_cents(amount: int, *, grouped: bool = False) -> str:
+    """1230 -> "12.30" (for people; never parsed back); grouped: 123456 -> "1,234.56" (the console, the CLI's
+    human lines)."""
     sign = "-" if amount < 0 else ""
     whole, frac = divmod(abs(amount), 100)
-    return f"{sign}{whole}.{frac:02d}"
+    return f"{sign}{whole:,}.{frac:02d}" if grouped else f"{sign}{whole}.{frac:02d}"

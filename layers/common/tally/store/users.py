@@ -155,6 +155,23 @@ class ConsoleUsers:
         answer = self.cognito.admin_list_groups_for_user(UserPoolId=self.pool, Username=username, Limit=10)
         return frozenset(g["GroupName"] for g in answer.get("Groups", []) if g.get("GroupName") in GROUPS)
 
+    # ------------------------------------------------------------ the person's language (README "Language")
+
+    def locale(self, username: str) -> str | None:
+        """The user's standard attribute `locale` (zh-CN, en), or None when not set or the user is gone."""
+        try:
+            user = self.cognito.admin_get_user(UserPoolId=self.pool, Username=username)
+        except self.cognito.exceptions.UserNotFoundException:
+            return None
+        found = {a["Name"]: a.get("Value") for a in user.get("UserAttributes", [])}
+        return found.get("locale") or None
+
+    def set_locale(self, username: str, locale: str) -> None:
+        """The language the console speaks to this user from now on (AdminUpdateUserAttributes)."""
+        self.cognito.admin_update_user_attributes(
+            UserPoolId=self.pool, Username=username, UserAttributes=[{"Name": "locale", "Value": locale}]
+        )
+
 
 def _tokens(answer: dict[str, Any]) -> Tokens:
     result = answer.get("AuthenticationResult")

@@ -1,0 +1,408 @@
+"""What people read instead of codes: each case kind and difference class in one plain sentence with a next
+step, states, channels, run verdicts, ages, amounts (¥1,234.56) and times (Asia/Shanghai).
+
+Every table here is written in English with N_ (so Babel extracts it) and translated where it is shown
+(`Speaker.gettext`). tests/unit/test_i18n_catalogues.py fails when a kind of service/queue.py KINDS or a class
+of domain/recon.py DIFF_CLASSES has no entry, or an entry no translation.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from tally.domain.clock import CHINA
+from tally.domain.money import format_cents
+from tally.i18n import N_, Speaker
+
+
+class Reason:
+    """A kind's plain sentence and the next step a person takes (docs/morning.md's table, in plain words)."""
+
+    def __init__(self, title: str, reason: str, todo: str):
+        self.title, self.reason, self.todo = title, reason, todo
+
+
+KIND_REASONS: dict[str, Reason] = {
+    "unbooked-payment": Reason(
+        N_("Payment not booked"),
+        N_("A customer paid, but the payment could not be booked automatically."),
+        N_(
+            "Find out why on the order's story. Once the cause is fixed, replay it; if the amount was wrong, "
+            "accept the amount paid; or refund it now."
+        ),
+    ),
+    "quarantined": Reason(
+        N_("Notification could not be read"),
+        N_("The payment channel sent a signed notification that Tally could not decrypt or read."),
+        N_("Ask an engineer to check the merchant's API key and settings, then replay it."),
+    ),
+    "rejected": Reason(
+        N_("Notifications refused"),
+        N_("Notifications arrived whose signature did not check out, so they were not accepted."),
+        N_("Ask an engineer to check the merchant's keys and the server clock, then replay the group."),
+    ),
+    "suspected-forgery": Reason(
+        N_("Suspected forgery"),
+        N_("A report claimed money that belongs to another merchant; nothing was changed."),
+        N_("Check with both merchants, then resolve it as reported."),
+    ),
+    "no-transaction-id": Reason(
+        N_("Payment without a transaction number"),
+        N_(
+            "The channel reported a successful payment but left out its transaction number; nothing was booked."
+        ),
+        N_("Find the payment on the merchant platform, then resolve it once it has been booked."),
+    ),
+    "refund-report": Reason(
+        N_("Refund report not applied"),
+        N_("The channel reported a refund Tally did not start or could not apply, e.g. one made by hand."),
+        N_("Compare it with the merchant platform, then resolve it as refunded by hand."),
+    ),
+    "refund": Reason(
+        N_("Refund needs a person"),
+        N_("A refund has no clear outcome from the channel; its amount stays reserved."),
+        N_("Look the refund up on the merchant platform and record its outcome: succeeded or failed."),
+    ),
+    "refund-task": Reason(
+        N_("Money to give back"),
+        N_("Money came in that cannot be booked, so it has to go back to the customer."),
+        N_("Refund it now, or close the task if it was already refunded at the channel or booked after all."),
+    ),
+    "recon-diff": Reason(
+        N_("Bill and books differ"),
+        N_("The channel's daily bill and Tally's ledger disagree about this payment."),
+        N_(
+            "Check the order and the bill, then resolve it (with a reversing entry if our books are wrong) or ignore it."
+        ),
+    ),
+    "recon-blocked": Reason(
+        N_("Day not reconciled"),
+        N_(
+            "The channel's bill for the day was refused (missing, empty or inconsistent), so the day is not checked."
+        ),
+        N_("Ask an engineer to fetch the bill again and re-run the day, then resolve it."),
+    ),
+    "volume-drop": Reason(
+        N_("Bill much smaller than usual"),
+        N_("The day's bill is much smaller than the day before, so it was held back."),
+        N_("If the day really was quiet, replay it to reconcile the day from the kept bill."),
+    ),
+    "bill-layout": Reason(
+        N_("New bill layout"),
+        N_("The channel's bill has a layout Tally does not know yet; the day is held until it is mapped."),
+        N_("Ask an engineer to map the new layout; every held day is then reconciled again."),
+    ),
+    "order": Reason(
+        N_("Order not settled"),
+        N_("Tally could not find out whether this order was paid or closed."),
+        N_("Replay it to ask the channel again now, or check the channel and resolve it."),
+    ),
+    "certificate": Reason(
+        N_("Certificate about to expire"),
+        N_("A channel certificate expires within 7 days and no successor has been added."),
+        N_("Ask an engineer to add the new certificate, then resolve it."),
+    ),
+    "settlement-unknown": Reason(
+        N_("Settlement amount unknown"),
+        N_(
+            "The payment was booked, but its coupon figures contradict each other, so what the merchant receives is unclear."
+        ),
+        N_("Query the order on the merchant platform, compare it with the bill, then resolve it."),
+    ),
+    "merchant-not-ready": Reason(
+        N_("Merchant not ready"),
+        N_("The merchant's credentials fail the live check, so its orders are refused."),
+        N_("Ask an engineer to fix the merchant's credentials, then resolve it."),
+    ),
+    "bill-upload": Reason(
+        N_("Uploaded bill not used"),
+        N_("Someone uploaded a bill into a folder that names no day, so nothing was reconciled from it."),
+        N_("Upload it again into the folder of its day, then resolve it."),
+    ),
+    "webhook-failing": Reason(
+        N_("Merchant webhook failing"),
+        N_(
+            "The merchant's webhook receiver kept failing, so it is paused and its events are held, not lost."
+        ),
+        N_(
+            "Get the merchant's receiver fixed, resume the endpoint on the Webhooks page and resend what it missed, then resolve it."
+        ),
+    ),
+    "event-generation-failed": Reason(
+        N_("Event not sent"),
+        N_("An order or refund changed, but the event telling the merchant's systems could not be built."),
+        N_("Ask an engineer to fix it and send the event again, then resolve it."),
+    ),
+    "alert-delivery": Reason(
+        N_("Alert not delivered"),
+        N_("An alert card did not reach its chat group after 3 attempts, so that group heard nothing."),
+        N_("Check the chat robot's settings and read the incident it was about, then resolve it."),
+    ),
+}
+STUCK = Reason(
+    N_("Not applied yet"),
+    N_("A payment notification was stored but not applied for 10 minutes; Tally retries it by itself."),
+    N_("Nothing to do unless it stays here: then tell an engineer."),
+)
+UNKNOWN_KIND = Reason(
+    N_("Needs a look"),
+    N_("Something Tally could not handle by itself."),
+    N_("Open the details and ask an engineer if it is unclear."),
+)
+
+DIFF_REASONS: dict[str, Reason] = {
+    "CHANNEL_ONLY": Reason(
+        N_("Only on the channel's bill"),
+        N_("The channel's bill has this payment, but Tally's ledger does not (a lost notification)."),
+        N_("Open the order: replay it to book it, or resolve it if it was settled another way."),
+    ),
+    "LOCAL_ONLY": Reason(
+        N_("Only in our books"),
+        N_("Tally booked this payment, but the channel's bill does not have it."),
+        N_(
+            "Check the order on the merchant platform; if the money never came, resolve it with a reversing entry."
+        ),
+    ),
+    "AMOUNT_DIFFERS": Reason(
+        N_("Amounts differ"),
+        N_("The channel's bill and Tally's ledger show different amounts for this payment."),
+        N_(
+            "Compare the amounts on the merchant platform, then resolve it (with a reversing entry if ours is wrong)."
+        ),
+    ),
+    "STATUS_DIFFERS": Reason(
+        N_("Status differs"),
+        N_("The channel's bill and Tally's ledger disagree on whether this was paid or refunded."),
+        N_("Check the order on the merchant platform, then resolve or ignore it."),
+    ),
+    "SETTLEMENT_DIFFERS": Reason(
+        N_("Money did not land as booked"),
+        N_("The money the channel paid out for the day differs from what Tally booked."),
+        N_(
+            "Check the settlement on the merchant platform; resolve it when the money landed late or the channel confirmed it."
+        ),
+    ),
+}
+
+STATES = {
+    "OPEN": N_("open"),
+    "ACKNOWLEDGED": N_("being worked on"),
+    "RESOLVED": N_("resolved"),
+    "IGNORED": N_("ignored"),
+    "closed": N_("closed"),
+}
+ACTIONS = {
+    "ack": N_("Take it (I am on it)"),
+    "resolve": N_("Resolve (dealt with)"),
+    "ignore": N_("Ignore (nothing to do)"),
+    "replay": N_("Try again through the normal path (after a fix)"),
+    "refund-outcome": N_("Record the refund's outcome (from the merchant platform)"),
+    "abnormal-refund": N_("Mark the refund abnormal"),
+    "close-task": N_("Close the refund task"),
+    "refund-now": N_("Refund this payment now"),
+    "accept-amount": N_("Accept the amount paid (book what the channel says)"),
+}
+CODES = {  # what a closing action records as done (service/queue.py RESOLVE_CODES, TASK_CODES; R48)
+    "refunded-by-hand": N_("refunded by hand"),
+    "settled-outside-tally": N_("settled outside Tally"),
+    "confirmed-junk": N_("confirmed as junk"),
+    "closed-by-hand": N_("closed by hand"),
+    "explained": N_("explained"),
+    "corrected": N_("corrected"),
+    "channel-fixed": N_("fixed by the channel"),
+    "queried": N_("queried at the channel"),
+    "booked-by-query": N_("booked after a query"),
+    "key-fixed": N_("key fixed"),
+    "reported": N_("reported"),
+    "added": N_("added"),
+    "bill-fixed": N_("bill fixed"),
+    "confirmed": N_("confirmed"),
+    "filed": N_("filed under its day"),
+    "mapped": N_("layout mapped"),
+    "receiver-fixed": N_("receiver fixed"),
+    "endpoint-removed": N_("endpoint removed"),
+    "republished": N_("sent again"),
+    "robot-fixed": N_("robot fixed"),
+    "refunded-at-channel": N_("refunded at the channel"),
+    "booked-after-all": N_("booked after all"),
+    "landed-late": N_("the money landed late"),
+    "channel-adjusted": N_("adjusted by the channel"),
+    "channel-confirmed-short": N_("the channel confirmed the shortfall"),
+    "ledger-corrected": N_("our ledger corrected"),
+    "other": N_("other (say what in the note)"),
+}
+CHANNELS = {
+    "wechatpay": N_("WeChat Pay"),
+    "wechatpay_v2": N_("WeChat Pay (v2)"),
+    "alipay": N_("Alipay"),
+}
+RUN_STATUSES = {  # a recon day or run as a person reads it (domain/merchant_day.py day_state, service/recon.py)
+    "MATCHED": N_("matched"),
+    "DIFFS": N_("differences open"),
+    "DONE": N_("done"),
+    "EXPECTED": N_("money in transit"),
+    "BLOCKED": N_("bill refused"),
+    "FAILED": N_("failed"),
+    "RUNNING": N_("running"),
+    "QUIET_DAY": N_("quiet day"),
+    "QUARANTINED": N_("held: new bill layout"),
+    "no run yet": N_("not reconciled yet"),
+}
+VERDICTS = {  # the ledger day's three-way verdict (domain/fundflow.py VERDICTS)
+    "AGREES": N_("agrees"),
+    "DIFFERS": N_("differs"),
+    "DONE": N_("done"),
+    "PENDING": N_("waiting for the money"),
+    "NOT_CHECKED": N_("not checked yet"),
+}
+DIFF_STATUS = {"OPEN": N_("open"), "RESOLVED": N_("resolved"), "IGNORED": N_("ignored")}
+REFUND_STATUSES = {
+    "MANUAL": N_("with a person"),
+    "PENDING": N_("sent"),
+    "ACCEPTED": N_("accepted by the channel"),
+    "SUCCESS": N_("refunded"),
+    "ABNORMAL": N_("abnormal"),
+    "FAIL": N_("failed"),
+    "CLOSED": N_("closed"),
+}
+ORDER_STATUSES = {
+    "CREATED": N_("created"),
+    "NOTPAY": N_("not paid"),
+    "PAID": N_("paid"),
+    "SUCCESS": N_("paid"),
+    "CLOSED": N_("closed"),
+    "REFUND": N_("refunded"),
+    "REFUNDED": N_("refunded"),
+    "PARTIALLY_REFUNDED": N_("partly refunded"),
+}
+BUCKETS = {
+    "< 1 h": N_("under 1 hour"),
+    "1–24 h": N_("1–24 hours"),
+    "1–7 d": N_("1–7 days"),
+    "> 7 d": N_("over 7 days"),
+}
+INCIDENT_STATES = {"open": N_("open"), "escalated": N_("escalated"), "resolved": N_("resolved")}
+ORIGINS = {"ours": N_("our systems"), "tenant": N_("merchant settings"), "money": N_("a money decision")}
+
+
+class Words:
+    """The tables above and the formats, in one speaker's language."""
+
+    def __init__(self, speaker: Speaker):
+        self.s = speaker
+        self._ = speaker.gettext
+
+    # ---- codes → words
+
+    def reason(self, kind: str) -> Reason:
+        found = KIND_REASONS.get(kind) or UNKNOWN_KIND
+        return Reason(self._(found.title), self._(found.reason), self._(found.todo))
+
+    def diff(self, cls: str) -> Reason:
+        found = DIFF_REASONS.get(cls)
+        if found is None:
+            return self.reason("recon-diff")
+        return Reason(self._(found.title), self._(found.reason), self._(found.todo))
+
+    def stuck(self) -> Reason:
+        return Reason(self._(STUCK.title), self._(STUCK.reason), self._(STUCK.todo))
+
+    def case(self, kind: str, cls: str = "") -> Reason:
+        """An item's sentence: a recon difference by its class, anything else by its kind."""
+        return self.diff(cls) if kind == "recon-diff" and cls else self.reason(kind)
+
+    def _table(self, table: dict[str, str], code: Any) -> str:
+        text = "" if code is None else str(code)
+        return self._(table[text]) if text in table else text
+
+    def state(self, code: Any) -> str:
+        return self._table(STATES, code)
+
+    def action(self, code: Any) -> str:
+        return self._table(ACTIONS, code)
+
+    def code(self, code: Any) -> str:
+        return self._table(CODES, code)
+
+    def channel(self, code: Any) -> str:
+        return self._table(CHANNELS, code)
+
+    def run(self, code: Any) -> str:
+        return self._table(RUN_STATUSES, code)
+
+    def verdict(self, code: Any) -> str:
+        return self._table(VERDICTS, code)
+
+    def diff_status(self, code: Any) -> str:
+        return self._table(DIFF_STATUS, code)
+
+    def refund_status(self, code: Any) -> str:
+        return self._table(REFUND_STATUSES, code)
+
+    def order_status(self, code: Any) -> str:
+        return self._table(ORDER_STATUSES, code)
+
+    def bucket(self, code: Any) -> str:
+        return self._table(BUCKETS, code)
+
+    def incident_state(self, code: Any) -> str:
+        return self._table(INCIDENT_STATES, code)
+
+    def origin(self, code: Any) -> str:
+        return self._table(ORIGINS, code)
+
+    # ---- formats
+
+    def money(self, cents: Any) -> str:
+        """¥1,234.56 (domain/money.format_cents, grouped); empty for an amount not known."""
+        if cents is None or cents == "":
+            return ""
+        return "¥" + format_cents(int(cents), grouped=True)
+
+    def age(self, seconds: Any) -> str:
+        """One unit style: minutes under an hour, hours and minutes under a day, then days and hours."""
+        s = max(0, int(seconds or 0))
+        if s < 3600:
+            return self._("%(m)d min") % {"m": s // 60}
+        if s < 86400:
+            return self._("%(h)d h %(m)d min") % {"h": s // 3600, "m": s % 3600 // 60}
+        return self._("%(d)d d %(h)d h") % {"d": s // 86400, "h": s % 86400 // 3600}
+
+    def landing(self, figures: dict[str, Any] | None) -> str:
+        """Where a merchant-day's money is (domain/merchant_day.py landing), in words with amounts."""
+        if not figures:
+            return self._("nothing booked")
+        values = {
+            "expected": self.money(figures.get("expected_cent")),
+            "landed": self.money(figures.get("landed_cent")),
+            "due": figures.get("due") or "",
+            "short": self.money(abs(int(figures.get("short_cent") or 0))),
+        }
+        landing, short = figures.get("landing"), int(figures.get("short_cent") or 0)
+        if landing == "IN_TRANSIT":
+            return self._("expected %(expected)s, on its way, due %(due)s") % values
+        if figures.get("landed_cent") is None:
+            if landing == "MISSING":
+                return self._("expected %(expected)s, not arrived (due %(due)s): missing") % values
+            return self._("expected %(expected)s, arrival not checked yet") % values
+        if short > 0:
+            return self._("expected %(expected)s, arrived %(landed)s, short by %(short)s") % values
+        if short < 0:
+            return self._("expected %(expected)s, arrived %(landed)s, over by %(short)s") % values
+        return self._("expected %(expected)s, arrived %(landed)s") % values
+
+
+def cst(value: Any) -> str:
+    """A stored time (ISO UTC, or epoch seconds) as people in China read it: 2026-12-01 17:05:09."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return datetime.fromtimestamp(value, CHINA).strftime("%Y-%m-%d %H:%M:%S")
+    if not isinstance(value, str) or not value:
+        return ""
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return value if not value.isdigit() else cst(int(value))
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.astimezone(CHINA).strftime("%Y-%m-%d %H:%M:%S")
