@@ -232,11 +232,6 @@ CODES = {  # what a closing action records as done (service/queue.py RESOLVE_COD
     "ledger-corrected": N_("our ledger corrected"),
     "other": N_("other (say what in the note)"),
 }
-CHANNELS = {
-    "wechatpay": N_("WeChat Pay"),
-    "wechatpay_v2": N_("WeChat Pay (v2)"),
-    "alipay": N_("Alipay"),
-}
 RUN_STATUSES = {  # a recon day or run as a person reads it (domain/merchant_day.py day_state, service/recon.py)
     "MATCHED": N_("matched"),
     "DIFFS": N_("differences open"),
@@ -326,7 +321,12 @@ class Words:
         return self._table(CODES, code)
 
     def channel(self, code: Any) -> str:
-        return self._table(CHANNELS, code)
+        """A channel as people read it: its label (channels/<name>/channel.py), translated; any spelling."""
+        from tally.channels import registry
+
+        text = "" if code is None else str(code)
+        found = registry.find(lambda c: text in {c.name, c.stored, c.route, c.order_word, c.merchant_kind})
+        return self._(found.label) if found else text
 
     def run(self, code: Any) -> str:
         return self._table(RUN_STATUSES, code)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tally.channels.registry import ChannelNames
+from tally.i18n import N_
 
 if TYPE_CHECKING:
     from tally.channels.bill_source import Bill, BillSource
@@ -114,7 +115,7 @@ class Alipay(ChannelNames):
 
 CHANNEL = Alipay(
     name="alipay",
-    label="Alipay",
+    label=N_("Alipay"),
     stored="alipay",
     route="alipay",
     order_word="alipay",

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tally.channels.registry import ChannelNames
+from tally.i18n import N_
 
 if TYPE_CHECKING:
     from tally.channels.bill_source import Bill, BillSource
@@ -143,7 +144,7 @@ class WeChatPayV2(ChannelNames):
 
 CHANNEL = WeChatPayV2(
     name="wechatpay_v2",
-    label="WeChat Pay v2",
+    label=N_("WeChat Pay v2"),
     stored="wechatpay",
     route="wechatpay-v2",
     order_word="wechatpay_v2",

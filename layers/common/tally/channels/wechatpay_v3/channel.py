@@ -8,6 +8,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from tally.channels.registry import ChannelNames
+from tally.i18n import N_
 
 if TYPE_CHECKING:
     from tally.channels.bill_source import Bill, BillSource
@@ -173,7 +174,7 @@ class WeChatPayV3(ChannelNames):
 
 CHANNEL = WeChatPayV3(
     name="wechatpay_v3",
-    label="WeChat Pay v3",
+    label=N_("WeChat Pay v3"),
     stored="wechatpay",
     route="wechatpay",
     order_word="wechatpay",
