@@ -510,6 +510,14 @@ def _configure_logging() -> None:
     logging.basicConfig(level=logging.WARNING, format=log_format)
 
 
+def containers_for(demo: str, environ: Mapping[str, str]) -> int:
+    """Warm containers per HTTP function: `TALLY_LOCAL_CONTAINERS`, except with the demo day loaded. The demo
+    plays yesterday by moving the product's clock back in this process (tally_local/day.py `yesterday`); a
+    container is a process of its own on the real clock, so its prepay calls would be signed a day after the
+    simulated channel's clock and refused. So the demo's stack serves its functions in-thread."""
+    return 0 if demo else containers_setting(environ)
+
+
 def main() -> int:
     _configure_logging()
     demo = os.environ.get("TALLY_DEMO", "")  # TALLY_DEMO=1 (or a number of payments): load the demo day
@@ -517,7 +525,7 @@ def main() -> int:
         api_port=int(os.environ.get("TALLY_API_PORT", "3000")),
         schedule_scale=float(os.environ.get("TALLY_SCHEDULE_SCALE", "1")),
         moto_process=True,
-        containers=containers_setting(),
+        containers=containers_for(demo, os.environ),
         simulator_options={"fixed_keys": True} if demo else None,
     )
     stack.seed_demo = seed_demo
