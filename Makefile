@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test check lint soak bench bench-big clean venv browser-deps i18n
+.PHONY: run test check lint soak bench bench-big clean venv browser-deps node-deps i18n
 
 $(STAMP): requirements-dev.txt layers/common/requirements.txt pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -18,7 +18,7 @@ venv: $(STAMP)
 run: $(STAMP)
 	$(BIN)/python -m tally_local.stack
 
-test: $(STAMP) browser-deps
+test: $(STAMP) browser-deps node-deps
 	$(BIN)/ruff check layers functions tally_local tally_cli tests bench
 	$(BIN)/ruff format --check layers functions tally_local tally_cli tests bench
 	$(BIN)/mypy
@@ -28,7 +28,7 @@ test: $(STAMP) browser-deps
 # make check: the fast lane (docs/gates.md): every gate of make lint, then the unit, integration, security and
 # concurrency tests without the long ones (the simulated days tests/sim, e2e, fuzz; tests marked slow).
 # make test stays the full gate (CI).
-check: lint
+check: lint node-deps
 	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not slow and not e2e" tests/unit tests/integration tests/security tests/concurrency
 
 # make soak: 10,000 seeded micro days + 100,000 fuzz inputs, one table (docs/proof.md), bounded by MINUTES
@@ -66,6 +66,17 @@ browser-deps:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver; \
 	  else echo "Chromium is missing: sudo apt-get update && sudo apt-get install -y chromium chromium-driver" >&2; exit 1; fi; }
 	@test -x /usr/bin/chromium || { echo "Chromium did not install: the browser tests cannot run" >&2; exit 1; }
+
+# node-deps: Node and the npm packages of examples/node (the AWS SDK's SigV4 signer), which the tests run; the
+# packages at the versions of its package-lock.json, fetched once (an install, like the venv's).
+EXAMPLE_NODE := examples/node/node_modules/.package-lock.json
+node-deps: $(EXAMPLE_NODE)
+$(EXAMPLE_NODE): examples/node/package-lock.json
+	@command -v npm >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nodejs npm; \
+	  else echo "Node is missing: sudo apt-get update && sudo apt-get install -y nodejs npm" >&2; exit 1; fi; }
+	npm ci --prefix examples/node --no-audit --no-fund --loglevel=error
+	touch $(EXAMPLE_NODE)
 
 # make docs-picture: docs/architecture.svg from docs/architecture.dot (graphviz `dot`; apt-get install graphviz).
 # tests/unit/test_architecture_picture.py checks the committed SVG against the source without graphviz.
