@@ -1,4 +1,4 @@
-"""CLI conventions (docs/story.md): every verb that has --json prints exactly ONE JSON document on stdout, log
+"""CLI conventions (docs/cli.md): every verb that has --json prints exactly ONE JSON document on stdout, log
 lines go to stderr (and only with -v for info); `tally merchant list`; `refund create` refuses an accidental
 second refund of the same order and amount within 10 minutes unless --again."""
 
