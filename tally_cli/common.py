@@ -25,6 +25,7 @@ from tally.domain.clock import CHINA  # the channels' day (R34)
 from tally.domain.money import format_cents
 
 from tally_cli.env import use_deployed, use_local
+from tally_cli.speak import _
 
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$", re.ASCII)
 
@@ -34,8 +35,15 @@ class UsageError(errors.InvalidRequest, ValueError):
 
 
 def add_target(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--local", action="store_true", help="talk to the stack `make run` started")
-    p.add_argument("--stack", default="tally", help="deployed CloudFormation stack name (default: tally)")
+    p.add_argument("--local", action="store_true", help=_("talk to the stack `make run` started"))
+    p.add_argument("--stack", default="tally", help=_("deployed CloudFormation stack name (default: tally)"))
+
+
+def add_json(p: argparse.ArgumentParser) -> None:
+    """--json: one JSON document of codes and numbers, the same in every language."""
+    p.add_argument(
+        "--json", action="store_true", help=_("print one JSON document (codes and numbers, never translated)")
+    )
 
 
 def connect(args: argparse.Namespace) -> dict[str, Any]:
@@ -98,13 +106,18 @@ def parse_date(text: str | None, clock: Callable[[], float] | None = None) -> st
     if word == "yesterday":
         return (today - timedelta(days=1)).isoformat()
     if not _DATE.match(word):
-        raise UsageError(f"date {text!r}: give YYYY-MM-DD, today or yesterday (Asia/Shanghai)")
+        raise UsageError(
+            _("date %(date)r: give YYYY-MM-DD, today or yesterday (Asia/Shanghai)") % {"date": text}
+        )
     try:
         day = date.fromisoformat(word)
     except ValueError:
-        raise UsageError(f"date {text!r} is not a calendar day") from None
+        raise UsageError(_("date %(date)r is not a calendar day") % {"date": text}) from None
     if day > today:
-        raise UsageError(f"date {text} is in the future (today in Asia/Shanghai is {today.isoformat()})")
+        raise UsageError(
+            _("date %(date)s is in the future (today in Asia/Shanghai is %(today)s)")
+            % {"date": text, "today": today.isoformat()}
+        )
     return day.isoformat()
 
 

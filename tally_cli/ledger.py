@@ -9,6 +9,7 @@ import pathlib
 from typing import Any
 
 from tally_cli.common import add_target, connect, emit, parse_date
+from tally_cli.speak import _, money, pad, rpad, words
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -48,7 +49,10 @@ def ledger_day(args: argparse.Namespace) -> int:
         if args.json:
             emit({"bill_date": bill_date, "merchant": args.merchant, "statement": rows}, lambda: "", args)
         elif args.csv:
-            print(f"statement of {bill_date}: {len(rows)} row(s) written to {args.csv}")
+            print(
+                _("statement of %(day)s: %(n)d row(s) written to %(path)s")
+                % {"day": bill_date, "n": len(rows), "path": args.csv}
+            )
         else:  # the CSV text recon writes next to its report, without the BOM a terminal would show
             print(statement_csv(rows).removeprefix("\ufeff"), end="")
         return 0
@@ -64,58 +68,101 @@ def _write(path: pathlib.Path, text: str) -> None:
     try:
         path.write_text(text, encoding="utf-8")
     except OSError as exc:
-        raise SystemExit(f"tally ledger day: cannot write {path}: {exc.strerror or exc}") from None
+        raise SystemExit(
+            _("tally ledger day: cannot write %(path)s: %(why)s") % {"path": path, "why": exc.strerror or exc}
+        ) from None
 
 
 def render_day(view: dict[str, Any], csv_path: pathlib.Path | None = None) -> str:
-    head = f"ledger {view['bill_date']} (bill date, Asia/Shanghai)" + (
-        f"  merchant {view['merchant']}" if view.get("merchant") else ""
+    """The day per merchant and channel: counts and amounts (¥1,234.56), the recon state in words, where the
+    money is (Words.landing) and the three-way verdict."""
+    w = words()
+    head = _("ledger %(day)s (bill date, Asia/Shanghai)") % {"day": view["bill_date"]} + (
+        "  " + _("merchant %(merchant)s") % {"merchant": view["merchant"]} if view.get("merchant") else ""
     )
     if not view["rows"]:
-        return head + "\n  nothing booked and no recon run for this day"
-    lines = [
-        head,
-        f"  {'channel':<10} {'merchant':<12} {'payments':>16} {'refunds':>14} {'reversals':>10} "
-        f"{'fees':>14} {'net':>12}  recon",
+        return head + "\n  " + _("nothing booked and no recon run for this day")
+    columns = [
+        (_("channel"), 14, pad),
+        (_("merchant"), 12, pad),
+        (_("payments"), 20, rpad),
+        (_("refunds"), 16, rpad),
+        (_("reversals"), 12, rpad),
+        (_("fees"), 14, rpad),
+        (_("net"), 14, rpad),
     ]
-    for r in [*view["rows"], {**view["totals"], "channel": "TOTAL", "mchid": "", "recon": None}]:
-        recon = r.get("recon")
-        verdict = day_words(recon)
+    lines = [head, "  " + " ".join(fit(title, n) for title, n, fit in columns) + "  " + _("recon")]
+    total = {**view["totals"], "channel": "", "mchid": "", "recon": None}
+    for r in [*view["rows"], total]:
+        verdict = day_words(r.get("recon"))
         if verdict is None:
-            verdict = "" if r["channel"] == "TOTAL" else "not reconciled yet"
-        fees = r["fee_yuan"] if r["fee_cent"] is not None else "not booked yet"
+            verdict = "" if r is total else w.run("no run yet")
+        fees = money(r["fee_cent"]) if r["fee_cent"] is not None else _("not booked yet")
+        cells = [
+            w.channel(r["channel"]) if r is not total else _("TOTAL"),
+            r["mchid"],
+            f"{r['payments']} × {money(r['payment_cent'])}",
+            f"{r['refunds']} × {money(r['refund_cent'])}",
+            money(r["reversal_cent"]),
+            fees,
+            money(r["net_cent"]),
+        ]
         lines.append(
-            f"  {r['channel']:<10} {r['mchid']:<12} {r['payments']:>4} x {r['payment_yuan']:>10} "
-            f"{r['refunds']:>3} x {r['refund_yuan']:>8} {r['reversal_yuan']:>10} {fees:>14} "
-            f"{r['net_yuan']:>12}  {verdict}"
+            "  "
+            + " ".join(fit(cell, n) for cell, (_title, n, fit) in zip(cells, columns, strict=True))
+            + f"  {verdict}"
         )
     for r in view["rows"]:  # where the money is: expected, landed, short by (R49)
-        lines.append(f"  money {r['channel']}/{r['mchid']}: {r['landing_words']}")
+        lines.append(
+            "  "
+            + _("money %(channel)s %(merchant)s: %(words)s")
+            % {"channel": w.channel(r["channel"]), "merchant": r["mchid"], "words": w.landing(r)}
+        )
     for r in view["rows"]:  # ledger = trade bill = fund flow (R45)
         v = r.get("verdict") or {}
         if v:
             legs = f" ({', '.join(v['differs'])})" if v.get("differs") else ""
-            lines.append(f"  three-way {r['channel']}/{r['mchid']}: {v['code']}{legs}: {v['reason']}")
+            lines.append(
+                "  "
+                + _("three-way %(channel)s %(merchant)s: %(verdict)s%(legs)s: %(reason)s")
+                % {
+                    "channel": w.channel(r["channel"]),
+                    "merchant": r["mchid"],
+                    "verdict": w.verdict(v["code"]),
+                    "legs": legs,
+                    "reason": v["reason"],
+                }
+            )
     if any(r["fee_cent"] is None for r in view["rows"]):
-        lines.append("  fees 'not booked yet': no recon run has read that bill; net leaves them out")
+        lines.append("  " + _("fees 'not booked yet': no recon run has read that bill; net leaves them out"))
     lines.append(
-        "  amounts in yuan; fees are a cost (positive); net = payments - refunds + reversals - fees"
-        " + fees given back (docs/finance.md)"
+        "  "
+        + _(
+            "fees are a cost (positive); net = payments - refunds + reversals - fees + fees given back "
+            "(docs/finance.md)"
+        )
     )
     if csv_path:
-        lines.append(f"  CSV written to {csv_path}")
+        lines.append("  " + _("CSV written to %(path)s") % {"path": csv_path})
     return "\n".join(lines)
 
 
 def day_words(recon: dict[str, Any] | None) -> str | None:
-    """A day's recon state as people read it: "DIFFS: 2 resolved, 3 open", "DONE (DIFFS: 25 resolved, 0
-    open)", "MATCHED" (R49)."""
+    """A day's recon state as people read it (R49): "differences open: 2 resolved, 3 open", "done (2 resolved,
+    0 open)", "matched"; the state's words from Words.run."""
     if not recon:
         return None
-    state, words = recon.get("state") or recon.get("status"), recon.get("words")
-    if not words:
-        return str(state)
-    return str(words) if state == "DIFFS" else f"{state} ({words})"
+    w = words()
+    state = recon.get("state") or recon.get("status")
+    if not recon.get("words"):
+        return w.run(state)
+    counts = _("%(worked)d resolved, %(open)d open") % {
+        "worked": int(recon.get("worked_diffs") or 0),
+        "open": int(recon.get("open_diffs") or 0),
+    }
+    if recon.get("expected_diffs"):
+        counts += _(", %(n)d expected") % {"n": int(recon["expected_diffs"])}
+    return f"{w.run(state)}: {counts}" if state == "DIFFS" else f"{w.run(state)} ({counts})"
 
 
 # ---------------------------------------------------------------- backfill-settlement (R43, docs/settlement.md §8)

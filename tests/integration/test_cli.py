@@ -111,7 +111,7 @@ def test_merchant_add_and_order_show_against_local_state(h, tmp_path, monkeypatc
     assert "12.34 CNY" in render_order(view)
     assert "refunds reserved" not in render_order(view)
     held = render_order({**view, "refund_holds": {"R20261130000000ABCDEFGHIJKL": 60}})  # docs/runbook.md
-    assert "refunds reserved, answer not stored yet: R20261130000000ABCDEFGHIJKL 0.60" in held
+    assert "refunds reserved, answer not stored yet: R20261130000000ABCDEFGHIJKL ¥0.60" in held
     assert main(["order", "show", m["mchid"], "NOPE-000001", "--local"]) == 1
     assert "no order" in capsys.readouterr().err
 

@@ -51,10 +51,10 @@ def test_recon_run_show_diffs_resolve_and_diff_list(h, capsys, monkeypatch):
     tid = h.sim.pay(m["mchid"], otn, drop=True, success_time=f"{D}T10:00:00+08:00")
     day = ["--channel", "wechatpay", "--mchid", m["mchid"], "--date", D, "--local"]
     assert main(["recon", "run", *day]) == 1  # a channel-only payment: DIFFS
-    assert "DIFFS" in capsys.readouterr().out
+    assert "differences open" in capsys.readouterr().out
     assert main(["recon", "show", *day]) == 0
     out = capsys.readouterr().out
-    assert f"CHANNEL_ONLY    PAYMENT#wechatpay#{tid}" in out and "[QUEUED]" in out and "report (CSV" in out
+    assert f"Only on the channel's bill   PAYMENT#wechatpay#{tid}" in out and "[QUEUED]" in out and "report (CSV" in out
     assert main(["diff", "list", "--json", "--local"]) == 0
     assert f"PAYMENT#wechatpay#{tid}" in {d["sk"] for d in json.loads(capsys.readouterr().out)}
     assert (
@@ -80,4 +80,4 @@ def test_recon_run_show_diffs_resolve_and_diff_list(h, capsys, monkeypatch):
         )
         == 0
     )
-    assert "IGNORED by dan" in capsys.readouterr().out
+    assert "ignored by dan" in capsys.readouterr().out
