@@ -49,6 +49,11 @@ FOUND_AS = {  # service/story.py `find`: what the number is of the order
 }
 
 
+def found_as(code: str) -> str:
+    said = FOUND_AS.get(code)
+    return _(said) if said else code
+
+
 def render(document: dict[str, Any]) -> str:
     from tally_cli.order import render_story
 
@@ -63,7 +68,7 @@ def render(document: dict[str, Any]) -> str:
         _("%(number)s is %(found_as)s of order %(order)s at %(channel)s %(merchant)s")
         % {
             "number": document["number"],
-            "found_as": _(FOUND_AS[m["found_as"]]) if m["found_as"] in FOUND_AS else m["found_as"],
+            "found_as": found_as(m["found_as"]),
             "order": m["out_trade_no"],
             "channel": w.channel(m["channel"]),
             "merchant": m["mchid"],

@@ -54,7 +54,8 @@ def money(cents: Any) -> str:
     """¥1,234.56 (the one format of an amount in a human line); "-" when there is none."""
     if cents is None or cents == "":
         return "-"
-    return words().money(cents)
+    amount = int(cents)
+    return ("-" if amount < 0 else "") + words().money(abs(amount))  # -¥0.02, not ¥-0.02
 
 
 def money_text(yuan: Any) -> str:

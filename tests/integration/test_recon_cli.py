@@ -54,7 +54,11 @@ def test_recon_run_show_diffs_resolve_and_diff_list(h, capsys, monkeypatch):
     assert "differences open" in capsys.readouterr().out
     assert main(["recon", "show", *day]) == 0
     out = capsys.readouterr().out
-    assert f"Only on the channel's bill   PAYMENT#wechatpay#{tid}" in out and "[QUEUED]" in out and "report (CSV" in out
+    assert (
+        f"Only on the channel's bill   PAYMENT#wechatpay#{tid}" in out
+        and "[QUEUED]" in out
+        and "report (CSV" in out
+    )
     assert main(["diff", "list", "--json", "--local"]) == 0
     assert f"PAYMENT#wechatpay#{tid}" in {d["sk"] for d in json.loads(capsys.readouterr().out)}
     assert (
