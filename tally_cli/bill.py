@@ -17,41 +17,49 @@ from typing import Any
 
 from tally.domain.money import format_cents
 
-from tally_cli.common import add_target, connect, emit
+from tally_cli.common import add_json, add_target, connect, emit
 from tally_cli.recon import CHANNELS, _progress_bar, stored_channel
+from tally_cli.speak import _
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    bill = sub.add_parser("bill", help="bill files: parse offline, map a new layout").add_subparsers(
+    bill = sub.add_parser("bill", help=_("bill files: parse offline, map a new layout")).add_subparsers(
         metavar="ACTION"
     )
     parse = bill.add_parser(
-        "parse", help="recognise a bill, parse + guards; prints its kind, rows, summary, totals and verdict"
+        "parse",
+        help=_("recognise a bill, parse + guards; prints its kind, rows, summary, totals and verdict"),
     )
     parse.add_argument("channel", choices=CHANNELS, type=stored_channel)
     parse.add_argument(
-        "file", type=pathlib.Path, help="WeChat .csv/.csv.gz (trade or fund flow), Alipay .zip or .csv"
+        "file", type=pathlib.Path, help=_("WeChat .csv/.csv.gz (trade or fund flow), Alipay .zip or .csv")
     )
-    parse.add_argument("--account", help="fund flow: BASIC | OPERATION | FEES (default: from the file name)")
-    parse.add_argument("--mapping", type=pathlib.Path, help="read a new layout with this mapping (JSON)")
-    parse.add_argument("--draft-mapping", action="store_true", help="a new layout: print a mapping to review")
-    parse.add_argument("--previous-rows", type=int, help="the previous day's row count (volume guard, R33)")
-    parse.add_argument("--rows", type=int, default=20, help="detail rows to print (default 20)")
-    parse.add_argument("--json", action="store_true")
+    parse.add_argument(
+        "--account", help=_("fund flow: BASIC | OPERATION | FEES (default: from the file name)")
+    )
+    parse.add_argument("--mapping", type=pathlib.Path, help=_("read a new layout with this mapping (JSON)"))
+    parse.add_argument(
+        "--draft-mapping", action="store_true", help=_("a new layout: print a mapping to review")
+    )
+    parse.add_argument(
+        "--previous-rows", type=int, help=_("the previous day's row count (volume guard, R33)")
+    )
+    parse.add_argument("--rows", type=int, default=20, help=_("detail rows to print (default 20)"))
+    add_json(parse)
     parse.set_defaults(run=bill_parse)
 
-    layout = bill.add_parser("layout", help="bill layouts").add_subparsers(metavar="ACTION")
+    layout = bill.add_parser("layout", help=_("bill layouts")).add_subparsers(metavar="ACTION")
     add = layout.add_parser(
-        "add", help="store a reviewed mapping and re-run every day quarantined with its layout"
+        "add", help=_("store a reviewed mapping and re-run every day quarantined with its layout")
     )
     add.add_argument(
-        "mapping", type=pathlib.Path, help="the mapping (JSON; draft: bill parse --draft-mapping)"
+        "mapping", type=pathlib.Path, help=_("the mapping (JSON; draft: bill parse --draft-mapping)")
     )
-    add.add_argument("--by", required=True, help="who reviewed it")
+    add.add_argument("--by", required=True, help=_("who reviewed it"))
     add.add_argument(
-        "--dry-run", action="store_true", help="show what each re-run would match; write nothing"
+        "--dry-run", action="store_true", help=_("show what each re-run would match; write nothing")
     )
-    add.add_argument("--json", action="store_true")
+    add_json(add)
     add_target(add)
     add.set_defaults(run=layout_add)
 

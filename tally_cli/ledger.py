@@ -8,28 +8,33 @@ import argparse
 import pathlib
 from typing import Any
 
-from tally_cli.common import add_target, connect, emit, parse_date
+from tally_cli.common import add_json, add_target, connect, emit, parse_date
 from tally_cli.speak import _, money, pad, rpad, words
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    ledger = sub.add_parser("ledger", help="the ledger for finance people").add_subparsers(metavar="ACTION")
+    ledger = sub.add_parser("ledger", help=_("the ledger for finance people")).add_subparsers(
+        metavar="ACTION"
+    )
     day = ledger.add_parser(
-        "day", help="payments, refunds, fees and net per merchant and channel for one bill date, with recon"
+        "day",
+        help=_("payments, refunds, fees and net per merchant and channel for one bill date, with recon"),
     )
     day.add_argument(
-        "date", nargs="?", help="bill date YYYY-MM-DD, today or yesterday (Asia/Shanghai; default yesterday)"
+        "date",
+        nargs="?",
+        help=_("bill date YYYY-MM-DD, today or yesterday (Asia/Shanghai; default yesterday)"),
     )
-    day.add_argument("--merchant", help="only this merchant (mchid or Alipay app_id)")
+    day.add_argument("--merchant", help=_("only this merchant (mchid or Alipay app_id)"))
     day.add_argument(
-        "--csv", type=pathlib.Path, metavar="FILE", help="also write the table as CSV (UTF-8, BOM)"
+        "--csv", type=pathlib.Path, metavar="FILE", help=_("also write the table as CSV (UTF-8, BOM)")
     )
     day.add_argument(
         "--statement",
         action="store_true",
-        help="print the daily statement CSV instead (the rows recon writes next to its report)",
+        help=_("print the daily statement CSV instead (the rows recon writes next to its report)"),
     )
-    day.add_argument("--json", action="store_true")
+    add_json(day)
     add_target(day)
     day.set_defaults(run=ledger_day)
     register_backfill(ledger)
@@ -171,16 +176,16 @@ def day_words(recon: dict[str, Any] | None) -> str | None:
 def register_backfill(ledger: argparse._SubParsersAction) -> None:
     fill = ledger.add_parser(
         "backfill-settlement",
-        help="settlement figures for PAYMENT / REFUND entries booked before R43, from the kept raw rows",
+        help=_("settlement figures for PAYMENT / REFUND entries booked before R43, from the kept raw rows"),
     )
-    fill.add_argument("--channel", required=True, help="wechatpay, wechatpay-v2 or alipay")
+    fill.add_argument("--channel", required=True, help=_("wechatpay, wechatpay-v2 or alipay"))
     fill.add_argument(
-        "--from", dest="day_from", required=True, metavar="DATE", help="first bill date YYYY-MM-DD"
+        "--from", dest="day_from", required=True, metavar="DATE", help=_("first bill date YYYY-MM-DD")
     )
-    fill.add_argument("--to", dest="day_to", metavar="DATE", help="last bill date (default: --from)")
-    fill.add_argument("--merchant", help="only this merchant (mchid or Alipay app_id)")
-    fill.add_argument("--dry-run", action="store_true", help="count and list, write nothing")
-    fill.add_argument("--json", action="store_true")
+    fill.add_argument("--to", dest="day_to", metavar="DATE", help=_("last bill date (default: --from)"))
+    fill.add_argument("--merchant", help=_("only this merchant (mchid or Alipay app_id)"))
+    fill.add_argument("--dry-run", action="store_true", help=_("count and list, write nothing"))
+    add_json(fill)
     add_target(fill)
     fill.set_defaults(run=backfill_settlement)
 

@@ -9,38 +9,47 @@ from typing import Any
 
 from tally.channels import registry as channel_registry
 
-from tally_cli.common import add_target, connect, emit
+from tally_cli.common import add_json, add_target, connect, emit
+from tally_cli.speak import _
 
 
 def flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--settlement-lag",
         metavar="JSON",
-        help="the fund-flow lag, e.g. '{\"settlement_days\": 7}' (also refund_days, fee_days, fee_return_days; "
-        "default: the channel's, docs/recon.md)",
+        help=_(
+            "the fund-flow lag, e.g. '{\"settlement_days\": 7}' (also refund_days, fee_days, fee_return_days; "
+            "default: the channel's, docs/recon.md)"
+        ),
     )
     parser.add_argument(
         "--fund-accounts",
         metavar="LIST",
-        help="fund-flow accounts to check, e.g. BASIC or BASIC,FEES (WeChat: BASIC, OPERATION, FEES; Alipay: ALIPAY)",
+        help=_(
+            "fund-flow accounts to check, e.g. BASIC or BASIC,FEES (WeChat: BASIC, OPERATION, FEES; Alipay: ALIPAY)"
+        ),
     )
 
 
 def register(merchant: argparse._SubParsersAction) -> None:
     routes = [c.route for c in channel_registry.all_channels()]
-    update = merchant.add_parser("update", help="set a merchant's settlement lag / fund-flow accounts (R45)")
+    update = merchant.add_parser(
+        "update", help=_("set a merchant's settlement lag / fund-flow accounts (R45)")
+    )
     update.add_argument("channel", choices=routes)
-    update.add_argument("merchant_id", help="mchid or Alipay app_id")
+    update.add_argument("merchant_id", help=_("mchid or Alipay app_id"))
     flags(update)
-    update.add_argument("--clear-settlement", action="store_true", help="back to the channel's defaults")
-    update.add_argument("--json", action="store_true")
+    update.add_argument("--clear-settlement", action="store_true", help=_("back to the channel's defaults"))
+    add_json(update)
     add_target(update)
     update.set_defaults(run=merchant_update)
 
-    show = merchant.add_parser("show", help="one merchant's record: mode, readiness, bill source, fund flow")
+    show = merchant.add_parser(
+        "show", help=_("one merchant's record: mode, readiness, bill source, fund flow")
+    )
     show.add_argument("channel", choices=routes)
-    show.add_argument("merchant_id", help="mchid or Alipay app_id")
-    show.add_argument("--json", action="store_true")
+    show.add_argument("merchant_id", help=_("mchid or Alipay app_id"))
+    add_json(show)
     add_target(show)
     show.set_defaults(run=merchant_show)
 

@@ -9,33 +9,35 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from tally_cli.common import add_target, connect, emit
+from tally_cli.common import add_json, add_target, connect, emit
 from tally_cli.speak import _, money, money_text, when, words
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    order = sub.add_parser("order", help="inspect orders").add_subparsers(metavar="ACTION")
-    show = order.add_parser("show", help="an order with its transitions and raw notifications (read-only)")
+    order = sub.add_parser("order", help=_("inspect orders")).add_subparsers(metavar="ACTION")
+    show = order.add_parser("show", help=_("an order with its transitions and raw notifications (read-only)"))
     show.add_argument("mchid")
     show.add_argument("out_trade_no")
     show.add_argument(
         "--ask-channel",
         action="store_true",
-        help="ask the channel once about an unpaid order (may book or close it, like the return page)",
+        help=_("ask the channel once about an unpaid order (may book or close it, like the return page)"),
     )
-    show.add_argument("--json", action="store_true")
+    add_json(show)
     add_target(show)
     show.set_defaults(run=order_show)
 
     story = order.add_parser(
         "story",
-        help="everything about one order in time order: deliveries, polls, transitions, ledger, refunds, "
-        "events, recon, queue actions (read-only)",
+        help=_(
+            "everything about one order in time order: deliveries, polls, transitions, ledger, refunds, "
+            "events, recon, queue actions (read-only)"
+        ),
     )
     story.add_argument("mchid")
     story.add_argument("out_trade_no")
-    story.add_argument("--raw", action="store_true", help="include each delivery's raw body and headers")
-    story.add_argument("--json", action="store_true")
+    story.add_argument("--raw", action="store_true", help=_("include each delivery's raw body and headers"))
+    add_json(story)
     add_target(story)
     story.set_defaults(run=order_story)
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from tally.channels import registry as channel_registry
 
-from tally_cli.common import add_target, connect, emit, parse_date
+from tally_cli.common import add_json, add_target, connect, emit, parse_date
 from tally_cli.speak import _, money, pad, when, words
 
 CHANNELS = list(channel_registry.reconciled())  # the stored channels with bills: wechatpay, alipay
@@ -26,73 +26,77 @@ def stored_channel(word: str) -> str:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    recon = sub.add_parser("recon", help="reconcile a day's bill against the ledger").add_subparsers(
+    recon = sub.add_parser("recon", help=_("reconcile a day's bill against the ledger")).add_subparsers(
         metavar="ACTION"
     )
 
     def day(p: argparse.ArgumentParser) -> None:
         p.add_argument("--channel", required=True, choices=CHANNELS, type=stored_channel)
-        p.add_argument("--mchid", required=True, help="merchant id (Alipay: app_id)")
+        p.add_argument("--mchid", required=True, help=_("merchant id (Alipay: app_id)"))
         p.add_argument(
             "--date",
-            help="bill date YYYY-MM-DD, today or yesterday (the channel's day, Asia/Shanghai; default yesterday)",
+            help=_(
+                "bill date YYYY-MM-DD, today or yesterday (the channel's day, Asia/Shanghai; default yesterday)"
+            ),
         )
         add_target(p)
 
-    run = recon.add_parser("run", help="download (or re-use --s3-key), guard, match; prints the run")
+    run = recon.add_parser("run", help=_("download (or re-use --s3-key), guard, match; prints the run"))
     day(run)
-    run.add_argument("--s3-key", help="reconcile a bill already in the bills bucket instead of downloading")
-    run.add_argument("--json", action="store_true")
+    run.add_argument(
+        "--s3-key", help=_("reconcile a bill already in the bills bucket instead of downloading")
+    )
+    add_json(run)
     run.set_defaults(run=recon_run)
 
-    show = recon.add_parser("show", help="the day's runs, diffs and a link to the latest report")
+    show = recon.add_parser("show", help=_("the day's runs, diffs and a link to the latest report"))
     day(show)
-    show.add_argument("--json", action="store_true")
+    add_json(show)
     show.set_defaults(run=recon_show)
 
-    diffs = recon.add_parser("diffs", help="the day's differences")
+    diffs = recon.add_parser("diffs", help=_("the day's differences"))
     day(diffs)
-    diffs.add_argument("--json", action="store_true")
+    add_json(diffs)
     diffs.set_defaults(run=recon_diffs)
 
     resolve = recon.add_parser(
-        "resolve", help="close a diff (RESOLVED, or IGNORED); --reverse books a reversal"
+        "resolve", help=_("close a diff (RESOLVED, or IGNORED); --reverse books a reversal")
     )
     day(resolve)
     _resolve_args(resolve)
 
     confirm = recon.add_parser(
-        "confirm", help="confirm a volume drop (R33) and re-run the day from the kept bill"
+        "confirm", help=_("confirm a volume drop (R33) and re-run the day from the kept bill")
     )
     day(confirm)
     confirm.add_argument("--by", required=True)
     confirm.add_argument("--note", default="")
     confirm.set_defaults(run=recon_confirm)
 
-    diff = sub.add_parser("diff", help="reconciliation differences across days").add_subparsers(
+    diff = sub.add_parser("diff", help=_("reconciliation differences across days")).add_subparsers(
         metavar="ACTION"
     )
-    listing = diff.add_parser("list", help="OPEN differences, oldest first")
+    listing = diff.add_parser("list", help=_("OPEN differences, oldest first"))
     listing.add_argument("--limit", type=int, default=200)
-    listing.add_argument("--json", action="store_true")
+    add_json(listing)
     add_target(listing)
     listing.set_defaults(run=diff_list)
-    dres = diff.add_parser("resolve", help="same as `tally recon resolve`")
+    dres = diff.add_parser("resolve", help=_("same as `tally recon resolve`"))
     day(dres)
     _resolve_args(dres)
 
 
 def _resolve_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("sk", help="the diff's key as `recon diffs` shows it, e.g. PAYMENT#wechatpay#4200…")
-    p.add_argument("--by", required=True, help="who decides")
-    p.add_argument("--note", required=True, help="why (kept in the diff's history)")
-    p.add_argument("--ignore", action="store_true", help="IGNORED instead of RESOLVED")
+    p.add_argument("sk", help=_("the diff's key as `recon diffs` shows it, e.g. PAYMENT#wechatpay#4200…"))
+    p.add_argument("--by", required=True, help=_("who decides"))
+    p.add_argument("--note", required=True, help=_("why (kept in the diff's history)"))
+    p.add_argument("--ignore", action="store_true", help=_("IGNORED instead of RESOLVED"))
     p.add_argument(
         "--reverse",
         action="store_true",
-        help="also write a reversing ledger entry (local-only / amount-differs; amount computed)",
+        help=_("also write a reversing ledger entry (local-only / amount-differs; amount computed)"),
     )
-    p.add_argument("--json", action="store_true")
+    add_json(p)
     p.set_defaults(run=recon_resolve)
 
 
