@@ -9,7 +9,7 @@ import pathlib
 from typing import Any
 
 from tally_cli.common import add_json, add_target, connect, emit, parse_date
-from tally_cli.speak import _, money, pad, rpad, words
+from tally_cli.speak import _, money, money_text, pad, rpad, words
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -198,8 +198,8 @@ def backfill_settlement(args: argparse.Namespace) -> int:
 
     def progress(state: dict[str, Any]) -> None:  # long runs: a line on stderr, stdout stays one document
         print(
-            f"  {state['day']}: {state['examined']} examined, {state['done']} done, {state['already']} already, "
-            f"{state['legacy']} stay legacy",
+            f"  {state['day']}: "
+            + _("%(examined)s examined, %(done)s done, %(already)s already, %(legacy)s stay legacy") % state,
             file=sys.stderr,
             flush=True,
         )
@@ -217,19 +217,33 @@ def backfill_settlement(args: argparse.Namespace) -> int:
 
 
 def render_backfill(result: dict[str, Any]) -> str:
-    verb = "would write" if result["dry_run"] else "written"
+    values = {**result, "verb": _("would write") if result["dry_run"] else _("written")}
     lines = [
         f"backfill-settlement {result['channel']} {result['from']}..{result['to']}"
-        + ("  (dry run: nothing written)" if result["dry_run"] else ""),
-        f"  {result['examined']} entries examined: {result['done']} {verb}, {result['already']} had their "
-        f"figures already, {result['legacy']} stay legacy (recon matches them on amount_cent, counted)",
+        + ("  " + _("(dry run: nothing written)") if result["dry_run"] else ""),
+        "  "
+        + _(
+            "%(examined)s entries examined: %(done)s %(verb)s, %(already)s had their figures already, "
+            "%(legacy)s stay legacy (recon matches them on amount_cent, counted)"
+        )
+        % values,
     ]
     for reason, n in result["legacy_reasons"].items():
         lines.append(f"    {n} x {reason}")
     for e in result["legacy_entries"]:
         lines.append(
-            f"  legacy {e['kind']:<7} {e['pk']}  {e['amount']} yuan  {e['bill_date']}: {e['reason']}"
+            "  "
+            + _("legacy %(kind)s %(key)s  %(amount)s  %(day)s: %(why)s")
+            % {
+                "kind": e["kind"],
+                "key": e["pk"],
+                "amount": money_text(e["amount"]),
+                "day": e["bill_date"],
+                "why": e["reason"],
+            }
         )
     if result["legacy_unlisted"]:
-        lines.append(f"  … and {result['legacy_unlisted']} more (--json lists the first 500)")
+        lines.append(
+            "  " + _("… and %(n)s more (--json lists the first 500)") % {"n": result["legacy_unlisted"]}
+        )
     return "\n".join(lines)

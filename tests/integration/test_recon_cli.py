@@ -18,7 +18,7 @@ D = "2024-05-01"
 def test_bill_parse_prints_rows_summary_totals_and_verdict(capsys):
     assert main(["bill", "parse", "wechatpay", str(BILLS / "wechat_all_bom_crlf.csv")]) == 0
     out = capsys.readouterr().out
-    assert "4 rows (3 payments 112.35, 1 refunds 25.50, fees 0.52)" in out
+    assert "4 rows (3 payments ¥112.35, 1 refunds ¥25.50, fees ¥0.52)" in out
     assert "ok  应结订单总金额: stated 11235, parsed 11235" in out and "verdict: PASSED" in out
 
 
