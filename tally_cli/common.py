@@ -23,9 +23,10 @@ from typing import Any
 from tally import errors
 from tally.domain.clock import CHINA  # the channels' day (R34)
 from tally.domain.money import format_cents
+from tally.i18n import N_
 
 from tally_cli.env import use_deployed, use_local
-from tally_cli.speak import _
+from tally_cli.speak import _, fault
 
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$", re.ASCII)
 
@@ -106,17 +107,20 @@ def parse_date(text: str | None, clock: Callable[[], float] | None = None) -> st
     if word == "yesterday":
         return (today - timedelta(days=1)).isoformat()
     if not _DATE.match(word):
-        raise UsageError(
-            _("date %(date)r: give YYYY-MM-DD, today or yesterday (Asia/Shanghai)") % {"date": text}
+        raise fault(
+            UsageError,
+            N_("date %(date)r: give YYYY-MM-DD, today or yesterday (Asia/Shanghai)"),
+            {"date": text},
         )
     try:
         day = date.fromisoformat(word)
     except ValueError:
-        raise UsageError(_("date %(date)r is not a calendar day") % {"date": text}) from None
+        raise fault(UsageError, N_("date %(date)r is not a calendar day"), {"date": text}) from None
     if day > today:
-        raise UsageError(
-            _("date %(date)s is in the future (today in Asia/Shanghai is %(today)s)")
-            % {"date": text, "today": today.isoformat()}
+        raise fault(
+            UsageError,
+            N_("date %(date)s is in the future (today in Asia/Shanghai is %(today)s)"),
+            {"date": text, "today": today.isoformat()},
         )
     return day.isoformat()
 

@@ -36,7 +36,7 @@ from tally_cli import (
 )
 from tally_cli.common import UsageError
 from tally_cli.env import StackNotFound
-from tally_cli.speak import _, argparse_speaks, lang
+from tally_cli.speak import _, argparse_speaks, english, lang
 
 COMMAND_MODULES = [
     merchant,
@@ -151,7 +151,7 @@ def _failed(args: argparse.Namespace, exc: Exception, code: int) -> int:
     print(f"tally: {exc}", file=sys.stderr)
     if getattr(args, "json", False):
         sys.stdout.write(
-            json.dumps({"ok": False, "error": str(exc), "exit": code}, ensure_ascii=False) + "\n"
+            json.dumps({"ok": False, "error": english(exc), "exit": code}, ensure_ascii=False) + "\n"
         )
     return code
 

@@ -35,7 +35,7 @@ from typing import Any
 from tally.i18n import N_
 
 from tally_cli.common import add_json, add_target, connect, emit
-from tally_cli.speak import _, aligned, money_text, ngettext, when, words
+from tally_cli.speak import _, aligned, english, fault, money_text, ngettext, when, words
 
 OVERDUE_EXIT = 3  # cron-able: something is open past its threshold
 
@@ -293,9 +293,9 @@ def manual_act(args: argparse.Namespace) -> int:
         if getattr(args, name, None):
             fields[name] = getattr(args, name)
     if verb == "abnormal-refund" and not fields.get("to"):
-        raise ValueError(_("abnormal-refund needs --to merchant-bank-card or --to user-bank-card"))
+        raise fault(ValueError, N_("abnormal-refund needs --to merchant-bank-card or --to user-bank-card"))
     if verb == "refund-outcome" and not args.outcome:
-        raise ValueError(_("refund-outcome needs --outcome SUCCESS or --outcome FAIL"))
+        raise fault(ValueError, N_("refund-outcome needs --outcome SUCCESS or --outcome FAIL"))
     why = args.why or (f"code {args.code}" if getattr(args, "code", None) else "")
     if verb == "replay" and getattr(args, "run_id", None) and args.dry_run:  # R52: a dry run never acts
         with one_document():
@@ -310,7 +310,7 @@ def manual_act(args: argparse.Namespace) -> int:
         print(json.dumps(report, ensure_ascii=False, indent=2) if args.json else _render_bulk(report))
         return 0
     if (args.item_id is None) == (args.filter is None):
-        raise ValueError(_("name one item, or select many with --filter (not both)"))
+        raise fault(ValueError, N_("name one item, or select many with --filter (not both)"))
     try:
         with one_document():
             queue = _queue()
@@ -322,7 +322,7 @@ def manual_act(args: argparse.Namespace) -> int:
     except (ValueError, LookupError) as exc:
         if not args.json:
             raise
-        print(json.dumps({"error": str(exc), "id": args.item_id, "action": verb}, ensure_ascii=False))
+        print(json.dumps({"error": english(exc), "id": args.item_id, "action": verb}, ensure_ascii=False))
         return 1
     if args.filter is not None or args.dry_run:
         print(json.dumps(report, ensure_ascii=False, indent=2) if args.json else _render_bulk(report))
@@ -351,8 +351,9 @@ def bootstrap_replay() -> Any:
 def _replay_run(args: argparse.Namespace, why: str) -> int:
     """A bulk replay run: started from --filter, or continued with --run ID (service/replay.py)."""
     if args.item_id is not None or (args.run_id and args.filter is not None):
-        raise ValueError(
-            _("a bulk replay takes --filter (a new run) or --run ID (continue one), not an item id")
+        raise fault(
+            ValueError,
+            N_("a bulk replay takes --filter (a new run) or --run ID (continue one), not an item id"),
         )
     try:
         with one_document():
@@ -364,7 +365,7 @@ def _replay_run(args: argparse.Namespace, why: str) -> int:
     except (ValueError, LookupError) as exc:
         if not args.json:
             raise
-        print(json.dumps({"error": str(exc), "run": args.run_id, "action": "replay"}, ensure_ascii=False))
+        print(json.dumps({"error": english(exc), "run": args.run_id, "action": "replay"}, ensure_ascii=False))
         return 1
     if args.json:
         print(json.dumps(result, ensure_ascii=False, indent=2, default=str))

@@ -11,7 +11,7 @@ from tally.channels import registry as channel_registry
 from tally.i18n import N_
 
 from tally_cli.common import add_json, add_target, connect, emit
-from tally_cli.speak import _, words
+from tally_cli.speak import _, fault, words
 
 
 def flags(parser: argparse.ArgumentParser) -> None:
@@ -62,8 +62,10 @@ def parsed(args: argparse.Namespace) -> dict[str, Any]:
         try:
             out["settlement_lag"] = json.loads(args.settlement_lag)
         except json.JSONDecodeError as exc:
-            raise ValueError(
-                _("--settlement-lag is JSON, e.g. '{\"settlement_days\": 1}': %(why)s") % {"why": exc.msg}
+            raise fault(
+                ValueError,
+                N_("--settlement-lag is JSON, e.g. '{\"settlement_days\": 1}': %(why)s"),
+                {"why": exc.msg},
             ) from None
     if getattr(args, "fund_accounts", None):
         out["fund_accounts"] = [w.strip() for w in args.fund_accounts.split(",") if w.strip()]
@@ -90,7 +92,7 @@ def after_add(args: argparse.Namespace, route: str, merchant_id: str) -> None:
 def merchant_update(args: argparse.Namespace) -> int:
     figures = parsed(args)
     if not figures and not args.clear_settlement:
-        raise ValueError(_("give --settlement-lag, --fund-accounts or --clear-settlement"))
+        raise fault(ValueError, N_("give --settlement-lag, --fund-accounts or --clear-settlement"))
     connect(args)
     shown = _service().update(_kind(args.channel), args.merchant_id, clear=args.clear_settlement, **figures)
     emit(shown, lambda: render(shown), args)
@@ -107,7 +109,7 @@ def merchant_show(args: argparse.Namespace) -> int:
 def _kind(route: str) -> str:
     channel = channel_registry.by_route(route)
     if channel is None:
-        raise ValueError(_("unknown channel %(channel)r") % {"channel": route})
+        raise fault(ValueError, N_("unknown channel %(channel)r"), {"channel": route})
     return channel.merchant_kind
 
 

@@ -11,8 +11,10 @@ import time
 from datetime import datetime
 from typing import Any
 
+from tally.i18n import N_
+
 from tally_cli.common import add_json, add_target, connect, emit
-from tally_cli.speak import _, money, when, words
+from tally_cli.speak import _, fault, money, when, words
 
 AGAIN_WINDOW_S = 10 * 60
 SPENT = ("FAIL", "CLOSED")
@@ -204,15 +206,16 @@ def refund_list(args: argparse.Namespace) -> int:
 
         state = (args.state or "").upper()
         if state and state not in STATES:
-            raise ValueError(
-                _("--state takes one of %(states)s, not %(state)r")
-                % {"states": ", ".join(STATES), "state": args.state}
+            raise fault(
+                ValueError,
+                N_("--state takes one of %(states)s, not %(state)r"),
+                {"states": ", ".join(STATES), "state": args.state},
             )
         rows = service.of_day(parse_date(args.day or "today"), state=state, merchant=args.merchant or "")
     elif args.mchid and args.out_trade_no:
         rows = service.for_order(args.mchid, args.out_trade_no)
     else:
-        raise ValueError(_("give MCHID OUT_TRADE_NO, or --manual, --due or --day DATE"))
+        raise fault(ValueError, N_("give MCHID OUT_TRADE_NO, or --manual, --due or --day DATE"))
     emit(rows, lambda: "\n".join(render_line(r) for r in rows) or _("(no refunds)"), args)
     return 0
 

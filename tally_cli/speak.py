@@ -135,3 +135,17 @@ def aligned(pairs: list[tuple[str, Any]], indent: str = "", minimum: int = 0) ->
     """label / value lines with the values in one column (labels measured in terminal columns)."""
     column = max([minimum, *(width(label) for label, _value in pairs)])
     return [f"{indent}{pad(label, column)} {value}" for label, value in pairs]
+
+
+def fault(kind: type[Exception], message: str, values: dict[str, Any] | None = None) -> Exception:
+    """An exception whose text is `message` in the CLI's language, keeping the English sentence as `english`:
+    a person reads the first on stderr, a `--json` document carries the second (the same in every language)."""
+    values = values or {}
+    error = kind(_(message) % values if values else _(message))
+    error.english = message % values if values else message  # type: ignore[attr-defined]
+    return error
+
+
+def english(error: BaseException) -> str:
+    """What a `--json` document says of an error: the English sentence of a `fault`, else its text."""
+    return str(getattr(error, "english", None) or error)

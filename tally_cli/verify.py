@@ -7,8 +7,10 @@ import json
 import pathlib
 import time
 
+from tally.i18n import N_
+
 from tally_cli.common import add_json, secret_arg
-from tally_cli.speak import _, money
+from tally_cli.speak import _, fault, money
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -113,7 +115,7 @@ def verify_alipay(args: argparse.Namespace) -> int:
     from tally.channels.alipay import wire as ali
 
     if not args.alipay_public_key and not (args.alipay_cert and args.root_cert):
-        raise ValueError(_("give --alipay-public-key PEM, or --alipay-cert CRT --root-cert CRT"))
+        raise fault(ValueError, N_("give --alipay-public-key PEM, or --alipay-cert CRT --root-cert CRT"))
     try:
         keys = ali.AlipayKeys.from_pems(
             args.alipay_public_key.read_text() if args.alipay_public_key else None,
