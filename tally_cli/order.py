@@ -9,8 +9,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from tally.i18n import N_
+
 from tally_cli.common import add_json, add_target, connect, emit
-from tally_cli.speak import _, money, money_text, when, words
+from tally_cli.speak import _, money, money_text, pad, when, words
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -60,6 +62,25 @@ def order_story(args: argparse.Namespace) -> int:
     return 0
 
 
+STORY_KINDS = {  # service/story.py: what each line of an order's story is
+    "order": N_("order"),
+    "delivery": N_("notification"),
+    "poll": N_("query"),
+    "transition": N_("status"),
+    "ledger": N_("ledger"),
+    "refund": N_("refund"),
+    "outbox": N_("event"),
+    "webhook": N_("webhook"),
+    "recon": N_("recon"),
+    "queue": N_("work queue"),
+}
+
+
+def _amount(cents: Any, currency: Any) -> str:
+    """¥1,234.56; another currency (never seen so far) is named after the amount."""
+    return money(cents) if currency in (None, "", "CNY") else f"{money(cents)} {currency}"
+
+
 def render_order(view: dict[str, Any]) -> str:
     w = words()
     lines = [
@@ -70,10 +91,9 @@ def render_order(view: dict[str, Any]) -> str:
             "status": w.order_status(view["status"]),
         },
         "  "
-        + _("amount %(amount)s %(currency)s   paid %(paid)s   refundable %(refundable)s")
+        + _("amount %(amount)s   paid %(paid)s   refundable %(refundable)s")
         % {
-            "amount": money(view["amount_cent"]),
-            "currency": view["currency"],
+            "amount": _amount(view["amount_cent"], view.get("currency")),
             "paid": money(view.get("paid_cent", 0)),
             "refundable": money(view.get("refundable_cent", 0)),
         },
@@ -116,12 +136,12 @@ def render_story(story: dict[str, Any], raw: bool = False) -> str:
         + f"  ({w.channel(o.get('channel'))})",
         "  "
         + _(
-            "amount %(amount)s %(currency)s   paid %(paid)s   refunded %(refunded)s   refundable "
-            "%(refundable)s   ledger net %(net)s"
+            "amount %(amount)s   paid %(paid)s   refunded %(refunded)s   refundable %(refundable)s   "
+            "ledger net %(net)s"
         )
         % {
-            "amount": money_text(s["amount_yuan"]),
-            "currency": s["currency"],
+            "amount": money_text(s["amount_yuan"])
+            + ("" if s.get("currency") in (None, "", "CNY") else f" {s['currency']}"),
             "paid": money_text(s["paid_yuan"]),
             "refunded": money_text(s["refunded_yuan"]),
             "refundable": money_text(s["refundable_yuan"]),
@@ -135,7 +155,9 @@ def render_story(story: dict[str, Any], raw: bool = False) -> str:
     for e in story["entries"]:
         flag = "!" if e["needs_person"] else " "
         at = (e["at"] or _("(no time)"))[:23].replace("T", " ")
-        lines.append(f"{flag} {at}  {e['kind']:<13} {e['title']}")
+        said = STORY_KINDS.get(e["kind"])
+        kind = _(said) if said else e["kind"]
+        lines.append(f"{flag} {at}  {pad(kind, 13)} {e['title']}")
         if raw and e["detail"].get("body") is not None:
             lines.append("      " + _("headers:") + f" {e['detail'].get('headers')}")
             lines.append("      " + _("body:") + f"    {e['detail']['body']}")
