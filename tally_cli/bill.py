@@ -96,15 +96,19 @@ def render_parse(r: dict[str, Any]) -> str:
         lines.append(_("verdict: LAYOUT_QUARANTINED (recon would quarantine this day; --draft-mapping)"))
         return "\n".join(lines)
     t = r["totals"]
-    head = _("%(channel)s bill, kind %(kind)s: %(rows)s rows") % {
+    account = _(", account %(account)s") % {"account": r["account"]} if r.get("account") else ""
+    mapped = (
+        _(" (a new layout %(fingerprint)s, mapped)") % {"fingerprint": r["fingerprint"]}
+        if r.get("mapped_onto")
+        else ""
+    )
+    head = _("%(channel)s bill, kind %(kind)s%(account)s%(mapped)s: %(rows)s rows") % {
         "channel": words().channel(r["channel"]),
         "kind": r["kind"],
+        "account": account,
+        "mapped": mapped,
         "rows": t["rows"],
     }
-    if r.get("account"):
-        head += "  " + _("account %(account)s") % {"account": r["account"]}
-    if r.get("mapped_onto"):
-        head += "  " + _("(a new layout %(fingerprint)s, mapped)") % {"fingerprint": r["fingerprint"]}
     out = [head]
     if not r.get("account"):
         out[0] += " " + _(
