@@ -85,14 +85,19 @@ docs-picture:
 	@command -v dot >/dev/null || { echo "graphviz is missing: sudo apt-get install -y graphviz" >&2; exit 1; }
 	dot -Tsvg docs/architecture.dot -o docs/architecture.svg
 
-# make i18n: the catalogues (README "Language"): extract every message (Babel: Python + the console's Jinja2
-# templates) into tally.pot, merge it into each language's tally.po, compile the .mo files (committed: the
-# Lambda layer needs no build step). tests/unit/test_i18n_catalogues.py fails on a missing translation.
+# make i18n: the catalogues (README "Language"), two gettext domains: `tally` (the console and the reasons every
+# surface shares: Python + the console's Jinja2 templates, babel.cfg) and `tally_cli` (the CLI's own sentences,
+# babel_cli.cfg). Extract each into its .pot, merge it into each language's .po, compile the .mo files
+# (committed: the Lambda layer needs no build step). tests/unit/test_i18n_catalogues.py and
+# tests/unit/test_cli_catalogue.py fail on a missing translation.
 LOCALES := layers/common/tally/locale
 i18n: $(STAMP)
 	$(BIN)/pybabel -q extract -F $(LOCALES)/babel.cfg --no-location --sort-output --project Tally -o $(LOCALES)/tally.pot .
-	for lang in zh_CN en; do \
-	  test -f $(LOCALES)/$$lang/LC_MESSAGES/tally.po || $(BIN)/pybabel -q init -D tally -i $(LOCALES)/tally.pot -d $(LOCALES) -l $$lang; \
-	  $(BIN)/pybabel -q update -D tally -i $(LOCALES)/tally.pot -d $(LOCALES) -l $$lang --no-fuzzy-matching --ignore-obsolete; \
+	$(BIN)/pybabel -q extract -F $(LOCALES)/babel_cli.cfg --no-location --sort-output --project Tally -o $(LOCALES)/tally_cli.pot .
+	for domain in tally tally_cli; do \
+	  for lang in zh_CN en; do \
+	    test -f $(LOCALES)/$$lang/LC_MESSAGES/$$domain.po || $(BIN)/pybabel -q init -D $$domain -i $(LOCALES)/$$domain.pot -d $(LOCALES) -l $$lang; \
+	    $(BIN)/pybabel -q update -D $$domain -i $(LOCALES)/$$domain.pot -d $(LOCALES) -l $$lang --no-fuzzy-matching --ignore-obsolete; \
+	  done; \
+	  $(BIN)/pybabel -q compile -D $$domain -d $(LOCALES) --statistics; \
 	done
-	$(BIN)/pybabel -q compile -D tally -d $(LOCALES) --statistics

@@ -364,7 +364,8 @@ def test_manual_show_prints_facts_reason_next_step_and_history_raw_only_asked_ci
     (case,) = bootstrap.work_queue().list()
     cli("manual", "ack", case["id"], "--why", "looking")
     text = cli("manual", "show", case["id"])
-    assert f"{case['id']}: unbooked-payment" in text and "amount:   ¥1.00" in text
+    assert f"{case['id']}: Payment not booked" in text and "amount:   ¥1.00" in text
+    assert "details:  unbooked-payment: " in text  # the kind and the recorded reason, behind the plain words
     assert "reason:" in text and "part:     task-" in text
     assert (
         f"next:     tally manual close-task {case['id']} --code refunded-at-channel|booked-after-all" in text

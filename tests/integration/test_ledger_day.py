@@ -78,7 +78,7 @@ def test_ledger_day_sums_the_day_and_books_fees_once_recon_read_the_bill(h, m, c
 
     assert main(["ledger", "day", D, "--merchant", m["mchid"], "--local"]) == 0
     out = capsys.readouterr().out
-    assert "60.00" in out and "0.36" in out and "59.64" in out and "MATCHED" in out
+    assert "60.00" in out and "0.36" in out and "59.64" in out and "matched" in out
     assert "6000" not in out and '"level"' not in out
 
 
