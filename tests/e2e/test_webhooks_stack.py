@@ -19,6 +19,7 @@ from standardwebhooks.webhooks import Webhook
 from tally_local.demo import seed_demo
 from tally_local.stack import EmbeddedStack
 from tests.e2e.stack_helpers import cli, http, wait_for
+from tests.integration.outbox_helpers import BusDown, subscribe
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.e2e
@@ -193,6 +194,51 @@ def test_R38_a_receiver_down_past_the_window_is_a_case_and_resend_after_it_is_ba
         bootstrap.reset()
 
 
+def test_R20_a_bus_down_past_the_streams_retries_is_an_event_and_a_case_and_its_replay_republishes(stack):
+    """Issue #35 item 6 on `make run`: the bus is gone longer than the outbox's 20 retries. The stream pump parks
+    the batch on the OutboxDLQ as Lambda does, OutboxParkedFunction turns the record into an EventGenerationFailed
+    event (the endpoint gets it) and a case; with the bus back, the case's replay (the CLI) republishes the row's
+    OrderPaid to the bus, and the endpoint gets nothing twice."""
+    from tally import bootstrap
+
+    sim, mchid = stack.simulator, stack.merchant["mchid"]
+    sim.receiver.reset()
+    endpoint = bootstrap.webhook_endpoints().add(mchid, f"{sim.url}/merchant/hooks/parked")
+    no = f"WHPARK{int(time.time() * 1000) % 10**8}"
+    bus = BusDown(stack.env["EVENT_BUS_NAME"])
+    try:
+        body = {"mchid": mchid, "out_trade_no": no, "amount_cent": 700, "description": "webhooks"}
+        assert http("POST", f"{stack.api_url}/orders", body)[0] == 201
+        sim.pay(mchid, no)
+
+        def case():
+            return [
+                i for i in bootstrap.work_queue().list("kind=event-generation-failed") if i["order"] == no
+            ]
+
+        [item] = wait_for(case, 60)
+        assert "not published after its retries" in item["reason"]
+    finally:
+        bus.back()
+    consumer = subscribe(stack.env)
+
+    def mine():
+        return [d for d in sim.receiver.accepted() if d["path"].endswith("/parked")]
+
+    wait_for(lambda: len(mine()) >= 2, 30)  # the endpoint does not depend on the bus
+    assert [json.loads(d["body"])["type"] for d in mine()] == ["OrderPaid", "EventGenerationFailed"]
+    replayed = cli(
+        stack, "manual", "replay", item["id"], "--by", "ops", "--why", "the bus is back", "--local"
+    )
+    assert replayed.returncode == 0, replayed.stderr
+    on_bus = wait_for(consumer, 30)
+    assert [(e["detail-type"], e["detail"]["out_trade_no"]) for e in on_bus] == [("OrderPaid", no)]
+    time.sleep(1.5)  # anything that would come twice would come now
+    assert [json.loads(d["body"])["type"] for d in mine()] == ["OrderPaid", "EventGenerationFailed"]
+    assert case() == []
+    bootstrap.webhook_endpoints().remove(endpoint["endpoint_id"])
+
+
 @pytest.mark.parametrize(
     "receiver", [[sys.executable, "examples/webhook_receiver.py"], ["node", "examples/webhook_receiver.mjs"]]
 )
@@ -205,7 +251,9 @@ def test_R20_the_example_receivers_verify_tallys_signature_on_the_stack(stack, r
     from tally import bootstrap
 
     if receiver[0] == "node" and shutil.which("node") is None:
-        pytest.skip("node is not installed")
+        pytest.skip(
+            "node is not installed: .ci/run installs Debian's nodejs; locally `apt-get install nodejs`"
+        )
     from tally.service.webhooks import new_secret
 
     mchid, secret = stack.merchant["mchid"], new_secret()
