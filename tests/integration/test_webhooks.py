@@ -542,3 +542,44 @@ def test_R20_a_parked_batch_the_stream_no_longer_holds_is_one_case_for_its_windo
     parked(h)
     deliver(h)
     assert [json.loads(body)["data"]["out_trade_no"] for _, body in received(h)] == ["HOOK-GONE-1"]
+
+
+def test_R20_a_parked_change_whose_event_cannot_be_built_is_still_one_case(hooks):
+    """A row the builder cannot read, met by the stream while the bus is gone: its EventGenerationFailed is not
+    published either, so the record is parked; the parked attempt finds the same failure and the same case."""
+    h = hooks
+    m = h.add_merchant()
+    endpoint(h, m["mchid"], ["EventGenerationFailed"])
+    broken = {
+        "pk": f"{m['mchid']}#HOOK-PARKED-BROKEN",
+        "mchid": m["mchid"],
+        "out_trade_no": "HOOK-PARKED-BROKEN",
+    }
+    table = h.env["ORDERS_TABLE"]
+    h.ddb.put_item(TableName=table, Item={k: {"S": v} for k, v in {**broken, "status": "WAIT_PAY"}.items()})
+    h.ddb.put_item(TableName=table, Item={k: {"S": v} for k, v in {**broken, "status": "PAID"}.items()})
+    mine = [r for r in stream_records(h.env) if "HOOK-PARKED-BROKEN" in json.dumps(r, default=str)]
+    bus = BusDown(h.env["EVENT_BUS_NAME"])
+    park(h, mine)  # PAID without a transaction id, and nowhere to say so
+    parked(h)
+    bus.back()
+    [case] = bootstrap.work_queue().list("kind=event-generation-failed")
+    assert case["order"] == "HOOK-PARKED-BROKEN" and "produced no event" in case["reason"]
+    deliver(h)
+    [(_, body)] = received(h)  # the endpoint was told, once (the stable id)
+    assert json.loads(body)["type"] == "EventGenerationFailed"
+
+
+def test_R20_a_republish_request_that_fails_is_a_new_case_not_a_silent_gap(hooks):
+    h = hooks
+    m = h.add_merchant()
+    asked = bootstrap.republish_requests().ask(
+        "evt-gone", {"mchid": m["mchid"], "out_trade_no": "NO-SUCH"}, "ops"
+    )
+    assert asked == f"republish requested: order {m['mchid']}/NO-SUCH"
+    parked(h)
+    [case] = bootstrap.work_queue().list("kind=event-generation-failed")
+    assert case["order"] == "NO-SUCH" and "republishing for evt-gone failed" in case["reason"]
+    assert h.metric("EventGenerationFailed") == 1
+    with pytest.raises(LookupError):  # a case that names nothing to republish is refused, nothing sent
+        bootstrap.republish_requests().ask("evt-empty", {}, "ops")

@@ -77,7 +77,12 @@ class OutboxService:
         """A record whose events could not be published after the stream's retries and one more attempt: an
         EventGenerationFailed event and a case (the case first: the bus may be what is failing)."""
         old, new = stream_images(record)
-        event = self._generation_failed(old, new, record, exc, why="was not published after its retries")
+        why = "was not published after its retries"
+        try:
+            events_for_change(old, new)
+        except Exception as build:  # noqa: BLE001 - the same case as when the stream first met it (one, not two)
+            exc, why = build, "produced no event"
+        event = self._generation_failed(old, new, record, exc, why=why)
         try:
             self._publish([event])
         except Exception as again:  # noqa: BLE001 - the case is written and the metric counted: a person knows
@@ -244,7 +249,11 @@ class RepublishRequests:
             raise LookupError(f"{case} names no order, refund or window to republish")
         self.queue.send({"republish": target, "case": case, "by": by})
         logger.info("republish requested", extra={"case": case, "target": target, "by": by})
-        return "republish requested: " + ", ".join(f"{k} {v}" for k, v in target.items() if v)
+        if "order" in target:
+            return "republish requested: order " + "/".join(target["order"])
+        if "refund" in target:
+            return f"republish requested: refund {target['refund']}"
+        return f"republish requested: every order and refund changed since {target['since']}"
 
 
 class EventReplay:
