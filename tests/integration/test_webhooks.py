@@ -376,7 +376,7 @@ def test_an_endpoint_with_a_bad_url_or_secret_is_refused_and_nothing_is_stored(h
     assert h.ddb.scan(TableName=h.env["WEBHOOKS_TABLE"])["Items"] == []
 
 
-def _console(h, method, who_groups, form=None, query=None):
+def _console(h, method, who_groups, form=None, query=None, page="webhooks"):
     """A console request as API Gateway hands it over after the Cognito authorizer (claims of a signed-in person)."""
     import urllib.parse
 
@@ -395,8 +395,8 @@ def _console(h, method, who_groups, form=None, query=None):
     event = {
         "version": "2.0",
         "routeKey": f"{method} /console/{{page}}",
-        "rawPath": "/console/webhooks",
-        "pathParameters": {"page": "webhooks"},
+        "rawPath": f"/console/{page}",
+        "pathParameters": {"page": page},
         "queryStringParameters": query or {},
         "headers": {"content-type": "application/x-www-form-urlencoded", "host": "console.example"},
         "requestContext": context,
@@ -583,3 +583,27 @@ def test_R20_a_republish_request_that_fails_is_a_new_case_not_a_silent_gap(hooks
     assert h.metric("EventGenerationFailed") == 1
     with pytest.raises(LookupError):  # a case that names nothing to republish is refused, nothing sent
         bootstrap.republish_requests().ask("evt-empty", {}, "ops")
+
+
+def test_R20_an_operator_closes_an_event_generation_failed_case_from_the_console_and_it_republishes(hooks):
+    """The console's Replay on the case: the console only asks (SendMessage on the OutboxDLQ, its one new grant);
+    the outbox-parked function publishes the row's real event. A viewer cannot."""
+    h = hooks
+    m = h.add_merchant()
+    paid(h, m["mchid"], "HOOK-PARKED-CONSOLE")
+    mine = [r for r in stream_records(h.env) if "HOOK-PARKED-CONSOLE" in json.dumps(r, default=str)]
+    bus = BusDown(h.env["EVENT_BUS_NAME"])
+    park(h, mine)
+    parked(h)
+    bus.back()
+    consumer = subscribe(h.env)
+    [case] = bootstrap.work_queue().list("kind=event-generation-failed")
+    form = {"id": case["id"], "action": "replay", "reason": "the bus is back"}
+    assert _console(h, "POST", "[viewers]", form, page="act")[0] == 403
+    status, _ = _console(h, "POST", "[operators]", form, page="act")
+    assert status in (302, 303)
+    assert bootstrap.work_queue().list("kind=event-generation-failed") == []
+    parked(h)
+    assert [(e["detail-type"], e["detail"]["out_trade_no"]) for e in consumer()] == [
+        ("OrderPaid", "HOOK-PARKED-CONSOLE")
+    ]

@@ -202,6 +202,7 @@ class ParkedRecords:
 
     def _republish(self, message: dict[str, Any]) -> dict[str, Any]:
         target, case = message["republish"], str(message.get("case") or "")
+        target = target if isinstance(target, dict) else {}  # a malformed request fails below: a case
         try:
             if "order" in target:
                 events = self.republisher.order(*target["order"])
