@@ -26,6 +26,7 @@ OUTPUT_ENV = {
     "MerchantSecretPrefix": "MERCHANT_SECRET_PREFIX",  # per stack (docs/deploy.md)
     "EventBusName": "EVENT_BUS_NAME",
     "EventArchiveArn": "EVENT_ARCHIVE_ARN",
+    "OutboxDLQUrl": "OUTBOX_DLQ_URL",  # an event-generation-failed case's `replay` (docs/webhooks.md)
     "ReconStateMachineArn": "RECON_STATE_MACHINE_ARN",
     "ConsoleUserPoolId": "CONSOLE_USER_POOL_ID",  # the console's sign-in (docs/console.md; absent in China)
     "ConsoleUserPoolClientId": "CONSOLE_CLIENT_ID",

@@ -364,6 +364,14 @@ class EmbeddedStack:
         return Target(invoke_route(invoke), "local-lambda-invoke", 900)
 
     def _start_stream_pump(self, spec: FunctionSpec, table_id: str) -> None:
+        retries, queue_id = next(((n, q) for t, n, q in spec.stream_on_failure if t == table_id), (-1, ""))
+        on_failure: Callable[[dict[str, Any]], Any] | None = None
+        if (
+            queue_id
+        ):  # Lambda's on-failure destination: where the batch was, after its retries (docs/webhooks.md)
+            url = self._started(self._resolver).resolve({"Ref": queue_id})
+            on_failure = _sqs_sender(boto3.client("sqs", region_name=self.region), url)
+
         pump = StreamPump(
             boto3.client("dynamodb", region_name=self.region),
             boto3.client("dynamodbstreams", region_name=self.region),
@@ -372,6 +380,8 @@ class EmbeddedStack:
             function_name=spec.logical_id,
             timeout_s=spec.timeout_s,
             gate=self.ack_first,
+            max_retries=retries,
+            on_failure=on_failure,
         )
         self.stream_pumps[table_id] = pump.start()
         self._undo.append(lambda: self.stream_pumps.pop(table_id).stop())
@@ -466,6 +476,10 @@ def _cold_start() -> None:
     bootstrap = sys.modules.get("tally.bootstrap")
     if bootstrap is not None and hasattr(bootstrap, "reset"):
         bootstrap.reset()
+
+
+def _sqs_sender(sqs: Any, url: str) -> Callable[[dict[str, Any]], Any]:
+    return lambda message: sqs.send_message(QueueUrl=url, MessageBody=json.dumps(message))
 
 
 def _restore(name: str, value: str | None) -> None:

@@ -23,6 +23,7 @@ class Settings(NamedTuple):
     merchant_secret_prefix: str
     event_bus_name: str = "default"
     event_archive_arn: str = ""  # the bus's archive (stack output EventArchiveArn): `tally events replay`
+    outbox_dlq_url: str = ""  # parked stream batches and republish requests (functions/outboxparked)
     alipay_gateway: str = "https://openapi.alipay.com/gateway.do"
     timestamp_window_s: int = 300
     order_not_found_max_attempts: int = 4
@@ -85,6 +86,7 @@ class Settings(NamedTuple):
                 merchant_secret_prefix=_secret_prefix(env["MERCHANT_SECRET_PREFIX"]),
                 event_bus_name=env.get("EVENT_BUS_NAME", "default"),
                 event_archive_arn=env.get("EVENT_ARCHIVE_ARN", ""),
+                outbox_dlq_url=env.get("OUTBOX_DLQ_URL", ""),
                 alipay_gateway=env.get("ALIPAY_GATEWAY", "https://openapi.alipay.com/gateway.do"),
                 timestamp_window_s=int(env.get("TALLY_TIMESTAMP_WINDOW_S", "300")),
                 order_not_found_max_attempts=int(env.get("TALLY_ORDER_NOT_FOUND_MAX_ATTEMPTS", "4")),

@@ -182,12 +182,14 @@ class WorkQueue:
         manual: Any = None,
         refunds: Any = None,
         recon: Any = None,
+        republish: Any = None,
         clock: Callable[[], float] = time.time,
     ):
         self.store = store
         self.manual = manual
         self.refunds = refunds
         self.recon = recon
+        self.republish = republish  # an event-generation-failed case's replay (service/outbox.py)
         self.clock = clock
 
     # ================================================================ reading
@@ -518,6 +520,9 @@ class WorkQueue:
     def _kept(self, item: dict[str, Any], action: str, entry: dict[str, Any], fields: dict[str, Any]) -> str:
         outcomes = []
         for pk in item["source_keys"]:
+            if action == "replay" and item["kind"] == "event-generation-failed":
+                outcomes.append(self._republish(pk, entry))
+                continue
             if action == "replay":
                 outcomes.append(
                     self._manual().replay("event:" + pk, by=entry["by"], why=entry["why"])["outcome"]
@@ -536,6 +541,28 @@ class WorkQueue:
             )
             outcomes.append("acknowledged" if ack else _closed_state(action).lower())
         return ", ".join(f"{n} {o}" for o, n in Counter(outcomes).items())
+
+    def _republish(self, pk: str, entry: dict[str, Any]) -> str:
+        """R20: the case's closing action: its row's events rebuilt and published again by the outbox's own
+        function (a request on the OutboxDLQ); the item closes, and a republish that fails opens a new one."""
+        if self.republish is None:
+            raise QueueError("no outbox wired for republish")
+        row = self.store.get(self.store.t.notify_event, {"pk": pk}) or {}
+        try:
+            outcome = str(self.republish().ask(f"evt-{pk}", row, entry["by"]))
+        except LookupError as exc:
+            raise QueueError(str(exc)) from None
+        self.store.record(
+            self.store.t.notify_event,
+            {"pk": pk},
+            entry,
+            state=RESOLVED,
+            owner=None,
+            expect=Expect.KEPT_NOTIFICATION,
+            sets={"resolution": entry},
+            remove=("manual_kind",),
+        )
+        return outcome
 
     def _report(
         self, item: dict[str, Any], action: str, entry: dict[str, Any], fields: dict[str, Any]
@@ -869,7 +896,7 @@ class WorkQueue:
             since=row.get("created_at"),
             reason=plain(row.get("reason") or row.get("trade_state") or kind),
             actions=("ack", "resolve", "ignore", "replay")
-            if kind in REPLAYABLE
+            if kind in REPLAYABLE or kind == "event-generation-failed"  # its replay republishes (R20)
             else ("ack", "resolve", "ignore"),
         )
 
