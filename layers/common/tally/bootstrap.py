@@ -292,7 +292,7 @@ def heartbeat() -> Heartbeat:
     from tally.service.heartbeat import Heartbeat
     from tally.store.heartbeat import HeartbeatKeys
     from tally.store.secrets import SecretStore
-    from tally.store.tables import OrderStore
+    from tally.store.tables import EventStore, OrderStore
 
     s = settings()
     return Heartbeat(
@@ -303,6 +303,8 @@ def heartbeat() -> Heartbeat:
         api_url=s.heartbeat_api_url,
         mchid=s.heartbeat_mchid,
         clock=_clock,
+        events=EventStore(tables()),
+        echo=s.heartbeat_echo,
     )
 
 

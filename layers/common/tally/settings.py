@@ -51,6 +51,9 @@ class Settings(NamedTuple):
     # the synthetic heartbeat (service/heartbeat.py): the public API's base URL and the synthetic merchant
     heartbeat_api_url: str = ""
     heartbeat_mchid: str = "0000000000"
+    # the notify paths the heartbeat proves with the channel's security echo, "route/merchant id" (WeChat Pay v3:
+    # "wechatpay/1900000109", a service provider's or platform merchant's credentials); () = none
+    heartbeat_echo: tuple[str, ...] = ()
     wechatpay_ca_file: str = (
         ""  # trust these CAs for WeChat's TLS instead of the system's (tests: the simulator)
     )
@@ -110,6 +113,9 @@ class Settings(NamedTuple):
                 aws_max_attempts=int(env.get("TALLY_AWS_MAX_ATTEMPTS", "3")),
                 heartbeat_api_url=env.get("HEARTBEAT_API_URL", ""),
                 heartbeat_mchid=env.get("TALLY_HEARTBEAT_MCHID", "0000000000"),
+                heartbeat_echo=tuple(
+                    p.strip() for p in env.get("TALLY_HEARTBEAT_ECHO", "").split(",") if p.strip()
+                ),
                 wechatpay_ca_file=env.get("TALLY_WECHATPAY_CA_FILE", ""),
                 console_user_pool_id=env.get("CONSOLE_USER_POOL_ID", ""),
                 console_client_id=env.get("CONSOLE_CLIENT_ID", ""),

@@ -139,6 +139,15 @@ KIND_REASONS: dict[str, Reason] = {
         N_("An alert card did not reach its chat group after 3 attempts, so that group heard nothing."),
         N_("Check the chat robot's settings and read the incident it was about, then resolve it."),
     ),
+    "heartbeat-echo": Reason(
+        N_("Channel echo missing"),
+        N_(
+            "WeChat Pay was asked for a test callback to this merchant's notify address and none arrived, so real callbacks may not arrive either."
+        ),
+        N_(
+            "Check the merchant's keys with a live check and the notify route, wait for the next echo, then resolve it."
+        ),
+    ),
 }
 STUCK = Reason(
     N_("Not applied yet"),

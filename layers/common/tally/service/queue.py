@@ -54,6 +54,7 @@ KEPT_KINDS = (
     "webhook_failing",  # an endpoint that failed a delivery's whole retry window (service/webhooks.py)
     "event_generation_failed",  # a committed change whose event could not be built (service/outbox.py)
     "alert_delivery",  # a chat card not delivered after its retries (service/alerts.py)
+    "heartbeat_echo",  # the channel's security echo did not come back (service/heartbeat.py)
 )
 FORGERY_KIND = "suspected-forgery"
 REPLAYABLE = ("quarantined", "rejected")  # kept with the body and headers the ingest path needs again
@@ -80,6 +81,10 @@ KINDS: dict[str, tuple[str, int]] = {
     "webhook-failing": ("a merchant's webhook endpoint that kept failing: paused, its events held", 0),
     "event-generation-failed": ("a committed change whose event could not be built", 0),
     "alert-delivery": ("a chat card that did not reach its destination: the pager is silent", 0),
+    "heartbeat-echo": (
+        "the channel's echo did not reach Tally's notify route: its callbacks may not either",
+        0,
+    ),
 }
 PREFIXES = (
     "pay-",
@@ -144,6 +149,7 @@ RESOLVE_CODES: dict[str, tuple[str, ...]] = {
     "webhook-failing": ("receiver-fixed", "endpoint-removed", "other"),
     "event-generation-failed": ("republished", "other"),
     "alert-delivery": ("robot-fixed", "other"),
+    "heartbeat-echo": ("key-fixed", "other"),
 }
 # given to an action but never written to an item's history (the user's bank card for abnormal-refund)
 SECRET_FIELDS = frozenset({"bank_account", "real_name"})
