@@ -1,4 +1,4 @@
-"""WeChat Pay v3's security echo (商户签名验签/加解密测试, pay.weixin.qq.com/doc/v3/partner/4015139289): a call
+"""WeChat Pay v3's security echo (商户签名验签/加解密测试, docs/channel-spec.md §2.6): a call
 that moves no money. `POST /v3/security/echo` with `echo_message` (required) and `notify_url` (optional), header
 `Wechatpay-Serial` (required: the WeChat Pay public key id or a platform certificate serial), signed like every
 v3 request; with a `notify_url` the channel then sends a signed, encrypted callback whose `event_type` is
