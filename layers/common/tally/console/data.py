@@ -23,9 +23,10 @@ BUCKETS = ("< 1 h", "1–24 h", "1–7 d", "> 7 d")
 
 
 def yuan(cents: Any) -> str:
+    """An amount as the console writes every amount: ¥1,234.56 (one format on every page)."""
     if cents is None or cents == "":
         return ""
-    return format_cents(int(cents))
+    return "¥" + format_cents(int(cents), grouped=True)
 
 
 def cst(iso: Any) -> str:
@@ -252,9 +253,16 @@ def morning(now: float | None = None) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------- recon
 
 
+def merchant_names() -> dict[str, str]:
+    """Merchant id -> display name (`tally merchant add/set --name`): read once per page (one small scan)."""
+    from tally.store.tables import MerchantStore
+
+    return MerchantStore(bootstrap.tables()).names()
+
+
 def merchant_name(mchid: Any) -> str:
-    """The merchant as a person knows it: its display name (`tally merchant add/set --name`), else its id."""
-    return str(mchid or "")
+    """The merchant as a person knows it: its display name, else its id."""
+    return merchant_names().get(str(mchid or ""), "") or str(mchid or "")
 
 
 def recon_store() -> Any:
@@ -470,6 +478,7 @@ def merchants(now: float | None = None) -> list[dict[str, Any]]:
             {
                 "at": cst(last.get("notified_at")),
                 "age": age_words(age_seconds(last.get("notified_at"), now)),
+                "age_s": age_seconds(last.get("notified_at"), now),
                 "channel": str(last["pk"]).partition("#")[0],
                 "source": str(last.get("source") or "notify"),
             }
@@ -480,7 +489,11 @@ def merchants(now: float | None = None) -> list[dict[str, Any]]:
             if isinstance(cert, dict) and cert.get("not_after"):
                 cert["not_after"] = cst(cert["not_after"]) or cert["not_after"]
         m["last_refused"] = (
-            {"at": cst(refused[mchid]), "age": age_words(age_seconds(refused[mchid], now))}
+            {
+                "at": cst(refused[mchid]),
+                "age": age_words(age_seconds(refused[mchid], now)),
+                "age_s": age_seconds(refused[mchid], now),
+            }
             if mchid in refused
             else None
         )

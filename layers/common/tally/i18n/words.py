@@ -279,6 +279,20 @@ BUCKETS = {
 }
 INCIDENT_STATES = {"open": N_("open"), "escalated": N_("escalated"), "resolved": N_("resolved")}
 ORIGINS = {"ours": N_("our systems"), "tenant": N_("merchant settings"), "money": N_("a money decision")}
+STORY_KINDS = {  # an order story's entry kinds (service/story.py)
+    "order": N_("order"),
+    "poll": N_("query"),
+    "queue": N_("person"),
+    "refund": N_("refund"),
+    "delivery": N_("notification"),
+    "transition": N_("status change"),
+    "ledger": N_("ledger"),
+    "outbox": N_("event"),
+    "webhook": N_("merchant webhook"),
+    "recon": N_("reconciliation"),
+}
+MODES = {"direct": N_("direct merchant"), "partner": N_("sub-merchant of a service provider")}
+ENDPOINT_STATUSES = {"ACTIVE": N_("active"), "PAUSED": N_("paused"), "REMOVED": N_("removed")}
 
 
 class Words:
@@ -352,7 +366,36 @@ class Words:
     def origin(self, code: Any) -> str:
         return self._table(ORIGINS, code)
 
+    def story_kind(self, code: Any) -> str:
+        return self._table(STORY_KINDS, code)
+
+    def mode(self, code: Any) -> str:
+        return self._table(MODES, code)
+
+    def endpoint_status(self, code: Any) -> str:
+        return self._table(ENDPOINT_STATUSES, code)
+
+    def any_status(self, code: Any) -> str:
+        """A status of unknown origin (an order story's entry): the first table that knows it, else the code."""
+        text = "" if code is None else str(code)
+        for table in (ORDER_STATUSES, REFUND_STATUSES, STATES, RUN_STATUSES, ACTIONS):
+            if text in table:
+                return self._(table[text])
+        return text
+
     # ---- formats
+
+    def money_text(self, yuan: Any) -> str:
+        """An amount already written in yuan ("1234.56", as a service's report carries it) as ¥1,234.56."""
+        from decimal import Decimal, InvalidOperation
+
+        if yuan is None or yuan == "":
+            return ""
+        try:
+            cents = Decimal(str(yuan)) * 100
+        except InvalidOperation:
+            return str(yuan)
+        return self.money(int(cents))
 
     def money(self, cents: Any) -> str:
         """¥1,234.56 (domain/money.format_cents, grouped); empty for an amount not known."""

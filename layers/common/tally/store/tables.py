@@ -417,6 +417,30 @@ class MerchantStore:
                 return sorted(found, key=lambda row: row["principal"])
             kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
 
+    def set_name(self, channel: str, merchant_id: str, name: str) -> None:
+        """The merchant's display name (`tally merchant add/set --name`): what people call it, shown next to
+        its id. An absent row is not created (ConditionalCheckFailed propagates)."""
+        self.t.ddb.update_item(
+            TableName=self.t.merchants,
+            Key=to_item({"pk": f"{channel}#{merchant_id}"}),
+            UpdateExpression="SET display_name = :name",
+            ConditionExpression="attribute_exists(pk)",
+            ExpressionAttributeValues=names_values(name=name.strip()[:80]),
+        )
+
+    def names(self) -> dict[str, str]:
+        """Merchant id -> display name, for the merchants that have one (one paged scan, like `configured`)."""
+        found: dict[str, str] = {}
+        kwargs: dict[str, Any] = {"TableName": self.t.merchants, "ProjectionExpression": "mchid, display_name"}
+        while True:
+            answer = self.t.ddb.scan(**kwargs)
+            for row in map(from_item, answer.get("Items", [])):
+                if row and row.get("mchid") and row.get("display_name"):
+                    found[str(row["mchid"])] = str(row["display_name"])
+            if "LastEvaluatedKey" not in answer:
+                return found
+            kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
+
     def configured(self) -> list[tuple[str, str]]:
         """Every (channel, merchant id): the merchants table is small configuration, so one paged scan."""
         found, kwargs = [], {"TableName": self.t.merchants, "ProjectionExpression": "channel, mchid"}
