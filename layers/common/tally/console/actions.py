@@ -254,10 +254,15 @@ def webhook_action(form: dict[str, str], who: Identity) -> dict[str, Any]:
             done = bootstrap.webhook_resender().range(
                 endpoint, form.get("since", ""), until, dry_run=not digest, expect=digest
             )
+            n = int(done["count"])
             said = (
-                _("%(n)s events would be resent.") if done["dry_run"] else _("%(n)s events queued to be resent.")
+                lang.current().ngettext("%(n)s event would be resent.", "%(n)s events would be resent.", n)
+                if done["dry_run"]
+                else lang.current().ngettext(
+                    "%(n)s event queued to be resent.", "%(n)s events queued to be resent.", n
+                )
             )
-            shown = {"message": said % {"n": done["count"]}, "message_detail": endpoint, "preview": done}
+            shown = {"message": said % {"n": n}, "message_detail": endpoint, "preview": done}
         else:
             raise ActionRefused(f"unknown action {action!r}")
     except (WebhookError, WebhookNotFound) as exc:

@@ -32,7 +32,10 @@ def yuan(cents: Any) -> str:
 def cst(iso: Any) -> str:
     """An ISO UTC time as people in China read it: 2026-12-01 17:05:09 (Asia/Shanghai)."""
     parsed = parse_iso(iso)
-    return parsed.astimezone(CHINA).strftime("%Y-%m-%d %H:%M:%S") if parsed else ""
+    try:
+        return parsed.astimezone(CHINA).strftime("%Y-%m-%d %H:%M:%S") if parsed else ""
+    except OverflowError:  # the end of time (an open range's "until"): the page shows the stored text
+        return ""
 
 
 def parse_iso(iso: Any) -> datetime | None:
