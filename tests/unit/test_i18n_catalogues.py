@@ -31,9 +31,7 @@ def catalogue(lang: str):
 def test_every_message_has_a_chinese_translation_none_fuzzy():
     cat = catalogue("zh_CN")
     missing = [
-        m.id
-        for m in cat
-        if m.id and (not all(m.string) if isinstance(m.string, tuple) else not m.string)
+        m.id for m in cat if m.id and (not all(m.string) if isinstance(m.string, tuple) else not m.string)
     ]
     fuzzy = [m.id for m in cat if m.id and m.fuzzy]
     assert len(cat) > 300 and not missing and not fuzzy, (missing, fuzzy)
@@ -63,7 +61,9 @@ def test_the_catalogue_holds_every_message_the_code_and_templates_mark():
         for found in extract_from_dir(str(ROOT), method_map, options_map=options)  # type: ignore[arg-type]
     }
     held = {m.id if isinstance(m.id, str) else m.id[0] for m in catalogue("zh_CN") if m.id}
-    assert len(marked) > 300 and not marked - held, f"run `make i18n`: not in the catalogue: {sorted(marked - held)}"
+    assert len(marked) > 300 and not marked - held, (
+        f"run `make i18n`: not in the catalogue: {sorted(marked - held)}"
+    )
 
 
 def test_a_page_in_chinese_reads_chinese():
