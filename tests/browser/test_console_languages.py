@@ -11,9 +11,8 @@ import urllib.parse
 
 import pytest
 
-from tests.browser.conftest import shot, sign_in
+from tests.browser.conftest import shot, sign_in, sim_post
 from tests.browser.test_console_browser import MCHID, _create_order, unbooked_payment
-from tests.browser.conftest import sim_post
 
 pytestmark = pytest.mark.e2e
 

@@ -8,13 +8,11 @@ from __future__ import annotations
 import gettext
 import io
 import re
-from pathlib import Path
 
 import pytest
 from babel.messages.extract import extract_from_dir
 from babel.messages.mofile import write_mo
 from babel.messages.pofile import read_po
-
 from tally import i18n
 from tally.i18n import words
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tally import bootstrap, errors
-from tally.console.auth import Identity
 from tally.console import lang
+from tally.console.auth import Identity
 from tally.console.data import Item, queue_filter, yuan
 from tally.i18n.words import Words
 from tally.observability import M, count, logger

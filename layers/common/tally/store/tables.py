@@ -373,6 +373,11 @@ class MerchantStore:
         return self.t.get(self.t.merchants, f"{channel}#{merchant_id}")
 
     def put(self, row: dict[str, Any]) -> None:
+        """A merchant row, written whole; a display name given before (`--name`) is kept when it carries none."""
+        if not row.get("display_name") and row.get("pk"):
+            kept = (self.t.get(self.t.merchants, str(row["pk"])) or {}).get("display_name")
+            if kept:
+                row = {**row, "display_name": kept}
         self.t.ddb.put_item(TableName=self.t.merchants, Item=to_item(row))
 
     def set_readiness(
@@ -431,7 +436,10 @@ class MerchantStore:
     def names(self) -> dict[str, str]:
         """Merchant id -> display name, for the merchants that have one (one paged scan, like `configured`)."""
         found: dict[str, str] = {}
-        kwargs: dict[str, Any] = {"TableName": self.t.merchants, "ProjectionExpression": "mchid, display_name"}
+        kwargs: dict[str, Any] = {
+            "TableName": self.t.merchants,
+            "ProjectionExpression": "mchid, display_name",
+        }
         while True:
             answer = self.t.ddb.scan(**kwargs)
             for row in map(from_item, answer.get("Items", [])):
