@@ -363,10 +363,10 @@ def test_r48_r52_every_item_action_completes_or_says_why_and_keeps_the_form(stac
     page.check(f'#queue input[name=pick][value="{ids[0]}"]')
     fill_action(page, "#bulk", "resolve", "test payments", "confirmed-junk")
     page.wait_for_selector("#preview")
-    assert "Preview: Resolve (dealt with), 1 cases, ¥0.05" in page.inner_text("h1")
+    assert "Preview: Resolve (dealt with), 1 case, ¥0.05" in page.inner_text("h1")
     page.click("#confirm")
     page.wait_for_selector("#bulk-done")
-    assert "Done: Resolve (dealt with), 1 cases" in page.inner_text(
+    assert "Done: Resolve (dealt with), 1 case" in page.inner_text(
         "h1"
     ) and "Every case was done" in page.inner_text("main")
     assert {i["id"] for i in bootstrap.work_queue().list()} & set(ids) == {ids[1]}
@@ -437,7 +437,9 @@ def test_every_page_answers_its_question_for_a_viewer(stack, new_page):
     from tally.i18n import EN, speaker
     from tally.i18n.words import Words
 
-    assert Words(speaker(EN)).landing(row) in page.inner_text("#ledger")  # R49: where the money is, per merchant and day
+    assert Words(speaker(EN)).landing(row) in page.inner_text(
+        "#ledger"
+    )  # R49: where the money is, per merchant and day
     with page.expect_download() as download:  # the statement, the same figures (R49)
         page.click("#statement")
     statement = Path(download.value.path()).read_text(encoding="utf-8-sig")

@@ -26,6 +26,8 @@ FORBIDDEN = [
     re.compile(r"\b17\d{8}\b"),  # epoch seconds (2023..2033)
     re.compile(r"\b(SETTLEMENT_DIFFERS|CHANNEL_ONLY|LOCAL_ONLY|AMOUNT_DIFFERS|STATUS_DIFFERS|ILLEGAL)\b"),
     re.compile(r"\b(OPEN|ACKNOWLEDGED|RESOLVED|IGNORED|NOT_CHECKED|AGREES|PENDING|MATCHED|DIFFS)\b"),
+    re.compile(r"\b(SUCCESS|PAID|CLOSED|REFUND|FAIL|FAILED|NOTPAY|CREATED|MANUAL|ACCEPTED|RESERVED|PAUSED)\b"),
+    re.compile(r"\b[A-Z]{2,}_[A-Z_]{2,}\b"),  # any other internal code (WAIT_PAY, PREPAY_FAILED, …)
 ]
 ENGLISH_SENTENCE = re.compile(r"\b[A-Za-z]{2,}(?:[ ,'’-]+[A-Za-z]{2,}){3,}")  # four English words in a row
 
@@ -147,3 +149,23 @@ def test_an_amount_over_a_thousand_reads_grouped_with_the_yuan_sign(stack, new_p
     page.wait_for_selector("#order-summary")
     assert "¥1,234.56" in page.inner_text("#order-summary")
     assert_plain(page, True)
+
+
+def test_every_other_page_reads_chinese_too(stack, new_page):
+    """The order story, refunds, merchants, webhooks, incidents, settings: no English sentence or raw value
+    outside details."""
+    unbooked_payment(stack, "LANG-ZH-0003")
+    page = sign_in(new_page(locale="zh-CN"), stack, "operator")
+    pages = {
+        "story": "/console/story?" + urllib.parse.urlencode({"mchid": MCHID, "order": "LANG-ZH-0003"}),
+        "refunds": "/console/refunds",
+        "merchants": "/console/merchants",
+        "webhooks": "/console/webhooks",
+        "incidents": "/console/incidents",
+        "settings": "/console/settings",
+    }
+    for name, path in pages.items():
+        page.goto(stack.api_url + path)
+        page.wait_for_selector("main")
+        assert_plain(page, True)
+        shot(page, f"zh-{name}")

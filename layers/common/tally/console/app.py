@@ -442,9 +442,7 @@ def settings_post(request: Request, who: Identity) -> Response:
     try:
         lang.set_user_language(who, request.form.get("locale", ""))
     except ValueError:
-        return settings_page(
-            request, who, _("Choose one of the languages offered."), 400
-        )
+        return settings_page(request, who, _("Choose one of the languages offered."), 400)
     return redirect(link("settings", done="saved"))
 
 
@@ -532,7 +530,11 @@ def replay_post(
         return render("error.html", who, 409, message=_("Not done."), message_detail=str(exc))
     call = run["this_call"]
     words = Words(lang.current())
-    message = _("Replay: %(done)s of %(planned)s cases tried again (%(done_money)s of %(planned_money)s).") % {
+    message = lang.current().ngettext(
+        "Replay: %(done)s of %(planned)s case tried again (%(done_money)s of %(planned_money)s).",
+        "Replay: %(done)s of %(planned)s cases tried again (%(done_money)s of %(planned_money)s).",
+        int(run["planned_items"]),
+    ) % {
         "done": run["done_items"],
         "planned": run["planned_items"],
         "done_money": words.money_text(run["done_amount"]),
@@ -546,9 +548,7 @@ def replay_post(
     detail = f"replay run {run['run_id']}: {run['status']}" + (
         f"; this time {call['changed']}" if call["changed"] != run["done_items"] else ""
     )
-    return redirect(
-        link("queue", done=message, detail=detail, **({"run": run["run_id"]} if paused else {}))
-    )
+    return redirect(link("queue", done=message, detail=detail, **({"run": run["run_id"]} if paused else {})))
 
 
 def refuse(who: Identity, request: Request, message: str, why: str) -> Response:

@@ -291,6 +291,25 @@ STORY_KINDS = {  # an order story's entry kinds (service/story.py)
     "webhook": N_("merchant webhook"),
     "recon": N_("reconciliation"),
 }
+STORY_STATES = {  # the states an order story's entries carry besides order, refund and case states
+    "WAIT_PAY": N_("waiting for payment"),
+    "PAY_FAILED": N_("payment failed"),
+    "PREPAY_FAILED": N_("payment could not be started"),
+    "RESERVED": N_("amount reserved"),
+    "DUPLICATE": N_("repeated notification"),
+    "ILLEGAL": N_("could not be booked"),
+    "OK": N_("accepted"),
+    "PAYMENT": N_("payment"),
+    "REVERSAL": N_("reversal"),
+    "FEE": N_("fee"),
+    "FEE_RETURN": N_("fee returned"),
+    "HELD": N_("held"),
+    "DELIVERED": N_("delivered"),
+    "OPENED": N_("opened"),
+    "applied": N_("applied"),
+    "waiting to be applied": N_("waiting to be applied"),
+    "with a person": N_("with a person"),
+}
 MODES = {"direct": N_("direct merchant"), "partner": N_("sub-merchant of a service provider")}
 ENDPOINT_STATUSES = {"ACTIVE": N_("active"), "PAUSED": N_("paused"), "REMOVED": N_("removed")}
 
@@ -378,7 +397,7 @@ class Words:
     def any_status(self, code: Any) -> str:
         """A status of unknown origin (an order story's entry): the first table that knows it, else the code."""
         text = "" if code is None else str(code)
-        for table in (ORDER_STATUSES, REFUND_STATUSES, STATES, RUN_STATUSES, ACTIONS):
+        for table in (ORDER_STATUSES, STORY_STATES, REFUND_STATUSES, STATES, RUN_STATUSES, ACTIONS):
             if text in table:
                 return self._(table[text])
         return text
