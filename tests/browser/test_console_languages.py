@@ -16,28 +16,30 @@ from tests.browser.test_console_browser import MCHID, _create_order, unbooked_pa
 
 pytestmark = pytest.mark.e2e
 
-# what a person must never read outside "details": raw values, rule ids, internal states and codes, CLI commands
+# what a person must never read outside "details": raw values, rule ids, internal states and codes, CLI commands.
+# Word edges are ASCII edges: a code right after a Chinese character (状态WAIT_PAY) is still a code.
+A, Z = r"(?<![A-Za-z0-9_])", r"(?![A-Za-z0-9_])"
 FORBIDDEN = [
-    re.compile(r"\bNone\b"),
+    re.compile(A + r"None" + Z),
     re.compile(r"handled="),
-    re.compile(r"\bR\d{1,2}\b"),
+    re.compile(A + r"R\d{1,2}" + Z),
     re.compile(r"`"),
-    re.compile(r"\btally (manual|bill|merchant|webhooks|ledger|recon)\b"),
-    re.compile(r"\b17\d{8}\b"),  # epoch seconds (2023..2033)
-    re.compile(r"\b(SETTLEMENT_DIFFERS|CHANNEL_ONLY|LOCAL_ONLY|AMOUNT_DIFFERS|STATUS_DIFFERS|ILLEGAL)\b"),
-    re.compile(r"\b(OPEN|ACKNOWLEDGED|RESOLVED|IGNORED|NOT_CHECKED|AGREES|PENDING|MATCHED|DIFFS)\b"),
-    re.compile(r"\b(SUCCESS|PAID|CLOSED|REFUND|FAIL|FAILED|NOTPAY|CREATED|MANUAL|ACCEPTED|RESERVED|PAUSED)\b"),
-    re.compile(r"\b[A-Z]{2,}_[A-Z_]{2,}\b"),  # any other internal code (WAIT_PAY, PREPAY_FAILED, …)
+    re.compile(A + r"tally (manual|bill|merchant|webhooks|ledger|recon)" + Z),
+    re.compile(A + r"17\d{8}" + Z),  # epoch seconds (2023..2033)
+    re.compile(A + r"(?!HTTP|CSV)[A-Z]{4,}(_[A-Z]+)*" + Z),  # an internal code: WAIT_PAY, OPENED, ILLEGAL, …
 ]
-ENGLISH_SENTENCE = re.compile(r"\b[A-Za-z]{2,}(?:[ ,'’-]+[A-Za-z]{2,}){3,}")  # four English words in a row
+ENGLISH_SENTENCE = re.compile(A + r"[A-Za-z]{2,}(?:[ ,'’-]+[A-Za-z]{2,}){3,}")  # four English words in a row
 
 
 def plain_text(page) -> str:
-    """What a person reads on the page: its visible text with every <details> (closed or not) left out."""
+    """What a person reads on the page: its visible text with every <details> (closed or not) hidden."""
     return page.evaluate(
-        """() => { const main = document.body.cloneNode(true);
-                   main.querySelectorAll('details, script, style, noscript').forEach(d => d.remove());
-                   return main.innerText; }"""
+        """() => { const hide = document.createElement('style');
+                   hide.textContent = 'details { display: none !important; }';
+                   document.head.appendChild(hide);
+                   const text = document.body.innerText;
+                   hide.remove();
+                   return text; }"""
     )
 
 
@@ -101,7 +103,7 @@ def walk(stack, new_page, locale: str, no: str) -> dict[str, str]:
 
 
 def test_the_morning_walked_in_chinese_reads_chinese_with_codes_only_behind_details(stack, new_page):
-    seen = walk(stack, new_page, "zh-CN", "LANG-ZH-0001")
+    seen = walk(stack, new_page, "zh-CN", "zhwalk-0001")
     assert "早上好" in seen["morning"] and "待办" in seen["queue"]
     assert "付款未入账" in seen["case"] and "下一步：" in seen["case"]  # the plain reason and its next step
     assert "已完成" in seen["done"] and "已解决" in seen["done"]
@@ -110,7 +112,7 @@ def test_the_morning_walked_in_chinese_reads_chinese_with_codes_only_behind_deta
 
 
 def test_the_same_walk_in_english_for_a_browser_that_asks_for_english(stack, new_page):
-    seen = walk(stack, new_page, "en-US", "LANG-EN-0001")
+    seen = walk(stack, new_page, "en-US", "enwalk-0001")
     assert "Good morning" in seen["morning"] and "Payment not booked" in seen["case"]
     assert "Next step:" in seen["case"] and "Done: Resolve" in seen["done"]
     assert "Recon day" in seen["recon"] and "WeChat Pay" in seen["ledger"]
@@ -139,12 +141,12 @@ def test_the_settings_page_keeps_the_person_s_language_over_the_browser_s(stack,
 
 
 def test_an_amount_over_a_thousand_reads_grouped_with_the_yuan_sign(stack, new_page):
-    _create_order(stack, "LANG-ZH-0002", 123456)
-    sim_post(stack, "/_sim/pay", {"mchid": MCHID, "out_trade_no": "LANG-ZH-0002"})
+    _create_order(stack, "zhamount-0002", 123456)
+    sim_post(stack, "/_sim/pay", {"mchid": MCHID, "out_trade_no": "zhamount-0002"})
     stack.drain(10)
     page = sign_in(new_page(locale="zh-CN"), stack, "operator")
     page.goto(
-        stack.api_url + "/console/story?" + urllib.parse.urlencode({"mchid": MCHID, "order": "LANG-ZH-0002"})
+        stack.api_url + "/console/story?" + urllib.parse.urlencode({"mchid": MCHID, "order": "zhamount-0002"})
     )
     page.wait_for_selector("#order-summary")
     assert "¥1,234.56" in page.inner_text("#order-summary")
@@ -154,10 +156,10 @@ def test_an_amount_over_a_thousand_reads_grouped_with_the_yuan_sign(stack, new_p
 def test_every_other_page_reads_chinese_too(stack, new_page):
     """The order story, refunds, merchants, webhooks, incidents, settings: no English sentence or raw value
     outside details."""
-    unbooked_payment(stack, "LANG-ZH-0003")
+    unbooked_payment(stack, "zhpages-0003")
     page = sign_in(new_page(locale="zh-CN"), stack, "operator")
     pages = {
-        "story": "/console/story?" + urllib.parse.urlencode({"mchid": MCHID, "order": "LANG-ZH-0003"}),
+        "story": "/console/story?" + urllib.parse.urlencode({"mchid": MCHID, "order": "zhpages-0003"}),
         "refunds": "/console/refunds",
         "merchants": "/console/merchants",
         "webhooks": "/console/webhooks",

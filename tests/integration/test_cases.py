@@ -41,7 +41,11 @@ def console(method: str, page: str, form: dict | list | None = None, **query: st
         "version": "2.0",
         "routeKey": f"{method} /console/{{page}}",
         "rawPath": f"/console/{page}",
-        "headers": {"content-type": "application/x-www-form-urlencoded", "host": "console.test", "accept-language": "en"},
+        "headers": {
+            "content-type": "application/x-www-form-urlencoded",
+            "host": "console.test",
+            "accept-language": "en",
+        },
         "queryStringParameters": query or None,
         "pathParameters": {"page": page},
         "requestContext": {"http": {"method": method}, "authorizer": {"jwt": {"claims": CLAIMS}}},
@@ -95,7 +99,10 @@ def test_r48_a_payment_after_close_and_its_refund_task_are_one_case_closed_once_
     # the page lists every part with its state, and offers the task's codes under close-task
     status, page, _ = console("GET", "item", id=task_id)
     assert status == 200 and 'id="parts"' in page and case["id"] in page and task_id in page
-    assert '<optgroup label="Close the refund task" data-action="close-task"><option value="refunded-at-channel"' in page
+    assert (
+        '<optgroup label="Close the refund task" data-action="close-task"><option value="refunded-at-channel"'
+        in page
+    )
 
     # closed through the task's door: the payment part closes with it, so nobody refunds it a second time
     done = cli(
@@ -250,7 +257,9 @@ def test_r48_codes_the_console_would_not_offer_are_refused_by_the_cli_and_the_fo
     # the console: a refusal says why and keeps the chosen action, code and typed reason
     form = {"csrf": csrf(), "id": case["id"], "action": "close-task", "code": "", "reason": "typed with care"}
     status, page, _ = console("POST", "act", form)
-    assert status == 409 and "Not done." in page and "close-task needs --code refunded-at-channel" in page  # the why behind details
+    assert (
+        status == 409 and "Not done." in page and "close-task needs --code refunded-at-channel" in page
+    )  # the why behind details
     assert 'value="typed with care"' in page and '<option value="close-task" selected' in page
     # done from the item page: it lands on a page that exists, never a 404
     form |= {"code": "refunded-at-channel"}

@@ -273,7 +273,9 @@ def test_r38_an_incident_quiet_for_an_hour_resolves_and_stays_resolved_until_it_
 def console(h, page, **query):
     from tally_local.lambda_io import http_event
 
-    event = http_event("GET", f"/console/{page}", b"", {"accept-language": "en"}, {"page": page}, base64_body=False)
+    event = http_event(
+        "GET", f"/console/{page}", b"", {"accept-language": "en"}, {"page": page}, base64_body=False
+    )
     event["rawQueryString"] = "&".join(f"{k}={v}" for k, v in query.items())
     event["queryStringParameters"] = query
     claims = {

@@ -397,7 +397,11 @@ def _console(h, method, who_groups, form=None, query=None):
         "rawPath": "/console/webhooks",
         "pathParameters": {"page": "webhooks"},
         "queryStringParameters": query or {},
-        "headers": {"content-type": "application/x-www-form-urlencoded", "host": "console.example", "accept-language": "en"},
+        "headers": {
+            "content-type": "application/x-www-form-urlencoded",
+            "host": "console.example",
+            "accept-language": "en",
+        },
         "requestContext": context,
         "body": body,
         "isBase64Encoded": False,
