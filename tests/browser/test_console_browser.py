@@ -14,35 +14,10 @@ from pathlib import Path
 import pytest
 from tally.console.auth import csrf_token, identity
 
-from tally_local.sigv4 import signed_headers
 from tests.browser.conftest import http, morning_total, shot, sign_in, sim_post, token_for
+from tests.browser.helpers import MCHID, create_order, unbooked_payment
 
-MCHID = "1900000109"  # the demo merchant seed_demo configures
 pytestmark = pytest.mark.e2e
-
-
-def _create_order(stack, no: str, amount_cent: int = 506) -> None:
-    body = json.dumps({"mchid": MCHID, "out_trade_no": no, "amount_cent": amount_cent, "description": "t"})
-    url = stack.api_url + "/orders"  # signed as the merchant backend signs (R53, tally_local/sigv4.py)
-    status, _, answer = http("POST", url, body.encode(), signed_headers("POST", url, body.encode(), {}))
-    assert status == 201, answer
-
-
-def unbooked_payment(stack, no: str) -> str:
-    """A payment the worker cannot book (the channel says 0.05 yuan, the order 5.06): it goes to a person."""
-    from tally import bootstrap
-
-    _create_order(stack, no)
-    status, answer = sim_post(stack, "/_sim/pay", {"mchid": MCHID, "out_trade_no": no, "amount_total": 5})
-    assert status == 200, answer
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        stack.drain(5)
-        found = [i for i in bootstrap.work_queue().list() if i.get("order") == no]
-        if found:
-            return found[0]["id"]
-        time.sleep(0.1)
-    raise AssertionError(f"{no} never reached the manual queue")
 
 
 def rejected_callback(stack, body: str, nonce: str) -> None:
@@ -384,7 +359,7 @@ def test_every_page_answers_its_question_for_a_viewer(stack, new_page):
     from tally.console.data import today_cst
 
     day = today_cst(time.time()).isoformat()
-    _create_order(stack, "CONSOLE0100", 1234)
+    create_order(stack, "CONSOLE0100", 1234)
     sim_post(stack, "/_sim/pay", {"mchid": MCHID, "out_trade_no": "CONSOLE0100"})
     stack.drain(10)
     run = bootstrap.recon_service().run("wechatpay", MCHID, day)

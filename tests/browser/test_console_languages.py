@@ -12,7 +12,7 @@ import urllib.parse
 import pytest
 
 from tests.browser.conftest import shot, sign_in, sim_post
-from tests.browser.test_console_browser import MCHID, _create_order, unbooked_payment
+from tests.browser.helpers import MCHID, create_order, unbooked_payment
 
 pytestmark = pytest.mark.e2e
 
@@ -141,7 +141,7 @@ def test_the_settings_page_keeps_the_person_s_language_over_the_browser_s(stack,
 
 
 def test_an_amount_over_a_thousand_reads_grouped_with_the_yuan_sign(stack, new_page):
-    _create_order(stack, "zhamount-0002", 123456)
+    create_order(stack, "zhamount-0002", 123456)
     sim_post(stack, "/_sim/pay", {"mchid": MCHID, "out_trade_no": "zhamount-0002"})
     stack.drain(10)
     page = sign_in(new_page(locale="zh-CN"), stack, "operator")
