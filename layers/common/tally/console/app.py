@@ -22,6 +22,7 @@ from tally.console import actions, data, lang
 from tally.console.auth import Identity, as_now, csrf_ok, csrf_token, identity
 from tally.console.web import Request, Response, link, redirect
 from tally.i18n.words import Words
+from tally.i18n.words import cst as words_cst
 from tally.observability import M, count, logger
 
 HERE = Path(__file__).resolve().parent
@@ -38,7 +39,22 @@ LANGUAGE_NAMES = {
     "zh-CN": "简体中文",
     "en": "English",
 }  # each in its own language, as language menus show them
-_env.globals.update(link=link, yuan=data.yuan, cst=data.cst, BUCKETS=data.BUCKETS, ACTIONS=actions.ACTIONS)
+
+
+def fact(key: Any, value: Any) -> str:
+    """A stored value as a page shows it, even behind a details toggle: "—" for nothing, a time (ISO or epoch
+    seconds, as `expire_at` is stored) in Asia/Shanghai, anything else as its text."""
+    if value is None or value == "":
+        return "—"
+    name = str(key)
+    if name.endswith(("_at", "_due")) or "expire" in name:
+        return words_cst(value) or str(value)
+    return str(value)
+
+
+_env.globals.update(
+    link=link, yuan=data.yuan, cst=data.cst, fact=fact, BUCKETS=data.BUCKETS, ACTIONS=actions.ACTIONS
+)
 _env.globals["live_incidents"] = lambda: incident_rows(
     live_only=True
 )  # the Morning page's block (docs/alerts.md)

@@ -1,6 +1,6 @@
 """What the pages show, read from the services the CLI uses (one way to do each thing).
 
-Every value a person reads is prepared here: amounts in yuan (format_cents), times in Asia/Shanghai,
+Every value a person reads is prepared here: amounts as ¥1,234.56 (i18n/words.py), times in Asia/Shanghai,
 ages in words. Pages never see a secret: merchant rows are reduced to public fields, callback bodies and
 headers are shown as the text they are (escaped by the templates), secrets and ciphertext never leave.
 """
@@ -16,17 +16,15 @@ from typing import Any
 from tally import bootstrap
 from tally.channels import registry as channel_registry
 from tally.domain.clock import CHINA
-from tally.domain.money import format_cents
+from tally.i18n.words import money
 from tally.service.shown import scrub as shown_scrub
 
 BUCKETS = ("< 1 h", "1–24 h", "1–7 d", "> 7 d")
 
 
 def yuan(cents: Any) -> str:
-    """An amount as the console writes every amount: ¥1,234.56 (one format on every page)."""
-    if cents is None or cents == "":
-        return ""
-    return "¥" + format_cents(int(cents), grouped=True)
+    """An amount as the console writes every amount: ¥1,234.56 (one format on every page, i18n/words.py)."""
+    return money(cents)
 
 
 def cst(iso: Any) -> str:

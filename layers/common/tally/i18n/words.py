@@ -418,9 +418,7 @@ class Words:
 
     def money(self, cents: Any) -> str:
         """¥1,234.56 (domain/money.format_cents, grouped); empty for an amount not known."""
-        if cents is None or cents == "":
-            return ""
-        return "¥" + format_cents(int(cents), grouped=True)
+        return money(cents)
 
     def age(self, seconds: Any) -> str:
         """One unit style: minutes under an hour, hours and minutes under a day, then days and hours."""
@@ -453,6 +451,14 @@ class Words:
         if short < 0:
             return self._("expected %(expected)s, arrived %(landed)s, over by %(short)s") % values
         return self._("expected %(expected)s, arrived %(landed)s") % values
+
+
+def money(cents: Any) -> str:
+    """An amount as every console page writes it: ¥1,234.56, -¥5.01; empty for an amount not known."""
+    if cents is None or cents == "":
+        return ""
+    amount = int(cents)
+    return ("-" if amount < 0 else "") + "¥" + format_cents(abs(amount), grouped=True)
 
 
 def cst(value: Any) -> str:
