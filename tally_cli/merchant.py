@@ -46,7 +46,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_target(wx)
     _no_check(wx)
     merchant_settlement.flags(wx)  # R45
-    wx.set_defaults(run=merchant_add)
+    _name_flag(wx)
+    wx.set_defaults(run=_named(merchant_add, "wechatpay", "mchid"))
 
     ali = add.add_parser(
         "alipay", help="Alipay (public-key or certificate mode, or app_auth_token sub-merchant)"
@@ -68,7 +69,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_target(ali)
     _no_check(ali)
     merchant_settlement.flags(ali)  # R45
-    ali.set_defaults(run=merchant_add_alipay)
+    _name_flag(ali)
+    ali.set_defaults(run=_named(merchant_add_alipay, "alipay", "app_id"))
 
     v2 = add.add_parser("wechatpay-v2", help="WeChat Pay API v2 (legacy XML callbacks)")
     v2.add_argument("--mchid", required=True)
@@ -88,7 +90,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_target(v2)
     _no_check(v2)
     merchant_settlement.flags(v2)  # R45
-    v2.set_defaults(run=merchant_add_v2)
+    _name_flag(v2)
+    v2.set_defaults(run=_named(merchant_add_v2, "wechatpay-v2", "mchid"))
 
     cert = merchant.add_parser("add-cert", help="rotation: add Alipay's new certificate next to the old ones")
     cert.add_argument("channel", choices=["alipay"])
@@ -116,6 +119,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_target(check)
     check.set_defaults(run=merchant_check)
+    named = merchant.add_parser("set", help="set a merchant's display name (what people call it)")
+    named.add_argument("channel", choices=[c.route for c in channel_registry.all_channels()])
+    named.add_argument("merchant_id", help="mchid or Alipay app_id")
+    _name_flag(named, required=True)
+    add_target(named)
+    named.set_defaults(run=merchant_set)
     merchant_settlement.register(merchant)  # update, show (R45)
     principals.register(merchant)  # allow, disallow, principals (R53)
 
@@ -347,3 +356,41 @@ def render_merchants(rows: list[dict[str, Any]]) -> str:
             f"{r['key_mode'] or '-':<11} {expiry}"
         )
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ display names
+
+
+def _name_flag(parser: argparse.ArgumentParser, required: bool = False) -> None:
+    parser.add_argument(
+        "--name", required=required, help="the merchant's display name, shown next to its id in the console"
+    )
+
+
+def _named(add: Any, route: str, id_flag: str) -> Any:
+    """`merchant add … --name NAME`: the add, then the name stored on the merchant's row."""
+
+    def run(args: argparse.Namespace) -> int:
+        done = int(add(args))
+        if done == 0 and args.name:
+            _store_name(route, getattr(args, id_flag), args.name)
+        return done
+
+    return run
+
+
+def merchant_set(args: argparse.Namespace) -> int:
+    connect(args)
+    _store_name(args.channel, args.merchant_id, args.name)
+    print(f"merchant {args.channel}/{args.merchant_id}: {args.name.strip()}")
+    return 0
+
+
+def _store_name(route: str, merchant_id: str, name: str) -> None:
+    from tally import bootstrap
+    from tally.store.tables import MerchantStore
+
+    found = channel_registry.find(lambda c: c.route == route)
+    if found is None or not name.strip():
+        raise ValueError("give a channel and a non-empty --name")
+    MerchantStore(bootstrap.tables()).set_name(found.merchant_kind, merchant_id, name)

@@ -398,7 +398,11 @@ def _console(h, method, who_groups, form=None, query=None, page="webhooks"):
         "rawPath": f"/console/{page}",
         "pathParameters": {"page": page},
         "queryStringParameters": query or {},
-        "headers": {"content-type": "application/x-www-form-urlencoded", "host": "console.example"},
+        "headers": {
+            "content-type": "application/x-www-form-urlencoded",
+            "host": "console.example",
+            "accept-language": "en",
+        },
         "requestContext": context,
         "body": body,
         "isBase64Encoded": False,
@@ -424,7 +428,7 @@ def test_an_operator_adds_an_endpoint_and_resends_from_the_console_a_count_first
     assert _console(h, "POST", "[viewers]", resend)[0] == 403  # a viewer acts on nothing
     assert _console(h, "POST", "[operators]", {"action": "resume", "endpoint": ep["endpoint_id"]})[0] == 200
     status, page = _console(h, "POST", "[operators]", resend)
-    assert status == 200 and "1 event(s)" in page and "would be resent" in page
+    assert status == 200 and "1 event would be resent" in page
     deliver(h)
     assert received(h) == []  # the count came first: nothing sent yet
     digest = bootstrap.webhook_resender().range(

@@ -417,6 +417,11 @@ class MerchantStore:
         return self.t.get(self.t.merchants, f"{channel}#{merchant_id}")
 
     def put(self, row: dict[str, Any]) -> None:
+        """A merchant row, written whole; a display name given before (`--name`) is kept when it carries none."""
+        if not row.get("display_name") and row.get("pk"):
+            kept = (self.t.get(self.t.merchants, str(row["pk"])) or {}).get("display_name")
+            if kept:
+                row = {**row, "display_name": kept}
         self.t.ddb.put_item(TableName=self.t.merchants, Item=to_item(row))
 
     def set_readiness(
@@ -459,6 +464,33 @@ class MerchantStore:
             found += [from_item(item) for item in answer.get("Items", [])]
             if "LastEvaluatedKey" not in answer:
                 return sorted(found, key=lambda row: row["principal"])
+            kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
+
+    def set_name(self, channel: str, merchant_id: str, name: str) -> None:
+        """The merchant's display name (`tally merchant add/set --name`): what people call it, shown next to
+        its id. An absent row is not created (ConditionalCheckFailed propagates)."""
+        self.t.ddb.update_item(
+            TableName=self.t.merchants,
+            Key=to_item({"pk": f"{channel}#{merchant_id}"}),
+            UpdateExpression="SET display_name = :name",
+            ConditionExpression="attribute_exists(pk)",
+            ExpressionAttributeValues=names_values(name=name.strip()[:80]),
+        )
+
+    def names(self) -> dict[str, str]:
+        """Merchant id -> display name, for the merchants that have one (one paged scan, like `configured`)."""
+        found: dict[str, str] = {}
+        kwargs: dict[str, Any] = {
+            "TableName": self.t.merchants,
+            "ProjectionExpression": "mchid, display_name",
+        }
+        while True:
+            answer = self.t.ddb.scan(**kwargs)
+            for row in map(from_item, answer.get("Items", [])):
+                if row and row.get("mchid") and row.get("display_name"):
+                    found[str(row["mchid"])] = str(row["display_name"])
+            if "LastEvaluatedKey" not in answer:
+                return found
             kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
 
     def configured(self) -> list[tuple[str, str]]:
