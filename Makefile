@@ -85,7 +85,7 @@ docs-picture:
 	@command -v dot >/dev/null || { echo "graphviz is missing: sudo apt-get install -y graphviz" >&2; exit 1; }
 	dot -Tsvg docs/architecture.dot -o docs/architecture.svg
 
-# make i18n: the catalogues (README "Language"), two gettext domains: `tally` (the console and the reasons every
+# make i18n: the catalogues (docs/language.md), two gettext domains: `tally` (the console and the reasons every
 # surface shares: Python + the console's Jinja2 templates, babel.cfg) and `tally_cli` (the CLI's own sentences,
 # babel_cli.cfg). Extract each into its .pot, merge it into each language's .po, compile the .mo files
 # (committed: the Lambda layer needs no build step). tests/unit/test_i18n_catalogues.py and

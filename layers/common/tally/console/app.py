@@ -441,7 +441,7 @@ PAGES: dict[str, Callable[[Request, Identity], Response]] = {
 
 
 def settings_page(request: Request, who: Identity, message: str = "", status: int = 200) -> Response:
-    """The person's own settings: the console's language (Cognito `locale`, README "Language")."""
+    """The person's own settings: the console's language (Cognito `locale`, docs/language.md)."""
     return render(
         "settings.html",
         who,
