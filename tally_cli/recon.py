@@ -12,7 +12,7 @@ from typing import Any
 
 from tally.channels import registry as channel_registry
 
-from tally_cli.common import add_json, add_target, connect, emit, parse_date
+from tally_cli.common import UsageError, add_json, add_target, connect, emit, parse_date
 from tally_cli.speak import _, money, pad, when, words
 
 CHANNELS = list(channel_registry.reconciled())  # the stored channels with bills: wechatpay, alipay
@@ -30,9 +30,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="ACTION"
     )
 
-    def day(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--channel", required=True, choices=CHANNELS, type=stored_channel)
-        p.add_argument("--mchid", required=True, help=_("merchant id (Alipay: app_id)"))
+    def day(p: argparse.ArgumentParser, every_merchant: bool = False) -> None:
+        p.add_argument("--channel", required=not every_merchant, choices=CHANNELS, type=stored_channel)
+        p.add_argument(
+            "--mchid",
+            required=not every_merchant,
+            help=_("merchant id (Alipay: app_id)")
+            + (_("; without --channel and --mchid: every merchant") if every_merchant else ""),
+        )
         p.add_argument(
             "--date",
             help=_(
@@ -50,7 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.set_defaults(run=recon_run)
 
     show = recon.add_parser("show", help=_("the day's runs, diffs and a link to the latest report"))
-    day(show)
+    day(show, every_merchant=True)
     add_json(show)
     show.set_defaults(run=recon_show)
 
@@ -121,12 +126,45 @@ def recon_run(args: argparse.Namespace) -> int:
 
 
 def recon_show(args: argparse.Namespace) -> int:
-    view = _service(args).show(args.channel, args.mchid, args.date)
-    if args.json:
-        emit(view, "", args)
+    if bool(args.channel) != bool(args.mchid):
+        raise UsageError(_("give --channel and --mchid together, or neither for every merchant"))
+    service = _service(args)
+    if args.channel:
+        view = service.show(args.channel, args.mchid, args.date)
+        if args.json:
+            emit(view, "", args)
+            return 0
+        print(render_show(view))
         return 0
-    print(render_show(view))
+    views = [
+        {"channel": channel, "mchid": mchid, **service.show(channel, mchid, args.date)}
+        for channel, mchid in reconciled_merchants()
+    ]
+    emit({"date": args.date, "merchants": views}, lambda: render_every_merchant(args.date, views), args)
     return 0
+
+
+def reconciled_merchants() -> list[tuple[str, str]]:
+    """(stored channel, merchant id) of every configured merchant whose channel has bills, once each (a WeChat
+    Pay v2 merchant reconciles in the WeChat bill); the heartbeat's synthetic merchant left out (R54)."""
+    from tally import bootstrap
+    from tally.store.tables import MerchantStore
+
+    hidden = bootstrap.settings().heartbeat_mchid
+    pairs = []
+    for kind, mchid in MerchantStore(bootstrap.tables()).configured():
+        owner = channel_registry.by_merchant_kind(kind)
+        if owner is not None and owner.reconciled and mchid != hidden:
+            pairs.append((owner.stored, mchid))
+    return list(dict.fromkeys(pairs))
+
+
+def render_every_merchant(day: str, views: list[dict[str, Any]]) -> str:
+    if not views:
+        return _("%(day)s: no merchant is configured") % {"day": day}
+    w = words()
+    blocks = [f"{w.channel(v['channel'])} {v['mchid']}\n" + render_show(v) for v in views]
+    return "\n\n".join(blocks)
 
 
 def render_show(view: dict[str, Any]) -> str:
