@@ -94,6 +94,7 @@ def render_day(view: dict[str, Any], csv_path: pathlib.Path | None = None) -> st
         (_("refunds"), 16, rpad),
         (_("reversals"), 12, rpad),
         (_("fees"), 14, rpad),
+        (_("fees back"), 12, rpad),
         (_("net"), 14, rpad),
     ]
     lines = [head, "  " + " ".join(fit(title, n) for title, n, fit in columns) + "  " + _("recon")]
@@ -110,6 +111,7 @@ def render_day(view: dict[str, Any], csv_path: pathlib.Path | None = None) -> st
             f"{r['refunds']} × {money(r['refund_cent'])}",
             money(r["reversal_cent"]),
             fees,
+            money(r["fee_returned_cent"]),
             money(r["net_cent"]),
         ]
         lines.append(

@@ -59,6 +59,7 @@ def views_of(h, capsys, tmp_path, channel: str, mchid: str, day: str) -> dict[st
     assert main(["ledger", "day", day, "--merchant", mchid, "--csv", str(table), "--local"]) == 0
     text = capsys.readouterr().out
     assert row["net_yuan"] in text and Words(speaker("en")).landing(row) in text
+    assert "fees back" in text  # every term of the net has its column, so the table adds up (R49)
     (line,) = [
         r
         for r in csv.DictReader(io.StringIO(table.read_text(encoding="utf-8").lstrip("\ufeff")))
