@@ -136,11 +136,15 @@ def test_a_missing_echo_is_one_case_and_the_gauge_its_alarm_watches(h, sim, door
     gauge = [v for n, v, _ in h.series_log if n == "HeartbeatEchoAge"]
     assert max(gauge) == 240
     sim.echo_callbacks = True
-    beat.beat()
-    ((headers, body),) = wait_for(lambda: door.echoes(mchid))
-    assert h.notify(mchid, headers, body)["statusCode"] in (200, 204)
-    beat.now[0] += 60
-    assert beat.beat()["echo_age_s"] == 0
+    from tally_local.simulator import kernel
+
+    # the channel's clock where ours was moved (five minutes on): its signatures are inside the 300 s window
+    with kernel.days_behind(-(beat.now[0] - time.time()) / 86400):
+        beat.beat()
+        ((headers, body),) = wait_for(lambda: door.echoes(mchid))
+        assert h.notify(mchid, headers, body)["statusCode"] in (200, 204)
+        beat.now[0] += 60
+        assert beat.beat()["echo_age_s"] == 0
 
 
 def test_an_echo_call_the_channel_refuses_is_missing_like_one_that_never_came_back(h, sim, door, beat):
