@@ -102,7 +102,11 @@ def card(change: str, incident: dict[str, Any], lang: str, console_url: str) -> 
     )
     cause = str(incident.get("cause") or incident.get("kind") or "")
     # what happened, as the queue words it for a person; the grouping cause (numbers made N) stays for engineers
-    what = Words(speaker(normalise(lang))).case(str(incident.get("kind") or "")).title if incident.get("kind") else cause
+    what = (
+        Words(speaker(normalise(lang))).case(str(incident.get("kind") or "")).title
+        if incident.get("kind")
+        else cause
+    )
     headline = words[change]
     if change == "resolved" and incident.get("resolved_why") in RESOLVED_WHY:
         headline += RESOLVED_WHY[str(incident["resolved_why"])][0 if zh else 1]

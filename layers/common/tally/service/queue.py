@@ -813,10 +813,12 @@ class WorkQueue:
         for item in items:
             if item["kind"] in CASE_KINDS and item.get("order") and item.get("merchant"):
                 groups[(str(item["merchant"]), str(item["order"]))].append(item)
+            elif _day_money(item):  # a merchant-day's settlement legs: one gap in where its money landed
+                groups[(str(item["merchant"]), f"day {item['bill_date']}")].append(item)
             else:
                 out.append(_with_codes(item, [item]))
         for parts in groups.values():
-            parts.sort(key=lambda i: (str(i["since"] or ""), i["id"]))
+            parts.sort(key=_lead_first)
             parts += self._linked_tasks(parts)
             out.append(_as_case(parts))
         return out
@@ -1232,6 +1234,25 @@ def _with_codes(item: dict[str, Any], parts: List[dict[str, Any]]) -> dict[str, 
         codes["close-task"] = list(TASK_CODES)
     item["codes"] = codes
     return item
+
+
+def _lead_first(item: dict[str, Any]) -> tuple[str, bool, str]:
+    """A case's parts, its lead first: the oldest; of a merchant-day's legs opened together, the settlement (the
+    money that did not land) before its fee or refund legs."""
+    leg = str(item["id"]).rsplit("/", 1)[-1]
+    return (str(item["since"] or ""), not leg.startswith("SETTLEMENT#"), str(item["id"]))
+
+
+def _day_money(item: dict[str, Any]) -> bool:
+    """A settlement difference of a merchant-day (R45: trade bill or fund flow against the ledger, no order of its
+    own): the legs of one day (settlement, fee, refund) are one case, as one missing credit moves more than one."""
+    return (
+        item["kind"] == "recon-diff"
+        and item.get("cls") == "SETTLEMENT_DIFFERS"
+        and not item.get("order")
+        and bool(item.get("merchant"))
+        and bool(item.get("bill_date"))
+    )
 
 
 def _as_case(parts: List[dict[str, Any]]) -> dict[str, Any]:
