@@ -217,3 +217,25 @@ def test_r48_a_merchant_days_settlement_legs_are_one_case_and_one_decision_close
     )
     assert all(d["handle_status"] == "RESOLVED" for d in fund_diffs(svc, m["mchid"]).values())
     assert [i for i in bootstrap.work_queue().list() if i.get("merchant") == m["mchid"]] == []
+
+
+def test_r49_a_trade_bill_leg_says_how_far_bill_and_ledger_are_apart_not_the_bills_figure(
+    h, svc, m, monkeypatch
+):
+    """#30 item 4: a settlement difference shows the gap. A payment the channel took and the ledger never booked
+    puts the trade bill's day 0.77 above the ledger: the leg's item says 0.77, not the bill's 37.26."""
+    from tally import bootstrap
+
+    a_day(h, svc, m["mchid"])
+    pay(h, m["mchid"], 77, f"{D}T15:00:00+08:00", deliver=False)
+    assert svc.run("wechatpay", m["mchid"], D)["status"] == "DIFFS"  # the row: CHANNEL_ONLY
+    monkeypatch.setattr(svc, "clock", lambda: dt.datetime(2024, 5, 4, 10, 30, tzinfo=CST).timestamp())
+    svc.fund_flow("wechatpay", m["mchid"], D)
+    legs = [
+        part
+        for item in bootstrap.work_queue().list()
+        if item.get("merchant") == m["mchid"]
+        for part in item.get("parts") or [item]
+        if "TRADE_SETTLEMENT#" in part["id"]
+    ]
+    assert [leg["amount_cent"] for leg in legs] == [77], legs

@@ -1030,6 +1030,11 @@ class WorkQueue:
         amount = row.get("channel_amount_cent")
         amount = row.get("local_amount_cent") if amount is None else amount
         amount = row.get("gap_cent", amount)  # a settlement difference: the gap, not the channel's figure
+        theirs, mine = row.get("channel_amount_cent"), row.get("local_amount_cent")
+        if "gap_cent" not in row and row.get("cls") == "SETTLEMENT_DIFFERS" and None not in (theirs, mine):
+            amount = abs(
+                int(theirs) - int(mine)
+            )  # a trade-bill leg: how far the bill and the ledger are apart
         return _item(
             row,
             f"diff-{row['pk']}/{row['sk']}",
