@@ -219,23 +219,38 @@ def test_r48_a_merchant_days_settlement_legs_are_one_case_and_one_decision_close
     assert [i for i in bootstrap.work_queue().list() if i.get("merchant") == m["mchid"]] == []
 
 
-def test_r49_a_trade_bill_leg_says_how_far_bill_and_ledger_are_apart_not_the_bills_figure(
-    h, svc, m, monkeypatch
-):
-    """#30 item 4: a settlement difference shows the gap. A payment the channel took and the ledger never booked
-    puts the trade bill's day 0.77 above the ledger: the leg's item says 0.77, not the bill's 37.26."""
+def test_r48_a_trade_bill_leg_its_own_rows_explain_is_no_second_case(h, svc, m, monkeypatch):
+    """A payment the channel took and the ledger never booked puts the trade bill's day 0.77 above the ledger:
+    that is the CHANNEL_ONLY row's money, already a case. The day's verdict still says the trade bill differs,
+    but no TRADE_SETTLEMENT difference opens for the same 0.77 (R48: one problem, one item)."""
     from tally import bootstrap
 
     a_day(h, svc, m["mchid"])
     pay(h, m["mchid"], 77, f"{D}T15:00:00+08:00", deliver=False)
     assert svc.run("wechatpay", m["mchid"], D)["status"] == "DIFFS"  # the row: CHANNEL_ONLY
     monkeypatch.setattr(svc, "clock", lambda: dt.datetime(2024, 5, 4, 10, 30, tzinfo=CST).timestamp())
-    svc.fund_flow("wechatpay", m["mchid"], D)
-    legs = [
-        part
-        for item in bootstrap.work_queue().list()
-        if item.get("merchant") == m["mchid"]
-        for part in item.get("parts") or [item]
-        if "TRADE_SETTLEMENT#" in part["id"]
-    ]
-    assert [leg["amount_cent"] for leg in legs] == [77], legs
+    run = svc.fund_flow("wechatpay", m["mchid"], D)
+    assert run["fund_verdict"] in ("TRADE_DIFFERS", "FUND_DIFFERS"), run
+    assert not [sk for sk in fund_diffs(svc, m["mchid"]) if sk.startswith("TRADE_")]
+    cases = [i for i in bootstrap.work_queue().list() if i.get("merchant") == m["mchid"]]
+    assert [c.get("cls") for c in cases if c["kind"] == "recon-diff"].count("CHANNEL_ONLY") == 1
+
+
+def test_r49_a_trade_bill_legs_item_says_how_far_bill_and_ledger_are_apart_not_the_bills_figure(h):
+    """#30 item 4 for a trade-bill leg rows do not explain: the item's amount is the gap (0.77), not the bill's
+    day total (37.26)."""
+    from tally import bootstrap
+
+    row = {
+        "pk": "wechatpay#1900000109#2024-05-01",
+        "sk": "TRADE_SETTLEMENT#1900000109#2024-05-01",
+        "cls": "SETTLEMENT_DIFFERS",
+        "item": "TRADE_SETTLEMENT",
+        "channel": "wechatpay",
+        "mchid": "1900000109",
+        "bill_date": D,
+        "channel_amount_cent": 3726,
+        "local_amount_cent": 3649,
+        "handle_status": "OPEN",
+    }
+    assert bootstrap.work_queue()._diff_item(row)["amount_cent"] == 77

@@ -1033,8 +1033,8 @@ class WorkQueue:
         theirs, mine = row.get("channel_amount_cent"), row.get("local_amount_cent")
         if "gap_cent" not in row and row.get("cls") == "SETTLEMENT_DIFFERS" and None not in (theirs, mine):
             amount = abs(
-                int(theirs) - int(mine)
-            )  # a trade-bill leg: how far the bill and the ledger are apart
+                int(theirs or 0) - int(mine or 0)
+            )  # a trade-bill leg: how far bill and ledger are apart
         return _item(
             row,
             f"diff-{row['pk']}/{row['sk']}",
