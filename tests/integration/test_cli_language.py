@@ -106,6 +106,10 @@ def test_the_morning_flow_reads_chinese_with_tally_lang_zh(day, capsys, monkeypa
     assert f"是{zh.channel('wechatpay')}商户 {day['mchid']} 的订单 {day['otn']} 的商户订单号" in said["find"]
     assert "时间为北京时间" in said["find"]
 
+    assert re.search(
+        r"^渠道 +编号 +模式 +服务商 +密钥模式 +证书到期$", tally(capsys, "merchant", "list"), re.M
+    )
+
     for name in ("pending", "list", "show", "ledger", "recon"):
         assert not RAW.search(said[name]), (name, RAW.search(said[name]), said[name])
         for english in ("waiting for a person", "amount:", "next:", "bill date", "differences:", "no runs"):
