@@ -37,6 +37,7 @@ def pending(args: argparse.Namespace) -> int:
         report["heartbeat_age_s"] = (
             bootstrap.heartbeat_age_s()
         )  # the synthetic payment (service/heartbeat.py)
+        report["heartbeat_echo"] = bootstrap.heartbeat_echo_status()  # the channel's security echo, per path
         report["incidents"] = alerts.live_incidents()  # above the cases (docs/alerts.md)
     print(json.dumps(report, ensure_ascii=False, indent=2) if args.json else render(report))
     return OVERDUE_EXIT if report["pending_over_10m"] or report["manual_over_24h"] else 0
@@ -102,4 +103,22 @@ def render(report: dict[str, Any]) -> str:
             _("heartbeat: last synthetic payment booked %(age)s ago (alarm at 3 min)")
             % {"age": w.age(report["heartbeat_age_s"])}
         )
+    lines += [_echo_line(w, echo) for echo in report.get("heartbeat_echo") or []]
     return "\n".join(lines)
+
+
+def _echo_line(w: Any, echo: dict[str, Any]) -> str:
+    """One echo path: the channel's test callback to a merchant's notify address, last back or missing."""
+    route, _slash, mchid = echo["path"].partition("/")
+    where = {"channel": w.channel(route), "mchid": mchid}
+    if echo["missing"]:
+        return _("echo %(channel)s %(mchid)s: none back for %(age)s: a case is open (alarm at 3 min)") % {
+            **where,
+            "age": w.age(echo["waiting_s"]),
+        }
+    if echo["last_echo_age_s"] is None:
+        return _("echo %(channel)s %(mchid)s: none back yet") % where
+    return _("echo %(channel)s %(mchid)s: last back %(age)s ago") % {
+        **where,
+        "age": w.age(echo["last_echo_age_s"]),
+    }

@@ -123,6 +123,14 @@ def test_a_missing_echo_is_one_case_and_the_gauge_its_alarm_watches(h, sim, door
         beat.now[0] += 60
     assert ages == [0, 60, 120, 180, 240]
     assert ECHO_WINDOW_S == 180
+    path = f"wechatpay/{mchid}"
+    assert beat.echo_status() == [{"path": path, "last_echo_age_s": None, "waiting_s": 300, "missing": True}]
+    from tally_cli.pending import _echo_line
+    from tally_cli.speak import words
+
+    assert _echo_line(words(), beat.echo_status()[0]) == (
+        f"echo WeChat Pay v3 {mchid}: none back for 5 min: a case is open (alarm at 3 min)"
+    )
     (case,) = echo_cases(h)
     assert case["mchid"] == mchid and f"/notify/wechatpay/{mchid}" in case["reason"]
     assert "expires_at" not in case  # R51: an open item has no lifetime
@@ -145,6 +153,8 @@ def test_a_missing_echo_is_one_case_and_the_gauge_its_alarm_watches(h, sim, door
         assert h.notify(mchid, headers, body)["statusCode"] in (200, 204)
         beat.now[0] += 60
         assert beat.beat()["echo_age_s"] == 0
+        (back,) = beat.echo_status()  # `tally pending`: the last echo's age, nothing waiting
+        assert back["last_echo_age_s"] is not None and back["waiting_s"] == 0 and not back["missing"]
 
 
 def test_an_echo_call_the_channel_refuses_is_missing_like_one_that_never_came_back(h, sim, door, beat):

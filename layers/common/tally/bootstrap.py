@@ -313,6 +313,11 @@ def heartbeat_age_s() -> int:
     return heartbeat().age_s()
 
 
+def heartbeat_echo_status() -> list[dict[str, Any]]:
+    """Each echo path's last echo and unanswered wait (`tally pending`)."""
+    return heartbeat().echo_status()
+
+
 def republisher() -> Republisher:
     """`tally outbox republish` (docs/runbook.md OutboxDLQAlarm)."""
     from tally.service.outbox import Republisher

@@ -222,6 +222,27 @@ class Heartbeat:
                 "heartbeat echo missing: case opened", extra={"route": route, "mchid": mchid, "age_s": age}
             )
 
+    def echo_status(self) -> list[dict[str, Any]]:
+        """Each configured echo path as `tally pending` shows it: seconds since its last echo arrived (None: never)
+        seconds an unanswered ask has waited (0: nothing waits) and whether that is past ECHO_WINDOW_S (a case is open)."""
+        if self.events is None:
+            return []
+        now = self.clock()
+        status = []
+        for path in self.echo:
+            route, _, mchid = path.partition("/")
+            row = self.events.echo_row(route, mchid) or {}
+            arrived, waiting = row.get("arrived_s"), row.get("waiting_since")
+            status.append(
+                {
+                    "path": path,
+                    "last_echo_age_s": None if arrived is None else max(int(now - int(arrived)), 0),
+                    "waiting_s": 0 if waiting is None else max(int(now - int(waiting)), 0),
+                }
+            )
+            status[-1]["missing"] = status[-1]["waiting_s"] >= ECHO_WINDOW_S  # its case is open
+        return status
+
     def age_s(self) -> int:
         """Seconds since the newest booked beat was sent (see the module docstring)."""
         now = self.clock()
