@@ -233,14 +233,15 @@ class Heartbeat:
             route, _, mchid = path.partition("/")
             row = self.events.echo_row(route, mchid) or {}
             arrived, waiting = row.get("arrived_s"), row.get("waiting_since")
+            waiting_s = 0 if waiting is None else max(int(now - int(waiting)), 0)
             status.append(
                 {
                     "path": path,
                     "last_echo_age_s": None if arrived is None else max(int(now - int(arrived)), 0),
-                    "waiting_s": 0 if waiting is None else max(int(now - int(waiting)), 0),
+                    "waiting_s": waiting_s,
+                    "missing": waiting_s >= ECHO_WINDOW_S,  # its case is open
                 }
             )
-            status[-1]["missing"] = status[-1]["waiting_s"] >= ECHO_WINDOW_S  # its case is open
         return status
 
     def age_s(self) -> int:
