@@ -6,7 +6,6 @@ import hashlib
 from dataclasses import replace
 
 import pytest
-
 from tally.domain import journal as j
 
 

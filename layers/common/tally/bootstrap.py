@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # the real return types; the imports themselves stay lazy (co
     from tally.service.heartbeat import Heartbeat
     from tally.service.incidents import IncidentService
     from tally.service.ingest import IngestService
+    from tally.service.journal import DecisionJournal
     from tally.service.keys import KeyRotationService
     from tally.service.ledger_day import LedgerDayService
     from tally.service.manual import ManualQueue
@@ -193,7 +194,21 @@ def apply_service() -> ApplyService:
         clock=_clock,
         max_not_found_attempts=settings().order_not_found_max_attempts,
         synthetic_mchid=settings().heartbeat_mchid,
+        journal=decision_journal(),
     )
+
+
+def decision_journal() -> DecisionJournal | None:
+    """The decision journal (docs/audit.md), None where the stack has no journal table (JOURNAL_TABLE unset)."""
+    from tally.service.journal import DecisionJournal
+    from tally.store.journal import JournalStore
+
+    s = settings()
+    if not s.journal_table:
+        return None
+    t = tables()
+    logical = {t.ledger: "ledger", t.transitions: "transitions", s.refunds_table: "refunds"}
+    return DecisionJournal(JournalStore(t.ddb, s.journal_table), logical, clock=_clock)
 
 
 @cache

@@ -180,7 +180,9 @@ def day_order(entries: Iterable[Entry]) -> list[Entry]:
 # ------------------------------------------------------------------------------------------------ seal
 
 
-def seal_payload(merchant: str, day: str, entries: Iterable[Entry], *, sealed_at: str, key_id: str) -> dict[str, Any]:
+def seal_payload(
+    merchant: str, day: str, entries: Iterable[Entry], *, sealed_at: str, key_id: str
+) -> dict[str, Any]:
     """What is signed for one merchant's day: every chain's head, the count and the Merkle root."""
     ordered = day_order(entries)
     heads: dict[str, Entry] = {}
@@ -264,8 +266,10 @@ def verify_seal(payload: Mapping[str, Any], entries: Sequence[Entry]) -> Finding
                 return Finding(f"{chain}/{c['seq'] + 1}", "record appended after the seal")
             if mine.seq == c["seq"]:
                 return Finding(f"{chain}/{c['seq']}", "differs from the sealed head (rewritten)")
-            return Finding(f"{chain}/{c['seq']}", f"sealed head is seq {c['seq']}, the journal ends at {mine.seq}")
-    for chain, e in sorted(heads.items()):
+            return Finding(
+                f"{chain}/{c['seq']}", f"sealed head is seq {c['seq']}, the journal ends at {mine.seq}"
+            )
+    for chain in sorted(heads):
         if chain not in sealed:
             return Finding(f"{chain}/1", "chain not in the seal")
     if payload.get("records") != len(ordered):
@@ -288,7 +292,8 @@ def verify_refs(entry: Entry, rows: Mapping[tuple[str, str], Mapping[str, Any] |
         for name, value in sorted(ref["fields"].items()):
             if row.get(name) != value:
                 return Finding(
-                    entry.name, f"{ref['table']} row {ref['key']}: {name} is {row.get(name)!r}, journaled {value!r}"
+                    entry.name,
+                    f"{ref['table']} row {ref['key']}: {name} is {row.get(name)!r}, journaled {value!r}",
                 )
     return None
 
@@ -300,5 +305,7 @@ def verify_evidence(entry: Entry, objects: Mapping[str, bytes | None]) -> Findin
         if data is None:
             return Finding(entry.name, f"evidence {ev['kind']} {ev['sha256'][:12]}… is missing")
         if sha256_hex(data) != ev["sha256"]:
-            return Finding(entry.name, f"evidence {ev['kind']} {ev['sha256'][:12]}… does not hash to its name")
+            return Finding(
+                entry.name, f"evidence {ev['kind']} {ev['sha256'][:12]}… does not hash to its name"
+            )
     return None
