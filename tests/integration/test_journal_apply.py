@@ -113,3 +113,27 @@ def test_a_cancelled_booking_appends_nothing(h, merchant):
     h.drain()
     _, found = entries(h)
     assert len(found) == 1
+
+
+def test_a_refund_booked_by_its_notification_is_journaled_with_its_refund_ledger_entry(h, merchant):
+    """The money a refund gives back: the REFUND entry is pinned by a record in the refund's own transaction,
+    in the same merchant's chains as the payment it refunds."""
+    from tests.integration.refund_helpers import deliver, paid_order, refund
+
+    out_trade_no, _ = paid_order(h, merchant["mchid"], 300)
+    status, answer = refund(h, merchant["mchid"], out_trade_no, 120)
+    assert status == 201, answer
+    h.sim.settle_refund(answer["refund_no"], "success", notify=False)
+    deliver(h, merchant["mchid"], answer["refund_no"])
+    _, found = entries(h)
+    kinds = sorted(e.record["kind"] for e in found)
+    assert "payment.booked" in kinds and "refund.success" in kinds
+    (booked,) = [e for e in found if e.record["kind"] == "refund.success"]
+    (entry,) = [r for r in h.scan("LEDGER_TABLE") if r["kind"] == "REFUND"]
+    (ref,) = [r for r in booked.record["refs"] if r["table"] == "ledger"]
+    assert ref["key"] == entry["pk"] and ref["fields"]["amount_cent"] == entry["amount_cent"]
+    assert booked.record["facts"]["amount_cent"] == 120 and booked.record["facts"]["effect"] == "BOOK"
+    by_chain: dict[str, list[j.Entry]] = {}
+    for e in found:
+        by_chain.setdefault(e.chain, []).append(e)
+    assert all(j.verify_chain(c) is None for c in by_chain.values())

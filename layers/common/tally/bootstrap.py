@@ -446,6 +446,7 @@ def refund_service() -> RefundService:
         clock=_clock,
         task_policy=s.refund_task_policy,
         expiry_s=s.refund_expiry_s,
+        journal=decision_journal(),
     )
 
 
