@@ -18,6 +18,7 @@ from typing import cast
 
 from tally_cli import (
     alerts,
+    audit,
     bill,
     console,
     demo,
@@ -54,6 +55,7 @@ COMMAND_MODULES = [
     find,
     webhooks,
     alerts,
+    audit,
 ]
 
 

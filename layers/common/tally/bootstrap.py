@@ -12,6 +12,7 @@ from tally.settings import Settings, webhook_settings
 if TYPE_CHECKING:  # the real return types; the imports themselves stay lazy (cold start, R10)
     from tally.service.alerts import Notifier
     from tally.service.apply import ApplyService
+    from tally.service.audit import AuditService
     from tally.service.backfill import SettlementBackfill
     from tally.service.callers import CallerDirectory
     from tally.service.heartbeat import Heartbeat
@@ -81,6 +82,7 @@ def reset() -> None:
         incidents,
         notifier,
         callers,
+        audit_service,
     ):
         built.cache_clear()
 
@@ -195,6 +197,30 @@ def apply_service() -> ApplyService:
         max_not_found_attempts=settings().order_not_found_max_attempts,
         synthetic_mchid=settings().heartbeat_mchid,
         journal=decision_journal(),
+    )
+
+
+@cache
+def audit_service() -> AuditService:
+    """Seals, exports (docs/audit.md)."""
+    from tally.service.audit import RAW_TABLE, AuditService
+    from tally.store.audit import AuditVault, BillFiles
+    from tally.store.journal import JournalStore, RowReader
+
+    s = settings()
+    t = tables()
+    physical = {
+        "ledger": t.ledger,
+        "transitions": t.transitions,
+        "refunds": s.refunds_table,
+        RAW_TABLE: t.notify_raw,
+    }
+    return AuditService(
+        JournalStore(t.ddb, s.journal_table),
+        RowReader(t.ddb, physical),
+        AuditVault(_client("s3"), _client("kms"), s.audit_bucket, s.audit_key_id, s.audit_retention_days),
+        BillFiles(_client("s3"), s.bills_bucket),
+        clock=_clock,
     )
 
 

@@ -242,6 +242,8 @@ class M:
     ALERT_SENT = "AlertSent"
     ALERT_SUPPRESSED = "AlertSuppressed"  # snoozed or over the hourly cap: recorded in the alert log
     ALERT_FAILED = "AlertDeliveryFailed"  # a card not delivered after its retries: a case (alarmed)
+    # provable books (docs/audit.md)
+    AUDIT_SEALED = "AuditSealed"  # one merchant's day sealed (signed, locked)
 
 
 # Metrics an alarm must watch: a failure nobody watches is a silent path.

@@ -179,3 +179,30 @@ def refs_from_items(items: list[dict[str, Any]], logical: dict[str, str]) -> lis
         fields = {f: row[f] for f in PINNED.get(name, ()) if f in row}
         refs.append(Ref(name, ref_key(row), fields))
     return refs
+
+
+class RowReader:
+    """The rows journal records name, read back for an audit: logical table name → physical table."""
+
+    def __init__(self, ddb: Any, physical: dict[str, str]):
+        self.ddb = ddb
+        self.physical = physical
+
+    def rows(self, refs: list[tuple[str, str]]) -> dict[tuple[str, str], dict[str, Any] | None]:
+        """Each (table, key) → the row as it stands now (None: not there). BatchGetItem, 100 keys a call."""
+        found: dict[tuple[str, str], dict[str, Any] | None] = dict.fromkeys(refs)
+        wanted = [(t, k) for t, k in dict.fromkeys(refs) if t in self.physical]
+        logical = {v: k for k, v in self.physical.items()}
+        for start in range(0, len(wanted), 100):
+            request: dict[str, Any] = {}
+            for table, key in wanted[start : start + 100]:
+                entry = request.setdefault(self.physical[table], {"Keys": [], "ConsistentRead": True})
+                entry["Keys"].append(to_item(split_ref_key(key)))
+            while request:
+                answer = self.ddb.batch_get_item(RequestItems=request)
+                for name, items in answer.get("Responses", {}).items():
+                    for item in items:
+                        row = from_item(item)
+                        found[(logical[name], ref_key(row))] = row
+                request = answer.get("UnprocessedKeys") or {}
+        return found
