@@ -214,3 +214,80 @@ def test_verify_against_the_stack_reports_an_unsealed_day(h, m, capsys):
     assert main(["audit", "verify", "--day", "today"]) == 1
     out = capsys.readouterr().out
     assert "the day is not sealed" in out and "NOT VERIFIED" in out
+
+
+def test_the_daily_verifier_turns_a_tampered_day_into_a_case_and_an_alarmed_metric(h, m, sealed_day):
+    """The tamper alarm: the seal run of the next day verifies the sealed days again; a changed entry is one
+    case per merchant-day (kind audit-mismatch, naming the record) and AuditMismatch, which an alarm watches."""
+    from tally.service.audit import CHECK_DAYS_BACK
+
+    assert CHECK_DAYS_BACK[0] == 1
+    bootstrap.set_clock(lambda: time.time() + 86400)
+    try:
+        clean = h.invoke(
+            "SealFunction", {"detail-type": "Scheduled Event", "source": "aws.events", "detail": {}}
+        )
+        assert clean["sealed"] == [] and clean["not_verified"][sealed_day] == []
+        assert h.metric("AuditMismatch") == 0
+        (entry, *_) = h.scan("LEDGER_TABLE")
+        h.ddb.update_item(
+            TableName=h.env["LEDGER_TABLE"],
+            Key=to_item({"pk": entry["pk"]}),
+            UpdateExpression="SET amount_cent = :a",
+            ExpressionAttributeValues={":a": {"N": "99999"}},
+        )
+        again = h.invoke(
+            "SealFunction", {"detail-type": "Scheduled Event", "source": "aws.events", "detail": {}}
+        )
+        assert again["not_verified"][sealed_day] == [m["mchid"]]
+        h.invoke("SealFunction", {"detail-type": "Scheduled Event", "source": "aws.events", "detail": {}})
+    finally:
+        bootstrap.set_clock(time.time)
+    assert h.metric("AuditMismatch") == 2  # each run that finds it counts: the alarm stays in ALARM
+    (case,) = bootstrap.work_queue().list(
+        "kind=audit-mismatch"
+    )  # one case per merchant-day, however many runs
+    assert case["merchant"] == m["mchid"] and "amount_cent is 99999" in case["reason"]
+    done = bootstrap.work_queue().act(case["id"], "resolve", by="ops", reason="restored from PITR")
+    assert done and bootstrap.work_queue().list("kind=audit-mismatch") == []
+
+
+def test_a_simulated_week_is_sealed_day_by_day_and_every_day_verifies(h, m, tmp_path):
+    """Done-when of issue #36: a week of payments, each day sealed by the next day's
+    scheduled run, and `tally audit verify` passes for every day from its export."""
+    from datetime import datetime
+
+    from tally.domain.clock import CHINA
+    from tally.service.audit import verify_export
+
+    base = time.time() - 8 * 86400
+    days = []
+    try:
+        for d in range(7):
+            now = base + d * 86400
+            started = time.time()
+            bootstrap.set_clock(lambda now=now, started=started: now + (time.time() - started))
+            days.append(shanghai_day(now))
+            for amount in (100 + d, 200 + d):
+                order = json.loads(h.create_order(m["mchid"], amount_cent=amount)["body"])
+                success = datetime.fromtimestamp(now, CHINA).isoformat(timespec="seconds")
+                headers, body, _ = h.notification(
+                    m["mchid"], order["out_trade_no"], amount, timestamp=str(int(now)), success_time=success
+                )
+                assert h.notify(m["mchid"], headers, body)["statusCode"] in (200, 204)
+            assert h.drain() == []
+            if d:  # the scheduled run of day d seals day d-1 and verifies it again
+                run = h.invoke(
+                    "SealFunction", {"detail-type": "Scheduled Event", "source": "aws.events", "detail": {}}
+                )
+                assert [s["records"] for s in run["sealed"]] == [2]
+                assert run["not_verified"][days[d - 1]] == []
+        bootstrap.set_clock(lambda: base + 7 * 86400)
+        h.invoke("SealFunction", {"detail-type": "Scheduled Event", "source": "aws.events", "detail": {}})
+    finally:
+        bootstrap.set_clock(time.time)
+    assert len(set(days)) == 7
+    for day in days:
+        verdict = verify_export(export(day, tmp_path / day))
+        assert verdict.ok and verdict.records == 2, (day, verdict)
+    assert h.metric("AuditSealed") == 7 and h.metric("AuditMismatch") == 0

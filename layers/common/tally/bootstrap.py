@@ -206,6 +206,7 @@ def audit_service() -> AuditService:
     from tally.service.audit import RAW_TABLE, AuditService
     from tally.store.audit import AuditVault, BillFiles
     from tally.store.journal import JournalStore, RowReader
+    from tally.store.tables import EventStore
 
     s = settings()
     t = tables()
@@ -220,6 +221,7 @@ def audit_service() -> AuditService:
         RowReader(t.ddb, physical),
         AuditVault(_client("s3"), _client("kms"), s.audit_bucket, s.audit_key_id, s.audit_retention_days),
         BillFiles(_client("s3"), s.bills_bucket),
+        cases=EventStore(t),
         clock=_clock,
     )
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import json
+import tempfile
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -34,10 +35,14 @@ from tally.domain.journal import (
 from tally.observability import M, count, logger
 from tally.store.audit import SIGNING_ALGORITHM, AuditVault, BillFiles, evidence_key, seal_key
 from tally.store.journal import JournalStore, RowReader
-from tally.store.tables import iso_now
+from tally.store.tables import EventStore, iso_now
 
 RAW_TABLE = "notify_raw"  # the logical name of the raw rows an export carries (their body's hash, now)
 FORMAT = 1
+AUDIT_CASE_KIND = (
+    "audit_mismatch"  # notify_event manual_kind: a day whose books do not verify (service/queue.py)
+)
+CHECK_DAYS_BACK = (1, 7, 30)  # the daily verifier: yesterday, a week and a month back (docs/audit.md)
 
 
 def _entries(stored: Iterable[dict[str, Any]]) -> list[Entry]:
@@ -56,13 +61,50 @@ class AuditService:
         vault: AuditVault,
         bills: BillFiles,
         *,
+        cases: EventStore | None = None,
         clock: Callable[[], float] = time.time,
     ):
         self.journal = journal
         self.rows = rows
         self.vault = vault
         self.bills = bills
+        self.cases = cases
         self.clock = clock
+
+    # ------------------------------------------------------------------ the daily verifier (tamper alarm)
+
+    def check_due(self, back: tuple[int, ...] = CHECK_DAYS_BACK) -> dict[str, Any]:
+        """The scheduled run after the seal: yesterday (just sealed) and older sealed days again, each exported
+        and verified exactly as an auditor would; every merchant-day that does not verify is a case."""
+        today = self.clock()
+        return {day: self.check_day(day) for day in (shanghai_day(today - n * 86400) for n in back)}
+
+    def check_day(self, day: str) -> list[str]:
+        """Verify `day` as an auditor would; a finding opens (once) a case per merchant-day, and counts."""
+        with tempfile.TemporaryDirectory(prefix="tally-audit-") as tmp:
+            self.export(day, Path(tmp))
+            verdict = verify_export(Path(tmp))
+        failed = []
+        for merchant, findings in sorted(verdict.merchants.items()):
+            if not findings:
+                continue
+            failed.append(merchant)
+            count(M.AUDIT_MISMATCH)
+            logger.error(
+                "audit verify failed: the books do not match what was sealed",
+                extra={"day": day, "merchant": merchant, "findings": [str(f) for f in findings[:20]]},
+            )
+            if self.cases is not None:
+                self.cases.put(
+                    f"audit#{merchant}#{day}",
+                    AUDIT_CASE_KIND,
+                    self.clock(),
+                    manual_kind=AUDIT_CASE_KIND,
+                    mchid=merchant,
+                    bill_date=day,
+                    reason=f"{len(findings)} finding(s) in {day}; first: {findings[0]}"[:900],
+                )
+        return failed
 
     # ------------------------------------------------------------------ reading a day
 

@@ -54,6 +54,7 @@ KEPT_KINDS = (
     "webhook_failing",  # an endpoint that failed a delivery's whole retry window (service/webhooks.py)
     "event_generation_failed",  # a committed change whose event could not be built (service/outbox.py)
     "alert_delivery",  # a chat card not delivered after its retries (service/alerts.py)
+    "audit_mismatch",  # a day whose books do not verify against its seal (service/audit.py, docs/audit.md)
 )
 FORGERY_KIND = "suspected-forgery"
 REPLAYABLE = ("quarantined", "rejected")  # kept with the body and headers the ingest path needs again
@@ -80,6 +81,7 @@ KINDS: dict[str, tuple[str, int]] = {
     "webhook-failing": ("a merchant's webhook endpoint that kept failing: paused, its events held", 0),
     "event-generation-failed": ("a committed change whose event could not be built", 0),
     "alert-delivery": ("a chat card that did not reach its destination: the pager is silent", 0),
+    "audit-mismatch": ("a day whose books no longer match what was sealed: someone changed a record", 0),
 }
 PREFIXES = (
     "pay-",
