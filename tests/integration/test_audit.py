@@ -291,3 +291,41 @@ def test_a_simulated_week_is_sealed_day_by_day_and_every_day_verifies(h, m, tmp_
         verdict = verify_export(export(day, tmp_path / day))
         assert verdict.ok and verdict.records == 2, (day, verdict)
     assert h.metric("AuditSealed") == 7 and h.metric("AuditMismatch") == 0
+
+
+def test_a_deleted_queue_history_line_fails_verify_naming_the_persons_action(h, m, tmp_path):
+    """A person's action (who, why) is journaled in the same write that appends its history line; deleting
+    that line from the row afterwards is named by verify."""
+    order = json.loads(h.create_order(m["mchid"], amount_cent=500)["body"])
+    headers, body, _ = h.notification(m["mchid"], order["out_trade_no"], 499)  # an amount mismatch: a person
+    assert h.notify(m["mchid"], headers, body)["statusCode"] in (200, 204)
+    assert h.drain() == []
+    (item,) = bootstrap.work_queue().list("kind=unbooked-payment")
+    bootstrap.work_queue().act(item["id"], "ack", by="ops-li", reason="looking at it")
+    bootstrap.work_queue().act(
+        item["id"], "resolve", by="ops-li", reason="refunded by hand", code="refunded-by-hand"
+    )
+    actions = {n: r for n, r in records(h).items() if r["kind"].startswith("queue.")}
+    assert sorted((r["kind"], r["facts"]["by"]) for r in actions.values()) == [
+        ("queue.ack", "ops-li"),
+        ("queue.resolve", "ops-li"),
+    ]
+    day = shanghai_day(time.time())
+    bootstrap.set_clock(lambda: time.time() + 86400)
+    try:
+        bootstrap.audit_service().seal_day(day)
+    finally:
+        bootstrap.set_clock(time.time)
+    code, verdict, _ = offline_verify(export(day, tmp_path / "before"))
+    assert code == 0, verdict
+    (raw,) = [r for r in h.scan("NOTIFY_RAW_TABLE") if r.get("history")]
+    assert [e["action"] for e in raw["history"]] == ["ack", "resolve"]
+    h.ddb.update_item(
+        TableName=h.env["NOTIFY_RAW_TABLE"],
+        Key=to_item({"pk": raw["pk"]}),
+        UpdateExpression="REMOVE history[0]",
+    )
+    code, verdict, _ = offline_verify(export(day, tmp_path / "after"))
+    (finding,) = verdict["merchants"][m["mchid"]]
+    (ack,) = [n for n, r in actions.items() if r["kind"] == "queue.ack"]
+    assert code == 1 and finding.startswith(ack + ":") and "a history line is missing" in finding

@@ -210,12 +210,8 @@ def audit_service() -> AuditService:
 
     s = settings()
     t = tables()
-    physical = {
-        "ledger": t.ledger,
-        "transitions": t.transitions,
-        "refunds": s.refunds_table,
-        RAW_TABLE: t.notify_raw,
-    }
+    physical = {k: v for k, v in journal_tables().items() if v}
+    assert physical[RAW_TABLE] == t.notify_raw
     return AuditService(
         JournalStore(t.ddb, s.journal_table),
         RowReader(t.ddb, physical),
@@ -224,6 +220,23 @@ def audit_service() -> AuditService:
         cases=EventStore(t),
         clock=_clock,
     )
+
+
+def journal_tables() -> dict[str, str]:
+    """The logical names journal records give tables → this stack's table names (docs/audit.md)."""
+    s = settings()
+    return {
+        "ledger": s.ledger_table,
+        "transitions": s.transitions_table,
+        "refunds": s.refunds_table,
+        "notify_raw": s.notify_raw_table,
+        "notify_event": s.notify_event_table,
+        "orders": s.orders_table,
+        "refund_raw": s.refund_raw_table,
+        "refund_tasks": s.refund_tasks_table,
+        "recon_diff": s.recon_diff_table,
+        "recon_runs": s.recon_runs_table,
+    }
 
 
 def decision_journal() -> DecisionJournal | None:
@@ -235,7 +248,7 @@ def decision_journal() -> DecisionJournal | None:
     if not s.journal_table:
         return None
     t = tables()
-    logical = {t.ledger: "ledger", t.transitions: "transitions", s.refunds_table: "refunds"}
+    logical = {v: k for k, v in journal_tables().items() if v}
     return DecisionJournal(JournalStore(t.ddb, s.journal_table), logical, clock=_clock)
 
 
@@ -412,6 +425,7 @@ def work_queue() -> WorkQueue:
         refunds=refund_service,
         recon=recon_service if s.recon_runs_table else None,
         clock=_clock,
+        journal=decision_journal(),
     )
 
 

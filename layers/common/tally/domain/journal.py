@@ -99,7 +99,7 @@ class Ref:
 
     table: str  # a logical name: ledger, transitions, notify_raw, refunds, notify_event
     key: str
-    fields: Mapping[str, Any]
+    fields: Mapping[str, Any]  # `name[]`: the row's list `name` holds this value (a history line)
 
     def as_json(self) -> dict[str, Any]:
         return {"table": self.table, "key": self.key, "fields": dict(self.fields)}
@@ -290,6 +290,12 @@ def verify_refs(entry: Entry, rows: Mapping[tuple[str, str], Mapping[str, Any] |
         if row is None:
             return Finding(entry.name, f"{ref['table']} row {ref['key']} is missing")
         for name, value in sorted(ref["fields"].items()):
+            if name.endswith("[]"):  # a line the row's list must still hold (a history line, appended to)
+                if value not in (row.get(name[:-2]) or []):
+                    return Finding(
+                        entry.name, f"{ref['table']} row {ref['key']}: a {name[:-2]} line is missing"
+                    )
+                continue
             if row.get(name) != value:
                 return Finding(
                     entry.name,

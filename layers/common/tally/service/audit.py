@@ -42,7 +42,7 @@ FORMAT = 1
 AUDIT_CASE_KIND = (
     "audit_mismatch"  # notify_event manual_kind: a day whose books do not verify (service/queue.py)
 )
-CHECK_DAYS_BACK = (1, 7, 30)  # the daily verifier: yesterday, a week and a month back (docs/audit.md)
+CHECK_DAYS_BACK = (1, 7, 28)  # the daily verifier: yesterday, a week and four weeks back (docs/audit.md)
 
 
 def _entries(stored: Iterable[dict[str, Any]]) -> list[Entry]:
@@ -233,12 +233,16 @@ class AuditService:
 
 
 def _exported(table: str, row: dict[str, Any] | None) -> dict[str, Any] | None:
-    """A row as the export carries it: a raw row by its body's hash now; any other whole (integers only)."""
+    """A row as the export carries it: a raw row by its body's hash now and its history (the body itself is in
+    the evidence); any other whole (integers only)."""
     if row is None:
         return None
     if table == RAW_TABLE:
         body = row.get("body")
-        return {"body_sha256": None if body is None else sha256_hex(str(body).encode("utf-8"))}
+        return {
+            "body_sha256": None if body is None else sha256_hex(str(body).encode("utf-8")),
+            "history": row.get("history") or [],
+        }
     return row
 
 

@@ -8,10 +8,10 @@ ride in the same transaction. The record pins the rows the transaction puts (sto
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from tally.domain.journal import Head, chain_id, lane_of, make_record, shanghai_day, split_chain
+from tally.domain.journal import Head, Ref, chain_id, lane_of, make_record, shanghai_day, split_chain
 from tally.store.journal import JournalStore, refs_from_items
 
 Items = list[dict[str, Any]]
@@ -36,17 +36,20 @@ class DecisionJournal:
         return self.store.read_with_head(table, key, self.chain(merchant, subject))
 
     def append(
-        self, head: Head, *, kind: str, subject: str, at: str, facts: Mapping[str, Any]
+        self,
+        head: Head,
+        *,
+        kind: str,
+        subject: str,
+        at: str,
+        facts: Mapping[str, Any],
+        refs: Sequence[Ref] = (),
     ) -> Callable[[Items], Items]:
+        """The journal items for a transaction: the record pins the rows it puts, and `refs` besides."""
+
         def build(items: Items) -> Items:
-            entry = make_record(
-                head,
-                kind=kind,
-                at=at,
-                subject=subject,
-                refs=refs_from_items(items, self.logical),
-                facts=facts,
-            )
+            pinned = [*refs_from_items(items, self.logical), *refs]
+            entry = make_record(head, kind=kind, at=at, subject=subject, refs=pinned, facts=facts)
             merchant, day, _ = split_chain(head.chain)
             return self.store.append_items(head, entry, merchant=merchant, day=day)
 

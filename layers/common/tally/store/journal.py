@@ -168,13 +168,15 @@ def split_ref_key(key: str) -> dict[str, Any]:
 
 
 def refs_from_items(items: list[dict[str, Any]], logical: dict[str, str]) -> list[Ref]:
-    """The rows a transaction puts, as journal refs (only tables named in `logical`, only PINNED fields)."""
+    """The rows a transaction puts, as journal refs (only PINNED tables, only their PINNED fields)."""
     refs = []
     for item in items:
         put = item.get("Put")
         if not put or put["TableName"] not in logical:
             continue
         name = logical[put["TableName"]]
+        if name not in PINNED:  # e.g. a queue item put beside an entry: it closes and expires (R51)
+            continue
         row = from_item(put["Item"])
         fields = {f: row[f] for f in PINNED.get(name, ()) if f in row}
         refs.append(Ref(name, ref_key(row), fields))
