@@ -533,8 +533,15 @@ def _create_key(
 ) -> None:
     """A KMS key (the seal's signing key, docs/audit.md): its spec and usage; the key policy is IAM's business."""
     client = session.client("kms")
-    request = {k: props[k] for k in ("KeySpec", "KeyUsage", "Description") if k in props}
-    key = client.create_key(**request)["KeyMetadata"]
+    alias = (
+        f"alias/{prefix}-{logical_id}"  # creating the stack again finds the same key (seals stay verifiable)
+    )
+    try:
+        key = client.describe_key(KeyId=alias)["KeyMetadata"]
+    except client.exceptions.NotFoundException:
+        request = {k: props[k] for k in ("KeySpec", "KeyUsage", "Description") if k in props}
+        key = client.create_key(**request)["KeyMetadata"]
+        client.create_alias(AliasName=alias, TargetKeyId=key["KeyId"])
     resolver.refs[logical_id] = key["KeyId"]
     resolver.attrs[(logical_id, "Arn")] = key["Arn"]
     resolver.attrs[(logical_id, "KeyId")] = key["KeyId"]

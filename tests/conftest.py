@@ -214,7 +214,18 @@ class MotoAccount:
             set(self._ddb_tables()) == set(self.tables)
             and {url.rsplit("/", 1)[1] for url in self.queues} <= set(queues)
             and self.buckets <= set(buckets)
+            and self._audit_key_intact()
         )
+
+    def _audit_key_intact(self) -> bool:
+        """The seal's signing key (docs/audit.md) still in moto's KMS: a moto reset elsewhere drops it."""
+        from moto.core import DEFAULT_ACCOUNT_ID
+
+        key = (self.env or {}).get("AUDIT_KEY_ID")
+        kms = sys.modules.get("moto.kms.models")
+        if not key or kms is None:
+            return kms is not None or not key
+        return key in kms.kms_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].keys
 
     @staticmethod
     def _leftovers() -> tuple[Any, ...]:
