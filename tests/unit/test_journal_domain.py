@@ -93,3 +93,11 @@ def test_lanes_and_days_follow_shanghai_time():
     assert j.shanghai_day(1764604800) == "2025-12-02"  # 2025-12-01T16:00Z is midnight in Shanghai
     assert j.lane_of("m1#o1") == j.lane_of("m1#o1") and 0 <= j.lane_of("x") < j.LANES
     assert j.split_chain(j.chain_id("sp#m1", "2026-12-01", 3)) == ("sp#m1", "2026-12-01", 3)
+
+
+def test_a_ref_key_reads_back_to_its_table_key_even_with_a_bar_in_a_merchants_number():
+    from tally.store.journal import ref_key, split_ref_key
+
+    order = {"pk": "1900000109#A|B", "sk": "PAY#4200000001"}
+    assert split_ref_key("transitions", ref_key(order)) == order
+    assert split_ref_key("refunds", ref_key({"pk": "1900000109#RN|1"})) == {"pk": "1900000109#RN|1"}

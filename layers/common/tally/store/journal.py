@@ -162,9 +162,16 @@ def ref_key(row: dict[str, Any]) -> str:
     return f"{row['pk']}|{row['sk']}" if "sk" in row else str(row["pk"])
 
 
-def split_ref_key(key: str) -> dict[str, Any]:
-    pk, _, sk = key.partition("|")
-    return {"pk": pk, "sk": sk} if sk else {"pk": pk}
+SORTED_TABLES = frozenset({"transitions", "refund_raw", "recon_diff", "recon_runs"})  # tables with a sort key
+
+
+def split_ref_key(table: str, key: str) -> dict[str, Any]:
+    """`ref_key` read back: only a table with a sort key splits, at the last `|` (a sort key such as
+    `PAY#<transaction id>` holds none; an out_trade_no or refund number in the partition key may)."""
+    if table not in SORTED_TABLES:
+        return {"pk": key}
+    pk, _, sk = key.rpartition("|")
+    return {"pk": pk, "sk": sk}
 
 
 def refs_from_items(items: list[dict[str, Any]], logical: dict[str, str]) -> list[Ref]:
@@ -199,7 +206,7 @@ class RowReader:
             request: dict[str, Any] = {}
             for table, key in wanted[start : start + 100]:
                 entry = request.setdefault(self.physical[table], {"Keys": [], "ConsistentRead": True})
-                entry["Keys"].append(to_item(split_ref_key(key)))
+                entry["Keys"].append(to_item(split_ref_key(table, key)))
             while request:
                 answer = self.ddb.batch_get_item(RequestItems=request)
                 for name, items in answer.get("Responses", {}).items():
