@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -25,6 +26,14 @@ from tally.store.records import OrderRow, as_order
 from tally.store.tables import OrderStore, RawStore, TransactionFailed, iso_now, order_key
 
 CAS_ROUNDS = 3
+JOURNAL_ROUNDS = (
+    12  # a journal chain head taken by a concurrent booking (issue #36): read again after a jitter
+)
+JOURNAL_JITTER_S = 0.02
+
+
+class _HeadMoved:
+    """`_try_apply`'s answer when only the journal's chain head moved: the decision stands, read and try again."""
 
 
 class PaymentApplied(str, Enum):
@@ -72,10 +81,16 @@ class ApplyService:
         if outcome is None or outcome is Outcome.IN_BETWEEN:
             return self._to_person(notice, f"unknown state {notice.trade_state!r}", M.APPLY_UNKNOWN_STATE)
         event = EVENT_OF_OUTCOME[outcome]
-        for _ in range(CAS_ROUNDS):
+        lost = lost_head = 0
+        while lost < CAS_ROUNDS and lost_head < JOURNAL_ROUNDS:
             result = self._try_apply(notice, event)
-            if result is not None:
+            if isinstance(result, PaymentApplied):
                 return result
+            if result is _HeadMoved:  # contention on the chain head, not on the order: back off a little
+                lost_head += 1
+                time.sleep(random.uniform(0, JOURNAL_JITTER_S * lost_head))
+            else:
+                lost += 1
         count(M.APPLY_RETRY, channel=notice.channel, merchant=notice.mchid)
         raise RetryLater(f"order of {raw_key} kept changing under us")
 
@@ -90,7 +105,7 @@ class ApplyService:
             raise RetryLater(f"raw row {raw_key} not found")
         return notice_from_raw(row) if row.get("handled") == 0 else None
 
-    def _try_apply(self, notice: PaymentNotice, event: Event) -> PaymentApplied | None:
+    def _try_apply(self, notice: PaymentNotice, event: Event) -> PaymentApplied | type[_HeadMoved] | None:
         """One read-decide-write round; None means the CAS was lost and we must re-read (R19)."""
         order, head = self._read_order(notice)  # tenant-safe key (R11)
         if order is None:
@@ -125,7 +140,7 @@ class ApplyService:
 
     def _commit(
         self, notice: PaymentNotice, order: OrderRow, event: Event, to: Status, head: Head | None = None
-    ) -> PaymentApplied | None:
+    ) -> PaymentApplied | type[_HeadMoved] | None:
         now = iso_now(self.clock())
         money_in = event is Event.PAY
         append = None
@@ -148,8 +163,10 @@ class ApplyService:
                 **({"journal": append} if append is not None else {}),
             )
         except TransactionFailed as exc:
-            if exc.conflict and not exc.failed:
-                return None  # contention (e.g. on the journal's chain head): read again and decide again
+            if exc.conflict and not exc.failed:  # contention: read again and decide again
+                return _HeadMoved if append is not None else None
+            if set(exc.failed) == {JOURNAL}:
+                return _HeadMoved  # only the chain head moved (another booking's record): read again
             return self._after_cancel(notice, exc.failed)
         if money_in:
             count(M.APPLY_BOOKED, channel=notice.channel, merchant=notice.mchid)

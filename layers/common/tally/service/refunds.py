@@ -14,6 +14,7 @@ The channel clients are per channel: `channels[channel](mchid) -> RefundChannel`
 from __future__ import annotations
 
 import hashlib
+import random
 import re
 import secrets
 import string
@@ -768,6 +769,8 @@ class RefundService:
                     or exc.conflict
                     or any(first_journal <= i < first_journal + len(journaled) for i in exc.failed)
                 ):
+                    if journaled:  # the chain head is shared (issue #36): a short jittered pause first
+                        time.sleep(random.uniform(0, 0.02 * (round_no + 1)))
                     continue  # the refund (or the journal's chain head) moved under us: re-read, decide again
                 raise RuntimeError(
                     f"refund {refund_no} {status.value}->{to.value}: hold or ledger condition "
