@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test check lint soak bench bench-big clean venv browser-deps i18n
+.PHONY: run test check lint soak bench bench-big clean venv browser-deps node-deps i18n
 
 $(STAMP): requirements-dev.txt layers/common/requirements.txt pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -18,7 +18,7 @@ venv: $(STAMP)
 run: $(STAMP)
 	$(BIN)/python -m tally_local.stack
 
-test: $(STAMP) browser-deps
+test: $(STAMP) browser-deps node-deps
 	$(BIN)/ruff check layers functions tally_local tally_cli tests bench
 	$(BIN)/ruff format --check layers functions tally_local tally_cli tests bench
 	$(BIN)/mypy
@@ -28,7 +28,7 @@ test: $(STAMP) browser-deps
 # make check: the fast lane (docs/gates.md): every gate of make lint, then the unit, integration, security and
 # concurrency tests without the long ones (the simulated days tests/sim, e2e, fuzz; tests marked slow).
 # make test stays the full gate (CI).
-check: lint
+check: lint node-deps
 	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not slow and not e2e" tests/unit tests/integration tests/security tests/concurrency
 
 # make soak: 10,000 seeded micro days + 100,000 fuzz inputs, one table (docs/proof.md), bounded by MINUTES
@@ -67,6 +67,17 @@ browser-deps:
 	  else echo "Chromium is missing: sudo apt-get update && sudo apt-get install -y chromium chromium-driver" >&2; exit 1; fi; }
 	@test -x /usr/bin/chromium || { echo "Chromium did not install: the browser tests cannot run" >&2; exit 1; }
 
+# node-deps: Node and the npm packages of examples/node (the AWS SDK's SigV4 signer), which the tests run; the
+# packages at the versions of its package-lock.json, fetched once (an install, like the venv's).
+EXAMPLE_NODE := examples/node/node_modules/.package-lock.json
+node-deps: $(EXAMPLE_NODE)
+$(EXAMPLE_NODE): examples/node/package-lock.json
+	@command -v npm >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nodejs npm; \
+	  else echo "Node is missing: sudo apt-get update && sudo apt-get install -y nodejs npm" >&2; exit 1; fi; }
+	npm ci --prefix examples/node --no-audit --no-fund --loglevel=error
+	touch $(EXAMPLE_NODE)
+
 # make docs-picture: docs/architecture.svg from docs/architecture.dot (graphviz `dot`; apt-get install graphviz).
 # tests/unit/test_architecture_picture.py checks the committed SVG against the source without graphviz.
 .PHONY: docs-picture
@@ -74,14 +85,19 @@ docs-picture:
 	@command -v dot >/dev/null || { echo "graphviz is missing: sudo apt-get install -y graphviz" >&2; exit 1; }
 	dot -Tsvg docs/architecture.dot -o docs/architecture.svg
 
-# make i18n: the catalogues (README "Language"): extract every message (Babel: Python + the console's Jinja2
-# templates) into tally.pot, merge it into each language's tally.po, compile the .mo files (committed: the
-# Lambda layer needs no build step). tests/unit/test_i18n_catalogues.py fails on a missing translation.
+# make i18n: the catalogues (docs/language.md), two gettext domains: `tally` (the console and the reasons every
+# surface shares: Python + the console's Jinja2 templates, babel.cfg) and `tally_cli` (the CLI's own sentences,
+# babel_cli.cfg). Extract each into its .pot, merge it into each language's .po, compile the .mo files
+# (committed: the Lambda layer needs no build step). tests/unit/test_i18n_catalogues.py and
+# tests/unit/test_cli_catalogue.py fail on a missing translation.
 LOCALES := layers/common/tally/locale
 i18n: $(STAMP)
 	$(BIN)/pybabel -q extract -F $(LOCALES)/babel.cfg --no-location --sort-output --project Tally -o $(LOCALES)/tally.pot .
-	for lang in zh_CN en; do \
-	  test -f $(LOCALES)/$$lang/LC_MESSAGES/tally.po || $(BIN)/pybabel -q init -D tally -i $(LOCALES)/tally.pot -d $(LOCALES) -l $$lang; \
-	  $(BIN)/pybabel -q update -D tally -i $(LOCALES)/tally.pot -d $(LOCALES) -l $$lang --no-fuzzy-matching --ignore-obsolete; \
+	$(BIN)/pybabel -q extract -F $(LOCALES)/babel_cli.cfg --no-location --sort-output --project Tally -o $(LOCALES)/tally_cli.pot .
+	for domain in tally tally_cli; do \
+	  for lang in zh_CN en; do \
+	    test -f $(LOCALES)/$$lang/LC_MESSAGES/$$domain.po || $(BIN)/pybabel -q init -D $$domain -i $(LOCALES)/$$domain.pot -d $(LOCALES) -l $$lang; \
+	    $(BIN)/pybabel -q update -D $$domain -i $(LOCALES)/$$domain.pot -d $(LOCALES) -l $$lang --no-fuzzy-matching --ignore-obsolete; \
+	  done; \
+	  $(BIN)/pybabel -q compile -D $$domain -d $(LOCALES) --statistics; \
 	done
-	$(BIN)/pybabel -q compile -D tally -d $(LOCALES) --statistics

@@ -48,12 +48,19 @@ def call(method: str, url: str, body: dict | None = None, **kwargs) -> tuple[int
 
 
 if __name__ == "__main__":
-    api = os.environ["TALLY_API_URL"].rstrip("/")
+    api = os.environ.get("TALLY_API_URL", "").rstrip("/")
+    if not api:
+        raise SystemExit("set TALLY_API_URL to the stack's API URL (make run: http://127.0.0.1:3000)")
     status, order = call(
         "POST",
         f"{api}/orders",
-        {"mchid": "1900000109", "out_trade_no": "DEMO000001", "amount_cent": 1999, "description": "coffee",
-         "prepay": True},
+        {
+            "mchid": "1900000109",
+            "out_trade_no": "DEMO000001",
+            "amount_cent": 1999,
+            "description": "coffee",
+            "prepay": True,
+        },
     )
     print(status, json.dumps(order, ensure_ascii=False, indent=2))
     sys.exit(0 if status in (200, 201) else 1)

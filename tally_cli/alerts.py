@@ -10,57 +10,65 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from tally_cli.common import add_target, connect, emit, secret_arg, yuan
+from tally.i18n import N_
+
+from tally_cli.common import add_json, add_target, connect, emit, secret_arg, yuan
+from tally_cli.speak import _, money, pad, when, words
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     alerts = sub.add_parser(
-        "alerts", help="chat destinations (WeCom, DingTalk, Feishu, Slack) and the alert log"
+        "alerts", help=_("chat destinations (WeCom, DingTalk, Feishu, Slack) and the alert log")
     )
     actions = alerts.add_subparsers(metavar="ACTION")
 
-    add = actions.add_parser("add", help="add or replace a destination (stored in Secrets Manager)")
-    add.add_argument("name")
-    add.add_argument("--kind", required=True, choices=("wecom", "dingtalk", "feishu", "slack"))
-    add.add_argument("--url", required=True, type=secret_arg, help="the robot's webhook URL (or @FILE)")
+    add = actions.add_parser("add", help=_("add or replace a destination (stored in Secrets Manager)"))
+    add.add_argument("name", help=_("the destination's name"))
     add.add_argument(
-        "--secret", default="", type=secret_arg, help="DingTalk/Feishu signing secret (or @FILE)"
+        "--kind",
+        required=True,
+        choices=("wecom", "dingtalk", "feishu", "slack"),
+        help=_("the chat: WeCom, DingTalk, Feishu or Slack"),
     )
-    add.add_argument("--lang", default="zh-CN", choices=("zh-CN", "en"), help="the team's language")
-    add.add_argument("--hour-cap", type=int, default=0, help="cards an hour at most (default 20)")
+    add.add_argument("--url", required=True, type=secret_arg, help=_("the robot's webhook URL (or @FILE)"))
+    add.add_argument(
+        "--secret", default="", type=secret_arg, help=_("DingTalk/Feishu signing secret (or @FILE)")
+    )
+    add.add_argument("--lang", default="zh-CN", choices=("zh-CN", "en"), help=_("the team's language"))
+    add.add_argument("--hour-cap", type=int, default=0, help=_("cards an hour at most (default 20)"))
     add.set_defaults(run=_add)
 
     for name, run, text in (
-        ("list", _list, "the destinations, secrets masked"),
-        ("test", _test, "send a test card now"),
-        ("remove", _remove, "remove a destination"),
+        ("list", _list, N_("the destinations, secrets masked")),
+        ("test", _test, N_("send a test card now")),
+        ("remove", _remove, N_("remove a destination")),
     ):
-        p = actions.add_parser(name, help=text)
+        p = actions.add_parser(name, help=_(text))
         if name != "list":
-            p.add_argument("name")
+            p.add_argument("name", help=_("the destination's name"))
         p.set_defaults(run=run)
 
-    snooze = actions.add_parser("snooze", help="hold cards for a while (they are logged as suppressed)")
-    snooze.add_argument("name", help="a destination, or all")
-    snooze.add_argument("--minutes", type=int, required=True, help="0 wakes it")
+    snooze = actions.add_parser("snooze", help=_("hold cards for a while (they are logged as suppressed)"))
+    snooze.add_argument("name", help=_("a destination, or all"))
+    snooze.add_argument("--minutes", type=int, required=True, help=_("0 wakes it"))
     snooze.set_defaults(run=_snooze)
 
-    log = actions.add_parser("log", help="every card sent, suppressed or failed")
-    log.add_argument("--day", help="UTC day YYYY-MM-DD (default today)")
-    log.add_argument("--limit", type=int, default=50)
+    log = actions.add_parser("log", help=_("every card sent, suppressed or failed"))
+    log.add_argument("--day", help=_("UTC day YYYY-MM-DD (default today)"))
+    log.add_argument("--limit", type=int, default=50, help=_("at most this many lines (default 50)"))
     log.set_defaults(run=_log)
 
-    incidents = sub.add_parser("incidents", help="failures grouped by cause: opened, escalated, resolved")
+    incidents = sub.add_parser("incidents", help=_("failures grouped by cause: opened, escalated, resolved"))
     verbs = incidents.add_subparsers(metavar="ACTION")
-    listing = verbs.add_parser("list", help="live incidents (--all: the resolved ones of 30 days too)")
-    listing.add_argument("--all", action="store_true")
+    listing = verbs.add_parser("list", help=_("live incidents (--all: the resolved ones of 30 days too)"))
+    listing.add_argument("--all", action="store_true", help=_("the resolved ones of 30 days too"))
     listing.set_defaults(run=_incidents)
-    show = verbs.add_parser("show", help="one incident: its counts, rate, cases and history")
-    show.add_argument("id")
+    show = verbs.add_parser("show", help=_("one incident: its counts, rate, cases and history"))
+    show.add_argument("id", help=_("the incident's id, as `incidents list` prints it"))
     show.set_defaults(run=_incident)
 
     for parser in (*actions.choices.values(), listing, show):
-        parser.add_argument("--json", action="store_true")
+        add_json(parser)
         add_target(parser)
 
 
@@ -75,20 +83,26 @@ def _add(args: argparse.Namespace) -> int:
     added = _book(args).add(
         args.name, args.kind, args.url, secret=args.secret, lang=args.lang, hour_cap=args.hour_cap
     )
-    emit(added, f"destination {added['name']} ({added['kind']}, {added['lang']}) saved", args)
+    emit(
+        added,
+        _("destination %(name)s (%(kind)s, %(lang)s) saved")
+        % {"name": added["name"], "kind": added["kind"], "lang": added["lang"]},
+        args,
+    )
     return 0
 
 
 def _list(args: argparse.Namespace) -> int:
     rows = _book(args).list()
-    emit({"destinations": rows}, lambda: _table(rows) or "no destinations: `tally alerts add`", args)
+    emit({"destinations": rows}, lambda: _table(rows) or _("no destinations: `tally alerts add`"), args)
     return 0
 
 
 def _table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(
-        f"{r['name']:<16} {r['kind']:<9} {r['lang']:<6} {'signed' if r['signed'] else 'unsigned':<9} {r['url']}"
-        + (f"  snoozed until {r['snoozed_until']}" if r["snoozed_until"] else "")
+        f"{r['name']:<16} {r['kind']:<9} {r['lang']:<6} {pad(_('signed') if r['signed'] else _('unsigned'), 9)} "
+        f"{r['url']}"
+        + ("  " + _("snoozed until %(at)s") % {"at": when(r["snoozed_until"])} if r["snoozed_until"] else "")
         for r in rows
     )
 
@@ -103,7 +117,7 @@ def _test(args: argparse.Namespace) -> int:
 
 
 def _remove(args: argparse.Namespace) -> int:
-    emit(_book(args).remove(args.name), f"destination {args.name} removed", args)
+    emit(_book(args).remove(args.name), _("destination %(name)s removed") % {"name": args.name}, args)
     return 0
 
 
@@ -130,7 +144,7 @@ def _log(args: argparse.Namespace) -> int:
                 + (f"  ({e['reason']})" if e["reason"] else "")
                 for e in entries
             )
-            or f"no cards on {day} (UTC)"
+            or _("no cards on %(day)s (UTC)") % {"day": day}
         ),
         args,
     )
@@ -164,19 +178,35 @@ def public(row: dict[str, Any]) -> dict[str, Any]:
 
 def render(rows: list[dict[str, Any]], *, detail: bool = False) -> str:
     if not rows:
-        return "no live incidents"
+        return _("no live incidents")
+    w = words()
     lines = []
     for r in rows:
+        amount = money(r.get("amount_cent")) if r.get("amount") is not None else "-"
         lines.append(
-            f"{r['state']:<9} {r['id']:<40} {r['origin']:<6} merchant {r.get('merchant') or '-':<12} "
-            f"×{r.get('count')} {r['amount'] or '-'} yuan  {r.get('rate_per_h')}/h  {r.get('cause')}"
+            f"{pad(w.incident_state(r['state']), 9)} {r['id']:<40} {pad(w.origin(r['origin']), 12)} "
+            + _("merchant %(merchant)s") % {"merchant": r.get("merchant") or "-"}
+            + f"  ×{r.get('count')} {amount}  "
+            + _("%(rate)s an hour") % {"rate": r.get("rate_per_h")}
+            + f"  {r.get('cause')}"
         )
         if detail:
-            lines.append(f"  first seen {r.get('first_seen')}, last seen {r.get('last_seen')}")
+            lines.append(
+                "  "
+                + _("first seen %(first)s, last seen %(last)s")
+                % {"first": when(r.get("first_seen")), "last": when(r.get("last_seen"))}
+            )
             if r.get("resolved_at"):
-                lines.append(f"  resolved {r['resolved_at']} ({r.get('resolved_why')})")
-            lines += [f"  case {c}" for c in r.get("cases") or []]
-            lines += [f"  {h['at']} {h['change']} at ×{h.get('count')}" for h in r.get("history") or []]
+                lines.append(
+                    "  "
+                    + _("resolved %(at)s (%(why)s)")
+                    % {"at": when(r["resolved_at"]), "why": r.get("resolved_why")}
+                )
+            lines += ["  " + _("case %(id)s") % {"id": c} for c in r.get("cases") or []]
+            lines += [
+                f"  {when(h['at'])} {w.incident_state(h['change'])} ×{h.get('count')}"
+                for h in r.get("history") or []
+            ]
     return "\n".join(lines)
 
 
@@ -191,7 +221,11 @@ def live_incidents() -> list[dict[str, Any]]:
 
 def incident_lines(incidents: list[dict[str, Any]]) -> list[str]:
     return (
-        [f"incidents ({len(incidents)} live, `tally incidents show ID`):", render(incidents), ""]
+        [
+            _("incidents (%(n)d live, `tally incidents show ID`):") % {"n": len(incidents)},
+            render(incidents),
+            "",
+        ]
         if incidents
         else []
     )

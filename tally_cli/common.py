@@ -23,8 +23,10 @@ from typing import Any
 from tally import errors
 from tally.domain.clock import CHINA  # the channels' day (R34)
 from tally.domain.money import format_cents
+from tally.i18n import N_
 
 from tally_cli.env import use_deployed, use_local
+from tally_cli.speak import _, fault
 
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$", re.ASCII)
 
@@ -34,8 +36,15 @@ class UsageError(errors.InvalidRequest, ValueError):
 
 
 def add_target(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--local", action="store_true", help="talk to the stack `make run` started")
-    p.add_argument("--stack", default="tally", help="deployed CloudFormation stack name (default: tally)")
+    p.add_argument("--local", action="store_true", help=_("talk to the stack `make run` started"))
+    p.add_argument("--stack", default="tally", help=_("deployed CloudFormation stack name (default: tally)"))
+
+
+def add_json(p: argparse.ArgumentParser) -> None:
+    """--json: one JSON document of codes and numbers, the same in every language."""
+    p.add_argument(
+        "--json", action="store_true", help=_("print one JSON document (codes and numbers, never translated)")
+    )
 
 
 def connect(args: argparse.Namespace) -> dict[str, Any]:
@@ -98,13 +107,21 @@ def parse_date(text: str | None, clock: Callable[[], float] | None = None) -> st
     if word == "yesterday":
         return (today - timedelta(days=1)).isoformat()
     if not _DATE.match(word):
-        raise UsageError(f"date {text!r}: give YYYY-MM-DD, today or yesterday (Asia/Shanghai)")
+        raise fault(
+            UsageError,
+            N_("date %(date)r: give YYYY-MM-DD, today or yesterday (Asia/Shanghai)"),
+            {"date": text},
+        )
     try:
         day = date.fromisoformat(word)
     except ValueError:
-        raise UsageError(f"date {text!r} is not a calendar day") from None
+        raise fault(UsageError, N_("date %(date)r is not a calendar day"), {"date": text}) from None
     if day > today:
-        raise UsageError(f"date {text} is in the future (today in Asia/Shanghai is {today.isoformat()})")
+        raise fault(
+            UsageError,
+            N_("date %(date)s is in the future (today in Asia/Shanghai is %(today)s)"),
+            {"date": text, "today": today.isoformat()},
+        )
     return day.isoformat()
 
 

@@ -9,20 +9,23 @@ from __future__ import annotations
 import argparse
 import json
 
-from tally_cli.common import add_target, connect, secret_arg
+from tally_cli.common import add_json, add_target, connect, secret_arg
+from tally_cli.speak import _
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    console = sub.add_parser("console", help="the operations console: its users")
+    console = sub.add_parser("console", help=_("the operations console: its users"))
     verbs = console.add_subparsers(metavar="VERB")
-    add = verbs.add_parser("add-user", help="create (or reset) a console user in viewers or operators")
+    add = verbs.add_parser("add-user", help=_("create (or reset) a console user in viewers or operators"))
     add.add_argument("username")
     add.add_argument(
-        "--group", choices=["viewers", "operators"], required=True, help="viewers read; operators act"
+        "--group", choices=["viewers", "operators"], required=True, help=_("viewers read; operators act")
     )
-    add.add_argument("--email", help="the person's e-mail (kept as a user attribute)")
-    add.add_argument("--password", type=secret_arg, help="the password, or @FILE (default: a generated one)")
-    add.add_argument("--json", action="store_true")
+    add.add_argument("--email", help=_("the person's e-mail (kept as a user attribute)"))
+    add.add_argument(
+        "--password", type=secret_arg, help=_("the password, or @FILE (default: a generated one)")
+    )
+    add_json(add)
     add_target(add)
     add.set_defaults(run=add_user)
 
@@ -46,8 +49,11 @@ def add_user(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"username": args.username, "group": args.group, "password": password, "url": url}))
     else:
-        print(f"{args.username} is in {args.group}. Sign in at {url}")
-        print(f"password (shown once; hand it over privately): {password}")
+        print(
+            _("%(user)s is in %(group)s. Sign in at %(url)s")
+            % {"user": args.username, "group": args.group, "url": url}
+        )
+        print(_("password (shown once; hand it over privately): %(password)s") % {"password": password})
     return 0
 
 

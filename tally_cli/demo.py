@@ -8,18 +8,25 @@ from __future__ import annotations
 
 import argparse
 
+from tally_cli.speak import _
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     demo = sub.add_parser(
-        "demo", help="run a scripted day through the embedded stack; exit 1 if any payment is unaccounted for"
+        "demo",
+        help=_("run a scripted day through the embedded stack; exit 1 if any payment is unaccounted for"),
     )
-    demo.add_argument("--orders", type=int, default=200, help="payments in the day (default 200)")
-    demo.add_argument("--local", action="store_true", help="accepted for symmetry: the demo is always local")
+    demo.add_argument("--orders", type=int, default=200, help=_("payments in the day (default 200)"))
+    demo.add_argument(
+        "--local", action="store_true", help=_("accepted for symmetry: the demo is always local")
+    )
     demo.add_argument(
         "--keep",
         action="store_true",
-        help="keep the stack running with the day in it (like `TALLY_DEMO=1 make run`): work its queue with "
-        "`tally manual list --local`; Ctrl-C stops it",
+        help=_(
+            "keep the stack running with the day in it (like `TALLY_DEMO=1 make run`): work its queue with "
+            "`tally manual list --local`; Ctrl-C stops it"
+        ),
     )
     demo.set_defaults(run=run_demo)
 

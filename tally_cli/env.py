@@ -6,6 +6,8 @@ import json
 import os
 import pathlib
 
+from tally_cli.speak import _
+
 # CloudFormation output → environment variable the product reads (docs/contracts.md).
 OUTPUT_ENV = {
     "NotifyRawTableName": "NOTIFY_RAW_TABLE",
@@ -24,6 +26,7 @@ OUTPUT_ENV = {
     "MerchantSecretPrefix": "MERCHANT_SECRET_PREFIX",  # per stack (docs/deploy.md)
     "EventBusName": "EVENT_BUS_NAME",
     "EventArchiveArn": "EVENT_ARCHIVE_ARN",
+    "OutboxDLQUrl": "OUTBOX_DLQ_URL",  # an event-generation-failed case's `replay` (docs/webhooks.md)
     "ReconStateMachineArn": "RECON_STATE_MACHINE_ARN",
     "ConsoleUserPoolId": "CONSOLE_USER_POOL_ID",  # the console's sign-in (docs/console.md; absent in China)
     "ConsoleUserPoolClientId": "CONSOLE_CLIENT_ID",
@@ -59,7 +62,8 @@ def use_local() -> dict:
     path = state_file()
     if not path.exists():
         raise StackNotFound(
-            f"{path} not found: start the local stack with `make run` (in the project folder)"
+            _("%(path)s not found: start the local stack with `make run` (in the project folder)")
+            % {"path": path}
         )
     state = json.loads(path.read_text())
     os.environ.update(state["env"])
@@ -79,8 +83,10 @@ def describe_stack(stack_name: str) -> dict:
     except Exception as exc:  # noqa: BLE001 - any failure here is reported to the person, verbatim
         hint = ""
         if state_file().exists():  # a local stack is running: the person most likely forgot --local
-            hint = "; the embedded stack is running here: add --local"
-        raise StackNotFound(f"cannot read stack {stack_name!r}: {exc}{hint}") from None
+            hint = _("; the embedded stack is running here: add --local")
+        raise StackNotFound(
+            _("cannot read stack %(stack)r: %(why)s") % {"stack": stack_name, "why": exc} + hint
+        ) from None
 
 
 def use_deployed(stack_name: str) -> dict:

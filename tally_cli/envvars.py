@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from tally_cli.env import OUTPUT_ENV, describe_stack
+from tally_cli.speak import _
 
 PARAMETER_ENV = {
     "WechatPayApiBase": "WECHATPAY_API_BASE",
@@ -31,9 +32,9 @@ CONSTANT_ENV = {
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "env-vars", help="the functions' environment on a stack, as sam local invoke --env-vars"
+        "env-vars", help=_("the functions' environment on a stack, as sam local invoke --env-vars")
     )
-    p.add_argument("--stack", default="tally", help="deployed CloudFormation stack name (default: tally)")
+    p.add_argument("--stack", default="tally", help=_("deployed CloudFormation stack name (default: tally)"))
     p.set_defaults(run=env_vars)
 
 

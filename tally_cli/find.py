@@ -11,16 +11,19 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from tally_cli.common import add_target, connect, emit
+from tally.i18n import N_
+
+from tally_cli.common import add_json, add_target, connect, emit
+from tally_cli.speak import _, words
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     find = sub.add_parser(
         "find",
-        help="the order a transaction id, refund number, refund id or out_trade_no names, with its story",
+        help=_("the order a transaction id, refund number, refund id or out_trade_no names, with its story"),
     )
-    find.add_argument("number", help="a channel transaction id, refund number, refund id or out_trade_no")
-    find.add_argument("--json", action="store_true")
+    find.add_argument("number", help=_("a channel transaction id, refund number, refund id or out_trade_no"))
+    add_json(find)
     add_target(find)
     find.set_defaults(run=run_find)
 
@@ -38,20 +41,45 @@ def run_find(args: argparse.Namespace) -> int:
     return 0 if matches else 1
 
 
+FOUND_AS = {  # service/story.py `find`: what the number is of the order
+    "transaction id": N_("the transaction id"),
+    "refund number": N_("a refund number"),
+    "refund id": N_("a channel refund id"),
+    "out_trade_no": N_("the merchant's order number (out_trade_no)"),
+}
+
+
+def found_as(code: str) -> str:
+    said = FOUND_AS.get(code)
+    return _(said) if said else code
+
+
 def render(document: dict[str, Any]) -> str:
     from tally_cli.order import render_story
 
+    w = words()
     matches = document["matches"]
     if not matches:
-        return (
-            f"nothing found for {document['number']!r}: not a transaction id, refund number, refund id or "
-            "out_trade_no of any configured merchant"
-        )
+        return _(
+            "nothing found for %(number)r: not a transaction id, refund number, refund id or out_trade_no of "
+            "any configured merchant"
+        ) % {"number": document["number"]}
     lines = [
-        f"{document['number']} is the {m['found_as']} of order {m['out_trade_no']} at {m['channel']} {m['mchid']}"
+        _("%(number)s is %(found_as)s of order %(order)s at %(channel)s %(merchant)s")
+        % {
+            "number": document["number"],
+            "found_as": found_as(m["found_as"]),
+            "order": m["out_trade_no"],
+            "channel": w.channel(m["channel"]),
+            "merchant": m["mchid"],
+        }
         for m in matches
     ]
     if document["story"] is not None:
         return "\n".join([*lines, "", render_story(document["story"])])
-    lines += [f"  its story: tally order story {m['mchid']} {m['out_trade_no']}" for m in matches]
+    lines += [
+        "  "
+        + _("its story: %(command)s") % {"command": f"tally order story {m['mchid']} {m['out_trade_no']}"}
+        for m in matches
+    ]
     return "\n".join(lines)

@@ -8,27 +8,33 @@ import argparse
 import pathlib
 from typing import Any
 
-from tally_cli.common import add_target, connect, emit, parse_date
+from tally_cli.common import add_json, add_target, connect, emit, parse_date
+from tally_cli.speak import _, money, money_text, pad, rpad, words
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    ledger = sub.add_parser("ledger", help="the ledger for finance people").add_subparsers(metavar="ACTION")
+    ledger = sub.add_parser("ledger", help=_("the ledger for finance people")).add_subparsers(
+        metavar="ACTION"
+    )
     day = ledger.add_parser(
-        "day", help="payments, refunds, fees and net per merchant and channel for one bill date, with recon"
+        "day",
+        help=_("payments, refunds, fees and net per merchant and channel for one bill date, with recon"),
     )
     day.add_argument(
-        "date", nargs="?", help="bill date YYYY-MM-DD, today or yesterday (Asia/Shanghai; default yesterday)"
+        "date",
+        nargs="?",
+        help=_("bill date YYYY-MM-DD, today or yesterday (Asia/Shanghai; default yesterday)"),
     )
-    day.add_argument("--merchant", help="only this merchant (mchid or Alipay app_id)")
+    day.add_argument("--merchant", help=_("only this merchant (mchid or Alipay app_id)"))
     day.add_argument(
-        "--csv", type=pathlib.Path, metavar="FILE", help="also write the table as CSV (UTF-8, BOM)"
+        "--csv", type=pathlib.Path, metavar="FILE", help=_("also write the table as CSV (UTF-8, BOM)")
     )
     day.add_argument(
         "--statement",
         action="store_true",
-        help="print the daily statement CSV instead (the rows recon writes next to its report)",
+        help=_("print the daily statement CSV instead (the rows recon writes next to its report)"),
     )
-    day.add_argument("--json", action="store_true")
+    add_json(day)
     add_target(day)
     day.set_defaults(run=ledger_day)
     register_backfill(ledger)
@@ -48,7 +54,10 @@ def ledger_day(args: argparse.Namespace) -> int:
         if args.json:
             emit({"bill_date": bill_date, "merchant": args.merchant, "statement": rows}, lambda: "", args)
         elif args.csv:
-            print(f"statement of {bill_date}: {len(rows)} row(s) written to {args.csv}")
+            print(
+                _("statement of %(day)s: %(n)d row(s) written to %(path)s")
+                % {"day": bill_date, "n": len(rows), "path": args.csv}
+            )
         else:  # the CSV text recon writes next to its report, without the BOM a terminal would show
             print(statement_csv(rows).removeprefix("\ufeff"), end="")
         return 0
@@ -64,58 +73,103 @@ def _write(path: pathlib.Path, text: str) -> None:
     try:
         path.write_text(text, encoding="utf-8")
     except OSError as exc:
-        raise SystemExit(f"tally ledger day: cannot write {path}: {exc.strerror or exc}") from None
+        raise SystemExit(
+            _("tally ledger day: cannot write %(path)s: %(why)s") % {"path": path, "why": exc.strerror or exc}
+        ) from None
 
 
 def render_day(view: dict[str, Any], csv_path: pathlib.Path | None = None) -> str:
-    head = f"ledger {view['bill_date']} (bill date, Asia/Shanghai)" + (
-        f"  merchant {view['merchant']}" if view.get("merchant") else ""
+    """The day per merchant and channel: counts and amounts (¥1,234.56), the recon state in words, where the
+    money is (Words.landing) and the three-way verdict."""
+    w = words()
+    head = _("ledger %(day)s (bill date, Asia/Shanghai)") % {"day": view["bill_date"]} + (
+        "  " + _("merchant %(merchant)s") % {"merchant": view["merchant"]} if view.get("merchant") else ""
     )
     if not view["rows"]:
-        return head + "\n  nothing booked and no recon run for this day"
-    lines = [
-        head,
-        f"  {'channel':<10} {'merchant':<12} {'payments':>16} {'refunds':>14} {'reversals':>10} "
-        f"{'fees':>14} {'net':>12}  recon",
+        return head + "\n  " + _("nothing booked and no recon run for this day")
+    columns = [
+        (_("channel"), 14, pad),
+        (_("merchant"), 12, pad),
+        (_("payments"), 20, rpad),
+        (_("refunds"), 16, rpad),
+        (_("reversals"), 12, rpad),
+        (_("fees"), 14, rpad),
+        (_("fees back"), 12, rpad),
+        (_("net"), 14, rpad),
     ]
-    for r in [*view["rows"], {**view["totals"], "channel": "TOTAL", "mchid": "", "recon": None}]:
-        recon = r.get("recon")
-        verdict = day_words(recon)
+    lines = [head, "  " + " ".join(fit(title, n) for title, n, fit in columns) + "  " + _("recon")]
+    total = {**view["totals"], "channel": "", "mchid": "", "recon": None}
+    for r in [*view["rows"], total]:
+        verdict = day_words(r.get("recon"))
         if verdict is None:
-            verdict = "" if r["channel"] == "TOTAL" else "not reconciled yet"
-        fees = r["fee_yuan"] if r["fee_cent"] is not None else "not booked yet"
+            verdict = "" if r is total else w.run("no run yet")
+        fees = money(r["fee_cent"]) if r["fee_cent"] is not None else _("not booked yet")
+        cells = [
+            w.channel(r["channel"]) if r is not total else _("TOTAL"),
+            r["mchid"],
+            f"{r['payments']} × {money(r['payment_cent'])}",
+            f"{r['refunds']} × {money(r['refund_cent'])}",
+            money(r["reversal_cent"]),
+            fees,
+            money(r["fee_returned_cent"]),
+            money(r["net_cent"]),
+        ]
         lines.append(
-            f"  {r['channel']:<10} {r['mchid']:<12} {r['payments']:>4} x {r['payment_yuan']:>10} "
-            f"{r['refunds']:>3} x {r['refund_yuan']:>8} {r['reversal_yuan']:>10} {fees:>14} "
-            f"{r['net_yuan']:>12}  {verdict}"
+            "  "
+            + " ".join(fit(cell, n) for cell, (_title, n, fit) in zip(cells, columns, strict=True))
+            + f"  {verdict}"
         )
     for r in view["rows"]:  # where the money is: expected, landed, short by (R49)
-        lines.append(f"  money {r['channel']}/{r['mchid']}: {r['landing_words']}")
+        lines.append(
+            "  "
+            + _("money %(channel)s %(merchant)s: %(words)s")
+            % {"channel": w.channel(r["channel"]), "merchant": r["mchid"], "words": w.landing(r)}
+        )
     for r in view["rows"]:  # ledger = trade bill = fund flow (R45)
         v = r.get("verdict") or {}
         if v:
             legs = f" ({', '.join(v['differs'])})" if v.get("differs") else ""
-            lines.append(f"  three-way {r['channel']}/{r['mchid']}: {v['code']}{legs}: {v['reason']}")
+            lines.append(
+                "  "
+                + _("three-way %(channel)s %(merchant)s: %(verdict)s%(legs)s: %(reason)s")
+                % {
+                    "channel": w.channel(r["channel"]),
+                    "merchant": r["mchid"],
+                    "verdict": w.verdict(v["code"]),
+                    "legs": legs,
+                    "reason": v["reason"],
+                }
+            )
     if any(r["fee_cent"] is None for r in view["rows"]):
-        lines.append("  fees 'not booked yet': no recon run has read that bill; net leaves them out")
+        lines.append("  " + _("fees 'not booked yet': no recon run has read that bill; net leaves them out"))
     lines.append(
-        "  amounts in yuan; fees are a cost (positive); net = payments - refunds + reversals - fees"
-        " + fees given back (docs/finance.md)"
+        "  "
+        + _(
+            "fees are a cost (positive); net = payments - refunds + reversals - fees + fees given back "
+            "(docs/finance.md)"
+        )
     )
     if csv_path:
-        lines.append(f"  CSV written to {csv_path}")
+        lines.append("  " + _("CSV written to %(path)s") % {"path": csv_path})
     return "\n".join(lines)
 
 
 def day_words(recon: dict[str, Any] | None) -> str | None:
-    """A day's recon state as people read it: "DIFFS: 2 resolved, 3 open", "DONE (DIFFS: 25 resolved, 0
-    open)", "MATCHED" (R49)."""
+    """A day's recon state as people read it (R49): "differences open: 2 resolved, 3 open", "done (2 resolved,
+    0 open)", "matched"; the state's words from Words.run."""
     if not recon:
         return None
-    state, words = recon.get("state") or recon.get("status"), recon.get("words")
-    if not words:
-        return str(state)
-    return str(words) if state == "DIFFS" else f"{state} ({words})"
+    w = words()
+    state = recon.get("state") or recon.get("status")
+    if not recon.get("words"):
+        return w.run(state)
+    counts = _("%(worked)d resolved, %(open)d open") % {
+        "worked": int(recon.get("worked_diffs") or 0),
+        "open": int(recon.get("open_diffs") or 0),
+    }
+    if recon.get("expected_diffs"):
+        counts += _(", %(n)d expected") % {"n": int(recon["expected_diffs"])}
+    return f"{w.run(state)}: {counts}" if state == "DIFFS" else f"{w.run(state)} ({counts})"
 
 
 # ---------------------------------------------------------------- backfill-settlement (R43, docs/settlement.md §8)
@@ -124,16 +178,16 @@ def day_words(recon: dict[str, Any] | None) -> str | None:
 def register_backfill(ledger: argparse._SubParsersAction) -> None:
     fill = ledger.add_parser(
         "backfill-settlement",
-        help="settlement figures for PAYMENT / REFUND entries booked before R43, from the kept raw rows",
+        help=_("settlement figures for PAYMENT / REFUND entries booked before R43, from the kept raw rows"),
     )
-    fill.add_argument("--channel", required=True, help="wechatpay, wechatpay-v2 or alipay")
+    fill.add_argument("--channel", required=True, help=_("wechatpay, wechatpay-v2 or alipay"))
     fill.add_argument(
-        "--from", dest="day_from", required=True, metavar="DATE", help="first bill date YYYY-MM-DD"
+        "--from", dest="day_from", required=True, metavar="DATE", help=_("first bill date YYYY-MM-DD")
     )
-    fill.add_argument("--to", dest="day_to", metavar="DATE", help="last bill date (default: --from)")
-    fill.add_argument("--merchant", help="only this merchant (mchid or Alipay app_id)")
-    fill.add_argument("--dry-run", action="store_true", help="count and list, write nothing")
-    fill.add_argument("--json", action="store_true")
+    fill.add_argument("--to", dest="day_to", metavar="DATE", help=_("last bill date (default: --from)"))
+    fill.add_argument("--merchant", help=_("only this merchant (mchid or Alipay app_id)"))
+    fill.add_argument("--dry-run", action="store_true", help=_("count and list, write nothing"))
+    add_json(fill)
     add_target(fill)
     fill.set_defaults(run=backfill_settlement)
 
@@ -146,8 +200,8 @@ def backfill_settlement(args: argparse.Namespace) -> int:
 
     def progress(state: dict[str, Any]) -> None:  # long runs: a line on stderr, stdout stays one document
         print(
-            f"  {state['day']}: {state['examined']} examined, {state['done']} done, {state['already']} already, "
-            f"{state['legacy']} stay legacy",
+            f"  {state['day']}: "
+            + _("%(examined)s examined, %(done)s done, %(already)s already, %(legacy)s stay legacy") % state,
             file=sys.stderr,
             flush=True,
         )
@@ -165,19 +219,33 @@ def backfill_settlement(args: argparse.Namespace) -> int:
 
 
 def render_backfill(result: dict[str, Any]) -> str:
-    verb = "would write" if result["dry_run"] else "written"
+    values = {**result, "verb": _("would write") if result["dry_run"] else _("written")}
     lines = [
         f"backfill-settlement {result['channel']} {result['from']}..{result['to']}"
-        + ("  (dry run: nothing written)" if result["dry_run"] else ""),
-        f"  {result['examined']} entries examined: {result['done']} {verb}, {result['already']} had their "
-        f"figures already, {result['legacy']} stay legacy (recon matches them on amount_cent, counted)",
+        + ("  " + _("(dry run: nothing written)") if result["dry_run"] else ""),
+        "  "
+        + _(
+            "%(examined)s entries examined: %(done)s %(verb)s, %(already)s had their figures already, "
+            "%(legacy)s stay legacy (recon matches them on amount_cent, counted)"
+        )
+        % values,
     ]
     for reason, n in result["legacy_reasons"].items():
         lines.append(f"    {n} x {reason}")
     for e in result["legacy_entries"]:
         lines.append(
-            f"  legacy {e['kind']:<7} {e['pk']}  {e['amount']} yuan  {e['bill_date']}: {e['reason']}"
+            "  "
+            + _("legacy %(kind)s %(key)s  %(amount)s  %(day)s: %(why)s")
+            % {
+                "kind": e["kind"],
+                "key": e["pk"],
+                "amount": money_text(e["amount"]),
+                "day": e["bill_date"],
+                "why": e["reason"],
+            }
         )
     if result["legacy_unlisted"]:
-        lines.append(f"  … and {result['legacy_unlisted']} more (--json lists the first 500)")
+        lines.append(
+            "  " + _("… and %(n)s more (--json lists the first 500)") % {"n": result["legacy_unlisted"]}
+        )
     return "\n".join(lines)

@@ -37,6 +37,7 @@ from tally_cli import (
 )
 from tally_cli.common import UsageError
 from tally_cli.env import StackNotFound
+from tally_cli.speak import _, argparse_speaks, english, lang
 
 COMMAND_MODULES = [
     merchant,
@@ -59,13 +60,21 @@ COMMAND_MODULES = [
 ]
 
 
-@functools.cache  # ~30 ms of CPU to build: once per process, however often main() runs in it
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tally", description="Operate Tally, the payment-callback service.")
-    parser.add_argument(
-        "-v", "--verbose", action="count", default=0, help="log lines on stderr (-v info, -vv debug)"
+@functools.cache  # ~30 ms of CPU to build: once per process and language, however often main() runs in it
+def build_parser(language: str = "") -> argparse.ArgumentParser:
+    """The parser, its help texts in `language` (the CLI's language, speak.lang(), when main() builds it)."""
+    parser = argparse.ArgumentParser(
+        prog="tally", description=_("Operate Tally, the payment-callback service.")
     )
-    parser.add_argument("--version", action="version", version=f"tally {version()}")
+    parser.add_argument(
+        "-v", "--verbose", action="count", default=0, help=_("log lines on stderr (-v info, -vv debug)")
+    )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"tally {version()}",
+        help=_("show program's version number and exit"),
+    )
     sub = parser.add_subparsers(metavar="COMMAND")
     for module in COMMAND_MODULES:
         module.register(sub)
@@ -98,11 +107,12 @@ def cli_logging(verbose: int) -> Iterator[None]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "run", None):
-        parser.print_help()
-        return 2
+    with argparse_speaks():  # usage, help and argparse's errors in the CLI's language (speak.py)
+        parser = build_parser(lang())
+        args = parser.parse_args(argv)
+        if not getattr(args, "run", None):
+            parser.print_help()
+            return 2
     with cli_logging(args.verbose):
         try:
             code = int(args.run(args) or 0)
@@ -143,7 +153,7 @@ def _failed(args: argparse.Namespace, exc: Exception, code: int) -> int:
     print(f"tally: {exc}", file=sys.stderr)
     if getattr(args, "json", False):
         sys.stdout.write(
-            json.dumps({"ok": False, "error": str(exc), "exit": code}, ensure_ascii=False) + "\n"
+            json.dumps({"ok": False, "error": english(exc), "exit": code}, ensure_ascii=False) + "\n"
         )
     return code
 

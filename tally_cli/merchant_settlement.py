@@ -8,39 +8,49 @@ import json
 from typing import Any
 
 from tally.channels import registry as channel_registry
+from tally.i18n import N_
 
-from tally_cli.common import add_target, connect, emit
+from tally_cli.common import add_json, add_target, connect, emit
+from tally_cli.speak import _, fault, words
 
 
 def flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--settlement-lag",
         metavar="JSON",
-        help="the fund-flow lag, e.g. '{\"settlement_days\": 7}' (also refund_days, fee_days, fee_return_days; "
-        "default: the channel's, docs/recon.md)",
+        help=_(
+            "the fund-flow lag, e.g. '{\"settlement_days\": 7}' (also refund_days, fee_days, fee_return_days; "
+            "default: the channel's, docs/recon.md)"
+        ),
     )
     parser.add_argument(
         "--fund-accounts",
         metavar="LIST",
-        help="fund-flow accounts to check, e.g. BASIC or BASIC,FEES (WeChat: BASIC, OPERATION, FEES; Alipay: ALIPAY)",
+        help=_(
+            "fund-flow accounts to check, e.g. BASIC or BASIC,FEES (WeChat: BASIC, OPERATION, FEES; Alipay: ALIPAY)"
+        ),
     )
 
 
 def register(merchant: argparse._SubParsersAction) -> None:
     routes = [c.route for c in channel_registry.all_channels()]
-    update = merchant.add_parser("update", help="set a merchant's settlement lag / fund-flow accounts (R45)")
+    update = merchant.add_parser(
+        "update", help=_("set a merchant's settlement lag / fund-flow accounts (R45)")
+    )
     update.add_argument("channel", choices=routes)
-    update.add_argument("merchant_id", help="mchid or Alipay app_id")
+    update.add_argument("merchant_id", help=_("mchid or Alipay app_id"))
     flags(update)
-    update.add_argument("--clear-settlement", action="store_true", help="back to the channel's defaults")
-    update.add_argument("--json", action="store_true")
+    update.add_argument("--clear-settlement", action="store_true", help=_("back to the channel's defaults"))
+    add_json(update)
     add_target(update)
     update.set_defaults(run=merchant_update)
 
-    show = merchant.add_parser("show", help="one merchant's record: mode, readiness, bill source, fund flow")
+    show = merchant.add_parser(
+        "show", help=_("one merchant's record: mode, readiness, bill source, fund flow")
+    )
     show.add_argument("channel", choices=routes)
-    show.add_argument("merchant_id", help="mchid or Alipay app_id")
-    show.add_argument("--json", action="store_true")
+    show.add_argument("merchant_id", help=_("mchid or Alipay app_id"))
+    add_json(show)
     add_target(show)
     show.set_defaults(run=merchant_show)
 
@@ -52,8 +62,10 @@ def parsed(args: argparse.Namespace) -> dict[str, Any]:
         try:
             out["settlement_lag"] = json.loads(args.settlement_lag)
         except json.JSONDecodeError as exc:
-            raise ValueError(
-                f"--settlement-lag is JSON, e.g. '{{\"settlement_days\": 1}}': {exc.msg}"
+            raise fault(
+                ValueError,
+                N_("--settlement-lag is JSON, e.g. '{\"settlement_days\": 1}': %(why)s"),
+                {"why": exc.msg},
             ) from None
     if getattr(args, "fund_accounts", None):
         out["fund_accounts"] = [w.strip() for w in args.fund_accounts.split(",") if w.strip()]
@@ -80,7 +92,7 @@ def after_add(args: argparse.Namespace, route: str, merchant_id: str) -> None:
 def merchant_update(args: argparse.Namespace) -> int:
     figures = parsed(args)
     if not figures and not args.clear_settlement:
-        raise ValueError("give --settlement-lag, --fund-accounts or --clear-settlement")
+        raise fault(ValueError, N_("give --settlement-lag, --fund-accounts or --clear-settlement"))
     connect(args)
     shown = _service().update(_kind(args.channel), args.merchant_id, clear=args.clear_settlement, **figures)
     emit(shown, lambda: render(shown), args)
@@ -97,26 +109,47 @@ def merchant_show(args: argparse.Namespace) -> int:
 def _kind(route: str) -> str:
     channel = channel_registry.by_route(route)
     if channel is None:
-        raise ValueError(f"unknown channel {route!r}")
+        raise fault(ValueError, N_("unknown channel %(channel)r"), {"channel": route})
     return channel.merchant_kind
 
 
+FIELDS = {
+    "mode": N_("mode"),
+    "appid": N_("appid"),
+    "notify_url": N_("notify URL"),
+    "bill_source": N_("bill source"),
+    "ready": N_("ready"),
+    "ready_reason": N_("why (not) ready"),
+}
+
+
 def render(shown: dict[str, Any]) -> str:
-    lines = [f"merchant {shown['channel']}/{shown['id']}"]
-    for name in ("mode", "appid", "notify_url", "bill_source", "ready", "ready_reason"):
+    w = words()
+    lines = [_("merchant %(channel)s %(id)s") % {"channel": w.channel(shown["channel"]), "id": shown["id"]}]
+    for name, label in FIELDS.items():
         if shown.get(name) is not None:
-            lines.append(f"  {name}: {shown[name]}")
+            lines.append(f"  {_(label)}: {shown[name]}")
     fund = shown.get("fund_flow") or {}
     if "error" in fund:
-        lines.append(f"  fund flow: UNUSABLE RECORD: {fund['error']}")
+        lines.append("  " + _("fund flow: UNUSABLE RECORD: %(why)s") % {"why": fund["error"]})
     else:
-        own = (
-            "merchant record"
-            if shown.get("settlement_lag") or shown.get("fund_accounts")
-            else "channel default"
-        )
+        if shown.get("settlement_lag") or shown.get("fund_accounts"):
+            own = _("merchant record")
+        else:
+            own = _("channel default")
         lines.append(
-            f"  fund flow: accounts {', '.join(fund['accounts'])}; credit T+{fund['settlement_days']}, "
-            f"fee T+{fund['fee_days']}, refund T+{fund['refund_days']}, fee back T+{fund['fee_return_days']} ({own})"
+            "  "
+            + _(
+                "fund flow: accounts %(accounts)s; credit T+%(credit)s, fee T+%(fee)s, refund T+%(refund)s, "
+                "fee back T+%(fee_back)s (%(whose)s)"
+            )
+            % {
+                "accounts": ", ".join(fund["accounts"]),
+                "credit": fund["settlement_days"],
+                "fee": fund["fee_days"],
+                "refund": fund["refund_days"],
+                "fee_back": fund["fee_return_days"],
+                "whose": own,
+            }
         )
     return "\n".join(lines)

@@ -9,32 +9,37 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from tally_cli.common import add_target, china_text, connect, emit, yuan
+from tally.i18n import N_
+
+from tally_cli.common import add_json, add_target, connect, emit
+from tally_cli.speak import _, money, money_text, pad, when, words
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    order = sub.add_parser("order", help="inspect orders").add_subparsers(metavar="ACTION")
-    show = order.add_parser("show", help="an order with its transitions and raw notifications (read-only)")
+    order = sub.add_parser("order", help=_("inspect orders")).add_subparsers(metavar="ACTION")
+    show = order.add_parser("show", help=_("an order with its transitions and raw notifications (read-only)"))
     show.add_argument("mchid")
     show.add_argument("out_trade_no")
     show.add_argument(
         "--ask-channel",
         action="store_true",
-        help="ask the channel once about an unpaid order (may book or close it, like the return page)",
+        help=_("ask the channel once about an unpaid order (may book or close it, like the return page)"),
     )
-    show.add_argument("--json", action="store_true")
+    add_json(show)
     add_target(show)
     show.set_defaults(run=order_show)
 
     story = order.add_parser(
         "story",
-        help="everything about one order in time order: deliveries, polls, transitions, ledger, refunds, "
-        "events, recon, queue actions (read-only)",
+        help=_(
+            "everything about one order in time order: deliveries, polls, transitions, ledger, refunds, "
+            "events, recon, queue actions (read-only)"
+        ),
     )
     story.add_argument("mchid")
     story.add_argument("out_trade_no")
-    story.add_argument("--raw", action="store_true", help="include each delivery's raw body and headers")
-    story.add_argument("--json", action="store_true")
+    story.add_argument("--raw", action="store_true", help=_("include each delivery's raw body and headers"))
+    add_json(story)
     add_target(story)
     story.set_defaults(run=order_story)
 
@@ -57,50 +62,105 @@ def order_story(args: argparse.Namespace) -> int:
     return 0
 
 
+STORY_KINDS = {  # service/story.py: what each line of an order's story is
+    "order": N_("order"),
+    "delivery": N_("notification"),
+    "poll": N_("query"),
+    "transition": N_("status"),
+    "ledger": N_("ledger"),
+    "refund": N_("refund"),
+    "outbox": N_("event"),
+    "webhook": N_("webhook"),
+    "recon": N_("recon"),
+    "queue": N_("work queue"),
+}
+
+
+def _amount(cents: Any, currency: Any) -> str:
+    """¥1,234.56; another currency (never seen so far) is named after the amount."""
+    return money(cents) if currency in (None, "", "CNY") else f"{money(cents)} {currency}"
+
+
 def render_order(view: dict[str, Any]) -> str:
+    w = words()
     lines = [
-        f"order {view['mchid']}/{view['out_trade_no']}  {view['status']}",
-        f"  amount   {yuan(view['amount_cent'])} {view['currency']}   paid {yuan(view.get('paid_cent', 0))}"
-        f"   refundable {yuan(view.get('refundable_cent', 0))}",
-        f"  transaction_id {view.get('transaction_id') or '-'}   created {china_text(view.get('created_at'))}   "
-        f"expires {china_text(view.get('expire_at'))}",
-        "  transitions:",
+        _("order %(merchant)s/%(order)s  %(status)s")
+        % {
+            "merchant": view["mchid"],
+            "order": view["out_trade_no"],
+            "status": w.order_status(view["status"]),
+        },
+        "  "
+        + _("amount %(amount)s   paid %(paid)s   refundable %(refundable)s")
+        % {
+            "amount": _amount(view["amount_cent"], view.get("currency")),
+            "paid": money(view.get("paid_cent", 0)),
+            "refundable": money(view.get("refundable_cent", 0)),
+        },
+        "  "
+        + _("transaction_id %(txn)s   created %(created)s   expires %(expires)s")
+        % {
+            "txn": view.get("transaction_id") or "-",
+            "created": when(view.get("created_at")),
+            "expires": when(view.get("expire_at")),
+        },
+        "  " + _("transitions:"),
     ]
     if view.get("refund_holds"):  # reserved, create answer not stored yet: the poller stores it if abandoned
-        holds = ", ".join(f"{no} {yuan(cents)}" for no, cents in sorted(view["refund_holds"].items()))
-        lines.insert(3, f"  refunds reserved, answer not stored yet: {holds}")
+        holds = ", ".join(f"{no} {money(cents)}" for no, cents in sorted(view["refund_holds"].items()))
+        lines.insert(3, "  " + _("refunds reserved, answer not stored yet: %(holds)s") % {"holds": holds})
     lines += [
-        f"    {china_text(t['at'])}  {t['from_status']} --{t['event']}--> {t['to_status']}  ({t['source']})"
+        f"    {when(t['at'])}  {t['from_status']} --{t['event']}--> {t['to_status']}  ({t['source']})"
         for t in view["transitions"]
-    ] or ["    (none)"]
-    lines.append("  raw notifications (handled: 0 pending, 1 booked, 2 with a person):")
+    ] or ["    " + _("(none)")]
+    lines.append("  " + _("raw notifications (handled: 0 pending, 1 booked, 2 with a person):"))
     lines += [
-        f"    {r['pk']}  handled={r['handled']}  {r.get('outcome') or r.get('manual_reason') or ''}"
-        f"  paid {yuan(r['paid_cent'])} of {yuan(r['order_total_cent'])}  via {r['source']}"
+        f"    {r['pk']}  handled={r['handled']}  {r.get('outcome') or r.get('manual_reason') or ''}  "
+        + _("paid %(paid)s of %(total)s via %(source)s")
+        % {"paid": money(r["paid_cent"]), "total": money(r["order_total_cent"]), "source": r["source"]}
         for r in view["raw"]
-    ] or ["    (none)"]
+    ] or ["    " + _("(none)")]
     lines.append(
-        f"  times Asia/Shanghai; the whole story: tally order story {view['mchid']} {view['out_trade_no']}"
+        "  "
+        + _("times Asia/Shanghai; the whole story: %(command)s")
+        % {"command": f"tally order story {view['mchid']} {view['out_trade_no']}"}
     )
     return "\n".join(lines)
 
 
 def render_story(story: dict[str, Any], raw: bool = False) -> str:
-    o, s = story["order"], story["summary"]
+    o, s, w = story["order"], story["summary"], words()
     lines = [
-        f"order {o['mchid']}/{o['out_trade_no']}  {s['status']}  ({o.get('channel')})",
-        f"  amount {s['amount_yuan']} {s['currency']}   paid {s['paid_yuan']}   refunded {s['refunded_yuan']}"
-        f"   refundable {s['refundable_yuan']}   ledger net {s['ledger_net_yuan']}",
-        f"  {s['deliveries']} deliveries stored; {s['open_items']} item(s) waiting for a person",
+        _("order %(merchant)s/%(order)s  %(status)s")
+        % {"merchant": o["mchid"], "order": o["out_trade_no"], "status": w.order_status(s["status"])}
+        + f"  ({w.channel(o.get('channel'))})",
+        "  "
+        + _(
+            "amount %(amount)s   paid %(paid)s   refunded %(refunded)s   refundable %(refundable)s   "
+            "ledger net %(net)s"
+        )
+        % {
+            "amount": money_text(s["amount_yuan"])
+            + ("" if s.get("currency") in (None, "", "CNY") else f" {s['currency']}"),
+            "paid": money_text(s["paid_yuan"]),
+            "refunded": money_text(s["refunded_yuan"]),
+            "refundable": money_text(s["refundable_yuan"]),
+            "net": money_text(s["ledger_net_yuan"]),
+        },
+        "  "
+        + _("%(deliveries)s deliveries stored; %(open)s item(s) waiting for a person")
+        % {"deliveries": s["deliveries"], "open": s["open_items"]},
         "",
     ]
     for e in story["entries"]:
         flag = "!" if e["needs_person"] else " "
-        at = (e["at"] or "(no time)")[:23].replace("T", " ")
-        lines.append(f"{flag} {at}  {e['kind']:<13} {e['title']}")
+        at = (e["at"] or _("(no time)"))[:23].replace("T", " ")
+        said = STORY_KINDS.get(e["kind"])
+        kind = _(said) if said else e["kind"]
+        lines.append(f"{flag} {at}  {pad(kind, 13)} {e['title']}")
         if raw and e["detail"].get("body") is not None:
-            lines.append(f"      headers: {e['detail'].get('headers')}")
-            lines.append(f"      body:    {e['detail']['body']}")
-    lines += ["", "times Asia/Shanghai; ! = waiting for a person. Not stored (docs/story.md):"]
+            lines.append("      " + _("headers:") + f" {e['detail'].get('headers')}")
+            lines.append("      " + _("body:") + f"    {e['detail']['body']}")
+    lines += ["", _("times Asia/Shanghai; ! = waiting for a person. Not stored (docs/story.md):")]
     lines += [f"  - {n}" for n in story["not_stored"]]
     return "\n".join(lines)

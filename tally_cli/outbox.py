@@ -11,6 +11,7 @@ import json
 from datetime import UTC, datetime
 
 from tally_cli.common import add_target, connect
+from tally_cli.speak import _
 
 
 def _when(value: str) -> datetime:
@@ -20,28 +21,28 @@ def _when(value: str) -> datetime:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    outbox = sub.add_parser("outbox", help="republish downstream events").add_subparsers(metavar="ACTION")
+    outbox = sub.add_parser("outbox", help=_("republish downstream events")).add_subparsers(metavar="ACTION")
     rep = outbox.add_parser(
-        "republish", help="rebuild and publish the events of orders/refunds from their current rows"
+        "republish", help=_("rebuild and publish the events of orders/refunds from their current rows")
     )
     which = rep.add_mutually_exclusive_group(required=True)
     which.add_argument("--order", nargs=2, metavar=("MCHID", "OUT_TRADE_NO"))
     which.add_argument(
-        "--refund", metavar="REFUND_NO", help="a refund_no, or MCHID#REFUND_NO if several merchants use it"
+        "--refund", metavar="REFUND_NO", help=_("a refund_no, or MCHID#REFUND_NO if several merchants use it")
     )
-    which.add_argument("--since", type=_when, help="every order and refund changed since (ISO 8601, UTC)")
-    rep.add_argument("--until", type=_when, help="with --since: changed before this")
+    which.add_argument("--since", type=_when, help=_("every order and refund changed since (ISO 8601, UTC)"))
+    rep.add_argument("--until", type=_when, help=_("with --since: changed before this"))
     add_target(rep)
     rep.set_defaults(run=republish)
 
-    events = sub.add_parser("events", help="the event bus's archive").add_subparsers(metavar="ACTION")
-    replay = events.add_parser("replay", help="send archived events of a window back through the bus")
+    events = sub.add_parser("events", help=_("the event bus's archive")).add_subparsers(metavar="ACTION")
+    replay = events.add_parser("replay", help=_("send archived events of a window back through the bus"))
     replay.add_argument("--since", type=_when, required=True)
     replay.add_argument("--until", type=_when, required=True)
-    replay.add_argument("--name", help="replay name (default: tally-<since>-<until>)")
+    replay.add_argument("--name", help=_("replay name (default: tally-<since>-<until>)"))
     add_target(replay)
     replay.set_defaults(run=events_replay)
-    status = events.add_parser("replay-status", help="state of a replay")
+    status = events.add_parser("replay-status", help=_("state of a replay"))
     status.add_argument("name")
     add_target(status)
     status.set_defaults(run=events_replay_status)

@@ -9,16 +9,19 @@ import json
 from typing import Any
 
 from tally_cli import alerts
-from tally_cli.common import add_target, connect
+from tally_cli.common import add_json, add_target, connect
+from tally_cli.speak import _, aligned, pad, rpad, words
 
 OVERDUE_EXIT = 3
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("pending", help="the morning number: stuck rows and the work queue; exit 3 if overdue")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--limit", type=int, default=50, help="at most this many lines (default 50)")
-    p.add_argument("--over", type=int, default=None, help="count items older than S seconds as overdue")
+    p = sub.add_parser(
+        "pending", help=_("the morning number: stuck rows and the work queue; exit 3 if overdue")
+    )
+    add_json(p)
+    p.add_argument("--limit", type=int, default=50, help=_("at most this many lines (default 50)"))
+    p.add_argument("--over", type=int, default=None, help=_("count items older than S seconds as overdue"))
     add_target(p)
     p.set_defaults(run=pending)
 
@@ -40,40 +43,63 @@ def pending(args: argparse.Namespace) -> int:
 
 
 def render(report: dict[str, Any]) -> str:
+    """The morning number and one line per item: its age, channel, merchant, order and what it is in plain
+    words (Words, the console's sentence); `tally manual show ID` tells the reason and the next step."""
+    w = words()
     lines = alerts.incident_lines(report.get("incidents") or [])
-    lines += [
-        f"stuck: notifications not applied for 10 min: {report['pending_over_10m']}",
-        f"open items waiting for a person:            {report.get('open_items', report['manual_over_24h'])}",
-        f"  of which past their threshold:            {report['manual_over_24h']}",
-        f"orders with a person:                       {report['orders_with_person']}",
-        f"oldest:                                     {_age(report['oldest_age_s'])}",
-    ]
+    lines += aligned(
+        [
+            (_("stuck: notifications not applied for 10 min:"), report["pending_over_10m"]),
+            (
+                _("open items waiting for a person:"),
+                report.get("open_items", report["manual_over_24h"]),
+            ),
+            (_("  of which past their threshold:"), report["manual_over_24h"]),
+            (_("orders with a person:"), report["orders_with_person"]),
+            (_("oldest:"), w.age(report["oldest_age_s"])),
+        ]
+    )
     if report["rows"]:
         lines.append("")
-        lines.append(f"  {'age':>8}  {'channel':<10} {'merchant':<12} {'order':<32} what")
-        lines += [
-            f"  {_age(r['age_s']):>8}  {str(r['channel']):<10} {str(r['merchant']):<12} {str(r['order'] or '-'):<32} "
-            f"{r['kind']} {r['key']}: {r['why']}"
-            for r in report["rows"]
-        ]
+        lines.append(
+            "  "
+            + "  ".join(
+                [
+                    rpad(_("age"), 12),
+                    pad(_("channel"), 10),
+                    pad(_("merchant"), 12),
+                    pad(_("order"), 32),
+                    _("what"),
+                ]
+            )
+        )
+        for r in report["rows"]:
+            title = w.stuck().title if r["kind"] == "stuck-notification" else w.case(r["kind"]).title
+            lines.append(
+                "  "
+                + "  ".join(
+                    [
+                        rpad(w.age(r["age_s"]), 12),
+                        pad(w.channel(r["channel"]) or "-", 10),
+                        pad(str(r["merchant"] or "-"), 12),
+                        pad(str(r["order"] or "-"), 32),
+                        f"{title} · {r['key']}",
+                    ]
+                )
+            )
         if report["more"]:
-            lines.append(f"  ... and {report['more']} more (--limit)")
+            lines.append("  " + _("... and %(n)d more (--limit)") % {"n": report["more"]})
         lines.append("")
-        lines.append("work the items with `tally manual list` / `tally manual show ID` (docs/morning.md)")
+        lines.append(
+            _(
+                "the reason and the next step of each: `tally manual show ID`; all of them: `tally manual list`"
+            )
+        )
     else:
-        lines.append("nothing is stuck, nothing waits for a person")
+        lines.append(_("nothing is stuck, nothing waits for a person"))
     if report.get("heartbeat_age_s") is not None:
         lines.append(
-            f"heartbeat: last synthetic payment booked {_age(report['heartbeat_age_s'])} ago (alarm at 3m)"
+            _("heartbeat: last synthetic payment booked %(age)s ago (alarm at 3 min)")
+            % {"age": w.age(report["heartbeat_age_s"])}
         )
     return "\n".join(lines)
-
-
-def _age(seconds: int) -> str:
-    if seconds < 120:
-        return f"{seconds}s"
-    if seconds < 7200:
-        return f"{seconds // 60}m"
-    if seconds < 172800:
-        return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
-    return f"{seconds // 86400}d{(seconds % 86400) // 3600}h"

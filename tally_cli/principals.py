@@ -7,33 +7,38 @@ import argparse
 import os
 from typing import Any
 
-from tally_cli.common import add_target, connect, emit
+from tally_cli.common import add_json, add_target, connect, emit
+from tally_cli.speak import _, pad
 
 
 def register(merchant: argparse._SubParsersAction) -> None:
     allow = merchant.add_parser(
-        "allow", help="let an IAM role or user act for merchants on the signed API (R53)"
+        "allow", help=_("let an IAM role or user act for merchants on the signed API (R53)")
     )
-    allow.add_argument("principal", help="the backend's role ARN, arn:aws:iam::ACCOUNT:role/NAME")
-    allow.add_argument("merchant_ids", nargs="+", metavar="MERCHANT_ID", help="mchid / app_id, or * for all")
+    allow.add_argument("principal", help=_("the backend's role ARN, arn:aws:iam::ACCOUNT:role/NAME"))
+    allow.add_argument(
+        "merchant_ids", nargs="+", metavar="MERCHANT_ID", help=_("mchid / app_id, or * for all")
+    )
     _common(allow)
     allow.set_defaults(run=merchant_allow)
 
-    disallow = merchant.add_parser("disallow", help="take merchants (default: all) from a principal's grant")
+    disallow = merchant.add_parser(
+        "disallow", help=_("take merchants (default: all) from a principal's grant")
+    )
     disallow.add_argument("principal")
     disallow.add_argument("merchant_ids", nargs="*", metavar="MERCHANT_ID")
     _common(disallow)
     disallow.set_defaults(run=merchant_disallow)
 
-    listing = merchant.add_parser("principals", help="who may act for which merchants on the signed API")
-    listing.add_argument("--json", action="store_true")
+    listing = merchant.add_parser("principals", help=_("who may act for which merchants on the signed API"))
+    add_json(listing)
     add_target(listing)
     listing.set_defaults(run=merchant_principals)
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--by", default=None, help="who (default: $USER)")
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--by", default=None, help=_("who (default: $USER)"))
+    add_json(parser)
     add_target(parser)
 
 
@@ -78,17 +83,20 @@ def _by(args: argparse.Namespace) -> str:
 
 def _granted(principal: str, merchants: list[str]) -> str:
     if not merchants:
-        return f"{principal} may act for no merchant now"
-    return f"{principal} may act for: {', '.join('every merchant' if m == '*' else m for m in merchants)}"
+        return _("%(principal)s may act for no merchant now") % {"principal": principal}
+    return _("%(principal)s may act for: %(merchants)s") % {
+        "principal": principal,
+        "merchants": ", ".join(_("every merchant") if m == "*" else m for m in merchants),
+    }
 
 
 def render_principals(rows: list[dict[str, Any]]) -> str:
     if not rows:
-        return "no principal may call the API yet (tally merchant allow ROLE_ARN MCHID)"
+        return _("no principal may call the API yet (tally merchant allow ROLE_ARN MCHID)")
     width = max(len(r["principal"]) for r in rows) + 2
-    lines = [f"{'principal':<{width}}merchants"]
+    lines = [pad(_("principal"), width) + _("merchants")]
     lines += [
-        f"{r['principal']:<{width}}{', '.join('every merchant' if m == '*' else m for m in r['merchants'])}"
+        pad(r["principal"], width) + ", ".join(_("every merchant") if m == "*" else m for m in r["merchants"])
         for r in rows
     ]
     return "\n".join(lines)

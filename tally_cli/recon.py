@@ -11,9 +11,9 @@ import time
 from typing import Any
 
 from tally.channels import registry as channel_registry
-from tally.domain.money import format_cents
 
-from tally_cli.common import add_target, china_text, connect, emit, parse_date, yuan
+from tally_cli.common import UsageError, add_json, add_target, connect, emit, parse_date
+from tally_cli.speak import _, money, pad, when, words
 
 CHANNELS = list(channel_registry.reconciled())  # the stored channels with bills: wechatpay, alipay
 
@@ -26,73 +26,82 @@ def stored_channel(word: str) -> str:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    recon = sub.add_parser("recon", help="reconcile a day's bill against the ledger").add_subparsers(
+    recon = sub.add_parser("recon", help=_("reconcile a day's bill against the ledger")).add_subparsers(
         metavar="ACTION"
     )
 
-    def day(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--channel", required=True, choices=CHANNELS, type=stored_channel)
-        p.add_argument("--mchid", required=True, help="merchant id (Alipay: app_id)")
+    def day(p: argparse.ArgumentParser, every_merchant: bool = False) -> None:
+        p.add_argument("--channel", required=not every_merchant, choices=CHANNELS, type=stored_channel)
+        p.add_argument(
+            "--mchid",
+            required=not every_merchant,
+            help=_("merchant id (Alipay: app_id)")
+            + (_("; without --channel and --mchid: every merchant") if every_merchant else ""),
+        )
         p.add_argument(
             "--date",
-            help="bill date YYYY-MM-DD, today or yesterday (the channel's day, Asia/Shanghai; default yesterday)",
+            help=_(
+                "bill date YYYY-MM-DD, today or yesterday (the channel's day, Asia/Shanghai; default yesterday)"
+            ),
         )
         add_target(p)
 
-    run = recon.add_parser("run", help="download (or re-use --s3-key), guard, match; prints the run")
+    run = recon.add_parser("run", help=_("download (or re-use --s3-key), guard, match; prints the run"))
     day(run)
-    run.add_argument("--s3-key", help="reconcile a bill already in the bills bucket instead of downloading")
-    run.add_argument("--json", action="store_true")
+    run.add_argument(
+        "--s3-key", help=_("reconcile a bill already in the bills bucket instead of downloading")
+    )
+    add_json(run)
     run.set_defaults(run=recon_run)
 
-    show = recon.add_parser("show", help="the day's runs, diffs and a link to the latest report")
-    day(show)
-    show.add_argument("--json", action="store_true")
+    show = recon.add_parser("show", help=_("the day's runs, diffs and a link to the latest report"))
+    day(show, every_merchant=True)
+    add_json(show)
     show.set_defaults(run=recon_show)
 
-    diffs = recon.add_parser("diffs", help="the day's differences")
+    diffs = recon.add_parser("diffs", help=_("the day's differences"))
     day(diffs)
-    diffs.add_argument("--json", action="store_true")
+    add_json(diffs)
     diffs.set_defaults(run=recon_diffs)
 
     resolve = recon.add_parser(
-        "resolve", help="close a diff (RESOLVED, or IGNORED); --reverse books a reversal"
+        "resolve", help=_("close a diff (RESOLVED, or IGNORED); --reverse books a reversal")
     )
     day(resolve)
     _resolve_args(resolve)
 
     confirm = recon.add_parser(
-        "confirm", help="confirm a volume drop (R33) and re-run the day from the kept bill"
+        "confirm", help=_("confirm a volume drop (R33) and re-run the day from the kept bill")
     )
     day(confirm)
     confirm.add_argument("--by", required=True)
     confirm.add_argument("--note", default="")
     confirm.set_defaults(run=recon_confirm)
 
-    diff = sub.add_parser("diff", help="reconciliation differences across days").add_subparsers(
+    diff = sub.add_parser("diff", help=_("reconciliation differences across days")).add_subparsers(
         metavar="ACTION"
     )
-    listing = diff.add_parser("list", help="OPEN differences, oldest first")
+    listing = diff.add_parser("list", help=_("OPEN differences, oldest first"))
     listing.add_argument("--limit", type=int, default=200)
-    listing.add_argument("--json", action="store_true")
+    add_json(listing)
     add_target(listing)
     listing.set_defaults(run=diff_list)
-    dres = diff.add_parser("resolve", help="same as `tally recon resolve`")
+    dres = diff.add_parser("resolve", help=_("same as `tally recon resolve`"))
     day(dres)
     _resolve_args(dres)
 
 
 def _resolve_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("sk", help="the diff's key as `recon diffs` shows it, e.g. PAYMENT#wechatpay#4200…")
-    p.add_argument("--by", required=True, help="who decides")
-    p.add_argument("--note", required=True, help="why (kept in the diff's history)")
-    p.add_argument("--ignore", action="store_true", help="IGNORED instead of RESOLVED")
+    p.add_argument("sk", help=_("the diff's key as `recon diffs` shows it, e.g. PAYMENT#wechatpay#4200…"))
+    p.add_argument("--by", required=True, help=_("who decides"))
+    p.add_argument("--note", required=True, help=_("why (kept in the diff's history)"))
+    p.add_argument("--ignore", action="store_true", help=_("IGNORED instead of RESOLVED"))
     p.add_argument(
         "--reverse",
         action="store_true",
-        help="also write a reversing ledger entry (local-only / amount-differs; amount computed)",
+        help=_("also write a reversing ledger entry (local-only / amount-differs; amount computed)"),
     )
-    p.add_argument("--json", action="store_true")
+    add_json(p)
     p.set_defaults(run=recon_resolve)
 
 
@@ -117,25 +126,68 @@ def recon_run(args: argparse.Namespace) -> int:
 
 
 def recon_show(args: argparse.Namespace) -> int:
-    view = _service(args).show(args.channel, args.mchid, args.date)
-    if args.json:
-        emit(view, "", args)
+    if bool(args.channel) != bool(args.mchid):
+        raise UsageError(_("give --channel and --mchid together, or neither for every merchant"))
+    service = _service(args)
+    if args.channel:
+        view = service.show(args.channel, args.mchid, args.date)
+        if args.json:
+            emit(view, "", args)
+            return 0
+        print(render_show(view))
         return 0
+    views = [
+        {"channel": channel, "mchid": mchid, **service.show(channel, mchid, args.date)}
+        for channel, mchid in reconciled_merchants()
+    ]
+    emit({"date": args.date, "merchants": views}, lambda: render_every_merchant(args.date, views), args)
+    return 0
+
+
+def reconciled_merchants() -> list[tuple[str, str]]:
+    """(stored channel, merchant id) of every configured merchant whose channel has bills, once each (a WeChat
+    Pay v2 merchant reconciles in the WeChat bill); the heartbeat's synthetic merchant left out (R54)."""
+    from tally import bootstrap
+    from tally.store.tables import MerchantStore
+
+    hidden = bootstrap.settings().heartbeat_mchid
+    pairs = []
+    for kind, mchid in MerchantStore(bootstrap.tables()).configured():
+        owner = channel_registry.by_merchant_kind(kind)
+        if owner is not None and owner.reconciled and mchid != hidden:
+            pairs.append((owner.stored, mchid))
+    return list(dict.fromkeys(pairs))
+
+
+def render_every_merchant(day: str, views: list[dict[str, Any]]) -> str:
+    if not views:
+        return _("%(day)s: no merchant is configured") % {"day": day}
+    w = words()
+    blocks = [f"{w.channel(v['channel'])} {v['mchid']}\n" + render_show(v) for v in views]
+    return "\n\n".join(blocks)
+
+
+def render_show(view: dict[str, Any]) -> str:
+    """The day as it stands: the latest run, the earlier ones, a confirmed volume drop, the differences and
+    the report's link."""
+    w = words()
     if not view["runs"]:
-        print(f"{view['pk']}: no runs yet")
-        return 0
-    print(render_run(as_it_stands(view["runs"][0], view["diffs"])))
+        return _("%(day)s: no runs yet") % {"day": view["pk"]}
+    lines = [render_run(as_it_stands(view["runs"][0], view["diffs"]))]
     if len(view["runs"]) > 1:
-        print("  earlier runs:")
-        for r in view["runs"][1:]:
-            print(f"    {r['sk']}  {r['status']}  {r.get('reason', '')}")
+        lines.append("  " + _("earlier runs:"))
+        lines += [f"    {r['sk']}  {w.run(r['status'])}  {r.get('reason', '')}" for r in view["runs"][1:]]
     if view.get("confirmation"):
         c = view["confirmation"]
-        print(f"  volume drop confirmed by {c['confirmed_by']} at {c['confirmed_at']}: {c.get('note', '')}")
-    print(render_diffs(view["diffs"]))
+        lines.append(
+            "  "
+            + _("volume drop confirmed by %(by)s at %(at)s: %(note)s")
+            % {"by": c["confirmed_by"], "at": when(c["confirmed_at"]), "note": c.get("note", "")}
+        )
+    lines.append(render_diffs(view["diffs"]))
     if view.get("report_url"):
-        print(f"  report (CSV, 1 h link): {view['report_url']}")
-    return 0
+        lines.append("  " + _("report (CSV, 1 h link): %(url)s") % {"url": view["report_url"]})
+    return "\n".join(lines)
 
 
 def recon_diffs(args: argparse.Namespace) -> int:
@@ -158,12 +210,20 @@ def recon_resolve(args: argparse.Namespace) -> int:
     if args.json:
         emit(row, "", args)
     else:
-        print(f"{row['sk']}: {row['handle_status']} by {row['handler']}")
+        w = words()
+        print(
+            _("%(key)s: %(status)s by %(by)s")
+            % {"key": row["sk"], "status": w.diff_status(row["handle_status"]), "by": row["handler"]}
+        )
         if ";" in done["outcome"]:
-            print(f"  the case: {done['outcome']}")
+            print("  " + _("the case: %(outcome)s") % {"outcome": done["outcome"]})
         last = row["history"][-1]
         if last.get("reversal"):
-            print(f"  reversing ledger entry {last['reversal']}: {yuan(last['amount_cent'], 'yuan')}")
+            print(
+                "  "
+                + _("reversing ledger entry %(entry)s: %(amount)s")
+                % {"entry": last["reversal"], "amount": money(last["amount_cent"])}
+            )
     return 0
 
 
@@ -179,10 +239,20 @@ def as_it_stands(run: dict[str, Any], diffs: list[dict[str, Any]]) -> dict[str, 
     show --json`."""
     from tally.domain.merchant_day import count_diffs, day_state
 
-    state, words = day_state(run.get("status"), count_diffs(diffs))
-    if not words:
+    from tally_cli.ledger import day_words
+
+    counted = count_diffs(diffs)
+    state, said = day_state(run.get("status"), counted)
+    if not said:
         return run
-    return {**run, "status": state, "reason": words, "open_diffs": count_diffs(diffs).open}
+    recon = {
+        "state": state,
+        "words": said,
+        "open_diffs": counted.open,
+        "worked_diffs": counted.worked,
+        "expected_diffs": counted.expected,
+    }
+    return {**run, "status": state, "reason": day_words(recon), "open_diffs": counted.open}
 
 
 def diff_list(args: argparse.Namespace) -> int:
@@ -195,57 +265,88 @@ def diff_list(args: argparse.Namespace) -> int:
 
 
 def render_run(run: dict[str, Any]) -> str:
+    w = words()
     totals = run.get("totals") or {}
     lines = [
-        f"{run['pk']}  {run['status']}  ({run.get('pass')}, {china_text(run.get('started_at'))} Asia/Shanghai)",
+        f"{run['pk']}  {w.run(run['status'])}  "
+        + _("(%(pass)s, %(at)s Asia/Shanghai)")
+        % {"pass": run.get("pass"), "at": when(run.get("started_at"))},
         f"  {run.get('reason', '')}",
     ]
     if totals:
         lines.append(
-            f"  bill: {totals.get('rows')} rows, {totals.get('payments')} payments "
-            f"{format_cents(totals.get('payment_cent', 0))}, {totals.get('refunds')} refunds "
-            f"{format_cents(totals.get('refund_cent', 0))}; guard {run.get('guard')}"
+            "  "
+            + _(
+                "bill: %(rows)s rows, %(payments)s payments %(payment_amount)s, %(refunds)s refunds "
+                "%(refund_amount)s; guard %(guard)s"
+            )
+            % {
+                "rows": totals.get("rows"),
+                "payments": totals.get("payments"),
+                "payment_amount": money(totals.get("payment_cent", 0)),
+                "refunds": totals.get("refunds"),
+                "refund_amount": money(totals.get("refund_cent", 0)),
+                "guard": run.get("guard"),
+            }
         )
     if run.get("bill_source"):
-        lines.append(f"  bill source: {run['bill_source']} ({run.get('bill_source_why', '')})")
+        lines.append(
+            "  "
+            + _("bill source: %(source)s (%(why)s)")
+            % {"source": run["bill_source"], "why": run.get("bill_source_why", "")}
+        )
     if run.get("bill_key"):
-        lines.append(f"  kept: s3://…/{run['bill_key']}")
+        lines.append("  " + _("kept: %(key)s") % {"key": f"s3://…/{run['bill_key']}"})
     if run.get("layout_fingerprint"):
-        kind = run.get("layout_kind") or "new, quarantined"
-        mapped = f", mapped onto {run['layout_mapped_onto']}" if run.get("layout_mapped_onto") else ""
-        lines.append(f"  layout: {kind} ({run['layout_fingerprint']}{mapped})")
+        kind = run.get("layout_kind") or _("new, quarantined")
+        mapped = (
+            _(", mapped onto %(base)s") % {"base": run["layout_mapped_onto"]}
+            if run.get("layout_mapped_onto")
+            else ""
+        )
+        lines.append("  " + _("layout: %(kind)s") % {"kind": f"{kind} ({run['layout_fingerprint']}{mapped})"})
     if run.get("layout_diff"):
         lines += [f"    {x}" for x in run["layout_diff"].get("lines", [])]
         sample = run.get("layout_sample") or {}
         if sample:
-            lines.append("    sample row: " + ", ".join(f"{k}={v}" for k, v in sample.items()))
+            lines.append("    " + _("sample row:") + " " + ", ".join(f"{k}={v}" for k, v in sample.items()))
     if run.get("stats"):
         s = run["stats"]
         lines.append(
-            f"  matched {s['matched']}, new diffs {s['new_diffs']}, auto-resolved {s['auto_resolved']}, "
-            f"open {run.get('open_diffs', 0)}"
+            "  "
+            + _("matched %(matched)s, new diffs %(new)s, auto-resolved %(auto)s, open %(open)s")
+            % {
+                "matched": s["matched"],
+                "new": s["new_diffs"],
+                "auto": s["auto_resolved"],
+                "open": run.get("open_diffs", 0),
+            }
         )
     if run.get("report_key"):
-        lines.append(f"  report: {run['report_key']} (tally recon show … prints a link)")
+        lines.append(
+            "  " + _("report: %(key)s (tally recon show … prints a link)") % {"key": run["report_key"]}
+        )
     return "\n".join(lines)
 
 
 def render_diffs(rows: list[dict[str, Any]], with_day: bool = False) -> str:
+    """Each difference: its state and what it is in words (Words.diff), its key, both amounts, the detail."""
     if not rows:
-        return "  no differences"
-    out = ["  differences:"]
+        return "  " + _("no differences")
+    w = words()
+    out = ["  " + _("differences:")]
     for d in rows:
-        amounts = f"channel {_yuan(d.get('channel_amount_cent'))} / ours {_yuan(d.get('local_amount_cent'))}"
+        amounts = _("channel %(channel)s / ours %(ours)s") % {
+            "channel": money(d.get("channel_amount_cent")),
+            "ours": money(d.get("local_amount_cent")),
+        }
         where = f"{d['bill_date']} {d['mchid']}  " if with_day else ""
         out.append(
-            f"    {where}{d['handle_status']:<8} {d['cls']:<15} {d['sk']}  {amounts}  {d.get('detail', '')}"
+            f"    {where}{pad(w.diff_status(d['handle_status']), 8)} {pad(w.diff(d['cls']).title, 28)} "
+            f"{d['sk']}  {amounts}  {d.get('detail', '')}"
             + (f"  [{d['recovery']}]" if d.get("recovery") else "")
         )
     return "\n".join(out)
-
-
-def _yuan(cents: Any) -> str:
-    return "-" if cents is None else format_cents(int(cents))
 
 
 def _progress_bar() -> Any:

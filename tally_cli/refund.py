@@ -11,7 +11,10 @@ import time
 from datetime import datetime
 from typing import Any
 
-from tally_cli.common import add_target, connect, emit, yuan
+from tally.i18n import N_
+
+from tally_cli.common import add_json, add_target, connect, emit
+from tally_cli.speak import _, fault, money, when, words
 
 AGAIN_WINDOW_S = 10 * 60
 SPENT = ("FAIL", "CLOSED")
@@ -25,42 +28,50 @@ STATES = (
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    refund = sub.add_parser("refund", help="create and inspect refunds").add_subparsers(metavar="ACTION")
+    refund = sub.add_parser("refund", help=_("create and inspect refunds")).add_subparsers(metavar="ACTION")
     create = refund.add_parser(
-        "create", help="refund (part of) a paid order; safe to repeat with --refund-no"
+        "create", help=_("refund (part of) a paid order; safe to repeat with --refund-no")
     )
-    create.add_argument("mchid")
-    create.add_argument("out_trade_no")
-    create.add_argument("amount_cent", type=int, help="integer cents (fen), e.g. 1230 for 12.30")
-    create.add_argument("--reason", default="", help="shown to the payer (at most 80 characters)")
-    create.add_argument("--refund-no", help="your idempotency key; generated when absent (R26)")
+    create.add_argument("mchid", help=_("the merchant id (Alipay: app_id)"))
+    create.add_argument("out_trade_no", help=_("the merchant's order number"))
+    create.add_argument("amount_cent", type=int, help=_("integer cents (fen), e.g. 1230 for 12.30"))
+    create.add_argument("--reason", default="", help=_("shown to the payer (at most 80 characters)"))
+    create.add_argument("--refund-no", help=_("your idempotency key; generated when absent (R26)"))
     create.add_argument(
         "--again",
         action="store_true",
-        help="without --refund-no: refund the same amount again although a refund of it is under 10 minutes old",
+        help=_(
+            "without --refund-no: refund the same amount again although a refund of it is under 10 minutes old"
+        ),
     )
     create.set_defaults(run=refund_create)
-    show = refund.add_parser("show", help="one refund with every channel report about it")
-    show.add_argument("refund_no")
+    show = refund.add_parser("show", help=_("one refund with every channel report about it"))
+    show.add_argument("refund_no", help=_("the refund number"))
     show.add_argument(
-        "--mchid", help="the merchant (refund numbers are per merchant; needed if several use it)"
+        "--mchid", help=_("the merchant (refund numbers are per merchant; needed if several use it)")
     )
     show.set_defaults(run=refund_show)
-    listing = refund.add_parser("list", help="refunds of an order, or those due for polling / with a person")
-    listing.add_argument("mchid", nargs="?")
-    listing.add_argument("out_trade_no", nargs="?")
+    listing = refund.add_parser(
+        "list", help=_("refunds of an order, or those due for polling / with a person")
+    )
+    listing.add_argument("mchid", nargs="?", help=_("the merchant id (Alipay: app_id)"))
+    listing.add_argument("out_trade_no", nargs="?", help=_("the merchant's order number"))
     which = listing.add_mutually_exclusive_group()
-    which.add_argument("--manual", action="store_true", help="refunds waiting for a person (status MANUAL)")
-    which.add_argument("--due", action="store_true", help="refunds the poller will look at now")
+    which.add_argument(
+        "--manual", action="store_true", help=_("refunds waiting for a person (status MANUAL)")
+    )
+    which.add_argument("--due", action="store_true", help=_("refunds the poller will look at now"))
     which.add_argument(
         "--day",
-        help="every refund that changed on this day (Asia/Shanghai; today, yesterday), in any state",
+        help=_("every refund that changed on this day (Asia/Shanghai; today, yesterday), in any state"),
     )
-    listing.add_argument("--state", help="with --day: only this state (PENDING ACCEPTED SUCCESS FAIL MANUAL)")
-    listing.add_argument("--merchant", help="with --day: only this merchant")
+    listing.add_argument(
+        "--state", help=_("with --day: only this state (PENDING ACCEPTED SUCCESS FAIL MANUAL)")
+    )
+    listing.add_argument("--merchant", help=_("with --day: only this merchant"))
     listing.set_defaults(run=refund_list)
     for p in (create, show, listing):
-        p.add_argument("--json", action="store_true")
+        add_json(p)
         add_target(p)
 
 
@@ -87,23 +98,29 @@ def refund_create(args: argparse.Namespace) -> int:
     if not args.refund_no and not args.again:
         earlier = recent_same_refund(service, args.mchid, args.out_trade_no, args.amount_cent)
         if earlier is not None:
-            message = (
-                f"refused: refund {earlier['refund_no']} of {yuan(args.amount_cent, 'yuan')} on order "
-                f"{args.out_trade_no} was made at {earlier['created_at']} ({earlier['status']}); "
+            refused = (
+                "refused: refund %(refund)s of %(amount)s on order %(order)s was made at %(at)s (%(status)s); "
                 "a second one within 10 minutes needs --again (or pass --refund-no to retry that refund safely)"
             )
-            emit(
-                {"ok": False, "refused": "possible_repeat", "earlier": earlier, "error": message},
-                message,
+            values = {
+                "refund": earlier["refund_no"],
+                "amount": money(args.amount_cent),
+                "order": args.out_trade_no,
+                "at": when(earlier["created_at"]),
+                "status": earlier["status"],
+            }
+            emit(  # the document keeps the English sentence: --json is the same in every language
+                {"ok": False, "refused": "possible_repeat", "earlier": earlier, "error": refused % values},
+                _(refused) % {**values, "status": words().refund_status(earlier["status"])},
                 args,
             )
             return 1
     try:
         view, created = service.create(request)
     except (ExceedsRefundable, RefundConflict) as exc:
-        emit({"ok": False, "error": str(exc)}, f"tally: refused: {exc}", args)
+        emit({"ok": False, "error": str(exc)}, _("tally: refused: %(why)s") % {"why": exc}, args)
         return 1
-    emit(view, lambda: ("created " if created else "existing ") + render_line(view), args)
+    emit(view, lambda: (_("created ") if created else _("existing ")) + render_line(view), args)
     return 0
 
 
@@ -148,20 +165,33 @@ def refund_show(args: argparse.Namespace) -> int:
 def render_show(view: dict[str, Any]) -> str:
     lines = [
         render_line(view),
-        f"  order {view['mchid']}/{view['out_trade_no']}  transaction {view.get('transaction_id') or '-'}"
-        f"  channel refund id {view.get('refund_id') or '-'}",
-        f"  created {view['created_at']}  updated {view.get('updated_at')}  expires {view['expire_at']}"
-        f"  reserved on {view['hold']}",
+        "  "
+        + _("order %(merchant)s/%(order)s  transaction %(txn)s  channel refund id %(refund_id)s")
+        % {
+            "merchant": view["mchid"],
+            "order": view["out_trade_no"],
+            "txn": view.get("transaction_id") or "-",
+            "refund_id": view.get("refund_id") or "-",
+        },
+        "  "
+        + _("created %(created)s  updated %(updated)s  expires %(expires)s  reserved on %(hold)s")
+        % {
+            "created": when(view["created_at"]),
+            "updated": when(view.get("updated_at")),
+            "expires": when(view["expire_at"]),
+            "hold": view["hold"],
+        },
     ]
     if view.get("manual_reason") and view["status"] == "MANUAL":
-        lines.append(f"  WITH A PERSON: {view['manual_reason']}")
+        lines.append("  " + _("WITH A PERSON: %(why)s") % {"why": view["manual_reason"]})
     if view.get("fail_reason"):
-        lines.append(f"  failed: {view['fail_reason']}")
-    lines.append("  channel reports (handled: 0 pending, 1 applied, 2 with a person):")
+        lines.append("  " + _("failed: %(why)s") % {"why": view["fail_reason"]})
+    lines.append("  " + _("channel reports (handled: 0 pending, 1 applied, 2 with a person):"))
     lines += [
-        f"    {r['sk']:<9} via {r['source']:<6} handled={r['handled']}  {r.get('outcome') or ''}"
+        f"    {r['sk']:<9} " + _("via %(source)s") % {"source": r["source"]} + f"  handled={r['handled']}  "
+        f"{r.get('outcome') or ''}"
         for r in view["reports"]
-    ] or ["    (none)"]
+    ] or ["    " + _("(none)")]
     return "\n".join(lines)
 
 
@@ -176,18 +206,28 @@ def refund_list(args: argparse.Namespace) -> int:
 
         state = (args.state or "").upper()
         if state and state not in STATES:
-            raise ValueError(f"--state takes one of {', '.join(STATES)}, not {args.state!r}")
+            raise fault(
+                ValueError,
+                N_("--state takes one of %(states)s, not %(state)r"),
+                {"states": ", ".join(STATES), "state": args.state},
+            )
         rows = service.of_day(parse_date(args.day or "today"), state=state, merchant=args.merchant or "")
     elif args.mchid and args.out_trade_no:
         rows = service.for_order(args.mchid, args.out_trade_no)
     else:
-        raise ValueError("give MCHID OUT_TRADE_NO, or --manual, --due or --day DATE")
-    emit(rows, lambda: "\n".join(render_line(r) for r in rows) or "(no refunds)", args)
+        raise fault(ValueError, N_("give MCHID OUT_TRADE_NO, or --manual, --due or --day DATE"))
+    emit(rows, lambda: "\n".join(render_line(r) for r in rows) or _("(no refunds)"), args)
     return 0
 
 
 def render_line(view: dict[str, Any]) -> str:
     return (
-        f"refund {view['refund_no']}  {view['status']:<8} {yuan(view['amount_cent'])} "
-        f"{view.get('currency', 'CNY')}  order {view['out_trade_no']}  {view.get('reason') or ''}"
+        _("refund %(refund)s  %(status)s  %(amount)s  order %(order)s  %(reason)s")
+        % {
+            "refund": view["refund_no"],
+            "status": words().refund_status(view["status"]),
+            "amount": money(view["amount_cent"]),
+            "order": view["out_trade_no"],
+            "reason": view.get("reason") or "",
+        }
     ).rstrip()

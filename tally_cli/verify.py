@@ -7,40 +7,51 @@ import json
 import pathlib
 import time
 
-from tally_cli.common import secret_arg, yuan
+from tally.i18n import N_
+
+from tally_cli.common import add_json, secret_arg
+from tally_cli.speak import _, fault, money
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    verify = sub.add_parser("verify", help="verify and decrypt a callback offline").add_subparsers(
+    verify = sub.add_parser("verify", help=_("verify and decrypt a callback offline")).add_subparsers(
         metavar="CHANNEL"
     )
-    wxv = verify.add_parser("wechatpay", help="WeChat Pay v3 callback: the same code as the notify function")
-    wxv.add_argument("--headers", required=True, type=pathlib.Path, help="JSON file of the request headers")
-    wxv.add_argument("--body", required=True, type=pathlib.Path, help="file with the exact raw body")
-    wxv.add_argument("--apiv3-key", required=True, help="the 32-character APIv3 key, or @FILE")
+    wxv = verify.add_parser(
+        "wechatpay", help=_("WeChat Pay v3 callback: the same code as the notify function")
+    )
+    wxv.add_argument(
+        "--headers", required=True, type=pathlib.Path, help=_("JSON file of the request headers")
+    )
+    wxv.add_argument("--body", required=True, type=pathlib.Path, help=_("file with the exact raw body"))
+    wxv.add_argument("--apiv3-key", required=True, help=_("the 32-character APIv3 key, or @FILE"))
     wxv.add_argument("--platform-cert", action="append", default=[], type=pathlib.Path)
     wxv.add_argument("--public-key", type=pathlib.Path)
     wxv.add_argument("--public-key-id")
-    wxv.add_argument("--now", type=int, help="epoch seconds to judge the timestamp window by (default: now)")
-    wxv.add_argument("--json", action="store_true")
+    wxv.add_argument(
+        "--now", type=int, help=_("epoch seconds to judge the timestamp window by (default: now)")
+    )
+    add_json(wxv)
     wxv.set_defaults(run=verify_wechatpay)
 
     ali = verify.add_parser(
-        "alipay", help="Alipay notification (form body): the same code as the notify function"
+        "alipay", help=_("Alipay notification (form body): the same code as the notify function")
     )
-    ali.add_argument("--body", required=True, type=pathlib.Path, help="file with the exact raw form body")
-    ali.add_argument("--alipay-public-key", type=pathlib.Path, help="Alipay public key PEM (public-key mode)")
+    ali.add_argument("--body", required=True, type=pathlib.Path, help=_("file with the exact raw form body"))
     ali.add_argument(
-        "--alipay-cert", type=pathlib.Path, help="alipayCertPublicKey_RSA2.crt (certificate mode)"
+        "--alipay-public-key", type=pathlib.Path, help=_("Alipay public key PEM (public-key mode)")
     )
-    ali.add_argument("--root-cert", type=pathlib.Path, help="alipayRootCert.crt (certificate mode)")
-    ali.add_argument("--json", action="store_true")
+    ali.add_argument(
+        "--alipay-cert", type=pathlib.Path, help=_("alipayCertPublicKey_RSA2.crt (certificate mode)")
+    )
+    ali.add_argument("--root-cert", type=pathlib.Path, help=_("alipayRootCert.crt (certificate mode)"))
+    add_json(ali)
     ali.set_defaults(run=verify_alipay)
 
-    v2 = verify.add_parser("wechatpay-v2", help="WeChat Pay v2 XML callback (payment or refund)")
-    v2.add_argument("--body", required=True, type=pathlib.Path, help="file with the exact raw XML body")
-    v2.add_argument("--api-key", required=True, help="the 32-character API key, or @FILE")
-    v2.add_argument("--json", action="store_true")
+    v2 = verify.add_parser("wechatpay-v2", help=_("WeChat Pay v2 XML callback (payment or refund)"))
+    v2.add_argument("--body", required=True, type=pathlib.Path, help=_("file with the exact raw XML body"))
+    v2.add_argument("--api-key", required=True, help=_("the 32-character API key, or @FILE"))
+    add_json(v2)
     v2.set_defaults(run=verify_wechatpay_v2)
 
 
@@ -60,12 +71,16 @@ def verify_wechatpay(args: argparse.Namespace) -> int:
         resource = wx.open_resource(wx.parse_envelope(body), secret_arg(args.apiv3_key).encode())
     except (wx.SignatureError, wx.DecryptError, ValueError) as exc:
         reason = getattr(exc, "reason", None) or str(exc)
-        print(json.dumps({"ok": False, "reason": reason}) if args.json else f"FAILED: {reason}")
+        print(
+            json.dumps({"ok": False, "reason": reason})
+            if args.json
+            else _("FAILED: %(why)s") % {"why": reason}
+        )
         return 1
     if args.json:
         print(json.dumps({"ok": True, "serial": serial, "resource": resource}, ensure_ascii=False))
     else:
-        print(f"signature OK (serial {serial}); decrypted resource:")
+        print(_("signature OK (serial %(serial)s); decrypted resource:") % {"serial": serial})
         print(json.dumps(resource, ensure_ascii=False, indent=2))
     return 0
 
@@ -77,15 +92,19 @@ def _report(args: argparse.Namespace, ok: bool, payload: dict) -> int:
         notice = payload.get("notice") or {}
         if "order_total_cent" in notice:
             print(
-                f"signature OK; {payload.get('outcome')}: order {yuan(notice['order_total_cent'], 'yuan')}, "
-                f"paid {yuan(notice.get('paid_cent'), 'yuan')}"
+                _("signature OK; %(outcome)s: order %(total)s, paid %(paid)s")
+                % {
+                    "outcome": payload.get("outcome"),
+                    "total": money(notice["order_total_cent"]),
+                    "paid": money(notice.get("paid_cent")),
+                }
             )
         elif "refund_cent" in payload:
-            print(f"signature OK; refund of {yuan(payload['refund_cent'], 'yuan')}")
-        print("normalised notification (machine fields in cents):")
+            print(_("signature OK; refund of %(amount)s") % {"amount": money(payload["refund_cent"])})
+        print(_("normalised notification (machine fields in cents):"))
         print(json.dumps(payload, ensure_ascii=False, indent=2))
     else:
-        print(f"FAILED: {payload['reason']}")
+        print(_("FAILED: %(why)s") % {"why": payload["reason"]})
     return 0 if ok else 1
 
 
@@ -96,7 +115,7 @@ def verify_alipay(args: argparse.Namespace) -> int:
     from tally.channels.alipay import wire as ali
 
     if not args.alipay_public_key and not (args.alipay_cert and args.root_cert):
-        raise ValueError("give --alipay-public-key PEM, or --alipay-cert CRT --root-cert CRT")
+        raise fault(ValueError, N_("give --alipay-public-key PEM, or --alipay-cert CRT --root-cert CRT"))
     try:
         keys = ali.AlipayKeys.from_pems(
             args.alipay_public_key.read_text() if args.alipay_public_key else None,

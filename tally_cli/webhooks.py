@@ -16,19 +16,20 @@ import json
 from typing import Any
 
 from tally_cli.common import add_target, connect
+from tally_cli.speak import _
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     hooks = sub.add_parser(
-        "webhooks", help="merchant webhook endpoints, delivery log, resend"
+        "webhooks", help=_("merchant webhook endpoints, delivery log, resend")
     ).add_subparsers(metavar="ACTION")
-    add = hooks.add_parser("add", help="register an endpoint (its signing secret is printed once)")
+    add = hooks.add_parser("add", help=_("register an endpoint (its signing secret is printed once)"))
     add.add_argument("mchid")
     add.add_argument("url")
-    add.add_argument("--events", nargs="+", default=["*"], help="event types (default: all)")
+    add.add_argument("--events", nargs="+", default=["*"], help=_("event types (default: all)"))
     add_target(add)
     add.set_defaults(run=lambda a: _out(_svc(a).add(a.mchid, a.url, a.events)))
-    listing = hooks.add_parser("list", help="endpoints (of one merchant)")
+    listing = hooks.add_parser("list", help=_("endpoints (of one merchant)"))
     listing.add_argument("mchid", nargs="?")
     add_target(listing)
     listing.set_defaults(run=lambda a: _out(_svc(a).list(a.mchid)))
@@ -37,26 +38,26 @@ def register(sub: argparse._SubParsersAction) -> None:
         action.add_argument("endpoint")
         add_target(action)
         action.set_defaults(run=lambda a, name=name: _out(getattr(_svc(a), name)(a.endpoint)))
-    secret = hooks.add_parser("secret", help="print an endpoint's signing secret")
+    secret = hooks.add_parser("secret", help=_("print an endpoint's signing secret"))
     secret.add_argument("endpoint")
     add_target(secret)
     secret.set_defaults(run=lambda a: _out({"endpoint_id": a.endpoint, "secret": _svc(a).secret(a.endpoint)}))
-    log = hooks.add_parser("log", help="delivery attempts of an endpoint, or every event of an order")
+    log = hooks.add_parser("log", help=_("delivery attempts of an endpoint, or every event of an order"))
     which = log.add_mutually_exclusive_group(required=True)
     which.add_argument("--endpoint")
     which.add_argument("--order", nargs=2, metavar=("MCHID", "OUT_TRADE_NO"))
     log.add_argument("--limit", type=int, default=100)
     add_target(log)
     log.set_defaults(run=show_log)
-    resend = hooks.add_parser("resend", help="send one event, or a time range, to an endpoint again")
+    resend = hooks.add_parser("resend", help=_("send one event, or a time range, to an endpoint again"))
     resend.add_argument("endpoint")
     what = resend.add_mutually_exclusive_group(required=True)
-    what.add_argument("--event", help="one event id")
-    what.add_argument("--since", help="published at or after (ISO 8601 UTC)")
-    resend.add_argument("--until", help="with --since: published before (ISO 8601 UTC)")
-    resend.add_argument("--all", action="store_true", help="also events already delivered")
-    resend.add_argument("--yes", action="store_true", help="send (without it: a dry run that counts)")
-    resend.add_argument("--expect", default="", help="the dry run's digest: refuse if the set changed")
+    what.add_argument("--event", help=_("one event id"))
+    what.add_argument("--since", help=_("published at or after (ISO 8601 UTC)"))
+    resend.add_argument("--until", help=_("with --since: published before (ISO 8601 UTC)"))
+    resend.add_argument("--all", action="store_true", help=_("also events already delivered"))
+    resend.add_argument("--yes", action="store_true", help=_("send (without it: a dry run that counts)"))
+    resend.add_argument("--expect", default="", help=_("the dry run's digest: refuse if the set changed"))
     add_target(resend)
     resend.set_defaults(run=resend_events)
 

@@ -448,8 +448,9 @@ def morning_report(day: Day, emitted: str) -> dict[str, Any]:
         "alarms": {name: n for name, n in sorted(metrics.items()) if name in ALARMED and n},
         "unaccounted": unaccounted,
         "money": [  # yesterday's money per merchant, the one merchant-day arithmetic (R49)
-            f"{r['channel']}/{r['mchid']}: booked {r['payment_yuan']}, fees {r['fee_yuan'] or 'not booked yet'}, "
-            f"net {r['net_yuan']}; {r['landing_words']}"
+            f"{r['channel']}/{r['mchid']}: payments {r['payment_yuan']} - refunds {r['refund_yuan']} "
+            f"+ reversals {r['reversal_yuan']} - fees {r['fee_yuan'] or '(not booked yet)'} "
+            f"+ fees given back {r['fee_returned_yuan'] or '0.00'} = net {r['net_yuan']}; {r['landing_words']}"
             for r in bootstrap.ledger_day_service().day(day.bill_date)["rows"]
         ]
         if day.bill_date

@@ -576,6 +576,8 @@ class FunctionSpec:
     http_routes: tuple[str, ...]  # route keys, e.g. "GET /orders/{mchid}/{out_trade_no}"
     sqs_queues: tuple[str, ...]  # logical ids of the queues it consumes
     stream_tables: tuple[str, ...] = ()  # logical ids of the tables whose DynamoDB stream it consumes
+    # per stream table: (table id, MaximumRetryAttempts or -1, the OnFailure destination queue's id or "")
+    stream_on_failure: tuple[tuple[str, int, str], ...] = ()
 
     @property
     def module_name(self) -> str:
@@ -601,8 +603,15 @@ def function_specs(template: Mapping[str, Any], root: str | Path) -> dict[str, F
             stream_tables=tuple(
                 _queue_id(e["Properties"]["Stream"]) for e in events if e["Type"] == "DynamoDB"
             ),
+            stream_on_failure=tuple(_on_failure(e["Properties"]) for e in events if e["Type"] == "DynamoDB"),
         )
     return specs
+
+
+def _on_failure(props: Mapping[str, Any]) -> tuple[str, int, str]:
+    destination = props.get("DestinationConfig", {}).get("OnFailure", {})
+    queue = _queue_id(destination["Destination"]) if destination.get("Type") == "SQS" else ""
+    return _queue_id(props["Stream"]), int(props.get("MaximumRetryAttempts", -1)), queue
 
 
 def _route_key(props: Mapping[str, Any] | None) -> str:

@@ -364,6 +364,14 @@ class EmbeddedStack:
         return Target(invoke_route(invoke), "local-lambda-invoke", 900)
 
     def _start_stream_pump(self, spec: FunctionSpec, table_id: str) -> None:
+        retries, queue_id = next(((n, q) for t, n, q in spec.stream_on_failure if t == table_id), (-1, ""))
+        on_failure: Callable[[dict[str, Any]], Any] | None = None
+        if (
+            queue_id
+        ):  # Lambda's on-failure destination: where the batch was, after its retries (docs/webhooks.md)
+            url = self._started(self._resolver).resolve({"Ref": queue_id})
+            on_failure = _sqs_sender(boto3.client("sqs", region_name=self.region), url)
+
         pump = StreamPump(
             boto3.client("dynamodb", region_name=self.region),
             boto3.client("dynamodbstreams", region_name=self.region),
@@ -372,6 +380,8 @@ class EmbeddedStack:
             function_name=spec.logical_id,
             timeout_s=spec.timeout_s,
             gate=self.ack_first,
+            max_retries=retries,
+            on_failure=on_failure,
         )
         self.stream_pumps[table_id] = pump.start()
         self._undo.append(lambda: self.stream_pumps.pop(table_id).stop())
@@ -468,6 +478,10 @@ def _cold_start() -> None:
         bootstrap.reset()
 
 
+def _sqs_sender(sqs: Any, url: str) -> Callable[[dict[str, Any]], Any]:
+    return lambda message: sqs.send_message(QueueUrl=url, MessageBody=json.dumps(message))
+
+
 def _restore(name: str, value: str | None) -> None:
     if value is None:
         os.environ.pop(name, None)
@@ -510,6 +524,14 @@ def _configure_logging() -> None:
     logging.basicConfig(level=logging.WARNING, format=log_format)
 
 
+def containers_for(demo: str, environ: Mapping[str, str]) -> int:
+    """Warm containers per HTTP function: `TALLY_LOCAL_CONTAINERS`, except with the demo day loaded. The demo
+    plays yesterday by moving the product's clock back in this process (tally_local/day.py `yesterday`); a
+    container is a process of its own on the real clock, so its prepay calls would be signed a day after the
+    simulated channel's clock and refused. So the demo's stack serves its functions in-thread."""
+    return 0 if demo else containers_setting(environ)
+
+
 def main() -> int:
     _configure_logging()
     demo = os.environ.get("TALLY_DEMO", "")  # TALLY_DEMO=1 (or a number of payments): load the demo day
@@ -517,7 +539,7 @@ def main() -> int:
         api_port=int(os.environ.get("TALLY_API_PORT", "3000")),
         schedule_scale=float(os.environ.get("TALLY_SCHEDULE_SCALE", "1")),
         moto_process=True,
-        containers=containers_setting(),
+        containers=containers_for(demo, os.environ),
         simulator_options={"fixed_keys": True} if demo else None,
     )
     stack.seed_demo = seed_demo

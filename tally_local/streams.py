@@ -2,7 +2,9 @@
 
 StreamPump reads a table's stream (moto implements DynamoDB Streams) and calls the function with
 stream batches, as Lambda does with `FunctionResponseTypes: [ReportBatchItemFailures]`: on a
-failure it resumes from the first failed record. DownstreamPrinter subscribes an SQS queue to the
+failure it resumes from the first failed record; after `MaximumRetryAttempts` retries it sends the
+event source's `OnFailure` destination what Lambda sends (`on_failure_message`: where the batch is,
+not its records) and moves on past the batch. DownstreamPrinter subscribes an SQS queue to the
 event bus (local wiring only) and prints each event, so `make run` shows what consumers receive.
 """
 
@@ -12,6 +14,8 @@ import json
 import logging
 import threading
 import time
+import uuid
+from collections.abc import Callable
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -35,8 +39,12 @@ class StreamPump:
         batch_size: int = 50,
         shards_every_s: float = 5.0,
         gate: Any = None,
+        max_retries: int = -1,  # the mapping's MaximumRetryAttempts (-1: retried until it succeeds)
+        on_failure: Callable[[dict[str, Any]], Any] | None = None,  # sends to the OnFailure destination
     ):
         self.streams = streams
+        self.max_retries, self.on_failure = max_retries, on_failure
+        self._attempts: dict[str, int] = {}  # first record of a failing batch -> invocations so far
         self.gate = gate  # an AckFirst: wait while the front door has requests in flight (ackfirst.py)
         self.handler = handler
         self.function_name, self.timeout_s = function_name, timeout_s
@@ -86,9 +94,26 @@ class StreamPump:
                 )
                 del pending[: len(done)]
                 handled += len(done)
+                rest = batch[len(done) :]  # what Lambda retries: the batch from the failed record on
+                if failed is not None and self._give_up(shard_id, rest):
+                    del pending[: len(rest)]  # parked: Lambda moves past the batch
+                    continue
                 if failed is not None:
                     break  # retry from the failed record on the next poll
         return handled
+
+    def _give_up(self, shard_id: str, batch: list[dict[str, Any]]) -> bool:
+        """Lambda's retries are spent: the batch (from the failed record) goes to the OnFailure destination."""
+        first = batch[0]["dynamodb"]["SequenceNumber"]
+        self._attempts[first] = self._attempts.get(first, 0) + 1
+        if self.max_retries < 0 or self.on_failure is None or self._attempts[first] <= self.max_retries:
+            return False
+        del self._attempts[first]
+        self.on_failure(on_failure_message(batch, shard_id, self.stream_arn, self.function_name, self.region))
+        log.error(
+            "%s gave up on a stream batch after %d retries: parked", self.function_name, self.max_retries
+        )
+        return True
 
     def _shard_ids(self) -> list[str]:
         """The stream's shards, listed again every `shards_every_s`: a DescribeStream per poll was half
@@ -122,6 +147,38 @@ class StreamPump:
             return batch[0]["dynamodb"]["SequenceNumber"]
         failures = [f["itemIdentifier"] for f in result.get("batchItemFailures", [])]
         return failures[0] if failures else None
+
+
+def on_failure_message(
+    batch: list[dict[str, Any]], shard_id: str, stream_arn: str, function_name: str, region: str
+) -> dict[str, Any]:
+    """What Lambda sends a DynamoDB event source's on-failure destination when a batch's retries are spent."""
+
+    def arrival(record: dict[str, Any]) -> str:
+        at = record["dynamodb"].get("ApproximateCreationDateTime")
+        at = at.timestamp() if hasattr(at, "timestamp") else float(at or time.time())
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
+
+    return {
+        "requestContext": {
+            "requestId": str(uuid.uuid4()),
+            "functionArn": f"arn:aws:lambda:{region}:123456789012:function:{function_name}",
+            "condition": "RetryAttemptsExhausted",
+            "approximateInvokeCount": 1,
+        },
+        "responseContext": {"statusCode": 200, "executedVersion": "$LATEST", "functionError": ""},
+        "version": "1.0",
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime()),
+        "DDBStreamBatchInfo": {
+            "shardId": shard_id,
+            "startSequenceNumber": batch[0]["dynamodb"]["SequenceNumber"],
+            "endSequenceNumber": batch[-1]["dynamodb"]["SequenceNumber"],
+            "approximateArrivalOfFirstRecord": arrival(batch[0]),
+            "approximateArrivalOfLastRecord": arrival(batch[-1]),
+            "batchSize": len(batch),
+            "streamArn": stream_arn,
+        },
+    }
 
 
 class DownstreamPrinter:

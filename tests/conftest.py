@@ -110,6 +110,13 @@ def rsa_keys(monkeypatch):
     return _KEY_POOL
 
 
+@pytest.fixture(autouse=True)
+def cli_language(monkeypatch):
+    """The CLI's lines in English whatever the machine's locale (a developer's LANG=zh_CN.UTF-8 would turn them
+    Chinese, tally_cli/speak.py); tests/integration/test_cli_language.py sets the language it proves."""
+    monkeypatch.setenv("TALLY_LANG", "en")
+
+
 @pytest.fixture(scope="session")
 def handlers():
     specs = function_specs(load_template(ROOT / "template.yaml"), ROOT)

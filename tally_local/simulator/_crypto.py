@@ -1,6 +1,6 @@
 """The channel side's own crypto (deliberately independent of ``tally.*``).
 
-Everything here is written from the wire spec (docs: /work/shared/channel-spec.md §1.3, §1.6, §2.5) so
+Everything here is written from the wire spec (docs: docs/channel-spec.md §1.3, §1.6, §2.5) so
 that the product code and the simulator cross-check each other instead of sharing a bug.
 """
 

@@ -216,6 +216,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._partner_route(method, path, query, body, merchant)
         if method == "GET" and path == "/v3/certificates":
             return 200, sim.certificates_response(merchant.mchid)
+        if method == "POST" and path == "/v3/security/echo":
+            return 200, sim.security_echo(merchant, self._json(body), self.headers.get("Wechatpay-Serial"))
         if method == "POST" and (m := _CLOSE.match(path)):
             data = self._json(body)
             self._check_mchid(data.get("mchid"), merchant)

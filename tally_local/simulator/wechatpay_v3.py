@@ -41,7 +41,9 @@ _SUMMARIES = {
     "REFUND.SUCCESS": "退款成功",
     "REFUND.ABNORMAL": "退款异常",
     "REFUND.CLOSED": "退款关闭",
+    "SECURITY_ECHO.SUCCESS": "回调通知成功",  # pay.weixin.qq.com/doc/v3/partner/4019605946
 }
+SECURITY_ECHO = "SECURITY_ECHO.SUCCESS"
 _TRADE_STATE_DESC = {
     "SUCCESS": "支付成功",
     "NOTPAY": "订单未支付",
@@ -140,6 +142,8 @@ class WeChatPayV3Desk:
         self._deliveries = DeliveryLog(kernel.stopping)
         self._faults = FaultQueue()  # inject_fault: the next N matching /v3/ calls misbehave
         self.requests: list[dict[str, Any]] = []  # API calls seen: method, path, mchid, status
+        self.echoes: list[dict[str, Any]] = []  # POST /v3/security/echo calls taken (security_echo)
+        self.echo_callbacks = True  # False: the echo call is answered but its callback never sent
         self._spare_certs: list[PlatformKey] = []
         self._certs: list[PlatformKey] = []  # oldest first
         if fixed_keys:
@@ -325,12 +329,7 @@ class WeChatPayV3Desk:
         currency = amount.get("currency") or "CNY"
         if currency != "CNY":
             raise SimulatorError(400, "PARAM_ERROR", "暂不支持该币种")
-        notify_url = str(body["notify_url"])
-        parts = urlsplit(notify_url)
-        if parts.scheme not in ("http", "https") or parts.query or parts.fragment:
-            raise SimulatorError(400, "PARAM_ERROR", "notify_url格式错误（须为http(s)且不能携带参数）")
-        if not k.is_loopback(parts.hostname):
-            raise SimulatorError(400, "PARAM_ERROR", "simulator only delivers to loopback notify_url hosts")
+        notify_url = _notify_url(body["notify_url"])
         expire_at = None
         if body.get("time_expire"):
             try:
@@ -422,6 +421,31 @@ class WeChatPayV3Desk:
             if order["trade_state"] == "CLOSED":
                 raise SimulatorError(400, "ORDER_CLOSED", "订单已关闭")
             order["trade_state"] = "CLOSED"
+
+    def security_echo(self, merchant: Merchant, body: dict[str, Any], serial: str | None) -> dict[str, Any]:
+        """POST /v3/security/echo (商户签名验签/加解密测试, pay.weixin.qq.com/doc/v3/partner/4015139289): the
+        request is signed by the merchant (checked by `authenticate`) and names the key it expects in
+        `Wechatpay-Serial` (required); `echo_message` is required. With a `notify_url` the channel then sends a
+        signed, encrypted SECURITY_ECHO.SUCCESS callback there (4019605946: resource_type encrypt-resource,
+        original_type security, associated_data ""). The answer repeats `echo_message`: the page's answer fields
+        were not confirmed, so Tally relies on none of them but its signature. The callback's plaintext is not
+        documented either: the simulator encrypts `{}`, which Tally never reads."""
+        if not serial or self._key_for_serial(serial) is None:
+            raise SimulatorError(
+                400, "PARAM_ERROR", "Wechatpay-Serial必填，且须为微信支付公钥ID或平台证书序列号"
+            )
+        message = body.get("echo_message")
+        if not isinstance(message, str) or not message:
+            raise SimulatorError(400, "PARAM_ERROR", "echo_message必填")
+        notify_url = _notify_url(body["notify_url"]) if body.get("notify_url") else None
+        with self._lock:
+            self.echoes.append(
+                {"mchid": merchant.mchid, "echo_message": message, "notify_url": notify_url, "at": k.now()}
+            )
+            send = self.echo_callbacks
+        if notify_url and send:
+            self.dispatch(merchant, notify_url, {}, SECURITY_ECHO)
+        return {"echo_message": message}
 
     def get_order(self, mchid: str, out_trade_no: str) -> dict[str, Any]:
         """Everything the simulator knows about one order (for humans and tests)."""
@@ -643,7 +667,13 @@ class WeChatPayV3Desk:
         create_time: str | None = None,
         summary: str | None = None,
     ) -> tuple[str, bytes]:
-        original_type = "refund" if event_type.startswith("REFUND.") else "transaction"
+        original_type = (
+            "refund"
+            if event_type.startswith("REFUND.")
+            else "security"
+            if event_type == SECURITY_ECHO
+            else "transaction"
+        )
         nonce = resource_nonce or self.kernel.alnum(12)
         plaintext = resource if isinstance(resource, bytes) else k.compact(resource)
         nid = notification_id or self.kernel.uuid()
@@ -755,7 +785,7 @@ class WeChatPayV3Desk:
             merchant,
             resource,
             event_type=event_type,
-            associated_data="refund" if event_type.startswith("REFUND.") else "transaction",
+            associated_data=_ASSOCIATED_DATA.get(event_type.split(".")[0], "transaction"),
         )
         job = _Job(
             merchant=merchant,
@@ -897,6 +927,18 @@ class WeChatPayV3Desk:
 
 
 _AUTH_PARAM_RE = re.compile(r'(\w+)="([^"]*)"')
+_ASSOCIATED_DATA = {"REFUND": "refund", "SECURITY_ECHO": ""}  # the echo callback's example: "" (4019605946)
+
+
+def _notify_url(value: Any) -> str:
+    """A notify_url the simulator delivers to: http(s), no parameters, a loopback host."""
+    notify_url = str(value)
+    parts = urlsplit(notify_url)
+    if parts.scheme not in ("http", "https") or parts.query or parts.fragment:
+        raise SimulatorError(400, "PARAM_ERROR", "notify_url格式错误（须为http(s)且不能携带参数）")
+    if not k.is_loopback(parts.hostname):
+        raise SimulatorError(400, "PARAM_ERROR", "simulator only delivers to loopback notify_url hosts")
+    return notify_url
 
 
 def nocash_of(tx: dict[str, Any]) -> int:

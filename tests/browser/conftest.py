@@ -68,8 +68,9 @@ def browser():
 def new_page(browser):
     contexts = []
 
-    def make(width: int = 1280, height: int = 900):
-        context = browser.new_context(viewport={"width": width, "height": height})
+    def make(width: int = 1280, height: int = 900, locale: str = "en-US"):
+        # the browser's language is its Accept-Language: English unless a test reads the console in Chinese
+        context = browser.new_context(viewport={"width": width, "height": height}, locale=locale)
         contexts.append(context)
         page = context.new_page()
         page.set_default_timeout(15_000)

@@ -14,35 +14,10 @@ from pathlib import Path
 import pytest
 from tally.console.auth import csrf_token, identity
 
-from tally_local.sigv4 import signed_headers
 from tests.browser.conftest import http, morning_total, shot, sign_in, sim_post, token_for
+from tests.browser.helpers import MCHID, create_order, unbooked_payment
 
-MCHID = "1900000109"  # the demo merchant seed_demo configures
 pytestmark = pytest.mark.e2e
-
-
-def _create_order(stack, no: str, amount_cent: int = 506) -> None:
-    body = json.dumps({"mchid": MCHID, "out_trade_no": no, "amount_cent": amount_cent, "description": "t"})
-    url = stack.api_url + "/orders"  # signed as the merchant backend signs (R53, tally_local/sigv4.py)
-    status, _, answer = http("POST", url, body.encode(), signed_headers("POST", url, body.encode(), {}))
-    assert status == 201, answer
-
-
-def unbooked_payment(stack, no: str) -> str:
-    """A payment the worker cannot book (the channel says 0.05 yuan, the order 5.06): it goes to a person."""
-    from tally import bootstrap
-
-    _create_order(stack, no)
-    status, answer = sim_post(stack, "/_sim/pay", {"mchid": MCHID, "out_trade_no": no, "amount_total": 5})
-    assert status == 200, answer
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        stack.drain(5)
-        found = [i for i in bootstrap.work_queue().list() if i.get("order") == no]
-        if found:
-            return found[0]["id"]
-        time.sleep(0.1)
-    raise AssertionError(f"{no} never reached the manual queue")
 
 
 def rejected_callback(stack, body: str, nonce: str) -> None:
@@ -83,12 +58,12 @@ def test_stuck_payment_found_in_two_clicks_story_opened_acted_on_and_the_morning
     page.click('tr:has-text("CONSOLE0001") a.open-item')  # click 2: the payment itself
     page.wait_for_selector("#act")
     assert "5.06" not in page.inner_text("#state")  # sanity: the item page, not the order
-    assert "0.05" in page.inner_text("main") and "5.06" in page.inner_text("main")
+    assert "0.05" in page.text_content("main") and "5.06" in page.text_content("main")  # the what: in details
     shot(page, "item")
 
     page.click("#story-link")
     page.wait_for_selector("#timeline")
-    assert "delivery" in page.inner_text("#timeline")
+    assert "notification" in page.inner_text("#timeline")  # a delivery, as people call it
     page.click("#timeline details.raw summary")  # the raw body behind its toggle
     assert "resource" in page.inner_text("#timeline pre.body")
     shot(page, "story")
@@ -230,14 +205,14 @@ def test_the_queue_s_bulk_replay_previews_the_cli_dry_run_and_runs_as_a_replay_r
     page.fill("#bulk input[name=reason]", "order amounts fixed")
     page.click("#bulk button[type=submit]")
     page.wait_for_selector("#replay-plan")
-    plan = page.inner_text("#replay-plan")
+    plan = page.text_content("#replay-plan")  # the CLI's same dry run: behind the details toggle
     assert "tally manual replay --filter 'kind=unbooked-payment' --dry-run" in plan
     dry = bootstrap.bulk_replay().preview("kind=unbooked-payment")
-    assert dry["would_change"] == shown and f"{dry['amount']} yuan" in page.inner_text("h1")
+    assert dry["would_change"] == shown and f"¥{dry['amount']}" in page.inner_text("h1")
     page.click("#confirm")
     page.wait_for_selector(".notice")
-    notice = page.inner_text(".notice")
-    assert "replay run r" in notice and f"{shown} of {shown} item(s) replayed" in notice, notice
+    notice = page.text_content(".notice")
+    assert "replay run r" in notice and f"{shown} of {shown} cases tried again" in notice, notice
 
 
 def test_console_is_usable_on_a_phone(stack, new_page):
@@ -280,7 +255,9 @@ def test_a_demo_day_s_queue_is_taken_to_zero_through_the_ui_alone(stack, new_pag
     page.fill("#act input[name=reason]", "looking at it")
     page.click("#act button[type=submit]")
     page.wait_for_selector(".notice")
-    assert "ACKNOWLEDGED" in page.inner_text("#state") and "operator" in page.inner_text("#state")
+    assert page.get_attribute("#state", "data-state") == "ACKNOWLEDGED" and "operator" in page.inner_text(
+        "#state"
+    )
     page.click('nav a:has-text("Morning")')
     while page.query_selector("a[data-kind]") is not None:
         page.click("a[data-kind]")  # the first kind left on the morning page
@@ -324,7 +301,9 @@ def test_r48_r52_every_item_action_completes_or_says_why_and_keeps_the_form(stac
     # close-task: offered with exactly its codes; refused without one, the typed reason kept
     page.goto(stack.api_url + "/console/item?" + urllib.parse.urlencode({"id": case["id"]}))
     page.wait_for_selector("#parts")
-    assert "refund task" in page.inner_text("#parts") and "unbooked payment" in page.inner_text("#parts")
+    assert "Money to give back" in page.inner_text("#parts") and "Payment not booked" in page.inner_text(
+        "#parts"
+    )
     page.select_option("#act select[name=action]", "close-task")
     codes = page.eval_on_selector_all(
         "#act select[name=code] optgroup:not([disabled]) option", "os => os.map(o => o.value)"
@@ -333,12 +312,13 @@ def test_r48_r52_every_item_action_completes_or_says_why_and_keeps_the_form(stac
     page.fill("#act input[name=reason]", "refunded in the merchant portal")
     page.click("#act button[type=submit]")
     page.wait_for_selector(".notice")
-    assert "Not done: close-task needs --code refunded-at-channel" in page.inner_text(".notice")
+    assert "Not done" in page.inner_text(".notice")
+    assert "close-task needs --code refunded-at-channel" in page.text_content(".notice")  # why: in details
     assert page.input_value("#act input[name=reason]") == "refunded in the merchant portal"
     page.select_option("#act select[name=code]", "refunded-at-channel")
     page.click("#act button[type=submit]")
     page.wait_for_selector(".notice")
-    assert "task closed" in page.inner_text(".notice") and "No such" not in page.inner_text("main")
+    assert "task closed" in page.text_content(".notice") and "No such" not in page.inner_text("main")
     assert not [i for i in bootstrap.work_queue().list() if i.get("order") == "DAY000900"]  # the whole case
 
     # accept the amount paid, and refund another now, each from its item page
@@ -350,7 +330,7 @@ def test_r48_r52_every_item_action_completes_or_says_why_and_keeps_the_form(stac
         page.goto(stack.api_url + "/console/item?" + urllib.parse.urlencode({"id": item_id}))
         fill_action(page, "#act", action, f"{action} from the console")
         page.wait_for_selector(".notice")
-        assert said in page.inner_text(".notice") and "No such" not in page.inner_text("main"), no
+        assert said in page.text_content(".notice") and "No such" not in page.inner_text("main"), no
 
     # bulk with a code on the ticked rows only
     ids = [unbooked_payment(stack, no) for no in ("CONSOLE0811", "CONSOLE0812")]
@@ -358,12 +338,12 @@ def test_r48_r52_every_item_action_completes_or_says_why_and_keeps_the_form(stac
     page.check(f'#queue input[name=pick][value="{ids[0]}"]')
     fill_action(page, "#bulk", "resolve", "test payments", "confirmed-junk")
     page.wait_for_selector("#preview")
-    assert "Preview: resolve 1 item(s), 0.05 yuan" in page.inner_text("h1")
+    assert "Preview: Resolve (dealt with), 1 case, ¥0.05" in page.inner_text("h1")
     page.click("#confirm")
     page.wait_for_selector("#bulk-done")
-    assert "Done: resolve 1 item(s)" in page.inner_text("h1") and "Every item was done" in page.inner_text(
-        "main"
-    )
+    assert "Done: Resolve (dealt with), 1 case" in page.inner_text(
+        "h1"
+    ) and "Every case was done" in page.inner_text("main")
     assert {i["id"] for i in bootstrap.work_queue().list()} & set(ids) == {ids[1]}
 
     # the search box: the order's number opens its story
@@ -379,7 +359,7 @@ def test_every_page_answers_its_question_for_a_viewer(stack, new_page):
     from tally.console.data import today_cst
 
     day = today_cst(time.time()).isoformat()
-    _create_order(stack, "CONSOLE0100", 1234)
+    create_order(stack, "CONSOLE0100", 1234)
     sim_post(stack, "/_sim/pay", {"mchid": MCHID, "out_trade_no": "CONSOLE0100"})
     stack.drain(10)
     run = bootstrap.recon_service().run("wechatpay", MCHID, day)
@@ -392,7 +372,7 @@ def test_every_page_answers_its_question_for_a_viewer(stack, new_page):
     page.fill("input[name=date]", day)
     page.click("form.filters button[type=submit]")
     page.wait_for_selector("text=Runs")
-    assert run["status"] in page.inner_text("main")
+    assert page.locator(f'[data-status="{run["status"]}"]').count() > 0
     assert "expected" in page.inner_text("#money")  # R49: "expected X, landed Y, short by Z" (or in transit)
     with page.expect_download() as download:
         page.click("#report")
@@ -403,7 +383,9 @@ def test_every_page_answers_its_question_for_a_viewer(stack, new_page):
         diff_link.click()
         page.wait_for_selector("#viewer-note")
         heading = page.inner_text("h1")
-        assert "recon diff" in heading or "recon diff" in page.inner_text("#parts"), heading
+        assert page.locator('[data-kind="recon-diff"]').count() or "recon-diff" in page.text_content(
+            "#parts"
+        ), heading
         page.go_back()
 
     page.click('nav a:has-text("Ledger day")')
@@ -421,13 +403,18 @@ def test_every_page_answers_its_question_for_a_viewer(stack, new_page):
         row["verdict"]["code"] in ("AGREES", "DIFFERS", "DONE", "PENDING", "NOT_CHECKED")
         and row["verdict"]["reason"]
     )
-    cells = page.locator("#ledger td.verdict").all_inner_texts()
+    cells = page.locator("#ledger td.verdict").all_text_contents()  # the code and reason: in details
     assert any(row["verdict"]["code"] in c and row["verdict"]["reason"][:40] in c for c in cells), cells
     with page.expect_download() as download:
         page.click("#csv")
     downloaded = Path(download.value.path()).read_text(encoding="utf-8-sig")
     assert row["payment_yuan"] in downloaded and row["verdict"]["code"] in downloaded
-    assert row["landing_words"] in page.inner_text("#ledger")  # R49: where the money is, per merchant and day
+    from tally.i18n import EN, speaker
+    from tally.i18n.words import Words
+
+    assert Words(speaker(EN)).landing(row) in page.inner_text(
+        "#ledger"
+    )  # R49: where the money is, per merchant and day
     with page.expect_download() as download:  # the statement, the same figures (R49)
         page.click("#statement")
     statement = Path(download.value.path()).read_text(encoding="utf-8-sig")
@@ -443,7 +430,7 @@ def test_every_page_answers_its_question_for_a_viewer(stack, new_page):
     shot(page, "merchants")
 
     page.click('nav a:has-text("Refunds")')
-    page.wait_for_selector("text=With a person")
+    page.wait_for_selector("#refunds-manual")
     shot(page, "refunds")
 
 

@@ -53,6 +53,11 @@ def test_the_rehearsal_is_yesterday_reconciled_this_morning_and_reports_counts_p
     assert "refund-task" not in head.split(";")[0], head  # no case of its own: a part of its payment's case
     assert "also in them: " in head and f"refund-task {tasks}" in head.split(";")[1], head  # the same number
     assert "    refund-task (" not in report and "(also refund task: " in report
+    # R48, #30's first "done when": no more cases than problems planted (each mismatch, each payment after close,
+    # the one settlement shortfall), so a person never works the same money twice
+    cases = int(head.split(":")[1].split("case(s)")[0])
+    planted = 2 * SCENARIOS.count("mismatch") + 2 * SCENARIOS.count("paid_after_close") + 1
+    assert cases <= planted, (cases, planted, head)
 
 
 def test_the_product_log_goes_to_a_file_while_the_demo_plays(tmp_path):

@@ -49,3 +49,44 @@ def test_the_heartbeat_is_booked_on_the_embedded_stack_and_shown_by_tally_pendin
         )
         assert again.returncode == 0, again.stderr
         assert f"OrderPaid:0000000000#{first['order']}:" in again.stdout
+
+
+def test_the_channels_echo_comes_back_through_the_front_door_of_the_embedded_stack(tmp_path, monkeypatch):
+    """The heartbeat's echo (issue #38) end to end: the beat asks the simulated WeChat Pay v3 for its security echo
+    with a configured merchant's credentials; the simulator answers signed and POSTs its signed SECURITY_ECHO.SUCCESS
+    to the stack's front door, the notify function verifies and acknowledges it and writes its arrival; the next
+    beat's echo age is 0. No money moves for that merchant."""
+    with EmbeddedStack(api_port=0, state_dir=tmp_path / "state", schedule_scale=0) as stack:
+        from tally import bootstrap
+
+        m = stack.simulator.register_test_merchant("public_key")
+        bootstrap.merchants().add_wechatpay(
+            mchid=m["mchid"],
+            apiv3_key=m["apiv3_key"],
+            merchant_key_pem=m["merchant_private_key_pem"],
+            merchant_serial=m["merchant_serial"],
+            appid=m["appid"],
+            notify_url=f"{stack.api_url}/notify/wechatpay/{m['mchid']}",
+            public_key=stack.simulator.public_key_pem,
+            public_key_id=stack.simulator.public_key_id,
+        )
+        monkeypatch.setenv("TALLY_HEARTBEAT_ECHO", f"wechatpay/{m['mchid']}")
+        bootstrap.reset()
+        first = stack.ticker.fire("HeartbeatFunction")
+        assert first["echo"] == {f"wechatpay/{m['mchid']}": "asked"}, first
+        events = bootstrap.tables()
+
+        def arrived():
+            row = events.get(stack.env["NOTIFY_EVENT_TABLE"], f"echo#wechatpay#{m['mchid']}") or {}
+            return row if row.get("echoes") else None
+
+        deadline = time.monotonic() + 20
+        while not arrived() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        row = arrived()
+        assert row and "waiting_since" not in row, row
+        (delivery,) = [d for d in stack.simulator.deliveries if d["event_type"] == "SECURITY_ECHO.SUCCESS"]
+        assert delivery["status"] in (200, 204) and delivery["notify_url"].startswith(stack.api_url)
+        assert stack.ticker.fire("HeartbeatFunction")["echo_age_s"] == 0
+        ledger = events.ddb.scan(TableName=stack.env["LEDGER_TABLE"])["Items"]
+        assert not [e for e in ledger if e["mchid"]["S"] == m["mchid"]]

@@ -113,6 +113,9 @@ def test_r38_tallys_card_is_accepted_and_says_what_happened_merchant_count_yuan_
     assert "1900000109" in text and "200" in text and "1234.56" in text
     assert "https://console.example/console/incidents?id=inc-rejected-1900000109-a1b2c3" in text
     assert ("新事件" in text) if lang == "zh-CN" else ("New incident" in text)
+    # what happened in the team's language, as the queue words it; the engineers' grouping cause on its own line
+    assert ("通知被拒收" if lang == "zh-CN" else "Notifications refused") in the_card["sentence"]
+    assert INCIDENT["cause"] not in the_card["sentence"] and INCIDENT["cause"] in the_card["text"]
 
 
 @pytest.mark.parametrize("kind", ["dingtalk", "feishu"])

@@ -509,9 +509,9 @@ def test_R54_two_beats_in_one_minute_are_one_payment_and_synthetic_money_opens_n
 
 def test_R54_wechats_security_echo_callback_is_verified_acknowledged_and_stores_nothing(h):
     """WeChat Pay's POST /v3/security/echo (docs/channels.md) makes the channel send a signed, encrypted
-    SECURITY_ECHO.SUCCESS callback to the notify_url it is given: a connectivity check, no money. Before, such a
-    callback was read as a payment and quarantined for a person; now it is verified and decrypted (keys and route
-    work), acknowledged and counted (NotifyEcho), and nothing is stored."""
+    SECURITY_ECHO.SUCCESS callback to the notify_url it is given: a connectivity check, no money. It is verified and
+    decrypted (keys and route work), acknowledged and counted (NotifyEcho); nothing is stored but its arrival on the
+    merchant's one echo row (the heartbeat's echo reads it): no raw row, no item."""
     m = h.add_merchant()
     headers, body = h.sim.build_notification(
         m["mchid"],
@@ -520,7 +520,9 @@ def test_R54_wechats_security_echo_callback_is_verified_acknowledged_and_stores_
         associated_data="",
     )
     assert h.notify(m["mchid"], headers, body)["statusCode"] == 204
-    assert h.scan("NOTIFY_EVENT_TABLE") == [] and h.scan("NOTIFY_RAW_TABLE") == []
+    (arrival,) = h.scan("NOTIFY_EVENT_TABLE")
+    assert arrival["pk"] == f"echo#wechatpay#{m['mchid']}" and arrival["echoes"] == 1
+    assert "manual_kind" not in arrival and h.scan("NOTIFY_RAW_TABLE") == []
     assert h.metric("NotifyEcho") == 1 and bootstrap.work_queue().list() == []
     headers["Wechatpay-Signature"] = headers["Wechatpay-Signature"][
         ::-1

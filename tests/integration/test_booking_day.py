@@ -14,6 +14,7 @@ from tally import bootstrap
 from tally.domain.clock import CHINA
 from tally.observability import metrics
 
+from tests.integration.pull_helpers import expire_now, run_poller, stored
 from tests.integration.refund_helpers import deliver, paid_order, refund
 
 
@@ -45,6 +46,66 @@ def test_R50_a_payment_on_a_finished_or_future_day_is_parked_not_booked(h, succe
     (raw,) = view["raw"]
     assert raw["handled"] == 2 and "not booked" in raw["manual_reason"]
     assert h.metric("ApplyDayOutOfWindow") == 1 and h.metric("ApplyManual") == 1
+
+
+@pytest.mark.parametrize(
+    "success_time",
+    [_china(-10), "2099-01-01T10:00:00+08:00"],
+    ids=["ten_days_ago_on_a_finished_day", "in_2099"],
+)
+def test_R50_a_success_for_a_closed_order_on_a_finished_or_future_day_is_parked_before_any_refund_task(
+    h, success_time
+):
+    """R50 before R17 (issue #38 finding 1, paid after close): a SUCCESS the tenant signs itself for an order that
+    is already CLOSED, dated 10 days ago or in 2099, was ILLEGAL "paid while CLOSED" and became a refund task for
+    money no channel took, before the booking day was looked at. The day is looked at first: the raw row waits
+    for a person "not booked", ApplyDayOutOfWindow and ApplyManual count it; no refund task, no ledger entry."""
+    m = h.add_merchant()
+    order = json.loads(h.create_order(m["mchid"], amount_cent=8800, prepay=True)["body"])
+    expire_now(h, order)
+    assert run_poller(h)["outcomes"] == {"CLOSED": 1} and stored(h, order)["status"] == "CLOSED"
+    headers, body, _ = h.notification(m["mchid"], order["out_trade_no"], 8800, success_time=success_time)
+    assert h.notify(m["mchid"], headers, body)["statusCode"] == 204
+    assert h.drain() == []
+    view = h.order(m["mchid"], order["out_trade_no"])
+    assert view["status"] == "CLOSED"
+    assert h.scan("REFUND_TASKS_TABLE") == [] and h.scan("LEDGER_TABLE") == []
+    (raw,) = view["raw"]
+    assert raw["handled"] == 2 and "not booked" in raw["manual_reason"]
+    assert h.metric("ApplyDayOutOfWindow") == 1 and h.metric("ApplyManual") == 1
+    assert h.metric("RefundTaskCreated") == 0 and h.metric("ApplyIllegal") == 0
+
+
+def test_R50_a_second_payment_on_a_finished_day_is_parked_before_any_refund_task(h):
+    """R50 before R17 (double payment): a second SUCCESS for a PAID order dated on a finished day goes to a
+    person, not to a refund task; the first payment's entry is the only one."""
+    m = h.add_merchant()
+    order = json.loads(h.create_order(m["mchid"], amount_cent=8800)["body"])
+    headers, body, _ = h.notification(m["mchid"], order["out_trade_no"], 8800)
+    h.notify(m["mchid"], headers, body)
+    assert h.drain() == []
+    headers, body, second = h.notification(m["mchid"], order["out_trade_no"], 8800, success_time=_china(-10))
+    h.notify(m["mchid"], headers, body)
+    assert h.drain() == []
+    assert h.scan("REFUND_TASKS_TABLE") == [] and len(h.scan("LEDGER_TABLE")) == 1
+    rows = {r["transaction_id"]: r for r in h.scan("NOTIFY_RAW_TABLE")}
+    parked = rows[second["transaction_id"]]
+    assert parked["handled"] == 2 and "not booked" in parked["manual_reason"]
+    assert h.metric("ApplyDayOutOfWindow") == 1 and h.metric("RefundTaskCreated") == 0
+
+
+def test_R17_money_paid_after_close_on_a_day_recon_still_looks_at_is_a_refund_task(h):
+    """R17, unchanged by R50: a SUCCESS for a CLOSED order dated yesterday is ILLEGAL with one refund task."""
+    m = h.add_merchant()
+    order = json.loads(h.create_order(m["mchid"], amount_cent=8800, prepay=True)["body"])
+    expire_now(h, order)
+    assert run_poller(h)["outcomes"] == {"CLOSED": 1}
+    headers, body, paid = h.notification(m["mchid"], order["out_trade_no"], 8800, success_time=_china(-1))
+    h.notify(m["mchid"], headers, body)
+    assert h.drain() == []
+    (task,) = h.scan("REFUND_TASKS_TABLE")
+    assert task["transaction_id"] == paid["transaction_id"] and task["amount_cent"] == 8800
+    assert h.scan("LEDGER_TABLE") == [] and h.metric("ApplyDayOutOfWindow") == 0
 
 
 def test_R50_a_payment_of_yesterday_is_still_booked(h):

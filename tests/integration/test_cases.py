@@ -41,7 +41,11 @@ def console(method: str, page: str, form: dict | list | None = None, **query: st
         "version": "2.0",
         "routeKey": f"{method} /console/{{page}}",
         "rawPath": f"/console/{page}",
-        "headers": {"content-type": "application/x-www-form-urlencoded", "host": "console.test"},
+        "headers": {
+            "content-type": "application/x-www-form-urlencoded",
+            "host": "console.test",
+            "accept-language": "en",
+        },
         "queryStringParameters": query or None,
         "pathParameters": {"page": page},
         "requestContext": {"http": {"method": method}, "authorizer": {"jwt": {"claims": CLAIMS}}},
@@ -95,7 +99,10 @@ def test_r48_a_payment_after_close_and_its_refund_task_are_one_case_closed_once_
     # the page lists every part with its state, and offers the task's codes under close-task
     status, page, _ = console("GET", "item", id=task_id)
     assert status == 200 and 'id="parts"' in page and case["id"] in page and task_id in page
-    assert '<optgroup label="close-task"><option value="refunded-at-channel"' in page
+    assert (
+        '<optgroup label="Close the refund task" data-action="close-task"><option value="refunded-at-channel"'
+        in page
+    )
 
     # closed through the task's door: the payment part closes with it, so nobody refunds it a second time
     done = cli(
@@ -250,7 +257,9 @@ def test_r48_codes_the_console_would_not_offer_are_refused_by_the_cli_and_the_fo
     # the console: a refusal says why and keeps the chosen action, code and typed reason
     form = {"csrf": csrf(), "id": case["id"], "action": "close-task", "code": "", "reason": "typed with care"}
     status, page, _ = console("POST", "act", form)
-    assert status == 409 and "Not done: close-task needs --code refunded-at-channel" in page
+    assert (
+        status == 409 and "Not done." in page and "close-task needs --code refunded-at-channel" in page
+    )  # the why behind details
     assert 'value="typed with care"' in page and '<option value="close-task" selected' in page
     # done from the item page: it lands on a page that exists, never a 404
     form |= {"code": "refunded-at-channel"}
@@ -272,19 +281,19 @@ def test_r52_a_bulk_confirm_acts_on_exactly_the_previewed_set_or_shows_the_new_p
     status, page, _ = console(
         "POST", "bulk", {"csrf": csrf(), "action": "ignore", **filters, "reason": "noise"}
     )
-    assert status == 200 and "Preview: ignore 2 item(s), 2.01 yuan" in page
+    assert status == 200 and "Preview: Ignore (nothing to do), 2 cases, ¥2.01" in page
     confirm = form_fields(page, "confirm-form")
     before = open_ids()
 
     orphan_payments(h, m["mchid"], 1, "LATE")  # a 1.00 payment arrives between preview and confirm
     status, page, _ = console("POST", "bulk", [*confirm, ("reason", "noise")])
-    assert status == 409 and "the items changed since the preview" in page
-    assert "Preview: ignore 3 item(s), 3.01 yuan" in page  # the new preview, to confirm again
+    assert status == 409 and "the cases changed since the preview" in page
+    assert "Preview: Ignore (nothing to do), 3 cases, ¥3.01" in page  # the new preview, to confirm again
     assert len(open_ids()) == len(before) + 1  # nothing was done
 
     confirm = form_fields(page, "confirm-form")
     status, page, _ = console("POST", "bulk", [*confirm, ("reason", "noise")])
-    assert status == 200 and "Done: ignore 3 item(s), 3.01 yuan" in page and open_ids() == set()
+    assert status == 200 and "Done: Ignore (nothing to do), 3 cases, ¥3.01" in page and open_ids() == set()
 
 
 def test_r52_ticked_rows_only_and_each_item_not_done_is_listed_with_why(h, sim):
@@ -301,9 +310,9 @@ def test_r52_ticked_rows_only_and_each_item_not_done_is_listed_with_why(h, sim):
     )
     base[-1] = ("code", "confirmed-junk")
     status, page, _ = console("POST", "bulk", [*base, *picked, ("reason", "x")])
-    assert "Preview: resolve 2 item(s), 2.02 yuan" in page
+    assert "Preview: Resolve (dealt with), 2 cases, ¥2.02" in page
     status, page, _ = console("POST", "bulk", [*form_fields(page, "confirm-form"), ("reason", "x")])
-    assert "Done: resolve 2 item(s), 2.02 yuan" in page and open_ids() == {items[1]["id"]}
+    assert "Done: Resolve (dealt with), 2 cases, ¥2.02" in page and open_ids() == {items[1]["id"]}
 
 
 def test_r52_a_bulk_replay_confirm_replays_only_the_previewed_items(h):
@@ -313,12 +322,12 @@ def test_r52_a_bulk_replay_confirm_replays_only_the_previewed_items(h):
     status, page, _ = console(
         "POST", "bulk", {"csrf": csrf(), "action": "replay", **filters, "reason": "fixed"}
     )
-    assert "Preview: replay 2 item(s)" in page
+    assert "Preview: Try again through the normal path (after a fix), 2 cases" in page
     confirm = form_fields(page, "confirm-form")
     time.sleep(0.01)
     orphan_payments(h, m["mchid"], 1, "LATER")
     status, page, headers = console("POST", "bulk", [*confirm, ("reason", "fixed")])
-    assert status == 303 and "2 of 2 item(s) replayed" in urllib.parse.unquote_plus(headers["location"])
+    assert status == 303 and "2 of 2 cases tried again" in urllib.parse.unquote_plus(headers["location"])
     h.drain()
     (late,) = bootstrap.work_queue().list(f"merchant={m['mchid']}")
     assert late["order"] == "LATER0000"  # arrived after the preview: not replayed
@@ -328,11 +337,11 @@ def test_r52_a_bulk_replay_confirm_replays_only_the_previewed_items(h):
     status, page, _ = console(
         "POST", "bulk", {"csrf": csrf(), "action": "replay", **filters, "reason": "fixed"}
     )
-    assert "Preview: replay 3 item(s)" in page
+    assert "Preview: Try again through the normal path (after a fix), 3 cases" in page
     confirm = form_fields(page, "confirm-form")
     bootstrap.work_queue().act(late["id"], "ignore", by="bob", reason="not ours")
     status, page, _ = console("POST", "bulk", [*confirm, ("reason", "fixed")])
-    assert status == 409 and "Preview: replay 2 item(s)" in page
+    assert status == 409 and "Preview: Try again through the normal path (after a fix), 2 cases" in page
     assert len(bootstrap.work_queue().list(f"merchant={m['mchid']}")) == 2  # nothing replayed
 
 
@@ -364,7 +373,8 @@ def test_manual_show_prints_facts_reason_next_step_and_history_raw_only_asked_ci
     (case,) = bootstrap.work_queue().list()
     cli("manual", "ack", case["id"], "--why", "looking")
     text = cli("manual", "show", case["id"])
-    assert f"{case['id']}: unbooked-payment" in text and "amount:   ¥1.00" in text
+    assert f"{case['id']}: Payment not booked" in text and "amount:   ¥1.00" in text
+    assert "details:  unbooked-payment: " in text  # the kind and the recorded reason, behind the plain words
     assert "reason:" in text and "part:     task-" in text
     assert (
         f"next:     tally manual close-task {case['id']} --code refunded-at-channel|booked-after-all" in text

@@ -108,10 +108,10 @@ def test_merchant_add_and_order_show_against_local_state(h, tmp_path, monkeypatc
     assert main(["order", "show", m["mchid"], "CLI-SHOW-0001", "--local", "--json"]) == 0
     view = json.loads(capsys.readouterr().out)
     assert view["status"] == "WAIT_PAY" and view["amount_cent"] == 1234
-    assert "12.34 CNY" in render_order(view)
+    assert "amount ¥12.34" in render_order(view)
     assert "refunds reserved" not in render_order(view)
     held = render_order({**view, "refund_holds": {"R20261130000000ABCDEFGHIJKL": 60}})  # docs/runbook.md
-    assert "refunds reserved, answer not stored yet: R20261130000000ABCDEFGHIJKL 0.60" in held
+    assert "refunds reserved, answer not stored yet: R20261130000000ABCDEFGHIJKL ¥0.60" in held
     assert main(["order", "show", m["mchid"], "NOPE-000001", "--local"]) == 1
     assert "no order" in capsys.readouterr().err
 

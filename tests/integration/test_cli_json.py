@@ -1,4 +1,4 @@
-"""CLI conventions (docs/story.md): every verb that has --json prints exactly ONE JSON document on stdout, log
+"""CLI conventions (docs/cli.md): every verb that has --json prints exactly ONE JSON document on stdout, log
 lines go to stderr (and only with -v for info); `tally merchant list`; `refund create` refuses an accidental
 second refund of the same order and amount within 10 minutes unless --again."""
 
@@ -273,7 +273,7 @@ def test_human_output_has_no_log_lines_and_prints_yuan(world, capsys):
         main(["refund", "create", m, otn, "123", "--refund-no", f"RH{uuid.uuid4().hex[:20]}", "--local"]) == 0
     )
     out = capsys.readouterr().out
-    assert "1.23 CNY" in out and '"level"' not in out
+    assert "¥1.23" in out and '"level"' not in out
 
 
 def test_a_fresh_process_keeps_stdout_for_the_document(tmp_path):
@@ -339,7 +339,7 @@ def test_refund_create_without_refund_no_refuses_a_repeat_within_10_minutes_unle
     # the person saw a timeout and runs the same line again: refused, naming the earlier refund
     assert main(["refund", "create", m, otn, "50", "--reason", "first", "--local"]) == 1
     out = capsys.readouterr().out
-    assert earlier in out and "--again" in out and "0.50 yuan" in out
+    assert earlier in out and "--again" in out and "¥0.50" in out
     refunds = lambda: [r for r in h.scan("REFUNDS_TABLE") if r.get("out_trade_no") == otn]  # noqa: E731
     assert len(refunds()) == 1
     assert main(["refund", "create", m, otn, "60", "--local"]) == 0  # another amount is another refund

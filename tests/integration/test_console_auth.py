@@ -45,11 +45,16 @@ def _mint(claims: dict, alg: str = "RS256") -> str:
 
 def _get(stack, path: str, token: str | None = None):
     headers = {"authorization": f"Bearer {token}"} if token else {}
-    return http("GET", stack.api_url + path, headers=headers)
+    return http("GET", stack.api_url + path, headers={**headers, "accept-language": "en"})
 
 
 def _post(stack, path: str, form: dict, token: str | None = None, **extra: str):
-    headers = {**FORM, **({"authorization": f"Bearer {token}"} if token else {}), **extra}
+    headers = {
+        **FORM,
+        "accept-language": "en",
+        **({"authorization": f"Bearer {token}"} if token else {}),
+        **extra,
+    }
     return http("POST", stack.api_url + path, urllib.parse.urlencode(form).encode(), headers)
 
 

@@ -1,4 +1,4 @@
-"""A person's console language is the Cognito standard attribute `locale` (README "Language"), stored with
+"""A person's console language is the Cognito standard attribute `locale` (docs/language.md), stored with
 AdminUpdateUserAttributes through store/users.py on moto, and chosen before the browser's Accept-Language."""
 
 from __future__ import annotations

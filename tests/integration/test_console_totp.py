@@ -49,7 +49,7 @@ def login(h, **form):
         "POST",
         "/console/login",
         body,
-        {"content-type": "application/x-www-form-urlencoded"},
+        {"content-type": "application/x-www-form-urlencoded", "accept-language": "en"},
         {},
         base64_body=False,
     )

@@ -217,6 +217,15 @@ def test_the_containers_setting():
         containers_setting({"TALLY_LOCAL_CONTAINERS": "many"})
 
 
+def test_the_demo_s_stack_serves_in_thread_because_it_plays_yesterday_on_a_moved_clock():
+    """`tally demo --keep` / TALLY_DEMO=1 make run: a container on the real clock signed its prepay a day after
+    the simulated channel's clock and was refused ("timestamp expired"), so no demo order could be created."""
+    from tally_local.stack import containers_for
+
+    assert containers_for("1", {"TALLY_LOCAL_CONTAINERS": "4"}) == 0
+    assert containers_for("", {"TALLY_LOCAL_CONTAINERS": "3"}) == 3
+
+
 def test_reserved_concurrency_of_the_real_template_caps_the_notify_containers():
     from tally_local.frontdoor import reserved_concurrency
     from tally_local.resources import Resolver, load_template

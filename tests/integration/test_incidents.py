@@ -273,7 +273,9 @@ def test_r38_an_incident_quiet_for_an_hour_resolves_and_stays_resolved_until_it_
 def console(h, page, **query):
     from tally_local.lambda_io import http_event
 
-    event = http_event("GET", f"/console/{page}", b"", {}, {"page": page}, base64_body=False)
+    event = http_event(
+        "GET", f"/console/{page}", b"", {"accept-language": "en"}, {"page": page}, base64_body=False
+    )
     event["rawQueryString"] = "&".join(f"{k}={v}" for k, v in query.items())
     event["queryStringParameters"] = query
     claims = {
@@ -298,7 +300,7 @@ def test_r41_the_console_lists_incidents_and_the_morning_page_shows_them_above_t
     shown = console(h, "incidents", id=incident["id"])
     assert "rejected-wechatpay-" + m["mchid"] in shown  # its case, linked to the queue's item page
     morning = console(h, "morning")
-    assert morning.index('id="incidents-now"') < morning.index("The queue by kind and age")
+    assert morning.index('id="incidents-now"') < morning.index("Cases by kind and age")
 
 
 def test_r38_an_alarm_is_decided_again_when_another_run_wrote_its_incident_meanwhile(h, monkeypatch):

@@ -78,7 +78,7 @@ def test_ledger_day_sums_the_day_and_books_fees_once_recon_read_the_bill(h, m, c
 
     assert main(["ledger", "day", D, "--merchant", m["mchid"], "--local"]) == 0
     out = capsys.readouterr().out
-    assert "60.00" in out and "0.36" in out and "59.64" in out and "MATCHED" in out
+    assert "60.00" in out and "0.36" in out and "59.64" in out and "matched" in out
     assert "6000" not in out and '"level"' not in out
 
 
@@ -159,3 +159,21 @@ def test_refunds_and_reversals_count_against_the_net_and_merchants_are_apart(h, 
     assert view["totals"]["net_cent"] == 700 + 999 and view["totals"]["fees_missing_for"] == 2
     only = bootstrap.ledger_day_service().day(day, merchant=other)
     assert [(r["channel"], r["mchid"]) for r in only["rows"]] == [("alipay", other)]
+
+
+def test_recon_show_without_a_merchant_shows_every_merchant_of_the_day_but_the_heartbeat_s(h, m, capsys):
+    """The demo's last lines say `tally recon show` (default: yesterday): without --channel and --mchid it is every
+    configured merchant's day, the heartbeat's synthetic merchant left out (R54); one of the two alone is a usage
+    error (exit 2), nothing read."""
+    pay(h, m["mchid"], 1200, f"{D}T10:00:00+08:00")
+    bootstrap.recon_service().run("wechatpay", m["mchid"], D)
+    assert main(["recon", "show", "--date", D, "--json", "--local"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["date"] == D
+    mine = [v for v in shown["merchants"] if v["mchid"] == m["mchid"]]
+    assert len(mine) == 1 and mine[0]["channel"] == "wechatpay" and mine[0]["runs"], mine
+    assert bootstrap.settings().heartbeat_mchid not in {v["mchid"] for v in shown["merchants"]}
+    assert main(["recon", "show", "--date", D, "--local"]) == 0
+    human = capsys.readouterr().out
+    assert m["mchid"] in human and f"wechatpay#{m['mchid']}#{D}" in human
+    assert main(["recon", "show", "--channel", "wechatpay", "--date", D, "--local"]) == 2

@@ -110,7 +110,7 @@ def test_manual_cli_lists_and_refuses_bad_ids(h, merchant, monkeypatch, capsys):
     capsys.readouterr()
     assert main(["manual", "list", "--local"]) == 0
     out = capsys.readouterr().out
-    assert "1 item(s)" in out and order["out_trade_no"] in out and "0.07" in out
+    assert "1 item waiting for a person" in out and order["out_trade_no"] in out and "¥0.07" in out
     assert (
         main(["manual", "resolve", "nonsense", "--why", "x", "--action", "y", "--by", "me", "--local"]) == 1
     )

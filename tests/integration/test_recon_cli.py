@@ -18,7 +18,7 @@ D = "2024-05-01"
 def test_bill_parse_prints_rows_summary_totals_and_verdict(capsys):
     assert main(["bill", "parse", "wechatpay", str(BILLS / "wechat_all_bom_crlf.csv")]) == 0
     out = capsys.readouterr().out
-    assert "4 rows (3 payments 112.35, 1 refunds 25.50, fees 0.52)" in out
+    assert "4 rows (3 payments ¥112.35, 1 refunds ¥25.50, fees ¥0.52)" in out
     assert "ok  应结订单总金额: stated 11235, parsed 11235" in out and "verdict: PASSED" in out
 
 
@@ -51,10 +51,14 @@ def test_recon_run_show_diffs_resolve_and_diff_list(h, capsys, monkeypatch):
     tid = h.sim.pay(m["mchid"], otn, drop=True, success_time=f"{D}T10:00:00+08:00")
     day = ["--channel", "wechatpay", "--mchid", m["mchid"], "--date", D, "--local"]
     assert main(["recon", "run", *day]) == 1  # a channel-only payment: DIFFS
-    assert "DIFFS" in capsys.readouterr().out
+    assert "differences open" in capsys.readouterr().out
     assert main(["recon", "show", *day]) == 0
     out = capsys.readouterr().out
-    assert f"CHANNEL_ONLY    PAYMENT#wechatpay#{tid}" in out and "[QUEUED]" in out and "report (CSV" in out
+    assert (
+        f"Only on the channel's bill   PAYMENT#wechatpay#{tid}" in out
+        and "[QUEUED]" in out
+        and "report (CSV" in out
+    )
     assert main(["diff", "list", "--json", "--local"]) == 0
     assert f"PAYMENT#wechatpay#{tid}" in {d["sk"] for d in json.loads(capsys.readouterr().out)}
     assert (
@@ -80,4 +84,4 @@ def test_recon_run_show_diffs_resolve_and_diff_list(h, capsys, monkeypatch):
         )
         == 0
     )
-    assert "IGNORED by dan" in capsys.readouterr().out
+    assert "ignored by dan" in capsys.readouterr().out

@@ -181,7 +181,7 @@ def test_r49_a_settlement_gap_inside_the_lag_is_expected_then_opens_by_itself_wi
     assert missing["handle_status"] == "OPEN" and missing["history"][-1]["action"] == "OPENED"
     assert "ask the channel" in missing["history"][-1]["note"]
     assert "landed-late" in missing["codes"] and "refunded-by-hand" not in missing["codes"]
-    (item,) = [i for i in bootstrap.work_queue().list() if i["id"].endswith(sk)]
+    (item,) = [i for i in bootstrap.work_queue().list() if i["id"].endswith(sk)]  # the day's case, led by it
     assert item["amount_cent"] == 100  # the gap, not the channel's 35.49
     assert "short by 1.00" in item["reason"] and D1 in item["reason"] and D in item["reason"]
     assert "ask the channel" in item["reason"] and "wait for" not in item["reason"]
@@ -193,3 +193,64 @@ def test_r49_a_settlement_gap_inside_the_lag_is_expected_then_opens_by_itself_wi
     page = app.item_page(Request("GET", "item", {"id": item["id"]}, {}, {}, "/console/item"), who)
     html = page.body.decode() if isinstance(page.body, bytes) else page.body
     assert "landed-late" in html and "channel-confirmed-short" in html and "refunded-by-hand" not in html
+
+
+def test_r48_a_merchant_days_settlement_legs_are_one_case_and_one_decision_closes_them(
+    h, sim, svc, m, monkeypatch
+):
+    """One missing credit moves the day's settlement and its fee: past the lag both legs differ, and a person
+    gets one case for that merchant-day (its legs as parts), not one per leg; resolving it closes every leg."""
+    from tally import bootstrap
+
+    a_day(h, svc, m["mchid"])
+    monkeypatch.setattr(svc, "clock", lambda: dt.datetime(2024, 5, 4, 10, 30, tzinfo=CST).timestamp())
+    sim.bills.fundflow.fault("drop_credit", count=2)
+    svc.fund_flow("wechatpay", m["mchid"], D)
+    legs = [d for d in fund_diffs(svc, m["mchid"]).values() if d["handle_status"] == "OPEN"]
+    cases = [i for i in bootstrap.work_queue().list() if i.get("merchant") == m["mchid"]]
+    assert len(cases) == 1, [(i["id"], i.get("cls")) for i in cases]
+    (case,) = cases
+    assert len(legs) == 2  # the settlement credit and its fee
+    assert {p["id"] for p in case["parts"]} == {f"diff-{d['pk']}/{d['sk']}" for d in legs}
+    bootstrap.work_queue().act(
+        case["id"], "resolve", by="finance", reason="the channel paid it late", code="landed-late"
+    )
+    assert all(d["handle_status"] == "RESOLVED" for d in fund_diffs(svc, m["mchid"]).values())
+    assert [i for i in bootstrap.work_queue().list() if i.get("merchant") == m["mchid"]] == []
+
+
+def test_r48_a_trade_bill_leg_its_own_rows_explain_is_no_second_case(h, svc, m, monkeypatch):
+    """A payment the channel took and the ledger never booked puts the trade bill's day 0.77 above the ledger:
+    that is the CHANNEL_ONLY row's money, already a case. The day's verdict still says the trade bill differs,
+    but no TRADE_SETTLEMENT difference opens for the same 0.77 (R48: one problem, one item)."""
+    from tally import bootstrap
+
+    a_day(h, svc, m["mchid"])
+    pay(h, m["mchid"], 77, f"{D}T15:00:00+08:00", deliver=False)
+    assert svc.run("wechatpay", m["mchid"], D)["status"] == "DIFFS"  # the row: CHANNEL_ONLY
+    monkeypatch.setattr(svc, "clock", lambda: dt.datetime(2024, 5, 4, 10, 30, tzinfo=CST).timestamp())
+    run = svc.fund_flow("wechatpay", m["mchid"], D)
+    assert run["fund_verdict"] in ("TRADE_DIFFERS", "FUND_DIFFERS"), run
+    assert not [sk for sk in fund_diffs(svc, m["mchid"]) if sk.startswith("TRADE_")]
+    cases = [i for i in bootstrap.work_queue().list() if i.get("merchant") == m["mchid"]]
+    assert [c.get("cls") for c in cases if c["kind"] == "recon-diff"].count("CHANNEL_ONLY") == 1
+
+
+def test_r49_a_trade_bill_legs_item_says_how_far_bill_and_ledger_are_apart_not_the_bills_figure(h):
+    """#30 item 4 for a trade-bill leg rows do not explain: the item's amount is the gap (0.77), not the bill's
+    day total (37.26)."""
+    from tally import bootstrap
+
+    row = {
+        "pk": "wechatpay#1900000109#2024-05-01",
+        "sk": "TRADE_SETTLEMENT#1900000109#2024-05-01",
+        "cls": "SETTLEMENT_DIFFERS",
+        "item": "TRADE_SETTLEMENT",
+        "channel": "wechatpay",
+        "mchid": "1900000109",
+        "bill_date": D,
+        "channel_amount_cent": 3726,
+        "local_amount_cent": 3649,
+        "handle_status": "OPEN",
+    }
+    assert bootstrap.work_queue()._diff_item(row)["amount_cent"] == 77

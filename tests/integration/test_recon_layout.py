@@ -64,7 +64,7 @@ def test_r38_r41_a_drifted_bill_is_quarantined_mapped_once_and_every_day_re_run_
     assert "layout: new, quarantined" in shown and "sample row:" in shown
     assert run["layout_diff"]["lines"][1].strip() in shown
     page = console_page(mchid)  # the console's recon day shows the same difference and sample
-    assert "New bill layout (quarantined)" in page and html.escape(run["layout_diff"]["lines"][1]) in page
+    assert "New bill layout: the day is held" in page and html.escape(run["layout_diff"]["lines"][1]) in page
     # the case a person works: one item per day, of its own kind
     items = [i for i in bootstrap.work_queue().list("kind=bill-layout") if mchid in i["id"]]
     assert len(items) == 2 and "layout" in items[0]["what"]

@@ -162,7 +162,7 @@ def test_r44_tally_recon_run_channel_wechatpay_v2(h, sim, capsys, monkeypatch):
         == 0
     )
     out = capsys.readouterr().out
-    assert f"wechatpay#{m['mch_id']}#{D}  MATCHED" in out and "bill source: v2" in out
+    assert f"wechatpay#{m['mch_id']}#{D}  matched" in out and "bill source: v2" in out
 
 
 def test_r44_a_merchant_with_both_records_uses_the_bill_its_v2_record_names(h, sim, svc):

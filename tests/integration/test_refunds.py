@@ -431,7 +431,7 @@ def test_cli_refund_create_show_list(h, m, sim, monkeypatch, capsys):
         main(["refund", "create", m["mchid"], otn, "30", "--reason", "broken", "--refund-no", no, "--local"])
         == 0
     )
-    assert capsys.readouterr().out.startswith(f"created refund {no}  ACCEPTED 0.30 CNY")
+    assert capsys.readouterr().out.startswith(f"created refund {no}  accepted by the channel  ¥0.30")
     assert main(["refund", "create", m["mchid"], otn, "30", "--refund-no", no, "--local"]) == 0
     assert capsys.readouterr().out.startswith("existing ")
     assert main(["refund", "create", m["mchid"], otn, "71", "--local"]) == 1
@@ -440,7 +440,7 @@ def test_cli_refund_create_show_list(h, m, sim, monkeypatch, capsys):
     deliver(h, m["mchid"], no)
     assert main(["refund", "show", no, "--local"]) == 0
     out = capsys.readouterr().out
-    assert "MANUAL" in out and "WITH A PERSON: ABNORMAL" in out and "ABNORMAL  via notify" in out
+    assert "with a person" in out and "WITH A PERSON: ABNORMAL" in out and "ABNORMAL  via notify" in out
     assert main(["refund", "list", "--manual", "--local", "--json"]) == 0
     assert [r["refund_no"] for r in json.loads(capsys.readouterr().out)] == [no]
     assert main(["refund", "list", m["mchid"], otn, "--local"]) == 0

@@ -129,7 +129,7 @@ def test_cli_refund_create_on_alipay_and_wechatpay_v2(h, sim, monkeypatch, capsy
             otn, _ = kit.paid_order(100)
             no = new_no()
             assert main(["refund", "create", kit.mid, otn, "30", "--refund-no", no, "--local"]) == 0
-            assert capsys.readouterr().out.startswith(f"created refund {no}  ACCEPTED 0.30 CNY")
+            assert capsys.readouterr().out.startswith(f"created refund {no}  accepted by the channel  ¥0.30")
         finally:
             kit.reset()
 

@@ -101,6 +101,7 @@ CUSTOM_METRIC_ALARMS = [
     "ReconDiffOpened",
     "ReconRecoverFailed",
     "ReconFailed",
+    "EventGenerationFailed",  # R20: a change with no event, or one not published after its retries (#35)
 ]
 
 
@@ -284,9 +285,40 @@ def test_every_dlq_has_an_alarm(resources):
             if a["Namespace"] == "AWS/SQS"
             and a["Dimensions"] == [{"Name": "QueueName", "Value": {"Fn::GetAtt": [lid, "QueueName"]}}]
         ]
-        assert dlq["MetricName"] == "ApproximateNumberOfMessagesVisible"
-        assert (dlq["ComparisonOperator"], dlq["Threshold"]) == ("GreaterThanThreshold", 0)
+        consumed = [
+            fid
+            for fid, f in of_type(resources, "AWS::Serverless::Function").items()
+            for e in f["Properties"].get("Events", {}).values()
+            if e["Type"] == "SQS" and e["Properties"]["Queue"] == {"Fn::GetAtt": [lid, "Arn"]}
+        ]
+        if (
+            consumed
+        ):  # R20: the OutboxDLQ is worked at once (a case per parked record): alarm on a message stuck
+            assert dlq["MetricName"] == "ApproximateAgeOfOldestMessage"
+            assert (dlq["ComparisonOperator"], dlq["Threshold"]) == ("GreaterThanThreshold", 900)
+        else:
+            assert dlq["MetricName"] == "ApproximateNumberOfMessagesVisible"
+            assert (dlq["ComparisonOperator"], dlq["Threshold"]) == ("GreaterThanThreshold", 0)
         assert dlq["AlarmActions"] == [{"Ref": "AlarmTopic"}]
+
+
+def test_R20_the_outboxs_oldest_pending_change_and_its_parked_records_are_alarmed(resources):
+    """Issue #35 item 6: the outbox's oldest pending age (the stream's IteratorAge, ms) alarms past 5 minutes, and a
+    stream batch given up on goes to a consumer that turns it into events and cases (EventGenerationFailed)."""
+    (age,) = [a for a in alarms(resources) if a["MetricName"] == "IteratorAge"]
+    assert age["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": "OutboxFunction"}}]
+    assert (age["Statistic"], age["ComparisonOperator"], age["Threshold"]) == (
+        "Maximum",
+        "GreaterThanThreshold",
+        300000,
+    )
+    outbox = resources["OutboxFunction"]["Properties"]["Events"]
+    for source in outbox.values():
+        assert source["Properties"]["DestinationConfig"]["OnFailure"]["Destination"] == {
+            "Fn::GetAtt": ["OutboxDLQ", "Arn"]
+        }
+    parked = resources["OutboxParkedFunction"]["Properties"]["Events"]["Parked"]["Properties"]
+    assert parked["Queue"] == {"Fn::GetAtt": ["OutboxDLQ", "Arn"]}  # its metric: test_custom_metric_alarm
 
 
 @pytest.mark.parametrize("metric", CUSTOM_METRIC_ALARMS)

@@ -10,7 +10,8 @@ from tally import bootstrap
 from tally.store.codec import from_item
 
 from tally_local.resources import LambdaContext
-from tests.integration.outbox_helpers import stream_records
+from tally_local.streams import on_failure_message
+from tests.integration.outbox_helpers import BusDown, stream_records, stream_shard, subscribe
 
 
 @pytest.fixture
@@ -375,7 +376,7 @@ def test_an_endpoint_with_a_bad_url_or_secret_is_refused_and_nothing_is_stored(h
     assert h.ddb.scan(TableName=h.env["WEBHOOKS_TABLE"])["Items"] == []
 
 
-def _console(h, method, who_groups, form=None, query=None):
+def _console(h, method, who_groups, form=None, query=None, page="webhooks"):
     """A console request as API Gateway hands it over after the Cognito authorizer (claims of a signed-in person)."""
     import urllib.parse
 
@@ -394,10 +395,14 @@ def _console(h, method, who_groups, form=None, query=None):
     event = {
         "version": "2.0",
         "routeKey": f"{method} /console/{{page}}",
-        "rawPath": "/console/webhooks",
-        "pathParameters": {"page": "webhooks"},
+        "rawPath": f"/console/{page}",
+        "pathParameters": {"page": page},
         "queryStringParameters": query or {},
-        "headers": {"content-type": "application/x-www-form-urlencoded", "host": "console.example"},
+        "headers": {
+            "content-type": "application/x-www-form-urlencoded",
+            "host": "console.example",
+            "accept-language": "en",
+        },
         "requestContext": context,
         "body": body,
         "isBase64Encoded": False,
@@ -423,7 +428,7 @@ def test_an_operator_adds_an_endpoint_and_resends_from_the_console_a_count_first
     assert _console(h, "POST", "[viewers]", resend)[0] == 403  # a viewer acts on nothing
     assert _console(h, "POST", "[operators]", {"action": "resume", "endpoint": ep["endpoint_id"]})[0] == 200
     status, page = _console(h, "POST", "[operators]", resend)
-    assert status == 200 and "1 event(s)" in page and "would be resent" in page
+    assert status == 200 and "1 event would be resent" in page
     deliver(h)
     assert received(h) == []  # the count came first: nothing sent yet
     digest = bootstrap.webhook_resender().range(
@@ -433,3 +438,176 @@ def test_an_operator_adds_an_endpoint_and_resends_from_the_console_a_count_first
     assert status == 200 and "queued" in page
     deliver(h)
     assert [json.loads(body)["data"]["out_trade_no"] for _, body in received(h)] == ["HOOK-CONSOLE-2"]
+
+
+def parked(h, rounds=10):
+    """The OutboxDLQ through the outbox-parked function until it is empty, as its SQS event source would."""
+    url = h.env["OUTBOX_DLQ_URL"]
+    for _ in range(rounds):
+        messages = h.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=0).get(
+            "Messages", []
+        )
+        if not messages:
+            return
+        for m in messages:  # batch size 1 (template.yaml)
+            result = h.invoke("OutboxParkedFunction", {"Records": [h._record(m)]})
+            assert result == {"batchItemFailures": []}
+            h.sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+    raise AssertionError("the OutboxDLQ did not drain")
+
+
+def park(h, records, table="ORDERS_TABLE"):
+    """The outbox fails on `records` (its retries spent): Lambda's on-failure record for the rest of the batch
+    from the failed record, on the OutboxDLQ, as the embedded stack's stream pump sends it."""
+    result = h.invoke("OutboxFunction", {"Records": records})
+    [failed] = [f["itemIdentifier"] for f in result["batchItemFailures"]]
+    rest = records[[r["dynamodb"]["SequenceNumber"] for r in records].index(failed) :]
+    arn, shard = stream_shard(h.env, table)
+    message = on_failure_message(rest, shard, arn, "OutboxFunction", "us-east-1")
+    h.sqs.send_message(QueueUrl=h.env["OUTBOX_DLQ_URL"], MessageBody=json.dumps(message))
+    return rest
+
+
+def test_R20_a_record_the_stream_gave_up_on_is_an_event_and_a_case_and_the_cases_replay_republishes(hooks):
+    """Issue #35 item 6: the bus is gone for longer than the stream's retries. The parked record gets one more
+    attempt, then becomes an EventGenerationFailed event (to the endpoint) and a case with an alarmed metric; the
+    case's closing action republishes from the row once the bus is back, and the endpoint gets nothing twice."""
+    h = hooks
+    m = h.add_merchant()
+    endpoint(h, m["mchid"])
+    paid(h, m["mchid"], "HOOK-PARKED-1")
+    mine = [r for r in stream_records(h.env) if "HOOK-PARKED-1" in json.dumps(r, default=str)]
+    bus = BusDown(h.env["EVENT_BUS_NAME"])
+    assert len(park(h, mine)) == 1  # the paid change (the order's creation publishes nothing)
+    parked(h)
+    assert h.metric("EventGenerationFailed") == 1
+    [case] = bootstrap.work_queue().list("kind=event-generation-failed")
+    assert case["merchant"] == m["mchid"] and case["order"] == "HOOK-PARKED-1"
+    assert "replay" in case["actions"] and "not published" in case["reason"]
+    deliver(h)
+    payloads = [json.loads(body) for _, body in received(h)]
+    # the endpoint does not depend on the bus: it got the payment, and the event that says the bus did not
+    assert [p["type"] for p in payloads] == ["OrderPaid", "EventGenerationFailed"]
+    assert "ResourceNotFound" in payloads[1]["data"]["error"]
+
+    bus.back()
+    consumer = subscribe(h.env)
+    acted = bootstrap.work_queue().act(case["id"], "replay", by="ops", reason="the bus is back")
+    assert acted["state"] == "RESOLVED" and "republish requested" in acted["outcome"]
+    assert bootstrap.work_queue().list("kind=event-generation-failed") == []
+    parked(h)  # the request: the row's events rebuilt and published by the outbox's own function
+    on_bus = consumer()
+    assert [(e["detail-type"], e["detail"]["out_trade_no"]) for e in on_bus] == [
+        ("OrderPaid", "HOOK-PARKED-1")
+    ]
+    deliver(h)
+    assert [json.loads(body)["type"] for _, body in received(h)] == ["OrderPaid", "EventGenerationFailed"]
+    assert h.metric("EventGenerationFailed") == 1  # the republish succeeded: no new case
+
+
+def test_R20_records_parked_beside_the_failing_one_are_published_not_lost(hooks):
+    """Lambda parks the whole rest of a batch from the failed record; the records after it were never tried.
+    Each gets its attempt: only the one that fails again is a case."""
+    h = hooks
+    m = h.add_merchant()
+    endpoint(h, m["mchid"])
+    for no in ("HOOK-BESIDE-1", "HOOK-BESIDE-2"):
+        paid(h, m["mchid"], no)
+    changes = [r for r in stream_records(h.env) if "HOOK-BESIDE" in json.dumps(r, default=str)]
+    bus = BusDown(h.env["EVENT_BUS_NAME"])
+    rest = park(h, changes)
+    bus.back()
+    consumer = subscribe(h.env)
+    parked(h)  # the bus is back before the parked batch is worked: everything is published, no case
+    assert len(rest) >= 2
+    assert sorted(e["detail"]["out_trade_no"] for e in consumer()) == ["HOOK-BESIDE-1", "HOOK-BESIDE-2"]
+    assert bootstrap.work_queue().list("kind=event-generation-failed") == []
+    assert h.metric("EventGenerationFailed") == 0
+
+
+def test_R20_a_parked_batch_the_stream_no_longer_holds_is_one_case_for_its_window_and_replay_republishes_it(
+    hooks,
+):
+    """Past the stream's 24 hours the records cannot be read back: one case names the window they arrived in;
+    its replay republishes every order and refund changed in it (`tally outbox republish --since`)."""
+    h = hooks
+    m = h.add_merchant()
+    endpoint(h, m["mchid"])
+    paid(h, m["mchid"], "HOOK-GONE-1")
+    arn, shard = stream_shard(h.env)
+    gone = arn.split(":table/")[0] + ":table/replaced/stream/2020-01-01T00:00:00.000"  # no longer exists
+    window = [{"dynamodb": {"SequenceNumber": "1" * 22, "ApproximateCreationDateTime": time.time() - 60}}]
+    message = on_failure_message(window, shard, gone, "OutboxFunction", "us-east-1")
+    h.sqs.send_message(QueueUrl=h.env["OUTBOX_DLQ_URL"], MessageBody=json.dumps(message))
+    parked(h)
+    [case] = bootstrap.work_queue().list("kind=event-generation-failed")
+    assert "no longer holds" in case["reason"] and h.metric("EventGenerationFailed") == 1
+    bootstrap.work_queue().act(case["id"], "replay", by="ops", reason="republish the window")
+    parked(h)
+    deliver(h)
+    assert [json.loads(body)["data"]["out_trade_no"] for _, body in received(h)] == ["HOOK-GONE-1"]
+
+
+def test_R20_a_parked_change_whose_event_cannot_be_built_is_still_one_case(hooks):
+    """A row the builder cannot read, met by the stream while the bus is gone: its EventGenerationFailed is not
+    published either, so the record is parked; the parked attempt finds the same failure and the same case."""
+    h = hooks
+    m = h.add_merchant()
+    endpoint(h, m["mchid"], ["EventGenerationFailed"])
+    broken = {
+        "pk": f"{m['mchid']}#HOOK-PARKED-BROKEN",
+        "mchid": m["mchid"],
+        "out_trade_no": "HOOK-PARKED-BROKEN",
+    }
+    table = h.env["ORDERS_TABLE"]
+    h.ddb.put_item(TableName=table, Item={k: {"S": v} for k, v in {**broken, "status": "WAIT_PAY"}.items()})
+    h.ddb.put_item(TableName=table, Item={k: {"S": v} for k, v in {**broken, "status": "PAID"}.items()})
+    mine = [r for r in stream_records(h.env) if "HOOK-PARKED-BROKEN" in json.dumps(r, default=str)]
+    bus = BusDown(h.env["EVENT_BUS_NAME"])
+    park(h, mine)  # PAID without a transaction id, and nowhere to say so
+    parked(h)
+    bus.back()
+    [case] = bootstrap.work_queue().list("kind=event-generation-failed")
+    assert case["order"] == "HOOK-PARKED-BROKEN" and "produced no event" in case["reason"]
+    deliver(h)
+    [(_, body)] = received(h)  # the endpoint was told, once (the stable id)
+    assert json.loads(body)["type"] == "EventGenerationFailed"
+
+
+def test_R20_a_republish_request_that_fails_is_a_new_case_not_a_silent_gap(hooks):
+    h = hooks
+    m = h.add_merchant()
+    asked = bootstrap.republish_requests().ask(
+        "evt-gone", {"mchid": m["mchid"], "out_trade_no": "NO-SUCH"}, "ops"
+    )
+    assert asked == f"republish requested: order {m['mchid']}/NO-SUCH"
+    parked(h)
+    [case] = bootstrap.work_queue().list("kind=event-generation-failed")
+    assert case["order"] == "NO-SUCH" and "republishing for evt-gone failed" in case["reason"]
+    assert h.metric("EventGenerationFailed") == 1
+    with pytest.raises(LookupError):  # a case that names nothing to republish is refused, nothing sent
+        bootstrap.republish_requests().ask("evt-empty", {}, "ops")
+
+
+def test_R20_an_operator_closes_an_event_generation_failed_case_from_the_console_and_it_republishes(hooks):
+    """The console's Replay on the case: the console only asks (SendMessage on the OutboxDLQ, its one new grant);
+    the outbox-parked function publishes the row's real event. A viewer cannot."""
+    h = hooks
+    m = h.add_merchant()
+    paid(h, m["mchid"], "HOOK-PARKED-CONSOLE")
+    mine = [r for r in stream_records(h.env) if "HOOK-PARKED-CONSOLE" in json.dumps(r, default=str)]
+    bus = BusDown(h.env["EVENT_BUS_NAME"])
+    park(h, mine)
+    parked(h)
+    bus.back()
+    consumer = subscribe(h.env)
+    [case] = bootstrap.work_queue().list("kind=event-generation-failed")
+    form = {"id": case["id"], "action": "replay", "reason": "the bus is back"}
+    assert _console(h, "POST", "[viewers]", form, page="act")[0] == 403
+    status, _ = _console(h, "POST", "[operators]", form, page="act")
+    assert status in (302, 303)
+    assert bootstrap.work_queue().list("kind=event-generation-failed") == []
+    parked(h)
+    assert [(e["detail-type"], e["detail"]["out_trade_no"]) for e in consumer()] == [
+        ("OrderPaid", "HOOK-PARKED-CONSOLE")
+    ]

@@ -19,7 +19,8 @@ from tally.service.ingest import MAX_BODY_BYTES
 
 from tally_local.resources import load_template
 from tally_local.sigv4 import LOCAL_BACKEND_ARN
-from tests.integration.outbox_helpers import stream_records
+from tally_local.streams import on_failure_message
+from tests.integration.outbox_helpers import stream_records, stream_shard
 from tests.integration.template_helpers import resource_name as _resource_name
 from tests.integration.template_helpers import sam_transform
 
@@ -284,7 +285,13 @@ def test_what_the_code_calls_is_what_the_policy_grants(h, merchant, granted):
                 calls.setdefault(current["fn"], set()).add((f"dynamodb:{action}", resource))
         elif service == "sqs":
             url = str(json.loads(params.get("body") or b"{}").get("QueueUrl", ""))
-            queue = "WebhookQueue" if url.endswith(".fifo") else "ApplyQueue"
+            queue = (
+                "WebhookQueue"
+                if url.endswith(".fifo")
+                else "OutboxDLQ"
+                if url == h.env["OUTBOX_DLQ_URL"]
+                else "ApplyQueue"
+            )
             calls.setdefault(current["fn"], set()).add((f"sqs:{model.name}", queue))
         else:  # secretsmanager: the secret's own name, matched against the granted patterns below
             name = params.get("body") and json.loads(params["body"])
@@ -342,6 +349,13 @@ def test_what_the_code_calls_is_what_the_policy_grants(h, merchant, granted):
     for message in queued:  # settled as the event source mapping would
         h.sqs.delete_message(QueueUrl=h.env["WEBHOOK_QUEUE_URL"], ReceiptHandle=message["ReceiptHandle"])
     assert h.sim.receiver.accepted()
+    # the OutboxDLQ's consumer (R20): a parked batch read back from the stream, and a case's republish request
+    arn, shard = stream_shard(h.env)
+    parked = on_failure_message(stream_records(h.env), shard, arn, "OutboxFunction", "us-east-1")
+    republish = {"republish": {"order": [merchant["mchid"], otn]}, "case": "evt-policy", "by": "test"}
+    for body in (parked, republish):
+        message = {"messageId": "m", "receiptHandle": "r", "body": json.dumps(body), "attributes": {}}
+        assert h.invoke("OutboxParkedFunction", {"Records": [message]}) == {"batchItemFailures": []}
     bootstrap.callers().allow(LOCAL_BACKEND_ARN, ["*"], by="test")  # R53: the backend may read its events
     pull = {
         "requestContext": {"http": {"method": "GET"}, "authorizer": {"iam": {"userArn": LOCAL_BACKEND_ARN}}},
@@ -358,6 +372,7 @@ def test_what_the_code_calls_is_what_the_policy_grants(h, merchant, granted):
         "KeysFunction",
         "HeartbeatFunction",
         "OutboxFunction",
+        "OutboxParkedFunction",
         "WebhooksFunction",
         "EventsFunction",
     }

@@ -4,9 +4,10 @@ Like REFUND_FORGED and PAYMENT_PREEMPTED (tests/sim/day.py), each attack is draw
 (so every other draw of a seed stays what it was), played at an instant of the day through the real handlers, and
 checked when the day is over (`check`, called by scenario.check). What each must end as:
 
-    BACKDATED      after the night, the hostile tenant registers an order of its own and signs its SUCCESS
-                   itself, dated on a day whose reconciliation has finished (10 days back) or in 2099: parked for a
-                   person, "not booked", no ledger entry, ApplyDayOutOfWindow counted (R50)
+    BACKDATED      after the night, the hostile tenant registers an order of its own (on half the days it lets the
+                   order expire and be closed first) and signs its SUCCESS itself, dated on a day whose
+                   reconciliation has finished (10 days back) or in 2099: parked for a person, "not booked", no
+                   ledger entry, no refund task, ApplyDayOutOfWindow counted (R50 before R17)
     FORGERY_BURST  the hostile tenant signs more partner-form payment reports naming another merchant than may be
                    kept: filed under the hostile tenant (claimed_mchid names the victim), at most FORGERIES_KEPT
                    open, every one counted; none in the victim's queue (R39, R40)
@@ -66,6 +67,7 @@ class Attack:
     victim: str = ""
     count: int = 0  # reports or junk bodies in a burst; BACKDATED: the amount in cents
     when: str = ""  # BACKDATED: "finished" (10 days back) or "future"
+    closed: bool = False  # BACKDATED: the order is CLOSED before its SUCCESS (the paid-after-close path)
     order_key: str = ""  # JUNK_BURST: the order whose genuine callback the junk surrounds
 
 
@@ -87,7 +89,9 @@ def draw(seed: int, merchants: list[tuple[str, str]], orders: list[OrderPlan]) -
         at = rng.uniform(0, 300)
         if kind == BACKDATED:
             when = rng.choice(("finished", "future"))
-            attacks.append(Attack(kind, at, rng.choice(pool), count=rng.randint(1, 10**6), when=when))
+            hostile, amount = rng.choice(pool), rng.randint(1, 10**6)
+            closed = rng.random() < 0.5  # drawn last: the draws before it are what they were
+            attacks.append(Attack(kind, at, hostile, count=amount, when=when, closed=closed))
         elif kind in (FORGERY_BURST, COMMA_MERCHANT) and victims:
             victim = rng.choice(victims)
             # a hostile tenant that forges nothing else today: the bound is per reporting merchant and cause
@@ -289,6 +293,16 @@ def _check_backdated(run: Scenario, attack: Attack, events: list[dict[str, Any]]
     tx = _backdated_tx(run)
     if any(e.get("transaction_id") == tx for e in run.env.scan("LEDGER_TABLE")):
         v.append(f"R50 the hostile tenant's self-signed SUCCESS {tx} dated {attack.when} was booked")
+    if any(t.get("transaction_id") == tx for t in run.env.scan("REFUND_TASKS_TABLE")):
+        v.append(
+            f"R50 the hostile tenant's self-signed SUCCESS {tx} dated {attack.when} became a refund task"
+        )
+    if attack.closed:
+        order = run.env.get("ORDERS_TABLE", f"{attack.hostile}#{_backdated_otn(run, attack)}") or {}
+        if order.get("status") != "CLOSED":
+            v.append(
+                f"R50 {tx}: the hostile tenant's order is {order.get('status')}, not CLOSED, after its SUCCESS"
+            )
     raw = run.env.get("NOTIFY_RAW_TABLE", f"wechatpay#{attack.hostile}#{tx}") or {}
     if raw.get("handled") != 2 or "not booked" not in str(raw.get("manual_reason")):
         v.append(f"R50 {tx} ({attack.when}) is not with a person: handled {raw.get('handled')}")
@@ -446,11 +460,16 @@ def operate(run: Scenario) -> None:
 
 
 def _backdated_after_the_night(run: Scenario, attack: Attack) -> None:
-    """The hostile tenant registers an order and signs its SUCCESS dated 10 days back or in 2099, on an open
-    order (a SUCCESS for a closed order takes another path: ILLEGAL, a refund task, before any day is looked at;
-    docs/proof.md "Open findings")."""
+    """The hostile tenant registers an order and signs its SUCCESS dated 10 days back or in 2099. When the attack
+    is `closed`, the order expires first and the poller closes it (at the channel, then here): the SUCCESS is then
+    money paid after close, which R17 would make a refund task; R50 looks at its day first."""
     run.kinds[V3].record_order(attack.hostile, _backdated_otn(run, attack), attack.count)
     _register(run, attack)
+    if attack.closed:
+        run.env.clock.now += 16 * 60.0  # past the order's 15 minutes
+        run.poller_tick(reschedule=False)
+        order = run.env.get("ORDERS_TABLE", f"{attack.hostile}#{_backdated_otn(run, attack)}") or {}
+        run.log(f"hostile {attack.hostile}'s order {_backdated_otn(run, attack)} is {order.get('status')}")
     run.env.clock.now += 5.0
     _backdate(run, attack)
     run._drain()

@@ -162,6 +162,8 @@ AWS_EMISSION = {
     ("AWS/ApiGateway", "5xx"): ("per occurrence", 0, 1),
     # a gauge, every minute while the queue is active (SQS stops publishing 6 h after the last access)
     ("AWS/SQS", "ApproximateNumberOfMessagesVisible"): ("gauge", 60, 1),
+    # seconds the oldest message has waited: a message its consumer cannot handle reads > 900 after 15 min
+    ("AWS/SQS", "ApproximateAgeOfOldestMessage"): ("gauge", 60, 901),
     # the outbox's oldest pending change, ms (a gauge per batch; a stuck stream reads > 300000 after 5 min)
     ("AWS/Lambda", "IteratorAge"): ("gauge", 60, 300001),
 }

@@ -1,4 +1,4 @@
-"""The language Tally speaks (README "Language"): the person's setting, else Accept-Language, else the
+"""The language Tally speaks (docs/language.md): the person's setting, else Accept-Language, else the
 deployment's default; the CLI's TALLY_LANG, else the POSIX locale, else en. And the committed .mo files are
 the compiled .po files (the layer ships them without a build step)."""
 

@@ -17,6 +17,10 @@ ALLOWED = {
         "layers/common/tally/store/tables.py",
         "principals",
     ): "the merchants table's R53 grants: small configuration",
+    (
+        "layers/common/tally/store/tables.py",
+        "names",
+    ): "the merchants table's display names: small configuration",
 }
 
 

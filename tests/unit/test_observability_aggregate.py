@@ -81,11 +81,11 @@ def test_clear_drops_what_was_counted_and_not_flushed(emitted):
 
 
 def test_a_gauge_read_twice_in_one_invocation_keeps_the_larger_reading(emitted):
-    """PendingOver10m, ManualOver24h and HeartbeatAge alarm on Maximum: summing two readings would raise a
-    false alarm; the larger one is what two samples' Maximum was."""
+    """PendingOver10m, ManualOver24h, HeartbeatAge and HeartbeatEchoAge alarm on Maximum: summing two readings
+    would raise a false alarm; the larger one is what two samples' Maximum was."""
     count(M.PENDING_STALE, 3)
     count(M.PENDING_STALE, 1)
     count(M.HEARTBEAT_AGE, 0)
     (blob,) = blobs(emitted())
     assert blob["PendingOver10m"] == [3.0] and blob["HeartbeatAge"] == [0.0]
-    assert obs.GAUGES == {M.PENDING_STALE, M.MANUAL_AGED, M.HEARTBEAT_AGE}
+    assert obs.GAUGES == {M.PENDING_STALE, M.MANUAL_AGED, M.HEARTBEAT_AGE, M.HEARTBEAT_ECHO_AGE}

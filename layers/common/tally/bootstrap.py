@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # the real return types; the imports themselves stay lazy (co
     from tally.service.manual import ManualQueue
     from tally.service.merchants import MerchantDirectory
     from tally.service.orders import OrderService
-    from tally.service.outbox import EventReplay, OutboxService, Republisher
+    from tally.service.outbox import EventReplay, OutboxService, ParkedRecords, Republisher, RepublishRequests
     from tally.service.poll import PollService
     from tally.service.pull import PullChannels
     from tally.service.queue import WorkQueue
@@ -348,7 +348,7 @@ def heartbeat() -> Heartbeat:
     from tally.service.heartbeat import Heartbeat
     from tally.store.heartbeat import HeartbeatKeys
     from tally.store.secrets import SecretStore
-    from tally.store.tables import OrderStore
+    from tally.store.tables import EventStore, OrderStore
 
     s = settings()
     return Heartbeat(
@@ -359,6 +359,8 @@ def heartbeat() -> Heartbeat:
         api_url=s.heartbeat_api_url,
         mchid=s.heartbeat_mchid,
         clock=_clock,
+        events=EventStore(tables()),
+        echo=s.heartbeat_echo,
     )
 
 
@@ -373,6 +375,25 @@ def republisher() -> Republisher:
     from tally.store.changes import ChangedRows
 
     return Republisher(ChangedRows(tables(), settings().refunds_table), outbox_service())
+
+
+def parked_records() -> ParkedRecords:
+    """The OutboxDLQ's consumer (functions/outboxparked): parked stream records, and cases' republish requests."""
+    from tally.service.outbox import ParkedRecords
+    from tally.store.events import StreamRecords
+
+    return ParkedRecords(StreamRecords(_client("dynamodbstreams")), outbox_service(), republisher())
+
+
+def republish_requests() -> RepublishRequests:
+    """An event-generation-failed case's closing action (service/queue.py): a request on the OutboxDLQ."""
+    from tally.service.outbox import RepublishRequests
+    from tally.store.events import RepairQueue
+
+    url = settings().outbox_dlq_url
+    if not url:
+        raise LookupError("no outbox queue configured (stack output OutboxDLQUrl)")
+    return RepublishRequests(RepairQueue(_client("sqs"), url))
 
 
 def event_replay() -> EventReplay:
@@ -424,6 +445,7 @@ def work_queue() -> WorkQueue:
         manual=manual_queue,
         refunds=refund_service,
         recon=recon_service if s.recon_runs_table else None,
+        republish=republish_requests,
         clock=_clock,
         journal=decision_journal(),
     )

@@ -220,6 +220,9 @@ class M:
         "HeartbeatAge"  # gauge, every minute: seconds since the newest synthetic payment was booked
     )
     HEARTBEAT_DISCARDED = "HeartbeatDiscarded"  # a heartbeat payment that would have gone to a person (R54)
+    HEARTBEAT_ECHO_AGE = (
+        "HeartbeatEchoAge"  # gauge, every minute: seconds the oldest unanswered echo has waited
+    )
     # the operations console (docs/console.md)
     CONSOLE_ACTION = "ConsoleAction"  # an operator acted on an item: expected traffic
     CONSOLE_ACTION_REFUSED = (
@@ -285,6 +288,7 @@ ALARMED = ALARMED | {M.RECON_RUN_COMPLETED}  # its absence is the alarm: recon d
 ALARMED = ALARMED | {M.CONSOLE_ACTION_REFUSED}  # the console
 ALARMED = ALARMED | {M.NOTIFY_NO_TRANSACTION_ID, M.REFUND_REPORT_MANUAL}  # the work queue (R41)
 ALARMED = ALARMED | {M.HEARTBEAT_AGE}  # the money path end to end, every minute
+ALARMED = ALARMED | {M.HEARTBEAT_ECHO_AGE}  # the channel's echo back through the notify route, every minute
 ALARMED = ALARMED | {M.MERCHANT_NOT_READY}  # the live credential doctor (R47)
 ALARMED = ALARMED | {M.RECON_NO_BILL_SOURCE, M.RECON_MERCHANTS_BLOCKED}  # every merchant reconciled (R44)
 ALARMED = ALARMED | {M.RECON_FUND_FLOW_LATE}  # the fund-flow leg (R45)
@@ -359,6 +363,9 @@ EMISSION: dict[str, Emission] = {
     M.RECON_RUN_COMPLETED: Emission(18 * 3600, "every finished recon tick (02:30-08:30 UTC)"),
     # a gauge of seconds: a stalled money path reports >= 180 from its third minute on (service/heartbeat.py)
     M.HEARTBEAT_AGE: Emission(60, "gauge: every heartbeat run, the seconds since the last booked beat", 180),
+    M.HEARTBEAT_ECHO_AGE: Emission(
+        60, "gauge: every heartbeat run, the seconds an echo has been waited for", 180
+    ),
     M.CONSOLE_ACTION_REFUSED: Emission(PER_OCCURRENCE, "one refused console POST"),
     M.RECON_NO_BILL_SOURCE: Emission(PER_OCCURRENCE, "one run of a merchant without a bill download"),
     M.RECON_MERCHANTS_BLOCKED: Emission(3600, "gauge: every hourly recon tick, zero included"),
@@ -407,7 +414,7 @@ def merchant_value(merchant: str | None) -> str:
 _pending: dict[tuple[str, str | None, str | None], float] = {}
 _pending_lock = threading.Lock()
 GAUGES = frozenset(
-    {M.PENDING_STALE, M.MANUAL_AGED, M.HEARTBEAT_AGE}
+    {M.PENDING_STALE, M.MANUAL_AGED, M.HEARTBEAT_AGE, M.HEARTBEAT_ECHO_AGE}
 )  # readings, not counts (alarms: Maximum)
 
 

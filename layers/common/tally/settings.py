@@ -23,6 +23,7 @@ class Settings(NamedTuple):
     merchant_secret_prefix: str
     event_bus_name: str = "default"
     event_archive_arn: str = ""  # the bus's archive (stack output EventArchiveArn): `tally events replay`
+    outbox_dlq_url: str = ""  # parked stream batches and republish requests (functions/outboxparked)
     alipay_gateway: str = "https://openapi.alipay.com/gateway.do"
     timestamp_window_s: int = 300
     order_not_found_max_attempts: int = 4
@@ -50,6 +51,9 @@ class Settings(NamedTuple):
     # the synthetic heartbeat (service/heartbeat.py): the public API's base URL and the synthetic merchant
     heartbeat_api_url: str = ""
     heartbeat_mchid: str = "0000000000"
+    # the notify paths the heartbeat proves with the channel's security echo, "route/merchant id" (WeChat Pay v3:
+    # "wechatpay/1900000109", a service provider's or platform merchant's credentials); () = none
+    heartbeat_echo: tuple[str, ...] = ()
     wechatpay_ca_file: str = (
         ""  # trust these CAs for WeChat's TLS instead of the system's (tests: the simulator)
     )
@@ -90,6 +94,7 @@ class Settings(NamedTuple):
                 merchant_secret_prefix=_secret_prefix(env["MERCHANT_SECRET_PREFIX"]),
                 event_bus_name=env.get("EVENT_BUS_NAME", "default"),
                 event_archive_arn=env.get("EVENT_ARCHIVE_ARN", ""),
+                outbox_dlq_url=env.get("OUTBOX_DLQ_URL", ""),
                 alipay_gateway=env.get("ALIPAY_GATEWAY", "https://openapi.alipay.com/gateway.do"),
                 timestamp_window_s=int(env.get("TALLY_TIMESTAMP_WINDOW_S", "300")),
                 order_not_found_max_attempts=int(env.get("TALLY_ORDER_NOT_FOUND_MAX_ATTEMPTS", "4")),
@@ -113,6 +118,9 @@ class Settings(NamedTuple):
                 aws_max_attempts=int(env.get("TALLY_AWS_MAX_ATTEMPTS", "3")),
                 heartbeat_api_url=env.get("HEARTBEAT_API_URL", ""),
                 heartbeat_mchid=env.get("TALLY_HEARTBEAT_MCHID", "0000000000"),
+                heartbeat_echo=tuple(
+                    p.strip() for p in env.get("TALLY_HEARTBEAT_ECHO", "").split(",") if p.strip()
+                ),
                 wechatpay_ca_file=env.get("TALLY_WECHATPAY_CA_FILE", ""),
                 console_user_pool_id=env.get("CONSOLE_USER_POOL_ID", ""),
                 console_client_id=env.get("CONSOLE_CLIENT_ID", ""),

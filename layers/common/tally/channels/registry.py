@@ -198,6 +198,13 @@ class Channel(Protocol):
         """The channel's synthetic payment for the heartbeat (service/heartbeat.py), None if it has none."""
         ...
 
+    def security_echo(self, merchants: Any, merchant_id: str, notify_url: str, message: str) -> str | None:
+        """The channel's own connectivity check, which moves no money (the heartbeat's echo, service/heartbeat.py):
+        ask the channel, with the merchant's credentials, to send a signed callback to `notify_url`. The message
+        the signed answer echoed ("" when it echoed none); None when the channel has no such call. Raises
+        errors.ChannelError (refused, unreachable, answer not verified) or errors.NotFound (not configured)."""
+        ...
+
     def redact_body(self, text: str, hide: Callable[[str], str]) -> str:
         """A stored callback body that is not JSON, with what this channel encrypts for the merchant replaced
         by `hide(ciphertext)` (the console never shows it); unchanged if the channel encrypts nothing there."""
@@ -281,6 +288,9 @@ class ChannelNames:
 
     def synthetic(self) -> Synthetic | None:
         return None
+
+    def security_echo(self, merchants: Any, merchant_id: str, notify_url: str, message: str) -> str | None:
+        return None  # no echo call: WeChat Pay v3 documents one (channels/wechatpay_v3/echo.py)
 
     def redact_body(self, text: str, hide: Callable[[str], str]) -> str:
         return text

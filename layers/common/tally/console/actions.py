@@ -9,8 +9,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from tally import bootstrap, errors
+from tally.console import lang
 from tally.console.auth import Identity
 from tally.console.data import Item, queue_filter, yuan
+from tally.i18n.words import Words
 from tally.observability import M, count, logger
 
 ACTIONS = {
@@ -28,6 +30,11 @@ FILTERS = ("kind", "merchant", "age", "state", "owner", "cls", "bill_date")  # t
 IDS_CARRIED = 500  # a preview carries its item ids up to this many; beyond, its count and amount (R52)
 
 
+def _(message: str) -> str:
+    """A message in the page's language (console/lang.py; Babel extracts `_`)."""
+    return lang.current().gettext(message)
+
+
 class ActionRefused(errors.Conflict, ValueError):
     """The action does not fit the item (or the item moved on): the queue's message, in plain words."""
 
@@ -38,6 +45,7 @@ class Outcome:
     action: str
     message: str
     state: str
+    detail: str = ""  # the queue's own words (codes, amounts): behind the page's "details" toggle
 
 
 def act(item_id: str, action: str, who: Identity, reason: str, **fields: str) -> Outcome:
@@ -56,9 +64,13 @@ def act(item_id: str, action: str, who: Identity, reason: str, **fields: str) ->
         raise ActionRefused(str(exc)) from None
     count(M.CONSOLE_ACTION)
     logger.info("console action", extra={"item": item_id, "action": action, "by": who.who})
-    return Outcome(
-        item_id, action, f"{action}: {done.get('outcome')} ({done.get('state')})", str(done.get("state"))
-    )
+    words = Words(lang.current())
+    state = str(done.get("state"))
+    message = lang.current().gettext("Done: %(action)s. The case is now: %(state)s.") % {
+        "action": words.action(action),
+        "state": words.state(state),
+    }
+    return Outcome(item_id, action, message, state, f"{action}: {done.get('outcome')} ({state})")
 
 
 CONSOLE_REPLAY_LIMIT = 100  # items one request replays (at 20 a second: 5 s); the page offers to continue
@@ -229,21 +241,28 @@ def webhook_action(form: dict[str, str], who: Identity) -> dict[str, Any]:
         if action == "add":
             events = [e for e in form.get("events", "").replace(",", " ").split() if e] or None
             added = bootstrap.webhook_endpoints().add(form.get("mchid", ""), form.get("url", ""), events)
-            shown: dict[str, Any] = {"message": f"endpoint {added['endpoint_id']} added", "secret": added}
+            shown: dict[str, Any] = {"message": _("The endpoint was added."), "secret": added}
         elif action == "resume":
             bootstrap.webhook_endpoints().resume(endpoint)
-            shown = {"message": f"{endpoint} resumed: resend what it missed"}
+            shown = {"message": _("The endpoint was resumed: now resend what it missed.")}
         elif action == "remove":
             bootstrap.webhook_endpoints().remove(endpoint)
-            shown = {"message": f"{endpoint} removed"}
+            shown = {"message": _("The endpoint was removed.")}
         elif action == "resend":
             until = form.get("until") or "9999-12-31T23:59:59Z"
             digest = form.get("digest", "")
             done = bootstrap.webhook_resender().range(
                 endpoint, form.get("since", ""), until, dry_run=not digest, expect=digest
             )
-            word = "would be resent" if done["dry_run"] else "queued"
-            shown = {"message": f"{done['count']} event(s) of {endpoint} {word}", "preview": done}
+            n = int(done["count"])
+            said = (
+                lang.current().ngettext("%(n)s event would be resent.", "%(n)s events would be resent.", n)
+                if done["dry_run"]
+                else lang.current().ngettext(
+                    "%(n)s event queued to be resent.", "%(n)s events queued to be resent.", n
+                )
+            )
+            shown = {"message": said % {"n": n}, "message_detail": endpoint, "preview": done}
         else:
             raise ActionRefused(f"unknown action {action!r}")
     except (WebhookError, WebhookNotFound) as exc:

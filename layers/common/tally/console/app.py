@@ -22,6 +22,7 @@ from tally.console import actions, data, lang
 from tally.console.auth import Identity, as_now, csrf_ok, csrf_token, identity
 from tally.console.web import Request, Response, link, redirect
 from tally.i18n.words import Words
+from tally.i18n.words import cst as words_cst
 from tally.observability import M, count, logger
 
 HERE = Path(__file__).resolve().parent
@@ -38,15 +39,54 @@ LANGUAGE_NAMES = {
     "zh-CN": "简体中文",
     "en": "English",
 }  # each in its own language, as language menus show them
-_env.globals.update(link=link, yuan=data.yuan, cst=data.cst, BUCKETS=data.BUCKETS, ACTIONS=actions.ACTIONS)
+
+
+def fact(key: Any, value: Any) -> str:
+    """A stored value as a page shows it, even behind a details toggle: "—" for nothing, a time (ISO or epoch
+    seconds, as `expire_at` is stored) in Asia/Shanghai, anything else as its text."""
+    if value is None or value == "":
+        return "—"
+    name = str(key)
+    if name.endswith(("_at", "_due")) or "expire" in name:
+        return words_cst(value) or str(value)
+    return str(value)
+
+
+_env.globals.update(
+    link=link, yuan=data.yuan, cst=data.cst, fact=fact, BUCKETS=data.BUCKETS, ACTIONS=actions.ACTIONS
+)
 _env.globals["live_incidents"] = lambda: incident_rows(
     live_only=True
 )  # the Morning page's block (docs/alerts.md)
 
 
+def _(message: str) -> str:
+    """A message of this module in the page's language (console/lang.py; Babel extracts `_`)."""
+    return lang.current().gettext(message)
+
+
+def _names() -> Callable[[Any], str]:
+    """The page's merchant display names, read at most once per page and only if the page shows a merchant."""
+    found: dict[str, str] | None = None
+
+    def name(mchid: Any) -> str:
+        nonlocal found
+        if found is None:
+            try:
+                found = data.merchant_names()
+            except Exception:  # noqa: BLE001 - a page shows ids without names rather than fail
+                logger.warning("merchant names not read", exc_info=True)
+                found = {}
+        return found.get(str(mchid or ""), "")
+
+    return name
+
+
 def render(template: str, who: Identity | None, status: int = 200, **context: Any) -> Response:
     speaker = lang.current()
+    context.setdefault("message_detail", "")
     html = _env.get_template(template).render(
+        mname=_names(),
         who=who,
         csrf=csrf_token(who) if who else "",
         gettext=speaker.gettext,
@@ -80,13 +120,13 @@ def handle(event: dict[str, Any]) -> dict[str, Any]:
     lang.choose(request, who)
     if not who.can_view:
         return render(
-            "error.html", who, 403, message="You are in no console group (viewers or operators)."
+            "error.html", who, 403, message=_("You are in no console group (viewers or operators).")
         ).to_event()
     if request.method == "POST":
         return post(request, who).to_event()
     view = PAGES.get(request.page)
     if view is None:
-        return render("error.html", who, 404, message="No such page.").to_event()
+        return render("error.html", who, 404, message=_("No such page.")).to_event()
     return view(request, who).to_event()
 
 
@@ -125,13 +165,13 @@ def login_post(request: Request) -> Response:
             "console sign-in from another site refused", extra={"origin": request.headers.get("origin")}
         )
         return login_page(
-            request, "This sign-in came from another site: open the console and sign in there.", 403
+            request, _("This sign-in came from another site: open the console and sign in there."), 403
         )
     if request.form.get("mfa_session") or request.form.get("enrol_token"):
         return totp_post(request)
     username, password = request.form.get("username", "").strip(), request.form.get("password", "")
     if not username or not password:
-        return login_page(request, "Enter your user name and password.", 400)
+        return login_page(request, _("Enter your user name and password."), 400)
     users = bootstrap.console_users()
     try:
         tokens = users.sign_in(username[:128], password[:256])
@@ -140,7 +180,7 @@ def login_post(request: Request) -> Response:
     except SignInFailed:
         count(M.CONSOLE_LOGIN_FAILED)
         logger.warning("console sign-in failed", extra={"username": username[:128]})
-        return login_page(request, "Wrong user name or password.", 401)
+        return login_page(request, _("Wrong user name or password."), 401)
     if bootstrap.settings().console_operator_mfa and "operators" in _groups(tokens.id_token):
         # an operator without TOTP: enrol now, then sign in again with a code (docs/alerts.md "Hardening")
         secret = users.start_totp(tokens.access_token)
@@ -163,7 +203,7 @@ def totp_post(request: Request) -> Response:
         if request.form.get("enrol_token"):
             users.confirm_totp(request.form["enrol_token"][:4096], code)
             return login_page(
-                request, "Your authenticator app is set up: sign in with your password and a code."
+                request, _("Your authenticator app is set up: sign in with your password and a code.")
             )
         username = request.form.get("username", "").strip()[:128]
         tokens = users.answer_mfa(username, request.form["mfa_session"][:4096], code)
@@ -172,7 +212,7 @@ def totp_post(request: Request) -> Response:
         logger.warning(
             "console sign-in failed: TOTP code", extra={"username": request.form.get("username", "")[:128]}
         )
-        return login_page(request, "Wrong or expired code: sign in again.", 401)
+        return login_page(request, _("Wrong or expired code: sign in again."), 401)
     return render(
         "signed_in.html", None, token=tokens.id_token, next=_safe_next(request.form.get("next", ""))
     )
@@ -227,11 +267,14 @@ def queue_page(request: Request, who: Identity) -> Response:
         bill_dates=sorted({i.bill_date for i in items if i.bill_date}),
         codes=sorted({c for i in shown for cs in i.codes.values() for c in cs}),
         message=request.field("done"),
+        message_detail=request.field("detail"),
         run=request.field("run"),
     )
 
 
-def item_page(request: Request, who: Identity, message: str = "", status: int = 200) -> Response:
+def item_page(
+    request: Request, who: Identity, message: str = "", status: int = 200, message_detail: str = ""
+) -> Response:
     from tally.service.queue import QueueError
 
     item_id = request.field("id")
@@ -244,7 +287,7 @@ def item_page(request: Request, who: Identity, message: str = "", status: int = 
             "error.html",
             who,
             status if message else 404,
-            message=message or "No such item (cleared already?).",
+            message=message or _("No such case (cleared already?)."),
         )
     return render(
         "item.html",
@@ -257,6 +300,7 @@ def item_page(request: Request, who: Identity, message: str = "", status: int = 
         state=(item.state if item else detail.get("q_state") or "closed"),
         history=history,
         message=message or request.field("done"),
+        message_detail=message_detail or request.field("detail"),
         form=request.form if message else {},  # a refusal keeps what the person chose and typed
     )
 
@@ -301,7 +345,7 @@ def recon_page(request: Request, who: Identity) -> Response:
 def report_download(request: Request, who: Identity) -> Response:
     found = data.recon_report(request.field("channel"), request.field("mchid"), request.field("date"))
     if found is None:
-        return render("error.html", who, 404, message="No report for that day yet.")
+        return render("error.html", who, 404, message=_("No report for that day yet."))
     name, body = found
     return Response(
         200, body, "text/csv; charset=utf-8", {"content-disposition": f'attachment; filename="{name}"'}
@@ -313,7 +357,7 @@ def refunds_page(request: Request, who: Identity) -> Response:
     try:
         day = data.date.fromisoformat(filters["date"]).isoformat() if filters["date"] else ""
     except ValueError:
-        return render("error.html", who, 400, message="Dates look like 2026-11-30.")
+        return render("error.html", who, 400, message=_("Dates look like 2026-11-30."))
     found = data.refunds(filters["state"].upper(), filters["merchant"], day)
     return render("refunds.html", who, page="refunds", refunds=found, filters=filters)
 
@@ -328,7 +372,7 @@ def ledger_page(request: Request, who: Identity) -> Response:
     try:
         bill_date = data.date.fromisoformat(day).isoformat()
     except ValueError:  # only the date the person typed: an error reading the day is not theirs
-        return render("error.html", who, 400, message="Dates look like 2026-11-30.")
+        return render("error.html", who, 400, message=_("Dates look like 2026-11-30."))
     if request.field("format") == "statement":  # the daily statement, the same figures (R49)
         return Response(
             200,
@@ -344,7 +388,7 @@ def ledger_page(request: Request, who: Identity) -> Response:
             "text/csv; charset=utf-8",
             {"content-disposition": f'attachment; filename="ledger-{day}.csv"'},
         )
-    return render("ledger.html", who, page="ledger", date=day, merchant=merchant, view=view)
+    return render("ledger.html", who, page="ledger", date=day, merchant_id=merchant, view=view)
 
 
 def webhooks_page(request: Request, who: Identity, **shown: Any) -> Response:
@@ -362,7 +406,7 @@ def webhooks_post(request: Request, who: Identity) -> Response:
     try:
         shown = actions.webhook_action(form, who)
     except actions.ActionRefused as exc:
-        return webhooks_page(request, who, message=f"Not done: {exc}")
+        return webhooks_page(request, who, message=_("Not done."), message_detail=str(exc))
     return webhooks_page(request, who, **shown)
 
 
@@ -397,7 +441,7 @@ PAGES: dict[str, Callable[[Request, Identity], Response]] = {
 
 
 def settings_page(request: Request, who: Identity, message: str = "", status: int = 200) -> Response:
-    """The person's own settings: the console's language (Cognito `locale`, README "Language")."""
+    """The person's own settings: the console's language (Cognito `locale`, docs/language.md)."""
     return render(
         "settings.html",
         who,
@@ -414,9 +458,7 @@ def settings_post(request: Request, who: Identity) -> Response:
     try:
         lang.set_user_language(who, request.form.get("locale", ""))
     except ValueError:
-        return settings_page(
-            request, who, lang.current().gettext("Choose one of the languages offered."), 400
-        )
+        return settings_page(request, who, _("Choose one of the languages offered."), 400)
     return redirect(link("settings", done="saved"))
 
 
@@ -428,12 +470,12 @@ def post(request: Request, who: Identity) -> Response:
     if request.page == "settings" and csrf_ok(who, request.form.get("csrf")) and request.same_origin():
         return settings_post(request, who)  # one's own language: not an action on money, so viewers too
     if not who.can_act:
-        return refuse(who, request, "Viewers cannot act: ask an operator.", "viewer")
+        return refuse(who, request, _("Viewers cannot act: ask an operator."), "viewer")
     if not csrf_ok(who, request.form.get("csrf")) or not request.same_origin():
         return refuse(
             who,
             request,
-            "This form is stale or came from another site: reload the page and try again.",
+            _("This form is stale or came from another site: reload the page and try again."),
             "csrf",
         )
     if request.page == "webhooks":  # register, resume, remove an endpoint; resend with a preview first
@@ -446,11 +488,11 @@ def post(request: Request, who: Identity) -> Response:
                 item_id, request.form.get("action", ""), who, request.form.get("reason", ""), **fields
             )
         except actions.ActionRefused as exc:
-            return item_page(request, who, f"Not done: {exc}", 409)
-        return redirect(link("item", id=item_id, done=outcome.message))
+            return item_page(request, who, _("Not done."), 409, str(exc))
+        return redirect(link("item", id=item_id, done=outcome.message, detail=outcome.detail))
     if request.page == "bulk":
         return bulk_post(request, who, fields)
-    return render("error.html", who, 404, message="No such action.")
+    return render("error.html", who, 404, message=_("No such action."))
 
 
 def bulk_post(request: Request, who: Identity, fields: dict[str, str]) -> Response:
@@ -463,16 +505,16 @@ def bulk_post(request: Request, who: Identity, fields: dict[str, str]) -> Respon
     action = request.form.get("action", "")
     reason = request.form.get("reason", "")
     if action not in actions.ACTIONS:
-        return render("error.html", who, 400, message="Choose an action.")
+        return render("error.html", who, 400, message=_("Choose an action."))
 
     def bulk_page(status: int = 200, **context: Any) -> Response:
         return render(
             "bulk.html", who, status, page="queue", filters=filters, picked=picked, fields=fields, **context
         )
 
-    def preview_page(message: str = "", status: int = 200) -> Response:
+    def preview_page(message: str = "", status: int = 200, detail: str = "") -> Response:
         preview = actions.bulk_preview(filters, action, picked, **fields)
-        return bulk_page(status, preview=preview, reason=reason, message=message)
+        return bulk_page(status, preview=preview, reason=reason, message=message, message_detail=detail)
 
     if request.form.get("run"):
         return replay_post(request, who, filters, reason)
@@ -484,9 +526,9 @@ def bulk_post(request: Request, who: Identity, fields: dict[str, str]) -> Respon
             return replay_post(request, who, filters, reason, expect)
         report = actions.bulk(filters, action, who, reason, expect=expect, picked=picked, **fields)
     except SetChanged:
-        return preview_page("Not done: the items changed since the preview. This is the new preview.", 409)
+        return preview_page(_("Not done: the cases changed since the preview. This is the new preview."), 409)
     except actions.ActionRefused as exc:
-        return preview_page(f"Not done: {exc}", 409)
+        return preview_page(_("Not done."), 409, str(exc))
     return bulk_page(preview=None, report=report)
 
 
@@ -501,16 +543,28 @@ def replay_post(
     try:
         run = actions.replay_run(filters, who, reason, request.form.get("run", "").strip(), expect)
     except actions.ActionRefused as exc:
-        return render("error.html", who, 409, message=f"Not done: {exc}")
+        return render("error.html", who, 409, message=_("Not done."), message_detail=str(exc))
     call = run["this_call"]
-    message = (
-        f"replay run {run['run_id']}: {run['status']}, {run['done_items']} of {run['planned_items']} item(s) "
-        f"replayed ({run['done_amount']} of {run['planned_amount']} yuan)"
-        + (f", {run['failed_items']} not done" if run["failed_items"] else "")
-        + (f"; this time {call['changed']}" if call["changed"] != run["done_items"] else "")
-    )
+    words = Words(lang.current())
+    message = lang.current().ngettext(
+        "Replay: %(done)s of %(planned)s case tried again (%(done_money)s of %(planned_money)s).",
+        "Replay: %(done)s of %(planned)s cases tried again (%(done_money)s of %(planned_money)s).",
+        int(run["planned_items"]),
+    ) % {
+        "done": run["done_items"],
+        "planned": run["planned_items"],
+        "done_money": words.money_text(run["done_amount"]),
+        "planned_money": words.money_text(run["planned_amount"]),
+    }
+    if run["failed_items"]:
+        message += " " + _("%(n)s not done.") % {"n": run["failed_items"]}
     paused = run["status"] == "PAUSED"
-    return redirect(link("queue", done=message, **({"run": run["run_id"]} if paused else {})))
+    if paused:
+        message += " " + _("The run is paused: continue it below.")
+    detail = f"replay run {run['run_id']}: {run['status']}" + (
+        f"; this time {call['changed']}" if call["changed"] != run["done_items"] else ""
+    )
+    return redirect(link("queue", done=message, detail=detail, **({"run": run["run_id"]} if paused else {})))
 
 
 def refuse(who: Identity, request: Request, message: str, why: str) -> Response:

@@ -1,6 +1,6 @@
 """What the pages show, read from the services the CLI uses (one way to do each thing).
 
-Every value a person reads is prepared here: amounts in yuan (format_cents), times in Asia/Shanghai,
+Every value a person reads is prepared here: amounts as ¥1,234.56 (i18n/words.py), times in Asia/Shanghai,
 ages in words. Pages never see a secret: merchant rows are reduced to public fields, callback bodies and
 headers are shown as the text they are (escaped by the templates), secrets and ciphertext never leave.
 """
@@ -16,22 +16,24 @@ from typing import Any
 from tally import bootstrap
 from tally.channels import registry as channel_registry
 from tally.domain.clock import CHINA
-from tally.domain.money import format_cents
+from tally.i18n.words import money
 from tally.service.shown import scrub as shown_scrub
 
 BUCKETS = ("< 1 h", "1–24 h", "1–7 d", "> 7 d")
 
 
 def yuan(cents: Any) -> str:
-    if cents is None or cents == "":
-        return ""
-    return format_cents(int(cents))
+    """An amount as the console writes every amount: ¥1,234.56 (one format on every page, i18n/words.py)."""
+    return money(cents)
 
 
 def cst(iso: Any) -> str:
     """An ISO UTC time as people in China read it: 2026-12-01 17:05:09 (Asia/Shanghai)."""
     parsed = parse_iso(iso)
-    return parsed.astimezone(CHINA).strftime("%Y-%m-%d %H:%M:%S") if parsed else ""
+    try:
+        return parsed.astimezone(CHINA).strftime("%Y-%m-%d %H:%M:%S") if parsed else ""
+    except OverflowError:  # the end of time (an open range's "until"): the page shows the stored text
+        return ""
 
 
 def parse_iso(iso: Any) -> datetime | None:
@@ -252,9 +254,16 @@ def morning(now: float | None = None) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------- recon
 
 
+def merchant_names() -> dict[str, str]:
+    """Merchant id -> display name (`tally merchant add/set --name`): read once per page (one small scan)."""
+    from tally.store.tables import MerchantStore
+
+    return MerchantStore(bootstrap.tables()).names()
+
+
 def merchant_name(mchid: Any) -> str:
-    """The merchant as a person knows it: its display name (`tally merchant add/set --name`), else its id."""
-    return str(mchid or "")
+    """The merchant as a person knows it: its display name, else its id."""
+    return merchant_names().get(str(mchid or ""), "") or str(mchid or "")
 
 
 def recon_store() -> Any:
@@ -470,6 +479,7 @@ def merchants(now: float | None = None) -> list[dict[str, Any]]:
             {
                 "at": cst(last.get("notified_at")),
                 "age": age_words(age_seconds(last.get("notified_at"), now)),
+                "age_s": age_seconds(last.get("notified_at"), now),
                 "channel": str(last["pk"]).partition("#")[0],
                 "source": str(last.get("source") or "notify"),
             }
@@ -480,7 +490,11 @@ def merchants(now: float | None = None) -> list[dict[str, Any]]:
             if isinstance(cert, dict) and cert.get("not_after"):
                 cert["not_after"] = cst(cert["not_after"]) or cert["not_after"]
         m["last_refused"] = (
-            {"at": cst(refused[mchid]), "age": age_words(age_seconds(refused[mchid], now))}
+            {
+                "at": cst(refused[mchid]),
+                "age": age_words(age_seconds(refused[mchid], now)),
+                "age_s": age_seconds(refused[mchid], now),
+            }
             if mchid in refused
             else None
         )

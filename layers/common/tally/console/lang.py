@@ -1,4 +1,4 @@
-"""Which language a page speaks (README "Language"): the person's own setting, else the browser's
+"""Which language a page speaks (docs/language.md): the person's own setting, else the browser's
 Accept-Language, else the deployment's default (template.yaml ConsoleLanguage).
 
 The setting is the Cognito standard attribute `locale`, changed on the Settings page (store/users.py). A page

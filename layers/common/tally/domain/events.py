@@ -74,3 +74,47 @@ def generation_failed(
     event_id = f"EventGenerationFailed:{row.get('pk', '?')}:{sequence}"
     detail = {"event_id": event_id, **{k: row.get(k) for k in keep}, "error": error[:300], "occurred_at": at}
     return DownstreamEvent(event_id, "EventGenerationFailed", detail)
+
+
+@dataclass(frozen=True)
+class ParkedBatch:
+    """What Lambda's on-failure destination says about a stream batch it gave up on (OutboxDLQ): where the
+    records are, never the records themselves (the stream keeps them 24 hours)."""
+
+    stream_arn: str
+    shard_id: str
+    start: str  # the first and last sequence numbers of the batch, both included
+    end: str
+    first_at: str  # ISO times the first and last records reached the stream
+    last_at: str
+
+
+def parked_batch(message: dict[str, Any]) -> ParkedBatch | None:
+    """The batch an on-failure record names (`DDBStreamBatchInfo`), or None when the message is not one."""
+    info = message.get("DDBStreamBatchInfo")
+    if not isinstance(info, dict):
+        return None
+    try:
+        return ParkedBatch(
+            str(info["streamArn"]),
+            str(info["shardId"]),
+            str(info["startSequenceNumber"]),
+            str(info["endSequenceNumber"]),
+            str(info.get("approximateArrivalOfFirstRecord") or ""),
+            str(info.get("approximateArrivalOfLastRecord") or ""),
+        )
+    except KeyError:
+        return None
+
+
+def republish_target(row: dict[str, Any]) -> dict[str, Any]:
+    """What a case's closing action republishes from the rows (the truth): one refund, one order, or every
+    order and refund changed in a window (a batch whose records the stream no longer held)."""
+    if row.get("republish_since"):
+        return {"since": row["republish_since"], "until": row.get("republish_until") or None}
+    if row.get("refund_no"):
+        key = f"{row['mchid']}#{row['refund_no']}" if row.get("mchid") else str(row["refund_no"])
+        return {"refund": key}
+    if row.get("mchid") and row.get("out_trade_no"):
+        return {"order": [row["mchid"], row["out_trade_no"]]}
+    return {}

@@ -324,6 +324,7 @@ def check_day(
     trade: DayFigures | None,
     fund_days: Mapping[str, FundFlowDay],
     lag: SettlementLag | None = None,
+    rows_explain: Mapping[str, int] | None = None,
 ) -> DayVerdict:
     """R45: did ledger day `ledger_day`'s money land? `fund_days` maps fund-flow days (ISO) to their
     `FundFlowDay`; the lag picks, per category, the fund-flow day this ledger day's money is on. A fund-flow day
@@ -332,13 +333,20 @@ def check_day(
 
     Aggregate by design: the per-row matching (R34–R36) already says which payment differs; this check says
     whether the day's money moved as booked. Money on the day boundary (a payment at 23:59:59 settled a day
-    later) shows as a pair of opposite diffs on consecutive days; the detail says so."""
+    later) shows as a pair of opposite diffs on consecutive days; the detail says so.
+
+    `rows_explain`: per item, the channel-minus-ledger sum of the trade run's own row differences (R34–R36). A
+    trade-bill leg whose gap is exactly that sum is the same money as those rows, which are already cases: the
+    verdict still says the trade bill differs, but no second difference opens for it (R48)."""
     lag = lag or DEFAULT_LAGS[channel]
     diffs: list[Diff] = []
     key = f"{merchant}#{ledger_day}"
+    trade_differs = False
+    explained = rows_explain or {}
     if trade is not None:
         for item, mine, theirs in _legs(ledger, trade):
-            if mine != theirs:
+            trade_differs = trade_differs or mine != theirs
+            if mine != theirs and explained.get(item) != theirs - mine:
                 diffs.append(
                     Diff(
                         SETTLEMENT_DIFFERS,
@@ -352,7 +360,7 @@ def check_day(
     needed = {item: lag.day_of(item, ledger_day) for item in ITEMS}
     missing = sorted({d for d in needed.values() if d not in fund_days})
     if missing:
-        code = TRADE_DIFFERS if diffs else PENDING
+        code = TRADE_DIFFERS if diffs or trade_differs else PENDING
         reason = f"fund-flow bill of {', '.join(missing)} not in yet ({lag.source or 'lag'})"
         if trade is None:
             reason += "; trade bill not in yet"
@@ -398,8 +406,10 @@ def check_day(
     diffs.extend(fund_diffs)
     if fund_diffs:
         code, reason = FUND_DIFFERS, "the fund flow differs from the ledger (R45)"
-    elif diffs:
+    elif diffs or trade_differs:
         code, reason = TRADE_DIFFERS, "the trade bill's sums differ from the ledger's"
+        if not diffs:
+            reason += ": by exactly its rows' differences (their cases)"
     elif trade is None:
         code, reason = PENDING, "ledger = fund flow; trade bill not in yet"
     else:

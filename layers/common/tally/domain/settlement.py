@@ -10,7 +10,7 @@ A channel reports up to four figures for one payment, and reconciliation has to 
   the merchant gives the amount up) and who funded it (merchant, channel, other, or not stated).
 
 WeChat's trade bill compares 应结订单金额, so a ledger that books `payer_total` differs on every CASH coupon.
-The builders below turn each channel's parsed fields (exact names: /work/shared/channel-spec.md §1.7, §1.8, §4,
+The builders below turn each channel's parsed fields (exact names: docs/channel-spec.md §1.7, §1.8, §4,
 §5, §6; sources with URLs in docs/settlement.md) into one `Settlement` / `Refund`, and refuse input whose
 figures contradict each other (`SettlementError`): a contradiction is for a person, never a guess.
 """

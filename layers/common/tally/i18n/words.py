@@ -143,7 +143,16 @@ KIND_REASONS: dict[str, Reason] = {
         N_("Books changed after sealing"),
         N_("A day's books no longer match what was sealed that night: a record was changed or deleted."),
         N_(
-            "Tell an engineer at once: run tally audit verify for the day, restore the rows it names, then resolve it."
+            "Tell an engineer at once: the day's audit check names the records that changed; restore them, then resolve it."
+        ),
+    ),
+    "heartbeat-echo": Reason(
+        N_("Channel echo missing"),
+        N_(
+            "WeChat Pay was asked for a test callback to this merchant's notify address and none arrived, so real callbacks may not arrive either."
+        ),
+        N_(
+            "Check the merchant's keys with a live check and the notify route, wait for the next echo, then resolve it."
         ),
     ),
 }
@@ -286,6 +295,39 @@ BUCKETS = {
 }
 INCIDENT_STATES = {"open": N_("open"), "escalated": N_("escalated"), "resolved": N_("resolved")}
 ORIGINS = {"ours": N_("our systems"), "tenant": N_("merchant settings"), "money": N_("a money decision")}
+STORY_KINDS = {  # an order story's entry kinds (service/story.py)
+    "order": N_("order"),
+    "poll": N_("query"),
+    "queue": N_("person"),
+    "refund": N_("refund"),
+    "delivery": N_("notification"),
+    "transition": N_("status change"),
+    "ledger": N_("ledger"),
+    "outbox": N_("event"),
+    "webhook": N_("merchant webhook"),
+    "recon": N_("reconciliation"),
+}
+STORY_STATES = {  # the states an order story's entries carry besides order, refund and case states
+    "WAIT_PAY": N_("waiting for payment"),
+    "PAY_FAILED": N_("payment failed"),
+    "PREPAY_FAILED": N_("payment could not be started"),
+    "RESERVED": N_("amount reserved"),
+    "DUPLICATE": N_("repeated notification"),
+    "ILLEGAL": N_("could not be booked"),
+    "OK": N_("accepted"),
+    "PAYMENT": N_("payment"),
+    "REVERSAL": N_("reversal"),
+    "FEE": N_("fee"),
+    "FEE_RETURN": N_("fee returned"),
+    "HELD": N_("held"),
+    "DELIVERED": N_("delivered"),
+    "OPENED": N_("opened"),
+    "applied": N_("applied"),
+    "waiting to be applied": N_("waiting to be applied"),
+    "with a person": N_("with a person"),
+}
+MODES = {"direct": N_("direct merchant"), "partner": N_("sub-merchant of a service provider")}
+ENDPOINT_STATUSES = {"ACTIVE": N_("active"), "PAUSED": N_("paused"), "REMOVED": N_("removed")}
 
 
 class Words:
@@ -359,13 +401,40 @@ class Words:
     def origin(self, code: Any) -> str:
         return self._table(ORIGINS, code)
 
+    def story_kind(self, code: Any) -> str:
+        return self._table(STORY_KINDS, code)
+
+    def mode(self, code: Any) -> str:
+        return self._table(MODES, code)
+
+    def endpoint_status(self, code: Any) -> str:
+        return self._table(ENDPOINT_STATUSES, code)
+
+    def any_status(self, code: Any) -> str:
+        """A status of unknown origin (an order story's entry): the first table that knows it, else the code."""
+        text = "" if code is None else str(code)
+        for table in (ORDER_STATUSES, STORY_STATES, REFUND_STATUSES, STATES, RUN_STATUSES, ACTIONS):
+            if text in table:
+                return self._(table[text])
+        return text
+
     # ---- formats
+
+    def money_text(self, yuan: Any) -> str:
+        """An amount already written in yuan ("1234.56", as a service's report carries it) as ¥1,234.56."""
+        from decimal import Decimal, InvalidOperation
+
+        if yuan is None or yuan == "":
+            return ""
+        try:
+            cents = Decimal(str(yuan)) * 100
+        except InvalidOperation:
+            return str(yuan)
+        return self.money(int(cents))
 
     def money(self, cents: Any) -> str:
         """¥1,234.56 (domain/money.format_cents, grouped); empty for an amount not known."""
-        if cents is None or cents == "":
-            return ""
-        return "¥" + format_cents(int(cents), grouped=True)
+        return money(cents)
 
     def age(self, seconds: Any) -> str:
         """One unit style: minutes under an hour, hours and minutes under a day, then days and hours."""
@@ -398,6 +467,14 @@ class Words:
         if short < 0:
             return self._("expected %(expected)s, arrived %(landed)s, over by %(short)s") % values
         return self._("expected %(expected)s, arrived %(landed)s") % values
+
+
+def money(cents: Any) -> str:
+    """An amount as every console page writes it: ¥1,234.56, -¥5.01; empty for an amount not known."""
+    if cents is None or cents == "":
+        return ""
+    amount = int(cents)
+    return ("-" if amount < 0 else "") + "¥" + format_cents(abs(amount), grouped=True)
 
 
 def cst(value: Any) -> str:

@@ -32,6 +32,8 @@ from collections.abc import Callable
 from typing import Any
 
 from tally.domain.money import format_cents
+from tally.i18n import normalise, speaker
+from tally.i18n.words import Words
 from tally.observability import M, count, logger
 from tally.store.alerts import AlertLog, Destinations
 from tally.store.tables import iso_now
@@ -99,6 +101,12 @@ def card(change: str, incident: dict[str, Any], lang: str, console_url: str) -> 
         else ("金额未知" if zh else "amount unknown")
     )
     cause = str(incident.get("cause") or incident.get("kind") or "")
+    # what happened, as the queue words it for a person; the grouping cause (numbers made N) stays for engineers
+    what = (
+        Words(speaker(normalise(lang))).case(str(incident.get("kind") or "")).title
+        if incident.get("kind")
+        else cause
+    )
     headline = words[change]
     if change == "resolved" and incident.get("resolved_why") in RESOLVED_WHY:
         headline += RESOLVED_WHY[str(incident["resolved_why"])][0 if zh else 1]
@@ -117,10 +125,10 @@ def card(change: str, incident: dict[str, Any], lang: str, console_url: str) -> 
             else f"{headline}: alarm {cause} is {state}. {incident.get('what') or ''}"
         ).strip()
     elif zh:
-        sentence = f"{headline}:商户 {merchant} 的「{cause}」共 {n} 次,涉及 {amount},最近一小时 {rate} 次。"
+        sentence = f"{headline}:商户 {merchant} 的「{what}」共 {n} 次,涉及 {amount},最近一小时 {rate} 次。"
     else:
         sentence = (
-            f"{headline}: {n} × {cause} for merchant {merchant}, {amount} at stake, {rate} in the last hour."
+            f"{headline}: {n} × {what} for merchant {merchant}, {amount} at stake, {rate} in the last hour."
         )
     link = f"{console_url.rstrip('/')}/incidents?id={incident['id']}" if console_url else ""
     origin = ORIGIN["zh-CN" if zh else "en"].get(str(incident.get("origin")), str(incident.get("origin")))
@@ -142,12 +150,14 @@ def card(change: str, incident: dict[str, Any], lang: str, console_url: str) -> 
     ]
     if incident.get("example") and incident.get("example") != cause:
         lines.append(("- 例如: " if zh else "- e.g.: ") + str(incident["example"]))
+    elif what != cause:
+        lines.append(("- 原因: " if zh else "- cause: ") + cause)
     context = incident.get("context")
     if context:
         lines.append(("- 相关事件: " if zh else "- live incidents: ") + str(context))
     if link:
         lines.append(f"[{labels[6]}]({link})")
-    title = f"[Tally] {words[change]}: {cause}"[:120]
+    title = f"[Tally] {words[change]}: {what if incident.get('kind') != 'alarm' else cause}"[:120]
     return {"title": title, "sentence": sentence, "text": "\n".join(lines)[:MAX_BODY], "link": link}
 
 

@@ -117,15 +117,17 @@ class ApplyService:
         decision = transit(facts.status, event, notice.transaction_id, facts.transaction_id)
         if decision.verdict is Verdict.DUPLICATE:
             return self._duplicate(notice)
+        # R50, before any path that moves money (booked, or a refund task for money paid after close or twice):
+        # a report on a day no reconciliation will look at again, or on a future one, goes to a person
+        if event is Event.PAY and notice.source != "recon":  # recon's own finding is on the day it looks at
+            refusal = booking_day_refusal(notice.success_time, self.clock())
+            if refusal is not None:
+                return self._to_person(notice, f"not booked: {refusal}", M.APPLY_OUT_OF_WINDOW)
         if decision.verdict is Verdict.ILLEGAL:
             if decision.needs_refund_task:
                 return self._illegal_money_in(notice, order, decision.reason)
             return self._to_person(notice, f"illegal transition: {decision.reason}", M.APPLY_ILLEGAL)
         assert decision.new_status is not None
-        if event is Event.PAY and notice.source != "recon":  # recon's own finding is on the day it looks at
-            refusal = booking_day_refusal(notice.success_time, self.clock())
-            if refusal is not None:  # R50: never booked where no reconciliation will look
-                return self._to_person(notice, f"not booked: {refusal}", M.APPLY_OUT_OF_WINDOW)
         return self._commit(notice, order, event, decision.new_status, head)
 
     def _read_order(self, notice: PaymentNotice) -> tuple[OrderRow | None, Head | None]:

@@ -44,7 +44,7 @@ HISTORY_KEPT = 20
 
 # the queue kinds that are a tenant's configuration, not money to decide and not our machinery
 TENANT_KINDS = frozenset({"rejected", "merchant-not-ready", "certificate", "suspected-forgery"})
-OURS_KINDS = frozenset({"alert-delivery"})
+OURS_KINDS = frozenset({"alert-delivery", "heartbeat-echo"})
 # CloudWatch alarms (by the logical id inside their name) about a tenant's configuration; every other alarm is ours
 TENANT_ALARMS = ("NotifyRejected", "MerchantNotReady", "CertExpiring", "ReportForged", "PlatformCert")
 _TENANT_CAUSE = re.compile(r"unknown merchant|not configured|no such merchant|credential", re.IGNORECASE)

@@ -156,9 +156,11 @@ class IngestService:
         if read.probe:
             count(M.NOTIFY_PROBE, channel=acks.channel, merchant=merchant_id)
             return acks.failure(401, "signature probe rejected", "probe")
-        if (
-            read.echo
-        ):  # the channel checking the route (v3 SECURITY_ECHO): verified and decrypted, nothing kept
+        if read.echo:
+            # the channel checking keys and route (v3 SECURITY_ECHO, the heartbeat's echo): verified and decrypted;
+            # only its arrival is kept, on the merchant's one echo row (service/heartbeat.py reads it)
+            if received_at is None:
+                self.events.echo_arrived(channel.route, merchant_id, self.clock())
             count(M.NOTIFY_ECHO, channel=acks.channel, merchant=merchant_id)
             return acks.success("echo")
         if read.reject is not None:

@@ -58,6 +58,7 @@ KEPT_KINDS = (
     "event_generation_failed",  # a committed change whose event could not be built (service/outbox.py)
     "alert_delivery",  # a chat card not delivered after its retries (service/alerts.py)
     "audit_mismatch",  # a day whose books do not verify against its seal (service/audit.py, docs/audit.md)
+    "heartbeat_echo",  # the channel's security echo did not come back (service/heartbeat.py)
 )
 FORGERY_KIND = "suspected-forgery"
 REPLAYABLE = ("quarantined", "rejected")  # kept with the body and headers the ingest path needs again
@@ -85,6 +86,10 @@ KINDS: dict[str, tuple[str, int]] = {
     "event-generation-failed": ("a committed change whose event could not be built", 0),
     "alert-delivery": ("a chat card that did not reach its destination: the pager is silent", 0),
     "audit-mismatch": ("a day whose books no longer match what was sealed: someone changed a record", 0),
+    "heartbeat-echo": (
+        "the channel's echo did not reach Tally's notify route: its callbacks may not either",
+        0,
+    ),
 }
 PREFIXES = (
     "pay-",
@@ -149,6 +154,7 @@ RESOLVE_CODES: dict[str, tuple[str, ...]] = {
     "webhook-failing": ("receiver-fixed", "endpoint-removed", "other"),
     "event-generation-failed": ("republished", "other"),
     "alert-delivery": ("robot-fixed", "other"),
+    "heartbeat-echo": ("key-fixed", "other"),
 }
 # given to an action but never written to an item's history (the user's bank card for abnormal-refund)
 SECRET_FIELDS = frozenset({"bank_account", "real_name"})
@@ -191,6 +197,7 @@ class WorkQueue:
         manual: Any = None,
         refunds: Any = None,
         recon: Any = None,
+        republish: Any = None,
         clock: Callable[[], float] = time.time,
         journal: DecisionJournal | None = None,
     ):
@@ -198,6 +205,7 @@ class WorkQueue:
         self.manual = manual
         self.refunds = refunds
         self.recon = recon
+        self.republish = republish  # an event-generation-failed case's replay (service/outbox.py)
         self.clock = clock
         self.journal = journal  # issue #36: every person's action is journaled in its own write
 
@@ -588,6 +596,9 @@ class WorkQueue:
     def _kept(self, item: dict[str, Any], action: str, entry: dict[str, Any], fields: dict[str, Any]) -> str:
         outcomes = []
         for pk in item["source_keys"]:
+            if action == "replay" and item["kind"] == "event-generation-failed":
+                outcomes.append(self._republish(pk, entry))
+                continue
             if action == "replay":
                 outcomes.append(
                     self._manual().replay("event:" + pk, by=entry["by"], why=entry["why"])["outcome"]
@@ -607,6 +618,28 @@ class WorkQueue:
             )
             outcomes.append("acknowledged" if ack else _closed_state(action).lower())
         return ", ".join(f"{n} {o}" for o, n in Counter(outcomes).items())
+
+    def _republish(self, pk: str, entry: dict[str, Any]) -> str:
+        """R20: the case's closing action: its row's events rebuilt and published again by the outbox's own
+        function (a request on the OutboxDLQ); the item closes, and a republish that fails opens a new one."""
+        if self.republish is None:
+            raise QueueError("no outbox wired for republish")
+        row = self.store.get(self.store.t.notify_event, {"pk": pk}) or {}
+        try:
+            outcome = str(self.republish().ask(f"evt-{pk}", row, entry["by"]))
+        except LookupError as exc:
+            raise QueueError(str(exc)) from None
+        self.store.record(
+            self.store.t.notify_event,
+            {"pk": pk},
+            entry,
+            state=RESOLVED,
+            owner=None,
+            expect=Expect.KEPT_NOTIFICATION,
+            sets={"resolution": entry},
+            remove=("manual_kind",),
+        )
+        return outcome
 
     def _report(
         self, item: dict[str, Any], action: str, entry: dict[str, Any], fields: dict[str, Any]
@@ -859,10 +892,12 @@ class WorkQueue:
         for item in items:
             if item["kind"] in CASE_KINDS and item.get("order") and item.get("merchant"):
                 groups[(str(item["merchant"]), str(item["order"]))].append(item)
+            elif _day_money(item):  # a merchant-day's settlement legs: one gap in where its money landed
+                groups[(str(item["merchant"]), f"day {item['bill_date']}")].append(item)
             else:
                 out.append(_with_codes(item, [item]))
         for parts in groups.values():
-            parts.sort(key=lambda i: (str(i["since"] or ""), i["id"]))
+            parts.sort(key=_lead_first)
             parts += self._linked_tasks(parts)
             out.append(_as_case(parts))
         return out
@@ -948,7 +983,7 @@ class WorkQueue:
             since=row.get("created_at"),
             reason=plain(row.get("reason") or row.get("trade_state") or kind),
             actions=("ack", "resolve", "ignore", "replay")
-            if kind in REPLAYABLE
+            if kind in REPLAYABLE or kind == "event-generation-failed"  # its replay republishes (R20)
             else ("ack", "resolve", "ignore"),
         )
 
@@ -1074,6 +1109,11 @@ class WorkQueue:
         amount = row.get("channel_amount_cent")
         amount = row.get("local_amount_cent") if amount is None else amount
         amount = row.get("gap_cent", amount)  # a settlement difference: the gap, not the channel's figure
+        theirs, mine = row.get("channel_amount_cent"), row.get("local_amount_cent")
+        if "gap_cent" not in row and row.get("cls") == "SETTLEMENT_DIFFERS" and None not in (theirs, mine):
+            amount = abs(
+                int(theirs or 0) - int(mine or 0)
+            )  # a trade-bill leg: how far bill and ledger are apart
         return _item(
             row,
             f"diff-{row['pk']}/{row['sk']}",
@@ -1278,6 +1318,25 @@ def _with_codes(item: dict[str, Any], parts: List[dict[str, Any]]) -> dict[str, 
         codes["close-task"] = list(TASK_CODES)
     item["codes"] = codes
     return item
+
+
+def _lead_first(item: dict[str, Any]) -> tuple[str, bool, str]:
+    """A case's parts, its lead first: the oldest; of a merchant-day's legs opened together, the settlement (the
+    money that did not land) before its fee or refund legs."""
+    leg = str(item["id"]).rsplit("/", 1)[-1]
+    return (str(item["since"] or ""), not leg.startswith("SETTLEMENT#"), str(item["id"]))
+
+
+def _day_money(item: dict[str, Any]) -> bool:
+    """A settlement difference of a merchant-day (R45: trade bill or fund flow against the ledger, no order of its
+    own): the legs of one day (settlement, fee, refund) are one case, as one missing credit moves more than one."""
+    return (
+        item["kind"] == "recon-diff"
+        and item.get("cls") == "SETTLEMENT_DIFFERS"
+        and not item.get("order")
+        and bool(item.get("merchant"))
+        and bool(item.get("bill_date"))
+    )
 
 
 def _as_case(parts: List[dict[str, Any]]) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from tally.domain.fundflow import (
     DEFAULT_ACCOUNTS,
     DEFAULT_LAGS,
     PENDING,
+    SETTLEMENT,
     SETTLEMENT_DIFFERS,
     ConfigError,
     DayFigures,
@@ -921,7 +922,16 @@ class ReconService:
                 fund_days[day] = flow
             else:
                 late.append(day)
-        result = check_day(mchid, channel, ledger_day, ledger, trade=trade, fund_days=fund_days, lag=lag)
+        result = check_day(
+            mchid,
+            channel,
+            ledger_day,
+            ledger,
+            trade=trade,
+            fund_days=fund_days,
+            lag=lag,
+            rows_explain=self._rows_explain(run["pk"]),
+        )
         run["fund_verdict"] = result.code
         run["figures"] = {
             "ledger": _figures(result.ledger),
@@ -1107,6 +1117,22 @@ class ReconService:
         return view
 
     # ------------------------------------------------------------ endings
+
+    def _rows_explain(self, pk: str) -> dict[str, int]:
+        """Per leg, the channel-minus-ledger sum of the day's row differences that still stand (not healed by a
+        later run): what the trade bill's sums may differ by without a difference of their own (R48)."""
+        legs = {PAYMENT: SETTLEMENT, REFUND: REFUND, FEE: FEE}
+        explained: dict[str, int] = {}
+        for row in self.store.diffs_of(pk):
+            leg = legs.get(str(row.get("item")))
+            healed = (
+                row.get("handle_status") == RESOLVED and (row.get("history") or [{}])[-1].get("by") == "recon"
+            )
+            if row.get("cls") == SETTLEMENT_DIFFERS or leg is None or healed:
+                continue
+            gap = int(row.get("channel_amount_cent") or 0) - int(row.get("local_amount_cent") or 0)
+            explained[leg] = explained.get(leg, 0) + gap
+        return explained
 
     def block(self, run: dict[str, Any], code: str, reason: str) -> dict[str, Any]:
         """End a run BLOCKED (the Distributed Map's merge step uses it for a failed partition)."""

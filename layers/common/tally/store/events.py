@@ -51,3 +51,54 @@ class EventBus:
     def replay_status(self, name: str) -> dict[str, Any]:
         answer: dict[str, Any] = self.client.describe_replay(ReplayName=name)
         return answer
+
+
+class StreamGone(Exception):
+    """The stream no longer holds the records (trimmed after 24 hours, or the stream was replaced)."""
+
+
+class StreamRecords:
+    """DynamoDB Streams read back by sequence number: the records of a batch Lambda parked in the OutboxDLQ."""
+
+    def __init__(self, client: Any):
+        self.client = client  # boto3 dynamodbstreams client
+
+    def between(self, stream_arn: str, shard_id: str, start: str, end: str) -> list[dict[str, Any]]:
+        """The records from `start` to `end` (both included), in stream order, as Lambda hands them over."""
+        errors = ("TrimmedDataAccessException", "ResourceNotFoundException", "ExpiredIteratorException")
+        try:
+            iterator = self.client.get_shard_iterator(
+                StreamArn=stream_arn,
+                ShardId=shard_id,
+                ShardIteratorType="AT_SEQUENCE_NUMBER",
+                SequenceNumber=start,
+            )["ShardIterator"]
+            found: list[dict[str, Any]] = []
+            while iterator:
+                answer = self.client.get_records(ShardIterator=iterator, Limit=1000)
+                records = answer.get("Records", [])
+                for record in records:
+                    if int(record["dynamodb"]["SequenceNumber"]) > int(end):
+                        return found
+                    record["eventSourceARN"] = stream_arn
+                    found.append(record)
+                if not records:
+                    return found
+                iterator = answer.get("NextShardIterator")
+            return found
+        except self.client.exceptions.ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in errors:
+                raise StreamGone(str(exc)) from exc
+            raise
+
+
+class RepairQueue:
+    """The OutboxDLQ as a queue of requests too: a case's closing action asks the parked-records function to
+    republish a row's events, so whoever closes the case needs no right to publish on the bus."""
+
+    def __init__(self, client: Any, url: str):
+        self.client = client  # boto3 sqs client
+        self.url = url
+
+    def send(self, body: dict[str, Any]) -> None:
+        self.client.send_message(QueueUrl=self.url, MessageBody=json.dumps(body, ensure_ascii=False))

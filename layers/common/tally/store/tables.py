@@ -280,6 +280,41 @@ class EventStore:
             return seen, False
         return seen, True
 
+    # ---- the heartbeat's echo (service/heartbeat.py): one row per notify route and merchant, no TTL
+    def echo_asked(self, route: str, mchid: str, now_s: float) -> None:
+        """The heartbeat asked the channel for an echo to /notify/`route`/`mchid`: `asked_s`, and `waiting_since`
+        unless an earlier ask is still unanswered (a missing echo's age counts from its first ask)."""
+        self._echo_update(
+            route,
+            mchid,
+            "SET #k = :kind, asked_s = :now, waiting_since = if_not_exists(waiting_since, :now)",
+            now_s,
+        )
+
+    def echo_arrived(self, route: str, mchid: str, now_s: float) -> None:
+        """A verified echo callback (WeChat's SECURITY_ECHO) arrived on /notify/`route`/`mchid`: nothing waits."""
+        self._echo_update(
+            route,
+            mchid,
+            "SET #k = :kind, arrived_s = :now, arrived_at = :at ADD echoes :one REMOVE waiting_since",
+            now_s,
+        )
+
+    def echo_row(self, route: str, mchid: str) -> dict[str, Any] | None:
+        return self.t.get(self.t.notify_event, echo_key(route, mchid))
+
+    def _echo_update(self, route: str, mchid: str, expression: str, now_s: float) -> None:
+        values = {"kind": ECHO_KIND, "now": int(now_s)}
+        if ":at" in expression:
+            values |= {"at": iso_now(now_s), "one": 1}
+        self.t.ddb.update_item(
+            TableName=self.t.notify_event,
+            Key=to_item({"pk": echo_key(route, mchid)}),
+            UpdateExpression=expression,
+            ExpressionAttributeNames={"#k": "kind"},
+            ExpressionAttributeValues=names_values(**values),
+        )
+
     def note_id(self, pk: str, value: str, *, cap: int, field: str = "claimed_ids") -> None:
         """`value` added to the aggregate row's list `field`, at most `cap` distinct values (the rest are only
         counted): what an aggregated item names without reading the rows it counts. One small update, a no-op
@@ -299,6 +334,15 @@ class EventStore:
     def release_slot(self, row: dict[str, Any]) -> None:
         """A kept rejected row closed (or never written): its pool's slot on the group row is free again."""
         release_slot(self.t.ddb, self.t.notify_event, row)
+
+
+ECHO_KIND = "echo"
+
+
+def echo_key(route: str, mchid: str) -> str:
+    """The heartbeat's echo row of (notify route, merchant): written only for a verified callback or a configured
+    heartbeat merchant, so there are as many as configured merchants."""
+    return f"echo#{route}#{mchid[:32]}"
 
 
 def slot_name(pool: str) -> str:
@@ -373,6 +417,11 @@ class MerchantStore:
         return self.t.get(self.t.merchants, f"{channel}#{merchant_id}")
 
     def put(self, row: dict[str, Any]) -> None:
+        """A merchant row, written whole; a display name given before (`--name`) is kept when it carries none."""
+        if not row.get("display_name") and row.get("pk"):
+            kept = (self.t.get(self.t.merchants, str(row["pk"])) or {}).get("display_name")
+            if kept:
+                row = {**row, "display_name": kept}
         self.t.ddb.put_item(TableName=self.t.merchants, Item=to_item(row))
 
     def set_readiness(
@@ -415,6 +464,33 @@ class MerchantStore:
             found += [from_item(item) for item in answer.get("Items", [])]
             if "LastEvaluatedKey" not in answer:
                 return sorted(found, key=lambda row: row["principal"])
+            kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
+
+    def set_name(self, channel: str, merchant_id: str, name: str) -> None:
+        """The merchant's display name (`tally merchant add/set --name`): what people call it, shown next to
+        its id. An absent row is not created (ConditionalCheckFailed propagates)."""
+        self.t.ddb.update_item(
+            TableName=self.t.merchants,
+            Key=to_item({"pk": f"{channel}#{merchant_id}"}),
+            UpdateExpression="SET display_name = :name",
+            ConditionExpression="attribute_exists(pk)",
+            ExpressionAttributeValues=names_values(name=name.strip()[:80]),
+        )
+
+    def names(self) -> dict[str, str]:
+        """Merchant id -> display name, for the merchants that have one (one paged scan, like `configured`)."""
+        found: dict[str, str] = {}
+        kwargs: dict[str, Any] = {
+            "TableName": self.t.merchants,
+            "ProjectionExpression": "mchid, display_name",
+        }
+        while True:
+            answer = self.t.ddb.scan(**kwargs)
+            for row in map(from_item, answer.get("Items", [])):
+                if row and row.get("mchid") and row.get("display_name"):
+                    found[str(row["mchid"])] = str(row["display_name"])
+            if "LastEvaluatedKey" not in answer:
+                return found
             kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
 
     def configured(self) -> list[tuple[str, str]]:

@@ -155,7 +155,7 @@ class ConsoleUsers:
         answer = self.cognito.admin_list_groups_for_user(UserPoolId=self.pool, Username=username, Limit=10)
         return frozenset(g["GroupName"] for g in answer.get("Groups", []) if g.get("GroupName") in GROUPS)
 
-    # ------------------------------------------------------------ the person's language (README "Language")
+    # ------------------------------------------------------------ the person's language (docs/language.md)
 
     def locale(self, username: str) -> str | None:
         """The user's standard attribute `locale` (zh-CN, en), or None when not set or the user is gone."""

@@ -1,6 +1,6 @@
 """Alipay (OpenAPI gateway "v2"): async notifications, ACKs, and the signed gateway client.
 
-Wire formats: ../shared/channel-spec.md §5 (notifications, public-key and certificate mode) and §6
+Wire formats: docs/channel-spec.md §5 (notifications, public-key and certificate mode) and §6
 (requests, response verification). Amounts are yuan strings: converted exactly to cents (R14).
 """
 

@@ -1,6 +1,6 @@
 """WeChat Pay API v2 (legacy): XML notifications signed with the API key, XML ACKs, refund `req_info`.
 
-Wire format: ../shared/channel-spec.md §4. The v2 API reports the same WeChat transactions as v3
+Wire format: docs/channel-spec.md §4. The v2 API reports the same WeChat transactions as v3
 (same `transaction_id` space), so its notices carry channel "wechatpay": a payment reported by a v2
 callback and by a v3 query is one raw row and one ledger entry (R7, R18).
 """

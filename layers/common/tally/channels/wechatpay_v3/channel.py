@@ -117,6 +117,13 @@ class WeChatPayV3(ChannelNames):
 
         return heartbeat.SYNTHETIC
 
+    def security_echo(self, merchants: Any, merchant_id: str, notify_url: str, message: str) -> str | None:
+        """POST /v3/security/echo: the channel answers signed, then calls `notify_url` back with a signed
+        SECURITY_ECHO.SUCCESS (echo.py)."""
+        from tally.channels.wechatpay_v3.echo import security_echo
+
+        return security_echo(merchants, merchant_id, notify_url, message)
+
     def prepay(
         self, merchants: Any, merchant: Any, order: dict[str, Any], *, expire_minutes: int, expire_s: float
     ) -> dict[str, str]:

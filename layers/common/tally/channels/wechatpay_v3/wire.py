@@ -1,6 +1,6 @@
 """WeChat Pay API v3: notification verify/decrypt/parse, ACKs, and the signed API client.
 
-Wire formats: ../shared/channel-spec.md §1 (notifications) and §2 (API, request signing).
+Wire formats: docs/channel-spec.md §1 (notifications) and §2 (API, request signing).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@
     var action = form.elements.action, code = form.elements.code;
     function show() {
       Array.prototype.forEach.call(code.querySelectorAll("optgroup"), function (group) {
-        var fits = group.getAttribute("label") === action.value;
+        var fits = (group.getAttribute("data-action") || group.getAttribute("label")) === action.value;
         group.hidden = !fits;
         group.disabled = !fits;
       });
