@@ -33,6 +33,9 @@ OUTPUT_ENV = {
     "WebhooksTableName": "WEBHOOKS_TABLE",  # docs/webhooks.md
     "WebhookQueueUrl": "WEBHOOK_QUEUE_URL",
     "AlertsTableName": "ALERTS_TABLE",  # incidents and the alert log (docs/alerts.md)
+    "JournalTableName": "JOURNAL_TABLE",  # the decision journal (docs/audit.md)
+    "AuditBucketName": "AUDIT_BUCKET",  # seals and evidence (docs/audit.md)
+    "AuditKeyId": "AUDIT_KEY_ID",
 }
 
 

@@ -21,6 +21,7 @@ PARAMETER_ENV = {
     "RefundTaskPolicy": "REFUND_TASK_POLICY",
     "MetricMerchants": "TALLY_METRIC_MERCHANTS",
     "PollMerchantQps": "TALLY_POLL_MERCHANT_QPS",
+    "AuditRetentionDays": "AUDIT_RETENTION_DAYS",
 }
 CONSTANT_ENV = {
     "POWERTOOLS_SERVICE_NAME": "tally",

@@ -18,6 +18,7 @@ from typing import cast
 
 from tally_cli import (
     alerts,
+    audit,
     bill,
     console,
     demo,
@@ -55,6 +56,7 @@ COMMAND_MODULES = [
     find,
     webhooks,
     alerts,
+    audit,
 ]
 
 

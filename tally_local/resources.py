@@ -362,6 +362,8 @@ def _create_bucket(
     request: dict[str, Any] = {"Bucket": name}
     if session.region_name != "us-east-1":
         request["CreateBucketConfiguration"] = {"LocationConstraint": session.region_name}
+    if str(props.get("ObjectLockEnabled", "")).lower() == "true":
+        request["ObjectLockEnabledForBucket"] = True  # only at creation (docs/audit.md)
     try:
         client.create_bucket(**request)
     except client.exceptions.BucketAlreadyOwnedByYou:
@@ -389,6 +391,16 @@ def _configure_bucket(client: Any, name: str, props: dict[str, Any]) -> None:
             _encryption_rule(rule) for rule in props["BucketEncryption"]["ServerSideEncryptionConfiguration"]
         ]
         client.put_bucket_encryption(Bucket=name, ServerSideEncryptionConfiguration={"Rules": rules})
+    lock = props.get("ObjectLockConfiguration")
+    if lock:
+        retention = dict(lock.get("Rule", {}).get("DefaultRetention", {}))
+        for unit in ("Days", "Years"):
+            if unit in retention:
+                retention[unit] = int(retention[unit])
+        client.put_object_lock_configuration(
+            Bucket=name,
+            ObjectLockConfiguration={"ObjectLockEnabled": "Enabled", "Rule": {"DefaultRetention": retention}},
+        )
 
 
 def _encryption_rule(rule: dict[str, Any]) -> dict[str, Any]:
@@ -516,7 +528,27 @@ def _create_user_pool_group(
     resolver.refs[logical_id] = props["GroupName"]
 
 
+def _create_key(
+    session: Any, resolver: Resolver, logical_id: str, props: dict[str, Any], prefix: str
+) -> None:
+    """A KMS key (the seal's signing key, docs/audit.md): its spec and usage; the key policy is IAM's business."""
+    client = session.client("kms")
+    alias = (
+        f"alias/{prefix}-{logical_id}"  # creating the stack again finds the same key (seals stay verifiable)
+    )
+    try:
+        key = client.describe_key(KeyId=alias)["KeyMetadata"]
+    except client.exceptions.NotFoundException:
+        request = {k: props[k] for k in ("KeySpec", "KeyUsage", "Description") if k in props}
+        key = client.create_key(**request)["KeyMetadata"]
+        client.create_alias(AliasName=alias, TargetKeyId=key["KeyId"])
+    resolver.refs[logical_id] = key["KeyId"]
+    resolver.attrs[(logical_id, "Arn")] = key["Arn"]
+    resolver.attrs[(logical_id, "KeyId")] = key["KeyId"]
+
+
 _CREATORS: dict[str, Callable[..., None]] = {
+    "AWS::KMS::Key": _create_key,
     "AWS::DynamoDB::Table": _create_table,
     "AWS::SQS::Queue": _create_queue,
     "AWS::S3::Bucket": _create_bucket,

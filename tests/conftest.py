@@ -221,7 +221,18 @@ class MotoAccount:
             set(self._ddb_tables()) == set(self.tables)
             and {url.rsplit("/", 1)[1] for url in self.queues} <= set(queues)
             and self.buckets <= set(buckets)
+            and self._audit_key_intact()
         )
+
+    def _audit_key_intact(self) -> bool:
+        """The seal's signing key (docs/audit.md) still in moto's KMS: a moto reset elsewhere drops it."""
+        from moto.core import DEFAULT_ACCOUNT_ID
+
+        key = (self.env or {}).get("AUDIT_KEY_ID")
+        kms = sys.modules.get("moto.kms.models")
+        if not key or kms is None:
+            return kms is not None or not key
+        return key in kms.kms_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].keys
 
     @staticmethod
     def _leftovers() -> tuple[Any, ...]:
@@ -289,7 +300,9 @@ class MotoAccount:
         if buckets != self.baseline[1]:
             s3 = self.client("s3")
             for bucket in [b["Name"] for b in s3.list_buckets()["Buckets"]]:
-                if buckets.get(bucket):
+                if buckets.get(bucket) and _object_locked(bucket):
+                    _forget_locked_objects(bucket)  # compliance mode refuses every delete (docs/audit.md)
+                elif buckets.get(bucket):
                     for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket):
                         for version in page.get("Versions", []) + page.get("DeleteMarkers", []):
                             s3.delete_object(
@@ -649,3 +662,19 @@ class Harness:
 @pytest.fixture
 def h(aws, sim, handlers, capsys, moto_account):
     return Harness(aws, sim, handlers, capsys, moto_account)
+
+
+def _object_locked(bucket: str) -> bool:
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.s3.models import s3_backends
+
+    return bool(s3_backends[DEFAULT_ACCOUNT_ID]["aws"].buckets[bucket].object_lock_enabled)
+
+
+def _forget_locked_objects(bucket: str) -> None:
+    """Between tests only: the audit bucket's objects are in COMPLIANCE mode, which no API call may delete
+    (tests/integration/test_audit.py proves it), so the harness forgets them in moto's own state."""
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.s3.models import s3_backends
+
+    s3_backends[DEFAULT_ACCOUNT_ID]["aws"].buckets[bucket].keys.clear()

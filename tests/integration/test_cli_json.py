@@ -227,6 +227,10 @@ def test_every_json_verb_prints_exactly_one_json_document_and_logs_only_on_stder
         "alerts remove": ["alerts", "remove", "json-ops"],
         "incidents list": ["incidents", "list"],
         "incidents show": ["incidents", "show", "inc-none"],
+        # docs/audit.md: a past day with no journal (nothing to seal; verify says so in one document)
+        "audit seal": ["audit", "seal", "--day", D],
+        "audit export": ["audit", "export", "--day", D, "--out", str(tmp / "audit")],
+        "audit verify": ["audit", "verify", "--day", D],
     }
     assert set(runs) == set(json_verbs(build_parser())), "a verb with --json is missing from this test"
     offline = {"verify wechatpay", "verify alipay", "verify wechatpay-v2", "bill parse"}

@@ -316,17 +316,17 @@ def test_R19_lost_compare_and_set_rereads_and_decides_again(h, merchant, monkeyp
     order, headers, body, resource = paid(h, merchant)
     h.notify(merchant["mchid"], headers, body)
     service = bootstrap.apply_service()
-    real_get = service.orders.get
+    real_read = service._read_order  # the order (with the journal's chain head: one read, issue #36)
     calls = {"n": 0}
 
-    def racing_get(mchid, out_trade_no):
-        row = real_get(mchid, out_trade_no)
+    def racing_read(notice):
+        row, head = real_read(notice)
         calls["n"] += 1
         if calls["n"] == 1:  # someone else bumps the order between our read and our write
             service.orders.set_fields(row["pk"], version=row["version"] + 1)
-        return row
+        return row, head
 
-    monkeypatch.setattr(service.orders, "get", racing_get)
+    monkeypatch.setattr(service, "_read_order", racing_read)
     assert service.apply(f"wechatpay#{merchant['mchid']}#{resource['transaction_id']}").value == "BOOKED"
     assert calls["n"] == 2
 

@@ -309,9 +309,10 @@ def test_r41_every_kind_from_open_to_resolved_through_the_cli_and_every_door_agr
     by_kind = {kind: [i for i in listed if kind in (i.get("kinds") or [i["kind"]])] for kind in kinds}
     # walked elsewhere: volume-drop and bill-upload (test_recon.py), bill-layout (test_recon_layout.py),
     # webhook-failing and event-generation-failed (test_webhooks.py), alert-delivery (test_incidents.py),
-    # heartbeat-echo (test_heartbeat_echo.py)
+    # heartbeat-echo (test_heartbeat_echo.py), audit-mismatch (test_audit.py)
     elsewhere = {
         "heartbeat-echo",
+        "audit-mismatch",
         "volume-drop",
         "bill-upload",
         "bill-layout",

@@ -78,6 +78,7 @@ TABLES = {
     "ReconRunsTable": ("RECON_RUNS_TABLE", ["pk", "sk"], {"by_blocked": ["blocked_pk", "pk"]}),
     "ReconDiffTable": ("RECON_DIFF_TABLE", ["pk", "sk"], {"by_open": ["open_pk", "opened_at"]}),
     "AlertsTable": ("ALERTS_TABLE", ["pk", "sk"], {}),  # incidents and the alert log (docs/alerts.md)
+    "JournalTable": ("JOURNAL_TABLE", ["pk", "sk"], {"by_day": ["head_day", "pk"]}),  # docs/audit.md
 }
 NARROW_PROJECTIONS = {
     "by_order",

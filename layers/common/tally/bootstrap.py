@@ -12,11 +12,13 @@ from tally.settings import Settings, webhook_settings
 if TYPE_CHECKING:  # the real return types; the imports themselves stay lazy (cold start, R10)
     from tally.service.alerts import Notifier
     from tally.service.apply import ApplyService
+    from tally.service.audit import AuditService
     from tally.service.backfill import SettlementBackfill
     from tally.service.callers import CallerDirectory
     from tally.service.heartbeat import Heartbeat
     from tally.service.incidents import IncidentService
     from tally.service.ingest import IngestService
+    from tally.service.journal import DecisionJournal
     from tally.service.keys import KeyRotationService
     from tally.service.ledger_day import LedgerDayService
     from tally.service.manual import ManualQueue
@@ -80,6 +82,7 @@ def reset() -> None:
         incidents,
         notifier,
         callers,
+        audit_service,
     ):
         built.cache_clear()
 
@@ -193,7 +196,60 @@ def apply_service() -> ApplyService:
         clock=_clock,
         max_not_found_attempts=settings().order_not_found_max_attempts,
         synthetic_mchid=settings().heartbeat_mchid,
+        journal=decision_journal(),
     )
+
+
+@cache
+def audit_service() -> AuditService:
+    """Seals, exports (docs/audit.md)."""
+    from tally.service.audit import RAW_TABLE, AuditService
+    from tally.store.audit import AuditVault, BillFiles
+    from tally.store.journal import JournalStore, RowReader
+    from tally.store.tables import EventStore
+
+    s = settings()
+    t = tables()
+    physical = {k: v for k, v in journal_tables().items() if v}
+    assert physical[RAW_TABLE] == t.notify_raw
+    return AuditService(
+        JournalStore(t.ddb, s.journal_table),
+        RowReader(t.ddb, physical),
+        AuditVault(_client("s3"), _client("kms"), s.audit_bucket, s.audit_key_id, s.audit_retention_days),
+        BillFiles(_client("s3"), s.bills_bucket),
+        cases=EventStore(t),
+        clock=_clock,
+    )
+
+
+def journal_tables() -> dict[str, str]:
+    """The logical names journal records give tables → this stack's table names (docs/audit.md)."""
+    s = settings()
+    return {
+        "ledger": s.ledger_table,
+        "transitions": s.transitions_table,
+        "refunds": s.refunds_table,
+        "notify_raw": s.notify_raw_table,
+        "notify_event": s.notify_event_table,
+        "orders": s.orders_table,
+        "refund_raw": s.refund_raw_table,
+        "refund_tasks": s.refund_tasks_table,
+        "recon_diff": s.recon_diff_table,
+        "recon_runs": s.recon_runs_table,
+    }
+
+
+def decision_journal() -> DecisionJournal | None:
+    """The decision journal (docs/audit.md), None where the stack has no journal table (JOURNAL_TABLE unset)."""
+    from tally.service.journal import DecisionJournal
+    from tally.store.journal import JournalStore
+
+    s = settings()
+    if not s.journal_table:
+        return None
+    t = tables()
+    logical = {v: k for k, v in journal_tables().items() if v}
+    return DecisionJournal(JournalStore(t.ddb, s.journal_table), logical, clock=_clock)
 
 
 @cache
@@ -396,6 +452,7 @@ def work_queue() -> WorkQueue:
         recon=recon_service if s.recon_runs_table else None,
         republish=republish_requests,
         clock=_clock,
+        journal=decision_journal(),
     )
 
 
@@ -458,6 +515,7 @@ def refund_service() -> RefundService:
         clock=_clock,
         task_policy=s.refund_task_policy,
         expiry_s=s.refund_expiry_s,
+        journal=decision_journal(),
     )
 
 

@@ -245,6 +245,9 @@ class M:
     ALERT_SENT = "AlertSent"
     ALERT_SUPPRESSED = "AlertSuppressed"  # snoozed or over the hourly cap: recorded in the alert log
     ALERT_FAILED = "AlertDeliveryFailed"  # a card not delivered after its retries: a case (alarmed)
+    # provable books (docs/audit.md)
+    AUDIT_SEALED = "AuditSealed"  # one merchant's day sealed (signed, locked)
+    AUDIT_MISMATCH = "AuditMismatch"  # the daily verifier found a record that does not fit: a case (alarmed)
 
 
 # Metrics an alarm must watch: a failure nobody watches is a silent path.
@@ -290,6 +293,7 @@ ALARMED = ALARMED | {M.MERCHANT_NOT_READY}  # the live credential doctor (R47)
 ALARMED = ALARMED | {M.RECON_NO_BILL_SOURCE, M.RECON_MERCHANTS_BLOCKED}  # every merchant reconciled (R44)
 ALARMED = ALARMED | {M.RECON_FUND_FLOW_LATE}  # the fund-flow leg (R45)
 ALARMED = ALARMED | {M.REFUND_POLL_FAILED, M.REFUND_NO_CHANNEL}  # the except-clause audit (docs/silence.md)
+ALARMED = ALARMED | {M.AUDIT_MISMATCH}  # provable books: the daily verifier (docs/audit.md)
 ALARMED = ALARMED | {
     M.WEBHOOK_GAVE_UP,
     M.WEBHOOK_HELD,
@@ -373,6 +377,7 @@ EMISSION: dict[str, Emission] = {
     M.WEBHOOK_FAILED: Emission(PER_OCCURRENCE, "one delivery attempt that raised"),
     M.EVENT_GENERATION_FAILED: Emission(PER_OCCURRENCE, "one change whose event could not be built"),
     M.ALERT_FAILED: Emission(PER_OCCURRENCE, "one chat card not delivered after its retries"),
+    M.AUDIT_MISMATCH: Emission(PER_OCCURRENCE, "one merchant-day that does not verify against its seal"),
 }
 
 

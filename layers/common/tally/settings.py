@@ -71,6 +71,11 @@ class Settings(NamedTuple):
     alert_hour_cap: int = 20
     console_operator_mfa: bool = False  # operators must sign in with TOTP (docs/alerts.md "Hardening")
     console_language: str = "zh-CN"  # the deployment's default page language (template.yaml ConsoleLanguage)
+    # the decision journal and its seals (docs/audit.md)
+    journal_table: str = ""
+    audit_bucket: str = ""
+    audit_key_id: str = ""
+    audit_retention_days: int = 2557  # 7 years
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -128,6 +133,10 @@ class Settings(NamedTuple):
                 alert_hour_cap=int(env.get("TALLY_ALERT_HOUR_CAP", "20")),
                 console_operator_mfa=env.get("CONSOLE_OPERATOR_MFA", "") == "required",
                 console_language=env.get("CONSOLE_LANGUAGE", "zh-CN"),
+                journal_table=env.get("JOURNAL_TABLE", ""),
+                audit_bucket=env.get("AUDIT_BUCKET", ""),
+                audit_key_id=env.get("AUDIT_KEY_ID", ""),
+                audit_retention_days=int(env.get("AUDIT_RETENTION_DAYS", "2557")),
             )
         except KeyError as missing:
             raise RuntimeError(f"missing environment variable {missing}: see docs/contracts.md") from None

@@ -139,6 +139,13 @@ KIND_REASONS: dict[str, Reason] = {
         N_("An alert card did not reach its chat group after 3 attempts, so that group heard nothing."),
         N_("Check the chat robot's settings and read the incident it was about, then resolve it."),
     ),
+    "audit-mismatch": Reason(
+        N_("Books changed after sealing"),
+        N_("A day's books no longer match what was sealed that night: a record was changed or deleted."),
+        N_(
+            "Tell an engineer at once: the day's audit check names the records that changed; restore them, then resolve it."
+        ),
+    ),
     "heartbeat-echo": Reason(
         N_("Channel echo missing"),
         N_(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -12,16 +13,27 @@ from tally import errors
 from tally.channels import outcome_of
 from tally.domain.booking_day import booking_day_refusal
 from tally.domain.clock import CHINA  # the channels' day cut (R34)
+from tally.domain.journal import Head
 from tally.domain.notifications import EVENT_OF_OUTCOME, OrderFacts, Outcome, PaymentNotice, mismatches
 from tally.domain.orders import Event, Status, Verdict, transit
 from tally.observability import M, count, logger
 from tally.service.ingest import notice_from_raw
+from tally.service.journal import DecisionJournal
 from tally.store import payments
+from tally.store.journal import JOURNAL
 from tally.store.payments import PaymentStore
-from tally.store.records import OrderRow
-from tally.store.tables import OrderStore, RawStore, TransactionFailed, iso_now
+from tally.store.records import OrderRow, as_order
+from tally.store.tables import OrderStore, RawStore, TransactionFailed, iso_now, order_key
 
 CAS_ROUNDS = 3
+JOURNAL_ROUNDS = (
+    12  # a journal chain head taken by a concurrent booking (issue #36): read again after a jitter
+)
+JOURNAL_JITTER_S = 0.02
+
+
+class _HeadMoved:
+    """`_try_apply`'s answer when only the journal's chain head moved: the decision stands, read and try again."""
 
 
 class PaymentApplied(str, Enum):
@@ -45,6 +57,7 @@ class ApplyService:
         clock: Callable[[], float] = time.time,
         max_not_found_attempts: int = 4,
         synthetic_mchid: str | None = None,
+        journal: DecisionJournal | None = None,
     ):
         """`synthetic_mchid`: the heartbeat's merchant (service/heartbeat.py): its money is booked like any, but
         what would go to a person (a second payment, a mismatch) is closed as synthetic instead (R54)."""
@@ -54,6 +67,9 @@ class ApplyService:
         self.clock = clock
         self.max_not_found_attempts = max_not_found_attempts
         self.synthetic_mchid = synthetic_mchid
+        self.journal = (
+            journal  # issue #36: the booking's record rides in its transaction (service/journal.py)
+        )
 
     def apply(self, raw_key: str, carried: dict[str, Any] | None = None) -> PaymentApplied:
         """Apply the raw row `raw_key`. `carried` is the notice the message carries (what the raw row
@@ -65,10 +81,16 @@ class ApplyService:
         if outcome is None or outcome is Outcome.IN_BETWEEN:
             return self._to_person(notice, f"unknown state {notice.trade_state!r}", M.APPLY_UNKNOWN_STATE)
         event = EVENT_OF_OUTCOME[outcome]
-        for _ in range(CAS_ROUNDS):
+        lost = lost_head = 0
+        while lost < CAS_ROUNDS and lost_head < JOURNAL_ROUNDS:
             result = self._try_apply(notice, event)
-            if result is not None:
+            if isinstance(result, PaymentApplied):
                 return result
+            if result is _HeadMoved:  # contention on the chain head, not on the order: back off a little
+                lost_head += 1
+                time.sleep(random.uniform(0, JOURNAL_JITTER_S * lost_head))
+            else:
+                lost += 1
         count(M.APPLY_RETRY, channel=notice.channel, merchant=notice.mchid)
         raise RetryLater(f"order of {raw_key} kept changing under us")
 
@@ -83,9 +105,9 @@ class ApplyService:
             raise RetryLater(f"raw row {raw_key} not found")
         return notice_from_raw(row) if row.get("handled") == 0 else None
 
-    def _try_apply(self, notice: PaymentNotice, event: Event) -> PaymentApplied | None:
+    def _try_apply(self, notice: PaymentNotice, event: Event) -> PaymentApplied | type[_HeadMoved] | None:
         """One read-decide-write round; None means the CAS was lost and we must re-read (R19)."""
-        order = self.orders.get(notice.mchid, notice.out_trade_no)  # tenant-safe key (R11)
+        order, head = self._read_order(notice)  # tenant-safe key (R11)
         if order is None:
             return self._not_found(notice)
         facts = order_facts(order)
@@ -106,20 +128,47 @@ class ApplyService:
                 return self._illegal_money_in(notice, order, decision.reason)
             return self._to_person(notice, f"illegal transition: {decision.reason}", M.APPLY_ILLEGAL)
         assert decision.new_status is not None
-        return self._commit(notice, order, event, decision.new_status)
+        return self._commit(notice, order, event, decision.new_status, head)
+
+    def _read_order(self, notice: PaymentNotice) -> tuple[OrderRow | None, Head | None]:
+        """The order, and with a journal its chain's head in the same call (no extra AWS call, issue #36)."""
+        if self.journal is None:
+            return self.orders.get(notice.mchid, notice.out_trade_no), None
+        pk = order_key(notice.mchid, notice.out_trade_no)
+        row, head = self.journal.read(self.book.t.orders, {"pk": pk}, notice.mchid, pk)
+        return as_order(row), head
 
     # ---------------------------------------------------------------- the one transaction (R18)
 
     def _commit(
-        self, notice: PaymentNotice, order: OrderRow, event: Event, to: Status
-    ) -> PaymentApplied | None:
+        self, notice: PaymentNotice, order: OrderRow, event: Event, to: Status, head: Head | None = None
+    ) -> PaymentApplied | type[_HeadMoved] | None:
         now = iso_now(self.clock())
         money_in = event is Event.PAY
+        append = None
+        if self.journal is not None and head is not None:
+            append = self.journal.append(
+                head,
+                kind="payment.booked" if money_in else f"order.{event.value.lower()}",
+                subject=order["pk"],
+                at=now,
+                facts=journal_facts(notice, order, event, to),
+            )
         try:
             self.book.book(
-                notice, order, event, to, now, bill_date=bill_date(notice.success_time, self.clock())
+                notice,
+                order,
+                event,
+                to,
+                now,
+                bill_date=bill_date(notice.success_time, self.clock()),
+                **({"journal": append} if append is not None else {}),
             )
         except TransactionFailed as exc:
+            if exc.conflict and not exc.failed:  # contention: read again and decide again
+                return _HeadMoved if append is not None else None
+            if set(exc.failed) == {JOURNAL}:
+                return _HeadMoved  # only the chain head moved (another booking's record): read again
             return self._after_cancel(notice, exc.failed)
         if money_in:
             count(M.APPLY_BOOKED, channel=notice.channel, merchant=notice.mchid)
@@ -144,8 +193,8 @@ class ApplyService:
             return self._duplicate(notice)
         if payments.TRANSITION in failed or payments.LEDGER in failed:
             return self._duplicate(notice)  # the same voucher was already applied (R17)
-        if payments.ORDER in failed:
-            return None  # lost the compare-and-set: re-read and decide again (R19)
+        if payments.ORDER in failed or JOURNAL in failed:
+            return None  # lost a compare-and-set (the order, or the journal's chain head): re-read, decide again (R19)
         raise RetryLater(f"transaction for {notice.raw_key} cancelled without a failed condition")
 
     # ---------------------------------------------------------------- the paths that do not book
@@ -203,6 +252,22 @@ class ApplyService:
             "notification sent to the manual queue", extra={"raw_key": notice.raw_key, "reason": reason}
         )
         return PaymentApplied.MANUAL
+
+
+def journal_facts(notice: PaymentNotice, order: OrderRow, event: Event, to: Status) -> dict[str, Any]:
+    """What a booking's journal record says beside the rows it pins (issue #36)."""
+    return {
+        "event": event.value,
+        "from_status": order["status"],
+        "to_status": to.value,
+        "order_version": int(order.get("version", 0)) + 1,
+        "channel": notice.channel,
+        "transaction_id": notice.transaction_id,
+        "raw_key": notice.raw_key,
+        "paid_cent": notice.paid_cent,
+        "currency": notice.currency,
+        "source": notice.source,
+    }
 
 
 def order_facts(order: OrderRow) -> OrderFacts:

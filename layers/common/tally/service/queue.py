@@ -28,10 +28,13 @@ from datetime import datetime
 from typing import Any
 
 from tally import errors
+from tally.domain.journal import Ref
 from tally.domain.money import format_cents
 from tally.observability import M, count, logger
+from tally.service.journal import DecisionJournal
+from tally.store.journal import ref_key
 from tally.store.queue import Expect, QueueStore, StaleItem
-from tally.store.tables import iso_now
+from tally.store.tables import TransactionFailed, iso_now
 
 List = list  # WorkQueue.list shadows the builtin inside the class body
 
@@ -54,6 +57,7 @@ KEPT_KINDS = (
     "webhook_failing",  # an endpoint that failed a delivery's whole retry window (service/webhooks.py)
     "event_generation_failed",  # a committed change whose event could not be built (service/outbox.py)
     "alert_delivery",  # a chat card not delivered after its retries (service/alerts.py)
+    "audit_mismatch",  # a day whose books do not verify against its seal (service/audit.py, docs/audit.md)
     "heartbeat_echo",  # the channel's security echo did not come back (service/heartbeat.py)
 )
 FORGERY_KIND = "suspected-forgery"
@@ -81,6 +85,7 @@ KINDS: dict[str, tuple[str, int]] = {
     "webhook-failing": ("a merchant's webhook endpoint that kept failing: paused, its events held", 0),
     "event-generation-failed": ("a committed change whose event could not be built", 0),
     "alert-delivery": ("a chat card that did not reach its destination: the pager is silent", 0),
+    "audit-mismatch": ("a day whose books no longer match what was sealed: someone changed a record", 0),
     "heartbeat-echo": (
         "the channel's echo did not reach Tally's notify route: its callbacks may not either",
         0,
@@ -180,6 +185,10 @@ def same_set(report: dict[str, Any], expect: dict[str, Any]) -> bool:
     return expect.get("amount_cent") is None or int(expect["amount_cent"]) == report["amount_cent"]
 
 
+SYSTEM_CHAIN = "tally"  # the chain of an item that names no merchant
+JOURNAL_ROUNDS = 5
+
+
 class WorkQueue:
     def __init__(
         self,
@@ -190,6 +199,7 @@ class WorkQueue:
         recon: Any = None,
         republish: Any = None,
         clock: Callable[[], float] = time.time,
+        journal: DecisionJournal | None = None,
     ):
         self.store = store
         self.manual = manual
@@ -197,6 +207,64 @@ class WorkQueue:
         self.recon = recon
         self.republish = republish  # an event-generation-failed case's replay (service/outbox.py)
         self.clock = clock
+        self.journal = journal  # issue #36: every person's action is journaled in its own write
+
+    # ================================================================ the journal (docs/audit.md)
+
+    def _record(
+        self, item: dict[str, Any], table: str, key: dict[str, Any], entry: dict[str, Any], **how: Any
+    ) -> Any:
+        return self._journaled(
+            item,
+            table,
+            key,
+            entry,
+            lambda append: self.store.record(table, key, entry, journal=append, **how),
+        )
+
+    def _append_history(
+        self, item: dict[str, Any], table: str, key: dict[str, Any], entry: dict[str, Any], state: str
+    ) -> None:
+        self._journaled(
+            item,
+            table,
+            key,
+            entry,
+            lambda append: self.store.append_history(table, key, entry, state, journal=append),
+        )
+
+    def _journaled(
+        self,
+        item: dict[str, Any],
+        table: str,
+        key: dict[str, Any],
+        entry: dict[str, Any],
+        write: Callable[[Any], Any],
+    ) -> Any:
+        """The action's write with its journal record (who, why, what, on which row), chained on the head read
+        just before; a head that moved meanwhile is read again. The record pins the history line it appends."""
+        if self.journal is None:
+            return write(None)
+        merchant = str(item.get("merchant") or SYSTEM_CHAIN)
+        subject = str(item.get("id") or ref_key(key))
+        chain = self.journal.chain(merchant, subject)
+        ref = Ref(self.journal.logical.get(table, table), ref_key(key), {"history[]": entry})
+        facts = {**entry, "item_kind": str(item.get("kind") or ""), "merchant": merchant}
+        for _ in range(JOURNAL_ROUNDS):
+            head = self.journal.store.head(chain)
+            append = self.journal.append(
+                head,
+                kind=f"queue.{entry.get('action')}",
+                subject=subject,
+                at=str(entry["at"]),
+                facts=facts,
+                refs=[ref],
+            )
+            try:
+                return write(append)
+            except TransactionFailed:
+                continue  # another action took the chain head: read it again
+        raise QueueError("the journal is busy: try again")
 
     # ================================================================ reading
 
@@ -503,7 +571,8 @@ class WorkQueue:
             outcome = self._refund_now(self._payment_task(item))
             action = "resolve"  # the payment's item closes: its money goes back through the refund
         if action == "ack":
-            self.store.record(
+            self._record(
+                item,
                 self.store.t.notify_raw,
                 key,
                 entry,
@@ -512,7 +581,8 @@ class WorkQueue:
                 expect=Expect.PAYMENT_UNBOOKED,
             )
             return "acknowledged"
-        self.store.record(
+        self._record(
+            item,
             self.store.t.notify_raw,
             key,
             entry,
@@ -535,7 +605,8 @@ class WorkQueue:
                 )
                 continue
             ack = action == "ack"
-            self.store.record(
+            self._record(
+                item,
                 self.store.t.notify_event,
                 {"pk": pk},
                 entry,
@@ -575,7 +646,8 @@ class WorkQueue:
     ) -> str:
         pk, sk = item["source_key"]
         ack = action == "ack"
-        self.store.record(
+        self._record(
+            item,
             self.store.t.refund_raw,
             {"pk": pk, "sk": sk},
             entry,
@@ -593,7 +665,8 @@ class WorkQueue:
         refund_no = item["source_key"]
         key = {"pk": refund_no}
         if action == "ack":
-            self.store.record(
+            self._record(
+                item,
                 self.store.t.refunds,
                 key,
                 entry,
@@ -613,7 +686,7 @@ class WorkQueue:
                 )
             except (LookupError, ValueError) as exc:
                 raise QueueError(str(exc)) from None
-            self.store.append_history(self.store.t.refunds, key, entry, RESOLVED)
+            self._append_history(item, self.store.t.refunds, key, entry, RESOLVED)
             if after.get("abnormal_answer") == "unknown":
                 return (
                     f"sent to the {route.replace('-', ' ')}, the channel's answer unknown (no answer in time): "
@@ -633,7 +706,7 @@ class WorkQueue:
         )
         if after.get("status") != outcome:
             raise QueueError(f"refund {refund_no} is {after.get('status')} ({applied}): nothing recorded")
-        self.store.append_history(self.store.t.refunds, key, entry, RESOLVED)
+        self._append_history(item, self.store.t.refunds, key, entry, RESOLVED)
         return f"{outcome} recorded ({'booked' if outcome == 'SUCCESS' else 'released'})"
 
     def _refund_now(self, task_pk: str) -> str:
@@ -702,14 +775,15 @@ class WorkQueue:
     def _task(self, item: dict[str, Any], action: str, entry: dict[str, Any], fields: dict[str, Any]) -> str:
         if action == "refund-now":
             outcome = self._refund_now(item["source_key"])
-            self.store.append_history(self.store.t.refund_tasks, {"pk": item["source_key"]}, entry, RESOLVED)
+            self._append_history(item, self.store.t.refund_tasks, {"pk": item["source_key"]}, entry, RESOLVED)
             return outcome
         ack = action == "ack"
         if action == "close-task":
             code = str(fields.get("code") or "")
             if code not in ("refunded-at-channel", "booked-after-all"):
                 raise QueueError("close-task needs --code refunded-at-channel or --code booked-after-all")
-        self.store.record(
+        self._record(
+            item,
             self.store.t.refund_tasks,
             {"pk": item["source_key"]},
             entry,
@@ -723,7 +797,8 @@ class WorkQueue:
     def _diff(self, item: dict[str, Any], action: str, entry: dict[str, Any], fields: dict[str, Any]) -> str:
         pk, sk = item["source_key"]
         if action == "ack":
-            self.store.record(
+            self._record(
+                item,
                 self.store.t.recon_diff,
                 {"pk": pk, "sk": sk},
                 entry,
@@ -756,7 +831,8 @@ class WorkQueue:
             run = self._recon().confirm(channel, mchid, bill_date, entry["by"], entry["why"])
             return f"re-run: {run.get('status')}"
         ack = action == "ack"
-        self.store.record(
+        self._record(
+            item,
             self.store.t.recon_runs,
             {"pk": pk, "sk": sk},
             entry,
@@ -771,7 +847,8 @@ class WorkQueue:
     def _order(self, item: dict[str, Any], action: str, entry: dict[str, Any], fields: dict[str, Any]) -> str:
         pk = item["source_key"]
         if action == "ack":
-            self.store.record(
+            self._record(
+                item,
                 self.store.t.orders,
                 {"pk": pk},
                 entry,
@@ -783,7 +860,8 @@ class WorkQueue:
         if action == "replay":  # back into the poll index, due now: the poller asks the channel again
             from tally.store.polling import poll_pk
 
-            self.store.record(
+            self._record(
+                item,
                 self.store.t.orders,
                 {"pk": pk},
                 entry,
@@ -792,7 +870,8 @@ class WorkQueue:
                 expect=Expect.MANUAL_ORDER,
             )
             return "polled again"
-        self.store.record(
+        self._record(
+            item,
             self.store.t.orders,
             {"pk": pk},
             entry,

@@ -14,6 +14,7 @@ The channel clients are per channel: `channels[channel](mchid) -> RefundChannel`
 from __future__ import annotations
 
 import hashlib
+import random
 import re
 import secrets
 import string
@@ -26,6 +27,7 @@ from typing import Any, Protocol
 from tally import errors
 from tally.channels.refunds import refund_event_of
 from tally.domain.booking_day import booking_day_refusal
+from tally.domain.journal import Head
 from tally.domain.money import MAX_CENT, yuan_text
 from tally.domain.notifications import is_merchant_id
 from tally.domain.refunds import (
@@ -48,6 +50,7 @@ from tally.domain.refunds import (
 from tally.domain.settlement import refund_fields, settlement_of_entry
 from tally.observability import M, count, logger
 from tally.service.apply import RetryLater, bill_date
+from tally.service.journal import DecisionJournal
 from tally.service.refund_inbox import RefundInbox, notice_from_raw, park_forgery
 from tally.store.records import RefundRow, as_refund
 from tally.store.refunds import (
@@ -138,6 +141,7 @@ class RefundService:
         task_policy: str = "manual",
         expiry_s: int = 7 * 86400,
         not_found_attempts: int = 5,
+        journal: DecisionJournal | None = None,
     ):
         if task_policy not in ("auto", "manual"):
             raise ValueError("REFUND_TASK_POLICY must be auto or manual")
@@ -150,6 +154,7 @@ class RefundService:
         self.task_policy = task_policy
         self.expiry_s = expiry_s
         self.not_found_attempts = not_found_attempts
+        self.journal = journal  # issue #36: a refund's state change is journaled in its transaction
 
     # ================================================================== create (R26, R27, R28)
 
@@ -669,7 +674,7 @@ class RefundService:
         its settlement figures, `settlement_of`)."""
         settled: dict[str, tuple[dict[str, int] | None, str | None]] = {}  # worked out once per call
         for round_no in range(CAS_ROUNDS):
-            refund = known if (round_no == 0 and known is not None) else self.store.get(key)
+            refund, head = self._read_refund(key, known if round_no == 0 else None)
             if refund is None:
                 raise RetryLater(f"refund {key} vanished")
             refund_no = refund["refund_no"]
@@ -747,6 +752,10 @@ class RefundService:
                     items.append(self.store.settlement_unknown(refund, unknown_why or "", now))
             elif decision.effect is Effect.RELEASE:
                 items.append(self.store.release_on_hold(refund, now, reason or event.value))
+            journaled = self._journal_items(
+                head, refund, items, status, to, event, decision.effect, now, source
+            )
+            items += journaled
             if raw:
                 items.append(self.raw.handled(*raw, raw_handled, f"{to.value} ({reason})"[:200], now))
             try:
@@ -754,8 +763,15 @@ class RefundService:
             except TransactionFailed as exc:
                 if raw and len(items) - 1 in exc.failed:
                     return RefundApplied.ALREADY_HANDLED, refund  # another worker applied this very report
-                if 0 in exc.failed or exc.conflict:
-                    continue  # the refund moved under us: re-read and decide again
+                first_journal = len(items) - len(journaled) - (1 if raw else 0)
+                if (
+                    0 in exc.failed
+                    or exc.conflict
+                    or any(first_journal <= i < first_journal + len(journaled) for i in exc.failed)
+                ):
+                    if journaled:  # the chain head is shared (issue #36): a short jittered pause first
+                        time.sleep(random.uniform(0, 0.02 * (round_no + 1)))
+                    continue  # the refund (or the journal's chain head) moved under us: re-read, decide again
                 raise RuntimeError(
                     f"refund {refund_no} {status.value}->{to.value}: hold or ledger condition "
                     f"failed ({exc.failed}); left for the retry and the DLQ alarm"
@@ -772,6 +788,59 @@ class RefundService:
             after = self.store.landed(refund, to.value, now, **how)  # what store.move wrote
             return (RefundApplied.MANUAL if to is RefundStatus.MANUAL else RefundApplied.APPLIED), after
         raise RetryLater(f"refund {key} kept changing under us")
+
+    def _read_refund(self, key: str, known: RefundRow | None) -> tuple[RefundRow | None, Head | None]:
+        """The refund (or `known`) and, with a journal, its chain's head: one BatchGetItem when the key names
+        its merchant (`mchid#refund_no`); a legacy key reads the head on its own. A `known` row (the create's
+        own answer) reads no head here: `_journal_items` reads it only when money moves (the create's budget)."""
+        if self.journal is None or known is not None:
+            return (known if known is not None else self.store.get(key)), None
+        if "#" in key:
+            row, head = self.journal.read(self.store.t.refunds, {"pk": key}, key.split("#", 1)[0], key)
+            return as_refund(row), head
+        refund = self.store.get(key)
+        return refund, (None if refund is None else self._head(refund))
+
+    def _head(self, refund: RefundRow) -> Head:
+        assert self.journal is not None
+        return self.journal.store.head(self.journal.chain(str(refund["mchid"]), str(refund["pk"])))
+
+    def _journal_items(
+        self,
+        head: Head | None,
+        refund: RefundRow,
+        items: list[dict[str, Any]],
+        status: RefundStatus,
+        to: RefundStatus,
+        event: RefundEvent,
+        effect: Effect,
+        now: str,
+        source: str,
+    ) -> list[dict[str, Any]]:
+        if self.journal is None:
+            return []
+        if head is None:  # the create's own answer (`known`): journaled when it books or releases money
+            if effect is Effect.NONE:
+                return []
+            head = self._head(refund)
+        append = self.journal.append(
+            head,
+            kind=f"refund.{to.value.lower()}",
+            subject=str(refund["pk"]),
+            at=now,
+            facts={
+                "refund_no": refund["refund_no"],
+                "order_pk": refund["order_pk"],
+                "amount_cent": int(refund["amount_cent"]),
+                "channel": refund.get("channel"),
+                "from_status": status.value,
+                "to_status": to.value,
+                "event": event.value,
+                "effect": effect.value,
+                "source": source,
+            },
+        )
+        return append(items)
 
     def _count_transition(self, refund: RefundRow, to: RefundStatus, effect: Effect, reason: str) -> None:
         extra = {

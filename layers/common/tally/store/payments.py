@@ -12,14 +12,16 @@ A cancelled transaction raises `TransactionFailed` (store/tables.py) whose `fail
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from tally.domain.notifications import PaymentNotice
 from tally.domain.orders import Event, Status
 from tally.store.codec import names_values, to_item
+from tally.store.journal import JOURNAL
 from tally.store.records import OrderRow
 from tally.store.shards import updated_shard, with_bill_shard
-from tally.store.tables import RawStore, Tables, pending_pk
+from tally.store.tables import RawStore, Tables, TransactionFailed, pending_pk
 
 ORDER, TRANSITION, RAW, LEDGER = 0, 1, 2, 3  # positions in `book`'s transaction (+ SETTLEMENT_ITEM)
 SETTLEMENT_ITEM = 4  # the work-queue item of a payment booked with its settlement amount UNKNOWN (R43)
@@ -42,8 +44,12 @@ class PaymentStore:
         now: str,
         *,
         bill_date: str,
+        journal: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
     ) -> None:
-        """The one transaction of an applied notification (R18). Raises TransactionFailed."""
+        """The one transaction of an applied notification (R18). Raises TransactionFailed.
+
+        `journal` (issue #36): given the decision's items, the journal items that ride in the same transaction
+        (store/journal.py); a failed journal condition is reported as `JOURNAL` in `failed`."""
         money_in = event is Event.PAY
         items = [
             {"Update": self._order_cas(order, to, notice, now, money_in)},
@@ -58,7 +64,16 @@ class PaymentStore:
             items.append({"Put": self._ledger(order, notice, now, bill_date)})
             if notice.settlement is None:
                 items.append({"Put": self._settlement_unknown(order, notice, now)})
-        self.t.transact(items)
+        if journal is None:
+            self.t.transact(items)
+            return
+        decision = len(items)
+        items += journal(items)
+        try:
+            self.t.transact(items)
+        except TransactionFailed as exc:
+            exc.failed = [i if i < decision else JOURNAL for i in exc.failed]
+            raise
 
     def park_illegal(self, notice: PaymentNotice, order: OrderRow, reason: str, now: str) -> str:
         """R17: handled=2 plus a refund task, inserted once, in one transaction. Returns the task's key;

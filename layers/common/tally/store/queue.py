@@ -17,12 +17,13 @@ An expiring certificate is a notify_event row of manual_kind `certificate`, put 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
 from tally.store.codec import encode, from_item, names_values, to_item
-from tally.store.tables import PENDING_SHARDS, closed_expiry, release_slot
+from tally.store.tables import PENDING_SHARDS, TransactionFailed, closed_expiry, release_slot, transact
 
 SHARDS = 4  # the orders' and refunds' poll index shards (store/polling.py, store/refunds.py)
 REFUND_REPORT_MANUAL = "manual"  # refund_raw manual_pk while a report waits for a person
@@ -194,6 +195,7 @@ class QueueStore:
         owner: str | None = None,
         remove: tuple[str, ...] = (),
         sets: dict[str, Any] | None = None,
+        journal: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
     ) -> dict[str, Any]:
         """One conditional update: the new state, the audit entry appended, index attributes removed (which is
         what takes the item out of every list at once). Raises StaleItem when the row is not in the state
@@ -230,11 +232,14 @@ class QueueStore:
         }
         if names:
             request["ExpressionAttributeNames"] = names
-        try:
-            answer = self.ddb.update_item(**request)
-        except self.ddb.exceptions.ConditionalCheckFailedException:
-            raise StaleItem(str(key)) from None
-        row = from_item(answer["Attributes"]) or {}
+        if journal is not None:  # issue #36: the person's action and its journal record in one transaction
+            row = self._with_journal(request, journal, key)
+        else:
+            try:
+                answer = self.ddb.update_item(**request)
+            except self.ddb.exceptions.ConditionalCheckFailedException:
+                raise StaleItem(str(key)) from None
+            row = from_item(answer["Attributes"]) or {}
         if closing:
             release_slot(self.ddb, table, row)
         return row
@@ -291,20 +296,51 @@ class QueueStore:
         except self.ddb.exceptions.ConditionalCheckFailedException:
             return False
 
-    def append_history(self, table: str, key: dict[str, Any], entry: dict[str, Any], state: str) -> None:
+    def append_history(
+        self,
+        table: str,
+        key: dict[str, Any],
+        entry: dict[str, Any],
+        state: str,
+        journal: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
+    ) -> None:
         """Audit after an action another service performed (its own write already moved the money)."""
-        self.ddb.update_item(
-            TableName=table,
-            Key=to_item(key),
-            UpdateExpression="SET q_state = :st, q_at = :at, "
+        request = {
+            "TableName": table,
+            "Key": to_item(key),
+            "UpdateExpression": "SET q_state = :st, q_at = :at, "
             "history = list_append(if_not_exists(history, :empty), :entry)",
-            ExpressionAttributeValues={
+            "ExpressionAttributeValues": {
                 ":st": encode(state),
                 ":at": encode(entry["at"]),
                 ":empty": encode([]),
                 ":entry": encode([entry]),
             },
-        )
+        }
+        if journal is None:
+            self.ddb.update_item(**request)
+            return
+        items = [{"Update": request}]
+        transact(self.ddb, items + journal(items))
+
+    def _with_journal(
+        self,
+        request: dict[str, Any],
+        journal: Callable[[list[dict[str, Any]]], list[dict[str, Any]]],
+        key: dict[str, Any],
+    ) -> dict[str, Any]:
+        """The action's update in one transaction with its journal items; the row read back after (a person's
+        action: no call budget). StaleItem when the row was not in the expected state; TransactionFailed (a
+        journal position) when the chain head moved: the caller reads it again."""
+        update = {k: v for k, v in request.items() if k != "ReturnValues"}
+        items = [{"Update": update}]
+        try:
+            transact(self.ddb, items + journal(items))
+        except TransactionFailed as exc:
+            if 0 in exc.failed:
+                raise StaleItem(str(key)) from None
+            raise
+        return self.get(request["TableName"], from_item(request["Key"])) or {}
 
     # ------------------------------------------------------------ helpers
 
