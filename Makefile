@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test check lint soak bench bench-big clean venv browser-deps node-deps i18n
+.PHONY: run test check lint soak bench bench-big clean venv browser-deps node-deps i18n openapi
 
 $(STAMP): requirements-dev.txt layers/common/requirements.txt pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -55,6 +55,11 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check layers functions tally_local tally_cli tests bench
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
+
+# make openapi: docs/openapi.json and docs/errors.md from the API models and error codes (tally/api/);
+# tests/unit/test_api_reference.py fails when the committed files and the code disagree.
+openapi: $(STAMP)
+	$(BIN)/python -m tally.api.openapi .
 
 clean:
 	rm -rf $(VENV) .tally .pytest_cache

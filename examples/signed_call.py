@@ -63,4 +63,11 @@ if __name__ == "__main__":
         },
     )
     print(status, json.dumps(order, ensure_ascii=False, indent=2))
+    # 201 created, 200 the same order posted again (a retry). Any error is one body (docs/errors.md):
+    # {"error": {"code": "invalid_request", "message": "…", "errors": [{"field", "code", "message"}, …]}}
+    error = order.get("error")
+    if isinstance(error, dict):
+        print(f"error {error['code']}: {error['message']}", file=sys.stderr)
+        for field in error["errors"]:
+            print(f"  {field['field']}: {field['code']} ({field['message']})", file=sys.stderr)
     sys.exit(0 if status in (200, 201) else 1)

@@ -230,6 +230,18 @@ class Reply:
     cookies: list[str] = field(default_factory=list)
 
 
+API_REFERENCE_ROUTE = "GET /openapi.json"
+
+
+def api_reference(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """GET /openapi.json on the local API: the merchant API's OpenAPI 3.1 document, built from the models the
+    orders and refunds functions use (the same text as the committed docs/openapi.json; unsigned, as a
+    reference is). Not a route of the deployed API."""
+    from tally.api.openapi import document_text
+
+    return {"statusCode": 200, "headers": {"content-type": "application/json"}, "body": document_text()}
+
+
 def json_reply(status: int, message: str) -> Reply:
     return Reply(status, {"content-type": "application/json"}, json.dumps({"message": message}).encode())
 

@@ -37,7 +37,14 @@ from tally_local import moto_fixes, statemachines
 from tally_local.ackfirst import AckFirst
 from tally_local.containers import CONTAINERS_VARIABLE, containers_setting
 from tally_local.demo import seed_demo
-from tally_local.frontdoor import FrontDoor, Target, authorizers_from_template, routes_from_template
+from tally_local.frontdoor import (
+    API_REFERENCE_ROUTE,
+    FrontDoor,
+    Target,
+    api_reference,
+    authorizers_from_template,
+    routes_from_template,
+)
 from tally_local.lambda_io import INVOKE_ROUTE, invoke_route
 from tally_local.moto_process import MotoProcess
 from tally_local.pump import SqsPump
@@ -315,6 +322,7 @@ class EmbeddedStack:
             template, self.root, containers=self.containers, resolve=self._started(self._resolver).resolve
         )
         routes[INVOKE_ROUTE] = self._invoke_target(template)  # Lambda Invoke for the state machines' tasks
+        routes[API_REFERENCE_ROUTE] = api_reference  # the merchant API's OpenAPI document (docs/openapi.json)
         self.front_door = FrontDoor(
             routes, HOST, self.api_port, authorizers=authorizers, ack_first=self.ack_first
         )

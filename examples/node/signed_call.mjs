@@ -48,4 +48,12 @@ const { host, ...headers } = signed.headers; // fetch sets Host itself, from the
 const answer = await fetch(url, { method: "POST", headers, body });
 const text = await answer.text();
 console.log(answer.status, text);
+// 201 created, 200 the same order posted again (a retry). Tally's errors are one body (docs/errors.md):
+// {"error": {"code": "invalid_request", "message": "…", "errors": [{"field", "code", "message"}, …]}}
+let error;
+try { error = JSON.parse(text).error; } catch { error = undefined; } // API Gateway's own 403 is {"message"}
+if (error && typeof error === "object") {
+  console.error(`error ${error.code}: ${error.message}`);
+  for (const field of error.errors || []) console.error(`  ${field.field}: ${field.code} (${field.message})`);
+}
 process.exit(answer.status === 200 || answer.status === 201 ? 0 : 1);

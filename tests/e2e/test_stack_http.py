@@ -113,6 +113,13 @@ def test_order_paid_by_simulator_is_booked_once_R7_R17_R18_R20(stack, merchant, 
 
 
 def test_unknown_route_and_bad_order_answer_clearly(stack, merchant):
-    assert http("POST", f"{stack.api_url}/orders", {"mchid": merchant["mchid"]})[0] == 400
+    status, body = http("POST", f"{stack.api_url}/orders", {"mchid": merchant["mchid"]})
+    assert status == 400 and body["error"]["code"] == "invalid_request"
+    assert {e["field"] for e in body["error"]["errors"]} == {"out_trade_no", "amount_cent", "description"}
     status, body = http("POST", f"{stack.api_url}/notify/wechatpay/{merchant['mchid']}", {"x": 1})
     assert status == 401 and body == {"code": "FAIL", "message": "rejected"}
+
+
+def test_the_local_api_serves_its_openapi_document(stack):
+    status, doc = http("GET", f"{stack.api_url}/openapi.json")
+    assert status == 200 and doc == json.loads((ROOT / "docs/openapi.json").read_text(encoding="utf-8"))

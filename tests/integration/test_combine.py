@@ -55,7 +55,7 @@ def test_r7_r9_combine_of_three_sub_orders_books_each_once_under_duplicates(h, s
         subs=[{k: s[k] for k in ("out_trade_no", "amount_cent", "description")} for s in subs],
         combine_out_trade_no=combo["combine_out_trade_no"],
     )
-    assert again[0] == 201 and again[1]["code_url"] == combo["code_url"]  # a retry is the same order
+    assert again[0] == 200 and again[1]["code_url"] == combo["code_url"]  # a retry: the same order, 200
 
     tids = sim.pay_combine(m["mchid"], combo["combine_out_trade_no"], drop=True)
     headers, body = sim.combine_notification(m["mchid"], combo["combine_out_trade_no"])
@@ -124,7 +124,8 @@ def test_r39_combine_refuses_a_sub_order_of_a_merchant_that_is_not_its_own(h, si
         {"mchid": other["mchid"], "out_trade_no": no("X"), "amount_cent": 5},
     ]
     status, answer = combine_order(h, m["mchid"], [], subs=subs)
-    assert status == 404 and "not a sub-merchant" in answer["error"]
+    assert status == 404 and answer["error"]["code"] == "merchant_not_found"
+    assert "not a sub-merchant" in answer["error"]["message"]
     assert h.scan("ORDERS_TABLE") == []  # refused before anything was stored
 
 

@@ -99,7 +99,9 @@ def test_r47_not_ready_merchant_order_is_409_then_accepted_after_the_fix(h, sim)
     live_check(bootstrap.merchants(), "wechatpay", m["mchid"])
     refused = h.create_order(m["mchid"])
     assert refused["statusCode"] == 409, refused
-    assert "merchant serial is not the certificate WeChat has" in json.loads(refused["body"])["error"]
+    assert (
+        "merchant serial is not the certificate WeChat has" in json.loads(refused["body"])["error"]["message"]
+    )
     # checked again while still wrong: still refused, the alarm metric is NOT counted a second time
     live_check(bootstrap.merchants(), "wechatpay", m["mchid"])
     assert not_ready_count(h) == 1

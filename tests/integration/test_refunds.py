@@ -84,7 +84,8 @@ def test_R30_refund_20_30_50_of_100_then_one_cent_is_refused(h, kit):
         )  # Alipay has no refund id (out_request_no is it)
         numbers.append(body["refund_no"])
     status, body = refund(h, kit.mid, otn, 1)
-    assert status == 409 and "exceeds refundable" in body["error"] and body["refundable_cent"] == 0
+    error = body["error"]
+    assert status == 409 and error["code"] == "exceeds_refundable" and error["refundable_cent"] == 0
     for no in numbers:
         kit.settle(no, "success")
         kit.deliver(no)
@@ -107,7 +108,8 @@ def test_R26_same_refund_no_answers_the_existing_refund_without_a_second_reserva
     assert order_row(h, kit.mid, otn)["refundable_cent"] == 60
     assert len(kit.channel_refunds(no)) == 1
     status, body = refund(h, kit.mid, otn, 41, refund_no=no)  # same number, other terms
-    assert status == 409 and "already exists" in body["error"]
+    assert status == 409 and body["error"]["code"] == "refund_terms_differ" and "already exists" in str(body)
+    assert [e["field"] for e in body["error"]["errors"]] == ["amount_cent"]  # the term that differs
 
 
 @pytest.mark.parametrize("kit", ["wechatpay_v2", "wechatpay_v3"], indirect=True)
@@ -133,7 +135,7 @@ def test_R29_a_failed_refund_no_is_spent_a_new_one_works(h, kit):
     no = new_no()
     failed_refund(h, kit, otn, 100, no)
     status, body = refund(h, kit.mid, otn, 100, refund_no=no)
-    assert status == 409 and "spent" in body["error"]
+    assert status == 409 and body["error"]["code"] == "refund_no_spent"
     assert order_row(h, kit.mid, otn)["refundable_cent"] == 100  # the refusal reserved nothing
     status, body = refund(h, kit.mid, otn, 100, refund_no=new_no())
     assert status == 201 and body["status"] == "ACCEPTED"

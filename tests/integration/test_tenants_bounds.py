@@ -29,14 +29,16 @@ def test_r40_order_amount_is_bounded(h, merchant, amount, status):
     code, body = create(h, out_trade_no=f"BIG{len(str(amount)):04d}X", amount_cent=amount)
     assert code == status, body
     if status == 400:
-        assert str(MAX_CENT) in body["error"] and h.scan("ORDERS_TABLE") == []
+        assert body["error"]["code"] == "invalid_request" and h.scan("ORDERS_TABLE") == []
+        [amount] = body["error"]["errors"]
+        assert amount["field"] == "amount_cent" and str(MAX_CENT) in amount["message"]
 
 
 def test_r40_refund_amount_is_bounded(h, merchant):
     otn, _ = paid_order(h, merchant["mchid"], 100)
     for amount in (0, -1, MAX_CENT + 1, 2**63):
         status, body = refund(h, merchant["mchid"], otn, amount)
-        assert status == 400 and "amount_cent" in body["error"]
+        assert status == 400 and [e["field"] for e in body["error"]["errors"]] == ["amount_cent"]
 
 
 @pytest.mark.parametrize("function,path", [("OrdersFunction", "/orders"), ("RefundsFunction", "/refunds")])
@@ -51,7 +53,8 @@ def test_r40_refund_amount_is_bounded(h, merchant):
 def test_r40_json_depth_and_size_are_400(h, merchant, function, path, body):
     response = h.call(function, "POST", path, body, {}, {})
     assert response["statusCode"] == 400, response
-    assert "error" in json.loads(response["body"])
+    error = json.loads(response["body"])["error"]
+    assert error["code"] == "invalid_request" and error["errors"][0]["field"] == "body"
 
 
 def test_r40_strings_with_brackets_are_not_depth(h, merchant):
@@ -71,12 +74,13 @@ def test_r40_strings_with_brackets_are_not_depth(h, merchant):
 )
 def test_r40_re_registering_with_other_terms_is_a_409_naming_the_term(h, merchant, sim, term, change):
     """Issue #15.4: the same out_trade_no with another description, expiry or prepay answered 201 with the
-    old terms; now 409 naming the term. The same terms again is a retry: 201, the same order."""
+    old terms; now 409 naming the term. The same terms again is a retry: 200, the same order."""
     first = {"out_trade_no": "TERMS00001", "amount_cent": 100, "expire_minutes": 120}
     assert create(h, **first)[0] == 201
-    assert create(h, **first)[0] == 201  # a retry
+    assert create(h, **first)[0] == 200  # a retry
     code, body = create(h, **{**first, **change})
-    assert code == 409 and term in body["error"], body
+    assert code == 409 and body["error"]["code"] == "order_terms_differ", body
+    assert [(e["field"], e["code"]) for e in body["error"]["errors"]] == [(term, "differs")]
     assert h.order("1900000109", "TERMS00001")["amount_cent"] == 100
 
 
@@ -111,8 +115,10 @@ def test_r40_an_unexpected_error_on_the_api_is_a_500_with_an_alarmed_metric(h, m
     def broken(self, request):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(OrderService, "create", broken)
+    monkeypatch.setattr(OrderService, "register", broken)
     monkeypatch.setattr(RefundService, "create", broken)
-    response = h.call(function, "POST", path, b"{}", {}, {})
-    assert response["statusCode"] == 500 and "error" in json.loads(response["body"])
+    body = {"mchid": "1900000109", "out_trade_no": "BROKEN0001", "amount_cent": 1, "description": "x"}
+    response = h.call(function, "POST", path, json.dumps(body).encode(), {}, {})
+    assert response["statusCode"] == 500
+    assert json.loads(response["body"])["error"]["code"] == "internal_error"
     assert h.metric(M.API_FAILED) == 1

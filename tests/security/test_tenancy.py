@@ -49,7 +49,7 @@ def test_R53_a_caller_creates_orders_only_for_its_own_merchant(h, two):
     a, b = two
     assert _order(h, SESSION_A, a, "OWN00001")[0] == 201  # the role's session acts as the role
     status, body = _order(h, SESSION_A, b, "THEIRS001")
-    assert status == 403 and body["error"].endswith(b)
+    assert status == 403 and body["error"]["code"] == "forbidden" and body["error"]["message"].endswith(b)
     assert bootstrap.order_service().orders.get(b, "THEIRS001") is None  # nothing stored for B
     assert h.metric("ApiForbidden") == 1
 

@@ -124,20 +124,30 @@ def _status_body(event):
 
 
 @pytest.mark.parametrize(
-    ("exc", "status"),
+    ("exc", "status", "code", "fields"),
     [
-        (orders.InvalidOrder("amount_cent must be an integer"), 400),
-        (BadRequest("body is not JSON"), 400),
-        (refunds.NotFound("no refund R1"), 404),
-        (orders.OrderConflict("DEMO1 exists with other terms"), 409),
-        (refunds.Busy("contention"), 503),
+        (orders.InvalidOrder("amount_cent must be an integer"), 400, "invalid_request", []),
+        (BadRequest("body is not JSON"), 400, "invalid_request", [("body", "not_json")]),
+        (refunds.NotFound("no refund R1", code="refund_not_found"), 404, "refund_not_found", []),
+        (
+            orders.OrderConflict("DEMO1 exists with other terms", "amount_cent"),
+            409,
+            "order_terms_differ",
+            [("amount_cent", "differs")],
+        ),
+        (refunds.Busy("contention"), 503, "busy", []),
     ],
 )
-def test_apigw_answer_maps_the_tree_to_http_once(exc, status):
+def test_apigw_answer_maps_the_tree_to_http_once_in_one_shape(exc, status, code, fields):
+    """docs/errors.md: one body, a stable machine code, the message, every field at fault."""
+
     def raises():
         raise exc
 
-    assert _status_body(answer(raises, what="t")) == (status, {"error": str(exc)})
+    got_status, body = _status_body(answer(raises, what="t"))
+    assert got_status == status and set(body) == {"error"}
+    assert (body["error"]["code"], body["error"]["message"]) == (code, str(exc))
+    assert [(e["field"], e["code"]) for e in body["error"]["errors"]] == fields
 
 
 def test_apigw_answer_keeps_the_rich_bodies():
@@ -148,15 +158,26 @@ def test_apigw_answer_keeps_the_rich_bodies():
 
     assert _status_body(answer(prepay, what="t")) == (
         502,
-        {"error": "prepay failed: HTTP 500 SYSTEM_ERROR", "order": order},
+        {
+            "error": {
+                "code": "prepay_failed",
+                "message": "prepay failed: HTTP 500 SYSTEM_ERROR",
+                "errors": [],
+                "order": order,
+            }
+        },
     )
 
     def exceeds():
         raise ExceedsRefundable(101, 100)
 
     status, body = _status_body(answer(exceeds, what="t"))
-    assert status == 409 and body["refundable_cent"] == 100 and body["amount_cent"] == 101
-    assert body["error"].startswith("exceeds refundable: amount 1.01 yuan")
+    error = body["error"]
+    assert status == 409 and error["refundable_cent"] == 100 and error["amount_cent"] == 101
+    assert (
+        error["code"] == "exceeds_refundable"
+        and error["message"] == "amount 1.01 yuan exceeds refundable 1.00 yuan"
+    )
 
 
 def test_apigw_answer_counts_everything_else_as_a_500(monkeypatch):
@@ -169,7 +190,10 @@ def test_apigw_answer_counts_everything_else_as_a_500(monkeypatch):
     def channel():  # a TallyError with no HTTP meaning is not an answer either
         raise wx.ChannelError("HTTP 500", status=500, retryable=True)
 
-    assert _status_body(answer(bug, what="t", retry_hint="retry")) == (500, {"error": "retry"})
+    assert _status_body(answer(bug, what="t", retry_hint="retry")) == (
+        500,
+        {"error": {"code": "internal_error", "message": "retry", "errors": []}},
+    )
     assert _status_body(answer(channel, what="t"))[0] == 500
     assert counted == ["ApiFailed", "ApiFailed"]
     assert answer(lambda: HttpResponse(204), what="t")["statusCode"] == 204

@@ -77,3 +77,18 @@ def test_the_worker_cold_start_imports_no_asyncio_and_no_refund_code():
     assert "tally.service.apply" in loaded
     assert "asyncio" not in loaded  # BatchProcessor's; boto3 does not need it
     assert built == [] and not loaded & REFUND_CODE, sorted(loaded & REFUND_CODE)
+
+
+def test_pydantic_only_at_the_api_edge_never_in_notify_or_the_worker():
+    """pydantic's ~53 ms of import (docs/design.md §7) is paid by the orders and refunds functions only: notify
+    (on WeChat's 5 s clock, R10) and the worker import neither pydantic nor the API models (tally/api). The
+    import contract in .importlinter says the same statically; this is the real import."""
+    for function, build in (("notify", "ingest_service"), ("worker", "apply_service")):
+        loaded, _ = cold_start(function, build)
+        assert "tally.apigw" in loaded or function == "worker"
+        assert not {m for m in loaded if m == "pydantic" or m.startswith(("pydantic.", "pydantic_core"))}, (
+            function
+        )
+        assert not {m for m in loaded if m == "tally.api" or m.startswith("tally.api.")}, function
+    loaded, _ = cold_start("orders", "order_service")  # the probe does see pydantic where it is imported
+    assert "pydantic" in loaded and "tally.api.models" in loaded

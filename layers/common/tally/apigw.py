@@ -14,7 +14,11 @@ from tally.observability import M, count, logger
 
 
 class BadRequest(errors.InvalidRequest, ValueError):
-    """The event itself is unusable (e.g. a body that claims base64 but is not)."""
+    """The event itself is unusable (e.g. a body that claims base64 but is not): a 400 whose one field error
+    is the body's (`body`, with `why`: too_large, too_deep, not_json, not_encoded)."""
+
+    def __init__(self, message: str, why: str = "not_json"):
+        super().__init__(message, fields=[errors.field_error("body", why, message)])
 
 
 MAX_JSON_BYTES = 16 * 1024  # an order or refund request is a few hundred bytes
@@ -61,9 +65,11 @@ class HttpRequest:
         """The body as JSON, bounded (R40): at most MAX_JSON_BYTES and MAX_JSON_DEPTH levels of nesting; a
         deeper body answered 500 (RecursionError) on /orders and /refunds. Anything else is a 400."""
         if len(self.body) > MAX_JSON_BYTES:
-            raise BadRequest(f"body of {len(self.body)} bytes is over the {MAX_JSON_BYTES}-byte limit")
+            raise BadRequest(
+                f"body of {len(self.body)} bytes is over the {MAX_JSON_BYTES}-byte limit", "too_large"
+            )
         if _nesting(self.body) > MAX_JSON_DEPTH:
-            raise BadRequest(f"body nests deeper than {MAX_JSON_DEPTH} levels")
+            raise BadRequest(f"body nests deeper than {MAX_JSON_DEPTH} levels", "too_deep")
         try:
             return json.loads(self.body.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
@@ -73,17 +79,17 @@ class HttpRequest:
     def from_event(cls, event: dict[str, Any]) -> HttpRequest:
         raw = event.get("body") or ""
         if not isinstance(raw, str):
-            raise BadRequest("body is not a string")
+            raise BadRequest("body is not a string", "not_encoded")
         if event.get("isBase64Encoded"):
             try:
                 body = base64.b64decode(raw, validate=True)
             except (binascii.Error, ValueError):
-                raise BadRequest("isBase64Encoded body is not base64") from None
+                raise BadRequest("isBase64Encoded body is not base64", "not_encoded") from None
         else:
             try:
                 body = raw.encode("utf-8")
             except UnicodeEncodeError:  # a lone surrogate: no byte string was ever sent like that
-                raise BadRequest("body is not encodable as UTF-8") from None
+                raise BadRequest("body is not encodable as UTF-8", "not_encoded") from None
         http = (event.get("requestContext") or {}).get("http") or {}
         return cls(
             method=(http.get("method") or event.get("httpMethod") or "").upper(),
@@ -120,17 +126,23 @@ def json_response(status: int, payload: Any) -> HttpResponse:
 
 
 def answer(
-    call: Callable[[], HttpResponse], *, what: str, retry_hint: str = "internal error, retry"
+    call: Callable[[], HttpResponse],
+    *,
+    what: str,
+    retry_hint: str = "internal error, retry",
+    shape: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The one place an API handler's exceptions become HTTP (tally/errors.py): a TallyError with an
-    `http_status` is answered with it and its `payload`; anything else is a 500 that counts ApiFailed and is
-    logged (R40: no input answers 500 without a metric and an alarm). Handlers call this, never `except`."""
+    `http_status` is answered with it and its `payload` (`shape`, when given, makes that payload public: the
+    API edge's models, tally/api); anything else is a 500 that counts ApiFailed and is logged (R40: no input
+    answers 500 without a metric and an alarm). Handlers call this, never `except`."""
     try:
         return call().to_event()
     except errors.TallyError as exc:
         if exc.http_status is None:
             return _failed(exc, what, retry_hint)
-        return json_response(exc.http_status, exc.payload()).to_event()
+        payload = exc.payload()
+        return json_response(exc.http_status, shape(payload) if shape else payload).to_event()
     except Exception as exc:  # noqa: BLE001 - R40: counted and logged, never swallowed
         return _failed(exc, what, retry_hint)
 
@@ -138,4 +150,4 @@ def answer(
 def _failed(exc: Exception, what: str, retry_hint: str) -> dict[str, Any]:
     count(M.API_FAILED)
     logger.exception(f"{what} request failed", extra={"error": type(exc).__name__})
-    return json_response(500, {"error": retry_hint}).to_event()
+    return json_response(500, errors.error_body("internal_error", retry_hint)).to_event()

@@ -27,20 +27,52 @@ from typing import Any
 
 
 class TallyError(Exception):
-    """The root: `code`, `retryable`, and the HTTP answer (`http_status`, `payload`)."""
+    """The root: `code`, `retryable`, and the HTTP answer (`http_status`, `payload`).
+
+    An answer's body is always `{"error": {"code", "message", "errors": [{"field", "code", "message"}], …}}`
+    (docs/errors.md): `code` is the stable machine word (a raise may name a narrower one than its class,
+    `NotFound(…, code="order_not_found")`), `errors` every field at fault (empty when none is), and a
+    subclass adds what the caller needs (`details`: the refundable amount, the stored order)."""
 
     code: str = "error"
     retryable: bool = False
     http_status: int | None = None  # None: not an answer a caller may see (500 + ApiFailed)
+    fields: tuple[dict[str, str], ...] = ()
 
-    def __init__(self, message: str = "", *, retryable: bool | None = None):
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        retryable: bool | None = None,
+        code: str | None = None,
+        fields: tuple[dict[str, str], ...] | list[dict[str, str]] = (),
+    ):
         super().__init__(message)
         if retryable is not None:
             self.retryable = retryable
+        if code is not None:
+            self.code = code
+        if fields:
+            self.fields = tuple(fields)
+
+    def details(self) -> dict[str, Any]:
+        """What a subclass adds to the error object beside code, message and errors."""
+        return {}
 
     def payload(self) -> dict[str, Any]:
         """The JSON body of the HTTP answer."""
-        return {"error": str(self)}
+        return error_body(self.code, str(self), list(self.fields), **self.details())
+
+
+def error_body(
+    code: str, message: str, fields: list[dict[str, str]] | None = None, **details: Any
+) -> dict[str, Any]:
+    """The one error shape every API answer uses (docs/errors.md)."""
+    return {"error": {"code": code, "message": message, "errors": list(fields or []), **details}}
+
+
+def field_error(field: str, code: str, message: str) -> dict[str, str]:
+    return {"field": field, "code": code, "message": message}
 
 
 class InvalidRequest(TallyError):

@@ -50,11 +50,11 @@ class Request:
         form: dict[str, str] = {}
         if http.method == "POST" and http.body:
             if len(http.body) > MAX_FORM_BYTES:
-                raise BadRequest("form too large")
+                raise BadRequest("form too large", "too_large")
             try:
                 text = http.body.decode("utf-8")
             except UnicodeDecodeError:
-                raise BadRequest("form is not UTF-8") from None
+                raise BadRequest("form is not UTF-8", "not_encoded") from None
             for name, value in parse_qsl(text, keep_blank_values=True):
                 form[name] = f"{form[name]},{value}" if name in form else value
         return cls(http.method, page, dict(http.query), form, http.headers, http.path)

@@ -112,17 +112,18 @@ def transit(status: RefundStatus, event: RefundEvent) -> Decision:
 
 
 class ExceedsRefundable(errors.Conflict, ValueError):
+    code = "exceeds_refundable"
+
     def __init__(self, amount_cent: int, refundable_cent: int):
-        super().__init__(f"amount {yuan_text(amount_cent)} exceeds refundable {yuan_text(refundable_cent)}")
+        super().__init__(
+            f"amount {yuan_text(amount_cent)} exceeds refundable {yuan_text(refundable_cent)}",
+            fields=[errors.field_error("amount_cent", "exceeds_refundable", "more than is left to refund")],
+        )
         self.amount_cent = amount_cent
         self.refundable_cent = refundable_cent
 
-    def payload(self) -> dict[str, Any]:
-        return {
-            "error": f"exceeds refundable: {self}",
-            "refundable_cent": self.refundable_cent,
-            "amount_cent": self.amount_cent,
-        }
+    def details(self) -> dict[str, Any]:
+        return {"refundable_cent": self.refundable_cent, "amount_cent": self.amount_cent}
 
 
 def check_reserve(refundable_cent: int, amount_cent: int) -> int:

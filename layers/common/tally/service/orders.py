@@ -35,7 +35,16 @@ class InvalidOrder(errors.InvalidRequest, ValueError):
 
 
 class OrderConflict(errors.Conflict, ValueError):
-    """The out_trade_no exists with different terms (HTTP 409)."""
+    """The out_trade_no exists with different terms (HTTP 409, `order_terms_differ`, the term as the field)."""
+
+    code = "order_terms_differ"
+
+    def __init__(self, message: str, term: str = ""):
+        differs = (
+            [errors.field_error(term, "differs", f"{term} differs from the stored order")] if term else []
+        )
+        super().__init__(message, fields=differs)
+        self.term = term
 
 
 class NotFound(errors.NotFound, LookupError):
@@ -45,14 +54,15 @@ class NotFound(errors.NotFound, LookupError):
 class PrepayFailed(errors.ChannelError, RuntimeError):
     """The order is stored, the channel's prepay failed: HTTP 502 with the stored order."""
 
+    code = "prepay_failed"
     http_status = 502
 
     def __init__(self, order: dict[str, Any], error: str):
-        super().__init__(error)
+        super().__init__(f"prepay failed: {error}")
         self.order = order
 
-    def payload(self) -> dict[str, Any]:
-        return {"error": f"prepay failed: {self}", "order": self.order}
+    def details(self) -> dict[str, Any]:
+        return {"order": self.order}
 
 
 class OrderService:
@@ -72,6 +82,11 @@ class OrderService:
         self.confirm = confirm  # the return page's one channel query (PollService.confirm)
 
     def create(self, request: dict[str, Any]) -> dict[str, Any]:
+        return self.register(request)[0]
+
+    def register(self, request: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        """The order as stored, and whether this call created it (an identical re-registration is a retry: the
+        existing order, created False, whatever its state; other terms are a 409 naming the term)."""
         if isinstance(request, dict) and request.get("combine") is True:
             return self.create_combine(request)
         spec = validate_order_request(request)
@@ -81,7 +96,8 @@ class OrderService:
             merchant = channel.merchant(self.merchants, spec["mchid"])
         except UnknownMerchant:
             raise NotFound(
-                f"{spec['channel']} merchant {spec['mchid']} is not configured (tally merchant add)"
+                f"{spec['channel']} merchant {spec['mchid']} is not configured (tally merchant add)",
+                code="merchant_not_found",
             ) from None
         not_ready = not_ready_reason(merchant.row)
         if not_ready:  # R47: credentials that fail the live check take no order
@@ -90,7 +106,14 @@ class OrderService:
                 "(then `tally merchant check --live`)"
             )
         if channel.currencies is not None and spec["currency"] not in channel.currencies:
-            raise InvalidOrder(f"{channel.label} orders are in {', '.join(channel.currencies)}")
+            raise InvalidOrder(
+                f"{channel.label} orders are in {', '.join(channel.currencies)}",
+                fields=[
+                    errors.field_error(
+                        "currency", "not_allowed", f"{channel.label} takes {', '.join(channel.currencies)}"
+                    )
+                ],
+            )
         refusal = channel.order_refusal(merchant, spec["prepay"])
         if refusal:  # e.g. a WeChat v2 prepay needs the merchant's appid
             raise InvalidOrder(refusal)
@@ -127,7 +150,8 @@ class OrderService:
             if differs:
                 raise OrderConflict(
                     f"order {spec['out_trade_no']} exists with another {differs}: "
-                    "re-register with the same terms, or use a new out_trade_no"
+                    "re-register with the same terms, or use a new out_trade_no",
+                    differs,
                 )
             row = dict(existing)
         if (
@@ -148,9 +172,9 @@ class OrderService:
                 raise self._prepay_failed(row, f"{prepaid.name} prepay failed", exc) from None
             self.orders.set_fields(row["pk"], **qr)
             row = {**row, **qr}
-        return public_order(row)
+        return public_order(row), existing is None
 
-    def create_combine(self, request: dict[str, Any]) -> dict[str, Any]:
+    def create_combine(self, request: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         """A WeChat Pay v3 combine order (合单): each sub-order is registered as an ordinary order of its own
         merchant (every check and term of `create`, idempotent the same way), marked with its combine number;
         then one combine prepay for all of them. The combine merchant (`mchid`) is a direct merchant whose
@@ -161,7 +185,10 @@ class OrderService:
         try:
             top = self.merchants.wechatpay(top_id)
         except UnknownMerchant:
-            raise NotFound(f"wechatpay merchant {top_id} is not configured (tally merchant add)") from None
+            raise NotFound(
+                f"wechatpay merchant {top_id} is not configured (tally merchant add)",
+                code="merchant_not_found",
+            ) from None
         if top.sp_mchid:
             raise InvalidOrder("a combine order is placed by a direct merchant or by a service provider")
         for sub in spec["sub_orders"]:
@@ -172,9 +199,12 @@ class OrderService:
             except UnknownMerchant:
                 owner = None
             if owner != top_id:  # not said whether it exists: another tenant's merchant is simply not found
-                raise NotFound(f"merchant {sub['mchid']} is not a sub-merchant of {top_id}")
+                raise NotFound(
+                    f"merchant {sub['mchid']} is not a sub-merchant of {top_id}", code="merchant_not_found"
+                )
+        created = False
         for sub in spec["sub_orders"]:
-            self.create({**sub, "prepay": False})
+            created = self.register({**sub, "prepay": False})[1] or created
         rows: list[dict[str, Any]] = []
         for sub in spec["sub_orders"]:
             stored = self.orders.get(sub["mchid"], sub["out_trade_no"])
@@ -182,7 +212,8 @@ class OrderService:
             row: dict[str, Any] = dict(stored)
             if row.get("combine_out_trade_no") not in (None, combine_no):
                 raise OrderConflict(
-                    f"order {sub['out_trade_no']} belongs to combine order {row['combine_out_trade_no']}"
+                    f"order {sub['out_trade_no']} belongs to combine order {row['combine_out_trade_no']}",
+                    "combine_out_trade_no",
                 )
             if row.get("combine_out_trade_no") is None:
                 marks = {"combine_out_trade_no": combine_no, "combine_mchid": top_id}
@@ -211,7 +242,7 @@ class OrderService:
                 self.orders.set_fields(row["pk"], **qr)
             code_url = qr["code_url"]
             rows = [{**row, **qr} for row in rows]
-        return combined_view(top_id, combine_no, rows, code_url)
+        return combined_view(top_id, combine_no, rows, code_url), created
 
     def _prepay_failed(self, row: dict[str, Any], what: str, exc: Exception) -> PrepayFailed:
         """Counted, logged and kept on the order row (the caller answers the error; no money moved yet)."""
@@ -226,7 +257,7 @@ class OrderService:
         about an unpaid order (rate-limited by PollService.confirm), which may book or close it."""
         order = self.orders.get(mchid, out_trade_no)
         if order is None:
-            raise NotFound(f"no order {mchid}/{out_trade_no}")
+            raise NotFound(f"no order {mchid}/{out_trade_no}", code="order_not_found")
         if (
             ask_channel
             and self.confirm is not None

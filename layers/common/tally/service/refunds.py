@@ -187,7 +187,9 @@ class RefundService:
             order = self.store.reserve_and_hold(order_pk, refund_no, hold, hold["abandoned_at"])
         except HoldRefused as exc:
             if exc.order is None:
-                raise NotFound(f"no order {spec['mchid']}/{spec['out_trade_no']}") from None
+                raise NotFound(
+                    f"no order {spec['mchid']}/{spec['out_trade_no']}", code="order_not_found"
+                ) from None
             refuse_unrefundable(exc.order, spec["amount_cent"])
             raise Busy(f"refund {refund_no}: the number is taken on this order, retry") from None
         row = self._new_row(
@@ -319,7 +321,7 @@ class RefundService:
         checks that no row stored before the keys were scoped holds this merchant's number (`legacy_free`)."""
         order = self.orders.get(spec["mchid"], spec["out_trade_no"])
         if order is None:
-            raise NotFound(f"no order {spec['mchid']}/{spec['out_trade_no']}")
+            raise NotFound(f"no order {spec['mchid']}/{spec['out_trade_no']}", code="order_not_found")
         refund_no = spec["refund_no"]
         try:  # an early answer; the guard that counts is the transaction below
             refuse_unrefundable(order, spec["amount_cent"])
@@ -377,15 +379,19 @@ class RefundService:
                 f"refund_no {existing.get('refund_no')} cannot be used: choose another refund_no"
             )
         if existing.get("order_pk") != order_pk or existing.get("amount_cent") != amount_cent:
+            term = "out_trade_no" if existing.get("order_pk") != order_pk else "amount_cent"
             raise RefundConflict(
                 f"refund_no {existing.get('refund_no')} already exists for order "
                 f"{existing.get('out_trade_no')} amount {yuan_text(int(existing.get('amount_cent') or 0))}: "
-                "use a new refund_no"
+                "use a new refund_no",
+                code="refund_terms_differ",
+                fields=[errors.field_error(term, "differs", f"{term} differs from the stored refund")],
             )
         if existing.get("status") == RefundStatus.FAIL.value:
             raise RefundConflict(
                 f"refund_no {existing.get('refund_no')} failed ({existing.get('fail_reason', '')}); "
-                "a failed refund_no is spent: retry with a new refund_no"
+                "a failed refund_no is spent: retry with a new refund_no",
+                code="refund_no_spent",
             )
         return public_refund(existing)
 
@@ -436,7 +442,7 @@ class RefundService:
         try:
             return factory(mchid)
         except LookupError as exc:
-            raise NotFound(f"merchant {mchid} on {channel}: {exc}") from None
+            raise NotFound(f"merchant {mchid} on {channel}: {exc}", code="merchant_not_found") from None
 
     # ================================================================== submit: outside any transaction (R28)
 
@@ -1125,11 +1131,15 @@ class RefundService:
             rows = self.store.by_number(refund_no)
             if len(rows) > 1:
                 raise NotFound(
-                    f"refund_no {refund_no} is used by several merchants: give the merchant (mchid)"
+                    f"refund_no {refund_no} is used by several merchants: give the merchant (mchid)",
+                    code="refund_not_found",
                 )
             row = rows[0] if rows else None
         if row is None:
-            raise NotFound(f"no refund {refund_no}" + (f" for merchant {mchid}" if mchid else ""))
+            raise NotFound(
+                f"no refund {refund_no}" + (f" for merchant {mchid}" if mchid else ""),
+                code="refund_not_found",
+            )
         view = public_refund(row)
         view["reports"] = [
             {
@@ -1196,7 +1206,8 @@ def refuse_unrefundable(order: Mapping[str, Any], amount_cent: int) -> None:
     """409 for an order that is not paid, 422 (ExceedsRefundable, counted) above what is left (R27)."""
     if order.get("status") != "PAID":
         raise RefundConflict(
-            f"order {order.get('out_trade_no')} is {order.get('status')}: only a paid order is refunded"
+            f"order {order.get('out_trade_no')} is {order.get('status')}: only a paid order is refunded",
+            code="order_not_paid",
         )
     try:
         check_reserve(int(order.get("refundable_cent") or 0), amount_cent)
