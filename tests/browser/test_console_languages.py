@@ -188,7 +188,9 @@ def test_the_sealed_books_read_chinese_and_the_day_verifies(stack, new_page):
         bootstrap.audit_service().seal_day(day)
     finally:
         bootstrap.set_clock(time.time)
-    page = sign_in(new_page(locale="zh-CN"), stack, "operator")  # the viewer keeps English (the Settings test)
+    page = sign_in(
+        new_page(locale="zh-CN"), stack, "operator"
+    )  # the viewer keeps English (the Settings test)
     page.click('nav a:has-text("账簿封存")')
     page.wait_for_selector("#books")
     text = assert_plain(page, True)
