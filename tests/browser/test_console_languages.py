@@ -171,3 +171,35 @@ def test_every_other_page_reads_chinese_too(stack, new_page):
         page.wait_for_selector("main")
         assert_plain(page, True)
         shot(page, f"zh-{name}")
+
+
+def test_the_sealed_books_read_chinese_and_the_day_verifies(stack, new_page):
+    """Today's journal sealed as the next night's run would: the list and the day page in plain Chinese, the
+    day verified; its zip downloads."""
+    from tally import bootstrap
+    from tally.console.data import today_cst
+
+    create_order(stack, "zhbooks-0004", 2500)
+    sim_post(stack, "/_sim/pay", {"mchid": MCHID, "out_trade_no": "zhbooks-0004"})
+    stack.drain(10)
+    day = today_cst(time.time()).isoformat()
+    bootstrap.set_clock(lambda: time.time() + 86400)
+    try:
+        bootstrap.audit_service().seal_day(day)
+    finally:
+        bootstrap.set_clock(time.time)
+    page = sign_in(
+        new_page(locale="zh-CN"), stack, "operator"
+    )  # the viewer keeps English (the Settings test)
+    page.click('nav a:has-text("账簿封存")')
+    page.wait_for_selector("#books")
+    text = assert_plain(page, True)
+    assert "已封存" in text and page.locator(f'#books tr[data-day="{day}"][data-sealed="yes"]').count() >= 1
+    shot(page, "zh-books")
+    page.click(f'#books tr[data-day="{day}"][data-merchant="{MCHID}"] a.day')
+    page.wait_for_selector("#verdict")
+    assert "核验通过" in assert_plain(page, True)
+    assert page.get_attribute("#verdict", "data-verdict") == "verified"
+    with page.expect_download() as download:
+        page.click("#zip-day")
+    assert download.value.suggested_filename == f"tally-books-{day}.zip"

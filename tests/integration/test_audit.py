@@ -19,6 +19,7 @@ from tally.store.codec import to_item
 
 from tally_cli import audit as cli_audit
 from tally_cli.main import main
+from tests.integration.audit_helpers import change_ledger_amount, paid_and_sealed, pay
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 OFFLINE = (
@@ -38,28 +39,10 @@ def m(h, monkeypatch):
     return h.add_merchant()
 
 
-def pay(h, mchid, amount):
-    order = json.loads(h.create_order(mchid, amount_cent=amount)["body"])
-    headers, body, resource = h.notification(mchid, order["out_trade_no"], amount)
-    assert h.notify(mchid, headers, body)["statusCode"] in (200, 204)
-    return order, resource
-
-
 @pytest.fixture
 def sealed_day(h, m):
     """Three payments today, then tomorrow's seal run: the day is sealed (signed, locked)."""
-    for amount in (101, 202, 303):
-        pay(h, m["mchid"], amount)
-    assert h.drain() == []
-    day = shanghai_day(time.time())
-    bootstrap.set_clock(lambda: time.time() + 86400)
-    try:
-        result = h.invoke(
-            "SealFunction", {"detail-type": "Scheduled Event", "source": "aws.events", "detail": {}}
-        )
-    finally:
-        bootstrap.set_clock(time.time)
-    assert [s["merchant"] for s in result["sealed"]] == [m["mchid"]] and result["sealed"][0]["records"] == 3
+    day = paid_and_sealed(h, m["mchid"])
     assert h.metric("AuditSealed") == 1
     return day
 
@@ -136,12 +119,7 @@ def test_an_open_day_cannot_be_sealed(h, m):
 
 def test_a_changed_ledger_amount_fails_verify_naming_its_record(h, m, sealed_day, tmp_path):
     (entry, *_) = sorted(h.scan("LEDGER_TABLE"), key=lambda r: r["amount_cent"])
-    h.ddb.update_item(
-        TableName=h.env["LEDGER_TABLE"],
-        Key=to_item({"pk": entry["pk"]}),
-        UpdateExpression="SET amount_cent = :a",
-        ExpressionAttributeValues={":a": {"N": "1"}},
-    )
+    change_ledger_amount(h, entry, 1)
     code, verdict, _ = offline_verify(export(sealed_day, tmp_path / "export"))
     assert code == 1 and not verdict["ok"]
     (finding,) = verdict["merchants"][m["mchid"]]
@@ -230,12 +208,7 @@ def test_the_daily_verifier_turns_a_tampered_day_into_a_case_and_an_alarmed_metr
         assert clean["sealed"] == [] and clean["not_verified"][sealed_day] == []
         assert h.metric("AuditMismatch") == 0
         (entry, *_) = h.scan("LEDGER_TABLE")
-        h.ddb.update_item(
-            TableName=h.env["LEDGER_TABLE"],
-            Key=to_item({"pk": entry["pk"]}),
-            UpdateExpression="SET amount_cent = :a",
-            ExpressionAttributeValues={":a": {"N": "99999"}},
-        )
+        change_ledger_amount(h, entry, 99999)
         again = h.invoke(
             "SealFunction", {"detail-type": "Scheduled Event", "source": "aws.events", "detail": {}}
         )

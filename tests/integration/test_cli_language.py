@@ -157,6 +157,8 @@ def test_json_is_the_same_document_byte_for_byte_in_both_languages(day, capsys, 
         ["recon", "diffs", *recon],
         ["find", day["otn"]],
         ["order", "story", day["mchid"], day["otn"]],
+        ["audit", "verify", "--day", "today"],  # the journal of today, not sealed yet (exit 1)
+        ["audit", "seal", "--day", "today"],  # refused (exit 2): today has not closed
         ["ledger", "day", "2024-02-30"],  # refused (exit 2): the document says why in English
         ["manual", "resolve", "--why", "x"],  # neither an item nor --filter (exit 1)
     ]
@@ -172,6 +174,24 @@ def test_json_is_the_same_document_byte_for_byte_in_both_languages(day, capsys, 
         assert zh == en, argv
         json.loads(zh)
     assert json.loads(printed["en"][-2])["error"] == "date '2024-02-30' is not a calendar day"
+
+
+def test_tally_audit_speaks_the_cli_language_and_keeps_the_finding_technical(day, capsys, monkeypatch):
+    """The provable books' verify in Chinese: its lines and its plain first finding translated, the finding
+    itself (record name and technical why) as the export's verify writes it; help in Chinese too."""
+    monkeypatch.setenv("TALLY_LANG", "zh-CN")
+    said = tally(capsys, "audit", "verify", "--day", "today", expect=(1,))
+    assert re.search(r"审计 \d{4}-\d{2}-\d{2}：\d+ 条记录", said) and "核验未通过" in said
+    assert "这一天没有封存。" in said and "the day is not sealed" in said
+    capsys.readouterr()
+    assert main(["audit", "seal", "--day", "today", "--local"]) == 2
+    assert "还没有结束（北京时间）" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["audit", "verify", "--help"])
+    assert "导出目录：离线核验" in capsys.readouterr().out
+    monkeypatch.setenv("TALLY_LANG", "en")
+    said = tally(capsys, "audit", "verify", "--day", "today", expect=(1,))
+    assert "NOT VERIFIED" in said and "The day has no seal." in said
 
 
 def test_argparse_help_and_errors_speak_the_cli_language(capsys, monkeypatch):

@@ -391,6 +391,35 @@ def ledger_page(request: Request, who: Identity) -> Response:
     return render("ledger.html", who, page="ledger", date=day, merchant_id=merchant, view=view)
 
 
+def books_page(request: Request, who: Identity) -> Response:
+    """The seals of the last 14 days per merchant; `?date=&merchant=` one merchant-day, verified now;
+    `format=zip` that day's export (every merchant, or the one named). Read-only: viewers too (finance)."""
+    day, merchant = request.field("date"), request.field("merchant")
+    if day:
+        try:
+            day = data.date.fromisoformat(day).isoformat()
+        except ValueError:
+            return render("error.html", who, 400, message=_("Dates look like 2026-11-30."))
+    if day and request.field("format") == "zip":
+        found = data.books_zip(day, merchant)
+        if found is None:
+            return render(
+                "error.html",
+                who,
+                413,
+                message=_("That day's books are too large to download here: ask an engineer to export them."),
+                message_detail=f"tally audit export --day {day} --out ./tally-books-{day}",
+            )
+        name, body = found
+        return Response(
+            200, body, "application/zip", {"content-disposition": f'attachment; filename="{name}"'}
+        )
+    if day and merchant:
+        return render("books_day.html", who, page="books", view=data.books_day(day, merchant))
+    view = data.books(merchant, day)
+    return render("books.html", who, page="books", view=view, merchant_id=merchant, date=day)
+
+
 def webhooks_page(request: Request, who: Identity, **shown: Any) -> Response:
     mchid = request.field("mchid")
     return render("webhooks.html", who, page="webhooks", mchid=mchid, endpoints=data.webhooks(mchid), **shown)
@@ -434,6 +463,7 @@ PAGES: dict[str, Callable[[Request, Identity], Response]] = {
     "refunds": refunds_page,
     "merchants": merchants_page,
     "ledger": ledger_page,
+    "books": books_page,
     "webhooks": webhooks_page,
     "incidents": incidents_page,
     "settings": lambda request, who: settings_page(request, who),

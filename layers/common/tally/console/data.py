@@ -596,3 +596,90 @@ def webhooks(mchid: str = "") -> list[dict[str, Any]]:
         }
         for e in endpoints.list(mchid or None)
     ]
+
+
+# ------------------------------------------------------------------------------------------- the books
+
+
+def _books() -> Any:
+    from tally.service.books import BooksService
+
+    return BooksService(bootstrap.audit_service())
+
+
+def _first_finding(reason: str) -> str:
+    """An audit-mismatch case's reason ("N finding(s) in D; first: <finding>") → the first finding's text."""
+    return reason.split("; first: ", 1)[-1]
+
+
+def _audit_cases() -> dict[tuple[str, str], Item]:
+    """The open audit-mismatch cases by (day, merchant): each is kept as `audit#<merchant>#<day>`
+    (service/audit.py check_day), the end of its id."""
+    found = {}
+    for item in filtered_items(kind="audit-mismatch"):
+        _, mchid, day = ("##" + item.id).rsplit("#", 2)
+        found[(day, mchid or item.mchid)] = item
+    return found
+
+
+def books(merchant: str = "", day: str = "") -> dict[str, Any]:
+    """The last 14 days' seals per merchant (service/books.py) with what the daily check last found: a day it
+    found not matching is an open audit-mismatch case (service/audit.py check_day); a pass is not recorded, so
+    a day without a case says so and its day page verifies it now."""
+    from tally.service.books import finding_code
+
+    cases = _audit_cases()
+    rows = []
+    for row in _books().days(merchant=merchant or None, day=day or None):
+        case = cases.get((row["day"], row["merchant"]))
+        first = _first_finding(case.why) if case else ""
+        rows.append(
+            {
+                **row,
+                "sealed": bool(row["sealed_at"]),
+                "sealed_cst": cst(row["sealed_at"]),
+                "case_id": case.id if case else "",
+                "finding": first,
+                "finding_code": finding_code(first) if case else "",
+            }
+        )
+    return {"rows": rows, "merchants": sorted({r["merchant"] for r in rows if r["merchant"]})}
+
+
+def books_day(day: str, merchant: str) -> dict[str, Any]:
+    """One merchant-day: its seal as locked and a verify run now (the auditor's export and offline check)."""
+    service = _books()
+    check = service.check(day, merchant)
+    seal = service.seal(day, merchant)
+    payload = (seal or {}).get("payload") or {}
+    case = _audit_cases().get((day, merchant))
+    return {
+        "day": day,
+        "merchant": merchant,
+        "records": check.records,
+        "sealed": check.sealed,
+        "sealed_cst": cst(payload.get("sealed_at")),
+        "sealed_records": payload.get("records"),
+        "evidence": len((seal or {}).get("evidence") or []),
+        "seal_detail": " · ".join(
+            f"{k} {payload[k]}"
+            for k in ("merkle_root", "evidence_digest", "key_id", "sealed_at")
+            if payload.get(k)
+        ),
+        "ok": check.ok,
+        "findings": check.findings,
+        "first_code": check.first_code,
+        "is_open": day >= service.recent_days(1)[0],
+        "case_id": case.id if case else "",
+    }
+
+
+def books_zip(day: str, merchant: str = "") -> tuple[str, bytes] | None:
+    """(file name, zip) of the day's export, or None when it is too large for a download here."""
+    from tally.service.books import TooLarge
+
+    try:
+        result: tuple[str, bytes] = _books().export_zip(day, merchant or None)
+        return result
+    except TooLarge:
+        return None

@@ -326,6 +326,17 @@ STORY_STATES = {  # the states an order story's entries carry besides order, ref
     "waiting to be applied": N_("waiting to be applied"),
     "with a person": N_("with a person"),
 }
+AUDIT_FINDINGS = {  # service/books.py finding_code: the first thing a day's verify found, in plain words
+    "not-sealed": N_("The day has no seal."),
+    "seal-signature": N_("The seal itself was changed: its signature no longer matches."),
+    "evidence": N_("A kept callback body or bill is missing or changed."),
+    "raw-body": N_("A callback body as received was changed after the seal."),
+    "history-line": N_("A line of a case's or an order's history was deleted."),
+    "row-changed": N_("A booked value (an amount, a status) was changed after it was recorded."),
+    "row-missing": N_("A ledger entry or status change the journal recorded was deleted."),
+    "after-seal": N_("Journal records were added, removed or rewritten after the seal."),
+    "record": N_("A journal record was changed or removed."),
+}
 MODES = {"direct": N_("direct merchant"), "partner": N_("sub-merchant of a service provider")}
 ENDPOINT_STATUSES = {"ACTIVE": N_("active"), "PAUSED": N_("paused"), "REMOVED": N_("removed")}
 
@@ -403,6 +414,9 @@ class Words:
 
     def story_kind(self, code: Any) -> str:
         return self._table(STORY_KINDS, code)
+
+    def audit_finding(self, code: Any) -> str:
+        return self._table(AUDIT_FINDINGS, code)
 
     def mode(self, code: Any) -> str:
         return self._table(MODES, code)

@@ -103,6 +103,30 @@ class AuditVault:
                 return sorted(keys)
             kwargs["ContinuationToken"] = answer["NextContinuationToken"]
 
+    def seals_since(self, first_day: str) -> dict[tuple[str, str], str]:
+        """(day, merchant) → when its seal object was written (ISO UTC), for every seal of `first_day` and
+        after: one listing from that day on (keys sort by day), not one call a day."""
+        found: dict[tuple[str, str], str] = {}
+        kwargs: dict[str, Any] = {
+            "Bucket": self.bucket,
+            "Prefix": SEAL_PREFIX,
+            "StartAfter": SEAL_PREFIX + first_day,
+        }
+        while True:
+            answer = self.s3.list_objects_v2(**kwargs)
+            for o in answer.get("Contents", []):
+                day, _, name = str(o["Key"]).removeprefix(SEAL_PREFIX).partition("/")
+                if name.endswith(".json"):
+                    written = o.get("LastModified")
+                    found[(day, name.removesuffix(".json"))] = (
+                        written.astimezone(UTC).isoformat()
+                        if isinstance(written, datetime)
+                        else str(written or "")
+                    )
+            if not answer.get("IsTruncated"):
+                return found
+            kwargs["ContinuationToken"] = answer["NextContinuationToken"]
+
 
 class BillFiles:
     """The bills the recon downloaded (BillsBucket `bills/{channel}/{mchid}/{date}/`): evidence for the seal."""
