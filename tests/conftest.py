@@ -14,6 +14,7 @@ import uuid
 from typing import Any
 
 import boto3
+import hypothesis
 import pytest
 from moto import mock_aws
 
@@ -34,6 +35,11 @@ from tally_local.resources import (  # noqa: E402
 )
 from tally_local.sigv4 import LOCAL_BACKEND_ARN  # noqa: E402
 from tally_local.simulator import ChannelSimulator, _crypto  # noqa: E402
+
+# Property tests assert behaviour, not speed (speed lives in `make bench`): no per-example deadline, which a
+# loaded 2-core machine trips at random.
+hypothesis.settings.register_profile("tally", deadline=None)
+hypothesis.settings.load_profile("tally")
 
 
 def pytest_collection_finish(session):
