@@ -81,6 +81,17 @@ def test_r14_three_bad_fields_are_three_errors_at_once(h, merchant, function, pa
     assert h.scan("ORDERS_TABLE") == [] and h.scan("REFUNDS_TABLE") == []
 
 
+def test_r14_a_misspelt_field_is_refused_not_defaulted(h, merchant):
+    """`expire_minute` for `expire_minutes`: without the refusal the order would expire at the default 120 minutes
+    and nobody would know; the answer names the key and nothing is stored."""
+    status, body = post(h, "OrdersFunction", "/orders", order_body(merchant["mchid"], expire_minute=30))
+    assert_error(status, body, "invalid_request")
+    assert [(e["field"], e["code"]) for e in body["error"]["errors"]] == [("expire_minute", "unknown_field")]
+    assert h.scan("ORDERS_TABLE") == []
+    status, body = post(h, "OrdersFunction", "/orders", order_body(merchant["mchid"], expire_minutes=30))
+    assert status == 201 and body["expire_minutes"] == 30
+
+
 def test_r53_every_route_answers_errors_with_a_code(h, merchant):
     """400, 403, 404, 409 on each of the four routes: the same body, a code of docs/errors.md."""
     mchid = merchant["mchid"]

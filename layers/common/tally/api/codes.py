@@ -110,6 +110,7 @@ FIELD_CODES: dict[str, str] = {
     "bad_length": "the text or list is too short or too long",
     "out_of_range": "the number is outside the allowed range (cents from 1 to 100000000000)",
     "not_allowed": "the value is not one of the allowed values",
+    "unknown_field": "the API has no such field (a misspelling?): nothing was done",
     "differs": "on a 409: the term differs from the stored order or refund",
     "exceeds_refundable": "on a 409: the amount is more than is left to refund",
     "too_large": "the body is over 16 KiB",

@@ -26,6 +26,7 @@ _FIELD_CODES = {
     "greater_than": "out_of_range",
     "less_than": "out_of_range",
     "literal_error": "not_allowed",
+    "extra_forbidden": "unknown_field",
 }
 
 

@@ -42,9 +42,10 @@ Description = Annotated[str, Field(min_length=1, max_length=127, description="1-
 
 
 class Request(BaseModel):
-    """Unknown keys are ignored (a newer client may send more); every known one is checked strictly."""
+    """Every key is checked strictly, and a key the API does not know is refused (`unknown_field`): a misspelt
+    optional field would otherwise fall back to its default unseen (an order expiring at 120 minutes, not 30)."""
 
-    model_config = ConfigDict(strict=True, extra="ignore")
+    model_config = ConfigDict(strict=True, extra="forbid")
 
 
 class OrderRequest(Request):
