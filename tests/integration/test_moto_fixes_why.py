@@ -318,3 +318,66 @@ def test_a_distributed_map_whose_child_fails_fails_as_on_aws(sfn, monkeypatch):
     own = moto_fixes.moto_own(DistributedIterationComponent, "_map_run")
     monkeypatch.setattr(DistributedIterationComponent, "_map_run", own)
     assert outcome() == "concluded"
+
+
+# ---- the cost patches without a test of their own elsewhere: the same answer as moto's own code -------------
+
+
+def test_cached_module_list_is_moto_s_list():
+    import moto.backends as backends
+
+    moto_fixes.install()
+    assert list(backends.list_of_moto_modules()) == list(
+        moto_fixes.moto_own(backends, "list_of_moto_modules")()
+    )
+    assert "dynamodb" in backends.list_of_moto_modules()
+
+
+def test_cached_jsonpath_finds_what_moto_s_parser_finds():
+    import jsonpath_ng.ext
+
+    moto_fixes.install()
+    event = {"detail": {"order": "o1", "amount": [1, 2]}, "source": "tally", "time": "2026-12-06T10:00:00Z"}
+    for path in ("$.detail", "$.detail.amount[1]", "$.source", "$.time", "$.missing"):
+        ours = [m.value for m in jsonpath_ng.ext.parse(path).find(event)]
+        theirs = [m.value for m in moto_fixes.moto_own(jsonpath_ng.ext, "parse")(path).find(event)]
+        assert ours == theirs
+        assert jsonpath_ng.ext.parse(path) is jsonpath_ng.ext.parse(path)  # parsed once
+
+
+def test_one_queue_attribute_answers_as_moto_s_all_attributes(patched_moto):
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.sqs.models import SQSBackend, sqs_backends
+
+    sqs = patched_moto.client("sqs")
+    url = sqs.create_queue(QueueName="attrs", Attributes={"DelaySeconds": "0"})["QueueUrl"]
+    try:
+        for n in range(5):
+            sqs.send_message(QueueUrl=url, MessageBody=f"m{n}", DelaySeconds=600 if n == 4 else 0)
+        sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=2, VisibilityTimeout=600)
+        backend = sqs_backends[DEFAULT_ACCOUNT_ID]["us-east-1"]
+        own = moto_fixes.moto_own(SQSBackend, "get_queue_attributes")
+        names = sorted(moto_fixes._PLAIN_QUEUE_ATTRIBUTES)
+        assert backend.get_queue_attributes("attrs", names) == own(backend, "attrs", names)
+        for name in names:
+            assert backend.get_queue_attributes("attrs", [name]) == own(backend, "attrs", [name])
+        counts = sqs.get_queue_attributes(
+            QueueUrl=url,
+            AttributeNames=[
+                "ApproximateNumberOfMessages",
+                "ApproximateNumberOfMessagesNotVisible",
+                "ApproximateNumberOfMessagesDelayed",
+            ],
+        )["Attributes"]
+        assert counts == {
+            "ApproximateNumberOfMessages": "2",
+            "ApproximateNumberOfMessagesNotVisible": "2",
+            "ApproximateNumberOfMessagesDelayed": "1",
+        }
+        message = backend.get_queue("attrs")._messages[0]
+        own_retention = moto_fixes.moto_own(SQSBackend, "is_message_valid_based_on_retention_period")
+        assert backend.is_message_valid_based_on_retention_period("attrs", message) is own_retention(
+            backend, "attrs", message
+        )
+    finally:
+        sqs.delete_queue(QueueUrl=url)
