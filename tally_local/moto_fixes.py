@@ -91,18 +91,93 @@ for less CPU, each with a test in tests/integration/test_moto_fixes_load.py:
    one pass; the same messages, in the same order (tests/integration/test_moto_fixes_load.py).
 
 `install()` is idempotent and process-wide (moto's backends are per process anyway).
+
+**Checked against moto `==5.2.1`** (`MOTO_CHECKED`; requirements-dev.txt pins 5.2.1). Every patch rebinds a
+moto internal that moto documents no extension point for, so `install()` refuses to run on a moto outside that
+range (`MotoFixError`, naming the range), and each patch refuses to install if the attribute it replaces is gone
+(or, for a hook it adds, if moto grew one of its own): a moto upgrade fails at start, never runs a half-patched
+path. To move the range: install the new moto, run tests/integration/test_moto_*.py (each patch's test shows what
+moto does without it) and `python -m bench.moto_patches` (what each cost patch still buys), then widen it.
+moto's own function behind each patch stays reachable as `moto_own(owner, name)`, for the tests.
 """
 
 from __future__ import annotations
 
 import copy
+import re
 import threading
+from collections.abc import Callable
 from typing import Any
+
+MOTO_CHECKED = "==5.2.1"
+_CHECKED_FROM, _CHECKED_BELOW = (5, 2, 1), (5, 2, 2)
 
 _installed = False
 _install_lock = threading.Lock()
 _request_lock = threading.RLock()
 _in_transaction = threading.local()
+_MISSING = object()
+_moto_own: dict[tuple[int, str], Any] = {}  # (id(owner), name) -> moto's own attribute, before any patch
+
+
+class MotoFixError(RuntimeError):
+    """The installed moto is not the one these patches were checked against."""
+
+
+def check_moto_version(version: str | None = None) -> None:
+    """Raise MotoFixError unless `version` (default: the installed moto's) is within MOTO_CHECKED."""
+    if version is None:
+        import moto
+
+        version = moto.__version__
+    numbers = tuple(int(n) for n in re.findall(r"\d+", version.split("+")[0])[:3])
+    if not _CHECKED_FROM <= numbers < _CHECKED_BELOW or re.search(r"(dev|a|b|rc)\d*$", version):
+        raise MotoFixError(
+            f"tally_local.moto_fixes was checked against moto {MOTO_CHECKED}, this is moto {version}: "
+            "its patches rebind moto internals, so run tests/integration/test_moto_*.py and "
+            "`python -m bench.moto_patches` on this moto, then move MOTO_CHECKED (or pin moto back)"
+        )
+
+
+def _where(owner: Any) -> str:
+    return (
+        f"{getattr(owner, '__module__', '')}.{owner.__qualname__}"
+        if isinstance(owner, type)
+        else owner.__name__
+    )
+
+
+def _moto(owner: Any, name: str) -> Any:
+    """moto's `owner.name`, or MotoFixError if this moto has none (a patch must not silently do nothing)."""
+    found = getattr(owner, name, _MISSING)
+    if found is _MISSING:
+        raise MotoFixError(
+            f"moto has no {_where(owner)}.{name}, which tally_local.moto_fixes patches "
+            f"(checked against moto {MOTO_CHECKED}): check the patch against this moto"
+        )
+    return found
+
+
+def _replace(owner: Any, name: str, new: Any) -> None:
+    """Rebind moto's `owner.name` (which must exist) to `new`; moto's own stays in `moto_own`."""
+    _moto_own.setdefault((id(owner), name), _moto(owner, name))
+    setattr(owner, name, new)
+
+
+def _add(owner: Any, name: str, new: Any) -> None:
+    """Give `owner` a hook moto's class does not define itself (MotoFixError if it now does)."""
+    if name in vars(owner):
+        raise MotoFixError(
+            f"moto's {_where(owner)} now defines {name} itself, which tally_local.moto_fixes adds "
+            f"(checked against moto {MOTO_CHECKED}): check whether the patch is still needed"
+        )
+    _moto_own.setdefault((id(owner), name), None)
+    setattr(owner, name, new)
+
+
+def moto_own(owner: Any, name: str) -> Any:
+    """moto's own `owner.name` as it was before `install()` (None for a hook moto does not define)."""
+    return _moto_own[(id(owner), name)] if (id(owner), name) in _moto_own else getattr(owner, name)
 
 
 def install() -> None:
@@ -110,37 +185,22 @@ def install() -> None:
     with _install_lock:
         if _installed:
             return
-        atomic_requests()
-        item_level_rollback()
-        cached_module_list()
-        cached_jsonpath()
-        one_queue_attribute()
-        cached_update_parser()
-        local_lambda_invoke()
-        state_machine_copy_without_executions()
-        map_run_tolerated_failures()
-        cached_alias_keys()
-        cached_action_names()
-        cached_processing_maps()
-        structural_checks_once()
-        item_size_checked_once()
-        plain_ast_copy()
-        query_by_hash_key()
-        items_as_json()
-        backlog_with_one_clock()
+        check_moto_version()
+        for patch in PATCHES:
+            patch()
         _installed = True
 
 
 def atomic_requests() -> None:
     from moto.dynamodb.responses import DynamoHandler
 
-    original = DynamoHandler.call_action
+    original = _moto(DynamoHandler, "call_action")
 
     def call_action(self: Any) -> Any:
         with _request_lock:
             return original(self)
 
-    DynamoHandler.call_action = call_action
+    _replace(DynamoHandler, "call_action", call_action)
 
 
 INVOKE_URL_VARIABLE = "TALLY_LOCAL_INVOKE_URL"
@@ -151,7 +211,7 @@ def local_lambda_invoke() -> None:
 
     from moto.awslambda.models import LambdaBackend
 
-    original = LambdaBackend.invoke
+    original = _moto(LambdaBackend, "invoke")
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # 127.0.0.1 only
 
     def invoke(
@@ -172,7 +232,7 @@ def local_lambda_invoke() -> None:
             response_headers["x-amz-function-error"] = error
         return payload
 
-    LambdaBackend.invoke = invoke
+    _replace(LambdaBackend, "invoke", invoke)
 
 
 def state_machine_copy_without_executions() -> None:
@@ -185,7 +245,7 @@ def state_machine_copy_without_executions() -> None:
             setattr(clone, name, [] if name == "executions" else copy.deepcopy(value, memo))
         return clone
 
-    StateMachineInstance.__deepcopy__ = deepcopy
+    _add(StateMachineInstance, "__deepcopy__", deepcopy)  # moto defines none: its copy is the default
 
 
 def map_run_tolerated_failures() -> None:
@@ -203,7 +263,7 @@ def map_run_tolerated_failures() -> None:
     )
     from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
 
-    original = DistributedIterationComponent._map_run
+    original = _moto(DistributedIterationComponent, "_map_run")
 
     def _map_run(self: Any, env: Any, eval_input: Any) -> None:
         original(self, env, eval_input)
@@ -230,14 +290,14 @@ def map_run_tolerated_failures() -> None:
                 )
             )
 
-    DistributedIterationComponent._map_run = _map_run
+    _replace(DistributedIterationComponent, "_map_run", _map_run)
 
 
 def cached_module_list() -> None:
     import moto.backends as backends
 
-    modules = tuple(backends.list_of_moto_modules())
-    backends.list_of_moto_modules = lambda: modules  # werkzeug_app calls it through the module
+    modules = tuple(_moto(backends, "list_of_moto_modules")())
+    _replace(backends, "list_of_moto_modules", lambda: modules)  # werkzeug_app calls it through the module
 
 
 def cached_jsonpath() -> None:
@@ -246,7 +306,7 @@ def cached_jsonpath() -> None:
     import jsonpath_ng.ext
 
     # moto.events.utils imports `parse` from the module at each call, so it finds this one
-    jsonpath_ng.ext.parse = functools.lru_cache(maxsize=256)(jsonpath_ng.ext.parse)
+    _replace(jsonpath_ng.ext, "parse", functools.lru_cache(maxsize=256)(_moto(jsonpath_ng.ext, "parse")))
 
 
 _PLAIN_QUEUE_ATTRIBUTES = frozenset(
@@ -270,7 +330,7 @@ def one_queue_attribute() -> None:
     from moto.core.utils import camelcase_to_underscores, unix_time
     from moto.sqs.models import SQSBackend
 
-    original = SQSBackend.get_queue_attributes
+    original = _moto(SQSBackend, "get_queue_attributes")
 
     def get_queue_attributes(self: Any, queue_name: str, attribute_names: list[str]) -> dict[str, Any]:
         if not attribute_names or not set(attribute_names) <= _PLAIN_QUEUE_ATTRIBUTES:
@@ -283,8 +343,10 @@ def one_queue_attribute() -> None:
         retention_period = self.get_queue(queue_name).message_retention_period
         return int(retention_period) + message.sent_timestamp / 1000 > unix_time()
 
-    SQSBackend.get_queue_attributes = get_queue_attributes
-    SQSBackend.is_message_valid_based_on_retention_period = is_message_valid_based_on_retention_period
+    _replace(SQSBackend, "get_queue_attributes", get_queue_attributes)
+    _replace(
+        SQSBackend, "is_message_valid_based_on_retention_period", is_message_valid_based_on_retention_period
+    )
 
 
 def backlog_with_one_clock() -> None:
@@ -324,10 +386,10 @@ def backlog_with_one_clock() -> None:
         now = unix_time_millis()
         return sum(1 for m in self._messages if not now > m.visible_at)
 
-    Queue.messages = property(messages)
-    Queue.approximate_number_of_messages_delayed = property(delayed)
-    Queue.approximate_number_of_messages_not_visible = property(not_visible)
-    Queue.delete_message = delete_message
+    _replace(Queue, "messages", property(messages))
+    _replace(Queue, "approximate_number_of_messages_delayed", property(delayed))
+    _replace(Queue, "approximate_number_of_messages_not_visible", property(not_visible))
+    _replace(Queue, "delete_message", delete_message)
 
 
 def cached_update_parser() -> None:
@@ -335,21 +397,21 @@ def cached_update_parser() -> None:
 
     from moto.dynamodb.parsing.expressions import UpdateExpressionParser
 
-    make = UpdateExpressionParser.make.__func__  # type: ignore[attr-defined]
+    make = _moto(UpdateExpressionParser, "make").__func__
     parsed = functools.lru_cache(maxsize=512)(lambda text: make(UpdateExpressionParser, text))
 
     def cached_make(cls: type, text: str) -> Any:
         return parsed(text) if cls is UpdateExpressionParser else make(cls, text)
 
-    UpdateExpressionParser.make = classmethod(cached_make)
+    _replace(UpdateExpressionParser, "make", classmethod(cached_make))
 
 
 def item_level_rollback() -> None:
     import moto.dynamodb.models as models
     from moto.dynamodb.models import DynamoDBBackend
 
-    models.copy = _CopyKeepingTables(models.Table)  # the module-level `copy` moto's backend calls
-    original = DynamoDBBackend.transact_write_items
+    _replace(models, "copy", _CopyKeepingTables(models.Table))  # the module-level `copy` moto's backend calls
+    original = _moto(DynamoDBBackend, "transact_write_items")
 
     def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
         saved = _save_touched(self, transact_items)
@@ -362,7 +424,7 @@ def item_level_rollback() -> None:
         finally:
             _in_transaction.active = False
 
-    DynamoDBBackend.transact_write_items = transact_write_items
+    _replace(DynamoDBBackend, "transact_write_items", transact_write_items)
 
 
 class _CopyKeepingTables:
@@ -455,7 +517,10 @@ def cached_alias_keys() -> None:
     from moto.core.utils import MISSING, get_value
 
     base = serialize.ResponseSerializer
-    original_get_value, original_structure = base.get_value, base._serialize_type_structure
+    original_get_value, original_structure = (
+        _moto(base, "get_value"),
+        _moto(base, "_serialize_type_structure"),
+    )
     pickers = (serialize.AttributePicker, serialize.XFormedAttributePicker)
     names_by: dict[tuple[Any, ...], tuple[str, ...]] = {}
     members_by: dict[tuple[Any, ...], tuple[tuple[str, Any, tuple[str, ...]], ...]] = {}
@@ -529,8 +594,8 @@ def cached_alias_keys() -> None:
 
     cached_get_value.__wrapped__ = original_get_value  # type: ignore[attr-defined]  # moto's, for the tests
     cached_structure.__wrapped__ = original_structure  # type: ignore[attr-defined]
-    base.get_value = cached_get_value
-    base._serialize_type_structure = cached_structure
+    _replace(base, "get_value", cached_get_value)
+    _replace(base, "_serialize_type_structure", cached_structure)
 
 
 def cached_action_names() -> None:
@@ -542,7 +607,8 @@ def cached_action_names() -> None:
 
     from moto.core import responses
 
-    responses.method_names_from_class = functools.lru_cache(maxsize=256)(responses.method_names_from_class)
+    original = _moto(responses, "method_names_from_class")
+    _replace(responses, "method_names_from_class", functools.lru_cache(maxsize=256)(original))
 
 
 def cached_processing_maps() -> None:
@@ -570,8 +636,8 @@ def cached_processing_maps() -> None:
                 return processor(node)
         return None
 
-    DepthFirstTraverser.nodes_to_be_processed = nodes_to_be_processed
-    DepthFirstTraverser.process = process
+    _replace(DepthFirstTraverser, "nodes_to_be_processed", nodes_to_be_processed)
+    _replace(DepthFirstTraverser, "process", process)
 
 
 _STRUCTURAL_LIMIT = 4096
@@ -619,8 +685,8 @@ def structural_checks_once() -> None:
                 entry[1].add(ident)
         return node
 
-    validators.Validator.__init__ = __init__
-    validators.UpdateExpressionValidator.validate = validate
+    _replace(validators.Validator, "__init__", __init__)
+    _replace(validators.UpdateExpressionValidator, "validate", validate)
 
 
 def item_size_checked_once() -> None:
@@ -647,7 +713,7 @@ def item_size_checked_once() -> None:
             dict.__setitem__(self.attrs, key, typed)
             total += size
 
-    dynamo_type.Item.__init__ = __init__
+    _replace(dynamo_type.Item, "__init__", __init__)
 
 
 _IMMUTABLE = (str, int, float, bool, type(None))
@@ -703,7 +769,7 @@ def plain_ast_copy() -> None:
             return copy_value(value, {} if memo is None else memo)
         return copy.deepcopy(value, memo)
 
-    validators.deepcopy = ast_deepcopy
+    _replace(validators, "deepcopy", ast_deepcopy)
 
 
 _query_scope = threading.local()  # id(table) -> the candidate items moto's Query sees as the table's items
@@ -713,12 +779,12 @@ def query_by_hash_key() -> None:
     from moto.dynamodb.models import DynamoDBBackend
     from moto.dynamodb.models.table import Table
 
-    original_query = Table.query
-    original_all_items = Table.all_items
-    original_put = Table.put_item
-    original_delete = Table.delete_item
-    original_update = DynamoDBBackend.update_item
-    original_transact = DynamoDBBackend.transact_write_items
+    original_query = _moto(Table, "query")
+    original_all_items = _moto(Table, "all_items")
+    original_put = _moto(Table, "put_item")
+    original_delete = _moto(Table, "delete_item")
+    original_update = _moto(DynamoDBBackend, "update_item")
+    original_transact = _moto(DynamoDBBackend, "transact_write_items")
 
     def all_items(self: Any) -> Any:
         candidates = getattr(_query_scope, "tables", {}).get(id(self))
@@ -768,12 +834,12 @@ def query_by_hash_key() -> None:
                     continue
             raise
 
-    Table.all_items = all_items
-    Table.query = query
-    Table.put_item = put_item
-    Table.delete_item = delete_item
-    DynamoDBBackend.update_item = update_item
-    DynamoDBBackend.transact_write_items = transact_write_items
+    _replace(Table, "all_items", all_items)
+    _replace(Table, "query", query)
+    _replace(Table, "put_item", put_item)
+    _replace(Table, "delete_item", delete_item)
+    _replace(DynamoDBBackend, "update_item", update_item)
+    _replace(DynamoDBBackend, "transact_write_items", transact_write_items)
 
 
 _QUERY_PARAMETERS = (
@@ -905,7 +971,7 @@ def items_as_json() -> None:
 
     from moto.dynamodb.responses import DynamoResult
 
-    original = DynamoResult.execute_result
+    original = _moto(DynamoResult, "execute_result")
 
     def execute_result(self: Any, context: Any) -> Any:
         result = self.result
@@ -921,7 +987,7 @@ def items_as_json() -> None:
         answer["Items"] = [_wire(item) for item in items]
         return status, headers, json.dumps(answer)
 
-    DynamoResult.execute_result = execute_result
+    _replace(DynamoResult, "execute_result", execute_result)
 
 
 def _wire(value: Any) -> Any:
@@ -935,3 +1001,26 @@ def _wire(value: Any) -> Any:
     if isinstance(value, list):
         return [_wire(v) for v in value]
     return value
+
+
+# In install()'s order (query_by_hash_key wraps item_level_rollback's transact_write_items).
+PATCHES: tuple[Callable[[], None], ...] = (
+    atomic_requests,
+    item_level_rollback,
+    cached_module_list,
+    cached_jsonpath,
+    one_queue_attribute,
+    cached_update_parser,
+    local_lambda_invoke,
+    state_machine_copy_without_executions,
+    map_run_tolerated_failures,
+    cached_alias_keys,
+    cached_action_names,
+    cached_processing_maps,
+    structural_checks_once,
+    item_size_checked_once,
+    plain_ast_copy,
+    query_by_hash_key,
+    items_as_json,
+    backlog_with_one_clock,
+)
