@@ -76,6 +76,8 @@ class StreamPump:
             try:
                 self.poll_once()
             except (BotoCoreError, ClientError):
+                if self._stopping.is_set():
+                    return  # the stack is stopping: moto may be gone already, nothing to retry
                 log.exception("stream pump %s: reading the stream failed; retrying", self.function_name)
 
     def poll_once(self) -> int:
@@ -220,6 +222,8 @@ class DownstreamPrinter:
             try:
                 self.poll_once(wait_s=1)
             except (BotoCoreError, ClientError):
+                if self._stopping.is_set():
+                    return  # the stack is stopping: moto may be gone already, nothing to retry
                 log.exception("downstream printer: polling failed; retrying")
 
     def poll_once(self, wait_s: int = 0) -> None:
