@@ -127,6 +127,18 @@ def sim_post(stack, path: str, body: dict) -> tuple[int, bytes]:
     return status, data
 
 
+def audit_bucket_call(operation: str, params: dict) -> tuple[str, str]:
+    """An S3 call on the audit bucket as IAM authorises it: a listing is ListBucket on the bucket, a read of a
+    version GetObjectVersion, a HeadObject GetObject (on its objects)."""
+    if operation in ("ListObjectsV2", "ListObjects"):
+        return "s3:ListBucket", "AuditBucket"
+    if operation == "ListObjectVersions":
+        return "s3:ListBucketVersions", "AuditBucket"
+    if operation in ("GetObject", "HeadObject") and "versionId" in (params.get("query_string") or {}):
+        return "s3:GetObjectVersion", "AuditBucket/*"
+    return ("s3:GetObject" if operation == "HeadObject" else f"s3:{operation}"), "AuditBucket/*"
+
+
 @pytest.fixture(scope="module", autouse=True)
 def console_calls(stack):
     """Every AWS call the console function makes while the tests click: (IAM action, resource), as IAM
@@ -154,13 +166,23 @@ def console_calls(stack):
                 (f"{kind}Item" if kind != "ConditionCheck" else "ConditionCheckItem", op)
                 for entry in request.get("TransactItems", [])
                 for kind, op in entry.items()
-            ] or [(model.name, request)]
+            ] or [(model.name, {"TableName": name}) for name in request.get("RequestItems", {})]  # a batch
+            items = items or [(model.name, request)]
             for action, op in items:
                 table = logical[names[op["TableName"]]]
-                calls.add((f"dynamodb:{action}", f"{table}/index/*" if op.get("IndexName") else table))
+                index = op.get("IndexName")
+                calls.add((f"dynamodb:{action}", f"{table}/index/{index}" if index else table))
         elif service == "s3":
-            key = str(params.get("url_path", "")).split("/", 2)[-1]
-            calls.add((f"s3:{model.name}", "BillsBucket/" + key.split("/", 1)[0] + "/*"))
+            # auth_path is "/<bucket>/<key>" whichever addressing style the request used (url_path may hold the key only)
+            bucket, _, key = (
+                str(params.get("auth_path") or params.get("url_path", "")).lstrip("/").partition("/")
+            )
+            if bucket == stack.env.get("AUDIT_BUCKET"):  # the sealed books (docs/audit.md)
+                calls.add(audit_bucket_call(model.name, params))
+            else:
+                calls.add((f"s3:{model.name}", "BillsBucket/" + key.split("/", 1)[0] + "/*"))
+        elif service == "kms":
+            calls.add((f"kms:{model.name}", "AuditKey"))
         elif service == "sqs":
             calls.add((f"sqs:{model.name}", "ApplyQueue"))
         elif service == "secretsmanager":
@@ -168,8 +190,15 @@ def console_calls(stack):
         else:
             calls.add((f"{service}:{model.name}", service))
 
-    for service in ("dynamodb", "sqs", "secretsmanager", "s3", "cognito-idp"):
+    watched = ("dynamodb", "sqs", "secretsmanager", "s3", "kms", "cognito-idp")
+    for service in watched:
         bootstrap._client(service).meta.events.register("before-call", seen)
+    # a test that moves bootstrap's clock (set_clock → reset) makes bootstrap build new clients: they copy the
+    # default session's events, so the recorder is there too and keeps seeing the console's calls
+    import boto3
+
+    for service in watched:
+        boto3._get_default_session()._session.register(f"before-call.{service}", seen)
     for route in stack.front_door.routes:
         target = route.target
         if target.function_name == "ConsoleFunction" and not getattr(target, "_recorded", False):
