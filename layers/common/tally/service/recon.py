@@ -382,7 +382,19 @@ class ReconService:
         kept = next((r["bill_key"] for r in runs if r.get("bill_key")), None)
         if kept is None:
             raise ReconError(f"no bill kept for {pk}: run it first")
-        self.store.put_confirmation(pk, by, note, iso_now(self.clock()))
+        at = iso_now(self.clock())
+        if self.journal is None:
+            self.store.put_confirmation(pk, by, note, at)
+        else:  # a person's action: who and why, in the write that records it (the run that follows has its own)
+            self.journal.commit(
+                mchid,
+                pk,
+                kind="recon.confirm",
+                at=at,
+                facts={"channel": channel, "bill_date": bill_date, "by": by, "note": note, "bill_key": kept},
+                items=[self.store.confirmation_put(pk, by, note, at)],
+                transact=self.store.transact,
+            )
         return self.run(channel, mchid, bill_date, pass_="confirm", s3_key=kept)
 
     # ------------------------------------------------------------ the bill
@@ -1193,6 +1205,7 @@ class ReconService:
             "block_code": run.get("block_code"),
             "open_diffs": run.get("open_diffs"),
             "diffs_seen": len(seen),
+            "confirmed_by": run.get("confirmed_by"),  # R33: a volume drop a person let through
         }
         chunks = [seen[i : i + DIFF_REFS] for i in range(0, len(seen), DIFF_REFS)] or [[]]
         for n, chunk in enumerate(chunks[:-1], start=1):

@@ -164,10 +164,12 @@ class ReconStore:
         return None
 
     def put_confirmation(self, pk: str, by: str, note: str, at: str) -> None:
-        self.ddb.put_item(
-            TableName=self.runs,
-            Item=to_item({"pk": pk, "sk": CONFIRM_SK, "confirmed_by": by, "note": note, "confirmed_at": at}),
-        )
+        self.ddb.put_item(**self.confirmation_put(pk, by, note, at)["Put"])
+
+    def confirmation_put(self, pk: str, by: str, note: str, at: str) -> dict[str, Any]:
+        """A person's confirmation of a volume drop (R33) as a transaction item (its journal record rides in it)."""
+        row = {"pk": pk, "sk": CONFIRM_SK, "confirmed_by": by, "note": note, "confirmed_at": at}
+        return {"Put": {"TableName": self.runs, "Item": to_item(row)}}
 
     def confirmation(self, pk: str) -> dict[str, Any] | None:
         answer = self.ddb.get_item(
