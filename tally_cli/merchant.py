@@ -191,6 +191,13 @@ def _verdict(verdict: str) -> str:
     return pad(_(VERDICTS[verdict]), 4)
 
 
+def _directory(bootstrap: Any) -> Any:
+    """The merchant directory, its changes journaled as this CLI caller's (docs/audit.md)."""
+    directory = bootstrap.merchants()
+    directory.actor = principals.caller_name(None)
+    return directory
+
+
 def _notify_url(args: argparse.Namespace, state: dict, route: str, merchant_id: str) -> str:
     return args.notify_url or f"{state['api_url'].rstrip('/')}/notify/{route}/{merchant_id}"
 
@@ -200,7 +207,7 @@ def merchant_add(args: argparse.Namespace) -> int:
         state = connect(args)
         from tally import bootstrap
 
-        row = bootstrap.merchants().add_wechatpay_partner(
+        row = _directory(bootstrap).add_wechatpay_partner(
             sub_mchid=args.mchid, sp_mchid=args.sp_mchid, sub_appid=args.appid, tenant=args.tenant
         )
         print(
@@ -219,7 +226,7 @@ def merchant_add(args: argparse.Namespace) -> int:
     from tally import bootstrap
 
     notify_url = _notify_url(args, state, "wechatpay", args.mchid)
-    row = bootstrap.merchants().add_wechatpay(
+    row = _directory(bootstrap).add_wechatpay(
         mchid=args.mchid,
         apiv3_key=secret_arg(args.apiv3_key),
         merchant_key_pem=args.merchant_key.read_text(),
@@ -242,7 +249,7 @@ def merchant_add_cert(args: argparse.Namespace) -> int:
     connect(args)
     from tally import bootstrap
 
-    row = bootstrap.merchants().add_alipay_certificate(
+    row = _directory(bootstrap).add_alipay_certificate(
         app_id=args.merchant_id, alipay_cert=args.certificate.read_text()
     )
     print(
@@ -259,7 +266,7 @@ def merchant_add_alipay(args: argparse.Namespace) -> int:
         state = connect(args)
         from tally import bootstrap
 
-        row = bootstrap.merchants().add_alipay_sub(
+        row = _directory(bootstrap).add_alipay_sub(
             app_id=args.app_id,
             sp_app_id=args.sp_app_id,
             app_auth_token=secret_arg(args.app_auth_token),
@@ -291,7 +298,7 @@ def merchant_add_alipay(args: argparse.Namespace) -> int:
     def text(path: pathlib.Path | None) -> str | None:
         return path.read_text() if path else None
 
-    row = bootstrap.merchants().add_alipay(
+    row = _directory(bootstrap).add_alipay(
         app_id=args.app_id,
         app_private_key=args.app_private_key.read_text(),
         notify_url=notify_url,
@@ -316,7 +323,7 @@ def merchant_add_v2(args: argparse.Namespace) -> int:
     from tally import bootstrap
 
     notify_url = _notify_url(args, state, "wechatpay-v2", args.mchid)
-    row = bootstrap.merchants().add_wechatpay_v2(
+    row = _directory(bootstrap).add_wechatpay_v2(
         mchid=args.mchid,
         api_key=secret_arg(args.api_key),
         notify_url=notify_url,

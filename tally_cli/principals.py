@@ -78,7 +78,12 @@ def merchant_principals(args: argparse.Namespace) -> int:
 
 
 def _by(args: argparse.Namespace) -> str:
-    return args.by or os.environ.get("USER", "") or "cli"
+    return caller_name(args.by)
+
+
+def caller_name(by: str | None) -> str:
+    """Who acts from this CLI: `--by` where the command has it, else the login name."""
+    return by or os.environ.get("USER", "") or "cli"
 
 
 def _granted(principal: str, merchants: list[str]) -> str:

@@ -36,9 +36,8 @@ def paid_and_sealed(h, mchid, amounts=(101, 202, 303)) -> str:
     assert h.drain() == []
     day = shanghai_day(time.time())
     result = seal_tomorrow(h)
-    assert [s["merchant"] for s in result["sealed"]] == [mchid] and result["sealed"][0]["records"] == len(
-        amounts
-    )
+    sealed = {s["merchant"]: s["records"] for s in result["sealed"]}
+    assert sealed[mchid] >= len(amounts)  # the payments, and the merchant's configuration when made that day
     return day
 
 

@@ -28,6 +28,26 @@ def pay(h, mchid, cents, success_time, *, deliver=True, otn=None):
     return otn, tid
 
 
+def book_ghost(h, mchid, ghost, cents=777, day=D):
+    """A PAYMENT entry in our books that no channel's bill lists (a LOCAL_ONLY difference for `day`)."""
+    from tally.store.codec import to_item
+    from tally.store.recon import with_bill_shard
+
+    row = {
+        "pk": ghost,
+        "kind": "PAYMENT",
+        "channel": "wechatpay",
+        "mchid": mchid,
+        "transaction_id": ghost[10:],
+        "order_pk": f"{mchid}#GHOST",
+        "amount_cent": cents,
+        "bill_date": day,
+        "booked_at": "x",
+        "source": "notify",
+    }
+    h.ddb.put_item(TableName=h.env["LEDGER_TABLE"], Item=to_item(with_bill_shard(row)))
+
+
 def metric(h, name):
     """Metrics the service counted (direct calls are not wrapped by the handler's log_metrics)."""
     from tally.observability import metrics

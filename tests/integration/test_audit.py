@@ -19,7 +19,7 @@ from tally.store.codec import to_item
 
 from tally_cli import audit as cli_audit
 from tally_cli.main import main
-from tests.integration.audit_helpers import change_ledger_amount, paid_and_sealed, pay
+from tests.integration.audit_helpers import change_ledger_amount, pay, seal_tomorrow
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 OFFLINE = (
@@ -42,8 +42,15 @@ def m(h, monkeypatch):
 @pytest.fixture
 def sealed_day(h, m):
     """Three payments today, then tomorrow's seal run: the day is sealed (signed, locked)."""
-    day = paid_and_sealed(h, m["mchid"])
-    assert h.metric("AuditSealed") == 1
+    for amount in (101, 202, 303):
+        pay(h, m["mchid"], amount)
+    assert h.drain() == []
+    day = shanghai_day(time.time())
+    result = seal_tomorrow(h)
+    # the three bookings and the merchant's configuration (its key change); the test principal's grant on the
+    # deployment's own chain
+    assert [(s["merchant"], s["records"]) for s in result["sealed"]] == [(m["mchid"], 4), ("tally", 1)]
+    assert h.metric("AuditSealed") == 2
     return day
 
 
@@ -80,13 +87,23 @@ def records(h):
     }
 
 
+def seal_today(h):
+    day = shanghai_day(time.time())
+    bootstrap.set_clock(lambda: time.time() + 86400)
+    try:
+        bootstrap.audit_service().seal_day(day)
+    finally:
+        bootstrap.set_clock(time.time)
+    return day
+
+
 def test_a_sealed_day_verifies_offline_in_a_fresh_process_with_only_the_export(h, m, sealed_day, tmp_path):
     folder = export(sealed_day, tmp_path / "export")
     assert (folder / "public_key.pem").read_text().startswith("-----BEGIN PUBLIC KEY-----")
     assert len(list((folder / "evidence").iterdir())) == 3  # the three raw bodies, kept by hash
     code, verdict, err = offline_verify(folder)
     assert code == 0, (verdict, err)
-    assert verdict["ok"] and verdict["records"] == 3 and verdict["merchants"] == {m["mchid"]: []}
+    assert verdict["ok"] and verdict["records"] == 5 and verdict["merchants"] == {m["mchid"]: [], "tally": []}
 
 
 def test_the_seal_is_locked_in_compliance_mode_and_cannot_be_deleted(h, m, sealed_day):
@@ -123,7 +140,7 @@ def test_a_changed_ledger_amount_fails_verify_naming_its_record(h, m, sealed_day
     code, verdict, _ = offline_verify(export(sealed_day, tmp_path / "export"))
     assert code == 1 and not verdict["ok"]
     (finding,) = verdict["merchants"][m["mchid"]]
-    name = next(n for n, r in records(h).items() if r["facts"]["raw_key"] == entry["pk"])
+    name = next(n for n, r in records(h).items() if r["facts"].get("raw_key") == entry["pk"])
     assert finding.startswith(name + ":") and "amount_cent is 1, journaled 101" in finding
 
 
@@ -146,7 +163,7 @@ def test_a_replaced_raw_body_fails_verify_naming_its_record(h, m, sealed_day, tm
     )
     code, verdict, _ = offline_verify(export(sealed_day, tmp_path / "export"))
     (finding,) = verdict["merchants"][m["mchid"]]
-    name = next(n for n, r in records(h).items() if r["facts"]["raw_key"] == raw["pk"])
+    name = next(n for n, r in records(h).items() if r["facts"].get("raw_key") == raw["pk"])
     assert code == 1 and finding.startswith(name + ":") and "not the body sealed" in finding
 
 
@@ -253,7 +270,7 @@ def test_a_simulated_week_is_sealed_day_by_day_and_every_day_verifies(h, m, tmp_
                 run = h.invoke(
                     "SealFunction", {"detail-type": "Scheduled Event", "source": "aws.events", "detail": {}}
                 )
-                assert [s["records"] for s in run["sealed"]] == [2]
+                assert [s["records"] for s in run["sealed"] if s["merchant"] == m["mchid"]] == [2]
                 assert run["not_verified"][days[d - 1]] == []
         bootstrap.set_clock(lambda: base + 7 * 86400)
         h.invoke("SealFunction", {"detail-type": "Scheduled Event", "source": "aws.events", "detail": {}})
@@ -262,8 +279,9 @@ def test_a_simulated_week_is_sealed_day_by_day_and_every_day_verifies(h, m, tmp_
     assert len(set(days)) == 7
     for day in days:
         verdict = verify_export(export(day, tmp_path / day))
-        assert verdict.ok and verdict.records == 2, (day, verdict)
-    assert h.metric("AuditSealed") == 7 and h.metric("AuditMismatch") == 0
+        granted = day == days[0]  # the tests' backend is granted its merchants on the first call: a record
+        assert verdict.ok and verdict.records == 2 + granted, (day, verdict)
+    assert h.metric("AuditSealed") == 7 + 1 and h.metric("AuditMismatch") == 0  # + the grant's chain
 
 
 def test_a_deleted_queue_history_line_fails_verify_naming_the_persons_action(h, m, tmp_path):
@@ -283,12 +301,7 @@ def test_a_deleted_queue_history_line_fails_verify_naming_the_persons_action(h, 
         ("queue.ack", "ops-li"),
         ("queue.resolve", "ops-li"),
     ]
-    day = shanghai_day(time.time())
-    bootstrap.set_clock(lambda: time.time() + 86400)
-    try:
-        bootstrap.audit_service().seal_day(day)
-    finally:
-        bootstrap.set_clock(time.time)
+    day = seal_today(h)
     code, verdict, _ = offline_verify(export(day, tmp_path / "before"))
     assert code == 0, verdict
     (raw,) = [r for r in h.scan("NOTIFY_RAW_TABLE") if r.get("history")]
@@ -302,3 +315,112 @@ def test_a_deleted_queue_history_line_fails_verify_naming_the_persons_action(h, 
     (finding,) = verdict["merchants"][m["mchid"]]
     (ack,) = [n for n, r in actions.items() if r["kind"] == "queue.ack"]
     assert code == 1 and finding.startswith(ack + ":") and "a history line is missing" in finding
+
+
+@pytest.mark.usefixtures("days_of_2024")
+def test_a_recon_verdict_and_the_differences_it_saw_are_pinned_and_verify_names_a_change_R36_R55(
+    h, m, tmp_path
+):
+    """The run's verdict is journaled in the write that records it (the run row), pinning that row and every
+    difference row the run saw: a verdict rewritten afterwards, or a difference row deleted, is named by verify."""
+
+    from tests.integration.recon_helpers import D, book_ghost
+    from tests.integration.recon_helpers import pay as pay_on
+
+    pay_on(h, m["mchid"], 300, f"{D}T09:00:00+08:00")
+    ghost = "wechatpay#4200000000000000000000000042"
+    book_ghost(h, m["mchid"], ghost)  # booked in our books, not in the channel's bill: LOCAL_ONLY
+    run = bootstrap.recon_service().run("wechatpay", m["mchid"], D)
+    assert run["status"] == "DIFFS"
+    (name,) = [n for n, r in records(h).items() if r["kind"] == "recon.diffs"]
+    verdict_record = records(h)[name]
+    refs = {r["table"]: r for r in verdict_record["refs"]}
+    assert refs["recon_runs"]["key"] == f"{run['pk']}|{run['sk']}"
+    assert (
+        refs["recon_runs"]["fields"]["status"] == "DIFFS" and refs["recon_runs"]["fields"]["open_diffs"] == 1
+    )
+    assert refs["recon_diff"]["key"] == f"{run['pk']}|PAYMENT#{ghost}"
+    assert (refs["recon_diff"]["fields"]["cls"], refs["recon_diff"]["fields"]["local_amount_cent"]) == (
+        "LOCAL_ONLY",
+        777,
+    )
+    assert verdict_record["facts"]["diffs_seen"] == 1 and verdict_record["facts"]["bill_date"] == D
+    day = seal_today(h)
+    code, verdict, _ = offline_verify(export(day, tmp_path / "clean"))
+    assert code == 0, verdict
+
+    h.ddb.update_item(  # someone makes the day look agreed
+        TableName=h.env["RECON_RUNS_TABLE"],
+        Key=to_item({"pk": run["pk"], "sk": run["sk"]}),
+        UpdateExpression="SET #s = :s",
+        ExpressionAttributeNames={"#s": "status"},
+        ExpressionAttributeValues={":s": {"S": "MATCHED"}},
+    )
+    code, verdict, _ = offline_verify(export(day, tmp_path / "verdict"))
+    (finding,) = verdict["merchants"][m["mchid"]]
+    assert (
+        code == 1 and finding.startswith(name + ":") and "status is 'MATCHED', journaled 'DIFFS'" in finding
+    )
+
+    h.ddb.put_item(TableName=h.env["RECON_RUNS_TABLE"], Item=to_item(run))  # the verdict restored
+    assert offline_verify(export(day, tmp_path / "restored"))[0] == 0
+    h.ddb.delete_item(
+        TableName=h.env["RECON_DIFF_TABLE"], Key=to_item({"pk": run["pk"], "sk": f"PAYMENT#{ghost}"})
+    )
+    code, verdict, _ = offline_verify(export(day, tmp_path / "diff"))
+    assert code == 1 and any(
+        f.startswith(name + ":") and f"recon_diff row {run['pk']}|PAYMENT#{ghost} is missing" in f
+        for f in verdict["merchants"][m["mchid"]]
+    )
+
+
+def test_a_merchant_key_change_is_journaled_without_the_secret_R55(h, tmp_path, monkeypatch):
+    """A merchant's configuration is journaled on its own chain with who changed it: the certificate serial and
+    the SHA-256 of the public half of its private key, an APIv3 key only as changed; no secret byte, raw or
+    base64, is anywhere in the exported folder."""
+    import base64
+
+    from tally_cli import principals
+
+    monkeypatch.setattr(cli_audit, "connect", lambda args: {"env": h.env})
+    first = h.add_merchant(mchid="1900000777")
+    mchid = first["mchid"]
+    directory = bootstrap.merchants()
+    directory.actor = principals.caller_name("ops-wang")
+    try:
+        directory.add_wechatpay(
+            mchid=mchid,
+            apiv3_key="K" * 32,  # a new APIv3 key; the same private key and certificate serial
+            merchant_key_pem=first["merchant_private_key_pem"],
+            merchant_serial=first["merchant_serial"],
+            appid="wx-rotated",
+            notify_url=f"http://127.0.0.1:9/notify/wechatpay/{mchid}",
+            platform_certs=[h.sim.platform_cert_pem],
+            public_key=h.sim.public_key_pem,
+            public_key_id=h.sim.public_key_id,
+        )
+    finally:
+        directory.actor = "system"
+    changes = [
+        r for r in records(h).values() if r["kind"] == "merchant.configured" and r["subject"].endswith(mchid)
+    ]
+    assert len(changes) == 2 and all(r["chain"].endswith("#4") for r in changes)  # the merchant's own chain
+    latest = max(changes, key=lambda r: r["seq"])
+    assert latest["facts"]["by"] == "ops-wang" and latest["facts"]["row"]["appid"] == "wx-rotated"
+    keys = latest["facts"]["keys"]
+    assert keys["changed"] == ["apiv3_key"] and keys["fields"]["apiv3_key"] == "set"
+    assert keys["fields"]["merchant_serial"] == first["merchant_serial"]
+    assert len(keys["fields"]["merchant_private_key"]["public_sha256"]) == 64
+    day = seal_today(h)
+    folder = export(day, tmp_path / "export")
+    code, verdict, _ = offline_verify(folder)
+    assert code == 0, verdict
+    exported = b"".join(p.read_bytes() for p in folder.rglob("*") if p.is_file())
+    body = "".join(first["merchant_private_key_pem"].split("-----")[2].split())
+    for needle in (
+        first["apiv3_key"],
+        "K" * 32,
+        body[:64],
+        base64.b64decode(body)[:48].hex(),
+    ):
+        assert needle.encode() not in exported, needle[:12]

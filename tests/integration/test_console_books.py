@@ -66,13 +66,13 @@ def test_a_sealed_day_reads_sealed_and_verified_and_its_zip_verifies_offline(h, 
     assert listed["statusCode"] == 200
     mine = row(listed, day, m["mchid"])
     assert 'data-sealed="yes"' in mine and 'data-check="none"' in mine
-    assert ">3<" in mine and "sealed" in mine  # three records, sealed
+    assert ">4<" in mine and "sealed" in mine  # three payments and the merchant's configuration, sealed
     assert "no records that day" in row(listed, shanghai_day(time.time() - 86400), "")
     assert len(set(re.findall(r'<tr data-day="([\d-]+)"', listed["body"]))) == 14
 
     page = console("books", date=day, merchant=m["mchid"])
     assert page["statusCode"] == 200 and 'data-verdict="verified"' in page["body"]
-    assert "Verified" in text(page) and "3 records sealed" in text(page)
+    assert "Verified" in text(page) and "4 records sealed" in text(page)
 
     got = console("books", date=day, format="zip")
     assert got["statusCode"] == 200 and got["headers"]["content-type"] == "application/zip"

@@ -17,6 +17,9 @@ def merchant(h):
     return h.add_merchant()
 
 
+SETUP_KINDS = {"merchant.configured", "principal.granted"}
+
+
 def pay(h, merchant, amount=100):
     order = json.loads(h.create_order(merchant["mchid"], amount_cent=amount)["body"])
     headers, body, resource = h.notification(merchant["mchid"], order["out_trade_no"], amount)
@@ -27,7 +30,9 @@ def pay(h, merchant, amount=100):
 def entries(h, day=None):
     store = JournalStore(h.ddb, h.env["JOURNAL_TABLE"])
     rows = [r for r in h.scan("JOURNAL_TABLE") if r["sk"] != "head"]
-    return store, [j.Entry(r["pk"], r["seq"], r["hash"], json.loads(r["record"])) for r in rows]
+    found = [j.Entry(r["pk"], r["seq"], r["hash"], json.loads(r["record"])) for r in rows]
+    # the money decisions: the set-up's merchant configuration and the test backend's grant have records too
+    return store, [e for e in found if e.record["kind"] not in SETUP_KINDS]
 
 
 def test_a_booked_payment_is_journaled_with_its_ledger_entry_and_transition(h, merchant):
@@ -45,7 +50,7 @@ def test_a_booked_payment_is_journaled_with_its_ledger_entry_and_transition(h, m
     assert tables["ledger"]["key"] == ledger["pk"] and tables["ledger"]["fields"]["amount_cent"] == 123
     assert tables["transitions"]["fields"]["to_status"] == "PAID"
     assert j.verify_chain(found) is None
-    heads = [r for r in h.scan("JOURNAL_TABLE") if r["sk"] == "head"]
+    heads = [r for r in h.scan("JOURNAL_TABLE") if r["sk"] == "head" and r["pk"] == e.chain]
     assert [(x["seq"], x["hash"]) for x in heads] == [(1, e.hash)]
 
 
@@ -106,13 +111,44 @@ def test_two_writers_on_one_chain_head_cannot_fork_it_and_neither_decision_is_lo
 
 def test_a_cancelled_booking_appends_nothing(h, merchant):
     """A duplicate (the same notification again) writes no second record: the record is the decision's."""
+    order = json.loads(h.create_order(merchant["mchid"], amount_cent=150)["body"])
+    headers, body, _ = h.notification(merchant["mchid"], order["out_trade_no"], 150)
+    for _ in range(2):
+        assert h.notify(merchant["mchid"], headers, body)["statusCode"] in (200, 204)
+        h.drain()
+    _, found = entries(h)
+    assert [e.record["kind"] for e in found] == ["payment.booked"]
+
+
+def test_money_parked_for_a_person_is_journaled_in_the_park_itself(h, merchant):
+    """R12/R17: a payment that is not booked but waits for a person (handled=2) is journaled in the same
+    transaction that parks it: an amount mismatch as `payment.parked`, a second payment on a paid order as
+    `payment.illegal` pinning its refund task. The worker still makes its two calls (R55, docs/audit.md)."""
+    wrong = json.loads(h.create_order(merchant["mchid"], amount_cent=500)["body"])
+    headers, body, _ = h.notification(merchant["mchid"], wrong["out_trade_no"], 499)
+    assert h.notify(merchant["mchid"], headers, body)["statusCode"] in (200, 204)
     order, _ = pay(h, merchant, 150)
     assert h.drain() == []
-    headers, body, _ = h.notification(merchant["mchid"], order["out_trade_no"], 150)
-    h.notify(merchant["mchid"], headers, body)
-    h.drain()
+    headers, body, second = h.notification(merchant["mchid"], order["out_trade_no"], 150)
+    assert h.notify(merchant["mchid"], headers, body)["statusCode"] in (200, 204)
+    assert h.drain() == []
     _, found = entries(h)
-    assert len(found) == 1
+    kinds = {e.record["kind"]: e for e in found}
+    assert set(kinds) == {"payment.parked", "payment.booked", "payment.illegal"}
+    parked, illegal = kinds["payment.parked"], kinds["payment.illegal"]
+    assert parked.record["facts"]["paid_cent"] == 499 and "amount" in parked.record["facts"]["reason"]
+    assert parked.record["subject"] == f"{merchant['mchid']}#{wrong['out_trade_no']}"
+    (task,) = h.scan("REFUND_TASKS_TABLE")
+    (ref,) = illegal.record["refs"]
+    assert ref["table"] == "refund_tasks" and ref["key"] == task["pk"]
+    assert ref["fields"]["amount_cent"] == 150 and ref["fields"]["transaction_id"] == second["transaction_id"]
+    raw = {r["pk"]: r for r in h.scan("NOTIFY_RAW_TABLE")}
+    assert raw[parked.record["facts"]["raw_key"]]["handled"] == 2
+    assert raw[illegal.record["facts"]["raw_key"]]["handled"] == 2
+    by_chain: dict[str, list[j.Entry]] = {}
+    for e in found:
+        by_chain.setdefault(e.chain, []).append(e)
+    assert all(j.verify_chain(c) is None for c in by_chain.values())
 
 
 def test_a_refund_booked_by_its_notification_is_journaled_with_its_refund_ledger_entry(h, merchant):
@@ -137,3 +173,38 @@ def test_a_refund_booked_by_its_notification_is_journaled_with_its_refund_ledger
     for e in found:
         by_chain.setdefault(e.chain, []).append(e)
     assert all(j.verify_chain(c) is None for c in by_chain.values())
+
+
+def test_accept_amount_and_the_replay_it_makes_are_journaled_with_who_and_the_lines_they_append(h, merchant):
+    """R48/R55: a person accepts the amount the channel took: the order's changed amount (from, to, who, why)
+    and the replay of the parked payment are each journaled in their own write, pinning the history line each
+    appends; the booking that follows is journaled as a booking. Every chain verifies."""
+    order = json.loads(h.create_order(merchant["mchid"], amount_cent=500)["body"])
+    headers, body, _ = h.notification(merchant["mchid"], order["out_trade_no"], 499)
+    assert h.notify(merchant["mchid"], headers, body)["statusCode"] in (200, 204)
+    assert h.drain() == []
+    (case,) = bootstrap.work_queue().list("kind=unbooked-payment")
+    bootstrap.work_queue().act(
+        case["id"], "accept-amount", by="ops-zhao", reason="the price the customer saw"
+    )
+    assert h.drain() == []
+    _, found = entries(h)
+    kinds = sorted(e.record["kind"] for e in found)
+    assert kinds == ["payment.booked", "payment.parked", "queue.accept-amount", "queue.replay"]
+    by_kind = {e.record["kind"]: e for e in found}
+    accepted, replayed = by_kind["queue.accept-amount"], by_kind["queue.replay"]
+    assert (accepted.record["facts"]["from_cent"], accepted.record["facts"]["to_cent"]) == (500, 499)
+    assert accepted.record["facts"]["by"] == replayed.record["facts"]["by"] == "ops-zhao"
+    (line,) = accepted.record["refs"]
+    assert line["table"] == "orders" and line["fields"]["history[]"]["to_cent"] == 499
+    (line,) = replayed.record["refs"]
+    assert line["table"] == "notify_raw" and line["key"] == replayed.record["facts"]["raw_key"]
+    by_chain: dict[str, list[j.Entry]] = {}
+    for e in found:
+        by_chain.setdefault(e.chain, []).append(e)
+    assert all(j.verify_chain(c) is None for c in by_chain.values())
+    booked = by_kind["payment.booked"]
+    assert [e.record["kind"] for e in sorted(by_chain[booked.chain], key=lambda e: e.seq)][-2:] == [
+        "queue.replay",
+        "payment.booked",
+    ]  # the replay and its booking, in the order's lane, in that order

@@ -16,11 +16,11 @@ from tally.observability import metrics
 from tally.service.queue import KINDS, QueueError, parse_filter, plain
 from tally.store.codec import to_item
 from tally.store.keys import PlatformCertStore
-from tally.store.recon import with_bill_shard
 from tally.store.tables import EventStore, iso_now
 
 from tally_local.simulator import _crypto as c
 from tests.integration.queue_helpers import inject_refund_task
+from tests.integration.recon_helpers import book_ghost
 from tests.integration.refund_helpers import deliver, paid_order, refund
 
 pytestmark = pytest.mark.usefixtures("days_of_2024")
@@ -206,26 +206,7 @@ def pay_on(h, mchid, cents, success_time):
 
 def inject_recon_diff(h, m):
     pay_on(h, m["mchid"], 300, f"{D}T09:00:00+08:00")
-    ghost = f"wechatpay#42000000000000000{random.randrange(10**10, 10**11)}"
-    h.ddb.put_item(
-        TableName=h.env["LEDGER_TABLE"],
-        Item=to_item(
-            with_bill_shard(
-                {
-                    "pk": ghost,
-                    "kind": "PAYMENT",
-                    "channel": "wechatpay",
-                    "mchid": m["mchid"],
-                    "transaction_id": ghost[10:],
-                    "order_pk": f"{m['mchid']}#GHOST",
-                    "amount_cent": 777,
-                    "bill_date": D,
-                    "booked_at": "x",
-                    "source": "notify",
-                }
-            )
-        ),
-    )
+    book_ghost(h, m["mchid"], f"wechatpay#42000000000000000{random.randrange(10**10, 10**11)}")
     assert bootstrap.recon_service().run("wechatpay", m["mchid"], D)["status"] == "DIFFS"
 
 

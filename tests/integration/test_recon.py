@@ -249,6 +249,13 @@ def test_volume_drop_is_blocked_until_a_person_confirms_R33(h, m, svc):
     assert confirmed["confirmed_by"] == "carol" and confirmed["bill_key"] == run["bill_key"]
     assert confirmed["status"] == "DIFFS"  # the thin bill, once confirmed, is matched: 3 of ours are missing
     assert sum(d["cls"] == "LOCAL_ONLY" for d in diffs(svc, m["mchid"]).values()) == 3
+    # R55: the person's confirmation and each verdict are journaled; the last verdict pins its 3 differences
+    recon = [json.loads(r["record"]) for r in h.scan("JOURNAL_TABLE") if r["sk"] != "head"]
+    kinds = {r["kind"]: r for r in recon if r["kind"].startswith("recon.")}
+    assert sorted(kinds) == ["recon.blocked", "recon.confirm", "recon.diffs", "recon.matched"]
+    assert kinds["recon.confirm"]["facts"]["by"] == "carol"
+    assert kinds["recon.diffs"]["facts"]["confirmed_by"] == "carol"
+    assert sorted(ref["table"] for ref in kinds["recon.diffs"]["refs"]) == ["recon_diff"] * 3 + ["recon_runs"]
 
 
 def test_no_statement_is_a_quiet_day_only_if_our_ledger_is_empty_too(h, m, svc):

@@ -148,6 +148,7 @@ def merchants() -> MerchantDirectory:
         http_timeout_s=s.http_timeout_s,
         alipay_gateway=s.alipay_gateway,
         certs=PlatformCertStore(tables()),
+        journal=decision_journal,  # called on a merchant's first change only (not on the notify path)
     )
 
 
@@ -258,7 +259,7 @@ def callers() -> CallerDirectory:
     from tally.service.callers import CallerDirectory
     from tally.store.tables import MerchantStore
 
-    return CallerDirectory(MerchantStore(tables()), clock=_clock)
+    return CallerDirectory(MerchantStore(tables()), clock=_clock, journal=decision_journal())
 
 
 @cache
@@ -422,6 +423,7 @@ def manual_queue() -> ManualQueue:
         ApplyQueue(_client("sqs"), settings().apply_queue_url),
         ingest_service(),
         clock=_clock,
+        journal=decision_journal(),
     )
 
 
@@ -558,6 +560,7 @@ def recon_service() -> ReconService:
         fund_sources=_fund_sources(),
         fund_config=MerchantSettlement(MerchantStore(tables())).config,  # settlement_lag, fund_accounts (R45)
         events=EventStore(tables()),
+        journal=decision_journal(),
     )
 
 

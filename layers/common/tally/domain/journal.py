@@ -29,6 +29,9 @@ from tally.domain.clock import CHINA
 VERSION = 1
 GENESIS = "0" * 64
 LANES = 4  # chains per merchant and day (see the module doc)
+OWN_LANE = (
+    LANES  # the merchant's own chain of a day: its configuration and key changes, apart from the orders
+)
 
 
 class NotCanonical(ValueError):

@@ -79,7 +79,10 @@ class ApplyService:
             return PaymentApplied.ALREADY_HANDLED
         outcome = outcome_of(notice.channel, notice.trade_state)
         if outcome is None or outcome is Outcome.IN_BETWEEN:
-            return self._to_person(notice, f"unknown state {notice.trade_state!r}", M.APPLY_UNKNOWN_STATE)
+            # read before any row is read: no chain head at hand, so not journaled (one call, docs/audit.md)
+            parked = self._to_person(notice, f"unknown state {notice.trade_state!r}", M.APPLY_UNKNOWN_STATE)
+            assert isinstance(parked, PaymentApplied)  # no head: never _HeadMoved
+            return parked
         event = EVENT_OF_OUTCOME[outcome]
         lost = lost_head = 0
         while lost < CAS_ROUNDS and lost_head < JOURNAL_ROUNDS:
@@ -109,11 +112,11 @@ class ApplyService:
         """One read-decide-write round; None means the CAS was lost and we must re-read (R19)."""
         order, head = self._read_order(notice)  # tenant-safe key (R11)
         if order is None:
-            return self._not_found(notice)
+            return self._not_found(notice, head)
         facts = order_facts(order)
         problems = mismatches(notice, facts)
         if problems:
-            return self._to_person(notice, "; ".join(problems), M.APPLY_MISMATCH)
+            return self._to_person(notice, "; ".join(problems), M.APPLY_MISMATCH, head)
         decision = transit(facts.status, event, notice.transaction_id, facts.transaction_id)
         if decision.verdict is Verdict.DUPLICATE:
             return self._duplicate(notice)
@@ -122,11 +125,11 @@ class ApplyService:
         if event is Event.PAY and notice.source != "recon":  # recon's own finding is on the day it looks at
             refusal = booking_day_refusal(notice.success_time, self.clock())
             if refusal is not None:
-                return self._to_person(notice, f"not booked: {refusal}", M.APPLY_OUT_OF_WINDOW)
+                return self._to_person(notice, f"not booked: {refusal}", M.APPLY_OUT_OF_WINDOW, head)
         if decision.verdict is Verdict.ILLEGAL:
             if decision.needs_refund_task:
-                return self._illegal_money_in(notice, order, decision.reason)
-            return self._to_person(notice, f"illegal transition: {decision.reason}", M.APPLY_ILLEGAL)
+                return self._illegal_money_in(notice, order, decision.reason, head)
+            return self._to_person(notice, f"illegal transition: {decision.reason}", M.APPLY_ILLEGAL, head)
         assert decision.new_status is not None
         return self._commit(notice, order, event, decision.new_status, head)
 
@@ -204,11 +207,13 @@ class ApplyService:
         count(M.APPLY_DUPLICATE, channel=notice.channel, merchant=notice.mchid)
         return PaymentApplied.DUPLICATE
 
-    def _not_found(self, notice: PaymentNotice) -> PaymentApplied:
+    def _not_found(
+        self, notice: PaymentNotice, head: Head | None = None
+    ) -> PaymentApplied | type[_HeadMoved]:
         attempts = self.raw.count_attempt(notice.raw_key)
         if attempts >= self.max_not_found_attempts:
             return self._to_person(
-                notice, f"order not found after {attempts} attempts", M.APPLY_ORDER_NOT_FOUND
+                notice, f"order not found after {attempts} attempts", M.APPLY_ORDER_NOT_FOUND, head
             )
         count(M.APPLY_RETRY, channel=notice.channel, merchant=notice.mchid)
         raise RetryLater(f"order {notice.mchid}#{notice.out_trade_no} not found (attempt {attempts})")
@@ -221,17 +226,27 @@ class ApplyService:
         logger.warning("heartbeat payment not booked", extra={"raw_key": notice.raw_key, "reason": reason})
         return PaymentApplied.DUPLICATE
 
-    def _illegal_money_in(self, notice: PaymentNotice, order: OrderRow, reason: str) -> PaymentApplied:
-        """R17: money arrived that must not be booked: handled=2 plus a refund task, inserted once."""
+    def _illegal_money_in(
+        self, notice: PaymentNotice, order: OrderRow, reason: str, head: Head | None = None
+    ) -> PaymentApplied | type[_HeadMoved]:
+        """R17: money arrived that must not be booked: handled=2 plus a refund task, inserted once; with a
+        journal its record (`payment.illegal`, pinning the task) rides in the same transaction."""
         if notice.mchid == self.synthetic_mchid:
             return self._synthetic(notice, f"ILLEGAL {reason}")
         now = iso_now(self.clock())
+        append = self._parked_record(notice, head, "payment.illegal", f"ILLEGAL {reason}", now)
         try:
-            self.book.park_illegal(notice, order, reason, now)
+            self.book.park_illegal(
+                notice, order, reason, now, **({"journal": append} if append is not None else {})
+            )
         except TransactionFailed as exc:
             if payments.PARKED_RAW in exc.failed:
                 return PaymentApplied.ALREADY_HANDLED
-            self.raw.send_to_person(notice.raw_key, f"ILLEGAL {reason} (refund task existed)", now)
+            if payments.REFUND_TASK not in exc.failed:  # only the chain head moved: read again
+                return _HeadMoved
+            parked = self._park(notice, f"ILLEGAL {reason} (refund task existed)", now, head)
+            if parked is not None:
+                return parked
         count(M.APPLY_ILLEGAL, channel=notice.channel, merchant=notice.mchid)
         count(M.REFUND_TASK_CREATED, channel=notice.channel, merchant=notice.mchid)
         count(M.APPLY_MANUAL, channel=notice.channel, merchant=notice.mchid)
@@ -241,17 +256,65 @@ class ApplyService:
         )
         return PaymentApplied.MANUAL
 
-    def _to_person(self, notice: PaymentNotice, reason: str, metric: str) -> PaymentApplied:
+    def _to_person(
+        self, notice: PaymentNotice, reason: str, metric: str, head: Head | None = None
+    ) -> PaymentApplied | type[_HeadMoved]:
+        """handled=2 and an alarm. With the chain head read beside the order (every path after `_read_order`),
+        the raw row's UpdateItem becomes one transaction with its `payment.parked` record: still one call."""
         if notice.mchid == self.synthetic_mchid:
             return self._synthetic(notice, reason)
-        if not self.raw.send_to_person(notice.raw_key, reason, iso_now(self.clock())):
-            return PaymentApplied.ALREADY_HANDLED
+        parked = self._park(notice, reason, iso_now(self.clock()), head)
+        if parked is not None:
+            return parked
         count(metric, channel=notice.channel, merchant=notice.mchid)
         count(M.APPLY_MANUAL, channel=notice.channel, merchant=notice.mchid)
         logger.error(
             "notification sent to the manual queue", extra={"raw_key": notice.raw_key, "reason": reason}
         )
         return PaymentApplied.MANUAL
+
+    def _park(
+        self, notice: PaymentNotice, reason: str, now: str, head: Head | None
+    ) -> PaymentApplied | type[_HeadMoved] | None:
+        """The raw row to a person (handled 0 → 2), journaled when the head is at hand; None: parked now."""
+        append = self._parked_record(notice, head, "payment.parked", reason, now)
+        if append is None:
+            return (
+                None
+                if self.raw.send_to_person(notice.raw_key, reason, now)
+                else PaymentApplied.ALREADY_HANDLED
+            )
+        try:
+            self.book.park(notice.raw_key, reason, now, append)
+        except TransactionFailed as exc:
+            if payments.PARKED_RAW in exc.failed:
+                return PaymentApplied.ALREADY_HANDLED
+            return _HeadMoved  # the chain head moved (or a conflict on it): read again, decide again
+        return None
+
+    def _parked_record(
+        self, notice: PaymentNotice, head: Head | None, kind: str, reason: str, now: str
+    ) -> Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None:
+        """The journal items of money that is not booked but waits for a person: the raw key in its facts
+        (the seal keeps that raw body as evidence), the refund task pinned where one is put (R17)."""
+        if self.journal is None or head is None:
+            return None
+        return self.journal.append(
+            head,
+            kind=kind,
+            subject=order_key(notice.mchid, notice.out_trade_no),
+            at=now,
+            facts={
+                "channel": notice.channel,
+                "transaction_id": notice.transaction_id,
+                "raw_key": notice.raw_key,
+                "paid_cent": notice.paid_cent,
+                "currency": notice.currency,
+                "trade_state": notice.trade_state,
+                "source": notice.source,
+                "reason": reason[:500],
+            },
+        )
 
 
 def journal_facts(notice: PaymentNotice, order: OrderRow, event: Event, to: Status) -> dict[str, Any]:

@@ -13,7 +13,9 @@ from typing import Any
 
 from tally import errors
 from tally.domain.callers import EVERY_MERCHANT, may_act, principal_of, valid_principal
+from tally.domain.journal import OWN_LANE
 from tally.observability import M, count, logger
+from tally.service.journal import SYSTEM_CHAIN, DecisionJournal
 from tally.store.tables import MerchantStore, iso_now
 
 
@@ -49,8 +51,16 @@ def merchants_named(body: Any) -> list[str]:
 
 
 class CallerDirectory:
-    def __init__(self, store: MerchantStore, *, clock: Callable[[], float] = time.time, ttl_s: float = 60):
+    def __init__(
+        self,
+        store: MerchantStore,
+        *,
+        clock: Callable[[], float] = time.time,
+        ttl_s: float = 60,
+        journal: DecisionJournal | None = None,
+    ):
         self.store = store
+        self.journal = journal  # every grant change, who made it and what it gave or took (docs/audit.md)
         self.clock = clock
         self.ttl_s = ttl_s
         self._cache: dict[str, tuple[float, frozenset[str]]] = {}
@@ -81,8 +91,7 @@ class CallerDirectory:
         wanted = _checked(principal, merchant_ids)
         current = set((self.store.principal(principal) or {}).get("merchants") or ())
         merchants = sorted(current | wanted)
-        self.store.put_principal(principal, merchants, by=by, at=iso_now(self.clock()))
-        self._forget(principal)
+        self._write(principal, current, merchants, by)
         return merchants
 
     def disallow(self, principal: str, merchant_ids: Iterable[str] = (), *, by: str) -> list[str]:
@@ -90,12 +99,39 @@ class CallerDirectory:
         wanted = _checked(principal, merchant_ids) if merchant_ids else None
         current = set((self.store.principal(principal) or {}).get("merchants") or ())
         merchants = sorted(current - wanted) if wanted is not None else []
-        if merchants:
-            self.store.put_principal(principal, merchants, by=by, at=iso_now(self.clock()))
-        else:
-            self.store.delete_principal(principal)
-        self._forget(principal)
+        self._write(principal, current, merchants, by)
         return merchants
+
+    def _write(self, principal: str, before: set[str], merchants: list[str], by: str) -> None:
+        """The principal's grant (none left: its row deleted); with a journal, its `principal.granted` record
+        (who, the principal, what it gained and lost) in the same transaction, on the deployment's own chain
+        (a grant may name every merchant, `*`)."""
+        at = iso_now(self.clock())
+        write = (
+            self.store.principal_put(principal, merchants, by=by, at=at)
+            if merchants
+            else self.store.principal_delete(principal)
+        )
+        if self.journal is None:
+            self.store.transact([write])
+        else:
+            self.journal.commit(
+                SYSTEM_CHAIN,
+                f"principal#{principal}",
+                kind="principal.granted",
+                at=at,
+                facts={
+                    "principal": principal,
+                    "by": by,
+                    "merchants": merchants,
+                    "added": sorted(set(merchants) - before),
+                    "removed": sorted(before - set(merchants)),
+                },
+                items=[write],
+                transact=self.store.transact,
+                lane=OWN_LANE,
+            )
+        self._forget(principal)
 
     def principals(self) -> list[dict[str, Any]]:
         return [

@@ -15,11 +15,15 @@ from typing import Any
 from tally import errors
 from tally.apigw import HttpRequest
 from tally.channels import registry as channel_registry
+from tally.domain.journal import Ref
 from tally.observability import M, count, logger
 from tally.service.ingest import IngestService, notice_from_raw
+from tally.service.journal import SYSTEM_CHAIN, DecisionJournal
 from tally.store.manual import ManualStore, NotWaiting
 from tally.store.records import RawRow
-from tally.store.tables import ApplyQueue, RawStore, iso_now
+from tally.store.tables import ApplyQueue, RawStore, iso_now, order_key
+
+RAW_TABLE = "notify_raw"  # the raw row's logical name in journal records (its history is exported)
 
 RAW, EVENT = "raw", "event"
 EVENT_KINDS = ("quarantined", "rejected")
@@ -38,8 +42,10 @@ class ManualQueue:
         ingest: IngestService,
         *,
         clock: Callable[[], float] = time.time,
+        journal: DecisionJournal | None = None,
     ):
         self.store = store
+        self.journal = journal  # a replay is a person's action: journaled in the write that requeues the row
         self.raw = raw
         self.queue = queue
         self.ingest = ingest
@@ -87,12 +93,30 @@ class ManualQueue:
     def _replay_raw(self, item_id: str, key: str, entry: dict[str, Any]) -> dict[str, Any]:
         now = iso_now(self.clock())
         try:
-            row = self.store.requeue_raw(key, entry, now)
+            row = self._requeue(key, entry, now)
         except NotWaiting:
             raise _not_waiting(key) from None
         self.queue.send(key, _notice_dict(row))
         count(M.MANUAL_REPLAYED)
         return {"id": item_id, "outcome": "requeued", "raw_key": key}
+
+    def _requeue(self, key: str, entry: dict[str, Any], now: str) -> RawRow:
+        """The raw row back to the worker; with a journal, `queue.replay` (who, why, which payment) in the same
+        transaction, pinning the history line, in the order's lane of its merchant's chain."""
+        if self.journal is None:
+            return self.store.requeue_raw(key, entry, now)
+        row = self.store.get_raw(key)
+        if row is None:
+            raise NotWaiting(key)
+        return self.journal.retrying(
+            str(row.get("mchid") or SYSTEM_CHAIN),
+            order_key(str(row.get("mchid")), str(row.get("out_trade_no"))),
+            kind="queue.replay",
+            at=str(entry["at"]),
+            facts={**entry, "raw_key": key, "transaction_id": row.get("transaction_id")},
+            refs=[Ref(RAW_TABLE, key, {"history[]": entry})],
+            write=lambda append: self.store.requeue_raw_journaled(key, entry, now, append),
+        )
 
     def _replay_event(self, item_id: str, key: str, entry: dict[str, Any]) -> dict[str, Any]:
         row = self.show(item_id)

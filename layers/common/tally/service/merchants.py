@@ -13,15 +13,19 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tally import errors
 from tally.channels import registry as channel_registry
 from tally.domain.clock import CHINA
+from tally.domain.journal import OWN_LANE
 from tally.observability import M, count, logger
 from tally.store.keys import PlatformCertStore
 from tally.store.secrets import SecretStore
 from tally.store.tables import MerchantStore, iso_now
+
+if TYPE_CHECKING:  # the notify cold start never imports the journal: only a change of a merchant writes it
+    from tally.service.journal import DecisionJournal
 
 
 class UnknownMerchant(errors.NotFound, LookupError):
@@ -55,8 +59,13 @@ class MerchantDirectory:
         http_timeout_s: float = 3.0,
         alipay_gateway: str = "https://openapi.alipay.com/gateway.do",
         certs: PlatformCertStore | None = None,
+        journal: Callable[[], DecisionJournal | None] | None = None,
     ):
         self.store = store
+        self._journal = (
+            journal  # built on a merchant's first change (docs/audit.md), never on the notify path
+        )
+        self.actor = "system"  # who changes merchants through this directory (the CLI sets its caller)
         self.certs = (
             certs  # store/keys.PlatformCertStore: certificates the schedule downloaded, for every container
         )
@@ -147,18 +156,47 @@ class MerchantDirectory:
     ) -> dict[str, Any]:
         """Store a merchant's secret and row (its readiness kept, R47) and drop this container's record."""
         name = f"{self.secret_prefix}{kind}/{merchant_id}"
+        from tally.service.key_facts import key_change
+
+        before = self.secrets.find(name) if self._journal is not None else None
         self.secrets.put(name, secret)
         row["secret_name"] = name
         self._keep_readiness(kind, merchant_id, row)
-        self.store.put(row)
+        self._put(kind, merchant_id, row, key_change(before, secret))
         self.forget(kind, merchant_id)
         return row
 
     def put_row(self, kind: str, merchant_id: str, row: dict[str, Any]) -> dict[str, Any]:
         """Store a row without a secret of its own (a sub-merchant: its provider's keys act, R11)."""
-        self.store.put(row)
+        self._put(kind, merchant_id, row, None)
         self.forget(kind, merchant_id)
         return row
+
+    def _put(self, kind: str, merchant_id: str, row: dict[str, Any], keys: dict[str, Any] | None) -> None:
+        """The merchant row; with a journal, its `merchant.configured` record (who, which row fields, what of the
+        keys may be said: key_facts.py) in the same transaction, on the merchant's own chain. The secret went
+        to Secrets Manager just before (no DynamoDB transaction reaches it): its versions are kept there."""
+        journal = self._journal() if self._journal is not None else None
+        if journal is None:
+            self.store.put(row)
+            return
+        facts = {
+            "merchant_kind": kind,
+            "merchant_id": merchant_id,
+            "by": self.actor,
+            "row": {k: v for k, v in sorted(row.items()) if k not in ("pk", "updated_at") and _plain(v)},
+            "keys": keys,
+        }
+        journal.commit(
+            merchant_id,
+            f"merchant#{kind}#{merchant_id}",
+            kind="merchant.configured",
+            at=self.now_iso(),
+            facts=facts,
+            items=[self.store.row_put(row)],
+            transact=self.store.transact,
+            lane=OWN_LANE,  # the merchant's own chain of the day: never contends with its payments
+        )
 
     def _keep_readiness(self, kind: str, merchant_id: str, row: dict[str, Any]) -> None:
         """R47: new credentials do not make a not-ready merchant ready: only a passing live check does."""
@@ -179,6 +217,13 @@ class MerchantDirectory:
         record holds (a sub-merchant's are its provider's; an API key has none)."""
         found = channel_registry.by_merchant_kind(kind)
         return list(self.desk(found).check_expiry(merchant_id)) if found else []
+
+
+def _plain(value: Any) -> bool:
+    """A row value a journal record may hold as it is (strings, integers, booleans, lists of them)."""
+    if isinstance(value, (list, tuple)):
+        return all(_plain(v) for v in value)
+    return value is None or isinstance(value, (str, bool, int))
 
 
 def check_merchant(directory: MerchantDirectory, channel: str, merchant_id: str) -> list[dict[str, Any]]:

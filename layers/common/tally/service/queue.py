@@ -31,7 +31,7 @@ from tally import errors
 from tally.domain.journal import Ref
 from tally.domain.money import format_cents
 from tally.observability import M, count, logger
-from tally.service.journal import DecisionJournal
+from tally.service.journal import SYSTEM_CHAIN, DecisionJournal
 from tally.store.journal import ref_key
 from tally.store.queue import Expect, QueueStore, StaleItem
 from tally.store.tables import TransactionFailed, iso_now
@@ -185,7 +185,6 @@ def same_set(report: dict[str, Any], expect: dict[str, Any]) -> bool:
     return expect.get("amount_cent") is None or int(expect["amount_cent"]) == report["amount_cent"]
 
 
-SYSTEM_CHAIN = "tally"  # the chain of an item that names no merchant
 JOURNAL_ROUNDS = 5
 
 
@@ -761,7 +760,14 @@ class WorkQueue:
         if old == new:
             raise QueueError(f"{item['id']}: the amounts agree ({format_cents(old)}): replay it instead")
         audit = {**entry, "from_cent": old, "to_cent": new}
-        if not self.store.accept_amount(order["pk"], old, new, audit):
+        accepted = self._journaled(  # the order's history line pinned: `queue.accept-amount` on the order
+            item,
+            self.store.t.orders,
+            {"pk": order["pk"]},
+            audit,
+            lambda append: self.store.accept_amount(order["pk"], old, new, audit, journal=append),
+        )
+        if not accepted:
             raise QueueError(
                 f"order {order.get('out_trade_no')} is {order.get('status')} or changed meanwhile: "
                 "its amount is not changed"

@@ -81,6 +81,7 @@ from tally.domain.recon import (
     scheduled_days,
 )
 from tally.observability import M, count, logger
+from tally.service.journal import DecisionJournal
 from tally.service.ledger_day import merchant_lag, statement_text
 from tally.service.recon_layout import LAYOUT_QUARANTINED, Layouts
 from tally.service.recon_partition import (
@@ -91,6 +92,7 @@ from tally.service.recon_partition import (
     tmp_dir,
 )
 from tally.service.recon_sources import NO_STATEMENT, NOT_READY, DownloadFailed, OpenedBill
+from tally.store.journal import pinned_ref
 from tally.store.recon import BillArchive, LedgerView, ReconStore, recon_pk
 from tally.store.tables import EventStore, event_key, iso_now
 
@@ -99,6 +101,7 @@ NO_BILL_SOURCE = "NO_BILL_SOURCE"  # the block code of a merchant without a bill
 FUND_FLOW_LATE = "FUND_FLOW_LATE"  # a fund-flow bill still missing past its due day + 1 (R45)
 RUNNING = "RUNNING"  # on the Distributed Map (service/recon_map.py)
 FINISHED = {MATCHED, DIFFS, QUIET, BLOCKED}
+DIFF_REFS = 400  # difference rows one journal record pins (~350 bytes each: a record stays below 400 KB)
 
 
 class ReconError(errors.Conflict, ValueError):
@@ -129,6 +132,7 @@ class ReconService:
         map_stale_s: float = 4 * 3600,
         fund_config: Callable[[str, str], dict[str, Any]] | None = None,
         events: EventStore | None = None,
+        journal: DecisionJournal | None = None,
     ):
         self.store = store
         self.ledger = ledger
@@ -155,6 +159,7 @@ class ReconService:
         # (stored channel, merchant) -> {"settlement_lag": …, "fund_accounts": …} from the merchant records (R45)
         self.fund_config = fund_config
         self.events = events  # notify_event: the work-queue item of an uploaded bill nobody can file (L5)
+        self.journal = journal  # a finished run's verdict and the differences it saw (docs/audit.md)
 
     # ------------------------------------------------------------ entry points
 
@@ -377,7 +382,19 @@ class ReconService:
         kept = next((r["bill_key"] for r in runs if r.get("bill_key")), None)
         if kept is None:
             raise ReconError(f"no bill kept for {pk}: run it first")
-        self.store.put_confirmation(pk, by, note, iso_now(self.clock()))
+        at = iso_now(self.clock())
+        if self.journal is None:
+            self.store.put_confirmation(pk, by, note, at)
+        else:  # a person's action: who and why, in the write that records it (the run that follows has its own)
+            self.journal.commit(
+                mchid,
+                pk,
+                kind="recon.confirm",
+                at=at,
+                facts={"channel": channel, "bill_date": bill_date, "by": by, "note": note, "bill_key": kept},
+                items=[self.store.confirmation_put(pk, by, note, at)],
+                transact=self.store.transact,
+            )
         return self.run(channel, mchid, bill_date, pass_="confirm", s3_key=kept)
 
     # ------------------------------------------------------------ the bill
@@ -1021,7 +1038,7 @@ class ReconService:
             logger.error(
                 "recon: fund-flow run blocked", extra={"pk": run["pk"], "code": code, "reason": reason}
             )
-        self.store.put_run(run)
+        self._put_verdict(run)
         if status == BLOCKED:
             self.store.mark_day(run)
         logger.info("recon fund-flow run finished", extra={k: run.get(k) for k in ("pk", "status", "reason")})
@@ -1153,13 +1170,65 @@ class ReconService:
         run["finished_at"] = iso_now(self.clock())
         if run.get("status") in FINISHED:  # a finance person reads every finished day, blocked and quiet too
             run["report_key"] = self._report(run)
-        self.store.put_run(run)
+        self._put_verdict(run)
         if run.get("status") in FINISHED:  # the day's marker for the work queue (R41): blocked or cleared
             self.store.mark_day(run)
         if run.get("status") in FINISHED:  # the heartbeat: its absence for a day is ReconNotRunAlarm
             count(M.RECON_RUN_COMPLETED)
         logger.info("recon run finished", extra={k: run.get(k) for k in ("pk", "pass", "status", "reason")})
         return run
+
+    def _put_verdict(self, run: dict[str, Any]) -> None:
+        """The run row; a finished one (its verdict) with its journal record in the same transaction. The record
+        pins the run row and every difference row of the day this run saw (opened, or found again: a difference
+        a crashed run opened is pinned by the next run that sees it). A run that saw more than DIFF_REFS
+        differences journals them first in records of their own (`recon.pinned_diffs`), DIFF_REFS a record, each
+        before the verdict that counts them: a journal item stays far below DynamoDB's 400 KB."""
+        if self.journal is None or run.get("status") not in FINISHED:
+            self.store.put_run(run)
+            return
+        mchid, pk = str(run["mchid"]), str(run["pk"])
+        at = str(run.get("finished_at") or iso_now(self.clock()))
+        seen = [
+            pinned_ref("recon_diff", d)
+            for d in self.store.diffs_of(pk)
+            if d.get("last_seen_run") == run["run_id"]
+        ]
+        facts: dict[str, Any] = {
+            "channel": run["channel"],
+            "bill_date": run["bill_date"],
+            "pass": run.get("pass"),
+            "leg": run.get("leg") or "trade",
+            "run_id": run["run_id"],
+            "status": run["status"],
+            "reason": str(run.get("reason") or ""),
+            "block_code": run.get("block_code"),
+            "open_diffs": run.get("open_diffs"),
+            "diffs_seen": len(seen),
+            "confirmed_by": run.get("confirmed_by"),  # R33: a volume drop a person let through
+        }
+        chunks = [seen[i : i + DIFF_REFS] for i in range(0, len(seen), DIFF_REFS)] or [[]]
+        for n, chunk in enumerate(chunks[:-1], start=1):
+            self.journal.commit(
+                mchid,
+                pk,
+                kind="recon.pinned_diffs",
+                at=at,
+                facts={"run_id": run["run_id"], "part": n, "parts": len(chunks), "diffs": len(chunk)},
+                items=[],
+                transact=self.store.transact,
+                refs=chunk,
+            )
+        self.journal.commit(
+            mchid,
+            pk,
+            kind=f"recon.{str(run['status']).lower()}",
+            at=at,
+            facts=facts,
+            items=[self.store.run_put(run)],
+            transact=self.store.transact,
+            refs=chunks[-1],
+        )
 
     def _report(self, run: dict[str, Any]) -> str:
         """A CSV a finance person opens in a spreadsheet (UTF-8 with BOM): the run, then every diff."""

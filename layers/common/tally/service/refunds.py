@@ -237,12 +237,23 @@ class RefundService:
             self.store.close_hold(row["order_pk"], row["refund_no"], release, iso_now(now_s)),
         ]
         for _ in range(CAS_ROUNDS):
+            # an answer that moves money (a FAIL gives the reservation back) is journaled: its head read is the
+            # one call more; ACCEPTED / PENDING move none and read no head (the create's budget, docs/audit.md)
+            journaled = (
+                self._journal_items(
+                    None, row, items, RefundStatus.PENDING, to, event, effect, iso_now(now_s), "api"
+                )
+                if event is not None
+                else []
+            )
             try:
-                self.store.transact(items)
+                self.store.transact(items + journaled)
                 break
             except TransactionFailed as exc:
                 if exc.conflict and not exc.failed:
                     continue  # another refund's write on the same order at the same instant: again
+                if journaled and all(i >= len(items) for i in exc.failed):
+                    continue  # only the chain head moved: read it again
                 return self._landed_meanwhile(row, answer)
         else:  # the hold stays: the poller stores it PENDING once abandoned and re-sends the same number
             raise Busy(

@@ -154,6 +154,34 @@ PINNED: dict[str, tuple[str, ...]] = {
     ),
     "transitions": ("event", "from_status", "to_status", "raw_key", "source"),
     "refunds": ("mchid", "channel", "order_pk", "amount_cent", "refund_no"),
+    # a recon run's verdict: a finished run row is never written again (a re-run is a row of its own)
+    "recon_runs": (
+        "channel",
+        "mchid",
+        "bill_date",
+        "pass",
+        "run_id",
+        "status",
+        "reason",
+        "guard",
+        "block_code",
+        "open_diffs",
+    ),
+    # a difference as recon found it: its class, item, key, both amounts and the run that opened it (its
+    # handle status, history and last_seen_run move as people and later runs work it)
+    "recon_diff": (
+        "channel",
+        "mchid",
+        "bill_date",
+        "cls",
+        "item",
+        "key",
+        "channel_amount_cent",
+        "local_amount_cent",
+        "run_id",
+    ),
+    # the refund task of money that arrived on an order that cannot take it (R17); its status moves later
+    "refund_tasks": ("tenant", "order_pk", "channel", "transaction_id", "mchid", "amount_cent"),
 }
 
 
@@ -172,6 +200,11 @@ def split_ref_key(table: str, key: str) -> dict[str, Any]:
         return {"pk": key}
     pk, _, sk = key.rpartition("|")
     return {"pk": pk, "sk": sk}
+
+
+def pinned_ref(table: str, row: dict[str, Any]) -> Ref:
+    """A row the decision did not put in its transaction but speaks for (a diff a run opened), as a ref."""
+    return Ref(table, ref_key(row), {f: row[f] for f in PINNED.get(table, ()) if f in row})
 
 
 def refs_from_items(items: list[dict[str, Any]], logical: dict[str, str]) -> list[Ref]:

@@ -8,11 +8,27 @@ Indexes read (docs/contracts.md): notify_raw `by_pending` (`pending_pk = "2#<sha
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from tally.store.codec import from_item, names_values, to_item
 from tally.store.records import RawRow, as_raw
-from tally.store.tables import PENDING_SHARDS, Tables, closed_expiry, pending_pk, release_slot
+from tally.store.tables import (
+    PENDING_SHARDS,
+    Tables,
+    TransactionFailed,
+    closed_expiry,
+    pending_pk,
+    release_slot,
+    transact,
+)
+
+RAW_WAITING = "handled = :two AND attribute_exists(pending_pk)"  # a raw row with a person (handled=2)
+REQUEUE = (  # handled 2 → 0, back in the pending index, attempts reset, the replay in its history
+    "SET handled = :zero, pending_pk = :ppk, pending_at = :now, "
+    "attempts = :zero, history = list_append(if_not_exists(history, :empty), :one) "
+    "REMOVE manual_reason"
+)
 
 
 class NotWaiting(Exception):
@@ -59,18 +75,42 @@ class ManualStore:
 
     def requeue_raw(self, key: str, entry: dict[str, Any], now: str) -> RawRow:
         """handled 2 → 0 (a replay): back in the pending index as not yet applied, attempts reset."""
-        return self._raw_update(
-            key,
-            "SET handled = :zero, pending_pk = :ppk, pending_at = :now, "
-            "attempts = :zero, history = list_append(if_not_exists(history, :empty), :one) "
-            "REMOVE manual_reason",
-            zero=0,
-            two=2,
-            ppk=pending_pk(0, key),
-            now=now,
-            empty=[],
-            one=[entry],
-        )
+        return self._raw_update(key, REQUEUE, **self._requeue_values(key, entry, now))
+
+    def requeue_raw_journaled(
+        self,
+        key: str,
+        entry: dict[str, Any],
+        now: str,
+        journal: Callable[[list[dict[str, Any]]], list[dict[str, Any]]],
+    ) -> RawRow:
+        """`requeue_raw` in one transaction with its journal record; the row read back after (a person's action:
+        no call budget). NotWaiting as `requeue_raw`; TransactionFailed when only the chain head moved."""
+        items = [
+            {
+                "Update": {
+                    "TableName": self.t.notify_raw,
+                    "Key": to_item({"pk": key}),
+                    "UpdateExpression": REQUEUE,
+                    "ConditionExpression": RAW_WAITING,
+                    "ExpressionAttributeValues": names_values(**self._requeue_values(key, entry, now)),
+                }
+            }
+        ]
+        try:
+            transact(self.t.ddb, items + journal(items))
+        except TransactionFailed as exc:
+            if 0 in exc.failed:
+                raise NotWaiting(key) from None
+            raise
+        return as_raw(self.t.get(self.t.notify_raw, key)) or {}
+
+    def get_raw(self, key: str) -> RawRow | None:
+        return as_raw(self.t.get(self.t.notify_raw, key))
+
+    @staticmethod
+    def _requeue_values(key: str, entry: dict[str, Any], now: str) -> dict[str, Any]:
+        return {"zero": 0, "two": 2, "ppk": pending_pk(0, key), "now": now, "empty": [], "one": [entry]}
 
     def resolve_event(self, key: str, entry: dict[str, Any], recorded: dict[str, Any] | None = None) -> None:
         """A kept notification leaves the manual index; `recorded` (default: entry) becomes its resolution,
@@ -91,9 +131,7 @@ class ManualStore:
     # ------------------------------------------------------------ helpers
 
     def _raw_update(self, key: str, update: str, **values: Any) -> RawRow:
-        row = self._update(
-            self.t.notify_raw, key, update, "handled = :two AND attribute_exists(pending_pk)", **values
-        )
+        row = self._update(self.t.notify_raw, key, update, RAW_WAITING, **values)
         return as_raw(row) or {}
 
     def _update(self, table: str, key: str, update: str, condition: str, **values: Any) -> dict[str, Any]:

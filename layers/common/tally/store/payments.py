@@ -64,20 +64,20 @@ class PaymentStore:
             items.append({"Put": self._ledger(order, notice, now, bill_date)})
             if notice.settlement is None:
                 items.append({"Put": self._settlement_unknown(order, notice, now)})
-        if journal is None:
-            self.t.transact(items)
-            return
-        decision = len(items)
-        items += journal(items)
-        try:
-            self.t.transact(items)
-        except TransactionFailed as exc:
-            exc.failed = [i if i < decision else JOURNAL for i in exc.failed]
-            raise
+        self.transact(items, journal)
 
-    def park_illegal(self, notice: PaymentNotice, order: OrderRow, reason: str, now: str) -> str:
+    def park_illegal(
+        self,
+        notice: PaymentNotice,
+        order: OrderRow,
+        reason: str,
+        now: str,
+        *,
+        journal: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
+    ) -> str:
         """R17: handled=2 plus a refund task, inserted once, in one transaction. Returns the task's key;
-        raises TransactionFailed (PARKED_RAW failed: the row was handled already; REFUND_TASK: it exists)."""
+        raises TransactionFailed (PARKED_RAW failed: the row was handled already; REFUND_TASK: it exists;
+        JOURNAL: the chain head `journal` was built on moved)."""
         tenant = order.get("tenant") or notice.mchid
         task = {
             "pk": f"{tenant}#{order['pk']}#{notice.transaction_id}",
@@ -107,19 +107,44 @@ class PaymentStore:
                 task=task["pk"],
             ),
         }
-        self.t.transact(
-            [
-                {"Update": person},
-                {
-                    "Put": {
-                        "TableName": self.t.refund_tasks,
-                        "Item": to_item(task),
-                        "ConditionExpression": "attribute_not_exists(pk)",
-                    }
-                },
-            ]
-        )
+        items: list[dict[str, Any]] = [
+            {"Update": person},
+            {
+                "Put": {
+                    "TableName": self.t.refund_tasks,
+                    "Item": to_item(task),
+                    "ConditionExpression": "attribute_not_exists(pk)",
+                }
+            },
+        ]
+        self.transact(items, journal)
         return str(task["pk"])
+
+    def park(
+        self,
+        raw_key: str,
+        reason: str,
+        now: str,
+        journal: Callable[[list[dict[str, Any]]], list[dict[str, Any]]],
+    ) -> None:
+        """handled 0 → 2 (a person must look) with its journal record, in one transaction (the one call the
+        plain UpdateItem was). Raises TransactionFailed: PARKED_RAW (handled already) or JOURNAL."""
+        self.transact([{"Update": self.raw.person_update(raw_key, reason, now)}], journal)
+
+    def transact(
+        self,
+        items: list[dict[str, Any]],
+        journal: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None,
+    ) -> None:
+        if journal is None:
+            self.t.transact(items)
+            return
+        decision = len(items)
+        try:
+            self.t.transact([*items, *journal(items)])
+        except TransactionFailed as exc:
+            exc.failed = [i if i < decision else JOURNAL for i in exc.failed]
+            raise
 
     # ---------------------------------------------------------------- the items
 

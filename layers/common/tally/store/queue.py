@@ -273,25 +273,40 @@ class QueueStore:
         except self.ddb.exceptions.TransactionCanceledException:
             return False
 
-    def accept_amount(self, order_pk: str, old_cent: int, new_cent: int, entry: dict[str, Any]) -> bool:
+    def accept_amount(
+        self,
+        order_pk: str,
+        old_cent: int,
+        new_cent: int,
+        entry: dict[str, Any],
+        journal: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
+    ) -> bool:
         """A person accepts the amount the channel says was paid: the order's amount becomes it (the old one kept
         as `amount_before_cent`, the entry in its history), only while the order waits for payment at the
-        amount the person saw. False otherwise (paid, closed or changed meanwhile)."""
+        amount the person saw. False otherwise (paid, closed or changed meanwhile). With `journal`, its record
+        in the same transaction (TransactionFailed: the chain head moved, read it again)."""
+        request = {
+            "TableName": self.t.orders,
+            "Key": to_item({"pk": order_pk}),
+            "UpdateExpression": "SET amount_cent = :new, amount_before_cent = :old, amount_accepted = :e, "
+            "history = list_append(if_not_exists(history, :empty), :entries)",
+            "ConditionExpression": "#st = :wait AND amount_cent = :old",
+            "ExpressionAttributeNames": {"#st": "status"},
+            "ExpressionAttributeValues": {
+                **names_values(new=new_cent, old=old_cent, wait="WAIT_PAY"),
+                ":e": encode(entry),
+                ":empty": encode([]),
+                ":entries": encode([entry]),
+            },
+        }
+        if journal is not None:
+            try:
+                self._with_journal(request, journal, {"pk": order_pk})
+                return True
+            except StaleItem:
+                return False
         try:
-            self.ddb.update_item(
-                TableName=self.t.orders,
-                Key=to_item({"pk": order_pk}),
-                UpdateExpression="SET amount_cent = :new, amount_before_cent = :old, amount_accepted = :e, "
-                "history = list_append(if_not_exists(history, :empty), :entries)",
-                ConditionExpression="#st = :wait AND amount_cent = :old",
-                ExpressionAttributeNames={"#st": "status"},
-                ExpressionAttributeValues={
-                    **names_values(new=new_cent, old=old_cent, wait="WAIT_PAY"),
-                    ":e": encode(entry),
-                    ":empty": encode([]),
-                    ":entries": encode([entry]),
-                },
-            )
+            self.ddb.update_item(**request)
             return True
         except self.ddb.exceptions.ConditionalCheckFailedException:
             return False

@@ -16,6 +16,7 @@ from tally.store.shards import LEDGER_SHARDS as LEDGER_SHARDS  # re-exported: re
 from tally.store.shards import bill_shard as bill_shard
 from tally.store.shards import ledger_shard as ledger_shard
 from tally.store.shards import with_bill_shard as with_bill_shard
+from tally.store.tables import transact
 
 CONFIRM_SK = "confirm"
 BLOCKED_SK = "blocked"  # the day's work-queue marker while its latest run is BLOCKED
@@ -49,6 +50,13 @@ class ReconStore:
     # ------------------------------------------------------------ runs
     def put_run(self, row: dict[str, Any]) -> None:
         self.ddb.put_item(TableName=self.runs, Item=to_item(row))
+
+    def run_put(self, row: dict[str, Any]) -> dict[str, Any]:
+        """`put_run` as a transaction item (the verdict and its journal record commit together)."""
+        return {"Put": {"TableName": self.runs, "Item": to_item(row)}}
+
+    def transact(self, items: list[dict[str, Any]]) -> None:
+        transact(self.ddb, items)
 
     def run(self, pk: str, sk: str) -> dict[str, Any] | None:
         answer = self.ddb.get_item(
@@ -156,10 +164,12 @@ class ReconStore:
         return None
 
     def put_confirmation(self, pk: str, by: str, note: str, at: str) -> None:
-        self.ddb.put_item(
-            TableName=self.runs,
-            Item=to_item({"pk": pk, "sk": CONFIRM_SK, "confirmed_by": by, "note": note, "confirmed_at": at}),
-        )
+        self.ddb.put_item(**self.confirmation_put(pk, by, note, at)["Put"])
+
+    def confirmation_put(self, pk: str, by: str, note: str, at: str) -> dict[str, Any]:
+        """A person's confirmation of a volume drop (R33) as a transaction item (its journal record rides in it)."""
+        row = {"pk": pk, "sk": CONFIRM_SK, "confirmed_by": by, "note": note, "confirmed_at": at}
+        return {"Put": {"TableName": self.runs, "Item": to_item(row)}}
 
     def confirmation(self, pk: str) -> dict[str, Any] | None:
         answer = self.ddb.get_item(

@@ -137,19 +137,24 @@ class RawStore:
     def send_to_person(self, key: str, reason: str, now: str) -> bool:
         """handled 0 → 2 with the reason; False if the row was already handled."""
         try:
-            self.t.ddb.update_item(
-                TableName=self.t.notify_raw,
-                Key=to_item({"pk": key}),
-                UpdateExpression="SET handled = :two, manual_reason = :r, handled_at = :now, "
-                "pending_pk = :ppk, pending_at = :now",
-                ConditionExpression="handled = :zero",
-                ExpressionAttributeValues=names_values(
-                    two=2, zero=0, r=reason, now=now, ppk=pending_pk(2, key)
-                ),
-            )
+            self.t.ddb.update_item(**self.person_update(key, reason, now))
             return True
         except self.t.ddb.exceptions.ConditionalCheckFailedException:
             return False
+
+    def person_update(self, key: str, reason: str, now: str) -> dict[str, Any]:
+        """handled 0 → 2 with the reason, onto the pending index; also usable inside a transaction (the parked
+        payment's journal record rides in it)."""
+        return {
+            "TableName": self.t.notify_raw,
+            "Key": to_item({"pk": key}),
+            "UpdateExpression": "SET handled = :two, manual_reason = :r, handled_at = :now, "
+            "pending_pk = :ppk, pending_at = :now",
+            "ConditionExpression": "handled = :zero",
+            "ExpressionAttributeValues": names_values(
+                two=2, zero=0, r=reason, now=now, ppk=pending_pk(2, key)
+            ),
+        }
 
     def mark_handled(self, key: str, outcome: str, now: str) -> bool:
         try:
@@ -418,11 +423,18 @@ class MerchantStore:
 
     def put(self, row: dict[str, Any]) -> None:
         """A merchant row, written whole; a display name given before (`--name`) is kept when it carries none."""
+        self.t.ddb.put_item(**self.row_put(row)["Put"])
+
+    def row_put(self, row: dict[str, Any]) -> dict[str, Any]:
+        """`put` as a transaction item (the display name kept the same way)."""
         if not row.get("display_name") and row.get("pk"):
             kept = (self.t.get(self.t.merchants, str(row["pk"])) or {}).get("display_name")
             if kept:
                 row = {**row, "display_name": kept}
-        self.t.ddb.put_item(TableName=self.t.merchants, Item=to_item(row))
+        return {"Put": {"TableName": self.t.merchants, "Item": to_item(row)}}
+
+    def transact(self, items: list[dict[str, Any]]) -> None:
+        self.t.transact(items)
 
     def set_readiness(
         self, channel: str, merchant_id: str, *, ready: bool, reason: str, checked_at: str
@@ -445,11 +457,17 @@ class MerchantStore:
         return self.t.get(self.t.merchants, PRINCIPAL_PREFIX + arn)
 
     def put_principal(self, arn: str, merchants: list[str], *, by: str, at: str) -> None:
+        self.t.ddb.put_item(**self.principal_put(arn, merchants, by=by, at=at)["Put"])
+
+    def principal_put(self, arn: str, merchants: list[str], *, by: str, at: str) -> dict[str, Any]:
         row = {"pk": PRINCIPAL_PREFIX + arn, "principal": arn, "merchants": merchants, "by": by, "at": at}
-        self.t.ddb.put_item(TableName=self.t.merchants, Item=to_item(row))
+        return {"Put": {"TableName": self.t.merchants, "Item": to_item(row)}}
 
     def delete_principal(self, arn: str) -> None:
-        self.t.ddb.delete_item(TableName=self.t.merchants, Key=to_item({"pk": PRINCIPAL_PREFIX + arn}))
+        self.t.ddb.delete_item(**self.principal_delete(arn)["Delete"])
+
+    def principal_delete(self, arn: str) -> dict[str, Any]:
+        return {"Delete": {"TableName": self.t.merchants, "Key": to_item({"pk": PRINCIPAL_PREFIX + arn})}}
 
     def principals(self) -> list[dict[str, Any]]:
         """Every registered principal (small configuration: one paged scan, like `configured`)."""
