@@ -82,7 +82,7 @@ def test_a_sealed_day_reads_sealed_and_verified_and_its_zip_verifies_offline(h, 
         assert f"tally-books-{day}/day.json" in names and f"tally-books-{day}/{m['mchid']}/seal.json" in names
         archive.extractall(tmp_path)
     verdict = verify_export(tmp_path / f"tally-books-{day}")  # offline: only what the zip holds
-    assert verdict.ok and verdict.records == 3
+    assert verdict.ok and verdict.records == 5  # the merchant's 4 and the test principal's grant
 
     one = console("books", date=day, merchant=m["mchid"], format="zip")
     assert f'filename="tally-books-{day}-{m["mchid"]}.zip"' in one["headers"]["content-disposition"]
