@@ -13,6 +13,9 @@ from tally.apigw import HttpRequest, json_response
 from tally.observability import logger, metrics
 from tally.service.callers import caller_of, merchants_named
 
+# clients and services built at init, not in the first request
+bootstrap.at_init(bootstrap.callers, bootstrap.order_service)
+
 app = resolver(what="orders")
 
 

@@ -10,6 +10,9 @@ from tally import bootstrap
 from tally.observability import M, count, logger, metrics
 from tally.service.outbox import PublishFailed
 
+# clients and services built at init, not in the first request
+bootstrap.at_init(bootstrap.outbox_service)
+
 
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics

@@ -11,6 +11,9 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from tally import bootstrap
 from tally.observability import logger, metrics
 
+# clients and services built at init, not in the first request
+bootstrap.at_init(bootstrap.outbox_service)
+
 # an all-failed batch is reported, not raised: the messages stay on the queue (OutboxDLQAlarm watches its age)
 processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
 

@@ -12,6 +12,9 @@ from tally import bootstrap
 from tally.observability import M, count, logger, metrics
 from tally.service.apply import RetryLater
 
+# clients and services built at init, not in the first request
+bootstrap.at_init(bootstrap.apply_service)
+
 # a batch where every record failed is reported like any other (not raised: that would redeliver the whole
 # batch, the records that were booked too)
 processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
