@@ -8,7 +8,7 @@ IAM-authorised in template.yaml; the signed caller acts only for the merchants i
 
 from tally import bootstrap
 from tally.api import models
-from tally.api.edge import order_request, order_view, public, resolver, to_response
+from tally.api.edge import order_request, order_view, resolver, respond, to_response
 from tally.apigw import HttpRequest, json_response
 from tally.observability import logger, metrics
 from tally.service.callers import caller_of, merchants_named
@@ -38,7 +38,7 @@ def show_order(mchid: str, out_trade_no: str):
     # the merchant's return page (R24): asks the channel once about an unpaid order; every other reader
     # (CLI, console) is read-only (R42, docs/story.md)
     view = bootstrap.order_service().show(params["mchid"], params["out_trade_no"], ask_channel=True)
-    return to_response(json_response(200, public(models.OrderDetail, view)))
+    return to_response(respond(200, models.OrderDetail, view))
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -12,8 +12,8 @@ from typing import Annotated
 from aws_lambda_powertools.event_handler.openapi.params import Query
 from tally import bootstrap
 from tally.api import models
-from tally.api.edge import parse, public, resolver, to_response
-from tally.apigw import HttpRequest, json_response
+from tally.api.edge import parse, resolver, respond, to_response
+from tally.apigw import HttpRequest
 from tally.observability import logger, metrics
 from tally.service.callers import caller_of, merchants_named
 
@@ -31,7 +31,7 @@ def create_refund():
     bootstrap.callers().require(caller, merchants_named(body))
     request = parse(models.RefundRequest, body)
     refund, created = bootstrap.refund_service().create(request.model_dump(exclude_none=True))
-    return to_response(json_response(201 if created else 200, public(models.Refund, refund)))
+    return to_response(respond(201 if created else 200, models.Refund, refund))
 
 
 @app.get("/refunds/<refund_no>")
@@ -44,7 +44,7 @@ def show_refund(refund_no: str, mchid: Annotated[str | None, Query()] = None):
         callers.require(caller, [mchid])
     refund = bootstrap.refund_service().show(refund_no, mchid)
     callers.require(caller, [refund["mchid"]])
-    return to_response(json_response(200, public(models.Refund, refund)))
+    return to_response(respond(200, models.Refund, refund))
 
 
 @logger.inject_lambda_context(clear_state=True)
