@@ -83,12 +83,12 @@ def build_parser(language: str = "") -> argparse.ArgumentParser:
 
 @contextmanager
 def cli_logging(verbose: int) -> Iterator[None]:
-    """The product logger (tally/logs.py) and the root logger to stderr, WARNING unless -v; restored afterwards,
-    so a test that calls main() leaves the product's logging as it found it."""
+    """The product logger (Powertools' Logger, tally.observability) and the root logger to stderr, WARNING
+    unless -v; restored afterwards, so a test that calls main() leaves the product's logging as it found it."""
     from tally.observability import logger
 
     level = logging.WARNING if verbose <= 0 else logging.INFO if verbose == 1 else logging.DEBUG
-    handler = cast(logging.StreamHandler, logger.registered_handler)  # tally/logs.py builds a StreamHandler
+    handler = cast(logging.StreamHandler, logger.registered_handler)  # Powertools builds a StreamHandler
     old_stream = handler.stream
     old_level = logger.log_level
     root = logging.getLogger()

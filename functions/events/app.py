@@ -7,6 +7,9 @@ from tally.apigw import HttpRequest, answer, json_response
 from tally.observability import logger, metrics
 from tally.service.callers import caller_of
 
+# clients and services built at init, not in the first request
+bootstrap.at_init(bootstrap.callers, bootstrap.webhook_endpoints)
+
 
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics

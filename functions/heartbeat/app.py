@@ -4,6 +4,9 @@ HeartbeatAgeAlarm fires when none is booked within 3 minutes (service/heartbeat.
 from tally import bootstrap
 from tally.observability import logger, metrics
 
+# clients and services built at init, not in the first request
+bootstrap.at_init(bootstrap.heartbeat)
+
 
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics

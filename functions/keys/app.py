@@ -4,6 +4,9 @@ container, certificates expiring within 7 days counted (docs/channels.md "Key ro
 from tally import bootstrap
 from tally.observability import logger, metrics
 
+# clients and services built at init, not in the first request
+bootstrap.at_init(bootstrap.key_rotation_service)
+
 
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics

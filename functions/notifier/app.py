@@ -7,6 +7,9 @@ import json
 from tally import bootstrap
 from tally.observability import logger, metrics
 
+# clients and services built at init, not in the first request
+bootstrap.at_init(bootstrap.incidents, bootstrap.notifier)
+
 
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics

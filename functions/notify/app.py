@@ -1,10 +1,23 @@
 """notify λ: a channel's callback → verify, store raw, enqueue, ACK. Lean imports: this runs on WeChat's 5 s clock."""
 
+import importlib
+
 from tally import bootstrap
 from tally.apigw import BadRequest, HttpRequest, route_key
 from tally.channels import registry
 from tally.observability import M, count, logger, metrics
 from tally.service.ingest import failure_for_path
+
+
+def _notify_steps():
+    """Every channel's notify step (channels/<name>/notify.py and its wire module: cryptography), imported at
+    init: the registry then finds it in sys.modules on the first callback."""
+    for channel in registry.all_channels():
+        importlib.import_module(f"tally.channels.{channel.name}.notify")
+
+
+# clients, services and the channels' verify code built and imported at init, not in the first callback
+bootstrap.at_init(bootstrap.ingest_service, _notify_steps)
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -3,6 +3,9 @@
 from tally import bootstrap
 from tally.observability import logger, metrics
 
+# clients and services built at init, not in the first request
+bootstrap.at_init(bootstrap.sweep_service, bootstrap.poll_service, bootstrap.refund_service)
+
 STOP_WITH_MS_LEFT = 10_000  # stop taking new orders with 10 s left; the rest stays due
 REFUND_BATCH = 50
 

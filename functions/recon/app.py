@@ -3,7 +3,11 @@
 from tally import bootstrap
 from tally.observability import M, count, logger, metrics
 
+# clients and services built at init, not in the first request
+bootstrap.at_init(bootstrap.recon_service)
 
+
+@logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
 def handler(event, context):
     service = bootstrap.recon_service()

@@ -6,6 +6,9 @@ seals the day."""
 from tally import bootstrap
 from tally.observability import logger, metrics
 
+# clients and services built at init, not in the first request
+bootstrap.at_init(bootstrap.audit_service)
+
 
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics

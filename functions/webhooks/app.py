@@ -6,6 +6,9 @@ group (the same endpoint and order), so one order's events arrive in the order t
 from tally import bootstrap
 from tally.observability import logger, metrics
 
+# clients and services built at init, not in the first request
+bootstrap.at_init(bootstrap.webhook_deliverer)
+
 
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics

@@ -1,17 +1,29 @@
 """worker λ: SQS batch of raw keys → apply each; failures reported per message (partial batch).
 
-The partial batch response is built here, as functions/outbox does it: Powertools' BatchProcessor pulled in
-asyncio and every event data class (~70 ms of the worker's cold start, docs/cost.md) for a loop of ten lines."""
+Powertools' BatchProcessor tries every record and reports the ones that raised by messageId, so SQS redelivers
+only those (ReportBatchItemFailures, template.yaml). The apply queue is a standard queue and every apply is
+idempotent by its raw key, so the records of a batch are independent: no order to keep across a failure."""
 
 import json
 
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from tally import bootstrap
 from tally.observability import M, count, logger, metrics
 from tally.service.apply import RetryLater
 
+# clients and services built at init, not in the first request
+bootstrap.at_init(bootstrap.apply_service)
 
-def apply_record(record):
-    message = json.loads(record["body"])
+# a batch where every record failed is reported like any other (not raised: that would redeliver the whole
+# batch, the records that were booked too)
+processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
+
+
+def apply_record(record: SQSRecord):
+    """One message: a raw key to apply, or a refund report. A body that does not parse raises: redelivered,
+    then ApplyDLQ (ApplyDLQAlarm)."""
+    message = json.loads(record.body)
     if "refund_raw_key" in message:
         return apply_refund_record(message["refund_raw_key"], message["status"])
     raw_key = message["raw_key"]
@@ -43,13 +55,6 @@ def apply_refund_record(key, status):
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
 def handler(event, context):
-    """Every record is tried; the ones that raised are reported by messageId, so SQS redelivers only those
-    (ReportBatchItemFailures, template.yaml). A batch where every record failed is reported like any other."""
-    failures = []
-    for record in event["Records"]:
-        try:
-            apply_record(record)
-        except Exception:  # noqa: BLE001 - redelivered; a failed apply is counted and logged above, a body that
-            # does not parse ends in ApplyDLQ (ApplyDLQAlarm)
-            failures.append({"itemIdentifier": record["messageId"]})
-    return {"batchItemFailures": failures}
+    return process_partial_response(
+        event=event, record_handler=apply_record, processor=processor, context=context
+    )

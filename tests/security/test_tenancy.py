@@ -16,6 +16,7 @@ from tally.service.callers import InvalidGrant
 
 from tally_local.frontdoor import FrontDoor
 from tally_local.lambda_io import http_event
+from tally_local.resources import LambdaContext
 from tally_local.sigv4 import LOCAL_BACKEND_ARN, IamAuthorizer, signed_headers
 from tests.integration.refund_helpers import paid_order, refund
 
@@ -78,7 +79,7 @@ def test_R53_a_caller_cannot_refund_or_read_another_merchants_refund(h, two):
         handler, _ = h.handlers["RefundsFunction"]
         event = http_event("GET", "/refunds/RB0000001", b"", {}, event_params, caller=ROLE_A)
         event["queryStringParameters"] = query
-        answer = handler(event, None)
+        answer = handler(event, LambdaContext("RefundsFunction"))
         assert answer["statusCode"] == 403 and "RB0000001" not in answer["body"], query
 
 

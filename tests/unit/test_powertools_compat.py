@@ -1,7 +1,7 @@
-"""The stdlib log lines (tally/logs.py) and EMF blobs (tally/observability.py) are what Powertools printed
-(issue #20 item 4: Powertools left the layer for cold start). Powertools itself is the independent checker here,
-test-only (requirements-dev.txt), like wechatpayv3 for the wire formats: the same calls go to both and the lines
-must be equal, key order included; only the clock (timestamps) may differ."""
+"""The EMF blobs of `count()` (tally/observability.py: per-invocation sums handed to Powertools' EMF provider,
+one provider cell per (channel, merchant)) are the blobs of plain Powertools providers given the summed values:
+the same names, dimension sets, order and values, byte for byte but for the clock. And the product's logger is
+Powertools' Logger with the keys the handlers rely on (clear_state drops an earlier invocation's keys)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,10 @@ import json
 import re
 
 import pytest
-from aws_lambda_powertools import Logger
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import AmazonCloudWatchEMFProvider
 from tally import observability as obs
-from tally.logs import StructuredLogger
-from tally.observability import M, count, metrics
+from tally.observability import M, count, logger, metrics
 
 from tally_local.resources import LambdaContext
 
@@ -27,8 +25,8 @@ LOG_TIME = re.compile(r'"timestamp":"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}[+-]\d{
 
 
 def powertools_emf(counts: list[tuple[str, float, str | None, str | None]], capsys) -> str:
-    """What the layer printed with Powertools (observability.py before issue #20): one provider per
-    (channel, merchant) cell with its dimension sets, then the service-only provider."""
+    """Plain Powertools providers: one per (channel, merchant) cell with its dimension sets, then the
+    service-only provider."""
     plain = AmazonCloudWatchEMFProvider(namespace="Tally", service="tally")
     cells: dict[tuple[str, str | None], AmazonCloudWatchEMFProvider] = {}
     for name, value, channel, merchant in counts:
@@ -134,77 +132,56 @@ def _names(text):
 
 
 @pytest.fixture()
-def both():
-    """Our logger and Powertools' on two private streams, same service name."""
-    ours = StructuredLogger(service="tally-compat", level="INFO")
-    theirs = Logger(service="tally-compat-pt", level="INFO")
-    streams = io.StringIO(), io.StringIO()
-    ours.registered_handler.setStream(streams[0])
-    theirs.registered_handler.setStream(streams[1])  # type: ignore[attr-defined]
-    yield ours, theirs, streams
-    ours.removeHandler(ours.registered_handler)
+def lines():
+    """The product logger (Powertools' Logger) on a private stream."""
+    stream = io.StringIO()
+    before = logger.registered_handler.setStream(stream)  # type: ignore[attr-defined]
+    yield stream
+    logger.registered_handler.setStream(before)  # type: ignore[attr-defined]
 
 
-def _lines(stream):
-    out = []
-    for line in stream.getvalue().splitlines():
-        line = LOG_TIME.sub('"timestamp":"T"', line).replace('"service":"tally-compat-pt"', '"service":"S"')
-        out.append(line.replace('"service":"tally-compat"', '"service":"S"'))
-    return out
+def test_the_product_logger_is_powertools_logger():
+    from aws_lambda_powertools import Logger
+
+    assert isinstance(logger, Logger) and logger.service == "tally"
 
 
-def test_log_lines_are_powertools_lines(both):
-    ours, theirs, streams = both
+def test_a_line_carries_the_invocation_and_its_keys(lines):
     context = LambdaContext("NotifyFunction", memory_mb=256)
 
-    def handler_of(log):
-        @log.inject_lambda_context(clear_state=True)
-        def handler(event, context):
-            log.append_keys(raw_key="wechatpay#4200000001")
-            log.info("payment booked", extra={"order": "1900000001#ORDER-1", "amount_cent": 100})
-            log.warning("notification rejected 拒绝", extra={"reason": "bad signature", "hint": None})
-            try:
-                {}["missing"]
-            except KeyError:
-                log.exception("apply failed", extra={"raw_key": "wechatpay#4200000001"})
-            log.debug("not at INFO")
-            log.info("%s orders", 3)
-            return "ok"
+    @logger.inject_lambda_context(clear_state=True)
+    def handler(event, context):
+        logger.append_keys(raw_key="wechatpay#4200000001")
+        logger.info("payment booked", extra={"order": "1900000001#ORDER-1", "amount_cent": 100})
+        logger.warning("notification rejected 拒绝", extra={"reason": "bad signature", "hint": None})
+        try:
+            {}["missing"]
+        except KeyError:
+            logger.exception("apply failed", extra={"raw_key": "wechatpay#4200000001"})
+        return "ok"
 
-        return handler
-
-    for log in (ours, theirs):  # one line of source: same location, same traceback
-        assert handler_of(log)({}, context) == "ok"
-    mine, reference = _lines(streams[0]), _lines(streams[1])
-    assert len(mine) == 4
-    for a, b in zip(mine, reference, strict=True):
-        a_doc, b_doc = json.loads(a), json.loads(b)
-        a_doc.pop("cold_start"), b_doc.pop("cold_start")  # Powertools' is per process, ours per logger
-        assert list(a_doc) == list(b_doc)
-        assert a_doc == b_doc
-    assert json.loads(mine[0])["level"] == "INFO" and "hint" not in json.loads(mine[1])
+    assert handler({}, context) == "ok"
+    booked, rejected, failed = (json.loads(line) for line in lines.getvalue().splitlines())
+    assert LOG_TIME.search(lines.getvalue())  # Powertools' timestamp format, as docs/observability.md shows
+    assert (booked["level"], booked["message"], booked["service"]) == ("INFO", "payment booked", "tally")
+    assert booked["function_name"] == "NotifyFunction" and booked["function_memory_size"] == 256
+    assert (booked["raw_key"], booked["order"], booked["amount_cent"]) == (
+        "wechatpay#4200000001",
+        "1900000001#ORDER-1",
+        100,
+    )
+    assert rejected["message"] == "notification rejected 拒绝" and "hint" not in rejected
+    assert failed["exception_name"] == "KeyError" and failed["level"] == "ERROR"
 
 
-def test_clear_state_drops_the_keys_of_the_invocation_before(both):
-    ours, _, streams = both
-
-    @ours.inject_lambda_context(clear_state=True)
+def test_clear_state_drops_the_keys_of_the_invocation_before(lines):
+    @logger.inject_lambda_context(clear_state=True)
     def handler(event, context):
         if event.get("first"):
-            ours.append_keys(raw_key="k1")
-        ours.info("line")
+            logger.append_keys(raw_key="k1")
+        logger.info("line")
 
     handler({"first": True}, LambdaContext("WorkerFunction"))
     handler({}, LambdaContext("WorkerFunction"))
-    first, second = (json.loads(line) for line in streams[0].getvalue().splitlines())
+    first, second = (json.loads(line) for line in lines.getvalue().splitlines())
     assert first["raw_key"] == "k1" and "raw_key" not in second
-    assert (first["cold_start"], second["cold_start"]) == (True, False)
-
-
-def test_the_level_comes_from_the_environment_as_powertools_read_it():
-    from tally.settings import log_level
-
-    assert log_level({}) == "INFO"
-    assert log_level({"POWERTOOLS_LOG_LEVEL": "error"}) == "ERROR"
-    assert log_level({"POWERTOOLS_LOG_LEVEL": "DEBUG", "AWS_LAMBDA_LOG_LEVEL": "WARN"}) == "WARNING"
-    assert log_level({"LOG_LEVEL": "nonsense"}) == "INFO"

@@ -1,6 +1,6 @@
-"""The worker's partial batch response, built without Powertools' BatchProcessor (issue #20 item 4, cold start):
-every record is tried, the ones that raised are reported by messageId (SQS redelivers only those), an all-failed
-batch is reported like any other, and a failure is still counted and logged where it was before."""
+"""The worker's partial batch response, Powertools' BatchProcessor: every record is tried, the ones that raised are
+reported by messageId (SQS redelivers only those), an all-failed batch is reported like any other (not raised),
+and a failure is still counted and logged where it was before."""
 
 from __future__ import annotations
 

@@ -87,6 +87,21 @@ def reset() -> None:
         built.cache_clear()
 
 
+def at_init(*builders: Callable[[], object]) -> None:
+    """A function's init (its module's top level): build what its handler uses, clients and services, so a
+    cold start pays for them before the first request, not in it (and a snapshot of the initialised function
+    holds them). The handler still asks bootstrap for them: a cached call, rebuilt after reset().
+
+    Outside a function's environment (a test or tool importing the module without the stack's variables)
+    nothing is built here: the first request builds, and fails on the missing variable, as it would."""
+    try:
+        settings()
+    except RuntimeError:  # a missing variable (Settings.from_env): not a function's environment
+        return
+    for build in builders:
+        build()
+
+
 @cache
 def settings() -> Settings:
     return Settings.from_env()

@@ -8,108 +8,86 @@ configuration, never by traffic (docs/metrics.md).
 
 from __future__ import annotations
 
-import functools
-import json
-import sys
 import threading
-import time
-from collections.abc import Callable
-from typing import Any, NamedTuple
+import warnings
+from typing import NamedTuple
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import AmazonCloudWatchEMFProvider
 
 from tally.channels import registry as channel_registry
-from tally.logs import StructuredLogger
 from tally.settings import metric_merchants
 
-logger = StructuredLogger(service="tally")
+# Powertools' Logger: one JSON line per call on stdout (docs/observability.md has the fields); the level from
+# POWERTOOLS_LOG_LEVEL (template.yaml) or Lambda's AWS_LAMBDA_LOG_LEVEL. What is printed is only what the code
+# passes: no event, body or secret is ever logged (tests/security/test_security.py::test_no_secret_in_logs).
+logger = Logger(service="tally")
 
 NAMESPACE = "Tally"
 SERVICE = "tally"
 CHANNELS = channel_registry.metric_values()  # the `channel` dimension's values, plus OTHER
 OTHER = "other"
 MAX_LISTED_MERCHANTS = 20  # a typo'd or pasted-in huge allow-list must not multiply the metric bill
-MAX_METRICS_PER_BLOB = 100  # the EMF specification's limit of metrics in one directive
 
 
-class Metrics:
-    """CloudWatch embedded metric format (EMF) on stdout: the lines Powertools' Metrics printed, byte for byte
-    (tests/unit/test_emf_format.py compares them), from `json` alone (issue #20 item 4: Powertools' import
-    was most of the notify function's cold start after boto3).
-
-    One flush prints one blob per cell (channel, merchant) that counted something, then the service-only blob.
-    A cell's blob declares the dimension sets [service], [service, channel] (and [service, channel, merchant]):
-    in EMF a dimension has one value per blob, so differing channels cannot share a blob; the [service] set in
-    every cell's blob keeps the service-only series (the one the alarms watch) whole. Each metric is
-    `"Name": [value]` with `Unit: Count` (docs/metrics.md)."""
-
-    def __init__(self, namespace: str, service: str):
-        self.namespace = namespace
-        self.service = service
-
-    def flush_metrics(self) -> None:
-        """Print what this invocation counted (the per-invocation sums of `count()`) and forget it; an
-        invocation that counted nothing prints nothing."""
-        with _pending_lock:
-            pending = list(_pending.items())
-            _pending.clear()
-        plain: dict[str, float] = {}
-        cells: dict[tuple[str, str | None], dict[str, float]] = {}
-        for (name, channel, merchant), value in pending:  # first-counted order, as they were handed over
-            if channel is None:
-                plain[name] = value
-            else:
-                cells.setdefault((channel, merchant), {})[name] = value
-        for (channel, merchant), values in cells.items():
-            self._print(values, channel, merchant)
-        if plain:
-            self._print(plain, None, None)
+class _Cell(AmazonCloudWatchEMFProvider):
+    """One (channel, merchant) cell's provider: its dimension sets are fixed when it is made and kept across
+    flushes (Powertools' clear_metrics would drop them, and adding them again costs ~3 µs a flush)."""
 
     def clear_metrics(self) -> None:
-        """Drop what was counted and not flushed."""
+        self.metric_set.clear()
+        self.metadata_set.clear()
+
+
+class _DimensionedProvider(AmazonCloudWatchEMFProvider):
+    """Powertools' EMF provider plus one cell per (channel, merchant): a cell is a Powertools provider whose
+    blob carries the dimension sets [service], [service, channel] (and [service, channel, merchant]).
+
+    In EMF a dimension has one value per blob, so differing channels cannot share a blob; counts without
+    dimensions stay in the ordinary service-only blob. The [service] set in every cell's blob keeps the
+    service-only series (the one the alarms watch) whole. One flush (`@metrics.log_metrics`) prints each cell's
+    blob, then the service-only blob; a blob holds at most 100 metrics (Powertools flushes at the EMF limit)."""
+
+    def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(**kwargs)
+        # built once per (channel, merchant) and kept: a provider's construction is most of a flush's CPU, and
+        # the cells are a bounded set (the registry's channels and OTHER × the allow-list and OTHER)
+        self.cells: dict[tuple[str, str | None], AmazonCloudWatchEMFProvider] = {}
+
+    def add_cell_metric(self, name: str, value: float, channel: str, merchant: str | None) -> None:
+        cell = self.cells.get((channel, merchant))
+        if cell is None:
+            cell = self.cells[(channel, merchant)] = _Cell(namespace=self.namespace, service=self.service)
+            cell.add_dimensions(service=self.service, channel=channel)
+            if merchant is not None:
+                cell.add_dimensions(service=self.service, channel=channel, merchant=merchant)
+        cell.add_metric(name=name, unit=MetricUnit.Count, value=value)
+
+    def flush_metrics(self, raise_on_empty_metrics: bool = False) -> None:
+        _drain()
+        counted = [cell for cell in self.cells.values() if cell.metric_set]
+        for cell in counted:
+            cell.flush_metrics()
+        if self.metric_set:
+            super().flush_metrics(raise_on_empty_metrics=raise_on_empty_metrics)
+        elif (
+            not counted
+        ):  # an invocation that counted nothing (a quiet tick) prints nothing and warns nothing
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", "No application metrics to publish")
+                super().flush_metrics(raise_on_empty_metrics=raise_on_empty_metrics)
+
+    def clear_metrics(self) -> None:
         with _pending_lock:
             _pending.clear()
-
-    def log_metrics(self, handler: Callable[..., Any]) -> Callable[..., Any]:
-        """A handler decorator: the invocation's counts are flushed when it returns or raises."""
-
-        @functools.wraps(handler)
-        def decorate(event: Any, context: Any, *args: Any, **kwargs: Any) -> Any:
-            try:
-                return handler(event, context, *args, **kwargs)
-            finally:
-                self.flush_metrics()
-
-        return decorate
-
-    def _print(self, values: dict[str, float], channel: str | None, merchant: str | None) -> None:
-        dimensions = [["service"]]
-        labels = {"service": self.service}
-        if channel is not None:
-            dimensions.append(["service", "channel"])
-            labels["channel"] = channel
-            if merchant is not None:
-                dimensions.append(["service", "channel", "merchant"])
-                labels["merchant"] = merchant
-        names = list(values)
-        for at in range(0, len(names), MAX_METRICS_PER_BLOB):
-            chunk = names[at : at + MAX_METRICS_PER_BLOB]
-            blob = {
-                "_aws": {
-                    "Timestamp": int(time.time() * 1000),
-                    "CloudWatchMetrics": [
-                        {
-                            "Namespace": self.namespace,
-                            "Dimensions": dimensions,
-                            "Metrics": [{"Name": name, "Unit": "Count"} for name in chunk],
-                        }
-                    ],
-                },
-                **labels,
-                **{name: [float(values[name])] for name in chunk},
-            }
-            sys.stdout.write(json.dumps(blob, separators=(",", ":")) + "\n")
+        for cell in self.cells.values():
+            cell.clear_metrics()
+        super().clear_metrics()
 
 
-metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
+_provider = _DimensionedProvider(namespace=NAMESPACE, service=SERVICE)
+metrics = Metrics(namespace=NAMESPACE, service=SERVICE, provider=_provider)
 
 
 class M:
@@ -408,9 +386,10 @@ def merchant_value(merchant: str | None) -> str:
     return merchant if merchant in _listed else OTHER
 
 
-# Counts of this invocation, summed by (name, channel, merchant) and printed once, when `@metrics.log_metrics`
-# (or `metrics.flush_metrics()`) flushes: a dict addition under a lock, well under 1 µs (Powertools' add_metric
-# cost ~35 µs a call). A name counted n times carries one value, the sum.
+# Counts of this invocation, summed by (name, channel, merchant) and handed to Powertools once, when
+# `@metrics.log_metrics` (or `metrics.flush_metrics()`) flushes: Powertools' add_metric costs ~35 µs a call
+# (validation and a debug f-string of the whole metric), a dict addition under a lock well under 1 µs. A name
+# counted n times carries one value, the sum (a gauge: the larger reading).
 _pending: dict[tuple[str, str | None, str | None], float] = {}
 _pending_lock = threading.Lock()
 GAUGES = frozenset(
@@ -434,6 +413,18 @@ def count(name: str, value: int = 1, *, channel: str | None = None, merchant: st
             _pending[key] = max(_pending.get(key, value), value)
         else:
             _pending[key] = _pending.get(key, 0) + value
+
+
+def _drain() -> None:
+    """Hand the summed counts to Powertools (in first-counted order), once per flush."""
+    with _pending_lock:
+        pending = list(_pending.items())
+        _pending.clear()
+    for (name, channel, merchant), value in pending:
+        if channel is None:
+            _provider.add_metric(name=name, unit=MetricUnit.Count, value=value)
+        else:
+            _provider.add_cell_metric(name, value, channel, merchant)
 
 
 configure_merchants()

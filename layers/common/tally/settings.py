@@ -158,27 +158,6 @@ def metric_merchants(env: dict[str, str] | None = None) -> tuple[str, ...]:
     return tuple(m.strip() for m in raw.split(",") if m.strip())
 
 
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-_LEVEL_ALIASES = {"WARN": "WARNING", "FATAL": "CRITICAL", "TRACE": "DEBUG"}  # Lambda's spellings
-
-
-def log_level(env: dict[str, str] | None = None) -> str:
-    """The product logger's level (tally/logs.py), as Powertools read it: Lambda's advanced logging control
-    (AWS_LAMBDA_LOG_LEVEL) first, then POWERTOOLS_LOG_LEVEL (template.yaml: INFO), then LOG_LEVEL; else INFO."""
-    source = os.environ if env is None else env
-    for name in ("AWS_LAMBDA_LOG_LEVEL", "POWERTOOLS_LOG_LEVEL", "LOG_LEVEL"):
-        level = source.get(name, "").strip().upper()
-        if level:
-            level = _LEVEL_ALIASES.get(level, level)
-            return level if level in LOG_LEVELS else "INFO"
-    return "INFO"
-
-
-def xray_trace_header() -> str | None:
-    """_X_AMZN_TRACE_ID: set by Lambda for each invocation (its Root= part is a log line's xray_trace_id)."""
-    return os.environ.get("_X_AMZN_TRACE_ID")
-
-
 class WebhookSettings(NamedTuple):
     """The webhooks' environment (docs/webhooks.md); empty names: the stack has no webhooks."""
 

@@ -1,10 +1,14 @@
-"""Parse a request into its model (every field error at once) and shape an answer into its public model."""
+"""Parse a request into its model (every field error at once) and shape an answer into its public model; the
+HTTP resolver (Powertools' APIGatewayHttpResolver) the orders and refunds functions route with."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
+from aws_lambda_powertools.event_handler.exceptions import NotFoundError
+from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 
 from tally import errors
@@ -114,3 +118,58 @@ def api_answer(
 ) -> dict[str, Any]:
     """tally.apigw.answer with the public error shape: what the orders and refunds handlers return."""
     return answer(call, what=what, retry_hint=retry_hint, shape=_public_error)
+
+
+def resolver(*, what: str, retry_hint: str = "internal error, retry") -> APIGatewayHttpResolver:
+    """Powertools' HTTP API resolver for one function's routes, with validation on (a route's typed path and
+    query parameters), answering every error in the one shape of docs/errors.md: a TallyError with its status
+    and code, a parameter the resolver refused as 400 `invalid_request` with every field at fault, a path no
+    route matches as 404 `not_found`, anything else as the counted, logged 500 of tally.apigw.answer (R40).
+
+    The body is parsed by the route itself (`parse`), after the signed caller is checked against the merchant
+    it names (R53: a caller learns nothing of another merchant's request shape), and its errors carry the
+    field descriptions and stable codes of tally/api/codes.py."""
+    app = APIGatewayHttpResolver(enable_validation=True)
+
+    @app.exception_handler(RequestValidationError)
+    def refused(exc: RequestValidationError) -> Response:
+        found = [
+            errors.field_error(
+                ".".join(str(part) for part in error["loc"][1:]) or str(error["loc"][0]),
+                field_code(error["type"]),
+                error["msg"],
+            )
+            for error in exc.errors()
+        ]
+        noun = "field is" if len(found) == 1 else "fields are"
+        names = ", ".join(dict.fromkeys(e["field"] for e in found))
+        return _raised(errors.InvalidRequest(f"{len(found)} {noun} invalid: {names}", fields=found))
+
+    @app.not_found
+    def no_route(exc: NotFoundError) -> Response:
+        return _raised(errors.NotFound("no such route", code="not_found"))
+
+    @app.exception_handler(Exception)
+    def failed(exc: Exception) -> Response:
+        return _raised(exc, what=what, retry_hint=retry_hint)
+
+    return app
+
+
+def _raised(exc: Exception, *, what: str = "api", retry_hint: str = "internal error, retry") -> Response:
+    def again() -> HttpResponse:
+        raise exc
+
+    return to_response(api_answer(again, what=what, retry_hint=retry_hint))
+
+
+def to_response(event: dict[str, Any] | HttpResponse) -> Response:
+    """An answer (tally.apigw's event or HttpResponse) as the resolver's Response: the same status and bytes."""
+    if isinstance(event, HttpResponse):
+        event = event.to_event()
+    headers = event.get("headers") or {}
+    return Response(
+        status_code=event["statusCode"],
+        content_type=headers.get("content-type"),
+        body=event.get("body") or "",
+    )
