@@ -34,6 +34,7 @@ import ssl
 import tempfile
 import threading
 import time
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -183,14 +184,17 @@ def _exchange(
     limit: int | None,
 ) -> Answer:
     try:
-        answer: Any = manager.request(
+        parts = urllib.parse.urlsplit(url)
+        pool = manager.connection_from_host(parts.hostname, parts.port, parts.scheme)  # not its URL parser
+        answer: Any = pool.urlopen(
             method,
-            url,
+            (parts.path or "/") + (f"?{parts.query}" if parts.query else ""),
             body=body,
             headers=headers,
             timeout=urllib3.Timeout(connect=timeout_s, read=timeout_s),
             retries=False,
             redirect=False,
+            assert_same_host=False,
             preload_content=False,
             decode_content=False,
         )
