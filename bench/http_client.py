@@ -112,7 +112,7 @@ def rows(found: dict[str, Any]) -> list[tuple[str, ...]]:
             "channel call client CPU (pooled HTTPS, tally/httpclient)",
             f"{found['pooled_us']:.0f} µs",
             f"urlopen, a new TLS connection each call: {found['urlopen_us']:.0f} µs",
-            f"ratio {found['pooled_us'] / found['urlopen_us']:.2f}; wall on loopback "
+            f"ratio {found['pooled_us'] / found['urlopen_us']:.3f}; wall on loopback "
             f"{found['wall_pooled_us']:.0f} vs {found['wall_urlopen_us']:.0f} µs",
         )
     ]
