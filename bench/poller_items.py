@@ -227,14 +227,13 @@ def measure_volume(
     """`due` due orders over `merchants` merchants, the simulator answering every /v3/ call after
     `latency_s` (its `delay` fault), one poller run (PollService with the product's pull clients, pacing
     and concurrency; the poll index in memory: MemoryPolls), bounded like the Lambda: 60 s less the 10 s
-    it keeps. Each request is timed as it leaves (urlopen) and as it reaches the channel (before the delay)."""
+    it keeps. Each request is timed as it leaves (tally.httpclient) and as it reaches the channel (before the delay)."""
     import re
     import threading
-    import urllib.request
 
     import boto3
     from moto import mock_aws
-    from tally import bootstrap
+    from tally import bootstrap, httpclient
     from tally.service.poll import PollService
     from tally.store.polling import poll_pk
     from tally.store.tables import iso_now, order_key
@@ -251,7 +250,7 @@ def measure_volume(
     sends: list[tuple[float, str]] = []
     lock = threading.Lock()
     take_fault = sim._take_fault
-    urlopen = urllib.request.urlopen
+    send = httpclient.request
 
     def timed_take_fault(method: str, path: str) -> Any:  # called as each /v3/ request reaches the channel
         found = re.search(r"mchid=([0-9A-Za-z]+)", path)
@@ -260,15 +259,15 @@ def measure_volume(
                 arrivals.append((time.monotonic(), found.group(1)))
         return take_fault(method, path)
 
-    def timed_urlopen(req: Any, *args: Any, **kwargs: Any) -> Any:  # as each request leaves the poller
-        found = re.search(r"mchid=([0-9A-Za-z]+)", getattr(req, "full_url", ""))
+    def timed_send(method: str, url: str, **kwargs: Any) -> Any:  # as each request leaves the poller
+        found = re.search(r"mchid=([0-9A-Za-z]+)", url)
         if found:
             with lock:
                 sends.append((time.monotonic(), found.group(1)))
-        return urlopen(req, *args, **kwargs)
+        return send(method, url, **kwargs)
 
     sim._take_fault = timed_take_fault  # type: ignore[method-assign]
-    urllib.request.urlopen = timed_urlopen  # type: ignore[assignment]
+    httpclient.request = timed_send  # type: ignore[assignment]
     try:
         m = sim.register_test_merchant()
         sim.inject_fault("delay", count=10**9, path_contains="/v3/", seconds=latency_s)
@@ -336,7 +335,7 @@ def measure_volume(
                 report = service.run(out_of_time=lambda: time.monotonic() - t0 > 50)
             run_s = time.monotonic() - t0
     finally:
-        urllib.request.urlopen = urlopen  # type: ignore[assignment]
+        httpclient.request = send  # type: ignore[assignment]
         sim.stop()
     return {
         "due": due,

@@ -281,6 +281,9 @@ class BodyTooLarge(Exception):
 
 class _RequestHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = (
+        True  # kept-alive clients get the body at once (tally_local/simulator/_server.py)
+    )
     server: _Server
 
     def do_GET(self) -> None:

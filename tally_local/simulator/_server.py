@@ -52,6 +52,9 @@ class _Handler(BaseHTTPRequestHandler):
     server: _Server
     server_version = "ChannelSimulator/1.0"
     protocol_version = "HTTP/1.1"
+    # the headers and the body leave in two writes: with Nagle on, a kept-alive client (tally/httpclient.py)
+    # waits ~40 ms for each body behind its own delayed ACK; the channels' servers answer at once
+    disable_nagle_algorithm = True
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         log.debug("%s %s", self.address_string(), format % args)

@@ -496,3 +496,85 @@ def test_money_path_deploys_by_canary_with_rollback_on_its_alarms(template):
         if r["Type"] == "AWS::Lambda::Permission" and "Notify" in json.dumps(r["Properties"]["FunctionName"])
     ]
     assert notify_permissions and all(p == {"Ref": "NotifyFunctionAliaslive"} for p in notify_permissions)
+
+
+# ------------------------------------------------------------------------------------ SnapStart
+
+
+def _condition(template: dict[str, Any], node: Any, region: str) -> Any:
+    """The value CloudFormation gives a condition in `region` (the intrinsics the Conditions section uses)."""
+    partition = "aws-cn" if region.startswith("cn-") else "aws"
+    if isinstance(node, dict) and len(node) == 1:
+        (name, args), *_ = node.items()
+        if name == "Condition":
+            return _condition(template, template["Conditions"][args], region)
+        if name == "Ref":
+            return {"AWS::Region": region, "AWS::Partition": partition}[args]
+        if name == "Fn::Not":
+            return not _condition(template, args[0], region)
+        if name == "Fn::Or":
+            return any(_condition(template, a, region) for a in args)
+        if name == "Fn::And":
+            return all(_condition(template, a, region) for a in args)
+        if name == "Fn::Equals":
+            return _condition(template, args[0], region) == _condition(template, args[1], region)
+    return node
+
+
+@pytest.mark.parametrize(
+    ("region", "offered"),
+    [
+        ("us-east-1", True),
+        ("eu-west-1", True),
+        ("ap-southeast-1", True),
+        ("cn-north-1", False),
+        ("cn-northwest-1", False),
+    ],
+)
+def test_snapstart_is_conditioned_on_the_partition(template, region, offered):
+    """Lambda offers SnapStart for Python outside the China partition (and not in the regions its guide names):
+    HasSnapStart is what each function's SnapStart hangs on. cfn-lint's E2530 does not follow the condition
+    (template.yaml's Metadata), so the condition is evaluated here for a standard and a China region."""
+    assert _condition(template, template["Conditions"]["IsChinaPartition"], region) is (not offered)
+    assert _condition(template, template["Conditions"]["HasSnapStart"], region) is offered
+
+
+def test_every_function_resumes_from_a_snapshot_of_its_published_version(template, resources):
+    """SnapStart on every function, through the partition condition, on the version AutoPublishAlias publishes
+    (SnapStart snapshots published versions only). SnapStart refuses provisioned concurrency, EFS and ephemeral
+    storage over 512 MB: recon keeps 10 GB of /tmp for the big bills (docs/recon.md), so it starts as before."""
+    runtime = template["Globals"]["Function"]["Runtime"]
+    assert runtime == "python3.12"  # SnapStart's Python runtimes: 3.12 and later
+    snapstart = {"Fn::If": ["HasSnapStart", {"ApplyOn": "PublishedVersions"}, {"Ref": "AWS::NoValue"}]}
+    functions = of_type(resources, "AWS::Serverless::Function")
+    for lid, function in functions.items():
+        props = function["Properties"]
+        assert "ProvisionedConcurrencyConfig" not in props and "FileSystemConfigs" not in props, lid
+        if lid == "ReconFunction":
+            assert "SnapStart" not in props and props["EphemeralStorage"]["Size"] > 512
+            continue
+        assert props.get("SnapStart") == snapstart, lid
+        assert props.get("AutoPublishAlias") == "live", lid
+        assert props.get("EphemeralStorage", {"Size": 512})["Size"] <= 512, lid
+    transformed = sam_transform(template, "us-east-1")["Resources"]
+    for lid in set(functions) - {"ReconFunction"}:
+        assert transformed[lid]["Properties"]["SnapStart"] == snapstart
+        alias = transformed[f"{lid}Aliaslive"]
+        assert alias["Type"] == "AWS::Lambda::Alias" and alias["Properties"]["FunctionName"] == {"Ref": lid}
+        versions = [
+            r
+            for r in transformed.values()
+            if r["Type"] == "AWS::Lambda::Version" and r["Properties"]["FunctionName"] == {"Ref": lid}
+        ]
+        assert len(versions) == 1, lid
+    qualified = json.dumps(
+        [
+            r["Properties"]["FunctionName"]
+            for r in transformed.values()
+            if r["Type"] in ("AWS::Lambda::EventSourceMapping", "AWS::Lambda::Permission")
+        ]
+    )
+    for lid in set(functions) - {"ReconFunction"}:
+        assert f'{{"Ref": "{lid}"}}' not in qualified, (
+            f"{lid}: an event invokes $LATEST, not the snapshotted alias"
+        )

@@ -22,6 +22,7 @@ def test_the_layer_pins_the_sdk_the_suite_runs():
     the functions import, and it is the very version these tests exercise."""
     layer = pins()
     assert layer["boto3"] == version("boto3") and layer["botocore"] == version("botocore")
+    assert layer["urllib3"] == version("urllib3")  # tally/httpclient.py imports it directly
 
 
 def test_the_pinned_botocore_has_what_the_code_calls():

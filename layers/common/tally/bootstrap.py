@@ -7,6 +7,7 @@ from collections.abc import Callable
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
+from tally import snapstart  # noqa: F401 - registers SnapStart's hooks (priming, re-seeding) in every function
 from tally.settings import Settings, webhook_settings
 
 if TYPE_CHECKING:  # the real return types; the imports themselves stay lazy (cold start, R10)

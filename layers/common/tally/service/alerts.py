@@ -24,13 +24,12 @@ import hashlib
 import hmac
 import json
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from tally import httpclient
 from tally.domain.money import format_cents
 from tally.i18n import normalise, speaker
 from tally.i18n.words import Words
@@ -233,15 +232,19 @@ def accepted(kind: str, status: int, answer: bytes) -> None:
 
 def http_post(url: str, body: bytes, timeout_s: float = 5.0) -> tuple[int, bytes]:
     """POST JSON; (status, body) for any HTTP answer, DeliveryError when there is none."""
-    request = urllib.request.Request(  # noqa: S310 - https webhooks set by an operator (or localhost in tests)
-        url, data=body, method="POST", headers={"Content-Type": "application/json; charset=utf-8"}
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as answer:  # noqa: S310
-            return int(answer.status), answer.read(65536)
-    except urllib.error.HTTPError as error:
-        return int(error.code), error.read(65536)
-    except (urllib.error.URLError, OSError) as error:
+    try:  # https robot webhooks set by an operator (or localhost in tests)
+        answer = httpclient.request(
+            "POST",
+            url,
+            body=body,
+            headers={"Content-Type": "application/json; charset=utf-8"},
+            timeout_s=timeout_s,
+            limit=65536,
+        )
+        return answer.status, answer.body
+    except httpclient.StatusError as error:
+        return error.status, error.body[:65536]
+    except OSError as error:
         raise DeliveryError(f"no answer: {error}") from None
 
 

@@ -37,12 +37,11 @@ the notify function, is verified and decrypted with the merchant's keys, and onl
 from __future__ import annotations
 
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from tally import httpclient
 from tally.channels import registry as channel_registry
 from tally.errors import ChannelError, NotFound
 from tally.observability import M, count, logger
@@ -75,13 +74,11 @@ def synthetic_channel() -> tuple[Channel, Synthetic]:
 
 def post_json(url: str, headers: dict[str, str], body: bytes, timeout_s: float = 5.0) -> int:
     """POST over HTTP(S); the status, or 0 when the API could not be reached at all."""
-    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as answer:  # noqa: S310 - our own API URL
-            return answer.status
-    except urllib.error.HTTPError as error:
-        return error.code
-    except (urllib.error.URLError, OSError, ValueError) as error:  # ValueError: no HEARTBEAT_API_URL set
+        return httpclient.request("POST", url, body=body, headers=headers, timeout_s=timeout_s).status
+    except httpclient.StatusError as error:
+        return error.status
+    except (OSError, ValueError) as error:  # no HEARTBEAT_API_URL set: Unreachable too
         logger.warning("heartbeat: API unreachable", extra={"error": str(error)[:200]})
         return 0
 

@@ -24,13 +24,11 @@ import hmac
 import json
 import secrets
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from tally import errors
+from tally import errors, httpclient
 from tally.domain.events import DownstreamEvent, events_for_change
 from tally.domain.webhooks import (
     EVENT_TYPES,
@@ -400,12 +398,13 @@ class Deliverer:
 
 def http_post(url: str, body: bytes, headers: dict[str, str], timeout_s: float) -> tuple[int, str]:
     """(HTTP status, the answer's first characters); 0 and the error when there was no answer."""
-    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as answer:  # noqa: S310 - the merchant's URL
-            return int(answer.status), answer.read(SNIPPET).decode("utf-8", "replace")
-    except urllib.error.HTTPError as exc:
-        return int(exc.code), exc.read(SNIPPET).decode("utf-8", "replace")
+        answer = httpclient.request(
+            "POST", url, body=body, headers=headers, timeout_s=timeout_s, limit=SNIPPET
+        )
+        return answer.status, answer.body.decode("utf-8", "replace")
+    except httpclient.StatusError as exc:  # a redirect too: the event is delivered to the URL registered only
+        return exc.status, exc.body[:SNIPPET].decode("utf-8", "replace")
     except (OSError, ValueError) as exc:  # refused, reset, timed out, bad URL
         return 0, f"{type(exc).__name__}: {exc}"[:SNIPPET]
 

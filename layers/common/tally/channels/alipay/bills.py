@@ -11,15 +11,13 @@ from __future__ import annotations
 import csv
 import io
 import re
-import urllib.error
 import urllib.parse
-import urllib.request
 import zipfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from tally import errors
+from tally import errors, httpclient
 from tally.channels.alipay.channel import CHANNEL as SPEC
 from tally.channels.bill_source import NO_STATEMENT, OK, DownloadFailed, Fetched, lines_of, sha1_hex
 from tally.domain.recon import (
@@ -312,9 +310,8 @@ def download(url: str, gateway: str, *, timeout_s: float = 30.0) -> bytes:
     ):
         raise AlipayError(f"bill_download_url on an unexpected host {host!r}: not followed")
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as resp:  # noqa: S310 - scheme and host checked
-            return resp.read()
-    except (urllib.error.URLError, TimeoutError, OSError) as exc:
+        return httpclient.request("GET", url, timeout_s=timeout_s).body  # scheme and host checked above
+    except (httpclient.StatusError, OSError) as exc:
         raise AlipayError(f"download: {exc}", retryable=True) from None
 
 

@@ -12,9 +12,7 @@ import functools
 import hashlib
 import json
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -25,7 +23,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
-from tally import errors
+from tally import errors, httpclient
 from tally.channels.alipay.channel import CHANNEL as SPEC
 from tally.domain.clock import CHINA
 from tally.domain.money import MoneyError, yuan_to_cents
@@ -484,21 +482,17 @@ class AlipayClient:
         """POST the signed form; verify the answer (§6.1); return its business object (code 10000)."""
         params = self.request_params(method, biz_content, notify_url=notify_url)
         data = urllib.parse.urlencode(params).encode()
-        req = urllib.request.Request(
-            self.gateway,
-            data=data,
-            method="POST",
-            headers={
-                "Content-Type": "application/x-www-form-urlencoded;charset=utf-8",
-                "User-Agent": "tally/0.1",
-            },
-        )
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                raw = resp.read().decode("utf-8")
-        except urllib.error.HTTPError as err:
-            raise ChannelError(f"{method}: HTTP {err.code}", retryable=err.code >= 500) from None
-        except (urllib.error.URLError, TimeoutError, OSError, UnicodeDecodeError) as err:
+            raw = httpclient.request(
+                "POST",
+                self.gateway,
+                body=data,
+                headers={"Content-Type": "application/x-www-form-urlencoded;charset=utf-8"},
+                timeout_s=self.timeout_s,
+            ).body.decode("utf-8")
+        except httpclient.StatusError as err:
+            raise ChannelError(f"{method}: HTTP {err.status}", retryable=err.status >= 500) from None
+        except (OSError, UnicodeDecodeError) as err:
             raise ChannelError(f"{method}: {err}", retryable=True) from None
         return self.verify_response(raw, method)
 

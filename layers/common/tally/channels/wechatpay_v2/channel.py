@@ -68,7 +68,7 @@ class WeChatPayV2(ChannelNames):
         from tally.channels.wechatpay_v2.refunds import (
             WeChatPayV2RefundClient,
             WeChatV2Refunds,
-            mtls_context_from_pem,
+            client_tls,
         )
 
         mchid = merchant_id
@@ -79,9 +79,7 @@ class WeChatPayV2(ChannelNames):
             api_key=v2.api_key,
             appid=str(v2.row.get("appid") or ""),
             timeout_s=settings.http_timeout_s,
-            ssl_context=mtls_context_from_pem(
-                v2.client_cert, v2.client_key or "", settings.wechatpay_ca_file or None
-            )
+            tls=client_tls(v2.client_cert, v2.client_key or "", settings.wechatpay_ca_file or None)
             if v2.client_cert
             else None,
         )

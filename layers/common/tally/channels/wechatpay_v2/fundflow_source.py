@@ -17,10 +17,9 @@ compute names the kept copy), or an error XML (`return_code`/`result_code` FAIL 
 from __future__ import annotations
 
 import secrets
-import urllib.error
-import urllib.request
 from typing import Any
 
+from tally import httpclient
 from tally.channels.bill_source import NO_STATEMENT, NOT_READY, OK, DownloadFailed, Fetched, gunzip, sha1_hex
 from tally.channels.wechatpay_v2 import wire as wx2
 from tally.channels.wechatpay_v2.bills import WeChatBillChoice
@@ -38,7 +37,7 @@ def download_fund_flow(
     api_key: str,
     bill_date: str,
     account: str,
-    ssl_context: Any = None,
+    tls: httpclient.TLS | None = None,
     timeout_s: float = 30.0,
     max_bytes: int = 1 << 30,
 ) -> bytes:
@@ -54,21 +53,22 @@ def download_fund_flow(
         "tar_type": "GZIP",
     }
     request["sign"] = wx2.sign(request, api_key, "HMAC-SHA256")
-    http = urllib.request.Request(
-        base_url.rstrip("/") + PATH,
-        data=wx2.to_xml(request).encode("utf-8"),
-        method="POST",
-        headers={"Content-Type": "text/xml; charset=utf-8", "User-Agent": "tally/0.1"},
-    )
     try:
-        with urllib.request.urlopen(http, timeout=timeout_s, context=ssl_context) as resp:  # noqa: S310
-            raw = resp.read(max_bytes + 1)
-    except urllib.error.HTTPError as err:
-        word = "HTTP_5XX" if err.code >= 500 else f"HTTP_{err.code}"
+        raw = httpclient.request(
+            "POST",
+            base_url.rstrip("/") + PATH,
+            body=wx2.to_xml(request).encode("utf-8"),
+            headers={"Content-Type": "text/xml; charset=utf-8"},
+            timeout_s=timeout_s,
+            tls=tls,
+            limit=max_bytes + 1,
+        ).body
+    except httpclient.StatusError as err:
+        word = "HTTP_5XX" if err.status >= 500 else f"HTTP_{err.status}"
         raise wx2.ChannelError(
-            f"POST {PATH}: HTTP {err.code}", word=word, retryable=err.code >= 500
+            f"POST {PATH}: HTTP {err.status}", word=word, retryable=err.status >= 500
         ) from None
-    except (urllib.error.URLError, TimeoutError, OSError) as err:
+    except OSError as err:
         raise wx2.ChannelError(f"POST {PATH}: {err}", word="NETWORK", retryable=True) from None
     if len(raw) > max_bytes:
         raise wx2.ChannelError(f"POST {PATH}: answer over {max_bytes} bytes", word="TOO_LARGE")
@@ -103,11 +103,11 @@ class WeChatV2FundFlowSource:
                 f"account_type {account[:16]!r} is not one of {ACCOUNTS}", code="BAD_ACCOUNT"
             )
         v2 = self.merchants.wechatpay_v2(mchid)
-        context = None
+        tls = None
         if v2.client_cert:
-            from tally.channels.wechatpay_v2.refunds import mtls_context_from_pem
+            from tally.channels.wechatpay_v2.refunds import client_tls
 
-            context = mtls_context_from_pem(v2.client_cert, v2.client_key or "", self.ca_file)
+            tls = client_tls(v2.client_cert, v2.client_key or "", self.ca_file)
         try:
             raw = download_fund_flow(
                 self.merchants.api_base,
@@ -116,7 +116,7 @@ class WeChatV2FundFlowSource:
                 api_key=v2.api_key,
                 bill_date=bill_date,
                 account=account,
-                ssl_context=context,
+                tls=tls,
             )
         except wx2.ChannelError as exc:
             if exc.word == "NO_BILL_EXIST":

@@ -8,7 +8,7 @@ notification and for the query alike; the raw key is the same (`wechatpay#<out_r
 
 Transport: in production `/secapi/pay/refund` needs mutual TLS with the merchant's API client certificate
 (apiclient_cert.pem / apiclient_key.pem, carried by the merchant secret: `tally merchant add wechatpay-v2
---client-cert … --client-key …`); bootstrap passes `mtls_context_from_pem` of it. A merchant without one
+--client-cert … --client-key …`); bootstrap passes `client_tls` of it. A merchant without one
 sends no client certificate (the simulator's plain-HTTP listener; its TLS listener requires one).
 
 The create answer `result_code=SUCCESS` means "the application was accepted", never "refunded" (R29); its
@@ -18,15 +18,12 @@ The create answer `result_code=SUCCESS` means "the application was accepted", ne
 from __future__ import annotations
 
 import secrets
-import ssl
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from tally import errors
+from tally import errors, httpclient
 from tally.channels.wechatpay_v2 import wire as wx2
 from tally.channels.wechatpay_v3.refunds import REFUND_STATUS
 from tally.domain.refunds import AnswerKind, ChannelAnswer
@@ -72,7 +69,7 @@ class V2ChannelError(errors.ChannelError):
 
 class WeChatPayV2RefundClient:
     """The refund calls' client (`/secapi/pay/refund`, `/pay/refundquery`): signed XML requests with the v2 API
-    key (MD5 by default, as the refund API documents), mutual TLS through `ssl_context`; every
+    key (MD5 by default, as the refund API documents), mutual TLS through `tls` (the API client certificate); every
     return_code=SUCCESS answer's sign is verified. The payment calls have their own client,
     wire.WeChatPayV2Client (HMAC-SHA256, sub-merchants): two clients, two names."""
 
@@ -84,7 +81,7 @@ class WeChatPayV2RefundClient:
         api_key: str,
         appid: str = "",
         timeout_s: float = 3.0,
-        ssl_context: ssl.SSLContext | None = None,
+        tls: httpclient.TLS | None = None,
         sign_type: str = "MD5",
     ):
         self.api_base = api_base.rstrip("/")
@@ -92,7 +89,7 @@ class WeChatPayV2RefundClient:
         self.api_key = api_key
         self.appid = appid
         self.timeout_s = timeout_s
-        self.ssl_context = ssl_context
+        self.tls = tls
         self.sign_type = sign_type
 
     def request(self, path: str, fields: dict[str, str]) -> dict[str, str]:
@@ -103,18 +100,18 @@ class WeChatPayV2RefundClient:
         if self.sign_type != "MD5":
             params["sign_type"] = self.sign_type
         params["sign"] = wx2.sign(params, self.api_key, self.sign_type)
-        req = urllib.request.Request(
-            self.api_base + path,
-            data=wx2.to_xml(params).encode("utf-8"),
-            method="POST",
-            headers={"Content-Type": "text/xml; charset=utf-8", "User-Agent": "tally/0.1"},
-        )
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s, context=self.ssl_context) as resp:  # noqa: S310
-                raw = resp.read()
-        except urllib.error.HTTPError as err:
-            raise V2ChannelError(f"{path}: HTTP {err.code}") from None
-        except (urllib.error.URLError, TimeoutError, OSError) as err:
+            raw = httpclient.request(
+                "POST",
+                self.api_base + path,
+                body=wx2.to_xml(params).encode("utf-8"),
+                headers={"Content-Type": "text/xml; charset=utf-8"},
+                timeout_s=self.timeout_s,
+                tls=self.tls,
+            ).body
+        except httpclient.StatusError as err:
+            raise V2ChannelError(f"{path}: HTTP {err.status}") from None
+        except OSError as err:
             raise V2ChannelError(f"{path}: {err}") from None
         try:
             answer = wx2.parse_xml(raw)
@@ -128,27 +125,11 @@ class WeChatPayV2RefundClient:
         return answer
 
 
-def mtls_context(cert_file: str, key_file: str, cafile: str | None = None) -> ssl.SSLContext:
-    """Production `/secapi/` transport: the merchant's API client certificate (files). `cafile`: trust these
-    CAs instead of the system's (tests against the simulator's TLS listener)."""
-    context = ssl.create_default_context(cafile=cafile)
-    context.load_cert_chain(cert_file, key_file)
-    return context
-
-
-def mtls_context_from_pem(cert_pem: str, key_pem: str, cafile: str | None = None) -> ssl.SSLContext:
-    """`mtls_context` from the PEMs the merchant secret carries: ssl reads only files, so they are written to
-    a private temp file (0600, in Lambda's /tmp) for the load and removed at once."""
-    import os
-    import tempfile
-
-    fd, path = tempfile.mkstemp(suffix=".pem")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(cert_pem.strip() + "\n" + key_pem.strip() + "\n")
-        return mtls_context(path, path, cafile)
-    finally:
-        os.unlink(path)
+def client_tls(cert_pem: str, key_pem: str, cafile: str | None = None) -> httpclient.TLS:
+    """Production `/secapi/` transport: the merchant's API client certificate (the PEMs its secret carries),
+    presented on connections of its own (tally/httpclient.py keys its pools by it). `cafile`: trust these CAs
+    instead of the system's (tests against the simulator's TLS listener)."""
+    return httpclient.TLS(cafile=cafile or None, cert_pem=cert_pem, key_pem=key_pem)
 
 
 def check_client_certificate(cert_pem: str, key_pem: str) -> None:

@@ -412,8 +412,8 @@ class WeChatPayV2Client:
         the case (`No Bill Exist`: no bill for the day -> word NO_BILL_EXIST; `Bill Creating` -> BILL_CREATING).
         Anything that is neither (an HTML page) is returned as-is for the parser to refuse loudly."""
         import secrets
-        import urllib.error
-        import urllib.request
+
+        from tally import httpclient
 
         request = {
             "appid": self.appid,
@@ -427,21 +427,21 @@ class WeChatPayV2Client:
         if self.sub_mch_id:
             request["sub_mch_id"] = self.sub_mch_id
         request["sign"] = sign(request, self.api_key, self.sign_type)
-        http = urllib.request.Request(
-            self.base_url + "/pay/downloadbill",
-            data=to_xml(request).encode("utf-8"),
-            method="POST",
-            headers={"Content-Type": "text/xml; charset=utf-8", "User-Agent": "tally/0.1"},
-        )
         try:
-            with urllib.request.urlopen(http, timeout=max(self.timeout_s, 30.0)) as resp:
-                raw = resp.read(max_bytes + 1)
-        except urllib.error.HTTPError as err:
-            word = "HTTP_5XX" if err.code >= 500 else f"HTTP_{err.code}"
+            raw = httpclient.request(
+                "POST",
+                self.base_url + "/pay/downloadbill",
+                body=to_xml(request).encode("utf-8"),
+                headers={"Content-Type": "text/xml; charset=utf-8"},
+                timeout_s=max(self.timeout_s, 30.0),
+                limit=max_bytes + 1,
+            ).body
+        except httpclient.StatusError as err:
+            word = "HTTP_5XX" if err.status >= 500 else f"HTTP_{err.status}"
             raise ChannelError(
-                f"POST /pay/downloadbill: HTTP {err.code}", word=word, retryable=err.code >= 500
+                f"POST /pay/downloadbill: HTTP {err.status}", word=word, retryable=err.status >= 500
             ) from None
-        except (urllib.error.URLError, TimeoutError, OSError) as err:
+        except OSError as err:
             raise ChannelError(f"POST /pay/downloadbill: {err}", word="NETWORK", retryable=True) from None
         if len(raw) > max_bytes:
             raise ChannelError(f"POST /pay/downloadbill: answer over {max_bytes} bytes", word="TOO_LARGE")
@@ -463,8 +463,8 @@ class WeChatPayV2Client:
 
     def call(self, path: str, fields: dict[str, str]) -> dict[str, str]:
         import secrets
-        import urllib.error
-        import urllib.request
+
+        from tally import httpclient
 
         request = {
             "appid": self.appid,
@@ -478,21 +478,21 @@ class WeChatPayV2Client:
             if self.sub_appid:
                 request["sub_appid"] = self.sub_appid
         request["sign"] = sign(request, self.api_key, self.sign_type)
-        http = urllib.request.Request(
-            self.base_url + path,
-            data=to_xml(request).encode("utf-8"),
-            method="POST",
-            headers={"Content-Type": "text/xml; charset=utf-8", "User-Agent": "tally/0.1"},
-        )
         try:
-            with urllib.request.urlopen(http, timeout=self.timeout_s) as resp:
-                raw = resp.read(1 << 20)
-        except urllib.error.HTTPError as err:
-            word = "HTTP_5XX" if err.code >= 500 else f"HTTP_{err.code}"
+            raw = httpclient.request(
+                "POST",
+                self.base_url + path,
+                body=to_xml(request).encode("utf-8"),
+                headers={"Content-Type": "text/xml; charset=utf-8"},
+                timeout_s=self.timeout_s,
+                limit=1 << 20,
+            ).body
+        except httpclient.StatusError as err:
+            word = "HTTP_5XX" if err.status >= 500 else f"HTTP_{err.status}"
             raise ChannelError(
-                f"POST {path}: HTTP {err.code}", word=word, retryable=err.code >= 500
+                f"POST {path}: HTTP {err.status}", word=word, retryable=err.status >= 500
             ) from None
-        except (urllib.error.URLError, TimeoutError, OSError) as err:
+        except OSError as err:
             raise ChannelError(f"POST {path}: {err}", word="NETWORK", retryable=True) from None
         try:
             answer = parse_xml(raw)

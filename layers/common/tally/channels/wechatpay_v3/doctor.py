@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import json
 import secrets
-import urllib.error
 import urllib.parse
-import urllib.request
 from typing import Any
 
+from tally import httpclient
 from tally.channels.doctor import FAIL, PASS, UNKNOWN, Finding, probe_number
 from tally.channels.wechatpay_v3 import wire as wx
 
@@ -73,13 +72,14 @@ def _query(client: wx.WeChatPayClient, creds: wx.MerchantCredentials, sub_mchid:
     }
     if creds.public_key_id:
         headers["Wechatpay-Serial"] = creds.public_key_id
-    req = urllib.request.Request(client.base_url + path, headers=headers, method="GET")
     try:
-        with urllib.request.urlopen(req, timeout=client.timeout_s) as resp:
-            status, raw, answer_headers = resp.status, resp.read(1 << 16), resp.headers
-    except urllib.error.HTTPError as err:
-        status, raw, answer_headers = err.code, err.read(1 << 16), err.headers
-    except (urllib.error.URLError, TimeoutError, OSError) as err:
+        answer = httpclient.request(
+            "GET", client.base_url + path, headers=headers, timeout_s=client.timeout_s, limit=1 << 16
+        )
+        status, raw, answer_headers = answer.status, answer.body, answer.headers
+    except httpclient.StatusError as err:
+        status, raw, answer_headers = err.status, err.body, err.headers
+    except OSError as err:
         return Finding(
             UNKNOWN, CHECK_QUERY, "could not check: WeChat Pay did not answer", detail=str(err)[:200]
         )

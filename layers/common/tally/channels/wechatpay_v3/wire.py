@@ -12,9 +12,7 @@ import json
 import secrets
 import string
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,7 +23,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from tally import errors
+from tally import errors, httpclient
 from tally.channels.wechatpay_v3.channel import CHANNEL as SPEC
 from tally.domain.money import MoneyError, cents, received_cents
 from tally.domain.notifications import Outcome, PaymentNotice
@@ -619,13 +617,13 @@ class WeChatPayClient:
             "Accept": "*/*",
             "User-Agent": "tally/0.1",
         }
-        req = urllib.request.Request(self.base_url + path, headers=headers, method="GET")
         try:
-            with urllib.request.urlopen(req, timeout=max(self.timeout_s, 30.0)) as resp:
-                return resp.read()
-        except urllib.error.HTTPError as err:
-            raise _channel_error(err.code, err.read()) from None
-        except (urllib.error.URLError, TimeoutError, OSError) as err:
+            return httpclient.request(
+                "GET", self.base_url + path, headers=headers, timeout_s=max(self.timeout_s, 30.0)
+            ).body
+        except httpclient.StatusError as err:
+            raise _channel_error(err.status, err.body) from None
+        except OSError as err:
             raise ChannelError(f"GET {parts.path}: {err}", retryable=True) from None
 
     def encryption_key(self) -> tuple[str, rsa.RSAPublicKey]:
@@ -672,16 +670,19 @@ class WeChatPayClient:
         }
         if serial or self.creds.public_key_id:
             headers["Wechatpay-Serial"] = serial or str(self.creds.public_key_id)
-        req = urllib.request.Request(
-            self.base_url + path, data=payload.encode() or None, headers=headers, method=method
-        )
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                raw, resp_headers, status = resp.read(), resp.headers, resp.status
-        except urllib.error.HTTPError as err:
-            raise _channel_error(err.code, err.read()) from None
-        except (urllib.error.URLError, TimeoutError, OSError) as err:
+            answer = httpclient.request(
+                method,
+                self.base_url + path,
+                body=payload.encode() or None,
+                headers=headers,
+                timeout_s=self.timeout_s,
+            )
+        except httpclient.StatusError as err:
+            raise _channel_error(err.status, err.body) from None
+        except OSError as err:
             raise ChannelError(f"{method} {path}: {err}", code="NETWORK", retryable=True) from None
+        raw, resp_headers, status = answer.body, answer.headers, answer.status
         lowered = {k.lower(): v for k, v in resp_headers.items()}
         if verify_with_new:
             keys = _keys_from_certificates_answer(raw, self.creds)
