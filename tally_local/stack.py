@@ -282,6 +282,7 @@ class EmbeddedStack:
         overrides = {
             "WechatPayApiBase": self.simulator.url,
             "AlipayGateway": self.simulator.url + "/gateway.do",
+            "WebhookPrivateAddresses": "allow",  # the merchant receivers of the embedded stack are on 127.0.0.1
         }
         self.env, self._resolver = create_with_resolver(self.template_path, session, self.prefix, overrides)
         self._set_environ(self.env)

@@ -155,7 +155,11 @@ class MotoAccount:
         # service models make a client ~10x cheaper to build, and every test builds several
         self.mock = mock_aws(config={"core": {"reset_boto3_session": False}})
         self.mock._enable_patching = self._enable_patching  # type: ignore[method-assign]
-        self.overrides = {"WechatPayApiBase": sim.url, "AlipayGateway": sim.url + "/gateway.do"}
+        self.overrides = {
+            "WechatPayApiBase": sim.url,
+            "AlipayGateway": sim.url + "/gateway.do",
+            "WebhookPrivateAddresses": "allow",  # the tests' receivers are on 127.0.0.1
+        }
         self.env: dict[str, str] | None = None
         self.session = boto3.Session(region_name="us-east-1")
         self.clients: dict[str, Any] = {}

@@ -611,3 +611,43 @@ def test_R20_an_operator_closes_an_event_generation_failed_case_from_the_console
     assert [(e["detail-type"], e["detail"]["out_trade_no"]) for e in consumer()] == [
         ("OrderPaid", "HOOK-PARKED-CONSOLE")
     ]
+
+
+def test_R38_an_endpoint_beside_tally_is_refused_when_added_and_never_called_if_it_moves_there(
+    hooks, monkeypatch
+):
+    """SSRF: a configured tenant registers an endpoint on a loopback, link-local (instance metadata) or private
+    address to make Tally call what sits beside it. With the deployed default (WebhookPrivateAddresses=refuse) the
+    endpoint is refused and nothing is stored; one whose name resolves there later (registered while it pointed
+    elsewhere) gets no request: each attempt fails with the reason, and past the window the endpoint is paused
+    with one case, as for any receiver that is down."""
+    h = hooks
+    m = h.add_merchant()
+    ep = endpoint(h, m["mchid"])  # registered while private addresses are allowed (the tests' receiver)
+    monkeypatch.setenv("TALLY_WEBHOOK_PRIVATE", "refuse")
+    monkeypatch.setenv("TALLY_WEBHOOK_WINDOW_S", "1")
+    bootstrap.reset()
+    endpoints = bootstrap.webhook_endpoints()
+    for url in (
+        "http://127.0.0.1:9001/2018-06-01/runtime/invocation/next",
+        "http://169.254.169.254/latest/meta-data/",
+        "https://10.0.0.7/hooks",
+        "http://[::ffff:192.168.1.1]/hooks",
+        "https://localhost/hooks",
+        "https://no-such-host.invalid/hooks",
+    ):
+        with pytest.raises(Exception, match="not a receiver Tally may call"):
+            endpoints.add(m["mchid"], url)
+    assert [e["endpoint_id"] for e in endpoints.list(m["mchid"])] == [ep["endpoint_id"]]
+
+    paid(h, m["mchid"], "HOOK-SSRF-1")
+    outbox(h)
+    deliver(h, rounds=400)
+    assert h.sim.receiver.accepted() == []  # never called
+    attempts = bootstrap.webhook_log().endpoint(ep["endpoint_id"])
+    assert attempts and all(
+        a["http_status"] == 0 and "127.0.0.1" in a["snippet"] and "loopback" in a["snippet"] for a in attempts
+    )
+    assert {e["endpoint_id"]: e for e in endpoints.list(m["mchid"])}[ep["endpoint_id"]]["status"] == "PAUSED"
+    (case,) = bootstrap.work_queue().list("kind=webhook-failing")
+    assert ep["endpoint_id"] in case["reason"]

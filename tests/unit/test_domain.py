@@ -127,7 +127,8 @@ def test_domain_imports_nothing_impure():
         "json",
         "contextvars",
         "hashlib",
-    }  # hashlib: a bill layout's fingerprint (bill_layout.py, a digest of text); array: recon's compact bill index; contextvars: its partitioned path's watcher (no I/O); csv+io: the statement's CSV text in a StringIO; json: Alipay's
+        "ipaddress",
+    }  # ipaddress: which addresses a webhook may reach (webhooks.py, parsing text, no lookup); hashlib: a bill layout's fingerprint (bill_layout.py, a digest of text); array: recon's compact bill index; contextvars: its partitioned path's watcher (no I/O); csv+io: the statement's CSV text in a StringIO; json: Alipay's
     # fund_bill_list arrives as a JSON string inside the form (parsing text, no file, no network)
     for path in (ROOT / "layers/common/tally/domain").glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):

@@ -692,7 +692,14 @@ def webhook_endpoints() -> WebhookEndpoints:
     def merchant_ids() -> list[str]:
         return sorted({mchid for _, mchid in MerchantStore(tables()).configured()})
 
-    return Endpoints(store, SecretStore(_client("secretsmanager")), prefix, _clock, merchant_ids)
+    return Endpoints(
+        store,
+        SecretStore(_client("secretsmanager")),
+        prefix,
+        _clock,
+        merchant_ids,
+        private_addresses=webhook_settings().private_addresses,
+    )
 
 
 @cache

@@ -30,6 +30,7 @@ closes them all (after a SnapStart restore: tally/snapstart.py).
 from __future__ import annotations
 
 import os
+import socket
 import ssl
 import tempfile
 import threading
@@ -142,6 +143,17 @@ _pools = _Pools()
 def reset() -> None:
     """Close every kept connection (the SSL contexts stay): after a snapshot restore they are dead."""
     _pools.reset()
+
+
+def addresses(url: str) -> tuple[str, list[str]]:
+    """(host, the IP addresses it resolves to now) of an http(s) URL; OSError when it does not resolve."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    if not host:
+        raise Unreachable(f"no host in {url[:80]!r}")
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return host, sorted({str(info[4][0]) for info in found})
 
 
 def request(

@@ -169,6 +169,9 @@ class WebhookSettings(NamedTuple):
     window_s: int = 0  # 0: domain/webhooks.RETRY_WINDOW_S (3 days)
     settle_s: float = 5.0  # GET /events leaves out events younger than this
     concurrency: int = 8  # message groups (orders) of one batch delivered at once
+    private_addresses: bool = (
+        False  # True: endpoints may resolve to private addresses (the embedded stack only)
+    )
 
 
 def webhook_settings(env: dict[str, str] | None = None) -> WebhookSettings:
@@ -183,4 +186,5 @@ def webhook_settings(env: dict[str, str] | None = None) -> WebhookSettings:
         window_s=int(source.get("TALLY_WEBHOOK_WINDOW_S", "0")),
         settle_s=float(source.get("TALLY_EVENTS_SETTLE_S", "5")),
         concurrency=int(source.get("TALLY_WEBHOOK_CONCURRENCY", "8")),
+        private_addresses=source.get("TALLY_WEBHOOK_PRIVATE", "refuse") == "allow",
     )

@@ -7,6 +7,7 @@ service/webhooks.py, which may use hashlib.
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any
 
 from tally.domain.events import DownstreamEvent
@@ -72,3 +73,21 @@ def next_delay_s(
     if now_s + delay > first_at_s + window_s:
         return None
     return int(delay)
+
+
+def address_refusal(address: str) -> str | None:
+    """Why a webhook may not be sent to this IP address, or None: only the public internet is a receiver. A
+    merchant's endpoint must not reach what sits beside Tally (SSRF): loopback (the Lambda runtime API), link-local
+    (instance metadata), private and reserved ranges, multicast."""
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    if ip.is_loopback:
+        return "a loopback address"
+    if ip.is_link_local:
+        return "a link-local address"
+    if ip.is_multicast:
+        return "a multicast address"
+    if not ip.is_global:
+        return "a private or reserved address"
+    return None

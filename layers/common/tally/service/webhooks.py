@@ -34,6 +34,7 @@ from tally.domain.webhooks import (
     EVENT_TYPES,
     RETRY_SCHEDULE_S,
     RETRY_WINDOW_S,
+    address_refusal,
     message_group,
     next_delay_s,
     order_of,
@@ -95,8 +96,12 @@ class Endpoints:
         secret_prefix: str,
         clock: Callable[[], float],
         merchant_ids: Callable[[], list[str]] = list,
+        private_addresses: bool = False,
     ):
         self.store = store
+        self.private_addresses = (
+            private_addresses  # WebhookPrivateAddresses=allow: the embedded stack's receivers
+        )
         self.secret_store = secret_store  # store/secrets.SecretStore
         self.secret_prefix = secret_prefix  # tally/<stack>/merchants/webhooks/
         self.clock = clock
@@ -105,6 +110,21 @@ class Endpoints:
         )
         self._secrets: dict[str, str] = {}
 
+    def address_refusal(self, url: str) -> str | None:
+        """Why `url` may not receive webhooks now (it resolves to no address, or to one beside Tally), or None.
+        Checked when the endpoint is added and again before every attempt: a name can point elsewhere later."""
+        if self.private_addresses:
+            return None
+        try:
+            host, found = httpclient.addresses(url)
+        except (OSError, UnicodeError, ValueError) as exc:
+            return f"{url[:80]} does not resolve ({exc})"
+        for address in found:
+            why = address_refusal(address)
+            if why is not None:
+                return f"{host} resolves to {address}, {why}"
+        return None
+
     def add(
         self, mchid: str, url: str, events: list[str] | None = None, secret: str | None = None
     ) -> dict[str, Any]:
@@ -112,6 +132,9 @@ class Endpoints:
         `secret` given (`whsec_` + base64 of 24 to 64 bytes) is used instead of a new one."""
         if not mchid or not url.startswith(("https://", "http://")):
             raise WebhookError("an endpoint needs a merchant id and an http(s) URL")
+        refused = self.address_refusal(url)
+        if refused is not None:
+            raise WebhookError(f"not a receiver Tally may call: {refused}")
         if secret is not None and not _valid_secret(secret):
             raise WebhookError("a secret is whsec_ followed by the base64 of 24 to 64 random bytes")
         wanted = sorted(set(events or ["*"]))
@@ -348,7 +371,13 @@ class Deliverer:
             self.endpoints.secret(endpoint_id, endpoint["secret_name"]), event_id, int(now), body
         )
         started = time.monotonic()
-        status, snippet = self.post(str(endpoint["url"]), body, headers, self.timeout_s)
+        refused = self.endpoints.address_refusal(str(endpoint["url"]))
+        if (
+            refused is not None
+        ):  # a failed attempt like any other: retried, then the endpoint paused with a case
+            status, snippet = 0, f"not sent: {refused}"
+        else:
+            status, snippet = self.post(str(endpoint["url"]), body, headers, self.timeout_s)
         latency_ms = int((time.monotonic() - started) * 1000)
         ok = 200 <= status < 300
         attempt = {
