@@ -22,6 +22,7 @@ PARAMETER_ENV = {
     "MetricMerchants": "TALLY_METRIC_MERCHANTS",
     "PollMerchantQps": "TALLY_POLL_MERCHANT_QPS",
     "AuditRetentionDays": "AUDIT_RETENTION_DAYS",
+    "WebhookPrivateAddresses": "TALLY_WEBHOOK_PRIVATE",
 }
 CONSTANT_ENV = {
     "POWERTOOLS_SERVICE_NAME": "tally",

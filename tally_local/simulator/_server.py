@@ -130,9 +130,14 @@ class _Handler(BaseHTTPRequestHandler):
             if body and "Content-Type" not in headers:
                 self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        if status != 204 and body:
-            self.wfile.write(body)
+        try:
+            self.end_headers()
+            if status != 204 and body:
+                self.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = (
+                True  # the caller gave up first (its timeout): as a real channel, answer no one
+            )
 
     @staticmethod
     def _json(body: bytes) -> dict[str, Any]:

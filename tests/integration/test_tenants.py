@@ -6,6 +6,7 @@ other tenant's rows do not change, nor is a key the genuine report needs taken b
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from tally import bootstrap
@@ -169,7 +170,7 @@ def test_r39_refund_no_reused_by_another_tenant_reveals_nothing(h, sim, v3):
     other = h.add_merchant(mchid="1900066001")["mchid"]
     other_otn, _ = paid_order(h, other, 100)
     status, body = refund(h, other, other_otn, 100, refund_no=no)
-    text = json.dumps(body)
+    text = re.sub(r"\d{4}-\d\d-\d\dT[\d:.]+Z", "<time>", json.dumps(body))  # a time's .700 is not the amount
     assert otn not in text and "700" not in text and v3.mid not in text
     if status == 409:
         assert "refund_no" in body["error"]
