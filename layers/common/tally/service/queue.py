@@ -31,10 +31,10 @@ from tally import errors
 from tally.domain.journal import Ref
 from tally.domain.money import format_cents
 from tally.observability import M, count, logger
-from tally.service.journal import SYSTEM_CHAIN, DecisionJournal
+from tally.service.journal import SYSTEM_CHAIN, DecisionJournal, JournalBusy
 from tally.store.journal import ref_key
 from tally.store.queue import Expect, QueueStore, StaleItem
-from tally.store.tables import TransactionFailed, iso_now
+from tally.store.tables import iso_now
 
 List = list  # WorkQueue.list shadows the builtin inside the class body
 
@@ -185,9 +185,6 @@ def same_set(report: dict[str, Any], expect: dict[str, Any]) -> bool:
     return expect.get("amount_cent") is None or int(expect["amount_cent"]) == report["amount_cent"]
 
 
-JOURNAL_ROUNDS = 5
-
-
 class WorkQueue:
     def __init__(
         self,
@@ -246,24 +243,20 @@ class WorkQueue:
             return write(None)
         merchant = str(item.get("merchant") or SYSTEM_CHAIN)
         subject = str(item.get("id") or ref_key(key))
-        chain = self.journal.chain(merchant, subject)
         ref = Ref(self.journal.logical.get(table, table), ref_key(key), {"history[]": entry})
         facts = {**entry, "item_kind": str(item.get("kind") or ""), "merchant": merchant}
-        for _ in range(JOURNAL_ROUNDS):
-            head = self.journal.store.head(chain)
-            append = self.journal.append(
-                head,
+        try:
+            return self.journal.retrying(
+                merchant,
+                subject,
                 kind=f"queue.{entry.get('action')}",
-                subject=subject,
                 at=str(entry["at"]),
                 facts=facts,
                 refs=[ref],
+                write=write,
             )
-            try:
-                return write(append)
-            except TransactionFailed:
-                continue  # another action took the chain head: read it again
-        raise QueueError("the journal is busy: try again")
+        except JournalBusy:
+            raise QueueError("the journal is busy: try again") from None
 
     # ================================================================ reading
 
