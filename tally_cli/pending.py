@@ -34,10 +34,9 @@ def pending(args: argparse.Namespace) -> int:
 
     with one_document():
         report = bootstrap.pending_report().report(limit=args.limit, over_s=args.over)
-        report["heartbeat_age_s"] = (
-            bootstrap.heartbeat_age_s()
-        )  # the synthetic payment (service/heartbeat.py)
-        report["heartbeat_echo"] = bootstrap.heartbeat_echo_status()  # the channel's security echo, per path
+        heartbeat = bootstrap.heartbeat()  # service/heartbeat.py
+        report["heartbeat_age_s"] = heartbeat.age_s()  # the synthetic payment
+        report["heartbeat_echo"] = heartbeat.echo_status()  # the channel's security echo, per path
         report["incidents"] = alerts.live_incidents()  # above the cases (docs/alerts.md)
     print(json.dumps(report, ensure_ascii=False, indent=2) if args.json else render(report))
     return OVERDUE_EXIT if report["pending_over_10m"] or report["manual_over_24h"] else 0

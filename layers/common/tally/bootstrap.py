@@ -382,13 +382,8 @@ def heartbeat() -> Heartbeat:
 
 
 def heartbeat_age_s() -> int:
-    """Seconds since the newest synthetic payment was booked (`tally pending`)."""
+    """Seconds since the newest synthetic payment was booked."""
     return heartbeat().age_s()
-
-
-def heartbeat_echo_status() -> list[dict[str, Any]]:
-    """Each echo path's last echo and unanswered wait (`tally pending`)."""
-    return heartbeat().echo_status()
 
 
 def republisher() -> Republisher:
