@@ -172,7 +172,8 @@ def test_R38_a_receiver_down_past_the_window_is_a_case_and_resend_after_it_is_ba
 
         wait_for(paused, 30)
         wait_for(lambda: bootstrap.work_queue().list("kind=webhook-failing"), 10)  # a case a person works
-        assert sim.receiver.accepted() == []
+        # only this endpoint's path: an answer an earlier storm's stalled attempt was still holding may land now
+        assert [d for d in sim.receiver.accepted() if d["path"].endswith("/down")] == []
 
         sim.receiver.configure(down=False)
         assert cli(stack, "webhooks", "resume", endpoint["endpoint_id"], "--local").returncode == 0
