@@ -76,11 +76,11 @@ def run_wechat() -> list[tuple[str, ...]]:
             envelope["nonce"], envelope["ciphertext"], envelope["associated_data"], m["apiv3_key"]
         )
 
-    from tally.observability import logger, metrics
+    from tally.observability import lean_lambda_context, metrics
 
     from tally_local.resources import LambdaContext
 
-    @logger.inject_lambda_context(clear_state=True)
+    @lean_lambda_context
     @metrics.log_metrics
     def handler(event, context):  # functions/notify/app.py's decorators around the service call
         return service.notify(registry.get("wechatpay_v3"), request)

@@ -185,3 +185,50 @@ def test_clear_state_drops_the_keys_of_the_invocation_before(lines):
     handler({}, LambdaContext("WorkerFunction"))
     first, second = (json.loads(line) for line in lines.getvalue().splitlines())
     assert first["raw_key"] == "k1" and "raw_key" not in second
+
+
+def test_later_flushes_of_a_cell_are_still_byte_for_byte_powertools(listed, capsys):
+    """A cell's second flush on takes the settled unit and resolution (no add_metric per callback): the same
+    blob as a fresh Powertools provider's."""
+    listed(["1900000001"])
+    counts = [("NotifyAccepted", 1, "wechatpay", "1900000001"), ("NotifyRejected", 2, "wechatpay", "other")]
+    for _ in range(3):
+        capsys.readouterr()
+        count(M.NOTIFY_ACCEPTED, channel="wechatpay", merchant="1900000001")
+        count(M.NOTIFY_REJECTED, 2, channel="wechatpay", merchant="1900000009")
+        metrics.flush_metrics()
+        ours = capsys.readouterr().out
+        assert TIMESTAMP.sub("T", ours) == TIMESTAMP.sub("T", powertools_emf(counts, capsys))
+
+
+def _keys_of(decorator, lines, events):
+    @decorator
+    def handler(event, context):
+        if event.get("quarantined"):
+            logger.append_keys(raw_key="wechatpay#4200000001", order="1900000001#ORDER-1")
+        logger.info("line")
+
+    for i, event in enumerate(events):
+        context = LambdaContext("NotifyFunction", memory_mb=512)
+        context.aws_request_id = f"req-{i}"
+        handler(event, context)
+    found = [json.loads(line) for line in lines.getvalue().splitlines()]
+    lines.seek(0)
+    lines.truncate()
+    return [{k: v for k, v in line.items() if k != "timestamp"} for line in found]
+
+
+def test_notify_lean_context_logs_what_inject_lambda_context_logs(lines, monkeypatch):
+    """functions/notify's `lean_lambda_context`: every line carries the same keys and values as under
+    Powertools' inject_lambda_context(clear_state=True), a quarantined callback's keys are gone from the next
+    invocation's lines, and cold_start is true on the container's first invocation only."""
+    from aws_lambda_powertools.logging import logger as powertools_logger
+
+    events = [{}, {"quarantined": True}, {}, {}]
+    monkeypatch.setattr(powertools_logger, "is_cold_start", True)
+    theirs = _keys_of(logger.inject_lambda_context(clear_state=True), lines, events)
+    ours = _keys_of(obs.lean_lambda_context, lines, events)
+    assert ours == theirs
+    assert [line["cold_start"] for line in ours] == [True, False, False, False]
+    assert [line["function_request_id"] for line in ours] == ["req-0", "req-1", "req-2", "req-3"]
+    assert "raw_key" in ours[1] and "raw_key" not in ours[2]

@@ -8,12 +8,17 @@ configuration, never by traffic (docs/metrics.md).
 
 from __future__ import annotations
 
+import functools
+import json
 import threading
 import warnings
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.logging.lambda_context import build_lambda_context_model
 from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.metrics.functions import is_metrics_disabled
 from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import AmazonCloudWatchEMFProvider
 
 from tally.channels import registry as channel_registry
@@ -24,16 +29,68 @@ from tally.settings import metric_merchants
 # passes: no event, body or secret is ever logged (tests/security/test_security.py::test_no_secret_in_logs).
 logger = Logger(service="tally")
 
+
+def lean_lambda_context(handler: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """`logger.inject_lambda_context(clear_state=True)` for notify, whose CPU per callback is a target
+    (docs/cost.md): the same keys on every line, at a quarter of the cost. The context's keys are structured
+    on the first invocation, and again whenever the one before appended keys of its own (a quarantined
+    callback's raw_key and order), as clear_state would; any other invocation appends only its request id
+    and cold_start=False."""
+    structured = -1  # how many keys the formatter held right after the last structure_logs
+
+    @functools.wraps(handler)
+    def decorate(event: Any, context: Any) -> Any:
+        nonlocal structured
+        keys = logger.registered_formatter.log_format  # type: ignore[attr-defined]
+        if len(keys) != structured:
+            fields = build_lambda_context_model(context).__dict__
+            logger.structure_logs(cold_start=structured == -1, **fields)
+            structured = len(keys := logger.registered_formatter.log_format)  # type: ignore[attr-defined]
+        else:
+            logger.append_keys(function_request_id=context.aws_request_id, cold_start=False)
+        return handler(event, context)
+
+    return decorate
+
+
 NAMESPACE = "Tally"
 SERVICE = "tally"
 CHANNELS = channel_registry.metric_values()  # the `channel` dimension's values, plus OTHER
 OTHER = "other"
+METRICS_DISABLED = is_metrics_disabled()  # Powertools' own rule, read once per container
+MAX_CELL_METRICS = 100  # EMF's limit per blob: at it, Powertools' add_metric prints the blob and starts anew
+_emf_line = json.JSONEncoder(separators=(",", ":")).encode  # Powertools' compact EMF JSON, encoder built once
 MAX_LISTED_MERCHANTS = 20  # a typo'd or pasted-in huge allow-list must not multiply the metric bill
 
 
 class _Cell(AmazonCloudWatchEMFProvider):
     """One (channel, merchant) cell's provider: its dimension sets are fixed when it is made and kept across
-    flushes (Powertools' clear_metrics would drop them, and adding them again costs ~3 µs a flush)."""
+    flushes (Powertools' clear_metrics would drop them, and adding them again costs ~3 µs a flush).
+
+    Notify flushes a cell on every callback, so its per-flush work is kept to Powertools' serializer and one
+    print: a name's first value goes through Powertools' add_metric (its name, unit and resolution checks) and
+    the unit and resolution it settled are reused after; whether metrics are disabled is read once per
+    container (POWERTOOLS_METRICS_DISABLED / POWERTOOLS_DEV do not change under a running function)."""
+
+    def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(**kwargs)
+        self.settled: dict[str, tuple[str, int]] = {}  # name -> (unit, resolution) add_metric accepted
+
+    def add_count(self, name: str, value: float) -> None:
+        settled = self.settled.get(name)
+        if settled is None or name in self.metric_set or len(self.metric_set) + 1 >= MAX_CELL_METRICS:
+            self.add_metric(name=name, unit=MetricUnit.Count, value=value)
+            entry = self.metric_set[name] if name in self.metric_set else None
+            if entry is not None:
+                self.settled[name] = (entry["Unit"], entry["StorageResolution"])
+            return
+        unit, resolution = settled
+        self.metric_set[name] = {"Unit": unit, "StorageResolution": resolution, "Value": [float(value)]}
+
+    def flush_metrics(self, raise_on_empty_metrics: bool = False) -> None:
+        if self.metric_set and not METRICS_DISABLED:
+            print(_emf_line(self.serialize_metric_set()))
+        self.clear_metrics()
 
     def clear_metrics(self) -> None:
         self.metric_set.clear()
@@ -53,7 +110,7 @@ class _DimensionedProvider(AmazonCloudWatchEMFProvider):
         super().__init__(**kwargs)
         # built once per (channel, merchant) and kept: a provider's construction is most of a flush's CPU, and
         # the cells are a bounded set (the registry's channels and OTHER × the allow-list and OTHER)
-        self.cells: dict[tuple[str, str | None], AmazonCloudWatchEMFProvider] = {}
+        self.cells: dict[tuple[str, str | None], _Cell] = {}
 
     def add_cell_metric(self, name: str, value: float, channel: str, merchant: str | None) -> None:
         cell = self.cells.get((channel, merchant))
@@ -62,7 +119,7 @@ class _DimensionedProvider(AmazonCloudWatchEMFProvider):
             cell.add_dimensions(service=self.service, channel=channel)
             if merchant is not None:
                 cell.add_dimensions(service=self.service, channel=channel, merchant=merchant)
-        cell.add_metric(name=name, unit=MetricUnit.Count, value=value)
+        cell.add_count(name, value)
 
     def flush_metrics(self, raise_on_empty_metrics: bool = False) -> None:
         _drain()

@@ -12,12 +12,15 @@ metrics) is never translated: codes and numbers.
 
 from __future__ import annotations
 
-import gettext as _gettext
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import gettext
 
 DOMAIN = "tally"
 LOCALE_DIR = Path(__file__).resolve().parent.parent / "locale"
@@ -93,11 +96,14 @@ def cli_language(env: Mapping[str, str] | None = None) -> str:
 
 
 @cache
-def translations(lang: str) -> _gettext.NullTranslations:
-    """The compiled catalogue of `lang` (stdlib gettext on tally.mo); English reads its msgids."""
+def translations(lang: str) -> gettext.NullTranslations:
+    """The compiled catalogue of `lang` (stdlib gettext on tally.mo); English reads its msgids. gettext is
+    imported here: the channels' `N_` tables load this module on notify's cold start, which translates nothing."""
+    import gettext
+
     if lang not in LANGUAGES:
         lang = EN
-    return _gettext.translation(DOMAIN, str(LOCALE_DIR), languages=[lang], fallback=True)
+    return gettext.translation(DOMAIN, str(LOCALE_DIR), languages=[lang], fallback=True)
 
 
 @dataclass(frozen=True)

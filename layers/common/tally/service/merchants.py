@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 from tally import errors
 from tally.channels import registry as channel_registry
 from tally.domain.clock import CHINA
-from tally.domain.journal import OWN_LANE
 from tally.observability import M, count, logger
 from tally.store.keys import PlatformCertStore
 from tally.store.secrets import SecretStore
@@ -187,6 +186,9 @@ class MerchantDirectory:
             "row": {k: v for k, v in sorted(row.items()) if k not in ("pk", "updated_at") and _plain(v)},
             "keys": keys,
         }
+        # imported here, not at the top: the notify cold start never writes the journal
+        from tally.domain.journal import OWN_LANE
+
         journal.commit(
             merchant_id,
             f"merchant#{kind}#{merchant_id}",
