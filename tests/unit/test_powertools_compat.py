@@ -188,17 +188,28 @@ def test_clear_state_drops_the_keys_of_the_invocation_before(lines):
 
 
 def test_later_flushes_of_a_cell_are_still_byte_for_byte_powertools(listed, capsys):
-    """A cell's second flush on takes the settled unit and resolution (no add_metric per callback): the same
-    blob as a fresh Powertools provider's."""
+    """A cell's later flushes take the settled unit and resolution and the line shape Powertools serialised
+    once (no add_metric or serialisation per callback): still the blob of a fresh Powertools provider, for
+    every mix of names, order and value, a shape seen before or new."""
     listed(["1900000001"])
-    counts = [("NotifyAccepted", 1, "wechatpay", "1900000001"), ("NotifyRejected", 2, "wechatpay", "other")]
-    for _ in range(3):
+    rounds = [
+        [("NotifyAccepted", 1, "wechatpay", "1900000001"), ("NotifyRejected", 2, "wechatpay", "other")],
+        [("NotifyAccepted", 3, "wechatpay", "1900000001")],
+        [("NotifyAccepted", 1, "wechatpay", "1900000001"), ("NotifyRejected", 2, "wechatpay", "other")],
+        [
+            ("NotifyRejected", 5, "wechatpay", "1900000001"),
+            ("NotifyAccepted", 12345, "wechatpay", "1900000001"),
+        ],
+        [("NotifyAccepted", 1, "wechatpay", "1900000001")],
+    ]
+    for counts in rounds:
         capsys.readouterr()
-        count(M.NOTIFY_ACCEPTED, channel="wechatpay", merchant="1900000001")
-        count(M.NOTIFY_REJECTED, 2, channel="wechatpay", merchant="1900000009")
+        for name, value, channel, merchant in counts:
+            count(name, value, channel=channel, merchant="1900000009" if merchant == "other" else merchant)
         metrics.flush_metrics()
         ours = capsys.readouterr().out
         assert TIMESTAMP.sub("T", ours) == TIMESTAMP.sub("T", powertools_emf(counts, capsys))
+        assert len(TIMESTAMP.findall(ours)) == len({c[3] for c in counts})
 
 
 def _keys_of(decorator, lines, events):

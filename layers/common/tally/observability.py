@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import threading
+import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 from aws_lambda_powertools import Logger, Metrics
@@ -37,17 +39,18 @@ def lean_lambda_context(handler: Callable[[Any, Any], Any]) -> Callable[[Any, An
     callback's raw_key and order), as clear_state would; any other invocation appends only its request id
     and cold_start=False."""
     structured = -1  # how many keys the formatter held right after the last structure_logs
+    formatter: Any = None  # the Logger's formatter as of that structure_logs (Logger.append_keys goes to it)
 
     @functools.wraps(handler)
     def decorate(event: Any, context: Any) -> Any:
-        nonlocal structured
-        keys = logger.registered_formatter.log_format  # type: ignore[attr-defined]
-        if len(keys) != structured:
+        nonlocal structured, formatter
+        if formatter is None or len(formatter.log_format) != structured:
             fields = build_lambda_context_model(context).__dict__
             logger.structure_logs(cold_start=structured == -1, **fields)
-            structured = len(keys := logger.registered_formatter.log_format)  # type: ignore[attr-defined]
+            formatter = logger.registered_formatter
+            structured = len(formatter.log_format)
         else:
-            logger.append_keys(function_request_id=context.aws_request_id, cold_start=False)
+            formatter.append_keys(function_request_id=context.aws_request_id, cold_start=False)
         return handler(event, context)
 
     return decorate
@@ -59,7 +62,13 @@ CHANNELS = channel_registry.metric_values()  # the `channel` dimension's values,
 OTHER = "other"
 METRICS_DISABLED = is_metrics_disabled()  # Powertools' own rule, read once per container
 MAX_CELL_METRICS = 100  # EMF's limit per blob: at it, Powertools' add_metric prints the blob and starts anew
-_emf_line = json.JSONEncoder(separators=(",", ":")).encode  # Powertools' compact EMF JSON, encoder built once
+MAX_CELL_SHAPES = (
+    64  # remembered line shapes per cell (the names counted together); past it, no more are kept
+)
+# Powertools' compact EMF JSON (its flush: json.dumps with these separators), the encoder built once; the blob is
+# a tree this module builds, so the cycle check has nothing to find
+_emf_json = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
+_TIMESTAMP_MARK, _VALUE_MARK = "\x00timestamp", "\x00value"
 MAX_LISTED_MERCHANTS = 20  # a typo'd or pasted-in huge allow-list must not multiply the metric bill
 
 
@@ -67,14 +76,20 @@ class _Cell(AmazonCloudWatchEMFProvider):
     """One (channel, merchant) cell's provider: its dimension sets are fixed when it is made and kept across
     flushes (Powertools' clear_metrics would drop them, and adding them again costs ~3 µs a flush).
 
-    Notify flushes a cell on every callback, so its per-flush work is kept to Powertools' serializer and one
-    print: a name's first value goes through Powertools' add_metric (its name, unit and resolution checks) and
-    the unit and resolution it settled are reused after; whether metrics are disabled is read once per
-    container (POWERTOOLS_METRICS_DISABLED / POWERTOOLS_DEV do not change under a running function)."""
+    Notify flushes a cell on every callback (docs/cost.md), so a flush does only what changes between two of
+    them. A name's first value goes through Powertools' add_metric (its name, unit and resolution checks) and
+    later values reuse the unit and resolution it settled. A line's shape (namespace, dimension sets, names,
+    units) is fixed by the names counted, in order: Powertools serialises each shape once, and later flushes of
+    that shape put only the timestamp and the values into its encoding, byte for byte the line Powertools
+    prints (tests/unit/test_powertools_compat.py). Whether metrics are disabled is read once per container
+    (POWERTOOLS_METRICS_DISABLED / POWERTOOLS_DEV do not change under a running function)."""
 
     def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super().__init__(**kwargs)
         self.settled: dict[str, tuple[str, int]] = {}  # name -> (unit, resolution) add_metric accepted
+        self.shapes: dict[
+            tuple[str, ...], str
+        ] = {}  # names in order -> the line with %d / %s for the numbers
 
     def add_count(self, name: str, value: float) -> None:
         settled = self.settled.get(name)
@@ -89,12 +104,49 @@ class _Cell(AmazonCloudWatchEMFProvider):
 
     def flush_metrics(self, raise_on_empty_metrics: bool = False) -> None:
         if self.metric_set and not METRICS_DISABLED:
-            print(_emf_line(self.serialize_metric_set()))
+            print(self.emf_line())
         self.clear_metrics()
+
+    def emf_line(self) -> str:
+        names = tuple(self.metric_set)
+        values = _json_values(self.metric_set)
+        shape = self.shapes.get(names)
+        if shape is None or values is None:
+            blob = self.serialize_metric_set()
+            if values is None or self.metadata_set or len(self.shapes) >= MAX_CELL_SHAPES:
+                return _emf_json(blob)
+            shape = self.shapes[names] = _shape_of(blob, names)
+        timestamp = self.timestamp or int(time.time() * 1000)  # epoch ms, as Powertools' datetime.now() reads
+        return shape % (timestamp, *values)
 
     def clear_metrics(self) -> None:
         self.metric_set.clear()
         self.metadata_set.clear()
+
+
+def _shape_of(blob: Mapping[str, Any], names: tuple[str, ...]) -> str:
+    """Powertools' serialised blob encoded with a `%d` for its timestamp and a `%s` for each name's values."""
+    marked = {**blob, "_aws": {**blob["_aws"], "Timestamp": _TIMESTAMP_MARK}}
+    marked.update({name: f"{_VALUE_MARK}{i}" for i, name in enumerate(names)})
+    text = _emf_json(marked).replace("%", "%%").replace(_emf_json(_TIMESTAMP_MARK), "%d")
+    for i in range(len(names)):
+        text = text.replace(_emf_json(f"{_VALUE_MARK}{i}"), "%s", 1)
+    return text
+
+
+def _json_values(metric_set: dict[str, Any]) -> list[str] | None:
+    """Each metric's value list as json encodes it (a finite float is its repr), or None if one holds
+    anything else (then Powertools' own serialisation prints the line)."""
+    encoded = []
+    for metric in metric_set.values():
+        values = metric["Value"]
+        if len(values) == 1 and type(value := values[0]) is float and math.isfinite(value):
+            encoded.append(f"[{value!r}]")
+        elif all(type(value) is float and math.isfinite(value) for value in values):
+            encoded.append("[" + ",".join(map(float.__repr__, values)) + "]")
+        else:
+            return None
+    return encoded
 
 
 class _DimensionedProvider(AmazonCloudWatchEMFProvider):
