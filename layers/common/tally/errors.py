@@ -115,13 +115,28 @@ class ChannelError(TallyError):
 
 
 class SignatureError(TallyError):
-    """Not proven to come from the channel (R4)."""
+    """Not proven to come from the channel (R4). `reason` is for a person; `cause`, one of REJECTION_CAUSES, is
+    what the work queue groups a kept rejection by (R40), named by the channel's code where it refuses."""
 
     code = "signature"
 
-    def __init__(self, reason: str):
+    def __init__(self, reason: str, *, cause: str = "bad_signature"):
         super().__init__(reason)
         self.reason = reason
+        self.cause = cause
+
+
+REJECTION_CAUSES = (
+    "missing_signature",  # the signature (or a header it needs) is not there
+    "stale_timestamp",  # signed outside the channel's time window
+    "unknown_serial",  # signed with a key id the merchant's keys do not hold
+    "unsupported_sign_type",  # a signature scheme Tally refuses
+    "undecryptable",  # a signed part that does not decrypt with the merchant's key
+    "bad_signature",  # the signature does not verify
+    "too_large",  # refused before any check: over the body limit
+    "unknown_merchant",  # no merchant of that id is configured
+    "unparseable",  # not a message of the channel's format at all
+)
 
 
 class ParseError(TallyError):

@@ -41,7 +41,9 @@ class ReadNotification:
     `probe`, `quarantine`; otherwise the verified `payments` (several: a combine's sub-orders, `group`) or
     the `refund` report."""
 
-    reject: tuple[int, str, str | None] | None = None  # (status, reason, cause): kept for a replay (R4, R40)
+    reject: tuple[int, str, str] | None = (
+        None  # (status, reason, errors.REJECTION_CAUSES): kept for replay (R4, R40)
+    )
     probe: bool = False  # a signature probe: answered 401 and counted, not kept
     echo: bool = (
         False  # the channel's own connectivity check (v3 SECURITY_ECHO): verified, acknowledged, no row
@@ -125,6 +127,7 @@ class Channel(Protocol):
     currencies: tuple[str, ...] | None  # the currencies an order may have (None: any ISO code)
     reconciled: bool  # the recon function downloads this stored channel's bills
     merchant_accessors: tuple[str, ...]  # MerchantDirectory's names for its desk's methods (directory.alipay)
+    replay_headers: tuple[str, ...]  # request headers a kept callback needs to be verified again (R40)
     ack_content_type: str
 
     @property
@@ -255,6 +258,7 @@ class ChannelNames:
     currencies: tuple[str, ...] | None
     reconciled: bool
     merchant_accessors: tuple[str, ...] = ()  # the directory's names for the desk's methods
+    replay_headers: tuple[str, ...] = ()  # request headers its signature covers (none: signed in the body)
 
     @property
     def route_key(self) -> str:
@@ -451,6 +455,11 @@ def stored_values() -> list[str]:
 def reconciled() -> tuple[str, ...]:
     """The stored channels whose bills the recon function reads."""
     return tuple(dict.fromkeys(c.stored for c in all_channels() if c.reconciled))
+
+
+def replay_header_names() -> tuple[str, ...]:
+    """Every channel's `replay_headers`, once each: what a kept callback stores of its request's headers."""
+    return tuple(dict.fromkeys(name for channel in all_channels() for name in channel.replay_headers))
 
 
 def metric_values() -> tuple[str, ...]:

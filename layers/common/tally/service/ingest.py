@@ -32,25 +32,6 @@ KEPT_BODY_BYTES = (
 STORED_BODY_BYTES = 64 * 1024  # a verified body is stored whole up to this: decoded it stays far below 400 KB
 
 
-def rejection_cause(reason: str) -> str:
-    """A machine-readable cause for a rejection reason (the queue groups rejected rows by it, R40)."""
-    text = reason.lower()
-    for needle, cause in (  # "missing" first: a missing header's reason names the Timestamp header too
-        ("missing", "missing_signature"),
-        ("timestamp", "stale_timestamp"),
-        ("unknown serial", "unknown_serial"),
-        ("unknown alipay_cert_sn", "unknown_serial"),
-        ("sign_type", "unsupported_sign_type"),
-        ("signature type", "unsupported_sign_type"),
-        ("does not decrypt", "undecryptable"),
-        ("too large", "too_large"),
-        ("does not verify", "bad_signature"),
-    ):
-        if needle in text:
-            return cause
-    return "bad_signature"
-
-
 def stored_body(body: bytes, limit: int = STORED_BODY_BYTES, text: str | None = None) -> dict[str, Any]:
     """`body` as text when it is UTF-8 and at most `limit` bytes (replayable as it came); otherwise the
     bounded evidence only (R40): a decoded non-UTF-8 body can triple and pass DynamoDB's 400 KB item limit.
@@ -140,11 +121,11 @@ class IngestService:
         acks = ACKS[channel.name]
         merchant_id = request.path_params.get(channel.merchant_param, "")
         if len(request.body) > MAX_BODY_BYTES:
-            return self._reject(400, "body too large", merchant_id, request, acks)
+            return self._reject(400, "body too large", merchant_id, request, acks, cause="too_large")
         try:
             merchant = channel.merchant(self.merchants, merchant_id)
         except UnknownMerchant:
-            return self._reject(404, "unknown merchant", merchant_id, request, acks)
+            return self._reject(404, "unknown merchant", merchant_id, request, acks, cause="unknown_merchant")
         read = channel.read_notification(
             request,
             merchant,
@@ -378,8 +359,8 @@ class IngestService:
         request: HttpRequest,
         acks: Acks,
         *,
+        cause: str,
         keep: bool = False,
-        cause: str | None = None,
     ) -> HttpResponse:
         """R4: no business state; a metric and a log line with the (untrusted) order hint. With `keep`
         (a configured merchant's callback that failed verification) the body is kept for a while, so a
@@ -391,7 +372,6 @@ class IngestService:
         REJECTED_KEPT_GENUINE for bodies that look like the channel's own (a fresh timestamp and a key id it
         uses), so junk cannot take the slots the channel's genuine rejected callback needs. A kept row has
         no lifetime until a person closes it (R51); closing it frees its slot."""
-        cause = cause or rejection_cause(reason)
         count(M.NOTIFY_REJECTED, channel=acks.channel, merchant=mchid)
         logger.warning(
             "notification rejected",
@@ -547,14 +527,7 @@ def _digest(body: bytes) -> str:
     return hashlib.sha256(body).hexdigest()[:32]
 
 
-_VERIFY_HEADERS = (
-    "wechatpay-signature",
-    "wechatpay-timestamp",
-    "wechatpay-nonce",
-    "wechatpay-serial",
-    "wechatpay-signature-type",
-    "request-id",
-)
+_VERIFY_HEADERS = channel_registry.replay_header_names()  # the headers a channel signs (channels/<name>)
 
 
 def _verify_headers(headers: dict[str, str]) -> dict[str, str]:

@@ -26,7 +26,7 @@ def read_notification(
     except ali.FormError as exc:
         return ReadNotification(reject=(400, str(exc), "unparseable"))
     except ali.SignatureError as exc:
-        return ReadNotification(reject=(401, exc.reason, None))
+        return ReadNotification(reject=(401, exc.reason, exc.cause))
     # Verified: Alipay is talking. Anything unusable from here is kept for a person (R5).
     notify_id = str(params.get("notify_id") or "")[:64]
     event_id = f"alipay#{notify_id}" if notify_id else ""

@@ -260,15 +260,18 @@ def verify_notification(params: Mapping[str, str], keys: AlipayKeys) -> str:
     signature = params.get("sign") or ""
     sign_type = params.get("sign_type") or "RSA2"
     if not signature:
-        raise SignatureError("missing sign")
+        raise SignatureError("missing sign", cause="missing_signature")
     if sign_type != "RSA2":
-        raise SignatureError(f"sign_type {sign_type[:10]!r} refused: only RSA2 (SHA256withRSA) is accepted")
+        raise SignatureError(
+            f"sign_type {sign_type[:10]!r} refused: only RSA2 (SHA256withRSA) is accepted",
+            cause="unsupported_sign_type",
+        )
     charset = CHARSETS.get((params.get("charset") or "utf-8").lower(), "utf-8")
     content = sign_content(params).encode(charset)
     hint = params.get("alipay_cert_sn") or None
     candidates = keys.candidates(hint)
     if not candidates:
-        raise SignatureError(f"unknown alipay_cert_sn {str(hint)[:40]!r}")
+        raise SignatureError(f"unknown alipay_cert_sn {str(hint)[:40]!r}", cause="unknown_serial")
     for name, key in candidates:
         if rsa2_verify(key, content, signature):
             return name

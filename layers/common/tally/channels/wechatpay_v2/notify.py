@@ -30,7 +30,7 @@ def read_notification(
     except wx2.XmlError as exc:
         return ReadNotification(reject=(400, str(exc), "unparseable"))
     except wx2.SignatureError as exc:
-        return ReadNotification(reject=(401, exc.reason, None))
+        return ReadNotification(reject=(401, exc.reason, exc.cause))
     if params.get("mch_id") != mchid:
         return ReadNotification(quarantine=f"mch_id {params.get('mch_id')!r} != URL merchant {mchid}")
     if "req_info" in params:

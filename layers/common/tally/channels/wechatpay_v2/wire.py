@@ -127,10 +127,10 @@ def verify(params: Mapping[str, str], api_key: str) -> str:
     given = (params.get("sign") or "").upper()
     declared = params.get("sign_type") or "MD5"
     if declared not in ("MD5", "HMAC-SHA256"):
-        raise SignatureError(f"unknown sign_type {declared[:20]!r}")
+        raise SignatureError(f"unknown sign_type {declared[:20]!r}", cause="unsupported_sign_type")
     algorithm = {32: "MD5", 64: "HMAC-SHA256"}.get(len(given))
     if algorithm is None:
-        raise SignatureError("missing or malformed sign")
+        raise SignatureError("missing or malformed sign", cause="missing_signature")
     if not hmac.compare_digest(sign(params, api_key, algorithm), given):
         raise SignatureError(f"{algorithm} sign does not verify with the API key")
     return algorithm
@@ -158,7 +158,9 @@ def decrypt_req_info(req_info: str, api_key: str) -> dict[str, str]:
         plain = unpadder.update(padded) + unpadder.finalize()
         return parse_xml(plain, root="root")
     except (binascii.Error, ValueError, XmlError) as exc:
-        raise SignatureError(f"req_info does not decrypt with the API key: {exc}") from None
+        raise SignatureError(
+            f"req_info does not decrypt with the API key: {exc}", cause="undecryptable"
+        ) from None
 
 
 def encrypt_req_info(fields: Mapping[str, str], api_key: str) -> str:

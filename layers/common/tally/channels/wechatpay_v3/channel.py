@@ -8,6 +8,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from tally.channels.registry import ChannelNames
+from tally.channels.wechatpay_v3.headers import REPLAY_HEADERS
 from tally.i18n import N_
 
 if TYPE_CHECKING:
@@ -198,4 +199,5 @@ CHANNEL = WeChatPayV3(
         "refresh_platform_certificates",
         "refresh_platform_keys",
     ),
+    replay_headers=REPLAY_HEADERS,
 )

@@ -32,7 +32,7 @@ def read_notification(
     except wx.SignatureError as exc:
         if exc.probe:
             return ReadNotification(probe=True)
-        return ReadNotification(reject=(401, exc.reason, None))
+        return ReadNotification(reject=(401, exc.reason, exc.cause))
     # Verified: from here on it is WeChat talking. Failures are certain, not retryable (R5).
     text = wx.body_text(request.body)  # decoded once: the envelope parse and the raw row's stored body
     try:

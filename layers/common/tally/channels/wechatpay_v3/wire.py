@@ -25,6 +25,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from tally import errors, httpclient
 from tally.channels.wechatpay_v3.channel import CHANNEL as SPEC
+from tally.channels.wechatpay_v3.headers import REPLAY_HEADERS
 from tally.domain.money import MoneyError, cents, received_cents
 from tally.domain.notifications import Outcome, PaymentNotice
 from tally.domain.poll import Answer
@@ -106,8 +107,15 @@ CLOSE_ANSWER: dict[
 class SignatureError(errors.SignatureError):
     """The message is not proven to come from WeChat Pay (R4). `probe` marks SIGNTEST traffic."""
 
-    def __init__(self, reason: str, *, probe: bool = False, unknown_serial: str | None = None):
-        super().__init__(reason)
+    def __init__(
+        self,
+        reason: str,
+        *,
+        cause: str = "bad_signature",
+        probe: bool = False,
+        unknown_serial: str | None = None,
+    ):
+        super().__init__(reason, cause=cause)
         self.probe = probe
         self.unknown_serial = unknown_serial
 
@@ -249,18 +257,22 @@ def verify_signed(
     if signature.startswith(PROBE_PREFIX):
         raise SignatureError("signature probe (WECHATPAY/SIGNTEST/)", probe=True)
     if not (signature and timestamp and nonce and serial):
-        raise SignatureError("missing Wechatpay-Signature/Timestamp/Nonce/Serial header")
+        raise SignatureError(
+            "missing Wechatpay-Signature/Timestamp/Nonce/Serial header", cause="missing_signature"
+        )
     if sig_type != SIGNATURE_TYPE:
-        raise SignatureError(f"unsupported signature type {sig_type[:40]!r}")
+        raise SignatureError(f"unsupported signature type {sig_type[:40]!r}", cause="unsupported_sign_type")
     # ASCII digits only ("²".isdigit() is True) and a sane length (a 10**5-digit number overflows a float).
     if (
         not (timestamp.isascii() and timestamp.isdigit() and len(timestamp) <= 12)
         or abs(now - int(timestamp)) >= window_s
     ):
-        raise SignatureError(f"timestamp {timestamp[:20]!r} outside the {window_s}s window")
+        raise SignatureError(
+            f"timestamp {timestamp[:20]!r} outside the {window_s}s window", cause="stale_timestamp"
+        )
     key = keys.get(serial)
     if key is None:
-        raise SignatureError(f"unknown serial {serial[:64]!r}", unknown_serial=serial)
+        raise SignatureError(f"unknown serial {serial[:64]!r}", cause="unknown_serial", unknown_serial=serial)
     if not rsa_verify(key, signed_message(timestamp, nonce, body), signature):
         raise SignatureError(f"signature does not verify with serial {serial}")
     return serial
@@ -724,15 +736,7 @@ class WeChatPayClient:
 
 
 def _verify_headers(lowered: dict[str, str]) -> dict[str, str]:
-    keep = (
-        "wechatpay-signature",
-        "wechatpay-timestamp",
-        "wechatpay-nonce",
-        "wechatpay-serial",
-        "wechatpay-signature-type",
-        "request-id",
-    )
-    return {k: lowered[k][:512] for k in keep if k in lowered}
+    return {k: lowered[k][:512] for k in REPLAY_HEADERS if k in lowered}
 
 
 def _keys_from_certificates_answer(raw: bytes, creds: MerchantCredentials) -> PlatformKeys:
