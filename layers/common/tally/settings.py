@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from typing import NamedTuple
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 
 class Settings(NamedTuple):
@@ -19,8 +20,10 @@ class Settings(NamedTuple):
     refund_tasks_table: str
     merchants_table: str
     apply_queue_url: str
-    wechatpay_api_base: str
     merchant_secret_prefix: str
+    refunds_table: str
+    refund_raw_table: str
+    wechatpay_api_base: str = "https://api.mch.weixin.qq.com"
     event_bus_name: str = "default"
     event_archive_arn: str = ""  # the bus's archive (stack output EventArchiveArn): `tally events replay`
     outbox_dlq_url: str = ""  # parked stream batches and republish requests (functions/outboxparked)
@@ -28,8 +31,6 @@ class Settings(NamedTuple):
     timestamp_window_s: int = 300
     order_not_found_max_attempts: int = 4
     http_timeout_s: float = 3.0
-    refunds_table: str = ""
-    refund_raw_table: str = ""
     refund_task_policy: str = "manual"  # auto | manual: how refund tasks from ILLEGAL payments are worked
     refund_expiry_s: int = 7 * 86400  # a refund without outcome after this goes to a person
     # reconciliation (docs/recon.md)
@@ -78,68 +79,15 @@ class Settings(NamedTuple):
     audit_retention_days: int = 2557  # 7 years
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> Settings:
-        env = dict(os.environ if env is None else env)
-        try:
-            return cls(
-                notify_raw_table=env["NOTIFY_RAW_TABLE"],
-                notify_event_table=env["NOTIFY_EVENT_TABLE"],
-                orders_table=env["ORDERS_TABLE"],
-                transitions_table=env["TRANSITIONS_TABLE"],
-                ledger_table=env["LEDGER_TABLE"],
-                refund_tasks_table=env["REFUND_TASKS_TABLE"],
-                merchants_table=env["MERCHANTS_TABLE"],
-                apply_queue_url=env["APPLY_QUEUE_URL"],
-                wechatpay_api_base=env.get("WECHATPAY_API_BASE", "https://api.mch.weixin.qq.com").rstrip("/"),
-                merchant_secret_prefix=_secret_prefix(env["MERCHANT_SECRET_PREFIX"]),
-                event_bus_name=env.get("EVENT_BUS_NAME", "default"),
-                event_archive_arn=env.get("EVENT_ARCHIVE_ARN", ""),
-                outbox_dlq_url=env.get("OUTBOX_DLQ_URL", ""),
-                alipay_gateway=env.get("ALIPAY_GATEWAY", "https://openapi.alipay.com/gateway.do"),
-                timestamp_window_s=int(env.get("TALLY_TIMESTAMP_WINDOW_S", "300")),
-                order_not_found_max_attempts=int(env.get("TALLY_ORDER_NOT_FOUND_MAX_ATTEMPTS", "4")),
-                http_timeout_s=float(env.get("TALLY_HTTP_TIMEOUT_S", "3")),
-                refunds_table=env["REFUNDS_TABLE"],
-                refund_raw_table=env["REFUND_RAW_TABLE"],
-                refund_task_policy=env.get("REFUND_TASK_POLICY", "manual"),
-                refund_expiry_s=int(env.get("TALLY_REFUND_EXPIRY_S", str(7 * 86400))),
-                bills_bucket=env.get("BILLS_BUCKET", ""),
-                recon_runs_table=env.get("RECON_RUNS_TABLE", ""),
-                recon_diff_table=env.get("RECON_DIFF_TABLE", ""),
-                recon_min_ratio=float(env.get("RECON_MIN_RATIO", "0.10")),
-                recon_min_previous_rows=int(env.get("RECON_MIN_PREVIOUS_ROWS", "10")),
-                recon_partition_bytes=int(env.get("RECON_PARTITION_BYTES", str(64 << 20))),
-                recon_map_bytes=int(env.get("RECON_MAP_BYTES", str(1 << 30))),
-                recon_split_bytes=int(env.get("RECON_SPLIT_BYTES", str(64 << 20))),
-                recon_workers=int(env.get("RECON_WORKERS", "0")),
-                recon_state_machine_arn=env.get("RECON_STATE_MACHINE_ARN", ""),
-                aws_connect_timeout_s=float(env.get("TALLY_AWS_CONNECT_TIMEOUT_S", "1")),
-                aws_read_timeout_s=float(env.get("TALLY_AWS_READ_TIMEOUT_S", "5")),
-                aws_max_attempts=int(env.get("TALLY_AWS_MAX_ATTEMPTS", "3")),
-                heartbeat_api_url=env.get("HEARTBEAT_API_URL", ""),
-                heartbeat_mchid=env.get("TALLY_HEARTBEAT_MCHID", "0000000000"),
-                heartbeat_echo=tuple(
-                    p.strip() for p in env.get("TALLY_HEARTBEAT_ECHO", "").split(",") if p.strip()
-                ),
-                wechatpay_ca_file=env.get("TALLY_WECHATPAY_CA_FILE", ""),
-                console_user_pool_id=env.get("CONSOLE_USER_POOL_ID", ""),
-                console_client_id=env.get("CONSOLE_CLIENT_ID", ""),
-                poll_merchant_qps=int(env.get("TALLY_POLL_MERCHANT_QPS", "10")),
-                poll_concurrency=int(env.get("TALLY_POLL_CONCURRENCY", "8")),
-                alerts_table=env.get("ALERTS_TABLE", ""),
-                console_url=env.get("CONSOLE_URL", ""),
-                incident_escalate_per_h=int(env.get("TALLY_INCIDENT_ESCALATE_PER_H", "100")),
-                incident_quiet_s=int(env.get("TALLY_INCIDENT_QUIET_S", "3600")),
-                alert_hour_cap=int(env.get("TALLY_ALERT_HOUR_CAP", "20")),
-                console_operator_mfa=env.get("CONSOLE_OPERATOR_MFA", "") == "required",
-                console_language=env.get("CONSOLE_LANGUAGE", "zh-CN"),
-                journal_table=env.get("JOURNAL_TABLE", ""),
-                audit_bucket=env.get("AUDIT_BUCKET", ""),
-                audit_key_id=env.get("AUDIT_KEY_ID", ""),
-                audit_retention_days=int(env.get("AUDIT_RETENTION_DAYS", "2557")),
-            )
-        except KeyError as missing:
-            raise RuntimeError(f"missing environment variable {missing}: see docs/contracts.md") from None
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Each field from its variable in ENVIRONMENT, parsed; a variable not set leaves the field's default
+        above, and a field without one (REQUIRED) must be set."""
+        env = os.environ if env is None else env
+        missing = [ENVIRONMENT[field][0] for field in REQUIRED if ENVIRONMENT[field][0] not in env]
+        if missing:
+            raise RuntimeError(f"missing environment variable {missing[0]!r}: see docs/contracts.md")
+        values = {field: parse(env[name]) for field, (name, parse) in ENVIRONMENT.items() if name in env}
+        return cls(**values)
 
 
 def _secret_prefix(prefix: str) -> str:
@@ -150,6 +98,74 @@ def _secret_prefix(prefix: str) -> str:
             f"MERCHANT_SECRET_PREFIX {prefix!r} is not tally/<stack>/merchants/: see docs/deploy.md"
         )
     return prefix
+
+
+def _comma_list(value: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in value.split(",") if part.strip())
+
+
+def _base_url(value: str) -> str:
+    return value.rstrip("/")
+
+
+# field -> (environment variable, parser): the one place each variable is named; its default is the field's
+# above (template.yaml sets them for AWS, `tally env-vars` for sam local: tests/integration/test_aws_wiring.py)
+ENVIRONMENT: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "notify_raw_table": ("NOTIFY_RAW_TABLE", str),
+    "notify_event_table": ("NOTIFY_EVENT_TABLE", str),
+    "orders_table": ("ORDERS_TABLE", str),
+    "transitions_table": ("TRANSITIONS_TABLE", str),
+    "ledger_table": ("LEDGER_TABLE", str),
+    "refund_tasks_table": ("REFUND_TASKS_TABLE", str),
+    "merchants_table": ("MERCHANTS_TABLE", str),
+    "apply_queue_url": ("APPLY_QUEUE_URL", str),
+    "merchant_secret_prefix": ("MERCHANT_SECRET_PREFIX", _secret_prefix),
+    "refunds_table": ("REFUNDS_TABLE", str),
+    "refund_raw_table": ("REFUND_RAW_TABLE", str),
+    "wechatpay_api_base": ("WECHATPAY_API_BASE", _base_url),
+    "event_bus_name": ("EVENT_BUS_NAME", str),
+    "event_archive_arn": ("EVENT_ARCHIVE_ARN", str),
+    "outbox_dlq_url": ("OUTBOX_DLQ_URL", str),
+    "alipay_gateway": ("ALIPAY_GATEWAY", str),
+    "timestamp_window_s": ("TALLY_TIMESTAMP_WINDOW_S", int),
+    "order_not_found_max_attempts": ("TALLY_ORDER_NOT_FOUND_MAX_ATTEMPTS", int),
+    "http_timeout_s": ("TALLY_HTTP_TIMEOUT_S", float),
+    "refund_task_policy": ("REFUND_TASK_POLICY", str),
+    "refund_expiry_s": ("TALLY_REFUND_EXPIRY_S", int),
+    "bills_bucket": ("BILLS_BUCKET", str),
+    "recon_runs_table": ("RECON_RUNS_TABLE", str),
+    "recon_diff_table": ("RECON_DIFF_TABLE", str),
+    "recon_min_ratio": ("RECON_MIN_RATIO", float),
+    "recon_min_previous_rows": ("RECON_MIN_PREVIOUS_ROWS", int),
+    "recon_partition_bytes": ("RECON_PARTITION_BYTES", int),
+    "recon_map_bytes": ("RECON_MAP_BYTES", int),
+    "recon_split_bytes": ("RECON_SPLIT_BYTES", int),
+    "recon_workers": ("RECON_WORKERS", int),
+    "recon_state_machine_arn": ("RECON_STATE_MACHINE_ARN", str),
+    "aws_connect_timeout_s": ("TALLY_AWS_CONNECT_TIMEOUT_S", float),
+    "aws_read_timeout_s": ("TALLY_AWS_READ_TIMEOUT_S", float),
+    "aws_max_attempts": ("TALLY_AWS_MAX_ATTEMPTS", int),
+    "heartbeat_api_url": ("HEARTBEAT_API_URL", str),
+    "heartbeat_mchid": ("TALLY_HEARTBEAT_MCHID", str),
+    "heartbeat_echo": ("TALLY_HEARTBEAT_ECHO", _comma_list),
+    "wechatpay_ca_file": ("TALLY_WECHATPAY_CA_FILE", str),
+    "console_user_pool_id": ("CONSOLE_USER_POOL_ID", str),
+    "console_client_id": ("CONSOLE_CLIENT_ID", str),
+    "poll_merchant_qps": ("TALLY_POLL_MERCHANT_QPS", int),
+    "poll_concurrency": ("TALLY_POLL_CONCURRENCY", int),
+    "alerts_table": ("ALERTS_TABLE", str),
+    "console_url": ("CONSOLE_URL", str),
+    "incident_escalate_per_h": ("TALLY_INCIDENT_ESCALATE_PER_H", int),
+    "incident_quiet_s": ("TALLY_INCIDENT_QUIET_S", int),
+    "alert_hour_cap": ("TALLY_ALERT_HOUR_CAP", int),
+    "console_operator_mfa": ("CONSOLE_OPERATOR_MFA", lambda value: value == "required"),
+    "console_language": ("CONSOLE_LANGUAGE", str),
+    "journal_table": ("JOURNAL_TABLE", str),
+    "audit_bucket": ("AUDIT_BUCKET", str),
+    "audit_key_id": ("AUDIT_KEY_ID", str),
+    "audit_retention_days": ("AUDIT_RETENTION_DAYS", int),
+}
+REQUIRED = tuple(field for field in Settings._fields if field not in Settings._field_defaults)
 
 
 def metric_merchants(env: dict[str, str] | None = None) -> tuple[str, ...]:
