@@ -283,7 +283,6 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _admin_route(self, method: str, path: str, query: dict[str, str], body: bytes) -> tuple[int, Any]:
         composed = self.server.sim
-        sim = composed.v3
         key = (method, path)
         if path.startswith(("/_sim/refund-behaviour", "/_sim/refunds")):
             return composed.v3_refunds.refund_admin(
@@ -300,6 +299,15 @@ class _Handler(BaseHTTPRequestHandler):
             )
             if found is not None:
                 return found
+        found = self._v3_admin_payments(key, body) or self._v3_admin_state(key, path, query, body)
+        if found is not None:
+            return found
+        raise SimulatorError(404, "NOT_FOUND", f"no admin endpoint {method} {path}")
+
+    def _v3_admin_payments(self, key: tuple[str, str], body: bytes) -> tuple[int, Any] | None:
+        """The v3 desk's merchants, payments and notifications; None for another endpoint."""
+        composed = self.server.sim
+        sim = composed.v3
         if key == ("GET", "/_sim/health"):
             return 200, {"ok": True}
         if key == ("GET", "/_sim/keys"):
@@ -356,6 +364,14 @@ class _Handler(BaseHTTPRequestHandler):
             opts = {k: data[k] for k in _BUILD_OPTIONS if k in data}
             headers, out = sim.build_notification(str(data["mchid"]), data["resource"], **opts)
             return 200, {"headers": headers, "body": out.decode("utf-8")}
+        return None
+
+    def _v3_admin_state(
+        self, key: tuple[str, str], path: str, query: dict[str, str], body: bytes
+    ) -> tuple[int, Any] | None:
+        """What the v3 desk holds (orders, deliveries, requests) and its faults; None for another endpoint."""
+        sim = self.server.sim.v3
+        method = key[0]
         if key == ("GET", "/_sim/orders"):
             with sim._lock:
                 keys = list(sim._orders)
@@ -377,7 +393,7 @@ class _Handler(BaseHTTPRequestHandler):
         if key == ("DELETE", "/_sim/faults"):
             sim.clear_faults()
             return 204, None
-        raise SimulatorError(404, "NOT_FOUND", f"no admin endpoint {method} {path}")
+        return None
 
 
 def make_server(sim: Any, host: str, port: int) -> _Server:

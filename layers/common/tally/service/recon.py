@@ -823,16 +823,7 @@ class ReconService:
         same recon_diff rows (same handle status and history). A fund flow still missing past its due day + 1
         is BLOCKED FUND_FLOW_LATE (alarmed); before that the run is RETRY (PENDING), never agreed."""
         started = self.clock()
-        config_error = None
-        if lag is None or accounts is None:
-            try:
-                config = self.fund_config(channel, mchid) if self.fund_config else {}
-                lag = lag or lag_of(channel, config.get("settlement_lag"))
-                accounts = accounts or accounts_of(channel, config.get("fund_accounts"))
-            except ConfigError as exc:  # a record someone wrote by hand: loud, never a default in its place
-                config_error = f"merchant {mchid}: {exc}"
-        lag = lag or DEFAULT_LAGS[channel]
-        accounts = accounts or DEFAULT_ACCOUNTS.get(channel, ("BASIC",))
+        lag, accounts, config_error = self._fund_settings(channel, mchid, lag, accounts)
         run: dict[str, Any] = {
             "pk": recon_pk(channel, mchid, ledger_day),
             "sk": f"run#{iso_now(started)}#{pass_}",
@@ -862,75 +853,14 @@ class ReconService:
         needs = _needs(ledger, lag, ledger_day)
         for day in sorted({lag.day_of(item, ledger_day) for item in FUND_ITEMS}):
             flow = FundFlowDay(day)
-            complete = True
-            empty = 0
+            read = []
             for account in accounts:
-                try:
-                    fetched = source.fetch(mchid, day, account)
-                except DownloadFailed as exc:
-                    failed = M.RECON_NO_BILL_SOURCE if exc.code == NO_BILL_SOURCE else M.RECON_DOWNLOAD_FAILED
-                    count(failed, channel=channel, merchant=mchid)
-                    return self._fund_end(run, BLOCKED, f"fund flow {day} {account}: {exc}", exc.code)
-                for name in ("fund_source", "fund_source_why"):  # which download the records chose (R45)
-                    if fetched.extra.get(name):
-                        run[name] = fetched.extra[name]
-                if fetched.status == NOT_READY:
-                    complete = False
-                    continue
-                if fetched.status == NO_STATEMENT:  # no movement on that account that day
-                    run["fund_bills"].append({"day": day, "account": account, "status": "NO_STATEMENT"})
-                    empty += 1
-                    continue
-                key = self.archive.keep(
-                    f"fundflow/{channel}",
-                    mchid,
-                    day,
-                    fetched.name,
-                    fetched.data,
-                    fetched.sha1,
-                    {"channel-hash": fetched.channel_hash} if fetched.channel_hash else None,
-                )
-                run["fund_bills"].append(
-                    {"day": day, "account": account, "bill_key": key, "sha1": fetched.sha1}
-                )
-                if fetched.channel_hash and fetched.channel_hash != fetched.sha1:
-                    count(M.RECON_PARSE_FAILED, channel=channel, merchant=mchid)
-                    return self._fund_end(
-                        run,
-                        BLOCKED,
-                        f"fund flow {day} {account}: SHA-1 {fetched.sha1} != hash_value "
-                        f"{fetched.channel_hash} (kept at {key})",
-                        "HASH_MISMATCH",
-                    )
-                try:
-                    gate = self.layouts.fund_gate(
-                        channel, fetched.data
-                    )  # its layout first, as a trade bill's
-                    run["fund_bills"][-1]["layout_fingerprint"] = gate.shape.fingerprint
-                    if gate.diff is not None:
-                        run.update(gate.record())
-                        return self._fund_end(
-                            run,
-                            BLOCKED,
-                            f"fund flow {day} {account}: {gate.reason(channel)}",
-                            LAYOUT_QUARANTINED,
-                        )
-                    parser = fund_flow_parser(channel, gate.read_as_known(fetched.data, Path()), account)
-                    flow.extend(parser.rows())
-                except BillParseError as exc:
-                    count(M.RECON_PARSE_FAILED, channel=channel, merchant=mchid)
-                    return self._fund_end(
-                        run,
-                        BLOCKED,
-                        f"fund flow {day} {account} is not a bill we can read: {exc}",
-                        "PARSE_FAILED",
-                    )
-                verdict = check_guards(parser.totals)
-                if verdict.blocked:
-                    return self._fund_end(
-                        run, BLOCKED, f"fund flow {day} {account}: {verdict.reason}", verdict.code
-                    )
-            if complete and empty == len(accounts) and needs.get(day):
+                ended, status = self._fund_account(run, source, channel, mchid, day, account, flow)
+                if ended is not None:
+                    return ended
+                read.append(status)
+            complete = NOT_READY not in read
+            if complete and read.count(NO_STATEMENT) == len(accounts) and needs.get(day):
                 # "no bill" for a day the ledger says money moved on: not "nothing moved" (Alipay answers both
                 # the same way; WeChat's day not out): not in yet, FUND_FLOW_LATE once overdue (R45)
                 run["fund_bills"].append({"day": day, "status": "NO_STATEMENT_BUT_LEDGER"})
@@ -955,6 +885,131 @@ class ReconService:
             "trade": _figures(result.trade) if result.trade else None,
             "fund": _figures(result.fund) if result.fund else None,
         }
+        seen = self._keep_settlement_diffs(run, result, lag, ledger_day)
+        if result.code == PENDING:
+            today = china_date(self.clock()).isoformat()
+            if late and today > next_day(lag.due(ledger_day)):
+                count(M.RECON_FUND_FLOW_LATE, channel=channel, merchant=mchid)
+                return self._fund_end(
+                    run,
+                    BLOCKED,
+                    f"fund flow of {', '.join(late)} still not in on {today}: {result.reason}",
+                    FUND_FLOW_LATE,
+                )
+            return self._fund_end(run, RETRY, result.reason)
+        run["auto_resolved"] = self._close_healed(run, seen, fund=True)
+        if result.diffs:
+            return self._fund_end(
+                run, DIFFS, f"{result.code}: {len(result.diffs)} difference(s): {result.reason}"
+            )
+        count(M.RECON_MATCHED, channel=channel, merchant=mchid)
+        return self._fund_end(run, MATCHED, result.reason)
+
+    def _fund_account(
+        self,
+        run: dict[str, Any],
+        source: Any,
+        channel: str,
+        mchid: str,
+        day: str,
+        account: str,
+        flow: FundFlowDay,
+    ) -> tuple[dict[str, Any] | None, str]:
+        """One account's fund-flow bill of `day`: downloaded, kept (hash-checked, never overwritten), its layout
+        gated, parsed into `flow` and guarded (R31/R32). Returns (the run, ended BLOCKED, "") or (None, how the
+        download answered: NOT_READY, NO_STATEMENT or read)."""
+        try:
+            fetched = source.fetch(mchid, day, account)
+        except DownloadFailed as exc:
+            failed = M.RECON_NO_BILL_SOURCE if exc.code == NO_BILL_SOURCE else M.RECON_DOWNLOAD_FAILED
+            count(failed, channel=channel, merchant=mchid)
+            return self._fund_blocked(run, BLOCKED, f"fund flow {day} {account}: {exc}", exc.code)
+        for name in ("fund_source", "fund_source_why"):  # which download the records chose (R45)
+            if fetched.extra.get(name):
+                run[name] = fetched.extra[name]
+        if fetched.status == NOT_READY:
+            return None, NOT_READY
+        if fetched.status == NO_STATEMENT:  # no movement on that account that day
+            run["fund_bills"].append({"day": day, "account": account, "status": "NO_STATEMENT"})
+            return None, NO_STATEMENT
+        key = self.archive.keep(
+            f"fundflow/{channel}",
+            mchid,
+            day,
+            fetched.name,
+            fetched.data,
+            fetched.sha1,
+            {"channel-hash": fetched.channel_hash} if fetched.channel_hash else None,
+        )
+        run["fund_bills"].append({"day": day, "account": account, "bill_key": key, "sha1": fetched.sha1})
+        if fetched.channel_hash and fetched.channel_hash != fetched.sha1:
+            count(M.RECON_PARSE_FAILED, channel=channel, merchant=mchid)
+            return self._fund_blocked(
+                run,
+                BLOCKED,
+                f"fund flow {day} {account}: SHA-1 {fetched.sha1} != hash_value "
+                f"{fetched.channel_hash} (kept at {key})",
+                "HASH_MISMATCH",
+            )
+        try:
+            gate = self.layouts.fund_gate(channel, fetched.data)  # its layout first, as a trade bill's
+            run["fund_bills"][-1]["layout_fingerprint"] = gate.shape.fingerprint
+            if gate.diff is not None:
+                run.update(gate.record())
+                return self._fund_blocked(
+                    run,
+                    BLOCKED,
+                    f"fund flow {day} {account}: {gate.reason(channel)}",
+                    LAYOUT_QUARANTINED,
+                )
+            parser = fund_flow_parser(channel, gate.read_as_known(fetched.data, Path()), account)
+            flow.extend(parser.rows())
+        except BillParseError as exc:
+            count(M.RECON_PARSE_FAILED, channel=channel, merchant=mchid)
+            return self._fund_blocked(
+                run,
+                BLOCKED,
+                f"fund flow {day} {account} is not a bill we can read: {exc}",
+                "PARSE_FAILED",
+            )
+        verdict = check_guards(parser.totals)
+        if verdict.blocked:
+            return self._fund_blocked(
+                run, BLOCKED, f"fund flow {day} {account}: {verdict.reason}", verdict.code
+            )
+        return None, "READ"
+
+    def _fund_blocked(
+        self, run: dict[str, Any], status: str, reason: str, code: str | None
+    ) -> tuple[dict[str, Any], str]:
+        return self._fund_end(run, status, reason, code), ""
+
+    def _fund_settings(
+        self, channel: str, mchid: str, lag: SettlementLag | None, accounts: tuple[str, ...] | None
+    ) -> tuple[SettlementLag, tuple[str, ...], str | None]:
+        """The lag and accounts a run uses: the caller's, else the merchant's records (R45), else the channel's
+        defaults. A record someone wrote by hand that does not parse is an error (loud), never a default in its
+        place."""
+        config_error = None
+        if lag is None or accounts is None:
+            try:
+                config = self.fund_config(channel, mchid) if self.fund_config else {}
+                lag = lag or lag_of(channel, config.get("settlement_lag"))
+                accounts = accounts or accounts_of(channel, config.get("fund_accounts"))
+            except ConfigError as exc:
+                config_error = f"merchant {mchid}: {exc}"
+        return (
+            lag or DEFAULT_LAGS[channel],
+            accounts or DEFAULT_ACCOUNTS.get(channel, ("BASIC",)),
+            config_error,
+        )
+
+    def _keep_settlement_diffs(
+        self, run: dict[str, Any], result: Any, lag: SettlementLag, ledger_day: str
+    ) -> set[str]:
+        """The run's SETTLEMENT_DIFFERS differences on recon_diff: a new one written (OPEN counted), one seen
+        again noted, and an EXPECTED one past the lag opened by itself. Returns the differences' keys."""
+        channel, mchid = run["channel"], run["mchid"]
         seen, new = set(), 0
         today = china_date(self.clock()).isoformat()
         for diff in result.diffs:
@@ -978,24 +1033,7 @@ class ReconService:
                     new += 1
         if new:
             count(M.RECON_DIFF_OPENED, new, channel=channel, merchant=mchid)
-        if result.code == PENDING:
-            today = china_date(self.clock()).isoformat()
-            if late and today > next_day(lag.due(ledger_day)):
-                count(M.RECON_FUND_FLOW_LATE, channel=channel, merchant=mchid)
-                return self._fund_end(
-                    run,
-                    BLOCKED,
-                    f"fund flow of {', '.join(late)} still not in on {today}: {result.reason}",
-                    FUND_FLOW_LATE,
-                )
-            return self._fund_end(run, RETRY, result.reason)
-        run["auto_resolved"] = self._close_healed(run, seen, fund=True)
-        if result.diffs:
-            return self._fund_end(
-                run, DIFFS, f"{result.code}: {len(result.diffs)} difference(s): {result.reason}"
-            )
-        count(M.RECON_MATCHED, channel=channel, merchant=mchid)
-        return self._fund_end(run, MATCHED, result.reason)
+        return seen
 
     def _ledger_figures(self, channel: str, mchid: str, day: str, trade: DayFigures | None) -> DayFigures:
         """The ledger's day for check_day: settlement amounts folded with reversals (R43), settlement refunds,

@@ -34,6 +34,7 @@ from tally.domain.refunds import (
     IN_FLIGHT,
     AnswerKind,
     ChannelAnswer,
+    Decision,
     Effect,
     ExceedsRefundable,
     RefundEvent,
@@ -699,14 +700,7 @@ class RefundService:
             decision = transit(status, event)
             now_s = self.clock()
             now = iso_now(now_s)
-            claim_live: int | None = None
-            if source.startswith("person:") and event is not RefundEvent.REROUTE:
-                claim_live = int(now_s) - REROUTE_CLAIM_S
-                if int(refund.get("reroute_since") or 0) >= claim_live:
-                    raise RefundConflict(
-                        f"refund {refund_no} is being sent to another account by {refund.get('reroute_by')} "
-                        "right now: the channel's answer decides; look again in a minute"
-                    )
+            claim_live = self._person_claim(refund, source, event, now_s)
             if decision.effect is Effect.BOOK and not source.startswith("person:"):
                 refusal = booking_day_refusal(success_time, now_s)
                 if refusal is not None:  # R50: a person, never booked where no reconciliation will look
@@ -727,23 +721,11 @@ class RefundService:
                             merchant=refund.get("mchid"),
                         )
                         return RefundApplied.MANUAL, refund
-            if decision.verdict is Verdict.DUPLICATE:
-                if refund_id and not refund.get("refund_id"):
-                    self.store.set_fields(key, status.value, refund_id=refund_id)
-                if raw:
-                    self.raw.mark(*raw, 1, "DUPLICATE", now)
-                count(M.REFUND_DUPLICATE, channel=refund.get("channel"), merchant=refund.get("mchid"))
-                return RefundApplied.DUPLICATE, refund
-            if decision.verdict is Verdict.ILLEGAL:
-                if raw:
-                    self.raw.mark(*raw, 2, f"ILLEGAL {decision.reason}: {reason}", now)
-                    count(M.REFUND_REPORT_MANUAL, channel=refund.get("channel"), merchant=refund.get("mchid"))
-                count(M.REFUND_MANUAL, channel=refund.get("channel"), merchant=refund.get("mchid"))
-                logger.error(
-                    "refund report contradicts an applied outcome: a person must look",
-                    extra={"refund_no": refund_no, "status": status.value, "event": event.value},
+            if decision.verdict is not Verdict.OK:
+                answer = self._answer_unmoved(
+                    key, refund, status, decision, event, raw, refund_id, reason, now
                 )
-                return RefundApplied.ILLEGAL, refund
+                return answer, refund
             to = decision.new_status
             assert to is not None
             how = {**landing(to, event, reason, refund_id, success_time, now_s), **(extra or {})}
@@ -753,20 +735,9 @@ class RefundService:
                 if refund["pk"] not in settled:
                     settled[refund["pk"]] = self.settlement_of(refund, notice)
                 figures, unknown_why = settled[refund["pk"]]
-                items.append(
-                    self.store.ledger_entry(
-                        refund,
-                        refund_id,
-                        bill_date(success_time, now_s),
-                        success_time,
-                        source,
-                        now,
-                        settlement=figures,
-                    )
+                items += self._booking_items(
+                    refund, refund_id, success_time, source, now_s, now, figures, unknown_why
                 )
-                items.append(self.store.book_on_hold(refund, now))
-                if figures is None:  # booked UNKNOWN with its queue item, in the same transaction (R43)
-                    items.append(self.store.settlement_unknown(refund, unknown_why or "", now))
             elif decision.effect is Effect.RELEASE:
                 items.append(self.store.release_on_hold(refund, now, reason or event.value))
             journaled = self._journal_items(
@@ -781,18 +752,10 @@ class RefundService:
                 if raw and len(items) - 1 in exc.failed:
                     return RefundApplied.ALREADY_HANDLED, refund  # another worker applied this very report
                 first_journal = len(items) - len(journaled) - (1 if raw else 0)
-                if (
-                    0 in exc.failed
-                    or exc.conflict
-                    or any(first_journal <= i < first_journal + len(journaled) for i in exc.failed)
-                ):
-                    if journaled:  # the chain head is shared (issue #36): a short jittered pause first
-                        time.sleep(random.uniform(0, 0.02 * (round_no + 1)))
-                    continue  # the refund (or the journal's chain head) moved under us: re-read, decide again
-                raise RuntimeError(
-                    f"refund {refund_no} {status.value}->{to.value}: hold or ledger condition "
-                    f"failed ({exc.failed}); left for the retry and the DLQ alarm"
-                ) from None
+                journal_items = range(first_journal, first_journal + len(journaled))
+                move = f"refund {refund_no} {status.value}->{to.value}"
+                _decide_again_or_raise(exc, journal_items, round_no, move)
+                continue  # the refund (or the journal's chain head) moved under us: re-read, decide again
             self._count_transition(refund, to, decision.effect, reason)
             if decision.effect is Effect.BOOK and figures is None:
                 count(M.SETTLEMENT_UNKNOWN, channel=refund.get("channel"), merchant=refund.get("mchid"))
@@ -805,6 +768,81 @@ class RefundService:
             after = self.store.landed(refund, to.value, now, **how)  # what store.move wrote
             return (RefundApplied.MANUAL if to is RefundStatus.MANUAL else RefundApplied.APPLIED), after
         raise RetryLater(f"refund {key} kept changing under us")
+
+    @staticmethod
+    def _person_claim(refund: RefundRow, source: str, event: RefundEvent, now_s: float) -> int | None:
+        """A person's move is refused while the refund is being rerouted (the channel's answer decides); it
+        moves only a refund no reroute claimed since the returned time (None: not a person's move)."""
+        if not source.startswith("person:") or event is RefundEvent.REROUTE:
+            return None
+        claim_live = int(now_s) - REROUTE_CLAIM_S
+        if int(refund.get("reroute_since") or 0) >= claim_live:
+            raise RefundConflict(
+                f"refund {refund['refund_no']} is being sent to another account by {refund.get('reroute_by')} "
+                "right now: the channel's answer decides; look again in a minute"
+            )
+        return claim_live
+
+    def _answer_unmoved(
+        self,
+        key: str,
+        refund: RefundRow,
+        status: RefundStatus,
+        decision: Decision,
+        event: RefundEvent,
+        raw: tuple[str, str] | None,
+        refund_id: str | None,
+        reason: str,
+        now: str,
+    ) -> RefundApplied:
+        """A report that moves nothing: a duplicate (its refund id kept if new) or one contradicting an applied
+        outcome (ILLEGAL: a person looks). Its raw row is marked either way."""
+        channel, merchant = refund.get("channel"), refund.get("mchid")
+        if decision.verdict is Verdict.DUPLICATE:
+            if refund_id and not refund.get("refund_id"):
+                self.store.set_fields(key, status.value, refund_id=refund_id)
+            if raw:
+                self.raw.mark(*raw, 1, "DUPLICATE", now)
+            count(M.REFUND_DUPLICATE, channel=channel, merchant=merchant)
+            return RefundApplied.DUPLICATE
+        if raw:
+            self.raw.mark(*raw, 2, f"ILLEGAL {decision.reason}: {reason}", now)
+            count(M.REFUND_REPORT_MANUAL, channel=channel, merchant=merchant)
+        count(M.REFUND_MANUAL, channel=channel, merchant=merchant)
+        logger.error(
+            "refund report contradicts an applied outcome: a person must look",
+            extra={"refund_no": refund["refund_no"], "status": status.value, "event": event.value},
+        )
+        return RefundApplied.ILLEGAL
+
+    def _booking_items(
+        self,
+        refund: RefundRow,
+        refund_id: str | None,
+        success_time: str | None,
+        source: str,
+        now_s: float,
+        now: str,
+        figures: dict[str, int] | None,
+        unknown_why: str | None,
+    ) -> list[Any]:
+        """What a booking writes beside the move: the ledger entry on its bill day, the hold booked, and, when
+        the settlement refund is unknown, its queue item in the same transaction (R43)."""
+        items = [
+            self.store.ledger_entry(
+                refund,
+                refund_id,
+                bill_date(success_time, now_s),
+                success_time,
+                source,
+                now,
+                settlement=figures,
+            ),
+            self.store.book_on_hold(refund, now),
+        ]
+        if figures is None:
+            items.append(self.store.settlement_unknown(refund, unknown_why or "", now))
+        return items
 
     def _read_refund(self, key: str, known: RefundRow | None) -> tuple[RefundRow | None, Head | None]:
         """The refund (or `known`) and, with a journal, its chain's head: one BatchGetItem when the key names
@@ -1288,3 +1326,16 @@ def day_window(day: str) -> tuple[str, str]:
     return tuple(  # type: ignore[return-value]
         (start + timedelta(days=n)).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z") for n in (0, 1)
     )
+
+
+def _decide_again_or_raise(exc: TransactionFailed, journal_items: range, round_no: int, move: str) -> None:
+    """A refund's transaction refused: when the refund row (item 0) or the journal's chain head moved under
+    it, return after a short jittered pause if the chain is shared, so the caller re-reads and decides
+    again; any other condition (the hold, the ledger) is left for the retry and the DLQ alarm."""
+    if 0 in exc.failed or exc.conflict or any(i in journal_items for i in exc.failed):
+        if journal_items:  # the chain head is shared: a short jittered pause first
+            time.sleep(random.uniform(0, 0.02 * (round_no + 1)))
+        return
+    raise RuntimeError(
+        f"{move}: hold or ledger condition failed ({exc.failed}); left for the retry and the DLQ alarm"
+    ) from None
