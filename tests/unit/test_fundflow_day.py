@@ -12,8 +12,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from tally.channels.alipay.fundflow import AlipayFundFlowParser
+from tally.channels.alipay.settlement import alipay_payment
 from tally.channels.wechatpay_v3.bills import WeChatBillParser
 from tally.channels.wechatpay_v3.fundflow import WeChatFundFlowParser
+from tally.channels.wechatpay_v3.settlement import wechat_v3_payment
 from tally.domain.fundflow import (
     AGREED,
     DEFAULT_LAGS,
@@ -34,7 +36,6 @@ from tally.domain.fundflow import (
     trade_figures,
 )
 from tally.domain.recon import Diff
-from tally.domain.settlement import alipay_payment, wechat_v3_payment
 from tally.domain.statement import summarize
 
 HERE = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "bills" / "fundflow"

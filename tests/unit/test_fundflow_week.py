@@ -8,16 +8,13 @@ from datetime import date, timedelta
 
 from tally.channels.alipay.fundflow import HEADER as ALI_HEADER
 from tally.channels.alipay.fundflow import AlipayFundFlowParser
+from tally.channels.alipay.settlement import alipay_payment
+from tally.channels.wechatpay_v2.settlement import wechat_v2_payment
 from tally.channels.wechatpay_v3.fundflow import HEADER, SUMMARY_HEADER, WeChatFundFlowParser
+from tally.channels.wechatpay_v3.settlement import wechat_v3_payment, wechat_v3_refund
 from tally.domain.fundflow import AGREED, FUND_DIFFERS, PENDING, SETTLEMENT, FundFlowDay, check_day
 from tally.domain.money import format_cents
 from tally.domain.recon import PASSED, QUIET, check_guards
-from tally.domain.settlement import (
-    alipay_payment,
-    wechat_v2_payment,
-    wechat_v3_payment,
-    wechat_v3_refund,
-)
 from tally.domain.statement import summarize
 
 START = date(2026, 11, 23)

@@ -192,9 +192,10 @@ def test_r16_v3_outcome_of_remembered_table_is_the_wire_table():
 def _old_to_payment_notice(resource, source="notify"):
     """wire.to_payment_notice as it was before session 9 (main 7770193), kept as the oracle the new one must
     answer like: the same notice, or the same DecryptError message."""
+    from tally.channels.wechatpay_v3.settlement import wechat_v3_payment
     from tally.domain.money import MoneyError, received_cents
     from tally.domain.notifications import Outcome, PaymentNotice
-    from tally.domain.settlement import notice_fields, wechat_v3_payment
+    from tally.domain.settlement import notice_fields
 
     try:
         amount = resource.get("amount") or {}
@@ -292,14 +293,8 @@ def test_r43_to_payment_notice_answers_every_resource_as_before():
 def test_r43_v3_fast_path_is_the_settlement_it_skips():
     """`wechat_v3_notice_fields` is `notice_fields(wechat_v3_payment, …)` for every amount, and its shortcut
     `plain_payment_fields` is the Settlement's own entry fields."""
-    from tally.domain.settlement import (
-        MAX_CENT,
-        Settlement,
-        notice_fields,
-        plain_payment_fields,
-        wechat_v3_notice_fields,
-        wechat_v3_payment,
-    )
+    from tally.channels.wechatpay_v3.settlement import wechat_v3_notice_fields, wechat_v3_payment
+    from tally.domain.settlement import MAX_CENT, Settlement, notice_fields, plain_payment_fields
 
     rng = random.Random(9)
     for total in [0, 1, 100, MAX_CENT, *(rng.randrange(0, MAX_CENT) for _ in range(200))]:

@@ -7,18 +7,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from tally.channels.alipay import refunds as ali_refunds
+from tally.channels.alipay.settlement import alipay_refund_basis
+from tally.channels.settlement import build_refund, refund_fields
 from tally.channels.wechatpay_v2 import refunds as v2_refunds
+from tally.channels.wechatpay_v2.settlement import v2_refund_basis
 from tally.channels.wechatpay_v3 import refunds as v3_refunds
-from tally.domain.settlement import (
-    SettlementError,
-    alipay_refund_basis,
-    build_refund,
-    refund_fields,
-    settlement_of_entry,
-    v2_refund_basis,
-    v3_refund_basis,
-    wechat_v3_payment,
-)
+from tally.channels.wechatpay_v3.settlement import v3_refund_basis, wechat_v3_payment
+from tally.domain.settlement import SettlementError, settlement_of_entry
 
 CASH_ENTRY = {  # a booked 10.00 payment with a 1.00 CASH coupon (store/payments.py's fields)
     "channel": "wechatpay",

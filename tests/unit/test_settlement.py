@@ -15,33 +15,20 @@ import json
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tally.channels.alipay.settlement import alipay_payment, alipay_refund
+from tally.channels.wechatpay_v2.settlement import wechat_v2_payment, wechat_v2_refund
 from tally.channels.wechatpay_v3.bills import HEADERS, SUMMARY_HEADERS, WeChatBillParser
+from tally.channels.wechatpay_v3.settlement import wechat_v3_payment, wechat_v3_refund
 from tally.domain.money import MAX_CENT, format_cents
 from tally.domain.recon import AMOUNT_DIFFERS, PASSED, PAYMENT, LocalEntry, Matcher, check_guards
-from tally.domain.settlement import (
-    ALIPAY,
-    CASH,
-    NOCASH,
-    WECHATPAY,
-    WECHATPAY_V2,
-    Promotion,
-    Refund,
-    Settlement,
-    SettlementError,
-    alipay_payment,
-    alipay_refund,
-    wechat_v2_payment,
-    wechat_v2_refund,
-    wechat_v3_payment,
-    wechat_v3_refund,
-)
+from tally.domain.settlement import CASH, NOCASH, Promotion, Refund, Settlement, SettlementError
 
 # ---------------------------------------------------------------- WeChat Pay v3
 
 
 def test_r43_v3_official_example_without_coupon_settles_the_order_amount():
     s = wechat_v3_payment({"payer_total": 100, "total": 100, "currency": "CNY", "payer_currency": "CNY"})
-    assert (s.channel, s.total_cent, s.payer_cent, s.settlement_cent) == (WECHATPAY, 100, 100, 100)
+    assert (s.channel, s.total_cent, s.payer_cent, s.settlement_cent) == ("wechatpay", 100, 100, 100)
     assert s.promotions == () and s.discount_cent == 0 and s.unattributed_cent == 0
 
 
@@ -212,7 +199,7 @@ def test_r43_v2_nocash_coupon_settles_the_rest():
         {"total_fee": "150", "cash_fee": "50", "settlement_total_fee": "50", "coupon_fee": "100",
          "coupon_count": "1", "coupon_type_0": "NO_CASH", "coupon_id_0": "10001", "coupon_fee_0": "100"}
     )  # fmt: skip
-    assert (s.channel, s.total_cent, s.payer_cent, s.settlement_cent) == (WECHATPAY_V2, 150, 50, 50)
+    assert (s.channel, s.total_cent, s.payer_cent, s.settlement_cent) == ("wechatpay-v2", 150, 50, 50)
     assert s.promotions == (Promotion("10001", NOCASH, 100, 100),)
     assert s.merchant_funded_cent == 100
 
@@ -261,7 +248,7 @@ def test_r43_v2_inconsistent_input_is_refused(fields, why):
 def test_r43_v2_refund_uses_settlement_refund_fee():
     r = wechat_v2_refund({"refund_fee": "150", "settlement_refund_fee": "50", "total_fee": "150"})
     assert (r.channel, r.refund_cent, r.settlement_refund_cent, r.payer_refund_cent) == (
-        WECHATPAY_V2,
+        "wechatpay-v2",
         150,
         50,
         None,
@@ -293,7 +280,7 @@ ALIPAY_NOTIFY = {  # Alipay's own notification-signing example (yuan strings; th
 def test_r43_alipay_discount_example_settles_receipt_amount():
     s = alipay_payment(ALIPAY_NOTIFY)
     assert (s.channel, s.total_cent, s.payer_cent, s.settlement_cent, s.invoice_cent) == (
-        ALIPAY,
+        "alipay",
         100,
         80,
         80,
@@ -393,13 +380,13 @@ def test_r43_alipay_refund_settles_less_the_merchant_funded_channels():
 
 def test_r43_records_refuse_contradictions_when_built_directly():
     with pytest.raises(SettlementError, match="settlement amount"):
-        Settlement(WECHATPAY, 100, 100, 101)
+        Settlement("wechatpay", 100, 100, 101)
     with pytest.raises(SettlementError, match="contributions"):
         Promotion("x", CASH, 10, 6, 6)
     with pytest.raises(SettlementError, match="settlement refund"):
-        Refund(WECHATPAY, 10, 11)
+        Refund("wechatpay", 10, 11)
     with pytest.raises(SettlementError, match="integer cents"):
-        Refund(WECHATPAY, 10, 10.0)  # type: ignore[arg-type]
+        Refund("wechatpay", 10, 10.0)  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------- properties

@@ -5,8 +5,9 @@ import csv
 import io
 
 import pytest
+from tally.channels.wechatpay_v2.settlement import wechat_v2_payment
+from tally.channels.wechatpay_v3.settlement import wechat_v3_payment, wechat_v3_refund
 from tally.domain.fundflow import AGREED, SETTLEMENT, DayFigures, FundFlowDay, FundFlowRow, check_day
-from tally.domain.settlement import wechat_v2_payment, wechat_v3_payment, wechat_v3_refund
 from tally.domain.statement import COLUMNS, NOT_CHECKED, statement_csv, statement_row, summarize
 
 PAYMENTS = [

@@ -21,7 +21,7 @@ cost nothing (each channel.py imports its wire module when a table or an ACK is 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from tally.domain.notifications import Outcome, PaymentNotice
     from tally.domain.poll import CloseResult, QueryResult
     from tally.domain.refunds import ChannelAnswer, RefundEvent
+    from tally.domain.settlement import Refund, Settlement
 
 
 # not frozen: a frozen init costs ~4 µs on the notify hot path (bench.notify_cpu); treat it as read-only
@@ -236,6 +237,11 @@ class Channel(Protocol):
         """A kept fund-flow file of this channel opened for parsing (None: no fund-flow parser)."""
         ...
 
+    def refund_from_basis(self, basis: Mapping[str, Any], payment: Settlement | None) -> Refund:
+        """A refund's figures from the basis this channel's refund report kept (R43), with the booked payment's
+        Settlement when known (channels/<name>/settlement.py; channels/settlement.py asks)."""
+        ...
+
     def live_check(self, merchants: Any, merchant_id: str, *, download: bool = True) -> list[Finding]:
         """Harmless signed calls to the channel with the merchant's stored credentials (R47): each Finding
         passes, NAMES the wrong credential with its fix, or could not tell (channels/doctor.py). `download`:
@@ -298,6 +304,12 @@ class ChannelNames:
 
     def redact_body(self, text: str, hide: Callable[[str], str]) -> str:
         return text
+
+    def refund_from_basis(self, basis: Mapping[str, Any], payment: Settlement | None) -> Refund:
+        """The channel package's refund builder (channels/<name>/settlement.py, imported on first use)."""
+        module = importlib.import_module(f"tally.channels.{self.name}.settlement")
+        refund: Refund = module.refund_from_basis(basis, payment)
+        return refund
 
     def live_check(self, merchants: Any, merchant_id: str, *, download: bool = True) -> list[Finding]:
         """The channel package's doctor (channels/<name>/doctor.py, imported on first use)."""

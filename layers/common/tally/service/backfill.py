@@ -9,7 +9,7 @@ For one channel and a range of bill dates, every PAYMENT and REFUND entry withou
   the figures its builder makes of it; else, when the payer paid the whole order (amount_cent ==
   order_total_cent: no coupon could have been used), the order amount settles in full;
 * a REFUND: its SUCCESS report's `settlement` (refund_raw); else the report's basis, or only the refund's
-  amount, rebuilt with the booked payment's Settlement (domain/settlement.build_refund).
+  amount, rebuilt with the booked payment's Settlement (channels/settlement.build_refund).
 
 What none of that settles **stays legacy, listed with its reason** (a payment whose raw row lacks the
 promotion detail and whose payer paid less than the order; a refund of a NOCASH-coupon payment whose report
@@ -33,9 +33,10 @@ from typing import Any
 from tally import errors
 from tally.apigw import HttpRequest
 from tally.channels import registry as channel_registry
+from tally.channels.settlement import refund_fields
 from tally.domain.money import format_cents
 from tally.domain.refunds import refund_raw_key
-from tally.domain.settlement import refund_fields, settlement_of_entry
+from tally.domain.settlement import settlement_of_entry
 from tally.store.backfill import SettlementBackfillStore
 from tally.store.tables import iso_now
 

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from tally import errors
 from tally.channels.refunds import refund_event_of
+from tally.channels.settlement import refund_fields
 from tally.domain.booking_day import booking_day_refusal
 from tally.domain.journal import Head
 from tally.domain.money import MAX_CENT, yuan_text
@@ -48,7 +49,7 @@ from tally.domain.refunds import (
     tenant_mismatch,
     transit,
 )
-from tally.domain.settlement import refund_fields, settlement_of_entry
+from tally.domain.settlement import settlement_of_entry
 from tally.observability import M, count, logger
 from tally.service.apply import RetryLater, bill_date
 from tally.service.journal import DecisionJournal

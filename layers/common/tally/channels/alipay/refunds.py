@@ -29,9 +29,10 @@ from __future__ import annotations
 from typing import Any
 
 from tally.channels.alipay import wire as ali
+from tally.channels.alipay.settlement import alipay_refund_basis
+from tally.channels.settlement import refund_fields
 from tally.domain.money import MoneyError
 from tally.domain.refunds import AnswerKind, ChannelAnswer, RefundEvent, RefundNotice
-from tally.domain.settlement import alipay_refund_basis, refund_fields
 
 REFUND = "alipay.trade.refund"
 REFUND_QUERY = "alipay.trade.fastpay.refund.query"

@@ -25,10 +25,11 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 from tally import errors, httpclient
 from tally.channels.alipay.channel import CHANNEL as SPEC
+from tally.channels.alipay.settlement import alipay_payment
 from tally.domain.clock import CHINA
 from tally.domain.money import MoneyError, yuan_to_cents
 from tally.domain.notifications import Outcome, PaymentNotice
-from tally.domain.settlement import alipay_payment, notice_fields
+from tally.domain.settlement import notice_fields
 
 CHANNEL = SPEC.stored
 CHARSETS = {"utf-8": "utf-8", "utf8": "utf-8", "gbk": "gbk", "gb2312": "gb2312", "gb18030": "gb18030"}

@@ -23,12 +23,14 @@ from defusedxml import DefusedXmlException
 from defusedxml import ElementTree as SafeET
 
 from tally import errors
+from tally.channels.settlement import refund_fields
 from tally.channels.wechatpay_v2.channel import CHANNEL as SPEC
+from tally.channels.wechatpay_v2.settlement import v2_refund_basis, wechat_v2_payment
 from tally.domain.clock import CHINA
 from tally.domain.notifications import PaymentNotice
 from tally.domain.poll import Answer
 from tally.domain.refunds import RefundNotice
-from tally.domain.settlement import notice_fields, refund_fields, v2_refund_basis, wechat_v2_payment
+from tally.domain.settlement import notice_fields
 
 CHANNEL = SPEC.stored  # "wechatpay": same transaction id space as v3 (see the module docstring)
 API = str(SPEC.api)  # "wechatpay_v2": the order row's `api`, the merchants table's channel

@@ -9,10 +9,11 @@ from typing import Any
 from urllib.parse import quote
 
 from tally import errors
+from tally.channels.settlement import refund_fields
 from tally.channels.wechatpay_v3 import wire as wx
+from tally.channels.wechatpay_v3.settlement import v3_refund_basis
 from tally.domain.money import MoneyError, cents, received_cents
 from tally.domain.refunds import AnswerKind, ChannelAnswer, RefundEvent, RefundNotice
-from tally.domain.settlement import refund_fields, v3_refund_basis
 
 CREATE_PATH = "/v3/refund/domestic/refunds"
 

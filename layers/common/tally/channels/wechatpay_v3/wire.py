@@ -26,10 +26,10 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from tally import errors, httpclient
 from tally.channels.wechatpay_v3.channel import CHANNEL as SPEC
 from tally.channels.wechatpay_v3.headers import REPLAY_HEADERS
+from tally.channels.wechatpay_v3.settlement import wechat_v3_notice_fields
 from tally.domain.money import MoneyError, cents, received_cents
 from tally.domain.notifications import Outcome, PaymentNotice
 from tally.domain.poll import Answer
-from tally.domain.settlement import wechat_v3_notice_fields
 
 CHANNEL = SPEC.stored  # "wechatpay" (channels/registry.py: v2 stores it too)
 SIGNATURE_TYPE = "WECHATPAY2-SHA256-RSA2048"
