@@ -7,6 +7,8 @@ import pathlib
 from collections import Counter
 from contextlib import contextmanager
 
+from tally.channels.wechatpay_v3.merchant import wechatpay_v3_desk
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -53,7 +55,7 @@ def run() -> list[tuple[str, ...]]:
         os.environ.update(env)
         bootstrap.reset()
         m = sim.register_test_merchant()
-        bootstrap.merchants().add_wechatpay(
+        wechatpay_v3_desk(bootstrap.merchants()).add_wechatpay(
             mchid=m["mchid"],
             apiv3_key=m["apiv3_key"],
             merchant_key_pem=m["merchant_private_key_pem"],

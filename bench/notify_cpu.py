@@ -35,6 +35,9 @@ class _Merchants:
     def __init__(self, merchant):
         self.merchant = merchant
 
+    def desk(self, channel):  # the v3 desk's accessor, answered here
+        return self
+
     def wechatpay(self, mchid):
         return self.merchant
 

@@ -23,6 +23,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from tally.channels.wechatpay_v3.merchant import wechatpay_v3_desk
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -124,7 +126,7 @@ def measure(sizes: list[int], due: int = 100) -> list[dict[str, Any]]:
                 )
                 os.environ.update(env)
                 bootstrap.reset()
-                bootstrap.merchants().add_wechatpay(
+                wechatpay_v3_desk(bootstrap.merchants()).add_wechatpay(
                     mchid=m["mchid"],
                     apiv3_key=m["apiv3_key"],
                     merchant_key_pem=m["merchant_private_key_pem"],
@@ -290,7 +292,7 @@ def measure_volume(
                     m["merchant_serial"],
                     appid=m["appid"],
                 )
-                bootstrap.merchants().add_wechatpay(
+                wechatpay_v3_desk(bootstrap.merchants()).add_wechatpay(
                     mchid=mchid,
                     apiv3_key=m["apiv3_key"],
                     merchant_key_pem=m["merchant_private_key_pem"],
@@ -320,7 +322,7 @@ def measure_volume(
             for (
                 mchid
             ) in ids:  # the container's first callback loads each merchant's keys: not the steady rate
-                bootstrap.merchants().wechatpay(mchid)
+                wechatpay_v3_desk(bootstrap.merchants()).wechatpay(mchid)
             polls = MemoryPolls(orders)
             service = PollService(
                 polls,  # type: ignore[arg-type]

@@ -8,6 +8,9 @@ import pathlib
 from typing import Any
 
 from tally.channels import registry as channel_registry
+from tally.channels.alipay.merchant import alipay_desk
+from tally.channels.wechatpay_v2.merchant import wechatpay_v2_desk
+from tally.channels.wechatpay_v3.merchant import wechatpay_v3_desk
 from tally.i18n import N_
 from tally.service.merchants import list_merchants
 
@@ -207,7 +210,7 @@ def merchant_add(args: argparse.Namespace) -> int:
         state = connect(args)
         from tally import bootstrap
 
-        row = _directory(bootstrap).add_wechatpay_partner(
+        row = wechatpay_v3_desk(_directory(bootstrap)).add_wechatpay_partner(
             sub_mchid=args.mchid, sp_mchid=args.sp_mchid, sub_appid=args.appid, tenant=args.tenant
         )
         print(
@@ -226,7 +229,7 @@ def merchant_add(args: argparse.Namespace) -> int:
     from tally import bootstrap
 
     notify_url = _notify_url(args, state, "wechatpay", args.mchid)
-    row = _directory(bootstrap).add_wechatpay(
+    row = wechatpay_v3_desk(_directory(bootstrap)).add_wechatpay(
         mchid=args.mchid,
         apiv3_key=secret_arg(args.apiv3_key),
         merchant_key_pem=args.merchant_key.read_text(),
@@ -249,7 +252,7 @@ def merchant_add_cert(args: argparse.Namespace) -> int:
     connect(args)
     from tally import bootstrap
 
-    row = _directory(bootstrap).add_alipay_certificate(
+    row = alipay_desk(_directory(bootstrap)).add_alipay_certificate(
         app_id=args.merchant_id, alipay_cert=args.certificate.read_text()
     )
     print(
@@ -266,7 +269,7 @@ def merchant_add_alipay(args: argparse.Namespace) -> int:
         state = connect(args)
         from tally import bootstrap
 
-        row = _directory(bootstrap).add_alipay_sub(
+        row = alipay_desk(_directory(bootstrap)).add_alipay_sub(
             app_id=args.app_id,
             sp_app_id=args.sp_app_id,
             app_auth_token=secret_arg(args.app_auth_token),
@@ -298,7 +301,7 @@ def merchant_add_alipay(args: argparse.Namespace) -> int:
     def text(path: pathlib.Path | None) -> str | None:
         return path.read_text() if path else None
 
-    row = _directory(bootstrap).add_alipay(
+    row = alipay_desk(_directory(bootstrap)).add_alipay(
         app_id=args.app_id,
         app_private_key=args.app_private_key.read_text(),
         notify_url=notify_url,
@@ -323,7 +326,7 @@ def merchant_add_v2(args: argparse.Namespace) -> int:
     from tally import bootstrap
 
     notify_url = _notify_url(args, state, "wechatpay-v2", args.mchid)
-    row = _directory(bootstrap).add_wechatpay_v2(
+    row = wechatpay_v2_desk(_directory(bootstrap)).add_wechatpay_v2(
         mchid=args.mchid,
         api_key=secret_arg(args.api_key),
         notify_url=notify_url,

@@ -32,6 +32,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from tally.channels.alipay.merchant import alipay_desk
+from tally.channels.wechatpay_v3.merchant import wechatpay_v3_desk
+
 from tally_local.lambda_io import emf_metrics
 from tally_local.stack import EmbeddedStack
 
@@ -221,7 +224,7 @@ def set_up_merchants(day: Day) -> None:
         appid=m["appid"],
         verify_mode="certificate",
     )
-    bootstrap.merchants().add_wechatpay(
+    wechatpay_v3_desk(bootstrap.merchants()).add_wechatpay(
         mchid=day.wechat_cert,
         apiv3_key=m["apiv3_key"],
         merchant_key_pem=m["merchant_private_key_pem"],
@@ -232,7 +235,7 @@ def set_up_merchants(day: Day) -> None:
     )
     a = sim.alipay.register_test_merchant("public_key")
     day.alipay = a["app_id"]
-    bootstrap.merchants().add_alipay(
+    alipay_desk(bootstrap.merchants()).add_alipay(
         app_id=day.alipay,
         app_private_key=a["app_private_key_pem"],
         notify_url=f"{stack.api_url}/notify/alipay/{day.alipay}",
@@ -409,7 +412,7 @@ def rotation(day: Day, old_serial: str) -> str:
 
     new_serial = day.stack.simulator.platform_serial
     stored = (PlatformCertStore(bootstrap.tables()).get(day.wechat_cert) or {}).get("certs", {})
-    known = bootstrap.merchants().wechatpay(day.wechat_cert).creds.platform.by_serial
+    known = wechatpay_v3_desk(bootstrap.merchants()).wechatpay(day.wechat_cert).creds.platform.by_serial
     have = sorted(set(stored) | set(known))
     return (
         f"platform certificate {old_serial[:12]}… → {new_serial[:12]}… mid-day; "

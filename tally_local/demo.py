@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tally.channels.wechatpay_v3.merchant import wechatpay_v3_desk
+
 
 def seed_demo(stack: Any) -> dict[str, str]:
     """Register the committed TEST-ONLY merchant with the simulator and add it to Tally."""
@@ -12,7 +14,7 @@ def seed_demo(stack: Any) -> dict[str, str]:
     sim = stack.simulator
     merchant = sim.register_test_merchant("public_key")
     bootstrap.reset()  # the stack's environment is in place now
-    bootstrap.merchants().add_wechatpay(
+    wechatpay_v3_desk(bootstrap.merchants()).add_wechatpay(
         mchid=merchant["mchid"],
         apiv3_key=merchant["apiv3_key"],
         merchant_key_pem=merchant["merchant_private_key_pem"],

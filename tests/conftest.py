@@ -517,7 +517,9 @@ class Harness:
                 verify_mode=verify_mode,
             )
         mchid = mchid or m["mchid"]
-        bootstrap.merchants().add_wechatpay(
+        from tally.channels.wechatpay_v3.merchant import wechatpay_v3_desk
+
+        wechatpay_v3_desk(bootstrap.merchants()).add_wechatpay(
             mchid=mchid,
             apiv3_key=m["apiv3_key"],
             merchant_key_pem=m["merchant_private_key_pem"],

@@ -28,6 +28,7 @@ from moto.server import ThreadedMotoServer
 from tally import bootstrap
 from tally.apigw import HttpRequest
 from tally.channels import registry
+from tally.channels.wechatpay_v3.merchant import wechatpay_v3_desk
 from tally.service.apply import RetryLater
 from tally.store.codec import from_item, names_values, to_item
 from tally.store.tables import iso_now, order_key
@@ -117,7 +118,7 @@ def stack(server, atomic_dynamodb):
         )
     m = sim.register_test_merchant()
     mchid = m["mchid"]
-    bootstrap.merchants().add_wechatpay(
+    wechatpay_v3_desk(bootstrap.merchants()).add_wechatpay(
         mchid=mchid,
         apiv3_key=m["apiv3_key"],
         merchant_key_pem=m["merchant_private_key_pem"],

@@ -14,6 +14,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from tally.channels.wechatpay_v3.merchant import wechatpay_v3_desk
 
 from tally_local.stack import EmbeddedStack
 
@@ -84,7 +85,7 @@ def test_r38_r40_two_hundred_refused_callbacks_are_one_incident_and_one_card_per
         )
 
         def configure(public_key, mchid=mchid):
-            bootstrap.merchants().add_wechatpay(
+            wechatpay_v3_desk(bootstrap.merchants()).add_wechatpay(
                 mchid=mchid,
                 apiv3_key=m["apiv3_key"],
                 merchant_key_pem=m["merchant_private_key_pem"],

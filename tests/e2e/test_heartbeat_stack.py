@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tally.channels.wechatpay_v3.merchant import wechatpay_v3_desk
 
 from tally_local.stack import EmbeddedStack
 
@@ -60,7 +61,7 @@ def test_the_channels_echo_comes_back_through_the_front_door_of_the_embedded_sta
         from tally import bootstrap
 
         m = stack.simulator.register_test_merchant("public_key")
-        bootstrap.merchants().add_wechatpay(
+        wechatpay_v3_desk(bootstrap.merchants()).add_wechatpay(
             mchid=m["mchid"],
             apiv3_key=m["apiv3_key"],
             merchant_key_pem=m["merchant_private_key_pem"],

@@ -4,6 +4,9 @@ simulator through the front door, the SQS pump and the worker into the ledger.""
 import time
 
 import pytest
+from tally.channels.alipay.merchant import alipay_desk
+from tally.channels.wechatpay_v2.merchant import wechatpay_v2_desk
+from tally.channels.wechatpay_v3.merchant import wechatpay_v3_desk
 
 from tally_local.stack import EmbeddedStack
 
@@ -33,7 +36,7 @@ def test_three_channels_side_by_side_end_to_end(stack):
     sim, api = stack.simulator, stack.api_url.rstrip("/")
     directory, orders = bootstrap.merchants(), bootstrap.order_service()
     wx = sim.register_test_merchant("public_key")
-    directory.add_wechatpay(
+    wechatpay_v3_desk(directory).add_wechatpay(
         mchid=wx["mchid"],
         apiv3_key=wx["apiv3_key"],
         merchant_key_pem=wx["merchant_private_key_pem"],
@@ -44,7 +47,7 @@ def test_three_channels_side_by_side_end_to_end(stack):
         public_key_id=sim.public_key_id,
     )
     ali = sim.alipay.register_test_merchant("cert")
-    directory.add_alipay(
+    alipay_desk(directory).add_alipay(
         app_id=ali["app_id"],
         app_private_key=ali["app_private_key_pem"],
         notify_url=f"{api}/notify/alipay/{ali['app_id']}",
@@ -53,7 +56,7 @@ def test_three_channels_side_by_side_end_to_end(stack):
         root_cert=ali["root_cert_pem"],
     )
     v2 = sim.wechatpay_v2.register_test_merchant(sign_type="HMAC-SHA256")
-    directory.add_wechatpay_v2(
+    wechatpay_v2_desk(directory).add_wechatpay_v2(
         mchid=v2["mch_id"], api_key=v2["api_key"], notify_url=f"{api}/notify/wechatpay-v2/{v2['mch_id']}"
     )
 

@@ -11,6 +11,8 @@ import uuid
 from urllib.parse import parse_qsl, urlencode
 
 from tally import bootstrap
+from tally.channels.alipay.merchant import alipay_desk
+from tally.channels.wechatpay_v2.merchant import wechatpay_v2_desk
 
 
 class Driver:
@@ -74,7 +76,7 @@ class Alipay(Driver):
                 "root_cert": m["root_cert_pem"],
             }
         )
-        bootstrap.merchants().add_alipay(
+        alipay_desk(bootstrap.merchants()).add_alipay(
             app_id=m["app_id"],
             app_private_key=m["app_private_key_pem"],
             notify_url=f"http://127.0.0.1:9/notify/alipay/{m['app_id']}",
@@ -128,7 +130,7 @@ class WeChatV2(Driver):
 
     def setup(self, mchid=None):
         m = self.sim.wechatpay_v2.register_test_merchant(mchid, self.sign_type)
-        bootstrap.merchants().add_wechatpay_v2(
+        wechatpay_v2_desk(bootstrap.merchants()).add_wechatpay_v2(
             mchid=m["mch_id"],
             api_key=m["api_key"],
             notify_url=f"http://127.0.0.1:9/notify/wechatpay-v2/{m['mch_id']}",

@@ -9,6 +9,7 @@ import random
 
 import boto3
 from tally import bootstrap
+from tally.channels.wechatpay_v2.merchant import wechatpay_v2_desk
 
 from tests.integration.channel_kit import Alipay
 
@@ -65,7 +66,7 @@ def s3_keys(prefix):
 
 def new_v2(h, sim, mchid=None, **record):
     m = sim.wechatpay_v2.register_test_merchant(mchid or str(random.randrange(10**9, 10**10)))
-    bootstrap.merchants().add_wechatpay_v2(
+    wechatpay_v2_desk(bootstrap.merchants()).add_wechatpay_v2(
         mchid=m["mch_id"],
         api_key=m["api_key"],
         appid=m["appid"],

@@ -12,6 +12,7 @@ import time
 
 import pytest
 from tally import bootstrap
+from tally.channels.wechatpay_v3.merchant import wechatpay_v3_desk
 from tally.channels.wechatpay_v3.refunds import WeChatRefunds
 from tally.domain.refunds import AnswerKind
 from tally.observability import metrics
@@ -27,7 +28,7 @@ def partner(h, sim):
     sim.set_refund_behaviour(outcome="hold", drop=True, after_accept=None)
     sp = h.add_merchant(mchid=f"12{time.time_ns() % 10**8:08d}")["mchid"]
     sub = f"11{time.time_ns() % 10**8:08d}"
-    bootstrap.merchants().add_wechatpay_partner(sub_mchid=sub, sp_mchid=sp)
+    wechatpay_v3_desk(bootstrap.merchants()).add_wechatpay_partner(sub_mchid=sub, sp_mchid=sp)
     yield sp, sub
     sim.set_refund_behaviour(**{k: previous[k] for k in ("outcome", "drop", "after_accept")})
     sim._refund_plans.clear()
@@ -149,7 +150,7 @@ def test_r39_another_provider_claiming_the_sub_merchant_cannot_reroute_its_refun
     sp, sub = partner
     otn, no = abnormal_partner_refund(h, sim, sp, sub)
     other = h.add_merchant(mchid=f"10{time.time_ns() % 10**8:08d}")["mchid"]
-    bootstrap.merchants().add_wechatpay_partner(sub_mchid=sub, sp_mchid=other)
+    wechatpay_v3_desk(bootstrap.merchants()).add_wechatpay_partner(sub_mchid=sub, sp_mchid=other)
     item_id = f"refund-{sub}#{no}"
     before = svc().store.find(sub, no)
 
@@ -172,7 +173,9 @@ def test_r39_another_provider_claiming_the_sub_merchant_cannot_reroute_its_refun
 
     # and the channel itself: the other provider's signed request naming the refund finds no such refund
     directory = bootstrap.merchants()
-    theirs = WeChatRefunds(directory.client(directory.wechatpay(other)), "")
+    theirs = WeChatRefunds(
+        wechatpay_v3_desk(directory).client(wechatpay_v3_desk(directory).wechatpay(other)), ""
+    )
     answer = theirs.apply_abnormal({**after, "sp_mchid": other}, "merchant-bank-card")
     assert answer.kind is AnswerKind.REJECTED and answer.code == "RESOURCE_NOT_EXISTS"
     assert sim.abnormal_applied(no) is None

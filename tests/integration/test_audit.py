@@ -13,6 +13,7 @@ import time
 import pytest
 from botocore.exceptions import ClientError
 from tally import bootstrap
+from tally.channels.wechatpay_v3.merchant import wechatpay_v3_desk
 from tally.domain.journal import shanghai_day
 from tally.store.audit import seal_key
 from tally.store.codec import to_item
@@ -388,7 +389,7 @@ def test_a_merchant_key_change_is_journaled_without_the_secret_R55(h, tmp_path, 
     directory = bootstrap.merchants()
     directory.actor = principals.caller_name("ops-wang")
     try:
-        directory.add_wechatpay(
+        wechatpay_v3_desk(directory).add_wechatpay(
             mchid=mchid,
             apiv3_key="K" * 32,  # a new APIv3 key; the same private key and certificate serial
             merchant_key_pem=first["merchant_private_key_pem"],

@@ -7,6 +7,7 @@ import json
 
 import pytest
 from tally import bootstrap
+from tally.channels.wechatpay_v3.merchant import wechatpay_v3_desk
 
 from tests.integration.stack_helpers import cli as _cli
 from tests.integration.stack_helpers import deploy_stack as _deploy_stack
@@ -41,7 +42,7 @@ def test_two_stacks_never_share_a_merchant_secret(h, monkeypatch):
         assert bootstrap.settings().merchant_secret_prefix == f"tally/{name}/merchants/"
         m = h.sim.register_test_merchant(verify_mode="public_key")
         stored[name] = f"{name}-apiv3-key".ljust(32, "0")  # each stack's own key for the same mchid
-        bootstrap.merchants().add_wechatpay(
+        wechatpay_v3_desk(bootstrap.merchants()).add_wechatpay(
             mchid="1900000777",
             apiv3_key=stored[name],
             merchant_key_pem=m["merchant_private_key_pem"],

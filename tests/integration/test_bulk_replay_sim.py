@@ -19,6 +19,7 @@ from collections import Counter
 import boto3
 import pytest
 from tally import bootstrap
+from tally.channels.wechatpay_v3.merchant import wechatpay_v3_desk
 from tally.domain.notifications import PaymentNotice
 from tally.service.ingest import raw_row
 from tally.store.codec import to_item
@@ -42,7 +43,7 @@ def moto_server():
 
 def merchant(sim) -> str:
     m = sim.register_test_merchant()
-    bootstrap.merchants().add_wechatpay(
+    wechatpay_v3_desk(bootstrap.merchants()).add_wechatpay(
         mchid=m["mchid"],
         apiv3_key=m["apiv3_key"],
         merchant_key_pem=m["merchant_private_key_pem"],

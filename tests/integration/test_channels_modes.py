@@ -4,6 +4,8 @@ import json
 import time
 
 from tally import bootstrap
+from tally.channels.alipay.merchant import alipay_desk
+from tally.channels.wechatpay_v3.merchant import wechatpay_v3_desk
 from tally.store.tables import iso_now
 
 from tests.integration.channel_kit import Alipay, WeChatV2, ack_kind
@@ -16,7 +18,7 @@ def test_R11_partner_mode_two_sub_merchants_same_out_trade_no_one_cent_for_the_o
     sp = h.add_merchant(mchid="1900009001")["mchid"]
     directory = bootstrap.merchants()
     for sub in ("1900009101", "1900009102"):
-        directory.add_wechatpay_partner(sub_mchid=sub, sp_mchid=sp)
+        wechatpay_v3_desk(directory).add_wechatpay_partner(sub_mchid=sub, sp_mchid=sp)
     h.create_order("1900009101", "SAME-SP-001", amount_cent=100)
     h.create_order("1900009102", "SAME-SP-001", amount_cent=5000)
     assert h.order("1900009101", "SAME-SP-001")["sp_mchid"] == sp
@@ -48,7 +50,9 @@ def test_R11_R22_partner_prepay_and_poll_with_colliding_out_trade_no(h, sim):
     sp = h.add_merchant(mchid="1900009011")["mchid"]
     a, b = "1900009111", "1900009112"
     for sub in (a, b):
-        bootstrap.merchants().add_wechatpay_partner(sub_mchid=sub, sp_mchid=sp, sub_appid="wxsub0000000001")
+        wechatpay_v3_desk(bootstrap.merchants()).add_wechatpay_partner(
+            sub_mchid=sub, sp_mchid=sp, sub_appid="wxsub0000000001"
+        )
     codes = {}
     for sub, amount in ((a, 100), (b, 5000)):
         response = h.create_order(sub, "SAME-SP-PRE1", amount_cent=amount, prepay=True)
@@ -85,7 +89,7 @@ def test_R11_R22_partner_prepay_and_poll_with_colliding_out_trade_no(h, sim):
 def test_R11_partner_callback_naming_another_provider_goes_to_a_person(h, sim):
     """The order row stores sp_mchid: a sub-merchant order reported under another provider is a mismatch."""
     sp = h.add_merchant(mchid="1900009001")["mchid"]
-    bootstrap.merchants().add_wechatpay_partner(sub_mchid="1900009101", sp_mchid=sp)
+    wechatpay_v3_desk(bootstrap.merchants()).add_wechatpay_partner(sub_mchid="1900009101", sp_mchid=sp)
     h.create_order("1900009101", "SP-ORDER-02", amount_cent=100)
     h.add_merchant(mchid="1900009101")  # the sub-merchant also as a direct merchant: a direct callback...
     headers, body, _ = h.notification("1900009101", "SP-ORDER-02", 100)
@@ -103,7 +107,7 @@ def test_R11_alipay_app_auth_token_merchants(h, sim):
     a, b = "2021000000000101", "2021000000000102"
     for sub in (a, b):
         token = sim.alipay.authorize(isv, sub)
-        bootstrap.merchants().add_alipay_sub(app_id=sub, sp_app_id=isv, app_auth_token=token)
+        alipay_desk(bootstrap.merchants()).add_alipay_sub(app_id=sub, sp_app_id=isv, app_auth_token=token)
     ali.order(a, 100, "SAME-ISV-01")
     ali.order(b, 5000, "SAME-ISV-01")
     assert h.order(a, "SAME-ISV-01")["sp_mchid"] == isv
@@ -124,7 +128,9 @@ def test_alipay_order_with_prepay_calls_precreate_through_the_providers_app(h, s
     ali = Alipay(h)
     isv = ali.setup()
     token = sim.alipay.authorize(isv, "2021000000000201")
-    bootstrap.merchants().add_alipay_sub(app_id="2021000000000201", sp_app_id=isv, app_auth_token=token)
+    alipay_desk(bootstrap.merchants()).add_alipay_sub(
+        app_id="2021000000000201", sp_app_id=isv, app_auth_token=token
+    )
     direct = ali.setup()
     for mid in (direct, "2021000000000201"):
         response = h.create_order(mid, f"QR-{mid[-4:]}-001", amount_cent=1234, prepay=True, channel="alipay")
@@ -263,7 +269,9 @@ def test_R3_downloaded_platform_certificates_survive_a_credentials_reload(h, sim
     assert h.notify(m["mchid"], headers, body)["statusCode"] == 204
     directory = bootstrap.merchants()
     directory.clock = lambda: time.time() + 3600  # past the TTL: the secret is read again
-    reloaded = directory.wechatpay(m["mchid"])
+    reloaded = wechatpay_v3_desk(directory).wechatpay(m["mchid"])
     assert new_serial in reloaded.creds.platform.by_serial and len(reloaded.creds.platform.by_serial) >= 3
     directory.clock = time.time
-    assert directory.refresh_platform_certificates([m["mchid"]], max_age_s=0) == {m["mchid"]: True}
+    assert wechatpay_v3_desk(directory).refresh_platform_certificates([m["mchid"]], max_age_s=0) == {
+        m["mchid"]: True
+    }

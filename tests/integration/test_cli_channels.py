@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from tally.channels.alipay.merchant import alipay_desk
 
 from tally_cli import merchant as cli_merchant
 from tally_cli.main import main
@@ -165,7 +166,7 @@ def test_merchant_check_fails_on_a_certificate_expiring_within_7_days(h, sim, tm
         m = sim.alipay.register_test_merchant("cert")
         from tally import bootstrap
 
-        bootstrap.merchants().add_alipay(
+        alipay_desk(bootstrap.merchants()).add_alipay(
             app_id=m["app_id"],
             app_private_key=m["app_private_key_pem"],
             notify_url="http://127.0.0.1:9/n",

@@ -13,6 +13,7 @@ import sys
 import uuid
 
 import pytest
+from tally.channels.wechatpay_v3.merchant import wechatpay_v3_desk
 from tally.observability import logger
 
 from tally_cli import ledger as cli_ledger
@@ -317,7 +318,7 @@ def test_merchant_list_shows_mode_provider_and_expiry_never_a_secret(world, h, c
     sub = str(random.randrange(10**9, 10**10))
     from tally import bootstrap
 
-    bootstrap.merchants().add_wechatpay_partner(sub_mchid=sub, sp_mchid=m["mchid"])
+    wechatpay_v3_desk(bootstrap.merchants()).add_wechatpay_partner(sub_mchid=sub, sp_mchid=m["mchid"])
     assert main(["merchant", "list", "--json", "--local"]) == 0
     out = capsys.readouterr().out
     rows = {r["id"]: r for r in json.loads(out)["merchants"]}

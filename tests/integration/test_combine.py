@@ -11,6 +11,7 @@ import uuid
 
 import pytest
 from tally import bootstrap
+from tally.channels.wechatpay_v3.merchant import wechatpay_v3_desk
 
 from tests.integration.pull_helpers import due_now, ledger, run_poller
 
@@ -98,7 +99,7 @@ def test_r11_partner_combine_books_each_sub_merchants_order_under_its_own_mercha
     sp = h.add_merchant()["mchid"]
     a, b = (f"{p}{time.time_ns() % 10**8:08d}" for p in ("19", "18"))
     for sub in (a, b):
-        bootstrap.merchants().add_wechatpay_partner(sub_mchid=sub, sp_mchid=sp)
+        wechatpay_v3_desk(bootstrap.merchants()).add_wechatpay_partner(sub_mchid=sub, sp_mchid=sp)
     subs = [
         {"mchid": a, "out_trade_no": no("A"), "amount_cent": 120},
         {"mchid": b, "out_trade_no": no("B"), "amount_cent": 80},

@@ -13,6 +13,7 @@ import uuid
 
 import pytest
 from tally import bootstrap
+from tally.channels.wechatpay_v3.merchant import wechatpay_v3_desk
 
 from tests.integration.pull_helpers import expire_now, ledger, run_poller, stored
 
@@ -112,7 +113,7 @@ def test_r11_partner_combine_close_names_each_sub_merchant(h, sim):
     sp = h.add_merchant()["mchid"]
     a, b = (f"{p}{time.time_ns() % 10**8:08d}" for p in ("14", "13"))
     for sub in (a, b):
-        bootstrap.merchants().add_wechatpay_partner(sub_mchid=sub, sp_mchid=sp)
+        wechatpay_v3_desk(bootstrap.merchants()).add_wechatpay_partner(sub_mchid=sub, sp_mchid=sp)
     combo = combine_order(h, sp, subs_of(120, mchid=a) + subs_of(80, mchid=b))
     for sub in combo["sub_orders"]:
         expire_now(h, sub)

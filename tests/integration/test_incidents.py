@@ -11,6 +11,7 @@ import time
 
 import pytest
 from tally import bootstrap
+from tally.channels.wechatpay_v3.merchant import wechatpay_v3_desk
 from tally.store.tables import closed_expiry
 
 SECRET = "SECtest0000000000000000000000000000000000000000000000000000000b"
@@ -70,7 +71,7 @@ def cards(sim, robots, change=None):
 def wrong_key_merchant(h, sim):
     """A merchant configured with a stale platform public key: every signed callback fails to verify."""
     m = h.add_merchant(mchid=str(random.randrange(10**9, 10**10)))
-    bootstrap.merchants().add_wechatpay(
+    wechatpay_v3_desk(bootstrap.merchants()).add_wechatpay(
         mchid=m["mchid"],
         apiv3_key=m["apiv3_key"],
         merchant_key_pem=m["merchant_private_key_pem"],

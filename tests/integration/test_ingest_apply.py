@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from tally.channels.wechatpay_v3.merchant import wechatpay_v3_desk
 
 BUSINESS_TABLES = [
     "NOTIFY_RAW_TABLE",
@@ -392,7 +393,9 @@ def test_R3_an_api_answer_signed_by_a_rotated_certificate_is_verified_after_one_
     from tally import bootstrap
 
     m = h.add_merchant(verify_mode="certificate")
-    bootstrap.merchants().add_wechatpay(  # certificate mode only: no WeChat Pay public key configured
+    wechatpay_v3_desk(
+        bootstrap.merchants()
+    ).add_wechatpay(  # certificate mode only: no WeChat Pay public key configured
         mchid=m["mchid"],
         apiv3_key=m["apiv3_key"],
         merchant_key_pem=m["merchant_private_key_pem"],

@@ -9,6 +9,7 @@ import json
 import time
 
 from tally import bootstrap
+from tally.channels.wechatpay_v3.merchant import wechatpay_v3_desk
 from tally.store.codec import from_item, to_item
 from tally.store.keys import PREFIX, PlatformCertStore
 
@@ -81,7 +82,7 @@ def test_R3_refresh_keeps_stored_certificates_until_they_expire(h, sim):
         refreshed_at=0,
     )
     cold_container()
-    loaded = bootstrap.merchants().wechatpay(m["mchid"]).creds.platform.by_serial
+    loaded = wechatpay_v3_desk(bootstrap.merchants()).wechatpay(m["mchid"]).creds.platform.by_serial
     assert old in loaded and gone not in loaded
     assert h.invoke("KeysFunction", SCHEDULED)["failed"] == []
     kept = stored_item(h, m["mchid"])["certs"]
@@ -91,7 +92,7 @@ def test_R3_refresh_keeps_stored_certificates_until_they_expire(h, sim):
 def test_public_key_merchants_and_sub_merchants_download_nothing(h, sim):
     pk = h.add_merchant(verify_mode="public_key", mchid="1900007003")
     # a pure public-key merchant (no platform certificate configured)
-    bootstrap.merchants().add_wechatpay(
+    wechatpay_v3_desk(bootstrap.merchants()).add_wechatpay(
         mchid="1900007004",
         apiv3_key=pk["apiv3_key"],
         merchant_key_pem=pk["merchant_private_key_pem"],
@@ -101,7 +102,9 @@ def test_public_key_merchants_and_sub_merchants_download_nothing(h, sim):
         public_key=sim.public_key_pem,
         public_key_id=sim.public_key_id,
     )
-    bootstrap.merchants().add_wechatpay_partner(sub_mchid="1900007005", sp_mchid="1900007004")
+    wechatpay_v3_desk(bootstrap.merchants()).add_wechatpay_partner(
+        sub_mchid="1900007005", sp_mchid="1900007004"
+    )
     h.invoke("KeysFunction", SCHEDULED)
     assert stored_item(h, "1900007004") is None and stored_item(h, "1900007005") is None
 

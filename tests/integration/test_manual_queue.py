@@ -4,6 +4,7 @@ import json
 
 import pytest
 from tally import bootstrap
+from tally.channels.wechatpay_v3.merchant import wechatpay_v3_desk
 from tally.service.manual import ManualError
 
 
@@ -49,7 +50,7 @@ def test_R15_order_not_found_replayed_after_the_order_exists(h, merchant):
 
 def test_R5_quarantined_callback_replayed_after_the_key_is_fixed(h, sim):
     m = h.add_merchant()
-    bootstrap.merchants().add_wechatpay(  # someone configured the wrong APIv3 key
+    wechatpay_v3_desk(bootstrap.merchants()).add_wechatpay(  # someone configured the wrong APIv3 key
         mchid=m["mchid"],
         apiv3_key="W" * 32,
         merchant_key_pem=m["merchant_private_key_pem"],
@@ -75,7 +76,7 @@ def test_R5_quarantined_callback_replayed_after_the_key_is_fixed(h, sim):
 
 def test_R4_signature_rejected_body_is_kept_and_replayable_after_key_rotation(h, sim):
     m = h.add_merchant()
-    bootstrap.merchants().add_wechatpay(  # a stale WeChat Pay public key
+    wechatpay_v3_desk(bootstrap.merchants()).add_wechatpay(  # a stale WeChat Pay public key
         mchid=m["mchid"],
         apiv3_key=m["apiv3_key"],
         merchant_key_pem=m["merchant_private_key_pem"],

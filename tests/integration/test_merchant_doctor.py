@@ -10,6 +10,9 @@ import json
 import pytest
 from cryptography.hazmat.primitives import serialization
 from tally import bootstrap
+from tally.channels.alipay.merchant import alipay_desk
+from tally.channels.wechatpay_v2.merchant import wechatpay_v2_desk
+from tally.channels.wechatpay_v3.merchant import wechatpay_v3_desk
 from tally.observability import metrics
 from tally.service.merchants import live_check
 
@@ -48,7 +51,7 @@ def readd_v3(h, m, **wrong):
         "public_key": h.sim.public_key_pem,
         "public_key_id": h.sim.public_key_id,
     }
-    bootstrap.merchants().add_wechatpay(**(good | wrong))
+    wechatpay_v3_desk(bootstrap.merchants()).add_wechatpay(**(good | wrong))
 
 
 def failed_item(report):
@@ -144,7 +147,7 @@ def test_r47_alipay_confusions_are_named(h, sim):
     secret = directory.secrets.get(directory.store.get("alipay", app_id)["secret_name"])
     app_key = serialization.load_pem_private_key(secret["app_private_key"].encode(), password=None)
     # the app's own public key given as "Alipay's public key"
-    directory.add_alipay(
+    alipay_desk(directory).add_alipay(
         app_id=app_id,
         app_private_key=secret["app_private_key"],
         notify_url="http://127.0.0.1:9/n",
@@ -152,7 +155,7 @@ def test_r47_alipay_confusions_are_named(h, sim):
     )
     assert failed_item(live_check(directory, "alipay", app_id)) == "this is the app public key, not Alipay's"
     # a private key Alipay does not have the public key of: isv.invalid-signature
-    directory.add_alipay(
+    alipay_desk(directory).add_alipay(
         app_id=app_id,
         app_private_key=c.private_key_pem(c.new_rsa_key()),
         notify_url="http://127.0.0.1:9/n",
@@ -167,7 +170,9 @@ def test_r47_v2_wrong_api_key_is_named(h, sim):
     mchid = WeChatV2(h).setup()
     directory = bootstrap.merchants()
     assert live_check(directory, "wechatpay-v2", mchid)["verdict"] == "pass"
-    directory.add_wechatpay_v2(mchid=mchid, api_key="W" * 32, notify_url="http://127.0.0.1:9/n")
+    wechatpay_v2_desk(directory).add_wechatpay_v2(
+        mchid=mchid, api_key="W" * 32, notify_url="http://127.0.0.1:9/n"
+    )
     report = live_check(directory, "wechatpay-v2", mchid)
     assert failed_item(report).startswith("the v2 API key is not the one set for this mchid")
     assert "签名错误" in report["findings"][0]["detail"]
@@ -232,7 +237,9 @@ def test_r47_hourly_run_leaves_the_heartbeat_merchant_alone(h, sim):
 
 def test_r47_a_sub_merchant_is_checked_with_its_providers_credentials(h, sim):
     sp = h.add_merchant(mchid="1900009301", verify_mode="certificate")
-    bootstrap.merchants().add_wechatpay_partner(sub_mchid="1900009302", sp_mchid=sp["mchid"])
+    wechatpay_v3_desk(bootstrap.merchants()).add_wechatpay_partner(
+        sub_mchid="1900009302", sp_mchid=sp["mchid"]
+    )
     report = live_check(bootstrap.merchants(), "wechatpay", "1900009302")
     assert report["verdict"] == "pass", report
     readd_v3(h, sp, merchant_serial="0" * 40)  # the provider's serial is wrong: the sub-merchant's calls fail

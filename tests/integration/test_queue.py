@@ -12,6 +12,7 @@ import uuid
 
 import pytest
 from tally import bootstrap
+from tally.channels.wechatpay_v3.merchant import wechatpay_v3_desk
 from tally.observability import metrics
 from tally.service.queue import KINDS, QueueError, parse_filter, plain
 from tally.store.codec import to_item
@@ -99,7 +100,7 @@ def new_merchant(h):
 
 def wrong_key_merchant(h, sim, **override):
     m = new_merchant(h)
-    bootstrap.merchants().add_wechatpay(
+    wechatpay_v3_desk(bootstrap.merchants()).add_wechatpay(
         mchid=m["mchid"],
         apiv3_key=override.get("apiv3_key", m["apiv3_key"]),
         merchant_key_pem=m["merchant_private_key_pem"],
@@ -122,7 +123,7 @@ def inject_quarantined(h, sim):
 
 def inject_rejected(h, sim, times=2):
     m = wrong_key_merchant(h, sim)
-    bootstrap.merchants().add_wechatpay(
+    wechatpay_v3_desk(bootstrap.merchants()).add_wechatpay(
         mchid=m["mchid"],
         apiv3_key=m["apiv3_key"],
         merchant_key_pem=m["merchant_private_key_pem"],

@@ -8,6 +8,7 @@ import datetime as dt
 
 import pytest
 from tally import bootstrap, errors
+from tally.channels.wechatpay_v2.merchant import wechatpay_v2_desk
 
 from tests.integration.recon_helpers import alipay_pay, metric, new_v2, pay_v2, s3_keys
 
@@ -255,7 +256,7 @@ def test_r45_v2_downloadfundflow_presents_the_api_client_certificate(h, sim, mon
     source = WeChatV2FundFlowSource(bootstrap.merchants(), ca_file=str(ca))
     with pytest.raises(DownloadFailed, match="--client-cert"):
         source.fetch(m["mch_id"], D1)  # no certificate in the secret: refused, and the message says the fix
-    bootstrap.merchants().add_wechatpay_v2(
+    wechatpay_v2_desk(bootstrap.merchants()).add_wechatpay_v2(
         mchid=m["mch_id"],
         api_key=m["api_key"],
         appid=m["appid"],

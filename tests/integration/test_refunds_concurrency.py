@@ -17,6 +17,7 @@ import pytest
 from tally import bootstrap
 from tally.apigw import HttpRequest
 from tally.channels import registry
+from tally.channels.wechatpay_v3.merchant import wechatpay_v3_desk
 from tally.domain.refunds import ExceedsRefundable
 from tally.service.refunds import RefundConflict
 
@@ -32,7 +33,7 @@ def _refunds_held(server_aws, sim):
 
 def paid(sim, amount):
     m = sim.register_test_merchant()
-    bootstrap.merchants().add_wechatpay(
+    wechatpay_v3_desk(bootstrap.merchants()).add_wechatpay(
         mchid=m["mchid"],
         apiv3_key=m["apiv3_key"],
         merchant_key_pem=m["merchant_private_key_pem"],

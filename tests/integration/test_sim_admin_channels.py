@@ -9,6 +9,9 @@ import urllib.error
 import urllib.request
 
 from tally import bootstrap
+from tally.channels.alipay.merchant import alipay_desk
+from tally.channels.wechatpay_v2.merchant import wechatpay_v2_desk
+from tally.channels.wechatpay_v3.merchant import wechatpay_v3_desk
 
 from tests.integration.channel_kit import Alipay, WeChatV2, ack_kind
 
@@ -90,7 +93,7 @@ def test_wechatpay_v2_admin_merchants_pay_rotate_faults_over_http(sim):
 
 def test_v3_admin_pay_for_a_partner_order(h, sim):
     sp = h.add_merchant(mchid="1900008001")["mchid"]
-    bootstrap.merchants().add_wechatpay_partner(sub_mchid="1900008101", sp_mchid=sp)
+    wechatpay_v3_desk(bootstrap.merchants()).add_wechatpay_partner(sub_mchid="1900008101", sp_mchid=sp)
     assert h.create_order("1900008101", "ADMIN-SP-01", amount_cent=700, prepay=True)["statusCode"] == 201
     status, paid = admin(
         sim,
@@ -118,7 +121,9 @@ def test_R3_alipay_certificate_rotated_mid_run_both_certificates_verify_once_add
     assert (
         ack_kind("alipay", ali.notify(mid, new_body, {})) == "failure"
     )  # unknown certificate: Alipay retries
-    row = bootstrap.merchants().add_alipay_certificate(app_id=mid, alipay_cert=sim.alipay.alipay_cert_pem())
+    row = alipay_desk(bootstrap.merchants()).add_alipay_certificate(
+        app_id=mid, alipay_cert=sim.alipay.alipay_cert_pem()
+    )
     assert new_sn in row["alipay_cert_sns"] and len(row["alipay_cert_sns"]) == 2
     assert ack_kind("alipay", ali.notify(mid, new_body, {})) == "success"  # the retry now verifies
     assert (
@@ -138,7 +143,7 @@ def test_R4_wechatpay_v2_api_key_changed_mid_run(h, sim):
     new_key = admin(sim, "POST", "/_sim/wechatpay-v2/rotate", {"mch_id": mid})[1]["api_key"]
     new_body, _, _ = v2.callback(mid, otn, 300)
     assert ack_kind("wechatpay_v2", v2.notify(mid, new_body, {})) == "failure"
-    bootstrap.merchants().add_wechatpay_v2(
+    wechatpay_v2_desk(bootstrap.merchants()).add_wechatpay_v2(
         mchid=mid, api_key=new_key, notify_url=f"http://127.0.0.1:9/notify/wechatpay-v2/{mid}"
     )
     assert ack_kind("wechatpay_v2", v2.notify(mid, new_body, {})) == "success"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 from tally import bootstrap
+from tally.channels.wechatpay_v2.merchant import wechatpay_v2_desk
 
 from tests.integration.refund_helpers import WeChatV2Kit, refund
 
@@ -21,7 +22,7 @@ def over_tls(h, sim, monkeypatch, tmp_path):
 
 
 def _configure(h, kit, cert=None, key=None):
-    bootstrap.merchants().add_wechatpay_v2(
+    wechatpay_v2_desk(bootstrap.merchants()).add_wechatpay_v2(
         mchid=kit.mid,
         api_key=h.sim.wechatpay_v2.merchants[kit.mid].api_key,
         notify_url=f"http://127.0.0.1:9/notify/wechatpay-v2/{kit.mid}",
@@ -109,5 +110,5 @@ def test_tally_merchant_add_wechatpay_v2_takes_the_client_certificate(h, sim, tm
     name = f"tally/tally/merchants/wechatpay_v2/{m['mch_id']}"
     stored = json.loads(boto3.client("secretsmanager").get_secret_value(SecretId=name)["SecretString"])
     assert (stored["client_cert"], stored["client_key"]) == (cert, key)
-    merchant = bootstrap.merchants().wechatpay_v2(m["mch_id"])
+    merchant = wechatpay_v2_desk(bootstrap.merchants()).wechatpay_v2(m["mch_id"])
     assert merchant.client_cert == cert

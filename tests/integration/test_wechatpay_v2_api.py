@@ -13,6 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from tally import bootstrap
 from tally.channels.wechatpay_v2 import wire as wx2
+from tally.channels.wechatpay_v2.merchant import wechatpay_v2_desk
 from tally.channels.wechatpay_v3.wire import TRADE_STATE
 from tally.domain.poll import Answer
 
@@ -23,7 +24,7 @@ from tests.integration.pull_helpers import expire_now, ledger, run_poller, store
 @pytest.fixture
 def v2(h, sim):
     m = sim.wechatpay_v2.register_test_merchant()
-    bootstrap.merchants().add_wechatpay_v2(
+    wechatpay_v2_desk(bootstrap.merchants()).add_wechatpay_v2(
         mchid=m["mch_id"],
         api_key=m["api_key"],
         appid=m["appid"],
@@ -104,7 +105,7 @@ def test_v2_prepay_refused_by_the_channel_is_a_502_with_a_metric(h, sim, v2):
 
 def test_v2_prepay_needs_the_appid(h, sim):
     m = sim.wechatpay_v2.register_test_merchant()
-    bootstrap.merchants().add_wechatpay_v2(
+    wechatpay_v2_desk(bootstrap.merchants()).add_wechatpay_v2(
         mchid=m["mch_id"], api_key=m["api_key"], notify_url="http://127.0.0.1:9/x"
     )
     response = h.create_order(m["mch_id"], amount_cent=100, prepay=True, channel="wechatpay_v2")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 from tally import bootstrap
+from tally.channels.wechatpay_v3.merchant import wechatpay_v3_desk
 
 from tests.integration.channel_kit import WeChatV2, ack_kind
 
@@ -39,7 +40,7 @@ def test_r41_a_quarantined_body_replayed_as_paid_without_a_transaction_id_keeps_
     from tally.service.manual import ManualError
 
     m = h.add_merchant()
-    bootstrap.merchants().add_wechatpay(  # someone configured the wrong APIv3 key
+    wechatpay_v3_desk(bootstrap.merchants()).add_wechatpay(  # someone configured the wrong APIv3 key
         mchid=m["mchid"],
         apiv3_key="W" * 32,
         merchant_key_pem=m["merchant_private_key_pem"],

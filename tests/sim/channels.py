@@ -20,6 +20,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
+from tally.channels.alipay.merchant import alipay_desk
+from tally.channels.wechatpay_v2.merchant import wechatpay_v2_desk
+from tally.channels.wechatpay_v3.merchant import wechatpay_v3_desk
+
 if TYPE_CHECKING:
     from tests.sim.scenario import Payment
 
@@ -133,7 +137,7 @@ class WeChatV3(ChannelKind):
             self.sim.register_merchant(
                 mchid, m["apiv3_key"], m["merchant_public_key_pem"], m["merchant_serial"], appid=m["appid"]
             )
-            directory.add_wechatpay(
+            wechatpay_v3_desk(directory).add_wechatpay(
                 mchid=mchid,
                 apiv3_key=m["apiv3_key"],
                 merchant_key_pem=m["merchant_private_key_pem"],
@@ -247,7 +251,7 @@ class Alipay(ChannelKind):
     def setup(self, directory: Any, api_base: str) -> None:
         for app_id in self.pool:
             m = self.ali.register_test_merchant("public_key", app_id)
-            directory.add_alipay(
+            alipay_desk(directory).add_alipay(
                 app_id=app_id,
                 app_private_key=m["app_private_key_pem"],
                 notify_url=f"http://127.0.0.1:9/notify/alipay/{app_id}",
@@ -346,7 +350,7 @@ class WeChatV2(ChannelKind):
     def setup(self, directory: Any, api_base: str) -> None:
         for i, mch_id in enumerate(self.pool):
             m = self.v2.register_test_merchant(mch_id, ("MD5", "HMAC-SHA256")[i % 2])
-            directory.add_wechatpay_v2(
+            wechatpay_v2_desk(directory).add_wechatpay_v2(
                 mchid=mch_id,
                 api_key=m["api_key"],
                 notify_url=f"http://127.0.0.1:9/notify/wechatpay-v2/{mch_id}",

@@ -1,10 +1,10 @@
 """The channel-blind service modules ask the registry (issue #19, docs/design.md "Channel packages"): a merchant
-record is its channel's (channels/<name>/merchant.py Desk, forwarded by MerchantDirectory), the heartbeat's
-synthetic payment and the keys function's certificate download are optional Channel capabilities."""
+record is its channel's (channels/<name>/merchant.py Desk, typed by `<name>_desk(directory)`), the heartbeat's
+synthetic payment, combine payments and the keys function's certificate download are optional capabilities."""
 
 from __future__ import annotations
 
-import inspect
+import importlib
 import pathlib
 
 import pytest
@@ -20,35 +20,26 @@ def _directory() -> MerchantDirectory:
 
 
 @pytest.mark.parametrize("channel", registry.all_channels(), ids=registry.names())
-def test_each_declared_accessor_is_a_method_of_the_channels_desk(channel):
-    desk = channel.merchant_desk(_directory())
-    assert channel.merchant_accessors, f"{channel.name} declares no accessor for its merchants"
-    for name in channel.merchant_accessors:
-        assert callable(getattr(desk, name, None)), f"{channel.name}'s desk lacks {name}"
+def test_each_channel_has_a_typed_desk_accessor_over_the_directory(channel):
+    """A caller of a channel's own accessors holds its package's `Desk`, through `<name>_desk(directory)`: no
+    name is forwarded by the directory (grep, go-to-definition and mypy see every call)."""
+    directory = _directory()
+    module = importlib.import_module(f"tally.channels.{channel.name}.merchant")
+    desk = getattr(module, f"{channel.name}_desk")(directory)
+    assert isinstance(desk, module.Desk) and desk is directory.desk(channel)
     for asked in ("expiries", "check_expiry", "local_check"):  # what service/merchants asks every channel
         assert callable(getattr(desk, asked, None)), f"{channel.name}'s desk lacks {asked}"
 
 
-def test_accessors_are_unique_and_never_shadow_the_directorys_own_names():
-    own = {name for name, _ in inspect.getmembers(MerchantDirectory)}
-    seen: dict[str, str] = {}
-    for channel in registry.all_channels():
-        for name in channel.merchant_accessors:
-            assert name not in own, f"{channel.name}'s {name} would be hidden by MerchantDirectory.{name}"
-            assert name not in seen, f"{name} declared by {seen.get(name)} and {channel.name}"
-            seen[name] = channel.name
-
-
-def test_the_directory_forwards_an_accessor_to_its_desk_and_binds_it_once():
-    directory = _directory()
-    v3 = registry.get("wechatpay_v3")
-    method = directory.add_wechatpay
-    assert method.__self__ is directory.desk(v3)
-    assert directory.__dict__["add_wechatpay"] is method  # the next lookup skips __getattr__
-    assert directory.alipay.__self__ is directory.desk(registry.get("alipay"))
+def test_the_directory_forwards_nothing():
+    assert "__getattr__" not in vars(MerchantDirectory)
     with pytest.raises(AttributeError):
-        directory.no_such_accessor  # noqa: B018
-    assert not hasattr(directory, "_private_probe")
+        _directory().add_wechatpay  # noqa: B018
+
+
+def test_combine_payments_is_a_capability_only_wechatpay_v3_offers():
+    offering = [c.name for c in registry.all_channels() if c.combine() is not None]
+    assert offering == ["wechatpay_v3"]
 
 
 def test_only_wechatpay_v3_has_a_synthetic_payment_and_the_heartbeat_takes_it():

@@ -21,7 +21,7 @@ cost nothing (each channel.py imports its wire module when a table or an ACK is 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -114,6 +114,28 @@ class Synthetic(Protocol):
         ...
 
 
+class CombinePayments(Protocol):
+    """A channel's combine payment (合单): several merchants' orders paid with one prepay (R11)."""
+
+    def combine_merchant(self, merchants: Any, mchid: str, sub_mchids: Sequence[str]) -> Any:
+        """The combine merchant `mchid`, once it may combine every sub-order's merchant (its own, or its
+        sub-merchants as a service provider): else errors.NotFound (not configured, or not its sub-merchant:
+        another tenant's merchant is simply not found) or errors.InvalidRequest (it cannot place one)."""
+        ...
+
+    def combine_prepay(
+        self,
+        merchants: Any,
+        merchant: Any,
+        combine_out_trade_no: str,
+        sub_orders: list[dict[str, Any]],
+        *,
+        expire_s: float,
+    ) -> dict[str, str]:
+        """One prepay for all the sub-orders, with the combine merchant's credentials: {"code_url": …}."""
+        ...
+
+
 class Channel(Protocol):
     """What ingest, orders, pull, recon, merchants, bootstrap, the CLI and the console need from a channel."""
 
@@ -127,7 +149,6 @@ class Channel(Protocol):
     merchant_param: str  # the route's path parameter naming the merchant: mchid or app_id
     currencies: tuple[str, ...] | None  # the currencies an order may have (None: any ISO code)
     reconciled: bool  # the recon function downloads this stored channel's bills
-    merchant_accessors: tuple[str, ...]  # MerchantDirectory's names for its desk's methods (directory.alipay)
     replay_headers: tuple[str, ...]  # request headers a kept callback needs to be verified again (R40)
     ack_content_type: str
 
@@ -183,7 +204,7 @@ class Channel(Protocol):
 
     def merchant_desk(self, merchants: Any) -> MerchantDesk:
         """What a merchant record of this channel holds, over the directory `merchants` (service/merchants.py):
-        channels/<name>/merchant.py's `Desk`, whose `merchant_accessors` the directory forwards."""
+        channels/<name>/merchant.py's `Desk` (its own accessors typed by `<name>_desk(directory)`)."""
         ...
 
     def order_refusal(self, merchant: Any, prepay: bool) -> str | None:
@@ -229,6 +250,10 @@ class Channel(Protocol):
         order (an errors.ChannelError if the channel says no)."""
         ...
 
+    def combine(self) -> CombinePayments | None:
+        """The channel's combine payment (POST /orders/combine), None if it has none."""
+        ...
+
     def fund_flow_source(self, merchants: Any) -> Any | None:
         """The channel's fund-flow bill download (R45), None if it has none wired."""
         ...
@@ -263,7 +288,6 @@ class ChannelNames:
     merchant_param: str
     currencies: tuple[str, ...] | None
     reconciled: bool
-    merchant_accessors: tuple[str, ...] = ()  # the directory's names for the desk's methods
     replay_headers: tuple[str, ...] = ()  # request headers its signature covers (none: signed in the body)
 
     @property
@@ -275,6 +299,9 @@ class ChannelNames:
     def metric(self) -> str:
         """The `channel` metric dimension value (template alarms filter on it)."""
         return self.route
+
+    def combine(self) -> CombinePayments | None:
+        return None
 
     def fund_flow_source(self, merchants: Any) -> Any | None:
         return None  # a channel whose fund flow is another's to give (WeChat v3's: v2's choice, R45)

@@ -1,9 +1,9 @@
 """Merchant configuration: a row in the merchants table, credentials in Secrets Manager.
 
 The directory is channel-blind: what a merchant record of a channel holds (its credential schema, how a secret
-is parsed and refused, the channel's accessors such as `directory.wechatpay(mchid)` or `add_alipay(...)`) lives
-in that channel's package, channels/<name>/merchant.py, and is reached through the registry
-(`Channel.merchant_desk`, `Channel.merchant_accessors`). Here: the cache, the secret store, readiness (R47),
+is parsed and refused, its accessors such as `add_alipay(...)`) lives in that channel's package,
+channels/<name>/merchant.py, reached through the registry (`Channel.merchant_desk`) and typed by the package's
+`<name>_desk(directory)`. Here: the cache, the secret store, readiness (R47),
 expiry warnings, the local and live checks and the merchant list, for every channel alike.
 """
 
@@ -40,9 +40,8 @@ KEPT_ON_UPDATE = ("settlement_lag", "fund_accounts")  # R45: a re-add keeps the 
 class MerchantDirectory:
     """Credentials parsed once per container (loading a PEM key costs ~30 ms), cached for `ttl_s`.
 
-    A channel's accessors (`wechatpay`, `client`, `add_wechatpay`, `alipay`, `wechatpay_v2`, …: each channel's
-    `merchant_accessors`) are its merchant desk's methods (channels/<name>/merchant.py), forwarded by
-    `__getattr__` and bound on first use; the desk keeps its records here (`cached`/`keep`) and stores through
+    A channel's accessors are its merchant desk's methods (channels/<name>/merchant.py `Desk`, reached typed
+    through `<name>_desk(directory)`); the desk keeps its records here (`cached`/`keep`) and stores through
     `save`/`put_row`."""
 
     def __init__(
@@ -81,19 +80,9 @@ class MerchantDirectory:
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------ the channels' desks
-    def __getattr__(self, name: str) -> Any:
-        """A channel's accessor (`directory.wechatpay(mchid)`): its desk's method, bound here on first use."""
-        if name.startswith("_"):
-            raise AttributeError(name)
-        for channel in channel_registry.all_channels():
-            if name in channel.merchant_accessors:
-                method = getattr(self.desk(channel), name)
-                self.__dict__[name] = method  # the next lookup is a plain attribute (the notify hot path)
-                return method
-        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
-
-    def desk(self, channel: channel_registry.Channel) -> Any:
-        """The channel's merchant desk over this directory (channels/<name>/merchant.py)."""
+    def desk(self, channel: channel_registry.Channel) -> channel_registry.MerchantDesk:
+        """The channel's merchant desk over this directory (channels/<name>/merchant.py); a caller of the
+        channel's own accessors asks the package's typed `<name>_desk(directory)`, which asks here."""
         found = self._desks.get(channel.name)
         if found is None:
             found = self._desks.setdefault(channel.name, channel.merchant_desk(self))

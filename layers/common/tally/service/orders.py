@@ -182,26 +182,10 @@ class OrderService:
         a sub-order of any other merchant is refused before anything is stored."""
         spec = validate_combine_request(request)
         combine_no, top_id = spec["combine_out_trade_no"], spec["mchid"]
-        try:
-            top = self.merchants.wechatpay(top_id)
-        except UnknownMerchant:
-            raise NotFound(
-                f"wechatpay merchant {top_id} is not configured (tally merchant add)",
-                code="merchant_not_found",
-            ) from None
-        if top.sp_mchid:
-            raise InvalidOrder("a combine order is placed by a direct merchant or by a service provider")
-        for sub in spec["sub_orders"]:
-            if sub["mchid"] == top_id:
-                continue
-            try:
-                owner = self.merchants.wechatpay(sub["mchid"]).sp_mchid
-            except UnknownMerchant:
-                owner = None
-            if owner != top_id:  # not said whether it exists: another tenant's merchant is simply not found
-                raise NotFound(
-                    f"merchant {sub['mchid']} is not a sub-merchant of {top_id}", code="merchant_not_found"
-                )
+        payments = channel_registry.default().combine()
+        if payments is None:
+            raise InvalidOrder("no channel takes combine orders")
+        top = payments.combine_merchant(self.merchants, top_id, [sub["mchid"] for sub in spec["sub_orders"]])
         created = False
         for sub in spec["sub_orders"]:
             created = self.register({**sub, "prepay": False})[1] or created
@@ -222,10 +206,8 @@ class OrderService:
             rows.append(row)
         code_url = next((r["code_url"] for r in rows if r.get("code_url")), None)
         if spec["prepay"] and code_url is None and all(r["status"] == Status.WAIT_PAY.value for r in rows):
-            channel = channel_registry.by_order_word(DEFAULT_CHANNEL)
-            assert channel is not None and hasattr(channel, "combine_prepay")
             try:
-                qr = channel.combine_prepay(
+                qr = payments.combine_prepay(
                     self.merchants,
                     top,
                     combine_no,

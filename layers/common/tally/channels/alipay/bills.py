@@ -19,6 +19,7 @@ from typing import Any
 
 from tally import errors, httpclient
 from tally.channels.alipay.channel import CHANNEL as SPEC
+from tally.channels.alipay.merchant import alipay_desk
 from tally.channels.bill_source import NO_STATEMENT, OK, DownloadFailed, Fetched, lines_of, sha1_hex
 from tally.domain.recon import (
     PAYMENT,
@@ -332,7 +333,7 @@ class AlipayBillSource:
         from tally.channels.alipay import wire as api
 
         try:
-            client = self.merchants.alipay_client(self.merchants.alipay(app_id))
+            client = alipay_desk(self.merchants).alipay_client(alipay_desk(self.merchants).alipay(app_id))
             answer = client.call(METHOD, {"bill_type": "trade", "bill_date": bill_date})
         except errors.NotFound as exc:  # the directory's UnknownMerchant
             raise DownloadFailed(f"no Alipay merchant {app_id}: {exc}", code="NO_MERCHANT") from None

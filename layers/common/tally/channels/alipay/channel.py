@@ -10,10 +10,18 @@ from tally.channels.registry import ChannelNames
 from tally.i18n import N_
 
 if TYPE_CHECKING:
+    from tally.channels.alipay.merchant import Desk
     from tally.channels.bill_source import Bill, BillSource
     from tally.channels.registry import PullClient, RefundClient
     from tally.domain.notifications import Outcome, PaymentNotice
     from tally.domain.refunds import RefundEvent
+
+
+def _desk(merchants: Any) -> Desk:
+    """The merchant desk (merchant.py imports the wire module: imported on first use, not at cold start)."""
+    from tally.channels.alipay.merchant import alipay_desk
+
+    return alipay_desk(merchants)
 
 
 @dataclass(frozen=True)
@@ -54,8 +62,8 @@ class Alipay(ChannelNames):
 
         from tally.channels.alipay import wire
 
-        merchant = merchants.alipay(mchid)
-        answer = merchants.alipay_client(merchant).trade_query(trade_no=transaction_id)
+        merchant = _desk(merchants).alipay(mchid)
+        answer = _desk(merchants).alipay_client(merchant).trade_query(trade_no=transaction_id)
         notice = dataclasses.replace(
             wire.to_payment_notice({**answer, "app_id": merchant.sp_mchid or mchid, "auth_app_id": mchid}),
             source="recon",
@@ -67,8 +75,10 @@ class Alipay(ChannelNames):
     ) -> RefundClient:
         from tally.channels.alipay.refunds import AlipayRefunds
 
-        merchant = merchants.alipay(merchant_id)
-        return AlipayRefunds(merchants.alipay_client(merchant), mchid=merchant_id, sp_mchid=merchant.sp_mchid)
+        merchant = _desk(merchants).alipay(merchant_id)
+        return AlipayRefunds(
+            _desk(merchants).alipay_client(merchant), mchid=merchant_id, sp_mchid=merchant.sp_mchid
+        )
 
     def bill_source(self, merchants: Any) -> BillSource | None:
         from tally.channels.alipay.bills import AlipayBillSource
@@ -97,18 +107,22 @@ class Alipay(ChannelNames):
         return AlipayBill(data)
 
     def merchant(self, merchants: Any, merchant_id: str) -> Any:
-        return merchants.alipay(merchant_id)
+        return _desk(merchants).alipay(merchant_id)
 
     def prepay(
         self, merchants: Any, merchant: Any, order: dict[str, Any], *, expire_minutes: int, expire_s: float
     ) -> dict[str, str]:
         """alipay.trade.precreate → qr_code (the buyer scans it); it expires in `expire_minutes`."""
-        qr_code = merchants.alipay_client(merchant).precreate(
-            out_trade_no=order["out_trade_no"],
-            amount_cent=order["amount_cent"],
-            subject=order["description"],
-            notify_url=merchant.notify_url,
-            timeout_express=f"{expire_minutes}m",
+        qr_code = (
+            _desk(merchants)
+            .alipay_client(merchant)
+            .precreate(
+                out_trade_no=order["out_trade_no"],
+                amount_cent=order["amount_cent"],
+                subject=order["description"],
+                notify_url=merchant.notify_url,
+                timeout_express=f"{expire_minutes}m",
+            )
         )
         return {"qr_code": qr_code}
 
@@ -124,11 +138,4 @@ CHANNEL = Alipay(
     merchant_param="app_id",
     currencies=("CNY",),
     reconciled=True,
-    merchant_accessors=(  # channels/alipay/merchant.py Desk, as MerchantDirectory methods
-        "alipay",
-        "alipay_client",
-        "add_alipay",
-        "add_alipay_certificate",
-        "add_alipay_sub",
-    ),
 )

@@ -11,6 +11,7 @@ import secrets
 from typing import Any
 
 from tally.channels.alipay import wire as ali
+from tally.channels.alipay.merchant import alipay_desk
 from tally.channels.doctor import FAIL, PASS, UNKNOWN, Finding, probe_number
 
 CHECK = "alipay.trade.query (a trade that cannot exist)"
@@ -33,8 +34,8 @@ NAMED = {
 
 
 def live_check(directory: Any, merchant_id: str, *, download: bool = True) -> list[Finding]:
-    merchant = directory.alipay(merchant_id)
-    client = directory.alipay_client(merchant)
+    merchant = alipay_desk(directory).alipay(merchant_id)
+    client = alipay_desk(directory).alipay_client(merchant)
     try:
         client.trade_query(out_trade_no=probe_number(secrets.token_hex(8)))
     except ali.TradeNotExist:

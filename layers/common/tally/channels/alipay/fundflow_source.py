@@ -15,6 +15,7 @@ from typing import Any
 from tally import errors
 from tally.channels.alipay.bills import METHOD, NO_STATEMENT_SUB_CODES, AlipayError, download, open_zip
 from tally.channels.alipay.fundflow import ACCOUNT, DETAIL_SUFFIX, SUMMARY_SUFFIX
+from tally.channels.alipay.merchant import alipay_desk
 from tally.channels.bill_source import NO_STATEMENT, OK, DownloadFailed, Fetched, sha1_hex
 from tally.domain.recon import BillParseError
 
@@ -37,7 +38,7 @@ class AlipayFundFlowSource:
                 f"Alipay has one balance account ({ACCOUNT}), not {account[:16]!r}", code="BAD_ACCOUNT"
             )
         try:
-            client = self.merchants.alipay_client(self.merchants.alipay(app_id))
+            client = alipay_desk(self.merchants).alipay_client(alipay_desk(self.merchants).alipay(app_id))
             answer = client.call(METHOD, {"bill_type": "signcustomer", "bill_date": bill_date})
         except errors.NotFound as exc:  # the directory's UnknownMerchant
             raise DownloadFailed(f"no Alipay merchant {app_id}: {exc}", code="NO_BILL_SOURCE") from None

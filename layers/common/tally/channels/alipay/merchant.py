@@ -212,3 +212,10 @@ class Desk:
             expiry(f"Alipay certificate {sn}", when)
         if creds.app_cert_expires:
             expiry("app certificate", creds.app_cert_expires)
+
+
+def alipay_desk(directory: Any) -> Desk:
+    """This channel's merchant desk over a MerchantDirectory (service/merchants.py `desk`), typed: what a caller
+    of this channel's accessors (`alipay_desk(directory).add_...`) holds."""
+    desk: Desk = directory.desk(CHANNEL)
+    return desk

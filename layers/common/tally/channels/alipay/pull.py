@@ -9,6 +9,7 @@ from typing import Any
 
 from tally import errors
 from tally.channels.alipay import wire as ali
+from tally.channels.alipay.merchant import alipay_desk
 from tally.channels.retry import with_retries
 from tally.domain.poll import Answer, CloseResult, QueryResult, answers, lookup
 
@@ -27,7 +28,9 @@ class AlipayPull:
 
     def query(self, order: dict[str, Any], fast: bool = False) -> QueryResult:
         try:
-            client = self.merchants.alipay_client(self.merchants.alipay(order["mchid"]))
+            client = alipay_desk(self.merchants).alipay_client(
+                alipay_desk(self.merchants).alipay(order["mchid"])
+            )
             data = with_retries(
                 lambda: client.trade_query(out_trade_no=order["out_trade_no"]),
                 attempts=1 if fast else self.attempts,
@@ -57,7 +60,9 @@ class AlipayPull:
 
     def close(self, order: dict[str, Any]) -> CloseResult:
         try:
-            client = self.merchants.alipay_client(self.merchants.alipay(order["mchid"]))
+            client = alipay_desk(self.merchants).alipay_client(
+                alipay_desk(self.merchants).alipay(order["mchid"])
+            )
             with_retries(
                 lambda: client.trade_close(out_trade_no=order["out_trade_no"]),
                 attempts=self.attempts,

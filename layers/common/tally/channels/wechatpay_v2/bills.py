@@ -21,6 +21,7 @@ from typing import Any
 
 from tally.channels.bill_source import NO_STATEMENT, NOT_READY, OK, DownloadFailed, Fetched, gunzip, sha1_hex
 from tally.channels.wechatpay_v2 import wire as wx2
+from tally.channels.wechatpay_v2.merchant import wechatpay_v2_desk
 from tally.channels.wechatpay_v3 import wire as wx
 
 NO_BILL_SOURCE = "NO_BILL_SOURCE"
@@ -34,7 +35,9 @@ class WeChatV2BillSource:
         self.merchants = merchants
 
     def fetch(self, mchid: str, bill_date: str) -> Fetched:
-        client = self.merchants.wechatpay_v2_client(self.merchants.wechatpay_v2(mchid))
+        client = wechatpay_v2_desk(self.merchants).wechatpay_v2_client(
+            wechatpay_v2_desk(self.merchants).wechatpay_v2(mchid)
+        )
         try:
             raw = client.download_bill(bill_date, "ALL")
         except wx2.ChannelError as exc:

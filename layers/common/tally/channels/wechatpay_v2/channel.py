@@ -17,8 +17,16 @@ from tally.i18n import N_
 if TYPE_CHECKING:
     from tally.channels.bill_source import Bill, BillSource
     from tally.channels.registry import PullClient, RefundClient
+    from tally.channels.wechatpay_v2.merchant import Desk
     from tally.domain.notifications import Outcome, PaymentNotice
     from tally.domain.refunds import RefundEvent
+
+
+def _desk(merchants: Any) -> Desk:
+    """The merchant desk (merchant.py imports the wire module: imported on first use, not at cold start)."""
+    from tally.channels.wechatpay_v2.merchant import wechatpay_v2_desk
+
+    return wechatpay_v2_desk(merchants)
 
 
 @dataclass(frozen=True)
@@ -72,7 +80,7 @@ class WeChatPayV2(ChannelNames):
         )
 
         mchid = merchant_id
-        v2 = merchants.wechatpay_v2(mchid)
+        v2 = _desk(merchants).wechatpay_v2(mchid)
         client = WeChatPayV2RefundClient(
             settings.wechatpay_api_base,
             mchid=mchid,
@@ -107,7 +115,7 @@ class WeChatPayV2(ChannelNames):
         )
 
     def merchant(self, merchants: Any, merchant_id: str) -> Any:
-        return merchants.wechatpay_v2(merchant_id)
+        return _desk(merchants).wechatpay_v2(merchant_id)
 
     def redact_body(self, text: str, hide: Callable[[str], str]) -> str:
         """`<req_info>`: a refund report encrypted with md5(API key) (channel-spec §4)."""
@@ -130,12 +138,16 @@ class WeChatPayV2(ChannelNames):
         self, merchants: Any, merchant: Any, order: dict[str, Any], *, expire_minutes: int, expire_s: float
     ) -> dict[str, str]:
         """`/pay/unifiedorder` (trade_type NATIVE) → code_url."""
-        code_url = merchants.wechatpay_v2_client(merchant).unified_order(
-            out_trade_no=order["out_trade_no"],
-            total_fee=order["amount_cent"],
-            body=order["description"],
-            notify_url=merchant.notify_url,
-            time_expire=expire_s,
+        code_url = (
+            _desk(merchants)
+            .wechatpay_v2_client(merchant)
+            .unified_order(
+                out_trade_no=order["out_trade_no"],
+                total_fee=order["amount_cent"],
+                body=order["description"],
+                notify_url=merchant.notify_url,
+                time_expire=expire_s,
+            )
         )
         return {"code_url": code_url}
 
@@ -151,5 +163,4 @@ CHANNEL = WeChatPayV2(
     merchant_param="mchid",
     currencies=("CNY",),
     reconciled=True,  # its payments are in the merchant's WeChat bill (stored "wechatpay")
-    merchant_accessors=("wechatpay_v2", "wechatpay_v2_client", "add_wechatpay_v2"),  # merchant.py Desk
 )

@@ -10,13 +10,16 @@ from typing import Any
 
 from tally.channels.doctor import FAIL, PASS, UNKNOWN, Finding, probe_number
 from tally.channels.wechatpay_v2 import wire as wx2
+from tally.channels.wechatpay_v2.merchant import wechatpay_v2_desk
 
 CHECK = "POST /pay/orderquery (query an order that cannot exist)"
 TRANSIENT = {"NETWORK", "HTTP_5XX", "SYSTEMERROR"}
 
 
 def live_check(directory: Any, merchant_id: str, *, download: bool = True) -> list[Finding]:
-    client = directory.wechatpay_v2_client(directory.wechatpay_v2(merchant_id))
+    client = wechatpay_v2_desk(directory).wechatpay_v2_client(
+        wechatpay_v2_desk(directory).wechatpay_v2(merchant_id)
+    )
     try:
         client.order_query(probe_number(secrets.token_hex(8)))
     except wx2.ChannelError as exc:

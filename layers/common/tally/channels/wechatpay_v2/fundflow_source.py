@@ -23,6 +23,7 @@ from tally import httpclient
 from tally.channels.bill_source import NO_STATEMENT, NOT_READY, OK, DownloadFailed, Fetched, gunzip, sha1_hex
 from tally.channels.wechatpay_v2 import wire as wx2
 from tally.channels.wechatpay_v2.bills import WeChatBillChoice
+from tally.channels.wechatpay_v2.merchant import wechatpay_v2_desk
 from tally.channels.wechatpay_v3.fundflow import ACCOUNTS
 
 V2_ACCOUNT = {"BASIC": "Basic", "OPERATION": "Operation", "FEES": "Fees"}  # v3's words -> v2's account_type
@@ -102,7 +103,7 @@ class WeChatV2FundFlowSource:
             raise DownloadFailed(
                 f"account_type {account[:16]!r} is not one of {ACCOUNTS}", code="BAD_ACCOUNT"
             )
-        v2 = self.merchants.wechatpay_v2(mchid)
+        v2 = wechatpay_v2_desk(self.merchants).wechatpay_v2(mchid)
         tls = None
         if v2.client_cert:
             from tally.channels.wechatpay_v2.refunds import client_tls

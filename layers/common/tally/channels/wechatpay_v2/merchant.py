@@ -134,3 +134,10 @@ class Desk:
             wx2.decrypt_req_info(wx2.encrypt_req_info(refund, merchant.api_key), merchant.api_key) == refund,
             "AES-256-ECB with md5(API key)",
         )
+
+
+def wechatpay_v2_desk(directory: Any) -> Desk:
+    """This channel's merchant desk over a MerchantDirectory (service/merchants.py `desk`), typed: what a caller
+    of this channel's accessors (`wechatpay_v2_desk(directory).add_...`) holds."""
+    desk: Desk = directory.desk(CHANNEL)
+    return desk

@@ -10,6 +10,7 @@ from typing import Any
 from tally import errors
 from tally.channels.retry import with_retries
 from tally.channels.wechatpay_v2 import wire as wx2
+from tally.channels.wechatpay_v2.merchant import wechatpay_v2_desk
 from tally.domain.poll import Answer, CloseResult, QueryResult, lookup
 
 
@@ -28,7 +29,9 @@ class WeChatPayV2Pull:
 
     def query(self, order: dict[str, Any], fast: bool = False) -> QueryResult:
         try:
-            client = self.merchants.wechatpay_v2_client(self.merchants.wechatpay_v2(order["mchid"]))
+            client = wechatpay_v2_desk(self.merchants).wechatpay_v2_client(
+                wechatpay_v2_desk(self.merchants).wechatpay_v2(order["mchid"])
+            )
             data = with_retries(
                 lambda: client.order_query(order["out_trade_no"]),
                 attempts=1 if fast else self.attempts,
@@ -57,7 +60,9 @@ class WeChatPayV2Pull:
 
     def close(self, order: dict[str, Any]) -> CloseResult:
         try:
-            client = self.merchants.wechatpay_v2_client(self.merchants.wechatpay_v2(order["mchid"]))
+            client = wechatpay_v2_desk(self.merchants).wechatpay_v2_client(
+                wechatpay_v2_desk(self.merchants).wechatpay_v2(order["mchid"])
+            )
             with_retries(
                 lambda: client.close_order(order["out_trade_no"]), attempts=self.attempts, sleep=self.sleep
             )

@@ -35,6 +35,7 @@ from tally.channels.bill_source import (
 )
 from tally.channels.wechatpay_v3 import wire as wx
 from tally.channels.wechatpay_v3.channel import CHANNEL as SPEC
+from tally.channels.wechatpay_v3.merchant import wechatpay_v3_desk
 from tally.domain.recon import (
     PAYMENT,
     REFUND,
@@ -696,7 +697,7 @@ class WeChatBillSource:
         self.merchants = merchants
 
     def fetch(self, mchid: str, bill_date: str) -> Fetched:
-        client = self.merchants.client(self.merchants.wechatpay(mchid))
+        client = wechatpay_v3_desk(self.merchants).client(wechatpay_v3_desk(self.merchants).wechatpay(mchid))
         try:
             answer = client.tradebill(bill_date, "ALL")
         except wx.ChannelError as exc:

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
+from tally import errors
 from tally.channels.registry import ChannelNames
 from tally.channels.wechatpay_v3.headers import REPLAY_HEADERS
 from tally.i18n import N_
 
 if TYPE_CHECKING:
     from tally.channels.bill_source import Bill, BillSource
-    from tally.channels.registry import PullClient, RefundClient, Synthetic
+    from tally.channels.registry import CombinePayments, PullClient, RefundClient, Synthetic
+    from tally.channels.wechatpay_v3.merchant import Desk
     from tally.domain.notifications import Outcome, PaymentNotice
     from tally.domain.refunds import RefundEvent
 
@@ -25,6 +27,13 @@ def _trade_states() -> dict[str, Outcome]:
     from tally.channels.wechatpay_v3.wire import TRADE_STATE
 
     return TRADE_STATE
+
+
+def _desk(merchants: Any) -> Desk:
+    """The merchant desk (merchant.py imports the wire module: imported on first use, not at cold start)."""
+    from tally.channels.wechatpay_v3.merchant import wechatpay_v3_desk
+
+    return wechatpay_v3_desk(merchants)
 
 
 @dataclass(frozen=True)
@@ -63,7 +72,7 @@ class WeChatPayV3(ChannelNames):
 
         from tally.channels.wechatpay_v3 import wire
 
-        client = merchants.client(merchants.wechatpay(mchid))
+        client = _desk(merchants).client(_desk(merchants).wechatpay(mchid))
         path = (
             f"/v3/pay/transactions/id/{urllib.parse.quote(transaction_id, safe='')}"
             f"?mchid={urllib.parse.quote(mchid, safe='')}"
@@ -77,8 +86,10 @@ class WeChatPayV3(ChannelNames):
     ) -> RefundClient:
         from tally.channels.wechatpay_v3.refunds import WeChatRefunds
 
-        merchant = merchants.wechatpay(merchant_id)  # UnknownMerchant: no v3 credentials (then v2's, R26)
-        return WeChatRefunds(merchants.client(merchant), merchant.notify_url)
+        merchant = _desk(merchants).wechatpay(
+            merchant_id
+        )  # UnknownMerchant: no v3 credentials (then v2's, R26)
+        return WeChatRefunds(_desk(merchants).client(merchant), merchant.notify_url)
 
     def bill_source(self, merchants: Any) -> BillSource | None:
         """None: the stored "wechatpay" bill is v2's channel's to give (channels/wechatpay_v2/channel.py), the choice
@@ -104,13 +115,13 @@ class WeChatPayV3(ChannelNames):
         return WeChatBill(data)
 
     def merchant(self, merchants: Any, merchant_id: str) -> Any:
-        return merchants.wechatpay(merchant_id)
+        return _desk(merchants).wechatpay(merchant_id)
 
     def refresh_certificates(
         self, merchants: Any, merchant_ids: list[str], max_age_s: float
     ) -> dict[str, bool]:
         """GET /v3/certificates for cert-mode merchants (merchant.py Desk.refresh_platform_certificates)."""
-        return dict(merchants.refresh_platform_certificates(merchant_ids, max_age_s))
+        return dict(_desk(merchants).refresh_platform_certificates(merchant_ids, max_age_s))
 
     def synthetic(self) -> Synthetic | None:
         """A v3 callback signed and encrypted the way WeChat does it (channels/wechatpay_v3/heartbeat.py)."""
@@ -133,7 +144,7 @@ class WeChatPayV3(ChannelNames):
 
         from tally.domain.clock import CHINA  # the channels' clock: Beijing time
 
-        client = merchants.client(merchant)
+        client = _desk(merchants).client(merchant)
         terms = {
             "description": order["description"],
             "out_trade_no": order["out_trade_no"],
@@ -153,6 +164,37 @@ class WeChatPayV3(ChannelNames):
             code_url = client.native_prepay(appid=merchant.appid, **terms)
         return {"code_url": code_url}
 
+    def combine(self) -> CombinePayments:
+        return self
+
+    def combine_merchant(self, merchants: Any, mchid: str, sub_mchids: Sequence[str]) -> Any:
+        """A direct merchant whose sub-orders are all its own, or a service provider whose sub-orders belong to
+        its sub-merchants (R11): a sub-order of any other merchant is refused before anything is stored."""
+        desk = _desk(merchants)
+        try:
+            top = desk.wechatpay(mchid)
+        except errors.NotFound:
+            raise errors.NotFound(
+                f"wechatpay merchant {mchid} is not configured (tally merchant add)",
+                code="merchant_not_found",
+            ) from None
+        if top.sp_mchid:
+            raise errors.InvalidRequest(
+                "a combine order is placed by a direct merchant or by a service provider"
+            )
+        for sub_mchid in sub_mchids:
+            if sub_mchid == mchid:
+                continue
+            try:
+                owner = desk.wechatpay(sub_mchid).sp_mchid
+            except errors.NotFound:
+                owner = None
+            if owner != mchid:  # not said whether it exists: another tenant's merchant is simply not found
+                raise errors.NotFound(
+                    f"merchant {sub_mchid} is not a sub-merchant of {mchid}", code="merchant_not_found"
+                )
+        return top
+
     def combine_prepay(
         self,
         merchants: Any,
@@ -170,7 +212,7 @@ class WeChatPayV3(ChannelNames):
         from tally.domain.clock import CHINA
 
         code_url = combine.native_prepay(
-            merchants.client(merchant),
+            _desk(merchants).client(merchant),
             combine_appid=merchant.appid,
             combine_out_trade_no=combine_out_trade_no,
             sub_orders=sub_orders,
@@ -191,13 +233,5 @@ CHANNEL = WeChatPayV3(
     merchant_param="mchid",
     currencies=None,
     reconciled=True,
-    merchant_accessors=(  # channels/wechatpay_v3/merchant.py Desk, as MerchantDirectory methods
-        "wechatpay",
-        "client",
-        "add_wechatpay",
-        "add_wechatpay_partner",
-        "refresh_platform_certificates",
-        "refresh_platform_keys",
-    ),
     replay_headers=REPLAY_HEADERS,
 )

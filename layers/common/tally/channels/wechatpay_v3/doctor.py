@@ -19,13 +19,14 @@ from typing import Any
 from tally import httpclient
 from tally.channels.doctor import FAIL, PASS, UNKNOWN, Finding, probe_number
 from tally.channels.wechatpay_v3 import wire as wx
+from tally.channels.wechatpay_v3.merchant import wechatpay_v3_desk
 
 CHECK_CERTS = "GET /v3/certificates (download and decrypt the platform certificates)"
 CHECK_QUERY = "GET /v3/pay/transactions/out-trade-no/… (query an order that cannot exist)"
 
 
 def live_check(directory: Any, merchant_id: str, *, download: bool = True) -> list[Finding]:
-    merchant = directory.wechatpay(merchant_id)
+    merchant = wechatpay_v3_desk(directory).wechatpay(merchant_id)
     creds = merchant.creds
     client = wx.WeChatPayClient(
         directory.api_base, creds, timeout_s=directory.http_timeout_s, clock=directory.clock

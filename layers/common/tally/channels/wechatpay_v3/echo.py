@@ -13,14 +13,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from tally.channels.wechatpay_v3.merchant import wechatpay_v3_desk
+
 ECHO_PATH = "/v3/security/echo"
 
 
 def security_echo(merchants: Any, merchant_id: str, notify_url: str, message: str) -> str:
     """Ask the channel to echo `message` and call `notify_url` back; the message its verified answer repeats ("" if
     none). errors.NotFound: no v3 merchant `merchant_id`; errors.ChannelError: refused, unreachable, unverified."""
-    merchant = merchants.wechatpay(merchant_id)
-    client = merchants.client(merchant)
+    merchant = wechatpay_v3_desk(merchants).wechatpay(merchant_id)
+    client = wechatpay_v3_desk(merchants).client(merchant)
     serial, _key = client.encryption_key()  # the key the answer and the callback are to be signed with
     answer = client.exchange(
         "POST", ECHO_PATH, {"echo_message": message, "notify_url": notify_url}, serial=serial

@@ -9,6 +9,7 @@ from typing import Any
 from tally.channels.bill_source import NO_STATEMENT, NOT_READY, OK, DownloadFailed, Fetched, gunzip, sha1_hex
 from tally.channels.wechatpay_v3 import wire as wx
 from tally.channels.wechatpay_v3.fundflow import ACCOUNTS
+from tally.channels.wechatpay_v3.merchant import wechatpay_v3_desk
 
 
 class WeChatFundFlowSource:
@@ -26,13 +27,13 @@ class WeChatFundFlowSource:
         from tally import errors
 
         try:
-            merchant = self.merchants.wechatpay(mchid)
+            merchant = wechatpay_v3_desk(self.merchants).wechatpay(mchid)
         except errors.NotFound:
             raise DownloadFailed(
                 f"merchant {mchid}: no WeChat Pay v3 credentials for /v3/bill/fundflowbill",
                 code="NO_BILL_SOURCE",
             ) from None
-        client = self.merchants.client(merchant)
+        client = wechatpay_v3_desk(self.merchants).client(merchant)
         try:
             answer = client.fundflowbill(bill_date, account)
         except wx.ChannelError as exc:

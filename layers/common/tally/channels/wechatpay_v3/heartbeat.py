@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tally.channels.wechatpay_v3 import wire as wx
+from tally.channels.wechatpay_v3.merchant import wechatpay_v3_desk
 
 PUBLIC_KEY_ID = "PUB_KEY_ID_TALLYHEARTBEAT"
 APPID = "wxheartbeat0000000"
@@ -48,7 +49,7 @@ class WeChatPayV3Synthetic:
             "public_key_id": PUBLIC_KEY_ID,
         }
         keep(keys)
-        merchants.add_wechatpay(
+        wechatpay_v3_desk(merchants).add_wechatpay(
             mchid=merchant_id,
             apiv3_key=keys["apiv3_key"],
             merchant_key_pem=_pem(merchant),

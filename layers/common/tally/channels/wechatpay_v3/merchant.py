@@ -300,3 +300,10 @@ class Desk:
             add("service provider", True, f"sub-merchant of {merchant.sp_mchid}")
         for serial, when in sorted(creds.platform.expires.items()):
             expiry(f"platform certificate {serial}", when)
+
+
+def wechatpay_v3_desk(directory: Any) -> Desk:
+    """This channel's merchant desk over a MerchantDirectory (service/merchants.py `desk`), typed: what a caller
+    of this channel's accessors (`wechatpay_v3_desk(directory).add_...`) holds."""
+    desk: Desk = directory.desk(CHANNEL)
+    return desk

@@ -12,6 +12,7 @@ from tally.channels.registry import ReadNotification
 from tally.channels.wechatpay_v3 import combine as wxc
 from tally.channels.wechatpay_v3 import refunds as wxr
 from tally.channels.wechatpay_v3 import wire as wx
+from tally.channels.wechatpay_v3.merchant import wechatpay_v3_desk
 
 SECURITY_ECHO = "SECURITY_ECHO."  # event_type SECURITY_ECHO.SUCCESS: no money, nothing to store
 
@@ -79,7 +80,7 @@ def _verify(merchants: Any, merchant: Any, request: Any, now: float, window_s: i
         if not serial or serial.startswith(wx.PUBLIC_KEY_ID_PREFIX):
             raise
         # R3: an unknown certificate serial gets one refresh, then one more verify.
-        if not merchants.refresh_platform_keys(merchant):
+        if not wechatpay_v3_desk(merchants).refresh_platform_keys(merchant):
             raise
         wx.verify_signed(request.headers, request.body, merchant.creds.platform, now, window_s)
 

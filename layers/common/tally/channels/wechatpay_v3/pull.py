@@ -10,6 +10,7 @@ from tally import errors
 from tally.channels.retry import with_retries
 from tally.channels.wechatpay_v3 import combine
 from tally.channels.wechatpay_v3 import wire as wx
+from tally.channels.wechatpay_v3.merchant import wechatpay_v3_desk
 from tally.domain.poll import Answer, CloseResult, QueryResult, lookup
 
 
@@ -27,8 +28,8 @@ class WeChatPayV3Pull:
 
     def _client(self, order: dict[str, Any]) -> tuple[wx.WeChatPayClient, str | None]:
         sp = order.get("sp_mchid") or None
-        merchant = self.merchants.wechatpay(sp or order["mchid"])
-        return self.merchants.client(merchant), (order["mchid"] if sp else None)
+        merchant = wechatpay_v3_desk(self.merchants).wechatpay(sp or order["mchid"])
+        return wechatpay_v3_desk(self.merchants).client(merchant), (order["mchid"] if sp else None)
 
     def query(self, order: dict[str, Any], fast: bool = False) -> QueryResult:
         if order.get("combine_out_trade_no"):
@@ -71,8 +72,8 @@ class WeChatPayV3Pull:
         only the sub-order that is this order (number and merchant) is read from the answer (R11)."""
         combine_no = str(order["combine_out_trade_no"])
         try:
-            client = self.merchants.client(
-                self.merchants.wechatpay(order.get("combine_mchid") or order["mchid"])
+            client = wechatpay_v3_desk(self.merchants).client(
+                wechatpay_v3_desk(self.merchants).wechatpay(order.get("combine_mchid") or order["mchid"])
             )
             response = with_retries(
                 lambda: combine.query(client, combine_no),
@@ -133,8 +134,10 @@ class WeChatPayV3Pull:
         ORDER_CLOSED, and each is closed locally only on what its own query then says (R22, R24)."""
         combine_no = str(order["combine_out_trade_no"])
         try:
-            merchant = self.merchants.wechatpay(order.get("combine_mchid") or order["mchid"])
-            client = self.merchants.client(merchant)
+            merchant = wechatpay_v3_desk(self.merchants).wechatpay(
+                order.get("combine_mchid") or order["mchid"]
+            )
+            client = wechatpay_v3_desk(self.merchants).client(merchant)
             asked = with_retries(
                 lambda: combine.query(client, combine_no), attempts=self.attempts, sleep=self.sleep
             )
