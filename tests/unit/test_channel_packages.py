@@ -39,7 +39,6 @@ SPELLINGS = {
 STILL_NAMES_A_CHANNEL = {
     "tally_cli/verify.py": "one subcommand per channel, with that channel's flags (`tally verify wechatpay-v2`)",
     "tally_cli/merchant.py": "one subcommand per channel, with that channel's credential flags",
-    "domain/fundflow.py": "domain is pure: the settlement lag per channel, keyed by the metric word (R45)",
 }
 
 

@@ -2,16 +2,23 @@
 check uses, and a clear refusal naming the field for anything it could not use. Pure."""
 
 import pytest
-from tally.domain.fundflow import DEFAULT_LAGS, ConfigError, FlowTally, FundFlowRow, accounts_of, lag_of
+from tally.channels import registry
+from tally.domain.fundflow import ConfigError, FlowTally, FundFlowRow, FundFlowTerms, accounts_of, lag_of
+
+
+def terms(channel: str) -> FundFlowTerms:
+    found = registry.fund_flow_terms(channel)
+    assert found is not None
+    return found
 
 
 def test_r45_no_config_is_the_channel_default_and_settlement_days_carries_the_fee():
-    assert lag_of("wechatpay", None) is DEFAULT_LAGS["wechatpay"]
-    assert lag_of("alipay", {}) is DEFAULT_LAGS["alipay"]
-    week = lag_of("wechatpay", {"settlement_days": 7})
+    assert lag_of(terms("wechatpay").lag, None) is terms("wechatpay").lag
+    assert lag_of(terms("alipay").lag, {}) is terms("alipay").lag
+    week = lag_of(terms("wechatpay").lag, {"settlement_days": 7})
     assert (week.settlement_days, week.fee_days, week.refund_days, week.fee_return_days) == (7, 7, 0, 0)
     assert week.due("2024-05-01") == "2024-05-08" and "settlement_days=7" in week.source
-    own = lag_of("wechatpay", {"settlement_days": 1, "fee_days": 2, "refund_days": 1})
+    own = lag_of(terms("wechatpay").lag, {"settlement_days": 1, "fee_days": 2, "refund_days": 1})
     assert (own.settlement_days, own.fee_days, own.refund_days) == (1, 2, 1)
 
 
@@ -29,12 +36,14 @@ def test_r45_no_config_is_the_channel_default_and_settlement_days_carries_the_fe
 )
 def test_r45_a_lag_the_check_cannot_use_is_refused_naming_the_field(config, why):
     with pytest.raises(ConfigError, match=why):
-        lag_of("wechatpay", config)
+        lag_of(terms("wechatpay").lag, config)
 
 
 def test_r45_fund_accounts_are_the_channel_s_words_each_once():
-    assert accounts_of("wechatpay", None) == ("BASIC",) and accounts_of("alipay", []) == ("ALIPAY",)
-    assert accounts_of("wechatpay", ["basic", "FEES"]) == ("BASIC", "FEES")
+    assert accounts_of(terms("wechatpay"), None) == ("BASIC",) and accounts_of(terms("alipay"), []) == (
+        "ALIPAY",
+    )
+    assert accounts_of(terms("wechatpay"), ["basic", "FEES"]) == ("BASIC", "FEES")
     for bad, why in [
         (["SAVINGS"], "not one of"),
         (["BASIC", "basic"], "twice"),
@@ -42,14 +51,13 @@ def test_r45_fund_accounts_are_the_channel_s_words_each_once():
         (["FEES"], None),
     ]:
         if why is None:
-            assert accounts_of("wechatpay", bad) == ("FEES",)
+            assert accounts_of(terms("wechatpay"), bad) == ("FEES",)
             continue
         with pytest.raises(ConfigError, match=why):
-            accounts_of("wechatpay", bad)
+            accounts_of(terms("wechatpay"), bad)
     with pytest.raises(ConfigError, match="not one of"):
-        accounts_of("alipay", ["BASIC"])  # Alipay has one balance
-    with pytest.raises(ConfigError, match="no fund-flow accounts"):
-        accounts_of("paypal", ["BASIC"])
+        accounts_of(terms("alipay"), ["BASIC"])  # Alipay has one balance
+    assert registry.fund_flow_terms("paypal") is None  # no channel of that name: nothing to read
 
 
 def test_the_flow_tally_counts_income_expense_and_balance_breaks_for_both_parsers():

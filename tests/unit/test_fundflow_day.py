@@ -11,6 +11,7 @@ from dataclasses import replace
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tally.channels import registry
 from tally.channels.alipay.fundflow import AlipayFundFlowParser
 from tally.channels.alipay.settlement import alipay_payment
 from tally.channels.wechatpay_v3.bills import WeChatBillParser
@@ -18,7 +19,6 @@ from tally.channels.wechatpay_v3.fundflow import WeChatFundFlowParser
 from tally.channels.wechatpay_v3.settlement import wechat_v3_payment
 from tally.domain.fundflow import (
     AGREED,
-    DEFAULT_LAGS,
     FEE,
     FEE_RETURN,
     FUND_DIFFERS,
@@ -37,6 +37,8 @@ from tally.domain.fundflow import (
 )
 from tally.domain.recon import Diff
 from tally.domain.statement import summarize
+
+from tests.unit.fundflow_terms import lag_for
 
 HERE = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "bills" / "fundflow"
 M = "1900000109"
@@ -71,7 +73,15 @@ def ledger_1130():
 def test_r45_a_coupon_day_agrees_three_ways_on_settlement_amounts():
     ledger = ledger_1130()
     assert ledger == DayFigures(16500, 0, 99, 0)
-    v = check_day(M, "wechatpay", "2026-11-30", ledger, trade=ledger, fund_days=fund_days(fund_rows()))
+    v = check_day(
+        M,
+        "wechatpay",
+        "2026-11-30",
+        ledger,
+        trade=ledger,
+        fund_days=fund_days(fund_rows()),
+        lag=lag_for("wechatpay"),
+    )
     assert (v.code, v.diffs) == (AGREED, [])
     assert v.reason == "ledger = trade bill = fund flow"
     assert v.fund == DayFigures(16500, 0, 99, 0)
@@ -81,7 +91,13 @@ def test_r45_a_ledger_that_books_payer_amounts_is_told_it_differs():
     # what Tally books today (payer_total): the CASH coupon's 10.00 is money the fund flow did receive
     payer_booked = DayFigures(sum(p.payer_cent for p in PAYMENTS), 0, FEES, 0)
     v = check_day(
-        M, "wechatpay", "2026-11-30", payer_booked, trade=payer_booked, fund_days=fund_days(fund_rows())
+        M,
+        "wechatpay",
+        "2026-11-30",
+        payer_booked,
+        trade=payer_booked,
+        fund_days=fund_days(fund_rows()),
+        lag=lag_for("wechatpay"),
     )
     assert v.code == FUND_DIFFERS
     (diff,) = v.diffs
@@ -103,6 +119,7 @@ def test_r45_a_missing_settlement_credit_is_found_with_its_fee():
         ledger_1130(),
         trade=ledger_1130(),
         fund_days=fund_days(fund_rows(drop={"FF0002"})),
+        lag=lag_for("wechatpay"),
     )
     assert v.code == FUND_DIFFERS
     got = {d.item: (d.channel_amount_cent, d.local_amount_cent) for d in v.diffs}
@@ -123,6 +140,7 @@ def test_r45_a_planted_fee_error_is_found():
         ledger_1130(),
         trade=ledger_1130(),
         fund_days=fund_days([wrong, *rows[1:]]),
+        lag=lag_for("wechatpay"),
     )
     assert v.code == FUND_DIFFERS
     assert [(d.item, d.channel_amount_cent, d.local_amount_cent) for d in v.diffs] == [(FEE, 100, 99)]
@@ -133,14 +151,18 @@ def test_r45_refunds_and_fees_given_back_are_checked_on_the_day_they_are_made():
     # 12-02 fund flow (T+1 settlement of 12-01's payments) is in
     ledger = DayFigures(0, 1000, 0, 6)
     days = fund_days(fund_rows())
-    v = check_day(M, "wechatpay", "2026-12-01", ledger, trade=ledger, fund_days=days)
+    v = check_day(
+        M, "wechatpay", "2026-12-01", ledger, trade=ledger, fund_days=days, lag=lag_for("wechatpay")
+    )
     assert (v.code, v.fund) == (PENDING, None)
     assert "fund-flow bill of 2026-12-02 not in yet" in v.reason
     days["2026-12-02"] = FundFlowDay("2026-12-02")
-    v = check_day(M, "wechatpay", "2026-12-01", ledger, trade=ledger, fund_days=days)
+    v = check_day(
+        M, "wechatpay", "2026-12-01", ledger, trade=ledger, fund_days=days, lag=lag_for("wechatpay")
+    )
     assert (v.code, v.fund) == (AGREED, DayFigures(0, 1000, 0, 6))
     short = DayFigures(0, 1000, 0, 0)  # a ledger that forgot the fee given back
-    v = check_day(M, "wechatpay", "2026-12-01", short, trade=short, fund_days=days)
+    v = check_day(M, "wechatpay", "2026-12-01", short, trade=short, fund_days=days, lag=lag_for("wechatpay"))
     assert [(d.item, d.channel_amount_cent, d.local_amount_cent) for d in v.diffs] == [(FEE_RETURN, 6, 0)]
 
 
@@ -153,6 +175,7 @@ def test_r45_an_unknown_business_type_on_a_needed_day_is_a_diff():
         ledger_1130(),
         trade=ledger_1130(),
         fund_days=fund_days([*fund_rows(), odd]),
+        lag=lag_for("wechatpay"),
     )
     assert v.code == FUND_DIFFERS
     (diff,) = v.diffs
@@ -169,14 +192,14 @@ def test_r45_trade_leg_differences_and_a_missing_trade_bill_are_never_agreement(
     ledger = ledger_1130()
     days = fund_days(fund_rows())
     trade = DayFigures(16400, 0, 99, 0)
-    v = check_day(M, "wechatpay", "2026-11-30", ledger, trade=trade, fund_days=days)
+    v = check_day(M, "wechatpay", "2026-11-30", ledger, trade=trade, fund_days=days, lag=lag_for("wechatpay"))
     assert v.code == TRADE_DIFFERS
     assert [(d.item, d.channel_amount_cent, d.local_amount_cent) for d in v.diffs] == [
         ("TRADE_SETTLEMENT", 16400, 16500)
     ]
-    v = check_day(M, "wechatpay", "2026-11-30", ledger, trade=None, fund_days=days)
+    v = check_day(M, "wechatpay", "2026-11-30", ledger, trade=None, fund_days=days, lag=lag_for("wechatpay"))
     assert (v.code, v.reason) == (PENDING, "ledger = fund flow; trade bill not in yet")
-    v = check_day(M, "wechatpay", "2026-11-30", ledger, trade=trade, fund_days={})
+    v = check_day(M, "wechatpay", "2026-11-30", ledger, trade=trade, fund_days={}, lag=lag_for("wechatpay"))
     assert (
         v.code == TRADE_DIFFERS and "not in yet" in v.reason
     )  # a known trade difference is not hidden by PENDING
@@ -191,19 +214,19 @@ def test_r45_alipay_settles_the_same_day():
     )  # fmt: skip
     ledger = DayFigures(a1.settlement_cent + a2.settlement_cent, 500, 12, 0)
     v = check_day("2088021109625633", "alipay", "2026-11-30", ledger, trade=ledger,
-                  fund_days={"2026-11-30": FundFlowDay("2026-11-30").extend(rows)})  # fmt: skip
+                  fund_days={"2026-11-30": FundFlowDay("2026-11-30").extend(rows)}, lag=lag_for("alipay"))  # fmt: skip
     assert (v.code, v.fund) == (AGREED, DayFigures(2080, 500, 12, 0))
 
 
 def test_r45_the_lag_says_which_fund_flow_days_a_ledger_day_needs():
-    wx = DEFAULT_LAGS["wechatpay"]
+    wx = lag_for("wechatpay")
     assert [wx.day_of(i, "2026-12-31") for i in (SETTLEMENT, REFUND, FEE, FEE_RETURN)] == [
         "2027-01-01",
         "2026-12-31",
         "2027-01-01",
         "2026-12-31",
     ]
-    assert wx.due("2026-12-31") == "2027-01-01" and DEFAULT_LAGS["alipay"].due("2026-12-31") == "2026-12-31"
+    assert wx.due("2026-12-31") == "2027-01-01" and lag_for("alipay").due("2026-12-31") == "2026-12-31"
     t7 = SettlementLag(7, 0, 7, 0, "T+7 industry")
     v = check_day(
         M,
@@ -217,9 +240,10 @@ def test_r45_the_lag_says_which_fund_flow_days_a_ledger_day_needs():
     assert v.code == PENDING and "2026-12-07" in v.reason and "T+7 industry" in v.reason
 
 
-@pytest.mark.parametrize("channel", sorted(DEFAULT_LAGS))
+@pytest.mark.parametrize("channel", registry.names())
 def test_r45_every_channel_has_a_stated_lag(channel):
-    assert DEFAULT_LAGS[channel].source
+    terms = registry.get(channel).fund_flow_terms()
+    assert terms is not None and terms.lag.source and terms.default_accounts
 
 
 def test_r45_the_trade_leg_is_summed_from_the_bill_rows_with_fees_charged_and_given_back_apart():
@@ -258,10 +282,17 @@ def test_r45_property_the_lagged_fund_flow_agrees_and_a_lost_credit_is_found(pay
         sum(d.fee_cent for d in debits),
     )
     days = {"2026-11-30": FundFlowDay().extend(debits), "2026-12-01": FundFlowDay().extend(credits)}
-    assert check_day(M, "wechatpay", "2026-11-30", ledger, trade=ledger, fund_days=days).code == AGREED
+    assert (
+        check_day(
+            M, "wechatpay", "2026-11-30", ledger, trade=ledger, fund_days=days, lag=lag_for("wechatpay")
+        ).code
+        == AGREED
+    )
     lost = data.draw(st.integers(0, len(credits) - 1))
     days["2026-12-01"] = FundFlowDay().extend(c for i, c in enumerate(credits) if i != lost)
-    v = check_day(M, "wechatpay", "2026-11-30", ledger, trade=ledger, fund_days=days)
+    v = check_day(
+        M, "wechatpay", "2026-11-30", ledger, trade=ledger, fund_days=days, lag=lag_for("wechatpay")
+    )
     assert v.code == FUND_DIFFERS
     got = {d.item: d.local_amount_cent - d.channel_amount_cent for d in v.diffs}
     assert got[SETTLEMENT] == credits[lost].gross_cent

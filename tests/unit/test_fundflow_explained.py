@@ -3,12 +3,21 @@
 
 from tally.domain.fundflow import SETTLEMENT, TRADE_DIFFERS, DayFigures, check_day
 
+from tests.unit.fundflow_terms import lag_for
+
 
 def verdict(rows_explain):
     ledger = DayFigures(10_000, 0, 60, 0)
     trade = DayFigures(10_077, 0, 60, 0)  # the bill lists one more payment of 0.77
     return check_day(
-        "1900000109", "wechatpay", "2024-05-01", ledger, trade=trade, fund_days={}, rows_explain=rows_explain
+        "1900000109",
+        "wechatpay",
+        "2024-05-01",
+        ledger,
+        trade=trade,
+        fund_days={},
+        rows_explain=rows_explain,
+        lag=lag_for("wechatpay"),
     )
 
 

@@ -17,6 +17,8 @@ from tally.domain.money import format_cents
 from tally.domain.recon import PASSED, QUIET, check_guards
 from tally.domain.statement import summarize
 
+from tests.unit.fundflow_terms import lag_for
+
 START = date(2026, 11, 23)
 DAYS = [(START + timedelta(days=n)).isoformat() for n in range(7)]
 RATE_E4 = 60  # 0.60 %
@@ -127,7 +129,15 @@ def test_r45_a_coupon_week_on_wechat_reconciles_with_zero_false_differences():
     fund = wechat_week()
     del fund[(START + timedelta(days=7)).isoformat()]  # the last day's T+1 credit is not in yet
     verdicts = [
-        check_day("1900000109", "wechatpay", day, wechat_ledger(n), trade=wechat_ledger(n), fund_days=fund)
+        check_day(
+            "1900000109",
+            "wechatpay",
+            day,
+            wechat_ledger(n),
+            trade=wechat_ledger(n),
+            fund_days=fund,
+            lag=lag_for("wechatpay"),
+        )
         for n, day in enumerate(DAYS)
     ]
     assert [v.code for v in verdicts] == [AGREED] * 6 + [PENDING]
@@ -139,7 +149,13 @@ def test_r45_a_planted_settlement_shortfall_is_found_on_its_day_only():
     codes = {}
     for n, day in enumerate(DAYS[:-1]):
         v = check_day(
-            "1900000109", "wechatpay", day, wechat_ledger(n), trade=wechat_ledger(n), fund_days=fund
+            "1900000109",
+            "wechatpay",
+            day,
+            wechat_ledger(n),
+            trade=wechat_ledger(n),
+            fund_days=fund,
+            lag=lag_for("wechatpay"),
         )
         codes[day] = v.code
         if n == 3:
@@ -178,5 +194,13 @@ def test_r45_a_coupon_week_on_alipay_reconciles_the_same_day():
         day_flow = FundFlowDay(day).extend(parser.rows())
         assert check_guards(parser.totals).code == PASSED
         ledger = summarize(payments, [], fee_cent=expense).figures()
-        v = check_day("2088021109625633", "alipay", day, ledger, trade=ledger, fund_days={day: day_flow})
+        v = check_day(
+            "2088021109625633",
+            "alipay",
+            day,
+            ledger,
+            trade=ledger,
+            fund_days={day: day_flow},
+            lag=lag_for("alipay"),
+        )
         assert (v.code, v.diffs) == (AGREED, []), v.reason

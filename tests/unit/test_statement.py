@@ -10,6 +10,8 @@ from tally.channels.wechatpay_v3.settlement import wechat_v3_payment, wechat_v3_
 from tally.domain.fundflow import AGREED, SETTLEMENT, DayFigures, FundFlowDay, FundFlowRow, check_day
 from tally.domain.statement import COLUMNS, NOT_CHECKED, statement_csv, statement_row, summarize
 
+from tests.unit.fundflow_terms import lag_for
+
 PAYMENTS = [
     wechat_v3_payment(
         {"total": 10000, "payer_total": 9000},
@@ -56,7 +58,13 @@ def test_r45_statement_row_and_csv_carry_the_verdict_in_yuan():
     )
     fund = {"2026-11-30": FundFlowDay("2026-11-30"), "2026-12-01": FundFlowDay("2026-12-01").extend([credit])}
     verdict = check_day(
-        "1900000109", "wechatpay", "2026-11-30", s.figures(), trade=s.figures(), fund_days=fund
+        "1900000109",
+        "wechatpay",
+        "2026-11-30",
+        s.figures(),
+        trade=s.figures(),
+        fund_days=fund,
+        lag=lag_for("wechatpay"),
     )
     assert verdict.code == AGREED
     row = statement_row("1900000109", "wechatpay", "2026-11-30", s, verdict)

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from tally.channels.bill_source import Bill, BillSource
     from tally.channels.doctor import Finding
+    from tally.domain.fundflow import FundFlowTerms
     from tally.domain.notifications import Outcome, PaymentNotice
     from tally.domain.poll import CloseResult, QueryResult
     from tally.domain.refunds import ChannelAnswer, RefundEvent
@@ -250,6 +251,10 @@ class Channel(Protocol):
         order (an errors.ChannelError if the channel says no)."""
         ...
 
+    def fund_flow_terms(self) -> FundFlowTerms | None:
+        """The channel's settlement lag and fund-flow accounts by default (R45), None if it has no fund flow."""
+        ...
+
     def combine(self) -> CombinePayments | None:
         """The channel's combine payment (POST /orders/combine), None if it has none."""
         ...
@@ -301,6 +306,9 @@ class ChannelNames:
         return self.route
 
     def combine(self) -> CombinePayments | None:
+        return None
+
+    def fund_flow_terms(self) -> FundFlowTerms | None:
         return None
 
     def fund_flow_source(self, merchants: Any) -> Any | None:
@@ -499,6 +507,13 @@ def reconciled() -> tuple[str, ...]:
 def replay_header_names() -> tuple[str, ...]:
     """Every channel's `replay_headers`, once each: what a kept callback stores of its request's headers."""
     return tuple(dict.fromkeys(name for channel in all_channels() for name in channel.replay_headers))
+
+
+def fund_flow_terms(spelling: str) -> FundFlowTerms | None:
+    """A channel's fund-flow defaults by its stored value, route or name (a stored value shared by two channels:
+    the first registered's); None for a word no channel owns or a channel without a fund flow."""
+    channel = by_stored(spelling) or by_route(spelling) or find(lambda c: c.name == spelling)
+    return channel.fund_flow_terms() if channel is not None else None
 
 
 def metric_values() -> tuple[str, ...]:

@@ -222,19 +222,16 @@ class SettlementLag:
 ITEMS = (SETTLEMENT, REFUND, FEE, FEE_RETURN)
 
 
-# WeChat Pay: a payment's money reaches the basic account by the merchant's settlement cycle (T+1 by default,
-# T+7 for some industries: configurable per merchant), its fee netted in the same row; a refund debits the
-# balance when it is made. Alipay: the money is in the merchant's Alipay balance at payment (账务明细 on T).
-DEFAULT_LAGS = {
-    "wechatpay": SettlementLag(1, 0, 1, 0, "WeChat Pay settlement cycle T+1 (merchant platform default)"),
-    "wechatpay-v2": SettlementLag(1, 0, 1, 0, "WeChat Pay settlement cycle T+1 (merchant platform default)"),
-    "alipay": SettlementLag(0, 0, 0, 0, "Alipay: funds enter the account balance at payment"),
-}
+@dataclass(frozen=True, slots=True)
+class FundFlowTerms:
+    """A channel's fund flow by default (R45; each channel package states its own): the settlement lag, the
+    account words a merchant record may name, and the accounts read when it names none."""
+
+    lag: SettlementLag
+    accounts: tuple[str, ...]
+    default_accounts: tuple[str, ...]
 
 
-# the accounts a merchant's fund flow is read from, per stored channel, and what a merchant record may name
-DEFAULT_ACCOUNTS = {"wechatpay": ("BASIC",), "alipay": ("ALIPAY",)}
-ACCOUNTS = {"wechatpay": ("BASIC", "OPERATION", "FEES"), "alipay": ("ALIPAY",)}
 LAG_FIELDS = ("settlement_days", "refund_days", "fee_days", "fee_return_days")
 MAX_LAG_DAYS = 30
 
@@ -243,13 +240,10 @@ class ConfigError(ValueError):
     """A merchant's settlement_lag / fund_accounts that cannot be used (the message says what to write)."""
 
 
-def lag_of(channel: str, config: Mapping[str, object] | None) -> SettlementLag:
-    """A merchant's `settlement_lag` (e.g. {"settlement_days": 7}) over the channel's default (R45): any of
-    settlement_days, refund_days, fee_days, fee_return_days, whole days 0..30; `fee_days` follows
+def lag_of(base: SettlementLag, config: Mapping[str, object] | None) -> SettlementLag:
+    """A merchant's `settlement_lag` (e.g. {"settlement_days": 7}) over the channel's default `base` (R45): any
+    of settlement_days, refund_days, fee_days, fee_return_days, whole days 0..30; `fee_days` follows
     `settlement_days` unless given (WeChat nets the fee into the credit). Anything else is a ConfigError."""
-    base = DEFAULT_LAGS.get(channel)
-    if base is None:
-        raise ConfigError(f"channel {channel!r} has no settlement lag (one of {', '.join(DEFAULT_LAGS)})")
     if not config:
         return base
     if not isinstance(config, Mapping):
@@ -277,14 +271,12 @@ def lag_of(channel: str, config: Mapping[str, object] | None) -> SettlementLag:
     return lag
 
 
-def accounts_of(channel: str, config: object) -> tuple[str, ...]:
+def accounts_of(terms: FundFlowTerms, config: object) -> tuple[str, ...]:
     """A merchant's `fund_accounts` (e.g. ["BASIC", "FEES"]): the channel's account words, each once, at least
     one; none configured → the channel's default (WeChat BASIC, Alipay its one ALIPAY balance)."""
-    allowed = ACCOUNTS.get(channel)
-    if allowed is None:
-        raise ConfigError(f"channel {channel!r} has no fund-flow accounts (one of {', '.join(ACCOUNTS)})")
+    allowed = terms.accounts
     if config is None or config == []:
-        return DEFAULT_ACCOUNTS[channel]
+        return terms.default_accounts
     if isinstance(config, str) or not isinstance(config, (list, tuple)):
         raise ConfigError(f'fund_accounts is a list, e.g. ["{allowed[0]}"]')
     out: list[str] = []
@@ -323,7 +315,7 @@ def check_day(
     *,
     trade: DayFigures | None,
     fund_days: Mapping[str, FundFlowDay],
-    lag: SettlementLag | None = None,
+    lag: SettlementLag,
     rows_explain: Mapping[str, int] | None = None,
 ) -> DayVerdict:
     """R45: did ledger day `ledger_day`'s money land? `fund_days` maps fund-flow days (ISO) to their
@@ -335,10 +327,11 @@ def check_day(
     whether the day's money moved as booked. Money on the day boundary (a payment at 23:59:59 settled a day
     later) shows as a pair of opposite diffs on consecutive days; the detail says so.
 
+    `lag`: the merchant's (service/ledger_day.merchant_lag: its record over the channel's FundFlowTerms).
+
     `rows_explain`: per item, the channel-minus-ledger sum of the trade run's own row differences (R34–R36). A
     trade-bill leg whose gap is exactly that sum is the same money as those rows, which are already cases: the
     verdict still says the trade bill differs, but no second difference opens for it (R48)."""
-    lag = lag or DEFAULT_LAGS[channel]
     diffs: list[Diff] = []
     key = f"{merchant}#{ledger_day}"
     trade_differs = False

@@ -2,7 +2,7 @@
 the three-way verdict (R45). Pure: figures in, CSV text out (people read yuan; the figures stay integer cents).
 
     summary = summarize(payments, refunds, fee_cent=…, fee_returned_cent=…)   # Settlement / Refund records
-    verdict = check_day(mchid, channel, day, summary.figures(), trade=…, fund_days=…)   # or, from the runs:
+    verdict = check_day(mchid, channel, day, summary.figures(), trade=…, fund_days=…, lag=…)   # or, from the runs:
     verdict = day_verdict(recon_runs_rows_newest_first)                                   # AGREES / DIFFERS / …
     text = statement_csv([statement_row(mchid, channel, day, summary, verdict)])
 """

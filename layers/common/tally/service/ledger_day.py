@@ -35,7 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tally.channels import registry as channel_registry
-from tally.domain.fundflow import DEFAULT_LAGS, ConfigError, SettlementLag, lag_of
+from tally.domain.fundflow import ConfigError, SettlementLag, lag_of
 from tally.domain.merchant_day import MerchantDay, count_diffs, day_state, merchant_day
 from tally.domain.money import format_cents
 from tally.domain.recon import round_units
@@ -60,10 +60,13 @@ FINISHED = ("MATCHED", "DIFFS", "QUIET", "BLOCKED")
 def merchant_lag(channel: str, config: dict[str, Any] | None) -> SettlementLag | None:
     """The merchant's settlement lag (its record's `settlement_lag` over the channel's default); a record that
     cannot be used reads as the channel's default here (the fund-flow run blocks on it, loudly)."""
+    terms = channel_registry.fund_flow_terms(channel)
+    if terms is None:
+        return None
     try:
-        return lag_of(channel, (config or {}).get("settlement_lag"))
+        return lag_of(terms.lag, (config or {}).get("settlement_lag"))
     except ConfigError:
-        return DEFAULT_LAGS.get(channel)
+        return terms.lag
 
 
 def statement_text(

@@ -30,9 +30,8 @@ from typing import Any
 
 from tally import errors
 from tally.channels import registry as channel_registry
+from tally.domain.fundflow import ITEMS as FUND_ITEMS
 from tally.domain.fundflow import (
-    DEFAULT_ACCOUNTS,
-    DEFAULT_LAGS,
     PENDING,
     SETTLEMENT,
     SETTLEMENT_DIFFERS,
@@ -45,7 +44,6 @@ from tally.domain.fundflow import (
     lag_of,
     trade_figures,
 )
-from tally.domain.fundflow import ITEMS as FUND_ITEMS
 from tally.domain.merchant_day import EXPECTED, bill_lag, fee_charged, published, settlement_gap
 from tally.domain.merchant_day import FUND_ITEMS as FUND_GAP_ITEMS
 from tally.domain.money import format_cents
@@ -990,19 +988,18 @@ class ReconService:
         """The lag and accounts a run uses: the caller's, else the merchant's records (R45), else the channel's
         defaults. A record someone wrote by hand that does not parse is an error (loud), never a default in its
         place."""
+        terms = channel_registry.fund_flow_terms(channel)
+        if terms is None:
+            raise ConfigError(f"channel {channel!r} has no fund flow")
         config_error = None
         if lag is None or accounts is None:
             try:
                 config = self.fund_config(channel, mchid) if self.fund_config else {}
-                lag = lag or lag_of(channel, config.get("settlement_lag"))
-                accounts = accounts or accounts_of(channel, config.get("fund_accounts"))
+                lag = lag or lag_of(terms.lag, config.get("settlement_lag"))
+                accounts = accounts or accounts_of(terms, config.get("fund_accounts"))
             except ConfigError as exc:
                 config_error = f"merchant {mchid}: {exc}"
-        return (
-            lag or DEFAULT_LAGS[channel],
-            accounts or DEFAULT_ACCOUNTS.get(channel, ("BASIC",)),
-            config_error,
-        )
+        return lag or terms.lag, accounts or terms.default_accounts, config_error
 
     def _keep_settlement_diffs(
         self, run: dict[str, Any], result: Any, lag: SettlementLag, ledger_day: str

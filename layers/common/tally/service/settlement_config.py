@@ -12,9 +12,16 @@ from typing import Any
 
 from tally import errors
 from tally.channels import registry as channel_registry
-from tally.domain.fundflow import ConfigError, accounts_of, lag_of
+from tally.domain.fundflow import ConfigError, FundFlowTerms, accounts_of, lag_of
 
 FIELDS = ("settlement_lag", "fund_accounts")
+
+
+def _terms(channel: channel_registry.Channel) -> FundFlowTerms:
+    terms = channel.fund_flow_terms()
+    if terms is None:
+        raise errors.InvalidRequest(f"{channel.route} has no fund flow to configure")
+    return terms
 
 
 class MerchantSettlement:
@@ -41,12 +48,13 @@ class MerchantSettlement:
             raise errors.NotFound(
                 f"no {channel.route} merchant {merchant_id}: tally merchant add {channel.route} … first"
             )
+        terms = _terms(channel)
         try:
             if settlement_lag is not None:
-                lag_of(channel.stored, settlement_lag)
+                lag_of(terms.lag, settlement_lag)
                 row["settlement_lag"] = dict(settlement_lag)
             if fund_accounts is not None:
-                row["fund_accounts"] = list(accounts_of(channel.stored, fund_accounts))
+                row["fund_accounts"] = list(accounts_of(terms, fund_accounts))
         except ConfigError as exc:
             raise errors.InvalidRequest(str(exc)) from None
         if clear:
@@ -76,10 +84,11 @@ class MerchantSettlement:
             "settlement_lag": row.get("settlement_lag"),
             "fund_accounts": row.get("fund_accounts"),
         }
+        terms = _terms(channel)
         try:
-            lag = lag_of(channel.stored, config.get("settlement_lag"))
+            lag = lag_of(terms.lag, config.get("settlement_lag"))
             out["fund_flow"] = {
-                "accounts": list(accounts_of(channel.stored, config.get("fund_accounts"))),
+                "accounts": list(accounts_of(terms, config.get("fund_accounts"))),
                 "settlement_days": lag.settlement_days,
                 "refund_days": lag.refund_days,
                 "fee_days": lag.fee_days,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from tally.channels.registry import ChannelNames
@@ -13,6 +14,7 @@ if TYPE_CHECKING:
     from tally.channels.alipay.merchant import Desk
     from tally.channels.bill_source import Bill, BillSource
     from tally.channels.registry import PullClient, RefundClient
+    from tally.domain.fundflow import FundFlowTerms
     from tally.domain.notifications import Outcome, PaymentNotice
     from tally.domain.refunds import RefundEvent
 
@@ -22,6 +24,19 @@ def _desk(merchants: Any) -> Desk:
     from tally.channels.alipay.merchant import alipay_desk
 
     return alipay_desk(merchants)
+
+
+@cache
+def _fund_flow_terms() -> FundFlowTerms:
+    """The fund flow by default (R45), built on first use (not at cold start) and then kept."""
+    from tally.domain.fundflow import FundFlowTerms, SettlementLag
+
+    # the money is in the merchant's Alipay balance at payment (账务明细 on T), one balance account
+    return FundFlowTerms(
+        SettlementLag(0, 0, 0, 0, "Alipay: funds enter the account balance at payment"),
+        accounts=("ALIPAY",),
+        default_accounts=("ALIPAY",),
+    )
 
 
 @dataclass(frozen=True)
@@ -108,6 +123,9 @@ class Alipay(ChannelNames):
 
     def merchant(self, merchants: Any, merchant_id: str) -> Any:
         return _desk(merchants).alipay(merchant_id)
+
+    def fund_flow_terms(self) -> FundFlowTerms:
+        return _fund_flow_terms()
 
     def prepay(
         self, merchants: Any, merchant: Any, order: dict[str, Any], *, expire_minutes: int, expire_s: float

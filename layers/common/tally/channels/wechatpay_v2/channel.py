@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from tally.channels.bill_source import Bill, BillSource
     from tally.channels.registry import PullClient, RefundClient
     from tally.channels.wechatpay_v2.merchant import Desk
+    from tally.domain.fundflow import FundFlowTerms
     from tally.domain.notifications import Outcome, PaymentNotice
     from tally.domain.refunds import RefundEvent
 
@@ -133,6 +134,11 @@ class WeChatPayV2(ChannelNames):
         if prepay and not merchant.appid:
             return "prepay for a wechatpay_v2 merchant needs its appid (tally merchant add --appid)"
         return None
+
+    def fund_flow_terms(self) -> FundFlowTerms:
+        from tally.channels.wechatpay_v3.channel import CHANNEL as V3
+
+        return V3.fund_flow_terms()  # the same merchant platform, settlement cycle and accounts as v3's
 
     def prepay(
         self, merchants: Any, merchant: Any, order: dict[str, Any], *, expire_minutes: int, expire_s: float

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from tally.channels.bill_source import Bill, BillSource
     from tally.channels.registry import CombinePayments, PullClient, RefundClient, Synthetic
     from tally.channels.wechatpay_v3.merchant import Desk
+    from tally.domain.fundflow import FundFlowTerms
     from tally.domain.notifications import Outcome, PaymentNotice
     from tally.domain.refunds import RefundEvent
 
@@ -34,6 +35,20 @@ def _desk(merchants: Any) -> Desk:
     from tally.channels.wechatpay_v3.merchant import wechatpay_v3_desk
 
     return wechatpay_v3_desk(merchants)
+
+
+@cache
+def _fund_flow_terms() -> FundFlowTerms:
+    """The fund flow by default (R45), built on first use (not at cold start) and then kept."""
+    from tally.domain.fundflow import FundFlowTerms, SettlementLag
+
+    # a payment's money reaches the basic account by the merchant's settlement cycle (T+1 by default, T+7 for
+    # some industries: configurable per merchant), its fee netted in the same row; a refund debits it when made
+    return FundFlowTerms(
+        SettlementLag(1, 0, 1, 0, "WeChat Pay settlement cycle T+1 (merchant platform default)"),
+        accounts=("BASIC", "OPERATION", "FEES"),
+        default_accounts=("BASIC",),
+    )
 
 
 @dataclass(frozen=True)
@@ -135,6 +150,9 @@ class WeChatPayV3(ChannelNames):
         from tally.channels.wechatpay_v3.echo import security_echo
 
         return security_echo(merchants, merchant_id, notify_url, message)
+
+    def fund_flow_terms(self) -> FundFlowTerms:
+        return _fund_flow_terms()
 
     def prepay(
         self, merchants: Any, merchant: Any, order: dict[str, Any], *, expire_minutes: int, expire_s: float
