@@ -16,7 +16,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _directory() -> MerchantDirectory:
-    return MerchantDirectory(None, None, "tally/merchants/", "http://127.0.0.1:9")  # type: ignore[arg-type]
+    return MerchantDirectory(None, None, "tally/merchants/")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("channel", registry.all_channels(), ids=registry.names())

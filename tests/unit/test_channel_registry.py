@@ -142,9 +142,10 @@ def test_r26_refunds_of_the_shared_stored_channel_go_to_v3_then_v2():
         def alipay_client(self, merchant):
             return object()
 
-    settings = SimpleNamespace(
-        wechatpay_api_base="http://127.0.0.1:9", http_timeout_s=1.0, wechatpay_ca_file=""
-    )
+        def setting(self, variable):
+            return "http://127.0.0.1:9" if variable.name.endswith("API_BASE") else ""
+
+    settings = SimpleNamespace(http_timeout_s=1.0)
     clients = registry.refund_clients(Merchants(), settings, lambda: 0.0)
     assert set(clients) == {"wechatpay", "alipay"}
     assert isinstance(clients["wechatpay"]("V3"), WeChatRefunds)

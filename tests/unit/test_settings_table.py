@@ -5,7 +5,8 @@ and a required one refused by name."""
 from __future__ import annotations
 
 import pytest
-from tally.settings import ENVIRONMENT, REQUIRED, Settings
+from tally.channels import registry
+from tally.settings import ENVIRONMENT, REQUIRED, Settings, channel_values
 
 MINIMAL = {
     "NOTIFY_RAW_TABLE": "raw",
@@ -32,19 +33,17 @@ def test_every_field_has_exactly_one_variable():
 def test_unset_variables_leave_the_defaults_and_set_ones_are_parsed():
     minimal = Settings.from_env(MINIMAL)
     assert minimal._asdict() == {**Settings._field_defaults, **minimal._asdict()}
-    assert minimal.wechatpay_api_base == "https://api.mch.weixin.qq.com" and minimal.timestamp_window_s == 300
+    assert minimal.timestamp_window_s == 300
     assert minimal.heartbeat_echo == () and minimal.console_operator_mfa is False
     tuned = Settings.from_env(
         {
             **MINIMAL,
-            "WECHATPAY_API_BASE": "https://sim.local:8443/",
             "TALLY_TIMESTAMP_WINDOW_S": "60",
             "RECON_MIN_RATIO": "0.25",
             "TALLY_HEARTBEAT_ECHO": " wechatpay/1900000109, ,wechatpay/1900000110",
             "CONSOLE_OPERATOR_MFA": "required",
         }
     )
-    assert tuned.wechatpay_api_base == "https://sim.local:8443"
     assert (tuned.timestamp_window_s, tuned.recon_min_ratio) == (60, 0.25)
     assert tuned.heartbeat_echo == ("wechatpay/1900000109", "wechatpay/1900000110")
     assert tuned.console_operator_mfa is True
@@ -60,3 +59,20 @@ def test_a_required_variable_missing_is_named(variable):
 def test_a_shared_secret_prefix_is_refused():
     with pytest.raises(RuntimeError, match="MERCHANT_SECRET_PREFIX"):
         Settings.from_env({**MINIMAL, "MERCHANT_SECRET_PREFIX": "merchants"})
+
+
+def test_the_channels_variables_are_named_in_their_packages_and_read_with_their_defaults():
+    """settings.py names no channel: each package declares the variables it reads (`environment`), and
+    channel_values reads them all, parsed, a default where unset."""
+    declared = registry.environment()
+    assert declared and len({v.name for v in declared}) == len(declared)
+    assert not {v.name for v in declared} & {name for name, _parse in ENVIRONMENT.values()}
+    defaults = channel_values({})
+    assert defaults == {v.name: v.parse(v.default) for v in declared}
+    base = registry.get("wechatpay_v3").environment[0]
+    assert channel_values({base.name: "https://sim.local:8443/"})[base.name] == "https://sim.local:8443"
+
+
+def test_the_settings_fields_name_no_channel():
+    words = {w for c in registry.all_channels() for w in (c.name, c.stored, c.route, c.merchant_kind) if w}
+    assert not [field for field in Settings._fields if any(word in field for word in words)]

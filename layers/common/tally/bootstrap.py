@@ -8,7 +8,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from tally import snapstart  # noqa: F401 - registers SnapStart's hooks (priming, re-seeding) in every function
-from tally.settings import Settings, webhook_settings
+from tally.settings import Settings, channel_values, webhook_settings
 
 if TYPE_CHECKING:  # the real return types; the imports themselves stay lazy (cold start, R10)
     from tally.service.alerts import Notifier
@@ -159,10 +159,9 @@ def merchants() -> MerchantDirectory:
         MerchantStore(tables()),
         SecretStore(_client("secretsmanager")),
         s.merchant_secret_prefix,
-        s.wechatpay_api_base,
+        channel_values(),
         clock=_clock,
         http_timeout_s=s.http_timeout_s,
-        alipay_gateway=s.alipay_gateway,
         certs=PlatformCertStore(tables()),
         journal=decision_journal,  # called on a merchant's first change only (not on the notify path)
     )

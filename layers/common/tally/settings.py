@@ -23,11 +23,9 @@ class Settings(NamedTuple):
     merchant_secret_prefix: str
     refunds_table: str
     refund_raw_table: str
-    wechatpay_api_base: str = "https://api.mch.weixin.qq.com"
     event_bus_name: str = "default"
     event_archive_arn: str = ""  # the bus's archive (stack output EventArchiveArn): `tally events replay`
     outbox_dlq_url: str = ""  # parked stream batches and republish requests (functions/outboxparked)
-    alipay_gateway: str = "https://openapi.alipay.com/gateway.do"
     timestamp_window_s: int = 300
     order_not_found_max_attempts: int = 4
     http_timeout_s: float = 3.0
@@ -44,7 +42,7 @@ class Settings(NamedTuple):
     recon_split_bytes: int = 64 << 20  # a bill on disk this big is parsed in pieces, one process a core
     recon_workers: int = 0  # processes for those pieces; 0: one per CPU this function may run on
     recon_state_machine_arn: str = ""
-    # AWS clients (bootstrap.aws_config): botocore's defaults are 60 s connect + 60 s read, far past WeChat's
+    # AWS clients (bootstrap.aws_config): botocore's defaults are 60 s connect + 60 s read, far past a channel's
     # 5 s. Worst case of one call: max_attempts x (connect + read) plus standard-mode backoff (< 1 s first).
     aws_connect_timeout_s: float = 1.0
     aws_read_timeout_s: float = 5.0
@@ -52,12 +50,9 @@ class Settings(NamedTuple):
     # the synthetic heartbeat (service/heartbeat.py): the public API's base URL and the synthetic merchant
     heartbeat_api_url: str = ""
     heartbeat_mchid: str = "0000000000"
-    # the notify paths the heartbeat proves with the channel's security echo, "route/merchant id" (WeChat Pay v3:
-    # "wechatpay/1900000109", a service provider's or platform merchant's credentials); () = none
+    # the notify paths the heartbeat proves with a channel's security echo, "route/merchant id" (the merchant's
+    # credentials ask the channel to call that path back: docs/channels.md); () = none
     heartbeat_echo: tuple[str, ...] = ()
-    wechatpay_ca_file: str = (
-        ""  # trust these CAs for WeChat's TLS instead of the system's (tests: the simulator)
-    )
     # the operations console (docs/console.md)
     console_user_pool_id: str = ""
     console_client_id: str = ""
@@ -104,10 +99,6 @@ def _comma_list(value: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in value.split(",") if part.strip())
 
 
-def _base_url(value: str) -> str:
-    return value.rstrip("/")
-
-
 # field -> (environment variable, parser): the one place each variable is named; its default is the field's
 # above (template.yaml sets them for AWS, `tally env-vars` for sam local: tests/integration/test_aws_wiring.py)
 ENVIRONMENT: dict[str, tuple[str, Callable[[str], Any]]] = {
@@ -122,11 +113,9 @@ ENVIRONMENT: dict[str, tuple[str, Callable[[str], Any]]] = {
     "merchant_secret_prefix": ("MERCHANT_SECRET_PREFIX", _secret_prefix),
     "refunds_table": ("REFUNDS_TABLE", str),
     "refund_raw_table": ("REFUND_RAW_TABLE", str),
-    "wechatpay_api_base": ("WECHATPAY_API_BASE", _base_url),
     "event_bus_name": ("EVENT_BUS_NAME", str),
     "event_archive_arn": ("EVENT_ARCHIVE_ARN", str),
     "outbox_dlq_url": ("OUTBOX_DLQ_URL", str),
-    "alipay_gateway": ("ALIPAY_GATEWAY", str),
     "timestamp_window_s": ("TALLY_TIMESTAMP_WINDOW_S", int),
     "order_not_found_max_attempts": ("TALLY_ORDER_NOT_FOUND_MAX_ATTEMPTS", int),
     "http_timeout_s": ("TALLY_HTTP_TIMEOUT_S", float),
@@ -148,7 +137,6 @@ ENVIRONMENT: dict[str, tuple[str, Callable[[str], Any]]] = {
     "heartbeat_api_url": ("HEARTBEAT_API_URL", str),
     "heartbeat_mchid": ("TALLY_HEARTBEAT_MCHID", str),
     "heartbeat_echo": ("TALLY_HEARTBEAT_ECHO", _comma_list),
-    "wechatpay_ca_file": ("TALLY_WECHATPAY_CA_FILE", str),
     "console_user_pool_id": ("CONSOLE_USER_POOL_ID", str),
     "console_client_id": ("CONSOLE_CLIENT_ID", str),
     "poll_merchant_qps": ("TALLY_POLL_MERCHANT_QPS", int),
@@ -166,6 +154,15 @@ ENVIRONMENT: dict[str, tuple[str, Callable[[str], Any]]] = {
     "audit_retention_days": ("AUDIT_RETENTION_DAYS", int),
 }
 REQUIRED = tuple(field for field in Settings._fields if field not in Settings._field_defaults)
+
+
+def channel_values(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The channels' own variables (each channel package names its gateway's URL and the like: `environment` in
+    channels/<name>/channel.py), parsed, a default where unset: {variable name: value}."""
+    from tally.channels import registry
+
+    source = os.environ if env is None else env
+    return {v.name: v.parse(source.get(v.name, v.default)) for v in registry.environment()}
 
 
 def metric_merchants(env: dict[str, str] | None = None) -> tuple[str, ...]:

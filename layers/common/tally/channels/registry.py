@@ -23,7 +23,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 if TYPE_CHECKING:
     from tally.channels.bill_source import Bill, BillSource
@@ -59,6 +59,15 @@ class ReadNotification:
     body_text: str | None = (
         None  # the body strictly UTF-8-decoded, when the channel decoded it (the raw row's)
     )
+
+
+class ChannelVariable(NamedTuple):
+    """An environment variable a channel package reads (its gateway's base URL, a CA file the tests trust),
+    named there: settings.channel_values reads every channel's, MerchantDirectory.setting answers them."""
+
+    name: str
+    default: str = ""
+    parse: Callable[[str], str] = str
 
 
 class RefundClient(Protocol):
@@ -151,6 +160,7 @@ class Channel(Protocol):
     currencies: tuple[str, ...] | None  # the currencies an order may have (None: any ISO code)
     reconciled: bool  # the recon function downloads this stored channel's bills
     replay_headers: tuple[str, ...]  # request headers a kept callback needs to be verified again (R40)
+    environment: tuple[ChannelVariable, ...]  # the variables its package reads (settings.channel_values)
     ack_content_type: str
 
     @property
@@ -294,6 +304,7 @@ class ChannelNames:
     currencies: tuple[str, ...] | None
     reconciled: bool
     replay_headers: tuple[str, ...] = ()  # request headers its signature covers (none: signed in the body)
+    environment: tuple[ChannelVariable, ...] = ()  # the variables its package reads
 
     @property
     def route_key(self) -> str:
@@ -514,6 +525,15 @@ def fund_flow_terms(spelling: str) -> FundFlowTerms | None:
     the first registered's); None for a word no channel owns or a channel without a fund flow."""
     channel = by_stored(spelling) or by_route(spelling) or find(lambda c: c.name == spelling)
     return channel.fund_flow_terms() if channel is not None else None
+
+
+def environment() -> tuple[ChannelVariable, ...]:
+    """Every channel's variables, once each by name (WeChat v2 reads v3's gateway)."""
+    seen: dict[str, ChannelVariable] = {}
+    for channel in all_channels():
+        for variable in channel.environment:
+            seen.setdefault(variable.name, variable)
+    return tuple(seen.values())
 
 
 def metric_values() -> tuple[str, ...]:

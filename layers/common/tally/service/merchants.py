@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -49,13 +49,12 @@ class MerchantDirectory:
         store: MerchantStore,
         secrets: SecretStore,
         secret_prefix: str,
-        api_base: str,
+        channel_values: Mapping[str, str] | None = None,
         *,
         clock: Callable[[], float] = time.time,
         ttl_s: float = 300,
         refresh_every_s: float = 60,
         http_timeout_s: float = 3.0,
-        alipay_gateway: str = "https://openapi.alipay.com/gateway.do",
         certs: PlatformCertStore | None = None,
         journal: Callable[[], DecisionJournal | None] | None = None,
     ):
@@ -69,12 +68,11 @@ class MerchantDirectory:
         )
         self.secrets = secrets
         self.secret_prefix = secret_prefix
-        self.api_base = api_base
+        self.channel_values = dict(channel_values or {})  # settings.channel_values: the channels' gateways
         self.clock = clock
         self.ttl_s = ttl_s
         self.refresh_every_s = refresh_every_s
         self.http_timeout_s = http_timeout_s
-        self.alipay_gateway = alipay_gateway
         self._cache: dict[str, Any] = {}  # "<merchant kind>#<merchant id>" -> the channel's merchant record
         self._desks: dict[str, Any] = {}  # channel name -> its merchant desk
         self._lock = threading.Lock()
@@ -89,6 +87,11 @@ class MerchantDirectory:
         return found
 
     # ------------------------------------------------------------ what a desk uses
+    def setting(self, variable: channel_registry.ChannelVariable) -> str:
+        """A channel's own variable (its gateway's base URL, …) as settings read it, else its default."""
+        value = self.channel_values.get(variable.name)
+        return value if value is not None else variable.parse(variable.default)
+
     def cached(self, kind: str, merchant_id: str) -> Any:
         """The record loaded earlier in this container (the desk judges its age against `ttl_s`), or None."""
         return self._cache.get(f"{kind}#{merchant_id}")

@@ -19,6 +19,7 @@ from typing import Any
 
 from tally import errors, httpclient
 from tally.channels.alipay.channel import CHANNEL as SPEC
+from tally.channels.alipay.channel import GATEWAY
 from tally.channels.alipay.merchant import alipay_desk
 from tally.channels.bill_source import NO_STATEMENT, OK, DownloadFailed, Fetched, lines_of, sha1_hex
 from tally.domain.recon import (
@@ -345,7 +346,7 @@ class AlipayBillSource:
         if not url:
             raise DownloadFailed("bill.downloadurl.query answered 10000 without bill_download_url")
         try:
-            data = download(url, self.merchants.alipay_gateway, timeout_s=self.download_timeout_s)
+            data = download(url, self.merchants.setting(GATEWAY), timeout_s=self.download_timeout_s)
         except AlipayError as exc:
             raise DownloadFailed(f"alipay bill: {exc}", retryable=exc.retryable) from None
         return Fetched(OK, data, "trade.csv.zip", sha1_hex(data))

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from tally.channels.registry import ChannelNames
+from tally.channels.registry import ChannelNames, ChannelVariable
 from tally.i18n import N_
 
 if TYPE_CHECKING:
@@ -17,6 +17,9 @@ if TYPE_CHECKING:
     from tally.domain.fundflow import FundFlowTerms
     from tally.domain.notifications import Outcome, PaymentNotice
     from tally.domain.refunds import RefundEvent
+
+
+GATEWAY = ChannelVariable("ALIPAY_GATEWAY", "https://openapi.alipay.com/gateway.do")
 
 
 def _desk(merchants: Any) -> Desk:
@@ -156,4 +159,5 @@ CHANNEL = Alipay(
     merchant_param="app_id",
     currencies=("CNY",),
     reconciled=True,
+    environment=(GATEWAY,),
 )

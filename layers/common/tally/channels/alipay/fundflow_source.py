@@ -14,6 +14,7 @@ from typing import Any
 
 from tally import errors
 from tally.channels.alipay.bills import METHOD, NO_STATEMENT_SUB_CODES, AlipayError, download, open_zip
+from tally.channels.alipay.channel import GATEWAY
 from tally.channels.alipay.fundflow import ACCOUNT, DETAIL_SUFFIX, SUMMARY_SUFFIX
 from tally.channels.alipay.merchant import alipay_desk
 from tally.channels.bill_source import NO_STATEMENT, OK, DownloadFailed, Fetched, sha1_hex
@@ -54,7 +55,7 @@ class AlipayFundFlowSource:
                 "bill.downloadurl.query (signcustomer) answered 10000 without bill_download_url"
             )
         try:
-            data = download(url, self.merchants.alipay_gateway, timeout_s=self.download_timeout_s)
+            data = download(url, self.merchants.setting(GATEWAY), timeout_s=self.download_timeout_s)
         except AlipayError as exc:
             raise DownloadFailed(f"alipay fund-flow bill: {exc}", retryable=exc.retryable) from None
         if data[:2] == b"PK":

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tally.channels.alipay import wire as ali
-from tally.channels.alipay.channel import CHANNEL
+from tally.channels.alipay.channel import CHANNEL, GATEWAY
 
 KIND = CHANNEL.merchant_kind  # "alipay": the merchants table's channel and the secret path
 
@@ -89,7 +89,7 @@ class Desk:
     def alipay_client(self, merchant: AlipayMerchant) -> ali.AlipayClient:
         d = self.directory
         return ali.AlipayClient(
-            d.alipay_gateway,
+            d.setting(GATEWAY),
             merchant.creds,
             app_auth_token=merchant.app_auth_token,
             timeout_s=d.http_timeout_s,

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tally.channels.registry import ChannelNames
+from tally.channels.wechatpay_v3.channel import API_BASE, CA_FILE  # the same gateway as v3
 from tally.i18n import N_
 
 if TYPE_CHECKING:
@@ -83,12 +84,12 @@ class WeChatPayV2(ChannelNames):
         mchid = merchant_id
         v2 = _desk(merchants).wechatpay_v2(mchid)
         client = WeChatPayV2RefundClient(
-            settings.wechatpay_api_base,
+            merchants.setting(API_BASE),
             mchid=mchid,
             api_key=v2.api_key,
             appid=str(v2.row.get("appid") or ""),
             timeout_s=settings.http_timeout_s,
-            tls=client_tls(v2.client_cert, v2.client_key or "", settings.wechatpay_ca_file or None)
+            tls=client_tls(v2.client_cert, v2.client_key or "", merchants.setting(CA_FILE) or None)
             if v2.client_cert
             else None,
         )
@@ -169,4 +170,5 @@ CHANNEL = WeChatPayV2(
     merchant_param="mchid",
     currencies=("CNY",),
     reconciled=True,  # its payments are in the merchant's WeChat bill (stored "wechatpay")
+    environment=(API_BASE, CA_FILE),
 )

@@ -24,6 +24,7 @@ from tally.channels.bill_source import NO_STATEMENT, NOT_READY, OK, DownloadFail
 from tally.channels.wechatpay_v2 import wire as wx2
 from tally.channels.wechatpay_v2.bills import WeChatBillChoice
 from tally.channels.wechatpay_v2.merchant import wechatpay_v2_desk
+from tally.channels.wechatpay_v3.channel import API_BASE, CA_FILE
 from tally.channels.wechatpay_v3.fundflow import ACCOUNTS
 
 V2_ACCOUNT = {"BASIC": "Basic", "OPERATION": "Operation", "FEES": "Fees"}  # v3's words -> v2's account_type
@@ -108,10 +109,12 @@ class WeChatV2FundFlowSource:
         if v2.client_cert:
             from tally.channels.wechatpay_v2.refunds import client_tls
 
-            tls = client_tls(v2.client_cert, v2.client_key or "", self.ca_file)
+            tls = client_tls(
+                v2.client_cert, v2.client_key or "", self.ca_file or self.merchants.setting(CA_FILE) or None
+            )
         try:
             raw = download_fund_flow(
-                self.merchants.api_base,
+                self.merchants.setting(API_BASE),
                 mchid=mchid,
                 appid=v2.appid,
                 api_key=v2.api_key,

@@ -12,6 +12,7 @@ from typing import Any
 
 from tally.channels.wechatpay_v2 import wire as wx2
 from tally.channels.wechatpay_v2.channel import CHANNEL
+from tally.channels.wechatpay_v3.channel import API_BASE
 
 KIND = CHANNEL.merchant_kind  # "wechatpay_v2": its own merchant rows and secrets (v2 stores v3's channel)
 
@@ -63,7 +64,7 @@ class Desk:
         """The v2 API (same host as v3): unified order and order query/close, signed with the API key."""
         d = self.directory
         return wx2.WeChatPayV2Client(
-            d.api_base,
+            d.setting(API_BASE),
             str(merchant.row["mchid"]),
             merchant.api_key,
             merchant.appid,

@@ -8,7 +8,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from tally import errors
-from tally.channels.registry import ChannelNames
+from tally.channels.registry import ChannelNames, ChannelVariable
 from tally.channels.wechatpay_v3.headers import REPLAY_HEADERS
 from tally.i18n import N_
 
@@ -19,6 +19,12 @@ if TYPE_CHECKING:
     from tally.domain.fundflow import FundFlowTerms
     from tally.domain.notifications import Outcome, PaymentNotice
     from tally.domain.refunds import RefundEvent
+
+
+API_BASE = ChannelVariable("WECHATPAY_API_BASE", "https://api.mch.weixin.qq.com", lambda url: url.rstrip("/"))
+CA_FILE = ChannelVariable(
+    "TALLY_WECHATPAY_CA_FILE"
+)  # trust these CAs for WeChat's TLS (tests: the simulator)
 
 
 @cache
@@ -252,4 +258,5 @@ CHANNEL = WeChatPayV3(
     currencies=None,
     reconciled=True,
     replay_headers=REPLAY_HEADERS,
+    environment=(API_BASE, CA_FILE),
 )

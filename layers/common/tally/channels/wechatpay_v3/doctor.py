@@ -19,6 +19,7 @@ from typing import Any
 from tally import httpclient
 from tally.channels.doctor import FAIL, PASS, UNKNOWN, Finding, probe_number
 from tally.channels.wechatpay_v3 import wire as wx
+from tally.channels.wechatpay_v3.channel import API_BASE
 from tally.channels.wechatpay_v3.merchant import wechatpay_v3_desk
 
 CHECK_CERTS = "GET /v3/certificates (download and decrypt the platform certificates)"
@@ -29,7 +30,7 @@ def live_check(directory: Any, merchant_id: str, *, download: bool = True) -> li
     merchant = wechatpay_v3_desk(directory).wechatpay(merchant_id)
     creds = merchant.creds
     client = wx.WeChatPayClient(
-        directory.api_base, creds, timeout_s=directory.http_timeout_s, clock=directory.clock
+        directory.setting(API_BASE), creds, timeout_s=directory.http_timeout_s, clock=directory.clock
     )
     findings = []
     cert_mode = any(not s.startswith(wx.PUBLIC_KEY_ID_PREFIX) for s in creds.platform.by_serial)

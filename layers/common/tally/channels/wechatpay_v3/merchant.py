@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tally.channels.wechatpay_v3 import wire as wx
-from tally.channels.wechatpay_v3.channel import CHANNEL
+from tally.channels.wechatpay_v3.channel import API_BASE, CHANNEL
 
 KIND = (
     CHANNEL.merchant_kind
@@ -113,7 +113,7 @@ class Desk:
     def client(self, merchant: Merchant) -> wx.WeChatPayClient:
         d = self.directory
         return wx.WeChatPayClient(
-            d.api_base,
+            d.setting(API_BASE),
             merchant.creds,
             timeout_s=d.http_timeout_s,
             clock=d.clock,
