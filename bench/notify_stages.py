@@ -77,7 +77,7 @@ def stages(n: int = 10_000) -> list[tuple[str, float]]:
     def header_checks():  # verify_signed with the RSA step answered by a key that is not asked
         try:
             wx.verify_signed(lower, body, wx.PlatformKeys(), time.time())
-        except wx.SignatureError:
+        except wx.WeChatSignatureError:
             pass
 
     rows: list[tuple[str, Callable]] = [

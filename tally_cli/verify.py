@@ -69,7 +69,7 @@ def verify_wechatpay(args: argparse.Namespace) -> int:
         )
         serial = wx.verify_signed(headers, body, keys, args.now if args.now is not None else time.time())
         resource = wx.open_resource(wx.parse_envelope(body), secret_arg(args.apiv3_key).encode())
-    except (wx.SignatureError, wx.DecryptError, ValueError) as exc:
+    except (wx.WeChatSignatureError, wx.DecryptError, ValueError) as exc:
         reason = getattr(exc, "reason", None) or str(exc)
         print(
             json.dumps({"ok": False, "reason": reason})

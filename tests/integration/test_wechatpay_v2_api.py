@@ -220,7 +220,7 @@ def test_v2_client_refuses_xxe_and_unsigned_answers(answer):
         client = wx2.WeChatPayV2Client(
             f"http://127.0.0.1:{server.server_address[1]}", "1900000001", "k" * 32, "wx1"
         )
-        with pytest.raises(wx2.ChannelError) as caught:
+        with pytest.raises(wx2.WeChatV2CallError) as caught:
             client.unified_order(
                 out_trade_no="XXE-0001",
                 total_fee=1,

@@ -226,7 +226,7 @@ def test_signed_response_content_is_the_exact_value_text():
 
 def test_response_with_a_duplicated_root_node_is_refused():
     raw = '{"alipay_trade_query_response":{"code":"10000"},"alipay_trade_query_response":{"code":"10000"},"sign":"x"}'
-    with pytest.raises(ali.ChannelError, match="duplicated"):
+    with pytest.raises(ali.AlipayCallError, match="duplicated"):
         ali.signed_response_content(raw, "alipay.trade.query")
 
 
@@ -274,7 +274,7 @@ def test_client_refuses_a_forged_response(asim, pk_merchant):
         pk_merchant["app_id"], ali.load_private_key(pk_merchant["app_private_key_pem"]), other
     )
     client = ali.AlipayClient(asim.url + "/gateway.do", creds)
-    with pytest.raises(ali.ChannelError, match="does not verify"):
+    with pytest.raises(ali.AlipayCallError, match="does not verify"):
         client.precreate(
             out_trade_no="FORGED-1", amount_cent=1, subject="t", notify_url="http://127.0.0.1:9/n"
         )

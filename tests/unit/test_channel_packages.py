@@ -1,7 +1,8 @@
 """Each channel's code lives in its own folder, channels/<name>/ (issue #19 item 2; docs/design.md §2).
 
 Outside channels/, a module neither imports a channel package's modules nor spells a channel's name as a
-string: it looks the channel up in channels/registry.py. The sites that still do are listed below, each with
+string (so neither can it dispatch on one: a constant holding a spelling is itself a spelled string), nor decides
+by an exception's text: it looks the channel up in channels/registry.py and reads an error's class or fields. The sites that still do are listed below, each with
 why; the list only shrinks (a listed file that no longer needs its entry fails too, so the list stays true).
 tally_local/, tests/ and docs/ are outside the rule (the simulator plays the channels; tests name them).
 """
@@ -88,6 +89,39 @@ def channel_mentions(path: pathlib.Path) -> list[str]:
     return hits
 
 
+def message_matching(path: pathlib.Path) -> list[str]:
+    """The lines where a module decides by an error's text: `"…" in str(exc)`, `str(exc).startswith("…")` or the
+    like on a name an `except … as exc` bound. An error's meaning travels as its class or a field the channel
+    set (errors.SignatureError `cause`), never as English a channel may reword."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    hits = []
+    for handler in ast.walk(tree):
+        if not isinstance(handler, ast.ExceptHandler) or not handler.name:
+            continue
+        for node in ast.walk(handler):
+            text = None
+            if isinstance(node, ast.Compare) and any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops):
+                text = node.comparators
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                if node.func.attr in ("startswith", "endswith", "find", "index", "count"):
+                    text = [node.func.value]
+            if text and any(_names(part, handler.name) for part in text):
+                hits.append(f"line {node.lineno}: {ast.unparse(node)[:60]}")
+    return hits
+
+
+def _names(node: ast.AST, name: str) -> bool:
+    """`node` reads the text of the exception `name`: str(exc), repr(exc), exc.args, exc.message, exc.msg."""
+    for n in ast.walk(node):
+        if isinstance(n, ast.Call) and getattr(n.func, "id", "") in ("str", "repr", "format"):
+            if any(isinstance(a, ast.Name) and a.id == name for a in n.args):
+                return True
+        if isinstance(n, ast.Attribute) and n.attr in ("args", "message", "msg"):
+            if isinstance(n.value, ast.Name) and n.value.id == name:
+                return True
+    return False
+
+
 def test_the_rule_sees_what_it_forbids(tmp_path):
     """The checker itself: an import of a wire module and a spelled channel are found, a docstring is not."""
     probe = tmp_path / "probe.py"
@@ -112,6 +146,24 @@ def test_no_module_outside_channels_names_a_channel_except_the_listed_sites():
         if (hits := channel_mentions(path)) and _name(path) not in STILL_NAMES_A_CHANNEL
     }
     assert not offenders, f"look the channel up in tally.channels.registry instead: {offenders}"
+
+
+def test_no_module_outside_channels_decides_by_an_errors_text():
+    found = {_name(path): hits for path in _modules() if (hits := message_matching(path))}
+    assert not found, f"raise a class or set a field in the channel package instead: {found}"
+
+
+def test_the_message_rule_sees_what_it_forbids(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "try:\n    pass\nexcept ValueError as exc:\n"
+        "    if 'timestamp' in str(exc):\n        pass\n"
+        "    if exc.args[0].startswith('bad'):\n        pass\n"
+        "    if 'x' in {'x'}:\n        pass\n"
+        "    if 0 in exc.failed:\n        pass\n",
+        encoding="utf-8",
+    )
+    assert [hit.split(":")[0] for hit in message_matching(probe)] == ["line 4", "line 6"]
 
 
 @pytest.mark.parametrize("site", sorted(STILL_NAMES_A_CHANNEL))

@@ -52,16 +52,16 @@ TREE = {
     errors.Busy: [refunds.Busy],
     errors.RetryLater: [RetryLater],
     errors.ChannelError: [
-        wx.ChannelError,
-        wx2.ChannelError,
+        wx.WeChatCallError,
+        wx2.WeChatV2CallError,
         wx2r.V2ChannelError,
-        ali.ChannelError,
+        ali.AlipayCallError,
         ali.TradeNotExist,
         ali_bills.AlipayError,
         DownloadFailed,
         orders.PrepayFailed,
     ],
-    errors.SignatureError: [wx.SignatureError, wx2.SignatureError, ali.SignatureError],
+    errors.SignatureError: [wx.WeChatSignatureError, wx2.SignatureError, ali.SignatureError],
     errors.ParseError: [wx.DecryptError, wx2.ParseError, ali.ParseError],
 }
 
@@ -90,14 +90,14 @@ def test_the_two_outcome_enums_say_which_transaction_they_report():
 
 
 def test_signature_errors_keep_their_reason_and_v3_its_probe_flag():
-    err = wx.SignatureError("bad", probe=True, unknown_serial="S1")
+    err = wx.WeChatSignatureError("bad", probe=True, unknown_serial="S1")
     assert (err.reason, err.probe, err.unknown_serial, err.code) == ("bad", True, "S1", "signature")
     assert ali.SignatureError("no sign").reason == "no sign" == str(ali.SignatureError("no sign"))
 
 
 def test_retryable_is_an_attribute_of_the_tree_and_only_the_tree_is_retried():
     assert errors.Busy().retryable and errors.RetryLater().retryable and not errors.NotFound().retryable
-    assert wx.ChannelError("x", retryable=True).retryable and not wx.ChannelError("x").retryable
+    assert wx.WeChatCallError("x", retryable=True).retryable and not wx.WeChatCallError("x").retryable
     calls = []
 
     def foreign():  # an exception outside the tree that happens to carry the attribute: a bug, not retried
@@ -112,10 +112,11 @@ def test_retryable_is_an_attribute_of_the_tree_and_only_the_tree_is_retried():
 
 
 def test_channel_errors_keep_the_channels_own_code():
-    assert wx.ChannelError("x", status=400, code="PARAM_ERROR").code == "PARAM_ERROR"
-    assert wx.ChannelError("x", status=503).word == "HTTP_5XX"  # no code from WeChat: a local pseudo-code
+    assert wx.WeChatCallError("x", status=400, code="PARAM_ERROR").code == "PARAM_ERROR"
+    assert wx.WeChatCallError("x", status=503).word == "HTTP_5XX"  # no code from WeChat: a local pseudo-code
     assert (
-        ali.ChannelError("x", code="40004", sub_code="ACQ.TRADE_NOT_EXIST").sub_code == "ACQ.TRADE_NOT_EXIST"
+        ali.AlipayCallError("x", code="40004", sub_code="ACQ.TRADE_NOT_EXIST").sub_code
+        == "ACQ.TRADE_NOT_EXIST"
     )
 
 
@@ -188,7 +189,7 @@ def test_apigw_answer_counts_everything_else_as_a_500(monkeypatch):
         raise KeyError("mchid")
 
     def channel():  # a TallyError with no HTTP meaning is not an answer either
-        raise wx.ChannelError("HTTP 500", status=500, retryable=True)
+        raise wx.WeChatCallError("HTTP 500", status=500, retryable=True)
 
     assert _status_body(answer(bug, what="t", retry_hint="retry")) == (
         500,

@@ -138,7 +138,7 @@ def pull(outcome, order=ORDER):
 
 
 def error(code, status=400, retryable=False):
-    return wx.ChannelError(f"HTTP {status} {code}", status=status, code=code, retryable=retryable)
+    return wx.WeChatCallError(f"HTTP {status} {code}", status=status, code=code, retryable=retryable)
 
 
 def test_R22_every_table_row_has_a_test():
@@ -160,9 +160,9 @@ def test_R22_query_state_row(state):
 @pytest.mark.parametrize("code", sorted(EXPECTED_ERROR))
 def test_R22_query_error_row(code):
     if code == "NETWORK":
-        exc = wx.ChannelError("timed out", code="NETWORK", retryable=True)
+        exc = wx.WeChatCallError("timed out", code="NETWORK", retryable=True)
     elif code == "HTTP_5XX":
-        exc = wx.ChannelError("bad gateway", status=502, retryable=True)
+        exc = wx.WeChatCallError("bad gateway", status=502, retryable=True)
     else:
         exc = error(
             code,
@@ -183,9 +183,9 @@ def test_R22_close_row(word):
     elif word == "USER_PAYING":
         outcome = (202, {"code": "USER_PAYING", "message": "用户支付中"})
     elif word == "NETWORK":
-        outcome = wx.ChannelError("refused", code="NETWORK", retryable=True)
+        outcome = wx.WeChatCallError("refused", code="NETWORK", retryable=True)
     elif word == "HTTP_5XX":
-        outcome = wx.ChannelError("bad gateway", status=503, retryable=True)
+        outcome = wx.WeChatCallError("bad gateway", status=503, retryable=True)
     else:
         outcome = error(word, retryable=EXPECTED_CLOSE[word] is Answer.TRANSIENT)
     registry, _ = pull(outcome)
@@ -287,7 +287,7 @@ def test_retries_with_jitter_only_what_is_retryable():
     def flaky():
         calls.append(1)
         if len(calls) < 3:
-            raise wx.ChannelError("busy", code="SYSTEM_ERROR", retryable=True)
+            raise wx.WeChatCallError("busy", code="SYSTEM_ERROR", retryable=True)
         return "ok"
 
     assert (
@@ -298,9 +298,9 @@ def test_retries_with_jitter_only_what_is_retryable():
 
     def fatal():
         calls.append(1)
-        raise wx.ChannelError("no", code="NO_AUTH")
+        raise wx.WeChatCallError("no", code="NO_AUTH")
 
-    with pytest.raises(wx.ChannelError):
+    with pytest.raises(wx.WeChatCallError):
         with_retries(fatal, attempts=3, sleep=sleeps.append)
     assert len(calls) == 1
 

@@ -102,19 +102,28 @@ def test_R29_alipay_query_answers():
 @pytest.mark.parametrize(
     ("error", "kind"),
     [
-        (ali.ChannelError("x", code="40004", sub_code="ACQ.SYSTEM_ERROR", retryable=True), AnswerKind.RETRY),
-        (ali.ChannelError("timeout", retryable=True), AnswerKind.RETRY),
-        (ali.ChannelError("response signature does not verify"), AnswerKind.RETRY),  # outcome unknown
-        (ali.ChannelError("x", code="40004", sub_code="ACQ.SELLER_BALANCE_NOT_ENOUGH"), AnswerKind.RETRY),
-        (ali.ChannelError("x", code="40004", sub_code="ACQ.TRADE_HAS_FINISHED"), AnswerKind.REJECTED),
-        (ali.ChannelError("x", code="40004", sub_code="ACQ.REFUND_AMT_NOT_EQUAL_TOTAL"), AnswerKind.REJECTED),
-        (ali.ChannelError("x", code="40002", sub_code="isv.invalid-signature"), AnswerKind.REJECTED),
         (
-            ali.ChannelError("x", code="40002", sub_code="isv.invalid-signature", unsigned=True),
+            ali.AlipayCallError("x", code="40004", sub_code="ACQ.SYSTEM_ERROR", retryable=True),
+            AnswerKind.RETRY,
+        ),
+        (ali.AlipayCallError("timeout", retryable=True), AnswerKind.RETRY),
+        (ali.AlipayCallError("response signature does not verify"), AnswerKind.RETRY),  # outcome unknown
+        (ali.AlipayCallError("x", code="40004", sub_code="ACQ.SELLER_BALANCE_NOT_ENOUGH"), AnswerKind.RETRY),
+        (ali.AlipayCallError("x", code="40004", sub_code="ACQ.TRADE_HAS_FINISHED"), AnswerKind.REJECTED),
+        (
+            ali.AlipayCallError("x", code="40004", sub_code="ACQ.REFUND_AMT_NOT_EQUAL_TOTAL"),
+            AnswerKind.REJECTED,
+        ),
+        (ali.AlipayCallError("x", code="40002", sub_code="isv.invalid-signature"), AnswerKind.REJECTED),
+        (
+            ali.AlipayCallError("x", code="40002", sub_code="isv.invalid-signature", unsigned=True),
             AnswerKind.UNKNOWN,
         ),
-        (ali.ChannelError("x", code="40004", sub_code="ACQ.DISCORDANT_REPEAT_REQUEST"), AnswerKind.UNKNOWN),
-        (ali.ChannelError("x", code="40004", sub_code="ACQ.NEVER_SEEN"), AnswerKind.UNKNOWN),
+        (
+            ali.AlipayCallError("x", code="40004", sub_code="ACQ.DISCORDANT_REPEAT_REQUEST"),
+            AnswerKind.UNKNOWN,
+        ),
+        (ali.AlipayCallError("x", code="40004", sub_code="ACQ.NEVER_SEEN"), AnswerKind.UNKNOWN),
     ],
 )
 def test_R22_R28_alipay_create_errors(error, kind):

@@ -80,12 +80,12 @@ class InvalidRequest(TallyError):
     http_status = 400
 
 
-class Forbidden(TallyError):
+class Forbidden(TallyError, PermissionError):
     code = "forbidden"
     http_status = 403
 
 
-class NotFound(TallyError):
+class NotFound(TallyError, LookupError):
     code = "not_found"
     http_status = 404
 

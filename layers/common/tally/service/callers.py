@@ -14,13 +14,10 @@ from typing import Any
 from tally import errors
 from tally.domain.callers import EVERY_MERCHANT, may_act, principal_of, valid_principal
 from tally.domain.journal import OWN_LANE
+from tally.errors import Forbidden  # callers import it from here too
 from tally.observability import M, count, logger
 from tally.service.journal import SYSTEM_CHAIN, DecisionJournal
 from tally.store.tables import MerchantStore, iso_now
-
-
-class Forbidden(errors.Forbidden, PermissionError):
-    pass
 
 
 class InvalidGrant(errors.InvalidRequest, ValueError):

@@ -13,6 +13,7 @@ from tally.domain.money import MAX_CENT
 from tally.domain.notifications import is_merchant_id
 from tally.domain.orders import Status
 from tally.domain.poll import FIRST_QUERY_AFTER_S
+from tally.errors import NotFound  # callers import it from here too
 from tally.observability import M, count, logger
 from tally.service.merchants import (
     MerchantDirectory,
@@ -45,10 +46,6 @@ class OrderConflict(errors.Conflict, ValueError):
         )
         super().__init__(message, fields=differs)
         self.term = term
-
-
-class NotFound(errors.NotFound, LookupError):
-    pass
 
 
 class PrepayFailed(errors.ChannelError, RuntimeError):

@@ -25,10 +25,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from tally import errors
 from tally.domain.clock import CHINA as CHINA  # the story's zone, read from here by its tests
 from tally.domain.merchant_day import merchant_day
 from tally.domain.money import format_cents
+from tally.errors import NotFound  # callers import it from here too
 from tally.service.story_books import BooksChapter
 from tally.service.story_downstream import outbox_entries, webhook_entries
 from tally.service.story_entries import (
@@ -72,10 +72,6 @@ NOT_STORED = [
     "Outbox events are derived from the rows' states with the outbox's own function (stable ids); the bus "
     "keeps no per-order record to read back.",
 ]
-
-
-class NotFound(errors.NotFound, LookupError):
-    pass
 
 
 class StoryService:

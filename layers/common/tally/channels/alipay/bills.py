@@ -338,7 +338,7 @@ class AlipayBillSource:
             answer = client.call(METHOD, {"bill_type": "trade", "bill_date": bill_date})
         except errors.NotFound as exc:  # the directory's UnknownMerchant
             raise DownloadFailed(f"no Alipay merchant {app_id}: {exc}", code="NO_MERCHANT") from None
-        except api.ChannelError as exc:
+        except api.AlipayCallError as exc:
             if exc.sub_code in NO_STATEMENT_SUB_CODES:
                 return Fetched(NO_STATEMENT, note=str(exc))
             raise DownloadFailed(f"bill.downloadurl.query: {exc}", retryable=exc.retryable) from None

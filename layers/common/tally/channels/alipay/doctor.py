@@ -40,12 +40,12 @@ def live_check(directory: Any, merchant_id: str, *, download: bool = True) -> li
         client.trade_query(out_trade_no=probe_number(secrets.token_hex(8)))
     except ali.TradeNotExist:
         return [Finding(PASS, CHECK, detail="ACQ.TRADE_NOT_EXIST, sign verified")]
-    except ali.ChannelError as exc:
+    except ali.AlipayCallError as exc:
         return [_finding(exc, merchant.creds)]
     return [Finding(PASS, CHECK, detail="10000, sign verified")]
 
 
-def _finding(exc: ali.ChannelError, creds: ali.AlipayCredentials) -> Finding:
+def _finding(exc: ali.AlipayCallError, creds: ali.AlipayCredentials) -> Finding:
     detail = str(exc)[:240]
     if exc.retryable:
         return Finding(UNKNOWN, CHECK, "could not check: Alipay or the network failed", detail=detail)

@@ -43,7 +43,7 @@ class AlipayFundFlowSource:
             answer = client.call(METHOD, {"bill_type": "signcustomer", "bill_date": bill_date})
         except errors.NotFound as exc:  # the directory's UnknownMerchant
             raise DownloadFailed(f"no Alipay merchant {app_id}: {exc}", code="NO_BILL_SOURCE") from None
-        except api.ChannelError as exc:
+        except api.AlipayCallError as exc:
             if exc.sub_code in NO_STATEMENT_SUB_CODES:
                 return Fetched(NO_STATEMENT, note=str(exc))
             raise DownloadFailed(

@@ -38,7 +38,7 @@ class AlipayPull:
             )
         except errors.NotFound as exc:  # the merchant directory's UnknownMerchant
             return QueryResult(Answer.PERSON, "UNKNOWN_MERCHANT", detail=str(exc))
-        except ali.ChannelError as exc:
+        except ali.AlipayCallError as exc:
             word = ali.error_word(exc)
             answer, mapped = lookup(answers(ali.QUERY_ERROR), word)
             return QueryResult(answer, word, detail=str(exc)[:300], mapped=mapped)
@@ -70,7 +70,7 @@ class AlipayPull:
             )
         except errors.NotFound as exc:  # the merchant directory's UnknownMerchant
             return CloseResult(Answer.PERSON, "UNKNOWN_MERCHANT", detail=str(exc))
-        except ali.ChannelError as exc:
+        except ali.AlipayCallError as exc:
             word = ali.error_word(exc)
             answer, mapped = lookup(answers(ali.CLOSE_ANSWER), word)
             return CloseResult(answer, word, detail=str(exc)[:300], mapped=mapped)

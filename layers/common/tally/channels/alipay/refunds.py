@@ -137,7 +137,7 @@ class AlipayRefunds:
             biz["refund_reason"] = refund["reason"]
         try:
             answer = self.client.call(REFUND, biz)
-        except ali.ChannelError as exc:
+        except ali.AlipayCallError as exc:
             return _error_answer(exc, CREATE_ERRORS)
         fund_change = str(answer.get("fund_change") or "")
         # ACCEPTED whatever fund_change says (module docstring, R29); refund_fee is cumulative: not compared.
@@ -156,7 +156,7 @@ class AlipayRefunds:
         }
         try:
             answer = self.client.call(REFUND_QUERY, biz)
-        except ali.ChannelError as exc:
+        except ali.AlipayCallError as exc:
             word = ali.error_word(exc)
             kind = QUERY_ERRORS.get(word, AnswerKind.RETRY) if not exc.unsigned else AnswerKind.RETRY
             return ChannelAnswer(kind, code=word, message=str(exc))
@@ -231,7 +231,7 @@ def _trade_ref(refund: dict[str, Any]) -> dict[str, str]:
     return {"out_trade_no": str(refund["out_trade_no"])}
 
 
-def _error_answer(exc: ali.ChannelError, table: dict[str, AnswerKind]) -> ChannelAnswer:
+def _error_answer(exc: ali.AlipayCallError, table: dict[str, AnswerKind]) -> ChannelAnswer:
     word = ali.error_word(exc)
     if exc.retryable or word == "NETWORK" or not (exc.code or exc.sub_code):
         # no answer, a timeout, or an answer whose signature did not verify: "sent, outcome unknown" (R28)

@@ -30,6 +30,7 @@ from tally.domain.clock import CHINA
 from tally.domain.money import MoneyError, yuan_to_cents
 from tally.domain.notifications import Outcome, PaymentNotice
 from tally.domain.settlement import notice_fields
+from tally.errors import ParseError, SignatureError  # the shared meanings (R4, R5), re-exported
 
 CHANNEL = SPEC.stored
 CHARSETS = {"utf-8": "utf-8", "utf8": "utf-8", "gbk": "gbk", "gb2312": "gb2312", "gb18030": "gb18030"}
@@ -54,15 +55,7 @@ class FormError(errors.InvalidRequest):
     """The body is not a usable form (before any signature check: nothing is trusted)."""
 
 
-class SignatureError(errors.SignatureError):
-    """Not proven to come from Alipay (R4)."""
-
-
-class ParseError(errors.ParseError):
-    """Signed by Alipay but not usable (missing field, inexact amount): not retryable (R5)."""
-
-
-class ChannelError(errors.ChannelError):
+class AlipayCallError(errors.ChannelError):
     """A gateway call failed. `retryable` says whether the same call may succeed later."""
 
     def __init__(
@@ -81,7 +74,7 @@ class ChannelError(errors.ChannelError):
         self.unsigned = unsigned  # an error answer without a signature: not proof of anything (§6.1)
 
 
-class TradeNotExist(ChannelError):
+class TradeNotExist(AlipayCallError):
     """ACQ.TRADE_NOT_EXIST: for a fresh order this means "not paid yet", never "closed" (§6.2, R22)."""
 
 
@@ -397,19 +390,19 @@ def signed_response_content(raw: str, method: str) -> tuple[str, str, dict[str, 
     def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
         keys = [k for k, _ in items]
         if len(keys) != len(set(keys)):
-            raise ChannelError(f"response has a duplicated node among {keys[:8]}")
+            raise AlipayCallError(f"response has a duplicated node among {keys[:8]}")
         return dict(items)
 
     try:
         top = json.loads(raw, object_pairs_hook=pairs)
     except json.JSONDecodeError as exc:
-        raise ChannelError(f"response is not JSON: {exc}") from None
+        raise AlipayCallError(f"response is not JSON: {exc}") from None
     if not isinstance(top, dict):
-        raise ChannelError("response is not a JSON object")
+        raise AlipayCallError("response is not a JSON object")
     node = method.replace(".", "_") + "_response"
     key = node if node in top else "error_response" if "error_response" in top else None
     if key is None:
-        raise ChannelError(f"response has no {node}")
+        raise AlipayCallError(f"response has no {node}")
     return _value_text(raw, key), key, top
 
 
@@ -422,14 +415,14 @@ def _value_text(raw: str, key: str) -> str:
         name, idx = decoder.raw_decode(raw, idx)
         idx = _skip_ws(raw, idx)
         if raw[idx] != ":":
-            raise ChannelError("malformed response")
+            raise AlipayCallError("malformed response")
         start = _skip_ws(raw, idx + 1)
         _, end = decoder.raw_decode(raw, start)
         if name == key:
             return raw[start:end]
         idx = _skip_ws(raw, end)
         if raw[idx] != ",":
-            raise ChannelError(f"{key} not found")
+            raise AlipayCallError(f"{key} not found")
         idx += 1
 
 
@@ -495,9 +488,9 @@ class AlipayClient:
                 timeout_s=self.timeout_s,
             ).body.decode("utf-8")
         except httpclient.StatusError as err:
-            raise ChannelError(f"{method}: HTTP {err.status}", retryable=err.status >= 500) from None
+            raise AlipayCallError(f"{method}: HTTP {err.status}", retryable=err.status >= 500) from None
         except (OSError, UnicodeDecodeError) as err:
-            raise ChannelError(f"{method}: {err}", retryable=True) from None
+            raise AlipayCallError(f"{method}: {err}", retryable=True) from None
         return self.verify_response(raw, method)
 
     def verify_response(self, raw: str, method: str) -> dict[str, Any]:
@@ -505,7 +498,7 @@ class AlipayClient:
         sign = top.get("sign")
         if not sign:
             answer = json.loads(content)
-            raise ChannelError(
+            raise AlipayCallError(
                 f"{method}: unsigned {node} {answer.get('code')} {answer.get('sub_code', '')}".strip(),
                 code=str(answer.get("code", "")),
                 sub_code=str(answer.get("sub_code", "")),
@@ -514,14 +507,14 @@ class AlipayClient:
         hint = top.get("alipay_cert_sn") if self.creds.keys.by_sn else None
         candidates = self.creds.keys.candidates(hint)
         if not any(rsa2_verify(key, content.encode("utf-8"), sign) for _, key in candidates):
-            raise ChannelError(f"{method}: response signature does not verify")
+            raise AlipayCallError(f"{method}: response signature does not verify")
         answer = json.loads(content)
         code, sub_code = str(answer.get("code", "")), str(answer.get("sub_code", ""))
         if code != "10000":
             message = (
                 f"{method}: {code} {answer.get('msg', '')} {sub_code} {answer.get('sub_msg', '')}".strip()
             )
-            cls = TradeNotExist if sub_code == TRADE_NOT_EXIST else ChannelError
+            cls = TradeNotExist if sub_code == TRADE_NOT_EXIST else AlipayCallError
             raise cls(
                 message,
                 code=code,
@@ -551,7 +544,7 @@ class AlipayClient:
             biz["timeout_express"] = timeout_express
         answer = self.call("alipay.trade.precreate", biz, notify_url=notify_url)
         if not answer.get("qr_code"):
-            raise ChannelError("alipay.trade.precreate answered without qr_code")
+            raise AlipayCallError("alipay.trade.precreate answered without qr_code")
         return str(answer["qr_code"])
 
     def trade_query(self, *, out_trade_no: str | None = None, trade_no: str | None = None) -> dict[str, Any]:
@@ -615,7 +608,7 @@ CLOSE_ANSWER = {
 }
 
 
-def error_word(exc: ChannelError) -> str:
+def error_word(exc: AlipayCallError) -> str:
     """The most specific code of a failed call (sub_code first), the key of the tables above."""
     if exc.sub_code:
         return exc.sub_code

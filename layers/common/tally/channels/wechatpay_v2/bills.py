@@ -40,7 +40,7 @@ class WeChatV2BillSource:
         )
         try:
             raw = client.download_bill(bill_date, "ALL")
-        except wx2.ChannelError as exc:
+        except wx2.WeChatV2CallError as exc:
             if exc.word == "NO_BILL_EXIST":
                 return Fetched(NO_STATEMENT, note=str(exc))
             if exc.word == "BILL_CREATING":

@@ -22,12 +22,12 @@ def live_check(directory: Any, merchant_id: str, *, download: bool = True) -> li
     )
     try:
         client.order_query(probe_number(secrets.token_hex(8)))
-    except wx2.ChannelError as exc:
+    except wx2.WeChatV2CallError as exc:
         return [_finding(exc)]
     return [Finding(PASS, CHECK, detail="SUCCESS, sign verified")]
 
 
-def _finding(exc: wx2.ChannelError) -> Finding:
+def _finding(exc: wx2.WeChatV2CallError) -> Finding:
     detail = str(exc)[:240]
     if exc.word == "ORDERNOTEXIST":
         return Finding(PASS, CHECK, detail="ORDERNOTEXIST, sign verified with the API key")

@@ -44,7 +44,7 @@ def download_fund_flow(
     max_bytes: int = 1 << 30,
 ) -> bytes:
     """One account's day (raw answer: gzip, the CSV or a page for the parser to refuse); an error XML raises
-    wx2.ChannelError with word NO_BILL_EXIST / BILL_CREATING / the err_code."""
+    wx2.WeChatV2CallError with word NO_BILL_EXIST / BILL_CREATING / the err_code."""
     request = {
         "appid": appid,
         "mch_id": mchid,
@@ -67,23 +67,23 @@ def download_fund_flow(
         ).body
     except httpclient.StatusError as err:
         word = "HTTP_5XX" if err.status >= 500 else f"HTTP_{err.status}"
-        raise wx2.ChannelError(
+        raise wx2.WeChatV2CallError(
             f"POST {PATH}: HTTP {err.status}", word=word, retryable=err.status >= 500
         ) from None
     except OSError as err:
-        raise wx2.ChannelError(f"POST {PATH}: {err}", word="NETWORK", retryable=True) from None
+        raise wx2.WeChatV2CallError(f"POST {PATH}: {err}", word="NETWORK", retryable=True) from None
     if len(raw) > max_bytes:
-        raise wx2.ChannelError(f"POST {PATH}: answer over {max_bytes} bytes", word="TOO_LARGE")
+        raise wx2.WeChatV2CallError(f"POST {PATH}: answer over {max_bytes} bytes", word="TOO_LARGE")
     if raw.lstrip()[:5] == b"<xml>":
         try:
             answer = wx2.parse_xml(raw[: 1 << 16])
         except wx2.XmlError as exc:
-            raise wx2.ChannelError(f"POST {PATH}: {exc}", word="NOT_XML") from None
+            raise wx2.WeChatV2CallError(f"POST {PATH}: {exc}", word="NOT_XML") from None
         message = (answer.get("return_msg") or answer.get("err_code_des") or "")[:64]
         word = {"no bill exist": "NO_BILL_EXIST", "bill creating": "BILL_CREATING"}.get(
             message.strip().lower(), answer.get("err_code") or "RETURN_FAIL"
         )
-        raise wx2.ChannelError(
+        raise wx2.WeChatV2CallError(
             f"POST {PATH}: return_code {answer.get('return_code', '')[:20]!r} {message}",
             word=word,
             retryable=word in ("BILL_CREATING", "SYSTEMERROR"),
@@ -122,7 +122,7 @@ class WeChatV2FundFlowSource:
                 account=account,
                 tls=tls,
             )
-        except wx2.ChannelError as exc:
+        except wx2.WeChatV2CallError as exc:
             if exc.word == "NO_BILL_EXIST":
                 return Fetched(NO_STATEMENT, note=str(exc))
             if exc.word == "BILL_CREATING":

@@ -39,7 +39,7 @@ class WeChatPayV2Pull:
             )
         except errors.NotFound as exc:  # the merchant directory's UnknownMerchant
             return QueryResult(Answer.PERSON, "UNKNOWN_MERCHANT", detail=str(exc))
-        except wx2.ChannelError as exc:
+        except wx2.WeChatV2CallError as exc:
             answer, mapped = lookup(wx2.QUERY_ERROR, exc.word)
             return QueryResult(answer, exc.word, detail=str(exc)[:300], mapped=mapped)
         state = str(data.get("trade_state") or "")
@@ -68,7 +68,7 @@ class WeChatPayV2Pull:
             )
         except errors.NotFound as exc:  # the merchant directory's UnknownMerchant
             return CloseResult(Answer.PERSON, "UNKNOWN_MERCHANT", detail=str(exc))
-        except wx2.ChannelError as exc:
+        except wx2.WeChatV2CallError as exc:
             answer, mapped = lookup(wx2.CLOSE_ANSWER, exc.word)
             return CloseResult(answer, exc.word, detail=str(exc)[:300], mapped=mapped)
         return CloseResult(Answer.CLOSED, "CLOSED_NOW")

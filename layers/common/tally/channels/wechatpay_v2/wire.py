@@ -31,6 +31,7 @@ from tally.domain.notifications import PaymentNotice
 from tally.domain.poll import Answer
 from tally.domain.refunds import RefundNotice
 from tally.domain.settlement import notice_fields
+from tally.errors import ParseError, SignatureError  # the shared meanings (R4, R5), re-exported
 
 CHANNEL = SPEC.stored  # "wechatpay": same transaction id space as v3 (see the module docstring)
 API = str(SPEC.api)  # "wechatpay_v2": the order row's `api`, the merchants table's channel
@@ -41,14 +42,6 @@ _DIGITS = re.compile(r"^\d{1,15}$", re.ASCII)
 
 class XmlError(errors.InvalidRequest):
     """Not a usable v2 XML body (before any signature check: nothing is trusted)."""
-
-
-class SignatureError(errors.SignatureError):
-    """Not proven to come from WeChat Pay (R4): the sign does not match the merchant's API key."""
-
-
-class ParseError(errors.ParseError):
-    """Signed by WeChat but unusable: not retryable (R5)."""
 
 
 # ---------------------------------------------------------------- hardened XML
@@ -338,7 +331,7 @@ QUERY_STATE: dict[str, Answer] = {
 }
 
 
-class ChannelError(errors.ChannelError):
+class WeChatV2CallError(errors.ChannelError):
     """A v2 API call that did not give a usable, verified SUCCESS answer; `word` picks the table row."""
 
     def __init__(self, message: str, *, word: str, retryable: bool = False):
@@ -401,7 +394,7 @@ class WeChatPayV2Client:
             fields["time_expire"] = datetime.fromtimestamp(time_expire, CHINA).strftime("%Y%m%d%H%M%S")
         answer = self.call("/pay/unifiedorder", fields)
         if not answer.get("code_url"):
-            raise ChannelError("unifiedorder answered without code_url", word="PARAM_ERROR")
+            raise WeChatV2CallError("unifiedorder answered without code_url", word="PARAM_ERROR")
         return answer["code_url"]
 
     def order_query(self, out_trade_no: str) -> dict[str, str]:
@@ -442,23 +435,27 @@ class WeChatPayV2Client:
             ).body
         except httpclient.StatusError as err:
             word = "HTTP_5XX" if err.status >= 500 else f"HTTP_{err.status}"
-            raise ChannelError(
+            raise WeChatV2CallError(
                 f"POST /pay/downloadbill: HTTP {err.status}", word=word, retryable=err.status >= 500
             ) from None
         except OSError as err:
-            raise ChannelError(f"POST /pay/downloadbill: {err}", word="NETWORK", retryable=True) from None
+            raise WeChatV2CallError(
+                f"POST /pay/downloadbill: {err}", word="NETWORK", retryable=True
+            ) from None
         if len(raw) > max_bytes:
-            raise ChannelError(f"POST /pay/downloadbill: answer over {max_bytes} bytes", word="TOO_LARGE")
+            raise WeChatV2CallError(
+                f"POST /pay/downloadbill: answer over {max_bytes} bytes", word="TOO_LARGE"
+            )
         if raw.lstrip()[:5] == b"<xml>":
             try:
                 answer = parse_xml(raw[: 1 << 16])
             except XmlError as exc:
-                raise ChannelError(f"POST /pay/downloadbill: {exc}", word="NOT_XML") from None
+                raise WeChatV2CallError(f"POST /pay/downloadbill: {exc}", word="NOT_XML") from None
             message = answer.get("return_msg", "")[:64]
             word = {"no bill exist": "NO_BILL_EXIST", "bill creating": "BILL_CREATING"}.get(
                 message.strip().lower(), answer.get("error_code") or "RETURN_FAIL"
             )
-            raise ChannelError(
+            raise WeChatV2CallError(
                 f"POST /pay/downloadbill: return_code {answer.get('return_code', '')[:20]!r} {message}",
                 word=word,
                 retryable=word == "BILL_CREATING",
@@ -493,17 +490,17 @@ class WeChatPayV2Client:
             ).body
         except httpclient.StatusError as err:
             word = "HTTP_5XX" if err.status >= 500 else f"HTTP_{err.status}"
-            raise ChannelError(
+            raise WeChatV2CallError(
                 f"POST {path}: HTTP {err.status}", word=word, retryable=err.status >= 500
             ) from None
         except OSError as err:
-            raise ChannelError(f"POST {path}: {err}", word="NETWORK", retryable=True) from None
+            raise WeChatV2CallError(f"POST {path}: {err}", word="NETWORK", retryable=True) from None
         try:
             answer = parse_xml(raw)
         except XmlError as exc:
-            raise ChannelError(f"POST {path}: {exc}", word="NOT_XML") from None
+            raise WeChatV2CallError(f"POST {path}: {exc}", word="NOT_XML") from None
         if answer.get("return_code") != "SUCCESS":
-            raise ChannelError(
+            raise WeChatV2CallError(
                 f"POST {path}: return_code {answer.get('return_code', '')[:20]!r} "
                 f"{answer.get('return_msg', '')[:64]}",
                 word="RETURN_FAIL",
@@ -511,19 +508,19 @@ class WeChatPayV2Client:
         try:
             verify(answer, self.api_key)
         except SignatureError as exc:
-            raise ChannelError(
+            raise WeChatV2CallError(
                 f"POST {path}: answer not verified: {exc.reason}", word="RESPONSE_NOT_VERIFIED"
             ) from None
         if answer.get("mch_id") != self.mchid or (
             self.sub_mch_id and answer.get("sub_mch_id", self.sub_mch_id) != self.sub_mch_id
         ):
-            raise ChannelError(
+            raise WeChatV2CallError(
                 f"POST {path}: answer is about merchant {answer.get('mch_id', '')[:32]!r}",
                 word="RESPONSE_NOT_VERIFIED",
             )
         if answer.get("result_code") != "SUCCESS":
             word = answer.get("err_code") or "RESULT_FAIL"
-            raise ChannelError(
+            raise WeChatV2CallError(
                 f"POST {path}: {word} {answer.get('err_code_des', '')[:64]}",
                 word=word,
                 retryable=word == "SYSTEMERROR",

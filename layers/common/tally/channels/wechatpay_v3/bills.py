@@ -700,7 +700,7 @@ class WeChatBillSource:
         client = wechatpay_v3_desk(self.merchants).client(wechatpay_v3_desk(self.merchants).wechatpay(mchid))
         try:
             answer = client.tradebill(bill_date, "ALL")
-        except wx.ChannelError as exc:
+        except wx.WeChatCallError as exc:
             if exc.code == "NO_STATEMENT_EXIST":
                 return Fetched(NO_STATEMENT, note=str(exc))
             if exc.code == "STATEMENT_CREATING":
@@ -708,7 +708,7 @@ class WeChatBillSource:
             raise DownloadFailed(f"tradebill: {exc}", retryable=exc.retryable) from None
         try:
             raw = client.download_bill(answer["download_url"])
-        except wx.ChannelError as exc:
+        except wx.WeChatCallError as exc:
             raise DownloadFailed(f"bill download: {exc}", retryable=exc.retryable) from None
         data = gunzip(raw)
         return Fetched(

@@ -116,7 +116,7 @@ def native_prepay(
     answer = client.request("POST", PREPAY_PATH, body)
     code_url = answer.get("code_url") if isinstance(answer, dict) else None
     if not code_url:
-        raise wx.ChannelError("combine native prepay answered without code_url")
+        raise wx.WeChatCallError("combine native prepay answered without code_url")
     return str(code_url)
 
 

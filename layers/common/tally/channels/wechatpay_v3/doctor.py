@@ -52,7 +52,7 @@ def _certificates(client: wx.WeChatPayClient) -> Finding:
             "--apiv3-key`",
             str(exc)[:200],
         )
-    except wx.ChannelError as exc:
+    except wx.WeChatCallError as exc:
         return _refused(CHECK_CERTS, exc.status, exc.code, str(exc), exc.retryable)
     return Finding(PASS, CHECK_CERTS, detail=", ".join(sorted(s for s, _ in downloaded)))
 
@@ -98,7 +98,7 @@ def _query(client: wx.WeChatPayClient, creds: wx.MerchantCredentials, sub_mchid:
     lowered = {k.lower(): v for k, v in answer_headers.items()}
     try:
         wx.verify_signed(lowered, raw, creds.platform, client.clock())
-    except wx.SignatureError as exc:
+    except wx.WeChatSignatureError as exc:
         return _unverified(exc, lowered.get("wechatpay-serial", ""))
     if status in (200, 404):
         return Finding(PASS, CHECK_QUERY, detail=f"HTTP {status} {code or 'OK'}, signature verified")
@@ -152,7 +152,7 @@ def _refused(check: str, status: int, code: str, message: str, retryable: bool) 
     return Finding(FAIL, check, f"WeChat Pay refused the call: {code or status}", "see the detail", detail)
 
 
-def _unverified(exc: wx.SignatureError, serial: str) -> Finding:
+def _unverified(exc: wx.WeChatSignatureError, serial: str) -> Finding:
     public_key = serial.startswith(wx.PUBLIC_KEY_ID_PREFIX)
     if exc.unknown_serial:
         item = f"WeChat signs with {serial[:64]}, which this merchant is not configured with: " + (

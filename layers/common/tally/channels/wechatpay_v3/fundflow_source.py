@@ -36,7 +36,7 @@ class WeChatFundFlowSource:
         client = wechatpay_v3_desk(self.merchants).client(merchant)
         try:
             answer = client.fundflowbill(bill_date, account)
-        except wx.ChannelError as exc:
+        except wx.WeChatCallError as exc:
             if exc.code == "NO_STATEMENT_EXIST":
                 return Fetched(NO_STATEMENT, note=str(exc))
             if exc.code == "STATEMENT_CREATING":
@@ -44,7 +44,7 @@ class WeChatFundFlowSource:
             raise DownloadFailed(f"fundflowbill: {exc}", retryable=exc.retryable) from None
         try:
             raw = client.download_bill(answer["download_url"])
-        except wx.ChannelError as exc:
+        except wx.WeChatCallError as exc:
             raise DownloadFailed(f"fund-flow download: {exc}", retryable=exc.retryable) from None
         data = gunzip(raw)
         return Fetched(OK, data, f"{account}.csv", sha1_hex(data), answer["hash_value"].lower())

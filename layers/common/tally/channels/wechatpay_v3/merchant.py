@@ -246,7 +246,7 @@ class Desk:
         """GET /v3/certificates (verified, decrypted with the APIv3 key); each certificate joins the verifying keys."""
         try:
             downloaded = self.client(merchant).certificates()
-        except (wx.ChannelError, wx.DecryptError, ValueError, KeyError) as exc:
+        except (wx.WeChatCallError, wx.DecryptError, ValueError, KeyError) as exc:
             self.directory.log_warning(
                 "platform certificate download failed",
                 mchid=merchant.creds.mchid,

@@ -30,7 +30,7 @@ def read_notification(
     mchid = request.path_params.get("mchid", "")
     try:
         _verify(merchants, merchant, request, clock() if received_at is None else received_at, window_s)
-    except wx.SignatureError as exc:
+    except wx.WeChatSignatureError as exc:
         if exc.probe:
             return ReadNotification(probe=True)
         return ReadNotification(reject=(401, exc.reason, exc.cause))
@@ -75,7 +75,7 @@ def read_notification(
 def _verify(merchants: Any, merchant: Any, request: Any, now: float, window_s: int) -> None:
     try:
         wx.verify_signed(request.headers, request.body, merchant.creds.platform, now, window_s)
-    except wx.SignatureError as exc:
+    except wx.WeChatSignatureError as exc:
         serial = exc.unknown_serial
         if not serial or serial.startswith(wx.PUBLIC_KEY_ID_PREFIX):
             raise

@@ -43,7 +43,7 @@ class WeChatPayV3Pull:
             )
         except errors.NotFound as exc:  # the merchant directory's UnknownMerchant
             return QueryResult(Answer.PERSON, "UNKNOWN_MERCHANT", detail=str(exc))
-        except wx.ChannelError as exc:
+        except wx.WeChatCallError as exc:
             answer, mapped = lookup(wx.QUERY_ERROR, exc.word)
             return QueryResult(answer, exc.word, detail=str(exc)[:300], mapped=mapped)
         data = response.data if isinstance(response.data, dict) else {}
@@ -82,7 +82,7 @@ class WeChatPayV3Pull:
             )
         except errors.NotFound as exc:
             return QueryResult(Answer.PERSON, "UNKNOWN_MERCHANT", detail=str(exc))
-        except wx.ChannelError as exc:
+        except wx.WeChatCallError as exc:
             answer, mapped = lookup(wx.QUERY_ERROR, exc.word)
             return QueryResult(answer, exc.word, detail=str(exc)[:300], mapped=mapped)
         data = response.data if isinstance(response.data, dict) else {}
@@ -121,7 +121,7 @@ class WeChatPayV3Pull:
             )
         except errors.NotFound as exc:  # the merchant directory's UnknownMerchant
             return CloseResult(Answer.PERSON, "UNKNOWN_MERCHANT", detail=str(exc))
-        except wx.ChannelError as exc:
+        except wx.WeChatCallError as exc:
             answer, mapped = lookup(wx.CLOSE_ANSWER, exc.word)
             return CloseResult(answer, exc.word, detail=str(exc)[:300], mapped=mapped)
         return _close_answer(response)
@@ -147,7 +147,7 @@ class WeChatPayV3Pull:
             return CloseResult(Answer.PERSON, "UNKNOWN_MERCHANT", detail=str(exc))
         except wx.DecryptError as exc:
             return CloseResult(Answer.PERSON, "COMBINE_UNUSABLE", detail=str(exc)[:300])
-        except wx.ChannelError as exc:
+        except wx.WeChatCallError as exc:
             answer, mapped = lookup(wx.CLOSE_ANSWER, exc.word)
             return CloseResult(answer, exc.word, detail=f"combine query: {str(exc)[:280]}", mapped=mapped)
         me = client.creds.mchid
@@ -170,7 +170,7 @@ class WeChatPayV3Pull:
                 attempts=self.attempts,
                 sleep=self.sleep,
             )
-        except wx.ChannelError as exc:
+        except wx.WeChatCallError as exc:
             answer, mapped = lookup(wx.CLOSE_ANSWER, exc.word)
             return CloseResult(answer, exc.word, detail=str(exc)[:300], mapped=mapped)
         return _close_answer(response)

@@ -136,7 +136,7 @@ class WeChatRefunds:
         body = {k: v for k, v in body.items() if v is not None}
         try:
             answer = self.client.request("POST", CREATE_PATH, body)
-        except wx.ChannelError as exc:
+        except wx.WeChatCallError as exc:
             return _error_answer(exc, CREATE_ERRORS)
         return _refund_answer(answer, AnswerKind.ACCEPTED)
 
@@ -176,7 +176,7 @@ class WeChatRefunds:
         path = f"{CREATE_PATH}/{quote(str(refund['refund_id']), safe='')}/apply-abnormal-refund"
         try:
             answer = self.client.request("POST", path, body, serial=serial)
-        except wx.ChannelError as exc:
+        except wx.WeChatCallError as exc:
             return _error_answer(exc, ABNORMAL_ERRORS)
         return _refund_answer(answer, AnswerKind.ACCEPTED)
 
@@ -186,7 +186,7 @@ class WeChatRefunds:
             path += f"?sub_mchid={quote(str(refund['mchid']), safe='')}"  # partner (§2.4)
         try:
             answer = self.client.request("GET", path, None)
-        except wx.ChannelError as exc:
+        except wx.WeChatCallError as exc:
             if exc.status == 404 and exc.code == "RESOURCE_NOT_EXISTS":
                 return ChannelAnswer(AnswerKind.NOT_FOUND, code=exc.code, message=str(exc))
             return ChannelAnswer(AnswerKind.RETRY, code=exc.code, message=str(exc))
@@ -232,7 +232,7 @@ def _refund_answer(answer: Any, kind: AnswerKind) -> ChannelAnswer:
     )
 
 
-def _error_answer(exc: wx.ChannelError, table: dict[str, AnswerKind]) -> ChannelAnswer:
+def _error_answer(exc: wx.WeChatCallError, table: dict[str, AnswerKind]) -> ChannelAnswer:
     if exc.retryable or exc.status == 0:
         return ChannelAnswer(AnswerKind.RETRY, code=exc.code, message=str(exc))  # "sent, outcome unknown"
     kind = table.get(exc.code, AnswerKind.UNKNOWN)

@@ -104,7 +104,7 @@ CLOSE_ANSWER: dict[
 }
 
 
-class SignatureError(errors.SignatureError):
+class WeChatSignatureError(errors.SignatureError):
     """The message is not proven to come from WeChat Pay (R4). `probe` marks SIGNTEST traffic."""
 
     def __init__(
@@ -124,7 +124,7 @@ class DecryptError(errors.ParseError):
     """Signed by WeChat but not decryptable or not parseable: not retryable (R5)."""
 
 
-class ChannelError(errors.ChannelError):
+class WeChatCallError(errors.ChannelError):
     """A WeChat API call failed. `retryable` says whether the same call may succeed later."""
 
     def __init__(self, message: str, *, status: int = 0, code: str = "", retryable: bool = False):
@@ -255,26 +255,30 @@ def verify_signed(
     serial = headers.get("wechatpay-serial") or ""
     sig_type = headers.get("wechatpay-signature-type") or SIGNATURE_TYPE
     if signature.startswith(PROBE_PREFIX):
-        raise SignatureError("signature probe (WECHATPAY/SIGNTEST/)", probe=True)
+        raise WeChatSignatureError("signature probe (WECHATPAY/SIGNTEST/)", probe=True)
     if not (signature and timestamp and nonce and serial):
-        raise SignatureError(
+        raise WeChatSignatureError(
             "missing Wechatpay-Signature/Timestamp/Nonce/Serial header", cause="missing_signature"
         )
     if sig_type != SIGNATURE_TYPE:
-        raise SignatureError(f"unsupported signature type {sig_type[:40]!r}", cause="unsupported_sign_type")
+        raise WeChatSignatureError(
+            f"unsupported signature type {sig_type[:40]!r}", cause="unsupported_sign_type"
+        )
     # ASCII digits only ("²".isdigit() is True) and a sane length (a 10**5-digit number overflows a float).
     if (
         not (timestamp.isascii() and timestamp.isdigit() and len(timestamp) <= 12)
         or abs(now - int(timestamp)) >= window_s
     ):
-        raise SignatureError(
+        raise WeChatSignatureError(
             f"timestamp {timestamp[:20]!r} outside the {window_s}s window", cause="stale_timestamp"
         )
     key = keys.get(serial)
     if key is None:
-        raise SignatureError(f"unknown serial {serial[:64]!r}", cause="unknown_serial", unknown_serial=serial)
+        raise WeChatSignatureError(
+            f"unknown serial {serial[:64]!r}", cause="unknown_serial", unknown_serial=serial
+        )
     if not rsa_verify(key, signed_message(timestamp, nonce, body), signature):
-        raise SignatureError(f"signature does not verify with serial {serial}")
+        raise WeChatSignatureError(f"signature does not verify with serial {serial}")
     return serial
 
 
@@ -517,7 +521,7 @@ class WeChatPayClient:
         answer = self.request("POST", "/v3/pay/transactions/native", body)
         code_url = answer.get("code_url") if isinstance(answer, dict) else None
         if not code_url:
-            raise ChannelError("native prepay answered without code_url")
+            raise WeChatCallError("native prepay answered without code_url")
         return str(code_url)
 
     def partner_native_prepay(
@@ -551,7 +555,7 @@ class WeChatPayClient:
         answer = self.request("POST", "/v3/pay/partner/transactions/native", body)
         code_url = answer.get("code_url") if isinstance(answer, dict) else None
         if not code_url:
-            raise ChannelError("partner native prepay answered without code_url")
+            raise WeChatCallError("partner native prepay answered without code_url")
         return str(code_url)
 
     def certificates(self) -> list[tuple[str, str]]:
@@ -579,7 +583,7 @@ class WeChatPayClient:
         return self.exchange("GET", f"/v3/pay/transactions/out-trade-no/{no}?mchid={me}", None)
 
     def close(self, out_trade_no: str, *, sub_mchid: str | None = None) -> Response:
-        """§2.2: 204 = closed now; a 202 answer carries a code (USER_PAYING); errors raise ChannelError."""
+        """§2.2: 204 = closed now; a 202 answer carries a code (USER_PAYING); errors raise WeChatCallError."""
         no = urllib.parse.quote(out_trade_no, safe="*")
         if sub_mchid:
             return self.exchange(
@@ -593,12 +597,12 @@ class WeChatPayClient:
 
     def tradebill(self, bill_date: str, bill_type: str = "ALL") -> dict[str, str]:
         """§3.1 step 1: {hash_type, hash_value, download_url}. NO_STATEMENT_EXIST / STATEMENT_CREATING come
-        back as ChannelError with that code (the caller decides what each means)."""
+        back as WeChatCallError with that code (the caller decides what each means)."""
         answer = self.request(
             "GET", f"/v3/bill/tradebill?bill_date={bill_date}&bill_type={bill_type}&tar_type=GZIP", None
         )
         if not isinstance(answer, dict) or not answer.get("download_url") or not answer.get("hash_value"):
-            raise ChannelError("tradebill answered without download_url/hash_value")
+            raise WeChatCallError("tradebill answered without download_url/hash_value")
         return {k: str(answer.get(k) or "") for k in ("hash_type", "hash_value", "download_url")}
 
     def fundflowbill(self, bill_date: str, account_type: str = "BASIC") -> dict[str, str]:
@@ -610,7 +614,7 @@ class WeChatPayClient:
             None,
         )
         if not isinstance(answer, dict) or not answer.get("download_url") or not answer.get("hash_value"):
-            raise ChannelError("fundflowbill answered without download_url/hash_value")
+            raise WeChatCallError("fundflowbill answered without download_url/hash_value")
         return {k: str(answer.get(k) or "") for k in ("hash_type", "hash_value", "download_url")}
 
     def download_bill(self, download_url: str) -> bytes:
@@ -619,7 +623,7 @@ class WeChatPayClient:
         parts = urllib.parse.urlsplit(download_url)
         base = urllib.parse.urlsplit(self.base_url)
         if (parts.scheme, parts.netloc) != (base.scheme, base.netloc):
-            raise ChannelError(f"download_url host {parts.netloc!r} is not the API host {base.netloc!r}")
+            raise WeChatCallError(f"download_url host {parts.netloc!r} is not the API host {base.netloc!r}")
         path = parts.path + (f"?{parts.query}" if parts.query else "")
         ts, nonce = int(self.clock()), nonce_str()
         headers = {
@@ -636,7 +640,7 @@ class WeChatPayClient:
         except httpclient.StatusError as err:
             raise _channel_error(err.status, err.body) from None
         except OSError as err:
-            raise ChannelError(f"GET {parts.path}: {err}", retryable=True) from None
+            raise WeChatCallError(f"GET {parts.path}: {err}", retryable=True) from None
 
     def encryption_key(self) -> tuple[str, rsa.RSAPublicKey]:
         """(serial, key) sensitive fields are encrypted with: the WeChat Pay public key when the merchant has
@@ -646,7 +650,7 @@ class WeChatPayClient:
             return self.creds.public_key_id, keys.by_serial[self.creds.public_key_id]
         serials = sorted(keys.by_serial, key=lambda s: keys.expires.get(s, 0.0))
         if not serials:
-            raise ChannelError("no platform key to encrypt a sensitive field with", code="NO_PLATFORM_KEY")
+            raise WeChatCallError("no platform key to encrypt a sensitive field with", code="NO_PLATFORM_KEY")
         return serials[-1], keys.by_serial[serials[-1]]
 
     def request(
@@ -693,7 +697,7 @@ class WeChatPayClient:
         except httpclient.StatusError as err:
             raise _channel_error(err.status, err.body) from None
         except OSError as err:
-            raise ChannelError(f"{method} {path}: {err}", code="NETWORK", retryable=True) from None
+            raise WeChatCallError(f"{method} {path}: {err}", code="NETWORK", retryable=True) from None
         raw, resp_headers, status = answer.body, answer.headers, answer.status
         lowered = {k.lower(): v for k, v in resp_headers.items()}
         if verify_with_new:
@@ -702,8 +706,8 @@ class WeChatPayClient:
             keys = self.creds.platform
         try:
             self._verify_answer(lowered, raw, keys, refreshable=not verify_with_new)
-        except SignatureError as exc:
-            raise ChannelError(
+        except WeChatSignatureError as exc:
+            raise WeChatCallError(
                 f"{method} {path}: response not verified: {exc.reason}",
                 status=status,
                 code="RESPONSE_NOT_VERIFIED",
@@ -711,7 +715,7 @@ class WeChatPayClient:
         try:
             data = json.loads(raw) if raw else {}
         except ValueError:
-            raise ChannelError(
+            raise WeChatCallError(
                 f"{method} {path}: signed answer is not JSON", status=status, code="RESPONSE_NOT_JSON"
             ) from None
         return Response(status, data, raw, _verify_headers(lowered))
@@ -722,7 +726,7 @@ class WeChatPayClient:
         """Like a notification (R3): an unknown certificate serial gets one refresh, then one more verify."""
         try:
             verify_signed(lowered, raw, keys, self.clock())
-        except SignatureError as exc:
+        except WeChatSignatureError as exc:
             serial = exc.unknown_serial
             if not (
                 refreshable
@@ -752,11 +756,11 @@ def _keys_from_certificates_answer(raw: bytes, creds: MerchantCredentials) -> Pl
     return keys
 
 
-def _channel_error(status: int, raw: bytes) -> ChannelError:
+def _channel_error(status: int, raw: bytes) -> WeChatCallError:
     try:
         detail = json.loads(raw)
         code, message = str(detail.get("code", "")), str(detail.get("message", ""))
     except (ValueError, AttributeError):
         code, message = "", raw[:200].decode("utf-8", "replace")
     retryable = status >= 500 or status == 429 or code in {"SYSTEM_ERROR", "FREQUENCY_LIMITED", "BANK_ERROR"}
-    return ChannelError(f"HTTP {status} {code}: {message}", status=status, code=code, retryable=retryable)
+    return WeChatCallError(f"HTTP {status} {code}: {message}", status=status, code=code, retryable=retryable)
