@@ -41,7 +41,7 @@ def _route(event):
         logger.warning("unusable notify event", extra={"reason": str(exc)})
         return failure_for_path(route_key(event).partition(" ")[2], 400, "bad request").to_event()
     # by routeKey, as in template.yaml (never rawPath: a custom domain's path mapping prefixes it)
-    channel = registry.by_route_key(request.route)
+    channel = registry.for_notify(request.route, request.path_params)
     if channel is not None:
         return bootstrap.ingest_service().notify(channel, request).to_event()
     count(M.NOTIFY_REJECTED)

@@ -163,6 +163,7 @@ def test_function_specs_from_the_real_template(template):
         "POST /notify/wechatpay/{mchid}",
         "POST /notify/alipay/{app_id}",
         "POST /notify/wechatpay-v2/{mchid}",
+        "POST /notify/{channel}/{merchant}",
     )
     assert set(specs["OrdersFunction"].http_routes) == {"POST /orders", "GET /orders/{mchid}/{out_trade_no}"}
     assert specs["WorkerFunction"].sqs_queues == ("ApplyQueue",)

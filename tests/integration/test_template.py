@@ -233,6 +233,7 @@ def test_notify_is_open_and_orders_need_iam(resources):
         "POST /notify/wechatpay/{mchid}": "NONE",
         "POST /notify/alipay/{app_id}": "NONE",
         "POST /notify/wechatpay-v2/{mchid}": "NONE",
+        "POST /notify/{channel}/{merchant}": "NONE",  # a channel without its own route (registry)
     }
     orders = http_events(resources["OrdersFunction"])
     assert {k: v["Auth"]["Authorizer"] for k, v in orders.items()} == {

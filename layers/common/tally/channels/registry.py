@@ -161,6 +161,7 @@ class Channel(Protocol):
     reconciled: bool  # the recon function downloads this stored channel's bills
     replay_headers: tuple[str, ...]  # request headers a kept callback needs to be verified again (R40)
     environment: tuple[ChannelVariable, ...]  # the variables its package reads (settings.channel_values)
+    own_route: bool  # template.yaml has its notify route; False: it is reached by NOTIFY_ANY_ROUTE
     ack_content_type: str
 
     @property
@@ -305,11 +306,13 @@ class ChannelNames:
     reconciled: bool
     replay_headers: tuple[str, ...] = ()  # request headers its signature covers (none: signed in the body)
     environment: tuple[ChannelVariable, ...] = ()  # the variables its package reads
+    own_route: bool = True  # False: a new channel's callbacks come by NOTIFY_ANY_ROUTE (no template edit)
 
     @property
     def route_key(self) -> str:
-        """The API Gateway routeKey of the notify route, as in template.yaml."""
-        return f"POST /notify/{self.route}/{{{self.merchant_param}}}"
+        """The API Gateway routeKey of the notify route, as in template.yaml (NOTIFY_ANY_ROUTE for a channel
+        without a route of its own)."""
+        return f"POST /notify/{self.route}/{{{self.merchant_param}}}" if self.own_route else NOTIFY_ANY_ROUTE
 
     @property
     def metric(self) -> str:
@@ -435,9 +438,21 @@ def find(match: Callable[[Channel], bool]) -> Channel | None:
     return next((c for c in all_channels() if match(c)), None)
 
 
+NOTIFY_ANY_ROUTE = "POST /notify/{channel}/{merchant}"  # template.yaml: a channel without a route of its own
+
+
 def by_route_key(route_key: str) -> Channel | None:
     """The channel whose notify route API Gateway matched ("POST /notify/wechatpay/{mchid}")."""
-    return find(lambda c: c.route_key == route_key)
+    return find(lambda c: c.own_route and c.route_key == route_key)
+
+
+def for_notify(route_key: str, path_params: dict[str, str]) -> Channel | None:
+    """The channel a callback is for: by the route API Gateway matched, or for NOTIFY_ANY_ROUTE (the most
+    specific route wins, so only a channel without its own route gets there) by the path's channel word."""
+    if route_key == NOTIFY_ANY_ROUTE:
+        word = path_params.get("channel", "")
+        return find(lambda c: not c.own_route and c.route == word)
+    return by_route_key(route_key)
 
 
 def by_path(path: str) -> Channel | None:
