@@ -253,4 +253,4 @@ def test_r49_a_trade_bill_legs_item_says_how_far_bill_and_ledger_are_apart_not_t
         "local_amount_cent": 3649,
         "handle_status": "OPEN",
     }
-    assert bootstrap.work_queue()._diff_item(row)["amount_cent"] == 77
+    assert bootstrap.work_queue().from_rows._diff_item(row)["amount_cent"] == 77
