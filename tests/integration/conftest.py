@@ -200,4 +200,4 @@ def days_of_2024(monkeypatch):
     days) under today's clock: R50 parks money reported on such a finished day, which is not what they test,
     so its window is opened for them. R50 itself: tests/integration/test_booking_day.py."""
     monkeypatch.setattr("tally.service.apply.booking_day_refusal", lambda *a, **k: None)
-    monkeypatch.setattr("tally.service.refunds.booking_day_refusal", lambda *a, **k: None)
+    monkeypatch.setattr("tally.service.refund_moves.booking_day_refusal", lambda *a, **k: None)

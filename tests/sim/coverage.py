@@ -60,9 +60,10 @@ def _v(x: Any) -> str:
 
 def install() -> None:
     """Wrap the decision points once per process (idempotent)."""
-    from tally.service import apply, poll, refunds
+    from tally.service import apply, poll, refund_moves, refund_requests, refunds
 
-    for module, machine in ((apply, "order"), (poll, "order"), (refunds, "refund")):
+    machines = ((apply, "order"), (poll, "order"), (refund_moves, "refund"), (refund_requests, "refund"))
+    for module, machine in machines:
         real = module.transit
         if getattr(real, "_coverage", False):
             continue

@@ -66,6 +66,8 @@ SOURCES = [
     "layers/common/tally/domain/refunds.py",
     "layers/common/tally/service/orders.py",
     "layers/common/tally/service/refunds.py",
+    "layers/common/tally/service/refund_base.py",
+    "layers/common/tally/service/refund_requests.py",
     "layers/common/tally/service/callers.py",
     "layers/common/tally/service/merchants.py",
 ]

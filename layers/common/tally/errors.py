@@ -95,7 +95,9 @@ class Conflict(TallyError):
     http_status = 409
 
 
-class Busy(TallyError):
+class Busy(TallyError, RuntimeError):
+    """Contention did not settle: retry the same request (HTTP 503)."""
+
     code = "busy"
     retryable = True
     http_status = 503

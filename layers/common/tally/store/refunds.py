@@ -8,101 +8,36 @@ Every money move here is one conditional write, so it can happen once only:
   `refundable_cent`, or the task) + put the refund PENDING, in one transaction;
 * outcome: refund status CAS + ledger entry (BOOK) or hold given back (RELEASE) + raw handled=1.
 
-Keys are scoped per merchant (issue #15, docs/contracts.md "Refund keys"): a refund row is
-`pk = mchid#refund_no` (the order's scope: `order_key`), its ledger entry `channel#mchid#refund_no`, so two
-merchants may use the same own refund number. Rows written before that (`pk = refund_no`, ledger
-`channel#refund_no`) are read by `find` and keep their keys (`refund_ledger_key` derives from the row's pk).
+`RefundStore` is the refund row (reads, the status CAS, a reroute claim, refund tasks) composed with
+store/refund_holds.py (where the amount is reserved) and store/refund_ledger.py (the booked entry); the keys
+and the tables are in store/refund_keys.py. `RefundRawStore` keeps the reports, `RefundQueue` sends them.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, cast
 
 from tally.store.codec import from_item, names_values, to_item
-from tally.store.payments import SETTLEMENT_UNKNOWN_KIND
 from tally.store.records import RefundRow, as_refund
-from tally.store.shards import updated_shard, with_bill_shard
-from tally.store.tables import PENDING_SHARDS, Tables, shard_of
+from tally.store.refund_holds import HOLD_ORDER as HOLD_ORDER
+from tally.store.refund_holds import HOLD_PREFIX as HOLD_PREFIX
+from tally.store.refund_holds import HOLD_TASK as HOLD_TASK
+from tally.store.refund_holds import HoldRefused as HoldRefused
+from tally.store.refund_holds import RefundHolds
+from tally.store.refund_holds import open_holds as open_holds
+from tally.store.refund_holds import refund_no_held as refund_no_held
+from tally.store.refund_keys import POLL_SHARDS, manual_pk
+from tally.store.refund_keys import RefundTables as RefundTables
+from tally.store.refund_keys import legacy_free as legacy_free
+from tally.store.refund_keys import poll_pk as poll_pk
+from tally.store.refund_keys import refund_key as refund_key
+from tally.store.refund_ledger import SETTLEMENT_UNKNOWN as SETTLEMENT_UNKNOWN
+from tally.store.refund_ledger import RefundLedger
+from tally.store.shards import updated_shard
+from tally.store.tables import PENDING_SHARDS, shard_of
 from tally.store.tables import TransactionFailed as TransactionFailed  # the one (store/tables.py)
-
-POLL_SHARDS = 4
-SETTLEMENT_UNKNOWN = (
-    "UNKNOWN"  # a REFUND entry's settlement_state when its settlement refund is unknown (R43)
-)
-HOLD_PREFIX = "hold#"  # an order attribute per refund reserved but not yet stored as a refund row
-HOLD_ORDER = "order"  # reserved on orders.refundable_cent (a booked payment)
-HOLD_TASK = "task"  # reserved on a refund task (an ILLEGAL payment that was never booked, R17)
-
-
-def refund_key(mchid: str, refund_no: str) -> str:
-    """The refunds table key: a refund number is unique per merchant, like an out_trade_no (`order_key`)."""
-    return f"{mchid}#{refund_no}"
-
-
-def is_legacy_key(pk: str) -> bool:
-    """A row stored before refund keys were scoped (`pk = refund_no`; a refund_no never holds '#')."""
-    return "#" not in pk
-
-
-def refund_ledger_key(refund: Mapping[str, Any]) -> str:
-    """`channel#mchid#refund_no` (a legacy row: `channel#refund_no`, where its entry already is)."""
-    return f"{refund['channel']}#{refund['pk']}"
-
-
-def legacy_free(table: str, mchid: str, refund_no: str) -> dict[str, Any]:
-    """Transaction item: no pre-upgrade row of THIS merchant holds the number (another merchant's may)."""
-    return {
-        "ConditionCheck": {
-            "TableName": table,
-            "Key": to_item({"pk": refund_no}),
-            "ConditionExpression": "attribute_not_exists(pk) OR mchid <> :m",
-            "ExpressionAttributeValues": names_values(m=mchid),
-            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-        }
-    }
-
-
-def poll_pk(refund_no: str) -> str:
-    return f"poll#{shard_of(refund_no, POLL_SHARDS)}"
-
-
-def manual_pk(refund_no: str) -> str:
-    return f"manual#{shard_of(refund_no, POLL_SHARDS)}"
-
-
-def hold_attr(refund_no: str) -> str:
-    return HOLD_PREFIX + refund_no
-
-
-def open_holds(order: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """refund_no → the hold recorded on the order by `reserve_and_hold` and not yet closed."""
-    return {k[len(HOLD_PREFIX) :]: v for k, v in order.items() if k.startswith(HOLD_PREFIX)}
-
-
-def refund_no_held(order: Mapping[str, Any], refund_no: str) -> bool:
-    return hold_attr(refund_no) in order
-
-
-class HoldRefused(Exception):
-    """The order refused the reservation; `order` is its image (None: no such order)."""
-
-    def __init__(self, order: dict[str, Any] | None):
-        super().__init__("reservation refused by the order's condition")
-        self.order = order
-
-
-@dataclass
-class RefundTables:
-    base: Tables
-    refunds: str
-    refund_raw: str
-
-    @property
-    def ddb(self) -> Any:
-        return self.base.ddb
 
 
 def status_fields(
@@ -137,7 +72,10 @@ def status_fields(
     return sets, removes
 
 
-class RefundStore:
+class RefundStore(RefundHolds, RefundLedger):
+    """The refund row: reads, the status CAS, a reroute claim, refund tasks; the reservation (`RefundHolds`)
+    and the ledger writes (`RefundLedger`) are its mixins."""
+
     def __init__(self, t: RefundTables):
         self.t = t
 
@@ -310,250 +248,6 @@ class RefundStore:
             return True
         except self.t.ddb.exceptions.ConditionalCheckFailedException:
             return False
-
-    # --- the hold: where the amount is reserved
-    def reserve_on_order(self, order_pk: str, amount: int, now: str) -> dict[str, Any]:
-        return {
-            "Update": {
-                "TableName": self.t.base.orders,
-                "Key": to_item({"pk": order_pk}),
-                "UpdateExpression": "SET refundable_cent = refundable_cent - :x, refund_updated_at = :now",
-                "ConditionExpression": "refundable_cent >= :x AND #st = :paid",
-                "ExpressionAttributeNames": {"#st": "status"},
-                "ExpressionAttributeValues": names_values(x=amount, paid="PAID", now=now),
-                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-            }
-        }
-
-    def reserve_and_hold(
-        self, order_pk: str, refund_no: str, hold: dict[str, Any], due: str
-    ) -> dict[str, Any]:
-        """One call that reads and reserves: the order as it stands after the reservation (R27).
-
-        The hold is the durable record that this refund_no took money off the order before the channel
-        call; the sparse `by_hold` index (due = when the hold counts as abandoned) lets the poller
-        turn an abandoned hold into a PENDING refund (`materialise_hold`)."""
-        try:
-            answer = self.t.ddb.update_item(
-                TableName=self.t.base.orders,
-                Key=to_item({"pk": order_pk}),
-                UpdateExpression="SET refundable_cent = refundable_cent - :x, refund_updated_at = :now, #h = :hold, "
-                "hold_pk = :hpk, hold_due = if_not_exists(hold_due, :due) ADD holds_open :one",
-                ConditionExpression="refundable_cent >= :x AND #st = :paid AND attribute_not_exists(#h)",
-                ExpressionAttributeNames={"#st": "status", "#h": hold_attr(refund_no)},
-                ExpressionAttributeValues=names_values(
-                    x=hold["amount_cent"],
-                    paid="PAID",
-                    now=hold["created_at"],
-                    hold=hold,
-                    hpk=f"hold#{shard_of(order_pk, POLL_SHARDS)}",
-                    due=due,
-                    one=1,
-                ),
-                ReturnValues="ALL_NEW",
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
-            )
-        except self.t.ddb.exceptions.ConditionalCheckFailedException as exc:
-            raise HoldRefused(from_item(exc.response.get("Item")) or None) from None
-        return from_item(answer["Attributes"])
-
-    def close_hold(self, order_pk: str, refund_no: str, release_cent: int, now: str) -> dict[str, Any]:
-        """Transaction item: the hold becomes a refund row (put in the same transaction). Conditional on
-        the hold still being open, so the create call and the poller's `materialise_hold` close it once;
-        `release_cent` gives the reservation back (a refund the channel refused outright)."""
-        return {
-            "Update": {
-                "TableName": self.t.base.orders,
-                "Key": to_item({"pk": order_pk}),
-                "UpdateExpression": "SET refundable_cent = refundable_cent + :x, refund_updated_at = :now REMOVE #h "
-                "ADD holds_open :minus",
-                "ConditionExpression": "attribute_exists(#h)",
-                "ExpressionAttributeNames": {"#h": hold_attr(refund_no)},
-                "ExpressionAttributeValues": names_values(x=release_cent, now=now, minus=-1),
-            }
-        }
-
-    def holds_due(self, now: str, limit: int) -> list[dict[str, Any]]:
-        """Orders with a hold index entry due: open holds to check, or an entry to clear."""
-        rows: list[dict[str, Any]] = []
-        for shard in range(POLL_SHARDS):
-            answer = self.t.ddb.query(
-                TableName=self.t.base.orders,
-                IndexName="by_hold",
-                KeyConditionExpression="hold_pk = :k AND hold_due <= :now",
-                ExpressionAttributeValues=names_values(k=f"hold#{shard}", now=now),
-                Limit=limit,
-            )
-            rows += [from_item(i) for i in answer.get("Items", [])]
-        return sorted(rows, key=lambda r: r["hold_due"])[:limit]
-
-    def hold_due_later(self, order_pk: str, due: str) -> bool:
-        """False: a concurrent poller run took the order off the index, so its holds were all closed."""
-        try:
-            self.t.ddb.update_item(
-                TableName=self.t.base.orders,
-                Key=to_item({"pk": order_pk}),
-                UpdateExpression="SET hold_due = :due",
-                ConditionExpression="attribute_exists(hold_pk)",
-                ExpressionAttributeValues=names_values(due=due),
-            )
-            return True
-        except self.t.ddb.exceptions.ConditionalCheckFailedException:
-            return False
-
-    def clear_hold_index(self, order_pk: str) -> bool:
-        """Off the index once no hold is open; a hold opened meanwhile keeps it (and its due time)."""
-        try:
-            self.t.ddb.update_item(
-                TableName=self.t.base.orders,
-                Key=to_item({"pk": order_pk}),
-                UpdateExpression="REMOVE hold_pk, hold_due",
-                ConditionExpression="holds_open = :zero",
-                ExpressionAttributeValues=names_values(zero=0),
-            )
-            return True
-        except self.t.ddb.exceptions.ConditionalCheckFailedException:
-            return False
-
-    def reserve_on_task(self, task_pk: str, refund_no: str, now: str) -> dict[str, Any]:
-        return {
-            "Update": {
-                "TableName": self.t.base.refund_tasks,
-                "Key": to_item({"pk": task_pk}),
-                "UpdateExpression": "SET #st = :refunding, refund_no = :rn, updated_at = :now",
-                # OPEN (the task worker), or MANUAL when a person says "refund it now" (R48)
-                "ConditionExpression": "#st IN (:open, :manual)",
-                "ExpressionAttributeNames": {"#st": "status"},
-                "ExpressionAttributeValues": names_values(
-                    refunding="REFUNDING", open="OPEN", manual="MANUAL", rn=refund_no, now=now
-                ),
-                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-            }
-        }
-
-    def book_on_hold(self, refund: Mapping[str, Any], now: str) -> dict[str, Any]:
-        if refund["hold"] == HOLD_TASK:
-            return self._end_task(refund, "DONE", now, None)
-        return {
-            "Update": {
-                "TableName": self.t.base.orders,
-                "Key": to_item({"pk": refund["order_pk"]}),
-                "UpdateExpression": "SET refunded_cent = if_not_exists(refunded_cent, :zero) + :x, "
-                "refund_updated_at = :now",
-                "ExpressionAttributeValues": names_values(x=refund["amount_cent"], zero=0, now=now),
-            }
-        }
-
-    def release_on_hold(self, refund: Mapping[str, Any], now: str, reason: str) -> dict[str, Any]:
-        if refund["hold"] == HOLD_TASK:
-            return self._end_task(refund, "MANUAL", now, f"refund {refund['refund_no']} failed: {reason}")
-        return {
-            "Update": {
-                "TableName": self.t.base.orders,
-                "Key": to_item({"pk": refund["order_pk"]}),
-                "UpdateExpression": "SET refundable_cent = refundable_cent + :x, refund_updated_at = :now",
-                "ExpressionAttributeValues": names_values(x=refund["amount_cent"], now=now),
-            }
-        }
-
-    def _end_task(
-        self, refund: Mapping[str, Any], status: str, now: str, reason: str | None
-    ) -> dict[str, Any]:
-        values = names_values(
-            to=status,
-            refunding="REFUNDING",
-            rn=refund["refund_no"],
-            now=now,
-            **({"r": reason[:500]} if reason else {}),
-        )
-        return {
-            "Update": {
-                "TableName": self.t.base.refund_tasks,
-                "Key": to_item({"pk": refund["hold_pk"]}),
-                "UpdateExpression": "SET #st = :to, ended_at = :now"
-                + (", manual_reason = :r" if reason else ""),
-                "ConditionExpression": "#st = :refunding AND refund_no = :rn",
-                "ExpressionAttributeNames": {"#st": "status"},
-                "ExpressionAttributeValues": values,
-            }
-        }
-
-    def ledger_entry(
-        self,
-        refund: Mapping[str, Any],
-        refund_id: str | None,
-        bill_date: str,
-        success_time: str | None,
-        source: str,
-        now: str,
-        settlement: Mapping[str, int] | None = None,
-    ) -> dict[str, Any]:
-        row = {
-            "pk": refund_ledger_key(refund),
-            "kind": "REFUND",
-            "channel": refund["channel"],
-            "refund_no": refund["refund_no"],
-            "refund_id": refund_id or refund.get("refund_id"),
-            "transaction_id": refund.get("transaction_id"),
-            "order_pk": refund["order_pk"],
-            "mchid": refund["mchid"],
-            "out_trade_no": refund["out_trade_no"],
-            "amount_cent": refund["amount_cent"],
-            "currency": refund.get("currency", "CNY"),
-            "success_time": success_time,
-            "bill_date": bill_date,
-            "booked_at": now,
-            "source": source,
-            "hold": refund["hold"],
-            # R43: the settlement figures next to amount_cent (which stays the refund's amount, R12 unchanged)
-            **(settlement or {}),
-            "settlement_state": "KNOWN" if settlement is not None else SETTLEMENT_UNKNOWN,
-        }
-        return {
-            "Put": {
-                "TableName": self.t.base.ledger,
-                "Item": to_item(with_bill_shard(row)),  # the sharded bill-date index (store/recon.py)
-                "ConditionExpression": "attribute_not_exists(pk)",
-            }
-        }
-
-    def settlement_unknown(self, refund: Mapping[str, Any], reason: str, now: str) -> dict[str, Any]:
-        """R43, as store/payments.py does for a payment: the refund is booked (the money went back) but what
-        the channel settles for it is unknown: one notify_event row of manual_kind `settlement_unknown` (the
-        work queue lists it) in the booking transaction, so a booked UNKNOWN entry always has its item."""
-        ledger_pk = refund_ledger_key(refund)
-        row = {
-            "pk": f"settlement#{ledger_pk}",
-            "kind": SETTLEMENT_UNKNOWN_KIND,
-            "manual_kind": SETTLEMENT_UNKNOWN_KIND,
-            "created_at": now,
-            "channel": refund["channel"],
-            "mchid": refund["mchid"],
-            "out_trade_no": refund["out_trade_no"],
-            "transaction_id": refund.get("transaction_id"),
-            "refund_no": refund["refund_no"],
-            "ledger_pk": ledger_pk,
-            "order": refund["order_pk"],  # not order_pk: that would put it in notify_event's by_order index
-            "amount_cent": refund["amount_cent"],
-            "reason": f"settlement refund unknown: {reason or 'no settlement figures'} "
-            "(booked on the refund amount; query the refund)"[:500],
-        }
-        return {
-            "Put": {
-                "TableName": self.t.base.notify_event,
-                "Item": to_item(row),
-                "ConditionExpression": "attribute_not_exists(pk)",
-            }
-        }
-
-    def payment_entry(self, refund: Mapping[str, Any]) -> dict[str, Any] | None:
-        """The PAYMENT ledger entry the refund gives money back from (`channel#mchid#transaction_id`, the
-        payment's raw key), for its settlement figures (R43); None when there is none (a refund task's payment
-        was never booked) or the refund names no transaction."""
-        if not refund.get("transaction_id"):
-            return None
-        pk = f"{refund['channel']}#{refund['mchid']}#{refund['transaction_id']}"
-        return self.t.base.get(self.t.base.ledger, pk)
 
     def transact(self, items: list[dict[str, Any]]) -> None:
         self.t.base.transact(items)  # raises TransactionFailed
