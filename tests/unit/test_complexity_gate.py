@@ -35,3 +35,21 @@ def test_a_function_past_the_ceiling_fails_the_lint(tmp_path):
             text=True,
         )
         assert ("C901" in done.stdout) is flagged, done.stdout
+
+
+CLASS_CEILING = 400  # lines of one class in the deployed layer: a room a person can hold in their head
+
+
+def test_no_deployed_class_is_over_the_ceiling():
+    """Issue #37: every class of layers/common/tally is at most CLASS_CEILING lines (a large service is split
+    along its use cases: docs/design.md)."""
+    import ast
+
+    over = []
+    for path in sorted((ROOT / "layers/common/tally").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > CLASS_CEILING:
+                over.append(
+                    f"{path.relative_to(ROOT)} {node.name}: {node.end_lineno - node.lineno + 1} lines"
+                )
+    assert not over, over
