@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test check lint soak bench bench-big clean venv browser-deps node-deps i18n openapi
+.PHONY: run test check lint soak bench bench-big clean venv browser-deps node-deps i18n openapi new-channel
 
 $(STAMP): requirements-dev.txt layers/common/requirements.txt pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -60,6 +60,12 @@ lint: $(STAMP)
 # tests/unit/test_api_reference.py fails when the committed files and the code disagree.
 openapi: $(STAMP)
 	$(BIN)/python -m tally.api.openapi .
+
+# make new-channel NAME=unionpay LABEL="UnionPay": a channel package, its simulator desk and one registry line from
+# tally_local/channel_template (docs/new-channel.md); tests/integration/test_new_channel.py counts what it touches.
+new-channel: $(STAMP)
+	@test -n "$(NAME)" || { echo 'make new-channel NAME=<package name> [LABEL="<what people read>"]'; exit 2; }
+	$(BIN)/python -m tally_local.new_channel "$(NAME)" --label "$(LABEL)"
 
 clean:
 	rm -rf $(VENV) .tally .pytest_cache
