@@ -62,6 +62,12 @@ class TestMoneyR14:
         assert format_cents(1230) == "12.30"
         assert format_cents(-5) == "-0.05"
 
+    def test_a_stored_amount_not_known_is_said_as_the_caller_asks(self):
+        from tally.domain.money import format_stored
+
+        assert format_stored(1230) == "12.30" and format_stored("-5") == "-0.05"
+        assert format_stored(None) == "" and format_stored(None, "-") == "-"
+
 
 class TestTransitR17:
     def test_R17_pay_on_waiting_order_is_ok(self):

@@ -50,6 +50,11 @@ def yuan_text(amount: int) -> str:
     return f"{format_cents(int(amount))} yuan"
 
 
+def format_stored(cents: int | str | None, missing: str = "") -> str:
+    """A stored amount (integer cents, or None when not known) for a person: "12.30", else `missing`."""
+    return missing if cents is None else format_cents(int(cents))
+
+
 def format_cents(amount: int, *, grouped: bool = False) -> str:
     """1230 -> "12.30" (for people; never parsed back); grouped: 123456 -> "1,234.56" (the console, the CLI's
     human lines)."""

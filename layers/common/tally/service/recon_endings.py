@@ -7,7 +7,7 @@ import csv
 import io
 from typing import Any
 
-from tally.domain.money import format_cents
+from tally.domain.money import format_cents, format_stored
 from tally.domain.recon import VOLUME_DROP, china_date
 from tally.observability import M, count, logger
 from tally.service.ledger_day import merchant_lag, statement_text
@@ -166,8 +166,8 @@ class RunEndings(ReconSetup):
                     d["cls"],
                     d["item"],
                     d["key"],
-                    _yuan(d.get("channel_amount_cent")),
-                    _yuan(d.get("local_amount_cent")),
+                    format_stored(d.get("channel_amount_cent")),
+                    format_stored(d.get("local_amount_cent")),
                     d.get("channel_status"),
                     d.get("local_status"),
                     d.get("handle_status"),
@@ -196,7 +196,3 @@ class RunEndings(ReconSetup):
         text = statement_text(channel, mchid, bill_date, entries, runs, lag=lag, today=today)
         self.archive.put_report(key, text.encode("utf-8"), "text/csv; charset=utf-8")
         return key
-
-
-def _yuan(cents: Any) -> str:
-    return "" if cents is None else format_cents(int(cents))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from tally.domain.merchant_day import count_diffs, day_state
-from tally.domain.money import format_cents
+from tally.domain.money import format_cents, format_stored
 from tally.service.story_entries import china_time, entry, history_entry, stored_fields
 
 
@@ -125,7 +125,7 @@ class BooksChapter:
                         d.get("opened_at"),
                         "recon",
                         f"recon difference {d.get('cls')} {d.get('item')}: channel "
-                        f"{_yuan(d.get('channel_amount_cent'))} / ours {_yuan(d.get('local_amount_cent'))}"
+                        f"{format_stored(d.get('channel_amount_cent'), '-')} / ours {format_stored(d.get('local_amount_cent'), '-')}"
                         f" - {d.get('detail', '')} [{d.get('handle_status')}]",
                         f"{pk}/{d.get('sk')}",
                         amount=d.get("channel_amount_cent"),
@@ -156,10 +156,6 @@ def _signed(r: dict[str, Any]) -> int:
     """Money into the merchant's account: payments +, refunds -, reversals as signed."""
     amount = int(r.get("amount_cent", 0))
     return -amount if r.get("kind") == "REFUND" else amount
-
-
-def _yuan(cents: Any) -> str:
-    return "-" if cents is None else format_cents(int(cents))
 
 
 def _about(
