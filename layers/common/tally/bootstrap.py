@@ -8,6 +8,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from tally import snapstart  # noqa: F401 - registers SnapStart's hooks (priming, re-seeding) in every function
+from tally.channels import registry  # noqa: F401 - gives the metrics their channel words in every function
 from tally.settings import Settings, channel_values, webhook_settings
 
 if TYPE_CHECKING:  # the real return types; the imports themselves stay lazy (cold start, R10)

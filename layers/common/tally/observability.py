@@ -23,7 +23,6 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.metrics.functions import is_metrics_disabled
 from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import AmazonCloudWatchEMFProvider
 
-from tally.channels import registry as channel_registry
 from tally.settings import metric_merchants
 
 # Powertools' Logger: one JSON line per call on stdout (docs/observability.md has the fields); the level from
@@ -58,7 +57,6 @@ def lean_lambda_context(handler: Callable[[Any, Any], Any]) -> Callable[[Any, An
 
 NAMESPACE = "Tally"
 SERVICE = "tally"
-CHANNELS = channel_registry.metric_values()  # the `channel` dimension's values, plus OTHER
 OTHER = "other"
 METRICS_DISABLED = is_metrics_disabled()  # Powertools' own rule, read once per container
 MAX_CELL_METRICS = 100  # EMF's limit per blob: at it, Powertools' add_metric prints the blob and starts anew
@@ -485,9 +483,28 @@ def configure_merchants(merchants: list[str] | tuple[str, ...] | None = None) ->
     return _listed
 
 
+class _ChannelVocabulary:
+    """The `channel` dimension's words, given by channels/registry.py when it is imported (`use_channels`): the
+    logger and the metrics know no channel, the registry tells them."""
+
+    of: Callable[[str | None], str | None] = staticmethod(lambda spelling: None)
+    words: Callable[[], tuple[str, ...]] = staticmethod(tuple)
+
+
+def use_channels(of: Callable[[str | None], str | None], words: Callable[[], tuple[str, ...]]) -> None:
+    """The registry's `metric_of` (any spelling of a channel → its metric word) and `metric_values`."""
+    _ChannelVocabulary.of = staticmethod(of)  # type: ignore[assignment]
+    _ChannelVocabulary.words = staticmethod(words)  # type: ignore[assignment]
+
+
+def channel_words() -> tuple[str, ...]:
+    """The `channel` dimension's values (plus OTHER for anything else)."""
+    return _ChannelVocabulary.words()
+
+
 def channel_value(channel: str | None) -> str:
-    """The `channel` dimension: one of CHANNELS, anything else OTHER."""
-    return channel_registry.metric_of(channel) or OTHER  # any spelling of a channel (channels/registry.py)
+    """The `channel` dimension: one of channel_words(), anything else OTHER."""
+    return _ChannelVocabulary.of(channel) or OTHER
 
 
 def merchant_value(merchant: str | None) -> str:

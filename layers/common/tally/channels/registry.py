@@ -570,3 +570,13 @@ def metric_of(spelling: str | None) -> str | None:
 
 
 _METRIC_OF: dict[str, str] = {}  # filled on first use (count() calls this for every metric)
+
+
+def _tell_the_metrics() -> None:
+    """The metrics' `channel` dimension speaks the registry's words (observability imports no channel)."""
+    from tally import observability
+
+    observability.use_channels(metric_of, metric_values)
+
+
+_tell_the_metrics()
