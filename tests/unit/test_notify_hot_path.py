@@ -212,7 +212,7 @@ def _old_to_payment_notice(resource, source="notify"):
             else {}
         )
         return PaymentNotice(
-            channel=wx.CHANNEL,
+            channel=wx.STORED,
             transaction_id=transaction_id,
             out_trade_no=wx._text(resource["out_trade_no"]),
             mchid=wx._text(resource["sub_mchid"] if partner else resource["mchid"]),

@@ -24,7 +24,7 @@ class AlipayPull:
         self.sleep = sleep
 
     def register(self, registry: Any) -> None:
-        registry.register(ali.CHANNEL, self.query, self.close)
+        registry.register(ali.STORED, self.query, self.close)
 
     def query(self, order: dict[str, Any], fast: bool = False) -> QueryResult:
         try:

@@ -92,7 +92,7 @@ def refund_notice(params: dict[str, str]) -> RefundNotice:
         raise ali.ParseError("refund notification without out_trade_no")
     mchid, sp = ali.merchant_ids(params)
     return RefundNotice(
-        channel=ali.CHANNEL,
+        channel=ali.STORED,
         refund_no=out_biz_no,
         refund_id="",
         status=REFUND_SUCCESS,
@@ -120,7 +120,7 @@ def _refund_time(text: str | None) -> str | None:
 class AlipayRefunds:
     """The per-channel refund client the RefundService calls (create / query), Alipay."""
 
-    channel = ali.CHANNEL
+    channel = ali.STORED
 
     def __init__(self, client: ali.AlipayClient, *, mchid: str, sp_mchid: str | None = None):
         self.client = client
@@ -197,7 +197,7 @@ def query_answer(
             else int(refund["total_cent"])
         )
         notice = RefundNotice(
-            channel=ali.CHANNEL,
+            channel=ali.STORED,
             refund_no=refund["refund_no"],
             refund_id="",
             status=status,

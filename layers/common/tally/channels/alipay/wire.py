@@ -32,7 +32,7 @@ from tally.domain.notifications import Outcome, PaymentNotice
 from tally.domain.settlement import notice_fields
 from tally.errors import ParseError, SignatureError  # the shared meanings (R4, R5), re-exported
 
-CHANNEL = SPEC.stored
+STORED = SPEC.stored
 CHARSETS = {"utf-8": "utf-8", "utf8": "utf-8", "gbk": "gbk", "gb2312": "gb2312", "gb18030": "gb18030"}
 
 # trade_status → outcome (§5.3, R16). Anything not here is unknown: it goes to a person.
@@ -336,7 +336,7 @@ def to_payment_notice(params: Mapping[str, Any], source: str = "notify") -> Paym
     else:
         paid = amount_cents(params, "receipt_amount") if params.get("receipt_amount") else 0
     return PaymentNotice(
-        channel=CHANNEL,
+        channel=STORED,
         transaction_id=str(params.get("trade_no") or ""),
         out_trade_no=out_trade_no,
         mchid=mchid,

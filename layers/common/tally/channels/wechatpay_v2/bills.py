@@ -29,7 +29,7 @@ BILL_SOURCES = ("v3", "v2")
 
 
 class WeChatV2BillSource:
-    channel = wx.CHANNEL
+    channel = wx.STORED
 
     def __init__(self, merchants: Any):
         self.merchants = merchants
@@ -53,7 +53,7 @@ class WeChatV2BillSource:
 class WeChatBillChoice:
     """The stored channel "wechatpay"'s bill source: v3's or v2's download, as the merchant records say."""
 
-    channel = wx.CHANNEL
+    channel = wx.STORED
 
     def __init__(self, merchants: Any, v3: Any, v2: Any):
         self.merchants = merchants
@@ -63,7 +63,7 @@ class WeChatBillChoice:
     def choose(self, mchid: str) -> tuple[str, str]:
         """("v3"|"v2", why); DownloadFailed NO_BILL_SOURCE when the records give no way to fetch a bill."""
         store = self.merchants.store
-        v3_row = store.get(wx.CHANNEL, mchid)
+        v3_row = store.get(wx.STORED, mchid)
         v2_row = store.get(wx2.API, mchid)
         wanted = (v2_row or {}).get("bill_source")
         if wanted not in (None, "", *BILL_SOURCES):

@@ -154,7 +154,7 @@ def check_client_certificate(cert_pem: str, key_pem: str) -> None:
 class WeChatV2Refunds:
     """The per-channel refund client the RefundService calls (create / query), WeChat Pay v2."""
 
-    channel = wx2.CHANNEL
+    channel = wx2.STORED
 
     def __init__(
         self, client: WeChatPayV2RefundClient, notify_url: str, *, clock: Callable[[], float] = time.time

@@ -33,7 +33,7 @@ from tally.domain.refunds import RefundNotice
 from tally.domain.settlement import notice_fields
 from tally.errors import ParseError, SignatureError  # the shared meanings (R4, R5), re-exported
 
-CHANNEL = SPEC.stored  # "wechatpay": same transaction id space as v3 (see the module docstring)
+STORED = SPEC.stored  # "wechatpay": same transaction id space as v3 (see the module docstring)
 API = str(SPEC.api)  # "wechatpay_v2": the order row's `api`, the merchants table's channel
 ACK_CONTENT_TYPE = "text/xml"
 _FORBIDDEN = re.compile(rb"<!\s*(DOCTYPE|ENTITY)", re.IGNORECASE)
@@ -193,7 +193,7 @@ def to_payment_notice(params: Mapping[str, str], source: str = "notify") -> Paym
     paid = fen(params, "cash_fee", default=total) if state == "SUCCESS" else 0
     settled = notice_fields(wechat_v2_payment, params) if state == "SUCCESS" else {}  # R43
     return PaymentNotice(
-        channel=CHANNEL,
+        channel=STORED,
         transaction_id=params.get("transaction_id") or "",
         out_trade_no=params["out_trade_no"],
         mchid=sub or params["mch_id"],
@@ -242,7 +242,7 @@ def to_refund_notice(refund: dict[str, str], mchid: str) -> RefundNotice:
     basis = v2_refund_basis(refund)  # R43: settlement_refund_fee (+ coupon_refund_fee from the query)
     try:
         return RefundNotice(
-            channel=CHANNEL,
+            channel=STORED,
             refund_no=_required(refund, "out_refund_no"),
             refund_id=str(refund.get("refund_id") or ""),
             status=v3_word or word,
@@ -536,7 +536,7 @@ def query_notice(answer: Mapping[str, str], *, mchid: str, sp_mchid: str | None 
             raise ParseError(f"{name} is missing")
     total = fen(answer, "total_fee")
     return PaymentNotice(
-        channel=CHANNEL,
+        channel=STORED,
         transaction_id=answer["transaction_id"],
         out_trade_no=answer["out_trade_no"],
         mchid=mchid,

@@ -691,7 +691,7 @@ class _Run:
 
 
 class WeChatBillSource:
-    channel = wx.CHANNEL
+    channel = wx.STORED
 
     def __init__(self, merchants: Any):
         self.merchants = merchants

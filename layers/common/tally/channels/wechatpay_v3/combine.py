@@ -59,7 +59,7 @@ def _sub_notice(sub: dict[str, Any], source: str) -> PaymentNotice:
     if not isinstance(transaction_id, str) or not isinstance(success_time, (str, type(None))):
         raise TypeError("transaction_id and success_time must be strings")
     return PaymentNotice(
-        channel=wx.CHANNEL,
+        channel=wx.STORED,
         transaction_id=transaction_id,
         out_trade_no=_text(sub["out_trade_no"]),
         mchid=_text(sub["sub_mchid"] if partner else sub["mchid"]),

@@ -13,7 +13,7 @@ from tally.channels.wechatpay_v3.merchant import wechatpay_v3_desk
 
 
 class WeChatFundFlowSource:
-    channel = wx.CHANNEL
+    channel = wx.STORED
     accounts = ("BASIC",)
 
     def __init__(self, merchants: Any):

@@ -24,7 +24,7 @@ class WeChatPayV3Pull:
         self.sleep = sleep
 
     def register(self, registry: Any) -> None:
-        registry.register(wx.CHANNEL, self.query, self.close)
+        registry.register(wx.STORED, self.query, self.close)
 
     def _client(self, order: dict[str, Any]) -> tuple[wx.WeChatPayClient, str | None]:
         sp = order.get("sp_mchid") or None

@@ -81,7 +81,7 @@ def to_refund_notice(resource: dict[str, Any], source: str = "notify") -> Refund
         # with the payment (its basis is kept)
         basis = v3_refund_basis(amount) if isinstance(amount, dict) else None
         return RefundNotice(
-            channel=wx.CHANNEL,
+            channel=wx.STORED,
             refund_no=_text(resource["out_refund_no"]),
             refund_id=_text(resource["refund_id"]),
             status=status,
@@ -110,7 +110,7 @@ def _text(value: Any) -> str:
 class WeChatRefunds:
     """The per-channel refund client the RefundService calls (create / query), WeChat Pay v3."""
 
-    channel = wx.CHANNEL
+    channel = wx.STORED
 
     def __init__(self, client: wx.WeChatPayClient, notify_url: str):
         self.client = client

@@ -31,7 +31,7 @@ from tally.domain.money import MoneyError, cents, received_cents
 from tally.domain.notifications import Outcome, PaymentNotice
 from tally.domain.poll import Answer
 
-CHANNEL = SPEC.stored  # "wechatpay" (channels/registry.py: v2 stores it too)
+STORED = SPEC.stored  # "wechatpay" (channels/registry.py: v2 stores it too)
 SIGNATURE_TYPE = "WECHATPAY2-SHA256-RSA2048"
 PROBE_PREFIX = "WECHATPAY/SIGNTEST/"
 PUBLIC_KEY_ID_PREFIX = "PUB_KEY_ID_"
@@ -413,7 +413,7 @@ def to_payment_notice(resource: dict[str, Any], source: str = "notify") -> Payme
     else:
         settlement = settlement_error = None
     return PaymentNotice(
-        CHANNEL,
+        STORED,
         transaction_id,
         out_trade_no,
         mchid,
