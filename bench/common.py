@@ -22,6 +22,27 @@ def per_call_us(
     return min(runs)
 
 
+def interleaved_per_call_us(
+    fns: dict[str, Callable[[], object]],
+    n: int = 1000,
+    rounds: int = 15,
+    clock: Callable[[], float] = time.process_time,
+) -> dict[str, float]:
+    """Each function's best-of-`rounds` mean time per call, in microseconds, the functions taking turns within
+    every round: a ratio between them then compares runs made under the same conditions (a neighbour's burst
+    or a frequency step lands on both sides), where timing one after the other compares different minutes."""
+    for fn in fns.values():
+        fn()
+    best = dict.fromkeys(fns, float("inf"))
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            start = clock()
+            for _ in range(n):
+                fn()
+            best[name] = min(best[name], (clock() - start) / n * 1e6)
+    return best
+
+
 def median(values: list[float]) -> float:
     return statistics.median(values)
 
