@@ -433,20 +433,23 @@ def test_a_kept_connection_found_closed_only_when_the_answer_should_begin_is_ret
 def test_a_kept_connection_with_bytes_nobody_asked_for_is_not_reused(raw):
     """Some servers send a 408 on a connection they time out: read as the next call's answer, it would be a
     wrong answer. The check before reuse finds the bytes waiting and drops the connection."""
-    done = threading.Event()
+    answered, sent_408, done = threading.Event(), threading.Event(), threading.Event()
 
     def answer_then_408(peer: _Peer) -> None:
         while (sent := peer.request()) is not None:
             peer.send(OK)
             if b"/first" in sent:
-                time.sleep(0.02)  # after the answer was read
+                answered.wait(3)  # the client has read its answer: the 408 comes on its own
                 peer.send(b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+                sent_408.set()
                 done.wait(3)  # and keeps the connection open
 
     server = raw(answer_then_408)
     try:
         httpclient.request("GET", server.url("/first"), timeout_s=3)
-        time.sleep(0.1)  # the 408 reaches the client's socket
+        answered.set()
+        assert sent_408.wait(3)
+        time.sleep(0.02)  # on loopback the bytes are already there; a margin all the same
         assert httpclient.request("GET", server.url("/second"), timeout_s=3).body == b"ok"
         assert server.connections == 2
     finally:
