@@ -617,6 +617,15 @@ def test_the_least_recently_used_host_s_connections_are_dropped_past_hosts(raw, 
     assert (first.connections, second.connections) == (2, 1)
 
 
+def test_the_least_recently_used_tls_setting_s_connections_are_dropped_past_client_certs(raw, monkeypatch):
+    monkeypatch.setattr(httpclient, "CLIENT_CERTS", 1)
+    server = raw(_answering(OK))
+    merchant_a, merchant_b = httpclient.TLS(cert_pem="a"), httpclient.TLS(cert_pem="b")  # plain http: unused
+    for tls in (merchant_a, merchant_b, merchant_a):
+        httpclient.request("GET", server.url("/"), timeout_s=3, tls=tls)
+    assert server.connections == 3  # merchant A's kept connection went with its setting
+
+
 def test_an_ipv6_literal_is_reached_and_named_in_brackets(raw):
     if not socket.has_ipv6:
         pytest.skip("no IPv6 on this machine")

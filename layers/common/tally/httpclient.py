@@ -274,7 +274,7 @@ class _Pools:
         with self._lock:
             found = self._settings.pop(tls, None) or _Setting(tls)
             self._settings[tls] = found
-            if len(self._settings) > CLIENT_CERTS:
+            while len(self._settings) > CLIENT_CERTS:
                 _close_all(self._settings.pop(next(iter(self._settings))))
             return found
 
@@ -310,7 +310,7 @@ class _Pools:
                 return
             idle = setting.idle.pop(origin, [])
             setting.idle[origin] = idle  # most recently used last
-            if len(setting.idle) > HOSTS:
+            while len(setting.idle) > HOSTS:
                 for dropped in setting.idle.pop(next(iter(setting.idle))):
                     dropped.close()
             if len(idle) >= PER_HOST:
