@@ -1,9 +1,11 @@
 """A channel call's client CPU: tally/httpclient.py (one pooled, kept-alive HTTPS connection per host) next to
-the path it replaced (`urllib.request.urlopen`: a new SSL context and a new TLS handshake every call).
+`urllib.request.urlopen` (a new SSL context and a new TLS handshake every call) and, on a kept-alive
+connection as well, urllib3's pool (botocore's HTTP library, the client before this one: the ratio to it is
+what speaking HTTP/1.1 directly over `ssl` saves).
 
 The server runs in a process of its own (HTTP/1.1 keep-alive over TLS, a certificate from a throwaway CA), so
-`time.process_time` here counts the client only: building the request, TLS, reading the answer. Both paths
-trust the same bundle (the system's CAs plus the test CA, through SSL_CERT_FILE), so the old path pays the
+`time.process_time` here counts the client only: building the request, TLS, reading the answer. All paths
+trust the same bundle (the system's CAs plus the test CA, through SSL_CERT_FILE), so urlopen pays the
 real cost of loading the system's CAs for each new context, as it did in Lambda.
 
 `python -m bench.http_client` prints the rows; `--table-rows` prints them as JSON (bench/run.py)."""
@@ -17,8 +19,11 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 from typing import Any
+
+import urllib3  # botocore's dependency: the reference of the kept-alive path before
 
 from bench.common import per_call_us
 
@@ -89,13 +94,36 @@ def measure() -> dict[str, Any]:
             answer = httpclient.request("POST", url, body=BODY, headers=HEADERS, timeout_s=3.0)
             assert answer.status == 200 and answer.body
 
-        def urlopen() -> None:  # what every channel call did before
+        manager = urllib3.PoolManager(
+            num_pools=32, maxsize=10, block=False, ssl_context=ssl.create_default_context()
+        )
+        parts = urllib.parse.urlsplit(url)
+
+        def urllib3_pool() -> None:  # tally/httpclient.py's calls as they were made over urllib3
+            pool = manager.connection_from_host(parts.hostname, parts.port, parts.scheme)
+            answer = pool.urlopen(
+                "POST",
+                parts.path,
+                body=BODY,
+                headers=HEADERS,
+                timeout=urllib3.Timeout(connect=3.0, read=3.0),
+                retries=False,
+                redirect=False,
+                assert_same_host=False,
+                preload_content=False,
+                decode_content=False,
+            )
+            assert answer.status == 200 and answer.read(decode_content=False)
+            answer.release_conn()
+
+        def urlopen() -> None:  # what every channel call did before either pool
             request = urllib.request.Request(url, data=BODY, headers=HEADERS, method="POST")
             with urllib.request.urlopen(request, timeout=3.0) as answer:  # noqa: S310 - the local server
                 assert answer.status == 200 and answer.read()
 
         old = per_call_us(urlopen, n=40, repeat=5, clock=time.process_time)
         new = per_call_us(pooled, n=1000, repeat=5, clock=time.process_time)
+        kept_urllib3 = per_call_us(urllib3_pool, n=1000, repeat=5, clock=time.process_time)
         wall_old = per_call_us(urlopen, n=20, repeat=3)
         wall_new = per_call_us(pooled, n=500, repeat=3)
     finally:
@@ -103,7 +131,13 @@ def measure() -> dict[str, Any]:
         server.wait()
         for path in (bundle.name, server_pem):
             os.unlink(path)
-    return {"pooled_us": new, "urlopen_us": old, "wall_pooled_us": wall_new, "wall_urlopen_us": wall_old}
+    return {
+        "pooled_us": new,
+        "urlopen_us": old,
+        "urllib3_us": kept_urllib3,
+        "wall_pooled_us": wall_new,
+        "wall_urlopen_us": wall_old,
+    }
 
 
 def rows(found: dict[str, Any]) -> list[tuple[str, ...]]:
@@ -112,8 +146,9 @@ def rows(found: dict[str, Any]) -> list[tuple[str, ...]]:
             "channel call client CPU (pooled HTTPS, tally/httpclient)",
             f"{found['pooled_us']:.0f} µs",
             f"urlopen, a new TLS connection each call: {found['urlopen_us']:.0f} µs",
-            f"ratio {found['pooled_us'] / found['urlopen_us']:.3f}; wall on loopback "
-            f"{found['wall_pooled_us']:.0f} vs {found['wall_urlopen_us']:.0f} µs",
+            f"ratio {found['pooled_us'] / found['urlopen_us']:.3f}; urllib3's pool, kept-alive as well: "
+            f"{found['urllib3_us']:.0f} µs (ratio {found['pooled_us'] / found['urllib3_us']:.2f}); "
+            f"wall on loopback {found['wall_pooled_us']:.0f} vs {found['wall_urlopen_us']:.0f} µs",
         )
     ]
 

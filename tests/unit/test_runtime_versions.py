@@ -1,6 +1,7 @@
 """What the Lambda runtime runs is what the suite runs (issue #16): the AWS SDK is pinned in the layer, and the
 layer build refuses an interpreter that is not the runtime's Python."""
 
+import ast
 import os
 import pathlib
 import re
@@ -22,7 +23,30 @@ def test_the_layer_pins_the_sdk_the_suite_runs():
     the functions import, and it is the very version these tests exercise."""
     layer = pins()
     assert layer["boto3"] == version("boto3") and layer["botocore"] == version("botocore")
-    assert layer["urllib3"] == version("urllib3")  # tally/httpclient.py imports it directly
+
+
+def test_no_deployed_code_imports_urllib3_so_the_layer_leaves_its_version_to_botocore():
+    """urllib3 is in the layer only as botocore's dependency (tally/httpclient.py speaks HTTP over ssl/socket):
+    a module importing it directly would need it pinned here again."""
+    importers = [
+        str(path.relative_to(ROOT))
+        for path in [*(ROOT / "layers").rglob("*.py"), *(ROOT / "functions").rglob("*.py")]
+        if any(
+            name.split(".")[0] == "urllib3"
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            for name in _imported(node)
+        )
+    ]
+    assert importers == []
+    assert "urllib3" not in pins()
+
+
+def _imported(node: ast.AST) -> list[str]:
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+        return [node.module]
+    return []
 
 
 def test_the_pinned_botocore_has_what_the_code_calls():
