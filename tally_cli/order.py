@@ -69,6 +69,7 @@ STORY_KINDS = {  # service/story.py: what each line of an order's story is
     "transition": N_("status"),
     "ledger": N_("ledger"),
     "refund": N_("refund"),
+    "refund_report": N_("refund report"),
     "outbox": N_("event"),
     "webhook": N_("webhook"),
     "recon": N_("recon"),
@@ -157,10 +158,10 @@ def render_story(story: dict[str, Any], raw: bool = False) -> str:
         at = (e["at"] or _("(no time)"))[:23].replace("T", " ")
         said = STORY_KINDS.get(e["kind"])
         kind = _(said) if said else e["kind"]
-        lines.append(f"{flag} {at}  {pad(kind, 13)} {e['title']}")
+        lines.append(f"{flag} {at}  {pad(kind, 13)} {w.story_title(e)}")
         if raw and e["detail"].get("body") is not None:
             lines.append("      " + _("headers:") + f" {e['detail'].get('headers')}")
             lines.append("      " + _("body:") + f"    {e['detail']['body']}")
     lines += ["", _("times Asia/Shanghai; ! = waiting for a person. Not stored (docs/story.md):")]
-    lines += [f"  - {n}" for n in story["not_stored"]]
+    lines += [f"  - {w.s.gettext(n)}" for n in story["not_stored"]]
     return "\n".join(lines)

@@ -133,7 +133,7 @@ def test_story_shows_the_in_between_callback_and_a_person_s_queue_item(h, m):
     story = bootstrap.story_service().story(m["mchid"], otn)
     (action,) = [e for e in story["entries"] if e["kind"] == "queue"]
     assert (
-        "alice" in action["title"] and "refunded-by-hand" in action["title"] and "called" in action["title"]
+        "alice" in action["title"] and "refunded by hand" in action["title"] and "called" in action["title"]
     )
     assert story["summary"]["open_items"] == 0
 
@@ -202,7 +202,12 @@ def test_story_shows_the_recon_difference_of_a_payment_we_never_heard_of(h, m):
     recon = [e for e in story["entries"] if e["kind"] == "recon"]
     assert any(e["state"] == "DIFFS" for e in recon)  # the day's verdict
     (diff,) = [e for e in recon if e["state"] == "OPEN"]
-    assert diff["needs_person"] and tid in diff["detail"]["key"] and "CHANNEL_ONLY" in diff["title"]
+    assert (
+        diff["needs_person"]
+        and tid in diff["detail"]["key"]
+        and diff["says"]["params"]["diff_class"] == "CHANNEL_ONLY"
+    )
+    assert "Only on the channel's bill" in diff["title"]
     assert diff["amount_yuan"] == "3.21"
 
 
@@ -238,7 +243,7 @@ def test_story_shows_the_poller_s_answers_for_an_order_whose_callbacks_were_lost
     assert run_poller(h)["outcomes"] == {"BOOKED": 1}
     story = bootstrap.story_service().story(m["mchid"], otn)
     (delivery,) = [e for e in story["entries"] if e["kind"] == "delivery"]
-    assert delivery["title"].startswith("poll answer via query") and delivery["state"] == "ACCEPTED"
+    assert delivery["title"].startswith("poll answer: paid") and delivery["state"] == "ACCEPTED"
     assert [e["detail"]["source"] for e in story["entries"] if e["kind"] == "transition"] == ["query"]
     assert story["summary"]["ledger_net_yuan"] == "8.80"
 

@@ -300,6 +300,7 @@ STORY_KINDS = {  # an order story's entry kinds (service/story.py)
     "poll": N_("query"),
     "queue": N_("person"),
     "refund": N_("refund"),
+    "refund_report": N_("refund report"),
     "delivery": N_("notification"),
     "transition": N_("status change"),
     "ledger": N_("ledger"),
@@ -325,6 +326,94 @@ STORY_STATES = {  # the states an order story's entries carry besides order, ref
     "applied": N_("applied"),
     "waiting to be applied": N_("waiting to be applied"),
     "with a person": N_("with a person"),
+    "BOOKED": N_("booked"),
+    "TRANSITIONED": N_("status changed"),
+    "REVOKED": N_("revoked"),
+    "REFUNDING": N_("being refunded"),
+}
+# An order story's titles (service/story*.py `entry`) name codes in their parameters; these read them.
+TRADE_STATES = {  # a channel's word on a payment in a callback or a poll answer (WeChat Pay, Alipay)
+    "SUCCESS": N_("paid"),
+    "NOTPAY": N_("not paid"),
+    "CLOSED": N_("closed"),
+    "REFUND": N_("refunded"),
+    "USERPAYING": N_("customer paying"),
+    "PAYERROR": N_("payment failed"),
+    "REVOKED": N_("revoked"),
+    "WAIT_BUYER_PAY": N_("waiting for payment"),
+    "TRADE_SUCCESS": N_("paid"),
+    "TRADE_FINISHED": N_("paid"),
+    "TRADE_CLOSED": N_("closed"),
+}
+ORDER_EVENTS = {  # domain/orders.py Event: what moved an order
+    "PAY": N_("pay"),
+    "CLOSE": N_("close"),
+    "REVOKE": N_("revoke"),
+    "PAY_ERROR": N_("payment error"),
+}
+SOURCES = {  # how a row came in: the channel's callback, the poller's query, recon's recovery of a lost payment
+    "notify": N_("notification"),
+    "query": N_("poll answer"),
+    "recon": N_("recon recovery"),
+}
+HANDLED = {  # a stored callback's handled flag (store/tables.py RawStore)
+    "0": N_("waiting to be applied"),
+    "1": N_("applied"),
+    "2": N_("with a person"),
+}
+LEDGER_KINDS = {
+    "PAYMENT": N_("payment"),
+    "REFUND": N_("refund"),
+    "REVERSAL": N_("reversal"),
+    "FEE": N_("fee"),
+    "FEE_RETURN": N_("fee returned"),
+}
+EVENT_TYPES = {  # domain/events.py: what Tally tells the merchant's systems
+    "OrderPaid": N_("order paid"),
+    "OrderClosed": N_("order closed"),
+    "RefundSucceeded": N_("refund succeeded"),
+    "RefundFailed": N_("refund failed"),
+}
+WEBHOOK_STATUSES = {  # store/webhooks.py: one event's delivery to one endpoint
+    "PENDING": N_("waiting to be sent"),
+    "DELIVERED": N_("delivered"),
+    "FAILED": N_("failed"),
+    "HELD": N_("held"),
+}
+TASK_REASONS = {  # domain/orders.py transit: why money that came in has to go back (R17)
+    "money-in: double payment": N_("paid twice"),
+    "money-in: paid while CLOSED": N_("paid after the order closed"),
+    "money-in: paid while PAY_FAILED": N_("paid after the payment failed"),
+}
+STORY_SUBJECTS = {  # what a person's action in an order story was on (service/story_entries.py history_entry)
+    "order": N_("order"),
+    "delivery": N_("notification"),
+    "refund": N_("refund"),
+    "refund task": N_("refund task"),
+    "recon diff": N_("recon difference"),
+}
+STORY_PARAMS = {  # a story title's parameter → the Words method that reads it; `*_cent` is money, others as stored
+    "channel": "channel",
+    "trade_state": "trade_state",
+    "poll_last": "trade_state",
+    "from_status": "any_status",
+    "to_status": "any_status",
+    "outcome": "any_status",
+    "task_status": "any_status",
+    "event": "order_event",
+    "source": "source",
+    "handled": "handled",
+    "refund_status": "refund_status",
+    "ledger_kind": "ledger_kind",
+    "diff_item": "ledger_kind",
+    "day_state": "run",
+    "diff_class": "diff_title",
+    "diff_status": "diff_status",
+    "action": "history_action",
+    "subject": "story_subject",
+    "event_type": "event_type",
+    "webhook_status": "webhook_status",
+    "task_reason": "task_reason",
 }
 AUDIT_FINDINGS = {  # service/books.py finding_code: the first thing a day's verify found, in plain words
     "not-sealed": N_("The day has no seal."),
@@ -424,6 +513,49 @@ class Words:
     def endpoint_status(self, code: Any) -> str:
         return self._table(ENDPOINT_STATUSES, code)
 
+    def trade_state(self, code: Any) -> str:
+        return self._table(TRADE_STATES, code)
+
+    def order_event(self, code: Any) -> str:
+        return self._table(ORDER_EVENTS, code)
+
+    def source(self, code: Any) -> str:
+        return self._table(SOURCES, code)
+
+    def handled(self, code: Any) -> str:
+        return self._table(HANDLED, code)
+
+    def ledger_kind(self, code: Any) -> str:
+        return self._table(LEDGER_KINDS, code)
+
+    def event_type(self, code: Any) -> str:
+        return self._table(EVENT_TYPES, code)
+
+    def webhook_status(self, code: Any) -> str:
+        return self._table(WEBHOOK_STATUSES, code)
+
+    def task_reason(self, code: Any) -> str:
+        return self._table(TASK_REASONS, code)
+
+    def story_subject(self, code: Any) -> str:
+        return self._table(STORY_SUBJECTS, code)
+
+    def diff_title(self, cls: Any) -> str:
+        """A difference class's short name; a class no table knows reads as itself."""
+        found = DIFF_REASONS.get(str(cls))
+        return self._(found.title) if found else str(cls)
+
+    def history_action(self, code: Any) -> str:
+        """What a person's history line did: a closing code (CODES), an action or a state, or an action with its
+        code ("resolve: refunded-by-hand", service/manual.py)."""
+        action, colon, done = str(code).partition(": ")
+        if colon and done in CODES:
+            return self._("%(action)s: %(code)s") % {
+                "action": self.any_status(action),
+                "code": self.code(done),
+            }
+        return self.code(code) if str(code) in CODES else self.any_status(code)
+
     def any_status(self, code: Any) -> str:
         """A status of unknown origin (an order story's entry): the first table that knows it, else the code."""
         text = "" if code is None else str(code)
@@ -431,6 +563,25 @@ class Words:
             if text in table:
                 return self._(table[text])
         return text
+
+    def story_title(self, entry: dict[str, Any]) -> str:
+        """An order story's line in this language: its template (`says.text`, service/story_entries.py) translated,
+        then filled: `*_cent` as ¥1,234.56, codes through STORY_PARAMS, anything else as stored."""
+        says = entry.get("says") or {}
+        template, params = says.get("text"), says.get("params") or {}
+        if not template:
+            return str(entry.get("title") or "")
+        return self._(template) % {name: self.story_value(name, v) for name, v in params.items()}
+
+    def story_value(self, name: str, value: Any) -> str:
+        """One parameter of a story title as people read it; a value no table knows reads as itself."""
+        if value is None or value == "":
+            return "-"
+        if name.endswith("_cent"):
+            whole = isinstance(value, int) and not isinstance(value, bool)
+            return self.money(value) if whole else str(value)
+        method = STORY_PARAMS.get(name)
+        return getattr(self, method)(value) if method else str(value)
 
     # ---- formats
 

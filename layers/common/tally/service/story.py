@@ -11,12 +11,13 @@ not stored (repeated deliveries of a stored row, every poll answer but the last)
         "summary": {"status", "amount_cent", "amount_yuan", "paid_*", "refunded_*", "refundable_*",
                     "open_items": int, "deliveries": int, "ledger_net_cent", "ledger_net_yuan",
                     "ledger_net_basis"},
-        "entries": [{"at", "at_utc", "kind", "title", "ref", "amount_cent", "amount_yuan", "state",
-                     "needs_person": bool, "detail": {...}}, ...],   # oldest first
-        "not_stored": [str, ...],                                     # what the story cannot show, and why
+        "entries": [{"at", "at_utc", "kind", "title", "says": {"text", "params"}, "ref", "amount_cent",
+                     "amount_yuan", "state", "needs_person": bool, "detail": {...}}, ...],   # oldest first
+        "not_stored": [str, ...],                  # what the story cannot show, and why (English msgids)
     }
 
-`kind` is one of KINDS. With raw=True a delivery's detail carries its raw body and verify headers. This module
+`kind` is one of KINDS; `says` is the line as a template and its raw parameters, `title` its English reading
+(service/story_entries.py). With raw=True a delivery's detail carries its raw body and verify headers. This module
 tells the order's own rows, deliveries and transitions; story_refunds.py, story_books.py (ledger, recon days) and
 story_downstream.py (outbox, webhooks) tell the rest, story_entries.py shapes every line, story_find.py finds it.
 """
@@ -29,10 +30,11 @@ from tally.domain.clock import CHINA as CHINA  # the story's zone, read from her
 from tally.domain.merchant_day import merchant_day
 from tally.domain.money import format_cents
 from tally.errors import NotFound  # callers import it from here too
+from tally.i18n import N_
 from tally.service.story_books import BooksChapter
 from tally.service.story_downstream import outbox_entries, webhook_entries
+from tally.service.story_entries import china_time as china_time  # the CLI prints times with it
 from tally.service.story_entries import (
-    HANDLED,
     entry,
     history_entry,
     instant,
@@ -41,7 +43,6 @@ from tally.service.story_entries import (
     with_raw,
     with_yuan,
 )
-from tally.service.story_entries import china_time as china_time  # the CLI prints times with it
 from tally.service.story_find import OrderFinder
 from tally.service.story_refunds import RefundChapter
 from tally.store.refunds import open_holds
@@ -61,16 +62,24 @@ KINDS = (
     "webhook",  # each attempt to deliver the order's events to a merchant endpoint (docs/webhooks.md)
 )
 
-NOT_STORED = [
-    "Repeated deliveries of a callback already stored are not kept per order: a duplicate costs one "
-    "conditional put (R9, the notify budget of 1 AWS call); they are counted by the metric NotifyDuplicate "
-    "per channel and merchant.",
-    "Only the poller's last answer is kept on the order (poll_last, poll_count, last_query_at); a paid "
-    "answer is stored as a delivery with source=query.",
-    "Callbacks rejected for their signature or quarantined before their order could be read name no "
-    "verified order: see `tally manual list` (kinds rejected / quarantined).",
-    "Outbox events are derived from the rows' states with the outbox's own function (stable ids); the bus "
-    "keeps no per-order record to read back.",
+NOT_STORED = [  # English msgids: the CLI and the console translate them where they show them
+    N_(
+        "Repeated deliveries of a callback already stored are not kept per order: a duplicate costs one "
+        "conditional put (R9, the notify budget of 1 AWS call); they are counted by the metric NotifyDuplicate "
+        "per channel and merchant."
+    ),
+    N_(
+        "Only the poller's last answer is kept on the order (poll_last, poll_count, last_query_at); a paid "
+        "answer is stored as a delivery with source=query."
+    ),
+    N_(
+        "Callbacks rejected for their signature or quarantined before their order could be read name no "
+        "verified order: see `tally manual list` (kinds rejected / quarantined)."
+    ),
+    N_(
+        "Outbox events are derived from the rows' states with the outbox's own function (stable ids); the bus "
+        "keeps no per-order record to read back."
+    ),
 ]
 
 
@@ -147,9 +156,9 @@ class StoryService:
             entry(
                 order.get("created_at"),
                 "order",
-                f"order created: {format_cents(int(order.get('amount_cent', 0)))} {order.get('currency', 'CNY')}"
-                f" on {order.get('channel')}",
+                N_("order created: %(amount_cent)s on %(channel)s"),
                 order.get("pk"),
+                params={"amount_cent": order.get("amount_cent"), "channel": order.get("channel")},
                 amount=order.get("amount_cent"),
                 state=order.get("status"),
                 detail={k: order.get(k) for k in ("description", "expire_at", "tenant", "sp_mchid", "api")},
@@ -160,7 +169,7 @@ class StoryService:
                 entry(
                     order.get("created_at"),
                     "order",
-                    "prepay: the channel returned the QR content",
+                    N_("prepay: the channel returned the QR content"),
                     order.get("pk"),
                     detail={"code_url": order.get("code_url"), "qr_code": order.get("qr_code")},
                     order_=1,
@@ -171,8 +180,9 @@ class StoryService:
                 entry(
                     order.get("created_at"),
                     "order",
-                    f"prepay failed: {order['prepay_error']}",
+                    N_("prepay failed: %(error)s"),
                     order.get("pk"),
+                    params={"error": order["prepay_error"]},
                     state="PREPAY_FAILED",
                     order_=1,
                 )
@@ -183,10 +193,20 @@ class StoryService:
                 entry(
                     order.get("last_query_at") or order.get("poll_due"),
                     "poll",
-                    f"the channel was asked about the order (poller: {int(order.get('poll_count') or 0)} poll(s));"
-                    f" last answer {order.get('poll_last') or '-'}"
-                    + (f"; {errors} failed call(s) in a row" if errors else ""),
+                    N_(
+                        "the channel was asked about the order (poller: %(polls)s poll(s)); last answer "
+                        "%(poll_last)s; %(errors)s failed call(s) in a row"
+                    )
+                    if errors
+                    else N_(
+                        "the channel was asked about the order (poller: %(polls)s poll(s)); last answer %(poll_last)s"
+                    ),
                     order.get("pk"),
+                    params={
+                        "polls": int(order.get("poll_count") or 0),
+                        "poll_last": order.get("poll_last"),
+                        "errors": errors,
+                    },
                     state=order.get("poll_last"),
                     detail={
                         k: order.get(k)
@@ -199,8 +219,9 @@ class StoryService:
                 entry(
                     order.get("manual_at") or order.get("poll_due"),
                     "queue",
-                    f"the poller handed the order to a person: {order.get('manual_reason') or '-'}",
+                    N_("the poller handed the order to a person: %(reason)s"),
                     order.get("pk"),
+                    params={"reason": order.get("manual_reason")},
                     state=order.get("q_state") or "OPEN",
                     needs_person=still_open(order),
                 )
@@ -212,9 +233,12 @@ class StoryService:
                 entry(
                     hold.get("created_at"),
                     "refund",
-                    f"refund {refund_no} reserved {format_cents(int(hold.get('amount_cent', 0)))}: the create "
-                    "answer is not stored yet (the poller stores it if abandoned)",
+                    N_(
+                        "refund %(refund_no)s reserved %(amount_cent)s: the create answer is not stored yet "
+                        "(the poller stores it if abandoned)"
+                    ),
                     refund_no,
+                    params={"refund_no": refund_no, "amount_cent": hold.get("amount_cent")},
                     amount=hold.get("amount_cent"),
                     state="RESERVED",
                     detail=dict(hold),
@@ -226,11 +250,7 @@ class StoryService:
         out = []
         for r in sorted(rows, key=lambda r: str(r.get("notified_at"))):
             handled = int(r.get("handled", 0))
-            verdict = r.get("outcome") or r.get("manual_reason") or HANDLED.get(handled, "?")
-            source = r.get("source", "notify")
-            what = (
-                "poll answer" if source == "query" else "recon recovery" if source == "recon" else "callback"
-            )
+            verdict = r.get("outcome") or r.get("manual_reason")
             detail = with_raw(
                 stored_fields(
                     r,
@@ -258,9 +278,20 @@ class StoryService:
                 entry(
                     r.get("notified_at"),
                     "delivery",
-                    f"{what} via {source}: {r.get('trade_state')} paid {format_cents(int(r.get('paid_cent', 0)))}"
-                    f" of {format_cents(int(r.get('order_total_cent', 0)))}; {HANDLED.get(handled, '?')} ({verdict})",
+                    N_(
+                        "%(source)s: %(trade_state)s, %(paid_cent)s of %(total_cent)s; %(handled)s (%(outcome)s)"
+                    )
+                    if verdict
+                    else N_("%(source)s: %(trade_state)s, %(paid_cent)s of %(total_cent)s; %(handled)s"),
                     r.get("pk"),
+                    params={
+                        "source": r.get("source", "notify"),
+                        "trade_state": r.get("trade_state"),
+                        "paid_cent": r.get("paid_cent", 0),
+                        "total_cent": r.get("order_total_cent", 0),
+                        "handled": handled,
+                        "outcome": verdict,
+                    },
                     amount=r.get("paid_cent"),
                     state="DUPLICATE"
                     if handled == 1 and r.get("outcome") == "DUPLICATE"
@@ -287,8 +318,9 @@ class StoryService:
                 entry(
                     e.get("created_at"),
                     "delivery",
-                    f"callback {e.get('trade_state') or e.get('kind')}: in between, nothing to book (R8)",
+                    N_("callback %(trade_state)s: in between, nothing to book (R8)"),
                     e.get("pk"),
+                    params={"trade_state": e.get("trade_state") or e.get("kind")},
                     state=str(e.get("kind", "")).upper(),
                     detail=detail,
                 )
@@ -301,8 +333,9 @@ class StoryService:
             entry(
                 t.get("at"),
                 "transition",
-                f"{t.get('from_status')} --{t.get('event')}--> {t.get('to_status')} ({t.get('source')})",
+                N_("%(from_status)s → %(to_status)s (%(event)s, %(source)s)"),
                 t.get("sk"),
+                params={k: t.get(k) for k in ("from_status", "to_status", "event", "source")},
                 state=t.get("to_status"),
                 detail={k: t.get(k) for k in ("event", "from_status", "to_status", "raw_key", "source")},
             )

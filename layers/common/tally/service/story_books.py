@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from tally.domain.merchant_day import count_diffs, day_state
-from tally.domain.money import format_cents, format_stored
+from tally.i18n import N_
 from tally.service.story_entries import china_time, entry, history_entry, stored_fields
 
 
@@ -43,9 +43,19 @@ class BooksChapter:
         return entry(
             r.get("booked_at"),
             "ledger",
-            f"ledger {kind} {format_cents(signed)} booked for bill date {r.get('bill_date')} ({r.get('source')})"
-            + (f": {r['reason']}" if r.get("reason") else ""),
+            N_(
+                "ledger %(ledger_kind)s %(amount_cent)s booked for bill date %(bill_date)s (%(source)s): %(reason)s"
+            )
+            if r.get("reason")
+            else N_("ledger %(ledger_kind)s %(amount_cent)s booked for bill date %(bill_date)s (%(source)s)"),
             r.get("pk"),
+            params={
+                "ledger_kind": kind,
+                "amount_cent": signed,
+                "bill_date": r.get("bill_date"),
+                "source": r.get("source"),
+                "reason": r.get("reason"),
+            },
             amount=signed,
             state=kind,
             detail=stored_fields(
@@ -107,15 +117,33 @@ class BooksChapter:
             about = [d for d in diffs if _about(d, mine, tids, refund_nos, order)]
             if runs and ((channel, day) in booked or about):  # only a day this order's money is on (#30)
                 latest = next((r for r in runs if r.get("leg") != "fundflow"), runs[0])
-                state, words = day_state(latest.get("status"), count_diffs(diffs))
+                counted = count_diffs(diffs)
+                state, words = day_state(latest.get("status"), counted)
                 out.append(
                     entry(
                         latest.get("finished_at") or latest.get("started_at"),
                         "recon",
-                        f"recon {day} ({channel} {mchid}): {words or state} - {latest.get('reason', '')}",
+                        N_(
+                            "recon %(bill_date)s (%(channel)s, merchant %(mchid)s): %(day_state)s; differences: "
+                            "%(open)s open, %(worked)s worked, %(expected)s in transit"
+                        )
+                        if words
+                        else N_("recon %(bill_date)s (%(channel)s, merchant %(mchid)s): %(day_state)s"),
                         pk,
+                        params={
+                            "bill_date": day,
+                            "channel": channel,
+                            "mchid": mchid,
+                            "day_state": state,
+                            "open": counted.open,
+                            "worked": counted.worked,
+                            "expected": counted.expected,
+                        },
                         state=state,
-                        detail={k: latest.get(k) for k in ("sk", "pass", "status", "guard", "open_diffs")},
+                        detail={
+                            k: latest.get(k)
+                            for k in ("sk", "pass", "status", "guard", "open_diffs", "reason")
+                        },
                     )
                 )
             for d in about:
@@ -124,10 +152,18 @@ class BooksChapter:
                     entry(
                         d.get("opened_at"),
                         "recon",
-                        f"recon difference {d.get('cls')} {d.get('item')}: channel "
-                        f"{format_stored(d.get('channel_amount_cent'), '-')} / ours {format_stored(d.get('local_amount_cent'), '-')}"
-                        f" - {d.get('detail', '')} [{d.get('handle_status')}]",
+                        N_(
+                            "recon difference: %(diff_class)s, %(diff_item)s; channel %(channel_amount_cent)s, "
+                            "ours %(local_amount_cent)s [%(diff_status)s]"
+                        ),
                         f"{pk}/{d.get('sk')}",
+                        params={
+                            "diff_class": d.get("cls"),
+                            "diff_item": d.get("item"),
+                            "channel_amount_cent": d.get("channel_amount_cent"),
+                            "local_amount_cent": d.get("local_amount_cent"),
+                            "diff_status": d.get("handle_status"),
+                        },
                         amount=d.get("channel_amount_cent"),
                         state=d.get("handle_status"),
                         needs_person=is_open,
@@ -140,6 +176,7 @@ class BooksChapter:
                                 "channel_amount_cent",
                                 "local_amount_cent",
                                 "recovery",
+                                "detail",
                             ),
                         ),
                     )

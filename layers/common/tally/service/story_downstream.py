@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from tally.domain.events import events_for_change
+from tally.i18n import N_
 from tally.service.story_entries import entry
 
 
@@ -17,8 +18,9 @@ def outbox_entries(order: dict[str, Any], refunds: list[dict[str, Any]]) -> list
             entry(
                 at or order.get("updated_at"),
                 "outbox",
-                f"event {event.detail_type} (id {event.event_id})",
+                N_("event %(event_type)s (id %(event_id)s)"),
                 event.event_id,
+                params={"event_type": event.detail_type, "event_id": event.event_id},
                 state=event.detail_type,
                 detail={"derived": True, "detail_type": event.detail_type},
             )
@@ -29,8 +31,9 @@ def outbox_entries(order: dict[str, Any], refunds: list[dict[str, Any]]) -> list
                 entry(
                     f.get("updated_at"),
                     "outbox",
-                    f"event {event.detail_type} (id {event.event_id})",
+                    N_("event %(event_type)s (id %(event_id)s)"),
                     event.event_id,
+                    params={"event_type": event.detail_type, "event_id": event.event_id},
                     state=event.detail_type,
                     detail={"derived": True, "detail_type": event.detail_type},
                 )
@@ -46,30 +49,41 @@ def webhook_entries(webhooks: Any, mchid: str, out_trade_no: str) -> list[dict[s
                 "FAILED",
                 "HELD",
             )  # a paused endpoint: a person resends (a case is open)
+            sent = {"event_type": event["type"], "endpoint_id": d["endpoint_id"]}
             if not d["attempts"]:
-                title = f"webhook {event['type']} to {d['endpoint_id']}: {d['status']}"
                 out.append(
                     entry(
                         event["published_at"],
                         "webhook",
-                        title,
+                        N_("webhook %(event_type)s to %(endpoint_id)s: %(webhook_status)s"),
                         event["event_id"],
+                        params={**sent, "webhook_status": d["status"]},
                         state=d["status"],
                         needs_person=stuck,
                         detail={"endpoint_id": d["endpoint_id"]},
                     )
                 )
             for a in d["attempts"]:
-                title = (
-                    f"webhook {event['type']} to {d['endpoint_id']}, attempt {a['attempt']}: "
-                    f"HTTP {a['http_status'] or 'no answer'} in {a['latency_ms']} ms"
-                )
                 out.append(
                     entry(
                         a["at"],
                         "webhook",
-                        title,
+                        N_(
+                            "webhook %(event_type)s to %(endpoint_id)s, attempt %(attempt)s: HTTP %(http_status)s "
+                            "in %(latency_ms)s ms"
+                        )
+                        if a["http_status"]
+                        else N_(
+                            "webhook %(event_type)s to %(endpoint_id)s, attempt %(attempt)s: no answer in "
+                            "%(latency_ms)s ms"
+                        ),
                         event["event_id"],
+                        params={
+                            **sent,
+                            "attempt": a["attempt"],
+                            "http_status": a["http_status"],
+                            "latency_ms": a["latency_ms"],
+                        },
                         state=a["outcome"],
                         needs_person=stuck and a is d["attempts"][-1],
                         detail={"endpoint_id": d["endpoint_id"], "snippet": a["snippet"]},

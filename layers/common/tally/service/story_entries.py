@@ -1,5 +1,10 @@
 """One line of an order's story (service/story.py): its shape, its times in Asia/Shanghai and its amounts in
-cents and yuan, shared by every part of the story that writes lines."""
+cents and yuan, shared by every part of the story that writes lines.
+
+A line says what happened as a sentence with parameters, not as finished text: `says` = {"text": an English
+template marked N_ (%(name)s placeholders), "params": the raw values it names (cents under `*_cent`, codes as
+stored)}. People read it through `Words.story_title` (tally/i18n/words.py) in their language; `title` is the
+same rendering in English, for `--json` and whatever reads it."""
 
 from __future__ import annotations
 
@@ -8,8 +13,10 @@ from typing import Any
 
 from tally.domain.clock import CHINA
 from tally.domain.money import format_cents
+from tally.i18n import EN, N_, speaker
+from tally.i18n.words import Words
 
-HANDLED = {0: "waiting to be applied", 1: "applied", 2: "with a person"}
+ENGLISH = Words(speaker(EN))
 CLOSED_STATES = ("RESOLVED", "IGNORED")  # the work queue's end states, kept on the source row (R41)
 
 
@@ -60,20 +67,23 @@ def with_raw(detail: dict[str, Any], row: dict[str, Any], raw: bool) -> dict[str
 def entry(
     at: Any,
     kind: str,
-    title: str,
+    template: str,
     ref: Any,
     *,
+    params: dict[str, Any] | None = None,
     amount: Any = None,
     state: Any = None,
     needs_person: bool = False,
     detail: dict[str, Any] | None = None,
     order_: int = 0,
 ) -> dict[str, Any]:
+    says = {"text": template, "params": params or {}}
     return {
         "at": china_time(at),
         "at_utc": at if isinstance(at, str) else None,
         "kind": kind,
-        "title": title,
+        "title": ENGLISH.story_title({"says": says}),
+        "says": says,
         "ref": ref,
         **money(amount),
         "state": state,
@@ -84,13 +94,21 @@ def entry(
 
 
 def history_entry(item: dict[str, Any], ref: Any, on: str) -> dict[str, Any]:
+    """A person's action on a row (its `history`), `on` naming the row: order, delivery, refund, refund task or
+    recon diff (Words.story_subject)."""
     why = item.get("why") or item.get("note") or ""
     extra = {k: v for k, v in item.items() if k not in ("at", "by", "action", "why", "note")}
+    template = (
+        N_("%(subject)s %(ref)s: %(action)s by %(by)s - %(why)s")
+        if why
+        else N_("%(subject)s %(ref)s: %(action)s by %(by)s")
+    )
     return entry(
         item.get("at"),
         "queue",
-        f"{on} {ref}: {item.get('action')} by {item.get('by')}" + (f" - {why}" if why else ""),
+        template,
         ref,
+        params={"subject": on, "ref": ref, "action": item.get("action"), "by": item.get("by"), "why": why},
         amount=item.get("amount_cent"),
         state=item.get("action"),
         detail={"by": item.get("by"), "why": why, **extra},

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from tally.domain.money import format_cents
 from tally.domain.refunds import refund_raw_key
-from tally.service.story_entries import HANDLED, entry, history_entry, still_open, stored_fields, with_raw
+from tally.i18n import N_
+from tally.service.story_entries import entry, history_entry, still_open, stored_fields, with_raw
 
 
 class RefundChapter:
@@ -26,9 +26,11 @@ class RefundChapter:
                 entry(
                     f.get("created_at"),
                     "refund",
-                    f"refund {no} created: {format_cents(int(f.get('amount_cent', 0)))} "
-                    f"({f.get('reason') or 'no reason given'})",
+                    N_("refund %(refund_no)s created: %(amount_cent)s (%(reason)s)")
+                    if f.get("reason")
+                    else N_("refund %(refund_no)s created: %(amount_cent)s (no reason given)"),
                     no,
+                    params={"refund_no": no, "amount_cent": f.get("amount_cent"), "reason": f.get("reason")},
                     amount=f.get("amount_cent"),
                     state="PENDING",
                     detail={k: f.get(k) for k in ("reason", "hold", "expire_at", "source") if f.get(k)},
@@ -40,8 +42,11 @@ class RefundChapter:
                     entry(
                         f.get("updated_at") or f.get("created_at"),
                         "refund",
-                        f"refund {no} is {status}" + (f": {why}" if why else ""),
+                        N_("refund %(refund_no)s is %(refund_status)s: %(why)s")
+                        if why
+                        else N_("refund %(refund_no)s is %(refund_status)s"),
                         no,
+                        params={"refund_no": no, "refund_status": status, "why": why},
                         amount=f.get("amount_cent"),
                         state=status,
                         needs_person=status == "MANUAL" and still_open(f),
@@ -55,6 +60,9 @@ class RefundChapter:
             raw_key = refund_raw_key(str(channel), str(f.get("mchid") or order.get("mchid")), str(no))
             for rep in self.refund_raw.for_refund(raw_key):  # scoped per merchant (R39)
                 handled = int(rep.get("handled", 0))
+                # an applied report's outcome restates its status ("SUCCESS (channel says SUCCESS)"): the title
+                # names it only when it says more, a duplicate or a person's reason; the detail keeps it
+                outcome = rep.get("outcome") if handled != 1 or rep.get("outcome") == "DUPLICATE" else None
                 detail = with_raw(
                     stored_fields(
                         rep,
@@ -74,10 +82,22 @@ class RefundChapter:
                     entry(
                         rep.get("notified_at"),
                         "refund_report",
-                        f"channel reports refund {no} {rep.get('sk')} via {rep.get('source', 'notify')}; "
-                        f"{HANDLED.get(handled, '?')}"
-                        + (f" ({rep['outcome']})" if rep.get("outcome") else ""),
+                        N_(
+                            "the channel reports refund %(refund_no)s %(refund_status)s (%(source)s); "
+                            "%(handled)s (%(outcome)s)"
+                        )
+                        if outcome
+                        else N_(
+                            "the channel reports refund %(refund_no)s %(refund_status)s (%(source)s); %(handled)s"
+                        ),
                         f"{raw_key}#{rep.get('sk')}",
+                        params={
+                            "refund_no": no,
+                            "refund_status": rep.get("sk"),
+                            "source": rep.get("source", "notify"),
+                            "handled": handled,
+                            "outcome": outcome,
+                        },
                         amount=rep.get("refund_cent"),
                         state=rep.get("sk"),
                         needs_person=handled == 2 and still_open(rep),
@@ -95,9 +115,17 @@ class RefundChapter:
             entry(
                 task.get("created_at"),
                 "refund",
-                f"refund task for {task.get('transaction_id')}: {format_cents(int(task.get('amount_cent', 0)))} "
-                f"to give back ({task.get('reason')}); {status}",
+                N_(
+                    "refund task for %(transaction_id)s: %(amount_cent)s to give back (%(task_reason)s); "
+                    "%(task_status)s"
+                ),
                 task_pk,
+                params={
+                    "transaction_id": task.get("transaction_id"),
+                    "amount_cent": task.get("amount_cent"),
+                    "task_reason": task.get("reason"),
+                    "task_status": status,
+                },
                 amount=task.get("amount_cent"),
                 state=f"TASK_{status}",
                 # OPEN / REFUNDING: the refund service is on it; DONE: paid back
