@@ -40,6 +40,7 @@ closes them all (after a SnapStart restore: tally/snapstart.py).
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
 import re
@@ -339,6 +340,9 @@ _pools = _Pools()
 def reset() -> None:
     """Close every kept connection (the SSL contexts stay): after a snapshot restore they are dead."""
     _pools.reset()
+
+
+atexit.register(reset)  # a process that ends (the CLI, a test run) closes its kept connections itself
 
 
 def addresses(url: str) -> tuple[str, list[str]]:
