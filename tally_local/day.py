@@ -35,11 +35,12 @@ from typing import Any
 from tally.channels.alipay.merchant import alipay_desk
 from tally.channels.wechatpay_v3.merchant import wechatpay_v3_desk
 
+from tally_cli.demo import ORDER_NOT_FOUND, log_line, progress_line, render, stack_keeps_running
 from tally_local.lambda_io import emf_metrics
 from tally_local.stack import EmbeddedStack
 
 SCENARIOS = ("paid", "duplicates", "lost", "coupon", "alipay", "refund", "mismatch", "paid_after_close")
-FIRST_FEW = 3  # items of each kind the report lists (the rest: `tally manual list --local`)
+DEMO_STATE = pathlib.Path("/tmp/tally-demo-state")
 
 
 @dataclass
@@ -63,42 +64,62 @@ def main(orders: int = 200, out=sys.stdout, keep: bool = False) -> int:
 
         os.environ["TALLY_DEMO"] = str(orders)
         return stack_module.main()
+    report = play_alone(orders, DEMO_STATE)
+    return tell(report, DEMO_STATE / "product.log", out)
+
+
+def play_alone(orders: int, state_dir: pathlib.Path) -> dict[str, Any]:
+    """The day on an embedded stack of its own (in `state_dir`), stopped afterwards: its morning report."""
     metrics_out = io.StringIO()
-    state_dir = pathlib.Path("/tmp/tally-demo-state")
     with (
         contextlib.redirect_stdout(metrics_out),
         product_log_to(state_dir / "product.log"),
         EmbeddedStack(api_port=0, state_dir=str(state_dir), simulator_options={"fixed_keys": True}) as stack,
     ):
-        report = play(stack, orders, metrics_out)
+        return play(stack, orders, metrics_out)
+
+
+def tell(report: dict[str, Any], log: pathlib.Path, out) -> int:
+    """The report after the progress bar, where the day's log lines are; exit 1 if a payment is unaccounted for."""
     print(file=sys.stderr)
     out.write(render(report))
-    out.write(f"  the product's log lines of the day: {state_dir / 'product.log'}\n")
+    out.write(log_line(log) + "\n")
     return 0 if not report["unaccounted"] else 1
 
 
 @contextlib.contextmanager
 def product_log_to(path: pathlib.Path) -> Iterator[None]:
-    """The product's log lines (JSON, one per line) go to a file while the day plays: the terminal belongs to
-    the progress bar and the report. What the handlers wrote to stdout or stderr, they write to `path`."""
+    """The product's log lines (Powertools' JSON and the embedded stack's own: the front door, the simulator,
+    the pumps) go to a file while the day plays: the terminal belongs to the progress bar and the report. What
+    a handler wrote to stdout or stderr it writes to `path`, and so does Python's last-resort handler (a
+    logger without handlers: `tally demo` without `--keep`); afterwards they write where they did."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    loggers = [logging.getLogger(), logging.getLogger("tally")]
+    terminal = (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__)
     handlers = [
         h
-        for lg in loggers
+        for lg in every_logger()
         for h in lg.handlers
-        if isinstance(h, logging.StreamHandler)
-        and getattr(h, "stream", None) in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__)
+        if isinstance(h, logging.StreamHandler) and getattr(h, "stream", None) in terminal
     ]
+    last_resort = logging.lastResort
     with open(path, "w", encoding="utf-8") as f:
         before = [h.setStream(f) for h in handlers]
+        logging.lastResort = logging.StreamHandler(f)
+        logging.lastResort.setLevel(logging.WARNING)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # Powertools' "no application metrics to publish"
             try:
                 yield
             finally:
+                logging.lastResort = last_resort
                 for h, stream in zip(handlers, before, strict=True):
                     h.setStream(stream)
+
+
+def every_logger() -> list[logging.Logger]:
+    """The root logger and every named one (Powertools' "tally", the stack's "tally_local", ...)."""
+    named = [lg for lg in logging.Logger.manager.loggerDict.values() if isinstance(lg, logging.Logger)]
+    return [logging.getLogger(), *named]
 
 
 def play(stack: EmbeddedStack, orders: int, emitted: io.StringIO) -> dict[str, Any]:
@@ -124,7 +145,7 @@ def play(stack: EmbeddedStack, orders: int, emitted: io.StringIO) -> dict[str, A
     settlement = settlement_days(day)
     settled_queue(day)
     report = morning_report(day, emitted.getvalue())
-    report["recon"] = recon
+    report["recon_failed"] = recon
     report["settlement"] = settlement
     report["rotation"] = rotated
     report["bill_date"] = day.bill_date
@@ -186,22 +207,10 @@ def play_into(stack: EmbeddedStack, orders: int, out=sys.stdout) -> int:
     log = pathlib.Path(getattr(stack, "state_dir", "/tmp/tally-demo-state")) / "product.log"
     with product_log_to(log), contextlib.redirect_stdout(emitted):
         report = play(stack, orders, emitted)
-    print(file=sys.stderr)
-    out.write(render(report))
-    out.write(f"  the product's log lines of the day: {log}\n")
-    out.write(
-        "\nThe stack keeps running with this day in it (yesterday, reconciled this morning): work the queue with\n"
-        "  tally manual list --local        (every item, oldest first; `tally manual show ID --local`)\n"
-        "  tally pending --local            (the morning number; exit 3 while something is overdue)\n"
-        "  tally recon show / tally ledger day --local   (default: yesterday, the demo's day)\n"
-        "docs/morning.md says what each kind means and what to do.\n"
-    )
-    logins = getattr(stack, "console_logins", None) or {}
-    if logins:
-        out.write(f"\nConsole: {stack.api_url}/console/login\n")
-        out.writelines(f"  sign in as {name}: {password}\n" for name, password in logins.items())
+    exit_code = tell(report, log, out)
+    out.write(stack_keeps_running(stack.api_url, getattr(stack, "console_logins", None) or {}))
     out.flush()
-    return 0 if not report["unaccounted"] else 1
+    return exit_code
 
 
 # ------------------------------------------------------------------ set-up
@@ -308,26 +317,22 @@ def work_refund_tasks() -> None:
     bootstrap.refund_service().work_tasks()
 
 
-def reconcile(day: Day) -> dict[str, str]:
+def reconcile(day: Day) -> list[dict[str, str]]:
     """The day's reconciliation for every merchant, the morning after, as the 10:30 schedule runs it for
     yesterday: the trade bill, then the fund flow (WeChat's T+1 credit is due today: in transit until its
-    bill is out tomorrow)."""
+    bill is out tomorrow). What came of it is in the ledger day (the report's money rows); this answers the
+    merchants whose reconciliation failed, and why."""
     from tally import bootstrap
 
-    bill_date = day.bill_date
-    done = {}
+    failed = []
     for channel, mchid in (("wechatpay", day.wechat), ("wechatpay", day.wechat_cert), ("alipay", day.alipay)):
         try:
-            run = bootstrap.recon_service().run(channel, mchid, bill_date)
-            done[f"{channel}/{mchid} {bill_date}"] = f"{run.get('status')}: {run.get('reason', '')}"[:160]
-            fund = bootstrap.recon_service().fund_flow(channel, mchid, bill_date)
-            done[f"{channel}/{mchid} {bill_date} fund flow"] = (
-                f"{fund.get('status')}: {fund.get('reason', '')}"[:160]
-            )
+            bootstrap.recon_service().run(channel, mchid, day.bill_date)
+            bootstrap.recon_service().fund_flow(channel, mchid, day.bill_date)
         except Exception as exc:  # noqa: BLE001 - the demo reports what happened; the queue shows the rest
-            done[f"{channel}/{mchid} {bill_date}"] = f"failed: {type(exc).__name__}: {exc}"[:160]
+            failed.append({"channel": channel, "mchid": mchid, "why": f"{type(exc).__name__}: {exc}"[:160]})
     day.stack.drain(30)
-    return done
+    return failed
 
 
 COUPON_DAY = (  # (order total, payer total, coupon type): what the coupon day's buyers paid (R43)
@@ -382,16 +387,17 @@ def settlement_days(day: Day) -> dict[str, Any]:
         figures = fund.get("figures") or {}
         out[when] = {
             "trade": trade.get("status"),
-            "fund": fund.get("fund_verdict") or fund.get("status"),
             "verdict": verdict.code,
-            "differs": ", ".join(verdict.legs),
+            "legs": list(verdict.legs),
             "settlement_cent": (figures.get("ledger") or {}).get("settlement_cent"),
             "diffs": [
-                f"{x['item']} short by {_yuan(x['gap_cent'])} (ledger {_yuan(x.get('local_amount_cent'))}, "
-                f"fund flow of {x.get('fund_day')} {_yuan(x.get('channel_amount_cent'))})"
-                if x.get("gap_cent", 0) > 0
-                else f"{x['item']} channel {_yuan(x.get('channel_amount_cent'))} vs ledger "
-                f"{_yuan(x.get('local_amount_cent'))}"
+                {
+                    "item": x["item"],
+                    "gap_cent": x.get("gap_cent", 0),
+                    "local_cent": x.get("local_amount_cent"),
+                    "channel_cent": x.get("channel_amount_cent"),
+                    "fund_day": x.get("fund_day"),
+                }
                 for x in diffs
             ],
             "planted": d == 1,
@@ -399,13 +405,7 @@ def settlement_days(day: Day) -> dict[str, Any]:
     return out
 
 
-def _yuan(cents: Any) -> str:
-    from tally.domain.money import format_cents
-
-    return "-" if cents is None else "¥" + format_cents(int(cents))
-
-
-def rotation(day: Day, old_serial: str) -> str:
+def rotation(day: Day, old_serial: str) -> dict[str, Any]:
     """What the platform-certificate rotation did: the serials Tally stores for the cert-mode merchant."""
     from tally import bootstrap
     from tally.store.keys import PlatformCertStore
@@ -413,12 +413,14 @@ def rotation(day: Day, old_serial: str) -> str:
     new_serial = day.stack.simulator.platform_serial
     stored = (PlatformCertStore(bootstrap.tables()).get(day.wechat_cert) or {}).get("certs", {})
     known = wechatpay_v3_desk(bootstrap.merchants()).wechatpay(day.wechat_cert).creds.platform.by_serial
-    have = sorted(set(stored) | set(known))
-    return (
-        f"platform certificate {old_serial[:12]}… → {new_serial[:12]}… mid-day; "
-        f"merchant {day.wechat_cert} verifies with {len(have)} serial(s), the new one "
-        + ("included" if new_serial in have else "MISSING")
-    )
+    have = set(stored) | set(known)
+    return {
+        "old": old_serial,
+        "new": new_serial,
+        "merchant": day.wechat_cert,
+        "serials": len(have),
+        "included": new_serial in have,
+    }
 
 
 # ------------------------------------------------------------------ the report
@@ -436,7 +438,7 @@ def morning_report(day: Day, emitted: str) -> dict[str, Any]:
     tasks = {row["out_trade_no"] for row in scan(day, "REFUND_TASKS_TABLE")}
     for no, (mchid, _, txn) in day.taken.items():
         view = orders.orders.get(mchid, no) or {}
-        statuses[view.get("status", "MISSING")] += 1
+        statuses[view.get("status", ORDER_NOT_FOUND)] += 1
         if view.get("transaction_id") != txn and no not in with_person and no not in tasks:
             unaccounted.append(f"{mchid}/{no} ({txn})")
     metrics = emitted_metrics(emitted)
@@ -450,79 +452,9 @@ def morning_report(day: Day, emitted: str) -> dict[str, Any]:
         "pending": bootstrap.pending_report().report(),
         "alarms": {name: n for name, n in sorted(metrics.items()) if name in ALARMED and n},
         "unaccounted": unaccounted,
-        "money": [  # yesterday's money per merchant, the one merchant-day arithmetic (R49)
-            f"{r['channel']}/{r['mchid']}: payments {r['payment_yuan']} - refunds {r['refund_yuan']} "
-            f"+ reversals {r['reversal_yuan']} - fees {r['fee_yuan'] or '(not booked yet)'} "
-            f"+ fees given back {r['fee_returned_yuan'] or '0.00'} = net {r['net_yuan']}; {r['landing_words']}"
-            for r in bootstrap.ledger_day_service().day(day.bill_date)["rows"]
-        ]
-        if day.bill_date
-        else [],
+        # yesterday's money per merchant, the one merchant-day arithmetic (R49), with its recon state and verdict
+        "money": bootstrap.ledger_day_service().day(day.bill_date)["rows"] if day.bill_date else [],
     }
-
-
-def render(report: dict[str, Any]) -> str:
-    lines = [
-        "",
-        f"Tally demo day {report.get('bill_date', '')} (yesterday, Asia/Shanghai; reconciled this morning): "
-        f"{report['orders']} payments taken by the channels",
-        "  scenarios: " + ", ".join(f"{k} {v}" for k, v in report["scenarios"].items()),
-        "  orders:    " + ", ".join(f"{k} {v}" for k, v in sorted(report["statuses"].items())),
-        "  ledger:    " + ", ".join(f"{k} {v}" for k, v in sorted(report["ledger"].items())),
-        f"  refund tasks: {report['refund_tasks']}",
-        f"  morning number: stuck (handled=0 > 10 min) {report['pending'].get('pending_over_10m', '?')}, "
-        f"open items {report['pending'].get('open_items', '?')}, "
-        f"past their threshold {report['pending'].get('manual_over_24h', '?')}",
-        f"  certificate rotation: {report.get('rotation', '-')}",
-        "  reconciliation: "
-        + ("; ".join(f"{k} {v}" for k, v in report.get("recon", {}).items()) or "not run"),
-    ]
-    lines += [f"  money of {report.get('bill_date', 'the day')}: {line}" for line in report.get("money", [])]
-    for when, leg in (report.get("settlement") or {}).items():  # did the money land? (R45)
-        head = "planted shortfall" if leg["planted"] else "coupon day"
-        lines.append(
-            f"  three-way {head} {when}: settlement {_yuan(leg['settlement_cent'])} (CASH + NOCASH coupons), "
-            f"trade bill {leg['trade']}, fund flow {leg['fund']} -> {leg['verdict']}"
-            + (f" ({leg['differs']})" if leg["differs"] else "")
-            + f", {len(leg['diffs'])} difference(s)"
-            + (": " + "; ".join(leg["diffs"]) if leg["diffs"] else "")
-        )
-    lines += work_lines(report["manual"])
-    lines.append(
-        "  alarms that would fire: "
-        + (", ".join(f"{k} ({v})" for k, v in report["alarms"].items()) or "none")
-    )
-    if report["unaccounted"]:
-        lines += ["  UNACCOUNTED PAYMENTS (money taken, not booked, not with a person):"]
-        lines += [f"    {line}" for line in report["unaccounted"]]
-    else:
-        lines.append("  every payment is booked, with a person, or has a refund task: nothing silent")
-    return "\n".join(lines) + "\n"
-
-
-def work_lines(items: list[dict[str, Any]]) -> list[str]:
-    """The work queue as counts per kind, each with its first few items (oldest first)."""
-    kinds: dict[str, list[dict[str, Any]]] = {}
-    for item in items:
-        kinds.setdefault(str(item["kind"]), []).append(item)
-    parts = Counter(str(p["kind"]) for item in items for p in (item.get("parts") or [])[1:])
-    lines = [
-        f"  work queue: {len(items)} case(s) for a person"
-        + (": " + ", ".join(f"{kind} {len(group)}" for kind, group in sorted(kinds.items())) if items else "")
-        + ("; also in them: " + ", ".join(f"{k} {n}" for k, n in sorted(parts.items())) if parts else "")
-    ]
-    for kind, group in sorted(kinds.items()):
-        lines.append(f"    {kind} ({len(group)}):")
-        lines += [
-            f"      {item['id']}  order {item['order'] or '-'}  "
-            f"{'¥' + item['amount'] if item.get('amount') is not None else '-'}  why: {item['reason']}"
-            for item in group[:FIRST_FEW]
-        ]
-        if len(group) > FIRST_FEW:
-            lines.append(
-                f"      … and {len(group) - FIRST_FEW} more (tally manual list --local --filter kind={kind})"
-            )
-    return lines
 
 
 # ------------------------------------------------------------------ helpers
@@ -602,9 +534,7 @@ def emitted_metrics(stdout: str) -> Counter[str]:
 
 
 def progress(done: int, total: int) -> None:
-    width = 40
-    filled = width * done // total
-    sys.stderr.write(f"\r  demo day [{'#' * filled}{'.' * (width - filled)}] {done}/{total} payments")
+    sys.stderr.write("\r" + progress_line(done, total))
     sys.stderr.flush()
 
 

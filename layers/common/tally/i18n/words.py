@@ -257,6 +257,7 @@ RUN_STATUSES = {  # a recon day or run as a person reads it (domain/merchant_day
     "FAILED": N_("failed"),
     "RUNNING": N_("running"),
     "QUIET_DAY": N_("quiet day"),
+    "QUIET": N_("quiet day"),  # a trade run's own word for it (service/recon_endings.py)
     "QUARANTINED": N_("held: new bill layout"),
     "no run yet": N_("not reconciled yet"),
 }
@@ -367,6 +368,7 @@ LEDGER_KINDS = {
     "REVERSAL": N_("reversal"),
     "FEE": N_("fee"),
     "FEE_RETURN": N_("fee returned"),
+    "SETTLEMENT": N_("settlement"),  # a fund-flow difference's item (domain/merchant_day.py FUND_ITEMS)
 }
 EVENT_TYPES = {  # domain/events.py: what Tally tells the merchant's systems
     "OrderPaid": N_("order paid"),
