@@ -60,7 +60,7 @@ SCENARIOS = {  # the demo's scripted payments (tally_local/day.py SCENARIOS)
     "duplicates": N_("duplicate callbacks"),
     "lost": N_("lost callbacks"),
     "coupon": N_("coupons"),
-    "alipay": N_("paid with Alipay"),
+    "alipay_paid": N_("paid with Alipay"),
     "refund": N_("partial refunds"),
     "mismatch": N_("amount mismatches"),
     "paid_after_close": N_("paid after close"),

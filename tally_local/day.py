@@ -39,7 +39,7 @@ from tally_cli.demo import ORDER_NOT_FOUND, log_line, progress_line, render, sta
 from tally_local.lambda_io import emf_metrics
 from tally_local.stack import EmbeddedStack
 
-SCENARIOS = ("paid", "duplicates", "lost", "coupon", "alipay", "refund", "mismatch", "paid_after_close")
+SCENARIOS = ("paid", "duplicates", "lost", "coupon", "alipay_paid", "refund", "mismatch", "paid_after_close")
 DEMO_STATE = pathlib.Path("/tmp/tally-demo-state")
 
 
@@ -258,7 +258,7 @@ def set_up_merchants(day: Day) -> None:
 def run_scenario(day: Day, i: int, scenario: str) -> None:
     sim, no = day.stack.simulator, f"DAY{i:06d}"
     day.scenarios[scenario] += 1
-    if scenario == "alipay":
+    if scenario == "alipay_paid":
         create(day, day.alipay, no, 1000 + i, channel="alipay")
         day.taken[no] = (day.alipay, "alipay", sim.alipay.pay(day.alipay, no))
         return
