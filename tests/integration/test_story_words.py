@@ -143,9 +143,14 @@ def _console_story(mchid: str, otn: str, language: str) -> str:
     return answer["body"]
 
 
+def _timeline_lines(page: str) -> list[str]:
+    """Each timeline line's sentence as the console shows it (the `says` span of every entry)."""
+    return [html.unescape(t) for t in re.findall(r'<span class="says">(.*?)</span>', page, re.S)]
+
+
 def test_the_console_story_in_chinese_shows_translated_titles_and_footnotes(refunded):
     page = _console_story(refunded["mchid"], refunded["otn"], "zh-CN")
-    titles = [html.unescape(t) for t in re.findall(r"</summary><b>(.*?)</b>", page, re.S)]
+    titles = _timeline_lines(page)
     entries = refunded["story"]["entries"]
     assert len(titles) == len(entries)
     shown = _without_identifiers("\n".join(titles), entries)
@@ -154,9 +159,18 @@ def test_the_console_story_in_chinese_shows_translated_titles_and_footnotes(refu
     footnotes = re.search(r"这里看不到的内容及原因.*?</ul>", page, re.S)
     assert footnotes and "Repeated deliveries" not in footnotes.group(0)
     english = _console_story(refunded["mchid"], refunded["otn"], "en")
-    assert [html.unescape(t) for t in re.findall(r"</summary><b>(.*?)</b>", english, re.S)] == [
-        e["title"] for e in entries
+    assert _timeline_lines(english) == [e["title"] for e in entries]
+
+
+def test_the_console_timeline_says_what_the_cli_says_and_a_refund_never_reads_paid(refunded):
+    """One truth: each console line is the sentence the CLI's story prints for that entry, so a refund's SUCCESS
+    reads as refunded, not as a payment's paid (a state code alone means different things per kind)."""
+    titles = _timeline_lines(_console_story(refunded["mchid"], refunded["otn"], "zh-CN"))
+    assert titles == [ZH.story_title(e) for e in refunded["story"]["entries"]]
+    refund_lines = [
+        t for t, e in zip(titles, refunded["story"]["entries"], strict=True) if "refund" in e["kind"]
     ]
+    assert refund_lines and all("已支付" not in line for line in refund_lines), refund_lines
 
 
 def test_an_unknown_status_channel_or_amount_reads_as_itself():
