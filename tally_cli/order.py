@@ -9,8 +9,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from tally.i18n import N_
-
 from tally_cli.common import add_json, add_target, connect, emit
 from tally_cli.speak import _, money, money_text, pad, when, words
 
@@ -60,21 +58,6 @@ def order_story(args: argparse.Namespace) -> int:
     story = bootstrap.story_service().story(args.mchid, args.out_trade_no, raw=args.raw)
     emit(story, lambda: render_story(story, raw=args.raw), args)
     return 0
-
-
-STORY_KINDS = {  # service/story.py: what each line of an order's story is
-    "order": N_("order"),
-    "delivery": N_("notification"),
-    "poll": N_("query"),
-    "transition": N_("status"),
-    "ledger": N_("ledger"),
-    "refund": N_("refund"),
-    "refund_report": N_("refund report"),
-    "outbox": N_("event"),
-    "webhook": N_("webhook"),
-    "recon": N_("recon"),
-    "queue": N_("work queue"),
-}
 
 
 def _amount(cents: Any, currency: Any) -> str:
@@ -156,9 +139,7 @@ def render_story(story: dict[str, Any], raw: bool = False) -> str:
     for e in story["entries"]:
         flag = "!" if e["needs_person"] else " "
         at = (e["at"] or _("(no time)"))[:23].replace("T", " ")
-        said = STORY_KINDS.get(e["kind"])
-        kind = _(said) if said else e["kind"]
-        lines.append(f"{flag} {at}  {pad(kind, 13)} {w.story_title(e)}")
+        lines.append(f"{flag} {at}  {pad(w.story_kind(e['kind']), 13)} {w.story_title(e)}")
         if raw and e["detail"].get("body") is not None:
             lines.append("      " + _("headers:") + f" {e['detail'].get('headers')}")
             lines.append("      " + _("body:") + f"    {e['detail']['body']}")
